@@ -1,0 +1,77 @@
+package ratelimit
+
+import (
+	"context"
+	"time"
+
+	"github.com/puzpuzpuz/xsync/v4"
+)
+
+// janitorInterval is how often idle windows are evicted. A window is idle
+// once both its cells are older than the previous fixed window, so with the
+// shortest window of 1 s an idle window lingers at most 2 s + 10 s; a walk
+// of 1M windows takes tens of milliseconds, well within the interval.
+const janitorInterval = 10 * time.Second
+
+// runJanitor evicts idle windows every interval until ctx is done.
+func (s *Service) runJanitor(ctx context.Context) {
+	t := time.NewTicker(s.janitorEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.evictIdle(s.clock.Now())
+		}
+	}
+}
+
+// evictIdle removes every window none of whose cells can affect a decision at
+// now, and returns how many it removed.
+//
+// A request may be counting into a window while it is removed. The janitor
+// marks the window evicted first and checks it is still idle after; a request
+// checks the mark after counting and, if set, takes its count back and decides
+// again. One of the two always sees the other, so no count is lost.
+func (s *Service) evictIdle(now time.Time) int {
+	ms := now.UnixMilli()
+	evicted := 0
+	s.windows.Range(func(h uint64, w *window) bool {
+		if s.evict(w, ms) {
+			s.windows.Compute(h, func(old *window, loaded bool) (*window, xsync.ComputeOp) {
+				if loaded && old == w {
+					return nil, xsync.DeleteOp
+				}
+				return old, xsync.CancelOp
+			})
+			evicted++
+		}
+		return true
+	})
+	s.collided.mu.Lock()
+	for k, w := range s.collided.m {
+		if s.evict(w, ms) {
+			delete(s.collided.m, k)
+			evicted++
+		}
+	}
+	s.collided.mu.Unlock()
+	s.metrics.windowsEvicted.Add(float64(evicted))
+	return evicted
+}
+
+// evict marks w evicted if it is idle at now (unix ms) and reports whether it
+// did.
+func (s *Service) evict(w *window, now int64) bool {
+	seq := now / w.key.durationMs
+	if !w.idle(seq) {
+		return false
+	}
+	w.evicted.Store(true)
+	if !w.idle(seq) {
+		w.evicted.Store(false)
+		return false
+	}
+	return true
+}

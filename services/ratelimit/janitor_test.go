@@ -1,0 +1,139 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestJanitorEvictsOnlyIdleWindows(t *testing.T) {
+	clock := newFakeClock(0)
+	s := newTestService(t, clock)
+	mustLimit(t, s, req("old", 5, time.Second, 5))
+	mustLimit(t, s, req("long", 5, time.Hour, 5))
+	clock.Set(1_500) // "old" has a previous cell that still counts
+	if n := s.evictIdle(clock.Now()); n != 0 {
+		t.Fatalf("evicted %d windows while their cells still count", n)
+	}
+	if resp := mustLimit(t, s, req("old", 5, time.Second, 5)); resp.Success {
+		t.Fatalf("previous cell forgotten: %+v", resp)
+	}
+	clock.Set(3_000) // window 3: cells 0 and 1 of "old" no longer count
+	if n := s.evictIdle(clock.Now()); n != 1 {
+		t.Fatalf("evicted %d windows, want 1", n)
+	}
+	if got := s.ActiveWindows(); got != 1 {
+		t.Fatalf("ActiveWindows = %d, want 1 (the hour window)", got)
+	}
+	if resp := mustLimit(t, s, req("long", 5, time.Hour, 1)); resp.Success {
+		t.Fatal("the hour window lost its count")
+	}
+}
+
+func TestJanitorEvictsCollidedWindows(t *testing.T) {
+	clock := newFakeClock(0)
+	s := newTestService(t, clock)
+	s.hashKey = func(*windowKey, maphash.Seed) uint64 { return 1 }
+	mustLimit(t, s, req("a", 5, time.Second, 1))
+	mustLimit(t, s, req("b", 5, time.Second, 1))
+	clock.Set(5_000)
+	if n := s.evictIdle(clock.Now()); n != 2 || s.ActiveWindows() != 0 {
+		t.Fatalf("evicted %d, %d left; want 2 and 0", n, s.ActiveWindows())
+	}
+}
+
+// TestCountIntoEvictedWindowIsTakenBack marks a window evicted the way the
+// janitor does before it removes it: a request that counts into it takes the
+// count back and does not report success on a window about to vanish.
+func TestCountIntoEvictedWindowIsTakenBack(t *testing.T) {
+	s := newTestService(t, newFakeClock(0))
+	w := s.window(&windowKey{"ws", "ns", "k", 1000})
+	w.evicted.Store(true)
+	resp := mustLimit(t, s, req("k", 5, time.Second, 1))
+	cur, _, _ := w.cellsAt(0, true)
+	if resp.Success || cur.count.Load() != 0 {
+		t.Fatalf("got %+v with count %d, want a denial and nothing counted in the evicted window", resp, cur.count.Load())
+	}
+	if _, err := s.MultiLimit(context.Background(), []Request{req("k", 5, time.Second, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if cur.count.Load() != 0 || cur.speculative.Load() != 0 {
+		t.Fatalf("batch left count %d speculative %d in the evicted window", cur.count.Load(), cur.speculative.Load())
+	}
+}
+
+// TestJanitorUnderLoad runs the janitor in a tight loop while requests move
+// through windows; in every window no more than the limit is admitted.
+func TestJanitorUnderLoad(t *testing.T) {
+	clock := newFakeClock(0)
+	s := newTestService(t, clock)
+	const limit = 20
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				s.evictIdle(clock.Now())
+			}
+		}
+	}()
+	var perWindow [128]atomic.Int64 // 30 jumps of 3 windows
+	var workers sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for i := 0; i < 3000; i++ {
+				now := clock.ms.Load()
+				if resp := mustLimit(t, s, req("k", limit, time.Second, 1)); resp.Success {
+					perWindow[resp.Reset.UnixMilli()/1000-1].Add(1)
+				}
+				// Jump three windows ahead, so that the previous cell never
+				// counts, each window stands alone and the janitor may evict
+				// the key between jumps.
+				if i%100 == 0 && g == 0 {
+					clock.Set((now/1000 + 3) * 1000)
+				}
+			}
+		}()
+	}
+	workers.Wait()
+	close(stop)
+	wg.Wait()
+	for i := range perWindow {
+		if n := perWindow[i].Load(); n > limit {
+			t.Fatalf("window %d admitted %d of %d", i, n, limit)
+		}
+	}
+}
+
+func TestRunStopsOnClose(t *testing.T) {
+	s := newTestService(t, newFakeClock(0))
+	s.janitorEvery = time.Millisecond
+	done := make(chan error, 1)
+	go func() { done <- s.Run(context.Background()) }()
+	time.Sleep(5 * time.Millisecond)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run after Close = %v, want nil", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after Close")
+	}
+	if err := s.Run(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Run on a closed service = %v, want ErrClosed", err)
+	}
+}

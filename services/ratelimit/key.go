@@ -1,0 +1,30 @@
+package ratelimit
+
+import "hash/maphash"
+
+// windowKey identifies one sliding window: every cell of one limit of one
+// identifier. Duration is part of the key because the same identifier may be
+// limited per second and per day at once.
+type windowKey struct {
+	workspace  string
+	namespace  string
+	identifier string
+	durationMs int64
+}
+
+// hash hashes every part separately and mixes the results, so that parts can
+// never run into each other ("a-b"+"c" and "a"+"b-c" hash apart). Equal hashes
+// of different keys are still possible and are resolved by comparing keys.
+func (k *windowKey) hash(seed maphash.Seed) uint64 {
+	h := maphash.String(seed, k.workspace)
+	h = mix(h, maphash.String(seed, k.namespace))
+	h = mix(h, maphash.String(seed, k.identifier))
+	return mix(h, uint64(k.durationMs))
+}
+
+// mix folds v into h (a multiply-xorshift step as in splitmix64).
+func mix(h, v uint64) uint64 {
+	h ^= v + 0x9e3779b97f4a7c15 + (h << 6) + (h >> 2)
+	h *= 0xbf58476d1ce4e5b9
+	return h ^ (h >> 31)
+}

@@ -1,0 +1,129 @@
+package ratelimit
+
+import (
+	"context"
+	"runtime"
+	"time"
+)
+
+// maxCASAttempts bounds the compare-and-swap loop of one decision. Every
+// failed attempt means another request on the same cell succeeded, so the loop
+// only runs out when more than this many requests land on one key in the
+// microsecond a decision takes; then the request is denied (fail closed) and
+// counted in unkey_ratelimit_cas_exhausted_total. With 2 to 64 cores a few
+// attempts are the norm; 64 leaves two orders of magnitude of headroom.
+const maxCASAttempts = 64
+
+// maxEvictionRetries bounds how often a decision starts again because the
+// janitor was removing its window. The janitor removes a window only when no
+// request used it for two windows, so one retry is the norm.
+const maxEvictionRetries = 8
+
+// decision is the outcome of evaluating one request against one window.
+type decision struct {
+	success    bool
+	limit      int64
+	remaining  int64
+	resetMs    int64
+	retryAfter int64 // ms
+}
+
+func (d *decision) response() Response {
+	return Response{
+		Success:    d.success,
+		Limit:      d.limit,
+		Remaining:  d.remaining,
+		Reset:      time.UnixMilli(d.resetMs),
+		RetryAfter: time.Duration(d.retryAfter) * time.Millisecond,
+	}
+}
+
+// Limit decides whether req may spend its cost and, on success with a cost
+// above zero, counts it. It returns a [*ValidationError] for a request that
+// breaks a rule, and counts nothing then. A warm decision does not allocate
+// and does not wait on the network.
+func (s *Service) Limit(ctx context.Context, req Request) (Response, error) {
+	if err := req.Validate(); err != nil {
+		return Response{}, err
+	}
+	key := windowKey{
+		workspace:  req.Workspace,
+		namespace:  req.Namespace,
+		identifier: req.Identifier,
+		durationMs: req.Duration.Milliseconds(),
+	}
+	now := s.clock.Now().UnixMilli()
+	var d decision
+	for range maxEvictionRetries {
+		w := s.window(&key)
+		w.observeLimit(req.Limit)
+		var counted *cell
+		d, counted = s.decide(w, now, req.Limit, req.Cost, false)
+		if counted == nil || !w.evicted.Load() {
+			return d.response(), nil
+		}
+		// The janitor is removing w: take the count back and decide again
+		// on the window that replaces it.
+		counted.count.Add(-req.Cost)
+		runtime.Gosched()
+	}
+	// Unreachable in practice: the janitor kept removing the window under
+	// this request. Fail closed.
+	d.success = false
+	return d.response(), nil
+}
+
+// decide evaluates a request of cost against limit in window w at now (unix
+// ms) and, on success with cost > 0, adds cost to the current cell by
+// compare-and-swap. With speculative set the increment is also recorded as
+// uncommitted, for a batch that may still roll back. It returns the cell it
+// counted into, or nil when it counted nothing.
+func (s *Service) decide(w *window, now, limit, cost int64, speculative bool) (decision, *cell) {
+	dur := w.key.durationMs
+	seq := now / dur
+	cur, prev, newer := w.cellsAt(seq, true)
+	for cur == nil {
+		// Another request already moved this window past our clock
+		// reading: decide at the start of its window, the strictest
+		// moment of that window.
+		seq, now = newer, newer*dur
+		cur, prev, newer = w.cellsAt(seq, true)
+	}
+	elapsed := now - seq*dur
+	curGlobal := cur.global.Load()
+	var prevGlobal int64
+	if prev != nil {
+		prevGlobal = prev.global.Load()
+	}
+	d := decision{limit: limit, resetMs: (seq + 1) * dur}
+	for range maxCASAttempts {
+		n := cur.count.Load()
+		curTotal := n + curGlobal
+		prevTotal := prevGlobal
+		if prev != nil {
+			prevTotal += prev.count.Load()
+		}
+		effective := curTotal + weighted(prevTotal, elapsed, dur) + cost
+		if cost > limit || effective > limit {
+			d.remaining = max(0, limit-(effective-cost))
+			d.retryAfter = retryAfter(elapsed, dur, curTotal, prevTotal, limit, cost)
+			return d, nil
+		}
+		d.success = true
+		d.remaining = limit - effective
+		if cost == 0 {
+			return d, nil
+		}
+		if speculative {
+			if w.applySpeculative(cur, n, cost) {
+				return d, cur
+			}
+		} else if cur.count.CompareAndSwap(n, n+cost) {
+			return d, cur
+		}
+		d.success = false
+	}
+	s.metrics.casExhausted.Inc()
+	d.remaining = 0
+	return d, nil
+}

@@ -1,0 +1,98 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+)
+
+// MaxBatch is the most limits one [Service.MultiLimit] call may hold.
+const MaxBatch = 100
+
+// MultiResponse is the outcome of [Service.MultiLimit].
+type MultiResponse struct {
+	// Passed reports whether every limit admitted the request; only then was
+	// anything counted.
+	Passed bool
+	// Results holds one response per request, in request order. Success
+	// says whether that limit alone admitted the request; when Passed is
+	// false nothing was counted and Remaining is what is left without it.
+	Results []Response
+}
+
+// counted is one speculative increment of a batch.
+type counted struct {
+	w     *window
+	c     *cell
+	cost  int64
+	index int
+}
+
+// MultiLimit decides all reqs together: either every limit admits the request
+// and all are counted, or nothing is counted anywhere. Requests on the same key
+// accumulate: the second sees the first's cost. It returns a
+// [*ValidationError] naming the offending entry (such as "limits[2].cost")
+// when any request breaks a rule, and counts nothing then.
+func (s *Service) MultiLimit(ctx context.Context, reqs []Request) (MultiResponse, error) {
+	if len(reqs) == 0 || len(reqs) > MaxBatch {
+		return MultiResponse{}, &ValidationError{Field: "limits", Rule: fmt.Sprintf("must hold 1 to %d limits", MaxBatch)}
+	}
+	for i := range reqs {
+		if err := reqs[i].Validate(); err != nil {
+			var ve *ValidationError
+			if errors.As(err, &ve) {
+				return MultiResponse{}, &ValidationError{Field: fmt.Sprintf("limits[%d].%s", i, ve.Field), Rule: ve.Rule}
+			}
+			return MultiResponse{}, err
+		}
+	}
+	keys := make([]windowKey, len(reqs))
+	for i, r := range reqs {
+		keys[i] = windowKey{workspace: r.Workspace, namespace: r.Namespace, identifier: r.Identifier, durationMs: r.Duration.Milliseconds()}
+	}
+	now := s.clock.Now().UnixMilli()
+	results := make([]Response, len(reqs))
+	applied := make([]counted, 0, len(reqs))
+	for range maxEvictionRetries {
+		applied = applied[:0]
+		passed := true
+		for i := range reqs {
+			w := s.window(&keys[i])
+			w.observeLimit(reqs[i].Limit)
+			d, c := s.decide(w, now, reqs[i].Limit, reqs[i].Cost, true)
+			results[i] = d.response()
+			passed = passed && d.success
+			if c != nil {
+				applied = append(applied, counted{w: w, c: c, cost: reqs[i].Cost, index: i})
+			}
+		}
+		evicted := false
+		for _, a := range applied {
+			evicted = evicted || a.w.evicted.Load()
+		}
+		if passed && !evicted {
+			for _, a := range applied {
+				a.w.commit(a.c, a.cost)
+			}
+			return MultiResponse{Passed: true, Results: results}, nil
+		}
+		for i := len(applied) - 1; i >= 0; i-- {
+			a := applied[i]
+			a.w.rollback(a.c, a.cost)
+		}
+		if !evicted {
+			for _, a := range applied {
+				r := &results[a.index]
+				r.Remaining = min(r.Limit, r.Remaining+a.cost)
+			}
+			return MultiResponse{Passed: false, Results: results}, nil
+		}
+		// The janitor is removing a window of this batch: decide again.
+		runtime.Gosched()
+	}
+	for i := range results {
+		results[i].Success = false
+	}
+	return MultiResponse{Passed: false, Results: results}, nil
+}

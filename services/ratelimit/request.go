@@ -1,0 +1,39 @@
+package ratelimit
+
+import "time"
+
+// Request asks whether Identifier may spend Cost units of Limit per Duration
+// in Namespace. Workspace partitions every counter: requests of two
+// workspaces never see each other's counts.
+type Request struct {
+	Workspace  string
+	Namespace  string
+	Identifier string
+	// Limit is the number of units allowed per Duration, 1 to [MaxLimit].
+	Limit int64
+	// Duration is the length of the sliding window, from [MinDuration] to
+	// [MaxDuration]. It is used in whole milliseconds.
+	Duration time.Duration
+	// Cost is what this request spends, 0 to [MaxCost]. Cost 0 never counts:
+	// it asks whether one more request would still fit.
+	Cost int64
+}
+
+// Response is the decision for one [Request].
+type Response struct {
+	// Success reports whether the request was admitted (and, for a single
+	// request or a committed batch, counted).
+	Success bool
+	// Limit repeats the request's limit.
+	Limit int64
+	// Remaining is how many units are left in the sliding window after this
+	// decision: limit - effective on success, limit - (effective - cost) on
+	// denial, never below zero.
+	Remaining int64
+	// Reset is the end of the current fixed window.
+	Reset time.Time
+	// RetryAfter is how long until a request of the same cost would pass if
+	// no other traffic arrived. It is zero on success and when no wait can
+	// help (cost above the limit).
+	RetryAfter time.Duration
+}

@@ -1,0 +1,200 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/puzpuzpuz/xsync/v4"
+)
+
+// Service is a sliding-window rate limiter. Its methods are safe for
+// concurrent use. Create it with [New]; run its background loops with
+// [Service.Run].
+type Service struct {
+	region     string
+	clock      Clock
+	logger     *slog.Logger
+	registerer prometheus.Registerer
+	metrics    *metrics
+
+	seed    maphash.Seed
+	hashKey func(k *windowKey, seed maphash.Seed) uint64 // tests force collisions
+	// windows maps a key's hash to its window. A generic lock-free map keyed
+	// by a fixed-size integer keeps lookups free of allocations; the rare key
+	// whose hash is taken by another key lives in collided.
+	windows  *xsync.Map[uint64, *window]
+	collided collisions
+
+	janitorEvery time.Duration
+
+	// lifecycle guards closed and running, so Close knows which Run to
+	// wait for.
+	lifecycle sync.Mutex
+	closed    chan struct{}
+	running   chan struct{} // closed when the current Run returns
+}
+
+// collisions holds the windows whose hash another key already owns in the
+// main map. With 64-bit hashes this practically never holds anything; it
+// exists so that correctness never rests on luck.
+type collisions struct {
+	mu sync.Mutex
+	m  map[windowKey]*window
+}
+
+// New returns a limiter for the given region. It returns [ErrRegionRequired]
+// if region is empty. New starts no goroutines.
+func New(region string, opts ...Option) (*Service, error) {
+	if region == "" {
+		return nil, ErrRegionRequired
+	}
+	s := &Service{
+		region:  region,
+		clock:   systemClock{},
+		logger:  slog.New(slog.DiscardHandler),
+		seed:    maphash.MakeSeed(),
+		hashKey: (*windowKey).hash,
+		windows: xsync.NewMap[uint64, *window](),
+		closed:  make(chan struct{}),
+
+		janitorEvery: janitorInterval,
+	}
+	for _, opt := range opts {
+		opt(s)
+	}
+	if s.registerer == nil {
+		s.registerer = prometheus.NewRegistry()
+	}
+	m, err := newMetrics(s.registerer, func() float64 { return float64(s.ActiveWindows()) })
+	if err != nil {
+		return nil, fmt.Errorf("register ratelimit metrics: %w", err)
+	}
+	s.metrics = m
+	return s, nil
+}
+
+// Region returns the region this limiter counts for.
+func (s *Service) Region() string { return s.region }
+
+// ActiveWindows returns the number of sliding windows held in memory.
+func (s *Service) ActiveWindows() int {
+	s.collided.mu.Lock()
+	n := len(s.collided.m)
+	s.collided.mu.Unlock()
+	return s.windows.Size() + n
+}
+
+// window returns the window of k, creating it on first use.
+func (s *Service) window(k *windowKey) *window {
+	h := s.hashKey(k, s.seed)
+	if w, ok := s.windows.Load(h); ok && w.key == *k {
+		return w
+	}
+	return s.loadOrCreate(k, h)
+}
+
+// loadOrCreate is the slow path of window: the key is new, or its hash is
+// owned by another key.
+func (s *Service) loadOrCreate(k *windowKey, h uint64) *window {
+	var created *window
+	w, _ := s.windows.Compute(h, func(old *window, loaded bool) (*window, xsync.ComputeOp) {
+		if loaded {
+			return old, xsync.CancelOp
+		}
+		created = newWindow(k)
+		return created, xsync.UpdateOp
+	})
+	if w.key == *k {
+		if w == created {
+			s.metrics.windowsCreated.Inc()
+		}
+		return w
+	}
+	s.collided.mu.Lock()
+	defer s.collided.mu.Unlock()
+	if w, ok := s.collided.m[*k]; ok {
+		return w
+	}
+	if s.collided.m == nil {
+		s.collided.m = make(map[windowKey]*window)
+	}
+	w = newWindow(k)
+	s.collided.m[w.key] = w
+	s.metrics.windowsCreated.Inc()
+	return w
+}
+
+// newWindow returns an empty window for k. It copies the key's strings so the
+// window does not pin the request buffers they were decoded from.
+func newWindow(k *windowKey) *window {
+	return &window{key: windowKey{
+		workspace:  strings.Clone(k.workspace),
+		namespace:  strings.Clone(k.namespace),
+		identifier: strings.Clone(k.identifier),
+		durationMs: k.durationMs,
+	}}
+}
+
+// Run runs the background loops until ctx is done or [Service.Close] is
+// called. It returns ctx's error, or nil after Close.
+func (s *Service) Run(ctx context.Context) error {
+	s.lifecycle.Lock()
+	select {
+	case <-s.closed:
+		s.lifecycle.Unlock()
+		return ErrClosed
+	default:
+	}
+	if s.running != nil {
+		s.lifecycle.Unlock()
+		return ErrRunning
+	}
+	done := make(chan struct{})
+	s.running = done
+	s.lifecycle.Unlock()
+	defer func() {
+		s.lifecycle.Lock()
+		s.running = nil
+		s.lifecycle.Unlock()
+		close(done)
+	}()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.closed:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	s.runJanitor(ctx)
+	select {
+	case <-s.closed:
+		return nil
+	default:
+		return ctx.Err()
+	}
+}
+
+// Close stops [Service.Run] and waits for it to return. Decisions keep
+// working after Close; only background work stops.
+func (s *Service) Close() error {
+	s.lifecycle.Lock()
+	select {
+	case <-s.closed:
+	default:
+		close(s.closed)
+	}
+	running := s.running
+	s.lifecycle.Unlock()
+	if running != nil {
+		<-running
+	}
+	return nil
+}

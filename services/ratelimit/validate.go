@@ -1,0 +1,96 @@
+package ratelimit
+
+import (
+	"fmt"
+	"time"
+	"unicode/utf8"
+)
+
+// Bounds of a valid [Request]. Names and identifiers fit the 255-character
+// columns of the global counter table; counts stay exact in a float64 (2^53),
+// which is what JSON clients can represent.
+const (
+	MaxNameLength = 255
+	MaxLimit      = 1 << 53
+	MaxCost       = 1 << 53
+	MinDuration   = time.Second
+	MaxDuration   = 30 * 24 * time.Hour
+)
+
+// ValidationError reports a request field that breaks a rule. Nothing is
+// counted for a request that fails validation.
+type ValidationError struct {
+	// Field is the name of the offending field, such as "identifier" or
+	// "limits[2].cost".
+	Field string
+	// Rule says what the field must be.
+	Rule string
+}
+
+func (e *ValidationError) Error() string { return e.Field + ": " + e.Rule }
+
+// Validate reports the first field of r that breaks a rule, or nil. The
+// workspace is not checked: it comes from the caller's credentials, not from
+// the request.
+func (r *Request) Validate() error {
+	if rule := checkName(r.Namespace); rule != "" {
+		return &ValidationError{Field: "namespace", Rule: rule}
+	}
+	if rule := checkName(r.Identifier); rule != "" {
+		return &ValidationError{Field: "identifier", Rule: rule}
+	}
+	if r.Limit < 1 || r.Limit > MaxLimit {
+		return &ValidationError{Field: "limit", Rule: fmt.Sprintf("must be between 1 and %d", int64(MaxLimit))}
+	}
+	if r.Duration < MinDuration || r.Duration > MaxDuration {
+		return &ValidationError{Field: "duration", Rule: fmt.Sprintf("must be between %d and %d milliseconds",
+			MinDuration.Milliseconds(), MaxDuration.Milliseconds())}
+	}
+	if r.Cost < 0 || r.Cost > MaxCost {
+		return &ValidationError{Field: "cost", Rule: fmt.Sprintf("must be between 0 and %d", int64(MaxCost))}
+	}
+	return nil
+}
+
+// checkName returns the rule s breaks as a namespace or identifier, or "".
+func checkName(s string) string {
+	const rule = "must be 1 to 255 characters of valid UTF-8 without control characters"
+	if len(s) == 0 {
+		return rule
+	}
+	// Fast path: printable ASCII, the common case, is one byte a character.
+	ascii := true
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c == 0x7f {
+			return rule
+		}
+		if c >= utf8.RuneSelf {
+			ascii = false
+			break
+		}
+	}
+	if ascii {
+		if len(s) > MaxNameLength {
+			return rule
+		}
+		return ""
+	}
+	n := 0
+	for i, c := range s {
+		if c == utf8.RuneError {
+			if _, size := utf8.DecodeRuneInString(s[i:]); size == 1 {
+				return rule
+			}
+		}
+		// C0, DEL and C1 controls (unicode.IsControl without the table lookup).
+		if c < 0x20 || (c >= 0x7f && c < 0xa0) {
+			return rule
+		}
+		n++
+	}
+	if n > MaxNameLength {
+		return rule
+	}
+	return ""
+}

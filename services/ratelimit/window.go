@@ -1,0 +1,175 @@
+package ratelimit
+
+import (
+	"sync/atomic"
+)
+
+// cell is the state of one fixed window cell: one key in one sequence. Every
+// field but seq is atomic because the request path, the replay and the global
+// loops touch it without locks. 48 bytes.
+type cell struct {
+	// seq is the fixed window this cell counts (unix ms / duration). It never
+	// changes: a new window gets a new cell.
+	seq int64
+	// count is this region's count, including speculative batch increments
+	// that may still roll back.
+	count atomic.Int64
+	// speculative is the part of count that belongs to batches which have not
+	// committed yet. Nothing outside the process may see it.
+	speculative atomic.Int64
+	// global is the sum of the other regions' counts, imported by the global
+	// sync loop. The request path only reads it; it is never published.
+	global atomic.Int64
+	// lastFlushed is the regional count of the last successful global flush.
+	lastFlushed atomic.Int64
+	// hydration is the cold-start state against the regional origin.
+	hydration atomic.Uint32
+}
+
+// Hydration states of a cell.
+const (
+	// cellCold: the origin has not been read for this cell yet.
+	cellCold uint32 = iota
+	// cellHydrating: one request is reading the origin for this cell.
+	cellHydrating
+	// cellHydrated: the cell holds what the origin knew, or there is no
+	// origin.
+	cellHydrated
+)
+
+// window holds the cells of one key. Keeping a key's cells together means a
+// decision costs one map lookup. Cells sit in two slots indexed by seq&1: the
+// current and the previous window; a new window replaces the cell two
+// windows old.
+type window struct {
+	key   windowKey
+	cells [2]atomic.Pointer[cell]
+	// limit is the most recent limit a request gave for this key. The global
+	// flush publishes a cell once its count reaches a share of it.
+	limit atomic.Int64
+	// strictUntil is the unix ms until which decisions refresh from the
+	// regional origin first (strict mode, set after a denial).
+	strictUntil atomic.Int64
+	// begun and ended count the speculative transitions of batches (apply
+	// and roll back, which change count and speculative one after the other).
+	// A reader that sees them equal before and begun unchanged after reading
+	// both counters has a consistent pair. See committed.
+	begun, ended atomic.Uint32
+	// evicted is set by the janitor before it removes the window from the
+	// map. A request that counted into an evicted window takes its count back
+	// and decides again on a fresh window.
+	evicted atomic.Bool
+}
+
+// newCell returns an empty cell for seq. Without an origin there is nothing
+// to hydrate from, so the cell starts hydrated.
+func newCell(seq int64, hydrated bool) *cell {
+	c := &cell{seq: seq}
+	if hydrated {
+		c.hydration.Store(cellHydrated)
+	}
+	return c
+}
+
+// cellsAt returns the cell of seq, creating it when the slot still holds an
+// older window, and the cell of seq-1, or nil when that window saw no
+// traffic. newer is the sequence another request has already moved the window
+// to when it is past seq: a request whose clock reading is older than
+// another's. Then both cells are nil and the caller decides at newer.
+func (w *window) cellsAt(seq int64, hydrated bool) (cur, prev *cell, newer int64) {
+	slot := &w.cells[seq&1]
+	for {
+		c := slot.Load()
+		if c != nil && c.seq == seq {
+			cur = c
+			break
+		}
+		if c != nil && c.seq > seq {
+			return nil, nil, c.seq
+		}
+		fresh := newCell(seq, hydrated)
+		if slot.CompareAndSwap(c, fresh) {
+			cur = fresh
+			break
+		}
+	}
+	p := w.cells[(seq-1)&1].Load()
+	if p == nil || p.seq < seq-1 {
+		return cur, nil, 0
+	}
+	if p.seq > seq-1 {
+		// The slot holds seq+1: someone is already in the next window.
+		return nil, nil, p.seq
+	}
+	return cur, p, 0
+}
+
+// idle reports whether no cell of w can affect a decision at sequence now:
+// both are older than the previous window.
+func (w *window) idle(now int64) bool {
+	for i := range w.cells {
+		if c := w.cells[i].Load(); c != nil && c.seq >= now-1 {
+			return false
+		}
+	}
+	return true
+}
+
+// observeLimit records limit as the key's latest. It writes only on change so
+// that parallel requests on a hot key do not contend on the cache line.
+func (w *window) observeLimit(limit int64) {
+	if w.limit.Load() != limit {
+		w.limit.Store(limit)
+	}
+}
+
+// beginTransition and endTransition bracket a change of both count and
+// speculative by a batch, so that committed can tell a torn read.
+func (w *window) beginTransition() { w.begun.Add(1) }
+func (w *window) endTransition()   { w.ended.Add(1) }
+
+// committed returns c's regional count without speculative batch increments,
+// and false when batches kept changing the cell during every attempt to read
+// a consistent pair (the caller tries again later).
+func (w *window) committed(c *cell) (int64, bool) {
+	for range 8 {
+		e := w.ended.Load()
+		b := w.begun.Load()
+		if b != e {
+			continue
+		}
+		n := c.count.Load()
+		s := c.speculative.Load()
+		if w.begun.Load() == b {
+			return n - s, true
+		}
+	}
+	return 0, false
+}
+
+// applySpeculative adds cost to c's count if it still is n, and records it
+// as speculative. It reports whether the count changed.
+func (w *window) applySpeculative(c *cell, n, cost int64) bool {
+	w.beginTransition()
+	defer w.endTransition()
+	c.speculative.Add(cost)
+	if c.count.CompareAndSwap(n, n+cost) {
+		return true
+	}
+	c.speculative.Add(-cost)
+	return false
+}
+
+// rollback takes back a speculative increment of cost on c.
+func (w *window) rollback(c *cell, cost int64) {
+	w.beginTransition()
+	defer w.endTransition()
+	c.count.Add(-cost)
+	c.speculative.Add(-cost)
+}
+
+// commit makes a speculative increment of cost on c final. One atomic step,
+// so readers of committed never see it torn.
+func (w *window) commit(c *cell, cost int64) {
+	c.speculative.Add(-cost)
+}
