@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/puzpuzpuz/xsync/v4 v4.5.0
+	golang.org/x/time v0.16.0
 )
 
 require (

@@ -64,13 +64,13 @@ func (s *Service) evictIdle(now time.Time) int {
 // evict marks w evicted if it is idle at now (unix ms) and reports whether it
 // did.
 func (s *Service) evict(w *window, now int64) bool {
-	seq := now / w.key.durationMs
+	seq := now / w.durationMs
 	if !w.idle(seq) {
 		return false
 	}
-	w.evicted.Store(true)
+	w.setEvicted(true)
 	if !w.idle(seq) {
-		w.evicted.Store(false)
+		w.setEvicted(false)
 		return false
 	}
 	return true

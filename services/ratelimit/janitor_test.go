@@ -37,7 +37,7 @@ func TestJanitorEvictsOnlyIdleWindows(t *testing.T) {
 func TestJanitorEvictsCollidedWindows(t *testing.T) {
 	clock := newFakeClock(0)
 	s := newTestService(t, clock)
-	s.hashKey = func(*windowKey, maphash.Seed) uint64 { return 1 }
+	s.hashKey = func(windowKey, maphash.Seed) uint64 { return 1 }
 	mustLimit(t, s, req("a", 5, time.Second, 1))
 	mustLimit(t, s, req("b", 5, time.Second, 1))
 	clock.Set(5_000)
@@ -52,7 +52,7 @@ func TestJanitorEvictsCollidedWindows(t *testing.T) {
 func TestCountIntoEvictedWindowIsTakenBack(t *testing.T) {
 	s := newTestService(t, newFakeClock(0))
 	w := s.window(&windowKey{"ws", "ns", "k", 1000})
-	w.evicted.Store(true)
+	w.setEvicted(true)
 	resp := mustLimit(t, s, req("k", 5, time.Second, 1))
 	cur, _, _ := w.cellsAt(0, true)
 	if resp.Success || cur.count.Load() != 0 {

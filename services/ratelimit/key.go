@@ -15,7 +15,7 @@ type windowKey struct {
 // hash hashes every part separately and mixes the results, so that parts can
 // never run into each other ("a-b"+"c" and "a"+"b-c" hash apart). Equal hashes
 // of different keys are still possible and are resolved by comparing keys.
-func (k *windowKey) hash(seed maphash.Seed) uint64 {
+func (k windowKey) hash(seed maphash.Seed) uint64 {
 	h := maphash.String(seed, k.workspace)
 	h = mix(h, maphash.String(seed, k.namespace))
 	h = mix(h, maphash.String(seed, k.identifier))

@@ -59,7 +59,7 @@ func (s *Service) Limit(ctx context.Context, req Request) (Response, error) {
 		w.observeLimit(req.Limit)
 		var counted *cell
 		d, counted = s.decide(w, now, req.Limit, req.Cost, false)
-		if counted == nil || !w.evicted.Load() {
+		if counted == nil || !w.evicted() {
 			return d.response(), nil
 		}
 		// The janitor is removing w: take the count back and decide again
@@ -79,7 +79,7 @@ func (s *Service) Limit(ctx context.Context, req Request) (Response, error) {
 // uncommitted, for a batch that may still roll back. It returns the cell it
 // counted into, or nil when it counted nothing.
 func (s *Service) decide(w *window, now, limit, cost int64, speculative bool) (decision, *cell) {
-	dur := w.key.durationMs
+	dur := w.durationMs
 	seq := now / dur
 	cur, prev, newer := w.cellsAt(seq, true)
 	for cur == nil {

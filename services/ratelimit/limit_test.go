@@ -256,7 +256,7 @@ func TestStaleClockReading(t *testing.T) {
 
 func TestHashCollisionsKeepKeysApart(t *testing.T) {
 	s := newTestService(t, newFakeClock(0))
-	s.hashKey = func(*windowKey, maphash.Seed) uint64 { return 42 }
+	s.hashKey = func(windowKey, maphash.Seed) uint64 { return 42 }
 	for _, id := range []string{"a", "b", "c"} {
 		if resp := mustLimit(t, s, req(id, 1, time.Second, 1)); !resp.Success {
 			t.Fatalf("first request of %q denied: colliding keys share a counter", id)

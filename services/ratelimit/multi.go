@@ -69,7 +69,7 @@ func (s *Service) MultiLimit(ctx context.Context, reqs []Request) (MultiResponse
 		}
 		evicted := false
 		for _, a := range applied {
-			evicted = evicted || a.w.evicted.Load()
+			evicted = evicted || a.w.evicted()
 		}
 		if passed && !evicted {
 			for _, a := range applied {

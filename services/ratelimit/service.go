@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -24,7 +23,7 @@ type Service struct {
 	metrics    *metrics
 
 	seed    maphash.Seed
-	hashKey func(k *windowKey, seed maphash.Seed) uint64 // tests force collisions
+	hashKey func(k windowKey, seed maphash.Seed) uint64 // tests force collisions
 	// windows maps a key's hash to its window. A generic lock-free map keyed
 	// by a fixed-size integer keeps lookups free of allocations; the rare key
 	// whose hash is taken by another key lives in collided.
@@ -59,7 +58,7 @@ func New(region string, opts ...Option) (*Service, error) {
 		clock:   systemClock{},
 		logger:  slog.New(slog.DiscardHandler),
 		seed:    maphash.MakeSeed(),
-		hashKey: (*windowKey).hash,
+		hashKey: windowKey.hash,
 		windows: xsync.NewMap[uint64, *window](),
 		closed:  make(chan struct{}),
 
@@ -92,8 +91,8 @@ func (s *Service) ActiveWindows() int {
 
 // window returns the window of k, creating it on first use.
 func (s *Service) window(k *windowKey) *window {
-	h := s.hashKey(k, s.seed)
-	if w, ok := s.windows.Load(h); ok && w.key == *k {
+	h := s.hashKey(*k, s.seed)
+	if w, ok := s.windows.Load(h); ok && w.is(k) {
 		return w
 	}
 	return s.loadOrCreate(k, h)
@@ -110,7 +109,7 @@ func (s *Service) loadOrCreate(k *windowKey, h uint64) *window {
 		created = newWindow(k)
 		return created, xsync.UpdateOp
 	})
-	if w.key == *k {
+	if w.is(k) {
 		if w == created {
 			s.metrics.windowsCreated.Inc()
 		}
@@ -125,20 +124,9 @@ func (s *Service) loadOrCreate(k *windowKey, h uint64) *window {
 		s.collided.m = make(map[windowKey]*window)
 	}
 	w = newWindow(k)
-	s.collided.m[w.key] = w
+	s.collided.m[*k] = w
 	s.metrics.windowsCreated.Inc()
 	return w
-}
-
-// newWindow returns an empty window for k. It copies the key's strings so the
-// window does not pin the request buffers they were decoded from.
-func newWindow(k *windowKey) *window {
-	return &window{key: windowKey{
-		workspace:  strings.Clone(k.workspace),
-		namespace:  strings.Clone(k.namespace),
-		identifier: strings.Clone(k.identifier),
-		durationMs: k.durationMs,
-	}}
 }
 
 // Run runs the background loops until ctx is done or [Service.Close] is

@@ -1,7 +1,9 @@
 package ratelimit
 
 import (
+	"strings"
 	"sync/atomic"
+	"unique"
 )
 
 // cell is the state of one fixed window cell: one key in one sequence. Every
@@ -42,23 +44,70 @@ const (
 // current and the previous window; a new window replaces the cell two
 // windows old.
 type window struct {
-	key   windowKey
-	cells [2]atomic.Pointer[cell]
+	// scope and identifier and durationMs are the window's key. The
+	// workspace and namespace, shared by many windows, are interned behind
+	// one pointer, which keeps a window at 80 bytes.
+	scope      unique.Handle[scope]
+	identifier string
+	durationMs int64
+	cells      [2]atomic.Pointer[cell]
 	// limit is the most recent limit a request gave for this key. The global
 	// flush publishes a cell once its count reaches a share of it.
 	limit atomic.Int64
 	// strictUntil is the unix ms until which decisions refresh from the
 	// regional origin first (strict mode, set after a denial).
 	strictUntil atomic.Int64
-	// begun and ended count the speculative transitions of batches (apply
-	// and roll back, which change count and speculative one after the other).
-	// A reader that sees them equal before and begun unchanged after reading
-	// both counters has a consistent pair. See committed.
-	begun, ended atomic.Uint32
-	// evicted is set by the janitor before it removes the window from the
-	// map. A request that counted into an evicted window takes its count back
-	// and decides again on a fresh window.
-	evicted atomic.Bool
+	// state packs, to save the bytes of separate fields:
+	//   bit 63      evicted: set by the janitor before it removes the window
+	//               from the map. A request that counted into an evicted
+	//               window takes its count back and decides again.
+	//   bits 16-62  transitions begun by batches (apply and roll back change
+	//               count and speculative one after the other);
+	//   bits 0-15   transitions in progress.
+	// A reader that sees none in progress before, and the same number begun
+	// after, reading both counters has a consistent pair. See committed.
+	state atomic.Uint64
+}
+
+const (
+	stateEvicted    = uint64(1) << 63
+	stateInProgress = uint64(1)<<16 - 1
+	stateBegun      = ^stateEvicted &^ stateInProgress
+	// transitionStep begins one transition: one more begun, one more in
+	// progress. 2^47 transitions would wrap the count into the evicted bit:
+	// at a million a second, after four years of batches on one window.
+	transitionStep = uint64(1)<<16 + 1
+)
+
+// scope is the part of a key that many windows share.
+type scope struct {
+	workspace string
+	namespace string
+}
+
+// newWindow returns an empty window for k. It copies the identifier so the
+// window does not pin the request buffer it was decoded from.
+func newWindow(k *windowKey) *window {
+	return &window{
+		scope:      unique.Make(scope{workspace: k.workspace, namespace: k.namespace}),
+		identifier: strings.Clone(k.identifier),
+		durationMs: k.durationMs,
+	}
+}
+
+// is reports whether w is the window of k.
+func (w *window) is(k *windowKey) bool {
+	if w.identifier != k.identifier || w.durationMs != k.durationMs {
+		return false
+	}
+	sc := w.scope.Value()
+	return sc.namespace == k.namespace && sc.workspace == k.workspace
+}
+
+// key returns w's key.
+func (w *window) key() windowKey {
+	sc := w.scope.Value()
+	return windowKey{workspace: sc.workspace, namespace: sc.namespace, identifier: w.identifier, durationMs: w.durationMs}
 }
 
 // newCell returns an empty cell for seq. Without an origin there is nothing
@@ -125,22 +174,32 @@ func (w *window) observeLimit(limit int64) {
 
 // beginTransition and endTransition bracket a change of both count and
 // speculative by a batch, so that committed can tell a torn read.
-func (w *window) beginTransition() { w.begun.Add(1) }
-func (w *window) endTransition()   { w.ended.Add(1) }
+func (w *window) beginTransition() { w.state.Add(transitionStep) }
+func (w *window) endTransition()   { w.state.Add(^uint64(0)) } // one fewer in progress
+
+// evicted reports whether the janitor is removing w.
+func (w *window) evicted() bool { return w.state.Load()&stateEvicted != 0 }
+
+func (w *window) setEvicted(on bool) {
+	if on {
+		w.state.Or(stateEvicted)
+	} else {
+		w.state.And(^stateEvicted)
+	}
+}
 
 // committed returns c's regional count without speculative batch increments,
 // and false when batches kept changing the cell during every attempt to read
 // a consistent pair (the caller tries again later).
 func (w *window) committed(c *cell) (int64, bool) {
 	for range 8 {
-		e := w.ended.Load()
-		b := w.begun.Load()
-		if b != e {
+		before := w.state.Load()
+		if before&stateInProgress != 0 {
 			continue
 		}
 		n := c.count.Load()
 		s := c.speculative.Load()
-		if w.begun.Load() == b {
+		if w.state.Load()&stateBegun == before&stateBegun {
 			return n - s, true
 		}
 	}

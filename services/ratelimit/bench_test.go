@@ -1,0 +1,162 @@
+package ratelimit
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// The yardstick: golang.org/x/time/rate's token bucket, one limiter per key,
+// with a limit that never denies so both sides do the same work.
+func BenchmarkXTimeRateAllow(b *testing.B) {
+	l := rate.NewLimiter(1e9, 1e9)
+	b.ReportAllocs()
+	for b.Loop() {
+		l.Allow()
+	}
+}
+
+func BenchmarkXTimeRateAllowParallel(b *testing.B) {
+	l := rate.NewLimiter(1e9, 1e9)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			l.Allow()
+		}
+	})
+}
+
+func benchService(b *testing.B) *Service {
+	s, err := New("bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// BenchmarkLimitWarm decides on one warm key with the wall clock, as in
+// production. The limit is high enough never to deny.
+func BenchmarkLimitWarm(b *testing.B) {
+	s := benchService(b)
+	r := Request{Workspace: "ws_1234", Namespace: "api.requests", Identifier: "user_42",
+		Limit: 1 << 53, Duration: time.Minute, Cost: 1}
+	ctx := context.Background()
+	s.Limit(ctx, r)
+	b.ReportAllocs()
+	for b.Loop() {
+		s.Limit(ctx, r)
+	}
+}
+
+func BenchmarkLimitWarmParallel(b *testing.B) {
+	s := benchService(b)
+	r := Request{Workspace: "ws_1234", Namespace: "api.requests", Identifier: "user_42",
+		Limit: 1 << 53, Duration: time.Minute, Cost: 1}
+	ctx := context.Background()
+	s.Limit(ctx, r)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			s.Limit(ctx, r)
+		}
+	})
+}
+
+// BenchmarkLimit10kKeys spreads requests over 10,000 warm keys.
+func BenchmarkLimit10kKeys(b *testing.B) {
+	s := benchService(b)
+	reqs := make([]Request, 10_000)
+	ctx := context.Background()
+	for i := range reqs {
+		reqs[i] = Request{Workspace: "ws_1234", Namespace: "api.requests", Identifier: "user_" + strconv.Itoa(i),
+			Limit: 1 << 53, Duration: time.Minute, Cost: 1}
+		s.Limit(ctx, reqs[i])
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		s.Limit(ctx, reqs[i])
+		i++
+		if i == len(reqs) {
+			i = 0
+		}
+	}
+}
+
+func BenchmarkLimit10kKeysParallel(b *testing.B) {
+	s := benchService(b)
+	reqs := make([]Request, 10_000)
+	ctx := context.Background()
+	for i := range reqs {
+		reqs[i] = Request{Workspace: "ws_1234", Namespace: "api.requests", Identifier: "user_" + strconv.Itoa(i),
+			Limit: 1 << 53, Duration: time.Minute, Cost: 1}
+		s.Limit(ctx, reqs[i])
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			s.Limit(ctx, reqs[i])
+			i += 7
+			if i >= len(reqs) {
+				i -= len(reqs)
+			}
+		}
+	})
+}
+
+// BenchmarkMultiLimit3 decides batches of three limits.
+func BenchmarkMultiLimit3(b *testing.B) {
+	s := benchService(b)
+	ctx := context.Background()
+	batch := []Request{
+		{Workspace: "ws", Namespace: "a", Identifier: "user_42", Limit: 1 << 53, Duration: time.Minute, Cost: 1},
+		{Workspace: "ws", Namespace: "b", Identifier: "user_42", Limit: 1 << 53, Duration: time.Hour, Cost: 1},
+		{Workspace: "ws", Namespace: "c", Identifier: "org_7", Limit: 1 << 53, Duration: time.Second, Cost: 1},
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		s.MultiLimit(ctx, batch)
+	}
+}
+
+// BenchmarkMemoryPerCell creates b.N... no: it creates one million cells and
+// reports the live heap per cell: keys × 1 cell, and keys × 2 cells (the
+// steady state of a key with traffic in consecutive windows).
+func BenchmarkMemoryPerCell(b *testing.B) {
+	for _, cellsPerKey := range []int{1, 2} {
+		b.Run("cellsPerKey="+strconv.Itoa(cellsPerKey), func(b *testing.B) {
+			const cells = 1_000_000
+			keys := cells / cellsPerKey
+			for b.Loop() {
+				clock := newFakeClock(0)
+				s := newTestService(b, clock)
+				ctx := context.Background()
+				ids := make([]string, keys)
+				for i := range ids {
+					ids[i] = "user_" + strconv.Itoa(i)
+				}
+				runtime.GC()
+				var before runtime.MemStats
+				runtime.ReadMemStats(&before)
+				for c := 0; c < cellsPerKey; c++ {
+					clock.Set(int64(c) * 60_000)
+					for _, id := range ids {
+						s.Limit(ctx, Request{Workspace: "ws_1234", Namespace: "api.requests", Identifier: id,
+							Limit: 100, Duration: time.Minute, Cost: 1})
+					}
+				}
+				runtime.GC()
+				var after runtime.MemStats
+				runtime.ReadMemStats(&after)
+				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/cells, "bytes/cell")
+				runtime.KeepAlive(s)
+				runtime.KeepAlive(ids)
+			}
+		})
+	}
+}
