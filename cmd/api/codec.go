@@ -1,0 +1,36 @@
+package main
+
+import (
+	"fmt"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+// jsonCodec is Connect's JSON codec with one change: it writes fields that
+// hold their zero value. A denial then reads "success": false and a pass
+// "retryAfter": "0" instead of leaving the keys out, which is what a person
+// with curl (or a client in a loosely typed language) expects. 64-bit
+// integers stay strings, as the protobuf JSON mapping requires.
+type jsonCodec struct{ name string }
+
+func (c jsonCodec) Name() string { return c.name }
+
+func (jsonCodec) Marshal(v any) ([]byte, error) {
+	msg, ok := v.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("marshal %T: not a protobuf message", v)
+	}
+	return protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(msg)
+}
+
+func (jsonCodec) Unmarshal(data []byte, v any) error {
+	msg, ok := v.(proto.Message)
+	if !ok {
+		return fmt.Errorf("unmarshal into %T: not a protobuf message", v)
+	}
+	if len(data) == 0 {
+		return fmt.Errorf("unmarshal %T: empty JSON body", v)
+	}
+	return protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(data, msg)
+}

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"strings"
+
+	"github.com/caarlos0/env/v11"
+)
+
+// config is the API server's configuration, read from the environment.
+type config struct {
+	Region     string `env:"UNKEY_REGION,required"`
+	HTTPAddr   string `env:"UNKEY_HTTP_ADDR" envDefault:":7070"`
+	RedisURL   string `env:"UNKEY_REDIS_URL"`
+	MySQLDSN   string `env:"UNKEY_MYSQL_DSN"`
+	AuthTokens string `env:"UNKEY_AUTH_TOKENS"`
+	LogLevel   string `env:"UNKEY_LOG_LEVEL" envDefault:"info"`
+	LogFormat  string `env:"UNKEY_LOG_FORMAT" envDefault:"json"`
+
+	// Derived by loadConfig.
+	level  slog.Level
+	tokens tokens
+}
+
+// maxRegionLength is the width of the region column of the global counter
+// table.
+const maxRegionLength = 48
+
+// maxWorkspaceLength is the width of the workspace_id column.
+const maxWorkspaceLength = 191
+
+// loadConfig reads the configuration from environ (as from os.Environ). A
+// missing required variable, or a value that is malformed or not one of the
+// allowed ones, is an error that names the variable.
+func loadConfig(environ []string) (config, error) {
+	vars := make(map[string]string, len(environ))
+	for _, kv := range environ {
+		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
+	}
+	var c config
+	if err := env.ParseWithOptions(&c, env.Options{Environment: vars}); err != nil {
+		return config{}, err
+	}
+	if len(c.Region) > maxRegionLength || !printable(c.Region) {
+		return config{}, fmt.Errorf("UNKEY_REGION: must be 1 to %d printable characters, got %q", maxRegionLength, c.Region)
+	}
+	if err := c.level.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return config{}, fmt.Errorf("UNKEY_LOG_LEVEL: must be debug, info, warn or error, got %q", c.LogLevel)
+	}
+	if c.LogFormat != "json" && c.LogFormat != "text" {
+		return config{}, fmt.Errorf("UNKEY_LOG_FORMAT: must be json or text, got %q", c.LogFormat)
+	}
+	if c.RedisURL != "" {
+		if _, err := url.Parse(c.RedisURL); err != nil || !strings.HasPrefix(c.RedisURL, "redis") {
+			return config{}, fmt.Errorf("UNKEY_REDIS_URL: must be a redis:// or rediss:// URL, got %q", c.RedisURL)
+		}
+		return config{}, fmt.Errorf("UNKEY_REDIS_URL: this build has no regional origin yet; leave it empty")
+	}
+	if c.MySQLDSN != "" {
+		return config{}, fmt.Errorf("UNKEY_MYSQL_DSN: this build has no global counters yet; leave it empty")
+	}
+	tokens, err := parseTokens(c.AuthTokens)
+	if err != nil {
+		return config{}, fmt.Errorf("UNKEY_AUTH_TOKENS: %w", err)
+	}
+	c.tokens = tokens
+	return c, nil
+}
+
+// tokens maps the SHA-256 of a bearer token to its workspace. Hashing first
+// makes the lookup take the same time whatever prefix of a token a caller
+// guesses.
+type tokens map[[sha256.Size]byte]string
+
+// workspace returns the workspace of token, if it is known.
+func (t tokens) workspace(token string) (string, bool) {
+	ws, ok := t[sha256.Sum256([]byte(token))]
+	return ws, ok
+}
+
+// parseTokens parses comma-separated token=workspace_id entries.
+func parseTokens(s string) (tokens, error) {
+	t := tokens{}
+	if strings.TrimSpace(s) == "" {
+		return t, nil
+	}
+	for i, entry := range strings.Split(s, ",") {
+		token, ws, ok := strings.Cut(strings.TrimSpace(entry), "=")
+		if !ok || token == "" || ws == "" {
+			return nil, fmt.Errorf("entry %d must be token=workspace_id", i+1)
+		}
+		if len(ws) > maxWorkspaceLength || !printable(ws) {
+			return nil, fmt.Errorf("entry %d: workspace must be 1 to %d printable characters", i+1, maxWorkspaceLength)
+		}
+		sum := sha256.Sum256([]byte(token))
+		if _, dup := t[sum]; dup {
+			return nil, fmt.Errorf("entry %d repeats a token", i+1)
+		}
+		t[sum] = ws
+	}
+	return t, nil
+}
+
+// printable reports whether s is non-empty printable ASCII without spaces.
+func printable(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// logHandler returns the log handler c asks for, writing to w.
+func (c config) logHandler(w io.Writer) slog.Handler {
+	opts := &slog.HandlerOptions{Level: c.level}
+	if c.LogFormat == "text" {
+		return slog.NewTextHandler(w, opts)
+	}
+	return slog.NewJSONHandler(w, opts)
+}

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestLoadConfigDefaults(t *testing.T) {
+	c, err := loadConfig([]string{"UNKEY_REGION=local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HTTPAddr != ":7070" || c.LogFormat != "json" || c.level.String() != "INFO" || len(c.tokens) != 0 {
+		t.Fatalf("defaults = %+v", c)
+	}
+}
+
+func TestLoadConfigErrorsNameTheVariable(t *testing.T) {
+	cases := []struct {
+		env  []string
+		want string
+	}{
+		{nil, `UNKEY_REGION`},
+		{[]string{"UNKEY_REGION=" + strings.Repeat("r", 49)}, "UNKEY_REGION: must be 1 to 48"},
+		{[]string{"UNKEY_REGION=us east"}, "UNKEY_REGION: must be 1 to 48"},
+		{[]string{"UNKEY_REGION=r", "UNKEY_LOG_LEVEL=loud"}, "UNKEY_LOG_LEVEL: must be debug, info, warn or error"},
+		{[]string{"UNKEY_REGION=r", "UNKEY_LOG_FORMAT=xml"}, "UNKEY_LOG_FORMAT: must be json or text"},
+		{[]string{"UNKEY_REGION=r", "UNKEY_AUTH_TOKENS=abc"}, "UNKEY_AUTH_TOKENS: entry 1 must be token=workspace_id"},
+		{[]string{"UNKEY_REGION=r", "UNKEY_AUTH_TOKENS=a=ws,=ws2"}, "UNKEY_AUTH_TOKENS: entry 2 must be token=workspace_id"},
+		{[]string{"UNKEY_REGION=r", "UNKEY_AUTH_TOKENS=a=ws,a=ws2"}, "UNKEY_AUTH_TOKENS: entry 2 repeats a token"},
+		{[]string{"UNKEY_REGION=r", "UNKEY_AUTH_TOKENS=a=" + strings.Repeat("w", 192)}, "UNKEY_AUTH_TOKENS: entry 1: workspace must be 1 to 191"},
+		{[]string{"UNKEY_REGION=r", "UNKEY_REDIS_URL=http://x"}, "UNKEY_REDIS_URL: must be a redis:// or rediss:// URL"},
+	}
+	for _, tc := range cases {
+		_, err := loadConfig(tc.env)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("loadConfig(%q) = %v, want an error containing %q", tc.env, err, tc.want)
+		}
+	}
+}
+
+func TestTokens(t *testing.T) {
+	c, err := loadConfig([]string{"UNKEY_REGION=r", "UNKEY_AUTH_TOKENS= tok_a=ws_a , tok_b=ws_b", "UNKEY_LOG_LEVEL=debug", "UNKEY_LOG_FORMAT=text"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for token, want := range map[string]string{"tok_a": "ws_a", "tok_b": "ws_b"} {
+		if ws, ok := c.tokens.workspace(token); !ok || ws != want {
+			t.Fatalf("workspace(%q) = %q, %v; want %q", token, ws, ok, want)
+		}
+	}
+	if _, ok := c.tokens.workspace("tok_"); ok {
+		t.Fatal("a prefix of a token was accepted")
+	}
+}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// apiMetrics are the API's Prometheus metrics. Labels take only the fixed
+// values below; workspaces and identifiers never become labels.
+type apiMetrics struct {
+	decisions *prometheus.CounterVec
+	// resolved counters for the four label combinations, so a request does
+	// not look its counter up.
+	limitPassed, limitDenied, multiPassed, multiDenied prometheus.Counter
+}
+
+func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
+	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "unkey_ratelimit_decisions_total",
+		Help: "Rate limit decisions by RPC (Limit, MultiLimit) and outcome (passed, denied).",
+	}, []string{"rpc", "outcome"})
+	if err := reg.Register(decisions); err != nil {
+		return nil, err
+	}
+	return &apiMetrics{
+		decisions:   decisions,
+		limitPassed: decisions.WithLabelValues("Limit", "passed"),
+		limitDenied: decisions.WithLabelValues("Limit", "denied"),
+		multiPassed: decisions.WithLabelValues("MultiLimit", "passed"),
+		multiDenied: decisions.WithLabelValues("MultiLimit", "denied"),
+	}, nil
+}
+
+// decision counts one decision of rpc.
+func (m *apiMetrics) decision(rpc string, passed bool) {
+	switch {
+	case rpc == "Limit" && passed:
+		m.limitPassed.Inc()
+	case rpc == "Limit":
+		m.limitDenied.Inc()
+	case passed:
+		m.multiPassed.Inc()
+	default:
+		m.multiDenied.Inc()
+	}
+}

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
+)
+
+const (
+	// maxRequestBytes bounds a request message: 100 limits of two
+	// 255-character names take under 120 KiB, so 1 MiB is generous.
+	maxRequestBytes = 1 << 20
+	// shutdownTimeout bounds how long in-flight requests may take to finish
+	// after SIGTERM. Decisions take microseconds; the bound only matters for
+	// stuck clients, and stays below Kubernetes' default grace of 30 s.
+	shutdownTimeout = 25 * time.Second
+	// readHeaderTimeout drops connections that never finish their headers.
+	readHeaderTimeout = 10 * time.Second
+)
+
+// server is one API process: a limiter behind the Connect API, with health,
+// readiness and metrics endpoints.
+type server struct {
+	logger   *slog.Logger
+	limiter  *ratelimit.Service
+	registry *prometheus.Registry
+	metrics  *apiMetrics
+	tokens   tokens
+	health   *grpchealth.StaticChecker
+	ready    atomic.Bool
+}
+
+// newServer wires a server from cfg. It starts nothing.
+func newServer(cfg config, logger *slog.Logger) (*server, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	limiter, err := ratelimit.New(cfg.Region, ratelimit.WithLogger(logger), ratelimit.WithRegisterer(reg))
+	if err != nil {
+		return nil, fmt.Errorf("create limiter: %w", err)
+	}
+	m, err := newAPIMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("register api metrics: %w", err)
+	}
+	if len(cfg.tokens) == 0 {
+		logger.Warn("no UNKEY_AUTH_TOKENS configured: the API is open and every caller shares the workspace " + openWorkspace)
+	}
+	return &server{
+		logger:   logger,
+		limiter:  limiter,
+		registry: reg,
+		metrics:  m,
+		tokens:   cfg.tokens,
+		health:   grpchealth.NewStaticChecker(ratelimitv1connect.RatelimitServiceName),
+	}, nil
+}
+
+// handler returns the routes of the server.
+func (s *server) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(ratelimitv1connect.NewRatelimitServiceHandler(
+		&handler{limiter: s.limiter, metrics: s.metrics},
+		connect.WithInterceptors(authInterceptor(s.tokens)),
+		connect.WithReadMaxBytes(maxRequestBytes),
+		connect.WithCodec(jsonCodec{name: "json"}),
+		connect.WithCodec(jsonCodec{name: "json; charset=utf-8"}),
+	))
+	reflector := grpcreflect.NewStaticReflector(ratelimitv1connect.RatelimitServiceName)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	mux.Handle(grpchealth.NewHandler(s.health))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !s.ready.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	return mux
+}
+
+// serve serves on ln until ctx is done, then stops taking new work, lets
+// in-flight requests finish (up to shutdownTimeout) and stops the limiter.
+func (s *server) serve(ctx context.Context, ln net.Listener) error {
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true) // h2c, for gRPC clients without TLS
+	srv := &http.Server{
+		Handler:           s.handler(),
+		Protocols:         &protocols,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+	}
+
+	limiterDone := make(chan error, 1)
+	go func() { limiterDone <- s.limiter.Run(context.Background()) }()
+	serveDone := make(chan error, 1)
+	go func() { serveDone <- srv.Serve(ln) }()
+	s.ready.Store(true)
+	s.logger.Info("serving", "addr", ln.Addr().String(), "region", s.limiter.Region())
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-serveDone:
+	}
+	s.ready.Store(false)
+	s.health.SetStatus(ratelimitv1connect.RatelimitServiceName, grpchealth.StatusNotServing)
+	s.logger.Info("shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		serveErr = errors.Join(serveErr, fmt.Errorf("shut down http server: %w", err))
+	}
+	if err := s.limiter.Close(); err != nil {
+		serveErr = errors.Join(serveErr, fmt.Errorf("close limiter: %w", err))
+	}
+	<-limiterDone
+	if errors.Is(serveErr, http.ErrServerClosed) {
+		serveErr = nil
+	}
+	return serveErr
+}

@@ -1,0 +1,348 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpcreflect"
+
+	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
+	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
+)
+
+// testServer is a real API server on a free loopback port.
+type testServer struct {
+	url    string
+	srv    *server
+	stop   context.CancelFunc
+	done   chan error
+	client *http.Client // HTTP/1.1
+	h2c    *http.Client // HTTP/2 with prior knowledge, for gRPC
+}
+
+func startServer(t *testing.T, environ ...string) *testServer {
+	t.Helper()
+	cfg, err := loadConfig(append([]string{"UNKEY_REGION=test"}, environ...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := newServer(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ts := &testServer{url: "http://" + ln.Addr().String(), srv: srv, stop: cancel, done: make(chan error, 1)}
+	go func() { ts.done <- srv.serve(ctx, ln) }()
+	ts.client = &http.Client{Timeout: 10 * time.Second}
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	ts.h2c = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Protocols: &protocols}}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-ts.done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return ts
+}
+
+// call posts a Connect JSON request and decodes the JSON answer.
+func (ts *testServer) call(t *testing.T, method, token, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, ts.url+"/ratelimit.v1.RatelimitService/"+method, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := ts.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out map[string]any
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("%s answered %d with %q: %v", method, resp.StatusCode, raw, err)
+	}
+	return resp.StatusCode, out
+}
+
+func TestConnectJSONOverHTTP1(t *testing.T) {
+	ts := startServer(t)
+	body := `{"namespace":"sms.sign_up","identifier":"user_42","limit":2,"duration":60000}`
+	for i, want := range []bool{true, true, false} {
+		status, out := ts.call(t, "Limit", "", body)
+		if status != http.StatusOK || out["success"] != want {
+			t.Fatalf("call %d: %d %v, want 200 with success %v", i, status, out, want)
+		}
+		for _, key := range []string{"success", "limit", "remaining", "reset", "retryAfter"} {
+			if _, ok := out[key]; !ok {
+				t.Fatalf("call %d: answer %v lacks %q", i, out, key)
+			}
+		}
+		if !want && out["retryAfter"] == "0" {
+			t.Fatalf("denial without retryAfter: %v", out)
+		}
+	}
+}
+
+func TestGRPCClient(t *testing.T) {
+	ts := startServer(t)
+	client := ratelimitv1connect.NewRatelimitServiceClient(ts.h2c, ts.url, connect.WithGRPC())
+	cost := int64(3)
+	req := &ratelimitv1.LimitRequest{Namespace: "ns", Identifier: "id", Limit: 5, Duration: 1000, Cost: &cost}
+	resp, err := client.Limit(context.Background(), connect.NewRequest(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.Msg.Success || resp.Msg.Remaining != 2 || resp.Msg.Reset_ <= time.Now().UnixMilli() {
+		t.Fatalf("got %v, want success with 2 remaining and a reset in the future", resp.Msg)
+	}
+	multi, err := client.MultiLimit(context.Background(), connect.NewRequest(&ratelimitv1.MultiLimitRequest{
+		Limits: []*ratelimitv1.LimitRequest{
+			{Namespace: "ns", Identifier: "other", Limit: 5, Duration: 1000},
+			{Namespace: "ns", Identifier: "id", Limit: 5, Duration: 1000, Cost: &cost},
+		},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := multi.Msg
+	if m.Passed || len(m.Results) != 2 || !m.Results[0].Success || m.Results[1].Success ||
+		m.Results[1].Identifier != "id" || m.Results[1].Namespace != "ns" || m.Results[0].Identifier != "other" {
+		t.Fatalf("got %v, want a rolled-back batch whose results repeat their keys", m)
+	}
+	// The rolled-back batch counted nothing for "other".
+	resp, err = client.Limit(context.Background(), connect.NewRequest(&ratelimitv1.LimitRequest{Namespace: "ns", Identifier: "other", Limit: 5, Duration: 1000, Cost: new(int64)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Msg.Remaining != 5 {
+		t.Fatalf("after rollback %q has %d remaining, want 5", "other", resp.Msg.Remaining)
+	}
+}
+
+func TestReflectionListsService(t *testing.T) {
+	ts := startServer(t)
+	client := grpcreflect.NewClient(ts.h2c, ts.url)
+	stream := client.NewStream(context.Background())
+	defer stream.Close()
+	names, err := stream.ListServices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, n := range names {
+		found = found || string(n) == ratelimitv1connect.RatelimitServiceName
+	}
+	if !found {
+		t.Fatalf("reflection lists %v, want %s among them", names, ratelimitv1connect.RatelimitServiceName)
+	}
+}
+
+func TestHealthReadinessAndMetrics(t *testing.T) {
+	ts := startServer(t)
+	for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ready"} {
+		resp, err := ts.client.Get(ts.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != want {
+			t.Fatalf("GET %s = %d %q, want 200 %q", path, resp.StatusCode, body, want)
+		}
+	}
+	ts.call(t, "Limit", "", `{"namespace":"a","identifier":"b","limit":1,"duration":1000}`)
+	ts.call(t, "Limit", "", `{"namespace":"a","identifier":"b","limit":1,"duration":1000}`)
+	resp, err := ts.client.Get(ts.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`unkey_ratelimit_decisions_total{outcome="passed",rpc="Limit"} 1`,
+		`unkey_ratelimit_decisions_total{outcome="denied",rpc="Limit"} 1`,
+		`unkey_ratelimit_windows_active 1`,
+		`unkey_ratelimit_windows_created_total 1`,
+		`unkey_ratelimit_windows_evicted_total 0`,
+		`unkey_ratelimit_cas_exhausted_total 0`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Fatalf("/metrics lacks %q", want)
+		}
+	}
+	// The gRPC health service answers SERVING for the rate limit service.
+	req, _ := http.NewRequest(http.MethodPost, ts.url+"/grpc.health.v1.Health/Check",
+		strings.NewReader(`{"service":"`+ratelimitv1connect.RatelimitServiceName+`"}`))
+	req.Header.Set("Content-Type", "application/json")
+	hresp, err := ts.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hbody, _ := io.ReadAll(hresp.Body)
+	hresp.Body.Close()
+	if !strings.Contains(string(hbody), "SERVING") {
+		t.Fatalf("health check = %d %s, want SERVING", hresp.StatusCode, hbody)
+	}
+}
+
+func TestAuth(t *testing.T) {
+	ts := startServer(t, "UNKEY_AUTH_TOKENS=tok_a=ws_a, tok_b=ws_b")
+	body := `{"namespace":"ns","identifier":"shared","limit":1,"duration":60000}`
+	for _, tc := range []struct{ name, token string }{{"missing", ""}, {"unknown", "tok_c"}} {
+		status, out := ts.call(t, "Limit", tc.token, body)
+		if status != http.StatusUnauthorized || out["code"] != "unauthenticated" {
+			t.Fatalf("%s token: %d %v, want 401 unauthenticated", tc.name, status, out)
+		}
+	}
+	// Two workspaces with the same namespace and identifier keep separate
+	// counts.
+	for _, token := range []string{"tok_a", "tok_b"} {
+		if _, out := ts.call(t, "Limit", token, body); out["success"] != true {
+			t.Fatalf("first request of %s denied: %v", token, out)
+		}
+	}
+	for _, token := range []string{"tok_a", "tok_b"} {
+		if _, out := ts.call(t, "Limit", token, body); out["success"] != false {
+			t.Fatalf("second request of %s passed: %v", token, out)
+		}
+	}
+	// The workspace is never taken from the body.
+	_, out := ts.call(t, "Limit", "tok_b", `{"workspace":"ws_a","namespace":"ns","identifier":"fresh","limit":1,"duration":60000}`)
+	if out["success"] != true {
+		t.Fatalf("a workspace field in the body changed the decision: %v", out)
+	}
+}
+
+func TestValidationOverTheAPI(t *testing.T) {
+	ts := startServer(t)
+	const name = "must be 1 to 255 characters of valid UTF-8 without control characters"
+	long := strings.Repeat("x", 256)
+	cases := []struct{ method, body, message string }{
+		{"Limit", `{"identifier":"i","limit":1,"duration":1000}`, "namespace: " + name},
+		{"Limit", `{"namespace":"` + long + `","identifier":"i","limit":1,"duration":1000}`, "namespace: " + name},
+		{"Limit", `{"namespace":"a\u0001","identifier":"i","limit":1,"duration":1000}`, "namespace: " + name},
+		{"Limit", `{"namespace":"n","limit":1,"duration":1000}`, "identifier: " + name},
+		{"Limit", `{"namespace":"n","identifier":"` + long + `","limit":1,"duration":1000}`, "identifier: " + name},
+		{"Limit", `{"namespace":"n","identifier":"i\u007f","limit":1,"duration":1000}`, "identifier: " + name},
+		{"Limit", `{"namespace":"n","identifier":"i","limit":0,"duration":1000}`, "limit: must be between 1 and 9007199254740992"},
+		{"Limit", `{"namespace":"n","identifier":"i","limit":"9007199254740993","duration":1000}`, "limit: must be between 1 and 9007199254740992"},
+		{"Limit", `{"namespace":"n","identifier":"i","limit":1,"duration":999}`, "duration: must be between 1000 and 2592000000 milliseconds"},
+		{"Limit", `{"namespace":"n","identifier":"i","limit":1,"duration":"9223372036854775807"}`, "duration: must be between 1000 and 2592000000 milliseconds"},
+		{"Limit", `{"namespace":"n","identifier":"i","limit":1,"duration":"-9223372036854775808"}`, "duration: must be between 1000 and 2592000000 milliseconds"},
+		{"Limit", `{"namespace":"n","identifier":"i","limit":1,"duration":1000,"cost":-1}`, "cost: must be between 0 and 9007199254740992"},
+		{"Limit", `{"namespace":"n","identifier":"i","limit":1,"duration":1000,"cost":"9007199254740993"}`, "cost: must be between 0 and 9007199254740992"},
+		{"MultiLimit", `{"limits":[]}`, "limits: must hold 1 to 100 limits"},
+		{"MultiLimit", `{"limits":[` + strings.TrimSuffix(strings.Repeat(`{"namespace":"n","identifier":"i","limit":1,"duration":1000},`, 101), ",") + `]}`, "limits: must hold 1 to 100 limits"},
+		{"MultiLimit", `{"limits":[{"namespace":"n","identifier":"i","limit":1,"duration":1000},{"namespace":"n","identifier":"i","limit":1,"duration":10}]}`, "limits[1].duration: must be between 1000 and 2592000000 milliseconds"},
+	}
+	for _, tc := range cases {
+		status, out := ts.call(t, tc.method, "", tc.body)
+		if status != http.StatusBadRequest || out["code"] != "invalid_argument" || out["message"] != tc.message {
+			t.Errorf("%s %.80s: %d %v, want 400 invalid_argument %q", tc.method, tc.body, status, out, tc.message)
+		}
+	}
+	if n := ts.srv.limiter.ActiveWindows(); n != 0 {
+		t.Fatalf("invalid requests created %d windows", n)
+	}
+	// A body over 1 MiB is refused before it is decoded.
+	big := `{"namespace":"n","identifier":"` + strings.Repeat("x", maxRequestBytes) + `","limit":1,"duration":1000}`
+	status, out := ts.call(t, "Limit", "", big)
+	if status == http.StatusOK || out["code"] != "resource_exhausted" || !strings.Contains(out["message"].(string), "larger than configured max 1048576") {
+		t.Fatalf("oversized body: %d %v, want resource_exhausted naming the 1 MiB maximum", status, out)
+	}
+}
+
+// TestGracefulShutdown stops the server while requests are in flight: every
+// request that reached the server gets its answer, and serve returns nil.
+func TestGracefulShutdown(t *testing.T) {
+	cfg, err := loadConfig([]string{"UNKEY_REGION=test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := newServer(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The listener holds back request bodies until released, so requests
+	// are in flight when shutdown begins.
+	release := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.serve(ctx, ln) }()
+	url := "http://" + ln.Addr().String() + "/ratelimit.v1.RatelimitService/Limit"
+	const inFlight = 20
+	var wg sync.WaitGroup
+	errs := make(chan error, inFlight)
+	started := make(chan struct{}, inFlight)
+	for i := 0; i < inFlight; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pr, pw := io.Pipe()
+			go func() {
+				pw.Write([]byte(`{"namespace":"n","identifier":"i",`))
+				started <- struct{}{}
+				<-release
+				pw.Write([]byte(`"limit":100,"duration":1000}`))
+				pw.Close()
+			}()
+			req, _ := http.NewRequest(http.MethodPost, url, pr)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer resp.Body.Close()
+			var out map[string]any
+			if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out["success"] != true {
+				errs <- fmt.Errorf("status %d, answer %v, decode error %v", resp.StatusCode, out, err)
+			}
+		}()
+	}
+	for i := 0; i < inFlight; i++ {
+		<-started
+	}
+	time.Sleep(50 * time.Millisecond) // let the server read the first bytes
+	cancel()
+	time.Sleep(50 * time.Millisecond) // shutdown has begun: readiness is off
+	if srv.ready.Load() {
+		t.Fatal("still ready after shutdown began")
+	}
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("in-flight request failed: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("serve = %v, want nil", err)
+	}
+}

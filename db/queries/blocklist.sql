@@ -1,0 +1,29 @@
+-- name: BulkInsertBlocklist :exec
+-- BulkInsertBlocklist is the legacy writer of the blocklist. No code calls it
+-- any more; it stays until the table is dropped.
+INSERT IGNORE INTO ratelimit_blocklist (
+    workspace_id, namespace, identifier, duration_ms, sequence, expires_at, created_at
+) VALUES (?, ?, ?, ?, ?, ?, ?);
+
+-- name: BlocklistListActive :many
+-- BlocklistListActive lists the rows that have not expired at now.
+SELECT workspace_id, namespace, identifier, duration_ms, sequence, expires_at
+FROM ratelimit_blocklist
+WHERE expires_at > ?;
+
+-- name: BlocklistDeleteExpired :execrows
+-- BlocklistDeleteExpired deletes at most limit rows that expired before
+-- cutoff.
+DELETE FROM ratelimit_blocklist
+WHERE expires_at < sqlc.arg(cutoff)
+LIMIT ?;
+
+-- name: BlocklistStats :one
+-- BlocklistStats returns the number of rows, the latest expiry and the latest
+-- creation time (0 when the table is empty): what the retirement workflow
+-- checks before each stage.
+SELECT
+    CAST(COUNT(*) AS SIGNED) AS row_count,
+    CAST(COALESCE(MAX(expires_at), 0) AS SIGNED) AS latest_expires_at,
+    CAST(COALESCE(MAX(created_at), 0) AS SIGNED) AS latest_created_at
+FROM ratelimit_blocklist;
