@@ -1,0 +1,47 @@
+# The rate limiter's everyday commands. `make help` lists them.
+
+GO        ?= go
+TOOL      := $(GO) tool -modfile=$(CURDIR)/tools/go.mod
+PKGS      := ./...
+BENCHTIME ?= 2s
+BENCHCOUNT ?= 5
+
+.PHONY: help run test test-go check-generated generate lint bench accuracy tools
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+run: ## the API on :7070, region "local", in memory only
+	UNKEY_REGION=$${UNKEY_REGION:-local} UNKEY_LOG_FORMAT=$${UNKEY_LOG_FORMAT:-text} $(GO) run ./cmd/api
+
+test: check-generated lint test-go ## everything CI runs: generated code, lint, every test under -race
+
+test-go: ## the Go tests, under the race detector
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+generate: ## regenerate the Connect/protobuf and sqlc code
+	cd connect && $(TOOL) buf generate
+	$(TOOL) sqlc generate
+
+check-generated: generate ## fail when regenerating changes a committed file
+	@if [ -n "$$(git status --porcelain -- connect db)" ]; then \
+		echo "generated code is stale; run 'make generate' and commit:"; \
+		git status --porcelain -- connect db; git --no-pager diff --stat -- connect db; exit 1; fi
+
+lint: ## gofmt, go vet, staticcheck and buf lint
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+		if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(TOOL) staticcheck $(PKGS)
+	cd connect && $(TOOL) buf lint
+
+bench: ## the limiter's benchmarks beside golang.org/x/time/rate, for docs/BENCHMARKS.md
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) ./services/ratelimit/
+
+accuracy: ## rewrite the single-process accuracy table of docs/ACCURACY.md
+	ACCURACY_REPORT=$(CURDIR)/docs/accuracy-single.md $(GO) test -count=1 -run TestWriteAccuracyReport ./services/ratelimit/
+
+tools: ## build the pinned code generators and linters (the first build takes about two minutes)
+	$(TOOL) buf --version
+	$(TOOL) sqlc version
+	$(TOOL) staticcheck -version
