@@ -39,7 +39,7 @@ bench: ## the limiter's benchmarks beside golang.org/x/time/rate, for docs/BENCH
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) ./services/ratelimit/
 
 accuracy: ## rewrite the single-process accuracy table of docs/ACCURACY.md
-	ACCURACY_REPORT=$(CURDIR)/docs/accuracy-single.md $(GO) test -count=1 -run TestWriteAccuracyReport ./services/ratelimit/
+	ACCURACY_REPORT=$(CURDIR)/docs/ACCURACY.md $(GO) test -count=1 -run TestWriteAccuracyReport ./services/ratelimit/
 
 tools: ## build the pinned code generators and linters (the first build takes about two minutes)
 	$(TOOL) buf --version
