@@ -57,15 +57,23 @@ func (s *Service) Limit(ctx context.Context, req Request) (Response, error) {
 	for range maxEvictionRetries {
 		w := s.window(&key)
 		w.observeLimit(req.Limit)
-		var counted *cell
-		d, counted = s.decide(w, now, req.Limit, req.Cost, false)
-		if counted == nil || !w.evicted() {
-			return d.response(), nil
+		if s.origin != nil {
+			s.prepare(ctx, w, now)
 		}
-		// The janitor is removing w: take the count back and decide again
-		// on the window that replaces it.
-		counted.count.Add(-req.Cost)
-		runtime.Gosched()
+		var cur *cell
+		var counted bool
+		d, cur, counted = s.decide(w, now, req.Limit, req.Cost, false)
+		if counted && w.evicted() {
+			// The janitor is removing w: take the count back and decide
+			// again on the window that replaces it.
+			cur.count.Add(-req.Cost)
+			runtime.Gosched()
+			continue
+		}
+		if s.origin != nil {
+			s.afterDecide(w, cur, d.success, countedCost(counted, req.Cost))
+		}
+		return d.response(), nil
 	}
 	// Unreachable in practice: the janitor kept removing the window under
 	// this request. Fail closed.
@@ -76,18 +84,19 @@ func (s *Service) Limit(ctx context.Context, req Request) (Response, error) {
 // decide evaluates a request of cost against limit in window w at now (unix
 // ms) and, on success with cost > 0, adds cost to the current cell by
 // compare-and-swap. With speculative set the increment is also recorded as
-// uncommitted, for a batch that may still roll back. It returns the cell it
-// counted into, or nil when it counted nothing.
-func (s *Service) decide(w *window, now, limit, cost int64, speculative bool) (decision, *cell) {
+// uncommitted, for a batch that may still roll back. It returns the current
+// cell and whether it counted cost into it.
+func (s *Service) decide(w *window, now, limit, cost int64, speculative bool) (decision, *cell, bool) {
 	dur := w.durationMs
 	seq := now / dur
-	cur, prev, newer := w.cellsAt(seq, true)
+	hydrated := s.origin == nil
+	cur, prev, newer := w.cellsAt(seq, hydrated)
 	for cur == nil {
 		// Another request already moved this window past our clock
 		// reading: decide at the start of its window, the strictest
 		// moment of that window.
 		seq, now = newer, newer*dur
-		cur, prev, newer = w.cellsAt(seq, true)
+		cur, prev, newer = w.cellsAt(seq, hydrated)
 	}
 	elapsed := now - seq*dur
 	curGlobal := cur.global.Load()
@@ -107,23 +116,31 @@ func (s *Service) decide(w *window, now, limit, cost int64, speculative bool) (d
 		if cost > limit || effective > limit {
 			d.remaining = max(0, limit-(effective-cost))
 			d.retryAfter = retryAfter(elapsed, dur, curTotal, prevTotal, limit, cost)
-			return d, nil
+			return d, cur, false
 		}
 		d.success = true
 		d.remaining = limit - effective
 		if cost == 0 {
-			return d, nil
+			return d, cur, false
 		}
 		if speculative {
 			if w.applySpeculative(cur, n, cost) {
-				return d, cur
+				return d, cur, true
 			}
 		} else if cur.count.CompareAndSwap(n, n+cost) {
-			return d, cur
+			return d, cur, true
 		}
 		d.success = false
 	}
 	s.metrics.casExhausted.Inc()
 	d.remaining = 0
-	return d, nil
+	return d, cur, false
+}
+
+// countedCost is cost if it was counted, else 0.
+func countedCost(counted bool, cost int64) int64 {
+	if counted {
+		return cost
+	}
+	return 0
 }

@@ -12,9 +12,16 @@ type metrics struct {
 	windowsCreated prometheus.Counter
 	windowsEvicted prometheus.Counter
 	casExhausted   prometheus.Counter
+
+	originOps         *prometheus.CounterVec
+	originLatency     *prometheus.HistogramVec
+	breakerState      prometheus.Gauge
+	queueOverflow     *prometheus.CounterVec
+	replayExpired     prometheus.Counter
+	strictActivations prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer, activeWindows func() float64) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() float64) (*metrics, error) {
 	m := &metrics{
 		windowsCreated: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "unkey_ratelimit_windows_created_total",
@@ -28,12 +35,42 @@ func newMetrics(reg prometheus.Registerer, activeWindows func() float64) (*metri
 			Name: "unkey_ratelimit_cas_exhausted_total",
 			Help: "Decisions denied because the compare-and-swap loop ran out of attempts under contention.",
 		}),
+		originOps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "unkey_ratelimit_origin_operations_total",
+			Help: "Calls to the regional origin by operation (cold, stale, strict, replay) and result (ok, error, rejected by the open breaker).",
+		}, []string{"op", "result"}),
+		originLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "unkey_ratelimit_origin_duration_seconds",
+			Help:    "Latency of calls to the regional origin by operation.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .3, 1},
+		}, []string{"op"}),
+		breakerState: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "unkey_ratelimit_origin_breaker_state",
+			Help: "State of the regional origin's circuit breaker: 0 closed, 1 half-open, 2 open.",
+		}),
+		queueOverflow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "unkey_ratelimit_origin_queue_overflow_total",
+			Help: "Cells or windows that did not fit in the replay or refresh queue (queue=replay|refresh); a replay that did not fit is queued by the cell's next accepted request.",
+		}, []string{"queue"}),
+		replayExpired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "unkey_ratelimit_origin_replay_expired_total",
+			Help: "Accepted units never replayed because the origin stayed unavailable until their window could no longer affect any decision.",
+		}),
+		strictActivations: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "unkey_ratelimit_strict_mode_activations_total",
+			Help: "Cells put in strict mode by a denial.",
+		}),
 	}
 	active := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "unkey_ratelimit_windows_active",
 		Help: "Sliding windows held in memory.",
 	}, activeWindows)
-	for _, c := range []prometheus.Collector{m.windowsCreated, m.windowsEvicted, m.casExhausted, active} {
+	depth := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "unkey_ratelimit_origin_queue_depth",
+		Help: "Cells waiting for replay plus windows waiting for a background refresh.",
+	}, queueDepth)
+	for _, c := range []prometheus.Collector{m.windowsCreated, m.windowsEvicted, m.casExhausted, active,
+		m.originOps, m.originLatency, m.breakerState, m.queueOverflow, m.replayExpired, m.strictActivations, depth} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

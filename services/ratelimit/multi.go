@@ -54,16 +54,23 @@ func (s *Service) MultiLimit(ctx context.Context, reqs []Request) (MultiResponse
 	now := s.clock.Now().UnixMilli()
 	results := make([]Response, len(reqs))
 	applied := make([]counted, 0, len(reqs))
+	windows := make([]*window, len(reqs))
+	curs := make([]*cell, len(reqs))
 	for range maxEvictionRetries {
+		for i := range reqs {
+			windows[i] = s.window(&keys[i])
+			windows[i].observeLimit(reqs[i].Limit)
+		}
+		if s.origin != nil {
+			s.prepareBatch(ctx, windows, now)
+		}
 		applied = applied[:0]
 		passed := true
-		for i := range reqs {
-			w := s.window(&keys[i])
-			w.observeLimit(reqs[i].Limit)
-			d, c := s.decide(w, now, reqs[i].Limit, reqs[i].Cost, true)
-			results[i] = d.response()
+		for i, w := range windows {
+			d, c, ok := s.decide(w, now, reqs[i].Limit, reqs[i].Cost, true)
+			results[i], curs[i] = d.response(), c
 			passed = passed && d.success
-			if c != nil {
+			if ok {
 				applied = append(applied, counted{w: w, c: c, cost: reqs[i].Cost, index: i})
 			}
 		}
@@ -74,6 +81,9 @@ func (s *Service) MultiLimit(ctx context.Context, reqs []Request) (MultiResponse
 		if passed && !evicted {
 			for _, a := range applied {
 				a.w.commit(a.c, a.cost)
+				if s.origin != nil {
+					s.queueReplay(a.w, a.c, a.cost)
+				}
 			}
 			return MultiResponse{Passed: true, Results: results}, nil
 		}
@@ -85,6 +95,11 @@ func (s *Service) MultiLimit(ctx context.Context, reqs []Request) (MultiResponse
 			for _, a := range applied {
 				r := &results[a.index]
 				r.Remaining = min(r.Limit, r.Remaining+a.cost)
+			}
+			if s.origin != nil {
+				for i, w := range windows {
+					s.afterDecide(w, curs[i], results[i].Success, 0)
+				}
 			}
 			return MultiResponse{Passed: false, Results: results}, nil
 		}

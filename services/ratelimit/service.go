@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/puzpuzpuz/xsync/v4"
+	"github.com/sony/gobreaker/v2"
+	"golang.org/x/sync/singleflight"
 )
 
 // Service is a sliding-window rate limiter. Its methods are safe for
@@ -31,6 +33,13 @@ type Service struct {
 	collided collisions
 
 	janitorEvery time.Duration
+
+	// The regional origin, when there is one.
+	origin    Origin
+	breaker   *gobreaker.CircuitBreaker[[]int64]
+	flight    singleflight.Group // one hydration per cold cell
+	replays   queue[replayItem]
+	refreshes queue[*window]
 
 	// lifecycle guards closed and running, so Close knows which Run to
 	// wait for.
@@ -70,11 +79,17 @@ func New(region string, opts ...Option) (*Service, error) {
 	if s.registerer == nil {
 		s.registerer = prometheus.NewRegistry()
 	}
-	m, err := newMetrics(s.registerer, func() float64 { return float64(s.ActiveWindows()) })
+	m, err := newMetrics(s.registerer, func() float64 { return float64(s.ActiveWindows()) },
+		func() float64 { return float64(s.replays.len() + s.refreshes.len()) })
 	if err != nil {
 		return nil, fmt.Errorf("register ratelimit metrics: %w", err)
 	}
 	s.metrics = m
+	s.replays.limit = maxReplayQueue
+	s.refreshes.limit = maxReplayQueue
+	if s.origin != nil {
+		s.breaker = s.newBreaker()
+	}
 	return s, nil
 }
 
@@ -130,7 +145,9 @@ func (s *Service) loadOrCreate(k *windowKey, h uint64) *window {
 }
 
 // Run runs the background loops until ctx is done or [Service.Close] is
-// called. It returns ctx's error, or nil after Close.
+// called: the janitor and, with an origin, the replay and refresh loop, which
+// replays what is still unreplayed one last time before Run returns. It
+// returns ctx's error, or nil after Close.
 func (s *Service) Run(ctx context.Context) error {
 	s.lifecycle.Lock()
 	select {
@@ -161,7 +178,12 @@ func (s *Service) Run(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}()
+	var wg sync.WaitGroup
+	if s.origin != nil {
+		wg.Go(func() { s.runOrigin(ctx) })
+	}
 	s.runJanitor(ctx)
+	wg.Wait()
 	select {
 	case <-s.closed:
 		return nil

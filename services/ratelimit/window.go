@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"strings"
 	"sync/atomic"
+	"time"
 	"unique"
 )
 
@@ -22,26 +23,41 @@ type cell struct {
 	// global is the sum of the other regions' counts, imported by the global
 	// sync loop. The request path only reads it; it is never published.
 	global atomic.Int64
-	// lastFlushed is the regional count of the last successful global flush.
-	//lint:ignore U1000 the global flush loop (MySQL) is not wired in yet
-	lastFlushed atomic.Int64
-	// hydration is the cold-start state against the regional origin.
-	hydration atomic.Uint32
+	// unreplayed is what this process accepted into the cell and has not yet
+	// added to the regional origin. All accepted requests of one replay
+	// interval coalesce here into one origin command.
+	unreplayed atomic.Int64
+	// flags holds cellHydrated, cellStrict and cellQueued.
+	flags atomic.Uint32
 }
 
-// Hydration states of a cell. Without a regional origin every cell is born
-// hydrated; the origin's hydration moves cold cells through the others.
+// Flags of a cell.
 const (
-	// cellCold: the origin has not been read for this cell yet.
-	//lint:ignore U1000 the regional origin (Redis) is not wired in yet
-	cellCold uint32 = iota
-	// cellHydrating: one request is reading the origin for this cell.
-	//lint:ignore U1000 the regional origin (Redis) is not wired in yet
-	cellHydrating
-	// cellHydrated: the cell holds what the origin knew, or there is no
-	// origin.
-	cellHydrated
+	// cellHydrated: the cell holds what the origin knew when it was created,
+	// or there is no origin, or the origin could not be read (then a
+	// background refresh keeps trying). Requests on a cell without it wait for
+	// one origin read.
+	cellHydrated uint32 = 1 << iota
+	// cellStrict: the cell denied a request. Decisions on it refresh from the
+	// origin first, at most once per strictRefreshInterval, until the window
+	// moves on: strict mode lasts at most one window.
+	cellStrict
+	// cellQueued: the cell is in the replay queue.
+	cellQueued
 )
+
+// atomicMax raises v to n if n is larger, and reports whether it did.
+func atomicMax(v *atomic.Int64, n int64) bool {
+	for {
+		old := v.Load()
+		if n <= old {
+			return false
+		}
+		if v.CompareAndSwap(old, n) {
+			return true
+		}
+	}
+}
 
 // window holds the cells of one key. Keeping a key's cells together means a
 // decision costs one map lookup. Cells sit in two slots indexed by seq&1: the
@@ -58,10 +74,10 @@ type window struct {
 	// limit is the most recent limit a request gave for this key. The global
 	// flush publishes a cell once its count reaches a share of it.
 	limit atomic.Int64
-	// strictUntil is the unix ms until which decisions refresh from the
-	// regional origin first (strict mode, set after a denial).
-	//lint:ignore U1000 the regional origin (Redis) is not wired in yet
-	strictUntil atomic.Int64
+	// refreshedAt is the unix ms at which the latest read of the window's
+	// cells from the regional origin began. Claiming it by compare-and-swap
+	// is what keeps refreshes to one per window and interval.
+	refreshedAt atomic.Int64
 	// state packs, to save the bytes of separate fields:
 	//   bit 63      evicted: set by the janitor before it removes the window
 	//               from the map. A request that counted into an evicted
@@ -109,12 +125,16 @@ func (w *window) is(k *windowKey) bool {
 	return sc.namespace == k.namespace && sc.workspace == k.workspace
 }
 
-// key returns w's key.
-//
-//lint:ignore U1000 the replay and flush loops are not wired in yet
-func (w *window) key() windowKey {
+// cell returns the name of w's cell of seq, for the stores.
+func (w *window) cell(seq int64) Cell {
 	sc := w.scope.Value()
-	return windowKey{workspace: sc.workspace, namespace: sc.namespace, identifier: w.identifier, durationMs: w.durationMs}
+	return Cell{
+		Workspace:  sc.workspace,
+		Namespace:  sc.namespace,
+		Identifier: w.identifier,
+		Duration:   time.Duration(w.durationMs) * time.Millisecond,
+		Sequence:   seq,
+	}
 }
 
 // newCell returns an empty cell for seq. Without an origin there is nothing
@@ -122,7 +142,7 @@ func (w *window) key() windowKey {
 func newCell(seq int64, hydrated bool) *cell {
 	c := &cell{seq: seq}
 	if hydrated {
-		c.hydration.Store(cellHydrated)
+		c.flags.Store(cellHydrated)
 	}
 	return c
 }
@@ -133,21 +153,9 @@ func newCell(seq int64, hydrated bool) *cell {
 // to when it is past seq: a request whose clock reading is older than
 // another's. Then both cells are nil and the caller decides at newer.
 func (w *window) cellsAt(seq int64, hydrated bool) (cur, prev *cell, newer int64) {
-	slot := &w.cells[seq&1]
-	for {
-		c := slot.Load()
-		if c != nil && c.seq == seq {
-			cur = c
-			break
-		}
-		if c != nil && c.seq > seq {
-			return nil, nil, c.seq
-		}
-		fresh := newCell(seq, hydrated)
-		if slot.CompareAndSwap(c, fresh) {
-			cur = fresh
-			break
-		}
+	cur, newer = w.cellAt(seq, hydrated)
+	if cur == nil {
+		return nil, nil, newer
 	}
 	p := w.cells[(seq-1)&1].Load()
 	if p == nil || p.seq < seq-1 {
@@ -158,6 +166,26 @@ func (w *window) cellsAt(seq int64, hydrated bool) (cur, prev *cell, newer int64
 		return nil, nil, p.seq
 	}
 	return cur, p, 0
+}
+
+// cellAt returns the cell of seq, creating it when its slot holds an older
+// one. It returns nil and the newer sequence when the slot has moved past
+// seq.
+func (w *window) cellAt(seq int64, hydrated bool) (*cell, int64) {
+	slot := &w.cells[seq&1]
+	for {
+		c := slot.Load()
+		if c != nil && c.seq == seq {
+			return c, 0
+		}
+		if c != nil && c.seq > seq {
+			return nil, c.seq
+		}
+		fresh := newCell(seq, hydrated)
+		if slot.CompareAndSwap(c, fresh) {
+			return fresh, 0
+		}
+	}
 }
 
 // idle reports whether no cell of w can affect a decision at sequence now:

@@ -1,0 +1,122 @@
+package testserver
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Redis is a private redis-server. It keeps its data in an append-only file
+// synced on every write, so a kill and restart loses nothing it acknowledged.
+type Redis struct {
+	// Addr is host:port.
+	Addr string
+	proc process
+}
+
+// StartRedis starts a redis-server on a free port and stops it when the test
+// ends. It fails the test when redis-server is not installed (make test
+// installs it).
+func StartRedis(t testing.TB) *Redis {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server is not installed (make test installs it): %v", err)
+	}
+	dir := t.TempDir()
+	port := FreePort(t)
+	r := &Redis{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	r.proc = process{t: t, name: bin, log: filepath.Join(dir, "redis.log"), args: []string{
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+		"--save", "", "--appendonly", "yes", "--appendfsync", "always",
+		"--protected-mode", "no", "--daemonize", "no",
+	}}
+	r.Start()
+	t.Cleanup(r.Kill)
+	return r
+}
+
+// URL returns the redis:// URL of the server.
+func (r *Redis) URL() string { return "redis://" + r.Addr }
+
+// Start starts the server again after Stop or Kill, on the same port and
+// with the same data.
+func (r *Redis) Start() {
+	r.proc.t.Helper()
+	r.proc.start(r.ping, 10*time.Second)
+}
+
+// Stop shuts the server down cleanly.
+func (r *Redis) Stop() { r.proc.signal(syscall.SIGTERM) }
+
+// Kill kills the server at once, as a crash would.
+func (r *Redis) Kill() { r.proc.signal(syscall.SIGKILL) }
+
+// Do sends one command and returns its reply line, for tests that inspect
+// the server directly (INFO, GET, PTTL, …). Bulk replies are returned whole.
+func (r *Redis) Do(args ...string) (string, error) {
+	conn, err := net.DialTimeout("tcp", r.Addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := conn.Write([]byte(b.String())); err != nil {
+		return "", err
+	}
+	rd := bufio.NewReader(conn)
+	line, err := rd.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	switch {
+	case strings.HasPrefix(line, "-"):
+		return "", fmt.Errorf("redis: %s", line[1:])
+	case strings.HasPrefix(line, "$-1"):
+		return "", nil
+	case strings.HasPrefix(line, "$"):
+		n, err := strconv.Atoi(line[1:])
+		if err != nil {
+			return "", err
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(rd, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	default:
+		return line[1:], nil
+	}
+}
+
+func (r *Redis) ping() error {
+	reply, err := r.Do("PING")
+	if err != nil {
+		return err
+	}
+	if reply != "PONG" {
+		return fmt.Errorf("PING answered %q", reply)
+	}
+	return nil
+}
+
+// Freeze stops the server without closing its connections (SIGSTOP): calls
+// to it hang, as with a server that is alive but stuck.
+func (r *Redis) Freeze() { syscall.Kill(r.proc.cmd.Process.Pid, syscall.SIGSTOP) }
+
+// Thaw resumes a frozen server (SIGCONT).
+func (r *Redis) Thaw() { syscall.Kill(r.proc.cmd.Process.Pid, syscall.SIGCONT) }

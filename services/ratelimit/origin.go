@@ -1,0 +1,85 @@
+package ratelimit
+
+import (
+	"context"
+	"time"
+)
+
+// Origin is the regional source of truth: a store that the processes of one
+// region share (Redis, see [RedisOrigin]). Processes add what they accepted to
+// it and read from it what the others accepted. The limiter never waits on it
+// for a warm counter, guards every call with a circuit breaker and a timeout,
+// and decides from local state while it is unavailable.
+type Origin interface {
+	// Load returns the count of each cell, in order. A cell the origin does
+	// not hold counts 0.
+	Load(ctx context.Context, cells []Cell) ([]int64, error)
+	// Increment adds each increment's delta to its cell, keeps the cell until
+	// at least its TTL has passed, and returns the new counts, in order.
+	// Increment and expiry are one atomic step per cell, so no cell is ever
+	// left without an expiry. On error, counts may still be returned: a count
+	// of -1 marks an increment that may not have been applied (the caller
+	// sends it again, preferring to count twice over losing a count), any
+	// other count one that was.
+	Increment(ctx context.Context, incs []Increment) (counts []int64, err error)
+}
+
+// Cell names one fixed window cell: one key in one sequence.
+type Cell struct {
+	Workspace  string
+	Namespace  string
+	Identifier string
+	Duration   time.Duration
+	// Sequence is the fixed window: unix ms / duration ms.
+	Sequence int64
+}
+
+// Increment adds Delta to a cell.
+type Increment struct {
+	Cell  Cell
+	Delta int64
+	// TTL is how long the origin must keep the cell: until the end of the
+	// window after it, the last window in which it counts.
+	TTL time.Duration
+}
+
+// Tuning of the regional origin. Like the global intervals they are package
+// constants: they trade Redis load against convergence for the whole fleet,
+// and per-process knobs would only let processes of one region drift apart.
+const (
+	// originTimeout bounds a call on the request path (hydration of a cold
+	// cell, the refresh of a strict one): a request waits at most this long.
+	originTimeout = 300 * time.Millisecond
+	// replayInterval is how often accepted increments are sent to the origin.
+	// Another process sees them at most this long (plus a round trip) after
+	// they were accepted; in that time all increments of one cell coalesce
+	// into one command.
+	replayInterval = 10 * time.Millisecond
+	// replayTimeout bounds one background round trip (replay or refresh). A
+	// pipeline of a few thousand cells takes milliseconds; a stuck server
+	// must fail calls fast enough for breakerFailures of them to open the
+	// breaker within seconds.
+	replayTimeout = 500 * time.Millisecond
+	// freshnessInterval is how old a warm window's last origin read may be
+	// before a request on it starts a background refresh. The request itself
+	// decides from memory and never waits.
+	freshnessInterval = time.Second
+	// strictRefreshInterval is how often a strict window (one that denied in
+	// its current cell) refreshes from the origin before deciding. At most one
+	// request per window and interval pays the round trip; the others decide
+	// from memory, so abuse cannot become one origin read per request.
+	strictRefreshInterval = 100 * time.Millisecond
+	// maxReplayQueue bounds the cells waiting for replay or refresh. Each cell
+	// and window is queued at most once, so the queues hold at most the
+	// active cells; the bound only matters past a million of them.
+	maxReplayQueue = 1 << 20
+	// Breaker: open after breakerFailures consecutive failures, try one call
+	// again after breakerOpenFor.
+	breakerFailures = 5
+	breakerOpenFor  = time.Second
+)
+
+// WithOrigin makes the processes of a region share counts through origin.
+func WithOrigin(origin Origin) Option {
+	return func(s *Service) { s.origin = origin }
+}

@@ -1,0 +1,42 @@
+package ratelimit
+
+import "sync"
+
+// queue collects work for a background loop: producers push one item at a
+// time, the loop takes everything at once. Producers take the lock only when
+// they have new work (a cell's first accepted request in a replay interval),
+// never on every request.
+type queue[T any] struct {
+	mu    sync.Mutex
+	items []T
+	limit int
+}
+
+// push appends v and reports whether it fit under the limit.
+func (q *queue[T]) push(v T) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.items) >= q.limit {
+		return false
+	}
+	q.items = append(q.items, v)
+	return true
+}
+
+// take returns every queued item, leaving the queue empty. spare, emptied,
+// becomes the queue's next buffer, so a loop that hands back what it took
+// allocates nothing in the steady state.
+func (q *queue[T]) take(spare []T) []T {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	items := q.items
+	q.items = spare[:0]
+	return items
+}
+
+// len returns the number of queued items.
+func (q *queue[T]) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items)
+}

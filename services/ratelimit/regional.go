@@ -1,0 +1,241 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+	"unsafe"
+
+	"github.com/sony/gobreaker/v2"
+)
+
+// Operations on the regional origin, as metric labels.
+const (
+	opCold    = "cold"    // hydrate a cell this process has not seen
+	opStrict  = "strict"  // refresh a strict window before deciding
+	opStale   = "stale"   // refresh a warm window in the background
+	opReplay  = "replay"  // add accepted increments
+	resultOK  = "ok"      // the origin answered
+	resultErr = "error"   // the origin failed or timed out
+	resultRej = "rejected" // the breaker is open: the origin was not asked
+)
+
+// newBreaker returns the circuit breaker that guards every origin call.
+// sony/gobreaker is maintained, small and generic over the result type; it
+// opens after breakerFailures consecutive failures and lets one call through
+// after breakerOpenFor to probe.
+func (s *Service) newBreaker() *gobreaker.CircuitBreaker[[]int64] {
+	return gobreaker.NewCircuitBreaker[[]int64](gobreaker.Settings{
+		Name:        "ratelimit-origin",
+		MaxRequests: 1,
+		Timeout:     breakerOpenFor,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= breakerFailures },
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			s.metrics.breakerState.Set(float64(to))
+			s.logger.Warn("regional origin circuit breaker changed state", "from", from.String(), "to", to.String())
+		},
+		// A caller that went away is not the origin's fault.
+		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
+	})
+}
+
+// callOrigin runs call through the breaker with a timeout, and records the
+// operation's outcome and latency.
+func (s *Service) callOrigin(ctx context.Context, op string, timeout time.Duration, call func(context.Context) ([]int64, error)) ([]int64, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	start := time.Now()
+	counts, err := s.breaker.Execute(func() ([]int64, error) { return call(ctx) })
+	switch {
+	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests):
+		s.metrics.originOps.WithLabelValues(op, resultRej).Inc()
+	case err != nil:
+		s.metrics.originOps.WithLabelValues(op, resultErr).Inc()
+		s.metrics.originLatency.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	default:
+		s.metrics.originOps.WithLabelValues(op, resultOK).Inc()
+		s.metrics.originLatency.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	}
+	return counts, err
+}
+
+// prepare brings w up to date with the origin before a decision at now, as
+// far as the decision may wait for it: a cold cell waits for one read (shared
+// by every request on it), a strict window refreshes at most once per
+// strictRefreshInterval, and a warm window whose last read is older than
+// freshnessInterval is refreshed in the background while this request decides
+// from memory.
+func (s *Service) prepare(ctx context.Context, w *window, now int64) {
+	cur, _ := w.cellAt(now/w.durationMs, false)
+	if cur == nil {
+		return // a stale clock reading: decide handles it
+	}
+	flags := cur.flags.Load()
+	last := w.refreshedAt.Load()
+	switch {
+	case flags&cellHydrated == 0:
+		s.hydrate(ctx, w, cur)
+	case flags&cellStrict != 0:
+		if now-last >= strictRefreshInterval.Milliseconds() && w.refreshedAt.CompareAndSwap(last, now) {
+			s.refreshNow(ctx, []*window{w}, now, opStrict)
+		}
+	case now-last >= freshnessInterval.Milliseconds():
+		if w.refreshedAt.CompareAndSwap(last, now) {
+			s.queueRefresh(w)
+		}
+	}
+}
+
+// prepareBatch is prepare for the windows of a batch: every cold or strict
+// window is read in one round trip.
+func (s *Service) prepareBatch(ctx context.Context, ws []*window, now int64) {
+	var sync []*window
+	op := opStrict
+	for _, w := range ws {
+		cur, _ := w.cellAt(now/w.durationMs, false)
+		if cur == nil {
+			continue
+		}
+		flags := cur.flags.Load()
+		last := w.refreshedAt.Load()
+		switch {
+		case flags&cellHydrated == 0:
+			w.refreshedAt.Store(now)
+			sync = append(sync, w)
+			op = opCold
+		case flags&cellStrict != 0:
+			if now-last >= strictRefreshInterval.Milliseconds() && w.refreshedAt.CompareAndSwap(last, now) {
+				sync = append(sync, w)
+			}
+		case now-last >= freshnessInterval.Milliseconds():
+			if w.refreshedAt.CompareAndSwap(last, now) {
+				s.queueRefresh(w)
+			}
+		}
+	}
+	if len(sync) > 0 {
+		s.refreshNow(ctx, sync, now, op)
+	}
+}
+
+// hydrate reads a cold cell and its predecessor from the origin, once: every
+// request that arrives while the read is under way waits for it (at most
+// originTimeout) instead of asking again.
+func (s *Service) hydrate(ctx context.Context, w *window, cur *cell) {
+	var buf [24]byte
+	key := string(strconv.AppendUint(buf[:0], uint64(uintptr(unsafe.Pointer(cur))), 36))
+	s.flight.Do(key, func() (any, error) {
+		if cur.flags.Load()&cellHydrated == 0 {
+			w.refreshedAt.Store(s.clock.Now().UnixMilli())
+			s.refreshNow(ctx, []*window{w}, cur.seq*w.durationMs, opCold)
+		}
+		return nil, nil
+	})
+}
+
+// refreshNow is refresh on the request path: bounded by originTimeout, and
+// a window that could not be read is handed to the background loop to retry.
+// The current cells count as hydrated afterwards even if the read failed:
+// requests then decide from memory instead of waiting again.
+func (s *Service) refreshNow(ctx context.Context, ws []*window, now int64, op string) {
+	err := s.refresh(ctx, ws, now, op, originTimeout)
+	for _, w := range ws {
+		if err != nil {
+			s.queueRefresh(w)
+		}
+		if cur, _ := w.cellAt(now/w.durationMs, false); cur != nil {
+			cur.flags.Or(cellHydrated)
+		}
+	}
+}
+
+// refresh reads the current and previous cells of ws at now from the origin
+// in one round trip and merges what it read.
+func (s *Service) refresh(ctx context.Context, ws []*window, now int64, op string, timeout time.Duration) error {
+	cells := make([]Cell, 0, 2*len(ws))
+	for _, w := range ws {
+		seq := now / w.durationMs
+		cells = append(cells, w.cell(seq), w.cell(seq-1))
+	}
+	counts, err := s.callOrigin(ctx, op, timeout, func(ctx context.Context) ([]int64, error) {
+		return s.origin.Load(ctx, cells)
+	})
+	if err != nil {
+		return err
+	}
+	for i, w := range ws {
+		seq := now / w.durationMs
+		s.merge(w, seq, counts[2*i])
+		s.merge(w, seq-1, counts[2*i+1])
+		if cur, _ := w.cellAt(seq, false); cur != nil {
+			cur.flags.Or(cellHydrated)
+		}
+	}
+	return nil
+}
+
+// merge raises w's cell of seq to what the origin holds plus what this
+// process has not sent it yet. The origin's count includes everything this
+// process already replayed; what is still unreplayed or speculative is only
+// here. A cell the process has no slot for any more is left alone.
+func (s *Service) merge(w *window, seq, origin int64) {
+	c := s.cellForMerge(w, seq, origin)
+	if c == nil {
+		return
+	}
+	atomicMax(&c.count, origin+c.unreplayed.Load()+c.speculative.Load())
+}
+
+// cellForMerge returns w's cell of seq for an origin count, creating it only
+// if the count is not zero: a window with no traffic needs no cell.
+func (s *Service) cellForMerge(w *window, seq, origin int64) *cell {
+	if origin <= 0 {
+		c := w.cells[seq&1].Load()
+		if c == nil || c.seq != seq {
+			return nil
+		}
+		return c
+	}
+	c, _ := w.cellAt(seq, true)
+	return c
+}
+
+// afterDecide does the origin's share of a decision on w: it queues what was
+// counted for replay and puts a denying cell in strict mode.
+func (s *Service) afterDecide(w *window, cur *cell, success bool, counted int64) {
+	if counted > 0 {
+		s.queueReplay(w, cur, counted)
+	}
+	if !success && cur.flags.Load()&cellStrict == 0 {
+		if old := cur.flags.Or(cellStrict); old&cellStrict == 0 {
+			s.metrics.strictActivations.Inc()
+		}
+	}
+}
+
+// queueReplay records that cost was accepted into c and, if c is not queued
+// yet, queues it for the next replay.
+func (s *Service) queueReplay(w *window, c *cell, cost int64) {
+	c.unreplayed.Add(cost)
+	flags := c.flags.Load()
+	if flags&cellQueued != 0 {
+		return
+	}
+	if old := c.flags.Or(cellQueued); old&cellQueued != 0 {
+		return
+	}
+	if !s.replays.push(replayItem{w: w, c: c}) {
+		// The cell stays unreplayed and unqueued: its next accepted request
+		// queues it again.
+		c.flags.And(^cellQueued)
+		s.metrics.queueOverflow.WithLabelValues("replay").Inc()
+	}
+}
+
+// queueRefresh queues w for a background read from the origin.
+func (s *Service) queueRefresh(w *window) {
+	if !s.refreshes.push(w) {
+		s.metrics.queueOverflow.WithLabelValues("refresh").Inc()
+	}
+}

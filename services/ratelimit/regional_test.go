@@ -1,0 +1,371 @@
+package ratelimit
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/unkeyed/ratelimit/internal/testserver"
+)
+
+// regionalService is a limiter of one process of a region, running its
+// background loops against a real Redis.
+type regionalService struct {
+	*Service
+	reg    *prometheus.Registry
+	client *redis.Client
+	stop   func()
+}
+
+func startRegional(t *testing.T, r *testserver.Redis, clock Clock) *regionalService {
+	t.Helper()
+	opts, err := RedisOptions(r.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := redis.NewClient(opts)
+	reg := prometheus.NewRegistry()
+	s, err := New("test", WithClock(clock), WithOrigin(NewRedisOrigin(client)), WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	rs := &regionalService{Service: s, reg: reg, client: client}
+	var once sync.Once
+	rs.stop = func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			client.Close()
+		})
+	}
+	t.Cleanup(rs.stop)
+	return rs
+}
+
+// redisCount reads a cell's count straight from Redis.
+func redisCount(t *testing.T, r *testserver.Redis, c Cell) int64 {
+	t.Helper()
+	v, err := r.Do("GET", redisKey(&c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// eventually polls cond every 5 ms for up to 5 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func cellOf(r Request, now int64) Cell {
+	return Cell{Workspace: r.Workspace, Namespace: r.Namespace, Identifier: r.Identifier, Duration: r.Duration,
+		Sequence: now / r.Duration.Milliseconds()}
+}
+
+func TestRedisKeysNeverCollide(t *testing.T) {
+	pairs := [][2]Cell{
+		{{Workspace: "w", Namespace: "a-b", Identifier: "c"}, {Workspace: "w", Namespace: "a", Identifier: "b-c"}},
+		{{Workspace: "w", Namespace: "a:1:b", Identifier: "c"}, {Workspace: "w", Namespace: "a", Identifier: "1:b:c"}},
+		{{Workspace: "w:1:a", Namespace: "b", Identifier: "c"}, {Workspace: "w", Namespace: "1:a:b", Identifier: "c"}},
+		{{Workspace: "w", Namespace: "n", Identifier: "i:60000:5", Duration: time.Second, Sequence: 1},
+			{Workspace: "w", Namespace: "n", Identifier: "i", Duration: time.Minute, Sequence: 5}},
+	}
+	r := testserver.StartRedis(t)
+	opts, _ := RedisOptions(r.URL())
+	client := redis.NewClient(opts)
+	defer client.Close()
+	o := NewRedisOrigin(client)
+	ctx := context.Background()
+	for _, p := range pairs {
+		if redisKey(&p[0]) == redisKey(&p[1]) {
+			t.Fatalf("%+v and %+v share the key %q", p[0], p[1], redisKey(&p[0]))
+		}
+		if _, err := o.Increment(ctx, []Increment{{Cell: p[0], Delta: 3, TTL: time.Minute}, {Cell: p[1], Delta: 5, TTL: time.Minute}}); err != nil {
+			t.Fatal(err)
+		}
+		counts, err := o.Load(ctx, []Cell{p[0], p[1]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if counts[0] != 3 || counts[1] != 5 {
+			t.Fatalf("%+v / %+v hold %v in Redis, want [3 5]", p[0], p[1], counts)
+		}
+	}
+}
+
+func TestRedisIncrementSetsTTLAtomically(t *testing.T) {
+	r := testserver.StartRedis(t)
+	opts, _ := RedisOptions(r.URL())
+	client := redis.NewClient(opts)
+	defer client.Close()
+	o := NewRedisOrigin(client)
+	c := Cell{Workspace: "w", Namespace: "n", Identifier: "i", Duration: time.Minute, Sequence: 7}
+	counts, err := o.Increment(context.Background(), []Increment{{Cell: c, Delta: 2, TTL: 90 * time.Second}})
+	if err != nil || counts[0] != 2 {
+		t.Fatalf("Increment = %v, %v; want [2]", counts, err)
+	}
+	// A later increment with a shorter TTL never shortens the expiry.
+	if _, err := o.Increment(context.Background(), []Increment{{Cell: c, Delta: 1, TTL: time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	pttl, err := r.Do("PTTL", redisKey(&c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms, _ := strconv.Atoi(pttl); ms <= 80_000 || ms > 90_000 {
+		t.Fatalf("PTTL = %s ms, want about 90,000", pttl)
+	}
+	missing, err := o.Load(context.Background(), []Cell{{Workspace: "w", Namespace: "n", Identifier: "nobody", Duration: time.Minute}})
+	if err != nil || missing[0] != 0 {
+		t.Fatalf("Load of a missing cell = %v, %v; want [0]", missing, err)
+	}
+}
+
+// TestRegionalConvergence runs two processes of one region on one Redis.
+// What A accepted reaches Redis within a few replay intervals; B, which has
+// not seen the key, hydrates on its first request and admits only the rest.
+func TestRegionalConvergence(t *testing.T) {
+	r := testserver.StartRedis(t)
+	clock := newFakeClock(600_000)
+	a, b := startRegional(t, r, clock), startRegional(t, r, clock)
+	rq := req("user", 10, time.Minute, 1)
+	for i := 0; i < 6; i++ {
+		if !mustLimit(t, a.Service, rq).Success {
+			t.Fatalf("A denied request %d of 10", i)
+		}
+	}
+	start := time.Now()
+	eventually(t, "A's replay", func() bool { return redisCount(t, r, cellOf(rq, 600_000)) == 6 })
+	t.Logf("A's 6 accepted requests reached Redis after %v (replay interval %v)", time.Since(start), replayInterval)
+	admitted := 0
+	for i := 0; i < 10; i++ {
+		if mustLimit(t, b.Service, rq).Success {
+			admitted++
+		}
+	}
+	if admitted != 4 {
+		t.Fatalf("B admitted %d after A spent 6 of 10, want 4", admitted)
+	}
+	eventually(t, "B's replay", func() bool { return redisCount(t, r, cellOf(rq, 600_000)) == 10 })
+}
+
+// TestWarmCellRefreshes: B already holds the cell when A spends the rest. B's
+// first request after freshnessInterval still decides from memory but starts
+// a background refresh; once it lands, B denies. After that denial B is
+// strict and refreshes before deciding.
+func TestWarmCellRefreshes(t *testing.T) {
+	r := testserver.StartRedis(t)
+	clock := newFakeClock(600_000)
+	a, b := startRegional(t, r, clock), startRegional(t, r, clock)
+	rq := req("user", 10, time.Minute, 1)
+	if !mustLimit(t, b.Service, rq).Success {
+		t.Fatal("B's first request denied")
+	}
+	for i := 0; i < 9; i++ {
+		mustLimit(t, a.Service, rq)
+	}
+	eventually(t, "replays", func() bool { return redisCount(t, r, cellOf(rq, 600_000)) == 10 })
+	clock.Advance(freshnessInterval)
+	first := mustLimit(t, b.Service, rq) // stale: decided from memory, refresh queued
+	eventually(t, "B's background refresh", func() bool {
+		return mustLimit(t, b.Service, req("user", 10, time.Minute, 0)).Remaining == 0
+	})
+	if resp := mustLimit(t, b.Service, rq); resp.Success {
+		t.Fatalf("B admitted after its refresh: %+v", resp)
+	}
+	admittedOver := 0
+	if first.Success {
+		admittedOver = 1 // the one stale decision the freshness interval allows
+	}
+	t.Logf("requests admitted over the limit while B was stale: %d", admittedOver)
+	if got := testutil.ToFloat64(b.metrics.strictActivations); got != 1 {
+		t.Fatalf("strict activations = %v, want 1", got)
+	}
+	// A strict window refreshes before deciding: A's next window... here A
+	// spends one more in the same cell; B, strict, sees it on its next
+	// decision once strictRefreshInterval has passed, without waiting for the
+	// background loop.
+	before := testutil.ToFloat64(b.metrics.originOps.WithLabelValues(opStrict, resultOK))
+	clock.Advance(strictRefreshInterval)
+	mustLimit(t, b.Service, rq)
+	mustLimit(t, b.Service, rq) // within the interval: no second read
+	if got := testutil.ToFloat64(b.metrics.originOps.WithLabelValues(opStrict, resultOK)) - before; got != 1 {
+		t.Fatalf("strict refreshes = %v, want exactly 1 per interval", got)
+	}
+}
+
+// TestRestartHydrates stops a process after it spent the whole limit and
+// starts a new one: it reads the cell from Redis and does not admit again.
+func TestRestartHydrates(t *testing.T) {
+	r := testserver.StartRedis(t)
+	clock := newFakeClock(600_000)
+	a := startRegional(t, r, clock)
+	rq := req("user", 5, time.Minute, 1)
+	for i := 0; i < 5; i++ {
+		mustLimit(t, a.Service, rq)
+	}
+	a.stop() // Run replays what is left before it returns
+	if got := redisCount(t, r, cellOf(rq, 600_000)); got != 5 {
+		t.Fatalf("Redis holds %d after a clean stop, want 5", got)
+	}
+	restarted := startRegional(t, r, clock)
+	if resp := mustLimit(t, restarted.Service, rq); resp.Success || resp.Remaining != 0 {
+		t.Fatalf("the restarted process admitted: %+v", resp)
+	}
+	// Half a window later the previous process's count still weighs in.
+	clock.Set(630_000)
+	if resp := mustLimit(t, restarted.Service, rq); resp.Success {
+		t.Fatalf("the restarted process forgot the spent budget: %+v", resp)
+	}
+}
+
+// TestMultiLimitHydratesInOneRoundTrip sends a batch of cold keys: one origin
+// read for all of them.
+func TestMultiLimitHydratesInOneRoundTrip(t *testing.T) {
+	r := testserver.StartRedis(t)
+	clock := newFakeClock(600_000)
+	s := startRegional(t, r, clock)
+	batch := []Request{req("a", 5, time.Minute, 1), req("b", 5, time.Second, 1), req("c", 5, time.Hour, 1)}
+	if resp := mustMulti(t, s.Service, batch...); !resp.Passed {
+		t.Fatalf("batch failed: %+v", resp)
+	}
+	if got := testutil.ToFloat64(s.metrics.originOps.WithLabelValues(opCold, resultOK)); got != 1 {
+		t.Fatalf("cold reads = %v, want 1 for the whole batch", got)
+	}
+	// A batch that rolls back replays nothing.
+	mustLimit(t, s.Service, req("full", 1, time.Minute, 1))
+	if resp := mustMulti(t, s.Service, req("d", 5, time.Minute, 2), req("full", 1, time.Minute, 1)); resp.Passed {
+		t.Fatal("batch with a full limit passed")
+	}
+	eventually(t, "replays", func() bool { return redisCount(t, r, cellOf(req("full", 1, time.Minute, 1), 600_000)) == 1 })
+	time.Sleep(5 * replayInterval)
+	if got := redisCount(t, r, cellOf(req("d", 5, time.Minute, 2), 600_000)); got != 0 {
+		t.Fatalf("a rolled-back increment reached Redis: %d", got)
+	}
+}
+
+// TestRedisFailureUnderLoad kills Redis (and, separately, freezes it) under
+// load from two processes. No request fails or waits longer than the origin
+// timeout, the breaker opens, and once Redis is back the retried replays bring
+// it up to exactly what was accepted.
+func TestRedisFailureUnderLoad(t *testing.T) {
+	for _, fault := range []string{"kill", "freeze"} {
+		t.Run(fault, func(t *testing.T) {
+			r := testserver.StartRedis(t)
+			clock := systemClock{}
+			procs := []*regionalService{startRegional(t, r, clock), startRegional(t, r, clock)}
+			const keys = 20
+			var admitted [keys]atomic.Int64
+			var slowest atomic.Int64
+			var requests atomic.Int64
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for g := 0; g < 8; g++ {
+				wg.Add(1)
+				go func(g int) {
+					defer wg.Done()
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						k := (g*7 + i) % keys
+						id := "k" + strconv.Itoa(k)
+						if i%50 == 0 {
+							// A key no process has seen: its first request
+							// hydrates from Redis, the call that may wait.
+							k, id = -1, "cold-"+strconv.Itoa(g)+"-"+strconv.Itoa(i)
+						}
+						start := time.Now()
+						resp, err := procs[i%2].Limit(context.Background(), req(id, 1_000_000, time.Hour, 1))
+						took := time.Since(start)
+						requests.Add(1)
+						if err != nil {
+							t.Errorf("request failed: %v", err)
+							return
+						}
+						if resp.Success && k >= 0 {
+							admitted[k].Add(1)
+						}
+						for {
+							old := slowest.Load()
+							if int64(took) <= old || slowest.CompareAndSwap(old, int64(took)) {
+								break
+							}
+						}
+						time.Sleep(200 * time.Microsecond)
+					}
+				}(g)
+			}
+			time.Sleep(300 * time.Millisecond)
+			if fault == "kill" {
+				r.Kill()
+			} else {
+				r.Freeze()
+			}
+			eventually(t, "the breaker to open", func() bool {
+				return procs[0].breaker.State() == gobreaker.StateOpen && procs[1].breaker.State() == gobreaker.StateOpen
+			})
+			time.Sleep(500 * time.Millisecond)
+			if fault == "kill" {
+				r.Start()
+			} else {
+				r.Thaw()
+			}
+			eventually(t, "the breaker to close", func() bool {
+				return procs[0].breaker.State() == gobreaker.StateClosed && procs[1].breaker.State() == gobreaker.StateClosed
+			})
+			time.Sleep(200 * time.Millisecond)
+			close(stop)
+			wg.Wait()
+			t.Logf("%d requests, slowest %v", requests.Load(), time.Duration(slowest.Load()))
+			if d := time.Duration(slowest.Load()); d > originTimeout+200*time.Millisecond {
+				t.Errorf("a request waited %v, longer than the origin timeout %v (plus 200 ms of scheduling slack)", d, originTimeout)
+			}
+			// Nothing accepted is lost. A replay whose answer was lost may
+			// have been applied and is sent again (counting twice is
+			// preferred to losing a count), so Redis may hold a little more.
+			now := time.Now().UnixMilli()
+			var accepted, stored int64
+			for k := 0; k < keys; k++ {
+				c := cellOf(req("k"+strconv.Itoa(k), 1, time.Hour, 1), now)
+				eventually(t, "Redis to catch up", func() bool { return redisCount(t, r, c) >= admitted[k].Load() })
+				accepted += admitted[k].Load()
+				stored += redisCount(t, r, c)
+			}
+			t.Logf("accepted %d, Redis holds %d (%d counted twice after lost answers)", accepted, stored, stored-accepted)
+			for _, p := range procs {
+				if got := testutil.ToFloat64(p.metrics.replayExpired); got != 0 {
+					t.Errorf("%v accepted units expired unreplayed", got)
+				}
+			}
+		})
+	}
+}
+
