@@ -12,12 +12,12 @@ import (
 
 // Operations on the regional origin, as metric labels.
 const (
-	opCold    = "cold"    // hydrate a cell this process has not seen
-	opStrict  = "strict"  // refresh a strict window before deciding
-	opStale   = "stale"   // refresh a warm window in the background
-	opReplay  = "replay"  // add accepted increments
-	resultOK  = "ok"      // the origin answered
-	resultErr = "error"   // the origin failed or timed out
+	opCold    = "cold"     // hydrate a cell this process has not seen
+	opStrict  = "strict"   // refresh a strict window before deciding
+	opStale   = "stale"    // refresh a warm window in the background
+	opReplay  = "replay"   // add accepted increments
+	resultOK  = "ok"       // the origin answered
+	resultErr = "error"    // the origin failed or timed out
 	resultRej = "rejected" // the breaker is open: the origin was not asked
 )
 

@@ -368,4 +368,3 @@ func TestRedisFailureUnderLoad(t *testing.T) {
 		})
 	}
 }
-
