@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"strings"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
 // config is the API server's configuration, read from the environment.
@@ -24,6 +26,7 @@ type config struct {
 	// Derived by loadConfig.
 	level  slog.Level
 	tokens tokens
+	redis  *redis.Options // nil without UNKEY_REDIS_URL
 }
 
 // maxRegionLength is the width of the region column of the global counter
@@ -56,10 +59,11 @@ func loadConfig(environ []string) (config, error) {
 		return config{}, fmt.Errorf("UNKEY_LOG_FORMAT: must be json or text, got %q", c.LogFormat)
 	}
 	if c.RedisURL != "" {
-		if _, err := url.Parse(c.RedisURL); err != nil || !strings.HasPrefix(c.RedisURL, "redis") {
-			return config{}, fmt.Errorf("UNKEY_REDIS_URL: must be a redis:// or rediss:// URL, got %q", c.RedisURL)
+		opts, err := ratelimit.RedisOptions(c.RedisURL)
+		if err != nil {
+			return config{}, fmt.Errorf("UNKEY_REDIS_URL: must be a redis:// or rediss:// URL: %w", err)
 		}
-		return config{}, fmt.Errorf("UNKEY_REDIS_URL: this build has no regional origin yet; leave it empty")
+		c.redis = opts
 	}
 	if c.MySQLDSN != "" {
 		return config{}, fmt.Errorf("UNKEY_MYSQL_DSN: this build has no global counters yet; leave it empty")

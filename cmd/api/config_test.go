@@ -30,6 +30,7 @@ func TestLoadConfigErrorsNameTheVariable(t *testing.T) {
 		{[]string{"UNKEY_REGION=r", "UNKEY_AUTH_TOKENS=a=ws,a=ws2"}, "UNKEY_AUTH_TOKENS: entry 2 repeats a token"},
 		{[]string{"UNKEY_REGION=r", "UNKEY_AUTH_TOKENS=a=" + strings.Repeat("w", 192)}, "UNKEY_AUTH_TOKENS: entry 1: workspace must be 1 to 191"},
 		{[]string{"UNKEY_REGION=r", "UNKEY_REDIS_URL=http://x"}, "UNKEY_REDIS_URL: must be a redis:// or rediss:// URL"},
+		{[]string{"UNKEY_REGION=r", "UNKEY_REDIS_URL=redis://x:notaport"}, "UNKEY_REDIS_URL: must be a redis:// or rediss:// URL"},
 	}
 	for _, tc := range cases {
 		_, err := loadConfig(tc.env)

@@ -14,6 +14,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func main() {
@@ -31,6 +33,7 @@ func run(ctx context.Context, environ []string, logOut io.Writer) error {
 		return err
 	}
 	logger := slog.New(cfg.logHandler(logOut))
+	redis.SetLogger(redisLogger{logger})
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	srv, err := newServer(cfg, logger)
@@ -42,4 +45,12 @@ func run(ctx context.Context, environ []string, logOut io.Writer) error {
 		return fmt.Errorf("listen on UNKEY_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 	}
 	return srv.serve(ctx, ln)
+}
+
+// redisLogger sends go-redis's own messages (such as failed dials, which the
+// limiter already counts in its metrics) to the debug log.
+type redisLogger struct{ logger *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, args ...any) {
+	l.logger.DebugContext(ctx, fmt.Sprintf(format, args...), "component", "go-redis")
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
@@ -43,13 +44,22 @@ type server struct {
 	tokens   tokens
 	health   *grpchealth.StaticChecker
 	ready    atomic.Bool
+	closers  []func() error // store clients, closed after the limiter
 }
 
 // newServer wires a server from cfg. It starts nothing.
 func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	limiter, err := ratelimit.New(cfg.Region, ratelimit.WithLogger(logger), ratelimit.WithRegisterer(reg))
+	opts := []ratelimit.Option{ratelimit.WithLogger(logger), ratelimit.WithRegisterer(reg)}
+	var closers []func() error
+	if cfg.redis != nil {
+		client := redis.NewClient(cfg.redis)
+		closers = append(closers, client.Close)
+		opts = append(opts, ratelimit.WithOrigin(ratelimit.NewRedisOrigin(client)))
+		logger.Info("regional origin configured", "redis", cfg.redis.Addr)
+	}
+	limiter, err := ratelimit.New(cfg.Region, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("create limiter: %w", err)
 	}
@@ -67,6 +77,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		metrics:  m,
 		tokens:   cfg.tokens,
 		health:   grpchealth.NewStaticChecker(ratelimitv1connect.RatelimitServiceName),
+		closers:  closers,
 	}, nil
 }
 
@@ -135,6 +146,11 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 		serveErr = errors.Join(serveErr, fmt.Errorf("close limiter: %w", err))
 	}
 	<-limiterDone
+	for _, closeFn := range s.closers {
+		if err := closeFn(); err != nil {
+			serveErr = errors.Join(serveErr, fmt.Errorf("close store client: %w", err))
+		}
+	}
 	if errors.Is(serveErr, http.ErrServerClosed) {
 		serveErr = nil
 	}

@@ -24,8 +24,7 @@ import (
 type testServer struct {
 	url    string
 	srv    *server
-	stop   context.CancelFunc
-	done   chan error
+	close  func() error // stops the server gracefully; safe to call twice
 	client *http.Client // HTTP/1.1
 	h2c    *http.Client // HTTP/2 with prior knowledge, for gRPC
 }
@@ -45,15 +44,19 @@ func startServer(t *testing.T, environ ...string) *testServer {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ts := &testServer{url: "http://" + ln.Addr().String(), srv: srv, stop: cancel, done: make(chan error, 1)}
-	go func() { ts.done <- srv.serve(ctx, ln) }()
+	ts := &testServer{url: "http://" + ln.Addr().String(), srv: srv}
+	done := make(chan error, 1)
+	go func() { done <- srv.serve(ctx, ln) }()
+	ts.close = sync.OnceValue(func() error {
+		cancel()
+		return <-done
+	})
 	ts.client = &http.Client{Timeout: 10 * time.Second}
 	var protocols http.Protocols
 	protocols.SetUnencryptedHTTP2(true)
 	ts.h2c = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Protocols: &protocols}}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-ts.done; err != nil {
+		if err := ts.close(); err != nil {
 			t.Errorf("serve: %v", err)
 		}
 	})

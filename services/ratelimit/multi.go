@@ -98,7 +98,7 @@ func (s *Service) MultiLimit(ctx context.Context, reqs []Request) (MultiResponse
 			}
 			if s.origin != nil {
 				for i, w := range windows {
-					s.afterDecide(w, curs[i], results[i].Success, 0)
+					s.afterDecide(w, curs[i], now, results[i].Success, 0)
 				}
 			}
 			return MultiResponse{Passed: false, Results: results}, nil

@@ -64,10 +64,12 @@ const (
 	// before a request on it starts a background refresh. The request itself
 	// decides from memory and never waits.
 	freshnessInterval = time.Second
-	// strictRefreshInterval is how often a strict window (one that denied in
-	// its current cell) refreshes from the origin before deciding. At most one
-	// request per window and interval pays the round trip; the others decide
-	// from memory, so abuse cannot become one origin read per request.
+	// strictRefreshInterval is how often, at most, a strict window (one that
+	// denied within the last duration) refreshes from the origin before
+	// deciding; windows under 10 s refresh every hundredth of their length.
+	// At most one request per window and interval pays the round trip; the
+	// others decide from memory, so abuse cannot become one origin read per
+	// request.
 	strictRefreshInterval = 100 * time.Millisecond
 	// maxReplayQueue bounds the cells waiting for replay or refresh. Each cell
 	// and window is queued at most once, so the queues hold at most the

@@ -76,8 +76,8 @@ func (s *Service) prepare(ctx context.Context, w *window, now int64) {
 	switch {
 	case flags&cellHydrated == 0:
 		s.hydrate(ctx, w, cur)
-	case flags&cellStrict != 0:
-		if now-last >= strictRefreshInterval.Milliseconds() && w.refreshedAt.CompareAndSwap(last, now) {
+	case now < w.strictUntil.Load():
+		if now-last >= w.strictRefresh() && w.refreshedAt.CompareAndSwap(last, now) {
 			s.refreshNow(ctx, []*window{w}, now, opStrict)
 		}
 	case now-last >= freshnessInterval.Milliseconds():
@@ -104,8 +104,8 @@ func (s *Service) prepareBatch(ctx context.Context, ws []*window, now int64) {
 			w.refreshedAt.Store(now)
 			sync = append(sync, w)
 			op = opCold
-		case flags&cellStrict != 0:
-			if now-last >= strictRefreshInterval.Milliseconds() && w.refreshedAt.CompareAndSwap(last, now) {
+		case now < w.strictUntil.Load():
+			if now-last >= w.strictRefresh() && w.refreshedAt.CompareAndSwap(last, now) {
 				sync = append(sync, w)
 			}
 		case now-last >= freshnessInterval.Milliseconds():
@@ -201,15 +201,27 @@ func (s *Service) cellForMerge(w *window, seq, origin int64) *cell {
 	return c
 }
 
-// afterDecide does the origin's share of a decision on w: it queues what was
-// counted for replay and puts a denying cell in strict mode.
-func (s *Service) afterDecide(w *window, cur *cell, success bool, counted int64) {
+// afterDecide does the origin's share of a decision on w at now: it queues
+// what was counted for replay and keeps a denying key strict for one
+// duration.
+func (s *Service) afterDecide(w *window, cur *cell, now int64, success bool, counted int64) {
 	if counted > 0 {
 		s.queueReplay(w, cur, counted)
 	}
-	if !success && cur.flags.Load()&cellStrict == 0 {
-		if old := cur.flags.Or(cellStrict); old&cellStrict == 0 {
-			s.metrics.strictActivations.Inc()
+	if success {
+		return
+	}
+	until := now + w.durationMs
+	for {
+		old := w.strictUntil.Load()
+		if until <= old {
+			return
+		}
+		if w.strictUntil.CompareAndSwap(old, until) {
+			if old <= now {
+				s.metrics.strictActivations.Inc()
+			}
+			return
 		}
 	}
 }

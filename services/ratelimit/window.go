@@ -27,7 +27,7 @@ type cell struct {
 	// added to the regional origin. All accepted requests of one replay
 	// interval coalesce here into one origin command.
 	unreplayed atomic.Int64
-	// flags holds cellHydrated, cellStrict and cellQueued.
+	// flags holds cellHydrated and cellQueued.
 	flags atomic.Uint32
 }
 
@@ -38,10 +38,6 @@ const (
 	// background refresh keeps trying). Requests on a cell without it wait for
 	// one origin read.
 	cellHydrated uint32 = 1 << iota
-	// cellStrict: the cell denied a request. Decisions on it refresh from the
-	// origin first, at most once per strictRefreshInterval, until the window
-	// moves on: strict mode lasts at most one window.
-	cellStrict
 	// cellQueued: the cell is in the replay queue.
 	cellQueued
 )
@@ -78,6 +74,12 @@ type window struct {
 	// cells from the regional origin began. Claiming it by compare-and-swap
 	// is what keeps refreshes to one per window and interval.
 	refreshedAt atomic.Int64
+	// strictUntil is the unix ms until which the key is in strict mode: one
+	// duration after its latest denial. Strict decisions refresh from the
+	// origin first (at most once per strictRefresh), across the boundary of a
+	// fixed window too, which is where processes that only know their own
+	// admissions would otherwise each admit again.
+	strictUntil atomic.Int64
 	// state packs, to save the bytes of separate fields:
 	//   bit 63      evicted: set by the janitor before it removes the window
 	//               from the map. A request that counted into an evicted
@@ -197,6 +199,14 @@ func (w *window) idle(now int64) bool {
 		}
 	}
 	return true
+}
+
+// strictRefresh returns how many ms a strict window waits between origin
+// reads: strictRefreshInterval, or a hundredth of the window for windows
+// under 10 s, so that short windows converge within a small share of their
+// length.
+func (w *window) strictRefresh() int64 {
+	return min(strictRefreshInterval.Milliseconds(), w.durationMs/100)
 }
 
 // observeLimit records limit as the key's latest. It writes only on change so
