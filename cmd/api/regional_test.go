@@ -33,6 +33,31 @@ func TestTwoProcessesOneRegion(t *testing.T) {
 	if admitted != 4 {
 		t.Fatalf("B admitted %d after A spent 6 of 10, want 4", admitted)
 	}
+	// A cell B already holds: B made one request on it, then A spends the
+	// rest. Once B's last read is older than the freshness interval (1 s),
+	// B's next request starts a background refresh and decides from memory;
+	// the refresh lands within a replay tick, and B denies from then on.
+	warm := `{"namespace":"sms.sign_up","identifier":"user_7","limit":10,"duration":60000}`
+	if _, out := b.call(t, "Limit", "", warm); out["success"] != true {
+		t.Fatalf("B's first request denied: %v", out)
+	}
+	for i := 0; i < 9; i++ {
+		a.call(t, "Limit", "", warm)
+	}
+	time.Sleep(time.Second + 50*time.Millisecond)
+	b.call(t, "Limit", "", warm) // starts the refresh
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		_, out := b.call(t, "Limit", "", warm)
+		if out["success"] == false {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("B never saw what A spent on a cell B already held")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
 	// A restarted process reads the spent budget back.
 	if err := a.close(); err != nil {
 		t.Fatal(err)
@@ -49,11 +74,11 @@ func waitForRedis(t *testing.T, r *testserver.Redis, part string, want int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		key, err := r.Do("RANDOMKEY")
+		key, err := r.Do("KEYS", "*"+part+"*")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(key, part) {
+		if key != "" && !strings.Contains(key, "\n") {
 			v, err := r.Do("GET", key)
 			if err != nil {
 				t.Fatal(err)

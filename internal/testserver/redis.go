@@ -60,8 +60,10 @@ func (r *Redis) Stop() { r.proc.signal(syscall.SIGTERM) }
 // Kill kills the server at once, as a crash would.
 func (r *Redis) Kill() { r.proc.signal(syscall.SIGKILL) }
 
-// Do sends one command and returns its reply line, for tests that inspect
-// the server directly (INFO, GET, PTTL, …). Bulk replies are returned whole.
+// Do sends one command and returns its reply, for tests that inspect the
+// server directly (INFO, GET, PTTL, KEYS, …): a status, integer or bulk
+// reply as its text ("" for nil), an array as its elements joined by
+// newlines.
 func (r *Redis) Do(args ...string) (string, error) {
 	conn, err := net.DialTimeout("tcp", r.Addr, time.Second)
 	if err != nil {
@@ -77,20 +79,25 @@ func (r *Redis) Do(args ...string) (string, error) {
 	if _, err := conn.Write([]byte(b.String())); err != nil {
 		return "", err
 	}
-	rd := bufio.NewReader(conn)
+	return readReply(bufio.NewReader(conn))
+}
+
+// readReply reads one RESP2 reply.
+func readReply(rd *bufio.Reader) (string, error) {
 	line, err := rd.ReadString('\n')
 	if err != nil {
 		return "", err
 	}
 	line = strings.TrimRight(line, "\r\n")
-	switch {
-	case strings.HasPrefix(line, "-"):
+	if line == "" {
+		return "", fmt.Errorf("redis: empty reply line")
+	}
+	switch line[0] {
+	case '-':
 		return "", fmt.Errorf("redis: %s", line[1:])
-	case strings.HasPrefix(line, "$-1"):
-		return "", nil
-	case strings.HasPrefix(line, "$"):
+	case '$':
 		n, err := strconv.Atoi(line[1:])
-		if err != nil {
+		if err != nil || n < 0 {
 			return "", err
 		}
 		buf := make([]byte, n+2)
@@ -98,6 +105,18 @@ func (r *Redis) Do(args ...string) (string, error) {
 			return "", err
 		}
 		return string(buf[:n]), nil
+	case '*':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n <= 0 {
+			return "", err
+		}
+		items := make([]string, n)
+		for i := range items {
+			if items[i], err = readReply(rd); err != nil {
+				return "", err
+			}
+		}
+		return strings.Join(items, "\n"), nil
 	default:
 		return line[1:], nil
 	}
