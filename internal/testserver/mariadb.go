@@ -1,0 +1,99 @@
+package testserver
+
+import (
+	"database/sql"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// MariaDB is a private MariaDB server with one empty database. It runs with
+// --skip-grant-tables, so any user name works and no password is needed.
+type MariaDB struct {
+	// DSN is a go-sql-driver/mysql data source name for the database.
+	DSN  string
+	Port int
+	proc process
+}
+
+// StartMariaDB initialises a data directory in a temporary directory, starts
+// mariadbd on a free port and creates the database "ratelimit". It stops the
+// server when the test ends and fails the test when the server binaries are
+// not installed (make test installs them).
+func StartMariaDB(t testing.TB) *MariaDB {
+	t.Helper()
+	install, err := exec.LookPath("mariadb-install-db")
+	if err != nil {
+		t.Fatalf("mariadb-install-db is not installed (make test installs mariadb-server): %v", err)
+	}
+	server, err := exec.LookPath("mariadbd")
+	if err != nil {
+		if server, err = exec.LookPath("/usr/sbin/mariadbd"); err != nil {
+			t.Fatalf("mariadbd is not installed (make test installs mariadb-server): %v", err)
+		}
+	}
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	out, err := exec.Command(install, "--no-defaults", "--datadir="+data, "--user=root",
+		"--auth-root-authentication-method=normal", "--skip-test-db").CombinedOutput()
+	if err != nil {
+		t.Fatalf("mariadb-install-db: %v\n%s", err, out)
+	}
+	m := &MariaDB{Port: FreePort(t)}
+	m.proc = process{t: t, name: server, log: filepath.Join(dir, "mariadb.log"), args: []string{
+		"--no-defaults", "--datadir=" + data, "--socket=" + filepath.Join(dir, "mysqld.sock"),
+		"--port=" + strconv.Itoa(m.Port), "--bind-address=127.0.0.1", "--user=root",
+		"--skip-grant-tables", "--pid-file=" + filepath.Join(dir, "mysqld.pid"),
+		"--innodb-buffer-pool-size=64M", "--innodb-log-file-size=16M",
+		"--character-set-server=utf8mb4", "--collation-server=utf8mb4_bin",
+		"--max-connections=500",
+	}}
+	cfg := mysql.NewConfig()
+	cfg.User = "root"
+	cfg.Net = "tcp"
+	cfg.Addr = "127.0.0.1:" + strconv.Itoa(m.Port)
+	cfg.DBName = "ratelimit"
+	cfg.Timeout = time.Second
+	m.DSN = cfg.FormatDSN()
+	m.Start()
+	t.Cleanup(m.Kill)
+	db, err := sql.Open("mysql", m.serverDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec("CREATE DATABASE IF NOT EXISTS ratelimit"); err != nil {
+		t.Fatalf("create database: %v", err)
+	}
+	return m
+}
+
+// serverDSN is the DSN without a database, for start-up checks.
+func (m *MariaDB) serverDSN() string {
+	return fmt.Sprintf("root@tcp(127.0.0.1:%d)/?timeout=1s", m.Port)
+}
+
+// Start starts the server again after Stop or Kill, with the same data.
+func (m *MariaDB) Start() {
+	m.proc.t.Helper()
+	m.proc.start(func() error {
+		db, err := sql.Open("mysql", m.serverDSN())
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		return db.Ping()
+	}, 60*time.Second)
+}
+
+// Stop shuts the server down cleanly.
+func (m *MariaDB) Stop() { m.proc.signal(syscall.SIGTERM) }
+
+// Kill kills the server at once, as a crash would.
+func (m *MariaDB) Kill() { m.proc.signal(syscall.SIGKILL) }
