@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit"
@@ -27,6 +28,7 @@ type config struct {
 	level  slog.Level
 	tokens tokens
 	redis  *redis.Options // nil without UNKEY_REDIS_URL
+	mysql  *mysql.Config  // nil without UNKEY_MYSQL_DSN
 }
 
 // maxRegionLength is the width of the region column of the global counter
@@ -66,7 +68,18 @@ func loadConfig(environ []string) (config, error) {
 		c.redis = opts
 	}
 	if c.MySQLDSN != "" {
-		return config{}, fmt.Errorf("UNKEY_MYSQL_DSN: this build has no global counters yet; leave it empty")
+		dsn, err := mysql.ParseDSN(c.MySQLDSN)
+		if err != nil {
+			return config{}, fmt.Errorf("UNKEY_MYSQL_DSN: must be a go-sql-driver/mysql DSN such as user:password@tcp(host:3306)/ratelimit: %w", err)
+		}
+		if dsn.DBName == "" {
+			return config{}, fmt.Errorf("UNKEY_MYSQL_DSN: must name a database, as in user:password@tcp(host:3306)/ratelimit")
+		}
+		// One round trip a statement instead of prepare, execute, close.
+		if _, set := dsn.Params["interpolateParams"]; !set {
+			dsn.InterpolateParams = true
+		}
+		c.mysql = dsn
 	}
 	tokens, err := parseTokens(c.AuthTokens)
 	if err != nil {

@@ -3,6 +3,11 @@
 // and health, /healthz, /readyz and /metrics.
 //
 // Configuration comes from the environment; see README.md.
+//
+// Usage:
+//
+//	api           serve the API
+//	api migrate   apply the MySQL schema to UNKEY_MYSQL_DSN (idempotent) and exit
 package main
 
 import (
@@ -13,16 +18,59 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/unkeyed/ratelimit/db"
 )
 
 func main() {
-	if err := run(context.Background(), os.Environ(), os.Stderr); err != nil {
+	var err error
+	switch args := os.Args[1:]; {
+	case len(args) == 0:
+		err = run(context.Background(), os.Environ(), os.Stderr)
+	case len(args) == 1 && args[0] == "migrate":
+		err = migrate(context.Background(), os.Environ())
+	default:
+		err = fmt.Errorf("unknown arguments %q; usage: api [migrate]", args)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "api:", err)
 		os.Exit(1)
 	}
+}
+
+// migrate applies the schema to the database UNKEY_MYSQL_DSN names.
+func migrate(ctx context.Context, environ []string) error {
+	var dsn string
+	for _, kv := range environ {
+		if v, ok := strings.CutPrefix(kv, "UNKEY_MYSQL_DSN="); ok {
+			dsn = v
+		}
+	}
+	if dsn == "" {
+		return fmt.Errorf("migrate: UNKEY_MYSQL_DSN is not set")
+	}
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return fmt.Errorf("migrate: UNKEY_MYSQL_DSN: %w", err)
+	}
+	sqlDB, err := openMySQL(cfg)
+	if err != nil {
+		return err
+	}
+	defer sqlDB.Close()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := db.Migrate(ctx, sqlDB); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	fmt.Println("schema applied to", cfg.Addr+"/"+cfg.DBName)
+	return nil
 }
 
 // run starts the API with the configuration in environ and serves until
@@ -34,6 +82,7 @@ func run(ctx context.Context, environ []string, logOut io.Writer) error {
 	}
 	logger := slog.New(cfg.logHandler(logOut))
 	redis.SetLogger(redisLogger{logger})
+	mysql.SetLogger(slog.NewLogLogger(logger.Handler(), slog.LevelDebug))
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	srv, err := newServer(cfg, logger)

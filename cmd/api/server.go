@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
+	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -58,6 +60,15 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		closers = append(closers, client.Close)
 		opts = append(opts, ratelimit.WithOrigin(ratelimit.NewRedisOrigin(client)))
 		logger.Info("regional origin configured", "redis", cfg.redis.Addr)
+	}
+	if cfg.mysql != nil {
+		sqlDB, err := openMySQL(cfg.mysql)
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, sqlDB.Close)
+		opts = append(opts, ratelimit.WithGlobalStore(ratelimit.NewMySQLStore(sqlDB)))
+		logger.Info("global counters configured", "mysql", cfg.mysql.Addr, "database", cfg.mysql.DBName)
 	}
 	limiter, err := ratelimit.New(cfg.Region, opts...)
 	if err != nil {
@@ -155,4 +166,19 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 		serveErr = nil
 	}
 	return serveErr
+}
+
+// openMySQL opens a connection pool for the global counters. The loops use
+// at most two connections at a time (one flush, one sync); four leave room
+// for a slow one.
+func openMySQL(cfg *mysql.Config) (*sql.DB, error) {
+	connector, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("UNKEY_MYSQL_DSN: %w", err)
+	}
+	sqlDB := sql.OpenDB(connector)
+	sqlDB.SetMaxOpenConns(4)
+	sqlDB.SetMaxIdleConns(4)
+	sqlDB.SetConnMaxLifetime(5 * time.Minute)
+	return sqlDB, nil
 }

@@ -71,7 +71,7 @@ func (s *Service) Limit(ctx context.Context, req Request) (Response, error) {
 			continue
 		}
 		if s.origin != nil {
-			s.afterDecide(w, cur, now, d.success, countedCost(counted, req.Cost))
+			s.afterDecide(w, cur, now, &d, countedCost(counted, req.Cost))
 		}
 		return d.response(), nil
 	}

@@ -19,6 +19,13 @@ type metrics struct {
 	queueOverflow     *prometheus.CounterVec
 	replayExpired     prometheus.Counter
 	strictActivations prometheus.Counter
+
+	globalWrites         prometheus.Counter
+	globalWriteErrors    prometheus.Counter
+	globalRowsApplied    prometheus.Counter
+	globalSyncErrors     prometheus.Counter
+	globalEntriesCreated prometheus.Counter
+	globalRowsLastPoll   prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() float64) (*metrics, error) {
@@ -58,7 +65,31 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 		}),
 		strictActivations: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "unkey_ratelimit_strict_mode_activations_total",
-			Help: "Cells put in strict mode by a denial.",
+			Help: "Keys put in strict mode by a denial (not counting denials that extend it).",
+		}),
+		globalWrites: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "unkey_ratelimit_global_writes_total",
+			Help: "Window count rows this process published to the global store.",
+		}),
+		globalWriteErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "unkey_ratelimit_global_write_errors_total",
+			Help: "Global flushes that failed (their rows are published on a later flush).",
+		}),
+		globalRowsApplied: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "unkey_ratelimit_global_sync_rows_applied_total",
+			Help: "Rows of the global store imported into cells.",
+		}),
+		globalSyncErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "unkey_ratelimit_global_sync_errors_total",
+			Help: "Global syncs that failed.",
+		}),
+		globalEntriesCreated: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "unkey_ratelimit_global_entries_created_total",
+			Help: "Windows created by the global sync for keys this process had no traffic for (not counted in windows_created_total).",
+		}),
+		globalRowsLastPoll: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "unkey_ratelimit_global_rows_last_poll",
+			Help: "Rows the latest global sync returned.",
 		}),
 	}
 	active := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -70,7 +101,8 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 		Help: "Cells waiting for replay plus windows waiting for a background refresh.",
 	}, queueDepth)
 	for _, c := range []prometheus.Collector{m.windowsCreated, m.windowsEvicted, m.casExhausted, active,
-		m.originOps, m.originLatency, m.breakerState, m.queueOverflow, m.replayExpired, m.strictActivations, depth} {
+		m.originOps, m.originLatency, m.breakerState, m.queueOverflow, m.replayExpired, m.strictActivations, depth,
+		m.globalWrites, m.globalWriteErrors, m.globalRowsApplied, m.globalSyncErrors, m.globalEntriesCreated, m.globalRowsLastPoll} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -56,6 +56,7 @@ func (s *Service) MultiLimit(ctx context.Context, reqs []Request) (MultiResponse
 	applied := make([]counted, 0, len(reqs))
 	windows := make([]*window, len(reqs))
 	curs := make([]*cell, len(reqs))
+	decisions := make([]decision, len(reqs))
 	for range maxEvictionRetries {
 		for i := range reqs {
 			windows[i] = s.window(&keys[i])
@@ -68,7 +69,7 @@ func (s *Service) MultiLimit(ctx context.Context, reqs []Request) (MultiResponse
 		passed := true
 		for i, w := range windows {
 			d, c, ok := s.decide(w, now, reqs[i].Limit, reqs[i].Cost, true)
-			results[i], curs[i] = d.response(), c
+			results[i], curs[i], decisions[i] = d.response(), c, d
 			passed = passed && d.success
 			if ok {
 				applied = append(applied, counted{w: w, c: c, cost: reqs[i].Cost, index: i})
@@ -81,8 +82,10 @@ func (s *Service) MultiLimit(ctx context.Context, reqs []Request) (MultiResponse
 		if passed && !evicted {
 			for _, a := range applied {
 				a.w.commit(a.c, a.cost)
-				if s.origin != nil {
-					s.queueReplay(a.w, a.c, a.cost)
+			}
+			if s.origin != nil {
+				for i, w := range windows {
+					s.afterDecide(w, curs[i], now, &decisions[i], countedCost(decisions[i].success && reqs[i].Cost > 0, reqs[i].Cost))
 				}
 			}
 			return MultiResponse{Passed: true, Results: results}, nil
@@ -98,7 +101,7 @@ func (s *Service) MultiLimit(ctx context.Context, reqs []Request) (MultiResponse
 			}
 			if s.origin != nil {
 				for i, w := range windows {
-					s.afterDecide(w, curs[i], now, results[i].Success, 0)
+					s.afterDecide(w, curs[i], now, &decisions[i], 0)
 				}
 			}
 			return MultiResponse{Passed: false, Results: results}, nil

@@ -71,6 +71,9 @@ const (
 	// others decide from memory, so abuse cannot become one origin read per
 	// request.
 	strictRefreshInterval = 100 * time.Millisecond
+	// strictHeadroom: an admission that leaves at most this share of the
+	// limit makes the key strict, as a denial does.
+	strictHeadroom = 0.2
 	// maxReplayQueue bounds the cells waiting for replay or refresh. Each cell
 	// and window is queued at most once, so the queues hold at most the
 	// active cells; the bound only matters past a million of them.

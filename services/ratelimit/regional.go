@@ -40,6 +40,21 @@ func (s *Service) newBreaker() *gobreaker.CircuitBreaker[[]int64] {
 	})
 }
 
+// newGlobalBreaker returns the circuit breaker that guards the global
+// store, so that a sick database fails the next tick fast instead of
+// blocking it for globalFlushTimeout.
+func (s *Service) newGlobalBreaker() *gobreaker.CircuitBreaker[any] {
+	return gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
+		Name:        "ratelimit-global",
+		MaxRequests: 1,
+		Timeout:     globalSyncInterval,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= breakerFailures },
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			s.logger.Warn("global store circuit breaker changed state", "from", from.String(), "to", to.String())
+		},
+	})
+}
+
 // callOrigin runs call through the breaker with a timeout, and records the
 // operation's outcome and latency.
 func (s *Service) callOrigin(ctx context.Context, op string, timeout time.Duration, call func(context.Context) ([]int64, error)) ([]int64, error) {
@@ -201,14 +216,17 @@ func (s *Service) cellForMerge(w *window, seq, origin int64) *cell {
 	return c
 }
 
-// afterDecide does the origin's share of a decision on w at now: it queues
-// what was counted for replay and keeps a denying key strict for one
-// duration.
-func (s *Service) afterDecide(w *window, cur *cell, now int64, success bool, counted int64) {
+// afterDecide does the origin's share of decision d on w at now: it queues
+// what was counted for replay and keeps the key strict for one duration after
+// a denial, or after an admission that left at most strictHeadroom of the
+// limit. Near the limit is where processes that are each one admission behind
+// the others would together admit too much; strict decisions read the origin
+// first.
+func (s *Service) afterDecide(w *window, cur *cell, now int64, d *decision, counted int64) {
 	if counted > 0 {
 		s.queueReplay(w, cur, counted)
 	}
-	if success {
+	if d.success && float64(d.remaining) > strictHeadroom*float64(d.limit) {
 		return
 	}
 	until := now + w.durationMs

@@ -41,6 +41,10 @@ type Service struct {
 	replays   queue[replayItem]
 	refreshes queue[*window]
 
+	// The global store, when there is one.
+	global        GlobalStore
+	globalBreaker *gobreaker.CircuitBreaker[any]
+
 	// lifecycle guards closed and running, so Close knows which Run to
 	// wait for.
 	lifecycle sync.Mutex
@@ -90,6 +94,9 @@ func New(region string, opts ...Option) (*Service, error) {
 	if s.origin != nil {
 		s.breaker = s.newBreaker()
 	}
+	if s.global != nil {
+		s.globalBreaker = s.newGlobalBreaker()
+	}
 	return s, nil
 }
 
@@ -104,18 +111,49 @@ func (s *Service) ActiveWindows() int {
 	return s.windows.Size() + n
 }
 
-// window returns the window of k, creating it on first use.
+// window returns the window of k for a request, creating it on first use.
 func (s *Service) window(k *windowKey) *window {
 	h := s.hashKey(*k, s.seed)
 	if w, ok := s.windows.Load(h); ok && w.is(k) {
 		return w
 	}
+	w, created := s.loadOrCreate(k, h)
+	if created {
+		s.metrics.windowsCreated.Inc()
+	}
+	return w
+}
+
+// lookupWindow returns the window of k, creating it if needed, and reports
+// whether it did.
+func (s *Service) lookupWindow(k *windowKey) (*window, bool) {
+	h := s.hashKey(*k, s.seed)
+	if w, ok := s.windows.Load(h); ok && w.is(k) {
+		return w, false
+	}
 	return s.loadOrCreate(k, h)
 }
 
+// forEachWindow calls f for every window held in memory.
+func (s *Service) forEachWindow(f func(*window)) {
+	s.windows.Range(func(_ uint64, w *window) bool {
+		f(w)
+		return true
+	})
+	s.collided.mu.Lock()
+	collided := make([]*window, 0, len(s.collided.m))
+	for _, w := range s.collided.m {
+		collided = append(collided, w)
+	}
+	s.collided.mu.Unlock()
+	for _, w := range collided {
+		f(w)
+	}
+}
+
 // loadOrCreate is the slow path of window: the key is new, or its hash is
-// owned by another key.
-func (s *Service) loadOrCreate(k *windowKey, h uint64) *window {
+// owned by another key. It reports whether it created the window.
+func (s *Service) loadOrCreate(k *windowKey, h uint64) (*window, bool) {
 	var created *window
 	w, _ := s.windows.Compute(h, func(old *window, loaded bool) (*window, xsync.ComputeOp) {
 		if loaded {
@@ -125,28 +163,25 @@ func (s *Service) loadOrCreate(k *windowKey, h uint64) *window {
 		return created, xsync.UpdateOp
 	})
 	if w.is(k) {
-		if w == created {
-			s.metrics.windowsCreated.Inc()
-		}
-		return w
+		return w, w == created
 	}
 	s.collided.mu.Lock()
 	defer s.collided.mu.Unlock()
 	if w, ok := s.collided.m[*k]; ok {
-		return w
+		return w, false
 	}
 	if s.collided.m == nil {
 		s.collided.m = make(map[windowKey]*window)
 	}
 	w = newWindow(k)
 	s.collided.m[*k] = w
-	s.metrics.windowsCreated.Inc()
-	return w
+	return w, true
 }
 
 // Run runs the background loops until ctx is done or [Service.Close] is
-// called: the janitor and, with an origin, the replay and refresh loop, which
-// replays what is still unreplayed one last time before Run returns. It
+// called: the janitor; with an origin, the replay and refresh loop; with a
+// global store, the flush and sync loop. Before Run returns, the first
+// replays what is still unreplayed and the second flushes once more. It
 // returns ctx's error, or nil after Close.
 func (s *Service) Run(ctx context.Context) error {
 	s.lifecycle.Lock()
@@ -181,6 +216,9 @@ func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	if s.origin != nil {
 		wg.Go(func() { s.runOrigin(ctx) })
+	}
+	if s.global != nil {
+		wg.Go(func() { s.runGlobal(ctx) })
 	}
 	s.runJanitor(ctx)
 	wg.Wait()

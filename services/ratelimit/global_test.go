@@ -1,0 +1,252 @@
+package ratelimit
+
+import (
+	"context"
+	"database/sql"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/unkeyed/ratelimit/db"
+	"github.com/unkeyed/ratelimit/internal/testserver"
+)
+
+// region is one region's limiter on a shared database, with the global loop
+// driven by hand.
+type region struct {
+	*Service
+	st *globalState
+}
+
+func openGlobalDB(t *testing.T) (*testserver.MariaDB, *sql.DB) {
+	t.Helper()
+	m := testserver.StartMariaDB(t)
+	sqlDB, err := sql.Open("mysql", m.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sqlDB.Close() })
+	if err := db.Migrate(context.Background(), sqlDB); err != nil {
+		t.Fatal(err)
+	}
+	return m, sqlDB
+}
+
+func newRegion(t *testing.T, name string, sqlDB *sql.DB, clock Clock) *region {
+	t.Helper()
+	s, err := New(name, WithClock(clock), WithGlobalStore(NewMySQLStore(sqlDB)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &region{Service: s, st: &globalState{flushed: map[*cell]flushedCount{}}}
+}
+
+func (r *region) flush() { r.flushGlobal(context.Background(), r.st) }
+func (r *region) sync()  { r.syncGlobal(context.Background(), r.st) }
+
+// rows returns "identifier/sequence/region=count" for every row.
+func rows(t *testing.T, sqlDB *sql.DB) []string {
+	t.Helper()
+	rs, err := sqlDB.Query("SELECT identifier, sequence, region, count FROM ratelimit_window_counts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	var out []string
+	for rs.Next() {
+		var id, reg string
+		var seq, count int64
+		if err := rs.Scan(&id, &seq, &reg, &count); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, id+"/"+itoa(seq)+"/"+reg+"="+itoa(count))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func spend(t *testing.T, s *Service, id string, limit, n int64) {
+	t.Helper()
+	for i := int64(0); i < n; i++ {
+		if !mustLimit(t, s, req(id, limit, time.Minute, 1)).Success {
+			t.Fatalf("request %d of %d on %s denied", i+1, n, id)
+		}
+	}
+}
+
+func TestGlobalCounterInvariants(t *testing.T) {
+	_, sqlDB := openGlobalDB(t)
+	clock := newFakeClock(600_000) // window 10 of one minute
+	us, eu := newRegion(t, "us", sqlDB, clock), newRegion(t, "eu", sqlDB, clock)
+
+	// Below the floor (5 of 10) nothing is published.
+	spend(t, us.Service, "k", 10, 4)
+	us.flush()
+	if got := rows(t, sqlDB); len(got) != 0 {
+		t.Fatalf("rows below the utilization floor: %v", got)
+	}
+	spend(t, us.Service, "k", 10, 2) // 6 of 10
+	us.flush()
+	us.flush() // unchanged: the change filter writes nothing
+	if got := testutil.ToFloat64(us.metrics.globalWrites); got != 1 {
+		t.Fatalf("%v rows written for one changed cell flushed twice, want 1", got)
+	}
+	// eu imports us's 6 and counts it in its decisions.
+	eu.sync()
+	if resp := mustLimit(t, eu.Service, req("k", 10, time.Minute, 0)); resp.Remaining != 4 {
+		t.Fatalf("eu sees %d remaining after us spent 6 of 10, want 4", resp.Remaining)
+	}
+	// eu spends 3 (below its own floor, but the cell is shared already, so
+	// eu publishes too) and imports are never published back.
+	spend(t, eu.Service, "k", 10, 3)
+	for range 3 {
+		us.flush()
+		eu.flush()
+		us.sync()
+		eu.sync()
+	}
+	want := []string{"k/10/eu=3", "k/10/us=6"}
+	if got := rows(t, sqlDB); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("rows after several rounds = %v, want %v (imported counts republished?)", got, want)
+	}
+	if resp := mustLimit(t, us.Service, req("k", 10, time.Minute, 0)); resp.Remaining != 1 {
+		t.Fatalf("us sees %d remaining, want 1 (6 own + 3 imported)", resp.Remaining)
+	}
+
+	// An older, delayed publish never lowers a component; publishing twice
+	// is harmless.
+	store := NewMySQLStore(sqlDB)
+	cell := Cell{Workspace: "ws", Namespace: "ns", Identifier: "k", Duration: time.Minute, Sequence: 10}
+	for _, n := range []int64{2, 6, 6} {
+		if _, err := store.Publish(context.Background(), "us", []CellCount{{Cell: cell, Count: n}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := rows(t, sqlDB); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("rows after a stale and a repeated publish = %v, want %v", got, want)
+	}
+
+	// The own row only raises the regional count: another process of us
+	// published 8; this process holds 6 and rises to 8. A lower own row
+	// changes nothing.
+	if _, err := store.Publish(context.Background(), "us", []CellCount{{Cell: cell, Count: 8}}); err != nil {
+		t.Fatal(err)
+	}
+	us2 := newRegion(t, "us", sqlDB, clock)
+	spend(t, us2.Service, "k", 10, 1)
+	us.sync()
+	us2.sync()
+	w, _ := us.lookupWindow(&windowKey{"ws", "ns", "k", 60_000})
+	cur, _, _ := w.cellsAt(10, true)
+	if got := cur.count.Load(); got != 8 {
+		t.Fatalf("us's regional count = %d after its own row says 8, want 8", got)
+	}
+	w2, _ := us2.lookupWindow(&windowKey{"ws", "ns", "k", 60_000})
+	cur2, _, _ := w2.cellsAt(10, true)
+	if cur2.count.Load() != 8 || cur2.global.Load() != 3 {
+		t.Fatalf("us2: count %d global %d, want 8 and 3", cur2.count.Load(), cur2.global.Load())
+	}
+}
+
+// TestGlobalConvergesInAnyOrder publishes and imports in different orders
+// across three regions; every order ends with the same sums.
+func TestGlobalConvergesInAnyOrder(t *testing.T) {
+	orders := [][]string{
+		{"a.flush", "b.flush", "c.flush", "a.sync", "b.sync", "c.sync"},
+		{"c.sync", "c.flush", "b.sync", "a.sync", "b.flush", "a.flush", "c.sync", "b.sync", "a.sync"},
+		{"b.flush", "a.sync", "c.flush", "b.sync", "a.flush", "c.sync", "a.sync", "b.sync"},
+	}
+	var results []string
+	for _, order := range orders {
+		_, sqlDB := openGlobalDB(t)
+		clock := newFakeClock(600_000)
+		regions := map[string]*region{}
+		for i, name := range []string{"a", "b", "c"} {
+			regions[name] = newRegion(t, name, sqlDB, clock)
+			spend(t, regions[name].Service, "k", 12, int64(6+i)) // 6, 7, 8 of 12: all above the floor
+		}
+		for _, step := range order {
+			name, op, _ := strings.Cut(step, ".")
+			if op == "flush" {
+				regions[name].flush()
+			} else {
+				regions[name].sync()
+			}
+		}
+		// Finish with a full round, as the loops would.
+		for _, name := range []string{"a", "b", "c"} {
+			regions[name].flush()
+		}
+		var sums []string
+		for _, name := range []string{"a", "b", "c"} {
+			regions[name].sync()
+			w, _ := regions[name].lookupWindow(&windowKey{"ws", "ns", "k", 60_000})
+			cur, _, _ := w.cellsAt(10, true)
+			sums = append(sums, name+":"+itoa(cur.count.Load())+"+"+itoa(cur.global.Load()))
+		}
+		results = append(results, strings.Join(sums, " ")+" | "+strings.Join(rows(t, sqlDB), " "))
+	}
+	want := "a:6+15 b:7+14 c:8+13 | k/10/a=6 k/10/b=7 k/10/c=8"
+	for i, r := range results {
+		if r != want {
+			t.Fatalf("order %d ended with %q, want %q", i, r, want)
+		}
+	}
+}
+
+// TestBatchesAreNeverPublished holds a batch open (speculative increments
+// applied, not committed) while flushing: only committed counts reach the
+// store.
+func TestSpeculativeCountsAreNeverPublished(t *testing.T) {
+	_, sqlDB := openGlobalDB(t)
+	clock := newFakeClock(600_000)
+	us := newRegion(t, "us", sqlDB, clock)
+	spend(t, us.Service, "k", 10, 4)
+	w, _ := us.lookupWindow(&windowKey{"ws", "ns", "k", 60_000})
+	cur, _, _ := w.cellsAt(10, true)
+	if !w.applySpeculative(cur, cur.count.Load(), 3) { // a batch in flight: 7 of 10
+		t.Fatal("speculative increment failed")
+	}
+	us.flush()
+	if got := rows(t, sqlDB); len(got) != 0 {
+		t.Fatalf("speculative increments were published: %v", got)
+	}
+	w.commit(cur, 3)
+	us.flush()
+	if got := rows(t, sqlDB); strings.Join(got, " ") != "k/10/us=7" {
+		t.Fatalf("rows after commit = %v, want k/10/us=7", got)
+	}
+}
+
+// TestMariaDBDownMidFlush kills the database: decisions go on, the flush
+// fails and counts it, and once the database is back the unwritten rows are
+// written.
+func TestMariaDBDownMidFlush(t *testing.T) {
+	m, sqlDB := openGlobalDB(t)
+	clock := newFakeClock(600_000)
+	us := newRegion(t, "us", sqlDB, clock)
+	spend(t, us.Service, "k", 10, 6)
+	m.Kill()
+	spend(t, us.Service, "k", 10, 2) // requests unaffected
+	us.flush()
+	us.sync()
+	if got := testutil.ToFloat64(us.metrics.globalWriteErrors); got != 1 {
+		t.Fatalf("write errors = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(us.metrics.globalSyncErrors); got != 1 {
+		t.Fatalf("sync errors = %v, want 1", got)
+	}
+	m.Start()
+	eventually(t, "the flush after restart", func() bool {
+		us.globalBreaker = us.newGlobalBreaker() // do not wait out the open breaker
+		us.flush()
+		got := rows(t, sqlDB)
+		return len(got) == 1 && got[0] == "k/10/us=8"
+	})
+}

@@ -1,0 +1,98 @@
+package ratelimit
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/unkeyed/ratelimit/db"
+)
+
+// MySQLStore is a [GlobalStore] on the ratelimit_window_counts table of a
+// MySQL-compatible database (MySQL 8, MariaDB 10.6+).
+type MySQLStore struct {
+	q *db.Queries
+}
+
+// NewMySQLStore returns a store on sqlDB. It does not take ownership:
+// closing sqlDB is the caller's job.
+func NewMySQLStore(sqlDB *sql.DB) *MySQLStore {
+	return &MySQLStore{q: db.New(sqlDB)}
+}
+
+// deadlockRetries is how often a chunk is sent again after InnoDB chose it as
+// a deadlock victim (or timed out waiting for a lock). Writers sort their rows
+// in key order, so deadlocks need writers outside this code; three tries
+// ride out a transient one.
+const deadlockRetries = 3
+
+// Publish upserts counts in chunks of db.WindowCountsBulkUpsertMaxRows, in
+// the order given; callers sort them in unique-key order.
+func (m *MySQLStore) Publish(ctx context.Context, region string, counts []CellCount) (int, error) {
+	now := uint64(time.Now().UnixMilli())
+	rows := make([]db.WindowCountsUpsertParams, 0, min(len(counts), db.WindowCountsBulkUpsertMaxRows))
+	for start := 0; start < len(counts); start += db.WindowCountsBulkUpsertMaxRows {
+		chunk := counts[start:min(start+db.WindowCountsBulkUpsertMaxRows, len(counts))]
+		rows = rows[:0]
+		for _, c := range chunk {
+			durMs := c.Cell.Duration.Milliseconds()
+			rows = append(rows, db.WindowCountsUpsertParams{
+				WorkspaceID: c.Cell.Workspace,
+				Namespace:   c.Cell.Namespace,
+				Identifier:  c.Cell.Identifier,
+				DurationMs:  uint64(durMs),
+				Sequence:    c.Cell.Sequence,
+				Region:      region,
+				Count:       uint64(max(c.Count, 0)),
+				ExpiresAt:   uint64((c.Cell.Sequence + 2) * durMs),
+				UpdatedAt:   now,
+			})
+		}
+		var err error
+		for attempt := 0; attempt < deadlockRetries; attempt++ {
+			if err = m.q.WindowCountsBulkUpsert(ctx, rows); !retryable(err) {
+				break
+			}
+			time.Sleep(time.Duration(attempt+1) * 10 * time.Millisecond)
+		}
+		if err != nil {
+			return start, fmt.Errorf("upsert %d window counts: %w", len(rows), err)
+		}
+	}
+	return len(counts), nil
+}
+
+// retryable reports whether err is a deadlock or lock wait timeout, after
+// which InnoDB has rolled the statement back and it can be sent again.
+func retryable(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
+}
+
+// Sync returns the live cells with this region's component and the sum of
+// the others'.
+func (m *MySQLStore) Sync(ctx context.Context, region string, now time.Time) ([]GlobalCount, error) {
+	rows, err := m.q.WindowCountsSync(ctx, db.WindowCountsSyncParams{Region: region, Now: uint64(now.UnixMilli())})
+	if err != nil {
+		return nil, fmt.Errorf("sync window counts: %w", err)
+	}
+	out := make([]GlobalCount, len(rows))
+	for i, r := range rows {
+		out[i] = GlobalCount{
+			Cell: Cell{
+				Workspace:  r.WorkspaceID,
+				Namespace:  r.Namespace,
+				Identifier: r.Identifier,
+				Duration:   time.Duration(r.DurationMs) * time.Millisecond,
+				Sequence:   r.Sequence,
+			},
+			Own:    r.Own,
+			Others: r.Imported,
+		}
+	}
+	return out, nil
+}
