@@ -6,7 +6,7 @@ PKGS      := ./...
 BENCHTIME ?= 2s
 BENCHCOUNT ?= 5
 
-.PHONY: help run test test-go deps check-generated generate lint bench accuracy tools
+.PHONY: help run test test-go deps check-generated generate lint bench accuracy tools migrate
 
 # apt-get needs root; elsewhere it goes through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -19,10 +19,14 @@ run: ## the API on :7070, region "local", in memory only
 
 test: deps check-generated lint test-go ## everything CI runs: generated code, lint, every test under -race
 
-deps: ## install the servers the tests start (redis-server) where they are missing
-	@command -v redis-server >/dev/null 2>&1 || { \
-		echo "installing redis-server"; \
-		$(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server; }
+deps: ## install the servers the tests start (redis-server, mariadb-server) where they are missing
+	@missing=""; \
+		command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+		{ command -v mariadbd || test -x /usr/sbin/mariadbd; } >/dev/null 2>&1 && command -v mariadb-install-db >/dev/null 2>&1 || missing="$$missing mariadb-server"; \
+		if [ -n "$$missing" ]; then \
+			echo "installing$$missing"; \
+			$(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+		fi
 
 test-go: deps ## the Go tests, under the race detector
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
@@ -45,6 +49,10 @@ lint: ## gofmt, go vet, staticcheck and buf lint
 
 bench: ## the limiter's benchmarks beside golang.org/x/time/rate, for docs/BENCHMARKS.md
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) ./services/ratelimit/
+
+migrate: ## apply the MySQL schema to UNKEY_MYSQL_DSN (idempotent)
+	@test -n "$$UNKEY_MYSQL_DSN" || { echo "set UNKEY_MYSQL_DSN, e.g. root@tcp(127.0.0.1:3306)/ratelimit"; exit 1; }
+	$(GO) run ./cmd/api migrate
 
 accuracy: ## rewrite the single-process accuracy table of docs/ACCURACY.md
 	ACCURACY_REPORT=$(CURDIR)/docs/ACCURACY.md $(GO) test -count=1 -run 'TestWrite.*Report' -timeout 30m ./services/ratelimit/

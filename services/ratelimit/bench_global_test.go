@@ -1,0 +1,141 @@
+package ratelimit
+
+import (
+	"context"
+	"database/sql"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/unkeyed/ratelimit/db"
+	"github.com/unkeyed/ratelimit/internal/testserver"
+)
+
+// discardStore is a GlobalStore that keeps nothing, to time the flush walk
+// alone.
+type discardStore struct{ published int }
+
+func (d *discardStore) Publish(_ context.Context, _ string, counts []CellCount) (int, error) {
+	d.published += len(counts)
+	return len(counts), nil
+}
+
+func (d *discardStore) Sync(context.Context, string, time.Time) ([]GlobalCount, error) {
+	return nil, nil
+}
+
+// BenchmarkFlushWalk240k walks 240,000 windows (the RFC's 10× scale), 10 %
+// of them above the utilization floor, collecting and sorting what to
+// publish, with a store that discards it.
+func BenchmarkFlushWalk240k(b *testing.B) {
+	clock := newFakeClock(600_000)
+	store := &discardStore{}
+	s, err := New("us", WithClock(clock), WithGlobalStore(store))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := 0; i < 240_000; i++ {
+		cost := int64(1)
+		if i%10 == 0 {
+			cost = 60 // above the floor of 50
+		}
+		s.Limit(ctx, Request{Workspace: "ws", Namespace: "api", Identifier: "user_" + strconv.Itoa(i), Limit: 100, Duration: time.Minute, Cost: cost})
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		st := &globalState{flushed: map[*cell]flushedCount{}} // every hot cell changed
+		s.flushGlobal(ctx, st)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(store.published)/float64(b.N), "rows/flush")
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/flush")
+}
+
+func benchDB(b *testing.B) *sql.DB {
+	m := testserver.StartMariaDB(b)
+	sqlDB, err := sql.Open("mysql", m.DSN)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { sqlDB.Close() })
+	if err := db.Migrate(context.Background(), sqlDB); err != nil {
+		b.Fatal(err)
+	}
+	return sqlDB
+}
+
+// BenchmarkBulkUpsert5k publishes 5,000 changed rows in one flush against a
+// real MariaDB (one chunk: one statement).
+func BenchmarkBulkUpsert5k(b *testing.B) {
+	store := NewMySQLStore(benchDB(b))
+	counts := make([]CellCount, 5000)
+	for i := range counts {
+		counts[i] = CellCount{Cell: Cell{Workspace: "ws", Namespace: "api", Identifier: "user_" + strconv.Itoa(i),
+			Duration: time.Minute, Sequence: 29_000_000}, Count: 50}
+	}
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j := range counts {
+			counts[j].Count++ // every row changes, as in a busy flush
+		}
+		if _, err := store.Publish(ctx, "us", counts); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/upsert")
+}
+
+// BenchmarkSync45k reads 45,000 live cells published by other regions (the
+// RFC's 10× scale) from a real MariaDB and imports them into the limiter.
+func BenchmarkSync45k(b *testing.B) {
+	sqlDB := benchDB(b)
+	store := NewMySQLStore(sqlDB)
+	now := time.Now()
+	seq := now.UnixMilli() / 60_000
+	counts := make([]CellCount, 45_000)
+	for i := range counts {
+		counts[i] = CellCount{Cell: Cell{Workspace: "ws", Namespace: "api", Identifier: "user_" + strconv.Itoa(i),
+			Duration: time.Minute, Sequence: seq}, Count: 50}
+	}
+	ctx := context.Background()
+	if _, err := store.Publish(ctx, "eu", counts); err != nil {
+		b.Fatal(err)
+	}
+	s, err := New("us", WithGlobalStore(store))
+	if err != nil {
+		b.Fatal(err)
+	}
+	st := &globalState{flushed: map[*cell]flushedCount{}}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		s.syncGlobal(ctx, st)
+	}
+	b.StopTimer()
+	if got := s.ActiveWindows(); got != 45_000 {
+		b.Fatalf("%d windows after sync, want 45,000", got)
+	}
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/sync")
+}
+
+// BenchmarkLimitWarmWithGlobal is BenchmarkLimitWarm with the flush and sync
+// loop running against a real MariaDB.
+func BenchmarkLimitWarmWithGlobal(b *testing.B) {
+	s, err := New("us", WithGlobalStore(NewMySQLStore(benchDB(b))))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	rq := Request{Workspace: "ws_1234", Namespace: "api.requests", Identifier: "user_42",
+		Limit: 1 << 53, Duration: time.Minute, Cost: 1}
+	s.Limit(context.Background(), rq)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		s.Limit(context.Background(), rq)
+	}
+}
