@@ -40,10 +40,20 @@ func StartMariaDB(t testing.TB) *MariaDB {
 	}
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
-	out, err := exec.Command(install, "--no-defaults", "--datadir="+data, "--user=root",
-		"--auth-root-authentication-method=normal", "--skip-test-db").CombinedOutput()
-	if err != nil {
-		t.Fatalf("mariadb-install-db: %v\n%s", err, out)
+	// The bootstrap sometimes fails when many run at once on a loaded
+	// machine (go test runs packages in parallel): try it a few times, each
+	// in a fresh directory.
+	for attempt := 1; ; attempt++ {
+		out, err := exec.Command(install, "--no-defaults", "--datadir="+data, "--user=root",
+			"--auth-root-authentication-method=normal", "--skip-test-db").CombinedOutput()
+		if err == nil {
+			break
+		}
+		if attempt == 3 {
+			t.Fatalf("mariadb-install-db: %v\n%s", err, out)
+		}
+		t.Logf("mariadb-install-db failed (attempt %d): %v; trying again", attempt, err)
+		data = filepath.Join(dir, "data"+strconv.Itoa(attempt))
 	}
 	m := &MariaDB{Port: FreePort(t)}
 	m.proc = process{t: t, name: server, log: filepath.Join(dir, "mariadb.log"), args: []string{
