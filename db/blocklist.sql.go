@@ -30,6 +30,17 @@ func (q *Queries) BlocklistDeleteExpired(ctx context.Context, arg BlocklistDelet
 	return result.RowsAffected()
 }
 
+const blocklistDropTable = `-- name: BlocklistDropTable :exec
+DROP TABLE IF EXISTS ratelimit_blocklist
+`
+
+// BlocklistDropTable drops the legacy table: the last stage of its
+// retirement. IF EXISTS makes a repeated drop harmless.
+func (q *Queries) BlocklistDropTable(ctx context.Context) error {
+	_, err := q.db.ExecContext(ctx, blocklistDropTable)
+	return err
+}
+
 const blocklistListActive = `-- name: BlocklistListActive :many
 SELECT workspace_id, namespace, identifier, duration_ms, sequence, expires_at
 FROM ratelimit_blocklist

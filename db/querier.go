@@ -12,6 +12,9 @@ type Querier interface {
 	// BlocklistDeleteExpired deletes at most limit rows that expired before
 	// cutoff.
 	BlocklistDeleteExpired(ctx context.Context, arg BlocklistDeleteExpiredParams) (int64, error)
+	// BlocklistDropTable drops the legacy table: the last stage of its
+	// retirement. IF EXISTS makes a repeated drop harmless.
+	BlocklistDropTable(ctx context.Context) error
 	// BlocklistListActive lists the rows that have not expired at now.
 	BlocklistListActive(ctx context.Context, expiresAt uint64) ([]BlocklistListActiveRow, error)
 	// BlocklistStats returns the number of rows, the latest expiry and the latest

@@ -27,3 +27,8 @@ SELECT
     CAST(COALESCE(MAX(expires_at), 0) AS SIGNED) AS latest_expires_at,
     CAST(COALESCE(MAX(created_at), 0) AS SIGNED) AS latest_created_at
 FROM ratelimit_blocklist;
+
+-- name: BlocklistDropTable :exec
+-- BlocklistDropTable drops the legacy table: the last stage of its
+-- retirement. IF EXISTS makes a repeated drop harmless.
+DROP TABLE IF EXISTS ratelimit_blocklist;

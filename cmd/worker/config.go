@@ -1,0 +1,80 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+
+	"github.com/caarlos0/env/v11"
+	"github.com/go-sql-driver/mysql"
+)
+
+// config is the worker's configuration, read from the environment.
+type config struct {
+	MySQLDSN   string `env:"UNKEY_MYSQL_DSN,required"`
+	AdminURL   string `env:"UNKEY_RESTATE_ADMIN_URL" envDefault:"http://127.0.0.1:9070"`
+	IngressURL string `env:"UNKEY_RESTATE_INGRESS_URL" envDefault:"http://127.0.0.1:8080"`
+	WorkerAddr string `env:"UNKEY_WORKER_ADDR" envDefault:":9080"`
+	// WorkerURL is where restate-server reaches this worker; by default
+	// http://127.0.0.1:<port of UNKEY_WORKER_ADDR>.
+	WorkerURL string `env:"UNKEY_WORKER_URL"`
+	LogLevel  string `env:"UNKEY_LOG_LEVEL" envDefault:"info"`
+	LogFormat string `env:"UNKEY_LOG_FORMAT" envDefault:"json"`
+
+	level slog.Level
+	mysql *mysql.Config
+}
+
+// loadConfig reads the configuration from environ. Errors name the variable.
+func loadConfig(environ []string) (config, error) {
+	vars := make(map[string]string, len(environ))
+	for _, kv := range environ {
+		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
+	}
+	var c config
+	if err := env.ParseWithOptions(&c, env.Options{Environment: vars}); err != nil {
+		return config{}, err
+	}
+	dsn, err := mysql.ParseDSN(c.MySQLDSN)
+	if err != nil || dsn.DBName == "" {
+		return config{}, fmt.Errorf("UNKEY_MYSQL_DSN: must be a go-sql-driver/mysql DSN naming a database, such as user:password@tcp(host:3306)/ratelimit")
+	}
+	if _, set := dsn.Params["interpolateParams"]; !set {
+		dsn.InterpolateParams = true
+	}
+	c.mysql = dsn
+	for name, v := range map[string]string{"UNKEY_RESTATE_ADMIN_URL": c.AdminURL, "UNKEY_RESTATE_INGRESS_URL": c.IngressURL} {
+		if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return config{}, fmt.Errorf("%s: must be an http:// or https:// URL, got %q", name, v)
+		}
+	}
+	_, port, err := net.SplitHostPort(c.WorkerAddr)
+	if err != nil || port == "" {
+		return config{}, fmt.Errorf("UNKEY_WORKER_ADDR: must be host:port or :port, got %q", c.WorkerAddr)
+	}
+	if c.WorkerURL == "" {
+		c.WorkerURL = "http://127.0.0.1:" + port
+	} else if u, err := url.Parse(c.WorkerURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return config{}, fmt.Errorf("UNKEY_WORKER_URL: must be an http:// or https:// URL, got %q", c.WorkerURL)
+	}
+	if err := c.level.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return config{}, fmt.Errorf("UNKEY_LOG_LEVEL: must be debug, info, warn or error, got %q", c.LogLevel)
+	}
+	if c.LogFormat != "json" && c.LogFormat != "text" {
+		return config{}, fmt.Errorf("UNKEY_LOG_FORMAT: must be json or text, got %q", c.LogFormat)
+	}
+	return c, nil
+}
+
+// logHandler returns the log handler c asks for, writing to w.
+func (c config) logHandler(w io.Writer) slog.Handler {
+	opts := &slog.HandlerOptions{Level: c.level}
+	if c.LogFormat == "text" {
+		return slog.NewTextHandler(w, opts)
+	}
+	return slog.NewJSONHandler(w, opts)
+}

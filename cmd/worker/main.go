@@ -1,0 +1,50 @@
+// Command worker is the Restate service endpoint that hosts the rate
+// limiter's durable background jobs: the cleanup schedule of expired
+// ratelimit_window_counts rows (workflows/cleanup) and the staged retirement
+// of the legacy ratelimit_blocklist table (workflows/blocklistdrain).
+//
+// On start it serves the handlers (h2c), registers itself with the Restate
+// admin API (idempotent; it retries until the admin API answers) and starts
+// the cleanup schedule if none is running. Configuration comes from the
+// environment; see README.md.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	if err := run(context.Background(), os.Environ(), os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+}
+
+// run starts the worker with the configuration in environ and serves until
+// SIGTERM or SIGINT.
+func run(ctx context.Context, environ []string, logOut io.Writer) error {
+	cfg, err := loadConfig(environ)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(cfg.logHandler(logOut))
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	w, err := newWorker(cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer w.close()
+	ln, err := net.Listen("tcp", cfg.WorkerAddr)
+	if err != nil {
+		return fmt.Errorf("listen on UNKEY_WORKER_ADDR %s: %w", cfg.WorkerAddr, err)
+	}
+	return w.serve(ctx, ln)
+}

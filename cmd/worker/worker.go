@@ -1,0 +1,154 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	restate "github.com/restatedev/sdk-go"
+	"github.com/restatedev/sdk-go/server"
+
+	"github.com/unkeyed/ratelimit/db"
+	"github.com/unkeyed/ratelimit/workflows/blocklistdrain"
+	"github.com/unkeyed/ratelimit/workflows/cleanup"
+)
+
+const (
+	// shutdownTimeout bounds how long in-flight invocations may take to
+	// finish after SIGTERM; Restate retries whatever did not.
+	shutdownTimeout = 20 * time.Second
+	// retryEvery is the pause between attempts to reach restate-server at
+	// start-up.
+	retryEvery = time.Second
+)
+
+// worker is the Restate service endpoint with its database.
+type worker struct {
+	cfg     config
+	logger  *slog.Logger
+	sqlDB   *sql.DB
+	handler http.Handler
+	client  *http.Client
+}
+
+// newWorker wires the handlers. It starts nothing.
+func newWorker(cfg config, logger *slog.Logger) (*worker, error) {
+	connector, err := mysql.NewConnector(cfg.mysql)
+	if err != nil {
+		return nil, fmt.Errorf("UNKEY_MYSQL_DSN: %w", err)
+	}
+	sqlDB := sql.OpenDB(connector)
+	sqlDB.SetMaxOpenConns(4)
+	q := db.New(sqlDB)
+	h, err := server.NewRestate().
+		WithLogger(logger.Handler(), true).
+		Bind(restate.Reflect(cleanup.New(q))).
+		Bind(restate.Reflect(blocklistdrain.New(q))).
+		Handler()
+	if err != nil {
+		sqlDB.Close()
+		return nil, fmt.Errorf("restate handler: %w", err)
+	}
+	return &worker{cfg: cfg, logger: logger, sqlDB: sqlDB, handler: h, client: &http.Client{Timeout: 10 * time.Second}}, nil
+}
+
+func (w *worker) close() error { return w.sqlDB.Close() }
+
+// serve serves the handlers on ln (HTTP/2 without TLS, as Restate speaks
+// it), registers the worker and starts the cleanup schedule, until ctx is
+// done.
+func (w *worker) serve(ctx context.Context, ln net.Listener) error {
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Handler: w.handler, Protocols: &protocols, ReadHeaderTimeout: 5 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	w.logger.Info("serving restate handlers", "addr", ln.Addr().String(), "url", w.cfg.WorkerURL)
+
+	setupDone := make(chan struct{})
+	go func() {
+		defer close(setupDone)
+		if err := w.register(ctx); err != nil {
+			return
+		}
+		w.startCleanup(ctx)
+	}()
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if serr := srv.Shutdown(shutdownCtx); serr != nil {
+		err = errors.Join(err, fmt.Errorf("shut down: %w", serr))
+	}
+	<-setupDone
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// register registers the worker's URL with the Restate admin API, retrying
+// until it answers or ctx is done. Registering the same URL again is
+// harmless: Restate keeps the deployment if its services did not change.
+func (w *worker) register(ctx context.Context) error {
+	body, _ := json.Marshal(map[string]any{"uri": w.cfg.WorkerURL})
+	return w.retry(ctx, "register with restate", func() error {
+		return w.post(ctx, strings.TrimSuffix(w.cfg.AdminURL, "/")+"/deployments", body)
+	})
+}
+
+// startCleanup starts the default cleanup schedule through Restate's
+// ingress. Start is idempotent: a running schedule is left as it is.
+func (w *worker) startCleanup(ctx context.Context) {
+	url := fmt.Sprintf("%s/%s/%s/Start", strings.TrimSuffix(w.cfg.IngressURL, "/"), cleanup.ServiceName, cleanup.DefaultKey)
+	w.retry(ctx, "start the cleanup schedule", func() error { return w.post(ctx, url, []byte("{}")) })
+}
+
+func (w *worker) retry(ctx context.Context, what string, f func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := f()
+		if err == nil {
+			w.logger.Info(what+": done", "attempts", attempt)
+			return nil
+		}
+		w.logger.Warn(what+": retrying", "attempt", attempt, "error", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(retryEvery):
+		}
+	}
+}
+
+func (w *worker) post(ctx context.Context, url string, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := w.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("POST %s: %s: %s", url, resp.Status, bytes.TrimSpace(msg))
+	}
+	return nil
+}

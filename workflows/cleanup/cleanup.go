@@ -1,0 +1,220 @@
+// Package cleanup is the cron-like job that deletes expired rows of
+// ratelimit_window_counts. It is a Restate virtual object: each key is one
+// schedule, whose runs delete expired rows in bounded batches, each batch a
+// durable step, and then send the next run to the same key with a delay.
+// Restate keeps the chain alive across restarts of the worker and of
+// restate-server; the object's exclusive handlers keep it to one chain per
+// key however often it is started.
+package cleanup
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	restate "github.com/restatedev/sdk-go"
+
+	"github.com/unkeyed/ratelimit/db"
+)
+
+// ServiceName is the Restate service name of the cleanup object.
+const ServiceName = "Cleanup"
+
+// DefaultKey names the schedule the worker starts.
+const DefaultKey = "window-counts"
+
+// Defaults of a schedule. Rows expire two windows after their sequence, and
+// the limiter never reads expired rows, so cleanup only bounds the table's
+// size: every five minutes keeps it within minutes of its live size.
+const (
+	DefaultInterval = 5 * time.Minute
+	minInterval     = time.Second
+	maxInterval     = 24 * time.Hour
+	// DefaultBatchSize rows go in one DELETE: small enough to hold locks
+	// for milliseconds, large enough that 100 of them clear 100,000 rows.
+	DefaultBatchSize = 1000
+	// DefaultMaxBatches bounds one run; a run that hits the bound schedules
+	// the next one right away instead of after the interval.
+	DefaultMaxBatches = 100
+	backlogDelay      = time.Second
+)
+
+// Store is what the job needs of the database: db.Queries has it.
+type Store interface {
+	WindowCountsDeleteExpired(ctx context.Context, arg db.WindowCountsDeleteExpiredParams) (int64, error)
+}
+
+// Cleanup is the Restate virtual object. Bind it with restate.Reflect.
+type Cleanup struct {
+	store      Store
+	batchSize  int32
+	maxBatches int
+}
+
+// Option configures a Cleanup.
+type Option func(*Cleanup)
+
+// WithBatches sets the rows per DELETE and the DELETEs per run.
+func WithBatches(size int32, perRun int) Option {
+	return func(c *Cleanup) { c.batchSize, c.maxBatches = size, perRun }
+}
+
+// New returns the cleanup object on store.
+func New(store Store, opts ...Option) *Cleanup {
+	c := &Cleanup{store: store, batchSize: DefaultBatchSize, maxBatches: DefaultMaxBatches}
+	for _, opt := range opts {
+		opt(c)
+	}
+	return c
+}
+
+// ServiceName names the object for Restate.
+func (*Cleanup) ServiceName() string { return ServiceName }
+
+// StartRequest starts a schedule.
+type StartRequest struct {
+	// IntervalSeconds between runs; 0 keeps the schedule's interval (or the
+	// default of 300 for a new schedule). Changing it on a running schedule
+	// applies from the next run.
+	IntervalSeconds int64 `json:"intervalSeconds,omitempty"`
+}
+
+// RunRequest is the input of a run. Runs carry the token of the chain that
+// sent them, so a run of a chain that was stopped does nothing.
+type RunRequest struct {
+	Chain string `json:"chain"`
+}
+
+// Status is what a schedule reports.
+type Status struct {
+	Scheduled       bool      `json:"scheduled"`
+	IntervalSeconds int64     `json:"intervalSeconds"`
+	Runs            int64     `json:"runs"`
+	LastRun         time.Time `json:"lastRun,omitzero"`
+	LastRunDeleted  int64     `json:"lastRunDeleted"`
+	LastRunBatches  int       `json:"lastRunBatches"`
+	TotalDeleted    int64     `json:"totalDeleted"`
+	NextRun         time.Time `json:"nextRun,omitzero"`
+}
+
+const (
+	stateStatus = "status"
+	stateChain  = "chain"
+)
+
+// Start starts the schedule unless it is running already; then it only
+// updates the interval if one is given. The first run starts at once.
+func (c *Cleanup) Start(ctx restate.ObjectContext, req StartRequest) (Status, error) {
+	st, err := restate.Get[Status](ctx, stateStatus)
+	if err != nil {
+		return Status{}, err
+	}
+	if req.IntervalSeconds != 0 {
+		d := time.Duration(req.IntervalSeconds) * time.Second
+		if d < minInterval || d > maxInterval {
+			return Status{}, restate.TerminalErrorf("intervalSeconds: must be between %d and %d", int64(minInterval/time.Second), int64(maxInterval/time.Second))
+		}
+		st.IntervalSeconds = req.IntervalSeconds
+	}
+	if st.IntervalSeconds == 0 {
+		st.IntervalSeconds = int64(DefaultInterval / time.Second)
+	}
+	chain, err := restate.Get[string](ctx, stateChain)
+	if err != nil {
+		return Status{}, err
+	}
+	if chain == "" {
+		chain = restate.UUID(ctx).String()
+		restate.Set(ctx, stateChain, chain)
+		now, nowErr := nowMs(ctx)
+		if nowErr != nil {
+			return Status{}, nowErr
+		}
+		st.Scheduled = true
+		st.NextRun = time.UnixMilli(now).UTC()
+		restate.ObjectSend(ctx, ServiceName, restate.Key(ctx), "Run").Send(RunRequest{Chain: chain})
+	}
+	restate.Set(ctx, stateStatus, st)
+	return st, nil
+}
+
+// Stop ends the schedule: its pending run finds the chain gone and does
+// nothing. Start begins a new chain.
+func (c *Cleanup) Stop(ctx restate.ObjectContext) (Status, error) {
+	st, err := restate.Get[Status](ctx, stateStatus)
+	if err != nil {
+		return Status{}, err
+	}
+	restate.Clear(ctx, stateChain)
+	st.Scheduled = false
+	st.NextRun = time.Time{}
+	restate.Set(ctx, stateStatus, st)
+	return st, nil
+}
+
+// Run deletes the rows that expired before the run began, in batches, each a
+// durable step: a run interrupted by a crash resumes after its last finished
+// batch. Then it sends the next run to itself.
+func (c *Cleanup) Run(ctx restate.ObjectContext, req RunRequest) error {
+	chain, err := restate.Get[string](ctx, stateChain)
+	if err != nil {
+		return err
+	}
+	if chain == "" || chain != req.Chain {
+		return nil // a run of a stopped or replaced chain
+	}
+	st, err := restate.Get[Status](ctx, stateStatus)
+	if err != nil {
+		return err
+	}
+	now, nowErr := nowMs(ctx)
+	if nowErr != nil {
+		return nowErr
+	}
+	var deleted int64
+	batches := 0
+	full := false
+	for batches < c.maxBatches {
+		n, err := restate.Run(ctx, func(rc restate.RunContext) (int64, error) {
+			return c.store.WindowCountsDeleteExpired(rc, db.WindowCountsDeleteExpiredParams{Cutoff: uint64(now), Limit: c.batchSize})
+		}, restate.WithName(fmt.Sprintf("delete batch %d", batches+1)))
+		if err != nil {
+			return err
+		}
+		batches++
+		deleted += n
+		if full = n >= int64(c.batchSize); !full {
+			break
+		}
+	}
+	delay := time.Duration(st.IntervalSeconds) * time.Second
+	if full {
+		delay = backlogDelay // more expired rows are waiting
+	}
+	st.Runs++
+	st.LastRun = time.UnixMilli(now).UTC()
+	st.LastRunDeleted = deleted
+	st.LastRunBatches = batches
+	st.TotalDeleted += deleted
+	st.NextRun = st.LastRun.Add(delay)
+	restate.Set(ctx, stateStatus, st)
+	restate.ObjectSend(ctx, ServiceName, restate.Key(ctx), "Run").Send(RunRequest{Chain: chain}, restate.WithDelay(delay))
+	return nil
+}
+
+// Status returns the schedule's status. It is a shared handler: it answers
+// while a run is in progress.
+func (c *Cleanup) Status(ctx restate.ObjectSharedContext) (Status, error) {
+	return restate.Get[Status](ctx, stateStatus)
+}
+
+// nowMs reads the clock as a durable step, so that a replayed run uses the
+// same cutoff as the first attempt.
+func nowMs(ctx restate.Context) (int64, error) {
+	now, err := restate.Run(ctx, func(restate.RunContext) (int64, error) { return time.Now().UnixMilli(), nil },
+		restate.WithName("now"))
+	if err != nil {
+		return 0, err
+	}
+	return now, nil
+}

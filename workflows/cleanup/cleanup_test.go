@@ -1,0 +1,252 @@
+package cleanup
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+	restate "github.com/restatedev/sdk-go"
+	"github.com/restatedev/sdk-go/server"
+
+	"github.com/unkeyed/ratelimit/db"
+	"github.com/unkeyed/ratelimit/internal/testserver"
+)
+
+// countingStore counts the DELETEs that reached the database.
+type countingStore struct {
+	q     *db.Queries
+	calls atomic.Int64
+	// block, when set, makes the call with that number wait for release
+	// without touching the database, as a worker that dies there would.
+	block   int64
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *countingStore) WindowCountsDeleteExpired(ctx context.Context, arg db.WindowCountsDeleteExpiredParams) (int64, error) {
+	n := s.calls.Add(1)
+	if n == s.block {
+		close(s.entered)
+		<-s.release
+		return 0, context.Canceled
+	}
+	return s.q.WindowCountsDeleteExpired(ctx, arg)
+}
+
+type env struct {
+	sqlDB   *sql.DB
+	restate *testserver.Restate
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	m := testserver.StartMariaDB(t)
+	sqlDB, err := sql.Open("mysql", m.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sqlDB.Close() })
+	if err := db.Migrate(context.Background(), sqlDB); err != nil {
+		t.Fatal(err)
+	}
+	return &env{sqlDB: sqlDB, restate: testserver.StartRestate(t)}
+}
+
+func (e *env) endpoint(t *testing.T, store Store, opts ...Option) *testserver.Endpoint {
+	t.Helper()
+	h, err := server.NewRestate().Bind(restate.Reflect(New(store, opts...))).Handler()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testserver.ServeEndpoint(t, e.restate, h)
+}
+
+// insert adds rows that expire at expires (unix ms).
+func (e *env) insert(t *testing.T, prefix string, n int, expires uint64) {
+	t.Helper()
+	q := db.New(e.sqlDB)
+	for i := 0; i < n; i++ {
+		err := q.WindowCountsUpsert(context.Background(), db.WindowCountsUpsertParams{WorkspaceID: "ws", Namespace: "ns",
+			Identifier: prefix + string(rune('a'+i)), DurationMs: 1000, Sequence: 1, Region: "us", Count: 1, ExpiresAt: expires, UpdatedAt: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (e *env) count(t *testing.T, where string) int {
+	t.Helper()
+	var n int
+	if err := e.sqlDB.QueryRow("SELECT COUNT(*) FROM ratelimit_window_counts WHERE " + where).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (e *env) status(t *testing.T, key string) Status {
+	t.Helper()
+	out, err := e.restate.Post(e.restate.IngressURL+"/Cleanup/"+key+"/Status", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st Status
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("status %q: %v", out, err)
+	}
+	return st
+}
+
+func (e *env) start(t *testing.T, key, body string) Status {
+	t.Helper()
+	out, err := e.restate.Post(e.restate.IngressURL+"/Cleanup/"+key+"/Start", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st Status
+	json.Unmarshal([]byte(out), &st)
+	return st
+}
+
+func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+var far = uint64(time.Now().Add(24 * time.Hour).UnixMilli())
+
+func TestCleanupDeletesExpiredRowsInBoundedBatches(t *testing.T) {
+	e := setup(t)
+	store := &countingStore{q: db.New(e.sqlDB)}
+	e.endpoint(t, store, WithBatches(2, 3))
+	e.insert(t, "old", 7, 1000)
+	e.insert(t, "live", 3, far)
+	if st := e.start(t, "t1", `{"intervalSeconds":2}`); !st.Scheduled || st.IntervalSeconds != 2 {
+		t.Fatalf("Start = %+v, want a scheduled run every 2 s", st)
+	}
+	// Run 1 hits its bound (3 full batches of 2) and schedules run 2 at
+	// once; run 2 deletes the last expired row.
+	waitFor(t, "the expired rows to go", 20*time.Second, func() bool { return e.status(t, "t1").TotalDeleted == 7 })
+	st := e.status(t, "t1")
+	if e.count(t, "expires_at = 1000") != 0 || e.count(t, "identifier LIKE 'live%'") != 3 {
+		t.Fatalf("rows left: %d expired, %d live; want 0 and 3", e.count(t, "expires_at = 1000"), e.count(t, "identifier LIKE 'live%'"))
+	}
+	if st.Runs != 2 || st.LastRunBatches != 1 || st.LastRunDeleted != 1 {
+		t.Fatalf("status %+v, want 2 runs, the last with 1 batch deleting 1 row", st)
+	}
+	if got := store.calls.Load(); got != 4 {
+		t.Fatalf("%d DELETEs, want 4 (3 bounded by the run, 1 more)", got)
+	}
+	// It runs again after its interval.
+	e.insert(t, "later", 2, 2000)
+	waitFor(t, "the next run", 10*time.Second, func() bool { return e.status(t, "t1").TotalDeleted == 9 })
+	if st := e.status(t, "t1"); st.Runs < 3 || !st.NextRun.After(st.LastRun) {
+		t.Fatalf("status %+v, want a third run and a next run after it", st)
+	}
+}
+
+// pendingRuns lists Restate's own invocations of Run for key that have not
+// completed.
+func (e *env) pendingRuns(t *testing.T, key string) int {
+	t.Helper()
+	rows, err := e.restate.Query("SELECT id, status FROM sys_invocation WHERE target_service_name = 'Cleanup' AND target_service_key = '" +
+		key + "' AND target_handler_name = 'Run' AND status != 'completed'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(rows)
+}
+
+func TestCleanupStartedTwiceIsOneChain(t *testing.T) {
+	e := setup(t)
+	e.endpoint(t, db.New(e.sqlDB))
+	first := e.start(t, "t2", `{"intervalSeconds":60}`)
+	waitFor(t, "the first run", 10*time.Second, func() bool { return e.status(t, "t2").Runs == 1 })
+	second := e.start(t, "t2", `{}`)
+	e.start(t, "t2", `{"intervalSeconds":30}`) // changes the interval of the same chain
+	if !first.Scheduled || !second.Scheduled {
+		t.Fatalf("Start answered %+v and %+v", first, second)
+	}
+	time.Sleep(time.Second)
+	if n := e.pendingRuns(t, "t2"); n != 1 {
+		t.Fatalf("Restate holds %d pending runs of the schedule, want 1", n)
+	}
+	if st := e.status(t, "t2"); st.Runs != 1 || st.IntervalSeconds != 30 {
+		t.Fatalf("status %+v, want 1 run and the new interval", st)
+	}
+	// Stop ends the chain: its pending run does nothing when it fires.
+	if out, err := e.restate.Post(e.restate.IngressURL+"/Cleanup/t2/Stop", ""); err != nil || !strings.Contains(out, `"scheduled":false`) {
+		t.Fatalf("Stop = %s, %v", out, err)
+	}
+}
+
+func TestCleanupSurvivesRestateRestart(t *testing.T) {
+	e := setup(t)
+	e.endpoint(t, db.New(e.sqlDB))
+	e.start(t, "t3", `{"intervalSeconds":1}`)
+	waitFor(t, "a run", 10*time.Second, func() bool { return e.status(t, "t3").Runs >= 1 })
+	e.restate.Kill()
+	e.restate.Start()
+	e.insert(t, "old", 3, 1000)
+	before := e.status(t, "t3").Runs
+	waitFor(t, "runs after the restart", 30*time.Second, func() bool {
+		st := e.status(t, "t3")
+		return st.Runs >= before+2 && st.TotalDeleted == 3
+	})
+	if n := e.pendingRuns(t, "t3"); n != 1 {
+		t.Fatalf("%d pending runs after the restart, want 1", n)
+	}
+}
+
+// TestCleanupWorkerKilledMidRun kills the worker inside the second batch of
+// a run and starts it again: the run resumes after its first batch, which is
+// not executed again, and every expired row is deleted exactly once.
+func TestCleanupWorkerKilledMidRun(t *testing.T) {
+	e := setup(t)
+	e.insert(t, "old", 5, 1000)
+	e.insert(t, "live", 2, far)
+	first := &countingStore{q: db.New(e.sqlDB), block: 2, entered: make(chan struct{}), release: make(chan struct{})}
+	var once sync.Once
+	defer once.Do(func() { close(first.release) })
+	ep := e.endpoint(t, first, WithBatches(2, 10))
+	e.start(t, "t4", `{"intervalSeconds":3600}`)
+	select {
+	case <-first.entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the run never reached its second batch")
+	}
+	ep.Kill()
+	once.Do(func() { close(first.release) }) // the dead worker's call never reaches the database
+	if got := e.count(t, "expires_at = 1000"); got != 3 {
+		t.Fatalf("%d expired rows after the first batch, want 3", got)
+	}
+	second := &countingStore{q: db.New(e.sqlDB)}
+	h, err := server.NewRestate().Bind(restate.Reflect(New(second, WithBatches(2, 10)))).Handler()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep.SetHandler(h)
+	ep.Start()
+	waitFor(t, "the run to complete", 60*time.Second, func() bool { return e.status(t, "t4").Runs == 1 })
+	st := e.status(t, "t4")
+	if st.TotalDeleted != 5 || st.LastRunBatches != 3 {
+		t.Fatalf("status %+v, want 5 rows deleted in 3 batches", st)
+	}
+	if got := second.calls.Load(); got != 2 {
+		t.Fatalf("the restarted worker ran %d DELETEs, want 2 (batch 1 came from the journal)", got)
+	}
+	if e.count(t, "expires_at = 1000") != 0 || e.count(t, "identifier LIKE 'live%'") != 2 {
+		t.Fatal("rows left over or live rows deleted")
+	}
+}
