@@ -6,7 +6,7 @@ PKGS      := ./...
 BENCHTIME ?= 2s
 BENCHCOUNT ?= 5
 
-.PHONY: help run test test-go deps check-generated generate lint bench accuracy tools migrate
+.PHONY: help run run-worker test test-go deps check-generated generate lint bench accuracy tools migrate
 
 # apt-get needs root; elsewhere it goes through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -14,12 +14,17 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
+run-worker: ## the Restate worker on :9080 (needs restate-server and UNKEY_MYSQL_DSN)
+	UNKEY_LOG_FORMAT=$${UNKEY_LOG_FORMAT:-text} $(GO) run ./cmd/worker
+
 run: ## the API on :7070, region "local", in memory only
 	UNKEY_REGION=$${UNKEY_REGION:-local} UNKEY_LOG_FORMAT=$${UNKEY_LOG_FORMAT:-text} $(GO) run ./cmd/api
 
 test: deps check-generated lint test-go ## everything CI runs: generated code, lint, every test under -race
 
-deps: ## install the servers the tests start (redis-server, mariadb-server) where they are missing
+RESTATE_SERVER := node_modules/@restatedev/restate-server-linux-x64/bin/restate-server
+
+deps: $(RESTATE_SERVER) ## install the servers the tests start (redis-server, mariadb-server, restate-server) where they are missing
 	@missing=""; \
 		command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 		{ command -v mariadbd || test -x /usr/sbin/mariadbd; } >/dev/null 2>&1 && command -v mariadb-install-db >/dev/null 2>&1 || missing="$$missing mariadb-server"; \
@@ -27,6 +32,12 @@ deps: ## install the servers the tests start (redis-server, mariadb-server) wher
 			echo "installing$$missing"; \
 			$(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
 		fi
+
+# restate-server is pinned in package.json; its npm package ships the binary,
+# which the tests run directly (not through the node wrapper).
+$(RESTATE_SERVER): package.json package-lock.json
+	npm ci --no-audit --no-fund --ignore-scripts
+	@test -x $@ && touch $@
 
 test-go: deps ## the Go tests, under the race detector
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/unkeyed/ratelimit/db"
+	"github.com/unkeyed/ratelimit/internal/testserver"
+)
+
+func TestConfigErrorsNameTheVariable(t *testing.T) {
+	dsn := "UNKEY_MYSQL_DSN=root@tcp(127.0.0.1:3306)/ratelimit"
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{nil, "UNKEY_MYSQL_DSN"},
+		{[]string{"UNKEY_MYSQL_DSN=root@tcp(x)/"}, "UNKEY_MYSQL_DSN: must be"},
+		{[]string{dsn, "UNKEY_RESTATE_ADMIN_URL=localhost:9070"}, "UNKEY_RESTATE_ADMIN_URL: must be an http"},
+		{[]string{dsn, "UNKEY_RESTATE_INGRESS_URL=ftp://x"}, "UNKEY_RESTATE_INGRESS_URL: must be an http"},
+		{[]string{dsn, "UNKEY_WORKER_ADDR=9080"}, "UNKEY_WORKER_ADDR: must be host:port"},
+		{[]string{dsn, "UNKEY_WORKER_URL=worker:9080"}, "UNKEY_WORKER_URL: must be an http"},
+		{[]string{dsn, "UNKEY_LOG_FORMAT=xml"}, "UNKEY_LOG_FORMAT"},
+	} {
+		if _, err := loadConfig(tc.env); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("loadConfig(%q) = %v, want an error containing %q", tc.env, err, tc.want)
+		}
+	}
+	c, err := loadConfig([]string{dsn, "UNKEY_WORKER_ADDR=:9999"})
+	if err != nil || c.WorkerURL != "http://127.0.0.1:9999" || c.AdminURL != "http://127.0.0.1:9070" {
+		t.Fatalf("defaults = %+v, %v", c, err)
+	}
+}
+
+// TestWorkerRegistersAndStartsTheSchedule runs the real worker against a real
+// restate-server and MariaDB, twice: it registers itself and starts the
+// cleanup schedule, and doing it again changes nothing.
+func TestWorkerRegistersAndStartsTheSchedule(t *testing.T) {
+	m := testserver.StartMariaDB(t)
+	sqlDB, err := sql.Open("mysql", m.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sqlDB.Close()
+	if err := db.Migrate(context.Background(), sqlDB); err != nil {
+		t.Fatal(err)
+	}
+	r := testserver.StartRestate(t)
+	port := testserver.FreePort(t)
+	environ := []string{"UNKEY_MYSQL_DSN=" + m.DSN, "UNKEY_RESTATE_ADMIN_URL=" + r.AdminURL,
+		"UNKEY_RESTATE_INGRESS_URL=" + r.IngressURL, "UNKEY_WORKER_ADDR=127.0.0.1:" + strconv.Itoa(port)}
+	for round := 1; round <= 2; round++ {
+		cfg, err := loadConfig(environ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := newWorker(cfg, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", cfg.WorkerAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.serve(ctx, ln) }()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			out, err := r.Post(r.IngressURL+"/Cleanup/window-counts/Status", "")
+			if err == nil && strings.Contains(out, `"scheduled":true`) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: schedule not started: %s %v", round, out, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		rows, err := r.Query("SELECT id FROM sys_deployment")
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("round %d: %d deployments (%v), want 1", round, len(rows), err)
+		}
+		rows, err = r.Query("SELECT id FROM sys_invocation WHERE target_service_name = 'Cleanup' AND target_handler_name = 'Run' AND status != 'completed'")
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("round %d: %d pending cleanup runs (%v), want 1", round, len(rows), err)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("round %d: serve = %v", round, err)
+		}
+		w.close()
+	}
+}
