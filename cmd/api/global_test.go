@@ -62,14 +62,17 @@ func TestTwoRegions(t *testing.T) {
 		t.Errorf("convergence took %v, longer than one flush and one sync interval with jitter (%v)", took, bound)
 	}
 	// Region b now admits what is left of the limit, spread over its two
-	// processes, which share counts through their Redis.
+	// processes, which share counts through their Redis: near the limit a key
+	// is strict and each decision reads Redis first, at most once per
+	// strictRefreshInterval (100 ms), so requests further apart than that
+	// see each other.
 	admitted := 0
 	for i := 0; i < 10; i++ {
 		srv := []*testServer{b1, b2}[i%2]
 		if _, out := srv.call(t, "Limit", "", body); out["success"] == true {
 			admitted++
 		}
-		time.Sleep(15 * time.Millisecond) // one replay interval between calls
+		time.Sleep(150 * time.Millisecond)
 	}
 	if admitted != 4 {
 		t.Fatalf("region b admitted %d of the 4 left, want 4", admitted)
