@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
+	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
+)
+
+// bareHandler is a RatelimitService that does no work: the yardstick for the
+// cost of Connect, HTTP and the loopback network alone.
+type bareHandler struct{}
+
+func (bareHandler) Limit(context.Context, *connect.Request[ratelimitv1.LimitRequest]) (*connect.Response[ratelimitv1.LimitResponse], error) {
+	return connect.NewResponse(&ratelimitv1.LimitResponse{Success: true, Limit: 100, Remaining: 99}), nil
+}
+
+func (bareHandler) MultiLimit(context.Context, *connect.Request[ratelimitv1.MultiLimitRequest]) (*connect.Response[ratelimitv1.MultiLimitResponse], error) {
+	return connect.NewResponse(&ratelimitv1.MultiLimitResponse{Passed: true}), nil
+}
+
+// serveBench serves h on a loopback port the way the API does (HTTP/1.1 and
+// h2c) and returns its URL.
+func serveBench(b *testing.B, h http.Handler) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Handler: h, Protocols: &protocols}
+	go srv.Serve(ln)
+	b.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String()
+}
+
+func benchClient(url, protocol string) ratelimitv1connect.RatelimitServiceClient {
+	var protocols http.Protocols
+	var opts []connect.ClientOption
+	if protocol == "grpc" {
+		protocols.SetUnencryptedHTTP2(true)
+		opts = append(opts, connect.WithGRPC())
+	} else {
+		protocols.SetHTTP1(true)
+		opts = append(opts, connect.WithProtoJSON())
+	}
+	hc := &http.Client{Transport: &http.Transport{Protocols: &protocols, MaxIdleConnsPerHost: 256}}
+	return ratelimitv1connect.NewRatelimitServiceClient(hc, url, opts...)
+}
+
+// benchLimit sends Limit calls from 32 concurrent clients and reports
+// requests per second and latency percentiles.
+func benchLimit(b *testing.B, url, protocol string) {
+	client := benchClient(url, protocol)
+	var next atomic.Int64
+	lat := make([]time.Duration, b.N)
+	b.SetParallelism(16) // 32 goroutines on 2 cores
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := next.Add(1) - 1
+			req := &ratelimitv1.LimitRequest{Namespace: "bench", Identifier: "user_" + strconv.Itoa(int(i%1000)), Limit: 1 << 40, Duration: 60_000}
+			t0 := time.Now()
+			if _, err := client.Limit(context.Background(), connect.NewRequest(req)); err != nil {
+				b.Error(err)
+				return
+			}
+			lat[i] = time.Since(t0)
+		}
+	})
+	elapsed := time.Since(start)
+	b.StopTimer()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "req/s")
+	b.ReportMetric(float64(lat[len(lat)*50/100].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
+
+func BenchmarkConnect(b *testing.B) {
+	for _, protocol := range []string{"json", "grpc"} {
+		b.Run("bare/"+protocol, func(b *testing.B) {
+			mux := http.NewServeMux()
+			mux.Handle(ratelimitv1connect.NewRatelimitServiceHandler(bareHandler{}))
+			benchLimit(b, serveBench(b, mux), protocol)
+		})
+		b.Run("limit/"+protocol, func(b *testing.B) {
+			cfg, err := loadConfig([]string{"UNKEY_REGION=bench"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			srv, err := newServer(cfg, slog.New(slog.DiscardHandler))
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchLimit(b, serveBench(b, srv.handler()), protocol)
+		})
+	}
+}
