@@ -6,7 +6,7 @@ PKGS      := ./...
 BENCHTIME ?= 2s
 BENCHCOUNT ?= 5
 
-.PHONY: help run run-worker test test-go deps check-generated generate lint bench accuracy tools migrate
+.PHONY: help run run-worker dev dev-down loadgen test test-go deps check-generated generate lint bench accuracy tools migrate
 
 # apt-get needs root; elsewhere it goes through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -16,6 +16,15 @@ help: ## list the targets
 
 run-worker: ## the Restate worker on :9080 (needs restate-server and UNKEY_MYSQL_DSN)
 	UNKEY_LOG_FORMAT=$${UNKEY_LOG_FORMAT:-text} $(GO) run ./cmd/worker
+
+dev: ## the whole stack, two regions, on this machine without Docker (Ctrl-C stops it)
+	scripts/dev.sh
+
+dev-down: ## stop a stack that make dev started in another terminal
+	scripts/dev.sh down
+
+loadgen: ## drive the API: make loadgen ARGS='-url http://127.0.0.1:7070 -c 32 -n 100000'
+	$(GO) run ./cmd/loadgen $(ARGS)
 
 run: ## the API on :7070, region "local", in memory only
 	UNKEY_REGION=$${UNKEY_REGION:-local} UNKEY_LOG_FORMAT=$${UNKEY_LOG_FORMAT:-text} $(GO) run ./cmd/api
