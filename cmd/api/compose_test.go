@@ -86,4 +86,3 @@ func checkMySQL(t *testing.T, f *composefile.File, name string, dsn *mysql.Confi
 		t.Errorf("%s uses database %q, mysql creates %q", name, dsn.DBName, svc.Environment["MYSQL_DATABASE"])
 	}
 }
-
