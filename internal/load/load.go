@@ -87,8 +87,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	for i, u := range o.URLs {
 		clients[i] = ratelimitv1connect.NewRatelimitServiceClient(hc, strings.TrimSpace(u), copts...)
 	}
-	ctx, cancel := context.WithTimeout(ctx, o.MaxDuration)
-	defer cancel()
+	// The run stops starting requests at the deadline and lets those under
+	// way finish, so that stopping never shows up as failures.
+	deadline := time.Now().Add(o.MaxDuration)
 	var (
 		next                          atomic.Int64
 		passed, denied, failed, retry atomic.Int64
@@ -100,7 +101,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	var wg sync.WaitGroup
 	for w := 0; w < o.Concurrency; w++ {
 		wg.Go(func() {
-			for ctx.Err() == nil {
+			for ctx.Err() == nil && time.Now().Before(deadline) {
 				i := next.Add(1) - 1
 				if i >= int64(o.Requests) {
 					return
@@ -117,7 +118,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 				for attempt := 0; attempt < len(clients); attempt++ {
 					used = (int(i) + attempt) % len(clients)
 					resp, err = clients[used].Limit(ctx, req)
-					if err == nil || connect.CodeOf(err) != connect.CodeUnavailable {
+					if err == nil || !undelivered(err) {
 						break
 					}
 					retry.Add(1) // not delivered: try the next process
@@ -150,4 +151,16 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	res.Throughput = float64(res.Requests) / res.Elapsed.Seconds()
 	return res, nil
+}
+
+// undelivered reports whether err means the request never reached a
+// process that could answer it (refused or broken connection), which a load
+// balancer retries on another process.
+func undelivered(err error) bool {
+	if connect.CodeOf(err) == connect.CodeUnavailable {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "connection refused") || strings.Contains(msg, "broken pipe") ||
+		strings.Contains(msg, "connection reset")
 }

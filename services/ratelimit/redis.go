@@ -36,7 +36,7 @@ return n`)
 func (o *RedisOrigin) Load(ctx context.Context, cells []Cell) ([]int64, error) {
 	keys := make([]string, len(cells))
 	for i := range cells {
-		keys[i] = redisKey(&cells[i])
+		keys[i] = RedisKey(&cells[i])
 	}
 	vals, err := o.client.MGet(ctx, keys...).Result()
 	if err != nil {
@@ -66,7 +66,7 @@ func (o *RedisOrigin) Increment(ctx context.Context, incs []Increment) ([]int64,
 		// EVAL, not EVALSHA: a restarted server has lost its script cache,
 		// and a pipeline of EVALSHA would then fail without telling which
 		// commands ran. The script is a few hundred bytes a replayed cell.
-		cmds[i] = incrementScript.Eval(ctx, pipe, []string{redisKey(&incs[i].Cell)}, incs[i].Delta, ttl)
+		cmds[i] = incrementScript.Eval(ctx, pipe, []string{RedisKey(&incs[i].Cell)}, incs[i].Delta, ttl)
 	}
 	_, _ = pipe.Exec(ctx) // each command's own error is read below
 	counts := make([]int64, len(incs))
@@ -88,12 +88,12 @@ func (o *RedisOrigin) Increment(ctx context.Context, incs []Increment) ([]int64,
 	return counts, nil
 }
 
-// redisKey encodes a cell as a key in which every variable part is prefixed
+// RedisKey returns the Redis key of a cell: every variable part is prefixed
 // by its length, so parts can never run into each other: namespace "a-b" with
 // identifier "c" and namespace "a" with identifier "b-c" are different keys.
 //
 //	ratelimit:v1:<len>:<workspace><len>:<namespace><len>:<identifier>:<duration ms>:<sequence>
-func redisKey(c *Cell) string {
+func RedisKey(c *Cell) string {
 	b := make([]byte, 0, 32+len(c.Workspace)+len(c.Namespace)+len(c.Identifier))
 	b = append(b, "ratelimit:v1:"...)
 	for _, part := range [...]string{c.Workspace, c.Namespace, c.Identifier} {

@@ -56,7 +56,7 @@ func startRegional(t *testing.T, r *testserver.Redis, clock Clock) *regionalServ
 // redisCount reads a cell's count straight from Redis.
 func redisCount(t *testing.T, r *testserver.Redis, c Cell) int64 {
 	t.Helper()
-	v, err := r.Do("GET", redisKey(&c))
+	v, err := r.Do("GET", RedisKey(&c))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,8 +102,8 @@ func TestRedisKeysNeverCollide(t *testing.T) {
 	o := NewRedisOrigin(client)
 	ctx := context.Background()
 	for _, p := range pairs {
-		if redisKey(&p[0]) == redisKey(&p[1]) {
-			t.Fatalf("%+v and %+v share the key %q", p[0], p[1], redisKey(&p[0]))
+		if RedisKey(&p[0]) == RedisKey(&p[1]) {
+			t.Fatalf("%+v and %+v share the key %q", p[0], p[1], RedisKey(&p[0]))
 		}
 		if _, err := o.Increment(ctx, []Increment{{Cell: p[0], Delta: 3, TTL: time.Minute}, {Cell: p[1], Delta: 5, TTL: time.Minute}}); err != nil {
 			t.Fatal(err)
@@ -133,7 +133,7 @@ func TestRedisIncrementSetsTTLAtomically(t *testing.T) {
 	if _, err := o.Increment(context.Background(), []Increment{{Cell: c, Delta: 1, TTL: time.Second}}); err != nil {
 		t.Fatal(err)
 	}
-	pttl, err := r.Do("PTTL", redisKey(&c))
+	pttl, err := r.Do("PTTL", RedisKey(&c))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,7 +75,7 @@ func (*Cleanup) ServiceName() string { return ServiceName }
 type StartRequest struct {
 	// IntervalSeconds between runs; 0 keeps the schedule's interval (or the
 	// default of 300 for a new schedule). Changing it on a running schedule
-	// applies from the next run.
+	// replaces the pending run with one that starts at once.
 	IntervalSeconds int64 `json:"intervalSeconds,omitempty"`
 }
 
@@ -98,8 +98,9 @@ type Status struct {
 }
 
 const (
-	stateStatus = "status"
-	stateChain  = "chain"
+	stateStatus  = "status"
+	stateChain   = "chain"
+	statePending = "pending" // invocation id of the scheduled run
 )
 
 // Start starts the schedule unless it is running already; then it only
@@ -109,11 +110,13 @@ func (c *Cleanup) Start(ctx restate.ObjectContext, req StartRequest) (Status, er
 	if err != nil {
 		return Status{}, err
 	}
+	changed := false
 	if req.IntervalSeconds != 0 {
 		d := time.Duration(req.IntervalSeconds) * time.Second
 		if d < minInterval || d > maxInterval {
 			return Status{}, restate.TerminalErrorf("intervalSeconds: must be between %d and %d", int64(minInterval/time.Second), int64(maxInterval/time.Second))
 		}
+		changed = st.IntervalSeconds != 0 && st.IntervalSeconds != req.IntervalSeconds
 		st.IntervalSeconds = req.IntervalSeconds
 	}
 	if st.IntervalSeconds == 0 {
@@ -122,6 +125,19 @@ func (c *Cleanup) Start(ctx restate.ObjectContext, req StartRequest) (Status, er
 	chain, err := restate.Get[string](ctx, stateChain)
 	if err != nil {
 		return Status{}, err
+	}
+	if chain != "" && changed {
+		// Replace the pending run, which waits out the old interval, by one
+		// that runs now: still one chain, one pending run.
+		if err := cancelPending(ctx); err != nil {
+			return Status{}, err
+		}
+		now, nowErr := nowMs(ctx)
+		if nowErr != nil {
+			return Status{}, nowErr
+		}
+		st.NextRun = time.UnixMilli(now).UTC()
+		schedule(ctx, chain, 0)
 	}
 	if chain == "" {
 		chain = restate.UUID(ctx).String()
@@ -132,7 +148,7 @@ func (c *Cleanup) Start(ctx restate.ObjectContext, req StartRequest) (Status, er
 		}
 		st.Scheduled = true
 		st.NextRun = time.UnixMilli(now).UTC()
-		restate.ObjectSend(ctx, ServiceName, restate.Key(ctx), "Run").Send(RunRequest{Chain: chain})
+		schedule(ctx, chain, 0)
 	}
 	restate.Set(ctx, stateStatus, st)
 	return st, nil
@@ -143,6 +159,9 @@ func (c *Cleanup) Start(ctx restate.ObjectContext, req StartRequest) (Status, er
 func (c *Cleanup) Stop(ctx restate.ObjectContext) (Status, error) {
 	st, err := restate.Get[Status](ctx, stateStatus)
 	if err != nil {
+		return Status{}, err
+	}
+	if err := cancelPending(ctx); err != nil {
 		return Status{}, err
 	}
 	restate.Clear(ctx, stateChain)
@@ -198,7 +217,29 @@ func (c *Cleanup) Run(ctx restate.ObjectContext, req RunRequest) error {
 	st.TotalDeleted += deleted
 	st.NextRun = st.LastRun.Add(delay)
 	restate.Set(ctx, stateStatus, st)
-	restate.ObjectSend(ctx, ServiceName, restate.Key(ctx), "Run").Send(RunRequest{Chain: chain}, restate.WithDelay(delay))
+	schedule(ctx, chain, delay)
+	return nil
+}
+
+// schedule sends the chain's next run to this key after delay and records
+// its invocation, so that Start and Stop can cancel it.
+func schedule(ctx restate.ObjectContext, chain string, delay time.Duration) {
+	inv := restate.ObjectSend(ctx, ServiceName, restate.Key(ctx), "Run").Send(RunRequest{Chain: chain}, restate.WithDelay(delay))
+	restate.Set(ctx, statePending, inv.GetInvocationId())
+}
+
+// cancelPending cancels the scheduled run, if any. Cancelling one that
+// already ran or started is harmless: a running Run holds the object, so
+// Start and Stop only run between runs.
+func cancelPending(ctx restate.ObjectContext) error {
+	id, err := restate.Get[string](ctx, statePending)
+	if err != nil {
+		return err
+	}
+	if id != "" {
+		restate.CancelInvocation(ctx, id)
+		restate.Clear(ctx, statePending)
+	}
 	return nil
 }
 

@@ -179,12 +179,15 @@ func TestCleanupStartedTwiceIsOneChain(t *testing.T) {
 	if !first.Scheduled || !second.Scheduled {
 		t.Fatalf("Start answered %+v and %+v", first, second)
 	}
-	time.Sleep(time.Second)
+	// The new interval replaced the pending run with one that ran at once;
+	// the old one was cancelled, not left beside it.
+	waitFor(t, "the run the new interval started", 10*time.Second, func() bool { return e.status(t, "t2").Runs == 2 })
+	time.Sleep(500 * time.Millisecond)
 	if n := e.pendingRuns(t, "t2"); n != 1 {
 		t.Fatalf("Restate holds %d pending runs of the schedule, want 1", n)
 	}
-	if st := e.status(t, "t2"); st.Runs != 1 || st.IntervalSeconds != 30 {
-		t.Fatalf("status %+v, want 1 run and the new interval", st)
+	if st := e.status(t, "t2"); st.Runs != 2 || st.IntervalSeconds != 30 {
+		t.Fatalf("status %+v, want 2 runs and the new interval", st)
 	}
 	// Stop ends the chain: its pending run does nothing when it fires.
 	if out, err := e.restate.Post(e.restate.IngressURL+"/Cleanup/t2/Stop", ""); err != nil || !strings.Contains(out, `"scheduled":false`) {

@@ -1,0 +1,203 @@
+// Package e2e tests the whole stack as a team would run it: the API and the
+// worker built as binaries and run as processes, MariaDB, one Redis per
+// region and restate-server, all private to the test and on loopback.
+package e2e
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+
+	"github.com/unkeyed/ratelimit/db"
+	"github.com/unkeyed/ratelimit/internal/testserver"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
+)
+
+// bin holds the binaries TestMain builds.
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "ratelimit-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bin = dir
+	for _, cmd := range []string{"api", "worker"} {
+		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, cmd), "../cmd/"+cmd).CombinedOutput()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", cmd, err, out)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is one API or worker process.
+type proc struct {
+	t      *testing.T
+	name   string
+	region string
+	port   int
+	env    []string
+	cmd    *exec.Cmd
+	done   chan struct{}
+	log    string
+}
+
+func (p *proc) url() string { return "http://127.0.0.1:" + strconv.Itoa(p.port) }
+
+// start runs the process and, for an API, waits until /readyz answers.
+func (p *proc) start() {
+	p.t.Helper()
+	out, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	name := "api"
+	if p.region == "" {
+		name = "worker"
+	}
+	p.cmd = exec.Command(filepath.Join(bin, name))
+	p.cmd.Env = append(os.Environ(), p.env...)
+	p.cmd.Stdout, p.cmd.Stderr = out, out
+	if err := p.cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	p.done = make(chan struct{})
+	go func() { p.cmd.Wait(); out.Close(); close(p.done) }()
+	if p.region != "" {
+		waitUntil(p.t, p.name+" to be ready", 20*time.Second, func() bool { return get(p.url()+"/readyz") == http.StatusOK })
+	}
+}
+
+// kill kills the process at once (SIGKILL).
+func (p *proc) kill() { p.signal(syscall.SIGKILL) }
+
+// stop stops it gracefully (SIGTERM).
+func (p *proc) stop() { p.signal(syscall.SIGTERM) }
+
+func (p *proc) signal(sig syscall.Signal) {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	p.cmd.Process.Signal(sig)
+	<-p.done
+}
+
+// stack is the whole system: two regions (a, b) of two API processes each.
+type stack struct {
+	t       *testing.T
+	mysql   *testserver.MariaDB
+	sqlDB   *sql.DB
+	redis   map[string]*testserver.Redis
+	restate *testserver.Restate
+	apis    []*proc
+	worker  *proc
+}
+
+func startStack(t *testing.T) *stack {
+	t.Helper()
+	s := &stack{t: t, mysql: testserver.StartMariaDB(t), redis: map[string]*testserver.Redis{}}
+	var err error
+	if s.sqlDB, err = sql.Open("mysql", s.mysql.DSN); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.sqlDB.Close() })
+	if err := db.Migrate(context.Background(), s.sqlDB); err != nil {
+		t.Fatal(err)
+	}
+	s.restate = testserver.StartRestate(t)
+	logs := t.TempDir()
+	for _, region := range []string{"a", "b"} {
+		s.redis[region] = testserver.StartRedis(t)
+		for i := 1; i <= 2; i++ {
+			p := &proc{t: t, name: fmt.Sprintf("api-%s%d", region, i), region: region, port: testserver.FreePort(t)}
+			p.log = filepath.Join(logs, p.name+".log")
+			p.env = []string{"UNKEY_REGION=" + region, "UNKEY_HTTP_ADDR=127.0.0.1:" + strconv.Itoa(p.port),
+				"UNKEY_REDIS_URL=" + s.redis[region].URL(), "UNKEY_MYSQL_DSN=" + s.mysql.DSN, "UNKEY_LOG_FORMAT=text", "UNKEY_LOG_LEVEL=warn"}
+			p.start()
+			t.Cleanup(p.kill)
+			s.apis = append(s.apis, p)
+		}
+	}
+	s.worker = &proc{t: t, name: "worker", port: testserver.FreePort(t), log: filepath.Join(logs, "worker.log")}
+	s.worker.env = []string{"UNKEY_MYSQL_DSN=" + s.mysql.DSN, "UNKEY_RESTATE_ADMIN_URL=" + s.restate.AdminURL,
+		"UNKEY_RESTATE_INGRESS_URL=" + s.restate.IngressURL, "UNKEY_WORKER_ADDR=127.0.0.1:" + strconv.Itoa(s.worker.port),
+		"UNKEY_LOG_FORMAT=text", "UNKEY_LOG_LEVEL=warn"}
+	s.worker.start()
+	t.Cleanup(s.worker.kill)
+	return s
+}
+
+func (s *stack) urls() []string {
+	var out []string
+	for _, p := range s.apis {
+		out = append(out, p.url())
+	}
+	return out
+}
+
+func (s *stack) regionOf(url string) string {
+	for _, p := range s.apis {
+		if p.url() == url {
+			return p.region
+		}
+	}
+	return ""
+}
+
+// redisTotal sums what region's Redis holds for the identifiers of
+// namespace in the "default" workspace over the sequences of [from, to].
+func (s *stack) redisTotal(region, namespace string, ids []string, dur time.Duration, from, to time.Time) int64 {
+	var total int64
+	for _, id := range ids {
+		for seq := from.UnixMilli() / dur.Milliseconds(); seq <= to.UnixMilli()/dur.Milliseconds(); seq++ {
+			c := ratelimit.Cell{Workspace: "default", Namespace: namespace, Identifier: id, Duration: dur, Sequence: seq}
+			v, err := s.redis[region].Do("GET", ratelimit.RedisKey(&c))
+			if err != nil {
+				s.t.Fatal(err)
+			}
+			n, _ := strconv.ParseInt(v, 10, 64)
+			total += n
+		}
+	}
+	return total
+}
+
+func get(url string) int {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func waitUntil(t *testing.T, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
