@@ -15,6 +15,7 @@ import (
 
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
+	"github.com/unkeyed/ratelimit/internal/testserver"
 )
 
 // bareHandler is a RatelimitService that does no work: the yardstick for the
@@ -96,15 +97,34 @@ func BenchmarkConnect(b *testing.B) {
 			benchLimit(b, serveBench(b, mux), protocol)
 		})
 		b.Run("limit/"+protocol, func(b *testing.B) {
-			cfg, err := loadConfig([]string{"UNKEY_REGION=bench"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			srv, err := newServer(cfg, slog.New(slog.DiscardHandler))
-			if err != nil {
-				b.Fatal(err)
-			}
-			benchLimit(b, serveBench(b, srv.handler()), protocol)
+			benchServer(b, protocol, []string{"UNKEY_REGION=bench"})
+		})
+		b.Run("limit+redis+mysql/"+protocol, func(b *testing.B) {
+			r := testserver.StartRedis(b)
+			m := testserver.StartMariaDB(b)
+			benchServer(b, protocol, []string{"UNKEY_REGION=bench", "UNKEY_REDIS_URL=" + r.URL(), "UNKEY_MYSQL_DSN=" + m.DSN})
 		})
 	}
+}
+
+// benchServer benchmarks the real API server with the configuration in
+// environ, its background loops running.
+func benchServer(b *testing.B, protocol string, environ []string) {
+	cfg, err := loadConfig(environ)
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv, err := newServer(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.serve(ctx, ln) }()
+	b.Cleanup(func() { cancel(); <-done })
+	benchLimit(b, "http://"+ln.Addr().String(), protocol)
 }
