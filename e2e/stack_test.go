@@ -86,9 +86,6 @@ func (p *proc) start() {
 // kill kills the process at once (SIGKILL).
 func (p *proc) kill() { p.signal(syscall.SIGKILL) }
 
-// stop stops it gracefully (SIGTERM).
-func (p *proc) stop() { p.signal(syscall.SIGTERM) }
-
 func (p *proc) signal(sig syscall.Signal) {
 	if p.cmd == nil || p.cmd.Process == nil {
 		return
