@@ -4,7 +4,6 @@
 package e2e
 
 import (
-	"context"
 	"database/sql"
 	"fmt"
 	"net/http"
@@ -18,7 +17,7 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 
-	"github.com/unkeyed/ratelimit/db"
+	"github.com/unkeyed/ratelimit/internal/dbtest"
 	"github.com/unkeyed/ratelimit/internal/testserver"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -112,15 +111,8 @@ type stack struct {
 
 func startStack(t *testing.T) *stack {
 	t.Helper()
-	s := &stack{t: t, mysql: testserver.StartMariaDB(t), redis: map[string]*testserver.Redis{}}
-	var err error
-	if s.sqlDB, err = sql.Open("mysql", s.mysql.DSN); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.sqlDB.Close() })
-	if err := db.Migrate(context.Background(), s.sqlDB); err != nil {
-		t.Fatal(err)
-	}
+	s := &stack{t: t, redis: map[string]*testserver.Redis{}}
+	s.mysql, s.sqlDB = dbtest.Start(t)
 	s.restate = testserver.StartRestate(t)
 	logs := t.TempDir()
 	for _, region := range []string{"a", "b"} {

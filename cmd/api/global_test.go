@@ -1,12 +1,10 @@
 package main
 
 import (
-	"context"
-	"database/sql"
 	"testing"
 	"time"
 
-	"github.com/unkeyed/ratelimit/db"
+	"github.com/unkeyed/ratelimit/internal/dbtest"
 	"github.com/unkeyed/ratelimit/internal/testserver"
 )
 
@@ -18,15 +16,7 @@ func TestTwoRegions(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for the 10 s flush and sync intervals")
 	}
-	m := testserver.StartMariaDB(t)
-	sqlDB, err := sql.Open("mysql", m.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sqlDB.Close()
-	if err := db.Migrate(context.Background(), sqlDB); err != nil {
-		t.Fatal(err)
-	}
+	m, _ := dbtest.Start(t)
 	ra, rb := testserver.StartRedis(t), testserver.StartRedis(t)
 	start := func(region string, r *testserver.Redis) *testServer {
 		return startServer(t, "UNKEY_REGION="+region, "UNKEY_REDIS_URL="+r.URL(), "UNKEY_MYSQL_DSN="+m.DSN)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"log/slog"
 	"net"
 	"strconv"
@@ -10,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unkeyed/ratelimit/db"
+	"github.com/unkeyed/ratelimit/internal/dbtest"
 	"github.com/unkeyed/ratelimit/internal/testserver"
 )
 
@@ -42,15 +41,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 // restate-server and MariaDB, twice: it registers itself and starts the
 // cleanup schedule, and doing it again changes nothing.
 func TestWorkerRegistersAndStartsTheSchedule(t *testing.T) {
-	m := testserver.StartMariaDB(t)
-	sqlDB, err := sql.Open("mysql", m.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sqlDB.Close()
-	if err := db.Migrate(context.Background(), sqlDB); err != nil {
-		t.Fatal(err)
-	}
+	m, _ := dbtest.Start(t)
 	r := testserver.StartRestate(t)
 	port := testserver.FreePort(t)
 	environ := []string{"UNKEY_MYSQL_DSN=" + m.DSN, "UNKEY_RESTATE_ADMIN_URL=" + r.AdminURL,

@@ -7,8 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unkeyed/ratelimit/db"
-	"github.com/unkeyed/ratelimit/internal/testserver"
+	"github.com/unkeyed/ratelimit/internal/dbtest"
 )
 
 // discardStore is a GlobalStore that keeps nothing, to time the flush walk
@@ -53,15 +52,7 @@ func BenchmarkFlushWalk240k(b *testing.B) {
 }
 
 func benchDB(b *testing.B) *sql.DB {
-	m := testserver.StartMariaDB(b)
-	sqlDB, err := sql.Open("mysql", m.DSN)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { sqlDB.Close() })
-	if err := db.Migrate(context.Background(), sqlDB); err != nil {
-		b.Fatal(err)
-	}
+	_, sqlDB := dbtest.Start(b)
 	return sqlDB
 }
 

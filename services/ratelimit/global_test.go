@@ -11,7 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/unkeyed/ratelimit/db"
+	"github.com/unkeyed/ratelimit/internal/dbtest"
 	"github.com/unkeyed/ratelimit/internal/testserver"
 )
 
@@ -24,16 +24,7 @@ type region struct {
 
 func openGlobalDB(t *testing.T) (*testserver.MariaDB, *sql.DB) {
 	t.Helper()
-	m := testserver.StartMariaDB(t)
-	sqlDB, err := sql.Open("mysql", m.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sqlDB.Close() })
-	if err := db.Migrate(context.Background(), sqlDB); err != nil {
-		t.Fatal(err)
-	}
-	return m, sqlDB
+	return dbtest.Start(t)
 }
 
 func newRegion(t *testing.T, name string, sqlDB *sql.DB, clock Clock) *region {

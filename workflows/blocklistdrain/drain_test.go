@@ -16,6 +16,7 @@ import (
 	"github.com/restatedev/sdk-go/server"
 
 	"github.com/unkeyed/ratelimit/db"
+	"github.com/unkeyed/ratelimit/internal/dbtest"
 	"github.com/unkeyed/ratelimit/internal/testserver"
 )
 
@@ -27,15 +28,7 @@ type env struct {
 
 func setup(t *testing.T) *env {
 	t.Helper()
-	m := testserver.StartMariaDB(t)
-	sqlDB, err := sql.Open("mysql", m.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sqlDB.Close() })
-	if err := db.Migrate(context.Background(), sqlDB); err != nil {
-		t.Fatal(err)
-	}
+	_, sqlDB := dbtest.Start(t)
 	e := &env{sqlDB: sqlDB, restate: testserver.StartRestate(t)}
 	e.ep = testserver.ServeEndpoint(t, e.restate, e.handler(t))
 	return e
