@@ -54,8 +54,8 @@ func TestStack(t *testing.T) {
 	t.Run("traffic spread over regions and processes converges", func(t *testing.T) {
 		// Each process spends 50 of 200: each region 100, at the floor, so
 		// both publish; together they spend the whole limit.
-		body := `{"namespace":"e2e","identifier":"spread","limit":200,"duration":600000,"cost":50}`
-		peek := `{"namespace":"e2e","identifier":"spread","limit":200,"duration":600000,"cost":0}`
+		body := `{"namespace":"e2e","identifier":"spread","limit":200,"duration":2592000000,"cost":50}`
+		peek := `{"namespace":"e2e","identifier":"spread","limit":200,"duration":2592000000,"cost":0}`
 		for _, p := range s.apis {
 			if out := limitCall(t, p.url(), body); out["success"] != true {
 				t.Fatalf("%s denied 50 of 200: %v", p.name, out)

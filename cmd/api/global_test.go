@@ -24,8 +24,8 @@ func TestTwoRegions(t *testing.T) {
 	a1, a2 := start("a", ra), start("a", ra)
 	b1, b2 := start("b", rb), start("b", rb)
 
-	body := `{"namespace":"api","identifier":"user_42","limit":10,"duration":600000}`
-	peek := `{"namespace":"api","identifier":"user_42","limit":10,"duration":600000,"cost":0}`
+	body := `{"namespace":"api","identifier":"user_42","limit":10,"duration":2592000000}`
+	peek := `{"namespace":"api","identifier":"user_42","limit":10,"duration":2592000000,"cost":0}`
 	for i := 0; i < 6; i++ {
 		srv := []*testServer{a1, a2}[i%2]
 		if _, out := srv.call(t, "Limit", "", body); out["success"] != true {

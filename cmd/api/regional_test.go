@@ -17,7 +17,7 @@ func TestTwoProcessesOneRegion(t *testing.T) {
 	r := testserver.StartRedis(t)
 	a := startServer(t, "UNKEY_REDIS_URL="+r.URL())
 	b := startServer(t, "UNKEY_REDIS_URL="+r.URL())
-	body := `{"namespace":"sms.sign_up","identifier":"user_42","limit":10,"duration":60000}`
+	body := `{"namespace":"sms.sign_up","identifier":"user_42","limit":10,"duration":2592000000}`
 	for i := 0; i < 6; i++ {
 		if _, out := a.call(t, "Limit", "", body); out["success"] != true {
 			t.Fatalf("A denied request %d: %v", i, out)
@@ -37,7 +37,7 @@ func TestTwoProcessesOneRegion(t *testing.T) {
 	// rest. Once B's last read is older than the freshness interval (1 s),
 	// B's next request starts a background refresh and decides from memory;
 	// the refresh lands within a replay tick, and B denies from then on.
-	warm := `{"namespace":"sms.sign_up","identifier":"user_7","limit":10,"duration":60000}`
+	warm := `{"namespace":"sms.sign_up","identifier":"user_7","limit":10,"duration":2592000000}`
 	if _, out := b.call(t, "Limit", "", warm); out["success"] != true {
 		t.Fatalf("B's first request denied: %v", out)
 	}

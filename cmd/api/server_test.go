@@ -63,6 +63,10 @@ func startServer(t *testing.T, environ ...string) *testServer {
 	return ts
 }
 
+// Tests against the real clock use 30-day windows (2592000000 ms), the
+// longest allowed: a test that crossed a window boundary between two calls
+// would see the previous window's count weighted down and flake.
+
 // call posts a Connect JSON request and decodes the JSON answer.
 func (ts *testServer) call(t *testing.T, method, token, body string) (int, map[string]any) {
 	t.Helper()
@@ -92,7 +96,7 @@ func (ts *testServer) call(t *testing.T, method, token, body string) (int, map[s
 
 func TestConnectJSONOverHTTP1(t *testing.T) {
 	ts := startServer(t)
-	body := `{"namespace":"sms.sign_up","identifier":"user_42","limit":2,"duration":60000}`
+	body := `{"namespace":"sms.sign_up","identifier":"user_42","limit":2,"duration":2592000000}`
 	for i, want := range []bool{true, true, false} {
 		status, out := ts.call(t, "Limit", "", body)
 		if status != http.StatusOK || out["success"] != want {
@@ -113,7 +117,7 @@ func TestGRPCClient(t *testing.T) {
 	ts := startServer(t)
 	client := ratelimitv1connect.NewRatelimitServiceClient(ts.h2c, ts.url, connect.WithGRPC())
 	cost := int64(3)
-	req := &ratelimitv1.LimitRequest{Namespace: "ns", Identifier: "id", Limit: 5, Duration: 1000, Cost: &cost}
+	req := &ratelimitv1.LimitRequest{Namespace: "ns", Identifier: "id", Limit: 5, Duration: 2592000000, Cost: &cost}
 	resp, err := client.Limit(context.Background(), connect.NewRequest(req))
 	if err != nil {
 		t.Fatal(err)
@@ -123,8 +127,8 @@ func TestGRPCClient(t *testing.T) {
 	}
 	multi, err := client.MultiLimit(context.Background(), connect.NewRequest(&ratelimitv1.MultiLimitRequest{
 		Limits: []*ratelimitv1.LimitRequest{
-			{Namespace: "ns", Identifier: "other", Limit: 5, Duration: 1000},
-			{Namespace: "ns", Identifier: "id", Limit: 5, Duration: 1000, Cost: &cost},
+			{Namespace: "ns", Identifier: "other", Limit: 5, Duration: 2592000000},
+			{Namespace: "ns", Identifier: "id", Limit: 5, Duration: 2592000000, Cost: &cost},
 		},
 	}))
 	if err != nil {
@@ -136,7 +140,7 @@ func TestGRPCClient(t *testing.T) {
 		t.Fatalf("got %v, want a rolled-back batch whose results repeat their keys", m)
 	}
 	// The rolled-back batch counted nothing for "other".
-	resp, err = client.Limit(context.Background(), connect.NewRequest(&ratelimitv1.LimitRequest{Namespace: "ns", Identifier: "other", Limit: 5, Duration: 1000, Cost: new(int64)}))
+	resp, err = client.Limit(context.Background(), connect.NewRequest(&ratelimitv1.LimitRequest{Namespace: "ns", Identifier: "other", Limit: 5, Duration: 2592000000, Cost: new(int64)}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,8 +180,8 @@ func TestHealthReadinessAndMetrics(t *testing.T) {
 			t.Fatalf("GET %s = %d %q, want 200 %q", path, resp.StatusCode, body, want)
 		}
 	}
-	ts.call(t, "Limit", "", `{"namespace":"a","identifier":"b","limit":1,"duration":1000}`)
-	ts.call(t, "Limit", "", `{"namespace":"a","identifier":"b","limit":1,"duration":1000}`)
+	ts.call(t, "Limit", "", `{"namespace":"a","identifier":"b","limit":1,"duration":2592000000}`)
+	ts.call(t, "Limit", "", `{"namespace":"a","identifier":"b","limit":1,"duration":2592000000}`)
 	resp, err := ts.client.Get(ts.url + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +217,7 @@ func TestHealthReadinessAndMetrics(t *testing.T) {
 
 func TestAuth(t *testing.T) {
 	ts := startServer(t, "UNKEY_AUTH_TOKENS=tok_a=ws_a, tok_b=ws_b")
-	body := `{"namespace":"ns","identifier":"shared","limit":1,"duration":60000}`
+	body := `{"namespace":"ns","identifier":"shared","limit":1,"duration":2592000000}`
 	for _, tc := range []struct{ name, token string }{{"missing", ""}, {"unknown", "tok_c"}} {
 		status, out := ts.call(t, "Limit", tc.token, body)
 		if status != http.StatusUnauthorized || out["code"] != "unauthenticated" {
@@ -233,7 +237,7 @@ func TestAuth(t *testing.T) {
 		}
 	}
 	// The workspace is never taken from the body.
-	_, out := ts.call(t, "Limit", "tok_b", `{"workspace":"ws_a","namespace":"ns","identifier":"fresh","limit":1,"duration":60000}`)
+	_, out := ts.call(t, "Limit", "tok_b", `{"workspace":"ws_a","namespace":"ns","identifier":"fresh","limit":1,"duration":2592000000}`)
 	if out["success"] != true {
 		t.Fatalf("a workspace field in the body changed the decision: %v", out)
 	}
