@@ -95,13 +95,17 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 // handler returns the routes of the server.
 func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle(ratelimitv1connect.NewRatelimitServiceHandler(
+	path, service := ratelimitv1connect.NewRatelimitServiceHandler(
 		&handler{limiter: s.limiter, metrics: s.metrics},
 		connect.WithInterceptors(authInterceptor(s.tokens)),
-		connect.WithReadMaxBytes(maxRequestBytes),
+		// The wire body is capped by limitBody (invalid_argument); this
+		// bounds what a compressed body may expand to. It is larger than
+		// the cap so that a body just over the cap meets limitBody first.
+		connect.WithReadMaxBytes(4*maxRequestBytes),
 		connect.WithCodec(jsonCodec{name: "json"}),
 		connect.WithCodec(jsonCodec{name: "json; charset=utf-8"}),
-	))
+	)
+	mux.Handle(path, limitBody(service))
 	reflector := grpcreflect.NewStaticReflector(ratelimitv1connect.RatelimitServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))

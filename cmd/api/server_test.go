@@ -274,11 +274,27 @@ func TestValidationOverTheAPI(t *testing.T) {
 	if n := ts.srv.limiter.ActiveWindows(); n != 0 {
 		t.Fatalf("invalid requests created %d windows", n)
 	}
-	// A body over 1 MiB is refused before it is decoded.
-	big := `{"namespace":"n","identifier":"` + strings.Repeat("x", maxRequestBytes) + `","limit":1,"duration":1000}`
-	status, out := ts.call(t, "Limit", "", big)
-	if status == http.StatusOK || out["code"] != "resource_exhausted" || !strings.Contains(out["message"].(string), "larger than configured max 1048576") {
-		t.Fatalf("oversized body: %d %v, want resource_exhausted naming the 1 MiB maximum", status, out)
+	// A body over 1 MiB is refused before it is decoded, like any other
+	// invalid request; one of exactly 1 MiB is decoded (and here refused for
+	// its identifier's length).
+	pad := func(n int) string {
+		prefix, suffix := `{"namespace":"n","identifier":"`, `","limit":1,"duration":1000}`
+		return prefix + strings.Repeat("x", n-len(prefix)-len(suffix)) + suffix
+	}
+	status, out := ts.call(t, "Limit", "", pad(maxRequestBytes+1))
+	if status != http.StatusBadRequest || out["code"] != "invalid_argument" || out["message"] != "request body: must be at most 1048576 bytes (1 MiB)" {
+		t.Fatalf("oversized body: %d %v, want invalid_argument naming the 1 MiB maximum", status, out)
+	}
+	status, out = ts.call(t, "Limit", "", pad(maxRequestBytes))
+	if status != http.StatusBadRequest || out["message"] != "identifier: "+name {
+		t.Fatalf("a body of exactly 1 MiB: %d %v, want it decoded and its identifier refused", status, out)
+	}
+	// Over gRPC too.
+	client := ratelimitv1connect.NewRatelimitServiceClient(ts.h2c, ts.url, connect.WithGRPC())
+	_, err := client.Limit(context.Background(), connect.NewRequest(&ratelimitv1.LimitRequest{Namespace: "n",
+		Identifier: strings.Repeat("x", maxRequestBytes), Limit: 1, Duration: 1000}))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "request body: must be at most") {
+		t.Fatalf("oversized gRPC message: %v, want invalid_argument", err)
 	}
 }
 
