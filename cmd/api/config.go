@@ -7,9 +7,10 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/caarlos0/env/v11"
 	"github.com/go-sql-driver/mysql"
+
 	"github.com/redis/go-redis/v9"
+	"github.com/unkeyed/ratelimit/internal/envconfig"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -42,13 +43,8 @@ const maxWorkspaceLength = 191
 // missing required variable, or a value that is malformed or not one of the
 // allowed ones, is an error that names the variable.
 func loadConfig(environ []string) (config, error) {
-	vars := make(map[string]string, len(environ))
-	for _, kv := range environ {
-		k, v, _ := strings.Cut(kv, "=")
-		vars[k] = v
-	}
 	var c config
-	if err := env.ParseWithOptions(&c, env.Options{Environment: vars}); err != nil {
+	if err := envconfig.Parse(environ, &c); err != nil {
 		return config{}, err
 	}
 	if len(c.Region) > maxRegionLength || !printable(c.Region) {

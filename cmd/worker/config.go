@@ -6,10 +6,10 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
-	"strings"
 
-	"github.com/caarlos0/env/v11"
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/unkeyed/ratelimit/internal/envconfig"
 )
 
 // config is the worker's configuration, read from the environment.
@@ -30,13 +30,8 @@ type config struct {
 
 // loadConfig reads the configuration from environ. Errors name the variable.
 func loadConfig(environ []string) (config, error) {
-	vars := make(map[string]string, len(environ))
-	for _, kv := range environ {
-		k, v, _ := strings.Cut(kv, "=")
-		vars[k] = v
-	}
 	var c config
-	if err := env.ParseWithOptions(&c, env.Options{Environment: vars}); err != nil {
+	if err := envconfig.Parse(environ, &c); err != nil {
 		return config{}, err
 	}
 	dsn, err := mysql.ParseDSN(c.MySQLDSN)

@@ -180,6 +180,20 @@ func (r *Restate) Post(url, body string) (string, error) {
 	return string(b), nil
 }
 
+// Call invokes a handler through the ingress (path such as
+// "/Cleanup/key/Status", body "" for none) and decodes its JSON answer into
+// out.
+func (r *Restate) Call(path, body string, out any) error {
+	raw, err := r.Post(r.IngressURL+path, body)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal([]byte(raw), out); err != nil {
+		return fmt.Errorf("decode answer of %s %q: %w", path, raw, err)
+	}
+	return nil
+}
+
 // Query runs SQL against restate-server's introspection tables (such as
 // sys_invocation) and returns the rows.
 func (r *Restate) Query(sql string) ([]map[string]any, error) {

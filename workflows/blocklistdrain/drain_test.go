@@ -3,7 +3,6 @@ package blocklistdrain
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -68,13 +67,9 @@ func (e *env) tableRows(t *testing.T) (int, bool) {
 
 func (e *env) status(t *testing.T, id string) Status {
 	t.Helper()
-	out, err := e.restate.Post(e.restate.IngressURL+"/BlocklistDrain/"+id+"/Status", "")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var st Status
-	if err := json.Unmarshal([]byte(out), &st); err != nil {
-		t.Fatalf("status %q: %v", out, err)
+	if err := e.restate.Call("/BlocklistDrain/"+id+"/Status", "", &st); err != nil {
+		t.Fatal(err)
 	}
 	return st
 }

@@ -85,13 +85,9 @@ func (e *env) count(t *testing.T, where string) int {
 
 func (e *env) status(t *testing.T, key string) Status {
 	t.Helper()
-	out, err := e.restate.Post(e.restate.IngressURL+"/Cleanup/"+key+"/Status", "")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var st Status
-	if err := json.Unmarshal([]byte(out), &st); err != nil {
-		t.Fatalf("status %q: %v", out, err)
+	if err := e.restate.Call("/Cleanup/"+key+"/Status", "", &st); err != nil {
+		t.Fatal(err)
 	}
 	return st
 }
