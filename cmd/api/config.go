@@ -8,10 +8,9 @@ import (
 	"strings"
 
 	"github.com/go-sql-driver/mysql"
-
 	"github.com/redis/go-redis/v9"
-	"github.com/unkeyed/ratelimit/internal/envconfig"
 
+	"github.com/unkeyed/ratelimit/internal/envconfig"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
