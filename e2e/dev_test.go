@@ -1,0 +1,89 @@
+package e2e
+
+import (
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMakeDev runs scripts/dev.sh (what make dev runs) in a temporary
+// directory on ports of its own, checks that it reports ready only when
+// every API process answers /readyz and the worker's schedule runs, and that
+// `dev.sh down` stops every process.
+func TestMakeDev(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the whole stack")
+	}
+	dir := t.TempDir()
+	// Below the ephemeral range the other tests' free ports come from, with
+	// every derived port (MariaDB base-3763, Redis base-690, Restate
+	// base+1010..base+2010) free of the well-known ones.
+	base := freeBase(t)
+	env := append(os.Environ(), "DEV_DIR="+dir, "DEV_PORT_BASE="+strconv.Itoa(base), "DEV_DETACH=1")
+	up := exec.Command("bash", "../scripts/dev.sh")
+	up.Env = env
+	out, err := up.CombinedOutput()
+	down := func() {
+		cmd := exec.Command("bash", "../scripts/dev.sh", "down")
+		cmd.Env = env
+		cmd.CombinedOutput()
+	}
+	t.Cleanup(down)
+	if err != nil || !strings.Contains(string(out), "ready — every process answers its health check") {
+		t.Fatalf("dev.sh: %v\n%s", err, out)
+	}
+	apis := []int{base, base + 1, base + 2, base + 3}
+	for _, port := range apis {
+		if code := get("http://127.0.0.1:" + strconv.Itoa(port) + "/readyz"); code != http.StatusOK {
+			t.Fatalf("API on %d: /readyz %d", port, code)
+		}
+		if !strings.Contains(string(out), "http://127.0.0.1:"+strconv.Itoa(port)) {
+			t.Fatalf("dev.sh did not list the API on %d:\n%s", port, out)
+		}
+	}
+	down()
+	for _, port := range append(apis, base-3763, base-690, base+1010, base+2000) {
+		addr := "127.0.0.1:" + strconv.Itoa(port)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+			if err != nil {
+				break
+			}
+			conn.Close()
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still answers after dev.sh down", addr)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// freeBase picks a DEV_PORT_BASE whose ports (see scripts/dev.sh) are all
+// free on this machine.
+func freeBase(t *testing.T) int {
+	for range 100 {
+		base := 11000 + rand.IntN(1000)*4
+		free := true
+		for _, port := range []int{base, base + 1, base + 2, base + 3, base - 3763, base - 690, base - 689,
+			base + 1010, base + 2000, base - 1948, base + 2010} {
+			ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+			if err != nil {
+				free = false
+				break
+			}
+			ln.Close()
+		}
+		if free {
+			return base
+		}
+	}
+	t.Fatal("no free set of ports for dev.sh")
+	return 0
+}
