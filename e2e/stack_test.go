@@ -6,11 +6,13 @@ package e2e
 import (
 	"database/sql"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -61,9 +63,34 @@ func (p *proc) url() string { return "http://127.0.0.1:" + strconv.Itoa(p.port) 
 // start runs the process and, for an API, waits until /readyz answers.
 func (p *proc) start() {
 	p.t.Helper()
+	if err := p.tryStart(); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// startOnFreePort starts the process on a fresh free port (env builds its
+// environment for a port), trying again while the port it picked turns out
+// to be taken by the time the process binds it.
+func (p *proc) startOnFreePort(env func(port int) []string) {
+	p.t.Helper()
+	for attempt := 1; ; attempt++ {
+		p.port = testserver.FreePort(p.t)
+		p.env = env(p.port)
+		err := p.tryStart()
+		if err == nil {
+			return
+		}
+		log, _ := os.ReadFile(p.log)
+		if attempt == 3 || !strings.Contains(string(log), "address already in use") {
+			p.t.Fatal(err)
+		}
+	}
+}
+
+func (p *proc) tryStart() error {
 	out, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		p.t.Fatal(err)
+		return err
 	}
 	name := "api"
 	if p.region == "" {
@@ -73,13 +100,33 @@ func (p *proc) start() {
 	p.cmd.Env = append(os.Environ(), p.env...)
 	p.cmd.Stdout, p.cmd.Stderr = out, out
 	if err := p.cmd.Start(); err != nil {
-		p.t.Fatal(err)
+		return err
 	}
 	p.done = make(chan struct{})
 	go func() { p.cmd.Wait(); out.Close(); close(p.done) }()
-	if p.region != "" {
-		waitUntil(p.t, p.name+" to be ready", 20*time.Second, func() bool { return get(p.url()+"/readyz") == http.StatusOK })
+	ready := func() bool { return get(p.url()+"/readyz") == http.StatusOK }
+	if p.region == "" { // the worker serves h2c only: ready once it listens
+		ready = func() bool {
+			conn, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(p.port), 100*time.Millisecond)
+			if err == nil {
+				conn.Close()
+			}
+			return err == nil
+		}
 	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !ready() {
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s exited during start-up (log %s)", p.name, p.log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after 20 s (log %s)", p.name, p.log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
 }
 
 // kill kills the process at once (SIGKILL).
@@ -118,21 +165,23 @@ func startStack(t *testing.T) *stack {
 	for _, region := range []string{"a", "b"} {
 		s.redis[region] = testserver.StartRedis(t)
 		for i := 1; i <= 2; i++ {
-			p := &proc{t: t, name: fmt.Sprintf("api-%s%d", region, i), region: region, port: testserver.FreePort(t)}
+			p := &proc{t: t, name: fmt.Sprintf("api-%s%d", region, i), region: region}
 			p.log = filepath.Join(logs, p.name+".log")
-			p.env = []string{"UNKEY_REGION=" + region, "UNKEY_HTTP_ADDR=127.0.0.1:" + strconv.Itoa(p.port),
-				"UNKEY_REDIS_URL=" + s.redis[region].URL(), "UNKEY_MYSQL_DSN=" + s.mysql.DSN, "UNKEY_LOG_FORMAT=text", "UNKEY_LOG_LEVEL=warn"}
-			p.start()
 			t.Cleanup(p.kill)
+			p.startOnFreePort(func(port int) []string {
+				return []string{"UNKEY_REGION=" + region, "UNKEY_HTTP_ADDR=127.0.0.1:" + strconv.Itoa(port),
+					"UNKEY_REDIS_URL=" + s.redis[region].URL(), "UNKEY_MYSQL_DSN=" + s.mysql.DSN, "UNKEY_LOG_FORMAT=text", "UNKEY_LOG_LEVEL=warn"}
+			})
 			s.apis = append(s.apis, p)
 		}
 	}
-	s.worker = &proc{t: t, name: "worker", port: testserver.FreePort(t), log: filepath.Join(logs, "worker.log")}
-	s.worker.env = []string{"UNKEY_MYSQL_DSN=" + s.mysql.DSN, "UNKEY_RESTATE_ADMIN_URL=" + s.restate.AdminURL,
-		"UNKEY_RESTATE_INGRESS_URL=" + s.restate.IngressURL, "UNKEY_WORKER_ADDR=127.0.0.1:" + strconv.Itoa(s.worker.port),
-		"UNKEY_LOG_FORMAT=text", "UNKEY_LOG_LEVEL=warn"}
-	s.worker.start()
+	s.worker = &proc{t: t, name: "worker", log: filepath.Join(logs, "worker.log")}
 	t.Cleanup(s.worker.kill)
+	s.worker.startOnFreePort(func(port int) []string {
+		return []string{"UNKEY_MYSQL_DSN=" + s.mysql.DSN, "UNKEY_RESTATE_ADMIN_URL=" + s.restate.AdminURL,
+			"UNKEY_RESTATE_INGRESS_URL=" + s.restate.IngressURL, "UNKEY_WORKER_ADDR=127.0.0.1:" + strconv.Itoa(port),
+			"UNKEY_LOG_FORMAT=text", "UNKEY_LOG_LEVEL=warn"}
+	})
 	return s
 }
 

@@ -55,15 +55,20 @@ func StartMariaDB(t testing.TB) *MariaDB {
 		t.Logf("mariadb-install-db failed (attempt %d): %v; trying again", attempt, err)
 		data = filepath.Join(dir, "data"+strconv.Itoa(attempt))
 	}
-	m := &MariaDB{Port: FreePort(t)}
-	m.proc = process{t: t, name: server, log: filepath.Join(dir, "mariadb.log"), args: []string{
-		"--no-defaults", "--datadir=" + data, "--socket=" + filepath.Join(dir, "mysqld.sock"),
-		"--port=" + strconv.Itoa(m.Port), "--bind-address=127.0.0.1", "--user=root",
-		"--skip-grant-tables", "--pid-file=" + filepath.Join(dir, "mysqld.pid"),
-		"--innodb-buffer-pool-size=64M", "--innodb-log-file-size=16M",
-		"--character-set-server=utf8mb4", "--collation-server=utf8mb4_bin",
-		"--max-connections=500",
-	}}
+	m := &MariaDB{}
+	m.proc = process{t: t, name: server, log: filepath.Join(dir, "mariadb.log")}
+	t.Cleanup(m.Kill)
+	m.proc.startOnFreePorts(func() {
+		m.Port = FreePort(t)
+		m.proc.args = []string{
+			"--no-defaults", "--datadir=" + data, "--socket=" + filepath.Join(dir, "mysqld.sock"),
+			"--port=" + strconv.Itoa(m.Port), "--bind-address=127.0.0.1", "--user=root",
+			"--skip-grant-tables", "--pid-file=" + filepath.Join(dir, "mysqld.pid"),
+			"--innodb-buffer-pool-size=64M", "--innodb-log-file-size=16M",
+			"--character-set-server=utf8mb4", "--collation-server=utf8mb4_bin",
+			"--max-connections=500",
+		}
+	}, m.ping, 60*time.Second)
 	cfg := mysql.NewConfig()
 	cfg.User = "root"
 	cfg.Net = "tcp"
@@ -71,8 +76,6 @@ func StartMariaDB(t testing.TB) *MariaDB {
 	cfg.DBName = "ratelimit"
 	cfg.Timeout = time.Second
 	m.DSN = cfg.FormatDSN()
-	m.Start()
-	t.Cleanup(m.Kill)
 	db, err := sql.Open("mysql", m.serverDSN())
 	if err != nil {
 		t.Fatal(err)
@@ -92,14 +95,16 @@ func (m *MariaDB) serverDSN() string {
 // Start starts the server again after Stop or Kill, with the same data.
 func (m *MariaDB) Start() {
 	m.proc.t.Helper()
-	m.proc.start(func() error {
-		db, err := sql.Open("mysql", m.serverDSN())
-		if err != nil {
-			return err
-		}
-		defer db.Close()
-		return db.Ping()
-	}, 60*time.Second)
+	m.proc.start(m.ping, 60*time.Second)
+}
+
+func (m *MariaDB) ping() error {
+	db, err := sql.Open("mysql", m.serverDSN())
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return db.Ping()
 }
 
 // Stop shuts the server down cleanly.

@@ -1,10 +1,12 @@
 package testserver
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -37,9 +39,54 @@ type process struct {
 // deadline passes.
 func (p *process) start(ready func() error, within time.Duration) {
 	p.t.Helper()
+	if err := p.tryStart(ready, within); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// errExited is returned by tryStart when the process exited during
+// start-up; the log tells why.
+type errExited struct {
+	name, log string
+	err       error
+}
+
+func (e *errExited) Error() string {
+	return fmt.Sprintf("%s exited during start-up: %v\n%s", e.name, e.err, tail(e.log))
+}
+
+// portTaken reports whether the process exited because its port was taken:
+// FreePort's port can be grabbed by another process before the server binds
+// it, most often when test packages run in parallel.
+func (e *errExited) portTaken() bool {
+	b, _ := os.ReadFile(e.log)
+	s := strings.ToLower(string(b))
+	return strings.Contains(s, "address in use") || strings.Contains(s, "address already in use")
+}
+
+// startOnFreePorts calls configure, which picks fresh ports, and starts the
+// process, up to three times while it fails because a port was taken.
+func (p *process) startOnFreePorts(configure func(), ready func() error, within time.Duration) {
+	p.t.Helper()
+	for attempt := 1; ; attempt++ {
+		configure()
+		err := p.tryStart(ready, within)
+		if err == nil {
+			return
+		}
+		var exited *errExited
+		if attempt == 3 || !errors.As(err, &exited) || !exited.portTaken() {
+			p.t.Fatal(err)
+		}
+		os.Remove(p.log) // the next attempt's log stands alone
+	}
+}
+
+// tryStart is start that returns its error.
+func (p *process) tryStart(ready func() error, within time.Duration) error {
 	out, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		p.t.Fatal(err)
+		return err
 	}
 	cmd := exec.Command(p.name, p.args...)
 	cmd.Stdout, cmd.Stderr = out, out
@@ -49,7 +96,7 @@ func (p *process) start(ready func() error, within time.Duration) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		out.Close()
-		p.t.Fatalf("start %s: %v", p.name, err)
+		return fmt.Errorf("start %s: %w", p.name, err)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -62,16 +109,16 @@ func (p *process) start(ready func() error, within time.Duration) {
 	for {
 		err := ready()
 		if err == nil {
-			return
+			return nil
 		}
 		select {
 		case <-done:
-			p.t.Fatalf("%s exited during start-up: %v\n%s", p.name, err, tail(p.log))
+			return &errExited{name: p.name, log: p.log, err: err}
 		default:
 		}
 		if time.Now().After(deadline) {
 			p.signal(syscall.SIGKILL)
-			p.t.Fatalf("%s not ready after %v: %v\n%s", p.name, within, err, tail(p.log))
+			return fmt.Errorf("%s not ready after %v: %v\n%s", p.name, within, err, tail(p.log))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -32,15 +32,18 @@ func StartRedis(t testing.TB) *Redis {
 		t.Fatalf("redis-server is not installed (make test installs it): %v", err)
 	}
 	dir := t.TempDir()
-	port := FreePort(t)
-	r := &Redis{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
-	r.proc = process{t: t, name: bin, log: filepath.Join(dir, "redis.log"), args: []string{
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
-		"--save", "", "--appendonly", "yes", "--appendfsync", "always",
-		"--protected-mode", "no", "--daemonize", "no",
-	}}
-	r.Start()
+	r := &Redis{}
+	r.proc = process{t: t, name: bin, log: filepath.Join(dir, "redis.log")}
 	t.Cleanup(r.Kill)
+	r.proc.startOnFreePorts(func() {
+		port := FreePort(t)
+		r.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		r.proc.args = []string{
+			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+			"--save", "", "--appendonly", "yes", "--appendfsync", "always",
+			"--protected-mode", "no", "--daemonize", "no",
+		}
+	}, r.ping, 10*time.Second)
 	return r
 }
 

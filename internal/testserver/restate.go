@@ -58,43 +58,50 @@ func StartRestate(t testing.TB) *Restate {
 		t.Fatalf("restate-server is not installed (make test runs npm ci): %v", err)
 	}
 	dir := t.TempDir()
-	ingress, admin, node := FreePort(t), FreePort(t), FreePort(t)
-	r := &Restate{
-		IngressURL: "http://127.0.0.1:" + strconv.Itoa(ingress),
-		AdminURL:   "http://127.0.0.1:" + strconv.Itoa(admin),
-	}
-	r.proc = process{t: t, name: bin, log: filepath.Join(dir, "restate.log"), args: []string{"--no-logo"}, env: []string{
-		"RESTATE_BASE_DIR=" + filepath.Join(dir, "base"),
-		"RESTATE_NODE_NAME=test",
-		"RESTATE_LISTEN_MODE=tcp",
-		"RESTATE_BIND_ADDRESS=127.0.0.1:" + strconv.Itoa(node),
-		"RESTATE_ADVERTISED_ADDRESS=http://127.0.0.1:" + strconv.Itoa(node),
-		"RESTATE_INGRESS__BIND_ADDRESS=127.0.0.1:" + strconv.Itoa(ingress),
-		"RESTATE_ADMIN__BIND_ADDRESS=127.0.0.1:" + strconv.Itoa(admin),
-		"RESTATE_LOG_FORMAT=compact",
-		"RESTATE_LOG_DISABLE_ANSI_CODES=true",
-	}}
-	r.Start()
+	r := &Restate{}
+	r.proc = process{t: t, name: bin, log: filepath.Join(dir, "restate.log"), args: []string{"--no-logo"}}
 	t.Cleanup(r.Kill)
+	attempt := 0
+	r.proc.startOnFreePorts(func() {
+		attempt++
+		ingress, admin, node := FreePort(t), FreePort(t), FreePort(t)
+		r.IngressURL = "http://127.0.0.1:" + strconv.Itoa(ingress)
+		r.AdminURL = "http://127.0.0.1:" + strconv.Itoa(admin)
+		r.proc.env = []string{
+			// A fresh base directory per attempt: the node remembers its
+			// address there.
+			"RESTATE_BASE_DIR=" + filepath.Join(dir, "base"+strconv.Itoa(attempt)),
+			"RESTATE_NODE_NAME=test",
+			"RESTATE_LISTEN_MODE=tcp",
+			"RESTATE_BIND_ADDRESS=127.0.0.1:" + strconv.Itoa(node),
+			"RESTATE_ADVERTISED_ADDRESS=http://127.0.0.1:" + strconv.Itoa(node),
+			"RESTATE_INGRESS__BIND_ADDRESS=127.0.0.1:" + strconv.Itoa(ingress),
+			"RESTATE_ADMIN__BIND_ADDRESS=127.0.0.1:" + strconv.Itoa(admin),
+			"RESTATE_LOG_FORMAT=compact",
+			"RESTATE_LOG_DISABLE_ANSI_CODES=true",
+		}
+	}, r.healthy, 60*time.Second)
 	return r
 }
 
 // Start starts the server again after Stop or Kill, with the same data.
 func (r *Restate) Start() {
 	r.proc.t.Helper()
-	r.proc.start(func() error {
-		for _, u := range []string{r.AdminURL + "/health", r.IngressURL + "/restate/health"} {
-			resp, err := http.Get(u)
-			if err != nil {
-				return err
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("GET %s: %s", u, resp.Status)
-			}
+	r.proc.start(r.healthy, 60*time.Second)
+}
+
+func (r *Restate) healthy() error {
+	for _, u := range []string{r.AdminURL + "/health", r.IngressURL + "/restate/health"} {
+		resp, err := http.Get(u)
+		if err != nil {
+			return err
 		}
-		return nil
-	}, 60*time.Second)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", u, resp.Status)
+		}
+	}
+	return nil
 }
 
 // Stop shuts the server down cleanly.
@@ -117,9 +124,13 @@ type Endpoint struct {
 // ServeEndpoint serves handler and registers it with r.
 func ServeEndpoint(t testing.TB, r *Restate, handler http.Handler) *Endpoint {
 	t.Helper()
-	port := FreePort(t)
-	e := &Endpoint{URL: "http://127.0.0.1:" + strconv.Itoa(port), addr: "127.0.0.1:" + strconv.Itoa(port), handler: handler, t: t}
-	e.Start()
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // the kernel's free port, held
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	e := &Endpoint{URL: "http://" + addr, addr: addr, handler: handler, t: t}
+	e.serve(ln)
 	t.Cleanup(e.Kill)
 	if _, err := r.Post(r.AdminURL+"/deployments", `{"uri":"`+e.URL+`"}`); err != nil {
 		t.Fatalf("register endpoint: %v", err)
@@ -127,13 +138,17 @@ func ServeEndpoint(t testing.TB, r *Restate, handler http.Handler) *Endpoint {
 	return e
 }
 
-// Start serves the endpoint (again).
+// Start serves the endpoint again, on the same address.
 func (e *Endpoint) Start() {
 	e.t.Helper()
 	ln, err := net.Listen("tcp", e.addr)
 	if err != nil {
 		e.t.Fatalf("listen on %s: %v", e.addr, err)
 	}
+	e.serve(ln)
+}
+
+func (e *Endpoint) serve(ln net.Listener) {
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)

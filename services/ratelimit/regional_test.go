@@ -347,8 +347,10 @@ func TestRedisFailureUnderLoad(t *testing.T) {
 			close(stop)
 			wg.Wait()
 			t.Logf("%d requests, slowest %v", requests.Load(), time.Duration(slowest.Load()))
-			if d := time.Duration(slowest.Load()); d > originTimeout+200*time.Millisecond {
-				t.Errorf("a request waited %v, longer than the origin timeout %v (plus 200 ms of scheduling slack)", d, originTimeout)
+			// The slack covers a loaded CI machine's scheduling; a request
+			// that waited on the dead store without a timeout would hang.
+			if d := time.Duration(slowest.Load()); d > originTimeout+700*time.Millisecond {
+				t.Errorf("a request waited %v, longer than the origin timeout %v (plus 700 ms of scheduling slack)", d, originTimeout)
 			}
 			// Nothing accepted is lost. A replay whose answer was lost may
 			// have been applied and is sent again (counting twice is

@@ -2,7 +2,8 @@
 // Restate workflow, in stages that are each durable and retryable:
 //
 //  1. verify: nothing has written the table since the new path took over;
-//  2. wait-for-expiry: sleep durably until the last row's expiry has passed;
+//  2. wait-for-expiry: sleep durably until the last row's expiry has passed
+//     (in slices of at most the recheck interval, to notice changes);
 //  3. delete: delete the expired rows in batches, until the table is empty;
 //  4. await-approval: wait for an operator's approval, a durable promise
 //     resolved by one call to Approve;
@@ -149,7 +150,9 @@ func (d *Drain) Run(ctx restate.WorkflowContext, in Input) (Status, error) {
 			if stats.LatestExpiresAt < now {
 				break
 			}
-			until := time.Duration(stats.LatestExpiresAt-now+1) * time.Millisecond
+			// Sleep until the last expiry, looking again at least every
+			// recheck, so that rows deleted or changed meanwhile are seen.
+			until := min(time.Duration(stats.LatestExpiresAt-now+1)*time.Millisecond, recheck)
 			if err := d.wait(ctx, &st, StageWaitForExpiry, until, fmt.Sprintf(
 				"%d rows left; the last expires at %s", stats.RowCount, ms(stats.LatestExpiresAt))); err != nil {
 				return st, err

@@ -89,15 +89,15 @@ func waitStage(t *testing.T, e *env, id, stage string, within time.Duration) Sta
 	}
 }
 
-// TestDrainWalksEveryStage drains a table whose last row expires 8 s from
-// now (time enough to reach the wait on a loaded machine). The worker is killed during the durable sleep and
+// TestDrainWalksEveryStage drains a table whose last row expires in an hour;
+// the test moves the expiry back once it has seen the workflow wait. The worker is killed during the durable sleep and
 // started again; the workflow wakes on time, deletes the rows in batches,
 // waits for approval without dropping, and drops the table once approved.
 func TestDrainWalksEveryStage(t *testing.T) {
 	e := setup(t)
 	now := time.Now().UnixMilli()
-	e.insert(t, 3, now-60_000, now-1000)  // expired
-	e.insert(t, 2, now-60_000, now+8_000) // expires in 8 s
+	e.insert(t, 3, now-60_000, now-1000)      // expired
+	e.insert(t, 2, now-60_000, now+3_600_000) // expires in an hour
 	if _, err := e.restate.Post(e.restate.IngressURL+"/BlocklistDrain/d1/Run/send",
 		fmt.Sprintf(`{"cutoverAt":%d,"batchSize":2,"recheckSeconds":1}`, now-30_000)); err != nil {
 		t.Fatal(err)
@@ -114,6 +114,14 @@ func TestDrainWalksEveryStage(t *testing.T) {
 	time.Sleep(time.Second)
 	e.ep.SetHandler(e.handler(t))
 	e.ep.Start()
+	if st := e.status(t, "d1"); st.Stage != StageWaitForExpiry {
+		t.Fatalf("after the restart: %+v, want still waiting", st)
+	}
+	// Time passes: the rows expire (moved back, rather than waiting an
+	// hour), and the workflow sees it at its next look.
+	if _, err := e.sqlDB.Exec("UPDATE ratelimit_blocklist SET expires_at = ?", now-500); err != nil {
+		t.Fatal(err)
+	}
 	st = waitStage(t, e, "d1", StageAwaitApproval, 20*time.Second)
 	if st.RowsDeleted != 5 {
 		t.Fatalf("await stage %+v, want 5 rows deleted", st)
