@@ -121,8 +121,7 @@ func BenchmarkLimitWarmWithGlobal(b *testing.B) {
 	done := make(chan struct{})
 	go func() { s.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
-	rq := Request{Workspace: "ws_1234", Namespace: "api.requests", Identifier: "user_42",
-		Limit: 1 << 53, Duration: time.Minute, Cost: 1}
+	rq := warmRequest
 	s.Limit(context.Background(), rq)
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -40,8 +40,7 @@ func benchWithOrigin(b *testing.B, parallel bool) {
 	done := make(chan struct{})
 	go func() { s.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
-	rq := Request{Workspace: "ws_1234", Namespace: "api.requests", Identifier: "user_42",
-		Limit: 1 << 53, Duration: time.Minute, Cost: 1}
+	rq := warmRequest
 	s.Limit(context.Background(), rq) // hydrate
 	before := redisCalls(b, r)
 	b.ReportAllocs()

@@ -30,6 +30,23 @@ func BenchmarkXTimeRateAllowParallel(b *testing.B) {
 	})
 }
 
+// warmRequest is the request of the warm-key benchmarks: a limit so high it
+// never denies, so every decision does the same work.
+var warmRequest = Request{Workspace: "ws_1234", Namespace: "api.requests", Identifier: "user_42",
+	Limit: 1 << 53, Duration: time.Minute, Cost: 1}
+
+// warmKeys returns n requests on distinct keys, each decided once so that
+// its window exists.
+func warmKeys(s *Service, n int) []Request {
+	reqs := make([]Request, n)
+	for i := range reqs {
+		reqs[i] = warmRequest
+		reqs[i].Identifier = "user_" + strconv.Itoa(i)
+		s.Limit(context.Background(), reqs[i])
+	}
+	return reqs
+}
+
 func benchService(b *testing.B) *Service {
 	s, err := New("bench")
 	if err != nil {
@@ -42,8 +59,7 @@ func benchService(b *testing.B) *Service {
 // production. The limit is high enough never to deny.
 func BenchmarkLimitWarm(b *testing.B) {
 	s := benchService(b)
-	r := Request{Workspace: "ws_1234", Namespace: "api.requests", Identifier: "user_42",
-		Limit: 1 << 53, Duration: time.Minute, Cost: 1}
+	r := warmRequest
 	ctx := context.Background()
 	s.Limit(ctx, r)
 	b.ReportAllocs()
@@ -54,8 +70,7 @@ func BenchmarkLimitWarm(b *testing.B) {
 
 func BenchmarkLimitWarmParallel(b *testing.B) {
 	s := benchService(b)
-	r := Request{Workspace: "ws_1234", Namespace: "api.requests", Identifier: "user_42",
-		Limit: 1 << 53, Duration: time.Minute, Cost: 1}
+	r := warmRequest
 	ctx := context.Background()
 	s.Limit(ctx, r)
 	b.ReportAllocs()
@@ -69,13 +84,8 @@ func BenchmarkLimitWarmParallel(b *testing.B) {
 // BenchmarkLimit10kKeys spreads requests over 10,000 warm keys.
 func BenchmarkLimit10kKeys(b *testing.B) {
 	s := benchService(b)
-	reqs := make([]Request, 10_000)
+	reqs := warmKeys(s, 10_000)
 	ctx := context.Background()
-	for i := range reqs {
-		reqs[i] = Request{Workspace: "ws_1234", Namespace: "api.requests", Identifier: "user_" + strconv.Itoa(i),
-			Limit: 1 << 53, Duration: time.Minute, Cost: 1}
-		s.Limit(ctx, reqs[i])
-	}
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -89,13 +99,8 @@ func BenchmarkLimit10kKeys(b *testing.B) {
 
 func BenchmarkLimit10kKeysParallel(b *testing.B) {
 	s := benchService(b)
-	reqs := make([]Request, 10_000)
+	reqs := warmKeys(s, 10_000)
 	ctx := context.Background()
-	for i := range reqs {
-		reqs[i] = Request{Workspace: "ws_1234", Namespace: "api.requests", Identifier: "user_" + strconv.Itoa(i),
-			Limit: 1 << 53, Duration: time.Minute, Cost: 1}
-		s.Limit(ctx, reqs[i])
-	}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0

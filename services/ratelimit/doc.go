@@ -15,7 +15,9 @@
 // adds cost to cur by compare-and-swap, so concurrent requests in one process
 // never admit more than the limit.
 //
-// The request path never waits on the network for a warm counter. Shared
+// The request path never waits on the network for a warm counter, except
+// that a key near or over its limit (strict) reads the regional origin first,
+// at most once per short interval and at most 300 ms. Shared
 // stores (a regional [Origin], a [GlobalStore]) are convergence accelerators
 // that plug in behind small interfaces; without them a [Service] is an exact
 // single-process limiter.

@@ -41,7 +41,7 @@ func (d *decision) response() Response {
 // Limit decides whether req may spend its cost and, on success with a cost
 // above zero, counts it. It returns a [*ValidationError] for a request that
 // breaks a rule, and counts nothing then. A warm decision does not allocate
-// and does not wait on the network.
+// and, unless the key is strict (see [Origin]), does not wait on the network.
 func (s *Service) Limit(ctx context.Context, req Request) (Response, error) {
 	if err := req.Validate(); err != nil {
 		return Response{}, err

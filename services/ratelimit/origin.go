@@ -7,9 +7,10 @@ import (
 
 // Origin is the regional source of truth: a store that the processes of one
 // region share (Redis, see [RedisOrigin]). Processes add what they accepted to
-// it and read from it what the others accepted. The limiter never waits on it
-// for a warm counter, guards every call with a circuit breaker and a timeout,
-// and decides from local state while it is unavailable.
+// it and read from it what the others accepted. The limiter waits on it only
+// for a cold cell and for a strict key (at most once per refresh interval,
+// at most originTimeout), guards every call with a circuit breaker, and
+// decides from local state while it is unavailable.
 type Origin interface {
 	// Load returns the count of each cell, in order. A cell the origin does
 	// not hold counts 0.
@@ -74,9 +75,11 @@ const (
 	// strictHeadroom: an admission that leaves at most this share of the
 	// limit makes the key strict, as a denial does.
 	strictHeadroom = 0.2
-	// maxReplayQueue bounds the cells waiting for replay or refresh. Each cell
-	// and window is queued at most once, so the queues hold at most the
-	// active cells; the bound only matters past a million of them.
+	// maxReplayQueue bounds the cells waiting for replay and the windows
+	// waiting for a refresh. A cell is queued for replay at most once at a
+	// time, and a window for refresh about once per freshness interval, so
+	// the queues hold about the active cells; the bound only matters past a
+	// million of them.
 	maxReplayQueue = 1 << 20
 	// Breaker: open after breakerFailures consecutive failures, try one call
 	// again after breakerOpenFor.

@@ -23,14 +23,12 @@ func (q *queue[T]) push(v T) bool {
 	return true
 }
 
-// take returns every queued item, leaving the queue empty. spare, emptied,
-// becomes the queue's next buffer, so a loop that hands back what it took
-// allocates nothing in the steady state.
-func (q *queue[T]) take(spare []T) []T {
+// take returns every queued item, leaving the queue empty.
+func (q *queue[T]) take() []T {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	items := q.items
-	q.items = spare[:0]
+	q.items = nil
 	return items
 }
 

@@ -78,7 +78,7 @@ func (s *Service) callOrigin(ctx context.Context, op string, timeout time.Durati
 // prepare brings w up to date with the origin before a decision at now, as
 // far as the decision may wait for it: a cold cell waits for one read (shared
 // by every request on it), a strict window refreshes at most once per
-// strictRefreshInterval, and a warm window whose last read is older than
+// window.strictRefresh, and a warm window whose last read is older than
 // freshnessInterval is refreshed in the background while this request decides
 // from memory.
 func (s *Service) prepare(ctx context.Context, w *window, now int64) {
@@ -195,7 +195,7 @@ func (s *Service) refresh(ctx context.Context, ws []*window, now int64, op strin
 // process already replayed; what is still unreplayed or speculative is only
 // here. A cell the process has no slot for any more is left alone.
 func (s *Service) merge(w *window, seq, origin int64) {
-	c := s.cellForMerge(w, seq, origin)
+	c := w.cellForMerge(seq, origin)
 	if c == nil {
 		return
 	}
@@ -204,7 +204,7 @@ func (s *Service) merge(w *window, seq, origin int64) {
 
 // cellForMerge returns w's cell of seq for an origin count, creating it only
 // if the count is not zero: a window with no traffic needs no cell.
-func (s *Service) cellForMerge(w *window, seq, origin int64) *cell {
+func (w *window) cellForMerge(seq, origin int64) *cell {
 	if origin <= 0 {
 		c := w.cells[seq&1].Load()
 		if c == nil || c.seq != seq {

@@ -34,7 +34,7 @@ func (s *Service) runOrigin(ctx context.Context) {
 // increment the origin did not take goes back into its cell and is sent again
 // next time, for as long as its window can still affect a decision.
 func (s *Service) replay(ctx context.Context) {
-	items := s.replays.take(nil)
+	items := s.replays.take()
 	if len(items) == 0 {
 		return
 	}
@@ -79,7 +79,7 @@ func (s *Service) replay(ctx context.Context) {
 // round trip. Windows that could not be read are queued again unless they
 // went idle.
 func (s *Service) refreshStale(ctx context.Context) {
-	queued := s.refreshes.take(nil)
+	queued := s.refreshes.take()
 	if len(queued) == 0 {
 		return
 	}
