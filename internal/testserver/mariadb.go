@@ -92,7 +92,7 @@ func (m *MariaDB) serverDSN() string {
 	return fmt.Sprintf("root@tcp(127.0.0.1:%d)/?timeout=1s", m.Port)
 }
 
-// Start starts the server again after Stop or Kill, with the same data.
+// Start starts the server again after Kill, with the same data.
 func (m *MariaDB) Start() {
 	m.proc.t.Helper()
 	m.proc.start(m.ping, 60*time.Second)
@@ -106,9 +106,6 @@ func (m *MariaDB) ping() error {
 	defer db.Close()
 	return db.Ping()
 }
-
-// Stop shuts the server down cleanly.
-func (m *MariaDB) Stop() { m.proc.signal(syscall.SIGTERM) }
 
 // Kill kills the server at once, as a crash would.
 func (m *MariaDB) Kill() { m.proc.signal(syscall.SIGKILL) }

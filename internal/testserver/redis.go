@@ -50,15 +50,12 @@ func StartRedis(t testing.TB) *Redis {
 // URL returns the redis:// URL of the server.
 func (r *Redis) URL() string { return "redis://" + r.Addr }
 
-// Start starts the server again after Stop or Kill, on the same port and
+// Start starts the server again after Kill, on the same port and
 // with the same data.
 func (r *Redis) Start() {
 	r.proc.t.Helper()
 	r.proc.start(r.ping, 10*time.Second)
 }
-
-// Stop shuts the server down cleanly.
-func (r *Redis) Stop() { r.proc.signal(syscall.SIGTERM) }
 
 // Kill kills the server at once, as a crash would.
 func (r *Redis) Kill() { r.proc.signal(syscall.SIGKILL) }

@@ -84,7 +84,7 @@ func StartRestate(t testing.TB) *Restate {
 	return r
 }
 
-// Start starts the server again after Stop or Kill, with the same data.
+// Start starts the server again after Kill, with the same data.
 func (r *Restate) Start() {
 	r.proc.t.Helper()
 	r.proc.start(r.healthy, 60*time.Second)
@@ -103,9 +103,6 @@ func (r *Restate) healthy() error {
 	}
 	return nil
 }
-
-// Stop shuts the server down cleanly.
-func (r *Restate) Stop() { r.proc.signal(syscall.SIGTERM) }
 
 // Kill kills the server at once, as a crash would.
 func (r *Restate) Kill() { r.proc.signal(syscall.SIGKILL) }
