@@ -18,7 +18,7 @@ import (
 
 // Restate is a private restate-server: one node with its ingress, admin and
 // node ports on free loopback ports and its data in a temporary directory,
-// kept across Stop and Start.
+// kept across Kill and Start.
 type Restate struct {
 	// IngressURL and AdminURL are http://127.0.0.1:port.
 	IngressURL string
