@@ -95,16 +95,28 @@ func (t tokens) workspace(token string) (string, bool) {
 	return ws, ok
 }
 
-// parseTokens parses comma-separated token=workspace_id entries.
+// minTokenLength is the shortest bearer token accepted: 16 characters of a
+// random token are at least 80 bits even in a small alphabet, beyond
+// guessing over the network.
+const minTokenLength = 16
+
+// parseTokens parses comma-separated token=workspace_id entries. An entry
+// splits at its last "=", since workspace ids never hold one and base64
+// tokens may end in "=" padding.
 func parseTokens(s string) (tokens, error) {
 	t := tokens{}
 	if strings.TrimSpace(s) == "" {
 		return t, nil
 	}
 	for i, entry := range strings.Split(s, ",") {
-		token, ws, ok := strings.Cut(strings.TrimSpace(entry), "=")
-		if !ok || token == "" || ws == "" {
+		entry = strings.TrimSpace(entry)
+		cut := strings.LastIndexByte(entry, '=')
+		if cut <= 0 || cut == len(entry)-1 {
 			return nil, fmt.Errorf("entry %d must be token=workspace_id", i+1)
+		}
+		token, ws := entry[:cut], entry[cut+1:]
+		if len(token) < minTokenLength {
+			return nil, fmt.Errorf("entry %d: token must be at least %d characters, got %d", i+1, minTokenLength, len(token))
 		}
 		if len(ws) > maxWorkspaceLength || !printable(ws) {
 			return nil, fmt.Errorf("entry %d: workspace must be 1 to %d printable characters", i+1, maxWorkspaceLength)

@@ -26,9 +26,11 @@ func TestLoadConfigErrorsNameTheVariable(t *testing.T) {
 		{[]string{"UNKEY_REGION=r", "UNKEY_LOG_LEVEL=loud"}, "UNKEY_LOG_LEVEL: must be debug, info, warn or error"},
 		{[]string{"UNKEY_REGION=r", "UNKEY_LOG_FORMAT=xml"}, "UNKEY_LOG_FORMAT: must be json or text"},
 		{[]string{"UNKEY_REGION=r", "UNKEY_AUTH_TOKENS=abc"}, "UNKEY_AUTH_TOKENS: entry 1 must be token=workspace_id"},
-		{[]string{"UNKEY_REGION=r", "UNKEY_AUTH_TOKENS=a=ws,=ws2"}, "UNKEY_AUTH_TOKENS: entry 2 must be token=workspace_id"},
-		{[]string{"UNKEY_REGION=r", "UNKEY_AUTH_TOKENS=a=ws,a=ws2"}, "UNKEY_AUTH_TOKENS: entry 2 repeats a token"},
-		{[]string{"UNKEY_REGION=r", "UNKEY_AUTH_TOKENS=a=" + strings.Repeat("w", 192)}, "UNKEY_AUTH_TOKENS: entry 1: workspace must be 1 to 191"},
+		{[]string{"UNKEY_REGION=r", "UNKEY_AUTH_TOKENS=" + tokA + "=ws,=ws2"}, "UNKEY_AUTH_TOKENS: entry 2 must be token=workspace_id"},
+		{[]string{"UNKEY_REGION=r", "UNKEY_AUTH_TOKENS=" + tokA + "=ws,ws2="}, "UNKEY_AUTH_TOKENS: entry 2 must be token=workspace_id"},
+		{[]string{"UNKEY_REGION=r", "UNKEY_AUTH_TOKENS=" + tokA + "=ws," + tokA + "=ws2"}, "UNKEY_AUTH_TOKENS: entry 2 repeats a token"},
+		{[]string{"UNKEY_REGION=r", "UNKEY_AUTH_TOKENS=" + tokA + "=" + strings.Repeat("w", 192)}, "UNKEY_AUTH_TOKENS: entry 1: workspace must be 1 to 191"},
+		{[]string{"UNKEY_REGION=r", "UNKEY_AUTH_TOKENS=short=ws"}, "UNKEY_AUTH_TOKENS: entry 1: token must be at least 16 characters, got 5"},
 		{[]string{"UNKEY_REGION=r", "UNKEY_REDIS_URL=http://x"}, "UNKEY_REDIS_URL: must be a redis:// or rediss:// URL"},
 		{[]string{"UNKEY_REGION=r", "UNKEY_REDIS_URL=redis://x:notaport"}, "UNKEY_REDIS_URL: must be a redis:// or rediss:// URL"},
 	}
@@ -41,16 +43,21 @@ func TestLoadConfigErrorsNameTheVariable(t *testing.T) {
 }
 
 func TestTokens(t *testing.T) {
-	c, err := loadConfig([]string{"UNKEY_REGION=r", "UNKEY_AUTH_TOKENS= tok_a=ws_a , tok_b=ws_b", "UNKEY_LOG_LEVEL=debug", "UNKEY_LOG_FORMAT=text"})
+	// A base64 token may end in "=" padding: entries split at the last "=".
+	const padded = "c2VjcmV0LXRva2VuLXdpdGgtcGFk=="
+	c, err := loadConfig([]string{"UNKEY_REGION=r", "UNKEY_AUTH_TOKENS= " + tokA + "=ws_a , " + tokB + "=ws_b," + padded + "=ws_c",
+		"UNKEY_LOG_LEVEL=debug", "UNKEY_LOG_FORMAT=text"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for token, want := range map[string]string{"tok_a": "ws_a", "tok_b": "ws_b"} {
+	for token, want := range map[string]string{tokA: "ws_a", tokB: "ws_b", padded: "ws_c"} {
 		if ws, ok := c.tokens.workspace(token); !ok || ws != want {
 			t.Fatalf("workspace(%q) = %q, %v; want %q", token, ws, ok, want)
 		}
 	}
-	if _, ok := c.tokens.workspace("tok_"); ok {
-		t.Fatal("a prefix of a token was accepted")
+	for _, prefix := range []string{tokA[:len(tokA)-1], strings.TrimRight(padded, "=")} {
+		if _, ok := c.tokens.workspace(prefix); ok {
+			t.Fatalf("a prefix of a token was accepted: %q", prefix)
+		}
 	}
 }

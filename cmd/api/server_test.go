@@ -63,6 +63,13 @@ func startServer(t *testing.T, environ ...string) *testServer {
 	return ts
 }
 
+// Bearer tokens of the tests' workspaces: at least 16 characters, as the
+// server requires.
+const (
+	tokA = "tok_a_0123456789abcdef"
+	tokB = "tok_b_0123456789abcdef"
+)
+
 // Tests against the real clock use 30-day windows (2592000000 ms), the
 // longest allowed: a test that crossed a window boundary between two calls
 // would see the previous window's count weighted down and flake.
@@ -216,9 +223,9 @@ func TestHealthReadinessAndMetrics(t *testing.T) {
 }
 
 func TestAuth(t *testing.T) {
-	ts := startServer(t, "UNKEY_AUTH_TOKENS=tok_a=ws_a, tok_b=ws_b")
+	ts := startServer(t, "UNKEY_AUTH_TOKENS="+tokA+"=ws_a, "+tokB+"=ws_b")
 	body := `{"namespace":"ns","identifier":"shared","limit":1,"duration":2592000000}`
-	for _, tc := range []struct{ name, token string }{{"missing", ""}, {"unknown", "tok_c"}} {
+	for _, tc := range []struct{ name, token string }{{"missing", ""}, {"unknown", "tok_c_0123456789abcdef"}} {
 		status, out := ts.call(t, "Limit", tc.token, body)
 		if status != http.StatusUnauthorized || out["code"] != "unauthenticated" {
 			t.Fatalf("%s token: %d %v, want 401 unauthenticated", tc.name, status, out)
@@ -226,18 +233,18 @@ func TestAuth(t *testing.T) {
 	}
 	// Two workspaces with the same namespace and identifier keep separate
 	// counts.
-	for _, token := range []string{"tok_a", "tok_b"} {
+	for _, token := range []string{tokA, tokB} {
 		if _, out := ts.call(t, "Limit", token, body); out["success"] != true {
 			t.Fatalf("first request of %s denied: %v", token, out)
 		}
 	}
-	for _, token := range []string{"tok_a", "tok_b"} {
+	for _, token := range []string{tokA, tokB} {
 		if _, out := ts.call(t, "Limit", token, body); out["success"] != false {
 			t.Fatalf("second request of %s passed: %v", token, out)
 		}
 	}
 	// The workspace is never taken from the body.
-	_, out := ts.call(t, "Limit", "tok_b", `{"workspace":"ws_a","namespace":"ns","identifier":"fresh","limit":1,"duration":2592000000}`)
+	_, out := ts.call(t, "Limit", tokB, `{"workspace":"ws_a","namespace":"ns","identifier":"fresh","limit":1,"duration":2592000000}`)
 	if out["success"] != true {
 		t.Fatalf("a workspace field in the body changed the decision: %v", out)
 	}

@@ -55,10 +55,13 @@ const (
 	globalUtilizationFloor = 0.5
 	// globalFlushTimeout bounds one flush or sync.
 	globalFlushTimeout = 10 * time.Second
-	// maxImportedCount caps a count read from a store, so that a corrupt
-	// row cannot overflow the decision maths (counts are at most 2^53 each).
-	maxImportedCount = 1 << 60
 )
+
+// MaxStoredCount caps every count read from a store (Redis or MySQL), so
+// that a corrupt value cannot overflow the decision maths: limits and costs
+// are at most 2^53, and a few sums of 2^60 stay far below 2^63. A cell at the
+// cap denies every request.
+const MaxStoredCount = 1 << 60
 
 // WithGlobalStore makes the region share counts with other regions through
 // store.

@@ -174,8 +174,8 @@ func (s *Service) applyGlobal(row *GlobalCount, st *globalState) bool {
 	if c == nil {
 		return false // the window already moved past this cell
 	}
-	atomicMax(&c.global, min(row.Others, maxImportedCount))
-	if own := min(row.Own, maxImportedCount); own > 0 {
+	atomicMax(&c.global, min(row.Others, MaxStoredCount))
+	if own := min(row.Own, MaxStoredCount); own > 0 {
 		atomicMax(&c.count, own+c.speculative.Load())
 		if f := st.flushed[c]; f.count < own {
 			st.flushed[c] = flushedCount{count: own, expiresAt: (c.seq + 2) * durMs}

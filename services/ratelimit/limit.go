@@ -114,12 +114,12 @@ func (s *Service) decide(w *window, now, limit, cost int64, speculative bool) (d
 		}
 		effective := curTotal + weighted(prevTotal, elapsed, dur) + cost
 		if cost > limit || effective > limit {
-			d.remaining = max(0, limit-(effective-cost))
+			d.remaining = min(max(0, limit-(effective-cost)), limit)
 			d.retryAfter = retryAfter(elapsed, dur, curTotal, prevTotal, limit, cost)
 			return d, cur, false
 		}
 		d.success = true
-		d.remaining = limit - effective
+		d.remaining = min(limit-effective, limit)
 		if cost == 0 {
 			return d, cur, false
 		}

@@ -95,9 +95,15 @@ func (s *Service) MultiLimit(ctx context.Context, reqs []Request) (MultiResponse
 			a.w.rollback(a.c, a.cost)
 		}
 		if !evicted {
+			// Nothing was counted: each result's remaining is what is left
+			// without the batch, so give back every speculative increment
+			// it saw, its own and those of earlier entries on its cell.
 			for _, a := range applied {
-				r := &results[a.index]
-				r.Remaining = min(r.Limit, r.Remaining+a.cost)
+				for i := a.index; i < len(results); i++ {
+					if curs[i] == a.c {
+						results[i].Remaining = min(results[i].Limit, results[i].Remaining+a.cost)
+					}
+				}
 			}
 			if s.origin != nil {
 				for i, w := range windows {

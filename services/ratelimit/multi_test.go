@@ -80,6 +80,12 @@ func TestMultiLimitDuplicateKeysAccumulate(t *testing.T) {
 	if got := remaining(t, s, "a", 3); got != 3 {
 		t.Fatalf("remaining after rollback = %d, want 3", got)
 	}
+	// Nothing was counted, so every entry reports the whole limit left.
+	for i, r := range resp.Results {
+		if r.Remaining != 3 {
+			t.Fatalf("result %d of a failed batch: remaining %d, want 3 (nothing counted)", i, r.Remaining)
+		}
+	}
 	resp = mustMulti(t, s, req("a", 3, time.Minute, 1), req("a", 3, time.Minute, 2))
 	if !resp.Passed || resp.Results[1].Remaining != 0 {
 		t.Fatalf("1+2 of 3 on one key: %+v, want passed with 0 remaining", resp)

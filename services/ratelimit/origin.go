@@ -25,6 +25,15 @@ type Origin interface {
 	Increment(ctx context.Context, incs []Increment) (counts []int64, err error)
 }
 
+// PartialError is returned by [Origin.Increment] when the origin answered
+// but some of the increments failed (their counts are -1). The origin itself
+// is healthy, so it does not count against the circuit breaker: one bad key
+// must never stop the region's other keys from converging.
+type PartialError struct{ Err error }
+
+func (e *PartialError) Error() string { return e.Err.Error() }
+func (e *PartialError) Unwrap() error { return e.Err }
+
 // Cell names one fixed window cell: one key in one sequence.
 type Cell struct {
 	Workspace  string

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -23,16 +24,31 @@ func NewRedisOrigin(client redis.UniversalClient) *RedisOrigin {
 
 // incrementScript adds ARGV[1] to KEYS[1] and sets its expiry to ARGV[2] ms
 // in one atomic step: a crash between the two can never leave a key without
-// an expiry. It keeps the longer expiry if the key already has one.
+// an expiry. It keeps the longer expiry if the key already has one. A key
+// that INCRBY cannot add to (its value is not a 64-bit integer, the sum would
+// overflow, or it is not a string) is set to ARGV[3], the largest count the
+// limiter takes: a corrupt cell fails closed until it expires, and never
+// fails the other commands of the pipeline.
 var incrementScript = redis.NewScript(`
-local n = redis.call('INCRBY', KEYS[1], ARGV[1])
+local ok, n = pcall(redis.call, 'INCRBY', KEYS[1], ARGV[1])
+if not ok then
+  redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[2])
+  return tonumber(ARGV[3])
+end
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl < tonumber(ARGV[2]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return n`)
 
-// Load reads every cell in one MGET.
+// clampCount bounds a count read from Redis to [0, MaxStoredCount]. Redis
+// holds whatever anyone wrote: a negative count must not lend budget, and a
+// huge one must not overflow the decision maths.
+func clampCount(n int64) int64 { return min(max(n, 0), MaxStoredCount) }
+
+// Load reads every cell in one MGET. A value that is not a count reads as
+// MaxStoredCount, so a corrupt cell denies rather than admits; counts are
+// clamped to [0, MaxStoredCount].
 func (o *RedisOrigin) Load(ctx context.Context, cells []Cell) ([]int64, error) {
 	keys := make([]string, len(cells))
 	for i := range cells {
@@ -50,9 +66,9 @@ func (o *RedisOrigin) Load(ctx context.Context, cells []Cell) ([]int64, error) {
 		}
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("redis key %q holds %q, not a count", keys[i], s)
+			n = MaxStoredCount
 		}
-		counts[i] = n
+		counts[i] = clampCount(n)
 	}
 	return counts, nil
 }
@@ -66,7 +82,7 @@ func (o *RedisOrigin) Increment(ctx context.Context, incs []Increment) ([]int64,
 		// EVAL, not EVALSHA: a restarted server has lost its script cache,
 		// and a pipeline of EVALSHA would then fail without telling which
 		// commands ran. The script is a few hundred bytes a replayed cell.
-		cmds[i] = incrementScript.Eval(ctx, pipe, []string{RedisKey(&incs[i].Cell)}, incs[i].Delta, ttl)
+		cmds[i] = incrementScript.Eval(ctx, pipe, []string{RedisKey(&incs[i].Cell)}, incs[i].Delta, ttl, MaxStoredCount)
 	}
 	_, _ = pipe.Exec(ctx) // each command's own error is read below
 	counts := make([]int64, len(incs))
@@ -80,12 +96,18 @@ func (o *RedisOrigin) Increment(ctx context.Context, incs []Increment) ([]int64,
 			firstErr = cmp.Or(firstErr, err)
 			continue
 		}
-		counts[i] = n
+		counts[i] = clampCount(n)
 	}
-	if firstErr != nil {
-		return counts, fmt.Errorf("redis increment: %d of %d cells failed: %w", failed, len(incs), firstErr)
+	if firstErr == nil {
+		return counts, nil
 	}
-	return counts, nil
+	err := fmt.Errorf("redis increment: %d of %d cells failed: %w", failed, len(incs), firstErr)
+	var reply redis.Error
+	if failed < len(incs) && errors.As(firstErr, &reply) {
+		// Redis answered: the trouble is with some keys, not the server.
+		return counts, &PartialError{Err: err}
+	}
+	return counts, err
 }
 
 // RedisKey returns the Redis key of a cell: every variable part is prefixed

@@ -37,6 +37,12 @@ func (s *Service) newBreaker() *gobreaker.CircuitBreaker[[]int64] {
 		},
 		// A caller that went away is not the origin's fault.
 		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
+		// Nor is a key the origin could not increment while it answered
+		// for the others.
+		IsSuccessful: func(err error) bool {
+			var partial *PartialError
+			return err == nil || errors.As(err, &partial)
+		},
 	})
 }
 

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -371,4 +372,66 @@ func TestRedisFailureUnderLoad(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCorruptRedisValues: a cell whose Redis value is huge, negative or not a
+// number never admits past the limit, never reports remaining outside
+// [0, limit], and never stops the other keys from converging: an INCRBY that
+// would overflow leaves the breaker closed and the next replay lands.
+func TestCorruptRedisValues(t *testing.T) {
+	r := testserver.StartRedis(t)
+	clock := newFakeClock(600_000)
+	a, b := startRegional(t, r, clock), startRegional(t, r, clock)
+	const huge = "9223372036854775000"
+	check := func(who string, resp Response, wantSuccess bool) {
+		t.Helper()
+		if resp.Success != wantSuccess || resp.Remaining < 0 || resp.Remaining > resp.Limit {
+			t.Fatalf("%s: %+v, want success %v and remaining within [0, %d]", who, resp, wantSuccess, resp.Limit)
+		}
+	}
+
+	// A cold cell holding a huge count: denied, remaining 0.
+	hot := req("hot", 10, time.Minute, 1)
+	if _, err := r.Do("SET", RedisKey(new(cellOf(hot, 600_000))), huge); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		check("huge cell", mustLimit(t, a.Service, hot), false)
+	}
+
+	// A warm cell that A already admitted into, then corrupted: A's replay
+	// INCRBY would overflow. Key "spent" is spent in Redis by B meanwhile.
+	warm := req("warm", 10, time.Minute, 1)
+	check("warm", mustLimit(t, a.Service, warm), true)
+	eventually(t, "warm replay", func() bool { return redisCount(t, r, cellOf(warm, 600_000)) == 1 })
+	if _, err := r.Do("SET", RedisKey(new(cellOf(warm, 600_000))), strconv.FormatInt(math.MaxInt64, 10)); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		mustLimit(t, a.Service, warm) // each replay of these would overflow
+		time.Sleep(2 * replayInterval)
+	}
+	spent := req("spent", 3, time.Minute, 1)
+	for range 3 {
+		check("B spends", mustLimit(t, b.Service, spent), true)
+	}
+	eventually(t, "B's replay", func() bool { return redisCount(t, r, cellOf(spent, 600_000)) == 3 })
+	check("A on a key spent in Redis", mustLimit(t, a.Service, spent), false)
+	if got := testutil.ToFloat64(a.metrics.breakerState); got != 0 {
+		t.Fatalf("breaker state %v after one corrupt key, want 0 (closed)", got)
+	}
+	if v, _ := r.Do("GET", RedisKey(new(cellOf(warm, 600_000)))); v != strconv.Itoa(MaxStoredCount) {
+		t.Fatalf("overflowing cell holds %s, want it capped at %d", v, MaxStoredCount)
+	}
+	check("warm after overflow", mustLimit(t, a.Service, warm), false)
+
+	// A negative count lends no budget; a value that is not a number denies.
+	neg := req("negative", 2, time.Minute, 1)
+	junk := req("junk", 2, time.Minute, 1)
+	r.Do("SET", RedisKey(new(cellOf(neg, 600_000))), "-1000")
+	r.Do("SET", RedisKey(new(cellOf(junk, 600_000))), "not-a-count")
+	check("negative 1", mustLimit(t, a.Service, neg), true)
+	check("negative 2", mustLimit(t, a.Service, neg), true)
+	check("negative 3", mustLimit(t, a.Service, neg), false)
+	check("junk", mustLimit(t, a.Service, junk), false)
 }

@@ -44,6 +44,9 @@ const (
 	// DefaultRecheck is how long the workflow waits before checking a
 	// condition that did not hold again.
 	DefaultRecheck = time.Minute
+	// maxRecheck bounds recheckSeconds: a day between looks is already
+	// longer than an operator would wait to see a stage move.
+	maxRecheck = 24 * time.Hour
 )
 
 // Store is what the workflow needs of the database: db.Queries has it.
@@ -102,12 +105,21 @@ const (
 // durable sleep or promise: a worker or restate-server restart resumes where
 // the run was.
 func (d *Drain) Run(ctx restate.WorkflowContext, in Input) (Status, error) {
+	if in.BatchSize < 0 {
+		return Status{}, restate.TerminalErrorf("batchSize: must be 0 (the default, %d) or more", DefaultBatchSize)
+	}
+	// Checked in seconds before converting: a large count would overflow
+	// time.Duration.
+	if in.RecheckSeconds < 0 || in.RecheckSeconds > int64(maxRecheck/time.Second) {
+		return Status{}, restate.TerminalErrorf("recheckSeconds: must be between 0 (the default, %d) and %d",
+			int64(DefaultRecheck/time.Second), int64(maxRecheck/time.Second))
+	}
 	batch := in.BatchSize
-	if batch <= 0 {
+	if batch == 0 {
 		batch = DefaultBatchSize
 	}
 	recheck := time.Duration(in.RecheckSeconds) * time.Second
-	if recheck <= 0 {
+	if recheck == 0 {
 		recheck = DefaultRecheck
 	}
 	st := Status{}
@@ -152,7 +164,12 @@ func (d *Drain) Run(ctx restate.WorkflowContext, in Input) (Status, error) {
 			}
 			// Sleep until the last expiry, looking again at least every
 			// recheck, so that rows deleted or changed meanwhile are seen.
-			until := min(time.Duration(stats.LatestExpiresAt-now+1)*time.Millisecond, recheck)
+			// The gap is compared in ms before converting: an expiry far in
+			// the future would overflow time.Duration and go negative.
+			until := recheck
+			if left := stats.LatestExpiresAt - now + 1; left < recheck.Milliseconds() {
+				until = time.Duration(left) * time.Millisecond
+			}
 			if err := d.wait(ctx, &st, StageWaitForExpiry, until, fmt.Sprintf(
 				"%d rows left; the last expires at %s", stats.RowCount, ms(stats.LatestExpiresAt))); err != nil {
 				return st, err

@@ -168,3 +168,29 @@ func TestDrainRefusesWhileSomethingWrites(t *testing.T) {
 		t.Fatalf("status %+v after an early approval, want still at verify", st)
 	}
 }
+
+// TestDrainFarFutureExpiry waits for a row that expires near 2^62 ms: the
+// wait is one recheck interval, not a negative sleep that spins.
+func TestDrainFarFutureExpiry(t *testing.T) {
+	e := setup(t)
+	now := time.Now().UnixMilli()
+	e.insert(t, 1, now-60_000, 1<<62)
+	if _, err := e.restate.Post(e.restate.IngressURL+"/BlocklistDrain/d3/Run/send",
+		fmt.Sprintf(`{"cutoverAt":%d,"recheckSeconds":30}`, now-30_000)); err != nil {
+		t.Fatal(err)
+	}
+	st := waitStage(t, e, "d3", StageWaitForExpiry, 10*time.Second)
+	if wait := time.Until(st.WaitingUntil); wait < 20*time.Second || wait > 31*time.Second {
+		t.Fatalf("waiting until %v (%v from now), want one recheck interval of 30 s", st.WaitingUntil, wait)
+	}
+}
+
+// TestDrainRejectsOutOfRangeInput refuses a recheck interval that would
+// overflow a duration, naming the field.
+func TestDrainRejectsOutOfRangeInput(t *testing.T) {
+	e := setup(t)
+	out, err := e.restate.Post(e.restate.IngressURL+"/BlocklistDrain/d4/Run", `{"recheckSeconds":18446744075}`)
+	if err == nil || !strings.Contains(err.Error()+out, "recheckSeconds: must be between") {
+		t.Fatalf("answer %q, %v; want recheckSeconds refused", out, err)
+	}
+}

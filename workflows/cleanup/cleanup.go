@@ -112,8 +112,9 @@ func (c *Cleanup) Start(ctx restate.ObjectContext, req StartRequest) (Status, er
 	}
 	changed := false
 	if req.IntervalSeconds != 0 {
-		d := time.Duration(req.IntervalSeconds) * time.Second
-		if d < minInterval || d > maxInterval {
+		// Compare in seconds before converting: a large count of seconds
+		// would overflow time.Duration and wrap into the allowed range.
+		if req.IntervalSeconds < int64(minInterval/time.Second) || req.IntervalSeconds > int64(maxInterval/time.Second) {
 			return Status{}, restate.TerminalErrorf("intervalSeconds: must be between %d and %d", int64(minInterval/time.Second), int64(maxInterval/time.Second))
 		}
 		changed = st.IntervalSeconds != 0 && st.IntervalSeconds != req.IntervalSeconds

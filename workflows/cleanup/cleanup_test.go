@@ -243,3 +243,19 @@ func TestCleanupWorkerKilledMidRun(t *testing.T) {
 		t.Fatal("rows left over or live rows deleted")
 	}
 }
+
+// TestCleanupRejectsOverflowingInterval refuses an interval whose seconds
+// would overflow a duration (and once wrapped to 1.29 s), and keeps the
+// schedule as it was.
+func TestCleanupRejectsOverflowingInterval(t *testing.T) {
+	e := setup(t)
+	e.endpoint(t, db.New(e.sqlDB))
+	e.start(t, "t5", `{"intervalSeconds":600}`)
+	out, err := e.restate.Post(e.restate.IngressURL+"/Cleanup/t5/Start", `{"intervalSeconds":18446744075}`)
+	if err == nil || !strings.Contains(err.Error()+out, "intervalSeconds: must be between 1 and 86400") {
+		t.Fatalf("answer %q, %v; want intervalSeconds refused", out, err)
+	}
+	if st := e.status(t, "t5"); st.IntervalSeconds != 600 {
+		t.Fatalf("interval after the refused change = %d, want 600", st.IntervalSeconds)
+	}
+}
