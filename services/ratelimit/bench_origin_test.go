@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/unkeyed/ratelimit/internal/testserver"
@@ -77,4 +78,34 @@ func redisCalls(b *testing.B, r *testserver.Redis) int64 {
 		total += n
 	}
 	return total
+}
+
+// BenchmarkLimitAfterIdle is the price of maxCopyAge: every request finds
+// its key idle for longer than maxCopyAge and reads Redis before deciding
+// (one MGET round trip on loopback). Keys with a request at least every
+// freshnessInterval never pay it; BenchmarkLimitWarmWithOrigin is their cost.
+func BenchmarkLimitAfterIdle(b *testing.B) {
+	r := testserver.StartRedis(b)
+	opts, err := RedisOptions(r.URL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	client := redis.NewClient(opts)
+	defer client.Close()
+	clock := newFakeClock(600_000)
+	s, err := New("bench", WithClock(clock), WithOrigin(NewRedisOrigin(client)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	rq := warmRequest
+	rq.Duration = 30 * 24 * time.Hour
+	s.Limit(context.Background(), rq) // hydrate
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		clock.Advance(maxCopyAge)
+		s.Limit(context.Background(), rq)
+	}
+	b.StopTimer()
+	b.ReportMetric(testutil.ToFloat64(s.metrics.originOps.WithLabelValues(opAged, resultOK))/float64(b.N), "reads/op")
 }

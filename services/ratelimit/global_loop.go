@@ -151,18 +151,26 @@ func (s *Service) syncGlobal(ctx context.Context, st *globalState) {
 	rows := res.([]GlobalCount)
 	s.metrics.globalRowsLastPoll.Set(float64(len(rows)))
 	applied := 0
+	nowMs := now.UnixMilli()
 	for i := range rows {
-		if s.applyGlobal(&rows[i], st) {
+		if s.applyGlobal(&rows[i], st, nowMs) {
 			applied++
 		}
 	}
 	s.metrics.globalRowsApplied.Add(float64(applied))
 }
 
-// applyGlobal imports one row and reports whether it reached a cell.
-func (s *Service) applyGlobal(row *GlobalCount, st *globalState) bool {
+// applyGlobal imports one row at now (unix ms) and reports whether it
+// reached a cell. A row more than one window ahead of now is ignored and
+// counted: no clock of a healthy region runs a whole window ahead, and
+// importing it would replace the current cell and reset the key's budget.
+func (s *Service) applyGlobal(row *GlobalCount, st *globalState, now int64) bool {
 	durMs := row.Cell.Duration.Milliseconds()
 	if durMs <= 0 {
+		return false
+	}
+	if row.Cell.Sequence > now/durMs+1 {
+		s.metrics.globalRowsFuture.Inc()
 		return false
 	}
 	k := windowKey{workspace: row.Cell.Workspace, namespace: row.Cell.Namespace, identifier: row.Cell.Identifier, durationMs: durMs}

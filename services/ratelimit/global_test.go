@@ -241,3 +241,26 @@ func TestMariaDBDownMidFlush(t *testing.T) {
 		return len(got) == 1 && got[0] == "k/10/us=8"
 	})
 }
+
+// TestFutureRowsAreIgnored: a row dated a thousand windows ahead, from a
+// region with a broken clock or a hostile writer, neither resets a spent key
+// nor creates state; it is counted.
+func TestFutureRowsAreIgnored(t *testing.T) {
+	_, sqlDB := openGlobalDB(t)
+	clock := newFakeClock(600_000)
+	a := newRegion(t, "a", sqlDB, clock)
+	spend(t, a.Service, "spent", 10, 10)
+	seq := int64(600_000/60_000) + 1001
+	if _, err := sqlDB.Exec(`INSERT INTO ratelimit_window_counts
+		(workspace_id, namespace, identifier, duration_ms, sequence, region, count, expires_at, updated_at)
+		VALUES ('ws', 'ns', 'spent', 60000, ?, 'b', 1, ?, 1)`, seq, (seq+2)*60_000); err != nil {
+		t.Fatal(err)
+	}
+	a.sync()
+	if resp := mustLimit(t, a.Service, req("spent", 10, time.Minute, 1)); resp.Success {
+		t.Fatalf("a future row reset the budget: %+v", resp)
+	}
+	if got := testutil.ToFloat64(a.metrics.globalRowsFuture); got != 1 {
+		t.Fatalf("future rows counted = %v, want 1", got)
+	}
+}

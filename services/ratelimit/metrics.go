@@ -26,6 +26,7 @@ type metrics struct {
 	globalSyncErrors     prometheus.Counter
 	globalEntriesCreated prometheus.Counter
 	globalRowsLastPoll   prometheus.Gauge
+	globalRowsFuture     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() float64) (*metrics, error) {
@@ -44,7 +45,7 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 		}),
 		originOps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "unkey_ratelimit_origin_operations_total",
-			Help: "Calls to the regional origin by operation (cold, stale, strict, replay) and result (ok, error, rejected by the open breaker).",
+			Help: "Calls to the regional origin by operation (cold, aged, stale, strict, replay) and result (ok, error, rejected by the open breaker).",
 		}, []string{"op", "result"}),
 		originLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "unkey_ratelimit_origin_duration_seconds",
@@ -91,6 +92,10 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 			Name: "unkey_ratelimit_global_rows_last_poll",
 			Help: "Rows the latest global sync returned.",
 		}),
+		globalRowsFuture: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "unkey_ratelimit_global_sync_rows_future_total",
+			Help: "Rows of the global store ignored because their window lies more than one window ahead of this process's clock.",
+		}),
 	}
 	active := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "unkey_ratelimit_windows_active",
@@ -102,7 +107,7 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 	}, queueDepth)
 	for _, c := range []prometheus.Collector{m.windowsCreated, m.windowsEvicted, m.casExhausted, active,
 		m.originOps, m.originLatency, m.breakerState, m.queueOverflow, m.replayExpired, m.strictActivations, depth,
-		m.globalWrites, m.globalWriteErrors, m.globalRowsApplied, m.globalSyncErrors, m.globalEntriesCreated, m.globalRowsLastPoll} {
+		m.globalWrites, m.globalWriteErrors, m.globalRowsApplied, m.globalSyncErrors, m.globalEntriesCreated, m.globalRowsLastPoll, m.globalRowsFuture} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -72,8 +72,17 @@ const (
 	replayTimeout = 500 * time.Millisecond
 	// freshnessInterval is how old a warm window's last origin read may be
 	// before a request on it starts a background refresh. The request itself
-	// decides from memory and never waits.
-	freshnessInterval = time.Second
+	// decides from memory and never waits. A key with a request at least
+	// this often is refreshed before its copy reaches maxCopyAge, so it
+	// never waits on the origin.
+	freshnessInterval = 500 * time.Millisecond
+	// maxCopyAge is the oldest copy of the region's counts a decision may
+	// rely on. A request on a window whose last origin read began longer ago
+	// (a key that sat idle) reads the origin first, as for a cold cell:
+	// otherwise a process would admit from what it knew before the idle
+	// spell, while other processes spent the budget. Requests that arrive
+	// during that read wait for it instead of asking again.
+	maxCopyAge = time.Second
 	// strictRefreshInterval is how often, at most, a strict window (one that
 	// denied within the last duration) refreshes from the origin before
 	// deciding; windows under 10 s refresh every hundredth of their length.

@@ -13,6 +13,7 @@ import (
 // Operations on the regional origin, as metric labels.
 const (
 	opCold    = "cold"     // hydrate a cell this process has not seen
+	opAged    = "aged"     // re-read a window whose copy is older than maxCopyAge
 	opStrict  = "strict"   // refresh a strict window before deciding
 	opStale   = "stale"    // refresh a warm window in the background
 	opReplay  = "replay"   // add accepted increments
@@ -84,9 +85,10 @@ func (s *Service) callOrigin(ctx context.Context, op string, timeout time.Durati
 // prepare brings w up to date with the origin before a decision at now, as
 // far as the decision may wait for it: a cold cell waits for one read (shared
 // by every request on it), a strict window refreshes at most once per
-// window.strictRefresh, and a warm window whose last read is older than
-// freshnessInterval is refreshed in the background while this request decides
-// from memory.
+// window.strictRefresh, a window whose last read is older than maxCopyAge is
+// read again as a cold one is, and a warm window whose last read is older
+// than freshnessInterval is refreshed in the background while this request
+// decides from memory.
 func (s *Service) prepare(ctx context.Context, w *window, now int64) {
 	cur, _ := w.cellAt(now/w.durationMs, false)
 	if cur == nil {
@@ -96,11 +98,18 @@ func (s *Service) prepare(ctx context.Context, w *window, now int64) {
 	last := w.refreshedAt.Load()
 	switch {
 	case flags&cellHydrated == 0:
-		s.hydrate(ctx, w, cur)
+		s.hydrate(ctx, w, cur, opCold)
 	case now < w.strictUntil.Load():
 		if now-last >= w.strictRefresh() && w.refreshedAt.CompareAndSwap(last, now) {
 			s.refreshNow(ctx, []*window{w}, now, opStrict)
 		}
+	case now-last >= maxCopyAge.Milliseconds():
+		// The copy is too old to decide from: make the cell cold again, so
+		// that this request and any that race it wait for one read.
+		if w.refreshedAt.CompareAndSwap(last, now) {
+			cur.flags.And(^cellHydrated)
+		}
+		s.hydrate(ctx, w, cur, opAged)
 	case now-last >= freshnessInterval.Milliseconds():
 		if w.refreshedAt.CompareAndSwap(last, now) {
 			s.queueRefresh(w)
@@ -129,6 +138,13 @@ func (s *Service) prepareBatch(ctx context.Context, ws []*window, now int64) {
 			if now-last >= w.strictRefresh() && w.refreshedAt.CompareAndSwap(last, now) {
 				sync = append(sync, w)
 			}
+		case now-last >= maxCopyAge.Milliseconds():
+			if w.refreshedAt.CompareAndSwap(last, now) {
+				sync = append(sync, w)
+				if op == opStrict {
+					op = opAged
+				}
+			}
 		case now-last >= freshnessInterval.Milliseconds():
 			if w.refreshedAt.CompareAndSwap(last, now) {
 				s.queueRefresh(w)
@@ -142,14 +158,14 @@ func (s *Service) prepareBatch(ctx context.Context, ws []*window, now int64) {
 
 // hydrate reads a cold cell and its predecessor from the origin, once: every
 // request that arrives while the read is under way waits for it (at most
-// originTimeout) instead of asking again.
-func (s *Service) hydrate(ctx context.Context, w *window, cur *cell) {
+// originTimeout) instead of asking again. op names the read in the metrics.
+func (s *Service) hydrate(ctx context.Context, w *window, cur *cell, op string) {
 	var buf [24]byte
 	key := string(strconv.AppendUint(buf[:0], uint64(uintptr(unsafe.Pointer(cur))), 36))
 	s.flight.Do(key, func() (any, error) {
 		if cur.flags.Load()&cellHydrated == 0 {
 			w.refreshedAt.Store(s.clock.Now().UnixMilli())
-			s.refreshNow(ctx, []*window{w}, cur.seq*w.durationMs, opCold)
+			s.refreshNow(ctx, []*window{w}, cur.seq*w.durationMs, op)
 		}
 		return nil, nil
 	})

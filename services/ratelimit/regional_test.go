@@ -435,3 +435,45 @@ func TestCorruptRedisValues(t *testing.T) {
 	check("negative 3", mustLimit(t, a.Service, neg), false)
 	check("junk", mustLimit(t, a.Service, junk), false)
 }
+
+// TestIdleCopyIsReadFirst: B holds a key, A spends 8 of its 10, and B's first
+// request after an idle spell longer than maxCopyAge reads Redis before
+// deciding, so a cost of 3 is denied (11 of 10 before). A key with requests
+// more often than freshnessInterval never waits: its refreshes run in the
+// background.
+func TestIdleCopyIsReadFirst(t *testing.T) {
+	r := testserver.StartRedis(t)
+	clock := newFakeClock(600_000)
+	a, b := startRegional(t, r, clock), startRegional(t, r, clock)
+	day := 24 * time.Hour
+	if resp := mustLimit(t, b.Service, req("idle", 10, day, 0)); resp.Remaining != 10 {
+		t.Fatalf("B's first read: %+v", resp)
+	}
+	for range 8 {
+		mustLimit(t, a.Service, req("idle", 10, day, 1))
+	}
+	eventually(t, "A's replay", func() bool { return redisCount(t, r, cellOf(req("idle", 10, day, 1), 600_000)) == 8 })
+	clock.Advance(2 * time.Second)
+	if resp := mustLimit(t, b.Service, req("idle", 10, day, 3)); resp.Success || resp.Remaining != 2 {
+		t.Fatalf("B after 2 s idle: %+v, want denied with 2 remaining", resp)
+	}
+	if got := testutil.ToFloat64(b.metrics.originOps.WithLabelValues(opAged, resultOK)); got != 1 {
+		t.Fatalf("aged reads = %v, want 1", got)
+	}
+
+	// A hot key: a request every 400 ms for 10 s of clock refreshes in the
+	// background only.
+	hot := req("hot", 1_000_000, day, 1)
+	mustLimit(t, b.Service, hot)
+	for range 25 {
+		clock.Advance(400 * time.Millisecond)
+		mustLimit(t, b.Service, hot)
+		time.Sleep(3 * replayInterval) // let a queued background refresh run
+	}
+	if got := testutil.ToFloat64(b.metrics.originOps.WithLabelValues(opAged, resultOK)); got != 1 {
+		t.Fatalf("aged reads after the hot key = %v, want still 1", got)
+	}
+	if got := testutil.ToFloat64(b.metrics.originOps.WithLabelValues(opStale, resultOK)); got < 10 {
+		t.Fatalf("background refreshes of the hot key = %v, want about one per 500 ms", got)
+	}
+}
