@@ -1,27 +1,40 @@
 package main
 
 import (
+	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	"connectrpc.com/connect"
 )
 
-// errBodyTooLarge is the validation error of an oversized request body. It
-// is a Connect error so that connect-go hands it to the client as it is,
+// errBodyTooLarge is the validation error of an oversized request message.
+// It is a Connect error so that connect-go hands it to the client as it is,
 // with the code every other validation error has, in whichever protocol the
 // client speaks.
 var errBodyTooLarge = connect.NewError(connect.CodeInvalidArgument,
 	fmt.Errorf("request body: must be at most %d bytes (1 MiB)", maxRequestBytes))
 
-// limitBody caps request bodies at maxRequestBytes. Reading past the cap
-// fails with errBodyTooLarge; nothing of such a request is decoded or
-// counted.
+// grpcEnvelopeBytes is the prefix gRPC and gRPC-Web put before a message: a
+// flags byte and a 4-byte length. The cap is on the message, so a gRPC body
+// may be this much longer.
+const grpcEnvelopeBytes = 5
+
+// limitBody caps the request body at maxRequestBytes of message: the body
+// itself for Connect, the body less its envelope for gRPC and gRPC-Web.
+// Reading past the cap fails with errBodyTooLarge; nothing of such a request
+// is decoded or counted. Compressed messages are capped after decompression
+// by cappedGzip.
 func limitBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r.Body = &cappedBody{ReadCloser: r.Body, left: maxRequestBytes}
+		limit := int64(maxRequestBytes)
+		if strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+			limit += grpcEnvelopeBytes
+		}
+		r.Body = &cappedBody{ReadCloser: r.Body, left: limit}
 		next.ServeHTTP(w, r)
 	})
 }
@@ -32,10 +45,16 @@ type cappedBody struct {
 }
 
 func (b *cappedBody) Read(p []byte) (int, error) {
-	if b.left <= 0 {
-		// At the cap: the body is fine only if nothing follows.
+	return readCapped(b.ReadCloser, &b.left, p)
+}
+
+// readCapped reads from r into p while *left allows, and fails with
+// errBodyTooLarge once r has more to give than *left.
+func readCapped(r io.Reader, left *int64, p []byte) (int, error) {
+	if *left <= 0 {
+		// At the cap: the message is fine only if nothing follows.
 		var one [1]byte
-		n, err := b.ReadCloser.Read(one[:])
+		n, err := r.Read(one[:])
 		if n > 0 {
 			return 0, errBodyTooLarge
 		}
@@ -47,10 +66,31 @@ func (b *cappedBody) Read(p []byte) (int, error) {
 		}
 		return 0, err
 	}
-	if int64(len(p)) > b.left {
-		p = p[:b.left]
+	if int64(len(p)) > *left {
+		p = p[:*left]
 	}
-	n, err := b.ReadCloser.Read(p)
-	b.left -= int64(n)
+	n, err := r.Read(p)
+	*left -= int64(n)
 	return n, err
 }
+
+// cappedGzip is the gzip decompressor of the API: it stops with
+// errBodyTooLarge once a message expands past maxRequestBytes, so a small
+// body that inflates to gigabytes costs at most 1 MiB of work.
+type cappedGzip struct {
+	gz   gzip.Reader
+	left int64
+}
+
+func newCappedGzip() connect.Decompressor { return &cappedGzip{} }
+
+func (d *cappedGzip) Read(p []byte) (int, error) { return readCapped(&d.gz, &d.left, p) }
+func (d *cappedGzip) Close() error               { return d.gz.Close() }
+
+func (d *cappedGzip) Reset(r io.Reader) error {
+	d.left = maxRequestBytes
+	return d.gz.Reset(r)
+}
+
+// newGzipCompressor returns the compressor of answers (the standard one).
+func newGzipCompressor() connect.Compressor { return gzip.NewWriter(nil) }

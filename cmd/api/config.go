@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
@@ -23,6 +24,13 @@ type config struct {
 	AuthTokens string `env:"UNKEY_AUTH_TOKENS"`
 	LogLevel   string `env:"UNKEY_LOG_LEVEL" envDefault:"info"`
 	LogFormat  string `env:"UNKEY_LOG_FORMAT" envDefault:"json"`
+
+	// Bounds on what one client may hold of the server; see server.go.
+	ReadTimeout          time.Duration `env:"UNKEY_HTTP_READ_TIMEOUT" envDefault:"10s"`
+	WriteTimeout         time.Duration `env:"UNKEY_HTTP_WRITE_TIMEOUT" envDefault:"15s"`
+	IdleTimeout          time.Duration `env:"UNKEY_HTTP_IDLE_TIMEOUT" envDefault:"60s"`
+	MaxHeaderBytes       int           `env:"UNKEY_HTTP_MAX_HEADER_BYTES" envDefault:"16384"`
+	MaxConcurrentStreams int           `env:"UNKEY_HTTP2_MAX_CONCURRENT_STREAMS" envDefault:"100"`
 
 	// Derived by loadConfig.
 	level  slog.Level
@@ -54,6 +62,20 @@ func loadConfig(environ []string) (config, error) {
 	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		return config{}, fmt.Errorf("UNKEY_LOG_FORMAT: must be json or text, got %q", c.LogFormat)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"UNKEY_HTTP_READ_TIMEOUT", c.ReadTimeout}, {"UNKEY_HTTP_WRITE_TIMEOUT", c.WriteTimeout}, {"UNKEY_HTTP_IDLE_TIMEOUT", c.IdleTimeout}} {
+		if d.v < 100*time.Millisecond || d.v > time.Hour {
+			return config{}, fmt.Errorf("%s: must be between 100ms and 1h, got %s", d.name, d.v)
+		}
+	}
+	if c.MaxHeaderBytes < 1024 || c.MaxHeaderBytes > 1<<20 {
+		return config{}, fmt.Errorf("UNKEY_HTTP_MAX_HEADER_BYTES: must be between 1024 and 1048576, got %d", c.MaxHeaderBytes)
+	}
+	if c.MaxConcurrentStreams < 1 || c.MaxConcurrentStreams > 10_000 {
+		return config{}, fmt.Errorf("UNKEY_HTTP2_MAX_CONCURRENT_STREAMS: must be between 1 and 10000, got %d", c.MaxConcurrentStreams)
 	}
 	if c.RedisURL != "" {
 		opts, err := ratelimit.RedisOptions(c.RedisURL)

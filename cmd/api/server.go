@@ -32,8 +32,6 @@ const (
 	// after SIGTERM. Decisions take microseconds; the bound only matters for
 	// stuck clients, and stays below Kubernetes' default grace of 30 s.
 	shutdownTimeout = 25 * time.Second
-	// readHeaderTimeout drops connections that never finish their headers.
-	readHeaderTimeout = 10 * time.Second
 )
 
 // server is one API process: a limiter behind the Connect API, with health,
@@ -44,6 +42,7 @@ type server struct {
 	registry *prometheus.Registry
 	metrics  *apiMetrics
 	tokens   tokens
+	limits   connLimits
 	health   *grpchealth.StaticChecker
 	ready    atomic.Bool
 	closers  []func() error // store clients, closed after the limiter
@@ -87,6 +86,8 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		registry: reg,
 		metrics:  m,
 		tokens:   cfg.tokens,
+		limits: connLimits{readTimeout: cfg.ReadTimeout, writeTimeout: cfg.WriteTimeout, idleTimeout: cfg.IdleTimeout,
+			maxHeaderBytes: cfg.MaxHeaderBytes, maxConcurrentStreams: cfg.MaxConcurrentStreams},
 		health:   grpchealth.NewStaticChecker(ratelimitv1connect.RatelimitServiceName),
 		closers:  closers,
 	}, nil
@@ -97,15 +98,16 @@ func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
 	path, service := ratelimitv1connect.NewRatelimitServiceHandler(
 		&handler{limiter: s.limiter, metrics: s.metrics},
-		connect.WithInterceptors(authInterceptor(s.tokens)),
-		// The wire body is capped by limitBody (invalid_argument); this
-		// bounds what a compressed body may expand to. It is larger than
-		// the cap so that a body just over the cap meets limitBody first.
-		connect.WithReadMaxBytes(4*maxRequestBytes),
+		// The 1 MiB cap on a message is limitBody's (on the wire) and
+		// cappedGzip's (after decompression), not connect-go's read limit:
+		// theirs answers invalid_argument with the documented message in
+		// every protocol, and caps the message, not a gRPC envelope.
+		connect.WithCompression("gzip", newCappedGzip, newGzipCompressor),
 		connect.WithCodec(jsonCodec{name: "json"}),
 		connect.WithCodec(jsonCodec{name: "json; charset=utf-8"}),
 	)
-	mux.Handle(path, limitBody(service))
+	// The token is checked before anything of the body is read.
+	mux.Handle(path, authenticate(s.tokens, limitBody(service)))
 	reflector := grpcreflect.NewStaticReflector(ratelimitv1connect.RatelimitServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
@@ -127,15 +129,8 @@ func (s *server) handler() http.Handler {
 // serve serves on ln until ctx is done, then stops taking new work, lets
 // in-flight requests finish (up to shutdownTimeout) and stops the limiter.
 func (s *server) serve(ctx context.Context, ln net.Listener) error {
-	var protocols http.Protocols
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true) // h2c, for gRPC clients without TLS
-	srv := &http.Server{
-		Handler:           s.handler(),
-		Protocols:         &protocols,
-		ReadHeaderTimeout: readHeaderTimeout,
-		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
-	}
+	srv := s.limits.server(s.handler())
+	srv.ErrorLog = slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn)
 
 	limiterDone := make(chan error, 1)
 	go func() { limiterDone <- s.limiter.Run(context.Background()) }()
