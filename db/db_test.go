@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -133,5 +134,139 @@ func TestBlocklistQueries(t *testing.T) {
 	n, err := q.BlocklistDeleteExpired(ctx, BlocklistDeleteExpiredParams{Cutoff: 250, Limit: 10})
 	if err != nil || n != 2 {
 		t.Fatalf("deleted %d, %v; want 2", n, err)
+	}
+}
+
+// TestTrailingSpacesAreDistinct: identifiers, namespaces and workspaces that
+// differ only in trailing spaces are different rows (utf8mb4_bin alone is
+// PAD SPACE and would merge them).
+func TestTrailingSpacesAreDistinct(t *testing.T) {
+	db := openTestDB(t)
+	q := New(db)
+	ctx := context.Background()
+	rows := []WindowCountsUpsertParams{
+		row("ws", "ns", "alice", 10, "us", 5),
+		row("ws", "ns", "alice ", 10, "us", 1),
+		row("ws", "ns ", "alice", 10, "us", 2),
+		row("ws ", "ns", "alice", 10, "us", 3),
+	}
+	if err := q.WindowCountsBulkUpsert(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	got, err := q.WindowCountsSync(ctx, WindowCountsSyncParams{Region: "eu", Now: 600_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 4 {
+		t.Fatalf("%d cells, want 4: %+v", len(got), got)
+	}
+	for _, r := range got {
+		want := map[string]int64{"ws|ns|alice": 5, "ws|ns|alice ": 1, "ws|ns |alice": 2, "ws |ns|alice": 3}[r.WorkspaceID+"|"+r.Namespace+"|"+r.Identifier]
+		if r.Imported != want {
+			t.Fatalf("%q/%q/%q: %d, want %d", r.WorkspaceID, r.Namespace, r.Identifier, r.Imported, want)
+		}
+	}
+}
+
+// TestMigrateUpgradesAnOldTable: a table as the first version created it
+// (PAD SPACE collation, no window_limit, no updated_at index) is brought up
+// to the schema with its rows kept, and a second Migrate changes nothing.
+func TestMigrateUpgradesAnOldTable(t *testing.T) {
+	m := testserver.StartMariaDB(t)
+	db, err := sql.Open("mysql", m.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	if _, err := db.Exec(`CREATE TABLE ratelimit_window_counts (
+		pk bigint unsigned AUTO_INCREMENT NOT NULL, workspace_id varchar(191) NOT NULL, namespace varchar(255) NOT NULL,
+		identifier varchar(255) NOT NULL, duration_ms bigint unsigned NOT NULL, sequence bigint NOT NULL,
+		region varchar(48) NOT NULL, count bigint unsigned NOT NULL, expires_at bigint unsigned NOT NULL,
+		updated_at bigint unsigned NOT NULL, PRIMARY KEY (pk),
+		UNIQUE KEY unique_window_region (workspace_id, namespace, identifier, duration_ms, sequence, region),
+		KEY expires_at_idx (expires_at), KEY lookup_idx (workspace_id, namespace, identifier, duration_ms, sequence)
+	) DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO ratelimit_window_counts (workspace_id, namespace, identifier, duration_ms, sequence, region, count, expires_at, updated_at)
+		VALUES ('ws', 'ns', 'alice', 60000, 10, 'us', 5, 720000, 1)`); err != nil {
+		t.Fatal(err)
+	}
+	// Under PAD SPACE, 'alice ' is the same row.
+	if _, err := db.Exec(`INSERT INTO ratelimit_window_counts (workspace_id, namespace, identifier, duration_ms, sequence, region, count, expires_at, updated_at)
+		VALUES ('ws', 'ns', 'alice ', 60000, 10, 'us', 1, 720000, 1)`); err == nil {
+		t.Fatal("the old table took 'alice ' beside 'alice'; the test's premise is wrong")
+	}
+	schema := func() string {
+		var out []string
+		rs, err := db.Query(`SELECT COLUMN_NAME, COLUMN_TYPE, COALESCE(COLLATION_NAME, '') FROM information_schema.COLUMNS
+			WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'ratelimit_window_counts' ORDER BY ORDINAL_POSITION`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rs.Close()
+		for rs.Next() {
+			var a, b, c string
+			rs.Scan(&a, &b, &c)
+			out = append(out, a+" "+b+" "+c)
+		}
+		var idx int
+		db.QueryRow(`SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE()
+			AND TABLE_NAME = 'ratelimit_window_counts' AND INDEX_NAME = 'updated_at_idx'`).Scan(&idx)
+		return strings.Join(out, "; ") + fmt.Sprintf("; updated_at_idx=%d", idx)
+	}
+	for range 2 {
+		if err := Migrate(ctx, db); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := schema()
+	for _, want := range []string{"identifier varchar(255) utf8mb4_nopad_bin", "namespace varchar(255) utf8mb4_nopad_bin",
+		"workspace_id varchar(191) utf8mb4_nopad_bin", "region varchar(48) utf8mb4_nopad_bin", "window_limit bigint(20) unsigned", "updated_at_idx=1"} {
+		if !strings.Contains(after, want) {
+			t.Fatalf("schema after Migrate: %s\nwant it to contain %q", after, want)
+		}
+	}
+	if err := Migrate(ctx, db); err != nil || schema() != after {
+		t.Fatalf("a third Migrate changed the schema (%v): %s", err, schema())
+	}
+	q := New(db)
+	if err := q.WindowCountsUpsert(ctx, row("ws", "ns", "alice ", 10, "us", 1)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := q.WindowCountsSync(ctx, WindowCountsSyncParams{Region: "eu", Now: 600_000})
+	if err != nil || len(got) != 2 {
+		t.Fatalf("after the upgrade: %+v, %v; want 'alice' (5, kept) and 'alice ' (1) apart", got, err)
+	}
+}
+
+// TestSyncChanged reads only the cells of which a row changed since a time,
+// with every region's row of those cells in the sums.
+func TestSyncChanged(t *testing.T) {
+	db := openTestDB(t)
+	q := New(db)
+	ctx := context.Background()
+	old := row("ws", "ns", "quiet", 10, "eu", 4)
+	old.UpdatedAt = 1000
+	changedOld := row("ws", "ns", "busy", 10, "eu", 6)
+	changedOld.UpdatedAt = 1000
+	changedNew := row("ws", "ns", "busy", 10, "ap", 2)
+	changedNew.UpdatedAt, changedNew.WindowLimit = 5000, 10
+	own := row("ws", "ns", "busy", 10, "us", 3)
+	own.UpdatedAt = 1000
+	if err := q.WindowCountsBulkUpsert(ctx, []WindowCountsUpsertParams{changedOld, changedNew, old, own}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := q.WindowCountsSyncChanged(ctx, WindowCountsSyncChangedParams{Region: "us", Since: 4000, Now: 600_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Identifier != "busy" || got[0].Imported != 8 || got[0].Own != 3 || got[0].ImportedLimit != 10 {
+		t.Fatalf("changed since 4000: %+v, want only busy with imported 8 (eu 6 + ap 2), own 3, limit 10", got)
+	}
+	all, err := q.WindowCountsSyncChanged(ctx, WindowCountsSyncChangedParams{Region: "us", Since: 0, Now: 600_000})
+	if err != nil || len(all) != 2 {
+		t.Fatalf("changed since 0: %+v, %v; want both cells", all, err)
 	}
 }

@@ -26,4 +26,5 @@ type RatelimitWindowCount struct {
 	Count       uint64
 	ExpiresAt   uint64
 	UpdatedAt   uint64
+	WindowLimit uint64
 }

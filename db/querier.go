@@ -30,7 +30,13 @@ type Querier interface {
 	// WindowCountsSync returns, per live window cell, the own region's count and
 	// the sum of every other region's count, separately: the own row may only
 	// raise the regional count, the foreign sum becomes the imported count.
+	// imported_limit is the largest limit another region published with.
 	WindowCountsSync(ctx context.Context, arg WindowCountsSyncParams) ([]WindowCountsSyncRow, error)
+	// WindowCountsSyncChanged is WindowCountsSync for the cells of which any
+	// row changed at or after since (unix ms): a sync reads what changed, not
+	// the whole table. The inner query walks updated_at_idx; the outer one sums
+	// every region's row of those cells through lookup_idx.
+	WindowCountsSyncChanged(ctx context.Context, arg WindowCountsSyncChangedParams) ([]WindowCountsSyncChangedRow, error)
 	// WindowCountsUpsert publishes one region's count for one window cell. The
 	// GREATEST merge makes it idempotent and monotonic: a delayed, older publish
 	// never lowers the component.

@@ -16,8 +16,17 @@ import (
 var schema embed.FS
 
 // Migrate applies the schema to db, one statement at a time, in file name
-// order. It is safe to run any number of times.
+// order, then brings tables created by earlier versions up to it (see
+// upgrade). It is safe to run any number of times.
 func Migrate(ctx context.Context, db *sql.DB) error {
+	if err := createTables(ctx, db); err != nil {
+		return err
+	}
+	return upgrade(ctx, db)
+}
+
+// createTables applies the CREATE TABLE IF NOT EXISTS statements.
+func createTables(ctx context.Context, db *sql.DB) error {
 	files, err := fs.Glob(schema, "schema/*.sql")
 	if err != nil {
 		return err

@@ -38,7 +38,8 @@ SELECT
     duration_ms,
     sequence,
     CAST(SUM(CASE WHEN region = ? THEN count ELSE 0 END) AS SIGNED) AS own,
-    CAST(SUM(CASE WHEN region <> ? THEN count ELSE 0 END) AS SIGNED) AS imported
+    CAST(SUM(CASE WHEN region <> ? THEN count ELSE 0 END) AS SIGNED) AS imported,
+    CAST(MAX(CASE WHEN region <> ? THEN window_limit ELSE 0 END) AS SIGNED) AS imported_limit
 FROM ratelimit_window_counts
 WHERE expires_at > ?
 GROUP BY workspace_id, namespace, identifier, duration_ms, sequence
@@ -50,20 +51,27 @@ type WindowCountsSyncParams struct {
 }
 
 type WindowCountsSyncRow struct {
-	WorkspaceID string
-	Namespace   string
-	Identifier  string
-	DurationMs  uint64
-	Sequence    int64
-	Own         int64
-	Imported    int64
+	WorkspaceID   string
+	Namespace     string
+	Identifier    string
+	DurationMs    uint64
+	Sequence      int64
+	Own           int64
+	Imported      int64
+	ImportedLimit int64
 }
 
 // WindowCountsSync returns, per live window cell, the own region's count and
 // the sum of every other region's count, separately: the own row may only
 // raise the regional count, the foreign sum becomes the imported count.
+// imported_limit is the largest limit another region published with.
 func (q *Queries) WindowCountsSync(ctx context.Context, arg WindowCountsSyncParams) ([]WindowCountsSyncRow, error) {
-	rows, err := q.db.QueryContext(ctx, windowCountsSync, arg.Region, arg.Region, arg.Now)
+	rows, err := q.db.QueryContext(ctx, windowCountsSync,
+		arg.Region,
+		arg.Region,
+		arg.Region,
+		arg.Now,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -79,6 +87,90 @@ func (q *Queries) WindowCountsSync(ctx context.Context, arg WindowCountsSyncPara
 			&i.Sequence,
 			&i.Own,
 			&i.Imported,
+			&i.ImportedLimit,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const windowCountsSyncChanged = `-- name: WindowCountsSyncChanged :many
+SELECT
+    c.workspace_id,
+    c.namespace,
+    c.identifier,
+    c.duration_ms,
+    c.sequence,
+    CAST(SUM(CASE WHEN c.region = ? THEN c.count ELSE 0 END) AS SIGNED) AS own,
+    CAST(SUM(CASE WHEN c.region <> ? THEN c.count ELSE 0 END) AS SIGNED) AS imported,
+    CAST(MAX(CASE WHEN c.region <> ? THEN c.window_limit ELSE 0 END) AS SIGNED) AS imported_limit
+FROM ratelimit_window_counts c
+JOIN (
+    SELECT DISTINCT u.workspace_id, u.namespace, u.identifier, u.duration_ms, u.sequence
+    FROM ratelimit_window_counts u
+    WHERE u.updated_at >= ? AND u.expires_at > ?
+) changed
+    ON c.workspace_id = changed.workspace_id
+    AND c.namespace = changed.namespace
+    AND c.identifier = changed.identifier
+    AND c.duration_ms = changed.duration_ms
+    AND c.sequence = changed.sequence
+GROUP BY c.workspace_id, c.namespace, c.identifier, c.duration_ms, c.sequence
+`
+
+type WindowCountsSyncChangedParams struct {
+	Region string
+	Since  uint64
+	Now    uint64
+}
+
+type WindowCountsSyncChangedRow struct {
+	WorkspaceID   string
+	Namespace     string
+	Identifier    string
+	DurationMs    uint64
+	Sequence      int64
+	Own           int64
+	Imported      int64
+	ImportedLimit int64
+}
+
+// WindowCountsSyncChanged is WindowCountsSync for the cells of which any
+// row changed at or after since (unix ms): a sync reads what changed, not
+// the whole table. The inner query walks updated_at_idx; the outer one sums
+// every region's row of those cells through lookup_idx.
+func (q *Queries) WindowCountsSyncChanged(ctx context.Context, arg WindowCountsSyncChangedParams) ([]WindowCountsSyncChangedRow, error) {
+	rows, err := q.db.QueryContext(ctx, windowCountsSyncChanged,
+		arg.Region,
+		arg.Region,
+		arg.Region,
+		arg.Since,
+		arg.Now,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []WindowCountsSyncChangedRow
+	for rows.Next() {
+		var i WindowCountsSyncChangedRow
+		if err := rows.Scan(
+			&i.WorkspaceID,
+			&i.Namespace,
+			&i.Identifier,
+			&i.DurationMs,
+			&i.Sequence,
+			&i.Own,
+			&i.Imported,
+			&i.ImportedLimit,
 		); err != nil {
 			return nil, err
 		}
@@ -95,11 +187,12 @@ func (q *Queries) WindowCountsSync(ctx context.Context, arg WindowCountsSyncPara
 
 const windowCountsUpsert = `-- name: WindowCountsUpsert :exec
 INSERT INTO ratelimit_window_counts (
-    workspace_id, namespace, identifier, duration_ms, sequence, region, count, expires_at, updated_at
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+    workspace_id, namespace, identifier, duration_ms, sequence, region, count, expires_at, updated_at, window_limit
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON DUPLICATE KEY UPDATE
     count = GREATEST(count, VALUES(count)),
-    updated_at = VALUES(updated_at)
+    updated_at = VALUES(updated_at),
+    window_limit = VALUES(window_limit)
 `
 
 type WindowCountsUpsertParams struct {
@@ -112,6 +205,7 @@ type WindowCountsUpsertParams struct {
 	Count       uint64
 	ExpiresAt   uint64
 	UpdatedAt   uint64
+	WindowLimit uint64
 }
 
 // WindowCountsUpsert publishes one region's count for one window cell. The
@@ -128,6 +222,7 @@ func (q *Queries) WindowCountsUpsert(ctx context.Context, arg WindowCountsUpsert
 		arg.Count,
 		arg.ExpiresAt,
 		arg.UpdatedAt,
+		arg.WindowLimit,
 	)
 	return err
 }

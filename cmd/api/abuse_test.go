@@ -309,3 +309,62 @@ func (c *h2Conn) waitStreamEnd(t *testing.T, id uint32, d time.Duration) bool {
 		}
 	}
 }
+
+// TestWindowCapPerWorkspace: a workspace minting identifiers is stopped at
+// UNKEY_MAX_WINDOWS_PER_WORKSPACE with resource_exhausted naming the cap,
+// counted in a metric; its existing keys keep deciding, and another
+// workspace is not affected.
+func TestWindowCapPerWorkspace(t *testing.T) {
+	ts := startServer(t, "UNKEY_AUTH_TOKENS="+tokA+"=ws_a,"+tokB+"=ws_b", "UNKEY_MAX_WINDOWS_PER_WORKSPACE=50")
+	body := func(id string) string {
+		return `{"namespace":"n","identifier":"` + id + `","limit":1,"duration":2592000000}`
+	}
+	// MultiLimit batches, as the attack sent them.
+	var batch []string
+	for i := range 50 {
+		batch = append(batch, body(fmt.Sprint("id", i)))
+	}
+	if code, out := ts.call(t, "MultiLimit", tokA, `{"limits":[`+strings.Join(batch[:25], ",")+`]}`); code != http.StatusOK || out["passed"] != true {
+		t.Fatalf("first 25: %d %v", code, out)
+	}
+	for i := 25; i < 50; i++ {
+		if code, out := ts.call(t, "Limit", tokA, body(fmt.Sprint("id", i))); code != http.StatusOK {
+			t.Fatalf("key %d of 50: %d %v", i, code, out)
+		}
+	}
+	code, out := ts.call(t, "Limit", tokA, body("one-too-many"))
+	if code != http.StatusTooManyRequests || out["code"] != "resource_exhausted" ||
+		!strings.Contains(fmt.Sprint(out["message"]), "this workspace holds 50, the most UNKEY_MAX_WINDOWS_PER_WORKSPACE allows") {
+		t.Fatalf("51st key: %d %v, want resource_exhausted naming the cap", code, out)
+	}
+	code, out = ts.call(t, "MultiLimit", tokA, `{"limits":[`+body("id0")+`,`+body("another")+`]}`)
+	if out["code"] != "resource_exhausted" {
+		t.Fatalf("a batch with a new key past the cap: %d %v, want resource_exhausted", code, out)
+	}
+	// The held keys still decide: id0 was spent by the first batch.
+	if _, out := ts.call(t, "Limit", tokA, body("id0")); out["success"] != false {
+		t.Fatalf("a held key: %v, want it still denied (spent)", out)
+	}
+	if _, out := ts.call(t, "Limit", tokB, body("one-too-many")); out["success"] != true {
+		t.Fatalf("another workspace: %v, want it unaffected", out)
+	}
+	resp, err := ts.client.Get(ts.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(metrics), `unkey_ratelimit_windows_rejected_total{source="request"} 2`) {
+		t.Fatalf("metrics lack the two rejected windows:\n%s", grepLines(string(metrics), "windows_"))
+	}
+}
+
+func grepLines(s, substr string) string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		if strings.Contains(line, substr) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}

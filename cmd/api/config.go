@@ -25,7 +25,11 @@ type config struct {
 	LogLevel   string `env:"UNKEY_LOG_LEVEL" envDefault:"info"`
 	LogFormat  string `env:"UNKEY_LOG_FORMAT" envDefault:"json"`
 
-	// Bounds on what one client may hold of the server; see server.go.
+	// MaxWindowsPerWorkspace caps the windows one workspace may hold in a
+	// process's memory.
+	MaxWindowsPerWorkspace int64 `env:"UNKEY_MAX_WINDOWS_PER_WORKSPACE" envDefault:"1000000"`
+
+	// Bounds on what one client may hold of the server; see limits.go.
 	ReadTimeout          time.Duration `env:"UNKEY_HTTP_READ_TIMEOUT" envDefault:"10s"`
 	WriteTimeout         time.Duration `env:"UNKEY_HTTP_WRITE_TIMEOUT" envDefault:"15s"`
 	IdleTimeout          time.Duration `env:"UNKEY_HTTP_IDLE_TIMEOUT" envDefault:"60s"`
@@ -70,6 +74,9 @@ func loadConfig(environ []string) (config, error) {
 		if d.v < 100*time.Millisecond || d.v > time.Hour {
 			return config{}, fmt.Errorf("%s: must be between 100ms and 1h, got %s", d.name, d.v)
 		}
+	}
+	if c.MaxWindowsPerWorkspace < 1 {
+		return config{}, fmt.Errorf("UNKEY_MAX_WINDOWS_PER_WORKSPACE: must be at least 1, got %d", c.MaxWindowsPerWorkspace)
 	}
 	if c.MaxHeaderBytes < 1024 || c.MaxHeaderBytes > 1<<20 {
 		return config{}, fmt.Errorf("UNKEY_HTTP_MAX_HEADER_BYTES: must be between 1024 and 1048576, got %d", c.MaxHeaderBytes)

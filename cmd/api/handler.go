@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"connectrpc.com/connect"
@@ -86,11 +87,18 @@ func toRequest(workspace string, m *ratelimitv1.LimitRequest) ratelimit.Request 
 }
 
 // toConnectError maps the limiter's errors to Connect codes: a validation
-// error is invalid_argument with the field and rule as its message.
+// error is invalid_argument with the field and rule as its message, a
+// workspace at its window cap resource_exhausted naming the cap.
 func toConnectError(err error) error {
 	var ve *ratelimit.ValidationError
 	if errors.As(err, &ve) {
 		return connect.NewError(connect.CodeInvalidArgument, ve)
+	}
+	var ce *ratelimit.CapacityError
+	if errors.As(err, &ce) {
+		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+			"too many active windows: this workspace holds %d, the most UNKEY_MAX_WINDOWS_PER_WORKSPACE allows; "+
+				"a window is freed once no request has used it for two of its durations", ce.Max))
 	}
 	return connect.NewError(connect.CodeInternal, err)
 }

@@ -52,7 +52,8 @@ type server struct {
 func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	opts := []ratelimit.Option{ratelimit.WithLogger(logger), ratelimit.WithRegisterer(reg)}
+	opts := []ratelimit.Option{ratelimit.WithLogger(logger), ratelimit.WithRegisterer(reg),
+		ratelimit.WithMaxWindowsPerWorkspace(cfg.MaxWindowsPerWorkspace)}
 	var closers []func() error
 	if cfg.redis != nil {
 		client := redis.NewClient(cfg.redis)
@@ -88,8 +89,8 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		tokens:   cfg.tokens,
 		limits: connLimits{readTimeout: cfg.ReadTimeout, writeTimeout: cfg.WriteTimeout, idleTimeout: cfg.IdleTimeout,
 			maxHeaderBytes: cfg.MaxHeaderBytes, maxConcurrentStreams: cfg.MaxConcurrentStreams},
-		health:   grpchealth.NewStaticChecker(ratelimitv1connect.RatelimitServiceName),
-		closers:  closers,
+		health:  grpchealth.NewStaticChecker(ratelimitv1connect.RatelimitServiceName),
+		closers: closers,
 	}, nil
 }
 

@@ -3,16 +3,18 @@
 -- GREATEST merge makes it idempotent and monotonic: a delayed, older publish
 -- never lowers the component.
 INSERT INTO ratelimit_window_counts (
-    workspace_id, namespace, identifier, duration_ms, sequence, region, count, expires_at, updated_at
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+    workspace_id, namespace, identifier, duration_ms, sequence, region, count, expires_at, updated_at, window_limit
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON DUPLICATE KEY UPDATE
     count = GREATEST(count, VALUES(count)),
-    updated_at = VALUES(updated_at);
+    updated_at = VALUES(updated_at),
+    window_limit = VALUES(window_limit);
 
 -- name: WindowCountsSync :many
 -- WindowCountsSync returns, per live window cell, the own region's count and
 -- the sum of every other region's count, separately: the own row may only
 -- raise the regional count, the foreign sum becomes the imported count.
+-- imported_limit is the largest limit another region published with.
 SELECT
     workspace_id,
     namespace,
@@ -20,10 +22,38 @@ SELECT
     duration_ms,
     sequence,
     CAST(SUM(CASE WHEN region = sqlc.arg(region) THEN count ELSE 0 END) AS SIGNED) AS own,
-    CAST(SUM(CASE WHEN region <> sqlc.arg(region) THEN count ELSE 0 END) AS SIGNED) AS imported
+    CAST(SUM(CASE WHEN region <> sqlc.arg(region) THEN count ELSE 0 END) AS SIGNED) AS imported,
+    CAST(MAX(CASE WHEN region <> sqlc.arg(region) THEN window_limit ELSE 0 END) AS SIGNED) AS imported_limit
 FROM ratelimit_window_counts
 WHERE expires_at > sqlc.arg(now)
 GROUP BY workspace_id, namespace, identifier, duration_ms, sequence;
+
+-- name: WindowCountsSyncChanged :many
+-- WindowCountsSyncChanged is WindowCountsSync for the cells of which any
+-- row changed at or after since (unix ms): a sync reads what changed, not
+-- the whole table. The inner query walks updated_at_idx; the outer one sums
+-- every region's row of those cells through lookup_idx.
+SELECT
+    c.workspace_id,
+    c.namespace,
+    c.identifier,
+    c.duration_ms,
+    c.sequence,
+    CAST(SUM(CASE WHEN c.region = sqlc.arg(region) THEN c.count ELSE 0 END) AS SIGNED) AS own,
+    CAST(SUM(CASE WHEN c.region <> sqlc.arg(region) THEN c.count ELSE 0 END) AS SIGNED) AS imported,
+    CAST(MAX(CASE WHEN c.region <> sqlc.arg(region) THEN c.window_limit ELSE 0 END) AS SIGNED) AS imported_limit
+FROM ratelimit_window_counts c
+JOIN (
+    SELECT DISTINCT u.workspace_id, u.namespace, u.identifier, u.duration_ms, u.sequence
+    FROM ratelimit_window_counts u
+    WHERE u.updated_at >= sqlc.arg(since) AND u.expires_at > sqlc.arg(now)
+) changed
+    ON c.workspace_id = changed.workspace_id
+    AND c.namespace = changed.namespace
+    AND c.identifier = changed.identifier
+    AND c.duration_ms = changed.duration_ms
+    AND c.sequence = changed.sequence
+GROUP BY c.workspace_id, c.namespace, c.identifier, c.duration_ms, c.sequence;
 
 -- name: WindowCountsDeleteExpired :execrows
 -- WindowCountsDeleteExpired deletes at most limit rows that expired

@@ -5,7 +5,17 @@
 -- region is varchar(48) so that the unique key stays under InnoDB's
 -- 3072-byte index limit in utf8mb4. expires_at is sequence-derived,
 -- (sequence + 2) * duration_ms: a row matters through the window after its
--- own, where it is the previous cell, and never after.
+-- own, where it is the previous cell, and never after. window_limit is the
+-- limit the writing region last saw for the key (0 from writers that
+-- predate it): a region that holds no window for the key creates one only
+-- when the others' sum reaches the utilization floor of that limit.
+-- updated_at (the writer's clock, unix ms) is indexed so that a sync reads
+-- only the rows changed since the previous one.
+--
+-- The text columns are created with utf8mb4_bin here, which is PAD SPACE
+-- ('alice' = 'alice '); db.Migrate turns them into the server's NO PAD
+-- binary collation, which names differently on MySQL 8 and MariaDB, so
+-- that identifiers compare byte for byte.
 CREATE TABLE IF NOT EXISTS `ratelimit_window_counts` (
     `pk` bigint unsigned AUTO_INCREMENT NOT NULL,
     `workspace_id` varchar(191) NOT NULL,
@@ -17,10 +27,12 @@ CREATE TABLE IF NOT EXISTS `ratelimit_window_counts` (
     `count` bigint unsigned NOT NULL,
     `expires_at` bigint unsigned NOT NULL,
     `updated_at` bigint unsigned NOT NULL,
+    `window_limit` bigint unsigned NOT NULL DEFAULT 0,
     CONSTRAINT `ratelimit_window_counts_pk` PRIMARY KEY (`pk`),
     CONSTRAINT `unique_window_region` UNIQUE (
         `workspace_id`, `namespace`, `identifier`, `duration_ms`, `sequence`, `region`
     ),
     INDEX `expires_at_idx` (`expires_at`),
-    INDEX `lookup_idx` (`workspace_id`, `namespace`, `identifier`, `duration_ms`, `sequence`)
+    INDEX `lookup_idx` (`workspace_id`, `namespace`, `identifier`, `duration_ms`, `sequence`),
+    INDEX `updated_at_idx` (`updated_at`)
 ) DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

@@ -19,7 +19,7 @@ func (d *discardStore) Publish(_ context.Context, _ string, counts []CellCount) 
 	return len(counts), nil
 }
 
-func (d *discardStore) Sync(context.Context, string, time.Time) ([]GlobalCount, error) {
+func (d *discardStore) Sync(context.Context, string, time.Time, time.Time) ([]GlobalCount, error) {
 	return nil, nil
 }
 

@@ -10,19 +10,23 @@ import (
 // read back as the region's own component and the sum of the others.
 type GlobalStore interface {
 	// Publish raises this region's component of each cell to at least its
-	// count. It may reorder counts (into the store's key order) and returns
-	// how many of them, from the start of the reordered slice, it wrote
-	// before the error that stopped it.
+	// count, in the order given (callers sort counts in the store's key
+	// order), and returns how many of them, from the start, it wrote before
+	// the error that stopped it.
 	Publish(ctx context.Context, region string, counts []CellCount) (written int, err error)
-	// Sync returns every cell that has not expired at now, with this
-	// region's own component and the sum of every other region's.
-	Sync(ctx context.Context, region string, now time.Time) ([]GlobalCount, error)
+	// Sync returns every cell that has not expired at now and of which any
+	// component changed at or after since (all live cells for the zero
+	// time), with this region's own component and the sum of every other
+	// region's.
+	Sync(ctx context.Context, region string, now, since time.Time) ([]GlobalCount, error)
 }
 
 // CellCount is one region's count of one cell.
 type CellCount struct {
 	Cell  Cell
 	Count int64
+	// Limit is the limit the region last saw for the cell's key.
+	Limit int64
 }
 
 // GlobalCount is what the global store holds for one cell.
@@ -33,11 +37,14 @@ type GlobalCount struct {
 	// Others is the sum of every other region's component: the imported
 	// count, which is added to decisions and never published again.
 	Others int64
+	// OthersLimit is the largest limit another region published the cell
+	// with, or 0 if none said.
+	OthersLimit int64
 }
 
-// Tuning of the global counters, as the RFC gives them. They are constants
-// because they trade MySQL load against cross-region latency for the whole
-// fleet; a per-process knob would only let regions drift apart.
+// Tuning of the global counters. They are constants because they trade
+// MySQL load against cross-region latency for the whole fleet; a
+// per-process knob would only let regions drift apart.
 const (
 	// globalFlushInterval is how often a process publishes its region's
 	// counts of the cells worth sharing.
@@ -55,6 +62,17 @@ const (
 	globalUtilizationFloor = 0.5
 	// globalFlushTimeout bounds one flush or sync.
 	globalFlushTimeout = 10 * time.Second
+	// globalSyncLookback widens each incremental sync back in time: rows
+	// are stamped with their writer's clock when the statement runs, and
+	// become visible when it commits. Five seconds cover clock skew between
+	// hosts kept by NTP (milliseconds) and the commit of a bulk upsert (tens
+	// of milliseconds for 5,000 rows) with wide margins.
+	globalSyncLookback = 5 * time.Second
+	// globalFullSyncInterval is how often a sync reads every live row
+	// instead of the changed ones: a safety net for a row that became
+	// visible later than the lookback allows (a writer whose clock was far
+	// behind, a statement stuck in the database).
+	globalFullSyncInterval = 5 * time.Minute
 )
 
 // MaxStoredCount caps every count read from a store (Redis or MySQL), so

@@ -18,6 +18,10 @@ type globalState struct {
 	// it. Keeping it here rather than in every cell keeps cells small; only
 	// cells above the utilization floor ever get an entry.
 	flushed map[*cell]flushedCount
+	// lastSync is when the latest successful sync began, by the limiter's
+	// clock; lastFull when the latest one that read every live row did.
+	// Zero before the first.
+	lastSync, lastFull time.Time
 }
 
 type flushedCount struct {
@@ -97,7 +101,8 @@ func (s *Service) flushGlobal(ctx context.Context, st *globalState) {
 			if st.flushed[c].count >= n {
 				continue // change filter
 			}
-			cands = append(cands, candidate{c: c, count: CellCount{Cell: w.cell(c.seq), Count: n}, exp: (c.seq + 2) * w.durationMs})
+			cands = append(cands, candidate{c: c, count: CellCount{Cell: w.cell(c.seq), Count: n, Limit: w.limit.Load()},
+				exp: (c.seq + 2) * w.durationMs})
 		}
 	})
 	for c, f := range st.flushed {
@@ -136,17 +141,26 @@ func (s *Service) flushGlobal(ctx context.Context, st *globalState) {
 // syncGlobal imports what the store holds: the other regions' sum becomes
 // each cell's imported count (raised, never lowered), and this region's own
 // component raises the regional count, since another process of the region
-// may have published more than this one knows. Cells and windows the process
-// does not hold yet are created.
+// may have published more than this one knows. It reads only the cells that
+// changed since the previous sync (less globalSyncLookback), and every live
+// cell on the first sync and every globalFullSyncInterval after.
 func (s *Service) syncGlobal(ctx context.Context, st *globalState) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), globalFlushTimeout)
 	defer cancel()
 	now := s.clock.Now()
-	res, err := s.globalBreaker.Execute(func() (any, error) { return s.global.Sync(ctx, s.region, now) })
+	var since time.Time
+	if !st.lastFull.IsZero() && now.Sub(st.lastFull) < globalFullSyncInterval {
+		since = st.lastSync.Add(-globalSyncLookback)
+	}
+	res, err := s.globalBreaker.Execute(func() (any, error) { return s.global.Sync(ctx, s.region, now, since) })
 	if err != nil {
 		s.metrics.globalSyncErrors.Inc()
 		s.logger.Warn("sync window counts", "error", err)
 		return
+	}
+	st.lastSync = now
+	if since.IsZero() {
+		st.lastFull = now
 	}
 	rows := res.([]GlobalCount)
 	s.metrics.globalRowsLastPoll.Set(float64(len(rows)))
@@ -161,9 +175,18 @@ func (s *Service) syncGlobal(ctx context.Context, st *globalState) {
 }
 
 // applyGlobal imports one row at now (unix ms) and reports whether it
-// reached a cell. A row more than one window ahead of now is ignored and
-// counted: no clock of a healthy region runs a whole window ahead, and
-// importing it would replace the current cell and reset the key's budget.
+// reached a cell.
+//
+// A row more than one window ahead of now is ignored and counted: no clock
+// of a healthy region runs a whole window ahead, and importing it would
+// replace the current cell and reset the key's budget.
+//
+// For a key the process holds no window for, a window is created only when
+// the other regions' sum reaches the utilization floor of the limit they
+// published with, and only within the workspace's cap: keys that are only
+// shared, or only this region's own, would cost every process of the region
+// memory for nothing (the region's own count reaches a process through the
+// regional origin when a request comes).
 func (s *Service) applyGlobal(row *GlobalCount, st *globalState, now int64) bool {
 	durMs := row.Cell.Duration.Milliseconds()
 	if durMs <= 0 {
@@ -174,9 +197,22 @@ func (s *Service) applyGlobal(row *GlobalCount, st *globalState, now int64) bool
 		return false
 	}
 	k := windowKey{workspace: row.Cell.Workspace, namespace: row.Cell.Namespace, identifier: row.Cell.Identifier, durationMs: durMs}
-	w, created := s.lookupWindow(&k)
-	if created {
-		s.metrics.globalEntriesCreated.Inc()
+	w := s.findWindow(&k)
+	if w == nil {
+		floor := int64(math.Ceil(float64(row.OthersLimit) * globalUtilizationFloor))
+		if row.Others <= 0 || row.Others < floor {
+			return false
+		}
+		var created bool
+		var err error
+		w, created, err = s.loadOrCreate(&k, s.hashKey(k, s.seed))
+		if err != nil {
+			s.metrics.windowsRejected.WithLabelValues("sync").Inc()
+			return false
+		}
+		if created {
+			s.metrics.globalEntriesCreated.Inc()
+		}
 	}
 	c, _ := w.cellAt(row.Cell.Sequence, s.origin == nil)
 	if c == nil {

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -133,12 +134,12 @@ func TestGlobalCounterInvariants(t *testing.T) {
 	spend(t, us2.Service, "k", 10, 1)
 	us.sync()
 	us2.sync()
-	w, _ := us.lookupWindow(&windowKey{"ws", "ns", "k", 60_000})
+	w := us.findWindow(&windowKey{"ws", "ns", "k", 60_000})
 	cur, _, _ := w.cellsAt(10, true)
 	if got := cur.count.Load(); got != 8 {
 		t.Fatalf("us's regional count = %d after its own row says 8, want 8", got)
 	}
-	w2, _ := us2.lookupWindow(&windowKey{"ws", "ns", "k", 60_000})
+	w2 := us2.findWindow(&windowKey{"ws", "ns", "k", 60_000})
 	cur2, _, _ := w2.cellsAt(10, true)
 	if cur2.count.Load() != 8 || cur2.global.Load() != 3 {
 		t.Fatalf("us2: count %d global %d, want 8 and 3", cur2.count.Load(), cur2.global.Load())
@@ -177,7 +178,7 @@ func TestGlobalConvergesInAnyOrder(t *testing.T) {
 		var sums []string
 		for _, name := range []string{"a", "b", "c"} {
 			regions[name].sync()
-			w, _ := regions[name].lookupWindow(&windowKey{"ws", "ns", "k", 60_000})
+			w := regions[name].findWindow(&windowKey{"ws", "ns", "k", 60_000})
 			cur, _, _ := w.cellsAt(10, true)
 			sums = append(sums, name+":"+itoa(cur.count.Load())+"+"+itoa(cur.global.Load()))
 		}
@@ -199,7 +200,7 @@ func TestSpeculativeCountsAreNeverPublished(t *testing.T) {
 	clock := newFakeClock(600_000)
 	us := newRegion(t, "us", sqlDB, clock)
 	spend(t, us.Service, "k", 10, 4)
-	w, _ := us.lookupWindow(&windowKey{"ws", "ns", "k", 60_000})
+	w := us.findWindow(&windowKey{"ws", "ns", "k", 60_000})
 	cur, _, _ := w.cellsAt(10, true)
 	if !w.applySpeculative(cur, cur.count.Load(), 3) { // a batch in flight: 7 of 10
 		t.Fatal("speculative increment failed")
@@ -262,5 +263,100 @@ func TestFutureRowsAreIgnored(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(a.metrics.globalRowsFuture); got != 1 {
 		t.Fatalf("future rows counted = %v, want 1", got)
+	}
+}
+
+// TestSyncCreatesWindowsOnlyAboveTheFloor: a process that holds no window
+// for a key creates one on sync only when the other regions' sum reaches
+// the floor of the limit they published; keys only shared, or only this
+// region's own, cost it nothing; a key it holds imports any count.
+func TestSyncCreatesWindowsOnlyAboveTheFloor(t *testing.T) {
+	_, sqlDB := openGlobalDB(t)
+	clock := newFakeClock(600_000)
+	b := newRegion(t, "b", sqlDB, clock)
+	spend(t, b.Service, "held", 10, 1)
+	insert := func(id, region string, count, limit int64) {
+		t.Helper()
+		if _, err := sqlDB.Exec(`INSERT INTO ratelimit_window_counts
+			(workspace_id, namespace, identifier, duration_ms, sequence, region, count, expires_at, updated_at, window_limit)
+			VALUES ('ws', 'ns', ?, 60000, 10, ?, ?, 720000, ?, ?)`, id, region, count, time.Now().UnixMilli(), limit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	insert("hot", "a", 6, 10)  // above half of 10
+	insert("thin", "a", 2, 10) // published only because another region shares it
+	insert("mine", "b", 9, 10) // this region's own row
+	insert("held", "a", 2, 10) // below the floor, but b holds the key
+	b.sync()
+	for id, want := range map[string]bool{"hot": true, "thin": false, "mine": false, "held": true} {
+		if got := b.findWindow(&windowKey{"ws", "ns", id, 60_000}) != nil; got != want {
+			t.Errorf("window for %q after sync: %v, want %v", id, got, want)
+		}
+	}
+	if got := mustLimit(t, b.Service, req("held", 10, time.Minute, 0)).Remaining; got != 7 {
+		t.Fatalf("held key: remaining %d, want 7 (1 own + 2 imported)", got)
+	}
+	if got := testutil.ToFloat64(b.metrics.globalEntriesCreated); got != 1 {
+		t.Fatalf("windows created by sync = %v, want 1", got)
+	}
+}
+
+// TestSyncReadsOnlyChangedRows: after the first sync, which reads every live
+// row, a sync reads only the cells changed since the previous one (with the
+// lookback), on the real clock and a real MariaDB.
+func TestSyncReadsOnlyChangedRows(t *testing.T) {
+	_, sqlDB := openGlobalDB(t)
+	// 30-day windows: on the real clock, no window boundary falls between
+	// two steps of the test.
+	const month = 30 * 24 * time.Hour
+	now := time.Now()
+	seq := now.UnixMilli() / month.Milliseconds()
+	old := now.Add(-time.Minute).UnixMilli()
+	var values []string
+	for i := range 1000 {
+		values = append(values, fmt.Sprintf("('ws','ns','old%d',%d,%d,'a',60,%d,%d,100)", i, month.Milliseconds(), seq, (seq+2)*month.Milliseconds(), old))
+	}
+	if _, err := sqlDB.Exec(`INSERT INTO ratelimit_window_counts
+		(workspace_id, namespace, identifier, duration_ms, sequence, region, count, expires_at, updated_at, window_limit)
+		VALUES ` + strings.Join(values, ",")); err != nil {
+		t.Fatal(err)
+	}
+	b := newRegion(t, "b", sqlDB, systemClock{})
+	b.sync()
+	if got := testutil.ToFloat64(b.metrics.globalRowsLastPoll); got != 1000 {
+		t.Fatalf("first sync read %v rows, want all 1000", got)
+	}
+	a := newRegion(t, "a", sqlDB, systemClock{})
+	for i := range 10 {
+		for range 6 {
+			mustLimit(t, a.Service, req(fmt.Sprint("new", i), 10, month, 1))
+		}
+	}
+	a.flush()
+	b.sync()
+	if got := testutil.ToFloat64(b.metrics.globalRowsLastPoll); got != 10 {
+		t.Fatalf("second sync read %v rows, want the 10 changed", got)
+	}
+	if got := mustLimit(t, b.Service, req("new3", 10, month, 0)).Remaining; got != 4 {
+		t.Fatalf("a changed key in b: remaining %d, want 4", got)
+	}
+}
+
+// TestTrailingSpacesKeepBudgetsApart: "alice" spending her whole limit in
+// region a does not spend "alice " in region b (one MySQL row under a PAD
+// SPACE collation).
+func TestTrailingSpacesKeepBudgetsApart(t *testing.T) {
+	_, sqlDB := openGlobalDB(t)
+	clock := newFakeClock(600_000)
+	a, b := newRegion(t, "a", sqlDB, clock), newRegion(t, "b", sqlDB, clock)
+	spend(t, a.Service, "alice", 10, 10)
+	spend(t, b.Service, "alice ", 10, 1)
+	a.flush()
+	b.sync()
+	if got := mustLimit(t, b.Service, req("alice ", 10, time.Minute, 0)).Remaining; got != 9 {
+		t.Fatalf(`"alice " in b after a's "alice" spent 10: remaining %d, want 9`, got)
+	}
+	if got := mustLimit(t, b.Service, req("alice", 10, time.Minute, 0)).Remaining; got != 0 {
+		t.Fatalf(`"alice" in b: remaining %d, want 0`, got)
 	}
 }

@@ -45,6 +45,7 @@ func (s *Service) evictIdle(now time.Time) int {
 				}
 				return old, xsync.CancelOp
 			})
+			s.release(w.scope.Value().workspace)
 			evicted++
 		}
 		return true
@@ -53,6 +54,7 @@ func (s *Service) evictIdle(now time.Time) int {
 	for k, w := range s.collided.m {
 		if s.evict(w, ms) {
 			delete(s.collided.m, k)
+			s.release(k.workspace)
 			evicted++
 		}
 	}

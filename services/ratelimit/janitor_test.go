@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func TestJanitorEvictsOnlyIdleWindows(t *testing.T) {
@@ -51,7 +53,7 @@ func TestJanitorEvictsCollidedWindows(t *testing.T) {
 // count back and does not report success on a window about to vanish.
 func TestCountIntoEvictedWindowIsTakenBack(t *testing.T) {
 	s := newTestService(t, newFakeClock(0))
-	w := s.window(&windowKey{"ws", "ns", "k", 1000})
+	w := mustWindow(t, s, &windowKey{"ws", "ns", "k", 1000})
 	w.setEvicted(true)
 	resp := mustLimit(t, s, req("k", 5, time.Second, 1))
 	cur, _, _ := w.cellsAt(0, true)
@@ -135,5 +137,38 @@ func TestRunStopsOnClose(t *testing.T) {
 	}
 	if err := s.Run(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Run on a closed service = %v, want ErrClosed", err)
+	}
+}
+
+// TestWorkspaceCap: a workspace at its cap gets a CapacityError for a new
+// key and nothing is counted, other workspaces and held keys are not
+// affected, and a window the janitor removes frees its place.
+func TestWorkspaceCap(t *testing.T) {
+	clock := newFakeClock(0)
+	s := newTestService(t, clock, WithMaxWindowsPerWorkspace(3))
+	for _, id := range []string{"a", "b", "c"} {
+		mustLimit(t, s, req(id, 5, time.Second, 1))
+	}
+	_, err := s.Limit(context.Background(), req("d", 5, time.Second, 1))
+	var ce *CapacityError
+	if !errors.As(err, &ce) || ce.Max != 3 {
+		t.Fatalf("fourth key: %v, want a CapacityError with Max 3", err)
+	}
+	if _, err := s.MultiLimit(context.Background(), []Request{req("a", 5, time.Second, 1), req("d", 5, time.Second, 1)}); !errors.As(err, &ce) {
+		t.Fatalf("batch with a fourth key: %v, want a CapacityError", err)
+	}
+	if got := mustLimit(t, s, req("a", 5, time.Second, 0)).Remaining; got != 4 {
+		t.Fatalf("held key after the refused batch: remaining %d, want 4 (nothing counted)", got)
+	}
+	other := req("d", 5, time.Second, 1)
+	other.Workspace = "other"
+	mustLimit(t, s, other)
+	clock.Advance(3 * time.Second)
+	s.evictIdle(clock.Now())
+	if resp := mustLimit(t, s, req("d", 5, time.Second, 1)); !resp.Success {
+		t.Fatalf("after eviction: %+v, want the freed place used", resp)
+	}
+	if got := testutil.ToFloat64(s.metrics.windowsRejected.WithLabelValues("request")); got != 2 {
+		t.Fatalf("rejected windows = %v, want 2", got)
 	}
 }

@@ -40,8 +40,11 @@ func (d *decision) response() Response {
 
 // Limit decides whether req may spend its cost and, on success with a cost
 // above zero, counts it. It returns a [*ValidationError] for a request that
-// breaks a rule, and counts nothing then. A warm decision does not allocate
-// and, unless the key is strict (see [Origin]), does not wait on the network.
+// breaks a rule, and a [*CapacityError] for a new key in a workspace that
+// holds the most windows allowed, and counts nothing then. A warm decision
+// does not allocate and, unless the key is strict or its copy of the
+// region's counts is older than maxCopyAge (see [Origin]), does not wait on
+// the network.
 func (s *Service) Limit(ctx context.Context, req Request) (Response, error) {
 	if err := req.Validate(); err != nil {
 		return Response{}, err
@@ -55,7 +58,10 @@ func (s *Service) Limit(ctx context.Context, req Request) (Response, error) {
 	now := s.clock.Now().UnixMilli()
 	var d decision
 	for range maxEvictionRetries {
-		w := s.window(&key)
+		w, err := s.window(&key)
+		if err != nil {
+			return Response{}, err
+		}
 		w.observeLimit(req.Limit)
 		if s.origin != nil {
 			s.prepare(ctx, w, now)

@@ -9,9 +9,10 @@ import (
 // labels. Decisions are counted by the caller (the API), which keeps the
 // request path free of shared counters.
 type metrics struct {
-	windowsCreated prometheus.Counter
-	windowsEvicted prometheus.Counter
-	casExhausted   prometheus.Counter
+	windowsCreated  prometheus.Counter
+	windowsEvicted  prometheus.Counter
+	windowsRejected *prometheus.CounterVec
+	casExhausted    prometheus.Counter
 
 	originOps         *prometheus.CounterVec
 	originLatency     *prometheus.HistogramVec
@@ -39,6 +40,10 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 			Name: "unkey_ratelimit_windows_evicted_total",
 			Help: "Sliding windows removed by the janitor because no cell of theirs could affect a decision any more.",
 		}),
+		windowsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "unkey_ratelimit_windows_rejected_total",
+			Help: "Windows not created because their workspace held the most windows allowed, by what asked for them (request: answered resource_exhausted; sync: an imported row skipped).",
+		}, []string{"source"}),
 		casExhausted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "unkey_ratelimit_cas_exhausted_total",
 			Help: "Decisions denied because the compare-and-swap loop ran out of attempts under contention.",
@@ -105,7 +110,7 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 		Name: "unkey_ratelimit_origin_queue_depth",
 		Help: "Cells waiting for replay plus windows waiting for a background refresh.",
 	}, queueDepth)
-	for _, c := range []prometheus.Collector{m.windowsCreated, m.windowsEvicted, m.casExhausted, active,
+	for _, c := range []prometheus.Collector{m.windowsCreated, m.windowsEvicted, m.windowsRejected, m.casExhausted, active,
 		m.originOps, m.originLatency, m.breakerState, m.queueOverflow, m.replayExpired, m.strictActivations, depth,
 		m.globalWrites, m.globalWriteErrors, m.globalRowsApplied, m.globalSyncErrors, m.globalEntriesCreated, m.globalRowsLastPoll, m.globalRowsFuture} {
 		if err := reg.Register(c); err != nil {

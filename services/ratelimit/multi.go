@@ -33,7 +33,8 @@ type counted struct {
 // and all are counted, or nothing is counted anywhere. Requests on the same key
 // accumulate: the second sees the first's cost. It returns a
 // [*ValidationError] naming the offending entry (such as "limits[2].cost")
-// when any request breaks a rule, and counts nothing then.
+// when any request breaks a rule, or a [*CapacityError] when a new key would
+// take its workspace past its cap, and counts nothing then.
 func (s *Service) MultiLimit(ctx context.Context, reqs []Request) (MultiResponse, error) {
 	if len(reqs) == 0 || len(reqs) > MaxBatch {
 		return MultiResponse{}, &ValidationError{Field: "limits", Rule: fmt.Sprintf("must hold 1 to %d limits", MaxBatch)}
@@ -59,8 +60,12 @@ func (s *Service) MultiLimit(ctx context.Context, reqs []Request) (MultiResponse
 	decisions := make([]decision, len(reqs))
 	for range maxEvictionRetries {
 		for i := range reqs {
-			windows[i] = s.window(&keys[i])
-			windows[i].observeLimit(reqs[i].Limit)
+			w, err := s.window(&keys[i])
+			if err != nil {
+				return MultiResponse{}, err
+			}
+			windows[i] = w
+			w.observeLimit(reqs[i].Limit)
 		}
 		if s.origin != nil {
 			s.prepareBatch(ctx, windows, now)

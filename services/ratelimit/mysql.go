@@ -50,6 +50,7 @@ func (m *MySQLStore) Publish(ctx context.Context, region string, counts []CellCo
 				Count:       uint64(max(c.Count, 0)),
 				ExpiresAt:   uint64((c.Cell.Sequence + 2) * durMs),
 				UpdatedAt:   now,
+				WindowLimit: uint64(max(c.Limit, 0)),
 			})
 		}
 		var err error
@@ -74,25 +75,45 @@ func retryable(err error) bool {
 }
 
 // Sync returns the live cells with this region's component and the sum of
-// the others'.
-func (m *MySQLStore) Sync(ctx context.Context, region string, now time.Time) ([]GlobalCount, error) {
-	rows, err := m.q.WindowCountsSync(ctx, db.WindowCountsSyncParams{Region: region, Now: uint64(now.UnixMilli())})
+// the others': all of them for the zero since, else those with a row
+// changed at or after since.
+func (m *MySQLStore) Sync(ctx context.Context, region string, now, since time.Time) ([]GlobalCount, error) {
+	if since.IsZero() {
+		rows, err := m.q.WindowCountsSync(ctx, db.WindowCountsSyncParams{Region: region, Now: uint64(now.UnixMilli())})
+		if err != nil {
+			return nil, fmt.Errorf("sync window counts: %w", err)
+		}
+		out := make([]GlobalCount, len(rows))
+		for i, r := range rows {
+			out[i] = globalCount(db.WindowCountsSyncChangedRow(r))
+		}
+		return out, nil
+	}
+	rows, err := m.q.WindowCountsSyncChanged(ctx, db.WindowCountsSyncChangedParams{Region: region,
+		Since: uint64(max(since.UnixMilli(), 0)), Now: uint64(now.UnixMilli())})
 	if err != nil {
-		return nil, fmt.Errorf("sync window counts: %w", err)
+		return nil, fmt.Errorf("sync changed window counts: %w", err)
 	}
 	out := make([]GlobalCount, len(rows))
 	for i, r := range rows {
-		out[i] = GlobalCount{
-			Cell: Cell{
-				Workspace:  r.WorkspaceID,
-				Namespace:  r.Namespace,
-				Identifier: r.Identifier,
-				Duration:   time.Duration(r.DurationMs) * time.Millisecond,
-				Sequence:   r.Sequence,
-			},
-			Own:    r.Own,
-			Others: r.Imported,
-		}
+		out[i] = globalCount(r)
 	}
 	return out, nil
+}
+
+// globalCount converts a row of either sync query (they have the same
+// columns).
+func globalCount(r db.WindowCountsSyncChangedRow) GlobalCount {
+	return GlobalCount{
+		Cell: Cell{
+			Workspace:  r.WorkspaceID,
+			Namespace:  r.Namespace,
+			Identifier: r.Identifier,
+			Duration:   time.Duration(r.DurationMs) * time.Millisecond,
+			Sequence:   r.Sequence,
+		},
+		Own:         r.Own,
+		Others:      r.Imported,
+		OthersLimit: r.ImportedLimit,
+	}
 }

@@ -25,3 +25,21 @@ func WithLogger(logger *slog.Logger) Option {
 func WithRegisterer(reg prometheus.Registerer) Option {
 	return func(s *Service) { s.registerer = reg }
 }
+
+// DefaultMaxWindowsPerWorkspace is the cap on one workspace's windows when
+// [WithMaxWindowsPerWorkspace] is not given: about 200 MB of memory at some
+// 200 bytes a window, far more than a tenant with real users needs, and a
+// bound on what a tenant minting identifiers can take from the others.
+const DefaultMaxWindowsPerWorkspace = 1_000_000
+
+// WithMaxWindowsPerWorkspace caps the windows one workspace may hold in
+// memory at n. A request that would create one more gets a [*CapacityError];
+// windows are never evicted to make room, since every held window may still
+// affect a decision. n below 1 means the default.
+func WithMaxWindowsPerWorkspace(n int64) Option {
+	return func(s *Service) {
+		if n >= 1 {
+			s.maxPerWorkspace = n
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,6 +32,11 @@ type Service struct {
 	// whose hash is taken by another key lives in collided.
 	windows  *xsync.Map[uint64, *window]
 	collided collisions
+	// perWorkspace counts each workspace's windows, to hold it to
+	// maxPerWorkspace: one tenant sending endless distinct identifiers must
+	// not take the memory every other tenant's decisions need.
+	perWorkspace    *xsync.Map[string, *atomic.Int64]
+	maxPerWorkspace int64
 
 	janitorEvery time.Duration
 
@@ -75,6 +81,9 @@ func New(region string, opts ...Option) (*Service, error) {
 		windows: xsync.NewMap[uint64, *window](),
 		closed:  make(chan struct{}),
 
+		perWorkspace:    xsync.NewMap[string, *atomic.Int64](),
+		maxPerWorkspace: DefaultMaxWindowsPerWorkspace,
+
 		janitorEvery: janitorInterval,
 	}
 	for _, opt := range opts {
@@ -112,26 +121,36 @@ func (s *Service) ActiveWindows() int {
 }
 
 // window returns the window of k for a request, creating it on first use.
-func (s *Service) window(k *windowKey) *window {
+// It returns a [*CapacityError] when creating it would take k's workspace
+// past its cap.
+func (s *Service) window(k *windowKey) (*window, error) {
 	h := s.hashKey(*k, s.seed)
 	if w, ok := s.windows.Load(h); ok && w.is(k) {
-		return w
+		return w, nil
 	}
-	w, created := s.loadOrCreate(k, h)
+	w, created, err := s.loadOrCreate(k, h)
+	if err != nil {
+		s.metrics.windowsRejected.WithLabelValues("request").Inc()
+		return nil, err
+	}
 	if created {
 		s.metrics.windowsCreated.Inc()
 	}
-	return w
+	return w, nil
 }
 
-// lookupWindow returns the window of k, creating it if needed, and reports
-// whether it did.
-func (s *Service) lookupWindow(k *windowKey) (*window, bool) {
+// findWindow returns the window of k, or nil if the process holds none.
+func (s *Service) findWindow(k *windowKey) *window {
 	h := s.hashKey(*k, s.seed)
-	if w, ok := s.windows.Load(h); ok && w.is(k) {
-		return w, false
+	if w, ok := s.windows.Load(h); ok {
+		if w.is(k) {
+			return w
+		}
+		s.collided.mu.Lock()
+		defer s.collided.mu.Unlock()
+		return s.collided.m[*k]
 	}
-	return s.loadOrCreate(k, h)
+	return nil
 }
 
 // forEachWindow calls f for every window held in memory.
@@ -152,30 +171,62 @@ func (s *Service) forEachWindow(f func(*window)) {
 }
 
 // loadOrCreate is the slow path of window: the key is new, or its hash is
-// owned by another key. It reports whether it created the window.
-func (s *Service) loadOrCreate(k *windowKey, h uint64) (*window, bool) {
+// owned by another key. It reports whether it created the window, and
+// creates none past the workspace's cap.
+func (s *Service) loadOrCreate(k *windowKey, h uint64) (*window, bool, error) {
 	var created *window
+	full := false
 	w, _ := s.windows.Compute(h, func(old *window, loaded bool) (*window, xsync.ComputeOp) {
 		if loaded {
 			return old, xsync.CancelOp
 		}
+		if !s.reserve(k.workspace) {
+			full = true
+			return nil, xsync.CancelOp
+		}
 		created = newWindow(k)
 		return created, xsync.UpdateOp
 	})
+	if full {
+		return nil, false, &CapacityError{Max: s.maxPerWorkspace}
+	}
 	if w.is(k) {
-		return w, w == created
+		return w, w == created, nil
 	}
 	s.collided.mu.Lock()
 	defer s.collided.mu.Unlock()
 	if w, ok := s.collided.m[*k]; ok {
-		return w, false
+		return w, false, nil
+	}
+	if !s.reserve(k.workspace) {
+		return nil, false, &CapacityError{Max: s.maxPerWorkspace}
 	}
 	if s.collided.m == nil {
 		s.collided.m = make(map[windowKey]*window)
 	}
 	w = newWindow(k)
 	s.collided.m[*k] = w
-	return w, true
+	return w, true, nil
+}
+
+// reserve counts one more window for workspace and reports whether it fits
+// under the cap; if not, nothing is counted.
+func (s *Service) reserve(workspace string) bool {
+	n, _ := s.perWorkspace.LoadOrCompute(workspace, func() (*atomic.Int64, bool) {
+		return new(atomic.Int64), false
+	})
+	if n.Add(1) > s.maxPerWorkspace {
+		n.Add(-1)
+		return false
+	}
+	return true
+}
+
+// release counts one window of workspace fewer: the janitor removed it.
+func (s *Service) release(workspace string) {
+	if n, ok := s.perWorkspace.Load(workspace); ok {
+		n.Add(-1)
+	}
 }
 
 // Run runs the background loops until ctx is done or [Service.Close] is

@@ -1,0 +1,141 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// noPadCollations are the binary utf8mb4 collations without PAD SPACE, in
+// order of preference: MariaDB names it utf8mb4_nopad_bin, MySQL 8.0.17+
+// utf8mb4_0900_bin (newer MariaDB releases accept that name too, as an
+// alias, so MariaDB's own name comes first). Under utf8mb4_bin, the PAD SPACE collation the tables
+// are created with, 'alice' and 'alice ' are equal, so two identifiers would
+// share a row and spend each other's budget.
+var noPadCollations = []string{"utf8mb4_nopad_bin", "utf8mb4_0900_bin"}
+
+// textColumns are the key columns that must compare byte for byte, with
+// their definitions.
+var textColumns = map[string][]columnDef{
+	"ratelimit_window_counts": {
+		{"workspace_id", "varchar(191)"}, {"namespace", "varchar(255)"},
+		{"identifier", "varchar(255)"}, {"region", "varchar(48)"},
+	},
+	"ratelimit_blocklist": {
+		{"workspace_id", "varchar(191)"}, {"namespace", "varchar(255)"}, {"identifier", "varchar(255)"},
+	},
+}
+
+type columnDef struct{ name, typ string }
+
+// upgrade brings tables that an earlier version created up to the schema in
+// schema/: CREATE TABLE IF NOT EXISTS leaves an existing table as it is.
+// Each step looks at information_schema first and changes only what differs,
+// so running it again changes nothing. MySQL 8 has no ADD COLUMN IF NOT
+// EXISTS, hence the look first.
+func upgrade(ctx context.Context, db *sql.DB) error {
+	if err := addColumn(ctx, db, "ratelimit_window_counts", "window_limit", "bigint unsigned NOT NULL DEFAULT 0"); err != nil {
+		return err
+	}
+	if err := addIndex(ctx, db, "ratelimit_window_counts", "updated_at_idx", "updated_at"); err != nil {
+		return err
+	}
+	collation, err := noPadCollation(ctx, db)
+	if err != nil {
+		return err
+	}
+	for _, table := range []string{"ratelimit_window_counts", "ratelimit_blocklist"} {
+		if err := setCollation(ctx, db, table, collation); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addColumn adds column to table unless it is there.
+func addColumn(ctx context.Context, db *sql.DB, table, column, def string) error {
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.COLUMNS
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?`, table, column).Scan(&n); err != nil {
+		return fmt.Errorf("look up column %s.%s: %w", table, column, err)
+	}
+	if n > 0 {
+		return nil
+	}
+	if _, err := db.ExecContext(ctx, fmt.Sprintf("ALTER TABLE `%s` ADD COLUMN `%s` %s", table, column, def)); err != nil {
+		return fmt.Errorf("add column %s.%s: %w", table, column, err)
+	}
+	return nil
+}
+
+// addIndex adds index on column to table unless an index of that name is
+// there.
+func addIndex(ctx context.Context, db *sql.DB, table, index, column string) error {
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.STATISTICS
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND INDEX_NAME = ?`, table, index).Scan(&n); err != nil {
+		return fmt.Errorf("look up index %s.%s: %w", table, index, err)
+	}
+	if n > 0 {
+		return nil
+	}
+	if _, err := db.ExecContext(ctx, fmt.Sprintf("ALTER TABLE `%s` ADD INDEX `%s` (`%s`)", table, index, column)); err != nil {
+		return fmt.Errorf("add index %s.%s: %w", table, index, err)
+	}
+	return nil
+}
+
+// noPadCollation returns the server's NO PAD binary utf8mb4 collation.
+func noPadCollation(ctx context.Context, db *sql.DB) (string, error) {
+	for _, name := range noPadCollations {
+		var found string
+		err := db.QueryRowContext(ctx, "SELECT COLLATION_NAME FROM information_schema.COLLATIONS WHERE COLLATION_NAME = ?", name).Scan(&found)
+		if err == nil {
+			return found, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return "", fmt.Errorf("look up collation %s: %w", name, err)
+		}
+	}
+	return "", fmt.Errorf("the server has none of the collations %s: MySQL 8.0.17+ or MariaDB 10.6+ is required",
+		strings.Join(noPadCollations, ", "))
+}
+
+// setCollation changes the key columns of table that are not in collation
+// to it, in one ALTER TABLE. A table that does not exist (the blocklist after
+// its retirement) is skipped.
+func setCollation(ctx context.Context, db *sql.DB, table, collation string) error {
+	rows, err := db.QueryContext(ctx, `SELECT COLUMN_NAME, COALESCE(COLLATION_NAME, '') FROM information_schema.COLUMNS
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, table)
+	if err != nil {
+		return fmt.Errorf("look up columns of %s: %w", table, err)
+	}
+	current := map[string]string{}
+	for rows.Next() {
+		var name, coll string
+		if err := rows.Scan(&name, &coll); err != nil {
+			rows.Close()
+			return fmt.Errorf("look up columns of %s: %w", table, err)
+		}
+		current[name] = coll
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("look up columns of %s: %w", table, err)
+	}
+	var modify []string
+	for _, c := range textColumns[table] {
+		if coll, ok := current[c.name]; ok && coll != collation {
+			modify = append(modify, fmt.Sprintf("MODIFY `%s` %s CHARACTER SET utf8mb4 COLLATE %s NOT NULL", c.name, c.typ, collation))
+		}
+	}
+	if len(modify) == 0 {
+		return nil
+	}
+	if _, err := db.ExecContext(ctx, fmt.Sprintf("ALTER TABLE `%s` %s", table, strings.Join(modify, ", "))); err != nil {
+		return fmt.Errorf("make the key columns of %s compare byte for byte (%s): %w", table, collation, err)
+	}
+	return nil
+}
