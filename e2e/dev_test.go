@@ -47,6 +47,25 @@ func TestMakeDev(t *testing.T) {
 			t.Fatalf("dev.sh did not list the API on %d:\n%s", port, out)
 		}
 	}
+	// Redis has a memory bound, and the worker runs only what restate-server
+	// signed (the cleanup schedule reached it: dev.sh waited for it).
+	for _, port := range []int{base - 690, base - 689} {
+		policy, err := exec.Command("redis-cli", "-p", strconv.Itoa(port), "CONFIG", "GET", "maxmemory-policy").Output()
+		if err != nil || !strings.Contains(string(policy), "volatile-ttl") {
+			t.Errorf("Redis on %d: maxmemory-policy %q (%v), want volatile-ttl", port, policy, err)
+		}
+	}
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	h2c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Protocols: &protocols}}
+	resp, err := h2c.Post("http://127.0.0.1:"+strconv.Itoa(base+2010)+"/discover", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("an unsigned request to the worker: %d, want 401", resp.StatusCode)
+	}
 	down()
 	for _, port := range append(apis, base-3763, base-690, base+1010, base+2000) {
 		addr := "127.0.0.1:" + strconv.Itoa(port)

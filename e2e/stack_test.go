@@ -180,7 +180,7 @@ func startStack(t *testing.T) *stack {
 	s.worker.startOnFreePort(func(port int) []string {
 		return []string{"UNKEY_MYSQL_DSN=" + s.mysql.DSN, "UNKEY_RESTATE_ADMIN_URL=" + s.restate.AdminURL,
 			"UNKEY_RESTATE_INGRESS_URL=" + s.restate.IngressURL, "UNKEY_WORKER_ADDR=127.0.0.1:" + strconv.Itoa(port),
-			"UNKEY_LOG_FORMAT=text", "UNKEY_LOG_LEVEL=warn"}
+			"UNKEY_RESTATE_IDENTITY_KEYS=" + s.restate.IdentityKey, "UNKEY_LOG_FORMAT=text", "UNKEY_LOG_LEVEL=warn"}
 	})
 	return s
 }

@@ -95,13 +95,18 @@ for region in a b; do
   port=$REDIS_A; [ $region = b ] && port=$REDIS_B
   log "Redis of region $region on $port"
   mkdir -p "$DEV/redis-$region"
+  # Bounded memory: every key has a TTL; volatile-ttl evicts the cells of
+  # past windows first if the bound is ever reached.
   start "redis-$region" redis-server --port "$port" --bind 127.0.0.1 --dir "$DEV/redis-$region" \
-    --save "" --appendonly yes --protected-mode no
+    --save "" --appendonly yes --protected-mode no --maxmemory 256mb --maxmemory-policy volatile-ttl
   wait_for "Redis $region" redis-cli -p "$port" ping
 done
 
 log "restate-server: ingress $INGRESS, admin $ADMIN"
+# restate-server signs its requests to the worker; the worker verifies them.
+IDENTITY_KEY=$("$DEV/bin/worker" keygen "$DEV/restate-identity.pem")
 start restate env RESTATE_BASE_DIR="$DEV/restate" RESTATE_NODE_NAME=dev RESTATE_LISTEN_MODE=tcp \
+  RESTATE_WORKER__INVOKER__REQUEST_IDENTITY_PRIVATE_KEY_PEM_FILE="$DEV/restate-identity.pem" \
   RESTATE_BIND_ADDRESS="127.0.0.1:$NODE" RESTATE_ADVERTISED_ADDRESS="http://127.0.0.1:$NODE" \
   RESTATE_INGRESS__BIND_ADDRESS="127.0.0.1:$INGRESS" RESTATE_ADMIN__BIND_ADDRESS="127.0.0.1:$ADMIN" \
   "$RESTATE_BIN" --no-logo
@@ -122,7 +127,7 @@ done
 log "worker on $WORKER"
 start worker env UNKEY_MYSQL_DSN="$DSN" UNKEY_RESTATE_ADMIN_URL="http://127.0.0.1:$ADMIN" \
   UNKEY_RESTATE_INGRESS_URL="http://127.0.0.1:$INGRESS" UNKEY_WORKER_ADDR="127.0.0.1:$WORKER" \
-  UNKEY_LOG_FORMAT=text "$DEV/bin/worker"
+  UNKEY_RESTATE_IDENTITY_KEYS="$IDENTITY_KEY" UNKEY_LOG_FORMAT=text "$DEV/bin/worker"
 wait_for "the worker" sh -c "curl -sf -X POST http://127.0.0.1:$INGRESS/Cleanup/window-counts/Status | grep -q '\"scheduled\":true'"
 
 cat <<TXT

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
+	"strings"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -17,7 +19,14 @@ type config struct {
 	MySQLDSN   string `env:"UNKEY_MYSQL_DSN,required"`
 	AdminURL   string `env:"UNKEY_RESTATE_ADMIN_URL" envDefault:"http://127.0.0.1:9070"`
 	IngressURL string `env:"UNKEY_RESTATE_INGRESS_URL" envDefault:"http://127.0.0.1:8080"`
-	WorkerAddr string `env:"UNKEY_WORKER_ADDR" envDefault:":9080"`
+	WorkerAddr string `env:"UNKEY_WORKER_ADDR" envDefault:"127.0.0.1:9080"`
+	// IdentityKeys are the public keys of the restate-servers allowed to
+	// call the worker (comma-separated publickeyv1_… keys). Empty: requests
+	// are not verified, and the worker warns at start.
+	IdentityKeys []string `env:"UNKEY_RESTATE_IDENTITY_KEYS"`
+	// IdentityKeyFile names a file of more such keys, one a line (what
+	// `worker keygen FILE` writes to FILE.pub).
+	IdentityKeyFile string `env:"UNKEY_RESTATE_IDENTITY_KEY_FILE"`
 	// WorkerURL is where restate-server reaches this worker; by default
 	// http://127.0.0.1:<port of UNKEY_WORKER_ADDR>.
 	WorkerURL string `env:"UNKEY_WORKER_URL"`
@@ -55,6 +64,27 @@ func loadConfig(environ []string) (config, error) {
 		c.WorkerURL = "http://127.0.0.1:" + port
 	} else if u, err := url.Parse(c.WorkerURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return config{}, fmt.Errorf("UNKEY_WORKER_URL: must be an http:// or https:// URL, got %q", c.WorkerURL)
+	}
+	for i, key := range c.IdentityKeys {
+		c.IdentityKeys[i] = strings.TrimSpace(key)
+		if !strings.HasPrefix(c.IdentityKeys[i], "publickeyv1_") {
+			return config{}, fmt.Errorf("UNKEY_RESTATE_IDENTITY_KEYS: entry %d must be a publickeyv1_… key (worker keygen prints one), got %q", i+1, key)
+		}
+	}
+	if c.IdentityKeyFile != "" {
+		raw, err := os.ReadFile(c.IdentityKeyFile)
+		if err != nil {
+			return config{}, fmt.Errorf("UNKEY_RESTATE_IDENTITY_KEY_FILE: %w", err)
+		}
+		for i, line := range strings.Split(string(raw), "\n") {
+			if line = strings.TrimSpace(line); line == "" {
+				continue
+			}
+			if !strings.HasPrefix(line, "publickeyv1_") {
+				return config{}, fmt.Errorf("UNKEY_RESTATE_IDENTITY_KEY_FILE: line %d must be a publickeyv1_… key", i+1)
+			}
+			c.IdentityKeys = append(c.IdentityKeys, line)
+		}
 	}
 	if err := c.level.UnmarshalText([]byte(c.LogLevel)); err != nil {
 		return config{}, fmt.Errorf("UNKEY_LOG_LEVEL: must be debug, info, warn or error, got %q", c.LogLevel)

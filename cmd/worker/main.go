@@ -7,6 +7,14 @@
 // admin API (idempotent; it retries until the admin API answers) and starts
 // the cleanup schedule if none is running. Configuration comes from the
 // environment; see README.md.
+//
+// Usage:
+//
+//	worker                   serve the handlers
+//	worker keygen FILE       write a request identity private key for
+//	                         restate-server to FILE (unless one is there) and
+//	                         its public key to FILE.pub, and print the public
+//	                         key for UNKEY_RESTATE_IDENTITY_KEYS
 package main
 
 import (
@@ -18,13 +26,36 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/unkeyed/ratelimit/internal/restateid"
 )
 
 func main() {
-	if err := run(context.Background(), os.Environ(), os.Stderr); err != nil {
+	var err error
+	switch args := os.Args[1:]; {
+	case len(args) == 0:
+		err = run(context.Background(), os.Environ(), os.Stderr)
+	case len(args) == 2 && args[0] == "keygen":
+		err = keygen(args[1])
+	default:
+		err = fmt.Errorf("unknown arguments %q; usage: worker [keygen PRIVATE_KEY_FILE]", args)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
 	}
+}
+
+// keygen writes a new request identity private key for restate-server to
+// path (keeping one already there) and its public key to path.pub, and
+// prints the public key, for UNKEY_RESTATE_IDENTITY_KEYS.
+func keygen(path string) error {
+	pub, err := restateid.WriteKeyFile(path)
+	if err != nil {
+		return fmt.Errorf("keygen: %w", err)
+	}
+	fmt.Println(pub)
+	return nil
 }
 
 // run starts the worker with the configuration in environ and serves until

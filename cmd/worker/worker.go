@@ -50,8 +50,16 @@ func newWorker(cfg config, logger *slog.Logger) (*worker, error) {
 	sqlDB := sql.OpenDB(connector)
 	sqlDB.SetMaxOpenConns(4)
 	q := db.New(sqlDB)
-	h, err := server.NewRestate().
-		WithLogger(logger.Handler(), true).
+	rs := server.NewRestate().WithLogger(logger.Handler(), true)
+	if len(cfg.IdentityKeys) > 0 {
+		// Only restate-server, signing with the private half, may run a
+		// job: the blocklist drain ends in DROP TABLE.
+		rs = rs.WithIdentityV1(cfg.IdentityKeys...)
+	} else {
+		logger.Warn("no UNKEY_RESTATE_IDENTITY_KEYS configured: the worker runs any request that reaches it; " +
+			"generate a key pair with `worker keygen` and give restate-server the private key")
+	}
+	h, err := rs.
 		Bind(restate.Reflect(cleanup.New(q))).
 		Bind(restate.Reflect(blocklistdrain.New(q))).
 		Handler()

@@ -4,6 +4,9 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,6 +34,24 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 			t.Errorf("loadConfig(%q) = %v, want an error containing %q", tc.env, err, tc.want)
 		}
 	}
+	if _, err := loadConfig([]string{dsn, "UNKEY_RESTATE_IDENTITY_KEYS=abc"}); err == nil ||
+		!strings.Contains(err.Error(), "UNKEY_RESTATE_IDENTITY_KEYS: entry 1 must be a publickeyv1_") {
+		t.Errorf("a malformed identity key: %v", err)
+	}
+	keyFile := filepath.Join(t.TempDir(), "keys.pub")
+	os.WriteFile(keyFile, []byte("publickeyv1_abc\n\nnot-a-key\n"), 0o644)
+	if _, err := loadConfig([]string{dsn, "UNKEY_RESTATE_IDENTITY_KEY_FILE=" + keyFile}); err == nil ||
+		!strings.Contains(err.Error(), "UNKEY_RESTATE_IDENTITY_KEY_FILE: line 3 must be a publickeyv1_") {
+		t.Errorf("a key file with a bad line: %v", err)
+	}
+	os.WriteFile(keyFile, []byte("publickeyv1_abc\n"), 0o644)
+	if c, err := loadConfig([]string{dsn, "UNKEY_RESTATE_IDENTITY_KEYS=publickeyv1_def", "UNKEY_RESTATE_IDENTITY_KEY_FILE=" + keyFile}); err != nil ||
+		strings.Join(c.IdentityKeys, ",") != "publickeyv1_def,publickeyv1_abc" {
+		t.Errorf("keys from the variable and the file: %v, %v", c.IdentityKeys, err)
+	}
+	if c, err := loadConfig([]string{dsn}); err != nil || c.WorkerAddr != "127.0.0.1:9080" {
+		t.Errorf("default address = %q, %v; want loopback only", c.WorkerAddr, err)
+	}
 	c, err := loadConfig([]string{dsn, "UNKEY_WORKER_ADDR=:9999"})
 	if err != nil || c.WorkerURL != "http://127.0.0.1:9999" || c.AdminURL != "http://127.0.0.1:9070" {
 		t.Fatalf("defaults = %+v, %v", c, err)
@@ -45,7 +66,8 @@ func TestWorkerRegistersAndStartsTheSchedule(t *testing.T) {
 	r := testserver.StartRestate(t)
 	port := testserver.FreePort(t)
 	environ := []string{"UNKEY_MYSQL_DSN=" + m.DSN, "UNKEY_RESTATE_ADMIN_URL=" + r.AdminURL,
-		"UNKEY_RESTATE_INGRESS_URL=" + r.IngressURL, "UNKEY_WORKER_ADDR=127.0.0.1:" + strconv.Itoa(port)}
+		"UNKEY_RESTATE_INGRESS_URL=" + r.IngressURL, "UNKEY_WORKER_ADDR=127.0.0.1:" + strconv.Itoa(port),
+		"UNKEY_RESTATE_IDENTITY_KEYS=" + r.IdentityKey}
 	for round := 1; round <= 2; round++ {
 		cfg, err := loadConfig(environ)
 		if err != nil {
@@ -86,5 +108,60 @@ func TestWorkerRegistersAndStartsTheSchedule(t *testing.T) {
 			t.Fatalf("round %d: serve = %v", round, err)
 		}
 		w.close()
+	}
+}
+
+// TestWorkerVerifiesRequestIdentity: with UNKEY_RESTATE_IDENTITY_KEYS set, a
+// request that restate-server did not sign (a caller reaching the worker
+// port directly) is refused with 401 before any handler runs, while
+// restate-server's signed requests register the worker and run its jobs.
+func TestWorkerVerifiesRequestIdentity(t *testing.T) {
+	m, _ := dbtest.Start(t)
+	r := testserver.StartRestate(t)
+	cfg, err := loadConfig([]string{"UNKEY_MYSQL_DSN=" + m.DSN, "UNKEY_RESTATE_ADMIN_URL=" + r.AdminURL,
+		"UNKEY_RESTATE_INGRESS_URL=" + r.IngressURL, "UNKEY_WORKER_ADDR=127.0.0.1:0", "UNKEY_RESTATE_IDENTITY_KEYS=" + r.IdentityKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", cfg.WorkerAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.WorkerURL = "http://" + ln.Addr().String()
+	w, err := newWorker(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.serve(ctx, ln) }()
+	defer func() { cancel(); <-done }()
+
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	h2c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Protocols: &protocols}}
+	for _, path := range []string{"/discover", "/invoke/BlocklistDrain/x/Approve"} {
+		req, _ := http.NewRequest(http.MethodPost, cfg.WorkerURL+path, strings.NewReader(`{"by":"mallory"}`))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := h2c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("unsigned POST %s: %d, want 401", path, resp.StatusCode)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := r.Post(r.IngressURL+"/Cleanup/window-counts/Status", "")
+		if err == nil && strings.Contains(out, `"scheduled":true`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("signed requests did not register the worker and start the schedule: %s %v", out, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

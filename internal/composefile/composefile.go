@@ -24,6 +24,7 @@ type Service struct {
 	Command     []string          `yaml:"command"`
 	Environment map[string]string `yaml:"environment"`
 	Ports       []string          `yaml:"ports"`
+	Volumes     []string          `yaml:"volumes"`
 	DependsOn   map[string]any    `yaml:"depends_on"`
 }
 
@@ -78,7 +79,23 @@ func EnvNames(config any) map[string]bool {
 	return names
 }
 
-// ContainerPorts returns the container side of each "host:container" port.
+// HostIPs returns the host address each port is published on ("" for a
+// port published on every interface).
+func (s Service) HostIPs() []string {
+	var out []string
+	for _, p := range s.Ports {
+		parts := strings.Split(p, ":")
+		if len(parts) == 3 {
+			out = append(out, parts[0])
+		} else {
+			out = append(out, "")
+		}
+	}
+	return out
+}
+
+// ContainerPorts returns the container side of each "[ip:]host:container"
+// port.
 func (s Service) ContainerPorts() []string {
 	var out []string
 	for _, p := range s.Ports {

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/unkeyed/ratelimit/internal/restateid"
 )
 
 // Restate is a private restate-server: one node with its ingress, admin and
@@ -23,7 +25,11 @@ type Restate struct {
 	// IngressURL and AdminURL are http://127.0.0.1:port.
 	IngressURL string
 	AdminURL   string
-	proc       process
+	// IdentityKey is the public key restate-server signs its requests to
+	// endpoints with; endpoints verify them with it (WithIdentityV1, or the
+	// worker's UNKEY_RESTATE_IDENTITY_KEYS).
+	IdentityKey string
+	proc        process
 }
 
 // restateBinary finds the restate-server binary that `npm ci` installs into
@@ -58,7 +64,12 @@ func StartRestate(t testing.TB) *Restate {
 		t.Fatalf("restate-server is not installed (make test runs npm ci): %v", err)
 	}
 	dir := t.TempDir()
-	r := &Restate{}
+	keyFile := filepath.Join(dir, "identity.pem")
+	identityKey, err := restateid.WriteKeyFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Restate{IdentityKey: identityKey}
 	r.proc = process{t: t, name: bin, log: filepath.Join(dir, "restate.log"), args: []string{"--no-logo"}}
 	t.Cleanup(r.Kill)
 	attempt := 0
@@ -77,6 +88,7 @@ func StartRestate(t testing.TB) *Restate {
 			"RESTATE_ADVERTISED_ADDRESS=http://127.0.0.1:" + strconv.Itoa(node),
 			"RESTATE_INGRESS__BIND_ADDRESS=127.0.0.1:" + strconv.Itoa(ingress),
 			"RESTATE_ADMIN__BIND_ADDRESS=127.0.0.1:" + strconv.Itoa(admin),
+			"RESTATE_WORKER__INVOKER__REQUEST_IDENTITY_PRIVATE_KEY_PEM_FILE=" + keyFile,
 			"RESTATE_LOG_FORMAT=compact",
 			"RESTATE_LOG_DISABLE_ANSI_CODES=true",
 		}

@@ -34,7 +34,7 @@ func setup(t *testing.T) *env {
 }
 
 func (e *env) handler(t *testing.T) http.Handler {
-	h, err := server.NewRestate().WithLogger(slog.DiscardHandler, true).Bind(restate.Reflect(New(db.New(e.sqlDB)))).Handler()
+	h, err := server.NewRestate().WithLogger(slog.DiscardHandler, true).WithIdentityV1(e.restate.IdentityKey).Bind(restate.Reflect(New(db.New(e.sqlDB)))).Handler()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,7 +54,7 @@ func setup(t *testing.T) *env {
 
 func (e *env) endpoint(t *testing.T, store Store, opts ...Option) *testserver.Endpoint {
 	t.Helper()
-	h, err := server.NewRestate().WithLogger(slog.DiscardHandler, true).Bind(restate.Reflect(New(store, opts...))).Handler()
+	h, err := server.NewRestate().WithLogger(slog.DiscardHandler, true).WithIdentityV1(e.restate.IdentityKey).Bind(restate.Reflect(New(store, opts...))).Handler()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestCleanupWorkerKilledMidRun(t *testing.T) {
 		t.Fatalf("%d expired rows after the first batch, want 3", got)
 	}
 	second := &countingStore{q: db.New(e.sqlDB)}
-	h, err := server.NewRestate().WithLogger(slog.DiscardHandler, true).Bind(restate.Reflect(New(second, WithBatches(2, 10)))).Handler()
+	h, err := server.NewRestate().WithLogger(slog.DiscardHandler, true).WithIdentityV1(e.restate.IdentityKey).Bind(restate.Reflect(New(second, WithBatches(2, 10)))).Handler()
 	if err != nil {
 		t.Fatal(err)
 	}
