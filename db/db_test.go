@@ -258,6 +258,9 @@ func TestSyncChanged(t *testing.T) {
 	if err := q.WindowCountsBulkUpsert(ctx, []WindowCountsUpsertParams{changedOld, changedNew, old, own}); err != nil {
 		t.Fatal(err)
 	}
+	if n, err := q.WindowCountsChangedCount(ctx, 4000); err != nil || n != 1 {
+		t.Fatalf("rows changed since 4000: %d, %v; want 1", n, err)
+	}
 	got, err := q.WindowCountsSyncChanged(ctx, WindowCountsSyncChangedParams{Region: "us", Since: 4000, Now: 600_000})
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,11 @@ type Querier interface {
 	// BulkInsertBlocklist is the legacy writer of the blocklist. No code calls it
 	// any more; it stays until the table is dropped.
 	BulkInsertBlocklist(ctx context.Context, arg BulkInsertBlocklistParams) error
+	// WindowCountsChangedCount counts the rows changed at or after since (unix
+	// ms), expired ones included, from updated_at_idx alone: how an incremental
+	// sync chooses between reading the changed cells and reading everything,
+	// and how an idle one ends after one cheap statement.
+	WindowCountsChangedCount(ctx context.Context, since uint64) (int64, error)
 	// WindowCountsDeleteExpired deletes at most limit rows that expired
 	// before cutoff. Run it until it deletes fewer than limit rows.
 	WindowCountsDeleteExpired(ctx context.Context, arg WindowCountsDeleteExpiredParams) (int64, error)
@@ -33,9 +38,12 @@ type Querier interface {
 	// imported_limit is the largest limit another region published with.
 	WindowCountsSync(ctx context.Context, arg WindowCountsSyncParams) ([]WindowCountsSyncRow, error)
 	// WindowCountsSyncChanged is WindowCountsSync for the cells of which any
-	// row changed at or after since (unix ms): a sync reads what changed, not
-	// the whole table. The inner query walks updated_at_idx; the outer one sums
-	// every region's row of those cells through lookup_idx.
+	// row changed at or after since (unix ms). The inner query walks
+	// updated_at_idx (forced: to skip the sort DISTINCT needs, the optimizer
+	// would rather scan all of lookup_idx); the outer one sums every region's
+	// row of those cells through lookup_idx. The distinct keys go through a
+	// temporary table, so past a tenth or so of the table changed, reading
+	// everything with WindowCountsSync is cheaper.
 	WindowCountsSyncChanged(ctx context.Context, arg WindowCountsSyncChangedParams) ([]WindowCountsSyncChangedRow, error)
 	// WindowCountsUpsert publishes one region's count for one window cell. The
 	// GREATEST merge makes it idempotent and monotonic: a delayed, older publish

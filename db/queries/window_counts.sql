@@ -28,11 +28,22 @@ FROM ratelimit_window_counts
 WHERE expires_at > sqlc.arg(now)
 GROUP BY workspace_id, namespace, identifier, duration_ms, sequence;
 
+-- name: WindowCountsChangedCount :one
+-- WindowCountsChangedCount counts the rows changed at or after since (unix
+-- ms), expired ones included, from updated_at_idx alone: how an incremental
+-- sync chooses between reading the changed cells and reading everything,
+-- and how an idle one ends after one cheap statement.
+SELECT COUNT(*) FROM ratelimit_window_counts FORCE INDEX (updated_at_idx)
+WHERE updated_at >= sqlc.arg(since);
+
 -- name: WindowCountsSyncChanged :many
 -- WindowCountsSyncChanged is WindowCountsSync for the cells of which any
--- row changed at or after since (unix ms): a sync reads what changed, not
--- the whole table. The inner query walks updated_at_idx; the outer one sums
--- every region's row of those cells through lookup_idx.
+-- row changed at or after since (unix ms). The inner query walks
+-- updated_at_idx (forced: to skip the sort DISTINCT needs, the optimizer
+-- would rather scan all of lookup_idx); the outer one sums every region's
+-- row of those cells through lookup_idx. The distinct keys go through a
+-- temporary table, so past a tenth or so of the table changed, reading
+-- everything with WindowCountsSync is cheaper.
 SELECT
     c.workspace_id,
     c.namespace,
@@ -45,7 +56,7 @@ SELECT
 FROM ratelimit_window_counts c
 JOIN (
     SELECT DISTINCT u.workspace_id, u.namespace, u.identifier, u.duration_ms, u.sequence
-    FROM ratelimit_window_counts u
+    FROM ratelimit_window_counts u FORCE INDEX (updated_at_idx)
     WHERE u.updated_at >= sqlc.arg(since) AND u.expires_at > sqlc.arg(now)
 ) changed
     ON c.workspace_id = changed.workspace_id

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/unkeyed/ratelimit/internal/dbtest"
 )
 
@@ -128,4 +130,58 @@ func BenchmarkLimitWarmWithGlobal(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		s.Limit(context.Background(), rq)
 	}
+}
+
+// BenchmarkSyncChanged45k is the incremental sync at the RFC's 10× scale:
+// 45,000 live cells from other regions, of which 500 (or none, for an idle
+// process) changed since the previous sync. Before the sync read only
+// changed rows, every sync read all 45,000 (BenchmarkSync45k).
+func BenchmarkSyncChanged45k(b *testing.B) {
+	for _, n := range []int{500, 0} {
+		b.Run("changed="+strconv.Itoa(n), func(b *testing.B) { benchSyncChanged(b, n) })
+	}
+}
+
+func benchSyncChanged(b *testing.B, changedN int) {
+	sqlDB := benchDB(b)
+	store := NewMySQLStore(sqlDB)
+	now := time.Now()
+	seq := now.UnixMilli() / 60_000
+	counts := make([]CellCount, 45_000)
+	for i := range counts {
+		counts[i] = CellCount{Cell: Cell{Workspace: "ws", Namespace: "api", Identifier: "user_" + strconv.Itoa(i),
+			Duration: time.Minute, Sequence: seq}, Count: 50, Limit: 100}
+	}
+	ctx := context.Background()
+	if _, err := store.Publish(ctx, "eu", counts); err != nil {
+		b.Fatal(err)
+	}
+	// They changed long ago: outside any sync's lookback.
+	if _, err := sqlDB.Exec("UPDATE ratelimit_window_counts SET updated_at = ?", now.Add(-time.Minute).UnixMilli()); err != nil {
+		b.Fatal(err)
+	}
+	s, err := New("us", WithGlobalStore(store))
+	if err != nil {
+		b.Fatal(err)
+	}
+	st := &globalState{flushed: map[*cell]flushedCount{}}
+	s.syncGlobal(ctx, st) // the first sync reads everything
+	changed := counts[:changedN]
+	var rows float64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		for j := range changed {
+			changed[j].Count++
+		}
+		if _, err := store.Publish(ctx, "eu", changed); err != nil {
+			b.Fatal(err)
+		}
+		st.lastSync = time.Now() // as if the previous sync had just run
+		b.StartTimer()
+		s.syncGlobal(ctx, st)
+		rows += testutil.ToFloat64(s.metrics.globalRowsLastPoll)
+	}
+	b.ReportMetric(rows/float64(b.N), "rows/sync")
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/sync")
 }

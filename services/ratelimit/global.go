@@ -17,7 +17,8 @@ type GlobalStore interface {
 	// Sync returns every cell that has not expired at now and of which any
 	// component changed at or after since (all live cells for the zero
 	// time), with this region's own component and the sum of every other
-	// region's.
+	// region's. It may return unchanged cells too, when reading everything
+	// is cheaper.
 	Sync(ctx context.Context, region string, now, since time.Time) ([]GlobalCount, error)
 }
 

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -16,6 +17,9 @@ import (
 // MySQL-compatible database (MySQL 8, MariaDB 10.6+).
 type MySQLStore struct {
 	q *db.Queries
+	// lastFullRows is how many cells the latest full read returned: the
+	// yardstick for when reading the changed cells no longer pays.
+	lastFullRows atomic.Int64
 }
 
 // NewMySQLStore returns a store on sqlDB. It does not take ownership:
@@ -76,24 +80,38 @@ func retryable(err error) bool {
 
 // Sync returns the live cells with this region's component and the sum of
 // the others': all of them for the zero since, else those with a row
-// changed at or after since.
+// changed at or after since. An incremental sync first counts the changed
+// rows (one index range): none ends it there; more than a tenth of what the
+// last full read returned (and at least minChangedForFull) reads every live
+// cell instead, which is then cheaper than collecting the changed ones.
 func (m *MySQLStore) Sync(ctx context.Context, region string, now, since time.Time) ([]GlobalCount, error) {
-	if since.IsZero() {
-		rows, err := m.q.WindowCountsSync(ctx, db.WindowCountsSyncParams{Region: region, Now: uint64(now.UnixMilli())})
+	nowMs := uint64(now.UnixMilli())
+	if !since.IsZero() {
+		sinceMs := uint64(max(since.UnixMilli(), 0))
+		n, err := m.q.WindowCountsChangedCount(ctx, sinceMs)
 		if err != nil {
-			return nil, fmt.Errorf("sync window counts: %w", err)
+			return nil, fmt.Errorf("count changed window counts: %w", err)
 		}
-		out := make([]GlobalCount, len(rows))
-		for i, r := range rows {
-			out[i] = globalCount(db.WindowCountsSyncChangedRow(r))
+		if n == 0 {
+			return nil, nil
 		}
-		return out, nil
+		if n < max(m.lastFullRows.Load()/10, minChangedForFull) {
+			rows, err := m.q.WindowCountsSyncChanged(ctx, db.WindowCountsSyncChangedParams{Region: region, Since: sinceMs, Now: nowMs})
+			if err != nil {
+				return nil, fmt.Errorf("sync changed window counts: %w", err)
+			}
+			out := make([]GlobalCount, len(rows))
+			for i, r := range rows {
+				out[i] = globalCount(db.WindowCountsSyncRow(r))
+			}
+			return out, nil
+		}
 	}
-	rows, err := m.q.WindowCountsSyncChanged(ctx, db.WindowCountsSyncChangedParams{Region: region,
-		Since: uint64(max(since.UnixMilli(), 0)), Now: uint64(now.UnixMilli())})
+	rows, err := m.q.WindowCountsSync(ctx, db.WindowCountsSyncParams{Region: region, Now: nowMs})
 	if err != nil {
-		return nil, fmt.Errorf("sync changed window counts: %w", err)
+		return nil, fmt.Errorf("sync window counts: %w", err)
 	}
+	m.lastFullRows.Store(int64(len(rows)))
 	out := make([]GlobalCount, len(rows))
 	for i, r := range rows {
 		out[i] = globalCount(r)
@@ -101,9 +119,13 @@ func (m *MySQLStore) Sync(ctx context.Context, region string, now, since time.Ti
 	return out, nil
 }
 
-// globalCount converts a row of either sync query (they have the same
-// columns).
-func globalCount(r db.WindowCountsSyncChangedRow) GlobalCount {
+// minChangedForFull is the fewest changed rows for which an incremental
+// sync reads everything instead: below it the changed-cells query takes
+// milliseconds whatever the table's size.
+const minChangedForFull = 1000
+
+// globalCount converts a row of the sync queries.
+func globalCount(r db.WindowCountsSyncRow) GlobalCount {
 	return GlobalCount{
 		Cell: Cell{
 			Workspace:  r.WorkspaceID,
