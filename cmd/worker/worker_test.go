@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -84,17 +85,7 @@ func TestWorkerRegistersAndStartsTheSchedule(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- w.serve(ctx, ln) }()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			out, err := r.Post(r.IngressURL+"/Cleanup/window-counts/Status", "")
-			if err == nil && strings.Contains(out, `"scheduled":true`) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("round %d: schedule not started: %s %v", round, out, err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		waitScheduled(t, r, fmt.Sprintf("round %d", round))
 		rows, err := r.Query("SELECT id FROM sys_deployment")
 		if err != nil || len(rows) != 1 {
 			t.Fatalf("round %d: %d deployments (%v), want 1", round, len(rows), err)
@@ -153,14 +144,21 @@ func TestWorkerVerifiesRequestIdentity(t *testing.T) {
 			t.Fatalf("unsigned POST %s: %d, want 401", path, resp.StatusCode)
 		}
 	}
+	waitScheduled(t, r, "signed requests")
+}
+
+// waitScheduled waits up to 30 s for the worker to have registered itself
+// and started the cleanup schedule.
+func waitScheduled(t *testing.T, r *testserver.Restate, what string) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		out, err := r.Post(r.IngressURL+"/Cleanup/window-counts/Status", "")
 		if err == nil && strings.Contains(out, `"scheduled":true`) {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("signed requests did not register the worker and start the schedule: %s %v", out, err)
+			t.Fatalf("%s: the worker did not register and start the schedule: %s %v", what, out, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

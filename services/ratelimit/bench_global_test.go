@@ -85,17 +85,8 @@ func BenchmarkBulkUpsert5k(b *testing.B) {
 func BenchmarkSync45k(b *testing.B) {
 	sqlDB := benchDB(b)
 	store := NewMySQLStore(sqlDB)
-	now := time.Now()
-	seq := now.UnixMilli() / 60_000
-	counts := make([]CellCount, 45_000)
-	for i := range counts {
-		counts[i] = CellCount{Cell: Cell{Workspace: "ws", Namespace: "api", Identifier: "user_" + strconv.Itoa(i),
-			Duration: time.Minute, Sequence: seq}, Count: 50}
-	}
+	publish45k(b, store)
 	ctx := context.Background()
-	if _, err := store.Publish(ctx, "eu", counts); err != nil {
-		b.Fatal(err)
-	}
 	s, err := New("us", WithGlobalStore(store))
 	if err != nil {
 		b.Fatal(err)
@@ -146,16 +137,8 @@ func benchSyncChanged(b *testing.B, changedN int) {
 	sqlDB := benchDB(b)
 	store := NewMySQLStore(sqlDB)
 	now := time.Now()
-	seq := now.UnixMilli() / 60_000
-	counts := make([]CellCount, 45_000)
-	for i := range counts {
-		counts[i] = CellCount{Cell: Cell{Workspace: "ws", Namespace: "api", Identifier: "user_" + strconv.Itoa(i),
-			Duration: time.Minute, Sequence: seq}, Count: 50, Limit: 100}
-	}
+	counts := publish45k(b, store)
 	ctx := context.Background()
-	if _, err := store.Publish(ctx, "eu", counts); err != nil {
-		b.Fatal(err)
-	}
 	// They changed long ago: outside any sync's lookback.
 	if _, err := sqlDB.Exec("UPDATE ratelimit_window_counts SET updated_at = ?", now.Add(-time.Minute).UnixMilli()); err != nil {
 		b.Fatal(err)
@@ -184,4 +167,19 @@ func benchSyncChanged(b *testing.B, changedN int) {
 	}
 	b.ReportMetric(rows/float64(b.N), "rows/sync")
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/sync")
+}
+
+// publish45k publishes 45,000 live cells of region "eu" (count 50 of 100)
+// and returns them.
+func publish45k(b *testing.B, store *MySQLStore) []CellCount {
+	seq := time.Now().UnixMilli() / 60_000
+	counts := make([]CellCount, 45_000)
+	for i := range counts {
+		counts[i] = CellCount{Cell: Cell{Workspace: "ws", Namespace: "api", Identifier: "user_" + strconv.Itoa(i),
+			Duration: time.Minute, Sequence: seq}, Count: 50, Limit: 100}
+	}
+	if _, err := store.Publish(context.Background(), "eu", counts); err != nil {
+		b.Fatal(err)
+	}
+	return counts
 }

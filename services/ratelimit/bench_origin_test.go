@@ -25,18 +25,25 @@ func BenchmarkLimitWarmWithOriginParallel(b *testing.B) {
 	benchWithOrigin(b, true)
 }
 
-func benchWithOrigin(b *testing.B, parallel bool) {
+// benchOriginService starts a Redis and returns a limiter on it (its loops
+// not running).
+func benchOriginService(b *testing.B, opts ...Option) (*Service, *testserver.Redis) {
 	r := testserver.StartRedis(b)
-	opts, err := RedisOptions(r.URL())
+	ropts, err := RedisOptions(r.URL())
 	if err != nil {
 		b.Fatal(err)
 	}
-	client := redis.NewClient(opts)
-	defer client.Close()
-	s, err := New("bench", WithOrigin(NewRedisOrigin(client)))
+	client := redis.NewClient(ropts)
+	b.Cleanup(func() { client.Close() })
+	s, err := New("bench", append(opts, WithOrigin(NewRedisOrigin(client)))...)
 	if err != nil {
 		b.Fatal(err)
 	}
+	return s, r
+}
+
+func benchWithOrigin(b *testing.B, parallel bool) {
+	s, r := benchOriginService(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { s.Run(ctx); close(done) }()
@@ -85,18 +92,8 @@ func redisCalls(b *testing.B, r *testserver.Redis) int64 {
 // (one MGET round trip on loopback). Keys with a request at least every
 // freshnessInterval never pay it; BenchmarkLimitWarmWithOrigin is their cost.
 func BenchmarkLimitAfterIdle(b *testing.B) {
-	r := testserver.StartRedis(b)
-	opts, err := RedisOptions(r.URL())
-	if err != nil {
-		b.Fatal(err)
-	}
-	client := redis.NewClient(opts)
-	defer client.Close()
 	clock := newFakeClock(600_000)
-	s, err := New("bench", WithClock(clock), WithOrigin(NewRedisOrigin(client)))
-	if err != nil {
-		b.Fatal(err)
-	}
+	s, _ := benchOriginService(b, WithClock(clock))
 	rq := warmRequest
 	rq.Duration = 30 * 24 * time.Hour
 	s.Limit(context.Background(), rq) // hydrate
