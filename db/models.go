@@ -15,6 +15,18 @@ type RatelimitBlocklist struct {
 	CreatedAt   uint64
 }
 
+type RatelimitOverride struct {
+	Pk          uint64
+	ID          string
+	WorkspaceID string
+	Namespace   string
+	Identifier  string
+	LimitValue  uint64
+	DurationMs  uint64
+	UpdatedAt   uint64
+	DeletedAt   uint64
+}
+
 type RatelimitWindowCount struct {
 	Pk          uint64
 	WorkspaceID string

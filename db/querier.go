@@ -24,6 +24,23 @@ type Querier interface {
 	// BulkInsertBlocklist is the legacy writer of the blocklist. No code calls it
 	// any more; it stays until the table is dropped.
 	BulkInsertBlocklist(ctx context.Context, arg BulkInsertBlocklistParams) error
+	// OverrideChanges returns every override, deleted ones included, changed at
+	// or after since (unix ms): what a process's poll applies to its copy.
+	OverrideChanges(ctx context.Context, updatedAt uint64) ([]OverrideChangesRow, error)
+	// OverrideDelete marks the live override of an identifier (or pattern)
+	// deleted at now, so that every process's poll sees it go.
+	OverrideDelete(ctx context.Context, arg OverrideDeleteParams) (int64, error)
+	// OverrideGet returns the live override of an identifier (or pattern).
+	OverrideGet(ctx context.Context, arg OverrideGetParams) (OverrideGetRow, error)
+	// OverrideList returns up to limit live overrides of a namespace whose
+	// identifier sorts after the given one ('' for the first page), in
+	// identifier order: the cursor of a page is its last identifier.
+	OverrideList(ctx context.Context, arg OverrideListParams) ([]OverrideListRow, error)
+	// OverrideUpsert sets the override of an identifier (or pattern) of a
+	// namespace. An override that exists keeps its id; one that was deleted is
+	// revived with the id given. (Assignments run left to right: id is decided
+	// before deleted_at is cleared.)
+	OverrideUpsert(ctx context.Context, arg OverrideUpsertParams) error
 	// WindowCountsChangedCount counts the rows changed at or after since (unix
 	// ms), expired ones included, from updated_at_idx alone: how an incremental
 	// sync chooses between reading the changed cells and reading everything,

@@ -26,6 +26,9 @@ var textColumns = map[string][]columnDef{
 	"ratelimit_blocklist": {
 		{"workspace_id", "varchar(191)"}, {"namespace", "varchar(255)"}, {"identifier", "varchar(255)"},
 	},
+	"ratelimit_overrides": {
+		{"workspace_id", "varchar(191)"}, {"namespace", "varchar(255)"}, {"identifier", "varchar(255)"},
+	},
 }
 
 type columnDef struct{ name, typ string }
@@ -46,7 +49,7 @@ func upgrade(ctx context.Context, db *sql.DB) error {
 	if err != nil {
 		return err
 	}
-	for _, table := range []string{"ratelimit_window_counts", "ratelimit_blocklist"} {
+	for _, table := range []string{"ratelimit_window_counts", "ratelimit_blocklist", "ratelimit_overrides"} {
 		if err := setCollation(ctx, db, table, collation); err != nil {
 			return err
 		}

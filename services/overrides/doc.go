@@ -1,0 +1,16 @@
+// Package overrides replaces the limit and duration a caller sends for
+// chosen identifiers of a namespace, at runtime and without a redeploy.
+//
+// An override names a workspace, a namespace and an identifier, or a pattern
+// in which * stands for any run of characters (none included). A request
+// takes the override of its exact identifier if there is one; otherwise the
+// most specific pattern that matches it: the one with the most bytes
+// besides *, then the one with fewer *, then the one whose pattern sorts
+// first byte by byte. For example, with the patterns "user_*", "user_4*" and
+// "*_42", identifier "user_42" takes "user_4*" (6 literal bytes, against 5
+// and 3), "user_7" takes "user_*", and "bot_42" takes "*_42".
+//
+// A [Service] keeps every override in memory and answers [Service.Lookup]
+// without I/O. Its [Store] is MySQL for a fleet, where [Service.Run] polls
+// for other processes' changes, or memory for a single process.
+package overrides
