@@ -20,7 +20,10 @@ import (
 
 // bareHandler is a RatelimitService that does no work: the yardstick for the
 // cost of Connect, HTTP and the loopback network alone.
-type bareHandler struct{}
+type bareHandler struct {
+	// The override RPCs are not measured.
+	ratelimitv1connect.UnimplementedRatelimitServiceHandler
+}
 
 func (bareHandler) Limit(context.Context, *connect.Request[ratelimitv1.LimitRequest]) (*connect.Response[ratelimitv1.LimitResponse], error) {
 	return connect.NewResponse(&ratelimitv1.LimitResponse{Success: true, Limit: 100, Remaining: 99}), nil

@@ -29,6 +29,10 @@ type config struct {
 	// process's memory.
 	MaxWindowsPerWorkspace int64 `env:"UNKEY_MAX_WINDOWS_PER_WORKSPACE" envDefault:"1000000"`
 
+	// OverridesPollInterval is how often the process reads other processes'
+	// override changes from MySQL.
+	OverridesPollInterval time.Duration `env:"UNKEY_OVERRIDES_POLL_INTERVAL" envDefault:"1s"`
+
 	// Bounds on what one client may hold of the server; see limits.go.
 	ReadTimeout          time.Duration `env:"UNKEY_HTTP_READ_TIMEOUT" envDefault:"10s"`
 	WriteTimeout         time.Duration `env:"UNKEY_HTTP_WRITE_TIMEOUT" envDefault:"15s"`
@@ -70,7 +74,8 @@ func loadConfig(environ []string) (config, error) {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"UNKEY_HTTP_READ_TIMEOUT", c.ReadTimeout}, {"UNKEY_HTTP_WRITE_TIMEOUT", c.WriteTimeout}, {"UNKEY_HTTP_IDLE_TIMEOUT", c.IdleTimeout}} {
+	}{{"UNKEY_HTTP_READ_TIMEOUT", c.ReadTimeout}, {"UNKEY_HTTP_WRITE_TIMEOUT", c.WriteTimeout}, {"UNKEY_HTTP_IDLE_TIMEOUT", c.IdleTimeout},
+		{"UNKEY_OVERRIDES_POLL_INTERVAL", c.OverridesPollInterval}} {
 		if d.v < 100*time.Millisecond || d.v > time.Hour {
 			return config{}, fmt.Errorf("%s: must be between 100ms and 1h, got %s", d.name, d.v)
 		}

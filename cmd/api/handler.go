@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"time"
@@ -10,20 +11,27 @@ import (
 
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
+	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
-// handler serves RatelimitService on top of a limiter.
+// handler serves RatelimitService on top of a limiter and its overrides.
 type handler struct {
-	limiter *ratelimit.Service
-	metrics *apiMetrics
+	limiter   *ratelimit.Service
+	overrides *overrides.Service
+	metrics   *apiMetrics
 }
 
 var _ ratelimitv1connect.RatelimitServiceHandler = (*handler)(nil)
 
 // Limit implements RatelimitService.Limit.
 func (h *handler) Limit(ctx context.Context, req *connect.Request[ratelimitv1.LimitRequest]) (*connect.Response[ratelimitv1.LimitResponse], error) {
-	resp, err := h.limiter.Limit(ctx, toRequest(workspaceFrom(ctx), req.Msg))
+	r := toRequest(workspaceFrom(ctx), req.Msg)
+	if err := r.Validate(); err != nil {
+		return nil, toConnectError(err)
+	}
+	overrideID := h.override(&r)
+	resp, err := h.limiter.Limit(ctx, r)
 	if err != nil {
 		return nil, toConnectError(err)
 	}
@@ -34,6 +42,7 @@ func (h *handler) Limit(ctx context.Context, req *connect.Request[ratelimitv1.Li
 		Remaining:  resp.Remaining,
 		Reset_:     resp.Reset.UnixMilli(),
 		RetryAfter: resp.RetryAfter.Milliseconds(),
+		OverrideId: overrideID,
 	}), nil
 }
 
@@ -43,6 +52,13 @@ func (h *handler) MultiLimit(ctx context.Context, req *connect.Request[ratelimit
 	reqs := make([]ratelimit.Request, len(req.Msg.Limits))
 	for i, l := range req.Msg.Limits {
 		reqs[i] = toRequest(ws, l)
+	}
+	if err := ratelimit.ValidateBatch(reqs); err != nil {
+		return nil, toConnectError(err)
+	}
+	overrideIDs := make([]string, len(reqs))
+	for i := range reqs {
+		overrideIDs[i] = h.override(&reqs[i])
 	}
 	resp, err := h.limiter.MultiLimit(ctx, reqs)
 	if err != nil {
@@ -62,37 +78,127 @@ func (h *handler) MultiLimit(ctx context.Context, req *connect.Request[ratelimit
 			Remaining:  r.Remaining,
 			Reset_:     r.Reset.UnixMilli(),
 			RetryAfter: r.RetryAfter.Milliseconds(),
+			OverrideId: overrideIDs[i],
 		}
 	}
 	return connect.NewResponse(out), nil
 }
 
-// toRequest converts an API request. An absent cost means 1. A duration
-// outside the valid range stays outside it (the conversion saturates instead
-// of overflowing), so validation reports it.
+// override replaces r's limit and duration by those of the override that
+// applies to it, if any, and returns that override's id ("" if none).
+func (h *handler) override(r *ratelimit.Request) string {
+	o, ok := h.overrides.Lookup(r.Workspace, r.Namespace, r.Identifier)
+	if !ok {
+		return ""
+	}
+	r.Limit, r.Duration = o.Limit, o.Duration
+	return o.ID
+}
+
+// SetOverride implements RatelimitService.SetOverride.
+func (h *handler) SetOverride(ctx context.Context, req *connect.Request[ratelimitv1.SetOverrideRequest]) (*connect.Response[ratelimitv1.SetOverrideResponse], error) {
+	m := req.Msg
+	o, err := h.overrides.Set(ctx, overrides.Override{Workspace: workspaceFrom(ctx), Namespace: m.Namespace,
+		Identifier: m.Identifier, Limit: m.Limit, Duration: durationMs(m.Duration)})
+	if err != nil {
+		return nil, toConnectError(err)
+	}
+	return connect.NewResponse(&ratelimitv1.SetOverrideResponse{Override: toOverride(o)}), nil
+}
+
+// GetOverride implements RatelimitService.GetOverride.
+func (h *handler) GetOverride(ctx context.Context, req *connect.Request[ratelimitv1.GetOverrideRequest]) (*connect.Response[ratelimitv1.GetOverrideResponse], error) {
+	o, err := h.overrides.Get(ctx, workspaceFrom(ctx), req.Msg.Namespace, req.Msg.Identifier)
+	if err != nil {
+		return nil, toConnectError(err)
+	}
+	return connect.NewResponse(&ratelimitv1.GetOverrideResponse{Override: toOverride(o)}), nil
+}
+
+// ListOverrides implements RatelimitService.ListOverrides. The cursor is
+// the last identifier of the previous page, base64-encoded so that clients
+// treat it as opaque.
+func (h *handler) ListOverrides(ctx context.Context, req *connect.Request[ratelimitv1.ListOverridesRequest]) (*connect.Response[ratelimitv1.ListOverridesResponse], error) {
+	after, err := decodeCursor(req.Msg.Cursor)
+	if err != nil {
+		return nil, toConnectError(err)
+	}
+	page, more, err := h.overrides.List(ctx, workspaceFrom(ctx), req.Msg.Namespace, after, int(req.Msg.Limit))
+	if err != nil {
+		return nil, toConnectError(err)
+	}
+	out := &ratelimitv1.ListOverridesResponse{Overrides: make([]*ratelimitv1.Override, len(page))}
+	for i, o := range page {
+		out.Overrides[i] = toOverride(o)
+	}
+	if more {
+		out.Cursor = encodeCursor(page[len(page)-1].Identifier)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// DeleteOverride implements RatelimitService.DeleteOverride.
+func (h *handler) DeleteOverride(ctx context.Context, req *connect.Request[ratelimitv1.DeleteOverrideRequest]) (*connect.Response[ratelimitv1.DeleteOverrideResponse], error) {
+	if err := h.overrides.Delete(ctx, workspaceFrom(ctx), req.Msg.Namespace, req.Msg.Identifier); err != nil {
+		return nil, toConnectError(err)
+	}
+	return connect.NewResponse(&ratelimitv1.DeleteOverrideResponse{}), nil
+}
+
+func toOverride(o overrides.Override) *ratelimitv1.Override {
+	return &ratelimitv1.Override{Id: o.ID, Namespace: o.Namespace, Identifier: o.Identifier,
+		Limit: o.Limit, Duration: o.Duration.Milliseconds()}
+}
+
+// encodeCursor and decodeCursor turn the last identifier of a page into an
+// opaque cursor and back.
+func encodeCursor(identifier string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(identifier))
+}
+
+func decodeCursor(cursor string) (string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil {
+		return "", &ratelimit.ValidationError{Field: "cursor", Rule: "must be a cursor from a previous page"}
+	}
+	return string(b), nil
+}
+
+// toRequest converts an API request. An absent cost means 1.
 func toRequest(workspace string, m *ratelimitv1.LimitRequest) ratelimit.Request {
 	cost := int64(1)
 	if m.Cost != nil {
 		cost = *m.Cost
 	}
-	ms := min(max(m.GetDuration(), -1), ratelimit.MaxDuration.Milliseconds()+1)
 	return ratelimit.Request{
 		Workspace:  workspace,
 		Namespace:  m.GetNamespace(),
 		Identifier: m.GetIdentifier(),
 		Limit:      m.GetLimit(),
-		Duration:   time.Duration(ms) * time.Millisecond,
+		Duration:   durationMs(m.GetDuration()),
 		Cost:       cost,
 	}
 }
 
+// durationMs converts a duration in ms from the API. One outside the valid
+// range stays outside it (the conversion saturates instead of overflowing),
+// so validation reports it.
+func durationMs(ms int64) time.Duration {
+	ms = min(max(ms, -1), ratelimit.MaxDuration.Milliseconds()+1)
+	return time.Duration(ms) * time.Millisecond
+}
+
 // toConnectError maps the limiter's errors to Connect codes: a validation
 // error is invalid_argument with the field and rule as its message, a
-// workspace at its window cap resource_exhausted naming the cap.
+// workspace at its window cap resource_exhausted naming the cap, a missing
+// override not_found.
 func toConnectError(err error) error {
 	var ve *ratelimit.ValidationError
 	if errors.As(err, &ve) {
 		return connect.NewError(connect.CodeInvalidArgument, ve)
+	}
+	if errors.Is(err, overrides.ErrNotFound) {
+		return connect.NewError(connect.CodeNotFound, errors.New("override not found: no override is set for this namespace and identifier"))
 	}
 	var ce *ratelimit.CapacityError
 	if errors.As(err, &ce) {

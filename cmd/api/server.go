@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
+	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
@@ -32,20 +33,23 @@ const (
 	// after SIGTERM. Decisions take microseconds; the bound only matters for
 	// stuck clients, and stays below Kubernetes' default grace of 30 s.
 	shutdownTimeout = 25 * time.Second
+	// overridesLoadTimeout bounds the first read of the overrides at start.
+	overridesLoadTimeout = 2 * time.Second
 )
 
 // server is one API process: a limiter behind the Connect API, with health,
 // readiness and metrics endpoints.
 type server struct {
-	logger   *slog.Logger
-	limiter  *ratelimit.Service
-	registry *prometheus.Registry
-	metrics  *apiMetrics
-	tokens   tokens
-	limits   connLimits
-	health   *grpchealth.StaticChecker
-	ready    atomic.Bool
-	closers  []func() error // store clients, closed after the limiter
+	logger    *slog.Logger
+	limiter   *ratelimit.Service
+	overrides *overrides.Service
+	registry  *prometheus.Registry
+	metrics   *apiMetrics
+	tokens    tokens
+	limits    connLimits
+	health    *grpchealth.StaticChecker
+	ready     atomic.Bool
+	closers   []func() error // store clients, closed after the limiter
 }
 
 // newServer wires a server from cfg. It starts nothing.
@@ -54,6 +58,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	opts := []ratelimit.Option{ratelimit.WithLogger(logger), ratelimit.WithRegisterer(reg),
 		ratelimit.WithMaxWindowsPerWorkspace(cfg.MaxWindowsPerWorkspace)}
+	ovOpts := []overrides.Option{overrides.WithLogger(logger), overrides.WithPollInterval(cfg.OverridesPollInterval)}
 	var closers []func() error
 	if cfg.redis != nil {
 		client := redis.NewClient(cfg.redis)
@@ -68,6 +73,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		}
 		closers = append(closers, sqlDB.Close)
 		opts = append(opts, ratelimit.WithGlobalStore(ratelimit.NewMySQLStore(sqlDB)))
+		ovOpts = append(ovOpts, overrides.WithStore(overrides.NewMySQLStore(sqlDB)))
 		logger.Info("global counters configured", "mysql", cfg.mysql.Addr, "database", cfg.mysql.DBName)
 	}
 	limiter, err := ratelimit.New(cfg.Region, opts...)
@@ -82,11 +88,12 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		logger.Warn("no UNKEY_AUTH_TOKENS configured: the API is open and every caller shares the workspace " + openWorkspace)
 	}
 	return &server{
-		logger:   logger,
-		limiter:  limiter,
-		registry: reg,
-		metrics:  m,
-		tokens:   cfg.tokens,
+		logger:    logger,
+		limiter:   limiter,
+		overrides: overrides.New(ovOpts...),
+		registry:  reg,
+		metrics:   m,
+		tokens:    cfg.tokens,
 		limits: connLimits{readTimeout: cfg.ReadTimeout, writeTimeout: cfg.WriteTimeout, idleTimeout: cfg.IdleTimeout,
 			maxHeaderBytes: cfg.MaxHeaderBytes, maxConcurrentStreams: cfg.MaxConcurrentStreams},
 		health:  grpchealth.NewStaticChecker(ratelimitv1connect.RatelimitServiceName),
@@ -98,7 +105,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
 	path, service := ratelimitv1connect.NewRatelimitServiceHandler(
-		&handler{limiter: s.limiter, metrics: s.metrics},
+		&handler{limiter: s.limiter, overrides: s.overrides, metrics: s.metrics},
 		// The 1 MiB cap on a message is limitBody's (on the wire) and
 		// cappedGzip's (after decompression), not connect-go's read limit:
 		// theirs answers invalid_argument with the documented message in
@@ -135,6 +142,17 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 
 	limiterDone := make(chan error, 1)
 	go func() { limiterDone <- s.limiter.Run(context.Background()) }()
+	// Overrides from MySQL before taking traffic, so that a restarted process
+	// applies them from its first request; a database that does not answer
+	// in time leaves it to the poll.
+	loadCtx, cancelLoad := context.WithTimeout(ctx, overridesLoadTimeout)
+	if err := s.overrides.Refresh(loadCtx); err != nil {
+		s.logger.Warn("load overrides", "error", err)
+	}
+	cancelLoad()
+	pollCtx, stopPoll := context.WithCancel(context.Background())
+	pollDone := make(chan struct{})
+	go func() { s.overrides.Run(pollCtx); close(pollDone) }()
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- srv.Serve(ln) }()
 	s.ready.Store(true)
@@ -153,6 +171,8 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		serveErr = errors.Join(serveErr, fmt.Errorf("shut down http server: %w", err))
 	}
+	stopPoll()
+	<-pollDone
 	if err := s.limiter.Close(); err != nil {
 		serveErr = errors.Join(serveErr, fmt.Errorf("close limiter: %w", err))
 	}

@@ -2,8 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"runtime"
 )
 
@@ -36,17 +34,8 @@ type counted struct {
 // when any request breaks a rule, or a [*CapacityError] when a new key would
 // take its workspace past its cap, and counts nothing then.
 func (s *Service) MultiLimit(ctx context.Context, reqs []Request) (MultiResponse, error) {
-	if len(reqs) == 0 || len(reqs) > MaxBatch {
-		return MultiResponse{}, &ValidationError{Field: "limits", Rule: fmt.Sprintf("must hold 1 to %d limits", MaxBatch)}
-	}
-	for i := range reqs {
-		if err := reqs[i].Validate(); err != nil {
-			var ve *ValidationError
-			if errors.As(err, &ve) {
-				return MultiResponse{}, &ValidationError{Field: fmt.Sprintf("limits[%d].%s", i, ve.Field), Rule: ve.Rule}
-			}
-			return MultiResponse{}, err
-		}
+	if err := ValidateBatch(reqs); err != nil {
+		return MultiResponse{}, err
 	}
 	keys := make([]windowKey, len(reqs))
 	for i, r := range reqs {

@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
@@ -48,6 +49,25 @@ func (r *Request) Validate() error {
 	}
 	if r.Cost < 0 || r.Cost > MaxCost {
 		return &ValidationError{Field: "cost", Rule: fmt.Sprintf("must be between 0 and %d", int64(MaxCost))}
+	}
+	return nil
+}
+
+// ValidateBatch reports the first request of a batch that breaks a rule,
+// naming it by its place (such as "limits[2].cost"), or a batch that holds
+// no request or more than [MaxBatch].
+func ValidateBatch(reqs []Request) error {
+	if len(reqs) == 0 || len(reqs) > MaxBatch {
+		return &ValidationError{Field: "limits", Rule: fmt.Sprintf("must hold 1 to %d limits", MaxBatch)}
+	}
+	for i := range reqs {
+		if err := reqs[i].Validate(); err != nil {
+			var ve *ValidationError
+			if errors.As(err, &ve) {
+				return &ValidationError{Field: fmt.Sprintf("limits[%d].%s", i, ve.Field), Rule: ve.Rule}
+			}
+			return err
+		}
 	}
 	return nil
 }

@@ -123,7 +123,10 @@ type LimitResponse struct {
 	// RetryAfter is how many milliseconds until a request of the same cost
 	// would pass if no other traffic arrived; 0 on success, and when no wait
 	// can help because the cost exceeds the limit.
-	RetryAfter    int64 `protobuf:"varint,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	RetryAfter int64 `protobuf:"varint,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// OverrideId names the override whose limit and duration decided this
+	// request; empty when none applied.
+	OverrideId    string `protobuf:"bytes,6,opt,name=override_id,json=overrideId,proto3" json:"override_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -191,6 +194,13 @@ func (x *LimitResponse) GetRetryAfter() int64 {
 		return x.RetryAfter
 	}
 	return 0
+}
+
+func (x *LimitResponse) GetOverrideId() string {
+	if x != nil {
+		return x.OverrideId
+	}
+	return ""
 }
 
 // MultiLimitRequest holds the limits to decide together.
@@ -316,7 +326,10 @@ type MultiLimitResult struct {
 	// RetryAfter is how many milliseconds until this limit alone would admit
 	// a request of the same cost if no other traffic arrived; 0 on success and
 	// when the cost exceeds the limit.
-	RetryAfter    int64 `protobuf:"varint,7,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	RetryAfter int64 `protobuf:"varint,7,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// OverrideId names the override whose limit and duration decided this
+	// limit; empty when none applied.
+	OverrideId    string `protobuf:"bytes,8,opt,name=override_id,json=overrideId,proto3" json:"override_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -400,6 +413,532 @@ func (x *MultiLimitResult) GetRetryAfter() int64 {
 	return 0
 }
 
+func (x *MultiLimitResult) GetOverrideId() string {
+	if x != nil {
+		return x.OverrideId
+	}
+	return ""
+}
+
+// Override replaces the limit and duration of the requests whose identifier
+// it matches. A request takes the override of its exact identifier, else the
+// most specific matching pattern: most characters besides *, then fewest *,
+// then byte order.
+type Override struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Id names the override (the override_id of the decisions it makes).
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Namespace is the namespace it applies in.
+	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Identifier is an identifier, or a pattern where * matches any run of
+	// characters: 1 to 255 characters, not * alone.
+	Identifier string `protobuf:"bytes,3,opt,name=identifier,proto3" json:"identifier,omitempty"`
+	// Limit replaces the request's limit: 1 to 2^53.
+	Limit int64 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Duration replaces the request's duration, in milliseconds: 1,000 to
+	// 2,592,000,000.
+	Duration      int64 `protobuf:"varint,5,opt,name=duration,proto3" json:"duration,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Override) Reset() {
+	*x = Override{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Override) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Override) ProtoMessage() {}
+
+func (x *Override) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Override.ProtoReflect.Descriptor instead.
+func (*Override) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Override) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Override) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *Override) GetIdentifier() string {
+	if x != nil {
+		return x.Identifier
+	}
+	return ""
+}
+
+func (x *Override) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *Override) GetDuration() int64 {
+	if x != nil {
+		return x.Duration
+	}
+	return 0
+}
+
+// SetOverrideRequest sets the override of identifier in namespace.
+type SetOverrideRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace is the namespace it applies in.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Identifier is an identifier or a pattern with * wildcards.
+	Identifier string `protobuf:"bytes,2,opt,name=identifier,proto3" json:"identifier,omitempty"`
+	// Limit replaces the request's limit: 1 to 2^53.
+	Limit int64 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Duration replaces the request's duration, in milliseconds.
+	Duration      int64 `protobuf:"varint,4,opt,name=duration,proto3" json:"duration,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetOverrideRequest) Reset() {
+	*x = SetOverrideRequest{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetOverrideRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetOverrideRequest) ProtoMessage() {}
+
+func (x *SetOverrideRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetOverrideRequest.ProtoReflect.Descriptor instead.
+func (*SetOverrideRequest) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SetOverrideRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *SetOverrideRequest) GetIdentifier() string {
+	if x != nil {
+		return x.Identifier
+	}
+	return ""
+}
+
+func (x *SetOverrideRequest) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *SetOverrideRequest) GetDuration() int64 {
+	if x != nil {
+		return x.Duration
+	}
+	return 0
+}
+
+// SetOverrideResponse returns the override as stored: one that existed
+// keeps its id.
+type SetOverrideResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Override is the override as stored.
+	Override      *Override `protobuf:"bytes,1,opt,name=override,proto3" json:"override,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetOverrideResponse) Reset() {
+	*x = SetOverrideResponse{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetOverrideResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetOverrideResponse) ProtoMessage() {}
+
+func (x *SetOverrideResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetOverrideResponse.ProtoReflect.Descriptor instead.
+func (*SetOverrideResponse) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SetOverrideResponse) GetOverride() *Override {
+	if x != nil {
+		return x.Override
+	}
+	return nil
+}
+
+// GetOverrideRequest names an override.
+type GetOverrideRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace is the override's namespace.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Identifier is the override's identifier or pattern, exactly as set.
+	Identifier    string `protobuf:"bytes,2,opt,name=identifier,proto3" json:"identifier,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOverrideRequest) Reset() {
+	*x = GetOverrideRequest{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOverrideRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOverrideRequest) ProtoMessage() {}
+
+func (x *GetOverrideRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOverrideRequest.ProtoReflect.Descriptor instead.
+func (*GetOverrideRequest) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *GetOverrideRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GetOverrideRequest) GetIdentifier() string {
+	if x != nil {
+		return x.Identifier
+	}
+	return ""
+}
+
+// GetOverrideResponse holds the override.
+type GetOverrideResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Override is the override.
+	Override      *Override `protobuf:"bytes,1,opt,name=override,proto3" json:"override,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOverrideResponse) Reset() {
+	*x = GetOverrideResponse{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOverrideResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOverrideResponse) ProtoMessage() {}
+
+func (x *GetOverrideResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOverrideResponse.ProtoReflect.Descriptor instead.
+func (*GetOverrideResponse) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *GetOverrideResponse) GetOverride() *Override {
+	if x != nil {
+		return x.Override
+	}
+	return nil
+}
+
+// ListOverridesRequest asks for a page of a namespace's overrides.
+type ListOverridesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace is the namespace to list.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Cursor is the cursor of the previous page; empty for the first.
+	Cursor string `protobuf:"bytes,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// Limit is the most overrides to return: 1 to 100, 10 when 0.
+	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOverridesRequest) Reset() {
+	*x = ListOverridesRequest{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOverridesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOverridesRequest) ProtoMessage() {}
+
+func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOverridesRequest.ProtoReflect.Descriptor instead.
+func (*ListOverridesRequest) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ListOverridesRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ListOverridesRequest) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+func (x *ListOverridesRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// ListOverridesResponse is one page of overrides.
+type ListOverridesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Overrides of the page, in identifier order.
+	Overrides []*Override `protobuf:"bytes,1,rep,name=overrides,proto3" json:"overrides,omitempty"`
+	// Cursor fetches the next page; empty on the last.
+	Cursor        string `protobuf:"bytes,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOverridesResponse) Reset() {
+	*x = ListOverridesResponse{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOverridesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOverridesResponse) ProtoMessage() {}
+
+func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOverridesResponse.ProtoReflect.Descriptor instead.
+func (*ListOverridesResponse) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ListOverridesResponse) GetOverrides() []*Override {
+	if x != nil {
+		return x.Overrides
+	}
+	return nil
+}
+
+func (x *ListOverridesResponse) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+// DeleteOverrideRequest names the override to delete.
+type DeleteOverrideRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace is the override's namespace.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Identifier is the override's identifier or pattern, exactly as set.
+	Identifier    string `protobuf:"bytes,2,opt,name=identifier,proto3" json:"identifier,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteOverrideRequest) Reset() {
+	*x = DeleteOverrideRequest{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteOverrideRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteOverrideRequest) ProtoMessage() {}
+
+func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteOverrideRequest.ProtoReflect.Descriptor instead.
+func (*DeleteOverrideRequest) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *DeleteOverrideRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *DeleteOverrideRequest) GetIdentifier() string {
+	if x != nil {
+		return x.Identifier
+	}
+	return ""
+}
+
+// DeleteOverrideResponse confirms a deletion.
+type DeleteOverrideResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteOverrideResponse) Reset() {
+	*x = DeleteOverrideResponse{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteOverrideResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteOverrideResponse) ProtoMessage() {}
+
+func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteOverrideResponse.ProtoReflect.Descriptor instead.
+func (*DeleteOverrideResponse) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{13}
+}
+
 var File_ratelimit_v1_ratelimit_proto protoreflect.FileDescriptor
 
 const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
@@ -413,19 +952,21 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x1a\n" +
 	"\bduration\x18\x04 \x01(\x03R\bduration\x12\x17\n" +
 	"\x04cost\x18\x05 \x01(\x03H\x00R\x04cost\x88\x01\x01B\a\n" +
-	"\x05_cost\"\x94\x01\n" +
+	"\x05_cost\"\xb5\x01\n" +
 	"\rLimitResponse\x12\x18\n" +
 	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
 	"\tremaining\x18\x03 \x01(\x03R\tremaining\x12\x14\n" +
 	"\x05reset\x18\x04 \x01(\x03R\x05reset\x12\x1f\n" +
 	"\vretry_after\x18\x05 \x01(\x03R\n" +
-	"retryAfter\"G\n" +
+	"retryAfter\x12\x1f\n" +
+	"\voverride_id\x18\x06 \x01(\tR\n" +
+	"overrideId\"G\n" +
 	"\x11MultiLimitRequest\x122\n" +
 	"\x06limits\x18\x01 \x03(\v2\x1a.ratelimit.v1.LimitRequestR\x06limits\"f\n" +
 	"\x12MultiLimitResponse\x12\x16\n" +
 	"\x06passed\x18\x01 \x01(\bR\x06passed\x128\n" +
-	"\aresults\x18\x02 \x03(\v2\x1e.ratelimit.v1.MultiLimitResultR\aresults\"\xd5\x01\n" +
+	"\aresults\x18\x02 \x03(\v2\x1e.ratelimit.v1.MultiLimitResultR\aresults\"\xf6\x01\n" +
 	"\x10MultiLimitResult\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1e\n" +
 	"\n" +
@@ -436,11 +977,54 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\tremaining\x18\x05 \x01(\x03R\tremaining\x12\x14\n" +
 	"\x05reset\x18\x06 \x01(\x03R\x05reset\x12\x1f\n" +
 	"\vretry_after\x18\a \x01(\x03R\n" +
-	"retryAfter2\xa9\x01\n" +
+	"retryAfter\x12\x1f\n" +
+	"\voverride_id\x18\b \x01(\tR\n" +
+	"overrideId\"\x8a\x01\n" +
+	"\bOverride\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1e\n" +
+	"\n" +
+	"identifier\x18\x03 \x01(\tR\n" +
+	"identifier\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x03R\x05limit\x12\x1a\n" +
+	"\bduration\x18\x05 \x01(\x03R\bduration\"\x84\x01\n" +
+	"\x12SetOverrideRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1e\n" +
+	"\n" +
+	"identifier\x18\x02 \x01(\tR\n" +
+	"identifier\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x1a\n" +
+	"\bduration\x18\x04 \x01(\x03R\bduration\"I\n" +
+	"\x13SetOverrideResponse\x122\n" +
+	"\boverride\x18\x01 \x01(\v2\x16.ratelimit.v1.OverrideR\boverride\"R\n" +
+	"\x12GetOverrideRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1e\n" +
+	"\n" +
+	"identifier\x18\x02 \x01(\tR\n" +
+	"identifier\"I\n" +
+	"\x13GetOverrideResponse\x122\n" +
+	"\boverride\x18\x01 \x01(\v2\x16.ratelimit.v1.OverrideR\boverride\"b\n" +
+	"\x14ListOverridesRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06cursor\x18\x02 \x01(\tR\x06cursor\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"e\n" +
+	"\x15ListOverridesResponse\x124\n" +
+	"\toverrides\x18\x01 \x03(\v2\x16.ratelimit.v1.OverrideR\toverrides\x12\x16\n" +
+	"\x06cursor\x18\x02 \x01(\tR\x06cursor\"U\n" +
+	"\x15DeleteOverrideRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1e\n" +
+	"\n" +
+	"identifier\x18\x02 \x01(\tR\n" +
+	"identifier\"\x18\n" +
+	"\x16DeleteOverrideResponse2\x90\x04\n" +
 	"\x10RatelimitService\x12B\n" +
 	"\x05Limit\x12\x1a.ratelimit.v1.LimitRequest\x1a\x1b.ratelimit.v1.LimitResponse\"\x00\x12Q\n" +
 	"\n" +
-	"MultiLimit\x12\x1f.ratelimit.v1.MultiLimitRequest\x1a .ratelimit.v1.MultiLimitResponse\"\x00B\xb2\x01\n" +
+	"MultiLimit\x12\x1f.ratelimit.v1.MultiLimitRequest\x1a .ratelimit.v1.MultiLimitResponse\"\x00\x12T\n" +
+	"\vSetOverride\x12 .ratelimit.v1.SetOverrideRequest\x1a!.ratelimit.v1.SetOverrideResponse\"\x00\x12T\n" +
+	"\vGetOverride\x12 .ratelimit.v1.GetOverrideRequest\x1a!.ratelimit.v1.GetOverrideResponse\"\x00\x12Z\n" +
+	"\rListOverrides\x12\".ratelimit.v1.ListOverridesRequest\x1a#.ratelimit.v1.ListOverridesResponse\"\x00\x12]\n" +
+	"\x0eDeleteOverride\x12#.ratelimit.v1.DeleteOverrideRequest\x1a$.ratelimit.v1.DeleteOverrideResponse\"\x00B\xb2\x01\n" +
 	"\x10com.ratelimit.v1B\x0eRatelimitProtoP\x01Z=github.com/unkeyed/ratelimit/connect/ratelimit/v1;ratelimitv1\xa2\x02\x03RXX\xaa\x02\fRatelimit.V1\xca\x02\fRatelimit\\V1\xe2\x02\x18Ratelimit\\V1\\GPBMetadata\xea\x02\rRatelimit::V1b\x06proto3"
 
 var (
@@ -455,26 +1039,46 @@ func file_ratelimit_v1_ratelimit_proto_rawDescGZIP() []byte {
 	return file_ratelimit_v1_ratelimit_proto_rawDescData
 }
 
-var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_ratelimit_v1_ratelimit_proto_goTypes = []any{
-	(*LimitRequest)(nil),       // 0: ratelimit.v1.LimitRequest
-	(*LimitResponse)(nil),      // 1: ratelimit.v1.LimitResponse
-	(*MultiLimitRequest)(nil),  // 2: ratelimit.v1.MultiLimitRequest
-	(*MultiLimitResponse)(nil), // 3: ratelimit.v1.MultiLimitResponse
-	(*MultiLimitResult)(nil),   // 4: ratelimit.v1.MultiLimitResult
+	(*LimitRequest)(nil),           // 0: ratelimit.v1.LimitRequest
+	(*LimitResponse)(nil),          // 1: ratelimit.v1.LimitResponse
+	(*MultiLimitRequest)(nil),      // 2: ratelimit.v1.MultiLimitRequest
+	(*MultiLimitResponse)(nil),     // 3: ratelimit.v1.MultiLimitResponse
+	(*MultiLimitResult)(nil),       // 4: ratelimit.v1.MultiLimitResult
+	(*Override)(nil),               // 5: ratelimit.v1.Override
+	(*SetOverrideRequest)(nil),     // 6: ratelimit.v1.SetOverrideRequest
+	(*SetOverrideResponse)(nil),    // 7: ratelimit.v1.SetOverrideResponse
+	(*GetOverrideRequest)(nil),     // 8: ratelimit.v1.GetOverrideRequest
+	(*GetOverrideResponse)(nil),    // 9: ratelimit.v1.GetOverrideResponse
+	(*ListOverridesRequest)(nil),   // 10: ratelimit.v1.ListOverridesRequest
+	(*ListOverridesResponse)(nil),  // 11: ratelimit.v1.ListOverridesResponse
+	(*DeleteOverrideRequest)(nil),  // 12: ratelimit.v1.DeleteOverrideRequest
+	(*DeleteOverrideResponse)(nil), // 13: ratelimit.v1.DeleteOverrideResponse
 }
 var file_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
-	0, // 0: ratelimit.v1.MultiLimitRequest.limits:type_name -> ratelimit.v1.LimitRequest
-	4, // 1: ratelimit.v1.MultiLimitResponse.results:type_name -> ratelimit.v1.MultiLimitResult
-	0, // 2: ratelimit.v1.RatelimitService.Limit:input_type -> ratelimit.v1.LimitRequest
-	2, // 3: ratelimit.v1.RatelimitService.MultiLimit:input_type -> ratelimit.v1.MultiLimitRequest
-	1, // 4: ratelimit.v1.RatelimitService.Limit:output_type -> ratelimit.v1.LimitResponse
-	3, // 5: ratelimit.v1.RatelimitService.MultiLimit:output_type -> ratelimit.v1.MultiLimitResponse
-	4, // [4:6] is the sub-list for method output_type
-	2, // [2:4] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	0,  // 0: ratelimit.v1.MultiLimitRequest.limits:type_name -> ratelimit.v1.LimitRequest
+	4,  // 1: ratelimit.v1.MultiLimitResponse.results:type_name -> ratelimit.v1.MultiLimitResult
+	5,  // 2: ratelimit.v1.SetOverrideResponse.override:type_name -> ratelimit.v1.Override
+	5,  // 3: ratelimit.v1.GetOverrideResponse.override:type_name -> ratelimit.v1.Override
+	5,  // 4: ratelimit.v1.ListOverridesResponse.overrides:type_name -> ratelimit.v1.Override
+	0,  // 5: ratelimit.v1.RatelimitService.Limit:input_type -> ratelimit.v1.LimitRequest
+	2,  // 6: ratelimit.v1.RatelimitService.MultiLimit:input_type -> ratelimit.v1.MultiLimitRequest
+	6,  // 7: ratelimit.v1.RatelimitService.SetOverride:input_type -> ratelimit.v1.SetOverrideRequest
+	8,  // 8: ratelimit.v1.RatelimitService.GetOverride:input_type -> ratelimit.v1.GetOverrideRequest
+	10, // 9: ratelimit.v1.RatelimitService.ListOverrides:input_type -> ratelimit.v1.ListOverridesRequest
+	12, // 10: ratelimit.v1.RatelimitService.DeleteOverride:input_type -> ratelimit.v1.DeleteOverrideRequest
+	1,  // 11: ratelimit.v1.RatelimitService.Limit:output_type -> ratelimit.v1.LimitResponse
+	3,  // 12: ratelimit.v1.RatelimitService.MultiLimit:output_type -> ratelimit.v1.MultiLimitResponse
+	7,  // 13: ratelimit.v1.RatelimitService.SetOverride:output_type -> ratelimit.v1.SetOverrideResponse
+	9,  // 14: ratelimit.v1.RatelimitService.GetOverride:output_type -> ratelimit.v1.GetOverrideResponse
+	11, // 15: ratelimit.v1.RatelimitService.ListOverrides:output_type -> ratelimit.v1.ListOverridesResponse
+	13, // 16: ratelimit.v1.RatelimitService.DeleteOverride:output_type -> ratelimit.v1.DeleteOverrideResponse
+	11, // [11:17] is the sub-list for method output_type
+	5,  // [5:11] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_ratelimit_v1_ratelimit_proto_init() }
@@ -489,7 +1093,7 @@ func file_ratelimit_v1_ratelimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ratelimit_v1_ratelimit_proto_rawDesc), len(file_ratelimit_v1_ratelimit_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

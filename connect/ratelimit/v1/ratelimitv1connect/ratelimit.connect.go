@@ -38,6 +38,18 @@ const (
 	// RatelimitServiceMultiLimitProcedure is the fully-qualified name of the RatelimitService's
 	// MultiLimit RPC.
 	RatelimitServiceMultiLimitProcedure = "/ratelimit.v1.RatelimitService/MultiLimit"
+	// RatelimitServiceSetOverrideProcedure is the fully-qualified name of the RatelimitService's
+	// SetOverride RPC.
+	RatelimitServiceSetOverrideProcedure = "/ratelimit.v1.RatelimitService/SetOverride"
+	// RatelimitServiceGetOverrideProcedure is the fully-qualified name of the RatelimitService's
+	// GetOverride RPC.
+	RatelimitServiceGetOverrideProcedure = "/ratelimit.v1.RatelimitService/GetOverride"
+	// RatelimitServiceListOverridesProcedure is the fully-qualified name of the RatelimitService's
+	// ListOverrides RPC.
+	RatelimitServiceListOverridesProcedure = "/ratelimit.v1.RatelimitService/ListOverrides"
+	// RatelimitServiceDeleteOverrideProcedure is the fully-qualified name of the RatelimitService's
+	// DeleteOverride RPC.
+	RatelimitServiceDeleteOverrideProcedure = "/ratelimit.v1.RatelimitService/DeleteOverride"
 )
 
 // RatelimitServiceClient is a client for the ratelimit.v1.RatelimitService service.
@@ -48,6 +60,20 @@ type RatelimitServiceClient interface {
 	// MultiLimit decides several limits at once, all or nothing: when any limit
 	// fails, nothing is counted anywhere (memory, Redis, MySQL).
 	MultiLimit(context.Context, *connect.Request[v1.MultiLimitRequest]) (*connect.Response[v1.MultiLimitResponse], error)
+	// SetOverride creates or replaces the override of an identifier (or a
+	// pattern with * wildcards) of a namespace: requests it matches are
+	// decided with its limit and duration instead of theirs. It applies on the
+	// process that takes the call at once, and on every other within a second.
+	SetOverride(context.Context, *connect.Request[v1.SetOverrideRequest]) (*connect.Response[v1.SetOverrideResponse], error)
+	// GetOverride returns the override of an identifier or pattern, or
+	// not_found.
+	GetOverride(context.Context, *connect.Request[v1.GetOverrideRequest]) (*connect.Response[v1.GetOverrideResponse], error)
+	// ListOverrides returns a page of a namespace's overrides, in identifier
+	// order.
+	ListOverrides(context.Context, *connect.Request[v1.ListOverridesRequest]) (*connect.Response[v1.ListOverridesResponse], error)
+	// DeleteOverride deletes the override of an identifier or pattern, or
+	// answers not_found.
+	DeleteOverride(context.Context, *connect.Request[v1.DeleteOverrideRequest]) (*connect.Response[v1.DeleteOverrideResponse], error)
 }
 
 // NewRatelimitServiceClient constructs a client for the ratelimit.v1.RatelimitService service. By
@@ -73,13 +99,41 @@ func NewRatelimitServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(ratelimitServiceMethods.ByName("MultiLimit")),
 			connect.WithClientOptions(opts...),
 		),
+		setOverride: connect.NewClient[v1.SetOverrideRequest, v1.SetOverrideResponse](
+			httpClient,
+			baseURL+RatelimitServiceSetOverrideProcedure,
+			connect.WithSchema(ratelimitServiceMethods.ByName("SetOverride")),
+			connect.WithClientOptions(opts...),
+		),
+		getOverride: connect.NewClient[v1.GetOverrideRequest, v1.GetOverrideResponse](
+			httpClient,
+			baseURL+RatelimitServiceGetOverrideProcedure,
+			connect.WithSchema(ratelimitServiceMethods.ByName("GetOverride")),
+			connect.WithClientOptions(opts...),
+		),
+		listOverrides: connect.NewClient[v1.ListOverridesRequest, v1.ListOverridesResponse](
+			httpClient,
+			baseURL+RatelimitServiceListOverridesProcedure,
+			connect.WithSchema(ratelimitServiceMethods.ByName("ListOverrides")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteOverride: connect.NewClient[v1.DeleteOverrideRequest, v1.DeleteOverrideResponse](
+			httpClient,
+			baseURL+RatelimitServiceDeleteOverrideProcedure,
+			connect.WithSchema(ratelimitServiceMethods.ByName("DeleteOverride")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // ratelimitServiceClient implements RatelimitServiceClient.
 type ratelimitServiceClient struct {
-	limit      *connect.Client[v1.LimitRequest, v1.LimitResponse]
-	multiLimit *connect.Client[v1.MultiLimitRequest, v1.MultiLimitResponse]
+	limit          *connect.Client[v1.LimitRequest, v1.LimitResponse]
+	multiLimit     *connect.Client[v1.MultiLimitRequest, v1.MultiLimitResponse]
+	setOverride    *connect.Client[v1.SetOverrideRequest, v1.SetOverrideResponse]
+	getOverride    *connect.Client[v1.GetOverrideRequest, v1.GetOverrideResponse]
+	listOverrides  *connect.Client[v1.ListOverridesRequest, v1.ListOverridesResponse]
+	deleteOverride *connect.Client[v1.DeleteOverrideRequest, v1.DeleteOverrideResponse]
 }
 
 // Limit calls ratelimit.v1.RatelimitService.Limit.
@@ -92,6 +146,26 @@ func (c *ratelimitServiceClient) MultiLimit(ctx context.Context, req *connect.Re
 	return c.multiLimit.CallUnary(ctx, req)
 }
 
+// SetOverride calls ratelimit.v1.RatelimitService.SetOverride.
+func (c *ratelimitServiceClient) SetOverride(ctx context.Context, req *connect.Request[v1.SetOverrideRequest]) (*connect.Response[v1.SetOverrideResponse], error) {
+	return c.setOverride.CallUnary(ctx, req)
+}
+
+// GetOverride calls ratelimit.v1.RatelimitService.GetOverride.
+func (c *ratelimitServiceClient) GetOverride(ctx context.Context, req *connect.Request[v1.GetOverrideRequest]) (*connect.Response[v1.GetOverrideResponse], error) {
+	return c.getOverride.CallUnary(ctx, req)
+}
+
+// ListOverrides calls ratelimit.v1.RatelimitService.ListOverrides.
+func (c *ratelimitServiceClient) ListOverrides(ctx context.Context, req *connect.Request[v1.ListOverridesRequest]) (*connect.Response[v1.ListOverridesResponse], error) {
+	return c.listOverrides.CallUnary(ctx, req)
+}
+
+// DeleteOverride calls ratelimit.v1.RatelimitService.DeleteOverride.
+func (c *ratelimitServiceClient) DeleteOverride(ctx context.Context, req *connect.Request[v1.DeleteOverrideRequest]) (*connect.Response[v1.DeleteOverrideResponse], error) {
+	return c.deleteOverride.CallUnary(ctx, req)
+}
+
 // RatelimitServiceHandler is an implementation of the ratelimit.v1.RatelimitService service.
 type RatelimitServiceHandler interface {
 	// Limit decides one request and, when it succeeds with a cost above zero,
@@ -100,6 +174,20 @@ type RatelimitServiceHandler interface {
 	// MultiLimit decides several limits at once, all or nothing: when any limit
 	// fails, nothing is counted anywhere (memory, Redis, MySQL).
 	MultiLimit(context.Context, *connect.Request[v1.MultiLimitRequest]) (*connect.Response[v1.MultiLimitResponse], error)
+	// SetOverride creates or replaces the override of an identifier (or a
+	// pattern with * wildcards) of a namespace: requests it matches are
+	// decided with its limit and duration instead of theirs. It applies on the
+	// process that takes the call at once, and on every other within a second.
+	SetOverride(context.Context, *connect.Request[v1.SetOverrideRequest]) (*connect.Response[v1.SetOverrideResponse], error)
+	// GetOverride returns the override of an identifier or pattern, or
+	// not_found.
+	GetOverride(context.Context, *connect.Request[v1.GetOverrideRequest]) (*connect.Response[v1.GetOverrideResponse], error)
+	// ListOverrides returns a page of a namespace's overrides, in identifier
+	// order.
+	ListOverrides(context.Context, *connect.Request[v1.ListOverridesRequest]) (*connect.Response[v1.ListOverridesResponse], error)
+	// DeleteOverride deletes the override of an identifier or pattern, or
+	// answers not_found.
+	DeleteOverride(context.Context, *connect.Request[v1.DeleteOverrideRequest]) (*connect.Response[v1.DeleteOverrideResponse], error)
 }
 
 // NewRatelimitServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -121,12 +209,44 @@ func NewRatelimitServiceHandler(svc RatelimitServiceHandler, opts ...connect.Han
 		connect.WithSchema(ratelimitServiceMethods.ByName("MultiLimit")),
 		connect.WithHandlerOptions(opts...),
 	)
+	ratelimitServiceSetOverrideHandler := connect.NewUnaryHandler(
+		RatelimitServiceSetOverrideProcedure,
+		svc.SetOverride,
+		connect.WithSchema(ratelimitServiceMethods.ByName("SetOverride")),
+		connect.WithHandlerOptions(opts...),
+	)
+	ratelimitServiceGetOverrideHandler := connect.NewUnaryHandler(
+		RatelimitServiceGetOverrideProcedure,
+		svc.GetOverride,
+		connect.WithSchema(ratelimitServiceMethods.ByName("GetOverride")),
+		connect.WithHandlerOptions(opts...),
+	)
+	ratelimitServiceListOverridesHandler := connect.NewUnaryHandler(
+		RatelimitServiceListOverridesProcedure,
+		svc.ListOverrides,
+		connect.WithSchema(ratelimitServiceMethods.ByName("ListOverrides")),
+		connect.WithHandlerOptions(opts...),
+	)
+	ratelimitServiceDeleteOverrideHandler := connect.NewUnaryHandler(
+		RatelimitServiceDeleteOverrideProcedure,
+		svc.DeleteOverride,
+		connect.WithSchema(ratelimitServiceMethods.ByName("DeleteOverride")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/ratelimit.v1.RatelimitService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case RatelimitServiceLimitProcedure:
 			ratelimitServiceLimitHandler.ServeHTTP(w, r)
 		case RatelimitServiceMultiLimitProcedure:
 			ratelimitServiceMultiLimitHandler.ServeHTTP(w, r)
+		case RatelimitServiceSetOverrideProcedure:
+			ratelimitServiceSetOverrideHandler.ServeHTTP(w, r)
+		case RatelimitServiceGetOverrideProcedure:
+			ratelimitServiceGetOverrideHandler.ServeHTTP(w, r)
+		case RatelimitServiceListOverridesProcedure:
+			ratelimitServiceListOverridesHandler.ServeHTTP(w, r)
+		case RatelimitServiceDeleteOverrideProcedure:
+			ratelimitServiceDeleteOverrideHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -142,4 +262,20 @@ func (UnimplementedRatelimitServiceHandler) Limit(context.Context, *connect.Requ
 
 func (UnimplementedRatelimitServiceHandler) MultiLimit(context.Context, *connect.Request[v1.MultiLimitRequest]) (*connect.Response[v1.MultiLimitResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ratelimit.v1.RatelimitService.MultiLimit is not implemented"))
+}
+
+func (UnimplementedRatelimitServiceHandler) SetOverride(context.Context, *connect.Request[v1.SetOverrideRequest]) (*connect.Response[v1.SetOverrideResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ratelimit.v1.RatelimitService.SetOverride is not implemented"))
+}
+
+func (UnimplementedRatelimitServiceHandler) GetOverride(context.Context, *connect.Request[v1.GetOverrideRequest]) (*connect.Response[v1.GetOverrideResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ratelimit.v1.RatelimitService.GetOverride is not implemented"))
+}
+
+func (UnimplementedRatelimitServiceHandler) ListOverrides(context.Context, *connect.Request[v1.ListOverridesRequest]) (*connect.Response[v1.ListOverridesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ratelimit.v1.RatelimitService.ListOverrides is not implemented"))
+}
+
+func (UnimplementedRatelimitServiceHandler) DeleteOverride(context.Context, *connect.Request[v1.DeleteOverrideRequest]) (*connect.Response[v1.DeleteOverrideResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ratelimit.v1.RatelimitService.DeleteOverride is not implemented"))
 }
