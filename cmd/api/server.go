@@ -116,6 +116,7 @@ func (s *server) handler() http.Handler {
 	)
 	// The token is checked before anything of the body is read.
 	mux.Handle(path, authenticate(s.tokens, limitBody(service)))
+	s.unkeyRoutes(mux)
 	reflector := grpcreflect.NewStaticReflector(ratelimitv1connect.RatelimitServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))

@@ -1,0 +1,422 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/unkeyed/ratelimit/services/overrides"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
+)
+
+// Unkey's v2 ratelimit API, on the same port as the Connect API, so that
+// callers of Unkey's SDKs (@unkey/ratelimit, @unkey/api) switch by changing
+// their base URL. Bodies and errors are shaped as Unkey's OpenAPI spec gives
+// them: {meta: {requestId}, data: …} on success, {meta, error: {title,
+// detail, status, type}} (with errors: [{location, message}] for 400) on
+// failure. The bearer token maps to a workspace as for the Connect API.
+
+// unkeyMaxIdentifier is the longest identifier Unkey accepts. The limiter
+// keys counters by at most MaxNameLength characters, so a longer identifier
+// is counted under its digest (see counterIdentifier).
+const unkeyMaxIdentifier = 512
+
+// unkeyRoutes registers the v2 routes on mux.
+func (s *server) unkeyRoutes(mux *http.ServeMux) {
+	h := &unkeyV2{srv: s}
+	for path, fn := range map[string]func(context.Context, *unkeyCall) (any, error){
+		"/v2/ratelimit.limit":          h.limit,
+		"/v2/ratelimit.multiLimit":     h.multiLimit,
+		"/v2/ratelimit.setOverride":    h.setOverride,
+		"/v2/ratelimit.getOverride":    h.getOverride,
+		"/v2/ratelimit.listOverrides":  h.listOverrides,
+		"/v2/ratelimit.deleteOverride": h.deleteOverride,
+	} {
+		mux.Handle("POST "+path, h.serve(fn))
+	}
+}
+
+type unkeyV2 struct{ srv *server }
+
+// unkeyCall is one authenticated v2 request.
+type unkeyCall struct {
+	workspace string
+	body      []byte
+}
+
+// unkeyError is an error answered in Unkey's shape.
+type unkeyError struct {
+	status int
+	title  string
+	typ    string // the last part of the type URL
+	detail string
+	fields []unkeyFieldError
+}
+
+type unkeyFieldError struct {
+	Location string `json:"location"`
+	Message  string `json:"message"`
+}
+
+func (e *unkeyError) Error() string { return e.detail }
+
+func badRequest(detail string, fields ...unkeyFieldError) *unkeyError {
+	return &unkeyError{status: http.StatusBadRequest, title: "Bad Request", typ: "application/invalid_input", detail: detail, fields: fields}
+}
+
+// serve authenticates the caller from its headers, reads the body (at most
+// maxRequestBytes), runs fn and writes its answer or error.
+func (h *unkeyV2) serve(fn func(context.Context, *unkeyCall) (any, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requestID := newRequestID()
+		ws, authErr := h.authenticate(r)
+		if authErr != nil {
+			if r.ProtoMajor == 1 {
+				w.Header().Set("Connection", "close") // do not read the body first
+			}
+			writeUnkeyError(w, requestID, authErr)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBytes))
+		if err != nil {
+			readErr := badRequest("request body: could not be read")
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				readErr = badRequest(fmt.Sprintf("request body: must be at most %d bytes (1 MiB)", maxRequestBytes))
+			}
+			writeUnkeyError(w, requestID, readErr)
+			return
+		}
+		data, err := fn(r.Context(), &unkeyCall{workspace: ws, body: body})
+		if err != nil {
+			writeUnkeyError(w, requestID, toUnkeyError(err))
+			return
+		}
+		answer := map[string]any{"meta": map[string]string{"requestId": requestID}, "data": data}
+		if p, ok := data.(paginated); ok {
+			answer["data"], answer["pagination"] = p.data, p.pagination
+		}
+		writeJSON(w, http.StatusOK, answer)
+	})
+}
+
+// authenticate returns the workspace of the request's bearer token.
+func (h *unkeyV2) authenticate(r *http.Request) (string, *unkeyError) {
+	t := h.srv.tokens
+	if len(t) == 0 {
+		return openWorkspace, nil
+	}
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || token == "" {
+		return "", &unkeyError{status: http.StatusUnauthorized, title: "Unauthorized", typ: "authentication/missing",
+			detail: "missing bearer token: send an Authorization: Bearer <root key> header"}
+	}
+	ws, ok := t.workspace(token)
+	if !ok {
+		return "", &unkeyError{status: http.StatusUnauthorized, title: "Unauthorized", typ: "authentication/key_not_found",
+			detail: "unknown bearer token"}
+	}
+	return ws, nil
+}
+
+// toUnkeyError maps the errors of the limiter and the overrides.
+func toUnkeyError(err error) *unkeyError {
+	var ue *unkeyError
+	var ve *ratelimit.ValidationError
+	var ce *ratelimit.CapacityError
+	switch {
+	case errors.As(err, &ue):
+		return ue
+	case errors.As(err, &ve):
+		return badRequest(ve.Error(), unkeyFieldError{Location: "body." + ve.Field, Message: ve.Rule})
+	case errors.Is(err, overrides.ErrNotFound):
+		return &unkeyError{status: http.StatusNotFound, title: "Not Found", typ: "data/ratelimit_override_not_found",
+			detail: "This override does not exist."}
+	case errors.As(err, &ce):
+		return &unkeyError{status: http.StatusTooManyRequests, title: "Too Many Requests", typ: "application/resource_exhausted",
+			detail: fmt.Sprintf("too many active windows: this workspace holds %d, the most UNKEY_MAX_WINDOWS_PER_WORKSPACE allows", ce.Max)}
+	default:
+		return &unkeyError{status: http.StatusInternalServerError, title: "Internal Server Error", typ: "application/unexpected_error",
+			detail: "the request could not be completed"}
+	}
+}
+
+func writeUnkeyError(w http.ResponseWriter, requestID string, e *unkeyError) {
+	body := map[string]any{
+		"title":  e.title,
+		"detail": e.detail,
+		"status": e.status,
+		"type":   "https://unkey.com/docs/errors/unkey/" + e.typ,
+	}
+	if e.status == http.StatusBadRequest {
+		fields := e.fields
+		if fields == nil {
+			fields = []unkeyFieldError{}
+		}
+		body["errors"] = fields
+	}
+	writeJSON(w, e.status, map[string]any{"meta": map[string]string{"requestId": requestID}, "error": body})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// newRequestID returns an id for meta.requestId.
+func newRequestID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return "req_" + hex.EncodeToString(b[:])
+}
+
+// decodeBody decodes a JSON body into v; a malformed one is a 400.
+func decodeBody(body []byte, v any) error {
+	if err := json.Unmarshal(body, v); err != nil {
+		return badRequest("request body: must be " + describeJSON(v) + ": " + err.Error())
+	}
+	return nil
+}
+
+func describeJSON(v any) string {
+	if _, ok := v.(*[]unkeyLimitRequest); ok {
+		return "a JSON array of limit requests"
+	}
+	return "a JSON object"
+}
+
+// unkeyLimitRequest is V2RatelimitLimitRequestBody. Numbers are JSON
+// numbers; cost defaults to 1.
+type unkeyLimitRequest struct {
+	Namespace  string `json:"namespace"`
+	Identifier string `json:"identifier"`
+	Limit      int64  `json:"limit"`
+	Duration   int64  `json:"duration"`
+	Cost       *int64 `json:"cost"`
+}
+
+// request converts r, checking what the limiter's own validation does not:
+// Unkey's 512-character identifiers.
+func (r *unkeyLimitRequest) request(workspace string) (ratelimit.Request, error) {
+	cost := int64(1)
+	if r.Cost != nil {
+		cost = *r.Cost
+	}
+	if n := utf8.RuneCountInString(r.Identifier); n > unkeyMaxIdentifier {
+		return ratelimit.Request{}, &ratelimit.ValidationError{Field: "identifier",
+			Rule: fmt.Sprintf("must be 1 to %d characters of valid UTF-8 without control characters", unkeyMaxIdentifier)}
+	}
+	req := ratelimit.Request{Workspace: workspace, Namespace: r.Namespace, Identifier: counterIdentifier(r.Identifier),
+		Limit: r.Limit, Duration: durationMs(r.Duration), Cost: cost}
+	if err := req.Validate(); err != nil {
+		return ratelimit.Request{}, err
+	}
+	return req, nil
+}
+
+// counterIdentifier returns the identifier the limiter counts id under: id
+// itself, or for one longer than ratelimit.MaxNameLength characters, a
+// digest of it ("sha256:" and 64 hex digits), which fits every store. Two
+// long identifiers share a counter only if their SHA-256 collides.
+func counterIdentifier(id string) string {
+	if utf8.RuneCountInString(id) <= ratelimit.MaxNameLength {
+		return id
+	}
+	if !utf8.ValidString(id) || strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || (r >= 0x7f && r < 0xa0) }) {
+		return id // the limiter's validation refuses it with the usual message
+	}
+	sum := sha256.Sum256([]byte(id))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// unkeyLimitData is V2RatelimitLimitResponseData.
+type unkeyLimitData struct {
+	Limit      int64  `json:"limit"`
+	Remaining  int64  `json:"remaining"`
+	Reset      int64  `json:"reset"`
+	Success    bool   `json:"success"`
+	OverrideID string `json:"overrideId,omitempty"`
+}
+
+func (h *unkeyV2) limit(ctx context.Context, c *unkeyCall) (any, error) {
+	var in unkeyLimitRequest
+	if err := decodeBody(c.body, &in); err != nil {
+		return nil, err
+	}
+	req, err := in.request(c.workspace)
+	if err != nil {
+		return nil, err
+	}
+	overrideID := h.applyOverride(&req, in.Identifier)
+	resp, err := h.srv.limiter.Limit(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	h.srv.metrics.decision("Limit", resp.Success)
+	return unkeyLimitData{Limit: resp.Limit, Remaining: resp.Remaining, Reset: resp.Reset.UnixMilli(),
+		Success: resp.Success, OverrideID: overrideID}, nil
+}
+
+// applyOverride replaces req's limit and duration by those of the override
+// that matches identifier (as the caller sent it), and returns its id.
+func (h *unkeyV2) applyOverride(req *ratelimit.Request, identifier string) string {
+	o, ok := h.srv.overrides.Lookup(req.Workspace, req.Namespace, identifier)
+	if !ok {
+		return ""
+	}
+	req.Limit, req.Duration = o.Limit, o.Duration
+	return o.ID
+}
+
+// unkeyMultiLimitCheck is V2RatelimitMultiLimitCheck.
+type unkeyMultiLimitCheck struct {
+	Namespace  string `json:"namespace"`
+	Identifier string `json:"identifier"`
+	Limit      int64  `json:"limit"`
+	Remaining  int64  `json:"remaining"`
+	Reset      int64  `json:"reset"`
+	Passed     bool   `json:"passed"`
+	OverrideID string `json:"overrideId,omitempty"`
+}
+
+func (h *unkeyV2) multiLimit(ctx context.Context, c *unkeyCall) (any, error) {
+	var in []unkeyLimitRequest
+	if err := decodeBody(c.body, &in); err != nil {
+		return nil, err
+	}
+	if len(in) == 0 || len(in) > ratelimit.MaxBatch {
+		return nil, &ratelimit.ValidationError{Field: "[]", Rule: fmt.Sprintf("must hold 1 to %d limits", ratelimit.MaxBatch)}
+	}
+	reqs := make([]ratelimit.Request, len(in))
+	ids := make([]string, len(in))
+	for i := range in {
+		req, err := in[i].request(c.workspace)
+		if err != nil {
+			var ve *ratelimit.ValidationError
+			if errors.As(err, &ve) {
+				return nil, &ratelimit.ValidationError{Field: fmt.Sprintf("[%d].%s", i, ve.Field), Rule: ve.Rule}
+			}
+			return nil, err
+		}
+		ids[i] = h.applyOverride(&req, in[i].Identifier)
+		reqs[i] = req
+	}
+	resp, err := h.srv.limiter.MultiLimit(ctx, reqs)
+	if err != nil {
+		return nil, err
+	}
+	h.srv.metrics.decision("MultiLimit", resp.Passed)
+	checks := make([]unkeyMultiLimitCheck, len(resp.Results))
+	for i, r := range resp.Results {
+		checks[i] = unkeyMultiLimitCheck{Namespace: in[i].Namespace, Identifier: in[i].Identifier, Limit: r.Limit,
+			Remaining: r.Remaining, Reset: r.Reset.UnixMilli(), Passed: r.Success, OverrideID: ids[i]}
+	}
+	return map[string]any{"passed": resp.Passed, "limits": checks}, nil
+}
+
+// unkeyOverrideRequest is the body of the override routes.
+type unkeyOverrideRequest struct {
+	Namespace  string `json:"namespace"`
+	Identifier string `json:"identifier"`
+	Limit      int64  `json:"limit"`
+	Duration   int64  `json:"duration"`
+}
+
+// unkeyOverride is RatelimitOverride.
+type unkeyOverride struct {
+	OverrideID string `json:"overrideId"`
+	Duration   int64  `json:"duration"`
+	Identifier string `json:"identifier"`
+	Limit      int64  `json:"limit"`
+}
+
+func toUnkeyOverride(o overrides.Override) unkeyOverride {
+	return unkeyOverride{OverrideID: o.ID, Duration: o.Duration.Milliseconds(), Identifier: o.Identifier, Limit: o.Limit}
+}
+
+func (h *unkeyV2) setOverride(ctx context.Context, c *unkeyCall) (any, error) {
+	var in unkeyOverrideRequest
+	if err := decodeBody(c.body, &in); err != nil {
+		return nil, err
+	}
+	o, err := h.srv.overrides.Set(ctx, overrides.Override{Workspace: c.workspace, Namespace: in.Namespace,
+		Identifier: in.Identifier, Limit: in.Limit, Duration: durationMs(in.Duration)})
+	if err != nil {
+		return nil, err
+	}
+	return map[string]string{"overrideId": o.ID}, nil
+}
+
+func (h *unkeyV2) getOverride(ctx context.Context, c *unkeyCall) (any, error) {
+	var in unkeyOverrideRequest
+	if err := decodeBody(c.body, &in); err != nil {
+		return nil, err
+	}
+	o, err := h.srv.overrides.Get(ctx, c.workspace, in.Namespace, in.Identifier)
+	if err != nil {
+		return nil, err
+	}
+	return toUnkeyOverride(o), nil
+}
+
+func (h *unkeyV2) deleteOverride(ctx context.Context, c *unkeyCall) (any, error) {
+	var in unkeyOverrideRequest
+	if err := decodeBody(c.body, &in); err != nil {
+		return nil, err
+	}
+	if err := h.srv.overrides.Delete(ctx, c.workspace, in.Namespace, in.Identifier); err != nil {
+		return nil, err
+	}
+	return struct{}{}, nil
+}
+
+// listOverrides answers a page of overrides with Unkey's pagination object
+// beside data: {meta, data: [...], pagination: {cursor, hasMore}}.
+func (h *unkeyV2) listOverrides(ctx context.Context, c *unkeyCall) (any, error) {
+	var in struct {
+		Namespace string `json:"namespace"`
+		Cursor    string `json:"cursor"`
+		Limit     int    `json:"limit"`
+	}
+	if err := decodeBody(c.body, &in); err != nil {
+		return nil, err
+	}
+	after, err := decodeCursor(in.Cursor)
+	if err != nil {
+		return nil, err
+	}
+	page, more, err := h.srv.overrides.List(ctx, c.workspace, in.Namespace, after, in.Limit)
+	if err != nil {
+		return nil, err
+	}
+	data := make([]unkeyOverride, len(page))
+	for i, o := range page {
+		data[i] = toUnkeyOverride(o)
+	}
+	p := unkeyPagination{HasMore: more}
+	if more {
+		p.Cursor = encodeCursor(page[len(page)-1].Identifier)
+	}
+	return paginated{data: data, pagination: p}, nil
+}
+
+type unkeyPagination struct {
+	Cursor  string `json:"cursor,omitempty"`
+	HasMore bool   `json:"hasMore"`
+}
+
+// paginated is data that carries a pagination object beside it in the
+// answer.
+type paginated struct {
+	data       any
+	pagination unkeyPagination
+}
