@@ -79,6 +79,29 @@ func TestStack(t *testing.T) {
 		}
 	})
 
+	t.Run("an override set in region a decides in region b", func(t *testing.T) {
+		resp, err := http.Post(s.apis[0].url()+"/ratelimit.v1.RatelimitService/SetOverride", "application/json",
+			strings.NewReader(`{"namespace":"e2e","identifier":"vip_*","limit":500,"duration":2592000000}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("SetOverride on %s: %d", s.apis[0].name, resp.StatusCode)
+		}
+		set := time.Now()
+		peek := `{"namespace":"e2e","identifier":"vip_1","limit":5,"duration":2592000000,"cost":0}`
+		waitUntil(t, "every process to apply the override", 10*time.Second, func() bool {
+			for _, p := range s.apis {
+				if out := limitCall(t, p.url(), peek); out["limit"] != "500" || out["overrideId"] == "" {
+					return false
+				}
+			}
+			return true
+		})
+		t.Logf("all four processes applied the override %v after it was set", time.Since(set).Round(10*time.Millisecond))
+	})
+
 	t.Run("the cleanup job removes expired rows", func(t *testing.T) {
 		q := db.New(s.sqlDB)
 		for i := 0; i < 5; i++ {
