@@ -136,7 +136,11 @@ func toUnkeyError(err error) *unkeyError {
 	case errors.As(err, &ue):
 		return ue
 	case errors.As(err, &ve):
-		return badRequest(ve.Error(), unkeyFieldError{Location: "body." + ve.Field, Message: ve.Rule})
+		location := "body." + ve.Field
+		if strings.HasPrefix(ve.Field, "[") {
+			location = "body" + ve.Field // an entry of multiLimit's array: body[2].cost
+		}
+		return badRequest(ve.Error(), unkeyFieldError{Location: location, Message: ve.Rule})
 	case errors.Is(err, overrides.ErrNotFound):
 		return &unkeyError{status: http.StatusNotFound, title: "Not Found", typ: "data/ratelimit_override_not_found",
 			detail: "This override does not exist."}

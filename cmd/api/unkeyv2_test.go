@@ -92,4 +92,8 @@ func TestUnkeyV2Shapes(t *testing.T) {
 	if code, out := post("/v2/ratelimit.multiLimit", tokA, `[]`); code != 400 || !strings.Contains(out, "must hold 1 to 100 limits") {
 		t.Fatalf("an empty multiLimit: %d %s", code, out)
 	}
+	bad := `[{"namespace":"n","identifier":"a","limit":1,"duration":60000},{"namespace":"n","identifier":"b","limit":1,"duration":60000,"cost":-1}]`
+	if code, out := post("/v2/ratelimit.multiLimit", tokA, bad); code != 400 || !strings.Contains(out, `"location":"body[1].cost"`) {
+		t.Fatalf("a bad entry of multiLimit: %d %s, want 400 naming body[1].cost", code, out)
+	}
 }
