@@ -60,20 +60,10 @@ func gzipped(t *testing.T, body string, n int) []byte {
 // if empty) and returns the status and the decoded answer.
 func postGzip(t *testing.T, ts *testServer, token string, body []byte) (int, map[string]any) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, ts.url+"/ratelimit.v1.RatelimitService/Limit", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Content-Encoding", "gzip")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := ts.client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	status, raw := ts.post(t, "/ratelimit.v1.RatelimitService/Limit", token, bytes.NewReader(body), "Content-Encoding", "gzip")
 	var out map[string]any
-	json.NewDecoder(resp.Body).Decode(&out)
-	return resp.StatusCode, out
+	json.Unmarshal(raw, &out)
+	return status, out
 }
 
 // TestAuthBeforeBody: with tokens configured, a caller without a valid token

@@ -77,13 +77,28 @@ const (
 // call posts a Connect JSON request and decodes the JSON answer.
 func (ts *testServer) call(t *testing.T, method, token, body string) (int, map[string]any) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, ts.url+"/ratelimit.v1.RatelimitService/"+method, strings.NewReader(body))
+	status, raw := ts.post(t, "/ratelimit.v1.RatelimitService/"+method, token, strings.NewReader(body))
+	var out map[string]any
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("%s answered %d with %q: %v", method, status, raw, err)
+	}
+	return status, out
+}
+
+// post posts a JSON body to path with token (none if empty) and further
+// header name/value pairs, and returns the status and the raw answer.
+func (ts *testServer) post(t *testing.T, path, token string, body io.Reader, header ...string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, ts.url+path, body)
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
 	}
 	resp, err := ts.client.Do(req)
 	if err != nil {
@@ -94,11 +109,7 @@ func (ts *testServer) call(t *testing.T, method, token, body string) (int, map[s
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out map[string]any
-	if err := json.Unmarshal(raw, &out); err != nil {
-		t.Fatalf("%s answered %d with %q: %v", method, resp.StatusCode, raw, err)
-	}
-	return resp.StatusCode, out
+	return resp.StatusCode, raw
 }
 
 func TestConnectJSONOverHTTP1(t *testing.T) {

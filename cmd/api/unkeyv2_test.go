@@ -2,8 +2,6 @@ package main
 
 import (
 	"errors"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,21 +45,8 @@ func TestUnkeyV2Shapes(t *testing.T) {
 	ts := startServer(t, "UNKEY_AUTH_TOKENS="+tokA+"=ws_a")
 	post := func(path, token, body string) (int, string) {
 		t.Helper()
-		req, _ := http.NewRequest(http.MethodPost, ts.url+path, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := ts.client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var b strings.Builder
-		if _, err := io.Copy(&b, resp.Body); err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, b.String()
+		status, raw := ts.post(t, path, token, strings.NewReader(body))
+		return status, string(raw)
 	}
 	long := strings.Repeat("é", 512)
 	body := `{"namespace":"n","identifier":"` + long + `","limit":1,"duration":60000}`
