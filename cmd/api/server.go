@@ -31,8 +31,10 @@ const (
 	maxRequestBytes = 1 << 20
 	// shutdownTimeout bounds how long in-flight requests may take to finish
 	// after SIGTERM. Decisions take microseconds; the bound only matters for
-	// stuck clients, and stays below Kubernetes' default grace of 30 s.
-	shutdownTimeout = 25 * time.Second
+	// stuck clients. After it the limiter replays to Redis (at most 500 ms)
+	// and flushes to MySQL once more (at most 10 s): 15 s leaves the whole
+	// shutdown inside Kubernetes' default grace of 30 s.
+	shutdownTimeout = 15 * time.Second
 	// overridesLoadTimeout bounds the first read of the overrides at start.
 	overridesLoadTimeout = 2 * time.Second
 )

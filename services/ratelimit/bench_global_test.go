@@ -25,7 +25,7 @@ func (d *discardStore) Sync(context.Context, string, time.Time, time.Time) ([]Gl
 	return nil, nil
 }
 
-// BenchmarkFlushWalk240k walks 240,000 windows (the RFC's 10× scale), 10 %
+// BenchmarkFlushWalk240k walks 240,000 windows (ten times the load the design was sized for), 10 %
 // of them above the utilization floor, collecting and sorting what to
 // publish, with a store that discards it.
 func BenchmarkFlushWalk240k(b *testing.B) {
@@ -81,7 +81,7 @@ func BenchmarkBulkUpsert5k(b *testing.B) {
 }
 
 // BenchmarkSync45k reads 45,000 live cells published by other regions (the
-// RFC's 10× scale) from a real MariaDB and imports them into the limiter.
+// ten times the load the design was sized for) from a real MariaDB and imports them into the limiter.
 func BenchmarkSync45k(b *testing.B) {
 	sqlDB := benchDB(b)
 	store := NewMySQLStore(sqlDB)
@@ -123,7 +123,7 @@ func BenchmarkLimitWarmWithGlobal(b *testing.B) {
 	}
 }
 
-// BenchmarkSyncChanged45k is the incremental sync at the RFC's 10× scale:
+// BenchmarkSyncChanged45k is the incremental sync at ten times the design load:
 // 45,000 live cells from other regions, of which 500 (or none, for an idle
 // process) changed since the previous sync. Before the sync read only
 // changed rows, every sync read all 45,000 (BenchmarkSync45k).

@@ -157,7 +157,7 @@ func TestWriteCrossRegionAccuracyReport(t *testing.T) {
 	}
 	reset := openCrossDB(t)
 	var b strings.Builder
-	fmt.Fprintf(&b, "| R | traffic | offered (× limit) | RFC bound | 60 s windows: mean | max | 10 min windows: mean | max |\n")
+	fmt.Fprintf(&b, "| R | traffic | offered (× limit) | free-zone bound (R × floor) | 60 s windows: mean | max | 10 min windows: mean | max |\n")
 	fmt.Fprintf(&b, "|---:|---|---:|---|---:|---:|---:|---:|\n")
 	for _, r := range []int{2, 3, 5, 10} {
 		even := make([]float64, r)
