@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"sort"
 	"strconv"
 	"sync/atomic"
@@ -102,6 +103,9 @@ func BenchmarkConnect(b *testing.B) {
 		b.Run("limit/"+protocol, func(b *testing.B) {
 			benchServer(b, protocol, []string{"UNKEY_REGION=bench"})
 		})
+		b.Run("batch100/"+protocol, func(b *testing.B) {
+			benchServerWith(b, []string{"UNKEY_REGION=bench"}, func(url string) { benchBatch(b, url, protocol, 100) })
+		})
 		b.Run("limit+redis+mysql/"+protocol, func(b *testing.B) {
 			r := testserver.StartRedis(b)
 			m := testserver.StartMariaDB(b)
@@ -110,9 +114,15 @@ func BenchmarkConnect(b *testing.B) {
 	}
 }
 
-// benchServer benchmarks the real API server with the configuration in
-// environ, its background loops running.
+// benchServer benchmarks Limit calls to the real API server with the
+// configuration in environ, its background loops running.
 func benchServer(b *testing.B, protocol string, environ []string) {
+	benchServerWith(b, environ, func(url string) { benchLimit(b, url, protocol) })
+}
+
+// benchServerWith starts the real API server with the configuration in
+// environ and runs bench against its URL.
+func benchServerWith(b *testing.B, environ []string, bench func(url string)) {
 	cfg, err := loadConfig(environ)
 	if err != nil {
 		b.Fatal(err)
@@ -129,5 +139,35 @@ func benchServer(b *testing.B, protocol string, environ []string) {
 	done := make(chan error, 1)
 	go func() { done <- srv.serve(ctx, ln) }()
 	b.Cleanup(func() { cancel(); <-done })
-	benchLimit(b, "http://"+ln.Addr().String(), protocol)
+	bench("http://" + ln.Addr().String())
+}
+
+// benchBatch sends BatchLimit calls of size independent requests from 32
+// concurrent clients and reports decisions per second, in all and per core
+// (client and server share the cores).
+func benchBatch(b *testing.B, url, protocol string, size int) {
+	client := benchClient(url, protocol)
+	var next atomic.Int64
+	b.SetParallelism(16)
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := next.Add(1) - 1
+			req := &ratelimitv1.BatchLimitRequest{Limits: make([]*ratelimitv1.LimitRequest, size)}
+			for j := range req.Limits {
+				req.Limits[j] = &ratelimitv1.LimitRequest{Namespace: "bench", Identifier: "user_" + strconv.Itoa(int((i*int64(size)+int64(j))%1000)),
+					Limit: 1 << 40, Duration: 60_000}
+			}
+			if _, err := client.BatchLimit(context.Background(), connect.NewRequest(req)); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	elapsed := time.Since(start)
+	b.StopTimer()
+	perSecond := float64(b.N*size) / elapsed.Seconds()
+	b.ReportMetric(perSecond, "decisions/s")
+	b.ReportMetric(perSecond/float64(runtime.GOMAXPROCS(0)), "decisions/s/core")
 }

@@ -16,7 +16,7 @@ type apiMetrics struct {
 func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
 	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "unkey_ratelimit_decisions_total",
-		Help: "Rate limit decisions by RPC (Limit, MultiLimit) and outcome (passed, denied).",
+		Help: "Rate limit decisions by RPC (Limit, MultiLimit; each entry of a BatchLimit counts as a Limit) and outcome (passed, denied).",
 	}, []string{"rpc", "outcome"})
 	if err := reg.Register(decisions); err != nil {
 		return nil, err

@@ -387,3 +387,38 @@ func TestGracefulShutdown(t *testing.T) {
 		t.Fatalf("serve = %v, want nil", err)
 	}
 }
+
+// TestBatchLimit decides independent requests in one call: each is counted
+// on its own, a bad entry fails the call before anything is counted, and an
+// entry past the workspace's window cap is denied alone.
+func TestBatchLimit(t *testing.T) {
+	ts := startServer(t, "UNKEY_MAX_WINDOWS_PER_WORKSPACE=2")
+	entry := func(id string) string {
+		return `{"namespace":"b","identifier":"` + id + `","limit":1,"duration":2592000000}`
+	}
+	code, out := ts.call(t, "BatchLimit", "", `{"limits":[`+entry("a")+`,`+entry("a")+`,`+entry("b")+`,`+entry("c")+`]}`)
+	if code != http.StatusOK {
+		t.Fatalf("BatchLimit: %d %v", code, out)
+	}
+	var got []any
+	for _, r := range out["results"].([]any) {
+		got = append(got, r.(map[string]any)["success"])
+	}
+	if fmt.Sprint(got) != "[true false true false]" {
+		t.Fatalf("verdicts %v, want [true false true false]: a admitted, a again denied, b admitted, c past the cap of 2 windows", got)
+	}
+	code, out = ts.call(t, "BatchLimit", "", `{"limits":[`+entry("b")+`,{"namespace":"b","identifier":"a","limit":0,"duration":60000}]}`)
+	if code != http.StatusBadRequest || out["message"] != "limits[1].limit: must be between 1 and 9007199254740992" {
+		t.Fatalf("a bad entry: %d %v", code, out)
+	}
+	if _, out := ts.call(t, "Limit", "", `{"namespace":"b","identifier":"b","limit":1,"duration":2592000000,"cost":0}`); out["remaining"] != "0" {
+		t.Fatalf("b after the refused batch: %v, want only the first batch's count", out)
+	}
+	many := make([]string, 1001)
+	for i := range many {
+		many[i] = entry("a")
+	}
+	if code, out := ts.call(t, "BatchLimit", "", `{"limits":[`+strings.Join(many, ",")+`]}`); code != http.StatusBadRequest || out["message"] != "limits: must hold 1 to 1000 limits" {
+		t.Fatalf("1,001 entries: %d %v", code, out)
+	}
+}

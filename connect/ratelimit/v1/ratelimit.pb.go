@@ -306,7 +306,102 @@ func (x *MultiLimitResponse) GetResults() []*MultiLimitResult {
 	return nil
 }
 
-// MultiLimitResult is the verdict of one limit of a MultiLimitRequest.
+// BatchLimitRequest holds independent requests to decide.
+type BatchLimitRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Limits to decide: 1 to 1,000, each on its own, in order.
+	Limits        []*LimitRequest `protobuf:"bytes,1,rep,name=limits,proto3" json:"limits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchLimitRequest) Reset() {
+	*x = BatchLimitRequest{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchLimitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchLimitRequest) ProtoMessage() {}
+
+func (x *BatchLimitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchLimitRequest.ProtoReflect.Descriptor instead.
+func (*BatchLimitRequest) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *BatchLimitRequest) GetLimits() []*LimitRequest {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+// BatchLimitResponse holds one verdict per request, in request order.
+type BatchLimitResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Results of the requests: success says whether that request was admitted
+	// and counted. An entry that would take its workspace past the window cap
+	// is denied.
+	Results       []*MultiLimitResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchLimitResponse) Reset() {
+	*x = BatchLimitResponse{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchLimitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchLimitResponse) ProtoMessage() {}
+
+func (x *BatchLimitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchLimitResponse.ProtoReflect.Descriptor instead.
+func (*BatchLimitResponse) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *BatchLimitResponse) GetResults() []*MultiLimitResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// MultiLimitResult is the verdict of one limit of a MultiLimitRequest or
+// BatchLimitRequest.
 type MultiLimitResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Namespace repeats the limit's namespace.
@@ -336,7 +431,7 @@ type MultiLimitResult struct {
 
 func (x *MultiLimitResult) Reset() {
 	*x = MultiLimitResult{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[4]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -348,7 +443,7 @@ func (x *MultiLimitResult) String() string {
 func (*MultiLimitResult) ProtoMessage() {}
 
 func (x *MultiLimitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[4]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -361,7 +456,7 @@ func (x *MultiLimitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiLimitResult.ProtoReflect.Descriptor instead.
 func (*MultiLimitResult) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{4}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *MultiLimitResult) GetNamespace() string {
@@ -444,7 +539,7 @@ type Override struct {
 
 func (x *Override) Reset() {
 	*x = Override{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -456,7 +551,7 @@ func (x *Override) String() string {
 func (*Override) ProtoMessage() {}
 
 func (x *Override) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -469,7 +564,7 @@ func (x *Override) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Override.ProtoReflect.Descriptor instead.
 func (*Override) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{5}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Override) GetId() string {
@@ -524,7 +619,7 @@ type SetOverrideRequest struct {
 
 func (x *SetOverrideRequest) Reset() {
 	*x = SetOverrideRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -536,7 +631,7 @@ func (x *SetOverrideRequest) String() string {
 func (*SetOverrideRequest) ProtoMessage() {}
 
 func (x *SetOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -549,7 +644,7 @@ func (x *SetOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetOverrideRequest.ProtoReflect.Descriptor instead.
 func (*SetOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{6}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SetOverrideRequest) GetNamespace() string {
@@ -592,7 +687,7 @@ type SetOverrideResponse struct {
 
 func (x *SetOverrideResponse) Reset() {
 	*x = SetOverrideResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -604,7 +699,7 @@ func (x *SetOverrideResponse) String() string {
 func (*SetOverrideResponse) ProtoMessage() {}
 
 func (x *SetOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -617,7 +712,7 @@ func (x *SetOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetOverrideResponse.ProtoReflect.Descriptor instead.
 func (*SetOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{7}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SetOverrideResponse) GetOverride() *Override {
@@ -640,7 +735,7 @@ type GetOverrideRequest struct {
 
 func (x *GetOverrideRequest) Reset() {
 	*x = GetOverrideRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -652,7 +747,7 @@ func (x *GetOverrideRequest) String() string {
 func (*GetOverrideRequest) ProtoMessage() {}
 
 func (x *GetOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -665,7 +760,7 @@ func (x *GetOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOverrideRequest.ProtoReflect.Descriptor instead.
 func (*GetOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{8}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetOverrideRequest) GetNamespace() string {
@@ -693,7 +788,7 @@ type GetOverrideResponse struct {
 
 func (x *GetOverrideResponse) Reset() {
 	*x = GetOverrideResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -705,7 +800,7 @@ func (x *GetOverrideResponse) String() string {
 func (*GetOverrideResponse) ProtoMessage() {}
 
 func (x *GetOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -718,7 +813,7 @@ func (x *GetOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOverrideResponse.ProtoReflect.Descriptor instead.
 func (*GetOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{9}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetOverrideResponse) GetOverride() *Override {
@@ -743,7 +838,7 @@ type ListOverridesRequest struct {
 
 func (x *ListOverridesRequest) Reset() {
 	*x = ListOverridesRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +850,7 @@ func (x *ListOverridesRequest) String() string {
 func (*ListOverridesRequest) ProtoMessage() {}
 
 func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,7 +863,7 @@ func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesRequest.ProtoReflect.Descriptor instead.
 func (*ListOverridesRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{10}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListOverridesRequest) GetNamespace() string {
@@ -805,7 +900,7 @@ type ListOverridesResponse struct {
 
 func (x *ListOverridesResponse) Reset() {
 	*x = ListOverridesResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -817,7 +912,7 @@ func (x *ListOverridesResponse) String() string {
 func (*ListOverridesResponse) ProtoMessage() {}
 
 func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -830,7 +925,7 @@ func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesResponse.ProtoReflect.Descriptor instead.
 func (*ListOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{11}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListOverridesResponse) GetOverrides() []*Override {
@@ -860,7 +955,7 @@ type DeleteOverrideRequest struct {
 
 func (x *DeleteOverrideRequest) Reset() {
 	*x = DeleteOverrideRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -872,7 +967,7 @@ func (x *DeleteOverrideRequest) String() string {
 func (*DeleteOverrideRequest) ProtoMessage() {}
 
 func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -885,7 +980,7 @@ func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideRequest.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{12}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeleteOverrideRequest) GetNamespace() string {
@@ -911,7 +1006,7 @@ type DeleteOverrideResponse struct {
 
 func (x *DeleteOverrideResponse) Reset() {
 	*x = DeleteOverrideResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -923,7 +1018,7 @@ func (x *DeleteOverrideResponse) String() string {
 func (*DeleteOverrideResponse) ProtoMessage() {}
 
 func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -936,7 +1031,7 @@ func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideResponse.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{13}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{15}
 }
 
 var File_ratelimit_v1_ratelimit_proto protoreflect.FileDescriptor
@@ -966,7 +1061,11 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x06limits\x18\x01 \x03(\v2\x1a.ratelimit.v1.LimitRequestR\x06limits\"f\n" +
 	"\x12MultiLimitResponse\x12\x16\n" +
 	"\x06passed\x18\x01 \x01(\bR\x06passed\x128\n" +
-	"\aresults\x18\x02 \x03(\v2\x1e.ratelimit.v1.MultiLimitResultR\aresults\"\xf6\x01\n" +
+	"\aresults\x18\x02 \x03(\v2\x1e.ratelimit.v1.MultiLimitResultR\aresults\"G\n" +
+	"\x11BatchLimitRequest\x122\n" +
+	"\x06limits\x18\x01 \x03(\v2\x1a.ratelimit.v1.LimitRequestR\x06limits\"N\n" +
+	"\x12BatchLimitResponse\x128\n" +
+	"\aresults\x18\x01 \x03(\v2\x1e.ratelimit.v1.MultiLimitResultR\aresults\"\xf6\x01\n" +
 	"\x10MultiLimitResult\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1e\n" +
 	"\n" +
@@ -1016,11 +1115,13 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\n" +
 	"identifier\x18\x02 \x01(\tR\n" +
 	"identifier\"\x18\n" +
-	"\x16DeleteOverrideResponse2\x90\x04\n" +
+	"\x16DeleteOverrideResponse2\xe3\x04\n" +
 	"\x10RatelimitService\x12B\n" +
 	"\x05Limit\x12\x1a.ratelimit.v1.LimitRequest\x1a\x1b.ratelimit.v1.LimitResponse\"\x00\x12Q\n" +
 	"\n" +
-	"MultiLimit\x12\x1f.ratelimit.v1.MultiLimitRequest\x1a .ratelimit.v1.MultiLimitResponse\"\x00\x12T\n" +
+	"MultiLimit\x12\x1f.ratelimit.v1.MultiLimitRequest\x1a .ratelimit.v1.MultiLimitResponse\"\x00\x12Q\n" +
+	"\n" +
+	"BatchLimit\x12\x1f.ratelimit.v1.BatchLimitRequest\x1a .ratelimit.v1.BatchLimitResponse\"\x00\x12T\n" +
 	"\vSetOverride\x12 .ratelimit.v1.SetOverrideRequest\x1a!.ratelimit.v1.SetOverrideResponse\"\x00\x12T\n" +
 	"\vGetOverride\x12 .ratelimit.v1.GetOverrideRequest\x1a!.ratelimit.v1.GetOverrideResponse\"\x00\x12Z\n" +
 	"\rListOverrides\x12\".ratelimit.v1.ListOverridesRequest\x1a#.ratelimit.v1.ListOverridesResponse\"\x00\x12]\n" +
@@ -1039,46 +1140,52 @@ func file_ratelimit_v1_ratelimit_proto_rawDescGZIP() []byte {
 	return file_ratelimit_v1_ratelimit_proto_rawDescData
 }
 
-var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_ratelimit_v1_ratelimit_proto_goTypes = []any{
 	(*LimitRequest)(nil),           // 0: ratelimit.v1.LimitRequest
 	(*LimitResponse)(nil),          // 1: ratelimit.v1.LimitResponse
 	(*MultiLimitRequest)(nil),      // 2: ratelimit.v1.MultiLimitRequest
 	(*MultiLimitResponse)(nil),     // 3: ratelimit.v1.MultiLimitResponse
-	(*MultiLimitResult)(nil),       // 4: ratelimit.v1.MultiLimitResult
-	(*Override)(nil),               // 5: ratelimit.v1.Override
-	(*SetOverrideRequest)(nil),     // 6: ratelimit.v1.SetOverrideRequest
-	(*SetOverrideResponse)(nil),    // 7: ratelimit.v1.SetOverrideResponse
-	(*GetOverrideRequest)(nil),     // 8: ratelimit.v1.GetOverrideRequest
-	(*GetOverrideResponse)(nil),    // 9: ratelimit.v1.GetOverrideResponse
-	(*ListOverridesRequest)(nil),   // 10: ratelimit.v1.ListOverridesRequest
-	(*ListOverridesResponse)(nil),  // 11: ratelimit.v1.ListOverridesResponse
-	(*DeleteOverrideRequest)(nil),  // 12: ratelimit.v1.DeleteOverrideRequest
-	(*DeleteOverrideResponse)(nil), // 13: ratelimit.v1.DeleteOverrideResponse
+	(*BatchLimitRequest)(nil),      // 4: ratelimit.v1.BatchLimitRequest
+	(*BatchLimitResponse)(nil),     // 5: ratelimit.v1.BatchLimitResponse
+	(*MultiLimitResult)(nil),       // 6: ratelimit.v1.MultiLimitResult
+	(*Override)(nil),               // 7: ratelimit.v1.Override
+	(*SetOverrideRequest)(nil),     // 8: ratelimit.v1.SetOverrideRequest
+	(*SetOverrideResponse)(nil),    // 9: ratelimit.v1.SetOverrideResponse
+	(*GetOverrideRequest)(nil),     // 10: ratelimit.v1.GetOverrideRequest
+	(*GetOverrideResponse)(nil),    // 11: ratelimit.v1.GetOverrideResponse
+	(*ListOverridesRequest)(nil),   // 12: ratelimit.v1.ListOverridesRequest
+	(*ListOverridesResponse)(nil),  // 13: ratelimit.v1.ListOverridesResponse
+	(*DeleteOverrideRequest)(nil),  // 14: ratelimit.v1.DeleteOverrideRequest
+	(*DeleteOverrideResponse)(nil), // 15: ratelimit.v1.DeleteOverrideResponse
 }
 var file_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
 	0,  // 0: ratelimit.v1.MultiLimitRequest.limits:type_name -> ratelimit.v1.LimitRequest
-	4,  // 1: ratelimit.v1.MultiLimitResponse.results:type_name -> ratelimit.v1.MultiLimitResult
-	5,  // 2: ratelimit.v1.SetOverrideResponse.override:type_name -> ratelimit.v1.Override
-	5,  // 3: ratelimit.v1.GetOverrideResponse.override:type_name -> ratelimit.v1.Override
-	5,  // 4: ratelimit.v1.ListOverridesResponse.overrides:type_name -> ratelimit.v1.Override
-	0,  // 5: ratelimit.v1.RatelimitService.Limit:input_type -> ratelimit.v1.LimitRequest
-	2,  // 6: ratelimit.v1.RatelimitService.MultiLimit:input_type -> ratelimit.v1.MultiLimitRequest
-	6,  // 7: ratelimit.v1.RatelimitService.SetOverride:input_type -> ratelimit.v1.SetOverrideRequest
-	8,  // 8: ratelimit.v1.RatelimitService.GetOverride:input_type -> ratelimit.v1.GetOverrideRequest
-	10, // 9: ratelimit.v1.RatelimitService.ListOverrides:input_type -> ratelimit.v1.ListOverridesRequest
-	12, // 10: ratelimit.v1.RatelimitService.DeleteOverride:input_type -> ratelimit.v1.DeleteOverrideRequest
-	1,  // 11: ratelimit.v1.RatelimitService.Limit:output_type -> ratelimit.v1.LimitResponse
-	3,  // 12: ratelimit.v1.RatelimitService.MultiLimit:output_type -> ratelimit.v1.MultiLimitResponse
-	7,  // 13: ratelimit.v1.RatelimitService.SetOverride:output_type -> ratelimit.v1.SetOverrideResponse
-	9,  // 14: ratelimit.v1.RatelimitService.GetOverride:output_type -> ratelimit.v1.GetOverrideResponse
-	11, // 15: ratelimit.v1.RatelimitService.ListOverrides:output_type -> ratelimit.v1.ListOverridesResponse
-	13, // 16: ratelimit.v1.RatelimitService.DeleteOverride:output_type -> ratelimit.v1.DeleteOverrideResponse
-	11, // [11:17] is the sub-list for method output_type
-	5,  // [5:11] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	6,  // 1: ratelimit.v1.MultiLimitResponse.results:type_name -> ratelimit.v1.MultiLimitResult
+	0,  // 2: ratelimit.v1.BatchLimitRequest.limits:type_name -> ratelimit.v1.LimitRequest
+	6,  // 3: ratelimit.v1.BatchLimitResponse.results:type_name -> ratelimit.v1.MultiLimitResult
+	7,  // 4: ratelimit.v1.SetOverrideResponse.override:type_name -> ratelimit.v1.Override
+	7,  // 5: ratelimit.v1.GetOverrideResponse.override:type_name -> ratelimit.v1.Override
+	7,  // 6: ratelimit.v1.ListOverridesResponse.overrides:type_name -> ratelimit.v1.Override
+	0,  // 7: ratelimit.v1.RatelimitService.Limit:input_type -> ratelimit.v1.LimitRequest
+	2,  // 8: ratelimit.v1.RatelimitService.MultiLimit:input_type -> ratelimit.v1.MultiLimitRequest
+	4,  // 9: ratelimit.v1.RatelimitService.BatchLimit:input_type -> ratelimit.v1.BatchLimitRequest
+	8,  // 10: ratelimit.v1.RatelimitService.SetOverride:input_type -> ratelimit.v1.SetOverrideRequest
+	10, // 11: ratelimit.v1.RatelimitService.GetOverride:input_type -> ratelimit.v1.GetOverrideRequest
+	12, // 12: ratelimit.v1.RatelimitService.ListOverrides:input_type -> ratelimit.v1.ListOverridesRequest
+	14, // 13: ratelimit.v1.RatelimitService.DeleteOverride:input_type -> ratelimit.v1.DeleteOverrideRequest
+	1,  // 14: ratelimit.v1.RatelimitService.Limit:output_type -> ratelimit.v1.LimitResponse
+	3,  // 15: ratelimit.v1.RatelimitService.MultiLimit:output_type -> ratelimit.v1.MultiLimitResponse
+	5,  // 16: ratelimit.v1.RatelimitService.BatchLimit:output_type -> ratelimit.v1.BatchLimitResponse
+	9,  // 17: ratelimit.v1.RatelimitService.SetOverride:output_type -> ratelimit.v1.SetOverrideResponse
+	11, // 18: ratelimit.v1.RatelimitService.GetOverride:output_type -> ratelimit.v1.GetOverrideResponse
+	13, // 19: ratelimit.v1.RatelimitService.ListOverrides:output_type -> ratelimit.v1.ListOverridesResponse
+	15, // 20: ratelimit.v1.RatelimitService.DeleteOverride:output_type -> ratelimit.v1.DeleteOverrideResponse
+	14, // [14:21] is the sub-list for method output_type
+	7,  // [7:14] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_ratelimit_v1_ratelimit_proto_init() }
@@ -1093,7 +1200,7 @@ func file_ratelimit_v1_ratelimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ratelimit_v1_ratelimit_proto_rawDesc), len(file_ratelimit_v1_ratelimit_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

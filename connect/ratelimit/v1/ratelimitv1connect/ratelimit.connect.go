@@ -38,6 +38,9 @@ const (
 	// RatelimitServiceMultiLimitProcedure is the fully-qualified name of the RatelimitService's
 	// MultiLimit RPC.
 	RatelimitServiceMultiLimitProcedure = "/ratelimit.v1.RatelimitService/MultiLimit"
+	// RatelimitServiceBatchLimitProcedure is the fully-qualified name of the RatelimitService's
+	// BatchLimit RPC.
+	RatelimitServiceBatchLimitProcedure = "/ratelimit.v1.RatelimitService/BatchLimit"
 	// RatelimitServiceSetOverrideProcedure is the fully-qualified name of the RatelimitService's
 	// SetOverride RPC.
 	RatelimitServiceSetOverrideProcedure = "/ratelimit.v1.RatelimitService/SetOverride"
@@ -60,6 +63,10 @@ type RatelimitServiceClient interface {
 	// MultiLimit decides several limits at once, all or nothing: when any limit
 	// fails, nothing is counted anywhere (memory, Redis, MySQL).
 	MultiLimit(context.Context, *connect.Request[v1.MultiLimitRequest]) (*connect.Response[v1.MultiLimitResponse], error)
+	// BatchLimit decides up to 1,000 independent requests in one call, for a
+	// gateway deciding many unrelated requests: each has its own verdict and is
+	// counted on its own (unlike MultiLimit, there is no all or nothing).
+	BatchLimit(context.Context, *connect.Request[v1.BatchLimitRequest]) (*connect.Response[v1.BatchLimitResponse], error)
 	// SetOverride creates or replaces the override of an identifier (or a
 	// pattern with * wildcards) of a namespace: requests it matches are
 	// decided with its limit and duration instead of theirs. It applies on the
@@ -99,6 +106,12 @@ func NewRatelimitServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(ratelimitServiceMethods.ByName("MultiLimit")),
 			connect.WithClientOptions(opts...),
 		),
+		batchLimit: connect.NewClient[v1.BatchLimitRequest, v1.BatchLimitResponse](
+			httpClient,
+			baseURL+RatelimitServiceBatchLimitProcedure,
+			connect.WithSchema(ratelimitServiceMethods.ByName("BatchLimit")),
+			connect.WithClientOptions(opts...),
+		),
 		setOverride: connect.NewClient[v1.SetOverrideRequest, v1.SetOverrideResponse](
 			httpClient,
 			baseURL+RatelimitServiceSetOverrideProcedure,
@@ -130,6 +143,7 @@ func NewRatelimitServiceClient(httpClient connect.HTTPClient, baseURL string, op
 type ratelimitServiceClient struct {
 	limit          *connect.Client[v1.LimitRequest, v1.LimitResponse]
 	multiLimit     *connect.Client[v1.MultiLimitRequest, v1.MultiLimitResponse]
+	batchLimit     *connect.Client[v1.BatchLimitRequest, v1.BatchLimitResponse]
 	setOverride    *connect.Client[v1.SetOverrideRequest, v1.SetOverrideResponse]
 	getOverride    *connect.Client[v1.GetOverrideRequest, v1.GetOverrideResponse]
 	listOverrides  *connect.Client[v1.ListOverridesRequest, v1.ListOverridesResponse]
@@ -144,6 +158,11 @@ func (c *ratelimitServiceClient) Limit(ctx context.Context, req *connect.Request
 // MultiLimit calls ratelimit.v1.RatelimitService.MultiLimit.
 func (c *ratelimitServiceClient) MultiLimit(ctx context.Context, req *connect.Request[v1.MultiLimitRequest]) (*connect.Response[v1.MultiLimitResponse], error) {
 	return c.multiLimit.CallUnary(ctx, req)
+}
+
+// BatchLimit calls ratelimit.v1.RatelimitService.BatchLimit.
+func (c *ratelimitServiceClient) BatchLimit(ctx context.Context, req *connect.Request[v1.BatchLimitRequest]) (*connect.Response[v1.BatchLimitResponse], error) {
+	return c.batchLimit.CallUnary(ctx, req)
 }
 
 // SetOverride calls ratelimit.v1.RatelimitService.SetOverride.
@@ -174,6 +193,10 @@ type RatelimitServiceHandler interface {
 	// MultiLimit decides several limits at once, all or nothing: when any limit
 	// fails, nothing is counted anywhere (memory, Redis, MySQL).
 	MultiLimit(context.Context, *connect.Request[v1.MultiLimitRequest]) (*connect.Response[v1.MultiLimitResponse], error)
+	// BatchLimit decides up to 1,000 independent requests in one call, for a
+	// gateway deciding many unrelated requests: each has its own verdict and is
+	// counted on its own (unlike MultiLimit, there is no all or nothing).
+	BatchLimit(context.Context, *connect.Request[v1.BatchLimitRequest]) (*connect.Response[v1.BatchLimitResponse], error)
 	// SetOverride creates or replaces the override of an identifier (or a
 	// pattern with * wildcards) of a namespace: requests it matches are
 	// decided with its limit and duration instead of theirs. It applies on the
@@ -209,6 +232,12 @@ func NewRatelimitServiceHandler(svc RatelimitServiceHandler, opts ...connect.Han
 		connect.WithSchema(ratelimitServiceMethods.ByName("MultiLimit")),
 		connect.WithHandlerOptions(opts...),
 	)
+	ratelimitServiceBatchLimitHandler := connect.NewUnaryHandler(
+		RatelimitServiceBatchLimitProcedure,
+		svc.BatchLimit,
+		connect.WithSchema(ratelimitServiceMethods.ByName("BatchLimit")),
+		connect.WithHandlerOptions(opts...),
+	)
 	ratelimitServiceSetOverrideHandler := connect.NewUnaryHandler(
 		RatelimitServiceSetOverrideProcedure,
 		svc.SetOverride,
@@ -239,6 +268,8 @@ func NewRatelimitServiceHandler(svc RatelimitServiceHandler, opts ...connect.Han
 			ratelimitServiceLimitHandler.ServeHTTP(w, r)
 		case RatelimitServiceMultiLimitProcedure:
 			ratelimitServiceMultiLimitHandler.ServeHTTP(w, r)
+		case RatelimitServiceBatchLimitProcedure:
+			ratelimitServiceBatchLimitHandler.ServeHTTP(w, r)
 		case RatelimitServiceSetOverrideProcedure:
 			ratelimitServiceSetOverrideHandler.ServeHTTP(w, r)
 		case RatelimitServiceGetOverrideProcedure:
@@ -262,6 +293,10 @@ func (UnimplementedRatelimitServiceHandler) Limit(context.Context, *connect.Requ
 
 func (UnimplementedRatelimitServiceHandler) MultiLimit(context.Context, *connect.Request[v1.MultiLimitRequest]) (*connect.Response[v1.MultiLimitResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ratelimit.v1.RatelimitService.MultiLimit is not implemented"))
+}
+
+func (UnimplementedRatelimitServiceHandler) BatchLimit(context.Context, *connect.Request[v1.BatchLimitRequest]) (*connect.Response[v1.BatchLimitResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ratelimit.v1.RatelimitService.BatchLimit is not implemented"))
 }
 
 func (UnimplementedRatelimitServiceHandler) SetOverride(context.Context, *connect.Request[v1.SetOverrideRequest]) (*connect.Response[v1.SetOverrideResponse], error) {
