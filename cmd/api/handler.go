@@ -27,6 +27,8 @@ var _ ratelimitv1connect.RatelimitServiceHandler = (*handler)(nil)
 // Limit implements RatelimitService.Limit.
 func (h *handler) Limit(ctx context.Context, req *connect.Request[ratelimitv1.LimitRequest]) (*connect.Response[ratelimitv1.LimitResponse], error) {
 	r := toRequest(workspaceFrom(ctx), req.Msg)
+	// Validated before an override replaces the limit and duration, so that
+	// a caller's bad values are refused whether or not one applies.
 	if err := r.Validate(); err != nil {
 		return nil, toConnectError(err)
 	}
@@ -96,19 +98,12 @@ const maxBatchLimit = 1000
 // counted; one that would take its workspace past the window cap is denied.
 func (h *handler) BatchLimit(ctx context.Context, req *connect.Request[ratelimitv1.BatchLimitRequest]) (*connect.Response[ratelimitv1.BatchLimitResponse], error) {
 	ws := workspaceFrom(ctx)
-	if n := len(req.Msg.Limits); n == 0 || n > maxBatchLimit {
-		return nil, toConnectError(&ratelimit.ValidationError{Field: "limits", Rule: fmt.Sprintf("must hold 1 to %d limits", maxBatchLimit)})
-	}
 	reqs := make([]ratelimit.Request, len(req.Msg.Limits))
 	for i, l := range req.Msg.Limits {
 		reqs[i] = toRequest(ws, l)
-		if err := reqs[i].Validate(); err != nil {
-			var ve *ratelimit.ValidationError
-			if errors.As(err, &ve) {
-				err = &ratelimit.ValidationError{Field: fmt.Sprintf("limits[%d].%s", i, ve.Field), Rule: ve.Rule}
-			}
-			return nil, toConnectError(err)
-		}
+	}
+	if err := ratelimit.ValidateEach(reqs, maxBatchLimit); err != nil {
+		return nil, toConnectError(err)
 	}
 	out := &ratelimitv1.BatchLimitResponse{Results: make([]*ratelimitv1.MultiLimitResult, len(reqs))}
 	for i := range reqs {

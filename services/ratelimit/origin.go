@@ -8,9 +8,10 @@ import (
 // Origin is the regional source of truth: a store that the processes of one
 // region share (Redis, see [RedisOrigin]). Processes add what they accepted to
 // it and read from it what the others accepted. The limiter waits on it only
-// for a cold cell and for a strict key (at most once per refresh interval,
-// at most originTimeout), guards every call with a circuit breaker, and
-// decides from local state while it is unavailable.
+// for a cold cell, a strict key (at most once per refresh interval) and a key
+// whose copy is older than maxCopyAge, each at most originTimeout; it guards
+// every call with a circuit breaker and decides from local state while the
+// origin is unavailable.
 type Origin interface {
 	// Load returns the count of each cell, in order. A cell the origin does
 	// not hold counts 0.

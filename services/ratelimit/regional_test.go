@@ -473,7 +473,10 @@ func TestIdleCopyIsReadFirst(t *testing.T) {
 	if got := testutil.ToFloat64(b.metrics.originOps.WithLabelValues(opAged, resultOK)); got != 1 {
 		t.Fatalf("aged reads after the hot key = %v, want still 1", got)
 	}
-	if got := testutil.ToFloat64(b.metrics.originOps.WithLabelValues(opStale, resultOK)); got < 10 {
-		t.Fatalf("background refreshes of the hot key = %v, want about one per 500 ms", got)
+	// About one per 800 ms of clock (every second request finds the copy
+	// older than 500 ms): 12 or 13; the slack covers a refresh still queued
+	// on a loaded machine.
+	if got := testutil.ToFloat64(b.metrics.originOps.WithLabelValues(opStale, resultOK)); got < 8 {
+		t.Fatalf("background refreshes of the hot key = %v, want about one per 800 ms of clock", got)
 	}
 }

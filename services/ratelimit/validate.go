@@ -56,9 +56,12 @@ func (r *Request) Validate() error {
 // ValidateBatch reports the first request of a batch that breaks a rule,
 // naming it by its place (such as "limits[2].cost"), or a batch that holds
 // no request or more than [MaxBatch].
-func ValidateBatch(reqs []Request) error {
-	if len(reqs) == 0 || len(reqs) > MaxBatch {
-		return &ValidationError{Field: "limits", Rule: fmt.Sprintf("must hold 1 to %d limits", MaxBatch)}
+func ValidateBatch(reqs []Request) error { return ValidateEach(reqs, MaxBatch) }
+
+// ValidateEach is ValidateBatch for a list of at most max requests.
+func ValidateEach(reqs []Request, max int) error {
+	if len(reqs) == 0 || len(reqs) > max {
+		return &ValidationError{Field: "limits", Rule: fmt.Sprintf("must hold 1 to %d limits", max)}
 	}
 	for i := range reqs {
 		if err := reqs[i].Validate(); err != nil {
