@@ -31,7 +31,17 @@ type config struct {
 
 	// OverridesPollInterval is how often the process reads other processes'
 	// override changes from MySQL.
-	OverridesPollInterval time.Duration `env:"UNKEY_OVERRIDES_POLL_INTERVAL" envDefault:"1s"`
+	OverridesPollInterval time.Duration `env:"UNKEY_OVERRIDES_POLL_INTERVAL" envDefault:"2s"`
+
+	// The global counters' schedule: how often the process publishes the
+	// cells that crossed the utilization floor or grew by a tenth of their
+	// limit, how often it publishes every cell that grew, and how often it
+	// reads the other regions' changes. 10s for all three is the
+	// conservative setting: a tenth of the writes and idle reads, ten times
+	// the cross-region latency.
+	GlobalFlushInterval     time.Duration `env:"UNKEY_GLOBAL_FLUSH_INTERVAL" envDefault:"1s"`
+	GlobalFullFlushInterval time.Duration `env:"UNKEY_GLOBAL_FULL_FLUSH_INTERVAL" envDefault:"10s"`
+	GlobalSyncInterval      time.Duration `env:"UNKEY_GLOBAL_SYNC_INTERVAL" envDefault:"1s"`
 
 	// Bounds on what one client may hold of the server; see limits.go.
 	ReadTimeout          time.Duration `env:"UNKEY_HTTP_READ_TIMEOUT" envDefault:"10s"`
@@ -75,10 +85,15 @@ func loadConfig(environ []string) (config, error) {
 		name string
 		v    time.Duration
 	}{{"UNKEY_HTTP_READ_TIMEOUT", c.ReadTimeout}, {"UNKEY_HTTP_WRITE_TIMEOUT", c.WriteTimeout}, {"UNKEY_HTTP_IDLE_TIMEOUT", c.IdleTimeout},
-		{"UNKEY_OVERRIDES_POLL_INTERVAL", c.OverridesPollInterval}} {
+		{"UNKEY_OVERRIDES_POLL_INTERVAL", c.OverridesPollInterval}, {"UNKEY_GLOBAL_FLUSH_INTERVAL", c.GlobalFlushInterval},
+		{"UNKEY_GLOBAL_FULL_FLUSH_INTERVAL", c.GlobalFullFlushInterval}, {"UNKEY_GLOBAL_SYNC_INTERVAL", c.GlobalSyncInterval}} {
 		if d.v < 100*time.Millisecond || d.v > time.Hour {
 			return config{}, fmt.Errorf("%s: must be between 100ms and 1h, got %s", d.name, d.v)
 		}
+	}
+	if c.GlobalFullFlushInterval < c.GlobalFlushInterval {
+		return config{}, fmt.Errorf("UNKEY_GLOBAL_FULL_FLUSH_INTERVAL: must be at least UNKEY_GLOBAL_FLUSH_INTERVAL (%s), got %s",
+			c.GlobalFlushInterval, c.GlobalFullFlushInterval)
 	}
 	if c.MaxWindowsPerWorkspace < 1 {
 		return config{}, fmt.Errorf("UNKEY_MAX_WINDOWS_PER_WORKSPACE: must be at least 1, got %d", c.MaxWindowsPerWorkspace)

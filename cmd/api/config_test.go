@@ -3,6 +3,9 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/unkeyed/ratelimit/services/overrides"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
 func TestLoadConfigDefaults(t *testing.T) {
@@ -12,6 +15,10 @@ func TestLoadConfigDefaults(t *testing.T) {
 	}
 	if c.HTTPAddr != ":7070" || c.LogFormat != "json" || c.level.String() != "INFO" || len(c.tokens) != 0 {
 		t.Fatalf("defaults = %+v", c)
+	}
+	if c.GlobalFlushInterval != ratelimit.DefaultGlobalFlushInterval || c.GlobalFullFlushInterval != ratelimit.DefaultGlobalFullFlushInterval ||
+		c.GlobalSyncInterval != ratelimit.DefaultGlobalSyncInterval || c.OverridesPollInterval != overrides.DefaultPollInterval {
+		t.Fatalf("the environment's defaults differ from the packages': %+v", c)
 	}
 }
 
@@ -33,6 +40,10 @@ func TestLoadConfigErrorsNameTheVariable(t *testing.T) {
 		{[]string{"UNKEY_REGION=r", "UNKEY_AUTH_TOKENS=short=ws"}, "UNKEY_AUTH_TOKENS: entry 1: token must be at least 16 characters, got 5"},
 		{[]string{"UNKEY_REGION=r", "UNKEY_REDIS_URL=http://x"}, "UNKEY_REDIS_URL: must be a redis:// or rediss:// URL"},
 		{[]string{"UNKEY_REGION=r", "UNKEY_REDIS_URL=redis://x:notaport"}, "UNKEY_REDIS_URL: must be a redis:// or rediss:// URL"},
+		{[]string{"UNKEY_REGION=r", "UNKEY_GLOBAL_SYNC_INTERVAL=10ms"}, "UNKEY_GLOBAL_SYNC_INTERVAL: must be between 100ms and 1h, got 10ms"},
+		{[]string{"UNKEY_REGION=r", "UNKEY_GLOBAL_FLUSH_INTERVAL=2h"}, "UNKEY_GLOBAL_FLUSH_INTERVAL: must be between 100ms and 1h, got 2h0m0s"},
+		{[]string{"UNKEY_REGION=r", "UNKEY_GLOBAL_FLUSH_INTERVAL=5s", "UNKEY_GLOBAL_FULL_FLUSH_INTERVAL=2s"},
+			"UNKEY_GLOBAL_FULL_FLUSH_INTERVAL: must be at least UNKEY_GLOBAL_FLUSH_INTERVAL (5s), got 2s"},
 	}
 	for _, tc := range cases {
 		_, err := loadConfig(tc.env)

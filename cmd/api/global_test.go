@@ -1,21 +1,27 @@
 package main
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/unkeyed/ratelimit/internal/dbtest"
 	"github.com/unkeyed/ratelimit/internal/testserver"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
 // TestTwoRegions runs two regions, each with its own Redis and two API
-// processes, on one MariaDB. Usage above the floor in region a reaches both
-// processes of region b within one flush and one sync interval (10 s each,
-// plus up to 20 % jitter each).
+// processes, on one MariaDB, on the default global schedule. Region a spends
+// 6 of 10 (above half the limit) on 40 keys at random moments over three
+// seconds; both processes of region b peek at every key every 20 ms until
+// their decisions count it. Each key must reach both within one flush and
+// one sync interval with jitter, with a margin for a loaded machine; the
+// distribution is logged (docs/ACCURACY.md has it over many runs).
 func TestTwoRegions(t *testing.T) {
-	if testing.Short() {
-		t.Skip("waits for the 10 s flush and sync intervals")
-	}
 	m, _ := dbtest.Start(t)
 	ra, rb := testserver.StartRedis(t), testserver.StartRedis(t)
 	start := func(region string, r *testserver.Redis) *testServer {
@@ -24,33 +30,80 @@ func TestTwoRegions(t *testing.T) {
 	a1, a2 := start("a", ra), start("a", ra)
 	b1, b2 := start("b", rb), start("b", rb)
 
-	body := `{"namespace":"api","identifier":"user_42","limit":10,"duration":2592000000}`
-	peek := `{"namespace":"api","identifier":"user_42","limit":10,"duration":2592000000,"cost":0}`
-	for i := 0; i < 6; i++ {
-		srv := []*testServer{a1, a2}[i%2]
-		if _, out := srv.call(t, "Limit", "", body); out["success"] != true {
-			t.Fatalf("region a denied request %d of 6: %v", i, out)
-		}
+	const keys = 40
+	limitJSON := func(key string, cost int) string {
+		return fmt.Sprintf(`{"namespace":"api","identifier":%q,"limit":10,"duration":2592000000,"cost":%d}`, key, cost)
 	}
-	spent := time.Now()
-	bound := 2 * time.Duration(float64(10*time.Second)*1.2)
+	var mu sync.Mutex
+	spentAt := map[string]time.Time{}
+	var spenders sync.WaitGroup
+	for i := range keys {
+		key := fmt.Sprint("user_", i)
+		spenders.Go(func() {
+			time.Sleep(time.Duration(rand.Int64N(int64(3 * time.Second))))
+			srv := []*testServer{a1, a2}[i%2]
+			if _, out := srv.call(t, "Limit", "", limitJSON(key, 6)); out["success"] != true {
+				t.Errorf("region a denied spending 6 of 10 on %s: %v", key, out)
+			}
+			mu.Lock()
+			spentAt[key] = time.Now()
+			mu.Unlock()
+		})
+	}
+	// took[key] is the slowest of region b's processes to see key.
+	took := map[string]time.Duration{}
+	deadline := time.Now().Add(30 * time.Second)
+	var pollers sync.WaitGroup
 	for _, b := range []*testServer{b1, b2} {
-		for {
-			_, out := b.call(t, "Limit", "", peek)
-			if out["remaining"] == "4" {
-				break
+		pollers.Go(func() {
+			seen := map[string]bool{}
+			for len(seen) < keys && time.Now().Before(deadline) {
+				mu.Lock()
+				var pending []string
+				for key := range spentAt {
+					if !seen[key] {
+						pending = append(pending, key)
+					}
+				}
+				mu.Unlock()
+				if len(pending) > 0 {
+					peeks := make([]string, len(pending))
+					for i, key := range pending {
+						peeks[i] = limitJSON(key, 0)
+					}
+					_, out := b.call(t, "BatchLimit", "", `{"limits":[`+strings.Join(peeks, ",")+`]}`)
+					results, _ := out["results"].([]any)
+					now := time.Now()
+					for i, r := range results {
+						if r.(map[string]any)["remaining"] == "4" {
+							seen[pending[i]] = true
+							mu.Lock()
+							took[pending[i]] = max(took[pending[i]], now.Sub(spentAt[pending[i]]))
+							mu.Unlock()
+						}
+					}
+				}
+				time.Sleep(20 * time.Millisecond)
 			}
-			if time.Since(spent) > bound+5*time.Second {
-				t.Fatalf("region b still sees %v remaining %v after region a spent 6 of 10", out["remaining"], time.Since(spent))
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		})
 	}
-	took := time.Since(spent)
-	t.Logf("region b saw region a's usage after %v (bound: flush + sync + jitter = %v)", took, bound)
-	if took > bound+time.Second {
-		t.Errorf("convergence took %v, longer than one flush and one sync interval with jitter (%v)", took, bound)
+	spenders.Wait()
+	pollers.Wait()
+	if len(took) != keys {
+		t.Fatalf("region b saw %d of %d keys within 30 s", len(took), keys)
 	}
+	lat := make([]time.Duration, 0, keys)
+	for _, d := range took {
+		lat = append(lat, d)
+	}
+	slices.Sort(lat)
+	bound := time.Duration(float64(ratelimit.DefaultGlobalFlushInterval+ratelimit.DefaultGlobalSyncInterval) * 1.2)
+	t.Logf("region a's usage reached both processes of region b in: p50 %v, p90 %v, max %v (bound: flush + sync + jitter = %v)",
+		lat[keys/2], lat[keys*9/10], lat[keys-1], bound)
+	if lat[keys-1] > 2*bound {
+		t.Errorf("slowest key took %v, more than twice one flush and one sync interval with jitter (%v)", lat[keys-1], bound)
+	}
+
 	// Region b now admits what is left of the limit, spread over its two
 	// processes, which share counts through their Redis: near the limit a key
 	// is strict and each decision reads Redis first, at most once per
@@ -59,7 +112,7 @@ func TestTwoRegions(t *testing.T) {
 	admitted := 0
 	for i := 0; i < 10; i++ {
 		srv := []*testServer{b1, b2}[i%2]
-		if _, out := srv.call(t, "Limit", "", body); out["success"] == true {
+		if _, out := srv.call(t, "Limit", "", limitJSON("user_0", 1)); out["success"] == true {
 			admitted++
 		}
 		time.Sleep(150 * time.Millisecond)

@@ -74,9 +74,12 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 			return nil, err
 		}
 		closers = append(closers, sqlDB.Close)
-		opts = append(opts, ratelimit.WithGlobalStore(ratelimit.NewMySQLStore(sqlDB)))
+		opts = append(opts, ratelimit.WithGlobalStore(ratelimit.NewMySQLStore(sqlDB)),
+			ratelimit.WithGlobalFlushIntervals(cfg.GlobalFlushInterval, cfg.GlobalFullFlushInterval),
+			ratelimit.WithGlobalSyncInterval(cfg.GlobalSyncInterval))
 		ovOpts = append(ovOpts, overrides.WithStore(overrides.NewMySQLStore(sqlDB)))
-		logger.Info("global counters configured", "mysql", cfg.mysql.Addr, "database", cfg.mysql.DBName)
+		logger.Info("global counters configured", "mysql", cfg.mysql.Addr, "database", cfg.mysql.DBName,
+			"flush", cfg.GlobalFlushInterval, "full_flush", cfg.GlobalFullFlushInterval, "sync", cfg.GlobalSyncInterval)
 	}
 	limiter, err := ratelimit.New(cfg.Region, opts...)
 	if err != nil {

@@ -75,6 +75,8 @@ func StartMariaDB(t testing.TB) *MariaDB {
 	cfg.Addr = "127.0.0.1:" + strconv.Itoa(m.Port)
 	cfg.DBName = "ratelimit"
 	cfg.Timeout = time.Second
+	// As the programs open their pools: one round trip a statement.
+	cfg.InterpolateParams = true
 	m.DSN = cfg.FormatDSN()
 	db, err := sql.Open("mysql", m.serverDSN())
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 // alone.
 type discardStore struct{ published int }
 
-func (d *discardStore) Publish(_ context.Context, _ string, counts []CellCount) (int, error) {
+func (d *discardStore) Publish(_ context.Context, _ string, _ time.Time, counts []CellCount) (int, error) {
 	d.published += len(counts)
 	return len(counts), nil
 }
@@ -45,8 +45,8 @@ func BenchmarkFlushWalk240k(b *testing.B) {
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		st := &globalState{flushed: map[*cell]flushedCount{}} // every hot cell changed
-		s.flushGlobal(ctx, st)
+		st := newGlobalState() // every hot cell changed
+		s.flushGlobal(ctx, st, true)
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(store.published)/float64(b.N), "rows/flush")
@@ -73,7 +73,7 @@ func BenchmarkBulkUpsert5k(b *testing.B) {
 		for j := range counts {
 			counts[j].Count++ // every row changes, as in a busy flush
 		}
-		if _, err := store.Publish(ctx, "us", counts); err != nil {
+		if _, err := store.Publish(ctx, "us", time.Now(), counts); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -91,7 +91,7 @@ func BenchmarkSync45k(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	st := &globalState{flushed: map[*cell]flushedCount{}}
+	st := newGlobalState()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		s.syncGlobal(ctx, st)
@@ -147,7 +147,7 @@ func benchSyncChanged(b *testing.B, changedN int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	st := &globalState{flushed: map[*cell]flushedCount{}}
+	st := newGlobalState()
 	s.syncGlobal(ctx, st) // the first sync reads everything
 	changed := counts[:changedN]
 	var rows float64
@@ -157,7 +157,7 @@ func benchSyncChanged(b *testing.B, changedN int) {
 		for j := range changed {
 			changed[j].Count++
 		}
-		if _, err := store.Publish(ctx, "eu", changed); err != nil {
+		if _, err := store.Publish(ctx, "eu", time.Now(), changed); err != nil {
 			b.Fatal(err)
 		}
 		st.lastSync = time.Now() // as if the previous sync had just run
@@ -178,7 +178,7 @@ func publish45k(b *testing.B, store *MySQLStore) []CellCount {
 		counts[i] = CellCount{Cell: Cell{Workspace: "ws", Namespace: "api", Identifier: "user_" + strconv.Itoa(i),
 			Duration: time.Minute, Sequence: seq}, Count: 50, Limit: 100}
 	}
-	if _, err := store.Publish(context.Background(), "eu", counts); err != nil {
+	if _, err := store.Publish(context.Background(), "eu", time.Now(), counts); err != nil {
 		b.Fatal(err)
 	}
 	return counts

@@ -10,10 +10,10 @@ import (
 // read back as the region's own component and the sum of the others.
 type GlobalStore interface {
 	// Publish raises this region's component of each cell to at least its
-	// count, in the order given (callers sort counts in the store's key
-	// order), and returns how many of them, from the start, it wrote before
-	// the error that stopped it.
-	Publish(ctx context.Context, region string, counts []CellCount) (written int, err error)
+	// count and marks it changed at now, in the order given (callers sort
+	// counts in the store's key order), and returns how many of them, from
+	// the start, it wrote before the error that stopped it.
+	Publish(ctx context.Context, region string, now time.Time, counts []CellCount) (written int, err error)
 	// Sync returns every cell that has not expired at now and of which any
 	// component changed at or after since (all live cells for the zero
 	// time), with this region's own component and the sum of every other
@@ -43,16 +43,29 @@ type GlobalCount struct {
 	OthersLimit int64
 }
 
-// Tuning of the global counters. They are constants because they trade
-// MySQL load against cross-region latency for the whole fleet; a
-// per-process knob would only let regions drift apart.
+// Default intervals of the global counters. A region's usage reaches
+// another region within one flush plus one sync interval (plus jitter): 2.4 s
+// at most with these, where 10 s each (the conservative setting, a tenth of
+// the MySQL writes of busy cells and a tenth of the idle reads) takes up to
+// 24 s, a third of a 60 s window. Idle, a process costs one statement per
+// sync (an index-only count that finds nothing changed) and none per flush.
 const (
-	// globalFlushInterval is how often a process publishes its region's
-	// counts of the cells worth sharing.
-	globalFlushInterval = 10 * time.Second
-	// globalSyncInterval is how often a process reads the other regions'
-	// counts.
-	globalSyncInterval = 10 * time.Second
+	// DefaultGlobalFlushInterval is how often a process publishes the cells
+	// that crossed the utilization floor or grew by a flush step since the
+	// store last held them: what other regions must learn soon.
+	DefaultGlobalFlushInterval = time.Second
+	// DefaultGlobalFullFlushInterval is how often a process publishes every
+	// cell worth sharing that grew at all, however little: the slow
+	// schedule, which also catches a cell whose region count grew through
+	// other processes of the region only.
+	DefaultGlobalFullFlushInterval = 10 * time.Second
+	// DefaultGlobalSyncInterval is how often a process reads what changed
+	// in the other regions.
+	DefaultGlobalSyncInterval = time.Second
+)
+
+// Fixed tuning of the global counters.
+const (
 	// globalSyncJitter spreads each tick by up to this share of the
 	// interval after its absolute target time, so the fleet does not flush
 	// in lockstep and a slow tick does not shift the ones after it.
@@ -61,20 +74,36 @@ const (
 	// used in a cell before it publishes it: below half the limit a region
 	// cannot push another over by itself.
 	globalUtilizationFloor = 0.5
+	// globalFlushStep is the growth, as a share of the limit, that makes a
+	// published cell due at the next prompt flush; smaller growth waits for
+	// the full flush. It bounds what a prompt flush writes: a busy cell is
+	// written at most ten times per window on the prompt schedule, however
+	// short the interval, while the others' view of it lags by less than a
+	// tenth of the limit beyond the interval itself.
+	globalFlushStep = 0.1
 	// globalFlushTimeout bounds one flush or sync.
 	globalFlushTimeout = 10 * time.Second
+	// globalBreakerProbe is how long the global store's breaker stays open
+	// before one flush or sync probes the store again.
+	globalBreakerProbe = 10 * time.Second
 	// globalSyncLookback widens each incremental sync back in time: rows
 	// are stamped with their writer's clock when the statement runs, and
-	// become visible when it commits. Five seconds cover clock skew between
+	// become visible when it commits. Two seconds cover clock skew between
 	// hosts kept by NTP (milliseconds) and the commit of a bulk upsert (tens
-	// of milliseconds for 5,000 rows) with wide margins.
-	globalSyncLookback = 5 * time.Second
+	// of milliseconds for 5,000 rows) with wide margins, and keep what a
+	// one-second sync reads to the changes of about three seconds.
+	globalSyncLookback = 2 * time.Second
 	// globalFullSyncInterval is how often a sync reads every live row
 	// instead of the changed ones: a safety net for a row that became
 	// visible later than the lookback allows (a writer whose clock was far
 	// behind, a statement stuck in the database).
 	globalFullSyncInterval = 5 * time.Minute
 )
+
+// globalIntervals is the schedule of the global loop.
+type globalIntervals struct {
+	flush, fullFlush, sync time.Duration
+}
 
 // MaxStoredCount caps every count read from a store (Redis or MySQL), so
 // that a corrupt value cannot overflow the decision maths: limits and costs
@@ -86,4 +115,32 @@ const MaxStoredCount = 1 << 60
 // store.
 func WithGlobalStore(store GlobalStore) Option {
 	return func(s *Service) { s.global = store }
+}
+
+// WithGlobalFlushIntervals sets how often the process publishes to the
+// global store: every prompt, the cells that crossed the utilization floor
+// or grew by a tenth of their limit since the store last held them; every
+// full, every cell worth sharing that grew at all. full is raised to prompt
+// if below it. Zero or negative values keep the defaults
+// ([DefaultGlobalFlushInterval], [DefaultGlobalFullFlushInterval]).
+func WithGlobalFlushIntervals(prompt, full time.Duration) Option {
+	return func(s *Service) {
+		if prompt > 0 {
+			s.globalEvery.flush = prompt
+		}
+		if full > 0 {
+			s.globalEvery.fullFlush = full
+		}
+	}
+}
+
+// WithGlobalSyncInterval sets how often the process reads the other regions'
+// changes from the global store. Zero or negative keeps
+// [DefaultGlobalSyncInterval].
+func WithGlobalSyncInterval(d time.Duration) Option {
+	return func(s *Service) {
+		if d > 0 {
+			s.globalEvery.sync = d
+		}
+	}
 }

@@ -19,9 +19,14 @@ type globalState struct {
 	// cells above the utilization floor ever get an entry.
 	flushed map[*cell]flushedCount
 	// lastSync is when the latest successful sync began, by the limiter's
-	// clock; lastFull when the latest one that read every live row did.
+	// clock; lastFull when the latest one that read every live row did;
+	// lastFullFlush when the latest flush that walked every window did.
 	// Zero before the first.
-	lastSync, lastFull time.Time
+	lastSync, lastFull, lastFullFlush time.Time
+}
+
+func newGlobalState() *globalState {
+	return &globalState{flushed: map[*cell]flushedCount{}}
 }
 
 type flushedCount struct {
@@ -30,28 +35,37 @@ type flushedCount struct {
 }
 
 // runGlobal flushes and syncs on their jittered schedules until ctx is done,
-// then flushes once more so that what this region counted is published
-// before the process exits.
+// then flushes every grown cell once more so that what this region counted
+// is published before the process exits.
 func (s *Service) runGlobal(ctx context.Context) {
-	st := &globalState{flushed: map[*cell]flushedCount{}}
+	st := newGlobalState()
+	iv := s.globalEvery
 	anchor := time.Now()
-	flushTimer := time.NewTimer(untilNextTick(anchor, globalFlushInterval))
-	syncTimer := time.NewTimer(untilNextTick(anchor, globalSyncInterval))
+	flushTimer := time.NewTimer(untilNextTick(anchor, iv.flush))
+	syncTimer := time.NewTimer(untilNextTick(anchor, iv.sync))
 	defer flushTimer.Stop()
 	defer syncTimer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			s.flushGlobal(context.Background(), st)
+			s.flushGlobal(context.Background(), st, true)
 			return
 		case <-flushTimer.C:
-			s.flushGlobal(ctx, st)
-			flushTimer.Reset(untilNextTick(anchor, globalFlushInterval))
+			s.flushGlobal(ctx, st, s.fullFlushDue(st))
+			flushTimer.Reset(untilNextTick(anchor, iv.flush))
 		case <-syncTimer.C:
 			s.syncGlobal(ctx, st)
-			syncTimer.Reset(untilNextTick(anchor, globalSyncInterval))
+			syncTimer.Reset(untilNextTick(anchor, iv.sync))
 		}
 	}
+}
+
+// fullFlushDue reports whether the next flush should walk every window: the
+// full flush interval has passed since the last one, less half a prompt
+// interval so that jitter does not push it one prompt tick late.
+func (s *Service) fullFlushDue(st *globalState) bool {
+	iv := s.globalEvery
+	return st.lastFullFlush.IsZero() || s.clock.Now().Sub(st.lastFullFlush) >= iv.fullFlush-iv.flush/2
 }
 
 // untilNextTick returns how long to wait for the next tick of a schedule
@@ -66,48 +80,88 @@ func untilNextTick(anchor time.Time, interval time.Duration) time.Duration {
 	return target.Add(jitter).Sub(now)
 }
 
-// flushGlobal publishes this region's count of every cell worth sharing: a
+// utilizationFloor is the count of a cell of limit from which a region
+// publishes it.
+func utilizationFloor(limit int64) int64 {
+	return int64(math.Ceil(float64(limit) * globalUtilizationFloor))
+}
+
+// flushStep is the growth of a published cell of limit that makes it due at
+// the next prompt flush.
+func flushStep(limit int64) int64 {
+	return max(1, int64(math.Ceil(float64(limit)*globalFlushStep)))
+}
+
+// noteGrowth queues c, the cell of w a request just counted into with limit,
+// for the next prompt flush if it is worth sharing: at or above the
+// utilization floor, or already shared by another region. A queued cell
+// costs later requests one atomic load until the flush takes it; one below
+// the floor costs three.
+func (s *Service) noteGrowth(w *window, c *cell, limit int64) {
+	if c.flags.Load()&cellGrown != 0 {
+		return
+	}
+	if c.count.Load() < utilizationFloor(limit) && c.global.Load() == 0 {
+		return
+	}
+	if c.flags.Or(cellGrown)&cellGrown != 0 {
+		return
+	}
+	if !s.grown.push(replayItem{w: w, c: c}) {
+		// Its next request queues it again; the full flush publishes it
+		// meanwhile.
+		c.flags.And(^cellGrown)
+		s.metrics.queueOverflow.WithLabelValues("flush").Inc()
+	}
+}
+
+// flushCandidate is one cell a flush publishes.
+type flushCandidate struct {
+	c     *cell
+	count CellCount
+	exp   int64
+}
+
+// flushGlobal publishes this region's count of the cells worth sharing: a
 // cell this region has used at least globalUtilizationFloor of, or one that
 // another region already published (so that traffic spread thinly over many
 // regions is still shared), and only if it grew since the store last held
-// it. Speculative batch increments are never published. The store's record
-// of a cell is updated only once the write succeeded, so a failed flush is
-// retried on the next tick.
-func (s *Service) flushGlobal(ctx context.Context, st *globalState) {
-	now := s.clock.Now().UnixMilli()
-	type candidate struct {
-		c     *cell
-		count CellCount
-		exp   int64
+// it. A prompt flush (full false) looks only at the cells requests counted
+// into since the last flush, and publishes those that crossed the floor or
+// grew by a flush step; a full one walks every window and publishes any
+// growth. Speculative batch increments are never published. The store's
+// record of a cell is updated only once the write succeeded, so a failed
+// flush is retried: at the next full flush, or the next prompt one if a
+// request counts into the cell again.
+func (s *Service) flushGlobal(ctx context.Context, st *globalState, full bool) {
+	clockNow := s.clock.Now()
+	now := clockNow.UnixMilli()
+	grown := s.grown.take()
+	for _, it := range grown {
+		// Cleared before the counts are read: a request after this
+		// queues the cell again.
+		it.c.flags.And(^cellGrown)
 	}
-	var cands []candidate
-	s.forEachWindow(func(w *window) {
-		floor := int64(math.Ceil(float64(w.limit.Load()) * globalUtilizationFloor))
-		current := now / w.durationMs
-		for i := range w.cells {
-			c := w.cells[i].Load()
-			if c == nil || c.seq < current-1 {
-				continue
+	var cands []flushCandidate
+	if full {
+		st.lastFullFlush = clockNow
+		s.forEachWindow(func(w *window) {
+			for i := range w.cells {
+				if cand, ok := s.flushCandidate(w, w.cells[i].Load(), st, now, false); ok {
+					cands = append(cands, cand)
+				}
 			}
-			// Utilization filter first: most cells never cross the floor.
-			shared := c.global.Load() > 0
-			if c.count.Load() < floor && !shared {
-				continue
+		})
+		for c, f := range st.flushed {
+			if f.expiresAt <= now {
+				delete(st.flushed, c)
 			}
-			n, ok := w.committed(c)
-			if !ok || n <= 0 || (n < floor && !shared) {
-				continue
-			}
-			if st.flushed[c].count >= n {
-				continue // change filter
-			}
-			cands = append(cands, candidate{c: c, count: CellCount{Cell: w.cell(c.seq), Count: n, Limit: w.limit.Load()},
-				exp: (c.seq + 2) * w.durationMs})
 		}
-	})
-	for c, f := range st.flushed {
-		if f.expiresAt <= now {
-			delete(st.flushed, c)
+	} else {
+		for _, it := range grown {
+			if cand, ok := s.flushCandidate(it.w, it.c, st, now, true); ok {
+				cands = append(cands, cand)
+			}
 		}
 	}
 	if len(cands) == 0 {
@@ -115,7 +169,7 @@ func (s *Service) flushGlobal(ctx context.Context, st *globalState) {
 	}
 	// Unique-key order, so that concurrent upserts from the processes of a
 	// region lock rows in the same order and cannot deadlock each other.
-	slices.SortFunc(cands, func(a, b candidate) int { return compareCells(&a.count.Cell, &b.count.Cell) })
+	slices.SortFunc(cands, func(a, b flushCandidate) int { return compareCells(&a.count.Cell, &b.count.Cell) })
 	counts := make([]CellCount, len(cands))
 	for i := range cands {
 		counts[i] = cands[i].count
@@ -125,7 +179,7 @@ func (s *Service) flushGlobal(ctx context.Context, st *globalState) {
 	var written int
 	_, err := s.globalBreaker.Execute(func() (any, error) {
 		var err error
-		written, err = s.global.Publish(ctx, s.region, counts)
+		written, err = s.global.Publish(ctx, s.region, clockNow, counts)
 		return nil, err
 	})
 	for i := 0; i < written && i < len(cands); i++ {
@@ -136,6 +190,36 @@ func (s *Service) flushGlobal(ctx context.Context, st *globalState) {
 		s.metrics.globalWriteErrors.Inc()
 		s.logger.Warn("flush window counts", "error", err, "written", written, "of", len(counts))
 	}
+}
+
+// flushCandidate returns what to publish of c, a cell of w, at now (unix
+// ms): its committed count, if c can still affect a decision, is worth
+// sharing and grew since the store last held it; for a prompt flush, if it
+// was never published or grew by at least a flush step.
+func (s *Service) flushCandidate(w *window, c *cell, st *globalState, now int64, prompt bool) (flushCandidate, bool) {
+	if c == nil || c.seq < now/w.durationMs-1 {
+		return flushCandidate{}, false
+	}
+	limit := w.limit.Load()
+	floor := utilizationFloor(limit)
+	// Utilization filter first: most cells never cross the floor.
+	shared := c.global.Load() > 0
+	if c.count.Load() < floor && !shared {
+		return flushCandidate{}, false
+	}
+	n, ok := w.committed(c)
+	if !ok || n <= 0 || (n < floor && !shared) {
+		return flushCandidate{}, false
+	}
+	last := st.flushed[c].count
+	if last >= n {
+		return flushCandidate{}, false // change filter
+	}
+	if prompt && last > 0 && n-last < flushStep(limit) {
+		return flushCandidate{}, false // small growth waits for the full flush
+	}
+	return flushCandidate{c: c, count: CellCount{Cell: w.cell(c.seq), Count: n, Limit: limit},
+		exp: (c.seq + 2) * w.durationMs}, true
 }
 
 // syncGlobal imports what the store holds: the other regions' sum becomes

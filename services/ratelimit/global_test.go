@@ -28,17 +28,19 @@ func openGlobalDB(t *testing.T) (*testserver.MariaDB, *sql.DB) {
 	return dbtest.Start(t)
 }
 
-func newRegion(t *testing.T, name string, sqlDB *sql.DB, clock Clock) *region {
+func newRegion(t *testing.T, name string, sqlDB *sql.DB, clock Clock, opts ...Option) *region {
 	t.Helper()
-	s, err := New(name, WithClock(clock), WithGlobalStore(NewMySQLStore(sqlDB)))
+	s, err := New(name, append([]Option{WithClock(clock), WithGlobalStore(NewMySQLStore(sqlDB))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &region{Service: s, st: &globalState{flushed: map[*cell]flushedCount{}}}
+	return &region{Service: s, st: newGlobalState()}
 }
 
-func (r *region) flush() { r.flushGlobal(context.Background(), r.st) }
-func (r *region) sync()  { r.syncGlobal(context.Background(), r.st) }
+// flush is a full flush; promptFlush a prompt one.
+func (r *region) flush()       { r.flushGlobal(context.Background(), r.st, true) }
+func (r *region) promptFlush() { r.flushGlobal(context.Background(), r.st, false) }
+func (r *region) sync()        { r.syncGlobal(context.Background(), r.st) }
 
 // rows returns "identifier/sequence/region=count" for every row.
 func rows(t *testing.T, sqlDB *sql.DB) []string {
@@ -116,7 +118,7 @@ func TestGlobalCounterInvariants(t *testing.T) {
 	store := NewMySQLStore(sqlDB)
 	cell := Cell{Workspace: "ws", Namespace: "ns", Identifier: "k", Duration: time.Minute, Sequence: 10}
 	for _, n := range []int64{2, 6, 6} {
-		if _, err := store.Publish(context.Background(), "us", []CellCount{{Cell: cell, Count: n}}); err != nil {
+		if _, err := store.Publish(context.Background(), "us", clock.Now(), []CellCount{{Cell: cell, Count: n}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -127,7 +129,7 @@ func TestGlobalCounterInvariants(t *testing.T) {
 	// The own row only raises the regional count: another process of us
 	// published 8; this process holds 6 and rises to 8. A lower own row
 	// changes nothing.
-	if _, err := store.Publish(context.Background(), "us", []CellCount{{Cell: cell, Count: 8}}); err != nil {
+	if _, err := store.Publish(context.Background(), "us", clock.Now(), []CellCount{{Cell: cell, Count: 8}}); err != nil {
 		t.Fatal(err)
 	}
 	us2 := newRegion(t, "us", sqlDB, clock)

@@ -79,6 +79,9 @@ func (s *Service) Limit(ctx context.Context, req Request) (Response, error) {
 		if s.origin != nil {
 			s.afterDecide(w, cur, now, &d, countedCost(counted, req.Cost))
 		}
+		if counted && s.global != nil {
+			s.noteGrowth(w, cur, req.Limit)
+		}
 		return d.response(), nil
 	}
 	// Unreachable in practice: the janitor kept removing the window under

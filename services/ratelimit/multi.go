@@ -76,6 +76,9 @@ func (s *Service) MultiLimit(ctx context.Context, reqs []Request) (MultiResponse
 		if passed && !evicted {
 			for _, a := range applied {
 				a.w.commit(a.c, a.cost)
+				if s.global != nil {
+					s.noteGrowth(a.w, a.c, reqs[a.index].Limit)
+				}
 			}
 			if s.origin != nil {
 				for i, w := range windows {

@@ -36,8 +36,8 @@ const deadlockRetries = 3
 
 // Publish upserts counts in chunks of db.WindowCountsBulkUpsertMaxRows, in
 // the order given; callers sort them in unique-key order.
-func (m *MySQLStore) Publish(ctx context.Context, region string, counts []CellCount) (int, error) {
-	now := uint64(time.Now().UnixMilli())
+func (m *MySQLStore) Publish(ctx context.Context, region string, now time.Time, counts []CellCount) (int, error) {
+	nowMs := uint64(max(now.UnixMilli(), 0))
 	rows := make([]db.WindowCountsUpsertParams, 0, min(len(counts), db.WindowCountsBulkUpsertMaxRows))
 	for start := 0; start < len(counts); start += db.WindowCountsBulkUpsertMaxRows {
 		chunk := counts[start:min(start+db.WindowCountsBulkUpsertMaxRows, len(counts))]
@@ -53,7 +53,7 @@ func (m *MySQLStore) Publish(ctx context.Context, region string, counts []CellCo
 				Region:      region,
 				Count:       uint64(max(c.Count, 0)),
 				ExpiresAt:   uint64((c.Cell.Sequence + 2) * durMs),
-				UpdatedAt:   now,
+				UpdatedAt:   nowMs,
 				WindowLimit: uint64(max(c.Limit, 0)),
 			})
 		}

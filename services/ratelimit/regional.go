@@ -54,7 +54,7 @@ func (s *Service) newGlobalBreaker() *gobreaker.CircuitBreaker[any] {
 	return gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
 		Name:        "ratelimit-global",
 		MaxRequests: 1,
-		Timeout:     globalSyncInterval,
+		Timeout:     globalBreakerProbe,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= breakerFailures },
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			s.logger.Warn("global store circuit breaker changed state", "from", from.String(), "to", to.String())

@@ -50,6 +50,12 @@ type Service struct {
 	// The global store, when there is one.
 	global        GlobalStore
 	globalBreaker *gobreaker.CircuitBreaker[any]
+	globalEvery   globalIntervals
+	// grown holds the cells counted into at or above the utilization
+	// floor (or shared by another region) since the last flush: what the
+	// next prompt flush looks at, so its work follows the cells that
+	// change rather than every window held.
+	grown queue[replayItem]
 
 	// lifecycle guards closed and running, so Close knows which Run to
 	// wait for.
@@ -85,6 +91,11 @@ func New(region string, opts ...Option) (*Service, error) {
 		maxPerWorkspace: DefaultMaxWindowsPerWorkspace,
 
 		janitorEvery: janitorInterval,
+		globalEvery: globalIntervals{
+			flush:     DefaultGlobalFlushInterval,
+			fullFlush: DefaultGlobalFullFlushInterval,
+			sync:      DefaultGlobalSyncInterval,
+		},
 	}
 	for _, opt := range opts {
 		opt(s)
@@ -100,6 +111,8 @@ func New(region string, opts ...Option) (*Service, error) {
 	s.metrics = m
 	s.replays.limit = maxReplayQueue
 	s.refreshes.limit = maxReplayQueue
+	s.grown.limit = maxReplayQueue
+	s.globalEvery.fullFlush = max(s.globalEvery.fullFlush, s.globalEvery.flush)
 	if s.origin != nil {
 		s.breaker = s.newBreaker()
 	}

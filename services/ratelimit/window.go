@@ -27,7 +27,7 @@ type cell struct {
 	// added to the regional origin. All accepted requests of one replay
 	// interval coalesce here into one origin command.
 	unreplayed atomic.Int64
-	// flags holds cellHydrated and cellQueued.
+	// flags holds cellHydrated, cellQueued and cellGrown.
 	flags atomic.Uint32
 }
 
@@ -40,6 +40,8 @@ const (
 	cellHydrated uint32 = 1 << iota
 	// cellQueued: the cell is in the replay queue.
 	cellQueued
+	// cellGrown: the cell is in the queue of the next prompt global flush.
+	cellGrown
 )
 
 // atomicMax raises v to n if n is larger, and reports whether it did.
