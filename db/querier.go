@@ -57,10 +57,14 @@ type Querier interface {
 	// WindowCountsSyncChanged is WindowCountsSync for the cells of which any
 	// row changed at or after since (unix ms). The inner query walks
 	// updated_at_idx (forced: to skip the sort DISTINCT needs, the optimizer
-	// would rather scan all of lookup_idx); the outer one sums every region's
-	// row of those cells through lookup_idx. The distinct keys go through a
-	// temporary table, so past a tenth or so of the table changed, reading
-	// everything with WindowCountsSync is cheaper.
+	// would rather scan all of lookup_idx) into a temporary table of the changed
+	// cells; the outer one then looks up every region's row of each through
+	// unique_window_region. Both the join order and the index are forced: left
+	// to itself, MariaDB 10.11 probes the unindexed temporary table once per row
+	// of the table past a few thousand changed cells (36 s for 12,000 of 24,000
+	// where this takes 0.14 s). About 11 µs a changed cell against 2 µs a cell
+	// for WindowCountsSync, so past a fifth or so of the table changed, reading
+	// everything is cheaper.
 	WindowCountsSyncChanged(ctx context.Context, arg WindowCountsSyncChangedParams) ([]WindowCountsSyncChangedRow, error)
 	// WindowCountsUpsert publishes one region's count for one window cell. The
 	// GREATEST merge makes it idempotent and monotonic: a delayed, older publish

@@ -39,7 +39,7 @@ func limitCall(t *testing.T, url, body string) map[string]any {
 // the fault tests against it.
 func TestStack(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts the whole stack and waits for its 10 s loops")
+		t.Skip("starts the whole stack: MariaDB, two Redis, restate-server, four API processes and the worker")
 	}
 	s := startStack(t)
 

@@ -15,7 +15,7 @@ import (
 // given.
 type countingStore struct {
 	GlobalStore
-	publishes, published, syncs atomic.Int64
+	publishes, published, syncs, rowsSynced atomic.Int64
 }
 
 func (c *countingStore) Publish(ctx context.Context, region string, now time.Time, counts []CellCount) (int, error) {
@@ -26,7 +26,9 @@ func (c *countingStore) Publish(ctx context.Context, region string, now time.Tim
 
 func (c *countingStore) Sync(ctx context.Context, region string, now, since time.Time) ([]GlobalCount, error) {
 	c.syncs.Add(1)
-	return c.GlobalStore.Sync(ctx, region, now, since)
+	rows, err := c.GlobalStore.Sync(ctx, region, now, since)
+	c.rowsSynced.Add(int64(len(rows)))
+	return rows, err
 }
 
 // TestPromptFlush checks what a prompt flush publishes: a cell as soon as it
@@ -149,7 +151,7 @@ func TestGlobalLoopIdleStatements(t *testing.T) {
 }
 
 // questions returns how many statements the server has received.
-func questions(t *testing.T, sqlDB *sql.DB) int64 {
+func questions(t testing.TB, sqlDB *sql.DB) int64 {
 	t.Helper()
 	var name string
 	var n int64

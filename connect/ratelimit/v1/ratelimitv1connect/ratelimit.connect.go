@@ -70,7 +70,8 @@ type RatelimitServiceClient interface {
 	// SetOverride creates or replaces the override of an identifier (or a
 	// pattern with * wildcards) of a namespace: requests it matches are
 	// decided with its limit and duration instead of theirs. It applies on the
-	// process that takes the call at once, and on every other within a second.
+	// process that takes the call at once, and on every other within its
+	// overrides poll interval (2 s by default).
 	SetOverride(context.Context, *connect.Request[v1.SetOverrideRequest]) (*connect.Response[v1.SetOverrideResponse], error)
 	// GetOverride returns the override of an identifier or pattern, or
 	// not_found.
@@ -200,7 +201,8 @@ type RatelimitServiceHandler interface {
 	// SetOverride creates or replaces the override of an identifier (or a
 	// pattern with * wildcards) of a namespace: requests it matches are
 	// decided with its limit and duration instead of theirs. It applies on the
-	// process that takes the call at once, and on every other within a second.
+	// process that takes the call at once, and on every other within its
+	// overrides poll interval (2 s by default).
 	SetOverride(context.Context, *connect.Request[v1.SetOverrideRequest]) (*connect.Response[v1.SetOverrideResponse], error)
 	// GetOverride returns the override of an identifier or pattern, or
 	// not_found.
