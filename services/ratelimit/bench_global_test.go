@@ -125,6 +125,29 @@ func BenchmarkLimitWarmWithGlobal(b *testing.B) {
 	}
 }
 
+// BenchmarkLimitSharedWithGlobal is BenchmarkLimitWarmWithGlobal on a key
+// above the utilization floor: every request also queues the cell for the
+// next prompt flush, which costs one atomic load once it is queued.
+func BenchmarkLimitSharedWithGlobal(b *testing.B) {
+	s, err := New("us", WithGlobalStore(NewMySQLStore(benchDB(b))))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	rq := warmRequest
+	rq.Cost = rq.Limit / 2 // at the floor
+	s.Limit(context.Background(), rq)
+	rq.Cost = 1
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		s.Limit(context.Background(), rq)
+	}
+}
+
 // BenchmarkSyncChanged45k is the incremental sync at ten times the design load:
 // 45,000 live cells from other regions, of which 500 (or none, for an idle
 // process) changed since the previous sync. Before the sync read only
@@ -195,13 +218,24 @@ func publish45k(b *testing.B, store *MySQLStore) []CellCount {
 // region's rows are written directly, as its own prompt flush would). It
 // reports the statements MySQL received from the process per second, the
 // rows it wrote per second and the rows each sync read.
+//
+// The schedule=10s variants run the conservative schedule (10 s for every
+// interval); run them for 30 or more iterations to span several ticks.
 func BenchmarkGlobalLoop240k(b *testing.B) {
-	for _, changed := range []int{0, 1_000, 5_000} {
-		b.Run("changed="+strconv.Itoa(changed)+"/s", func(b *testing.B) { benchGlobalLoop(b, changed) })
+	for _, sched := range []struct {
+		name string
+		opts []Option
+	}{
+		{"default", nil},
+		{"10s", []Option{WithGlobalFlushIntervals(10*time.Second, 10*time.Second), WithGlobalSyncInterval(10 * time.Second)}},
+	} {
+		for _, changed := range []int{0, 1_000, 5_000} {
+			b.Run("schedule="+sched.name+"/changed="+strconv.Itoa(changed)+"/s", func(b *testing.B) { benchGlobalLoop(b, changed, sched.opts) })
+		}
 	}
 }
 
-func benchGlobalLoop(b *testing.B, changedPerSecond int) {
+func benchGlobalLoop(b *testing.B, changedPerSecond int, opts []Option) {
 	const (
 		windows = 240_000
 		active  = windows / 10
@@ -210,7 +244,7 @@ func benchGlobalLoop(b *testing.B, changedPerSecond int) {
 	)
 	sqlDB := benchDB(b)
 	store := &countingStore{GlobalStore: NewMySQLStore(sqlDB)}
-	s, err := New("us", WithGlobalStore(store))
+	s, err := New("us", append([]Option{WithGlobalStore(store)}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -243,7 +277,7 @@ func benchGlobalLoop(b *testing.B, changedPerSecond int) {
 	go func() { s.Run(runCtx); close(done) }()
 	defer func() { cancel(); <-done }()
 	// Let the first full flush and sync and the lookback pass.
-	time.Sleep(globalSyncLookback + 3*DefaultGlobalFlushInterval)
+	time.Sleep(globalSyncLookback + 3*s.globalEvery.flush)
 
 	var statements, written, syncs, synced int64
 	next := 0

@@ -88,11 +88,11 @@ const (
 	globalBreakerProbe = 10 * time.Second
 	// globalSyncLookback widens each incremental sync back in time: rows
 	// are stamped with their writer's clock when the statement runs, and
-	// become visible when it commits. Two seconds cover clock skew between
+	// become visible when it commits. One second covers clock skew between
 	// hosts kept by NTP (milliseconds) and the commit of a bulk upsert (tens
-	// of milliseconds for 5,000 rows) with wide margins, and keep what a
-	// one-second sync reads to the changes of about three seconds.
-	globalSyncLookback = 2 * time.Second
+	// of milliseconds for 5,000 rows) with a wide margin, and keeps what a
+	// one-second sync reads to the changes of about two seconds.
+	globalSyncLookback = time.Second
 	// globalFullSyncInterval is how often a sync reads every live row
 	// instead of the changed ones: a safety net for a row that became
 	// visible later than the lookback allows (a writer whose clock was far

@@ -63,7 +63,7 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 		}),
 		queueOverflow: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "unkey_ratelimit_origin_queue_overflow_total",
-			Help: "Cells or windows that did not fit in the replay or refresh queue (queue=replay|refresh); a replay that did not fit is queued by the cell's next accepted request.",
+			Help: "Cells or windows that did not fit in the replay, refresh or prompt global flush queue (queue=replay|refresh|flush); a cell that did not fit is queued by its next accepted request, and the full global flush publishes it meanwhile.",
 		}, []string{"queue"}),
 		replayExpired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "unkey_ratelimit_origin_replay_expired_total",
