@@ -108,27 +108,19 @@ func BenchmarkSync45k(b *testing.B) {
 // BenchmarkLimitWarmWithGlobal is BenchmarkLimitWarm with the flush and sync
 // loop running against a real MariaDB.
 func BenchmarkLimitWarmWithGlobal(b *testing.B) {
-	s, err := New("us", WithGlobalStore(NewMySQLStore(benchDB(b))))
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { s.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
-	rq := warmRequest
-	s.Limit(context.Background(), rq)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		s.Limit(context.Background(), rq)
-	}
+	benchLimitWithGlobal(b, 0)
 }
 
 // BenchmarkLimitSharedWithGlobal is BenchmarkLimitWarmWithGlobal on a key
 // above the utilization floor: every request also queues the cell for the
 // next prompt flush, which costs one atomic load once it is queued.
 func BenchmarkLimitSharedWithGlobal(b *testing.B) {
+	benchLimitWithGlobal(b, warmRequest.Limit/2)
+}
+
+// benchLimitWithGlobal times warm requests with the global loop running,
+// after a first request of cost first (none if 0).
+func benchLimitWithGlobal(b *testing.B, first int64) {
 	s, err := New("us", WithGlobalStore(NewMySQLStore(benchDB(b))))
 	if err != nil {
 		b.Fatal(err)
@@ -138,9 +130,11 @@ func BenchmarkLimitSharedWithGlobal(b *testing.B) {
 	go func() { s.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 	rq := warmRequest
-	rq.Cost = rq.Limit / 2 // at the floor
+	if first > 0 {
+		rq.Cost = first
+	}
 	s.Limit(context.Background(), rq)
-	rq.Cost = 1
+	rq.Cost = warmRequest.Cost
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
