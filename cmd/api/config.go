@@ -53,8 +53,10 @@ type config struct {
 	// Derived by loadConfig.
 	level  slog.Level
 	tokens tokens
-	redis  *redis.Options // nil without UNKEY_REDIS_URL
-	mysql  *mysql.Config  // nil without UNKEY_MYSQL_DSN
+	redis  *redis.Options // nil without UNKEY_REDIS_URL, or for a cluster
+	// redisCluster is set instead of redis for a redis+cluster:// URL.
+	redisCluster *redis.ClusterOptions
+	mysql        *mysql.Config // nil without UNKEY_MYSQL_DSN
 }
 
 // maxRegionLength is the width of the region column of the global counter
@@ -104,7 +106,13 @@ func loadConfig(environ []string) (config, error) {
 	if c.MaxConcurrentStreams < 1 || c.MaxConcurrentStreams > 10_000 {
 		return config{}, fmt.Errorf("UNKEY_HTTP2_MAX_CONCURRENT_STREAMS: must be between 1 and 10000, got %d", c.MaxConcurrentStreams)
 	}
-	if c.RedisURL != "" {
+	if strings.Contains(c.RedisURL, "+cluster://") {
+		opts, err := ratelimit.RedisClusterOptions(c.RedisURL)
+		if err != nil {
+			return config{}, fmt.Errorf("UNKEY_REDIS_URL: must be redis+cluster://host:port[,host:port...] or rediss+cluster://: %w", err)
+		}
+		c.redisCluster = opts
+	} else if c.RedisURL != "" {
 		opts, err := ratelimit.RedisOptions(c.RedisURL)
 		if err != nil {
 			return config{}, fmt.Errorf("UNKEY_REDIS_URL: must be a redis:// or rediss:// URL: %w", err)

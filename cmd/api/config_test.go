@@ -40,6 +40,7 @@ func TestLoadConfigErrorsNameTheVariable(t *testing.T) {
 		{[]string{"UNKEY_REGION=r", "UNKEY_AUTH_TOKENS=short=ws"}, "UNKEY_AUTH_TOKENS: entry 1: token must be at least 16 characters, got 5"},
 		{[]string{"UNKEY_REGION=r", "UNKEY_REDIS_URL=http://x"}, "UNKEY_REDIS_URL: must be a redis:// or rediss:// URL"},
 		{[]string{"UNKEY_REGION=r", "UNKEY_REDIS_URL=redis://x:notaport"}, "UNKEY_REDIS_URL: must be a redis:// or rediss:// URL"},
+		{[]string{"UNKEY_REGION=r", "UNKEY_REDIS_URL=redis+cluster://a:1,,b:2"}, "UNKEY_REDIS_URL: must be redis+cluster://host:port[,host:port...]"},
 		{[]string{"UNKEY_REGION=r", "UNKEY_GLOBAL_SYNC_INTERVAL=10ms"}, "UNKEY_GLOBAL_SYNC_INTERVAL: must be between 100ms and 1h, got 10ms"},
 		{[]string{"UNKEY_REGION=r", "UNKEY_GLOBAL_FLUSH_INTERVAL=2h"}, "UNKEY_GLOBAL_FLUSH_INTERVAL: must be between 100ms and 1h, got 2h0m0s"},
 		{[]string{"UNKEY_REGION=r", "UNKEY_GLOBAL_FLUSH_INTERVAL=5s", "UNKEY_GLOBAL_FULL_FLUSH_INTERVAL=2s"},
@@ -50,6 +51,16 @@ func TestLoadConfigErrorsNameTheVariable(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("loadConfig(%q) = %v, want an error containing %q", tc.env, err, tc.want)
 		}
+	}
+}
+
+func TestLoadConfigRedisCluster(t *testing.T) {
+	c, err := loadConfig([]string{"UNKEY_REGION=r", "UNKEY_REDIS_URL=redis+cluster://10.0.0.1:7000,10.0.0.2:7000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.redis != nil || c.redisCluster == nil || len(c.redisCluster.Addrs) != 2 {
+		t.Fatalf("redis %v, cluster %+v; want a cluster with two seeds", c.redis, c.redisCluster)
 	}
 }
 

@@ -62,11 +62,17 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		ratelimit.WithMaxWindowsPerWorkspace(cfg.MaxWindowsPerWorkspace)}
 	ovOpts := []overrides.Option{overrides.WithLogger(logger), overrides.WithPollInterval(cfg.OverridesPollInterval)}
 	var closers []func() error
-	if cfg.redis != nil {
+	switch {
+	case cfg.redis != nil:
 		client := redis.NewClient(cfg.redis)
 		closers = append(closers, client.Close)
 		opts = append(opts, ratelimit.WithOrigin(ratelimit.NewRedisOrigin(client)))
 		logger.Info("regional origin configured", "redis", cfg.redis.Addr)
+	case cfg.redisCluster != nil:
+		client := redis.NewClusterClient(cfg.redisCluster)
+		closers = append(closers, client.Close)
+		opts = append(opts, ratelimit.WithOrigin(ratelimit.NewRedisOrigin(client)))
+		logger.Info("regional origin configured", "redis_cluster_seeds", cfg.redisCluster.Addrs)
 	}
 	if cfg.mysql != nil {
 		sqlDB, err := openMySQL(cfg.mysql)

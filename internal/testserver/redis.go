@@ -27,6 +27,13 @@ type Redis struct {
 // installs it).
 func StartRedis(t testing.TB) *Redis {
 	t.Helper()
+	return startRedis(t, nil)
+}
+
+// startRedis starts a redis-server; extra returns further arguments for the
+// port it is about to take.
+func startRedis(t testing.TB, extra func(dir string) []string) *Redis {
+	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatalf("redis-server is not installed (make test installs it): %v", err)
@@ -42,6 +49,9 @@ func StartRedis(t testing.TB) *Redis {
 			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
 			"--save", "", "--appendonly", "yes", "--appendfsync", "always",
 			"--protected-mode", "no", "--daemonize", "no",
+		}
+		if extra != nil {
+			r.proc.args = append(r.proc.args, extra(dir)...)
 		}
 	}, r.ping, 10*time.Second)
 	return r

@@ -6,20 +6,25 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// RedisOrigin is an [Origin] on Redis. Each cell is one string key holding
-// its count.
+// RedisOrigin is an [Origin] on Redis: one server, or a Redis Cluster. Each
+// cell is one string key holding its count; both cells of a window share a
+// hash tag, so on a cluster they live in one slot.
 type RedisOrigin struct {
-	client redis.UniversalClient
+	client  redis.UniversalClient
+	cluster bool
 }
 
-// NewRedisOrigin returns an origin on client. It does not take ownership:
-// closing the client is the caller's job.
+// NewRedisOrigin returns an origin on client, a *redis.Client or a
+// *redis.ClusterClient. It does not take ownership: closing the client is
+// the caller's job.
 func NewRedisOrigin(client redis.UniversalClient) *RedisOrigin {
-	return &RedisOrigin{client: client}
+	_, cluster := client.(*redis.ClusterClient)
+	return &RedisOrigin{client: client, cluster: cluster}
 }
 
 // incrementScript adds ARGV[1] to KEYS[1] and sets its expiry to ARGV[2] ms
@@ -46,7 +51,9 @@ return n`)
 // huge one must not overflow the decision maths.
 func clampCount(n int64) int64 { return min(max(n, 0), MaxStoredCount) }
 
-// Load reads every cell in one MGET. A value that is not a count reads as
+// Load reads every cell in one MGET, or on a cluster one MGET per hash slot,
+// sent in one pipeline (which the cluster client splits per node and sends
+// to the nodes at once). A value that is not a count reads as
 // MaxStoredCount, so a corrupt cell denies rather than admits; counts are
 // clamped to [0, MaxStoredCount].
 func (o *RedisOrigin) Load(ctx context.Context, cells []Cell) ([]int64, error) {
@@ -54,11 +61,46 @@ func (o *RedisOrigin) Load(ctx context.Context, cells []Cell) ([]int64, error) {
 	for i := range cells {
 		keys[i] = RedisKey(&cells[i])
 	}
-	vals, err := o.client.MGet(ctx, keys...).Result()
-	if err != nil {
-		return nil, fmt.Errorf("redis mget %d cells: %w", len(keys), err)
-	}
 	counts := make([]int64, len(cells))
+	if !o.cluster {
+		vals, err := o.client.MGet(ctx, keys...).Result()
+		if err != nil {
+			return nil, fmt.Errorf("redis mget %d cells: %w", len(keys), err)
+		}
+		parseCounts(vals, counts, nil)
+		return counts, nil
+	}
+	// Group the keys by slot, keeping each key's position.
+	bySlot := map[uint16][]int{}
+	for i, k := range keys {
+		slot := redisSlot(k)
+		bySlot[slot] = append(bySlot[slot], i)
+	}
+	pipe := o.client.Pipeline()
+	type slotGet struct {
+		at  []int
+		cmd *redis.SliceCmd
+	}
+	gets := make([]slotGet, 0, len(bySlot))
+	for _, at := range bySlot {
+		ks := make([]string, len(at))
+		for j, i := range at {
+			ks[j] = keys[i]
+		}
+		gets = append(gets, slotGet{at: at, cmd: pipe.MGet(ctx, ks...)})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("redis mget %d cells in %d slots: %w", len(keys), len(gets), err)
+	}
+	for _, g := range gets {
+		parseCounts(g.cmd.Val(), counts, g.at)
+	}
+	return counts, nil
+}
+
+// parseCounts stores the counts of an MGET reply in counts, the i-th value
+// at at[i] (at i if at is nil).
+func parseCounts(vals []any, counts []int64, at []int) {
 	for i, v := range vals {
 		s, ok := v.(string)
 		if !ok {
@@ -68,9 +110,12 @@ func (o *RedisOrigin) Load(ctx context.Context, cells []Cell) ([]int64, error) {
 		if err != nil {
 			n = MaxStoredCount
 		}
-		counts[i] = clampCount(n)
+		if at != nil {
+			counts[at[i]] = clampCount(n)
+		} else {
+			counts[i] = clampCount(n)
+		}
 	}
-	return counts, nil
 }
 
 // Increment sends every increment in one pipeline.
@@ -113,11 +158,16 @@ func (o *RedisOrigin) Increment(ctx context.Context, incs []Increment) ([]int64,
 // RedisKey returns the Redis key of a cell: every variable part is prefixed
 // by its length, so parts can never run into each other: namespace "a-b" with
 // identifier "c" and namespace "a" with identifier "b-c" are different keys.
+// Everything but the sequence is the key's hash tag (between the first "{"
+// and the first "}" after it, which Redis Cluster hashes instead of the whole
+// key): the two cells of a window share their slot whatever the names hold,
+// since a "}" in a name ends the tag early but still inside the part both
+// cells share. The tag is never empty: it starts with a length.
 //
-//	ratelimit:v1:<len>:<workspace><len>:<namespace><len>:<identifier>:<duration ms>:<sequence>
+//	ratelimit:v2:{<len>:<workspace><len>:<namespace><len>:<identifier>:<duration ms>}:<sequence>
 func RedisKey(c *Cell) string {
-	b := make([]byte, 0, 32+len(c.Workspace)+len(c.Namespace)+len(c.Identifier))
-	b = append(b, "ratelimit:v1:"...)
+	b := make([]byte, 0, 34+len(c.Workspace)+len(c.Namespace)+len(c.Identifier))
+	b = append(b, "ratelimit:v2:{"...)
 	for _, part := range [...]string{c.Workspace, c.Namespace, c.Identifier} {
 		b = strconv.AppendInt(b, int64(len(part)), 10)
 		b = append(b, ':')
@@ -125,9 +175,31 @@ func RedisKey(c *Cell) string {
 	}
 	b = append(b, ':')
 	b = strconv.AppendInt(b, c.Duration.Milliseconds(), 10)
-	b = append(b, ':')
+	b = append(b, "}:"...)
 	b = strconv.AppendInt(b, c.Sequence, 10)
 	return string(b)
+}
+
+// redisSlot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of
+// its hash tag, or of the whole key without one, modulo 16384.
+func redisSlot(key string) uint16 {
+	if start := strings.IndexByte(key, '{'); start >= 0 {
+		if end := strings.IndexByte(key[start+1:], '}'); end > 0 {
+			key = key[start+1 : start+1+end]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc % 16384
 }
 
 // RedisOptions parses a redis:// or rediss:// URL into client options tuned
@@ -137,6 +209,52 @@ func RedisKey(c *Cell) string {
 // within one originTimeout.
 func RedisOptions(url string) (*redis.Options, error) {
 	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	opts.ContextTimeoutEnabled = true
+	opts.MaxRetries = -1
+	opts.DialTimeout = originTimeout
+	opts.PoolTimeout = originTimeout
+	return opts, nil
+}
+
+// RedisClusterOptions parses a Redis Cluster URL into cluster client options
+// tuned as [RedisOptions] tunes a single server's:
+//
+//	redis+cluster://[user:password@]host:port[,host:port...][?options]
+//
+// (rediss+cluster:// for TLS). The hosts are seeds: the client learns the
+// cluster's other nodes, and who serves which slot, from any of them.
+// Options are go-redis's cluster URL options (max_redirects, …). Redirects
+// after a failover are followed; nothing else is retried inside the client.
+func RedisClusterOptions(url string) (*redis.ClusterOptions, error) {
+	scheme, rest, ok := strings.Cut(url, "+cluster://")
+	if !ok || (scheme != "redis" && scheme != "rediss") {
+		return nil, fmt.Errorf("want redis+cluster:// or rediss+cluster://, got %q", url)
+	}
+	userinfo, hosts := "", rest
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		userinfo, hosts = rest[:at+1], rest[at+1:]
+	}
+	hosts, query, _ := strings.Cut(hosts, "?")
+	hosts = strings.TrimSuffix(hosts, "/")
+	seeds := strings.Split(hosts, ",")
+	params := []string{}
+	if query != "" {
+		params = append(params, query)
+	}
+	for _, seed := range seeds[1:] {
+		if seed == "" {
+			return nil, fmt.Errorf("empty host in %q", url)
+		}
+		params = append(params, "addr="+seed)
+	}
+	u := scheme + "://" + userinfo + seeds[0]
+	if len(params) > 0 {
+		u += "?" + strings.Join(params, "&")
+	}
+	opts, err := redis.ParseClusterURL(u)
 	if err != nil {
 		return nil, err
 	}
