@@ -3,14 +3,13 @@ package main
 import (
 	"crypto/sha256"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/internal/envconfig"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -22,8 +21,7 @@ type config struct {
 	RedisURL   string `env:"UNKEY_REDIS_URL"`
 	MySQLDSN   string `env:"UNKEY_MYSQL_DSN"`
 	AuthTokens string `env:"UNKEY_AUTH_TOKENS"`
-	LogLevel   string `env:"UNKEY_LOG_LEVEL" envDefault:"info"`
-	LogFormat  string `env:"UNKEY_LOG_FORMAT" envDefault:"json"`
+	cmdutil.Log
 
 	// MaxWindowsPerWorkspace caps the windows one workspace may hold in a
 	// process's memory.
@@ -51,7 +49,6 @@ type config struct {
 	MaxConcurrentStreams int           `env:"UNKEY_HTTP2_MAX_CONCURRENT_STREAMS" envDefault:"100"`
 
 	// Derived by loadConfig.
-	level  slog.Level
 	tokens tokens
 	redis  *redis.Options // nil without UNKEY_REDIS_URL, or for a cluster
 	// redisCluster is set instead of redis for a redis+cluster:// URL.
@@ -77,11 +74,8 @@ func loadConfig(environ []string) (config, error) {
 	if len(c.Region) > maxRegionLength || !printable(c.Region) {
 		return config{}, fmt.Errorf("UNKEY_REGION: must be 1 to %d printable characters, got %q", maxRegionLength, c.Region)
 	}
-	if err := c.level.UnmarshalText([]byte(c.LogLevel)); err != nil {
-		return config{}, fmt.Errorf("UNKEY_LOG_LEVEL: must be debug, info, warn or error, got %q", c.LogLevel)
-	}
-	if c.LogFormat != "json" && c.LogFormat != "text" {
-		return config{}, fmt.Errorf("UNKEY_LOG_FORMAT: must be json or text, got %q", c.LogFormat)
+	if err := c.Log.Validate(); err != nil {
+		return config{}, err
 	}
 	for _, d := range []struct {
 		name string
@@ -120,16 +114,9 @@ func loadConfig(environ []string) (config, error) {
 		c.redis = opts
 	}
 	if c.MySQLDSN != "" {
-		dsn, err := mysql.ParseDSN(c.MySQLDSN)
+		dsn, err := cmdutil.ParseMySQLDSN(c.MySQLDSN)
 		if err != nil {
-			return config{}, fmt.Errorf("UNKEY_MYSQL_DSN: must be a go-sql-driver/mysql DSN such as user:password@tcp(host:3306)/ratelimit: %w", err)
-		}
-		if dsn.DBName == "" {
-			return config{}, fmt.Errorf("UNKEY_MYSQL_DSN: must name a database, as in user:password@tcp(host:3306)/ratelimit")
-		}
-		// One round trip a statement instead of prepare, execute, close.
-		if _, set := dsn.Params["interpolateParams"]; !set {
-			dsn.InterpolateParams = true
+			return config{}, err
 		}
 		c.mysql = dsn
 	}
@@ -198,13 +185,4 @@ func printable(s string) bool {
 		}
 	}
 	return true
-}
-
-// logHandler returns the log handler c asks for, writing to w.
-func (c config) logHandler(w io.Writer) slog.Handler {
-	opts := &slog.HandlerOptions{Level: c.level}
-	if c.LogFormat == "text" {
-		return slog.NewTextHandler(w, opts)
-	}
-	return slog.NewJSONHandler(w, opts)
 }

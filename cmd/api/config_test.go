@@ -13,7 +13,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.HTTPAddr != ":7070" || c.LogFormat != "json" || c.level.String() != "INFO" || len(c.tokens) != 0 {
+	if c.HTTPAddr != ":7070" || c.Log.Format != "json" || c.Log.Level != "info" || len(c.tokens) != 0 {
 		t.Fatalf("defaults = %+v", c)
 	}
 	if c.GlobalFlushInterval != ratelimit.DefaultGlobalFlushInterval || c.GlobalFullFlushInterval != ratelimit.DefaultGlobalFullFlushInterval ||

@@ -3,6 +3,8 @@ package main
 import (
 	"net/http"
 	"time"
+
+	"github.com/unkeyed/ratelimit/internal/cmdutil"
 )
 
 // connLimits bounds what one client can hold of the server: connections,
@@ -33,12 +35,9 @@ type connLimits struct {
 // server returns an HTTP server for handler with l's bounds, speaking
 // HTTP/1.1 and h2c (HTTP/2 without TLS, for gRPC clients).
 func (l connLimits) server(handler http.Handler) *http.Server {
-	var protocols http.Protocols
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
 	return &http.Server{
 		Handler:        handler,
-		Protocols:      &protocols,
+		Protocols:      cmdutil.Protocols(),
 		ReadTimeout:    l.readTimeout,
 		WriteTimeout:   l.writeTimeout,
 		IdleTimeout:    l.idleTimeout,

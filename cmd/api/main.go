@@ -22,10 +22,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/unkeyed/ratelimit/db"
+	"github.com/unkeyed/ratelimit/internal/cmdutil"
 )
 
 func main() {
@@ -55,11 +55,11 @@ func migrate(ctx context.Context, environ []string) error {
 	if dsn == "" {
 		return fmt.Errorf("migrate: UNKEY_MYSQL_DSN is not set")
 	}
-	cfg, err := mysql.ParseDSN(dsn)
+	cfg, err := cmdutil.ParseMySQLDSN(dsn)
 	if err != nil {
-		return fmt.Errorf("migrate: UNKEY_MYSQL_DSN: %w", err)
+		return fmt.Errorf("migrate: %w", err)
 	}
-	sqlDB, err := openMySQL(cfg)
+	sqlDB, err := cmdutil.OpenMySQL(cfg, mysqlConns)
 	if err != nil {
 		return err
 	}
@@ -80,9 +80,8 @@ func run(ctx context.Context, environ []string, logOut io.Writer) error {
 	if err != nil {
 		return err
 	}
-	logger := slog.New(cfg.logHandler(logOut))
+	logger := cfg.Log.Logger(logOut)
 	redis.SetLogger(redisLogger{logger})
-	mysql.SetLogger(slog.NewLogLogger(logger.Handler(), slog.LevelDebug))
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	srv, err := newServer(cfg, logger)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,13 +13,13 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
-	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
+	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -75,7 +74,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		logger.Info("regional origin configured", "redis_cluster_seeds", cfg.redisCluster.Addrs)
 	}
 	if cfg.mysql != nil {
-		sqlDB, err := openMySQL(cfg.mysql)
+		sqlDB, err := cmdutil.OpenMySQL(cfg.mysql, mysqlConns)
 		if err != nil {
 			return nil, err
 		}
@@ -200,17 +199,7 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 	return serveErr
 }
 
-// openMySQL opens a connection pool for the global counters. The loops use
-// at most two connections at a time (one flush, one sync); four leave room
-// for a slow one.
-func openMySQL(cfg *mysql.Config) (*sql.DB, error) {
-	connector, err := mysql.NewConnector(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("UNKEY_MYSQL_DSN: %w", err)
-	}
-	sqlDB := sql.OpenDB(connector)
-	sqlDB.SetMaxOpenConns(4)
-	sqlDB.SetMaxIdleConns(4)
-	sqlDB.SetConnMaxLifetime(5 * time.Minute)
-	return sqlDB, nil
-}
+// mysqlConns bounds the API's MySQL pool. The loops use at most two
+// connections at a time (one flush or sync, one overrides poll); four leave
+// room for a slow one and for override writes.
+const mysqlConns = 4

@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -11,6 +9,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/internal/envconfig"
 )
 
@@ -30,10 +29,8 @@ type config struct {
 	// WorkerURL is where restate-server reaches this worker; by default
 	// http://127.0.0.1:<port of UNKEY_WORKER_ADDR>.
 	WorkerURL string `env:"UNKEY_WORKER_URL"`
-	LogLevel  string `env:"UNKEY_LOG_LEVEL" envDefault:"info"`
-	LogFormat string `env:"UNKEY_LOG_FORMAT" envDefault:"json"`
+	cmdutil.Log
 
-	level slog.Level
 	mysql *mysql.Config
 }
 
@@ -43,12 +40,9 @@ func loadConfig(environ []string) (config, error) {
 	if err := envconfig.Parse(environ, &c); err != nil {
 		return config{}, err
 	}
-	dsn, err := mysql.ParseDSN(c.MySQLDSN)
-	if err != nil || dsn.DBName == "" {
-		return config{}, fmt.Errorf("UNKEY_MYSQL_DSN: must be a go-sql-driver/mysql DSN naming a database, such as user:password@tcp(host:3306)/ratelimit")
-	}
-	if _, set := dsn.Params["interpolateParams"]; !set {
-		dsn.InterpolateParams = true
+	dsn, err := cmdutil.ParseMySQLDSN(c.MySQLDSN)
+	if err != nil {
+		return config{}, err
 	}
 	c.mysql = dsn
 	for name, v := range map[string]string{"UNKEY_RESTATE_ADMIN_URL": c.AdminURL, "UNKEY_RESTATE_INGRESS_URL": c.IngressURL} {
@@ -86,20 +80,8 @@ func loadConfig(environ []string) (config, error) {
 			c.IdentityKeys = append(c.IdentityKeys, line)
 		}
 	}
-	if err := c.level.UnmarshalText([]byte(c.LogLevel)); err != nil {
-		return config{}, fmt.Errorf("UNKEY_LOG_LEVEL: must be debug, info, warn or error, got %q", c.LogLevel)
-	}
-	if c.LogFormat != "json" && c.LogFormat != "text" {
-		return config{}, fmt.Errorf("UNKEY_LOG_FORMAT: must be json or text, got %q", c.LogFormat)
+	if err := c.Log.Validate(); err != nil {
+		return config{}, err
 	}
 	return c, nil
-}
-
-// logHandler returns the log handler c asks for, writing to w.
-func (c config) logHandler(w io.Writer) slog.Handler {
-	opts := &slog.HandlerOptions{Level: c.level}
-	if c.LogFormat == "text" {
-		return slog.NewTextHandler(w, opts)
-	}
-	return slog.NewJSONHandler(w, opts)
 }

@@ -21,7 +21,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -65,7 +64,7 @@ func run(ctx context.Context, environ []string, logOut io.Writer) error {
 	if err != nil {
 		return err
 	}
-	logger := slog.New(cfg.logHandler(logOut))
+	logger := cfg.Log.Logger(logOut)
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	w, err := newWorker(cfg, logger)

@@ -14,11 +14,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	restate "github.com/restatedev/sdk-go"
 	"github.com/restatedev/sdk-go/server"
 
 	"github.com/unkeyed/ratelimit/db"
+	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/workflows/blocklistdrain"
 	"github.com/unkeyed/ratelimit/workflows/cleanup"
 )
@@ -43,12 +43,11 @@ type worker struct {
 
 // newWorker wires the handlers. It starts nothing.
 func newWorker(cfg config, logger *slog.Logger) (*worker, error) {
-	connector, err := mysql.NewConnector(cfg.mysql)
+	// A cleanup run and a drain step use one connection each.
+	sqlDB, err := cmdutil.OpenMySQL(cfg.mysql, 4)
 	if err != nil {
-		return nil, fmt.Errorf("UNKEY_MYSQL_DSN: %w", err)
+		return nil, err
 	}
-	sqlDB := sql.OpenDB(connector)
-	sqlDB.SetMaxOpenConns(4)
 	q := db.New(sqlDB)
 	rs := server.NewRestate().WithLogger(logger.Handler(), true)
 	if len(cfg.IdentityKeys) > 0 {
@@ -76,10 +75,7 @@ func (w *worker) close() error { return w.sqlDB.Close() }
 // it), registers the worker and starts the cleanup schedule, until ctx is
 // done.
 func (w *worker) serve(ctx context.Context, ln net.Listener) error {
-	var protocols http.Protocols
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	srv := &http.Server{Handler: w.handler, Protocols: &protocols, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: w.handler, Protocols: cmdutil.Protocols(), ReadHeaderTimeout: 5 * time.Second}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	w.logger.Info("serving restate handlers", "addr", ln.Addr().String(), "url", w.cfg.WorkerURL)

@@ -24,7 +24,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		want string
 	}{
 		{nil, "UNKEY_MYSQL_DSN"},
-		{[]string{"UNKEY_MYSQL_DSN=root@tcp(x)/"}, "UNKEY_MYSQL_DSN: must be"},
+		{[]string{"UNKEY_MYSQL_DSN=root@tcp(x)/"}, "UNKEY_MYSQL_DSN: must name a database"},
 		{[]string{dsn, "UNKEY_RESTATE_ADMIN_URL=localhost:9070"}, "UNKEY_RESTATE_ADMIN_URL: must be an http"},
 		{[]string{dsn, "UNKEY_RESTATE_INGRESS_URL=ftp://x"}, "UNKEY_RESTATE_INGRESS_URL: must be an http"},
 		{[]string{dsn, "UNKEY_WORKER_ADDR=9080"}, "UNKEY_WORKER_ADDR: must be host:port"},

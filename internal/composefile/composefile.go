@@ -72,8 +72,13 @@ func EnvNames(config any) map[string]bool {
 	names := map[string]bool{}
 	t := reflect.TypeOf(config)
 	for i := 0; i < t.NumField(); i++ {
-		if tag := t.Field(i).Tag.Get("env"); tag != "" {
+		f := t.Field(i)
+		if tag := f.Tag.Get("env"); tag != "" {
 			names[strings.Split(tag, ",")[0]] = true
+		} else if f.Anonymous && f.Type.Kind() == reflect.Struct {
+			for name := range EnvNames(reflect.Zero(f.Type).Interface()) {
+				names[name] = true
+			}
 		}
 	}
 	return names

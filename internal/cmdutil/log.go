@@ -1,0 +1,44 @@
+package cmdutil
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// Log is the logging configuration both commands read.
+type Log struct {
+	Level  string `env:"UNKEY_LOG_LEVEL" envDefault:"info"`
+	Format string `env:"UNKEY_LOG_FORMAT" envDefault:"json"`
+}
+
+// Validate reports a level that is not debug, info, warn or error, or a
+// format that is not json or text, naming the variable.
+func (l Log) Validate() error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(l.Level)); err != nil {
+		return fmt.Errorf("UNKEY_LOG_LEVEL: must be debug, info, warn or error, got %q", l.Level)
+	}
+	if l.Format != "json" && l.Format != "text" {
+		return fmt.Errorf("UNKEY_LOG_FORMAT: must be json or text, got %q", l.Format)
+	}
+	return nil
+}
+
+// Logger returns a logger writing to w at l's level and in l's format, and
+// routes the MySQL driver's own messages to it at debug level. l must have
+// passed Validate; an invalid level logs at info.
+func (l Log) Logger(w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(l.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewJSONHandler(w, opts)
+	if l.Format == "text" {
+		h = slog.NewTextHandler(w, opts)
+	}
+	logger := slog.New(h)
+	_ = mysql.SetLogger(slog.NewLogLogger(h, slog.LevelDebug))
+	return logger
+}

@@ -1,0 +1,45 @@
+package cmdutil
+
+import (
+	"database/sql"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// ParseMySQLDSN parses the value of UNKEY_MYSQL_DSN. The DSN must name a
+// database. Parameters are sent interpolated unless the DSN says otherwise:
+// one round trip a statement instead of prepare, execute and close.
+func ParseMySQLDSN(dsn string) (*mysql.Config, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("UNKEY_MYSQL_DSN: must be a go-sql-driver/mysql DSN such as user:password@tcp(host:3306)/ratelimit: %w", err)
+	}
+	if cfg.DBName == "" {
+		return nil, fmt.Errorf("UNKEY_MYSQL_DSN: must name a database, as in user:password@tcp(host:3306)/ratelimit")
+	}
+	// ParseDSN consumes the parameters it knows, so look at the DSN itself.
+	_, query, _ := strings.Cut(dsn, "?")
+	if q, _ := url.ParseQuery(query); !q.Has("interpolateParams") {
+		cfg.InterpolateParams = true
+	}
+	return cfg, nil
+}
+
+// OpenMySQL opens a pool of at most maxConns connections on cfg. Connections
+// are replaced every five minutes, so a pool follows a failover behind a DNS
+// name. It does not connect yet.
+func OpenMySQL(cfg *mysql.Config, maxConns int) (*sql.DB, error) {
+	connector, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("UNKEY_MYSQL_DSN: %w", err)
+	}
+	sqlDB := sql.OpenDB(connector)
+	sqlDB.SetMaxOpenConns(maxConns)
+	sqlDB.SetMaxIdleConns(maxConns)
+	sqlDB.SetConnMaxLifetime(5 * time.Minute)
+	return sqlDB, nil
+}
