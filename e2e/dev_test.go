@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/unkeyed/ratelimit/internal/poll"
 )
 
 // TestMakeDev runs scripts/dev.sh (what make dev runs) in a temporary
@@ -69,18 +71,14 @@ func TestMakeDev(t *testing.T) {
 	down()
 	for _, port := range append(apis, base-3763, base-690, base+1010, base+2000) {
 		addr := "127.0.0.1:" + strconv.Itoa(port)
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		poll.Until(t, 10*time.Second, addr+" to stop answering after dev.sh down", func() bool {
 			conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 			if err != nil {
-				break
+				return true
 			}
 			conn.Close()
-			if time.Now().After(deadline) {
-				t.Fatalf("%s still answers after dev.sh down", addr)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return false
+		})
 	}
 }
 

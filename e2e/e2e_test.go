@@ -17,6 +17,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/db"
 	"github.com/unkeyed/ratelimit/internal/load"
+	"github.com/unkeyed/ratelimit/internal/poll"
 )
 
 // limitCall sends one Connect JSON Limit call and returns the answer.
@@ -63,7 +64,7 @@ func TestStack(t *testing.T) {
 			time.Sleep(30 * time.Millisecond) // past a replay interval
 		}
 		start := time.Now()
-		waitUntil(t, "every process to see the whole region's and the other region's usage", 40*time.Second, func() bool {
+		poll.Until(t, 40*time.Second, "every process to see the whole region's and the other region's usage", func() bool {
 			for _, p := range s.apis {
 				if out := limitCall(t, p.url(), peek); out["remaining"] != "0" {
 					return false
@@ -91,7 +92,7 @@ func TestStack(t *testing.T) {
 		}
 		set := time.Now()
 		peek := `{"namespace":"e2e","identifier":"vip_1","limit":5,"duration":2592000000,"cost":0}`
-		waitUntil(t, "every process to apply the override", 10*time.Second, func() bool {
+		poll.Until(t, 10*time.Second, "every process to apply the override", func() bool {
 			for _, p := range s.apis {
 				if out := limitCall(t, p.url(), peek); out["limit"] != "500" || out["overrideId"] == "" {
 					return false
@@ -113,7 +114,7 @@ func TestStack(t *testing.T) {
 		if _, err := s.restate.Post(s.restate.IngressURL+"/Cleanup/window-counts/Start", `{"intervalSeconds":1}`); err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(t, "the cleanup job", 30*time.Second, func() bool {
+		poll.Until(t, 30*time.Second, "the cleanup job", func() bool {
 			var n int
 			s.sqlDB.QueryRow("SELECT COUNT(*) FROM ratelimit_window_counts WHERE namespace = 'old'").Scan(&n)
 			return n == 0
@@ -219,7 +220,7 @@ func runFault(t *testing.T, s *stack, f fault) faultRow {
 	for _, region := range []string{"a", "b"} {
 		row.accepted += accepted[region]
 		var stored int64
-		waitUntilOrGiveUp(10*time.Second, func() bool {
+		poll.Within(10*time.Second, func() bool {
 			stored = s.redisTotal(region, namespace, ids, dur, start, end)
 			return stored >= accepted[region]
 		})
@@ -234,7 +235,7 @@ func runFault(t *testing.T, s *stack, f fault) faultRow {
 		// services/ratelimit (TestMariaDBDownMidFlush).
 		row.extra = "nothing to publish at this load (far below the floor); publishing after recovery: TestMariaDBDownMidFlush"
 	case "restate":
-		waitUntil(t, "the cleanup schedule to run after the restart", 30*time.Second, func() bool {
+		poll.Until(t, 30*time.Second, "the cleanup schedule to run after the restart", func() bool {
 			return cleanupStatus(t, s).Runs > cleanupRuns+1
 		})
 		row.extra = fmt.Sprintf("cleanup schedule ran %d more times", cleanupStatus(t, s).Runs-cleanupRuns)
@@ -263,13 +264,6 @@ func cleanupStatus(t *testing.T, s *stack) (st struct{ Runs int64 }) {
 	}
 	json.Unmarshal([]byte(out), &st)
 	return st
-}
-
-func waitUntilOrGiveUp(within time.Duration, cond func() bool) {
-	deadline := time.Now().Add(within)
-	for !cond() && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 func p99(d []time.Duration) time.Duration {

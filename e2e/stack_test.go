@@ -228,14 +228,3 @@ func get(url string) int {
 	resp.Body.Close()
 	return resp.StatusCode
 }
-
-func waitUntil(t *testing.T, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/unkeyed/ratelimit/internal/poll"
 	"github.com/unkeyed/ratelimit/internal/testserver"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -50,17 +52,10 @@ func TestTwoProcessesOneRegion(t *testing.T) {
 	}
 	time.Sleep(time.Second + 50*time.Millisecond)
 	b.call(t, "Limit", "", warm) // starts the refresh
-	deadline := time.Now().Add(2 * time.Second)
-	for {
+	poll.Until(t, 2*time.Second, "B to see what A spent on a cell B already held", func() bool {
 		_, out := b.call(t, "Limit", "", warm)
-		if out["success"] == false {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("B never saw what A spent on a cell B already held")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return out["success"] == false
+	})
 
 	// A restarted process reads the spent budget back.
 	if err := a.close(); err != nil {
@@ -76,26 +71,15 @@ func TestTwoProcessesOneRegion(t *testing.T) {
 // waitForRedis waits until the one key whose name contains part holds want.
 func waitForRedis(t *testing.T, r *testserver.Redis, part string, want int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	poll.Until(t, 5*time.Second, fmt.Sprintf("Redis to hold %d for %q", want, part), func() bool {
 		key, err := r.Do("KEYS", "*"+part+"*")
-		if err != nil {
-			t.Fatal(err)
+		if err != nil || key == "" || strings.Contains(key, "\n") {
+			return false
 		}
-		if key != "" && !strings.Contains(key, "\n") {
-			v, err := r.Do("GET", key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n, _ := strconv.Atoi(v); n == want {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Redis never held %d for %q", want, part)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		v, _ := r.Do("GET", key)
+		n, _ := strconv.Atoi(v)
+		return n == want
+	})
 }
 
 // TestRedisClusterMasterKilled runs three API processes of one region on a
@@ -117,7 +101,7 @@ func TestRedisClusterMasterKilled(t *testing.T) {
 		if _, out := procs[0].call(t, "Limit", "", body); out["success"] != true {
 			t.Fatalf("first process denied spending the limit of %s: %v", id, out)
 		}
-		waitUntil(t, "the second process to see the first's spending on "+id, func() bool {
+		poll.Until(t, 5*time.Second, "the second process to see the first's spending on "+id, func() bool {
 			_, out := procs[1].call(t, "Limit", "", strings.Replace(body, `"cost":10`, `"cost":1`, 1))
 			return out["success"] == false
 		})
@@ -173,19 +157,6 @@ func TestRedisClusterMasterKilled(t *testing.T) {
 		return
 	}
 	t.Fatal("no identifier of 20 landed on a surviving master")
-}
-
-// waitUntil polls cond every 10 ms until it holds, and fails the test after
-// five seconds.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // redisKeyOf returns a Redis key of an open server's cell of namespace and

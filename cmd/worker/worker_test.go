@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/internal/dbtest"
+	"github.com/unkeyed/ratelimit/internal/poll"
 	"github.com/unkeyed/ratelimit/internal/testserver"
 )
 
@@ -151,15 +152,8 @@ func TestWorkerVerifiesRequestIdentity(t *testing.T) {
 // and started the cleanup schedule.
 func waitScheduled(t *testing.T, r *testserver.Restate, what string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	poll.Until(t, 30*time.Second, what+": the worker to register and start the schedule", func() bool {
 		out, err := r.Post(r.IngressURL+"/Cleanup/window-counts/Status", "")
-		if err == nil && strings.Contains(out, `"scheduled":true`) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: the worker did not register and start the schedule: %s %v", what, out, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil && strings.Contains(out, `"scheduled":true`)
+	})
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/unkeyed/ratelimit/internal/poll"
 )
 
 // RedisCluster is a private Redis Cluster of masters without replicas,
@@ -48,18 +50,11 @@ func StartRedisCluster(t testing.TB, masters int) *RedisCluster {
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
-	deadline := time.Now().Add(20 * time.Second)
 	for _, m := range c.Masters {
-		for {
+		poll.Until(t, 20*time.Second, "redis cluster node "+m.Addr+" to report the cluster ok", func() bool {
 			info, _ := m.Do("CLUSTER", "INFO")
-			if strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(masters)) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("redis cluster not ok after 20 s: %s", info)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(masters))
+		})
 	}
 	return c
 }

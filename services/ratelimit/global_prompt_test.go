@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/unkeyed/ratelimit/internal/poll"
 )
 
 // countingStore counts the calls a GlobalStore receives and the rows it is
@@ -125,14 +127,14 @@ func TestGlobalLoopIdleStatements(t *testing.T) {
 	done := make(chan struct{})
 	go func() { s.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
-	eventually(t, "the first flush and syncs", func() bool { return store.published.Load() == 100 && store.syncs.Load() >= 3 })
+	poll.Until(t, 5*time.Second, "the first flush and syncs", func() bool { return store.published.Load() == 100 && store.syncs.Load() >= 3 })
 
 	clock.Advance(globalSyncLookback + time.Second)
 	syncs := store.syncs.Load()
-	eventually(t, "a sync after the lookback", func() bool { return store.syncs.Load() > syncs+1 })
+	poll.Until(t, 5*time.Second, "a sync after the lookback", func() bool { return store.syncs.Load() > syncs+1 })
 
 	q0, syncs0, pubs0 := questions(t, sqlDB), store.syncs.Load(), store.publishes.Load()
-	eventually(t, "30 idle syncs", func() bool {
+	poll.Until(t, 5*time.Second, "30 idle syncs", func() bool {
 		clock.Advance(10 * time.Millisecond)
 		return store.syncs.Load()-syncs0 >= 30
 	})

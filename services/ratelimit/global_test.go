@@ -14,6 +14,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/db"
 	"github.com/unkeyed/ratelimit/internal/dbtest"
+	"github.com/unkeyed/ratelimit/internal/poll"
 	"github.com/unkeyed/ratelimit/internal/testserver"
 )
 
@@ -238,7 +239,7 @@ func TestMariaDBDownMidFlush(t *testing.T) {
 		t.Fatalf("sync errors = %v, want 1", got)
 	}
 	m.Start()
-	eventually(t, "the flush after restart", func() bool {
+	poll.Until(t, 5*time.Second, "the flush after restart", func() bool {
 		us.globalBreaker = us.newGlobalBreaker() // do not wait out the open breaker
 		us.flush()
 		got := rows(t, sqlDB)

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 
+	"github.com/unkeyed/ratelimit/internal/poll"
 	"github.com/unkeyed/ratelimit/internal/testserver"
 )
 
@@ -72,17 +73,6 @@ func redisCount(t *testing.T, r *testserver.Redis, c Cell) int64 {
 }
 
 // eventually polls cond every 5 ms for up to 5 s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func cellOf(r Request, now int64) Cell {
 	return Cell{Workspace: r.Workspace, Namespace: r.Namespace, Identifier: r.Identifier, Duration: r.Duration,
 		Sequence: now / r.Duration.Milliseconds()}
@@ -161,7 +151,7 @@ func TestRegionalConvergence(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	eventually(t, "A's replay", func() bool { return redisCount(t, r, cellOf(rq, 600_000)) == 6 })
+	poll.Until(t, 5*time.Second, "A's replay", func() bool { return redisCount(t, r, cellOf(rq, 600_000)) == 6 })
 	t.Logf("A's 6 accepted requests reached Redis after %v (replay interval %v)", time.Since(start), replayInterval)
 	admitted := 0
 	for i := 0; i < 10; i++ {
@@ -172,7 +162,7 @@ func TestRegionalConvergence(t *testing.T) {
 	if admitted != 4 {
 		t.Fatalf("B admitted %d after A spent 6 of 10, want 4", admitted)
 	}
-	eventually(t, "B's replay", func() bool { return redisCount(t, r, cellOf(rq, 600_000)) == 10 })
+	poll.Until(t, 5*time.Second, "B's replay", func() bool { return redisCount(t, r, cellOf(rq, 600_000)) == 10 })
 }
 
 // TestWarmCellRefreshes: B already holds the cell when A spends the rest. B's
@@ -190,10 +180,10 @@ func TestWarmCellRefreshes(t *testing.T) {
 	for i := 0; i < 9; i++ {
 		mustLimit(t, a.Service, rq)
 	}
-	eventually(t, "replays", func() bool { return redisCount(t, r, cellOf(rq, 600_000)) == 10 })
+	poll.Until(t, 5*time.Second, "replays", func() bool { return redisCount(t, r, cellOf(rq, 600_000)) == 10 })
 	clock.Advance(freshnessInterval)
 	first := mustLimit(t, b.Service, rq) // stale: decided from memory, refresh queued
-	eventually(t, "B's background refresh", func() bool {
+	poll.Until(t, 5*time.Second, "B's background refresh", func() bool {
 		return mustLimit(t, b.Service, req("user", 10, time.Minute, 0)).Remaining == 0
 	})
 	if resp := mustLimit(t, b.Service, rq); resp.Success {
@@ -263,7 +253,7 @@ func TestMultiLimitHydratesInOneRoundTrip(t *testing.T) {
 	if resp := mustMulti(t, s.Service, req("d", 5, time.Minute, 2), req("full", 1, time.Minute, 1)); resp.Passed {
 		t.Fatal("batch with a full limit passed")
 	}
-	eventually(t, "replays", func() bool { return redisCount(t, r, cellOf(req("full", 1, time.Minute, 1), 600_000)) == 1 })
+	poll.Until(t, 5*time.Second, "replays", func() bool { return redisCount(t, r, cellOf(req("full", 1, time.Minute, 1), 600_000)) == 1 })
 	time.Sleep(5 * replayInterval)
 	if got := redisCount(t, r, cellOf(req("d", 5, time.Minute, 2), 600_000)); got != 0 {
 		t.Fatalf("a rolled-back increment reached Redis: %d", got)
@@ -332,7 +322,7 @@ func TestRedisFailureUnderLoad(t *testing.T) {
 			} else {
 				r.Freeze()
 			}
-			eventually(t, "the breaker to open", func() bool {
+			poll.Until(t, 5*time.Second, "the breaker to open", func() bool {
 				return procs[0].breaker.State() == gobreaker.StateOpen && procs[1].breaker.State() == gobreaker.StateOpen
 			})
 			time.Sleep(500 * time.Millisecond)
@@ -341,7 +331,7 @@ func TestRedisFailureUnderLoad(t *testing.T) {
 			} else {
 				r.Thaw()
 			}
-			eventually(t, "the breaker to close", func() bool {
+			poll.Until(t, 5*time.Second, "the breaker to close", func() bool {
 				return procs[0].breaker.State() == gobreaker.StateClosed && procs[1].breaker.State() == gobreaker.StateClosed
 			})
 			time.Sleep(200 * time.Millisecond)
@@ -360,7 +350,7 @@ func TestRedisFailureUnderLoad(t *testing.T) {
 			var accepted, stored int64
 			for k := 0; k < keys; k++ {
 				c := cellOf(req("k"+strconv.Itoa(k), 1, MaxDuration, 1), now)
-				eventually(t, "Redis to catch up", func() bool { return redisCount(t, r, c) >= admitted[k].Load() })
+				poll.Until(t, 5*time.Second, "Redis to catch up", func() bool { return redisCount(t, r, c) >= admitted[k].Load() })
 				accepted += admitted[k].Load()
 				stored += redisCount(t, r, c)
 			}
@@ -403,7 +393,7 @@ func TestCorruptRedisValues(t *testing.T) {
 	// INCRBY would overflow. Key "spent" is spent in Redis by B meanwhile.
 	warm := req("warm", 10, time.Minute, 1)
 	check("warm", mustLimit(t, a.Service, warm), true)
-	eventually(t, "warm replay", func() bool { return redisCount(t, r, cellOf(warm, 600_000)) == 1 })
+	poll.Until(t, 5*time.Second, "warm replay", func() bool { return redisCount(t, r, cellOf(warm, 600_000)) == 1 })
 	if _, err := r.Do("SET", RedisKey(new(cellOf(warm, 600_000))), strconv.FormatInt(math.MaxInt64, 10)); err != nil {
 		t.Fatal(err)
 	}
@@ -415,7 +405,7 @@ func TestCorruptRedisValues(t *testing.T) {
 	for range 3 {
 		check("B spends", mustLimit(t, b.Service, spent), true)
 	}
-	eventually(t, "B's replay", func() bool { return redisCount(t, r, cellOf(spent, 600_000)) == 3 })
+	poll.Until(t, 5*time.Second, "B's replay", func() bool { return redisCount(t, r, cellOf(spent, 600_000)) == 3 })
 	check("A on a key spent in Redis", mustLimit(t, a.Service, spent), false)
 	if got := testutil.ToFloat64(a.metrics.breakerState); got != 0 {
 		t.Fatalf("breaker state %v after one corrupt key, want 0 (closed)", got)
@@ -452,7 +442,7 @@ func TestIdleCopyIsReadFirst(t *testing.T) {
 	for range 8 {
 		mustLimit(t, a.Service, req("idle", 10, day, 1))
 	}
-	eventually(t, "A's replay", func() bool { return redisCount(t, r, cellOf(req("idle", 10, day, 1), 600_000)) == 8 })
+	poll.Until(t, 5*time.Second, "A's replay", func() bool { return redisCount(t, r, cellOf(req("idle", 10, day, 1), 600_000)) == 8 })
 	clock.Advance(2 * time.Second)
 	if resp := mustLimit(t, b.Service, req("idle", 10, day, 3)); resp.Success || resp.Remaining != 2 {
 		t.Fatalf("B after 2 s idle: %+v, want denied with 2 remaining", resp)

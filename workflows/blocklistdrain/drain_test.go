@@ -16,6 +16,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/db"
 	"github.com/unkeyed/ratelimit/internal/dbtest"
+	"github.com/unkeyed/ratelimit/internal/poll"
 	"github.com/unkeyed/ratelimit/internal/testserver"
 )
 
@@ -76,17 +77,12 @@ func (e *env) status(t *testing.T, id string) Status {
 
 func waitStage(t *testing.T, e *env, id, stage string, within time.Duration) Status {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		st := e.status(t, id)
-		if st.Stage == stage {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("workflow at %q (%s), want %q", st.Stage, st.Detail, stage)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var st Status
+	poll.Until(t, within, "the workflow to reach "+stage, func() bool {
+		st = e.status(t, id)
+		return st.Stage == stage
+	})
+	return st
 }
 
 // TestDrainWalksEveryStage drains a table whose last row expires in an hour;

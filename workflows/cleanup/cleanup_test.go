@@ -17,6 +17,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/db"
 	"github.com/unkeyed/ratelimit/internal/dbtest"
+	"github.com/unkeyed/ratelimit/internal/poll"
 	"github.com/unkeyed/ratelimit/internal/testserver"
 )
 
@@ -103,17 +104,6 @@ func (e *env) start(t *testing.T, key, body string) Status {
 	return st
 }
 
-func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 var far = uint64(time.Now().Add(24 * time.Hour).UnixMilli())
 
 func TestCleanupDeletesExpiredRowsInBoundedBatches(t *testing.T) {
@@ -127,7 +117,7 @@ func TestCleanupDeletesExpiredRowsInBoundedBatches(t *testing.T) {
 	}
 	// Run 1 hits its bound (3 full batches of 2) and schedules run 2 at
 	// once; run 2 deletes the last expired row.
-	waitFor(t, "the expired rows to go", 20*time.Second, func() bool { return e.status(t, "t1").TotalDeleted == 7 })
+	poll.Until(t, 20*time.Second, "the expired rows to go", func() bool { return e.status(t, "t1").TotalDeleted == 7 })
 	st := e.status(t, "t1")
 	if e.count(t, "expires_at = 1000") != 0 || e.count(t, "identifier LIKE 'live%'") != 3 {
 		t.Fatalf("rows left: %d expired, %d live; want 0 and 3", e.count(t, "expires_at = 1000"), e.count(t, "identifier LIKE 'live%'"))
@@ -140,7 +130,7 @@ func TestCleanupDeletesExpiredRowsInBoundedBatches(t *testing.T) {
 	}
 	// It runs again after its interval.
 	e.insert(t, "later", 2, 2000)
-	waitFor(t, "the next run", 10*time.Second, func() bool { return e.status(t, "t1").TotalDeleted == 9 })
+	poll.Until(t, 10*time.Second, "the next run", func() bool { return e.status(t, "t1").TotalDeleted == 9 })
 	if st := e.status(t, "t1"); st.Runs < 3 || !st.NextRun.After(st.LastRun) {
 		t.Fatalf("status %+v, want a third run and a next run after it", st)
 	}
@@ -162,7 +152,7 @@ func TestCleanupStartedTwiceIsOneChain(t *testing.T) {
 	e := setup(t)
 	e.endpoint(t, db.New(e.sqlDB))
 	first := e.start(t, "t2", `{"intervalSeconds":60}`)
-	waitFor(t, "the first run", 10*time.Second, func() bool { return e.status(t, "t2").Runs == 1 })
+	poll.Until(t, 10*time.Second, "the first run", func() bool { return e.status(t, "t2").Runs == 1 })
 	second := e.start(t, "t2", `{}`)
 	e.start(t, "t2", `{"intervalSeconds":30}`) // changes the interval of the same chain
 	if !first.Scheduled || !second.Scheduled {
@@ -170,7 +160,7 @@ func TestCleanupStartedTwiceIsOneChain(t *testing.T) {
 	}
 	// The new interval replaced the pending run with one that ran at once;
 	// the old one was cancelled, not left beside it.
-	waitFor(t, "the run the new interval started", 10*time.Second, func() bool { return e.status(t, "t2").Runs == 2 })
+	poll.Until(t, 10*time.Second, "the run the new interval started", func() bool { return e.status(t, "t2").Runs == 2 })
 	time.Sleep(500 * time.Millisecond)
 	if n := e.pendingRuns(t, "t2"); n != 1 {
 		t.Fatalf("Restate holds %d pending runs of the schedule, want 1", n)
@@ -188,12 +178,12 @@ func TestCleanupSurvivesRestateRestart(t *testing.T) {
 	e := setup(t)
 	e.endpoint(t, db.New(e.sqlDB))
 	e.start(t, "t3", `{"intervalSeconds":1}`)
-	waitFor(t, "a run", 10*time.Second, func() bool { return e.status(t, "t3").Runs >= 1 })
+	poll.Until(t, 10*time.Second, "a run", func() bool { return e.status(t, "t3").Runs >= 1 })
 	e.restate.Kill()
 	e.restate.Start()
 	e.insert(t, "old", 3, 1000)
 	before := e.status(t, "t3").Runs
-	waitFor(t, "runs after the restart", 30*time.Second, func() bool {
+	poll.Until(t, 30*time.Second, "runs after the restart", func() bool {
 		st := e.status(t, "t3")
 		return st.Runs >= before+2 && st.TotalDeleted == 3
 	})
@@ -231,7 +221,7 @@ func TestCleanupWorkerKilledMidRun(t *testing.T) {
 	}
 	ep.SetHandler(h)
 	ep.Start()
-	waitFor(t, "the run to complete", 60*time.Second, func() bool { return e.status(t, "t4").Runs == 1 })
+	poll.Until(t, 60*time.Second, "the run to complete", func() bool { return e.status(t, "t4").Runs == 1 })
 	st := e.status(t, "t4")
 	if st.TotalDeleted != 5 || st.LastRunBatches != 3 {
 		t.Fatalf("status %+v, want 5 rows deleted in 3 batches", st)
