@@ -51,18 +51,21 @@ return n`)
 // huge one must not overflow the decision maths.
 func clampCount(n int64) int64 { return min(max(n, 0), MaxStoredCount) }
 
-// Load reads every cell in one MGET, or on a cluster one MGET per hash slot,
-// sent in one pipeline (which the cluster client splits per node and sends
-// to the nodes at once). A value that is not a count reads as
+// Load reads every cell in one MGET, or on a cluster, unless every cell is
+// in one slot, one MGET per hash slot, sent in one pipeline (which the
+// cluster client splits per node and sends to the nodes at once). A value that is not a count reads as
 // MaxStoredCount, so a corrupt cell denies rather than admits; counts are
 // clamped to [0, MaxStoredCount].
 func (o *RedisOrigin) Load(ctx context.Context, cells []Cell) ([]int64, error) {
+	if len(cells) == 0 {
+		return nil, nil
+	}
 	keys := make([]string, len(cells))
 	for i := range cells {
 		keys[i] = RedisKey(&cells[i])
 	}
 	counts := make([]int64, len(cells))
-	if !o.cluster {
+	if !o.cluster || sameSlot(keys) {
 		vals, err := o.client.MGet(ctx, keys...).Result()
 		if err != nil {
 			return nil, fmt.Errorf("redis mget %d cells: %w", len(keys), err)
@@ -96,6 +99,18 @@ func (o *RedisOrigin) Load(ctx context.Context, cells []Cell) ([]int64, error) {
 		parseCounts(g.cmd.Val(), counts, g.at)
 	}
 	return counts, nil
+}
+
+// sameSlot reports whether every key is in the slot of the first: one
+// window's cells, the most common read, always are.
+func sameSlot(keys []string) bool {
+	first := redisSlot(keys[0])
+	for _, k := range keys[1:] {
+		if redisSlot(k) != first {
+			return false
+		}
+	}
+	return true
 }
 
 // parseCounts stores the counts of an MGET reply in counts, the i-th value
