@@ -68,7 +68,7 @@ lint: ## gofmt, go vet, staticcheck and buf lint
 	cd connect && $(TOOL) buf lint
 
 bench: ## the limiter's benchmarks beside golang.org/x/time/rate, for docs/BENCHMARKS.md
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) ./services/ratelimit/
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) ./services/ratelimit/...
 
 migrate: ## apply the MySQL schema to UNKEY_MYSQL_DSN (idempotent)
 	@test -n "$$UNKEY_MYSQL_DSN" || { echo "set UNKEY_MYSQL_DSN, e.g. root@tcp(127.0.0.1:3306)/ratelimit"; exit 1; }

@@ -22,6 +22,7 @@ import (
 	"github.com/unkeyed/ratelimit/internal/dbtest"
 	"github.com/unkeyed/ratelimit/internal/testserver"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/ratelimit/redisorigin"
 )
 
 // bin holds the binaries TestMain builds.
@@ -209,7 +210,7 @@ func (s *stack) redisTotal(region, namespace string, ids []string, dur time.Dura
 	for _, id := range ids {
 		for seq := from.UnixMilli() / dur.Milliseconds(); seq <= to.UnixMilli()/dur.Milliseconds(); seq++ {
 			c := ratelimit.Cell{Workspace: "default", Namespace: namespace, Identifier: id, Duration: dur, Sequence: seq}
-			v, err := s.redis[region].Do("GET", ratelimit.RedisKey(&c))
+			v, err := s.redis[region].Do("GET", redisorigin.Key(&c))
 			if err != nil {
 				s.t.Fatal(err)
 			}

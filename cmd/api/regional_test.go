@@ -14,6 +14,7 @@ import (
 	"github.com/unkeyed/ratelimit/internal/poll"
 	"github.com/unkeyed/ratelimit/internal/testserver"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/ratelimit/redisorigin"
 )
 
 // TestTwoProcessesOneRegion runs two real API servers on one Redis: what A
@@ -163,7 +164,7 @@ func TestRedisClusterMasterKilled(t *testing.T) {
 // identifier in 30-day windows; the sequence is left out of the hash tag, so
 // any will do for its slot.
 func redisKeyOf(namespace, identifier string) string {
-	return ratelimit.RedisKey(&ratelimit.Cell{Workspace: openWorkspace, Namespace: namespace, Identifier: identifier,
+	return redisorigin.Key(&ratelimit.Cell{Workspace: openWorkspace, Namespace: namespace, Identifier: identifier,
 		Duration: 2592000000 * time.Millisecond})
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/ratelimit/redisorigin"
 )
 
 const (
@@ -65,12 +66,12 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	case cfg.redis != nil:
 		client := redis.NewClient(cfg.redis)
 		closers = append(closers, client.Close)
-		opts = append(opts, ratelimit.WithOrigin(ratelimit.NewRedisOrigin(client)))
+		opts = append(opts, ratelimit.WithOrigin(redisorigin.New(client)))
 		logger.Info("regional origin configured", "redis", cfg.redis.Addr)
 	case cfg.redisCluster != nil:
 		client := redis.NewClusterClient(cfg.redisCluster)
 		closers = append(closers, client.Close)
-		opts = append(opts, ratelimit.WithOrigin(ratelimit.NewRedisOrigin(client)))
+		opts = append(opts, ratelimit.WithOrigin(redisorigin.New(client)))
 		logger.Info("regional origin configured", "redis_cluster_seeds", cfg.redisCluster.Addrs)
 	}
 	if cfg.mysql != nil {

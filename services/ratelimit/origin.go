@@ -6,10 +6,10 @@ import (
 )
 
 // Origin is the regional source of truth: a store that the processes of one
-// region share (Redis, see [RedisOrigin]). Processes add what they accepted to
+// region share (Redis: package redisorigin). Processes add what they accepted to
 // it and read from it what the others accepted. The limiter waits on it only
 // for a cold cell, a strict key (at most once per refresh interval) and a key
-// whose copy is older than maxCopyAge, each at most originTimeout; it guards
+// whose copy is older than maxCopyAge, each at most OriginTimeout; it guards
 // every call with a circuit breaker and decides from local state while the
 // origin is unavailable.
 type Origin interface {
@@ -54,13 +54,16 @@ type Increment struct {
 	TTL time.Duration
 }
 
+// OriginTimeout bounds a call to the origin on the request path (hydration
+// of a cold cell, the read of a strict or long-idle one): a request waits at
+// most this long. Origin clients should fail a dial or a wait for a pooled
+// connection within it too.
+const OriginTimeout = 300 * time.Millisecond
+
 // Tuning of the regional origin. Like the global intervals they are package
 // constants: they trade Redis load against convergence for the whole fleet,
 // and per-process knobs would only let processes of one region drift apart.
 const (
-	// originTimeout bounds a call on the request path (hydration of a cold
-	// cell, the refresh of a strict one): a request waits at most this long.
-	originTimeout = 300 * time.Millisecond
 	// replayInterval is how often accepted increments are sent to the origin.
 	// Another process sees them at most this long (plus a round trip) after
 	// they were accepted; in that time all increments of one cell coalesce

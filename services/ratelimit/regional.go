@@ -158,7 +158,7 @@ func (s *Service) prepareBatch(ctx context.Context, ws []*window, now int64) {
 
 // hydrate reads a cold cell and its predecessor from the origin, once: every
 // request that arrives while the read is under way waits for it (at most
-// originTimeout) instead of asking again. op names the read in the metrics.
+// OriginTimeout) instead of asking again. op names the read in the metrics.
 func (s *Service) hydrate(ctx context.Context, w *window, cur *cell, op string) {
 	var buf [24]byte
 	key := string(strconv.AppendUint(buf[:0], uint64(uintptr(unsafe.Pointer(cur))), 36))
@@ -171,12 +171,12 @@ func (s *Service) hydrate(ctx context.Context, w *window, cur *cell, op string) 
 	})
 }
 
-// refreshNow is refresh on the request path: bounded by originTimeout, and
+// refreshNow is refresh on the request path: bounded by OriginTimeout, and
 // a window that could not be read is handed to the background loop to retry.
 // The current cells count as hydrated afterwards even if the read failed:
 // requests then decide from memory instead of waiting again.
 func (s *Service) refreshNow(ctx context.Context, ws []*window, now int64, op string) {
-	err := s.refresh(ctx, ws, now, op, originTimeout)
+	err := s.refresh(ctx, ws, now, op, OriginTimeout)
 	for _, w := range ws {
 		if err != nil {
 			s.queueRefresh(w)

@@ -1,4 +1,8 @@
-package ratelimit
+// Package redisorigin is the limiter's regional origin on Redis: one
+// server, or a Redis Cluster. The processes of a region add what they
+// accepted to it and read from it what the others accepted (see
+// ratelimit.Origin).
+package redisorigin
 
 import (
 	"cmp"
@@ -9,22 +13,24 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
-// RedisOrigin is an [Origin] on Redis: one server, or a Redis Cluster. Each
-// cell is one string key holding its count; both cells of a window share a
-// hash tag, so on a cluster they live in one slot.
-type RedisOrigin struct {
+// Origin is a [ratelimit.Origin] on Redis: one server, or a Redis Cluster.
+// Each cell is one string key holding its count; both cells of a window share
+// a hash tag, so on a cluster they live in one slot.
+type Origin struct {
 	client  redis.UniversalClient
 	cluster bool
 }
 
-// NewRedisOrigin returns an origin on client, a *redis.Client or a
+// New returns an origin on client, a *redis.Client or a
 // *redis.ClusterClient. It does not take ownership: closing the client is
 // the caller's job.
-func NewRedisOrigin(client redis.UniversalClient) *RedisOrigin {
+func New(client redis.UniversalClient) *Origin {
 	_, cluster := client.(*redis.ClusterClient)
-	return &RedisOrigin{client: client, cluster: cluster}
+	return &Origin{client: client, cluster: cluster}
 }
 
 // incrementScript adds ARGV[1] to KEYS[1] and sets its expiry to ARGV[2] ms
@@ -46,23 +52,23 @@ if ttl < tonumber(ARGV[2]) then
 end
 return n`)
 
-// clampCount bounds a count read from Redis to [0, MaxStoredCount]. Redis
+// clampCount bounds a count read from Redis to [0, ratelimit.MaxStoredCount]. Redis
 // holds whatever anyone wrote: a negative count must not lend budget, and a
 // huge one must not overflow the decision maths.
-func clampCount(n int64) int64 { return min(max(n, 0), MaxStoredCount) }
+func clampCount(n int64) int64 { return min(max(n, 0), ratelimit.MaxStoredCount) }
 
 // Load reads every cell in one MGET, or on a cluster, unless every cell is
 // in one slot, one MGET per hash slot, sent in one pipeline (which the
 // cluster client splits per node and sends to the nodes at once). A value that is not a count reads as
-// MaxStoredCount, so a corrupt cell denies rather than admits; counts are
-// clamped to [0, MaxStoredCount].
-func (o *RedisOrigin) Load(ctx context.Context, cells []Cell) ([]int64, error) {
+// ratelimit.MaxStoredCount, so a corrupt cell denies rather than admits; counts are
+// clamped to [0, ratelimit.MaxStoredCount].
+func (o *Origin) Load(ctx context.Context, cells []ratelimit.Cell) ([]int64, error) {
 	if len(cells) == 0 {
 		return nil, nil
 	}
 	keys := make([]string, len(cells))
 	for i := range cells {
-		keys[i] = RedisKey(&cells[i])
+		keys[i] = Key(&cells[i])
 	}
 	counts := make([]int64, len(cells))
 	if !o.cluster || sameSlot(keys) {
@@ -76,7 +82,7 @@ func (o *RedisOrigin) Load(ctx context.Context, cells []Cell) ([]int64, error) {
 	// Group the keys by slot, keeping each key's position.
 	bySlot := map[uint16][]int{}
 	for i, k := range keys {
-		slot := redisSlot(k)
+		slot := slot(k)
 		bySlot[slot] = append(bySlot[slot], i)
 	}
 	pipe := o.client.Pipeline()
@@ -104,9 +110,9 @@ func (o *RedisOrigin) Load(ctx context.Context, cells []Cell) ([]int64, error) {
 // sameSlot reports whether every key is in the slot of the first: one
 // window's cells, the most common read, always are.
 func sameSlot(keys []string) bool {
-	first := redisSlot(keys[0])
+	first := slot(keys[0])
 	for _, k := range keys[1:] {
-		if redisSlot(k) != first {
+		if slot(k) != first {
 			return false
 		}
 	}
@@ -123,7 +129,7 @@ func parseCounts(vals []any, counts []int64, at []int) {
 		}
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			n = MaxStoredCount
+			n = ratelimit.MaxStoredCount
 		}
 		if at != nil {
 			counts[at[i]] = clampCount(n)
@@ -134,7 +140,7 @@ func parseCounts(vals []any, counts []int64, at []int) {
 }
 
 // Increment sends every increment in one pipeline.
-func (o *RedisOrigin) Increment(ctx context.Context, incs []Increment) ([]int64, error) {
+func (o *Origin) Increment(ctx context.Context, incs []ratelimit.Increment) ([]int64, error) {
 	pipe := o.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(incs))
 	for i := range incs {
@@ -142,7 +148,7 @@ func (o *RedisOrigin) Increment(ctx context.Context, incs []Increment) ([]int64,
 		// EVAL, not EVALSHA: a restarted server has lost its script cache,
 		// and a pipeline of EVALSHA would then fail without telling which
 		// commands ran. The script is a few hundred bytes a replayed cell.
-		cmds[i] = incrementScript.Eval(ctx, pipe, []string{RedisKey(&incs[i].Cell)}, incs[i].Delta, ttl, MaxStoredCount)
+		cmds[i] = incrementScript.Eval(ctx, pipe, []string{Key(&incs[i].Cell)}, incs[i].Delta, ttl, ratelimit.MaxStoredCount)
 	}
 	_, _ = pipe.Exec(ctx) // each command's own error is read below
 	counts := make([]int64, len(incs))
@@ -165,12 +171,12 @@ func (o *RedisOrigin) Increment(ctx context.Context, incs []Increment) ([]int64,
 	var reply redis.Error
 	if failed < len(incs) && errors.As(firstErr, &reply) {
 		// Redis answered: the trouble is with some keys, not the server.
-		return counts, &PartialError{Err: err}
+		return counts, &ratelimit.PartialError{Err: err}
 	}
 	return counts, err
 }
 
-// RedisKey returns the Redis key of a cell: every variable part is prefixed
+// Key returns the Redis key of a cell: every variable part is prefixed
 // by its length, so parts can never run into each other: namespace "a-b" with
 // identifier "c" and namespace "a" with identifier "b-c" are different keys.
 // Everything but the sequence is the key's hash tag (between the first "{"
@@ -180,7 +186,7 @@ func (o *RedisOrigin) Increment(ctx context.Context, incs []Increment) ([]int64,
 // cells share. The tag is never empty: it starts with a length.
 //
 //	ratelimit:v2:{<len>:<workspace><len>:<namespace><len>:<identifier>:<duration ms>}:<sequence>
-func RedisKey(c *Cell) string {
+func Key(c *ratelimit.Cell) string {
 	b := make([]byte, 0, 34+len(c.Workspace)+len(c.Namespace)+len(c.Identifier))
 	b = append(b, "ratelimit:v2:{"...)
 	for _, part := range [...]string{c.Workspace, c.Namespace, c.Identifier} {
@@ -195,9 +201,9 @@ func RedisKey(c *Cell) string {
 	return string(b)
 }
 
-// redisSlot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of
+// slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of
 // its hash tag, or of the whole key without one, modulo 16384.
-func redisSlot(key string) uint16 {
+func slot(key string) uint16 {
 	if start := strings.IndexByte(key, '{'); start >= 0 {
 		if end := strings.IndexByte(key[start+1:], '}'); end > 0 {
 			key = key[start+1 : start+1+end]
@@ -217,25 +223,25 @@ func redisSlot(key string) uint16 {
 	return crc % 16384
 }
 
-// RedisOptions parses a redis:// or rediss:// URL into client options tuned
+// Options parses a redis:// or rediss:// URL into client options tuned
 // for an origin: the caller's context deadline bounds every call (the limiter
-// sets originTimeout on the request path), nothing is retried inside the
+// sets ratelimit.OriginTimeout on the request path), nothing is retried inside the
 // client (the limiter retries replays itself), and a dead server is noticed
-// within one originTimeout.
-func RedisOptions(url string) (*redis.Options, error) {
+// within one ratelimit.OriginTimeout.
+func Options(url string) (*redis.Options, error) {
 	opts, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, err
 	}
 	opts.ContextTimeoutEnabled = true
 	opts.MaxRetries = -1
-	opts.DialTimeout = originTimeout
-	opts.PoolTimeout = originTimeout
+	opts.DialTimeout = ratelimit.OriginTimeout
+	opts.PoolTimeout = ratelimit.OriginTimeout
 	return opts, nil
 }
 
-// RedisClusterOptions parses a Redis Cluster URL into cluster client options
-// tuned as [RedisOptions] tunes a single server's:
+// ClusterOptions parses a Redis Cluster URL into cluster client options
+// tuned as [Options] tunes a single server's:
 //
 //	redis+cluster://[user:password@]host:port[,host:port...][?options]
 //
@@ -243,7 +249,7 @@ func RedisOptions(url string) (*redis.Options, error) {
 // cluster's other nodes, and who serves which slot, from any of them.
 // Options are go-redis's cluster URL options (max_redirects, …). Redirects
 // after a failover are followed; nothing else is retried inside the client.
-func RedisClusterOptions(url string) (*redis.ClusterOptions, error) {
+func ClusterOptions(url string) (*redis.ClusterOptions, error) {
 	scheme, rest, ok := strings.Cut(url, "+cluster://")
 	if !ok || (scheme != "redis" && scheme != "rediss") {
 		return nil, fmt.Errorf("want redis+cluster:// or rediss+cluster://, got %q", url)
@@ -275,7 +281,7 @@ func RedisClusterOptions(url string) (*redis.ClusterOptions, error) {
 	}
 	opts.ContextTimeoutEnabled = true
 	opts.MaxRetries = -1
-	opts.DialTimeout = originTimeout
-	opts.PoolTimeout = originTimeout
+	opts.DialTimeout = ratelimit.OriginTimeout
+	opts.PoolTimeout = ratelimit.OriginTimeout
 	return opts, nil
 }

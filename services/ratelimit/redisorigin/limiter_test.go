@@ -1,0 +1,299 @@
+package redisorigin
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/unkeyed/ratelimit/internal/poll"
+	"github.com/unkeyed/ratelimit/internal/testserver"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
+)
+
+// The tests of this file run limiters on real Redis through their exported
+// API, their background loops running on the wall clock: what the
+// limiter's own tests show on an in-memory origin, shown on the real one.
+
+// process is one limiter process of a region with its loops running.
+type process struct {
+	*ratelimit.Service
+	reg  *prometheus.Registry
+	stop func()
+}
+
+// startProcess starts a limiter on c with its loops running, stopped when
+// the test ends (or by stop, which replays what is left first).
+func startProcess(t testing.TB, c redis.UniversalClient, opts ...ratelimit.Option) *process {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	s, err := ratelimit.New("test", append([]ratelimit.Option{ratelimit.WithOrigin(New(c)), ratelimit.WithRegisterer(reg)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	var once sync.Once
+	p := &process{Service: s, reg: reg, stop: func() { once.Do(func() { cancel(); <-done }) }}
+	t.Cleanup(p.stop)
+	return p
+}
+
+// metric returns the value of the first sample of the metric name whose
+// labels include labels (name, value pairs), or 0.
+func (p *process) metric(t testing.TB, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := p.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					found = found || (lp.GetName() == labels[i] && lp.GetValue() == labels[i+1])
+				}
+				if !found {
+					continue metrics
+				}
+			}
+			if m.GetGauge() != nil {
+				return m.GetGauge().GetValue()
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+// month is the window of the tests on the wall clock: no window boundary
+// falls between two steps of a test.
+const month = ratelimit.MaxDuration
+
+func request(id string, limit, cost int64) ratelimit.Request {
+	return ratelimit.Request{Workspace: "ws", Namespace: "ns", Identifier: id, Limit: limit, Duration: month, Cost: cost}
+}
+
+func decide(t testing.TB, s *ratelimit.Service, r ratelimit.Request) ratelimit.Response {
+	t.Helper()
+	resp, err := s.Limit(context.Background(), r)
+	if err != nil {
+		t.Fatalf("Limit(%+v): %v", r, err)
+	}
+	return resp
+}
+
+// stored returns what Redis holds for r's current cell.
+func stored(t testing.TB, c redis.UniversalClient, r ratelimit.Request) int64 {
+	t.Helper()
+	cell := ratelimit.Cell{Workspace: r.Workspace, Namespace: r.Namespace, Identifier: r.Identifier, Duration: r.Duration,
+		Sequence: time.Now().UnixMilli() / r.Duration.Milliseconds()}
+	counts, err := New(c).Load(context.Background(), []ratelimit.Cell{cell})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return counts[0]
+}
+
+// TestTwoProcessesOneRedis: what A accepted reaches Redis within a few replay
+// intervals; B, which has not seen the key, reads it on its first request and
+// admits only the rest. A process started after A stopped reads the spent
+// budget back and admits nothing. On one server and on a cluster.
+func TestTwoProcessesOneRedis(t *testing.T) {
+	for _, backend := range []string{"redis", "cluster"} {
+		t.Run(backend, func(t *testing.T) {
+			var c redis.UniversalClient
+			if backend == "cluster" {
+				c = clusterClient(t, testserver.StartRedisCluster(t, 3))
+			} else {
+				c = client(t, testserver.StartRedis(t))
+			}
+			a, b := startProcess(t, c), startProcess(t, c)
+			rq := request("user", 10, 1)
+			for i := range 6 {
+				if !decide(t, a.Service, rq).Success {
+					t.Fatalf("A denied request %d of 10", i)
+				}
+			}
+			poll.Until(t, 5*time.Second, "A's replay", func() bool { return stored(t, c, rq) == 6 })
+			admitted := 0
+			for range 10 {
+				if decide(t, b.Service, rq).Success {
+					admitted++
+				}
+			}
+			if admitted != 4 {
+				t.Fatalf("B admitted %d after A spent 6 of 10, want 4", admitted)
+			}
+			b.stop() // Run replays what is left before it returns
+			if got := stored(t, c, rq); got != 10 {
+				t.Fatalf("Redis holds %d after B's clean stop, want 10", got)
+			}
+			restarted := startProcess(t, c)
+			if resp := decide(t, restarted.Service, rq); resp.Success || resp.Remaining != 0 {
+				t.Fatalf("a process started afterwards admitted: %+v", resp)
+			}
+		})
+	}
+}
+
+// TestFailureUnderLoad kills Redis (and, separately, freezes it) under load
+// from two processes. No request fails or waits much longer than the origin
+// timeout, the breaker opens, and once Redis is back the retried replays
+// bring it up to at least what was accepted.
+func TestFailureUnderLoad(t *testing.T) {
+	for _, fault := range []string{"kill", "freeze"} {
+		t.Run(fault, func(t *testing.T) {
+			r := testserver.StartRedis(t)
+			c := client(t, r)
+			procs := []*process{startProcess(t, c), startProcess(t, c)}
+			const keys = 20
+			var admitted [keys]atomic.Int64
+			var slowest, requests atomic.Int64
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for g := range 8 {
+				wg.Go(func() {
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						k := (g*7 + i) % keys
+						id := "k" + strconv.Itoa(k)
+						if i%50 == 0 {
+							// A key no process has seen: its first request
+							// reads Redis, the call that may wait.
+							k, id = -1, "cold-"+strconv.Itoa(g)+"-"+strconv.Itoa(i)
+						}
+						start := time.Now()
+						resp, err := procs[i%2].Limit(context.Background(), request(id, 1_000_000, 1))
+						took := time.Since(start)
+						requests.Add(1)
+						if err != nil {
+							t.Errorf("request failed: %v", err)
+							return
+						}
+						if resp.Success && k >= 0 {
+							admitted[k].Add(1)
+						}
+						for old := slowest.Load(); int64(took) > old && !slowest.CompareAndSwap(old, int64(took)); old = slowest.Load() {
+						}
+						time.Sleep(200 * time.Microsecond)
+					}
+				})
+			}
+			breaker := func(state float64) func() bool {
+				return func() bool {
+					return procs[0].metric(t, "unkey_ratelimit_origin_breaker_state") == state &&
+						procs[1].metric(t, "unkey_ratelimit_origin_breaker_state") == state
+				}
+			}
+			time.Sleep(300 * time.Millisecond)
+			if fault == "kill" {
+				r.Kill()
+			} else {
+				r.Freeze()
+			}
+			poll.Until(t, 5*time.Second, "the breakers to open", breaker(2))
+			time.Sleep(500 * time.Millisecond)
+			if fault == "kill" {
+				r.Start()
+			} else {
+				r.Thaw()
+			}
+			poll.Until(t, 5*time.Second, "the breakers to close", breaker(0))
+			time.Sleep(200 * time.Millisecond)
+			close(stop)
+			wg.Wait()
+			t.Logf("%d requests, slowest %v", requests.Load(), time.Duration(slowest.Load()))
+			// The slack covers a loaded CI machine's scheduling; a request
+			// that waited on the dead store without a timeout would hang.
+			if d := time.Duration(slowest.Load()); d > ratelimit.OriginTimeout+700*time.Millisecond {
+				t.Errorf("a request waited %v, longer than the origin timeout %v (plus 700 ms of scheduling slack)", d, ratelimit.OriginTimeout)
+			}
+			// Nothing accepted is lost. A replay whose answer was lost may
+			// have been applied and is sent again (counting twice is
+			// preferred to losing a count), so Redis may hold a little more.
+			var accepted, inRedis int64
+			for k := range keys {
+				rq := request("k"+strconv.Itoa(k), 1, 1)
+				poll.Until(t, 5*time.Second, "Redis to catch up", func() bool { return stored(t, c, rq) >= admitted[k].Load() })
+				accepted += admitted[k].Load()
+				inRedis += stored(t, c, rq)
+			}
+			t.Logf("accepted %d, Redis holds %d (%d counted twice after lost answers)", accepted, inRedis, inRedis-accepted)
+			for _, p := range procs {
+				if got := p.metric(t, "unkey_ratelimit_origin_replay_expired_total"); got != 0 {
+					t.Errorf("%v accepted units expired unreplayed", got)
+				}
+			}
+		})
+	}
+}
+
+// TestCorruptValuesInDecisions: a cell whose Redis value is huge, negative or
+// not a number never admits past the limit and never reports remaining
+// outside [0, limit]; an increment that would overflow leaves the breaker
+// closed, so other keys keep converging.
+func TestCorruptValuesInDecisions(t *testing.T) {
+	r := testserver.StartRedis(t)
+	c := client(t, r)
+	a, b := startProcess(t, c), startProcess(t, c)
+	check := func(who string, resp ratelimit.Response, wantSuccess bool) {
+		t.Helper()
+		if resp.Success != wantSuccess || resp.Remaining < 0 || resp.Remaining > resp.Limit {
+			t.Fatalf("%s: %+v, want success %v and remaining within [0, %d]", who, resp, wantSuccess, resp.Limit)
+		}
+	}
+	set := func(rq ratelimit.Request, v string) {
+		t.Helper()
+		cell := ratelimit.Cell{Workspace: rq.Workspace, Namespace: rq.Namespace, Identifier: rq.Identifier, Duration: rq.Duration,
+			Sequence: time.Now().UnixMilli() / rq.Duration.Milliseconds()}
+		if _, err := r.Do("SET", Key(&cell), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hot := request("hot", 10, 1)
+	set(hot, "9223372036854775000")
+	for range 3 {
+		check("huge cell", decide(t, a.Service, hot), false)
+	}
+	warm := request("warm", 10, 1)
+	check("warm", decide(t, a.Service, warm), true)
+	poll.Until(t, 5*time.Second, "warm replay", func() bool { return stored(t, c, warm) == 1 })
+	set(warm, "9223372036854775807")
+	for range 5 {
+		decide(t, a.Service, warm) // each replay of these would overflow
+		time.Sleep(20 * time.Millisecond)
+	}
+	spent := request("spent", 3, 1)
+	for range 3 {
+		check("B spends", decide(t, b.Service, spent), true)
+	}
+	poll.Until(t, 5*time.Second, "B's replay", func() bool { return stored(t, c, spent) == 3 })
+	check("A on a key spent in Redis", decide(t, a.Service, spent), false)
+	if got := a.metric(t, "unkey_ratelimit_origin_breaker_state"); got != 0 {
+		t.Fatalf("breaker state %v after one corrupt key, want 0 (closed)", got)
+	}
+	check("warm after overflow", decide(t, a.Service, warm), false)
+	neg, junk := request("negative", 2, 1), request("junk", 2, 1)
+	set(neg, "-1000")
+	set(junk, "not-a-count")
+	check("negative 1", decide(t, a.Service, neg), true)
+	check("negative 2", decide(t, a.Service, neg), true)
+	check("negative 3", decide(t, a.Service, neg), false)
+	check("junk", decide(t, a.Service, junk), false)
+}
