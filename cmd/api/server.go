@@ -22,6 +22,7 @@ import (
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/ratelimit/mysqlstore"
 	"github.com/unkeyed/ratelimit/services/ratelimit/redisorigin"
 )
 
@@ -80,7 +81,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 			return nil, err
 		}
 		closers = append(closers, sqlDB.Close)
-		opts = append(opts, ratelimit.WithGlobalStore(ratelimit.NewMySQLStore(sqlDB)),
+		opts = append(opts, ratelimit.WithGlobalStore(mysqlstore.New(sqlDB)),
 			ratelimit.WithGlobalFlushIntervals(cfg.GlobalFlushInterval, cfg.GlobalFullFlushInterval),
 			ratelimit.WithGlobalSyncInterval(cfg.GlobalSyncInterval))
 		ovOpts = append(ovOpts, overrides.WithStore(overrides.NewMySQLStore(sqlDB)))

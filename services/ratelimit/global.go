@@ -5,9 +5,10 @@ import (
 	"time"
 )
 
-// GlobalStore shares counts between regions as a grow-only counter (see
-// [MySQLStore]): one component per region and window cell, merged with max,
-// read back as the region's own component and the sum of the others.
+// GlobalStore shares counts between regions as a grow-only counter (MySQL:
+// package mysqlstore): one component per region and window cell, merged
+// with max, read back as the region's own component and the sum of the
+// others.
 type GlobalStore interface {
 	// Publish raises this region's component of each cell to at least its
 	// count and marks it changed at now, in the order given (callers sort

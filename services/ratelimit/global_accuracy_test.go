@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"cmp"
 	"context"
-	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -54,11 +53,11 @@ type loopSim struct {
 	phase               []int64 // each region's anchor, as runGlobal takes it when it starts
 }
 
-func newLoopSim(t *testing.T, clock *fakeClock, names []string, iv globalIntervals, rng *rand.Rand) *loopSim {
+func newLoopSim(t *testing.T, store GlobalStore, clock *fakeClock, names []string, iv globalIntervals, rng *rand.Rand) *loopSim {
 	l := &loopSim{clock: clock, iv: iv, rng: rng}
 	now := clock.Now().UnixMilli()
 	for _, name := range names {
-		r := newRegion(t, name, crossDB, clock, WithGlobalFlushIntervals(iv.flush, iv.fullFlush), WithGlobalSyncInterval(iv.sync))
+		r := newRegion(t, name, store, clock, WithGlobalFlushIntervals(iv.flush, iv.fullFlush), WithGlobalSyncInterval(iv.sync))
 		l.regions = append(l.regions, r)
 		l.phase = append(l.phase, now-int64(rng.Float64()*float64(max(iv.flush, iv.sync).Milliseconds())))
 		i := len(l.regions) - 1
@@ -106,11 +105,10 @@ func (l *loopSim) tick(i int, now int64, interval time.Duration) int64 {
 	return anchor + ((now-anchor)/ms+1)*ms + int64(l.rng.Float64()*globalSyncJitter*float64(ms))
 }
 
-// simulateRegions runs len(c.shares) regions (one process each) on one real
-// MariaDB and a simulated clock. Identifiers receive Poisson traffic at
+// simulateRegions runs len(c.shares) regions (one process each) on one
+// in-memory global store with MySQL's semantics and a simulated clock. Identifiers receive Poisson traffic at
 // c.load × limit per duration in all, split over the regions by c.shares.
-func simulateRegions(t *testing.T, mdbReset func(), c crossCase) crossRun {
-	mdbReset()
+func simulateRegions(t *testing.T, c crossCase) crossRun {
 	clock := newFakeClock(0)
 	durMs := c.dur.Milliseconds()
 	start := int64(1_000_000) * durMs
@@ -120,7 +118,7 @@ func simulateRegions(t *testing.T, mdbReset func(), c crossCase) crossRun {
 	for i := range names {
 		names[i] = fmt.Sprintf("r%d", i)
 	}
-	sim := newLoopSim(t, clock, names, c.iv, rng)
+	sim := newLoopSim(t, newMemStore(), clock, names, c.iv, rng)
 	type event struct {
 		at      int64
 		id, reg int
@@ -192,22 +190,21 @@ type propagation struct {
 // crosses the utilization floor of keys keys at random moments (it spends 6
 // of 10 at once); region b peeks at each key every 10 ms of simulated time
 // until its decisions count what a spent.
-func simulatePropagation(t *testing.T, mdbReset func(), iv globalIntervals, trials, keys int, seed uint64) propagation {
+func simulatePropagation(t *testing.T, iv globalIntervals, trials, keys int, seed uint64) propagation {
 	var seen []time.Duration
 	for trial := range trials {
-		seen = append(seen, propagationTrial(t, mdbReset, iv, keys, seed+uint64(trial))...)
+		seen = append(seen, propagationTrial(t, iv, keys, seed+uint64(trial))...)
 	}
 	slices.Sort(seen)
 	n := len(seen)
 	return propagation{p50: seen[n/2], p99: seen[(n*99-1)/100], max: seen[n-1], samples: n}
 }
 
-func propagationTrial(t *testing.T, mdbReset func(), iv globalIntervals, n int, seed uint64) []time.Duration {
-	mdbReset()
+func propagationTrial(t *testing.T, iv globalIntervals, n int, seed uint64) []time.Duration {
 	const limit, spend = 10, 6
 	clock := newFakeClock(1_000_000 * 86_400_000)
 	rng := rand.New(rand.NewPCG(seed, 2))
-	sim := newLoopSim(t, clock, []string{"a", "b"}, iv, rng)
+	sim := newLoopSim(t, newMemStore(), clock, []string{"a", "b"}, iv, rng)
 	ctx := context.Background()
 	start := clock.Now().UnixMilli()
 	spendAt := make([]int64, n)
@@ -247,48 +244,32 @@ func propagationTrial(t *testing.T, mdbReset func(), iv globalIntervals, n int, 
 	return seen
 }
 
-// crossDB is the database of the cross-region simulations.
-var crossDB *sql.DB
-
-// openCrossDB starts a MariaDB for the simulations and returns a function
-// that empties its table between runs.
-func openCrossDB(t *testing.T) func() {
-	_, sqlDB := openGlobalDB(t)
-	crossDB = sqlDB
-	return func() {
-		if _, err := sqlDB.Exec("DELETE FROM ratelimit_window_counts"); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // TestCrossRegionAccuracy checks rows of the cross-region table on every
 // run: traffic concentrated in one of three regions is limited exactly,
 // traffic spread evenly just under the floor is bounded by R × floor, and two
 // regions sharing 60 s windows 70 %/30 % at twice the limit stay within 1.2×
 // the limit.
 func TestCrossRegionAccuracy(t *testing.T) {
-	reset := openCrossDB(t)
 	base := crossCase{limit: 100, dur: time.Minute, windows: 4, ids: 2, seed: 1, iv: defaultIntervals}
 	conc := base
 	conc.load, conc.shares = 10, []float64{1, 0, 0}
-	if r := simulateRegions(t, reset, conc); r.max > 1 || r.mean < 0.95 {
+	if r := simulateRegions(t, conc); r.max > 1 || r.mean < 0.95 {
 		t.Fatalf("traffic in one region: admitted ÷ limit mean %.3f max %.3f, want within [0.95, 1]", r.mean, r.max)
 	}
 	under := base
 	under.load, under.shares = 3*0.45, []float64{1.0 / 3, 1.0 / 3, 1.0 / 3}
-	if r := simulateRegions(t, reset, under); r.max >= 3*globalUtilizationFloor {
+	if r := simulateRegions(t, under); r.max >= 3*globalUtilizationFloor {
 		t.Fatalf("even spread under the floor: max %.3f, want under R × floor = %.2f", r.max, 3*globalUtilizationFloor)
 	}
 	hot := base
 	hot.load, hot.shares, hot.ids = 2, []float64{0.7, 0.3}, 4
-	r := simulateRegions(t, reset, hot)
+	r := simulateRegions(t, hot)
 	if r.max > 1.2 || r.mean < 0.95 || r.mean > 1.1 {
 		t.Fatalf("two regions 70 %%/30 %% at 2× the limit: mean %.3f max %.3f, want max ≤ 1.2 and mean within [0.95, 1.1]", r.mean, r.max)
 	}
 	t.Logf("two regions 70 %%/30 %% at 2× the limit: mean %.3f max %.3f", r.mean, r.max)
 	hot.iv = rfcIntervals
-	r = simulateRegions(t, reset, hot)
+	r = simulateRegions(t, hot)
 	t.Logf("the same on the conservative schedule (10 s): mean %.3f max %.3f", r.mean, r.max)
 }
 
@@ -296,9 +277,8 @@ func TestCrossRegionAccuracy(t *testing.T) {
 // usage reaches another within one flush and one sync interval plus their
 // jitter, with the default schedule and the conservative one.
 func TestCrossRegionPropagation(t *testing.T) {
-	reset := openCrossDB(t)
 	for _, iv := range []globalIntervals{defaultIntervals, rfcIntervals} {
-		p := simulatePropagation(t, reset, iv, 5, 20, 1)
+		p := simulatePropagation(t, iv, 5, 20, 1)
 		bound := time.Duration(float64(iv.flush+iv.sync)*(1+globalSyncJitter)) + 10*time.Millisecond
 		t.Logf("flush %v, sync %v: p50 %v, p99 %v, max %v over %d keys (bound %v)", iv.flush, iv.sync, p.p50, p.p99, p.max, p.samples, bound)
 		if p.max > bound {
@@ -315,19 +295,18 @@ func TestWriteCrossRegionAccuracyReport(t *testing.T) {
 	if out == "" {
 		t.Skip("set ACCURACY_REPORT=file to write the report")
 	}
-	reset := openCrossDB(t)
 	for _, sec := range []struct {
 		name string
 		iv   globalIntervals
 	}{{"cross-region", defaultIntervals}, {"cross-region-rfc", rfcIntervals}} {
-		if err := replaceSection(out, sec.name, crossRegionTable(t, reset, sec.iv)); err != nil {
+		if err := replaceSection(out, sec.name, crossRegionTable(t, sec.iv)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "| flush / full flush / sync | keys | p50 | p99 | max | bound: flush + sync + jitter |\n|---|---:|---:|---:|---:|---:|\n")
 	for _, iv := range []globalIntervals{defaultIntervals, rfcIntervals} {
-		p := simulatePropagation(t, reset, iv, 20, 20, 7)
+		p := simulatePropagation(t, iv, 20, 20, 7)
 		bound := time.Duration(float64(iv.flush+iv.sync) * (1 + globalSyncJitter))
 		fmt.Fprintf(&b, "| %v / %v / %v | %d | %.2f s | %.2f s | %.2f s | %.1f s |\n", iv.flush, iv.fullFlush, iv.sync, p.samples,
 			p.p50.Seconds(), p.p99.Seconds(), p.max.Seconds(), bound.Seconds())
@@ -339,7 +318,7 @@ func TestWriteCrossRegionAccuracyReport(t *testing.T) {
 
 // crossRegionTable simulates the rows of the cross-region table on the
 // schedule iv.
-func crossRegionTable(t *testing.T, reset func(), iv globalIntervals) string {
+func crossRegionTable(t *testing.T, iv globalIntervals) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "| R | traffic | offered (× limit) | 60 s windows: mean | max | 10 min windows: mean | max |\n")
 	fmt.Fprintf(&b, "|---:|---|---:|---:|---:|---:|---:|\n")
@@ -378,8 +357,8 @@ func crossRegionTable(t *testing.T, reset func(), iv globalIntervals) string {
 			if r == 2 {
 				ids = 6 // the rows the targets are about get more samples
 			}
-			short := simulateRegions(t, reset, crossCase{limit: 100, dur: time.Minute, load: c.load, shares: c.shares, windows: 6, ids: ids, seed: 3, iv: iv})
-			long := simulateRegions(t, reset, crossCase{limit: 100, dur: 10 * time.Minute, load: c.load, shares: c.shares, windows: 6, ids: 2, seed: 3, iv: iv})
+			short := simulateRegions(t, crossCase{limit: 100, dur: time.Minute, load: c.load, shares: c.shares, windows: 6, ids: ids, seed: 3, iv: iv})
+			long := simulateRegions(t, crossCase{limit: 100, dur: 10 * time.Minute, load: c.load, shares: c.shares, windows: 6, ids: 2, seed: 3, iv: iv})
 			fmt.Fprintf(&b, "| %d | %s | %.2f | %.3f | %.3f | %.3f | %.3f |\n", r, c.name, c.load, short.mean, short.max, long.mean, long.max)
 		}
 	}

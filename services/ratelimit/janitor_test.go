@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/unkeyed/ratelimit/internal/poll"
 )
 
 func TestJanitorEvictsOnlyIdleWindows(t *testing.T) {
@@ -123,7 +125,11 @@ func TestRunStopsOnClose(t *testing.T) {
 	s.janitorEvery = time.Millisecond
 	done := make(chan error, 1)
 	go func() { done <- s.Run(context.Background()) }()
-	time.Sleep(5 * time.Millisecond)
+	poll.Until(t, 5*time.Second, "Run to start", func() bool {
+		s.lifecycle.Lock()
+		defer s.lifecycle.Unlock()
+		return s.running != nil
+	})
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -52,16 +52,17 @@ if ttl < tonumber(ARGV[2]) then
 end
 return n`)
 
-// clampCount bounds a count read from Redis to [0, ratelimit.MaxStoredCount]. Redis
-// holds whatever anyone wrote: a negative count must not lend budget, and a
-// huge one must not overflow the decision maths.
+// clampCount bounds a count read from Redis to [0, ratelimit.MaxStoredCount].
+// Redis holds whatever anyone wrote: a negative count must not lend budget,
+// and a huge one must not overflow the decision maths.
 func clampCount(n int64) int64 { return min(max(n, 0), ratelimit.MaxStoredCount) }
 
 // Load reads every cell in one MGET, or on a cluster, unless every cell is
 // in one slot, one MGET per hash slot, sent in one pipeline (which the
-// cluster client splits per node and sends to the nodes at once). A value that is not a count reads as
-// ratelimit.MaxStoredCount, so a corrupt cell denies rather than admits; counts are
-// clamped to [0, ratelimit.MaxStoredCount].
+// cluster client splits per node and sends to the nodes at once). A value
+// that is not a count reads as ratelimit.MaxStoredCount, so a corrupt cell
+// denies rather than admits; counts are clamped to [0,
+// ratelimit.MaxStoredCount].
 func (o *Origin) Load(ctx context.Context, cells []ratelimit.Cell) ([]int64, error) {
 	if len(cells) == 0 {
 		return nil, nil

@@ -1,4 +1,7 @@
-package ratelimit
+// Package mysqlstore is the limiter's global store on MySQL or MariaDB: the
+// ratelimit_window_counts table, one grow-only component per region and
+// window cell, shared by every region (see ratelimit.GlobalStore).
+package mysqlstore
 
 import (
 	"context"
@@ -11,21 +14,22 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/unkeyed/ratelimit/db"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
-// MySQLStore is a [GlobalStore] on the ratelimit_window_counts table of a
-// MySQL-compatible database (MySQL 8, MariaDB 10.6+).
-type MySQLStore struct {
+// Store is a [ratelimit.GlobalStore] on the ratelimit_window_counts table of
+// a MySQL-compatible database (MySQL 8, MariaDB 10.6+).
+type Store struct {
 	q *db.Queries
 	// lastFullRows is how many cells the latest full read returned: the
 	// yardstick for when reading the changed cells no longer pays.
 	lastFullRows atomic.Int64
 }
 
-// NewMySQLStore returns a store on sqlDB. It does not take ownership:
-// closing sqlDB is the caller's job.
-func NewMySQLStore(sqlDB *sql.DB) *MySQLStore {
-	return &MySQLStore{q: db.New(sqlDB)}
+// New returns a store on sqlDB. It does not take ownership: closing sqlDB is
+// the caller's job.
+func New(sqlDB *sql.DB) *Store {
+	return &Store{q: db.New(sqlDB)}
 }
 
 // deadlockRetries is how often a chunk is sent again after InnoDB chose it as
@@ -36,7 +40,7 @@ const deadlockRetries = 3
 
 // Publish upserts counts in chunks of db.WindowCountsBulkUpsertMaxRows, in
 // the order given; callers sort them in unique-key order.
-func (m *MySQLStore) Publish(ctx context.Context, region string, now time.Time, counts []CellCount) (int, error) {
+func (m *Store) Publish(ctx context.Context, region string, now time.Time, counts []ratelimit.CellCount) (int, error) {
 	nowMs := uint64(max(now.UnixMilli(), 0))
 	rows := make([]db.WindowCountsUpsertParams, 0, min(len(counts), db.WindowCountsBulkUpsertMaxRows))
 	for start := 0; start < len(counts); start += db.WindowCountsBulkUpsertMaxRows {
@@ -87,7 +91,7 @@ func retryable(err error) bool {
 // (about 11 µs a changed cell against 2 µs a cell for everything; rows
 // counted overstate cells when several regions wrote one, which only
 // switches to the full read a little early).
-func (m *MySQLStore) Sync(ctx context.Context, region string, now, since time.Time) ([]GlobalCount, error) {
+func (m *Store) Sync(ctx context.Context, region string, now, since time.Time) ([]ratelimit.GlobalCount, error) {
 	nowMs := uint64(now.UnixMilli())
 	if !since.IsZero() {
 		sinceMs := uint64(max(since.UnixMilli(), 0))
@@ -103,7 +107,7 @@ func (m *MySQLStore) Sync(ctx context.Context, region string, now, since time.Ti
 			if err != nil {
 				return nil, fmt.Errorf("sync changed window counts: %w", err)
 			}
-			out := make([]GlobalCount, len(rows))
+			out := make([]ratelimit.GlobalCount, len(rows))
 			for i, r := range rows {
 				out[i] = globalCount(db.WindowCountsSyncRow(r))
 			}
@@ -115,7 +119,7 @@ func (m *MySQLStore) Sync(ctx context.Context, region string, now, since time.Ti
 		return nil, fmt.Errorf("sync window counts: %w", err)
 	}
 	m.lastFullRows.Store(int64(len(rows)))
-	out := make([]GlobalCount, len(rows))
+	out := make([]ratelimit.GlobalCount, len(rows))
 	for i, r := range rows {
 		out[i] = globalCount(r)
 	}
@@ -128,9 +132,9 @@ func (m *MySQLStore) Sync(ctx context.Context, region string, now, since time.Ti
 const minChangedForFull = 1000
 
 // globalCount converts a row of the sync queries.
-func globalCount(r db.WindowCountsSyncRow) GlobalCount {
-	return GlobalCount{
-		Cell: Cell{
+func globalCount(r db.WindowCountsSyncRow) ratelimit.GlobalCount {
+	return ratelimit.GlobalCount{
+		Cell: ratelimit.Cell{
 			Workspace:  r.WorkspaceID,
 			Namespace:  r.Namespace,
 			Identifier: r.Identifier,

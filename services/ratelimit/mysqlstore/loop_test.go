@@ -1,0 +1,151 @@
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/unkeyed/ratelimit/internal/dbtest"
+	"github.com/unkeyed/ratelimit/internal/poll"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
+)
+
+// The tests of this file run limiters on a real MariaDB through their
+// exported API, their global loops running on short intervals: what the
+// limiter's own tests show on an in-memory store, shown on the real one.
+
+// countingStore counts the calls a GlobalStore receives and the rows it
+// passes.
+type countingStore struct {
+	ratelimit.GlobalStore
+	publishes, published, syncs, rowsSynced atomic.Int64
+}
+
+func (c *countingStore) Publish(ctx context.Context, region string, now time.Time, counts []ratelimit.CellCount) (int, error) {
+	c.publishes.Add(1)
+	c.published.Add(int64(len(counts)))
+	return c.GlobalStore.Publish(ctx, region, now, counts)
+}
+
+func (c *countingStore) Sync(ctx context.Context, region string, now, since time.Time) ([]ratelimit.GlobalCount, error) {
+	c.syncs.Add(1)
+	rows, err := c.GlobalStore.Sync(ctx, region, now, since)
+	c.rowsSynced.Add(int64(len(rows)))
+	return rows, err
+}
+
+// manualClock is a clock the test moves.
+type manualClock struct{ ms atomic.Int64 }
+
+func (c *manualClock) Now() time.Time { return time.UnixMilli(c.ms.Load()) }
+
+// run starts s's loops until the test ends.
+func run(t testing.TB, s *ratelimit.Service) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// shortIntervals are the global loop's intervals in these tests.
+var shortIntervals = []ratelimit.Option{
+	ratelimit.WithGlobalFlushIntervals(10*time.Millisecond, 50*time.Millisecond), ratelimit.WithGlobalSyncInterval(10 * time.Millisecond)}
+
+// TestTwoRegionsConverge: region a spends above half the limit; region b's
+// decisions count it once a's flush and b's sync have run; b then admits
+// only the rest, and a sees b's share back.
+func TestTwoRegionsConverge(t *testing.T) {
+	_, sqlDB := dbtest.Start(t)
+	newRegion := func(name string) *ratelimit.Service {
+		s, err := ratelimit.New(name, append([]ratelimit.Option{ratelimit.WithGlobalStore(New(sqlDB))}, shortIntervals...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, s)
+		return s
+	}
+	a, b := newRegion("a"), newRegion("b")
+	rq := ratelimit.Request{Workspace: "ws", Namespace: "ns", Identifier: "k", Limit: 10, Duration: month, Cost: 6}
+	remaining := func(s *ratelimit.Service) int64 {
+		peek := rq
+		peek.Cost = 0
+		resp, err := s.Limit(context.Background(), peek)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Remaining
+	}
+	if resp, err := a.Limit(context.Background(), rq); err != nil || !resp.Success {
+		t.Fatalf("a: %+v, %v", resp, err)
+	}
+	poll.Until(t, 5*time.Second, "b to count a's 6", func() bool { return remaining(b) == 4 })
+	rq.Cost = 3 // below b's own floor, but the cell is shared: b publishes too
+	if resp, err := b.Limit(context.Background(), rq); err != nil || !resp.Success {
+		t.Fatalf("b: %+v, %v", resp, err)
+	}
+	poll.Until(t, 5*time.Second, "a to count b's 3", func() bool { return remaining(a) == 1 })
+	rq.Cost = 2
+	if resp, _ := b.Limit(context.Background(), rq); resp.Success {
+		t.Fatalf("b admitted 2 with 1 left: %+v", resp)
+	}
+}
+
+// TestGlobalLoopIdleStatements runs the flush and sync loop on short
+// intervals and counts the statements the server receives once nothing
+// changes any more: one per sync (the count of changed rows that finds
+// none) and none per flush, prompt or full. The limiter's clock jumps past
+// the sync's lookback once the cells are published, and then moves 10 ms per
+// poll of the test, so that full flushes come due.
+func TestGlobalLoopIdleStatements(t *testing.T) {
+	_, sqlDB := dbtest.Start(t)
+	store := &countingStore{GlobalStore: New(sqlDB)}
+	clock := &manualClock{}
+	clock.ms.Store(time.Now().UnixMilli())
+	s, err := ratelimit.New("us", append([]ratelimit.Option{ratelimit.WithGlobalStore(store), ratelimit.WithClock(clock)}, shortIntervals...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		if _, err := s.Limit(context.Background(), ratelimit.Request{Workspace: "ws", Namespace: "ns", Identifier: "user_" + strconv.Itoa(i),
+			Limit: 100, Duration: month, Cost: 60}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(t, s)
+	poll.Until(t, 5*time.Second, "the first flush and syncs", func() bool { return store.published.Load() == 100 && store.syncs.Load() >= 3 })
+	clock.ms.Add(5 * time.Second.Milliseconds()) // past the sync's lookback
+	syncs := store.syncs.Load()
+	poll.Until(t, 5*time.Second, "a sync after the lookback", func() bool { return store.syncs.Load() > syncs+1 })
+
+	q0, syncs0, pubs0 := questions(t, sqlDB), store.syncs.Load(), store.publishes.Load()
+	poll.Until(t, 5*time.Second, "30 idle syncs", func() bool {
+		clock.ms.Add(10)
+		return store.syncs.Load()-syncs0 >= 30
+	})
+	q1, syncs1, pubs1 := questions(t, sqlDB), store.syncs.Load(), store.publishes.Load()
+	// The first status read counts itself; a sync may be under way at
+	// either read.
+	statements := q1 - q0 - 1
+	syncs = syncs1 - syncs0
+	t.Logf("idle: %d statements over %d syncs and %d flushes", statements, syncs, pubs1-pubs0)
+	if pubs1 != pubs0 {
+		t.Errorf("%d publishes while nothing changed, want none", pubs1-pubs0)
+	}
+	if statements < syncs-1 || statements > syncs+1 {
+		t.Errorf("%d statements over %d idle syncs, want one per sync", statements, syncs)
+	}
+}
+
+// questions returns how many statements the server has received.
+func questions(t testing.TB, sqlDB *sql.DB) int64 {
+	t.Helper()
+	var name string
+	var n int64
+	if err := sqlDB.QueryRow("SHOW GLOBAL STATUS LIKE 'Questions'").Scan(&name, &n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
