@@ -232,8 +232,8 @@ func runFault(t *testing.T, s *stack, f fault) faultRow {
 		// The limit is far away, so nothing crosses the publication floor:
 		// this row shows that requests do not notice the database at all.
 		// That unwritten rows are written once it is back is tested in
-		// services/ratelimit (TestMariaDBDownMidFlush).
-		row.extra = "nothing to publish at this load (far below the floor); publishing after recovery: TestMariaDBDownMidFlush"
+		// services/ratelimit (TestStoreDownMidFlush) and its mysqlstore (TestStoreDown).
+		row.extra = "nothing to publish at this load (far below the floor); publishing after recovery: TestStoreDownMidFlush, mysqlstore.TestStoreDown"
 	case "restate":
 		poll.Until(t, 30*time.Second, "the cleanup schedule to run after the restart", func() bool {
 			return cleanupStatus(t, s).Runs > cleanupRuns+1
