@@ -82,6 +82,7 @@ func run(ctx context.Context, environ []string, logOut io.Writer) error {
 	}
 	logger := cfg.Log.Logger(logOut)
 	redis.SetLogger(redisLogger{logger})
+	cmdutil.RouteMySQLLogs(logger)
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	srv, err := newServer(cfg, logger)

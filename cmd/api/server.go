@@ -63,17 +63,18 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		ratelimit.WithMaxWindowsPerWorkspace(cfg.MaxWindowsPerWorkspace)}
 	ovOpts := []overrides.Option{overrides.WithLogger(logger), overrides.WithPollInterval(cfg.OverridesPollInterval)}
 	var closers []func() error
+	var client redis.UniversalClient
 	switch {
 	case cfg.redis != nil:
-		client := redis.NewClient(cfg.redis)
-		closers = append(closers, client.Close)
-		opts = append(opts, ratelimit.WithOrigin(redisorigin.New(client)))
+		client = redis.NewClient(cfg.redis)
 		logger.Info("regional origin configured", "redis", cfg.redis.Addr)
 	case cfg.redisCluster != nil:
-		client := redis.NewClusterClient(cfg.redisCluster)
+		client = redis.NewClusterClient(cfg.redisCluster)
+		logger.Info("regional origin configured", "redis_cluster_seeds", cfg.redisCluster.Addrs)
+	}
+	if client != nil {
 		closers = append(closers, client.Close)
 		opts = append(opts, ratelimit.WithOrigin(redisorigin.New(client)))
-		logger.Info("regional origin configured", "redis_cluster_seeds", cfg.redisCluster.Addrs)
 	}
 	if cfg.mysql != nil {
 		sqlDB, err := cmdutil.OpenMySQL(cfg.mysql, mysqlConns)

@@ -26,6 +26,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/internal/restateid"
 )
 
@@ -65,6 +66,7 @@ func run(ctx context.Context, environ []string, logOut io.Writer) error {
 		return err
 	}
 	logger := cfg.Log.Logger(logOut)
+	cmdutil.RouteMySQLLogs(logger)
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	w, err := newWorker(cfg, logger)

@@ -27,9 +27,8 @@ func (l Log) Validate() error {
 	return nil
 }
 
-// Logger returns a logger writing to w at l's level and in l's format, and
-// routes the MySQL driver's own messages to it at debug level. l must have
-// passed Validate; an invalid level logs at info.
+// Logger returns a logger writing to w at l's level and in l's format. l
+// must have passed Validate; an invalid level logs at info.
 func (l Log) Logger(w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(l.Level))
@@ -38,7 +37,12 @@ func (l Log) Logger(w io.Writer) *slog.Logger {
 	if l.Format == "text" {
 		h = slog.NewTextHandler(w, opts)
 	}
-	logger := slog.New(h)
-	_ = mysql.SetLogger(slog.NewLogLogger(h, slog.LevelDebug))
-	return logger
+	return slog.New(h)
+}
+
+// RouteMySQLLogs sends the MySQL driver's own messages (such as a dropped
+// connection it retries) to logger at debug level. The driver has one
+// process-wide logger, so the commands call this once, at start.
+func RouteMySQLLogs(logger *slog.Logger) {
+	_ = mysql.SetLogger(slog.NewLogLogger(logger.Handler(), slog.LevelDebug))
 }

@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// Interval is how often Until and Within check their condition: short
-// against the 10 ms replay interval and the 1 s global intervals the tests
-// wait for, long enough not to busy a 2-core machine.
+// Interval is how often Until and Within check their condition: one replay
+// interval of the limiter, a hundredth of its default global intervals, and
+// long enough not to busy a 2-core machine.
 const Interval = 10 * time.Millisecond
 
 // Until checks cond every Interval until it holds, and fails t, naming what

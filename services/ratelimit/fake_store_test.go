@@ -16,12 +16,14 @@ import (
 // limit; a sync returns, per live cell (expiry: the end of the window after
 // the cell's), this region's row and the sum of the others', for every cell
 // or only those with a row changed at or after since. While down, every
-// call fails. It records the since of every sync.
+// call fails. It counts the publishes and the rows they carried, and records
+// the since of every sync.
 type memStore struct {
-	mu     sync.Mutex
-	rows   map[Cell]map[string]memRow
-	down   atomic.Bool
-	sinces []time.Time
+	mu                   sync.Mutex
+	rows                 map[Cell]map[string]memRow
+	down                 atomic.Bool
+	publishes, published atomic.Int64
+	sinces               []time.Time
 }
 
 type memRow struct {
@@ -36,6 +38,8 @@ func (m *memStore) Publish(ctx context.Context, region string, now time.Time, co
 	if m.down.Load() {
 		return 0, errStoreDown
 	}
+	m.publishes.Add(1)
+	m.published.Add(int64(len(counts)))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, c := range counts {

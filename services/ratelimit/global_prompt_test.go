@@ -1,43 +1,20 @@
 package ratelimit
 
 import (
-	"context"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// countingStore counts the calls a GlobalStore receives and the rows it is
-// given.
-type countingStore struct {
-	GlobalStore
-	publishes, published, syncs, rowsSynced atomic.Int64
-}
-
-func (c *countingStore) Publish(ctx context.Context, region string, now time.Time, counts []CellCount) (int, error) {
-	c.publishes.Add(1)
-	c.published.Add(int64(len(counts)))
-	return c.GlobalStore.Publish(ctx, region, now, counts)
-}
-
-func (c *countingStore) Sync(ctx context.Context, region string, now, since time.Time) ([]GlobalCount, error) {
-	c.syncs.Add(1)
-	rows, err := c.GlobalStore.Sync(ctx, region, now, since)
-	c.rowsSynced.Add(int64(len(rows)))
-	return rows, err
-}
-
 // TestPromptFlush checks what a prompt flush publishes: a cell as soon as it
 // crosses the utilization floor, then each growth of at least a tenth of the
 // limit; smaller growth waits for the full flush, and cells nobody counted
 // into since the last flush cost nothing.
 func TestPromptFlush(t *testing.T) {
-	mem := newMemStore()
+	store := newMemStore()
 	clock := newFakeClock(600_000) // window 10 of one minute
-	store := &countingStore{GlobalStore: mem}
 	s, err := New("us", WithClock(clock), WithGlobalStore(store))
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +22,7 @@ func TestPromptFlush(t *testing.T) {
 	us := &region{Service: s, st: newGlobalState()}
 	want := func(when string, rowsWant ...string) {
 		t.Helper()
-		if got := mem.dump(); strings.Join(got, " ") != strings.Join(rowsWant, " ") {
+		if got := store.dump(); strings.Join(got, " ") != strings.Join(rowsWant, " ") {
 			t.Fatalf("rows %s = %v, want %v", when, got, rowsWant)
 		}
 	}
@@ -74,7 +51,7 @@ func TestPromptFlush(t *testing.T) {
 		}
 	}
 	us.promptFlush()
-	if n := len(mem.dump()); n != 201 {
+	if n := len(store.dump()); n != 201 {
 		t.Fatalf("%d rows after 200 cells crossed the floor, want 201", n)
 	}
 	before := store.published.Load()

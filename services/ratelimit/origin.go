@@ -60,9 +60,11 @@ type Increment struct {
 // connection within it too.
 const OriginTimeout = 300 * time.Millisecond
 
-// Tuning of the regional origin. Like the global intervals they are package
-// constants: they trade Redis load against convergence for the whole fleet,
-// and per-process knobs would only let processes of one region drift apart.
+// Tuning of the regional origin. Unlike the global intervals, which trade
+// MySQL load against cross-region latency and are the operator's to set,
+// these are package constants: they are already far below what a request
+// notices (milliseconds), and per-process knobs would only let processes of
+// one region drift apart.
 const (
 	// replayInterval is how often accepted increments are sent to the origin.
 	// Another process sees them at most this long (plus a round trip) after

@@ -201,19 +201,15 @@ func TestFailureUnderLoad(t *testing.T) {
 						procs[1].metric(t, "unkey_ratelimit_origin_breaker_state") == state
 				}
 			}
-			time.Sleep(300 * time.Millisecond)
-			if fault == "kill" {
-				r.Kill()
-			} else {
-				r.Freeze()
+			strike, repair := r.Kill, r.Start
+			if fault == "freeze" {
+				strike, repair = r.Freeze, r.Thaw
 			}
+			time.Sleep(300 * time.Millisecond)
+			strike()
 			poll.Until(t, 5*time.Second, "the breakers to open", breaker(2))
 			time.Sleep(500 * time.Millisecond)
-			if fault == "kill" {
-				r.Start()
-			} else {
-				r.Thaw()
-			}
+			repair()
 			poll.Until(t, 5*time.Second, "the breakers to close", breaker(0))
 			time.Sleep(200 * time.Millisecond)
 			close(stop)

@@ -73,6 +73,8 @@ func (o *Origin) Load(ctx context.Context, cells []ratelimit.Cell) ([]int64, err
 	}
 	counts := make([]int64, len(cells))
 	if !o.cluster || sameSlot(keys) {
+		// One server, or one slot (one window's cells always are): one
+		// MGET, without a pipeline and without grouping.
 		vals, err := o.client.MGet(ctx, keys...).Result()
 		if err != nil {
 			return nil, fmt.Errorf("redis mget %d cells: %w", len(keys), err)
@@ -80,11 +82,10 @@ func (o *Origin) Load(ctx context.Context, cells []ratelimit.Cell) ([]int64, err
 		parseCounts(vals, counts, nil)
 		return counts, nil
 	}
-	// Group the keys by slot, keeping each key's position.
-	bySlot := map[uint16][]int{}
+	bySlot := make(map[uint16][]int)
 	for i, k := range keys {
-		slot := slot(k)
-		bySlot[slot] = append(bySlot[slot], i)
+		sl := slot(k)
+		bySlot[sl] = append(bySlot[sl], i)
 	}
 	pipe := o.client.Pipeline()
 	type slotGet struct {
@@ -108,8 +109,7 @@ func (o *Origin) Load(ctx context.Context, cells []ratelimit.Cell) ([]int64, err
 	return counts, nil
 }
 
-// sameSlot reports whether every key is in the slot of the first: one
-// window's cells, the most common read, always are.
+// sameSlot reports whether every key is in the slot of the first.
 func sameSlot(keys []string) bool {
 	first := slot(keys[0])
 	for _, k := range keys[1:] {
