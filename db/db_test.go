@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	_ "github.com/go-sql-driver/mysql"
 
@@ -30,7 +31,7 @@ func openTestDB(t *testing.T) *sql.DB {
 
 func row(ws, ns, id string, seq int64, region string, count uint64) WindowCountsUpsertParams {
 	return WindowCountsUpsertParams{WorkspaceID: ws, Namespace: ns, Identifier: id, DurationMs: 60_000,
-		Sequence: seq, Region: region, Count: count, ExpiresAt: uint64(seq+2) * 60_000, UpdatedAt: 1}
+		Sequence: seq, Region: region, Count: count, ExpiresAt: uint64(seq+2) * 60_000}
 }
 
 func TestWindowCounts(t *testing.T) {
@@ -193,6 +194,16 @@ func TestMigrateUpgradesAnOldTable(t *testing.T) {
 		VALUES ('ws', 'ns', 'alice', 60000, 10, 'us', 5, 720000, 1)`); err != nil {
 		t.Fatal(err)
 	}
+	// The overrides table before revisions.
+	if _, err := db.Exec(`CREATE TABLE ratelimit_overrides (
+		pk bigint unsigned AUTO_INCREMENT NOT NULL, id varchar(64) NOT NULL, workspace_id varchar(191) NOT NULL,
+		namespace varchar(255) NOT NULL, identifier varchar(255) NOT NULL, limit_value bigint unsigned NOT NULL,
+		duration_ms bigint unsigned NOT NULL, updated_at bigint unsigned NOT NULL, deleted_at bigint unsigned NOT NULL DEFAULT 0,
+		PRIMARY KEY (pk), UNIQUE KEY unique_override (workspace_id, namespace, identifier), UNIQUE KEY unique_override_id (id),
+		KEY overrides_updated_at_idx (updated_at)
+	) DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin`); err != nil {
+		t.Fatal(err)
+	}
 	// Under PAD SPACE, 'alice ' is the same row.
 	if _, err := db.Exec(`INSERT INTO ratelimit_window_counts (workspace_id, namespace, identifier, duration_ms, sequence, region, count, expires_at, updated_at)
 		VALUES ('ws', 'ns', 'alice ', 60000, 10, 'us', 1, 720000, 1)`); err == nil {
@@ -231,6 +242,15 @@ func TestMigrateUpgradesAnOldTable(t *testing.T) {
 	if err := Migrate(ctx, db); err != nil || schema() != after {
 		t.Fatalf("a third Migrate changed the schema (%v): %s", err, schema())
 	}
+	var overrideIndexes int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE()
+		AND TABLE_NAME = 'ratelimit_overrides' AND INDEX_NAME IN ('overrides_revision_idx', 'overrides_deleted_at_idx')`).Scan(&overrideIndexes); err != nil || overrideIndexes != 2 {
+		t.Fatalf("the old overrides table has %d of the revision and deleted_at indexes (%v), want 2", overrideIndexes, err)
+	}
+	if err := New(db).OverrideUpsert(ctx, OverrideUpsertParams{ID: "ovr_1", WorkspaceID: "ws", Namespace: "ns", Identifier: "alice",
+		LimitValue: 1, DurationMs: 1000}); err != nil {
+		t.Fatalf("an override set on the upgraded table: %v", err)
+	}
 	q := New(db)
 	if err := q.WindowCountsUpsert(ctx, row("ws", "ns", "alice ", 10, "us", 1)); err != nil {
 		t.Fatal(err)
@@ -248,18 +268,23 @@ func TestSyncChanged(t *testing.T) {
 	q := New(db)
 	ctx := context.Background()
 	old := row("ws", "ns", "quiet", 10, "eu", 4)
-	old.UpdatedAt = 1000
 	changedOld := row("ws", "ns", "busy", 10, "eu", 6)
-	changedOld.UpdatedAt = 1000
 	changedNew := row("ws", "ns", "busy", 10, "ap", 2)
-	changedNew.UpdatedAt, changedNew.WindowLimit = 5000, 10
+	changedNew.WindowLimit = 10
 	own := row("ws", "ns", "busy", 10, "us", 3)
-	own.UpdatedAt = 1000
 	if err := q.WindowCountsBulkUpsert(ctx, []WindowCountsUpsertParams{changedOld, changedNew, old, own}); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := q.WindowCountsChangedCount(ctx, 4000); err != nil || n != 1 {
-		t.Fatalf("rows changed since 4000: %d, %v; want 1", n, err)
+	// The database's clock stamped them all; all but ap's row changed long ago.
+	if _, err := db.Exec("UPDATE ratelimit_window_counts SET updated_at = 1000 WHERE region <> 'ap'"); err != nil {
+		t.Fatal(err)
+	}
+	changed, err := q.WindowCountsChangedCount(ctx, 4000)
+	if err != nil || changed.Changed != 1 {
+		t.Fatalf("rows changed since 4000: %+v, %v; want 1", changed, err)
+	}
+	if d := time.Now().UnixMilli() - changed.NowMs; d < -1000 || d > 1000 {
+		t.Fatalf("the database's clock read %d, %d ms from this process's", changed.NowMs, d)
 	}
 	got, err := q.WindowCountsSyncChanged(ctx, WindowCountsSyncChangedParams{Region: "us", Since: 4000, Now: 600_000})
 	if err != nil {

@@ -25,6 +25,7 @@ type RatelimitOverride struct {
 	DurationMs  uint64
 	UpdatedAt   uint64
 	DeletedAt   uint64
+	Revision    uint64
 }
 
 type RatelimitWindowCount struct {

@@ -10,9 +10,9 @@ import (
 )
 
 const overrideChanges = `-- name: OverrideChanges :many
-SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, updated_at, deleted_at
-FROM ratelimit_overrides
-WHERE updated_at >= ?
+SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, updated_at, deleted_at, revision
+FROM ratelimit_overrides FORCE INDEX (overrides_revision_idx)
+WHERE revision >= ?
 `
 
 type OverrideChangesRow struct {
@@ -24,12 +24,13 @@ type OverrideChangesRow struct {
 	DurationMs  uint64
 	UpdatedAt   uint64
 	DeletedAt   uint64
+	Revision    uint64
 }
 
-// OverrideChanges returns every override, deleted ones included, changed at
-// or after since (unix ms): what a process's poll applies to its copy.
-func (q *Queries) OverrideChanges(ctx context.Context, updatedAt uint64) ([]OverrideChangesRow, error) {
-	rows, err := q.db.QueryContext(ctx, overrideChanges, updatedAt)
+// OverrideChanges returns every override, deleted ones included, whose
+// revision is at least since: what a process's poll applies to its copy.
+func (q *Queries) OverrideChanges(ctx context.Context, revision uint64) ([]OverrideChangesRow, error) {
+	rows, err := q.db.QueryContext(ctx, overrideChanges, revision)
 	if err != nil {
 		return nil, err
 	}
@@ -46,6 +47,7 @@ func (q *Queries) OverrideChanges(ctx context.Context, updatedAt uint64) ([]Over
 			&i.DurationMs,
 			&i.UpdatedAt,
 			&i.DeletedAt,
+			&i.Revision,
 		); err != nil {
 			return nil, err
 		}
@@ -62,27 +64,22 @@ func (q *Queries) OverrideChanges(ctx context.Context, updatedAt uint64) ([]Over
 
 const overrideDelete = `-- name: OverrideDelete :execrows
 UPDATE ratelimit_overrides
-SET deleted_at = ?, updated_at = ?
+SET deleted_at = FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000),
+    updated_at = FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000),
+    revision = GREATEST(revision + 1, UNIX_TIMESTAMP(NOW(6)) * 1000000)
 WHERE workspace_id = ? AND namespace = ? AND identifier = ? AND deleted_at = 0
 `
 
 type OverrideDeleteParams struct {
-	Now         uint64
 	WorkspaceID string
 	Namespace   string
 	Identifier  string
 }
 
 // OverrideDelete marks the live override of an identifier (or pattern)
-// deleted at now, so that every process's poll sees it go.
+// deleted, so that every process's poll sees it go.
 func (q *Queries) OverrideDelete(ctx context.Context, arg OverrideDeleteParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, overrideDelete,
-		arg.Now,
-		arg.Now,
-		arg.WorkspaceID,
-		arg.Namespace,
-		arg.Identifier,
-	)
+	result, err := q.db.ExecContext(ctx, overrideDelete, arg.WorkspaceID, arg.Namespace, arg.Identifier)
 	if err != nil {
 		return 0, err
 	}
@@ -90,7 +87,7 @@ func (q *Queries) OverrideDelete(ctx context.Context, arg OverrideDeleteParams) 
 }
 
 const overrideGet = `-- name: OverrideGet :one
-SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, updated_at, deleted_at
+SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, updated_at, deleted_at, revision
 FROM ratelimit_overrides
 WHERE workspace_id = ? AND namespace = ? AND identifier = ? AND deleted_at = 0
 `
@@ -110,6 +107,7 @@ type OverrideGetRow struct {
 	DurationMs  uint64
 	UpdatedAt   uint64
 	DeletedAt   uint64
+	Revision    uint64
 }
 
 // OverrideGet returns the live override of an identifier (or pattern).
@@ -125,12 +123,13 @@ func (q *Queries) OverrideGet(ctx context.Context, arg OverrideGetParams) (Overr
 		&i.DurationMs,
 		&i.UpdatedAt,
 		&i.DeletedAt,
+		&i.Revision,
 	)
 	return i, err
 }
 
 const overrideList = `-- name: OverrideList :many
-SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, updated_at, deleted_at
+SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, updated_at, deleted_at, revision
 FROM ratelimit_overrides
 WHERE workspace_id = ? AND namespace = ?
     AND identifier > ? AND deleted_at = 0
@@ -154,6 +153,7 @@ type OverrideListRow struct {
 	DurationMs  uint64
 	UpdatedAt   uint64
 	DeletedAt   uint64
+	Revision    uint64
 }
 
 // OverrideList returns up to limit live overrides of a namespace whose
@@ -182,6 +182,7 @@ func (q *Queries) OverrideList(ctx context.Context, arg OverrideListParams) ([]O
 			&i.DurationMs,
 			&i.UpdatedAt,
 			&i.DeletedAt,
+			&i.Revision,
 		); err != nil {
 			return nil, err
 		}
@@ -196,16 +197,154 @@ func (q *Queries) OverrideList(ctx context.Context, arg OverrideListParams) ([]O
 	return items, nil
 }
 
+const overrideLoadPage = `-- name: OverrideLoadPage :many
+SELECT pk, id, workspace_id, namespace, identifier, limit_value, duration_ms, updated_at, deleted_at, revision
+FROM ratelimit_overrides
+WHERE pk > ? AND deleted_at = 0
+ORDER BY pk
+LIMIT ?
+`
+
+type OverrideLoadPageParams struct {
+	After uint64
+	Limit int32
+}
+
+// OverrideLoadPage returns up to limit live overrides after the row pk, in
+// pk order: a process's start-up load reads them all in pages, each one
+// index range of the primary key however large the table.
+func (q *Queries) OverrideLoadPage(ctx context.Context, arg OverrideLoadPageParams) ([]RatelimitOverride, error) {
+	rows, err := q.db.QueryContext(ctx, overrideLoadPage, arg.After, arg.Limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RatelimitOverride
+	for rows.Next() {
+		var i RatelimitOverride
+		if err := rows.Scan(
+			&i.Pk,
+			&i.ID,
+			&i.WorkspaceID,
+			&i.Namespace,
+			&i.Identifier,
+			&i.LimitValue,
+			&i.DurationMs,
+			&i.UpdatedAt,
+			&i.DeletedAt,
+			&i.Revision,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const overridePurgeDeleted = `-- name: OverridePurgeDeleted :execrows
+DELETE FROM ratelimit_overrides
+WHERE deleted_at > 0
+    AND deleted_at < FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000) - CAST(? AS SIGNED)
+LIMIT ?
+`
+
+type OverridePurgeDeletedParams struct {
+	RetentionMs int64
+	Limit       int32
+}
+
+// OverridePurgeDeleted removes at most limit tombstones of overrides
+// deleted more than retention_ms ago, by the database's clock. Run it until
+// it removes fewer than limit rows. A process whose poll has not run for
+// that long (the retention is a day) reads everything again instead.
+func (q *Queries) OverridePurgeDeleted(ctx context.Context, arg OverridePurgeDeletedParams) (int64, error) {
+	result, err := q.db.ExecContext(ctx, overridePurgeDeleted, arg.RetentionMs, arg.Limit)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
+const overrideRevisionNow = `-- name: OverrideRevisionNow :one
+SELECT CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED) AS now_us
+`
+
+// OverrideRevisionNow returns the database's clock in unix µs: no change
+// that commits later gets a smaller revision, but for one whose statement
+// began before and commits after (which a poll's look-back covers).
+func (q *Queries) OverrideRevisionNow(ctx context.Context) (int64, error) {
+	row := q.db.QueryRowContext(ctx, overrideRevisionNow)
+	var now_us int64
+	err := row.Scan(&now_us)
+	return now_us, err
+}
+
+const overrideRow = `-- name: OverrideRow :one
+SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, updated_at, deleted_at, revision
+FROM ratelimit_overrides
+WHERE workspace_id = ? AND namespace = ? AND identifier = ?
+`
+
+type OverrideRowParams struct {
+	WorkspaceID string
+	Namespace   string
+	Identifier  string
+}
+
+type OverrideRowRow struct {
+	ID          string
+	WorkspaceID string
+	Namespace   string
+	Identifier  string
+	LimitValue  uint64
+	DurationMs  uint64
+	UpdatedAt   uint64
+	DeletedAt   uint64
+	Revision    uint64
+}
+
+// OverrideRow returns the row of an identifier (or pattern), live or
+// deleted: what a write reads back to apply the state it left.
+func (q *Queries) OverrideRow(ctx context.Context, arg OverrideRowParams) (OverrideRowRow, error) {
+	row := q.db.QueryRowContext(ctx, overrideRow, arg.WorkspaceID, arg.Namespace, arg.Identifier)
+	var i OverrideRowRow
+	err := row.Scan(
+		&i.ID,
+		&i.WorkspaceID,
+		&i.Namespace,
+		&i.Identifier,
+		&i.LimitValue,
+		&i.DurationMs,
+		&i.UpdatedAt,
+		&i.DeletedAt,
+		&i.Revision,
+	)
+	return i, err
+}
+
 const overrideUpsert = `-- name: OverrideUpsert :exec
+
 INSERT INTO ratelimit_overrides (
-    id, workspace_id, namespace, identifier, limit_value, duration_ms, updated_at, deleted_at
-) VALUES (?, ?, ?, ?, ?, ?, ?, 0)
+    id, workspace_id, namespace, identifier, limit_value, duration_ms, updated_at, deleted_at, revision
+) VALUES (
+    ?, ?, ?, ?, ?, ?,
+    FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000),
+    0,
+    UNIX_TIMESTAMP(NOW(6)) * 1000000
+)
 ON DUPLICATE KEY UPDATE
     id = IF(deleted_at = 0, id, VALUES(id)),
     limit_value = VALUES(limit_value),
     duration_ms = VALUES(duration_ms),
     updated_at = VALUES(updated_at),
-    deleted_at = 0
+    deleted_at = 0,
+    revision = GREATEST(revision + 1, VALUES(revision))
 `
 
 type OverrideUpsertParams struct {
@@ -215,13 +354,18 @@ type OverrideUpsertParams struct {
 	Identifier  string
 	LimitValue  uint64
 	DurationMs  uint64
-	UpdatedAt   uint64
 }
 
+// The database's clock, never a writer's, stamps every change: in unix µs
+// for revision, UNIX_TIMESTAMP(NOW(6)) * 1000000, and in unix ms for
+// updated_at and deleted_at. NOW is the statement's start. (The processes
+// set their sessions' time zone to UTC, so that UNIX_TIMESTAMP never meets
+// the hour a daylight-saving change repeats.)
 // OverrideUpsert sets the override of an identifier (or pattern) of a
 // namespace. An override that exists keeps its id; one that was deleted is
 // revived with the id given. (Assignments run left to right: id is decided
-// before deleted_at is cleared.)
+// before deleted_at is cleared.) The revision grows by at least one whatever
+// the clock does, so that the row's later state always has the larger one.
 func (q *Queries) OverrideUpsert(ctx context.Context, arg OverrideUpsertParams) error {
 	_, err := q.db.ExecContext(ctx, overrideUpsert,
 		arg.ID,
@@ -230,7 +374,6 @@ func (q *Queries) OverrideUpsert(ctx context.Context, arg OverrideUpsertParams) 
 		arg.Identifier,
 		arg.LimitValue,
 		arg.DurationMs,
-		arg.UpdatedAt,
 	)
 	return err
 }

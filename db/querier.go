@@ -24,11 +24,11 @@ type Querier interface {
 	// BulkInsertBlocklist is the legacy writer of the blocklist. No code calls it
 	// any more; it stays until the table is dropped.
 	BulkInsertBlocklist(ctx context.Context, arg BulkInsertBlocklistParams) error
-	// OverrideChanges returns every override, deleted ones included, changed at
-	// or after since (unix ms): what a process's poll applies to its copy.
-	OverrideChanges(ctx context.Context, updatedAt uint64) ([]OverrideChangesRow, error)
+	// OverrideChanges returns every override, deleted ones included, whose
+	// revision is at least since: what a process's poll applies to its copy.
+	OverrideChanges(ctx context.Context, revision uint64) ([]OverrideChangesRow, error)
 	// OverrideDelete marks the live override of an identifier (or pattern)
-	// deleted at now, so that every process's poll sees it go.
+	// deleted, so that every process's poll sees it go.
 	OverrideDelete(ctx context.Context, arg OverrideDeleteParams) (int64, error)
 	// OverrideGet returns the live override of an identifier (or pattern).
 	OverrideGet(ctx context.Context, arg OverrideGetParams) (OverrideGetRow, error)
@@ -36,19 +36,46 @@ type Querier interface {
 	// identifier sorts after the given one ('' for the first page), in
 	// identifier order: the cursor of a page is its last identifier.
 	OverrideList(ctx context.Context, arg OverrideListParams) ([]OverrideListRow, error)
+	// OverrideLoadPage returns up to limit live overrides after the row pk, in
+	// pk order: a process's start-up load reads them all in pages, each one
+	// index range of the primary key however large the table.
+	OverrideLoadPage(ctx context.Context, arg OverrideLoadPageParams) ([]RatelimitOverride, error)
+	// OverridePurgeDeleted removes at most limit tombstones of overrides
+	// deleted more than retention_ms ago, by the database's clock. Run it until
+	// it removes fewer than limit rows. A process whose poll has not run for
+	// that long (the retention is a day) reads everything again instead.
+	OverridePurgeDeleted(ctx context.Context, arg OverridePurgeDeletedParams) (int64, error)
+	// OverrideRevisionNow returns the database's clock in unix µs: no change
+	// that commits later gets a smaller revision, but for one whose statement
+	// began before and commits after (which a poll's look-back covers).
+	OverrideRevisionNow(ctx context.Context) (int64, error)
+	// OverrideRow returns the row of an identifier (or pattern), live or
+	// deleted: what a write reads back to apply the state it left.
+	OverrideRow(ctx context.Context, arg OverrideRowParams) (OverrideRowRow, error)
+	// The database's clock, never a writer's, stamps every change: in unix µs
+	// for revision, UNIX_TIMESTAMP(NOW(6)) * 1000000, and in unix ms for
+	// updated_at and deleted_at. NOW is the statement's start. (The processes
+	// set their sessions' time zone to UTC, so that UNIX_TIMESTAMP never meets
+	// the hour a daylight-saving change repeats.)
 	// OverrideUpsert sets the override of an identifier (or pattern) of a
 	// namespace. An override that exists keeps its id; one that was deleted is
 	// revived with the id given. (Assignments run left to right: id is decided
-	// before deleted_at is cleared.)
+	// before deleted_at is cleared.) The revision grows by at least one whatever
+	// the clock does, so that the row's later state always has the larger one.
 	OverrideUpsert(ctx context.Context, arg OverrideUpsertParams) error
 	// WindowCountsChangedCount counts the rows changed at or after since (unix
-	// ms), expired ones included, from updated_at_idx alone: how an incremental
-	// sync chooses between reading the changed cells and reading everything,
-	// and how an idle one ends after one cheap statement.
-	WindowCountsChangedCount(ctx context.Context, since uint64) (int64, error)
+	// ms by the database's clock), expired ones included, from updated_at_idx
+	// alone: how an incremental sync chooses between reading the changed cells
+	// and reading everything, and how an idle one ends after one cheap
+	// statement. now_ms is the database's clock when it ran: where the next
+	// sync starts.
+	WindowCountsChangedCount(ctx context.Context, since uint64) (WindowCountsChangedCountRow, error)
 	// WindowCountsDeleteExpired deletes at most limit rows that expired
 	// before cutoff. Run it until it deletes fewer than limit rows.
 	WindowCountsDeleteExpired(ctx context.Context, arg WindowCountsDeleteExpiredParams) (int64, error)
+	// WindowCountsNow returns the database's clock in unix ms, as updated_at
+	// holds it: where the next incremental sync starts after a full one.
+	WindowCountsNow(ctx context.Context) (int64, error)
 	// WindowCountsSync returns, per live window cell, the own region's count and
 	// the sum of every other region's count, separately: the own row may only
 	// raise the regional count, the foreign sum becomes the imported count.
@@ -68,7 +95,10 @@ type Querier interface {
 	WindowCountsSyncChanged(ctx context.Context, arg WindowCountsSyncChangedParams) ([]WindowCountsSyncChangedRow, error)
 	// WindowCountsUpsert publishes one region's count for one window cell. The
 	// GREATEST merge makes it idempotent and monotonic: a delayed, older publish
-	// never lowers the component.
+	// never lowers the component. updated_at is the database's clock in unix ms
+	// (NOW is the statement's start), never the writer's: a sync's since is the
+	// database's clock too, so regions whose clocks disagree still see each
+	// other's changes.
 	WindowCountsUpsert(ctx context.Context, arg WindowCountsUpsertParams) error
 }
 

@@ -45,6 +45,19 @@ func upgrade(ctx context.Context, db *sql.DB) error {
 	if err := addIndex(ctx, db, "ratelimit_window_counts", "updated_at_idx", "updated_at"); err != nil {
 		return err
 	}
+	// Overrides are ordered by the database's revision, not the writers'
+	// clocks, and their tombstones are purged by deleted_at. Rows of an
+	// earlier version keep revision 0: processes load them in full at start,
+	// and their next change gives them a revision.
+	if err := addColumn(ctx, db, "ratelimit_overrides", "revision", "bigint unsigned NOT NULL DEFAULT 0"); err != nil {
+		return err
+	}
+	if err := addIndex(ctx, db, "ratelimit_overrides", "overrides_revision_idx", "revision"); err != nil {
+		return err
+	}
+	if err := addIndex(ctx, db, "ratelimit_overrides", "overrides_deleted_at_idx", "deleted_at"); err != nil {
+		return err
+	}
 	collation, err := noPadCollation(ctx, db)
 	if err != nil {
 		return err

@@ -10,19 +10,29 @@ import (
 )
 
 const windowCountsChangedCount = `-- name: WindowCountsChangedCount :one
-SELECT COUNT(*) FROM ratelimit_window_counts FORCE INDEX (updated_at_idx)
+SELECT
+    COUNT(*) AS changed,
+    CAST(FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000) AS SIGNED) AS now_ms
+FROM ratelimit_window_counts FORCE INDEX (updated_at_idx)
 WHERE updated_at >= ?
 `
 
+type WindowCountsChangedCountRow struct {
+	Changed int64
+	NowMs   int64
+}
+
 // WindowCountsChangedCount counts the rows changed at or after since (unix
-// ms), expired ones included, from updated_at_idx alone: how an incremental
-// sync chooses between reading the changed cells and reading everything,
-// and how an idle one ends after one cheap statement.
-func (q *Queries) WindowCountsChangedCount(ctx context.Context, since uint64) (int64, error) {
+// ms by the database's clock), expired ones included, from updated_at_idx
+// alone: how an incremental sync chooses between reading the changed cells
+// and reading everything, and how an idle one ends after one cheap
+// statement. now_ms is the database's clock when it ran: where the next
+// sync starts.
+func (q *Queries) WindowCountsChangedCount(ctx context.Context, since uint64) (WindowCountsChangedCountRow, error) {
 	row := q.db.QueryRowContext(ctx, windowCountsChangedCount, since)
-	var count int64
-	err := row.Scan(&count)
-	return count, err
+	var i WindowCountsChangedCountRow
+	err := row.Scan(&i.Changed, &i.NowMs)
+	return i, err
 }
 
 const windowCountsDeleteExpired = `-- name: WindowCountsDeleteExpired :execrows
@@ -44,6 +54,19 @@ func (q *Queries) WindowCountsDeleteExpired(ctx context.Context, arg WindowCount
 		return 0, err
 	}
 	return result.RowsAffected()
+}
+
+const windowCountsNow = `-- name: WindowCountsNow :one
+SELECT CAST(FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000) AS SIGNED) AS now_ms
+`
+
+// WindowCountsNow returns the database's clock in unix ms, as updated_at
+// holds it: where the next incremental sync starts after a full one.
+func (q *Queries) WindowCountsNow(ctx context.Context) (int64, error) {
+	row := q.db.QueryRowContext(ctx, windowCountsNow)
+	var now_ms int64
+	err := row.Scan(&now_ms)
+	return now_ms, err
 }
 
 const windowCountsSync = `-- name: WindowCountsSync :many
@@ -211,7 +234,7 @@ func (q *Queries) WindowCountsSyncChanged(ctx context.Context, arg WindowCountsS
 const windowCountsUpsert = `-- name: WindowCountsUpsert :exec
 INSERT INTO ratelimit_window_counts (
     workspace_id, namespace, identifier, duration_ms, sequence, region, count, expires_at, updated_at, window_limit
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000), ?)
 ON DUPLICATE KEY UPDATE
     count = GREATEST(count, VALUES(count)),
     updated_at = VALUES(updated_at),
@@ -227,13 +250,15 @@ type WindowCountsUpsertParams struct {
 	Region      string
 	Count       uint64
 	ExpiresAt   uint64
-	UpdatedAt   uint64
 	WindowLimit uint64
 }
 
 // WindowCountsUpsert publishes one region's count for one window cell. The
 // GREATEST merge makes it idempotent and monotonic: a delayed, older publish
-// never lowers the component.
+// never lowers the component. updated_at is the database's clock in unix ms
+// (NOW is the statement's start), never the writer's: a sync's since is the
+// database's clock too, so regions whose clocks disagree still see each
+// other's changes.
 func (q *Queries) WindowCountsUpsert(ctx context.Context, arg WindowCountsUpsertParams) error {
 	_, err := q.db.ExecContext(ctx, windowCountsUpsert,
 		arg.WorkspaceID,
@@ -244,7 +269,6 @@ func (q *Queries) WindowCountsUpsert(ctx context.Context, arg WindowCountsUpsert
 		arg.Region,
 		arg.Count,
 		arg.ExpiresAt,
-		arg.UpdatedAt,
 		arg.WindowLimit,
 	)
 	return err

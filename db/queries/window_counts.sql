@@ -1,14 +1,22 @@
 -- name: WindowCountsUpsert :exec
 -- WindowCountsUpsert publishes one region's count for one window cell. The
 -- GREATEST merge makes it idempotent and monotonic: a delayed, older publish
--- never lowers the component.
+-- never lowers the component. updated_at is the database's clock in unix ms
+-- (NOW is the statement's start), never the writer's: a sync's since is the
+-- database's clock too, so regions whose clocks disagree still see each
+-- other's changes.
 INSERT INTO ratelimit_window_counts (
     workspace_id, namespace, identifier, duration_ms, sequence, region, count, expires_at, updated_at, window_limit
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000), ?)
 ON DUPLICATE KEY UPDATE
     count = GREATEST(count, VALUES(count)),
     updated_at = VALUES(updated_at),
     window_limit = VALUES(window_limit);
+
+-- name: WindowCountsNow :one
+-- WindowCountsNow returns the database's clock in unix ms, as updated_at
+-- holds it: where the next incremental sync starts after a full one.
+SELECT CAST(FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000) AS SIGNED) AS now_ms;
 
 -- name: WindowCountsSync :many
 -- WindowCountsSync returns, per live window cell, the own region's count and
@@ -30,10 +38,15 @@ GROUP BY workspace_id, namespace, identifier, duration_ms, sequence;
 
 -- name: WindowCountsChangedCount :one
 -- WindowCountsChangedCount counts the rows changed at or after since (unix
--- ms), expired ones included, from updated_at_idx alone: how an incremental
--- sync chooses between reading the changed cells and reading everything,
--- and how an idle one ends after one cheap statement.
-SELECT COUNT(*) FROM ratelimit_window_counts FORCE INDEX (updated_at_idx)
+-- ms by the database's clock), expired ones included, from updated_at_idx
+-- alone: how an incremental sync chooses between reading the changed cells
+-- and reading everything, and how an idle one ends after one cheap
+-- statement. now_ms is the database's clock when it ran: where the next
+-- sync starts.
+SELECT
+    COUNT(*) AS changed,
+    CAST(FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000) AS SIGNED) AS now_ms
+FROM ratelimit_window_counts FORCE INDEX (updated_at_idx)
 WHERE updated_at >= sqlc.arg(since);
 
 -- name: WindowCountsSyncChanged :many

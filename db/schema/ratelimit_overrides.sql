@@ -1,9 +1,17 @@
 -- ratelimit_overrides holds the overrides of a workspace's limits: for an
 -- identifier of a namespace (exact, or a pattern with * wildcards), the limit
 -- and duration that replace what the caller sends. Every API process keeps
--- them all in memory and polls this table for changes (updated_at_idx), so a
--- deletion is a tombstone (deleted_at > 0) that the poll can see; a deleted
--- override set again is revived with a new id.
+-- them all in memory and polls this table for changes (overrides_revision_idx),
+-- so a deletion is a tombstone (deleted_at > 0) that the poll can see, until
+-- the worker's cleanup purges it a day later (overrides_deleted_at_idx); a
+-- deleted override set again is revived with a new id.
+--
+-- Every time, updated_at and deleted_at (unix ms) and revision (unix µs) are
+-- the database's clock, never a writer's: processes whose clocks disagree
+-- still see changes in the order the database made them. A row's revision
+-- grows with every change of it (at least by one, whatever the clock does),
+-- so the later of two states of an override is always the one with the
+-- larger revision.
 CREATE TABLE IF NOT EXISTS `ratelimit_overrides` (
     `pk` bigint unsigned AUTO_INCREMENT NOT NULL,
     `id` varchar(64) NOT NULL,
@@ -14,8 +22,11 @@ CREATE TABLE IF NOT EXISTS `ratelimit_overrides` (
     `duration_ms` bigint unsigned NOT NULL,
     `updated_at` bigint unsigned NOT NULL,
     `deleted_at` bigint unsigned NOT NULL DEFAULT 0,
+    `revision` bigint unsigned NOT NULL DEFAULT 0,
     CONSTRAINT `ratelimit_overrides_pk` PRIMARY KEY (`pk`),
     CONSTRAINT `unique_override` UNIQUE (`workspace_id`, `namespace`, `identifier`),
     CONSTRAINT `unique_override_id` UNIQUE (`id`),
-    INDEX `overrides_updated_at_idx` (`updated_at`)
+    INDEX `overrides_updated_at_idx` (`updated_at`),
+    INDEX `overrides_revision_idx` (`revision`),
+    INDEX `overrides_deleted_at_idx` (`deleted_at`)
 ) DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

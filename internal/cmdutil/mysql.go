@@ -12,7 +12,8 @@ import (
 
 // ParseMySQLDSN parses the value of UNKEY_MYSQL_DSN. The DSN must name a
 // database. Parameters are sent interpolated unless the DSN says otherwise:
-// one round trip a statement instead of prepare, execute and close.
+// one round trip a statement instead of prepare, execute and close. Sessions
+// run in UTC unless the DSN sets time_zone.
 func ParseMySQLDSN(dsn string) (*mysql.Config, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
@@ -25,6 +26,15 @@ func ParseMySQLDSN(dsn string) (*mysql.Config, error) {
 	_, query, _ := strings.Cut(dsn, "?")
 	if q, _ := url.ParseQuery(query); !q.Has("interpolateParams") {
 		cfg.InterpolateParams = true
+	}
+	// The database's clock stamps every change, as UNIX_TIMESTAMP(NOW(6)):
+	// in a UTC session that never meets the hour a daylight-saving change
+	// repeats.
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	if _, ok := cfg.Params["time_zone"]; !ok {
+		cfg.Params["time_zone"] = "'+00:00'"
 	}
 	return cfg, nil
 }

@@ -1,12 +1,15 @@
 // Package load drives the rate limit API at a fixed concurrency with a
-// bounded number of requests and measures throughput and latency. It serves
-// cmd/loadgen and the end-to-end fault tests.
+// bounded number of requests and measures throughput, latency and, from the
+// servers' own process_cpu_seconds_total, the server CPU each call cost. It
+// serves cmd/loadgen and the end-to-end fault tests.
 package load
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"sort"
 	"strconv"
@@ -35,12 +38,20 @@ type Result struct {
 	P999       time.Duration `json:"p999Ns"`
 	Max        time.Duration `json:"maxNs"`
 	FirstError string        `json:"firstError,omitempty"`
+	// ServerCPU is the CPU time the servers spent during the run, by their
+	// process_cpu_seconds_total (10 ms resolution), and CPUPerCall that
+	// divided by the calls; zero if a server's /metrics could not be read.
+	ServerCPU  time.Duration `json:"serverCpuNs"`
+	CPUPerCall time.Duration `json:"cpuPerCallNs"`
 }
 
 // Options configure a run.
 type Options struct {
-	URLs        []string
-	Protocol    string // json or grpc
+	URLs []string
+	// Protocol is json (Connect JSON over HTTP/1.1 keep-alive), grpc
+	// (gRPC over h2c) or v2 (Unkey's /v2/ratelimit.limit over HTTP/1.1
+	// keep-alive).
+	Protocol    string
 	Token       string
 	Concurrency int
 	Requests    int
@@ -49,6 +60,10 @@ type Options struct {
 	Limit       int64
 	WindowMs    int64
 	Namespace   string
+	// MetricsURLs are the base URLs of the servers' /metrics, for the CPU
+	// per call; URLs if empty (the gRPC-only port has none: name the main
+	// port here).
+	MetricsURLs []string
 	// Observe, if set, is called after every request (from many
 	// goroutines at once).
 	Observe func(Sample)
@@ -67,8 +82,8 @@ type Sample struct {
 
 // Run drives the API and returns what it saw.
 func Run(ctx context.Context, o Options) (Result, error) {
-	if o.Protocol != "json" && o.Protocol != "grpc" {
-		return Result{}, fmt.Errorf("-protocol: must be json or grpc, got %q", o.Protocol)
+	if o.Protocol != "json" && o.Protocol != "grpc" && o.Protocol != "v2" {
+		return Result{}, fmt.Errorf("-protocol: must be json, grpc or v2, got %q", o.Protocol)
 	}
 	if o.Concurrency < 1 || o.Requests < 1 || o.Keys < 1 || len(o.URLs) == 0 {
 		return Result{}, errors.New("-c, -n and -keys must be at least 1, and -url must name a URL")
@@ -83,10 +98,21 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		copts = append(copts, connect.WithProtoJSON())
 	}
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Protocols: &protocols, MaxIdleConnsPerHost: o.Concurrency}}
-	clients := make([]ratelimitv1connect.RatelimitServiceClient, len(o.URLs))
+	clients := make([]limiter, len(o.URLs))
 	for i, u := range o.URLs {
-		clients[i] = ratelimitv1connect.NewRatelimitServiceClient(hc, strings.TrimSpace(u), copts...)
+		u = strings.TrimSpace(u)
+		if o.Protocol == "v2" {
+			clients[i] = &v2Client{hc: hc, url: u + "/v2/ratelimit.limit"}
+			continue
+		}
+		clients[i] = connectClient{ratelimitv1connect.NewRatelimitServiceClient(hc, u, copts...)}
 	}
+	metricsURLs := o.MetricsURLs
+	if len(metricsURLs) == 0 {
+		metricsURLs = o.URLs
+	}
+	metricsClient := &http.Client{Timeout: 5 * time.Second}
+	cpuBefore, cpuOK := serversCPU(ctx, metricsClient, metricsURLs)
 	// The run stops starting requests at the deadline and lets those under
 	// way finish, so that stopping never shows up as failures.
 	deadline := time.Now().Add(o.MaxDuration)
@@ -112,12 +138,12 @@ func Run(ctx context.Context, o Options) (Result, error) {
 					req.Header().Set("Authorization", "Bearer "+o.Token)
 				}
 				t0 := time.Now()
-				var resp *connect.Response[ratelimitv1.LimitResponse]
+				var ok bool
 				var err error
 				var used int
 				for attempt := 0; attempt < len(clients); attempt++ {
 					used = (int(i) + attempt) % len(clients)
-					resp, err = clients[used].Limit(ctx, req)
+					ok, err = clients[used].limit(ctx, req)
 					if err == nil || !undelivered(err) {
 						break
 					}
@@ -126,13 +152,13 @@ func Run(ctx context.Context, o Options) (Result, error) {
 				lat[i] = time.Since(t0)
 				if o.Observe != nil {
 					o.Observe(Sample{Start: t0, Latency: lat[i], URL: o.URLs[used], Identifier: req.Msg.Identifier,
-						Passed: err == nil && resp.Msg.Success, Err: err})
+						Passed: err == nil && ok, Err: err})
 				}
 				switch {
 				case err != nil:
 					failed.Add(1)
 					firstErr.Do(func() { res.FirstError = err.Error() })
-				case resp.Msg.Success:
+				case ok:
 					passed.Add(1)
 				default:
 					denied.Add(1)
@@ -150,6 +176,10 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		res.P50, res.P99, res.P999, res.Max = done[n*50/100], done[n*99/100], done[n*999/1000], done[n-1]
 	}
 	res.Throughput = float64(res.Requests) / res.Elapsed.Seconds()
+	if cpuAfter, ok := serversCPU(ctx, metricsClient, metricsURLs); ok && cpuOK && res.Requests > 0 {
+		res.ServerCPU = cpuAfter - cpuBefore
+		res.CPUPerCall = res.ServerCPU / time.Duration(res.Requests)
+	}
 	return res, nil
 }
 
@@ -163,4 +193,91 @@ func undelivered(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "connection refused") || strings.Contains(msg, "broken pipe") ||
 		strings.Contains(msg, "connection reset")
+}
+
+// limiter is one API process, as the run calls it.
+type limiter interface {
+	// limit sends req and reports whether it passed.
+	limit(ctx context.Context, req *connect.Request[ratelimitv1.LimitRequest]) (bool, error)
+}
+
+type connectClient struct {
+	c ratelimitv1connect.RatelimitServiceClient
+}
+
+func (c connectClient) limit(ctx context.Context, req *connect.Request[ratelimitv1.LimitRequest]) (bool, error) {
+	resp, err := c.c.Limit(ctx, req)
+	if err != nil {
+		return false, err
+	}
+	return resp.Msg.Success, nil
+}
+
+// v2Client calls Unkey's /v2/ratelimit.limit.
+type v2Client struct {
+	hc  *http.Client
+	url string
+}
+
+func (c *v2Client) limit(ctx context.Context, req *connect.Request[ratelimitv1.LimitRequest]) (bool, error) {
+	m := req.Msg
+	body := `{"namespace":` + strconv.Quote(m.Namespace) + `,"identifier":` + strconv.Quote(m.Identifier) +
+		`,"limit":` + strconv.FormatInt(m.Limit, 10) + `,"duration":` + strconv.FormatInt(m.Duration, 10) + `}`
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, strings.NewReader(body))
+	if err != nil {
+		return false, err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	if auth := req.Header().Get("Authorization"); auth != "" {
+		hreq.Header.Set("Authorization", auth)
+	}
+	resp, err := c.hc.Do(hreq)
+	if err != nil {
+		return false, connect.NewError(connect.CodeUnavailable, err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return false, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return false, fmt.Errorf("%s: %d %s", c.url, resp.StatusCode, out)
+	}
+	return bytes.Contains(out, []byte(`"success":true`)), nil
+}
+
+// serversCPU sums process_cpu_seconds_total over the /metrics of every
+// URL, and reports whether each answered.
+func serversCPU(ctx context.Context, hc *http.Client, urls []string) (time.Duration, bool) {
+	var sum float64
+	for _, u := range urls {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSpace(u)+"/metrics", nil)
+		if err != nil {
+			return 0, false
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, false
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return 0, false
+		}
+		found := false
+		for _, line := range strings.Split(string(body), "\n") {
+			if v, ok := strings.CutPrefix(line, "process_cpu_seconds_total "); ok {
+				f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				if err != nil {
+					return 0, false
+				}
+				sum += f
+				found = true
+			}
+		}
+		if !found {
+			return 0, false
+		}
+	}
+	return time.Duration(sum * float64(time.Second)), true
 }

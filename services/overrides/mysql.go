@@ -10,7 +10,9 @@ import (
 	"github.com/unkeyed/ratelimit/db"
 )
 
-// MySQLStore is a [Store] on the ratelimit_overrides table.
+// MySQLStore is a [Store] on the ratelimit_overrides table. The database's
+// clock stamps every change (revision in unix µs), so the processes' clocks
+// play no part in ordering them.
 type MySQLStore struct {
 	q *db.Queries
 }
@@ -19,15 +21,25 @@ type MySQLStore struct {
 // closing sqlDB is the caller's job.
 func NewMySQLStore(sqlDB *sql.DB) *MySQLStore { return &MySQLStore{q: db.New(sqlDB)} }
 
-// Set upserts o and reads it back, to return the id it kept.
-func (m *MySQLStore) Set(ctx context.Context, o Override) (Override, error) {
+// Set upserts o and reads the row back, for the id it kept and the
+// revision the database gave the change.
+func (m *MySQLStore) Set(ctx context.Context, o Override) (Change, error) {
 	if err := m.q.OverrideUpsert(ctx, db.OverrideUpsertParams{
 		ID: o.ID, WorkspaceID: o.Workspace, Namespace: o.Namespace, Identifier: o.Identifier,
-		LimitValue: uint64(o.Limit), DurationMs: uint64(o.Duration.Milliseconds()), UpdatedAt: uint64(o.UpdatedAt),
+		LimitValue: uint64(o.Limit), DurationMs: uint64(o.Duration.Milliseconds()),
 	}); err != nil {
-		return Override{}, fmt.Errorf("upsert override: %w", err)
+		return Change{}, fmt.Errorf("upsert override: %w", err)
 	}
-	return m.Get(ctx, o.Workspace, o.Namespace, o.Identifier)
+	return m.row(ctx, o.Workspace, o.Namespace, o.Identifier)
+}
+
+// row returns the row of an identifier or pattern, live or deleted.
+func (m *MySQLStore) row(ctx context.Context, workspace, namespace, identifier string) (Change, error) {
+	r, err := m.q.OverrideRow(ctx, db.OverrideRowParams{WorkspaceID: workspace, Namespace: namespace, Identifier: identifier})
+	if err != nil {
+		return Change{}, fmt.Errorf("read back override: %w", err)
+	}
+	return fromRow(db.OverrideChangesRow(r)), nil
 }
 
 // Get returns the live override of an identifier or pattern.
@@ -55,19 +67,28 @@ func (m *MySQLStore) List(ctx context.Context, workspace, namespace, after strin
 	return out, nil
 }
 
-// Delete marks the live override deleted.
-func (m *MySQLStore) Delete(ctx context.Context, workspace, namespace, identifier string, now int64) error {
-	n, err := m.q.OverrideDelete(ctx, db.OverrideDeleteParams{Now: uint64(now), WorkspaceID: workspace, Namespace: namespace, Identifier: identifier})
+// Delete marks the live override deleted and reads the row back.
+func (m *MySQLStore) Delete(ctx context.Context, workspace, namespace, identifier string) (Change, error) {
+	n, err := m.q.OverrideDelete(ctx, db.OverrideDeleteParams{WorkspaceID: workspace, Namespace: namespace, Identifier: identifier})
 	if err != nil {
-		return fmt.Errorf("delete override: %w", err)
+		return Change{}, fmt.Errorf("delete override: %w", err)
 	}
 	if n == 0 {
-		return ErrNotFound
+		return Change{}, ErrNotFound
 	}
-	return nil
+	return m.row(ctx, workspace, namespace, identifier)
 }
 
-// Changes returns the overrides set or deleted at or after since.
+// Revision returns the database's clock in unix µs.
+func (m *MySQLStore) Revision(ctx context.Context) (int64, error) {
+	now, err := m.q.OverrideRevisionNow(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read the database's clock: %w", err)
+	}
+	return now, nil
+}
+
+// Changes returns the overrides set or deleted at revision since or later.
 func (m *MySQLStore) Changes(ctx context.Context, since int64) ([]Change, error) {
 	rows, err := m.q.OverrideChanges(ctx, uint64(max(since, 0)))
 	if err != nil {
@@ -80,12 +101,31 @@ func (m *MySQLStore) Changes(ctx context.Context, since int64) ([]Change, error)
 	return out, nil
 }
 
+// Page returns up to limit live overrides after the row pk after, in pk
+// order.
+func (m *MySQLStore) Page(ctx context.Context, after int64, limit int) ([]Change, int64, error) {
+	rows, err := m.q.OverrideLoadPage(ctx, db.OverrideLoadPageParams{After: uint64(max(after, 0)), Limit: int32(limit)})
+	if err != nil {
+		return nil, after, fmt.Errorf("load overrides: %w", err)
+	}
+	out := make([]Change, len(rows))
+	last := after
+	for i, r := range rows {
+		out[i] = fromRow(db.OverrideChangesRow{ID: r.ID, WorkspaceID: r.WorkspaceID, Namespace: r.Namespace,
+			Identifier: r.Identifier, LimitValue: r.LimitValue, DurationMs: r.DurationMs, UpdatedAt: r.UpdatedAt,
+			DeletedAt: r.DeletedAt, Revision: r.Revision})
+		last = int64(r.Pk)
+	}
+	return out, last, nil
+}
+
 func fromRow(r db.OverrideChangesRow) Change {
 	return Change{
 		Override: Override{
 			ID: r.ID, Workspace: r.WorkspaceID, Namespace: r.Namespace, Identifier: r.Identifier,
 			Limit: int64(r.LimitValue), Duration: time.Duration(r.DurationMs) * time.Millisecond, UpdatedAt: int64(r.UpdatedAt),
 		},
-		Deleted: r.DeletedAt > 0,
+		Deleted:  r.DeletedAt > 0,
+		Revision: int64(r.Revision),
 	}
 }

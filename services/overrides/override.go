@@ -21,12 +21,53 @@ type Override struct {
 	Identifier string
 	Limit      int64
 	Duration   time.Duration
-	// UpdatedAt is when the override last changed, in unix ms.
+	// UpdatedAt is when the override last changed, in unix ms, by the
+	// store's clock (this process's without a store).
 	UpdatedAt int64
+}
+
+// Change is a state of an override as a store holds it: set, or deleted.
+type Change struct {
+	Override
+	Deleted bool
+	// Revision orders the states of one override: it grows with every
+	// change, in the order the store made them, whatever the clocks of the
+	// processes that asked for them. Memory applies a state only over one
+	// with a smaller revision, so an older state read late never undoes a
+	// newer one.
+	Revision int64
 }
 
 // ErrNotFound is returned for an override that does not exist.
 var ErrNotFound = errors.New("override not found")
+
+// CapacityError is returned by [Service.Set] for a new override in a
+// workspace that already holds Max live ones (see
+// [WithMaxPerWorkspace]). Nothing is written. Replacing an override that
+// exists is always allowed.
+type CapacityError struct {
+	Max int64
+}
+
+func (e *CapacityError) Error() string {
+	return fmt.Sprintf("workspace holds %d overrides, the most allowed; delete one to set another", e.Max)
+}
+
+// PatternCapacityError is returned by [Service.Set] for a new pattern in a
+// namespace that already holds Max live patterns (see
+// [WithMaxPatternsPerNamespace]), or, if Floating, Max patterns that begin
+// and end with *. Nothing is written.
+type PatternCapacityError struct {
+	Max      int
+	Floating bool
+}
+
+func (e *PatternCapacityError) Error() string {
+	if e.Floating {
+		return fmt.Sprintf("namespace holds %d patterns that begin and end with *, the most allowed: every decision tries each of them", e.Max)
+	}
+	return fmt.Sprintf("namespace holds %d override patterns, the most allowed; delete one to set another", e.Max)
+}
 
 // wildcard is the character that matches any run of characters.
 const wildcard = '*'
@@ -36,16 +77,28 @@ func isPattern(identifier string) bool { return strings.IndexByte(identifier, wi
 
 // Validate reports the first field of o that breaks a rule, as a
 // [*ratelimit.ValidationError], or nil. The names follow the limiter's rules;
-// the limit and duration are those of a request.
+// the duration is a request's, and the limit a request's or 0, which blocks
+// the identifiers the override matches (every request denied, nothing
+// counted).
 func (o *Override) Validate() error {
-	probe := ratelimit.Request{Namespace: o.Namespace, Identifier: o.Identifier, Limit: o.Limit, Duration: o.Duration, Cost: 0}
+	probe := ratelimit.Request{Namespace: o.Namespace, Identifier: o.Identifier, Limit: max(o.Limit, 1), Duration: o.Duration, Cost: 0}
+	if o.Limit < 0 {
+		probe.Limit = o.Limit
+	}
 	if err := probe.Validate(); err != nil {
+		var ve *ratelimit.ValidationError
+		if errors.As(err, &ve) && ve.Field == "limit" {
+			return &ratelimit.ValidationError{Field: "limit", Rule: fmt.Sprintf("must be between 0 (block) and %d", int64(ratelimit.MaxLimit))}
+		}
 		return err
 	}
 	if strings.Trim(o.Identifier, string(wildcard)) == "" && o.Identifier != "" {
 		// "*" alone would override the whole namespace: that is the
 		// caller's own limit, not an override.
 		return &ratelimit.ValidationError{Field: "identifier", Rule: "must hold a character besides *"}
+	}
+	if strings.Count(o.Identifier, string(wildcard)) > MaxWildcards {
+		return &ratelimit.ValidationError{Field: "identifier", Rule: fmt.Sprintf("must hold at most %d *", MaxWildcards)}
 	}
 	return nil
 }

@@ -35,6 +35,15 @@ func TestMatch(t *testing.T) {
 	}
 }
 
+func newService(t testing.TB, opts ...Option) *Service {
+	t.Helper()
+	s, err := New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func set(t *testing.T, s *Service, ns, id string, limit int64) Override {
 	t.Helper()
 	o, err := s.Set(context.Background(), Override{Workspace: "ws", Namespace: ns, Identifier: id, Limit: limit, Duration: time.Minute})
@@ -48,7 +57,7 @@ func set(t *testing.T, s *Service, ns, id string, limit int64) Override {
 // first, then the pattern with the most literal bytes, then fewer *, then
 // byte order.
 func TestMostSpecificWins(t *testing.T) {
-	s := New()
+	s := newService(t)
 	set(t, s, "ns", "user_*", 1)
 	set(t, s, "ns", "user_4*", 2)
 	set(t, s, "ns", "*_42", 3)
@@ -75,7 +84,7 @@ func TestMostSpecificWins(t *testing.T) {
 }
 
 func TestValidation(t *testing.T) {
-	s := New()
+	s := newService(t)
 	for _, tc := range []struct {
 		o     Override
 		field string
@@ -83,7 +92,7 @@ func TestValidation(t *testing.T) {
 		{Override{Namespace: "", Identifier: "x", Limit: 1, Duration: time.Second}, "namespace"},
 		{Override{Namespace: "ns", Identifier: "", Limit: 1, Duration: time.Second}, "identifier"},
 		{Override{Namespace: "ns", Identifier: "**", Limit: 1, Duration: time.Second}, "identifier"},
-		{Override{Namespace: "ns", Identifier: "x", Limit: 0, Duration: time.Second}, "limit"},
+		{Override{Namespace: "ns", Identifier: "x", Limit: -1, Duration: time.Second}, "limit"},
 		{Override{Namespace: "ns", Identifier: "x", Limit: 1, Duration: time.Millisecond}, "duration"},
 	} {
 		_, err := s.Set(context.Background(), tc.o)
@@ -147,15 +156,15 @@ func exercise(t *testing.T, s *Service) {
 	}
 }
 
-func TestInMemory(t *testing.T) { exercise(t, New()) }
+func TestInMemory(t *testing.T) { exercise(t, newService(t)) }
 
 // TestMySQLStoreAcrossProcesses runs two services on one real MariaDB:
 // what one sets or deletes reaches the other at its next poll, and a new
 // process (a restart) loads everything on its first.
 func TestMySQLStoreAcrossProcesses(t *testing.T) {
 	_, sqlDB := dbtest.Start(t)
-	a := New(WithStore(NewMySQLStore(sqlDB)))
-	b := New(WithStore(NewMySQLStore(sqlDB)))
+	a := newService(t, WithStore(NewMySQLStore(sqlDB)))
+	b := newService(t, WithStore(NewMySQLStore(sqlDB)))
 	exercise(t, a)
 	ctx := context.Background()
 	if err := b.Refresh(ctx); err != nil {
@@ -179,7 +188,7 @@ func TestMySQLStoreAcrossProcesses(t *testing.T) {
 	if _, ok := b.Lookup("ws", "page", "id03"); ok {
 		t.Fatal("b still applies an override a deleted")
 	}
-	restarted := New(WithStore(NewMySQLStore(sqlDB)))
+	restarted := newService(t, WithStore(NewMySQLStore(sqlDB)))
 	if err := restarted.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -4,82 +4,83 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
-// Store keeps overrides where every process of the fleet can read them.
-type Store interface {
-	// Set creates or replaces the override of o's identifier and returns it
-	// as stored: an existing override keeps its id, a new one takes o.ID.
-	Set(ctx context.Context, o Override) (Override, error)
-	// Get returns the override of an identifier or pattern, or ErrNotFound.
-	Get(ctx context.Context, workspace, namespace, identifier string) (Override, error)
-	// List returns up to limit overrides of a namespace whose identifier
-	// sorts after the given one, in identifier order.
-	List(ctx context.Context, workspace, namespace, after string, limit int) ([]Override, error)
-	// Delete deletes the override of an identifier or pattern at now (unix
-	// ms), or returns ErrNotFound.
-	Delete(ctx context.Context, workspace, namespace, identifier string, now int64) error
-	// Changes returns every override set or deleted at or after since (unix
-	// ms).
-	Changes(ctx context.Context, since int64) ([]Change, error)
-}
-
-// Change is an override as a poll sees it: set, or deleted.
-type Change struct {
-	Override
-	Deleted bool
-}
-
-// Defaults of a [Service].
+// Defaults and tuning of a [Service].
 const (
 	// DefaultPollInterval is how often [Service.Run] reads the store's
 	// changes: a change made on one process reaches every other within
-	// about this long. One statement a poll; at two seconds an idle API
-	// process sends MySQL 1.5 statements a second with the global sync's
-	// one.
+	// about this long. Two statements a poll (the database's clock, then
+	// the changes since the last poll).
 	DefaultPollInterval = 2 * time.Second
-	// pollLookback widens every poll back in time, as the global sync's
-	// does: a change is stamped by its writer's clock when its statement
-	// runs and becomes visible when it commits.
-	pollLookback = 5 * time.Second
+	// DefaultMaxPerWorkspace is how many live overrides one workspace may
+	// hold. Every process of every region keeps every override in memory
+	// (some 300 bytes each) and loads them all when it starts, so one
+	// tenant's overrides are every process's cost.
+	DefaultMaxPerWorkspace = 100_000
+	// TombstoneRetention is how long the store keeps the row of a deleted
+	// override before the worker's cleanup purges it. A process that has
+	// not polled for half of it reads every override again instead of the
+	// changes, which could no longer show it the purged deletions.
+	TombstoneRetention = 24 * time.Hour
 	// MaxListLimit is the largest page [Service.List] returns.
 	MaxListLimit = 100
 	// DefaultListLimit is the page size when none is asked for.
 	DefaultListLimit = 10
+
+	// pollLookback widens every poll back in time: a change's revision is
+	// the database's clock when its statement began, and it becomes
+	// visible when it commits. A second covers a statement's commit with a
+	// wide margin; a change read twice is applied once.
+	pollLookback = time.Second
+	// tombstoneMemory is how long memory keeps a deletion it applied, so
+	// that a poll that read the override before it was deleted cannot
+	// bring it back: far longer than any poll takes.
+	tombstoneMemory = 10 * time.Minute
+	// loadPageSize is how many overrides one statement of the start-up
+	// load reads: 1,000,000 overrides are 100 statements, and a SIGTERM
+	// waits for one at most.
+	loadPageSize = 10_000
+	// storeTimeout bounds every statement of a poll or a load but the
+	// first, which reads the store's clock within clockTimeout: a process
+	// starting while the database does not answer serves without
+	// overrides after that long, and the poll loads them later.
+	storeTimeout = 10 * time.Second
+	clockTimeout = 2 * time.Second
 )
 
 // Service holds every override in memory for [Service.Lookup] and writes
 // through to its store. Its methods are safe for concurrent use.
 type Service struct {
-	store  Store // nil: this process's memory only
-	clock  ratelimit.Clock
-	logger *slog.Logger
-	poll   time.Duration
+	store   Store // nil: this process's memory only
+	clock   ratelimit.Clock
+	logger  *slog.Logger
+	poll    time.Duration
+	maxPer  int64
+	maxPat  int
+	metrics *metrics
+	idx     *index
 
-	// mu serializes writers of entries and the index.
-	mu      sync.Mutex
-	entries map[scope]map[string]Change // every override and tombstone, by scope and identifier
-	index   atomic.Pointer[map[scope]*scopeIndex]
-	polled  int64 // unix ms at which the latest successful poll began; 0 before
-}
-
-// scope is the workspace and namespace an override belongs to.
-type scope struct{ workspace, namespace string }
-
-// scopeIndex is the lookup structure of one scope. It is never changed once
-// published: a change publishes a new one.
-type scopeIndex struct {
-	exact    map[string]*Override
-	patterns []*Override // most specific first
+	// mu serializes loads and polls, and guards what follows.
+	mu sync.Mutex
+	// polled is the store's revision clock when the latest successful load
+	// or poll began; 0 before the first load.
+	polled int64
+	// gen numbers the full loads, for dropUnseen.
+	gen uint32
+	// memRevision is the latest revision given without a store.
+	memRevision int64
 }
 
 // Option configures a [Service].
@@ -89,10 +90,11 @@ type Option func(*Service)
 // process's memory alone.
 func WithStore(store Store) Option { return func(s *Service) { s.store = store } }
 
-// WithClock sets the clock that stamps changes.
+// WithClock sets the clock that stamps changes without a store. With one,
+// the store's clock does.
 func WithClock(clock ratelimit.Clock) Option { return func(s *Service) { s.clock = clock } }
 
-// WithLogger sets the logger of the poll loop.
+// WithLogger sets the logger of the load and poll loop.
 func WithLogger(logger *slog.Logger) Option { return func(s *Service) { s.logger = logger } }
 
 // WithPollInterval sets how often [Service.Run] polls the store.
@@ -104,18 +106,56 @@ func WithPollInterval(d time.Duration) Option {
 	}
 }
 
-// New returns a service. It starts nothing.
-func New(opts ...Option) *Service {
+// WithMaxPerWorkspace sets how many live overrides one workspace may hold
+// ([DefaultMaxPerWorkspace] if n is not positive). The count is this
+// process's copy: processes that create overrides at the same moment may
+// together pass it by a few.
+func WithMaxPerWorkspace(n int64) Option {
+	return func(s *Service) {
+		if n > 0 {
+			s.maxPer = n
+		}
+	}
+}
+
+// WithMaxPatternsPerNamespace sets how many live patterns one namespace
+// may hold ([DefaultMaxPatternsPerNamespace] if n is not positive). Every
+// decision of the namespace may try those that share its identifier's
+// literal prefix or suffix.
+func WithMaxPatternsPerNamespace(n int) Option {
+	return func(s *Service) {
+		if n > 0 {
+			s.maxPat = n
+		}
+	}
+}
+
+// WithRegisterer registers the service's metrics with reg. Without it they
+// are kept in a private registry.
+func WithRegisterer(reg prometheus.Registerer) Option {
+	return func(s *Service) { s.metrics.reg = reg }
+}
+
+// New returns a service. It starts nothing and reads nothing: call
+// [Service.Load] before taking traffic and [Service.Run] to follow changes.
+// It returns an error only if its metrics cannot be registered.
+func New(opts ...Option) (*Service, error) {
 	s := &Service{
 		clock:   systemClock{},
 		logger:  slog.New(slog.DiscardHandler),
 		poll:    DefaultPollInterval,
-		entries: map[scope]map[string]Change{},
+		maxPer:  DefaultMaxPerWorkspace,
+		maxPat:  DefaultMaxPatternsPerNamespace,
+		metrics: &metrics{},
+		idx:     newIndex(),
 	}
 	for _, opt := range opts {
 		opt(s)
 	}
-	return s
+	if err := s.metrics.register(s.idx); err != nil {
+		return nil, fmt.Errorf("register override metrics: %w", err)
+	}
+	return s, nil
 }
 
 type systemClock struct{}
@@ -126,48 +166,60 @@ func (systemClock) Now() time.Time { return time.Now() }
 // namespace: its exact override, else the most specific matching pattern.
 // It reads memory only.
 func (s *Service) Lookup(workspace, namespace, identifier string) (Override, bool) {
-	idx := s.index.Load()
-	if idx == nil {
-		return Override{}, false
-	}
-	sc := (*idx)[scope{workspace, namespace}]
-	if sc == nil {
-		return Override{}, false
-	}
-	if o := sc.exact[identifier]; o != nil {
-		return *o, true
-	}
-	for _, o := range sc.patterns {
-		if match(o.Identifier, identifier) {
-			return *o, true
-		}
-	}
-	return Override{}, false
+	return s.idx.lookup(workspace, namespace, identifier)
 }
 
 // Set creates or replaces the override of o's identifier (or pattern). It
-// returns a [*ratelimit.ValidationError] for an override that breaks a rule.
-// The override applies on this process at once, and on the others within
-// their poll interval.
+// returns a [*ratelimit.ValidationError] for an override that breaks a
+// rule, a [*CapacityError] for a new one in a workspace at its cap, and a
+// [*PatternCapacityError] for a new pattern in a namespace at its cap. The
+// override applies on this process at once, and on the others within their
+// poll interval.
 func (s *Service) Set(ctx context.Context, o Override) (Override, error) {
 	if err := o.Validate(); err != nil {
 		return Override{}, err
 	}
-	o.UpdatedAt = s.clock.Now().UnixMilli()
+	if e, ok := s.idx.get(o.Workspace, o.Namespace, o.Identifier); !ok || e.deleted {
+		if s.idx.count(o.Workspace) >= s.maxPer {
+			return Override{}, &CapacityError{Max: s.maxPer}
+		}
+		if isPattern(o.Identifier) {
+			all, floating := s.idx.patternCounts(o.Workspace, o.Namespace)
+			if all >= s.maxPat {
+				return Override{}, &PatternCapacityError{Max: s.maxPat}
+			}
+			if compilePattern(&o).floating() && floating >= MaxFloatingPatterns {
+				return Override{}, &PatternCapacityError{Max: MaxFloatingPatterns, Floating: true}
+			}
+		}
+	}
 	if o.ID == "" {
 		o.ID = newID()
 	}
+	var c Change
 	if s.store != nil {
-		stored, err := s.store.Set(ctx, o)
-		if err != nil {
+		var err error
+		if c, err = s.store.Set(ctx, o); err != nil {
 			return Override{}, fmt.Errorf("set override: %w", err)
 		}
-		o = stored
-	} else if old, ok := s.current(o.Workspace, o.Namespace, o.Identifier); ok {
-		o.ID = old.ID
+	} else {
+		if e, ok := s.idx.get(o.Workspace, o.Namespace, o.Identifier); ok && !e.deleted {
+			o.ID = e.o.ID
+		}
+		o.UpdatedAt = s.clock.Now().UnixMilli()
+		c = Change{Override: o, Revision: s.nextRevision()}
 	}
-	s.apply(Change{Override: o})
-	return o, nil
+	s.applied(s.idx.apply(&c, 0, false))
+	return c.Override, nil
+}
+
+// nextRevision returns the revision of a change without a store: the clock
+// in µs, or one more than the last if the clock has not moved on.
+func (s *Service) nextRevision() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.memRevision = max(s.memRevision+1, s.clock.Now().UnixMicro())
+	return s.memRevision
 }
 
 // Get returns the override of an identifier (or pattern), or ErrNotFound.
@@ -178,15 +230,16 @@ func (s *Service) Get(ctx context.Context, workspace, namespace, identifier stri
 	if s.store != nil {
 		return s.store.Get(ctx, workspace, namespace, identifier)
 	}
-	if o, ok := s.current(workspace, namespace, identifier); ok {
-		return o, nil
+	if e, ok := s.idx.get(workspace, namespace, identifier); ok && !e.deleted {
+		return e.o, nil
 	}
 	return Override{}, ErrNotFound
 }
 
 // List returns up to limit (1 to MaxListLimit; 0 means DefaultListLimit)
 // overrides of a namespace whose identifier sorts after the given one, in
-// identifier order, and whether more follow.
+// identifier order, and whether more follow. Without a store it walks every
+// override in memory.
 func (s *Service) List(ctx context.Context, workspace, namespace, after string, limit int) ([]Override, bool, error) {
 	if err := ValidateKey(namespace, "x"); err != nil {
 		return nil, false, err
@@ -204,13 +257,11 @@ func (s *Service) List(ctx context.Context, workspace, namespace, after string, 
 			return nil, false, fmt.Errorf("list overrides: %w", err)
 		}
 	} else {
-		s.mu.Lock()
-		for id, c := range s.entries[scope{workspace, namespace}] {
-			if !c.Deleted && id > after {
-				out = append(out, c.Override)
+		for _, o := range s.idx.scopeOverrides(workspace, namespace) {
+			if o.Identifier > after {
+				out = append(out, o)
 			}
 		}
-		s.mu.Unlock()
 		// Byte order, as the store's binary collation sorts.
 		slices.SortFunc(out, func(a, b Override) int { return strings.Compare(a.Identifier, b.Identifier) })
 		out = out[:min(len(out), limit+1)]
@@ -225,124 +276,37 @@ func (s *Service) Delete(ctx context.Context, workspace, namespace, identifier s
 	if err := ValidateKey(namespace, identifier); err != nil {
 		return err
 	}
-	now := s.clock.Now().UnixMilli()
-	old, found := s.current(workspace, namespace, identifier)
+	var c Change
 	if s.store != nil {
-		if err := s.store.Delete(ctx, workspace, namespace, identifier, now); err != nil {
-			return err
-		}
-	} else if !found {
-		return ErrNotFound
-	}
-	old.Workspace, old.Namespace, old.Identifier, old.UpdatedAt = workspace, namespace, identifier, now
-	s.apply(Change{Override: old, Deleted: true})
-	return nil
-}
-
-// current returns the live override of an identifier held in memory.
-func (s *Service) current(workspace, namespace, identifier string) (Override, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c, ok := s.entries[scope{workspace, namespace}][identifier]
-	return c.Override, ok && !c.Deleted
-}
-
-// Run polls the store for changes every poll interval until ctx is done.
-// Without a store it returns at once. A poll that fails keeps what the
-// process has and is tried again at the next interval.
-func (s *Service) Run(ctx context.Context) error {
-	if s.store == nil {
-		return nil
-	}
-	t := time.NewTicker(s.poll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-			if err := s.Refresh(ctx); err != nil {
-				s.logger.Warn("poll overrides", "error", err)
+		var err error
+		if c, err = s.store.Delete(ctx, workspace, namespace, identifier); err != nil {
+			if errors.Is(err, ErrNotFound) {
+				return err
 			}
+			return fmt.Errorf("delete override: %w", err)
 		}
+	} else {
+		e, ok := s.idx.get(workspace, namespace, identifier)
+		if !ok || e.deleted {
+			return ErrNotFound
+		}
+		c = Change{Override: e.o, Deleted: true, Revision: s.nextRevision()}
+		c.UpdatedAt = s.clock.Now().UnixMilli()
+		// One process's own changes come in order: its tombstones only
+		// need to outlive tombstoneMemory like a fleet's.
+		s.idx.forget(c.Revision - tombstoneMemory.Microseconds())
 	}
-}
-
-// Refresh applies the store's changes since the latest successful poll
-// (all of them on the first).
-func (s *Service) Refresh(ctx context.Context) error {
-	if s.store == nil {
-		return nil
-	}
-	start := s.clock.Now().UnixMilli()
-	s.mu.Lock()
-	since := s.polled
-	s.mu.Unlock()
-	if since > 0 {
-		since -= pollLookback.Milliseconds()
-	}
-	changes, err := s.store.Changes(ctx, since)
-	if err != nil {
-		return fmt.Errorf("read override changes: %w", err)
-	}
-	for _, c := range changes {
-		s.apply(c)
-	}
-	s.mu.Lock()
-	s.polled = start
-	s.mu.Unlock()
+	s.applied(s.idx.apply(&c, 0, false))
 	return nil
 }
 
-// apply records c unless memory already holds a later change of the same
-// override, and publishes the scope's new index.
-func (s *Service) apply(c Change) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sc := scope{c.Workspace, c.Namespace}
-	byID := s.entries[sc]
-	if byID == nil {
-		byID = map[string]Change{}
-		s.entries[sc] = byID
-	}
-	if old, ok := byID[c.Identifier]; ok && old.UpdatedAt > c.UpdatedAt {
-		return
-	}
-	byID[c.Identifier] = c
-	next := map[scope]*scopeIndex{}
-	if cur := s.index.Load(); cur != nil {
-		for k, v := range *cur {
-			next[k] = v
-		}
-	}
-	if si := buildIndex(byID); si != nil {
-		next[sc] = si
+// applied counts a change that reached memory, or one it already held.
+func (s *Service) applied(ok bool) {
+	if ok {
+		s.metrics.applied.Inc()
 	} else {
-		delete(next, sc)
+		s.metrics.stale.Inc()
 	}
-	s.index.Store(&next)
-}
-
-// buildIndex returns the lookup structure of a scope's live overrides, or
-// nil if none is live.
-func buildIndex(byID map[string]Change) *scopeIndex {
-	si := &scopeIndex{exact: map[string]*Override{}}
-	for id, c := range byID {
-		if c.Deleted {
-			continue
-		}
-		o := c.Override
-		if isPattern(id) {
-			si.patterns = append(si.patterns, &o)
-		} else {
-			si.exact[id] = &o
-		}
-	}
-	if len(si.exact) == 0 && len(si.patterns) == 0 {
-		return nil
-	}
-	slices.SortFunc(si.patterns, func(a, b *Override) int { return compareSpecificity(a.Identifier, b.Identifier) })
-	return si
 }
 
 // newID returns a new override id: "ovr_" and 96 random bits.

@@ -11,13 +11,13 @@ import (
 // alone.
 type discardStore struct{ published int }
 
-func (d *discardStore) Publish(_ context.Context, _ string, _ time.Time, counts []CellCount) (int, error) {
+func (d *discardStore) Publish(_ context.Context, _ string, counts []CellCount) (int, error) {
 	d.published += len(counts)
 	return len(counts), nil
 }
 
-func (d *discardStore) Sync(context.Context, string, time.Time, time.Time) ([]GlobalCount, error) {
-	return nil, nil
+func (d *discardStore) Sync(context.Context, string, time.Time, time.Time) ([]GlobalCount, time.Time, error) {
+	return nil, time.Time{}, nil
 }
 
 // BenchmarkFlushWalk240k walks 240,000 windows (ten times the load the design was sized for), 10 %
@@ -52,12 +52,12 @@ func BenchmarkFlushWalk240k(b *testing.B) {
 // importing them alone.
 type rowsStore struct{ rows []GlobalCount }
 
-func (r *rowsStore) Publish(_ context.Context, _ string, _ time.Time, counts []CellCount) (int, error) {
+func (r *rowsStore) Publish(_ context.Context, _ string, counts []CellCount) (int, error) {
 	return len(counts), nil
 }
 
-func (r *rowsStore) Sync(context.Context, string, time.Time, time.Time) ([]GlobalCount, error) {
-	return r.rows, nil
+func (r *rowsStore) Sync(context.Context, string, time.Time, time.Time) ([]GlobalCount, time.Time, error) {
+	return r.rows, time.Time{}, nil
 }
 
 // BenchmarkSyncApply45k imports 45,000 rows from other regions (ten times

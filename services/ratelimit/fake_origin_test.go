@@ -12,20 +12,23 @@ import (
 // a count per cell, increments answered with the new count, counts clamped
 // to [0, MaxStoredCount], missing cells 0. While down, every call fails as
 // on a dead server; an increment of a cell marked bad fails alone, as a
-// corrupt key's does (a PartialError). Expiry is not modelled: the tests
+// corrupt key's does (a PartialError); the cells of an identifier marked
+// unreachable fail in every call, as those of one dead Redis Cluster master
+// do, while the others are answered. Expiry is not modelled: the tests
 // never outlive a cell.
 type memOrigin struct {
-	mu     sync.Mutex
-	counts map[Cell]int64
-	bad    map[Cell]bool
-	down   atomic.Bool
-	calls  atomic.Int64
+	mu          sync.Mutex
+	counts      map[Cell]int64
+	bad         map[Cell]bool
+	unreachable map[string]bool // by identifier
+	down        atomic.Bool
+	calls       atomic.Int64
 }
 
 var errOriginDown = errors.New("origin down")
 
 func newMemOrigin() *memOrigin {
-	return &memOrigin{counts: map[Cell]int64{}, bad: map[Cell]bool{}}
+	return &memOrigin{counts: map[Cell]int64{}, bad: map[Cell]bool{}, unreachable: map[string]bool{}}
 }
 
 func (m *memOrigin) Load(ctx context.Context, cells []Cell) ([]int64, error) {
@@ -36,10 +39,28 @@ func (m *memOrigin) Load(ctx context.Context, cells []Cell) ([]int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]int64, len(cells))
+	failed := 0
 	for i, c := range cells {
+		if m.unreachable[c.Identifier] {
+			out[i] = -1
+			failed++
+			continue
+		}
 		out[i] = m.counts[c]
 	}
-	return out, nil
+	return out, m.cellErrors(failed, len(cells))
+}
+
+// cellErrors is the error of a call of which failed of n cells failed.
+func (m *memOrigin) cellErrors(failed, n int) error {
+	switch {
+	case failed == 0:
+		return nil
+	case failed == n:
+		return errOriginDown
+	default:
+		return &PartialError{Err: errOriginDown}
+	}
 }
 
 func (m *memOrigin) Increment(ctx context.Context, incs []Increment) ([]int64, error) {
@@ -50,18 +71,18 @@ func (m *memOrigin) Increment(ctx context.Context, incs []Increment) ([]int64, e
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]int64, len(incs))
-	var err error
+	failed := 0
 	for i, inc := range incs {
-		if m.bad[inc.Cell] {
+		if m.bad[inc.Cell] || m.unreachable[inc.Cell.Identifier] {
 			out[i] = -1
-			err = &PartialError{Err: errors.New("bad key")}
+			failed++
 			continue
 		}
 		n := min(max(m.counts[inc.Cell]+inc.Delta, 0), MaxStoredCount)
 		m.counts[inc.Cell] = n
 		out[i] = n
 	}
-	return out, err
+	return out, m.cellErrors(failed, len(incs))
 }
 
 // count returns what the origin holds for c.

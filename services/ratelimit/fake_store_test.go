@@ -12,8 +12,9 @@ import (
 
 // memStore is an in-memory GlobalStore with the semantics of package
 // mysqlstore, whose tests show them on a real MariaDB: one row per cell and
-// region, raised with GREATEST and stamped with the writer's clock and
-// limit; a sync returns, per live cell (expiry: the end of the window after
+// region, raised with GREATEST and stamped with the store's own clock (see
+// now), which no writer's clock affects, and the writer's limit; a sync
+// returns, per live cell (expiry: the end of the window after
 // the cell's), this region's row and the sum of the others', for every cell
 // or only those with a row changed at or after since. While down, every
 // call fails. It counts the publishes and the rows they carried, and records
@@ -24,6 +25,19 @@ type memStore struct {
 	down                 atomic.Bool
 	publishes, published atomic.Int64
 	sinces               []time.Time
+	// ticks counts the publishes and syncs: the store's clock.
+	ticks int64
+}
+
+// memStoreEpoch is the store's time before its first call, in unix ms.
+const memStoreEpoch = 600_000
+
+// now advances the store's clock by one second, one tick, and returns it:
+// every publish and sync happens a second after the one before, whatever
+// the callers' clocks say.
+func (m *memStore) now() int64 {
+	m.ticks++
+	return memStoreEpoch + m.ticks*1000
 }
 
 type memRow struct {
@@ -34,7 +48,7 @@ var errStoreDown = errors.New("store down")
 
 func newMemStore() *memStore { return &memStore{rows: map[Cell]map[string]memRow{}} }
 
-func (m *memStore) Publish(ctx context.Context, region string, now time.Time, counts []CellCount) (int, error) {
+func (m *memStore) Publish(ctx context.Context, region string, counts []CellCount) (int, error) {
 	if m.down.Load() {
 		return 0, errStoreDown
 	}
@@ -42,8 +56,9 @@ func (m *memStore) Publish(ctx context.Context, region string, now time.Time, co
 	m.published.Add(int64(len(counts)))
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	stamp := m.now()
 	for _, c := range counts {
-		m.put(c.Cell, region, c.Count, c.Limit, now.UnixMilli())
+		m.put(c.Cell, region, c.Count, c.Limit, stamp)
 	}
 	return len(counts), nil
 }
@@ -69,13 +84,14 @@ func (m *memStore) insert(c Cell, region string, count, limit, updatedAt int64) 
 	m.rows[c][region] = memRow{count: count, limit: limit, updatedAt: updatedAt}
 }
 
-func (m *memStore) Sync(ctx context.Context, region string, now, since time.Time) ([]GlobalCount, error) {
+func (m *memStore) Sync(ctx context.Context, region string, now, since time.Time) ([]GlobalCount, time.Time, error) {
 	if m.down.Load() {
-		return nil, errStoreDown
+		return nil, time.Time{}, errStoreDown
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.sinces = append(m.sinces, since)
+	asOf := time.UnixMilli(m.now())
 	var out []GlobalCount
 	for c, byRegion := range m.rows {
 		if (c.Sequence+2)*c.Duration.Milliseconds() <= now.UnixMilli() {
@@ -98,7 +114,7 @@ func (m *memStore) Sync(ctx context.Context, region string, now, since time.Time
 	}
 	// The store groups by its unique key, so rows come in key order.
 	slices.SortFunc(out, func(a, b GlobalCount) int { return compareCells(&a.Cell, &b.Cell) })
-	return out, nil
+	return out, asOf, nil
 }
 
 // dump returns "identifier/sequence/region=count" for every row, sorted.

@@ -11,16 +11,21 @@ import (
 // others.
 type GlobalStore interface {
 	// Publish raises this region's component of each cell to at least its
-	// count and marks it changed at now, in the order given (callers sort
-	// counts in the store's key order), and returns how many of them, from
-	// the start, it wrote before the error that stopped it.
-	Publish(ctx context.Context, region string, now time.Time, counts []CellCount) (written int, err error)
-	// Sync returns every cell that has not expired at now and of which any
-	// component changed at or after since (all live cells for the zero
-	// time), with this region's own component and the sum of every other
-	// region's. It may return unchanged cells too, when reading everything
-	// is cheaper.
-	Sync(ctx context.Context, region string, now, since time.Time) ([]GlobalCount, error)
+	// count and marks it changed at the store's own time, in the order
+	// given (callers sort counts in the store's key order), and returns how
+	// many of them, from the start, it wrote before the error that stopped
+	// it.
+	Publish(ctx context.Context, region string, counts []CellCount) (written int, err error)
+	// Sync returns every cell that has not expired at now (the caller's
+	// clock: window sequences are the callers') and of which any component
+	// changed at or after since by the store's clock (all live cells for the
+	// zero time), with this region's own component and the sum of every
+	// other region's. It may return unchanged cells too, when reading
+	// everything is cheaper. asOf is the store's time when the read began:
+	// a later sync from asOf (less a look-back for writes still in flight)
+	// misses nothing. Only the store's clock orders changes, so callers
+	// whose clocks disagree still see each other's.
+	Sync(ctx context.Context, region string, now, since time.Time) (rows []GlobalCount, asOf time.Time, err error)
 }
 
 // CellCount is one region's count of one cell.
@@ -87,17 +92,20 @@ const (
 	// globalBreakerProbe is how long the global store's breaker stays open
 	// before one flush or sync probes the store again.
 	globalBreakerProbe = 10 * time.Second
+	// globalBreakerFailures consecutive failed flushes or syncs open the
+	// global store's breaker.
+	globalBreakerFailures = 5
 	// globalSyncLookback widens each incremental sync back in time: rows
-	// are stamped with their writer's clock when the statement runs, and
-	// become visible when it commits. One second covers clock skew between
-	// hosts kept by NTP (milliseconds) and the commit of a bulk upsert (tens
-	// of milliseconds for 5,000 rows) with a wide margin, and keeps what a
-	// one-second sync reads to the changes of about two seconds.
+	// are stamped with the store's clock when their statement begins, and
+	// become visible when it commits. One second covers the commit of a
+	// bulk upsert (tens of milliseconds for 5,000 rows) with a wide margin,
+	// and keeps what a one-second sync reads to the changes of about two
+	// seconds. The writers' and readers' clocks play no part.
 	globalSyncLookback = time.Second
 	// globalFullSyncInterval is how often a sync reads every live row
 	// instead of the changed ones: a safety net for a row that became
-	// visible later than the lookback allows (a writer whose clock was far
-	// behind, a statement stuck in the database).
+	// visible later than the lookback allows (a statement stuck in the
+	// database between its start and its commit).
 	globalFullSyncInterval = 5 * time.Minute
 )
 

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/sony/gobreaker/v2"
 )
 
 // globalState is the global loop's own bookkeeping. Only the goroutine that
@@ -18,11 +20,14 @@ type globalState struct {
 	// it. Keeping it here rather than in every cell keeps cells small; only
 	// cells above the utilization floor ever get an entry.
 	flushed map[*cell]flushedCount
-	// lastSync is when the latest successful sync began, by the limiter's
-	// clock; lastFull when the latest one that read every live row did;
-	// lastFullFlush when the latest flush that walked every window did.
-	// Zero before the first.
-	lastSync, lastFull, lastFullFlush time.Time
+	// lastFull is when the latest sync that read every live row began, and
+	// lastFullFlush when the latest flush that walked every window did, by
+	// the limiter's clock. Zero before the first.
+	lastFull, lastFullFlush time.Time
+	// syncedAsOf is the store's time when the latest successful sync began:
+	// where the next incremental one starts (less globalSyncLookback). The
+	// store's clock, not this process's: only it orders the rows' stamps.
+	syncedAsOf time.Time
 }
 
 func newGlobalState() *globalState {
@@ -32,6 +37,22 @@ func newGlobalState() *globalState {
 type flushedCount struct {
 	count     int64
 	expiresAt int64 // unix ms after which the cell no longer counts anywhere
+}
+
+// newGlobalBreaker returns the circuit breaker that guards the global
+// store, so that a sick database fails the next tick fast instead of
+// blocking it for globalFlushTimeout. sony/gobreaker is maintained, small
+// and generic over the result type.
+func (s *Service) newGlobalBreaker() *gobreaker.CircuitBreaker[any] {
+	return gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
+		Name:        "ratelimit-global",
+		MaxRequests: 1,
+		Timeout:     globalBreakerProbe,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= globalBreakerFailures },
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			s.logger.Warn("global store circuit breaker changed state", "from", from.String(), "to", to.String())
+		},
+	})
 }
 
 // runGlobal flushes and syncs on their jittered schedules until ctx is done,
@@ -179,7 +200,7 @@ func (s *Service) flushGlobal(ctx context.Context, st *globalState, full bool) {
 	var written int
 	_, err := s.globalBreaker.Execute(func() (any, error) {
 		var err error
-		written, err = s.global.Publish(ctx, s.region, clockNow, counts)
+		written, err = s.global.Publish(ctx, s.region, counts)
 		return nil, err
 	})
 	for i := 0; i < written && i < len(cands); i++ {
@@ -226,27 +247,35 @@ func (s *Service) flushCandidate(w *window, c *cell, st *globalState, now int64,
 // each cell's imported count (raised, never lowered), and this region's own
 // component raises the regional count, since another process of the region
 // may have published more than this one knows. It reads only the cells that
-// changed since the previous sync (less globalSyncLookback), and every live
-// cell on the first sync and every globalFullSyncInterval after.
+// changed since the previous sync began by the store's clock (less
+// globalSyncLookback), and every live cell on the first sync and every
+// globalFullSyncInterval after.
 func (s *Service) syncGlobal(ctx context.Context, st *globalState) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), globalFlushTimeout)
 	defer cancel()
 	now := s.clock.Now()
 	var since time.Time
 	if !st.lastFull.IsZero() && now.Sub(st.lastFull) < globalFullSyncInterval {
-		since = st.lastSync.Add(-globalSyncLookback)
+		since = st.syncedAsOf.Add(-globalSyncLookback)
 	}
-	res, err := s.globalBreaker.Execute(func() (any, error) { return s.global.Sync(ctx, s.region, now, since) })
+	type synced struct {
+		rows []GlobalCount
+		asOf time.Time
+	}
+	res, err := s.globalBreaker.Execute(func() (any, error) {
+		rows, asOf, err := s.global.Sync(ctx, s.region, now, since)
+		return synced{rows, asOf}, err
+	})
 	if err != nil {
 		s.metrics.globalSyncErrors.Inc()
 		s.logger.Warn("sync window counts", "error", err)
 		return
 	}
-	st.lastSync = now
+	st.syncedAsOf = res.(synced).asOf
 	if since.IsZero() {
 		st.lastFull = now
 	}
-	rows := res.([]GlobalCount)
+	rows := res.(synced).rows
 	s.metrics.globalRowsLastPoll.Set(float64(len(rows)))
 	applied := 0
 	nowMs := now.UnixMilli()

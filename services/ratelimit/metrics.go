@@ -16,7 +16,6 @@ type metrics struct {
 
 	originOps         *prometheus.CounterVec
 	originLatency     *prometheus.HistogramVec
-	breakerState      prometheus.Gauge
 	queueOverflow     *prometheus.CounterVec
 	replayExpired     prometheus.Counter
 	strictActivations prometheus.Counter
@@ -50,17 +49,13 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 		}),
 		originOps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "unkey_ratelimit_origin_operations_total",
-			Help: "Calls to the regional origin by operation (cold, aged, stale, strict, replay) and result (ok, error, rejected by the open breaker).",
+			Help: "Calls to the regional origin by operation (cold, aged, stale, strict, replay) and result (ok; partial: some cells failed, as when one node of a cluster is down; error; rejected: the origin's breaker was open and nothing was sent).",
 		}, []string{"op", "result"}),
 		originLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "unkey_ratelimit_origin_duration_seconds",
 			Help:    "Latency of calls to the regional origin by operation.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .3, 1},
 		}, []string{"op"}),
-		breakerState: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "unkey_ratelimit_origin_breaker_state",
-			Help: "State of the regional origin's circuit breaker: 0 closed, 1 half-open, 2 open.",
-		}),
 		queueOverflow: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "unkey_ratelimit_origin_queue_overflow_total",
 			Help: "Cells or windows that did not fit in the replay, refresh or prompt global flush queue (queue=replay|refresh|flush); a cell that did not fit is queued by its next accepted request, and the full global flush publishes it meanwhile.",
@@ -111,7 +106,7 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 		Help: "Cells waiting for replay plus windows waiting for a background refresh.",
 	}, queueDepth)
 	for _, c := range []prometheus.Collector{m.windowsCreated, m.windowsEvicted, m.windowsRejected, m.casExhausted, active,
-		m.originOps, m.originLatency, m.breakerState, m.queueOverflow, m.replayExpired, m.strictActivations, depth,
+		m.originOps, m.originLatency, m.queueOverflow, m.replayExpired, m.strictActivations, depth,
 		m.globalWrites, m.globalWriteErrors, m.globalRowsApplied, m.globalSyncErrors, m.globalEntriesCreated, m.globalRowsLastPoll, m.globalRowsFuture} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -2,19 +2,28 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
 // Origin is the regional source of truth: a store that the processes of one
-// region share (Redis: package redisorigin). Processes add what they accepted to
-// it and read from it what the others accepted. The limiter waits on it only
-// for a cold cell, a strict key (at most once per refresh interval) and a key
-// whose copy is older than maxCopyAge, each at most OriginTimeout; it guards
-// every call with a circuit breaker and decides from local state while the
-// origin is unavailable.
+// region share (Redis, one server or a cluster: package redisorigin).
+// Processes add what they accepted to it and read from it what the others
+// accepted. The limiter waits on it only for a cold cell, a strict key (at
+// most once per refresh interval) and a key whose copy is older than
+// maxCopyAge, each at most OriginTimeout, and decides from local state for
+// every cell the origin could not serve.
+//
+// An origin fails fast where it knows a server is down (a circuit breaker,
+// returning an error that wraps [ErrUnavailable]) and answers per cell: an
+// origin whose cells live on several servers, such as a Redis Cluster,
+// answers the cells of its healthy servers and marks only the others as
+// failed, so that one server's trouble stays with its own keys.
 type Origin interface {
 	// Load returns the count of each cell, in order. A cell the origin does
-	// not hold counts 0.
+	// not hold counts 0. When some cells could not be read, it returns the
+	// counts with -1 for those and a [*PartialError]; when none could, an
+	// error.
 	Load(ctx context.Context, cells []Cell) ([]int64, error)
 	// Increment adds each increment's delta to its cell, keeps the cell until
 	// at least its TTL has passed, and returns the new counts, in order.
@@ -26,14 +35,19 @@ type Origin interface {
 	Increment(ctx context.Context, incs []Increment) (counts []int64, err error)
 }
 
-// PartialError is returned by [Origin.Increment] when the origin answered
-// but some of the increments failed (their counts are -1). The origin itself
-// is healthy, so it does not count against the circuit breaker: one bad key
-// must never stop the region's other keys from converging.
+// PartialError is returned by [Origin.Load] and [Origin.Increment] when the
+// origin answered for some cells but not for others (their counts are -1):
+// one bad key, or one server of several that is down. The limiter uses
+// what it got and retries the rest.
 type PartialError struct{ Err error }
 
 func (e *PartialError) Error() string { return e.Err.Error() }
 func (e *PartialError) Unwrap() error { return e.Err }
+
+// ErrUnavailable is wrapped by the errors of an origin that did not send a
+// call because it knows the server is down (its circuit breaker is open).
+// The limiter counts such calls as rejected rather than failed.
+var ErrUnavailable = errors.New("origin unavailable: circuit breaker open")
 
 // Cell names one fixed window cell: one key in one sequence.
 type Cell struct {
@@ -73,8 +87,8 @@ const (
 	replayInterval = 10 * time.Millisecond
 	// replayTimeout bounds one background round trip (replay or refresh). A
 	// pipeline of a few thousand cells takes milliseconds; a stuck server
-	// must fail calls fast enough for breakerFailures of them to open the
-	// breaker within seconds.
+	// must fail calls fast enough for the origin's circuit breaker to open
+	// within seconds.
 	replayTimeout = 500 * time.Millisecond
 	// freshnessInterval is how old a warm window's last origin read may be
 	// before a request on it starts a background refresh. The request itself
@@ -105,10 +119,6 @@ const (
 	// about once per freshness interval, so the queues hold about the active
 	// cells; the bound only matters past a million of them.
 	maxReplayQueue = 1 << 20
-	// Breaker: open after breakerFailures consecutive failures, try one call
-	// again after breakerOpenFor.
-	breakerFailures = 5
-	breakerOpenFor  = time.Second
 )
 
 // WithOrigin makes the processes of a region share counts through origin.

@@ -6,79 +6,42 @@ import (
 	"strconv"
 	"time"
 	"unsafe"
-
-	"github.com/sony/gobreaker/v2"
 )
 
 // Operations on the regional origin, as metric labels.
 const (
-	opCold    = "cold"     // hydrate a cell this process has not seen
-	opAged    = "aged"     // re-read a window whose copy is older than maxCopyAge
-	opStrict  = "strict"   // refresh a strict window before deciding
-	opStale   = "stale"    // refresh a warm window in the background
-	opReplay  = "replay"   // add accepted increments
-	resultOK  = "ok"       // the origin answered
-	resultErr = "error"    // the origin failed or timed out
-	resultRej = "rejected" // the breaker is open: the origin was not asked
+	opCold        = "cold"     // hydrate a cell this process has not seen
+	opAged        = "aged"     // re-read a window whose copy is older than maxCopyAge
+	opStrict      = "strict"   // refresh a strict window before deciding
+	opStale       = "stale"    // refresh a warm window in the background
+	opReplay      = "replay"   // add accepted increments
+	resultOK      = "ok"       // the origin answered for every cell
+	resultPartial = "partial"  // the origin answered for some cells only
+	resultErr     = "error"    // the origin failed or timed out
+	resultRej     = "rejected" // the origin's breaker is open: nothing was sent
 )
 
-// newBreaker returns the circuit breaker that guards every origin call.
-// sony/gobreaker is maintained, small and generic over the result type; it
-// opens after breakerFailures consecutive failures and lets one call through
-// after breakerOpenFor to probe.
-func (s *Service) newBreaker() *gobreaker.CircuitBreaker[[]int64] {
-	return gobreaker.NewCircuitBreaker[[]int64](gobreaker.Settings{
-		Name:        "ratelimit-origin",
-		MaxRequests: 1,
-		Timeout:     breakerOpenFor,
-		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= breakerFailures },
-		OnStateChange: func(_ string, from, to gobreaker.State) {
-			s.metrics.breakerState.Set(float64(to))
-			s.logger.Warn("regional origin circuit breaker changed state", "from", from.String(), "to", to.String())
-		},
-		// A caller that went away is not the origin's fault.
-		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
-		// Nor is a key the origin could not increment while it answered
-		// for the others.
-		IsSuccessful: func(err error) bool {
-			var partial *PartialError
-			return err == nil || errors.As(err, &partial)
-		},
-	})
-}
-
-// newGlobalBreaker returns the circuit breaker that guards the global
-// store, so that a sick database fails the next tick fast instead of
-// blocking it for globalFlushTimeout.
-func (s *Service) newGlobalBreaker() *gobreaker.CircuitBreaker[any] {
-	return gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
-		Name:        "ratelimit-global",
-		MaxRequests: 1,
-		Timeout:     globalBreakerProbe,
-		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= breakerFailures },
-		OnStateChange: func(_ string, from, to gobreaker.State) {
-			s.logger.Warn("global store circuit breaker changed state", "from", from.String(), "to", to.String())
-		},
-	})
-}
-
-// callOrigin runs call through the breaker with a timeout, and records the
-// operation's outcome and latency.
+// callOrigin runs call with a timeout and records the operation's outcome
+// and latency: ok, partial (some cells failed), rejected (the origin knew
+// its server was down and sent nothing) or error.
 func (s *Service) callOrigin(ctx context.Context, op string, timeout time.Duration, call func(context.Context) ([]int64, error)) ([]int64, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	start := time.Now()
-	counts, err := s.breaker.Execute(func() ([]int64, error) { return call(ctx) })
+	counts, err := call(ctx)
+	var partial *PartialError
 	switch {
-	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests):
-		s.metrics.originOps.WithLabelValues(op, resultRej).Inc()
-	case err != nil:
-		s.metrics.originOps.WithLabelValues(op, resultErr).Inc()
-		s.metrics.originLatency.WithLabelValues(op).Observe(time.Since(start).Seconds())
-	default:
+	case err == nil:
 		s.metrics.originOps.WithLabelValues(op, resultOK).Inc()
-		s.metrics.originLatency.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	case errors.As(err, &partial):
+		s.metrics.originOps.WithLabelValues(op, resultPartial).Inc()
+	case errors.Is(err, ErrUnavailable):
+		s.metrics.originOps.WithLabelValues(op, resultRej).Inc()
+		return counts, err // nothing was sent: no latency to record
+	default:
+		s.metrics.originOps.WithLabelValues(op, resultErr).Inc()
 	}
+	s.metrics.originLatency.WithLabelValues(op).Observe(time.Since(start).Seconds())
 	return counts, err
 }
 
@@ -176,11 +139,10 @@ func (s *Service) hydrate(ctx context.Context, w *window, cur *cell, op string) 
 // The current cells count as hydrated afterwards even if the read failed:
 // requests then decide from memory instead of waiting again.
 func (s *Service) refreshNow(ctx context.Context, ws []*window, now int64, op string) {
-	err := s.refresh(ctx, ws, now, op, OriginTimeout)
+	for _, w := range s.refresh(ctx, ws, now, op, OriginTimeout) {
+		s.queueRefresh(w)
+	}
 	for _, w := range ws {
-		if err != nil {
-			s.queueRefresh(w)
-		}
 		if cur, _ := w.cellAt(now/w.durationMs, false); cur != nil {
 			cur.flags.Or(cellHydrated)
 		}
@@ -188,8 +150,10 @@ func (s *Service) refreshNow(ctx context.Context, ws []*window, now int64, op st
 }
 
 // refresh reads the current and previous cells of ws at now from the origin
-// in one round trip and merges what it read.
-func (s *Service) refresh(ctx context.Context, ws []*window, now int64, op string, timeout time.Duration) error {
+// in one round trip, merges what it read, and returns the windows it could
+// not read (all of them if the origin failed, those of a server that is
+// down if it answered in part).
+func (s *Service) refresh(ctx context.Context, ws []*window, now int64, op string, timeout time.Duration) (failed []*window) {
 	cells := make([]Cell, 0, 2*len(ws))
 	for _, w := range ws {
 		seq := now / w.durationMs
@@ -198,18 +162,24 @@ func (s *Service) refresh(ctx context.Context, ws []*window, now int64, op strin
 	counts, err := s.callOrigin(ctx, op, timeout, func(ctx context.Context) ([]int64, error) {
 		return s.origin.Load(ctx, cells)
 	})
-	if err != nil {
-		return err
+	var partial *PartialError
+	if err != nil && !errors.As(err, &partial) || len(counts) != len(cells) {
+		return ws
 	}
 	for i, w := range ws {
+		cur, prev := counts[2*i], counts[2*i+1]
+		if cur < 0 || prev < 0 {
+			failed = append(failed, w)
+			continue
+		}
 		seq := now / w.durationMs
-		s.merge(w, seq, counts[2*i])
-		s.merge(w, seq-1, counts[2*i+1])
-		if cur, _ := w.cellAt(seq, false); cur != nil {
-			cur.flags.Or(cellHydrated)
+		s.merge(w, seq, cur)
+		s.merge(w, seq-1, prev)
+		if c, _ := w.cellAt(seq, false); c != nil {
+			c.flags.Or(cellHydrated)
 		}
 	}
-	return nil
+	return failed
 }
 
 // merge raises w's cell of seq to what the origin holds plus what this

@@ -92,11 +92,9 @@ func (s *Service) refreshStale(ctx context.Context) {
 		}
 	}
 	now := s.clock.Now().UnixMilli()
-	if err := s.refresh(ctx, ws, now, opStale, replayTimeout); err != nil {
-		for _, w := range ws {
-			if !w.idle(now / w.durationMs) {
-				s.queueRefresh(w)
-			}
+	for _, w := range s.refresh(ctx, ws, now, opStale, replayTimeout) {
+		if !w.idle(now / w.durationMs) {
+			s.queueRefresh(w)
 		}
 	}
 }

@@ -42,7 +42,6 @@ type Service struct {
 
 	// The regional origin, when there is one.
 	origin    Origin
-	breaker   *gobreaker.CircuitBreaker[[]int64]
 	flight    singleflight.Group // one hydration per cold cell
 	replays   queue[replayItem]
 	refreshes queue[*window]
@@ -113,9 +112,6 @@ func New(region string, opts ...Option) (*Service, error) {
 	s.refreshes.limit = maxReplayQueue
 	s.grown.limit = maxReplayQueue
 	s.globalEvery.fullFlush = max(s.globalEvery.fullFlush, s.globalEvery.flush)
-	if s.origin != nil {
-		s.breaker = s.newBreaker()
-	}
 	if s.global != nil {
 		s.globalBreaker = s.newGlobalBreaker()
 	}

@@ -1,6 +1,7 @@
 // Package cleanup is the cron-like job that deletes expired rows of
-// ratelimit_window_counts. It is a Restate virtual object: each key is one
-// schedule, whose runs delete expired rows in bounded batches, each batch a
+// ratelimit_window_counts and the tombstones of overrides deleted more than
+// overrides.TombstoneRetention ago. It is a Restate virtual object: each key
+// is one schedule, whose runs delete rows in bounded batches, each batch a
 // durable step, and then send the next run to the same key with a delay.
 // Restate keeps the chain alive across restarts of the worker and of
 // restate-server; the object's exclusive handlers keep it to one chain per
@@ -15,6 +16,7 @@ import (
 	restate "github.com/restatedev/sdk-go"
 
 	"github.com/unkeyed/ratelimit/db"
+	"github.com/unkeyed/ratelimit/services/overrides"
 )
 
 // ServiceName is the Restate service name of the cleanup object.
@@ -42,6 +44,7 @@ const (
 // Store is what the job needs of the database: db.Queries has it.
 type Store interface {
 	WindowCountsDeleteExpired(ctx context.Context, arg db.WindowCountsDeleteExpiredParams) (int64, error)
+	OverridePurgeDeleted(ctx context.Context, arg db.OverridePurgeDeletedParams) (int64, error)
 }
 
 // Cleanup is the Restate virtual object. Bind it with restate.Reflect.
@@ -94,7 +97,10 @@ type Status struct {
 	LastRunDeleted  int64     `json:"lastRunDeleted"`
 	LastRunBatches  int       `json:"lastRunBatches"`
 	TotalDeleted    int64     `json:"totalDeleted"`
-	NextRun         time.Time `json:"nextRun,omitzero"`
+	// LastRunPurged and TotalPurged count the override tombstones purged.
+	LastRunPurged int64     `json:"lastRunPurged"`
+	TotalPurged   int64     `json:"totalPurged"`
+	NextRun       time.Time `json:"nextRun,omitzero"`
 }
 
 const (
@@ -172,9 +178,11 @@ func (c *Cleanup) Stop(ctx restate.ObjectContext) (Status, error) {
 	return st, nil
 }
 
-// Run deletes the rows that expired before the run began, in batches, each a
-// durable step: a run interrupted by a crash resumes after its last finished
-// batch. Then it sends the next run to itself.
+// Run deletes the rows that expired before the run began, then the
+// override tombstones older than overrides.TombstoneRetention by the
+// database's clock, in batches, each a durable step: a run interrupted by a
+// crash resumes after its last finished batch. Then it sends the next run
+// to itself.
 func (c *Cleanup) Run(ctx restate.ObjectContext, req RunRequest) error {
 	chain, err := restate.Get[string](ctx, stateChain)
 	if err != nil {
@@ -207,15 +215,34 @@ func (c *Cleanup) Run(ctx restate.ObjectContext, req RunRequest) error {
 			break
 		}
 	}
+	var purged int64
+	for purgeBatches := 0; purgeBatches < c.maxBatches; purgeBatches++ {
+		n, err := restate.Run(ctx, func(rc restate.RunContext) (int64, error) {
+			return c.store.OverridePurgeDeleted(rc, db.OverridePurgeDeletedParams{
+				RetentionMs: overrides.TombstoneRetention.Milliseconds(), Limit: c.batchSize})
+		}, restate.WithName(fmt.Sprintf("purge override tombstones %d", purgeBatches+1)))
+		if err != nil {
+			return err
+		}
+		purged += n
+		if n < int64(c.batchSize) {
+			break
+		}
+		if purgeBatches+1 == c.maxBatches {
+			full = true // more tombstones are waiting
+		}
+	}
 	delay := time.Duration(st.IntervalSeconds) * time.Second
 	if full {
-		delay = backlogDelay // more expired rows are waiting
+		delay = backlogDelay // more rows are waiting
 	}
 	st.Runs++
 	st.LastRun = time.UnixMilli(now).UTC()
 	st.LastRunDeleted = deleted
 	st.LastRunBatches = batches
 	st.TotalDeleted += deleted
+	st.LastRunPurged = purged
+	st.TotalPurged += purged
 	st.NextRun = st.LastRun.Add(delay)
 	restate.Set(ctx, stateStatus, st)
 	schedule(ctx, chain, delay)

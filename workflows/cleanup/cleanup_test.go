@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,6 +44,10 @@ func (s *countingStore) WindowCountsDeleteExpired(ctx context.Context, arg db.Wi
 	return s.q.WindowCountsDeleteExpired(ctx, arg)
 }
 
+func (s *countingStore) OverridePurgeDeleted(ctx context.Context, arg db.OverridePurgeDeletedParams) (int64, error) {
+	return s.q.OverridePurgeDeleted(ctx, arg)
+}
+
 type env struct {
 	sqlDB   *sql.DB
 	restate *testserver.Restate
@@ -68,7 +74,7 @@ func (e *env) insert(t *testing.T, prefix string, n int, expires uint64) {
 	q := db.New(e.sqlDB)
 	for i := 0; i < n; i++ {
 		err := q.WindowCountsUpsert(context.Background(), db.WindowCountsUpsertParams{WorkspaceID: "ws", Namespace: "ns",
-			Identifier: prefix + string(rune('a'+i)), DurationMs: 1000, Sequence: 1, Region: "us", Count: 1, ExpiresAt: expires, UpdatedAt: 1})
+			Identifier: prefix + string(rune('a'+i)), DurationMs: 1000, Sequence: 1, Region: "us", Count: 1, ExpiresAt: expires})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -247,5 +253,38 @@ func TestCleanupRejectsOverflowingInterval(t *testing.T) {
 	}
 	if st := e.status(t, "t5"); st.IntervalSeconds != 600 {
 		t.Fatalf("interval after the refused change = %d, want 600", st.IntervalSeconds)
+	}
+}
+
+// TestCleanupPurgesOverrideTombstones: a run removes the rows of overrides
+// deleted more than a day ago by the database's clock, and keeps live
+// overrides and recent tombstones, which processes' polls still read.
+func TestCleanupPurgesOverrideTombstones(t *testing.T) {
+	e := setup(t)
+	e.endpoint(t, &countingStore{q: db.New(e.sqlDB)}, WithBatches(2, 3))
+	now := time.Now().UnixMilli()
+	for i, deletedAt := range []int64{0, now - time.Hour.Milliseconds(), now - 25*time.Hour.Milliseconds(),
+		now - 48*time.Hour.Milliseconds(), now - 30*24*time.Hour.Milliseconds()} {
+		if _, err := e.sqlDB.Exec(`INSERT INTO ratelimit_overrides (id, workspace_id, namespace, identifier, limit_value,
+			duration_ms, updated_at, deleted_at, revision) VALUES (?, 'ws', 'ns', ?, 1, 1000, ?, ?, ?)`,
+			fmt.Sprint("ovr_", i), fmt.Sprint("id", i), max(deletedAt, now), deletedAt, i+1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.start(t, "purge", "{}")
+	poll.Until(t, 20*time.Second, "the old tombstones to go", func() bool { return e.status(t, "purge").TotalPurged == 3 })
+	var left []string
+	rows, err := e.sqlDB.Query("SELECT identifier FROM ratelimit_overrides ORDER BY identifier")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		rows.Scan(&id)
+		left = append(left, id)
+	}
+	if want := []string{"id0", "id1"}; !slices.Equal(left, want) {
+		t.Fatalf("rows left %v, want %v (the live override and the tombstone of an hour ago)", left, want)
 	}
 }

@@ -28,7 +28,7 @@ func BenchmarkBulkUpsert5k(b *testing.B) {
 		for j := range counts {
 			counts[j].Count++ // every row changes, as in a busy flush
 		}
-		if _, err := s.Publish(ctx, "us", time.Now(), counts); err != nil {
+		if _, err := s.Publish(ctx, "us", counts); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -44,7 +44,7 @@ func publish45k(b *testing.B, s *Store) []CellCount {
 		counts[i] = CellCount{Cell: Cell{Workspace: "ws", Namespace: "api", Identifier: "user_" + strconv.Itoa(i),
 			Duration: time.Minute, Sequence: seq}, Count: 50, Limit: 100}
 	}
-	if _, err := s.Publish(context.Background(), "eu", time.Now(), counts); err != nil {
+	if _, err := s.Publish(context.Background(), "eu", counts); err != nil {
 		b.Fatal(err)
 	}
 	return counts
@@ -59,7 +59,7 @@ func BenchmarkSync45k(b *testing.B) {
 	publish45k(b, s)
 	ctx := context.Background()
 	for b.Loop() {
-		rows, err := s.Sync(ctx, "us", time.Now(), time.Time{})
+		rows, _, err := s.Sync(ctx, "us", time.Now(), time.Time{})
 		if err != nil || len(rows) != 45_000 {
 			b.Fatalf("%d rows, %v; want 45,000", len(rows), err)
 		}
@@ -81,10 +81,10 @@ func benchSyncChanged(b *testing.B, changedN int) {
 	counts := publish45k(b, s)
 	ctx := context.Background()
 	// They changed long ago: outside any sync's lookback.
-	if _, err := sqlDB.Exec("UPDATE ratelimit_window_counts SET updated_at = ?", time.Now().Add(-time.Minute).UnixMilli()); err != nil {
+	if _, err := sqlDB.Exec("UPDATE ratelimit_window_counts SET updated_at = updated_at - 60000"); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := s.Sync(ctx, "us", time.Now(), time.Time{}); err != nil { // the first sync reads everything
+	if _, _, err := s.Sync(ctx, "us", time.Now(), time.Time{}); err != nil { // the first sync reads everything
 		b.Fatal(err)
 	}
 	changed := counts[:changedN]
@@ -94,12 +94,15 @@ func benchSyncChanged(b *testing.B, changedN int) {
 		for j := range changed {
 			changed[j].Count++
 		}
-		since := time.Now()
-		if _, err := s.Publish(ctx, "eu", since, changed); err != nil {
+		since, err := db.New(sqlDB).WindowCountsNow(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.Publish(ctx, "eu", changed); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		got, err := s.Sync(ctx, "us", time.Now(), since.Add(-time.Second))
+		got, _, err := s.Sync(ctx, "us", time.Now(), time.UnixMilli(since).Add(-time.Second))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -207,7 +210,7 @@ func benchGlobalLoop(b *testing.B, changedPerSecond int, flush time.Duration, op
 		otherCounts[i] = CellCount{Cell: Cell{Workspace: "ws", Namespace: "api", Identifier: "user_" + strconv.Itoa(i),
 			Duration: month, Sequence: seq}, Count: 1, Limit: limit}
 	}
-	if _, err := other.Publish(ctx, "eu", time.Now(), otherCounts); err != nil {
+	if _, err := other.Publish(ctx, "eu", otherCounts); err != nil {
 		b.Fatal(err)
 	}
 	run(b, s)
@@ -236,7 +239,7 @@ func benchGlobalLoop(b *testing.B, changedPerSecond int, flush time.Duration, op
 				// Key order, as the limiter publishes; the cells differ
 				// only in their identifiers.
 				slices.SortFunc(batch, func(x, y CellCount) int { return strings.Compare(x.Cell.Identifier, y.Cell.Identifier) })
-				if _, err := other.Publish(ctx, "eu", time.Now(), batch); err != nil {
+				if _, err := other.Publish(ctx, "eu", batch); err != nil {
 					b.Fatal(err)
 				}
 				otherStatements += int64((len(batch) + db.WindowCountsBulkUpsertMaxRows - 1) / db.WindowCountsBulkUpsertMaxRows)

@@ -3,6 +3,7 @@ package mysqlstore
 import (
 	"context"
 	"database/sql"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -24,17 +25,17 @@ type countingStore struct {
 	publishes, published, syncs, rowsSynced atomic.Int64
 }
 
-func (c *countingStore) Publish(ctx context.Context, region string, now time.Time, counts []ratelimit.CellCount) (int, error) {
+func (c *countingStore) Publish(ctx context.Context, region string, counts []ratelimit.CellCount) (int, error) {
 	c.publishes.Add(1)
 	c.published.Add(int64(len(counts)))
-	return c.GlobalStore.Publish(ctx, region, now, counts)
+	return c.GlobalStore.Publish(ctx, region, counts)
 }
 
-func (c *countingStore) Sync(ctx context.Context, region string, now, since time.Time) ([]ratelimit.GlobalCount, error) {
+func (c *countingStore) Sync(ctx context.Context, region string, now, since time.Time) ([]ratelimit.GlobalCount, time.Time, error) {
 	c.syncs.Add(1)
-	rows, err := c.GlobalStore.Sync(ctx, region, now, since)
+	rows, asOf, err := c.GlobalStore.Sync(ctx, region, now, since)
 	c.rowsSynced.Add(int64(len(rows)))
-	return rows, err
+	return rows, asOf, err
 }
 
 // manualClock is a clock the test moves.
@@ -96,9 +97,10 @@ func TestTwoRegionsConverge(t *testing.T) {
 // TestGlobalLoopIdleStatements runs the flush and sync loop on short
 // intervals and counts the statements the server receives once nothing
 // changes any more: one per sync (the count of changed rows that finds
-// none) and none per flush, prompt or full. The limiter's clock jumps past
-// the sync's lookback once the cells are published, and then moves 10 ms per
-// poll of the test, so that full flushes come due.
+// none) and none per flush, prompt or full. Once the cells are published,
+// the rows are aged past the sync's lookback (the database's clock stamps
+// them, so the test moves them rather than a clock), and the limiter's
+// clock moves 10 ms per poll of the test, so that full flushes come due.
 func TestGlobalLoopIdleStatements(t *testing.T) {
 	_, sqlDB := dbtest.Start(t)
 	store := &countingStore{GlobalStore: New(sqlDB)}
@@ -116,7 +118,9 @@ func TestGlobalLoopIdleStatements(t *testing.T) {
 	}
 	run(t, s)
 	poll.Until(t, 5*time.Second, "the first flush and syncs", func() bool { return store.published.Load() == 100 && store.syncs.Load() >= 3 })
-	clock.ms.Add(5 * time.Second.Milliseconds()) // past the sync's lookback
+	if _, err := sqlDB.Exec("UPDATE ratelimit_window_counts SET updated_at = updated_at - 5000"); err != nil {
+		t.Fatal(err)
+	}
 	syncs := store.syncs.Load()
 	poll.Until(t, 5*time.Second, "a sync after the lookback", func() bool { return store.syncs.Load() > syncs+1 })
 
@@ -148,4 +152,55 @@ func questions(t testing.TB, sqlDB *sql.DB) int64 {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// skewedClock is the wall clock moved by offset, started at base: a host
+// whose clock disagrees with the others'.
+type skewedClock struct {
+	base, start time.Time
+	offset      time.Duration
+}
+
+func (c skewedClock) Now() time.Time { return c.base.Add(time.Since(c.start) + c.offset) }
+
+// TestClockSkewBetweenRegions: two regions whose clocks are 30 s ahead and
+// 30 s behind the database's see each other's counts as promptly as
+// regions that agree. The database's clock stamps the rows and starts each
+// sync; a writer's stamps would hide a region that is behind from one that
+// is ahead until the next full sync, five minutes later.
+func TestClockSkewBetweenRegions(t *testing.T) {
+	_, sqlDB := dbtest.Start(t)
+	// Both clocks stay in one window of a month: the middle of the current one.
+	now := time.Now()
+	base := time.UnixMilli(now.UnixMilli()/month.Milliseconds()*month.Milliseconds() + month.Milliseconds()/2)
+	newRegion := func(name string, offset time.Duration) *ratelimit.Service {
+		s, err := ratelimit.New(name, append([]ratelimit.Option{ratelimit.WithGlobalStore(New(sqlDB)),
+			ratelimit.WithClock(skewedClock{base: base, start: now, offset: offset})}, shortIntervals...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, s)
+		return s
+	}
+	ahead, behind := newRegion("ahead", 30*time.Second), newRegion("behind", -30*time.Second)
+	var took []time.Duration
+	for i := range 20 {
+		from, to := ahead, behind
+		if i%2 == 1 {
+			from, to = behind, ahead
+		}
+		rq := ratelimit.Request{Workspace: "ws", Namespace: "ns", Identifier: "k" + strconv.Itoa(i), Limit: 10, Duration: month, Cost: 6}
+		start := time.Now()
+		if resp, err := from.Limit(context.Background(), rq); err != nil || !resp.Success {
+			t.Fatalf("%s: %+v, %v", from.Region(), resp, err)
+		}
+		rq.Cost = 0
+		poll.Until(t, 3*time.Second, to.Region()+" to count "+from.Region()+"'s 6 on "+rq.Identifier, func() bool {
+			resp, err := to.Limit(context.Background(), rq)
+			return err == nil && resp.Remaining == 4
+		})
+		took = append(took, time.Since(start))
+	}
+	slices.Sort(took)
+	t.Logf("clocks 60 s apart: 20 keys converged across regions in %v (median) to %v (max)", took[len(took)/2], took[len(took)-1])
 }

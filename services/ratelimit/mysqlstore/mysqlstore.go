@@ -39,9 +39,9 @@ func New(sqlDB *sql.DB) *Store {
 const deadlockRetries = 3
 
 // Publish upserts counts in chunks of db.WindowCountsBulkUpsertMaxRows, in
-// the order given; callers sort them in unique-key order.
-func (m *Store) Publish(ctx context.Context, region string, now time.Time, counts []ratelimit.CellCount) (int, error) {
-	nowMs := uint64(max(now.UnixMilli(), 0))
+// the order given; callers sort them in unique-key order. The database
+// stamps the rows with its own clock.
+func (m *Store) Publish(ctx context.Context, region string, counts []ratelimit.CellCount) (int, error) {
 	rows := make([]db.WindowCountsUpsertParams, 0, min(len(counts), db.WindowCountsBulkUpsertMaxRows))
 	for start := 0; start < len(counts); start += db.WindowCountsBulkUpsertMaxRows {
 		chunk := counts[start:min(start+db.WindowCountsBulkUpsertMaxRows, len(counts))]
@@ -57,7 +57,6 @@ func (m *Store) Publish(ctx context.Context, region string, now time.Time, count
 				Region:      region,
 				Count:       uint64(max(c.Count, 0)),
 				ExpiresAt:   uint64((c.Cell.Sequence + 2) * durMs),
-				UpdatedAt:   nowMs,
 				WindowLimit: uint64(max(c.Limit, 0)),
 			})
 		}
@@ -84,46 +83,54 @@ func retryable(err error) bool {
 
 // Sync returns the live cells with this region's component and the sum of
 // the others': all of them for the zero since, else those with a row
-// changed at or after since. An incremental sync first counts the changed
-// rows (one index range): none ends it there; more than a quarter of what the
-// last full read returned (and at least minChangedForFull) reads every live
-// cell instead, which is then cheaper than collecting the changed ones
-// (about 11 µs a changed cell against 2 µs a cell for everything; rows
-// counted overstate cells when several regions wrote one, which only
-// switches to the full read a little early).
-func (m *Store) Sync(ctx context.Context, region string, now, since time.Time) ([]ratelimit.GlobalCount, error) {
+// changed at or after since (the database's clock, which stamped the rows).
+// An incremental sync first counts the changed rows (one index range),
+// reading the database's clock in the same statement: none ends it there;
+// more than a quarter of what the last full read returned (and at least
+// minChangedForFull) reads every live cell instead, which is then cheaper
+// than collecting the changed ones (about 11 µs a changed cell against 2 µs
+// a cell for everything; rows counted overstate cells when several regions
+// wrote one, which only switches to the full read a little early).
+func (m *Store) Sync(ctx context.Context, region string, now, since time.Time) ([]ratelimit.GlobalCount, time.Time, error) {
 	nowMs := uint64(now.UnixMilli())
+	var asOf int64
 	if !since.IsZero() {
 		sinceMs := uint64(max(since.UnixMilli(), 0))
-		n, err := m.q.WindowCountsChangedCount(ctx, sinceMs)
+		changed, err := m.q.WindowCountsChangedCount(ctx, sinceMs)
 		if err != nil {
-			return nil, fmt.Errorf("count changed window counts: %w", err)
+			return nil, time.Time{}, fmt.Errorf("count changed window counts: %w", err)
 		}
-		if n == 0 {
-			return nil, nil
+		asOf = changed.NowMs
+		if changed.Changed == 0 {
+			return nil, time.UnixMilli(asOf), nil
 		}
-		if n < max(m.lastFullRows.Load()/4, minChangedForFull) {
+		if changed.Changed < max(m.lastFullRows.Load()/4, minChangedForFull) {
 			rows, err := m.q.WindowCountsSyncChanged(ctx, db.WindowCountsSyncChangedParams{Region: region, Since: sinceMs, Now: nowMs})
 			if err != nil {
-				return nil, fmt.Errorf("sync changed window counts: %w", err)
+				return nil, time.Time{}, fmt.Errorf("sync changed window counts: %w", err)
 			}
 			out := make([]ratelimit.GlobalCount, len(rows))
 			for i, r := range rows {
 				out[i] = globalCount(db.WindowCountsSyncRow(r))
 			}
-			return out, nil
+			return out, time.UnixMilli(asOf), nil
+		}
+	} else {
+		var err error
+		if asOf, err = m.q.WindowCountsNow(ctx); err != nil {
+			return nil, time.Time{}, fmt.Errorf("read the database's clock: %w", err)
 		}
 	}
 	rows, err := m.q.WindowCountsSync(ctx, db.WindowCountsSyncParams{Region: region, Now: nowMs})
 	if err != nil {
-		return nil, fmt.Errorf("sync window counts: %w", err)
+		return nil, time.Time{}, fmt.Errorf("sync window counts: %w", err)
 	}
 	m.lastFullRows.Store(int64(len(rows)))
 	out := make([]ratelimit.GlobalCount, len(rows))
 	for i, r := range rows {
 		out[i] = globalCount(r)
 	}
-	return out, nil
+	return out, time.UnixMilli(asOf), nil
 }
 
 // minChangedForFull is the fewest changed rows for which an incremental

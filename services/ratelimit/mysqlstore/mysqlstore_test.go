@@ -38,16 +38,23 @@ func cell(id string, now time.Time) Cell {
 	return Cell{Workspace: "ws", Namespace: "ns", Identifier: id, Duration: month, Sequence: now.UnixMilli() / month.Milliseconds()}
 }
 
-func publish(t *testing.T, s *Store, region string, now time.Time, counts ...CellCount) {
+func publish(t *testing.T, s *Store, region string, counts ...CellCount) {
 	t.Helper()
-	if n, err := s.Publish(context.Background(), region, now, counts); err != nil || n != len(counts) {
+	if n, err := s.Publish(context.Background(), region, counts); err != nil || n != len(counts) {
 		t.Fatalf("Publish: %d of %d, %v", n, len(counts), err)
 	}
 }
 
 func sync(t *testing.T, s *Store, region string, now, since time.Time) map[string]ratelimit.GlobalCount {
 	t.Helper()
-	rows, err := s.Sync(context.Background(), region, now, since)
+	out, _ := syncAsOf(t, s, region, now, since)
+	return out
+}
+
+// syncAsOf is sync that also returns the database's time the sync began.
+func syncAsOf(t *testing.T, s *Store, region string, now, since time.Time) (map[string]ratelimit.GlobalCount, time.Time) {
+	t.Helper()
+	rows, asOf, err := s.Sync(context.Background(), region, now, since)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +62,16 @@ func sync(t *testing.T, s *Store, region string, now, since time.Time) map[strin
 	for _, r := range rows {
 		out[r.Cell.Identifier] = r
 	}
-	return out
+	return out, asOf
+}
+
+// age moves every row's updated_at back by d: the database's clock stamps
+// the rows, so tests age them instead of moving a clock.
+func age(t *testing.T, sqlDB *sql.DB, d time.Duration) {
+	t.Helper()
+	if _, err := sqlDB.Exec("UPDATE ratelimit_window_counts SET updated_at = updated_at - ?", d.Milliseconds()); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestPublishIsAGCounter: each region raises only its own component, with
@@ -67,11 +83,11 @@ func TestPublishIsAGCounter(t *testing.T) {
 	s := New(sqlDB)
 	now := time.Now()
 	k := cell("k", now)
-	publish(t, s, "us", now, CellCount{Cell: k, Count: 6, Limit: 10})
-	publish(t, s, "eu", now, CellCount{Cell: k, Count: 3, Limit: 12})
-	publish(t, s, "ap", now, CellCount{Cell: k, Count: 1, Limit: 8})
+	publish(t, s, "us", CellCount{Cell: k, Count: 6, Limit: 10})
+	publish(t, s, "eu", CellCount{Cell: k, Count: 3, Limit: 12})
+	publish(t, s, "ap", CellCount{Cell: k, Count: 1, Limit: 8})
 	for _, n := range []int64{2, 6, 6} {
-		publish(t, s, "us", now, CellCount{Cell: k, Count: n, Limit: 10})
+		publish(t, s, "us", CellCount{Cell: k, Count: n, Limit: 10})
 	}
 	if got := sync(t, s, "us", now, time.Time{})["k"]; got.Own != 6 || got.Others != 4 || got.OthersLimit != 12 {
 		t.Fatalf("us reads %+v, want own 6, others 3+1, others' limit 12", got)
@@ -88,29 +104,34 @@ func TestSyncReadsOnlyChangedRows(t *testing.T) {
 	_, sqlDB := dbtest.Start(t)
 	s := New(sqlDB)
 	now := time.Now()
-	old := now.Add(-time.Minute)
 	var counts []CellCount
 	for i := range 1000 {
 		counts = append(counts, CellCount{Cell: cell(fmt.Sprint("old", i), now), Count: 60, Limit: 100})
 	}
-	publish(t, s, "a", old, counts...)
+	publish(t, s, "a", counts...)
+	age(t, sqlDB, time.Minute)
 	expired := Cell{Workspace: "ws", Namespace: "ns", Identifier: "expired", Duration: time.Minute, Sequence: now.UnixMilli()/60_000 - 2}
-	publish(t, s, "a", now, CellCount{Cell: expired, Count: 9})
-	if got := sync(t, s, "b", now, time.Time{}); len(got) != 1000 {
+	publish(t, s, "a", CellCount{Cell: expired, Count: 9})
+	got, asOf := syncAsOf(t, s, "b", now, time.Time{})
+	if len(got) != 1000 {
 		t.Fatalf("a full sync read %d cells, want the 1000 live ones", len(got))
 	}
-	for i := range 10 {
-		publish(t, s, "a", now, CellCount{Cell: cell(fmt.Sprint("new", i), now), Count: 6, Limit: 10})
+	if d := time.Since(asOf); d < -time.Second || d > time.Second {
+		t.Fatalf("the sync's as-of time %v is not the database's clock (%v from this one's)", asOf, d)
 	}
-	publish(t, s, "b", now, CellCount{Cell: cell("old7", now), Count: 1, Limit: 100})
-	got := sync(t, s, "b", now, now.Add(-time.Second))
+	for i := range 10 {
+		publish(t, s, "a", CellCount{Cell: cell(fmt.Sprint("new", i), now), Count: 6, Limit: 10})
+	}
+	publish(t, s, "b", CellCount{Cell: cell("old7", now), Count: 1, Limit: 100})
+	got, asOf = syncAsOf(t, s, "b", now, asOf.Add(-time.Second))
 	if len(got) != 11 {
 		t.Fatalf("a sync since the changes read %d cells, want the 11 changed", len(got))
 	}
 	if o := got["old7"]; o.Own != 1 || o.Others != 60 {
 		t.Fatalf("old7: %+v, want own 1 and the unchanged 60 of a", o)
 	}
-	if got := sync(t, s, "b", now, now.Add(time.Second)); len(got) != 0 {
+	age(t, sqlDB, time.Second)
+	if got := sync(t, s, "b", now, asOf); len(got) != 0 {
 		t.Fatalf("an idle sync read %d cells, want none", len(got))
 	}
 }
@@ -132,17 +153,22 @@ func TestSyncChangedHalfTheTable(t *testing.T) {
 			Duration: time.Hour, Sequence: now.UnixMilli() / time.Hour.Milliseconds()}, Count: 60, Limit: 100}
 	}
 	for _, region := range []string{"a", "b"} {
-		publish(t, s, region, now.Add(-time.Minute), counts...)
+		publish(t, s, region, counts...)
+	}
+	age(t, sqlDB, time.Minute)
+	dbNow, err := db.New(sqlDB).WindowCountsNow(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
 	changed := counts[:12_000]
 	for i := range changed {
 		changed[i].Count = 70
 	}
-	publish(t, s, "b", now, changed...)
+	publish(t, s, "b", changed...)
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	rows, err := db.New(sqlDB).WindowCountsSyncChanged(ctx, db.WindowCountsSyncChangedParams{
-		Region: "a", Since: uint64(now.UnixMilli()), Now: uint64(now.UnixMilli())})
+		Region: "a", Since: uint64(dbNow), Now: uint64(now.UnixMilli())})
 	if err != nil {
 		t.Fatalf("changed-cells query: %v", err)
 	}
@@ -163,8 +189,8 @@ func TestTrailingSpacesAreDistinct(t *testing.T) {
 	_, sqlDB := dbtest.Start(t)
 	s := New(sqlDB)
 	now := time.Now()
-	publish(t, s, "a", now, CellCount{Cell: cell("alice ", now), Count: 6, Limit: 10})
-	publish(t, s, "a", now, CellCount{Cell: cell("alice", now), Count: 10, Limit: 10})
+	publish(t, s, "a", CellCount{Cell: cell("alice ", now), Count: 6, Limit: 10})
+	publish(t, s, "a", CellCount{Cell: cell("alice", now), Count: 10, Limit: 10})
 	got := sync(t, s, "b", now, time.Time{})
 	if len(got) != 2 || got["alice "].Others != 6 || got["alice"].Others != 10 {
 		t.Fatalf("b reads %+v, want alice 10 and \"alice \" 6 apart", got)
@@ -180,14 +206,14 @@ func TestStoreDown(t *testing.T) {
 	m.Kill()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	if n, err := s.Publish(ctx, "a", now, []CellCount{{Cell: cell("k", now), Count: 6}}); err == nil || n != 0 {
+	if n, err := s.Publish(ctx, "a", []CellCount{{Cell: cell("k", now), Count: 6}}); err == nil || n != 0 {
 		t.Fatalf("Publish to a dead database: %d, %v; want 0 and an error", n, err)
 	}
-	if _, err := s.Sync(ctx, "a", now, time.Time{}); err == nil {
+	if _, _, err := s.Sync(ctx, "a", now, time.Time{}); err == nil {
 		t.Fatal("Sync from a dead database succeeded")
 	}
 	m.Start()
-	publish(t, s, "a", now, CellCount{Cell: cell("k", now), Count: 6})
+	publish(t, s, "a", CellCount{Cell: cell("k", now), Count: 6})
 	if got := rows(t, sqlDB); !slices.Equal(got, []string{"k/a=6"}) {
 		t.Fatalf("rows after the database came back: %v", got)
 	}

@@ -109,7 +109,7 @@ func benchAfterIdle(b *testing.B, cluster bool) {
 	clock := &manualClock{}
 	clock.ms.Store(600_000)
 	reg := prometheus.NewRegistry()
-	s, err := ratelimit.New("bench", ratelimit.WithOrigin(New(c)), ratelimit.WithClock(clock), ratelimit.WithRegisterer(reg))
+	s, err := ratelimit.New("bench", ratelimit.WithOrigin(newOrigin(b, c, WithRegisterer(reg))), ratelimit.WithClock(clock), ratelimit.WithRegisterer(reg))
 	if err != nil {
 		b.Fatal(err)
 	}

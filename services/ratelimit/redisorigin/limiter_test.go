@@ -32,7 +32,7 @@ type process struct {
 func startProcess(t testing.TB, c redis.UniversalClient, opts ...ratelimit.Option) *process {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	s, err := ratelimit.New("test", append([]ratelimit.Option{ratelimit.WithOrigin(New(c)), ratelimit.WithRegisterer(reg)}, opts...)...)
+	s, err := ratelimit.New("test", append([]ratelimit.Option{ratelimit.WithOrigin(newOrigin(t, c, WithRegisterer(reg))), ratelimit.WithRegisterer(reg)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func stored(t testing.TB, c redis.UniversalClient, r ratelimit.Request) int64 {
 	t.Helper()
 	cell := ratelimit.Cell{Workspace: r.Workspace, Namespace: r.Namespace, Identifier: r.Identifier, Duration: r.Duration,
 		Sequence: time.Now().UnixMilli() / r.Duration.Milliseconds()}
-	counts, err := New(c).Load(context.Background(), []ratelimit.Cell{cell})
+	counts, err := newOrigin(t, c).Load(context.Background(), []ratelimit.Cell{cell})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,13 +5,12 @@
 package redisorigin
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
-	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit"
@@ -19,18 +18,80 @@ import (
 
 // Origin is a [ratelimit.Origin] on Redis: one server, or a Redis Cluster.
 // Each cell is one string key holding its count; both cells of a window share
-// a hash tag, so on a cluster they live in one slot.
+// a hash tag, so on a cluster they live in one slot. It keeps a circuit
+// breaker per node (see nodes), so that on a cluster a master that is down or
+// failing over costs only its own keys their convergence.
 type Origin struct {
 	client  redis.UniversalClient
-	cluster bool
+	cluster *redis.ClusterClient // nil for one server
+	addr    string               // the one server's address
+	nodes   *nodes
+}
+
+// Option configures an [Origin].
+type Option func(*settings)
+
+type settings struct {
+	logger     *slog.Logger
+	registerer prometheus.Registerer
+}
+
+// WithLogger sets the logger of node failures and recoveries. The default
+// discards everything.
+func WithLogger(logger *slog.Logger) Option { return func(s *settings) { s.logger = logger } }
+
+// WithRegisterer registers the origin's metric, the state of each node's
+// circuit breaker (unkey_ratelimit_origin_breaker_state{node}), with reg.
+// Without it the metric is kept in a private registry.
+func WithRegisterer(reg prometheus.Registerer) Option {
+	return func(s *settings) { s.registerer = reg }
 }
 
 // New returns an origin on client, a *redis.Client or a
 // *redis.ClusterClient. It does not take ownership: closing the client is
-// the caller's job.
-func New(client redis.UniversalClient) *Origin {
-	_, cluster := client.(*redis.ClusterClient)
-	return &Origin{client: client, cluster: cluster}
+// the caller's job. It returns an error only if its metric cannot be
+// registered.
+func New(client redis.UniversalClient, opts ...Option) (*Origin, error) {
+	st := settings{logger: slog.New(slog.DiscardHandler)}
+	for _, opt := range opts {
+		opt(&st)
+	}
+	if st.registerer == nil {
+		st.registerer = prometheus.NewRegistry()
+	}
+	state := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "unkey_ratelimit_origin_breaker_state",
+		Help: "State of the circuit breaker of each Redis node of the regional origin: 0 closed, 1 half-open, 2 open (the node's keys are decided locally). A node no key went to for a minute is dropped.",
+	}, []string{"node"})
+	if err := st.registerer.Register(state); err != nil {
+		return nil, fmt.Errorf("register redis origin metrics: %w", err)
+	}
+	o := &Origin{client: client}
+	var reload func()
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		o.cluster = c
+		reload = func() { c.ReloadState(context.Background()) }
+	case *redis.Client:
+		o.addr = c.Options().Addr
+	default:
+		return nil, fmt.Errorf("redis origin: want a *redis.Client or a *redis.ClusterClient, got %T", client)
+	}
+	o.nodes = newNodes(st.logger, state, reload)
+	return o, nil
+}
+
+// nodeOf returns the address of the node that serves key: the one server,
+// or the master of key's slot in the cluster client's slot map.
+func (o *Origin) nodeOf(ctx context.Context, key string) (string, error) {
+	if o.cluster == nil {
+		return o.addr, nil
+	}
+	c, err := o.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		return "", err
+	}
+	return c.Options().Addr, nil
 }
 
 // incrementScript adds ARGV[1] to KEYS[1] and sets its expiry to ARGV[2] ms
@@ -59,10 +120,11 @@ func clampCount(n int64) int64 { return min(max(n, 0), ratelimit.MaxStoredCount)
 
 // Load reads every cell in one MGET, or on a cluster, unless every cell is
 // in one slot, one MGET per hash slot, sent in one pipeline (which the
-// cluster client splits per node and sends to the nodes at once). A value
-// that is not a count reads as ratelimit.MaxStoredCount, so a corrupt cell
-// denies rather than admits; counts are clamped to [0,
-// ratelimit.MaxStoredCount].
+// cluster client splits per node and sends to the nodes at once). Cells of
+// a node whose breaker is open are not sent; they, and the cells of a node
+// that fails, count -1 (see [ratelimit.Origin]). A value that is not a count
+// reads as ratelimit.MaxStoredCount, so a corrupt cell denies rather than
+// admits; counts are clamped to [0, ratelimit.MaxStoredCount].
 func (o *Origin) Load(ctx context.Context, cells []ratelimit.Cell) ([]int64, error) {
 	if len(cells) == 0 {
 		return nil, nil
@@ -71,42 +133,85 @@ func (o *Origin) Load(ctx context.Context, cells []ratelimit.Cell) ([]int64, err
 	for i := range cells {
 		keys[i] = Key(&cells[i])
 	}
+	b := o.nodes.route(ctx, keys, o.nodeOf)
 	counts := make([]int64, len(cells))
-	if !o.cluster || sameSlot(keys) {
+	var sent []int // the keys sent, when not all were
+	sentKeys := keys
+	for i := range keys {
+		if !b.sent(i) {
+			sent = make([]int, 0, len(keys))
+			break
+		}
+	}
+	if sent != nil {
+		sentKeys = make([]string, 0, len(keys))
+		for i, k := range keys {
+			if b.sent(i) {
+				sent = append(sent, i)
+				sentKeys = append(sentKeys, k)
+			}
+		}
+	}
+	switch {
+	case len(sentKeys) == 0:
+	case o.cluster == nil || sameSlot(sentKeys):
 		// One server, or one slot (one window's cells always are): one
 		// MGET, without a pipeline and without grouping.
-		vals, err := o.client.MGet(ctx, keys...).Result()
+		vals, err := o.client.MGet(ctx, sentKeys...).Result()
 		if err != nil {
-			return nil, fmt.Errorf("redis mget %d cells: %w", len(keys), err)
+			for j := range sentKeys {
+				b.fail(at(sent, j), fmt.Errorf("redis mget %d cells: %w", len(sentKeys), err))
+			}
+			break
 		}
-		parseCounts(vals, counts, nil)
-		return counts, nil
+		parseCounts(vals, counts, sent)
+	default:
+		o.loadBySlot(ctx, b, sentKeys, sent, counts)
 	}
-	bySlot := make(map[uint16][]int)
-	for i, k := range keys {
+	return b.finish(counts)
+}
+
+// loadBySlot reads keys (the i-th for cell at(sent, i)) with one MGET per
+// hash slot, in one pipeline.
+func (o *Origin) loadBySlot(ctx context.Context, b *batch, keys []string, sent []int, counts []int64) {
+	bySlot := make(map[uint16][]int) // positions in keys
+	for j, k := range keys {
 		sl := slot(k)
-		bySlot[sl] = append(bySlot[sl], i)
+		bySlot[sl] = append(bySlot[sl], j)
 	}
 	pipe := o.client.Pipeline()
 	type slotGet struct {
-		at  []int
+		at  []int // cells
 		cmd *redis.SliceCmd
 	}
 	gets := make([]slotGet, 0, len(bySlot))
-	for _, at := range bySlot {
-		ks := make([]string, len(at))
-		for j, i := range at {
-			ks[j] = keys[i]
+	for _, js := range bySlot {
+		ks := make([]string, len(js))
+		cells := make([]int, len(js))
+		for n, j := range js {
+			ks[n], cells[n] = keys[j], at(sent, j)
 		}
-		gets = append(gets, slotGet{at: at, cmd: pipe.MGet(ctx, ks...)})
+		gets = append(gets, slotGet{at: cells, cmd: pipe.MGet(ctx, ks...)})
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("redis mget %d cells in %d slots: %w", len(keys), len(gets), err)
-	}
+	_, _ = pipe.Exec(ctx) // each command's own error is read below
 	for _, g := range gets {
+		if err := g.cmd.Err(); err != nil {
+			for _, i := range g.at {
+				b.fail(i, fmt.Errorf("redis mget %d cells: %w", len(g.at), err))
+			}
+			continue
+		}
 		parseCounts(g.cmd.Val(), counts, g.at)
 	}
-	return counts, nil
+}
+
+// at returns the cell of the j-th key sent: sent[j], or j when every key
+// was sent (sent is nil).
+func at(sent []int, j int) int {
+	if sent == nil {
+		return j
+	}
+	return sent[j]
 }
 
 // sameSlot reports whether every key is in the slot of the first.
@@ -140,149 +245,40 @@ func parseCounts(vals []any, counts []int64, at []int) {
 	}
 }
 
-// Increment sends every increment in one pipeline.
+// Increment sends every increment in one pipeline, but those of a node
+// whose breaker is open, which count -1 as those that fail do.
 func (o *Origin) Increment(ctx context.Context, incs []ratelimit.Increment) ([]int64, error) {
+	keys := make([]string, len(incs))
+	for i := range incs {
+		keys[i] = Key(&incs[i].Cell)
+	}
+	b := o.nodes.route(ctx, keys, o.nodeOf)
 	pipe := o.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(incs))
 	for i := range incs {
+		if !b.sent(i) {
+			continue
+		}
 		ttl := max(incs[i].TTL.Milliseconds(), 1)
 		// EVAL, not EVALSHA: a restarted server has lost its script cache,
 		// and a pipeline of EVALSHA would then fail without telling which
 		// commands ran. The script is a few hundred bytes a replayed cell.
-		cmds[i] = incrementScript.Eval(ctx, pipe, []string{Key(&incs[i].Cell)}, incs[i].Delta, ttl, ratelimit.MaxStoredCount)
+		cmds[i] = incrementScript.Eval(ctx, pipe, []string{keys[i]}, incs[i].Delta, ttl, ratelimit.MaxStoredCount)
 	}
-	_, _ = pipe.Exec(ctx) // each command's own error is read below
+	if pipe.Len() > 0 {
+		_, _ = pipe.Exec(ctx) // each command's own error is read below
+	}
 	counts := make([]int64, len(incs))
-	var firstErr error
-	failed := 0
 	for i, cmd := range cmds {
+		if cmd == nil {
+			continue
+		}
 		n, err := cmd.Int64()
 		if err != nil {
-			counts[i] = -1
-			failed++
-			firstErr = cmp.Or(firstErr, err)
+			b.fail(i, fmt.Errorf("redis increment: %w", err))
 			continue
 		}
 		counts[i] = clampCount(n)
 	}
-	if firstErr == nil {
-		return counts, nil
-	}
-	err := fmt.Errorf("redis increment: %d of %d cells failed: %w", failed, len(incs), firstErr)
-	var reply redis.Error
-	if failed < len(incs) && errors.As(firstErr, &reply) {
-		// Redis answered: the trouble is with some keys, not the server.
-		return counts, &ratelimit.PartialError{Err: err}
-	}
-	return counts, err
-}
-
-// Key returns the Redis key of a cell: every variable part is prefixed
-// by its length, so parts can never run into each other: namespace "a-b" with
-// identifier "c" and namespace "a" with identifier "b-c" are different keys.
-// Everything but the sequence is the key's hash tag (between the first "{"
-// and the first "}" after it, which Redis Cluster hashes instead of the whole
-// key): the two cells of a window share their slot whatever the names hold,
-// since a "}" in a name ends the tag early but still inside the part both
-// cells share. The tag is never empty: it starts with a length.
-//
-//	ratelimit:v2:{<len>:<workspace><len>:<namespace><len>:<identifier>:<duration ms>}:<sequence>
-func Key(c *ratelimit.Cell) string {
-	b := make([]byte, 0, 34+len(c.Workspace)+len(c.Namespace)+len(c.Identifier))
-	b = append(b, "ratelimit:v2:{"...)
-	for _, part := range [...]string{c.Workspace, c.Namespace, c.Identifier} {
-		b = strconv.AppendInt(b, int64(len(part)), 10)
-		b = append(b, ':')
-		b = append(b, part...)
-	}
-	b = append(b, ':')
-	b = strconv.AppendInt(b, c.Duration.Milliseconds(), 10)
-	b = append(b, "}:"...)
-	b = strconv.AppendInt(b, c.Sequence, 10)
-	return string(b)
-}
-
-// slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of
-// its hash tag, or of the whole key without one, modulo 16384.
-func slot(key string) uint16 {
-	if start := strings.IndexByte(key, '{'); start >= 0 {
-		if end := strings.IndexByte(key[start+1:], '}'); end > 0 {
-			key = key[start+1 : start+1+end]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc % 16384
-}
-
-// Options parses a redis:// or rediss:// URL into client options tuned
-// for an origin: the caller's context deadline bounds every call (the limiter
-// sets ratelimit.OriginTimeout on the request path), nothing is retried inside the
-// client (the limiter retries replays itself), and a dead server is noticed
-// within one ratelimit.OriginTimeout.
-func Options(url string) (*redis.Options, error) {
-	opts, err := redis.ParseURL(url)
-	if err != nil {
-		return nil, err
-	}
-	opts.ContextTimeoutEnabled = true
-	opts.MaxRetries = -1
-	opts.DialTimeout = ratelimit.OriginTimeout
-	opts.PoolTimeout = ratelimit.OriginTimeout
-	return opts, nil
-}
-
-// ClusterOptions parses a Redis Cluster URL into cluster client options
-// tuned as [Options] tunes a single server's:
-//
-//	redis+cluster://[user:password@]host:port[,host:port...][?options]
-//
-// (rediss+cluster:// for TLS). The hosts are seeds: the client learns the
-// cluster's other nodes, and who serves which slot, from any of them.
-// Options are go-redis's cluster URL options (max_redirects, …). Redirects
-// after a failover are followed; nothing else is retried inside the client.
-func ClusterOptions(url string) (*redis.ClusterOptions, error) {
-	scheme, rest, ok := strings.Cut(url, "+cluster://")
-	if !ok || (scheme != "redis" && scheme != "rediss") {
-		return nil, fmt.Errorf("want redis+cluster:// or rediss+cluster://, got %q", url)
-	}
-	userinfo, hosts := "", rest
-	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
-		userinfo, hosts = rest[:at+1], rest[at+1:]
-	}
-	hosts, query, _ := strings.Cut(hosts, "?")
-	hosts = strings.TrimSuffix(hosts, "/")
-	seeds := strings.Split(hosts, ",")
-	params := []string{}
-	if query != "" {
-		params = append(params, query)
-	}
-	for _, seed := range seeds[1:] {
-		if seed == "" {
-			return nil, fmt.Errorf("empty host in %q", url)
-		}
-		params = append(params, "addr="+seed)
-	}
-	u := scheme + "://" + userinfo + seeds[0]
-	if len(params) > 0 {
-		u += "?" + strings.Join(params, "&")
-	}
-	opts, err := redis.ParseClusterURL(u)
-	if err != nil {
-		return nil, err
-	}
-	opts.ContextTimeoutEnabled = true
-	opts.MaxRetries = -1
-	opts.DialTimeout = ratelimit.OriginTimeout
-	opts.PoolTimeout = ratelimit.OriginTimeout
-	return opts, nil
+	return b.finish(counts)
 }

@@ -76,6 +76,16 @@ func client(t testing.TB, r *testserver.Redis) redis.UniversalClient {
 	return c
 }
 
+// newOrigin returns an origin on c.
+func newOrigin(t testing.TB, c redis.UniversalClient, opts ...Option) *Origin {
+	t.Helper()
+	o, err := New(c, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
 // clusterClient returns a client of the cluster c, closed when the test
 // ends.
 func clusterClient(t testing.TB, c *testserver.RedisCluster) redis.UniversalClient {
@@ -97,7 +107,7 @@ func TestKeysNeverCollide(t *testing.T) {
 			{Workspace: "w", Namespace: "n", Identifier: "i", Duration: time.Minute, Sequence: 5}},
 		{{Workspace: "w", Namespace: "n", Identifier: "i}:1"}, {Workspace: "w", Namespace: "n", Identifier: "i", Sequence: 1}},
 	}
-	o := New(client(t, testserver.StartRedis(t)))
+	o := newOrigin(t, client(t, testserver.StartRedis(t)))
 	ctx := context.Background()
 	for _, p := range pairs {
 		if Key(&p[0]) == Key(&p[1]) {
@@ -118,7 +128,7 @@ func TestKeysNeverCollide(t *testing.T) {
 
 func TestIncrementSetsTTLAtomically(t *testing.T) {
 	r := testserver.StartRedis(t)
-	o := New(client(t, r))
+	o := newOrigin(t, client(t, r))
 	c := Cell{Workspace: "w", Namespace: "n", Identifier: "i", Duration: time.Minute, Sequence: 7}
 	counts, err := o.Increment(context.Background(), []Increment{{Cell: c, Delta: 2, TTL: 90 * time.Second}})
 	if err != nil || counts[0] != 2 {
@@ -147,7 +157,7 @@ func TestIncrementSetsTTLAtomically(t *testing.T) {
 // count, answers for it, and fails none of the pipeline's other increments.
 func TestCorruptValues(t *testing.T) {
 	r := testserver.StartRedis(t)
-	o := New(client(t, r))
+	o := newOrigin(t, client(t, r))
 	ctx := context.Background()
 	cell := func(id string) Cell {
 		return Cell{Workspace: "w", Namespace: "n", Identifier: id, Duration: time.Minute, Sequence: 9}
@@ -182,8 +192,8 @@ func TestCorruptValues(t *testing.T) {
 // a Redis Cluster of three masters: every answer must be the same, so what
 // the limiter's simulations show for one server holds for a cluster.
 func TestClusterMatchesOneServer(t *testing.T) {
-	one := New(client(t, testserver.StartRedis(t)))
-	cluster := New(clusterClient(t, testserver.StartRedisCluster(t, 3)))
+	one := newOrigin(t, client(t, testserver.StartRedis(t)))
+	cluster := newOrigin(t, clusterClient(t, testserver.StartRedisCluster(t, 3)))
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, 2))
 	cellOf := func() Cell {
@@ -232,7 +242,7 @@ func BenchmarkLoad100Cells(b *testing.B) {
 			} else {
 				c = client(b, testserver.StartRedis(b))
 			}
-			o := New(c)
+			o := newOrigin(b, c)
 			cells := make([]Cell, 0, 100)
 			for i := range 50 {
 				c := Cell{Workspace: "ws", Namespace: "api", Identifier: "user_" + strconv.Itoa(i), Duration: time.Minute, Sequence: 1000}

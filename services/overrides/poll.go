@@ -1,0 +1,140 @@
+package overrides
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Load reads every live override from the store in pages of loadPageSize,
+// checking ctx between pages, so that a process told to stop while loading
+// a million overrides stops within one statement. Changes made meanwhile
+// are read by the next poll, which starts where the load began. Without a
+// store it returns at once.
+func (s *Service) Load(ctx context.Context) error {
+	if s.store == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.load(ctx)
+}
+
+// load is Load with s.mu held.
+func (s *Service) load(ctx context.Context) error {
+	start := time.Now()
+	began, err := s.revision(ctx)
+	if err != nil {
+		return fmt.Errorf("load overrides: %w", err)
+	}
+	s.gen++
+	gen := s.gen
+	var after int64
+	rows := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("load overrides: stopped after %d: %w", rows, err)
+		}
+		pageCtx, cancel := context.WithTimeout(ctx, storeTimeout)
+		page, last, err := s.store.Page(pageCtx, after, loadPageSize)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("load overrides after %d: %w", rows, err)
+		}
+		s.applyAll(page, gen)
+		rows += len(page)
+		after = last
+		if len(page) < loadPageSize {
+			break
+		}
+	}
+	// What the load did not read is gone from the store: a reload after a
+	// long outage, when the tombstones of some deletions were purged.
+	dropped := s.idx.dropUnseen(gen, began-pollLookback.Microseconds())
+	s.polled = began
+	s.metrics.loadSeconds.Set(time.Since(start).Seconds())
+	s.logger.Info("overrides loaded", "overrides", rows, "dropped", dropped, "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// applyAll applies changes, sorting each touched namespace's patterns once.
+func (s *Service) applyAll(changes []Change, gen uint32) {
+	var touched map[scope][]string
+	for i := range changes {
+		c := &changes[i]
+		s.applied(s.idx.apply(c, gen, true))
+		if isPattern(c.Identifier) {
+			if touched == nil {
+				touched = map[scope][]string{}
+			}
+			sc := scope{c.Workspace, c.Namespace}
+			touched[sc] = append(touched[sc], c.Identifier)
+		}
+	}
+	for sc, ids := range touched {
+		s.idx.syncPatterns(sc, ids)
+	}
+}
+
+// revision reads the store's revision clock within clockTimeout: the
+// first statement of every load and poll, it tells whether the store
+// answers at all.
+func (s *Service) revision(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, clockTimeout)
+	defer cancel()
+	return s.store.Revision(ctx)
+}
+
+// Run polls the store for changes every poll interval until ctx is done.
+// Without a store it returns at once. A poll that fails keeps what the
+// process has and is tried again at the next interval; so is a start-up
+// load that did not complete.
+func (s *Service) Run(ctx context.Context) error {
+	if s.store == nil {
+		return nil
+	}
+	t := time.NewTicker(s.poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			if err := s.Refresh(ctx); err != nil {
+				s.logger.Warn("poll overrides", "error", err)
+			}
+		}
+	}
+}
+
+// Refresh applies the store's changes since the latest successful poll
+// began, less pollLookback, by the store's clock. Before a load has
+// completed, or when the latest poll is older than half of
+// TombstoneRetention, it loads everything instead.
+func (s *Service) Refresh(ctx context.Context) error {
+	if s.store == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.polled == 0 {
+		return s.load(ctx)
+	}
+	began, err := s.revision(ctx)
+	if err != nil {
+		return fmt.Errorf("poll overrides: %w", err)
+	}
+	if began-s.polled > (TombstoneRetention / 2).Microseconds() {
+		return s.load(ctx)
+	}
+	pollCtx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	changes, err := s.store.Changes(pollCtx, s.polled-pollLookback.Microseconds())
+	if err != nil {
+		return fmt.Errorf("poll overrides: %w", err)
+	}
+	s.applyAll(changes, 0)
+	s.polled = began
+	s.idx.forget(began - tombstoneMemory.Microseconds())
+	return nil
+}

@@ -1,0 +1,55 @@
+package redisorigin
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit"
+)
+
+// Key returns the Redis key of a cell: every variable part is prefixed
+// by its length, so parts can never run into each other: namespace "a-b" with
+// identifier "c" and namespace "a" with identifier "b-c" are different keys.
+// Everything but the sequence is the key's hash tag (between the first "{"
+// and the first "}" after it, which Redis Cluster hashes instead of the whole
+// key): the two cells of a window share their slot whatever the names hold,
+// since a "}" in a name ends the tag early but still inside the part both
+// cells share. The tag is never empty: it starts with a length.
+//
+//	ratelimit:v2:{<len>:<workspace><len>:<namespace><len>:<identifier>:<duration ms>}:<sequence>
+func Key(c *ratelimit.Cell) string {
+	b := make([]byte, 0, 34+len(c.Workspace)+len(c.Namespace)+len(c.Identifier))
+	b = append(b, "ratelimit:v2:{"...)
+	for _, part := range [...]string{c.Workspace, c.Namespace, c.Identifier} {
+		b = strconv.AppendInt(b, int64(len(part)), 10)
+		b = append(b, ':')
+		b = append(b, part...)
+	}
+	b = append(b, ':')
+	b = strconv.AppendInt(b, c.Duration.Milliseconds(), 10)
+	b = append(b, "}:"...)
+	b = strconv.AppendInt(b, c.Sequence, 10)
+	return string(b)
+}
+
+// slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of
+// its hash tag, or of the whole key without one, modulo 16384.
+func slot(key string) uint16 {
+	if start := strings.IndexByte(key, '{'); start >= 0 {
+		if end := strings.IndexByte(key[start+1:], '}'); end > 0 {
+			key = key[start+1 : start+1+end]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc % 16384
+}
