@@ -107,7 +107,7 @@ func TestStack(t *testing.T) {
 		q := db.New(s.sqlDB)
 		for i := 0; i < 5; i++ {
 			if err := q.WindowCountsUpsert(context.Background(), db.WindowCountsUpsertParams{WorkspaceID: "ws", Namespace: "old",
-				Identifier: strconv.Itoa(i), DurationMs: 1000, Sequence: 1, Region: "x", Count: 1, ExpiresAt: 3000, UpdatedAt: 1}); err != nil {
+				Identifier: strconv.Itoa(i), DurationMs: 1000, Sequence: 1, Region: "x", Count: 1, ExpiresAt: 3000}); err != nil {
 				t.Fatal(err)
 			}
 		}

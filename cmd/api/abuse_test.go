@@ -320,6 +320,16 @@ func TestWindowCapPerWorkspace(t *testing.T) {
 	if out["code"] != "resource_exhausted" {
 		t.Fatalf("a batch with a new key past the cap: %d %v, want resource_exhausted", code, out)
 	}
+	// BatchLimit decides each entry: the new key is denied at the cap, with
+	// the reset of its window like any denial.
+	code, out = ts.call(t, "BatchLimit", tokA, `{"limits":[`+body("id1")+`,`+body("yet-another")+`]}`)
+	results, _ := out["results"].([]any)
+	if code != http.StatusOK || len(results) != 2 {
+		t.Fatalf("BatchLimit past the cap: %d %v", code, out)
+	}
+	if r := results[1].(map[string]any); r["success"] != false || r["reset"] == "0" || r["reset"] == nil {
+		t.Fatalf("BatchLimit's entry denied at the cap: %v, want denied with its window's reset", r)
+	}
 	// The held keys still decide: id0 was spent by the first batch.
 	if _, out := ts.call(t, "Limit", tokA, body("id0")); out["success"] != false {
 		t.Fatalf("a held key: %v, want it still denied (spent)", out)
@@ -333,7 +343,7 @@ func TestWindowCapPerWorkspace(t *testing.T) {
 	}
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(metrics), `unkey_ratelimit_windows_rejected_total{source="request"} 2`) {
+	if !strings.Contains(string(metrics), `unkey_ratelimit_windows_rejected_total{source="request"} 3`) {
 		t.Fatalf("metrics lack the two rejected windows:\n%s", grepLines(string(metrics), "windows_"))
 	}
 }

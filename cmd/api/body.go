@@ -27,25 +27,33 @@ const grpcEnvelopeBytes = 5
 // itself for Connect, the body less its envelope for gRPC and gRPC-Web.
 // Reading past the cap fails with errBodyTooLarge; nothing of such a request
 // is decoded or counted. Compressed messages are capped after decompression
-// by cappedGzip.
-func limitBody(next http.Handler) http.Handler {
+// by cappedGzip. The bytes read come out of budget until the request is
+// answered.
+func limitBody(budget *decodeBudget, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		limit := int64(maxRequestBytes)
 		if strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
 			limit += grpcEnvelopeBytes
 		}
-		r.Body = &cappedBody{ReadCloser: r.Body, left: limit}
+		body := &cappedBody{ReadCloser: r.Body, left: limit, lease: lease{budget: budget}}
+		defer body.lease.release()
+		r.Body = body
 		next.ServeHTTP(w, r)
 	})
 }
 
 type cappedBody struct {
 	io.ReadCloser
-	left int64
+	left  int64
+	lease lease
 }
 
 func (b *cappedBody) Read(p []byte) (int, error) {
-	return readCapped(b.ReadCloser, &b.left, p)
+	n, err := readCapped(b.ReadCloser, &b.left, p)
+	if leaseErr := b.lease.take(n); leaseErr != nil {
+		return 0, leaseErr
+	}
+	return n, err
 }
 
 // readCapped reads from r into p while *left allows, and fails with
@@ -76,18 +84,34 @@ func readCapped(r io.Reader, left *int64, p []byte) (int, error) {
 
 // cappedGzip is the gzip decompressor of the API: it stops with
 // errBodyTooLarge once a message expands past maxRequestBytes, so a small
-// body that inflates to gigabytes costs at most 1 MiB of work.
+// body that inflates to gigabytes costs at most 1 MiB of work. What it
+// produces comes out of the decode budget until it is closed.
 type cappedGzip struct {
-	gz   gzip.Reader
-	left int64
+	gz    gzip.Reader
+	left  int64
+	lease lease
 }
 
-func newCappedGzip() connect.Decompressor { return &cappedGzip{} }
+// newCappedGzip returns the constructor of decompressors drawing on budget.
+func newCappedGzip(budget *decodeBudget) func() connect.Decompressor {
+	return func() connect.Decompressor { return &cappedGzip{lease: lease{budget: budget}} }
+}
 
-func (d *cappedGzip) Read(p []byte) (int, error) { return readCapped(&d.gz, &d.left, p) }
-func (d *cappedGzip) Close() error               { return d.gz.Close() }
+func (d *cappedGzip) Read(p []byte) (int, error) {
+	n, err := readCapped(&d.gz, &d.left, p)
+	if leaseErr := d.lease.take(n); leaseErr != nil {
+		return 0, leaseErr
+	}
+	return n, err
+}
+
+func (d *cappedGzip) Close() error {
+	d.lease.release()
+	return d.gz.Close()
+}
 
 func (d *cappedGzip) Reset(r io.Reader) error {
+	d.lease.release()
 	d.left = maxRequestBytes
 	return d.gz.Reset(r)
 }

@@ -16,8 +16,14 @@ import (
 
 // config is the API server's configuration, read from the environment.
 type config struct {
-	Region     string `env:"UNKEY_REGION,required"`
-	HTTPAddr   string `env:"UNKEY_HTTP_ADDR" envDefault:":7070"`
+	Region   string `env:"UNKEY_REGION,required"`
+	HTTPAddr string `env:"UNKEY_HTTP_ADDR" envDefault:":7070"`
+	// GRPCAddr, if set, serves gRPC over grpc-go there too: about half the
+	// CPU of a call on the main port.
+	GRPCAddr string `env:"UNKEY_GRPC_ADDR"`
+	// DebugAddr, if set, serves Go's profiles (/debug/pprof/) there. Keep it
+	// on loopback: profiles show the process's internals.
+	DebugAddr  string `env:"UNKEY_DEBUG_ADDR"`
 	RedisURL   string `env:"UNKEY_REDIS_URL"`
 	MySQLDSN   string `env:"UNKEY_MYSQL_DSN"`
 	AuthTokens string `env:"UNKEY_AUTH_TOKENS"`
@@ -27,6 +33,17 @@ type config struct {
 	// process's memory.
 	MaxWindowsPerWorkspace int64 `env:"UNKEY_MAX_WINDOWS_PER_WORKSPACE" envDefault:"1000000"`
 
+	// MaxOverridesPerWorkspace caps the live overrides of one workspace:
+	// every process loads every tenant's overrides.
+	MaxOverridesPerWorkspace int64 `env:"UNKEY_MAX_OVERRIDES_PER_WORKSPACE" envDefault:"100000"`
+	// MaxOverridePatternsPerNamespace caps the live patterns of one
+	// namespace: a decision may try those that share its identifier's
+	// literal prefix or suffix.
+	MaxOverridePatternsPerNamespace int `env:"UNKEY_MAX_OVERRIDE_PATTERNS_PER_NAMESPACE" envDefault:"1000"`
+	// BatchEntriesInFlightPerWorkspace bounds the batch entries one
+	// workspace may have being decided at once; 0 is a full BatchLimit for
+	// every two cores.
+	BatchEntriesInFlightPerWorkspace int64 `env:"UNKEY_BATCH_ENTRIES_IN_FLIGHT_PER_WORKSPACE" envDefault:"0"`
 	// OverridesPollInterval is how often the process reads other processes'
 	// override changes from MySQL.
 	OverridesPollInterval time.Duration `env:"UNKEY_OVERRIDES_POLL_INTERVAL" envDefault:"2s"`
@@ -90,6 +107,15 @@ func loadConfig(environ []string) (config, error) {
 	if c.GlobalFullFlushInterval < c.GlobalFlushInterval {
 		return config{}, fmt.Errorf("UNKEY_GLOBAL_FULL_FLUSH_INTERVAL: must be at least UNKEY_GLOBAL_FLUSH_INTERVAL (%s), got %s",
 			c.GlobalFlushInterval, c.GlobalFullFlushInterval)
+	}
+	if c.BatchEntriesInFlightPerWorkspace < 0 {
+		return config{}, fmt.Errorf("UNKEY_BATCH_ENTRIES_IN_FLIGHT_PER_WORKSPACE: must be 0 (a full BatchLimit for every two cores) or more, got %d", c.BatchEntriesInFlightPerWorkspace)
+	}
+	if c.MaxOverridePatternsPerNamespace < 1 {
+		return config{}, fmt.Errorf("UNKEY_MAX_OVERRIDE_PATTERNS_PER_NAMESPACE: must be at least 1, got %d", c.MaxOverridePatternsPerNamespace)
+	}
+	if c.MaxOverridesPerWorkspace < 1 {
+		return config{}, fmt.Errorf("UNKEY_MAX_OVERRIDES_PER_WORKSPACE: must be at least 1, got %d", c.MaxOverridesPerWorkspace)
 	}
 	if c.MaxWindowsPerWorkspace < 1 {
 		return config{}, fmt.Errorf("UNKEY_MAX_WINDOWS_PER_WORKSPACE: must be at least 1, got %d", c.MaxWindowsPerWorkspace)
@@ -185,4 +211,13 @@ func printable(s string) bool {
 		}
 	}
 	return true
+}
+
+// batchEntriesInFlight returns the bound on each workspace's batch entries
+// in flight.
+func (c config) batchEntriesInFlight() int64 {
+	if c.BatchEntriesInFlightPerWorkspace > 0 {
+		return c.BatchEntriesInFlightPerWorkspace
+	}
+	return defaultBatchEntriesInFlight()
 }

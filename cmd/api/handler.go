@@ -20,6 +20,16 @@ type handler struct {
 	limiter   *ratelimit.Service
 	overrides *overrides.Service
 	metrics   *apiMetrics
+	batches   *batchGate // nil: batches are not gated (benchmarks)
+}
+
+// enterBatch waits for the workspace's turn to decide a batch of n entries
+// (see batchGate) and returns the function that ends it.
+func (h *handler) enterBatch(ctx context.Context, workspace string, n int) (func(), error) {
+	if h.batches == nil {
+		return func() {}, nil
+	}
+	return h.batches.enter(ctx, workspace, n)
 }
 
 var _ ratelimitv1connect.RatelimitServiceHandler = (*handler)(nil)
@@ -33,7 +43,8 @@ func (h *handler) Limit(ctx context.Context, req *connect.Request[ratelimitv1.Li
 		return nil, toConnectError(err)
 	}
 	overrideID := h.override(&r)
-	resp, err := h.limiter.Limit(ctx, r)
+	r.Identifier = counterIdentifier(r.Identifier)
+	resp, err := decide(ctx, h.limiter, &r)
 	if err != nil {
 		return nil, toConnectError(err)
 	}
@@ -58,11 +69,19 @@ func (h *handler) MultiLimit(ctx context.Context, req *connect.Request[ratelimit
 	if err := ratelimit.ValidateBatch(reqs); err != nil {
 		return nil, toConnectError(err)
 	}
+	leave, err := h.enterBatch(ctx, ws, len(reqs))
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
 	overrideIDs := make([]string, len(reqs))
+	blocked := make([]bool, len(reqs))
 	for i := range reqs {
 		overrideIDs[i] = h.override(&reqs[i])
+		blocked[i] = reqs[i].Limit == 0
+		reqs[i].Identifier = counterIdentifier(reqs[i].Identifier)
 	}
-	resp, err := h.limiter.MultiLimit(ctx, reqs)
+	resp, err := multiLimit(ctx, h.limiter, reqs, blocked)
 	if err != nil {
 		return nil, toConnectError(err)
 	}
@@ -74,7 +93,7 @@ func (h *handler) MultiLimit(ctx context.Context, req *connect.Request[ratelimit
 	for i, r := range resp.Results {
 		out.Results[i] = &ratelimitv1.MultiLimitResult{
 			Namespace:  reqs[i].Namespace,
-			Identifier: reqs[i].Identifier,
+			Identifier: req.Msg.Limits[i].GetIdentifier(),
 			Success:    r.Success,
 			Limit:      r.Limit,
 			Remaining:  r.Remaining,
@@ -96,6 +115,8 @@ const maxBatchLimit = 1000
 // and counted on its own, as a Limit call would be, in one round trip. A
 // request that breaks a rule fails the whole call before anything is
 // counted; one that would take its workspace past the window cap is denied.
+// The call waits for its workspace's turn (batchGate) and stops between
+// entries once its context ends; the entries decided by then stay counted.
 func (h *handler) BatchLimit(ctx context.Context, req *connect.Request[ratelimitv1.BatchLimitRequest]) (*connect.Response[ratelimitv1.BatchLimitResponse], error) {
 	ws := workspaceFrom(ctx)
 	reqs := make([]ratelimit.Request, len(req.Msg.Limits))
@@ -105,18 +126,50 @@ func (h *handler) BatchLimit(ctx context.Context, req *connect.Request[ratelimit
 	if err := ratelimit.ValidateEach(reqs, maxBatchLimit); err != nil {
 		return nil, toConnectError(err)
 	}
+	leave, err := h.enterBatch(ctx, ws, len(reqs))
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
 	out := &ratelimitv1.BatchLimitResponse{Results: make([]*ratelimitv1.MultiLimitResult, len(reqs))}
 	for i := range reqs {
+		if err := ctx.Err(); err != nil {
+			// The client is gone or out of time: the rest would be wasted.
+			code := connect.CodeCanceled
+			if errors.Is(err, context.DeadlineExceeded) {
+				code = connect.CodeDeadlineExceeded
+			}
+			return nil, connect.NewError(code, fmt.Errorf("stopped after %d of %d limits: %w", i, len(reqs), err))
+		}
 		r := &reqs[i]
 		result := &ratelimitv1.MultiLimitResult{Namespace: r.Namespace, Identifier: r.Identifier, OverrideId: h.override(r), Limit: r.Limit}
-		if resp, err := h.limiter.Limit(ctx, *r); err == nil {
+		r.Identifier = counterIdentifier(r.Identifier)
+		resp, err := decide(ctx, h.limiter, r)
+		if err == nil {
 			result.Success, result.Limit, result.Remaining = resp.Success, resp.Limit, resp.Remaining
-			result.Reset_, result.RetryAfter = resp.Reset.UnixMilli(), resp.RetryAfter.Milliseconds()
+			result.RetryAfter = resp.RetryAfter.Milliseconds()
 		}
+		// Denied at the window cap, the entry still has the reset of its
+		// window.
+		result.Reset_ = resp.Reset.UnixMilli()
 		h.metrics.decision("Limit", result.Success)
 		out.Results[i] = result
 	}
 	return connect.NewResponse(out), nil
+}
+
+// decide decides one request after its override was applied: blocked by an
+// override with limit 0, or by the limiter. On an error the response still
+// carries the reset of the request's window.
+func decide(ctx context.Context, limiter *ratelimit.Service, r *ratelimit.Request) (ratelimit.Response, error) {
+	if r.Limit == 0 {
+		return blockedResponse(r.Duration, time.Now()), nil
+	}
+	resp, err := limiter.Limit(ctx, *r)
+	if err != nil {
+		return ratelimit.Response{Limit: r.Limit, Reset: windowEnd(r.Duration, time.Now())}, err
+	}
+	return resp, nil
 }
 
 // override replaces r's limit and duration by those of the override that
@@ -202,7 +255,7 @@ func decodeCursor(cursor string) (string, error) {
 // toRequest converts an API request. An absent cost means 1.
 func toRequest(workspace string, m *ratelimitv1.LimitRequest) ratelimit.Request {
 	cost := int64(1)
-	if m.Cost != nil {
+	if m != nil && m.Cost != nil {
 		cost = *m.Cost
 	}
 	return ratelimit.Request{
@@ -223,10 +276,11 @@ func durationMs(ms int64) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-// toConnectError maps the limiter's errors to Connect codes: a validation
-// error is invalid_argument with the field and rule as its message, a
-// workspace at its window cap resource_exhausted naming the cap, a missing
-// override not_found.
+// toConnectError maps the limiter's and the overrides' errors to Connect
+// codes: a validation error is invalid_argument with the field and rule as
+// its message, a request refused by a cap resource_exhausted naming the cap
+// (exhaustedMessage), a missing override not_found; anything else is
+// internal, which opaqueError keeps from the client.
 func toConnectError(err error) error {
 	var ve *ratelimit.ValidationError
 	if errors.As(err, &ve) {
@@ -235,11 +289,8 @@ func toConnectError(err error) error {
 	if errors.Is(err, overrides.ErrNotFound) {
 		return connect.NewError(connect.CodeNotFound, errors.New("override not found: no override is set for this namespace and identifier"))
 	}
-	var ce *ratelimit.CapacityError
-	if errors.As(err, &ce) {
-		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
-			"too many active windows: this workspace holds %d, the most UNKEY_MAX_WINDOWS_PER_WORKSPACE allows; "+
-				"a window is freed once no request has used it for two of its durations", ce.Max))
+	if msg, ok := exhaustedMessage(err); ok {
+		return connect.NewError(connect.CodeResourceExhausted, errors.New(msg))
 	}
 	return connect.NewError(connect.CodeInternal, err)
 }

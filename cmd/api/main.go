@@ -16,6 +16,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -93,7 +95,20 @@ func run(ctx context.Context, environ []string, logOut io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listen on UNKEY_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 	}
-	return srv.serve(ctx, ln)
+	var grpcLn net.Listener
+	if cfg.GRPCAddr != "" {
+		if grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+			return fmt.Errorf("listen on UNKEY_GRPC_ADDR %s: %w", cfg.GRPCAddr, err)
+		}
+	}
+	if cfg.DebugAddr != "" {
+		stopDebug, err := serveDebug(cfg.DebugAddr, logger)
+		if err != nil {
+			return err
+		}
+		defer stopDebug()
+	}
+	return srv.serve(ctx, ln, grpcLn)
 }
 
 // redisLogger sends go-redis's own messages (such as failed dials, which the
@@ -102,4 +117,22 @@ type redisLogger struct{ logger *slog.Logger }
 
 func (l redisLogger) Printf(ctx context.Context, format string, args ...any) {
 	l.logger.DebugContext(ctx, fmt.Sprintf(format, args...), "component", "go-redis")
+}
+
+// serveDebug serves Go's profiles on addr until the returned function is
+// called.
+func serveDebug(addr string, logger *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on UNKEY_DEBUG_ADDR %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	logger.Info("serving profiles", "addr", ln.Addr().String())
+	return func() { srv.Close() }, nil
 }

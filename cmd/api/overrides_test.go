@@ -76,7 +76,7 @@ func TestOverridesOverTheAPI(t *testing.T) {
 		}
 	}
 	for _, c := range []struct{ body, message string }{
-		{`{"namespace":"api","identifier":"x","limit":0,"duration":60000}`, "limit: must be between 1 and 9007199254740992"},
+		{`{"namespace":"api","identifier":"x","limit":-1,"duration":60000}`, "limit: must be between 0 (block) and 9007199254740992"},
 		{`{"namespace":"api","identifier":"*","limit":1,"duration":60000}`, "identifier: must hold a character besides *"},
 		{`{"namespace":"api","identifier":"x","limit":1,"duration":5}`, "duration: must be between 1000 and 2592000000 milliseconds"},
 	} {

@@ -36,8 +36,9 @@ const (
 	// and flushes to MySQL once more (at most 10 s): 15 s leaves the whole
 	// shutdown inside Kubernetes' default grace of 30 s.
 	shutdownTimeout = 15 * time.Second
-	// overridesLoadTimeout bounds the first read of the overrides at start.
-	overridesLoadTimeout = 2 * time.Second
+	// compressMinBytes is the smallest answer compressed for a client that
+	// accepts gzip.
+	compressMinBytes = 1024
 )
 
 // server is one API process: a limiter behind the Connect API, with health,
@@ -52,6 +53,8 @@ type server struct {
 	limits    connLimits
 	health    *grpchealth.StaticChecker
 	ready     atomic.Bool
+	budget    *decodeBudget  // of the request messages being read at once
+	batches   *batchGate     // the batch work of each workspace in flight
 	closers   []func() error // store clients, closed after the limiter
 }
 
@@ -61,7 +64,9 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	opts := []ratelimit.Option{ratelimit.WithLogger(logger), ratelimit.WithRegisterer(reg),
 		ratelimit.WithMaxWindowsPerWorkspace(cfg.MaxWindowsPerWorkspace)}
-	ovOpts := []overrides.Option{overrides.WithLogger(logger), overrides.WithPollInterval(cfg.OverridesPollInterval)}
+	ovOpts := []overrides.Option{overrides.WithLogger(logger), overrides.WithPollInterval(cfg.OverridesPollInterval),
+		overrides.WithMaxPerWorkspace(cfg.MaxOverridesPerWorkspace),
+		overrides.WithMaxPatternsPerNamespace(cfg.MaxOverridePatternsPerNamespace), overrides.WithRegisterer(reg)}
 	var closers []func() error
 	var client redis.UniversalClient
 	switch {
@@ -74,7 +79,11 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	}
 	if client != nil {
 		closers = append(closers, client.Close)
-		opts = append(opts, ratelimit.WithOrigin(redisorigin.New(client)))
+		origin, err := redisorigin.New(client, redisorigin.WithLogger(logger), redisorigin.WithRegisterer(reg))
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, ratelimit.WithOrigin(origin))
 	}
 	if cfg.mysql != nil {
 		sqlDB, err := cmdutil.OpenMySQL(cfg.mysql, mysqlConns)
@@ -93,6 +102,10 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create limiter: %w", err)
 	}
+	ov, err := overrides.New(ovOpts...)
+	if err != nil {
+		return nil, err
+	}
 	m, err := newAPIMetrics(reg)
 	if err != nil {
 		return nil, fmt.Errorf("register api metrics: %w", err)
@@ -103,13 +116,15 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	return &server{
 		logger:    logger,
 		limiter:   limiter,
-		overrides: overrides.New(ovOpts...),
+		overrides: ov,
 		registry:  reg,
 		metrics:   m,
 		tokens:    cfg.tokens,
 		limits: connLimits{readTimeout: cfg.ReadTimeout, writeTimeout: cfg.WriteTimeout, idleTimeout: cfg.IdleTimeout,
 			maxHeaderBytes: cfg.MaxHeaderBytes, maxConcurrentStreams: cfg.MaxConcurrentStreams},
 		health:  grpchealth.NewStaticChecker(ratelimitv1connect.RatelimitServiceName),
+		budget:  &decodeBudget{max: defaultDecodeBudget},
+		batches: newBatchGate(cfg.batchEntriesInFlight()),
 		closers: closers,
 	}, nil
 }
@@ -118,17 +133,25 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
 	path, service := ratelimitv1connect.NewRatelimitServiceHandler(
-		&handler{limiter: s.limiter, overrides: s.overrides, metrics: s.metrics},
+		&handler{limiter: s.limiter, overrides: s.overrides, metrics: s.metrics, batches: s.batches},
 		// The 1 MiB cap on a message is limitBody's (on the wire) and
 		// cappedGzip's (after decompression), not connect-go's read limit:
 		// theirs answers invalid_argument with the documented message in
 		// every protocol, and caps the message, not a gRPC envelope.
-		connect.WithCompression("gzip", newCappedGzip, newGzipCompressor),
+		connect.WithCompression("gzip", newCappedGzip(s.budget), newGzipCompressor),
+		// An answer is tens of bytes: compressing it costs more CPU (about
+		// a sixth of a gRPC call's) than it saves on the wire. Only
+		// answers of a kilobyte or more (large batches) are compressed for
+		// the clients that accept it.
+		connect.WithCompressMinBytes(compressMinBytes),
+		connect.WithCodec(protoCodec{}),
+		connect.WithInterceptors(opaqueInternalErrors(s.logger)),
+		connect.WithRecover(recoverPanic(s.logger)),
 		connect.WithCodec(jsonCodec{name: "json"}),
 		connect.WithCodec(jsonCodec{name: "json; charset=utf-8"}),
 	)
 	// The token is checked before anything of the body is read.
-	mux.Handle(path, authenticate(s.tokens, limitBody(service)))
+	mux.Handle(path, authenticate(s.tokens, limitBody(s.budget, service)))
 	s.unkeyRoutes(mux)
 	reflector := grpcreflect.NewStaticReflector(ratelimitv1connect.RatelimitServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
@@ -148,27 +171,38 @@ func (s *server) handler() http.Handler {
 	return mux
 }
 
-// serve serves on ln until ctx is done, then stops taking new work, lets
-// in-flight requests finish (up to shutdownTimeout) and stops the limiter.
-func (s *server) serve(ctx context.Context, ln net.Listener) error {
+// serve serves on ln (and gRPC over grpc-go on grpcLn, unless it is nil)
+// until ctx is done, then stops taking new work, lets in-flight requests
+// finish (up to shutdownTimeout) and stops the limiter.
+func (s *server) serve(ctx context.Context, ln, grpcLn net.Listener) error {
 	srv := s.limits.server(s.handler())
 	srv.ErrorLog = slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn)
 
 	limiterDone := make(chan error, 1)
 	go func() { limiterDone <- s.limiter.Run(context.Background()) }()
 	// Overrides from MySQL before taking traffic, so that a restarted process
-	// applies them from its first request; a database that does not answer
-	// in time leaves it to the poll.
-	loadCtx, cancelLoad := context.WithTimeout(ctx, overridesLoadTimeout)
-	if err := s.overrides.Refresh(loadCtx); err != nil {
-		s.logger.Warn("load overrides", "error", err)
+	// applies them from its first request: /readyz answers 503 until then.
+	// A database that does not answer leaves the load to the poll loop; a
+	// SIGTERM stops the load within one page, and the process then stops.
+	if err := s.overrides.Load(ctx); err != nil {
+		s.logger.Warn("load overrides: serving without them until a poll loads them", "error", err)
 	}
-	cancelLoad()
 	pollCtx, stopPoll := context.WithCancel(context.Background())
 	pollDone := make(chan struct{})
 	go func() { s.overrides.Run(pollCtx); close(pollDone) }()
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- srv.Serve(ln) }()
+	var grpcSrv interface{ GracefulStop() }
+	grpcDone := make(chan struct{})
+	if grpcLn != nil {
+		g, stopHealth := s.newGRPCServer()
+		grpcSrv = g
+		defer stopHealth()
+		go func() { g.Serve(grpcLn); close(grpcDone) }()
+		s.logger.Info("serving gRPC over grpc-go", "addr", grpcLn.Addr().String())
+	} else {
+		close(grpcDone)
+	}
 	s.ready.Store(true)
 	s.logger.Info("serving", "addr", ln.Addr().String(), "region", s.limiter.Region())
 
@@ -185,6 +219,16 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		serveErr = errors.Join(serveErr, fmt.Errorf("shut down http server: %w", err))
 	}
+	if grpcSrv != nil {
+		stopped := make(chan struct{})
+		go func() { grpcSrv.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-shutdownCtx.Done():
+			serveErr = errors.Join(serveErr, fmt.Errorf("shut down grpc server: %w", shutdownCtx.Err()))
+		}
+	}
+	<-grpcDone
 	stopPoll()
 	<-pollDone
 	if err := s.limiter.Close(); err != nil {

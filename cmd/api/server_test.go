@@ -18,6 +18,7 @@ import (
 
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
+	"github.com/unkeyed/ratelimit/internal/poll"
 )
 
 // testServer is a real API server on a free loopback port.
@@ -27,15 +28,23 @@ type testServer struct {
 	close  func() error // stops the server gracefully; safe to call twice
 	client *http.Client // HTTP/1.1
 	h2c    *http.Client // HTTP/2 with prior knowledge, for gRPC
+	// grpcAddr is the grpc-go port's address, with UNKEY_GRPC_ADDR set.
+	grpcAddr string
 }
 
-func startServer(t *testing.T, environ ...string) *testServer {
+func startServer(t testing.TB, environ ...string) *testServer {
+	t.Helper()
+	return startServerLogging(t, slog.New(slog.DiscardHandler), environ...)
+}
+
+// startServerLogging is startServer with the server's log going to logger.
+func startServerLogging(t testing.TB, logger *slog.Logger, environ ...string) *testServer {
 	t.Helper()
 	cfg, err := loadConfig(append([]string{"UNKEY_REGION=test"}, environ...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := newServer(cfg, slog.New(slog.DiscardHandler))
+	srv, err := newServer(cfg, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,8 +54,15 @@ func startServer(t *testing.T, environ ...string) *testServer {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ts := &testServer{url: "http://" + ln.Addr().String(), srv: srv}
+	var grpcLn net.Listener
+	if cfg.GRPCAddr != "" {
+		if grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+			t.Fatal(err)
+		}
+		ts.grpcAddr = grpcLn.Addr().String()
+	}
 	done := make(chan error, 1)
-	go func() { done <- srv.serve(ctx, ln) }()
+	go func() { done <- srv.serve(ctx, ln, grpcLn) }()
 	ts.close = sync.OnceValue(func() error {
 		cancel()
 		return <-done
@@ -60,6 +76,10 @@ func startServer(t *testing.T, environ ...string) *testServer {
 			t.Errorf("serve: %v", err)
 		}
 	})
+	// serve takes traffic once its listener is open, and reports ready once
+	// the overrides are loaded: the tests start from a ready server, not
+	// from whichever came first (1 of 20 race runs saw /readyz answer 503).
+	poll.Until(t, 30*time.Second, "the server to report ready", srv.ready.Load)
 	return ts
 }
 
@@ -336,7 +356,7 @@ func TestGracefulShutdown(t *testing.T) {
 	release := make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- srv.serve(ctx, ln) }()
+	go func() { done <- srv.serve(ctx, ln, nil) }()
 	url := "http://" + ln.Addr().String() + "/ratelimit.v1.RatelimitService/Limit"
 	const inFlight = 20
 	var wg sync.WaitGroup

@@ -3,13 +3,13 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"unicode/utf8"
 
@@ -77,6 +77,13 @@ func badRequest(detail string, fields ...unkeyFieldError) *unkeyError {
 func (h *unkeyV2) serve(fn func(context.Context, *unkeyCall) (any, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		requestID := newRequestID()
+		defer func() {
+			if p := recover(); p != nil {
+				h.srv.logger.ErrorContext(r.Context(), "handler panicked", "request_id", requestID, "path", r.URL.Path,
+					"panic", p, "stack", string(debug.Stack()))
+				writeUnkeyError(w, requestID, toUnkeyError(fmt.Errorf("panic: %v", p)))
+			}
+		}()
 		ws, authErr := h.authenticate(r)
 		if authErr != nil {
 			if r.ProtoMajor == 1 {
@@ -85,7 +92,13 @@ func (h *unkeyV2) serve(fn func(context.Context, *unkeyCall) (any, error)) http.
 			writeUnkeyError(w, requestID, authErr)
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBytes))
+		body, release, err := h.readBody(w, r)
+		defer release()
+		if errors.Is(err, errDecodeBudget) {
+			writeUnkeyError(w, requestID, &unkeyError{status: http.StatusTooManyRequests, title: "Too Many Requests",
+				typ: "application/resource_exhausted", detail: "server busy: too many large requests are being read at once; retry shortly"})
+			return
+		}
 		if err != nil {
 			readErr := badRequest("request body: could not be read")
 			var tooLarge *http.MaxBytesError
@@ -97,7 +110,19 @@ func (h *unkeyV2) serve(fn func(context.Context, *unkeyCall) (any, error)) http.
 		}
 		data, err := fn(r.Context(), &unkeyCall{workspace: ws, body: body})
 		if err != nil {
-			writeUnkeyError(w, requestID, toUnkeyError(err))
+			ue := toUnkeyError(err)
+			if ue.status >= http.StatusInternalServerError {
+				// The client gets a generic message; the log has the
+				// detail under the same request id.
+				h.srv.logger.ErrorContext(r.Context(), "request failed", "request_id", requestID, "path", r.URL.Path, "error", err)
+			}
+			writeUnkeyError(w, requestID, ue)
+			return
+		}
+		if a, ok := data.(answerAppender); ok {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			w.Write(a.appendAnswer(make([]byte, 0, 160), requestID))
 			return
 		}
 		answer := map[string]any{"meta": map[string]string{"requestId": requestID}, "data": data}
@@ -106,6 +131,28 @@ func (h *unkeyV2) serve(fn func(context.Context, *unkeyCall) (any, error)) http.
 		}
 		writeJSON(w, http.StatusOK, answer)
 	})
+}
+
+// readBody reads the request body, at most maxRequestBytes, out of the
+// decode budget; release gives the budget back once the request is answered.
+func (h *unkeyV2) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), err error) {
+	l := &lease{budget: h.srv.budget}
+	body, err = io.ReadAll(&leasedReader{r: http.MaxBytesReader(w, r.Body, maxRequestBytes), lease: l})
+	return body, l.release, err
+}
+
+// leasedReader takes what it reads from its lease's budget.
+type leasedReader struct {
+	r     io.Reader
+	lease *lease
+}
+
+func (l *leasedReader) Read(p []byte) (int, error) {
+	n, err := l.r.Read(p)
+	if leaseErr := l.lease.take(n); leaseErr != nil {
+		return 0, leaseErr
+	}
+	return n, err
 }
 
 // authenticate returns the workspace of the request's bearer token.
@@ -131,7 +178,7 @@ func (h *unkeyV2) authenticate(r *http.Request) (string, *unkeyError) {
 func toUnkeyError(err error) *unkeyError {
 	var ue *unkeyError
 	var ve *ratelimit.ValidationError
-	var ce *ratelimit.CapacityError
+	exhausted, isExhausted := exhaustedMessage(err)
 	switch {
 	case errors.As(err, &ue):
 		return ue
@@ -144,12 +191,12 @@ func toUnkeyError(err error) *unkeyError {
 	case errors.Is(err, overrides.ErrNotFound):
 		return &unkeyError{status: http.StatusNotFound, title: "Not Found", typ: "data/ratelimit_override_not_found",
 			detail: "This override does not exist."}
-	case errors.As(err, &ce):
+	case isExhausted:
 		return &unkeyError{status: http.StatusTooManyRequests, title: "Too Many Requests", typ: "application/resource_exhausted",
-			detail: fmt.Sprintf("too many active windows: this workspace holds %d, the most UNKEY_MAX_WINDOWS_PER_WORKSPACE allows", ce.Max)}
+			detail: exhausted}
 	default:
 		return &unkeyError{status: http.StatusInternalServerError, title: "Internal Server Error", typ: "application/unexpected_error",
-			detail: "the request could not be completed"}
+			detail: "the request could not be completed; the server log has the detail under this requestId"}
 	}
 }
 
@@ -183,20 +230,13 @@ func newRequestID() string {
 	return "req_" + hex.EncodeToString(b[:])
 }
 
-// decodeBody decodes a JSON body into v; a malformed one is a 400.
-func decodeBody(body []byte, v any) error {
-	if err := json.Unmarshal(body, v); err != nil {
-		return badRequest("request body: must be " + describeJSON(v) + ": " + err.Error())
-	}
-	return nil
-}
-
-func describeJSON(v any) string {
-	if _, ok := v.(*[]unkeyLimitRequest); ok {
-		return "a JSON array of limit requests"
-	}
-	return "a JSON object"
-}
+// The fields of each body, as Unkey's OpenAPI spec names them.
+var (
+	limitFields = []string{"namespace", "identifier", "limit", "duration", "cost"}
+	setFields   = []string{"namespace", "identifier", "limit", "duration"}
+	keyFields   = []string{"namespace", "identifier"}
+	listFields  = []string{"namespace", "cursor", "limit"}
+)
 
 // unkeyLimitRequest is V2RatelimitLimitRequestBody. Numbers are JSON
 // numbers; cost defaults to 1.
@@ -209,38 +249,31 @@ type unkeyLimitRequest struct {
 }
 
 // request converts r, checking what the limiter's own validation does not:
-// Unkey's 512-character identifiers.
+// Unkey's 512-character identifiers. The request's identifier is the one it
+// is counted under (see counterIdentifier); overrides match r.Identifier.
 func (r *unkeyLimitRequest) request(workspace string) (ratelimit.Request, error) {
 	cost := int64(1)
 	if r.Cost != nil {
 		cost = *r.Cost
 	}
-	if n := utf8.RuneCountInString(r.Identifier); n > unkeyMaxIdentifier {
-		return ratelimit.Request{}, &ratelimit.ValidationError{Field: "identifier",
-			Rule: fmt.Sprintf("must be 1 to %d characters of valid UTF-8 without control characters", unkeyMaxIdentifier)}
-	}
-	req := ratelimit.Request{Workspace: workspace, Namespace: r.Namespace, Identifier: counterIdentifier(r.Identifier),
+	req := ratelimit.Request{Workspace: workspace, Namespace: r.Namespace, Identifier: r.Identifier,
 		Limit: r.Limit, Duration: durationMs(r.Duration), Cost: cost}
+	if n := utf8.RuneCountInString(r.Identifier); n > ratelimit.MaxNameLength {
+		if n > unkeyMaxIdentifier || !utf8.ValidString(r.Identifier) || strings.ContainsFunc(r.Identifier, isControl) {
+			return ratelimit.Request{}, &ratelimit.ValidationError{Field: "identifier",
+				Rule: fmt.Sprintf("must be 1 to %d characters of valid UTF-8 without control characters", unkeyMaxIdentifier)}
+		}
+		req.Identifier = counterIdentifier(r.Identifier) // what is validated below: the rest of the request
+	}
 	if err := req.Validate(); err != nil {
 		return ratelimit.Request{}, err
 	}
+	req.Identifier = counterIdentifier(r.Identifier)
 	return req, nil
 }
 
-// counterIdentifier returns the identifier the limiter counts id under: id
-// itself, or for one longer than ratelimit.MaxNameLength characters, a
-// digest of it ("sha256:" and 64 hex digits), which fits every store. Two
-// long identifiers share a counter only if their SHA-256 collides.
-func counterIdentifier(id string) string {
-	if utf8.RuneCountInString(id) <= ratelimit.MaxNameLength {
-		return id
-	}
-	if !utf8.ValidString(id) || strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || (r >= 0x7f && r < 0xa0) }) {
-		return id // the limiter's validation refuses it with the usual message
-	}
-	sum := sha256.Sum256([]byte(id))
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
+// isControl reports a C0 or C1 control character, which no name may hold.
+func isControl(r rune) bool { return r < 0x20 || (r >= 0x7f && r < 0xa0) }
 
 // unkeyLimitData is V2RatelimitLimitResponseData.
 type unkeyLimitData struct {
@@ -251,22 +284,35 @@ type unkeyLimitData struct {
 	OverrideID string `json:"overrideId,omitempty"`
 }
 
+// answerAppender is data that writes its whole answer itself, without
+// reflection: the v2 limit call's.
+type answerAppender interface {
+	appendAnswer(b []byte, requestID string) []byte
+}
+
+func (d *unkeyLimitData) appendAnswer(b []byte, requestID string) []byte {
+	return appendLimitAnswer(b, requestID, d)
+}
+
 func (h *unkeyV2) limit(ctx context.Context, c *unkeyCall) (any, error) {
 	var in unkeyLimitRequest
-	if err := decodeBody(c.body, &in); err != nil {
-		return nil, err
+	if !fastLimitRequest(c.body, &in) {
+		in = unkeyLimitRequest{}
+		if err := strictDecode(c.body, &in, limitFields); err != nil {
+			return nil, err
+		}
 	}
 	req, err := in.request(c.workspace)
 	if err != nil {
 		return nil, err
 	}
 	overrideID := h.applyOverride(&req, in.Identifier)
-	resp, err := h.srv.limiter.Limit(ctx, req)
+	resp, err := decide(ctx, h.srv.limiter, &req)
 	if err != nil {
 		return nil, err
 	}
 	h.srv.metrics.decision("Limit", resp.Success)
-	return unkeyLimitData{Limit: resp.Limit, Remaining: resp.Remaining, Reset: resp.Reset.UnixMilli(),
+	return &unkeyLimitData{Limit: resp.Limit, Remaining: resp.Remaining, Reset: resp.Reset.UnixMilli(),
 		Success: resp.Success, OverrideID: overrideID}, nil
 }
 
@@ -293,8 +339,11 @@ type unkeyMultiLimitCheck struct {
 }
 
 func (h *unkeyV2) multiLimit(ctx context.Context, c *unkeyCall) (any, error) {
+	if jsonEntries(c.body, true, ratelimit.MaxBatch) > ratelimit.MaxBatch {
+		return nil, &ratelimit.ValidationError{Field: "[]", Rule: fmt.Sprintf("must hold 1 to %d limits", ratelimit.MaxBatch)}
+	}
 	var in []unkeyLimitRequest
-	if err := decodeBody(c.body, &in); err != nil {
+	if err := strictDecode(c.body, &in, limitFields); err != nil {
 		return nil, err
 	}
 	if len(in) == 0 || len(in) > ratelimit.MaxBatch {
@@ -302,6 +351,7 @@ func (h *unkeyV2) multiLimit(ctx context.Context, c *unkeyCall) (any, error) {
 	}
 	reqs := make([]ratelimit.Request, len(in))
 	ids := make([]string, len(in))
+	blocked := make([]bool, len(in))
 	for i := range in {
 		req, err := in[i].request(c.workspace)
 		if err != nil {
@@ -312,9 +362,15 @@ func (h *unkeyV2) multiLimit(ctx context.Context, c *unkeyCall) (any, error) {
 			return nil, err
 		}
 		ids[i] = h.applyOverride(&req, in[i].Identifier)
+		blocked[i] = req.Limit == 0
 		reqs[i] = req
 	}
-	resp, err := h.srv.limiter.MultiLimit(ctx, reqs)
+	leave, err := h.srv.batches.enter(ctx, c.workspace, len(reqs))
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	resp, err := multiLimit(ctx, h.srv.limiter, reqs, blocked)
 	if err != nil {
 		return nil, err
 	}
@@ -349,7 +405,7 @@ func toUnkeyOverride(o overrides.Override) unkeyOverride {
 
 func (h *unkeyV2) setOverride(ctx context.Context, c *unkeyCall) (any, error) {
 	var in unkeyOverrideRequest
-	if err := decodeBody(c.body, &in); err != nil {
+	if err := strictDecode(c.body, &in, setFields); err != nil {
 		return nil, err
 	}
 	o, err := h.srv.overrides.Set(ctx, overrides.Override{Workspace: c.workspace, Namespace: in.Namespace,
@@ -362,7 +418,7 @@ func (h *unkeyV2) setOverride(ctx context.Context, c *unkeyCall) (any, error) {
 
 func (h *unkeyV2) getOverride(ctx context.Context, c *unkeyCall) (any, error) {
 	var in unkeyOverrideRequest
-	if err := decodeBody(c.body, &in); err != nil {
+	if err := strictDecode(c.body, &in, keyFields); err != nil {
 		return nil, err
 	}
 	o, err := h.srv.overrides.Get(ctx, c.workspace, in.Namespace, in.Identifier)
@@ -374,7 +430,7 @@ func (h *unkeyV2) getOverride(ctx context.Context, c *unkeyCall) (any, error) {
 
 func (h *unkeyV2) deleteOverride(ctx context.Context, c *unkeyCall) (any, error) {
 	var in unkeyOverrideRequest
-	if err := decodeBody(c.body, &in); err != nil {
+	if err := strictDecode(c.body, &in, keyFields); err != nil {
 		return nil, err
 	}
 	if err := h.srv.overrides.Delete(ctx, c.workspace, in.Namespace, in.Identifier); err != nil {
@@ -391,7 +447,7 @@ func (h *unkeyV2) listOverrides(ctx context.Context, c *unkeyCall) (any, error) 
 		Cursor    string `json:"cursor"`
 		Limit     int    `json:"limit"`
 	}
-	if err := decodeBody(c.body, &in); err != nil {
+	if err := strictDecode(c.body, &in, listFields); err != nil {
 		return nil, err
 	}
 	after, err := decodeCursor(in.Cursor)

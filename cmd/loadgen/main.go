@@ -1,8 +1,11 @@
 // Command loadgen drives the rate limit API at a fixed concurrency with a
-// bounded number of requests and reports throughput and latency percentiles.
-// It speaks Connect JSON (HTTP/1.1) or gRPC (h2c), spreads requests over one
-// or more API URLs and, like a load balancer, retries a request that could
-// not be delivered on the next URL.
+// bounded number of requests and reports throughput, latency percentiles
+// and the server CPU per call (from the servers' own
+// process_cpu_seconds_total, so two builds can be compared with the same
+// client). It speaks Connect JSON (HTTP/1.1), gRPC (h2c) or Unkey's v2
+// limit route (HTTP/1.1), spreads requests over one or more API URLs and,
+// like a load balancer, retries a request that could not be delivered on
+// the next URL.
 //
 //	loadgen -url http://127.0.0.1:7070 -protocol json -c 32 -n 100000 -keys 1000 -limit 100
 package main
@@ -21,10 +24,11 @@ import (
 
 func main() {
 	var o load.Options
-	var urls string
+	var urls, metrics string
 	var asJSON bool
 	flag.StringVar(&urls, "url", "http://127.0.0.1:7070", "comma-separated API base URLs, used round robin")
-	flag.StringVar(&o.Protocol, "protocol", "json", "json (Connect JSON over HTTP/1.1) or grpc (gRPC over h2c)")
+	flag.StringVar(&metrics, "metrics-url", "", "comma-separated base URLs of the servers' /metrics, for the CPU per call (default: -url)")
+	flag.StringVar(&o.Protocol, "protocol", "json", "json (Connect JSON over HTTP/1.1), grpc (gRPC over h2c) or v2 (/v2/ratelimit.limit over HTTP/1.1)")
 	flag.StringVar(&o.Token, "token", "", "bearer token")
 	flag.IntVar(&o.Concurrency, "c", 32, "concurrent requests")
 	flag.IntVar(&o.Requests, "n", 100_000, "total requests (the run stops at -n or -max-duration)")
@@ -36,6 +40,9 @@ func main() {
 	flag.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	flag.Parse()
 	o.URLs = strings.Split(urls, ",")
+	if metrics != "" {
+		o.MetricsURLs = strings.Split(metrics, ",")
+	}
 	res, err := load.Run(context.Background(), o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
@@ -48,6 +55,9 @@ func main() {
 	fmt.Printf("%d requests in %v: %.0f req/s; passed %d, denied %d, failed %d (retried %d)\n",
 		res.Requests, res.Elapsed.Round(time.Millisecond), res.Throughput, res.Passed, res.Denied, res.Failed, res.Retried)
 	fmt.Printf("latency p50 %v, p99 %v, p99.9 %v, max %v\n", res.P50, res.P99, res.P999, res.Max)
+	if res.ServerCPU > 0 {
+		fmt.Printf("server CPU %v: %v per call\n", res.ServerCPU.Round(time.Millisecond), res.CPUPerCall)
+	}
 	if res.FirstError != "" {
 		fmt.Println("first error:", res.FirstError)
 	}

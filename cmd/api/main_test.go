@@ -1,0 +1,17 @@
+package main
+
+import (
+	"log/slog"
+	"os"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TestMain quiets go-redis's own log, which the tests' faults (a killed
+// Redis) would otherwise fill with failed dials, as run does to the debug
+// log in production.
+func TestMain(m *testing.M) {
+	redis.SetLogger(redisLogger{slog.New(slog.DiscardHandler)})
+	os.Exit(m.Run())
+}
