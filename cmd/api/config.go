@@ -58,6 +58,22 @@ type config struct {
 	GlobalFullFlushInterval time.Duration `env:"UNKEY_GLOBAL_FULL_FLUSH_INTERVAL" envDefault:"10s"`
 	GlobalSyncInterval      time.Duration `env:"UNKEY_GLOBAL_SYNC_INTERVAL" envDefault:"1s"`
 
+	// Envoy's rate limit service (rls.go). RLSConfig names a file or a
+	// directory of envoyproxy/ratelimit's .yaml files, read again every
+	// RLSConfigInterval; without it no rule applies and every descriptor is
+	// answered OK. RLSShadowMode answers OK whatever the rules decide.
+	// RLSResponseHeaders adds the limit, remaining and reset headers of the
+	// descriptor closest to its limit, under envoyproxy/ratelimit's names
+	// unless renamed.
+	RLSConfig          string        `env:"UNKEY_RLS_CONFIG"`
+	RLSConfigInterval  time.Duration `env:"UNKEY_RLS_CONFIG_INTERVAL" envDefault:"1s"`
+	RLSShadowMode      bool          `env:"UNKEY_RLS_SHADOW_MODE"`
+	RLSNearLimitRatio  float64       `env:"UNKEY_RLS_NEAR_LIMIT_RATIO" envDefault:"0.8"`
+	RLSResponseHeaders bool          `env:"UNKEY_RLS_RESPONSE_HEADERS"`
+	RLSLimitHeader     string        `env:"UNKEY_RLS_LIMIT_HEADER" envDefault:"RateLimit-Limit"`
+	RLSRemainingHeader string        `env:"UNKEY_RLS_REMAINING_HEADER" envDefault:"RateLimit-Remaining"`
+	RLSResetHeader     string        `env:"UNKEY_RLS_RESET_HEADER" envDefault:"RateLimit-Reset"`
+
 	// Bounds on what one client may hold of the server; see limits.go.
 	ReadTimeout          time.Duration `env:"UNKEY_HTTP_READ_TIMEOUT" envDefault:"10s"`
 	WriteTimeout         time.Duration `env:"UNKEY_HTTP_WRITE_TIMEOUT" envDefault:"15s"`
@@ -99,7 +115,8 @@ func loadConfig(environ []string) (config, error) {
 		v    time.Duration
 	}{{"UNKEY_HTTP_READ_TIMEOUT", c.ReadTimeout}, {"UNKEY_HTTP_WRITE_TIMEOUT", c.WriteTimeout}, {"UNKEY_HTTP_IDLE_TIMEOUT", c.IdleTimeout},
 		{"UNKEY_OVERRIDES_POLL_INTERVAL", c.OverridesPollInterval}, {"UNKEY_GLOBAL_FLUSH_INTERVAL", c.GlobalFlushInterval},
-		{"UNKEY_GLOBAL_FULL_FLUSH_INTERVAL", c.GlobalFullFlushInterval}, {"UNKEY_GLOBAL_SYNC_INTERVAL", c.GlobalSyncInterval}} {
+		{"UNKEY_GLOBAL_FULL_FLUSH_INTERVAL", c.GlobalFullFlushInterval}, {"UNKEY_GLOBAL_SYNC_INTERVAL", c.GlobalSyncInterval},
+		{"UNKEY_RLS_CONFIG_INTERVAL", c.RLSConfigInterval}} {
 		if d.v < 100*time.Millisecond || d.v > time.Hour {
 			return config{}, fmt.Errorf("%s: must be between 100ms and 1h, got %s", d.name, d.v)
 		}
@@ -107,6 +124,15 @@ func loadConfig(environ []string) (config, error) {
 	if c.GlobalFullFlushInterval < c.GlobalFlushInterval {
 		return config{}, fmt.Errorf("UNKEY_GLOBAL_FULL_FLUSH_INTERVAL: must be at least UNKEY_GLOBAL_FLUSH_INTERVAL (%s), got %s",
 			c.GlobalFlushInterval, c.GlobalFullFlushInterval)
+	}
+	if !(c.RLSNearLimitRatio > 0 && c.RLSNearLimitRatio < 1) {
+		return config{}, fmt.Errorf("UNKEY_RLS_NEAR_LIMIT_RATIO: must be between 0 and 1 (exclusive), got %v", c.RLSNearLimitRatio)
+	}
+	for _, h := range []struct{ name, v string }{{"UNKEY_RLS_LIMIT_HEADER", c.RLSLimitHeader},
+		{"UNKEY_RLS_REMAINING_HEADER", c.RLSRemainingHeader}, {"UNKEY_RLS_RESET_HEADER", c.RLSResetHeader}} {
+		if !printable(h.v) || strings.ContainsAny(h.v, ":()<>@,;\\\"/[]?={}") {
+			return config{}, fmt.Errorf("%s: must be an HTTP header name, got %q", h.name, h.v)
+		}
 	}
 	if c.BatchEntriesInFlightPerWorkspace < 0 {
 		return config{}, fmt.Errorf("UNKEY_BATCH_ENTRIES_IN_FLIGHT_PER_WORKSPACE: must be 0 (a full BatchLimit for every two cores) or more, got %d", c.BatchEntriesInFlightPerWorkspace)

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 
 	"connectrpc.com/connect"
+	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -146,6 +148,11 @@ func (protoCodec) Unmarshal(data []byte, v any) error {
 	}
 	if max, ok := batchEntries(v); ok && protoEntries(data, max) > max {
 		tooManyEntries(v, max)
+		return nil
+	}
+	if m, ok := v.(*rlsv3.RateLimitRequest); ok && rlsTooLarge(data) {
+		m.Reset()
+		m.Descriptors = make([]*rlcommonv3.RateLimitDescriptor, maxRLSDescriptors+1)
 		return nil
 	}
 	return proto.Unmarshal(data, msg)

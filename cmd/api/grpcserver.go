@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -57,8 +58,10 @@ func (s *server) newGRPCServer() (*grpc.Server, func()) {
 		},
 		Metadata: "ratelimit/v1/ratelimit.proto",
 	}, struct{}{})
+	rlsv3.RegisterRateLimitServiceServer(srv, s.rls)
 	hs := health.NewServer()
 	hs.SetServingStatus(ratelimitv1connect.RatelimitServiceName, healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(rlsServiceName, healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(srv, hs)
 	reflection.Register(srv)
@@ -88,9 +91,10 @@ func grpcMethod[Req, Res any](name string, fn func(context.Context, *connect.Req
 }
 
 // grpcAuth resolves the caller's workspace from its bearer token, as
-// authenticate does on the main port. Health checks need none.
+// authenticate does on the main port (Envoy sends it when its grpc_service
+// has initial_metadata). Health checks and reflection need none.
 func (s *server) grpcAuth(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
-	if !strings.HasPrefix(info.FullMethod, "/"+ratelimitv1connect.RatelimitServiceName+"/") {
+	if !strings.HasPrefix(info.FullMethod, "/"+ratelimitv1connect.RatelimitServiceName+"/") && info.FullMethod != rlsProcedure {
 		return next(ctx, req)
 	}
 	ws := openWorkspace

@@ -24,6 +24,7 @@ import (
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 	"github.com/unkeyed/ratelimit/services/ratelimit/mysqlstore"
 	"github.com/unkeyed/ratelimit/services/ratelimit/redisorigin"
+	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
 
 const (
@@ -56,6 +57,8 @@ type server struct {
 	budget    *decodeBudget  // of the request messages being read at once
 	batches   *batchGate     // the batch work of each workspace in flight
 	closers   []func() error // store clients, closed after the limiter
+	rls       *rlsService
+	rlsSource *rlsconfig.Source // nil without UNKEY_RLS_CONFIG
 }
 
 // newServer wires a server from cfg. It starts nothing.
@@ -110,6 +113,10 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("register api metrics: %w", err)
 	}
+	rls, rlsSource, err := newRLS(cfg, logger, reg, limiter, ov)
+	if err != nil {
+		return nil, err
+	}
 	if len(cfg.tokens) == 0 {
 		logger.Warn("no UNKEY_AUTH_TOKENS configured: the API is open and every caller shares the workspace " + openWorkspace)
 	}
@@ -122,18 +129,19 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		tokens:    cfg.tokens,
 		limits: connLimits{readTimeout: cfg.ReadTimeout, writeTimeout: cfg.WriteTimeout, idleTimeout: cfg.IdleTimeout,
 			maxHeaderBytes: cfg.MaxHeaderBytes, maxConcurrentStreams: cfg.MaxConcurrentStreams},
-		health:  grpchealth.NewStaticChecker(ratelimitv1connect.RatelimitServiceName),
-		budget:  &decodeBudget{max: defaultDecodeBudget},
-		batches: newBatchGate(cfg.batchEntriesInFlight()),
-		closers: closers,
+		health:    grpchealth.NewStaticChecker(ratelimitv1connect.RatelimitServiceName, rlsServiceName),
+		budget:    &decodeBudget{max: defaultDecodeBudget},
+		batches:   newBatchGate(cfg.batchEntriesInFlight()),
+		closers:   closers,
+		rls:       rls,
+		rlsSource: rlsSource,
 	}, nil
 }
 
 // handler returns the routes of the server.
 func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
-	path, service := ratelimitv1connect.NewRatelimitServiceHandler(
-		&handler{limiter: s.limiter, overrides: s.overrides, metrics: s.metrics, batches: s.batches},
+	opts := []connect.HandlerOption{
 		// The 1 MiB cap on a message is limitBody's (on the wire) and
 		// cappedGzip's (after decompression), not connect-go's read limit:
 		// theirs answers invalid_argument with the documented message in
@@ -149,11 +157,15 @@ func (s *server) handler() http.Handler {
 		connect.WithRecover(recoverPanic(s.logger)),
 		connect.WithCodec(jsonCodec{name: "json"}),
 		connect.WithCodec(jsonCodec{name: "json; charset=utf-8"}),
-	)
+	}
+	path, service := ratelimitv1connect.NewRatelimitServiceHandler(
+		&handler{limiter: s.limiter, overrides: s.overrides, metrics: s.metrics, batches: s.batches}, opts...)
 	// The token is checked before anything of the body is read.
 	mux.Handle(path, authenticate(s.tokens, limitBody(s.budget, service)))
+	mux.Handle(rlsProcedure, authenticate(s.tokens, limitBody(s.budget, s.rls.connectHandler(opts...))))
+	mux.Handle("POST /json", authenticate(s.tokens, limitBody(s.budget, s.rls.jsonHandler())))
 	s.unkeyRoutes(mux)
-	reflector := grpcreflect.NewStaticReflector(ratelimitv1connect.RatelimitServiceName)
+	reflector := grpcreflect.NewStaticReflector(ratelimitv1connect.RatelimitServiceName, rlsServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	mux.Handle(grpchealth.NewHandler(s.health))
@@ -190,6 +202,13 @@ func (s *server) serve(ctx context.Context, ln, grpcLn net.Listener) error {
 	pollCtx, stopPoll := context.WithCancel(context.Background())
 	pollDone := make(chan struct{})
 	go func() { s.overrides.Run(pollCtx); close(pollDone) }()
+	rlsDone := make(chan struct{})
+	go func() {
+		if s.rlsSource != nil {
+			s.rlsSource.Run(pollCtx)
+		}
+		close(rlsDone)
+	}()
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- srv.Serve(ln) }()
 	var grpcSrv interface{ GracefulStop() }
@@ -213,6 +232,7 @@ func (s *server) serve(ctx context.Context, ln, grpcLn net.Listener) error {
 	}
 	s.ready.Store(false)
 	s.health.SetStatus(ratelimitv1connect.RatelimitServiceName, grpchealth.StatusNotServing)
+	s.health.SetStatus(rlsServiceName, grpchealth.StatusNotServing)
 	s.logger.Info("shutting down")
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
@@ -231,6 +251,7 @@ func (s *server) serve(ctx context.Context, ln, grpcLn net.Listener) error {
 	<-grpcDone
 	stopPoll()
 	<-pollDone
+	<-rlsDone
 	if err := s.limiter.Close(); err != nil {
 		serveErr = errors.Join(serveErr, fmt.Errorf("close limiter: %w", err))
 	}

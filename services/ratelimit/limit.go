@@ -40,13 +40,13 @@ func (d *decision) response() Response {
 
 // Limit decides whether req may spend its cost and, on success with a cost
 // above zero, counts it. It returns a [*ValidationError] for a request that
-// breaks a rule, and a [*CapacityError] for a new key in a workspace that
+// breaks a rule (its duration may reach [MaxWindow]), and a [*CapacityError] for a new key in a workspace that
 // holds the most windows allowed, and counts nothing then. A warm decision
 // does not allocate and, unless the key is strict or its copy of the
 // region's counts is older than maxCopyAge (see [Origin]), does not wait on
 // the network.
 func (s *Service) Limit(ctx context.Context, req Request) (Response, error) {
-	if err := req.Validate(); err != nil {
+	if err := req.validate(MaxWindow); err != nil {
 		return Response{}, err
 	}
 	key := windowKey{

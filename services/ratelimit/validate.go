@@ -16,6 +16,12 @@ const (
 	MaxCost       = 1 << 53
 	MinDuration   = time.Second
 	MaxDuration   = 30 * 24 * time.Hour
+	// MaxWindow is the longest window Service.Limit accepts: a year, the
+	// longest unit of Envoy's rate limit rules (365 days), and one day to
+	// spare. Requests from the API are held to MaxDuration by Validate;
+	// the limiter's maths and stores hold durations to the millisecond in
+	// 64 bits, so a year costs nothing more than a day.
+	MaxWindow = 366 * 24 * time.Hour
 )
 
 // ValidationError reports a request field that breaks a rule. Nothing is
@@ -33,7 +39,10 @@ func (e *ValidationError) Error() string { return e.Field + ": " + e.Rule }
 // Validate reports the first field of r that breaks a rule, or nil. The
 // workspace is not checked: it comes from the caller's credentials, not from
 // the request.
-func (r *Request) Validate() error {
+func (r *Request) Validate() error { return r.validate(MaxDuration) }
+
+// validate is Validate with maxDuration as the longest duration.
+func (r *Request) validate(maxDuration time.Duration) error {
 	if rule := checkName(r.Namespace); rule != "" {
 		return &ValidationError{Field: "namespace", Rule: rule}
 	}
@@ -43,9 +52,9 @@ func (r *Request) Validate() error {
 	if r.Limit < 1 || r.Limit > MaxLimit {
 		return &ValidationError{Field: "limit", Rule: fmt.Sprintf("must be between 1 and %d", int64(MaxLimit))}
 	}
-	if r.Duration < MinDuration || r.Duration > MaxDuration {
+	if r.Duration < MinDuration || r.Duration > maxDuration {
 		return &ValidationError{Field: "duration", Rule: fmt.Sprintf("must be between %d and %d milliseconds",
-			MinDuration.Milliseconds(), MaxDuration.Milliseconds())}
+			MinDuration.Milliseconds(), maxDuration.Milliseconds())}
 	}
 	if r.Cost < 0 || r.Cost > MaxCost {
 		return &ValidationError{Field: "cost", Rule: fmt.Sprintf("must be between 0 and %d", int64(MaxCost))}

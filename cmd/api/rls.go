@@ -1,0 +1,269 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/unkeyed/ratelimit/services/overrides"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/rlsconfig"
+)
+
+// Envoy's rate limit service (envoy.service.ratelimit.v3), as
+// envoyproxy/ratelimit serves it, on this service's counters: Envoy,
+// Istio, Envoy Gateway and the other gateways built on Envoy call
+// ShouldRateLimit once per request with the descriptors their route
+// produces. The rules come from envoyproxy/ratelimit's YAML files
+// (UNKEY_RLS_CONFIG, package rlsconfig). What differs: windows slide
+// instead of resetting on the clock, a denied hit is not counted, and the
+// counters converge through Redis and MySQL like every other.
+//
+// Counters: a descriptor of domain D is counted in namespace "envoy:D"
+// under the identifier rlsconfig.Identifier gives (its entries as
+// key=value, comma-joined and escaped), with the rule's unit as its
+// duration. An override set on that namespace and identifier (or a
+// pattern) replaces the rule's limit, as for any other counter.
+
+// Bounds of a ShouldRateLimit request. Envoy sends one descriptor per
+// rate_limits action of the route, typically one to five, each of a few
+// entries.
+const (
+	maxRLSDescriptors = 100
+	maxRLSEntries     = 32
+)
+
+// rlsService answers ShouldRateLimit.
+type rlsService struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	limiter   *ratelimit.Service
+	overrides *overrides.Service
+	config    func() *rlsconfig.Config
+	metrics   *rlsMetrics
+	// shadow answers OK to every request, whatever the rules decide
+	// (UNKEY_RLS_SHADOW_MODE); the counts and metrics are as without it.
+	shadow bool
+	// headers, if set, names the response headers to add.
+	headers *rlsHeaders
+	now     func() time.Time
+	logger  *slog.Logger
+}
+
+// rlsHeaders are the names of the headers Envoy adds to the response: those
+// of the descriptor closest to its limit.
+type rlsHeaders struct{ limit, remaining, reset string }
+
+var errRLSBounds = &ratelimit.ValidationError{Field: "descriptors",
+	Rule: fmt.Sprintf("must hold 1 to %d descriptors of 1 to %d entries each", maxRLSDescriptors, maxRLSEntries)}
+
+// ShouldRateLimit implements envoy.service.ratelimit.v3.RateLimitService.
+// Each descriptor is decided and counted on its own, in request order. Its
+// errors are Connect errors, which both of the service's gRPC servers
+// answer with their code.
+func (s *rlsService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	resp, err := s.check(ctx, req)
+	if err != nil {
+		return nil, toConnectError(err)
+	}
+	return resp, nil
+}
+
+// check is ShouldRateLimit with the limiter's own errors.
+func (s *rlsService) check(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if err := validateRLS(req); err != nil {
+		return nil, err
+	}
+	ws := workspaceFrom(ctx)
+	cfg := s.config()
+	n := len(req.Descriptors)
+	plans := make([]rlsPlan, n)
+	replaced := map[string]bool{}
+	for i, d := range req.Descriptors {
+		p, err := s.plan(cfg, req, d)
+		if err != nil {
+			return nil, &ratelimit.ValidationError{Field: fmt.Sprintf("descriptors[%d].%s", i, err.Field), Rule: err.Rule}
+		}
+		plans[i] = p
+		if p.rule != nil {
+			for _, name := range p.rule.Replaces {
+				replaced[name] = true
+			}
+		}
+	}
+	now := s.now()
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
+	closest := -1
+	for i := range plans {
+		p := &plans[i]
+		if p.rule != nil && p.rule.Name != "" && replaced[p.rule.Name] {
+			p.counted = false
+		}
+		st, err := s.decide(ctx, ws, req.Domain, p, now)
+		if err != nil {
+			return nil, err
+		}
+		resp.Statuses[i] = st
+		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if st.CurrentLimit != nil && (closest < 0 || rlsCloser(st, resp.Statuses[closest])) {
+			closest = i
+		}
+	}
+	if s.shadow && resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		resp.OverallCode = rlsv3.RateLimitResponse_OK
+		s.metrics.globalShadow.Inc()
+	}
+	if s.headers != nil && closest >= 0 {
+		st := resp.Statuses[closest]
+		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
+			{Key: s.headers.limit, Value: strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10)},
+			{Key: s.headers.remaining, Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
+			{Key: s.headers.reset, Value: strconv.FormatInt(ceilSeconds(st.DurationUntilReset.AsDuration()), 10)},
+		}
+	}
+	return resp, nil
+}
+
+// rlsCloser reports whether a is closer to its limit than b: over it, or
+// with less remaining.
+func rlsCloser(a, b *rlsv3.RateLimitResponse_DescriptorStatus) bool {
+	aOver, bOver := a.Code == rlsv3.RateLimitResponse_OVER_LIMIT, b.Code == rlsv3.RateLimitResponse_OVER_LIMIT
+	if aOver != bOver {
+		return aOver
+	}
+	return a.LimitRemaining < b.LimitRemaining
+}
+
+func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+
+// validateRLS checks what the limiter does not: the request's shape.
+func validateRLS(req *rlsv3.RateLimitRequest) error {
+	// The bound first: a request over it may have been left undecoded
+	// (rlsTooLarge).
+	if len(req.Descriptors) == 0 || len(req.Descriptors) > maxRLSDescriptors {
+		return errRLSBounds
+	}
+	if req.Domain == "" {
+		return &ratelimit.ValidationError{Field: "domain", Rule: "must not be empty"}
+	}
+	for i, d := range req.Descriptors {
+		if len(d.GetEntries()) == 0 || len(d.GetEntries()) > maxRLSEntries {
+			return &ratelimit.ValidationError{Field: fmt.Sprintf("descriptors[%d].entries", i),
+				Rule: fmt.Sprintf("must hold 1 to %d entries", maxRLSEntries)}
+		}
+		for j, e := range d.Entries {
+			if e.GetKey() == "" {
+				return &ratelimit.ValidationError{Field: fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), Rule: "must not be empty"}
+			}
+		}
+	}
+	return nil
+}
+
+// rlsPlan is what a descriptor is decided by.
+type rlsPlan struct {
+	rule       *rlsconfig.Rule // nil for a descriptor-level limit
+	counted    bool            // false: answered OK without a counter
+	unlimited  bool
+	shadow     bool
+	limit      int64
+	unit       rlsconfig.Unit
+	name       string // the rule's name, echoed in current_limit
+	identifier string
+	metric     string
+	cost       int64
+}
+
+// plan finds what decides descriptor d: its own limit if Envoy sent one
+// (for a domain of the configuration, as envoyproxy/ratelimit does), else
+// the rule it matches.
+func (s *rlsService) plan(cfg *rlsconfig.Config, req *rlsv3.RateLimitRequest, d *rlcommonv3.RateLimitDescriptor) (rlsPlan, *ratelimit.ValidationError) {
+	cost := int64(1)
+	if req.HitsAddend > 0 {
+		cost = int64(req.HitsAddend)
+	}
+	if h := d.GetHitsAddend(); h != nil {
+		if h.Value > ratelimit.MaxCost {
+			return rlsPlan{}, &ratelimit.ValidationError{Field: "hits_addend", Rule: fmt.Sprintf("must be at most %d", int64(ratelimit.MaxCost))}
+		}
+		cost = int64(h.Value) // an explicit 0 checks without counting
+	}
+	entries := make([]rlsconfig.Entry, len(d.Entries))
+	for i, e := range d.Entries {
+		entries[i] = rlsconfig.Entry{Key: e.Key, Value: e.Value}
+	}
+	if l := d.GetLimit(); l != nil && cfg.HasDomain(req.Domain) {
+		unit := rlsconfig.Unit(l.Unit)
+		if unit.Duration() == 0 {
+			return rlsPlan{}, &ratelimit.ValidationError{Field: "limit.unit", Rule: "must be SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR"}
+		}
+		// Labelled by its keys, not its values, which would be a series
+		// per caller; the prefix keeps it apart from the file's rules.
+		metric := "descriptor_limit:" + req.Domain
+		for _, e := range entries {
+			metric += "." + e.Key
+		}
+		return rlsPlan{counted: true, limit: int64(l.RequestsPerUnit), unit: unit, identifier: rlsconfig.Identifier(entries),
+			metric: metric, cost: cost}, nil
+	}
+	m, ok := cfg.Match(req.Domain, entries)
+	if !ok {
+		return rlsPlan{}, nil
+	}
+	r := m.Rule
+	return rlsPlan{rule: r, counted: !r.Unlimited, unlimited: r.Unlimited, shadow: r.ShadowMode, limit: int64(r.RequestsPerUnit),
+		unit: r.Unit, name: r.Name, identifier: m.Identifier, metric: m.Metric, cost: cost}, nil
+}
+
+// decide decides one planned descriptor.
+func (s *rlsService) decide(ctx context.Context, ws, domain string, p *rlsPlan, now time.Time) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
+	if p.unlimited {
+		s.metrics.hits(domain, p.metric, p.cost)
+		s.metrics.within(domain, p.metric, p.cost)
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}, nil
+	}
+	if !p.counted {
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, nil
+	}
+	r := ratelimit.Request{Workspace: ws, Namespace: rlsconfig.NamespacePrefix + domain, Identifier: p.identifier,
+		Limit: p.limit, Duration: p.unit.Duration(), Cost: p.cost}
+	if o, ok := s.overrides.Lookup(r.Workspace, r.Namespace, r.Identifier); ok {
+		r.Limit, r.Duration = o.Limit, o.Duration
+	}
+	r.Identifier = counterIdentifier(r.Identifier)
+	resp, err := decide(ctx, s.limiter, &r)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics.hits(domain, p.metric, p.cost)
+	st := &rlsv3.RateLimitResponse_DescriptorStatus{
+		Code: rlsv3.RateLimitResponse_OK,
+		CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: p.name, RequestsPerUnit: uint32(min(r.Limit, math.MaxUint32)),
+			Unit: rlsv3.RateLimitResponse_RateLimit_Unit(rlsconfig.UnitOf(r.Duration))},
+		LimitRemaining:     uint32(min(max(resp.Remaining, 0), math.MaxUint32)),
+		DurationUntilReset: durationpb.New(max(resp.Reset.Sub(now), 0)),
+	}
+	switch {
+	case !resp.Success && p.shadow:
+		s.metrics.over(domain, p.metric, p.cost)
+		s.metrics.shadowHits(domain, p.metric, p.cost)
+	case !resp.Success:
+		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		s.metrics.over(domain, p.metric, p.cost)
+	default:
+		s.metrics.within(domain, p.metric, p.cost)
+		if s.metrics.isNear(r.Limit, resp.Remaining) {
+			s.metrics.near(domain, p.metric, p.cost)
+		}
+	}
+	return st, nil
+}

@@ -1,0 +1,198 @@
+// Package rlsconfig reads the rate limit configuration of Envoy's rate limit
+// service in envoyproxy/ratelimit's YAML format and finds the rule that
+// applies to a request's descriptor. It knows nothing of the wire protocol
+// or of the counters: an adapter maps a match to a limiter request.
+//
+// Glossary, in the format's own words:
+//   - domain: a set of rules, named by the request.
+//   - descriptor: a list of entries (key and value) sent by Envoy; the
+//     configuration's descriptors form a tree, one level per entry.
+//   - rule: a descriptor of the configuration with a rate_limit block.
+package rlsconfig
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// Config is a set of domains compiled from configuration files. It does not
+// change once built; a reload builds a new one.
+type Config struct {
+	domains map[string]*node
+	rules   int
+}
+
+// Rule is one rate_limit block of the configuration.
+type Rule struct {
+	// Path names the rule as envoyproxy/ratelimit's statistics do: the
+	// domain, then each level's key (with its value if the file gives one),
+	// joined by dots, such as "messaging.message_type_marketing.to_number".
+	// It is a bounded label: one per rule of the file.
+	Path string
+	// RequestsPerUnit is the limit; 0 is always over it.
+	RequestsPerUnit uint32
+	Unit            Unit
+	// Unlimited rules are never counted: their answer is always OK.
+	Unlimited bool
+	// Name and Replaces: a matched rule whose Name another matched rule of
+	// the same request replaces is dropped from that request.
+	Name     string
+	Replaces []string
+	// ShadowMode rules are counted and reported, but their answer is
+	// always OK.
+	ShadowMode bool
+	// DetailedMetric rules report under the request's values instead of
+	// Path.
+	DetailedMetric bool
+}
+
+// node is one descriptor of the tree: a level of matching.
+type node struct {
+	key, value string
+	// wildcard holds value split on '*' when value has one.
+	wildcard       []string
+	shareThreshold bool
+	valueToMetric  bool
+	rule           *Rule
+	exact          map[entry]*node // children with a value without '*', and with no value
+	wildcards      []*node         // children with a '*' in the value, in file order
+}
+
+type entry struct {
+	key, value string
+	hasValue   bool
+}
+
+// maxDomainBytes bounds a domain name: the counters of a domain live in the
+// namespace "envoy:" + domain, and a namespace holds at most 255
+// characters.
+const maxDomainBytes = 255 - len(NamespacePrefix)
+
+// NamespacePrefix begins the namespace of every domain's counters, which
+// keeps them apart from the namespaces callers of the limiter's own API
+// choose unless they choose this one on purpose.
+const NamespacePrefix = "envoy:"
+
+// Load compiles files into a configuration. Every error names the file and,
+// where it can, the descriptor; nothing of a broken set of files is used.
+// Two files may not define the same domain.
+func Load(files ...File) (*Config, error) {
+	c := &Config{domains: map[string]*node{}}
+	origin := map[string]string{}
+	for _, f := range files {
+		roots, err := parseFile(f)
+		if err != nil {
+			return nil, err
+		}
+		for _, root := range roots {
+			if err := checkDomain(root.Domain); err != nil {
+				return nil, fmt.Errorf("%s: %w", f.Name, err)
+			}
+			if prev, ok := origin[root.Domain]; ok {
+				return nil, fmt.Errorf("%s: domain %q is already defined in %s", f.Name, root.Domain, prev)
+			}
+			origin[root.Domain] = f.Name
+			d := &node{exact: map[entry]*node{}}
+			if err := c.compile(d, root.Domain, root.Descriptors); err != nil {
+				return nil, fmt.Errorf("%s: %w", f.Name, err)
+			}
+			c.domains[root.Domain] = d
+		}
+	}
+	return c, nil
+}
+
+func checkDomain(domain string) error {
+	switch {
+	case domain == "":
+		return fmt.Errorf("domain: must not be empty")
+	case len(domain) > maxDomainBytes || !utf8.ValidString(domain) || strings.ContainsFunc(domain, isControl):
+		return fmt.Errorf("domain: must be 1 to %d bytes of valid UTF-8 without control characters", maxDomainBytes)
+	}
+	return nil
+}
+
+func isControl(r rune) bool { return r < 0x20 || (r >= 0x7f && r < 0xa0) }
+
+// compile adds descriptors as children of parent, whose path is path.
+func (c *Config) compile(parent *node, path string, descriptors []fileDescriptor) error {
+	for _, d := range descriptors {
+		if d.Key == "" {
+			return fmt.Errorf("%s: a descriptor has an empty key", path)
+		}
+		n := &node{key: d.Key, value: d.Value, shareThreshold: d.ShareThreshold, valueToMetric: d.ValueToMetric,
+			exact: map[entry]*node{}}
+		name := d.Key
+		if d.Value != "" {
+			name += "_" + d.Value
+		}
+		here := path + "." + name
+		if strings.Contains(d.Value, "*") {
+			n.wildcard = strings.Split(d.Value, "*")
+			for _, w := range parent.wildcards {
+				if w.key == d.Key && w.value == d.Value {
+					return fmt.Errorf("%s: duplicate descriptor", here)
+				}
+			}
+			parent.wildcards = append(parent.wildcards, n)
+		} else {
+			e := entry{key: d.Key, value: d.Value, hasValue: d.Value != ""}
+			if _, dup := parent.exact[e]; dup {
+				return fmt.Errorf("%s: duplicate descriptor", here)
+			}
+			parent.exact[e] = n
+		}
+		if d.ShareThreshold && n.wildcard == nil {
+			return fmt.Errorf("%s: share_threshold can only be used with a wildcard value (one with a '*')", here)
+		}
+		if rl := d.RateLimit; rl != nil {
+			r, err := compileRule(here, d, rl)
+			if err != nil {
+				return err
+			}
+			n.rule = r
+			c.rules++
+		}
+		if err := c.compile(n, here, d.Descriptors); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func compileRule(path string, d fileDescriptor, rl *fileRateLimit) (*Rule, error) {
+	r := &Rule{Path: path, Unlimited: rl.Unlimited, Name: rl.Name, ShadowMode: d.ShadowMode, DetailedMetric: d.DetailedMetric}
+	unit, ok := parseUnit(rl.Unit)
+	switch {
+	case rl.Unlimited && rl.Unit != "":
+		return nil, fmt.Errorf("%s: rate_limit.unit: must not be given when unlimited is true", path)
+	case rl.Unlimited && rl.RequestsPerUnit != nil:
+		return nil, fmt.Errorf("%s: rate_limit.requests_per_unit: must not be given when unlimited is true", path)
+	case !rl.Unlimited && !ok:
+		return nil, fmt.Errorf("%s: rate_limit.unit: %q is not one of second, minute, hour, day, week, month, year", path, rl.Unit)
+	}
+	r.Unit = unit
+	if rl.RequestsPerUnit != nil {
+		r.RequestsPerUnit = *rl.RequestsPerUnit
+	}
+	for _, rep := range rl.Replaces {
+		switch rep.Name {
+		case "":
+			return nil, fmt.Errorf("%s: rate_limit.replaces: an entry has no name", path)
+		case rl.Name:
+			return nil, fmt.Errorf("%s: rate_limit.replaces: must not name the rule itself (%q)", path, rl.Name)
+		}
+		r.Replaces = append(r.Replaces, rep.Name)
+	}
+	return r, nil
+}
+
+// Domains returns the number of domains and of rules.
+func (c *Config) Domains() (domains, rules int) { return len(c.domains), c.rules }
+
+// HasDomain reports whether the configuration defines domain.
+func (c *Config) HasDomain(domain string) bool {
+	_, ok := c.domains[domain]
+	return ok
+}

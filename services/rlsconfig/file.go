@@ -1,0 +1,83 @@
+package rlsconfig
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// The file format is envoyproxy/ratelimit's, field for field, so that its
+// users point this service at the files they have. Unknown keys are refused,
+// as envoyproxy/ratelimit refuses them: a misspelt key would otherwise turn
+// a limit off without a word.
+
+type fileRoot struct {
+	Domain      string           `yaml:"domain"`
+	Descriptors []fileDescriptor `yaml:"descriptors"`
+}
+
+type fileDescriptor struct {
+	Key            string           `yaml:"key"`
+	Value          string           `yaml:"value"`
+	RateLimit      *fileRateLimit   `yaml:"rate_limit"`
+	Descriptors    []fileDescriptor `yaml:"descriptors"`
+	ShadowMode     bool             `yaml:"shadow_mode"`
+	DetailedMetric bool             `yaml:"detailed_metric"`
+	ValueToMetric  bool             `yaml:"value_to_metric"`
+	ShareThreshold bool             `yaml:"share_threshold"`
+	// QuotaMode and Metadata are accepted so that files written for
+	// envoyproxy/ratelimit load; this service does not act on them
+	// (quota mode is not supported: its rules decide as ordinary limits).
+	QuotaMode bool           `yaml:"quota_mode"`
+	Metadata  map[string]any `yaml:"metadata"`
+}
+
+type fileRateLimit struct {
+	Unit            string        `yaml:"unit"`
+	RequestsPerUnit *uint32       `yaml:"requests_per_unit"`
+	Unlimited       bool          `yaml:"unlimited"`
+	Name            string        `yaml:"name"`
+	Replaces        []fileReplace `yaml:"replaces"`
+}
+
+type fileReplace struct {
+	Name string `yaml:"name"`
+}
+
+// File is one configuration file: its name (for errors) and contents.
+type File struct {
+	Name string
+	Data []byte
+}
+
+// parseFile decodes one file. A file may hold several YAML documents, each
+// one domain; an empty file (or document) holds none.
+func parseFile(f File) ([]fileRoot, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(f.Data))
+	dec.KnownFields(true)
+	var roots []fileRoot
+	for {
+		var root fileRoot
+		err := dec.Decode(&root)
+		if errors.Is(err, io.EOF) {
+			return roots, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s", f.Name, cleanYAMLError(err))
+		}
+		if root.Domain == "" && len(root.Descriptors) == 0 {
+			continue // an empty document
+		}
+		roots = append(roots, root)
+	}
+}
+
+// cleanYAMLError drops the "yaml: " prefix, which says nothing a file name
+// does not.
+func cleanYAMLError(err error) string {
+	return strings.TrimPrefix(strings.ReplaceAll(err.Error(), "yaml: unmarshal errors:\n  ", ""), "yaml: ")
+}

@@ -1,0 +1,147 @@
+package rlsconfig
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// DefaultInterval is how often a Source looks at its files: changes take
+// effect within about a second, and reading a few small files a second
+// costs nothing measurable.
+const DefaultInterval = time.Second
+
+// Source holds the configuration in force and keeps it in step with the
+// files at its path. A change that does not compile is logged and counted,
+// and the last good configuration stays in force.
+type Source struct {
+	path     string
+	interval time.Duration
+	logger   *slog.Logger
+	reg      prometheus.Registerer
+
+	current atomic.Pointer[Config]
+	// seen is the fingerprint of the files last read, good or not, so a
+	// broken file is reported once, not every interval.
+	seen [sha256.Size]byte
+
+	loads *prometheus.CounterVec
+}
+
+// Option configures a Source.
+type Option func(*Source)
+
+// WithInterval sets how often the files are read (DefaultInterval).
+func WithInterval(d time.Duration) Option { return func(s *Source) { s.interval = d } }
+
+// WithLogger sets the logger of reloads and refused files.
+func WithLogger(l *slog.Logger) Option { return func(s *Source) { s.logger = l } }
+
+// WithRegisterer registers the source's metrics with reg.
+func WithRegisterer(reg prometheus.Registerer) Option { return func(s *Source) { s.reg = reg } }
+
+// NewSource reads and compiles the configuration at path. A configuration
+// that does not compile at start is an error: a service must not start
+// without the limits it was given.
+func NewSource(path string, opts ...Option) (*Source, error) {
+	s := &Source{path: path, interval: DefaultInterval, logger: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.reg == nil {
+		s.reg = prometheus.NewRegistry()
+	}
+	s.loads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "unkey_rls_config_loads_total",
+		Help: "Reads of the rate limit configuration files that found a change, by result: ok (in force now) or error (refused; the last good configuration stays).",
+	}, []string{"result"})
+	rules := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "unkey_rls_config_rules",
+		Help: "Rules of the rate limit configuration in force.",
+	}, func() float64 {
+		_, n := s.Config().Domains()
+		return float64(n)
+	})
+	for _, c := range []prometheus.Collector{s.loads, rules} {
+		if err := s.reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	files, err := ReadPath(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := Load(files...)
+	if err != nil {
+		return nil, err
+	}
+	s.current.Store(c)
+	s.seen = fingerprint(files)
+	s.loads.WithLabelValues("ok").Inc()
+	return s, nil
+}
+
+// Config returns the configuration in force. It never returns nil.
+func (s *Source) Config() *Config { return s.current.Load() }
+
+// Run reads the files every interval until ctx ends, and puts a changed
+// configuration in force.
+func (s *Source) Run(ctx context.Context) error {
+	t := time.NewTicker(s.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			s.Reload()
+		}
+	}
+}
+
+// Reload reads the files once and puts them in force if they changed and
+// compile. It reports whether a new configuration is in force.
+func (s *Source) Reload() bool {
+	files, err := ReadPath(s.path)
+	if err != nil {
+		// A file being replaced can be missing for a moment; the next
+		// read sees the new one.
+		s.logger.Warn("rate limit config: could not read; the last good config stays in force", "path", s.path, "error", err)
+		return false
+	}
+	fp := fingerprint(files)
+	if bytes.Equal(fp[:], s.seen[:]) {
+		return false
+	}
+	s.seen = fp
+	c, err := Load(files...)
+	if err != nil {
+		s.loads.WithLabelValues("error").Inc()
+		s.logger.Error("rate limit config refused; the last good config stays in force", "path", s.path, "error", err)
+		return false
+	}
+	s.current.Store(c)
+	s.loads.WithLabelValues("ok").Inc()
+	domains, rules := c.Domains()
+	s.logger.Info("rate limit config reloaded", "path", s.path, "domains", domains, "rules", rules)
+	return true
+}
+
+// fingerprint digests the files' names and contents.
+func fingerprint(files []File) [sha256.Size]byte {
+	h := sha256.New()
+	for _, f := range files {
+		h.Write([]byte(f.Name))
+		h.Write([]byte{0})
+		h.Write(f.Data)
+		h.Write([]byte{0})
+	}
+	var fp [sha256.Size]byte
+	h.Sum(fp[:0])
+	return fp
+}
