@@ -6,8 +6,10 @@
 //
 // Usage:
 //
-//	api           serve the API
-//	api migrate   apply the MySQL schema to UNKEY_MYSQL_DSN (idempotent) and exit
+//	api                      serve the API
+//	api migrate              apply the MySQL schema to UNKEY_MYSQL_DSN (idempotent) and exit
+//	api rls check PATH...    check envoyproxy/ratelimit config files or directories, as
+//	                         UNKEY_RLS_CONFIG would load them, and exit 1 if any is broken
 package main
 
 import (
@@ -37,8 +39,10 @@ func main() {
 		err = run(context.Background(), os.Environ(), os.Stderr)
 	case len(args) == 1 && args[0] == "migrate":
 		err = migrate(context.Background(), os.Environ())
+	case len(args) >= 3 && args[0] == "rls" && args[1] == "check":
+		err = rlsCheck(os.Stdout, args[2:])
 	default:
-		err = fmt.Errorf("unknown arguments %q; usage: api [migrate]", args)
+		err = fmt.Errorf("unknown arguments %q; usage: api [migrate | rls check PATH...]", args)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "api:", err)

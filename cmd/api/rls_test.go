@@ -390,3 +390,19 @@ func TestRLSJSONEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// TestRLSCheck: the check command passes good files and names the file and
+// rule of a broken one.
+func TestRLSCheck(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"), 0o644)
+	var out strings.Builder
+	if err := rlsCheck(&out, []string{rlsExamples}); err != nil || !strings.Contains(out.String(), "11 domains, 21 rules") {
+		t.Errorf("the examples: %v\n%s", err, out.String())
+	}
+	out.Reset()
+	err := rlsCheck(&out, []string{rlsExamples, bad})
+	if err == nil || !strings.Contains(out.String(), `FAIL `+bad+`: d.a: rate_limit.unit: "fortnight" is not one of`) {
+		t.Errorf("a broken file: %v\n%s", err, out.String())
+	}
+}
