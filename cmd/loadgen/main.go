@@ -2,8 +2,9 @@
 // bounded number of requests and reports throughput, latency percentiles
 // and the server CPU per call (from the servers' own
 // process_cpu_seconds_total, so two builds can be compared with the same
-// client). It speaks Connect JSON (HTTP/1.1), gRPC (h2c) or Unkey's v2
-// limit route (HTTP/1.1), spreads requests over one or more API URLs and,
+// client). It speaks Connect JSON (HTTP/1.1), gRPC (h2c), Unkey's v2
+// limit route (HTTP/1.1) or Envoy's ShouldRateLimit (gRPC; start the
+// server with UNKEY_RLS_CONFIG=cmd/loadgen/rls.yaml), spreads requests over one or more API URLs and,
 // like a load balancer, retries a request that could not be delivered on
 // the next URL.
 //
@@ -28,7 +29,9 @@ func main() {
 	var asJSON bool
 	flag.StringVar(&urls, "url", "http://127.0.0.1:7070", "comma-separated API base URLs, used round robin")
 	flag.StringVar(&metrics, "metrics-url", "", "comma-separated base URLs of the servers' /metrics, for the CPU per call (default: -url)")
-	flag.StringVar(&o.Protocol, "protocol", "json", "json (Connect JSON over HTTP/1.1), grpc (gRPC over h2c) or v2 (/v2/ratelimit.limit over HTTP/1.1)")
+	flag.StringVar(&o.Protocol, "protocol", "json", "json (Connect JSON over HTTP/1.1), grpc (gRPC over h2c), v2 (/v2/ratelimit.limit over HTTP/1.1) or rls (Envoy's ShouldRateLimit over gRPC)")
+	flag.StringVar(&o.RLSDomain, "domain", "loadgen", "with -protocol rls: the domain of every request")
+	flag.IntVar(&o.RLSDescriptors, "descriptors", 1, "with -protocol rls: descriptors per request")
 	flag.StringVar(&o.Token, "token", "", "bearer token")
 	flag.IntVar(&o.Concurrency, "c", 32, "concurrent requests")
 	flag.IntVar(&o.Requests, "n", 100_000, "total requests (the run stops at -n or -max-duration)")
@@ -57,6 +60,9 @@ func main() {
 	fmt.Printf("latency p50 %v, p99 %v, p99.9 %v, max %v\n", res.P50, res.P99, res.P999, res.Max)
 	if res.ServerCPU > 0 {
 		fmt.Printf("server CPU %v: %v per call\n", res.ServerCPU.Round(time.Millisecond), res.CPUPerCall)
+		if o.Protocol == "rls" {
+			fmt.Printf("%v per descriptor\n", res.CPUPerCall/time.Duration(o.RLSDescriptors))
+		}
 	}
 	if res.FirstError != "" {
 		fmt.Println("first error:", res.FirstError)

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
@@ -49,9 +51,14 @@ type Result struct {
 type Options struct {
 	URLs []string
 	// Protocol is json (Connect JSON over HTTP/1.1 keep-alive), grpc
-	// (gRPC over h2c) or v2 (Unkey's /v2/ratelimit.limit over HTTP/1.1
-	// keep-alive).
-	Protocol    string
+	// (gRPC over h2c), v2 (Unkey's /v2/ratelimit.limit over HTTP/1.1
+	// keep-alive) or rls (Envoy's ShouldRateLimit over gRPC, in domain
+	// RLSDomain, with RLSDescriptors descriptors of one entry "user" each:
+	// the server's UNKEY_RLS_CONFIG must have a rule for it, such as
+	// cmd/loadgen/rls.yaml).
+	Protocol       string
+	RLSDomain      string
+	RLSDescriptors int
 	Token       string
 	Concurrency int
 	Requests    int
@@ -82,15 +89,18 @@ type Sample struct {
 
 // Run drives the API and returns what it saw.
 func Run(ctx context.Context, o Options) (Result, error) {
-	if o.Protocol != "json" && o.Protocol != "grpc" && o.Protocol != "v2" {
-		return Result{}, fmt.Errorf("-protocol: must be json, grpc or v2, got %q", o.Protocol)
+	if o.Protocol != "json" && o.Protocol != "grpc" && o.Protocol != "v2" && o.Protocol != "rls" {
+		return Result{}, fmt.Errorf("-protocol: must be json, grpc, v2 or rls, got %q", o.Protocol)
+	}
+	if o.Protocol == "rls" && (o.RLSDescriptors < 1 || o.RLSDomain == "") {
+		return Result{}, errors.New("-descriptors must be at least 1 and -domain must name a domain for -protocol rls")
 	}
 	if o.Concurrency < 1 || o.Requests < 1 || o.Keys < 1 || len(o.URLs) == 0 {
 		return Result{}, errors.New("-c, -n and -keys must be at least 1, and -url must name a URL")
 	}
 	var protocols http.Protocols
 	var copts []connect.ClientOption
-	if o.Protocol == "grpc" {
+	if o.Protocol == "grpc" || o.Protocol == "rls" {
 		protocols.SetUnencryptedHTTP2(true)
 		copts = append(copts, connect.WithGRPC())
 	} else {
@@ -103,6 +113,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		u = strings.TrimSpace(u)
 		if o.Protocol == "v2" {
 			clients[i] = &v2Client{hc: hc, url: u + "/v2/ratelimit.limit"}
+			continue
+		}
+		if o.Protocol == "rls" {
+			clients[i] = &rlsClient{domain: o.RLSDomain, descriptors: o.RLSDescriptors,
+				c: connect.NewClient[rlsv3.RateLimitRequest, rlsv3.RateLimitResponse](hc, u+rlsProcedure, copts...)}
 			continue
 		}
 		clients[i] = connectClient{ratelimitv1connect.NewRatelimitServiceClient(hc, u, copts...)}
@@ -244,6 +259,35 @@ func (c *v2Client) limit(ctx context.Context, req *connect.Request[ratelimitv1.L
 		return false, fmt.Errorf("%s: %d %s", c.url, resp.StatusCode, out)
 	}
 	return bytes.Contains(out, []byte(`"success":true`)), nil
+}
+
+// rlsProcedure is Envoy's ShouldRateLimit.
+const rlsProcedure = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+
+// rlsClient calls ShouldRateLimit with descriptors descriptors, each the one
+// entry user=<identifier>/<n>, as an Envoy route with that many
+// rate_limits actions would.
+type rlsClient struct {
+	c           *connect.Client[rlsv3.RateLimitRequest, rlsv3.RateLimitResponse]
+	domain      string
+	descriptors int
+}
+
+func (c *rlsClient) limit(ctx context.Context, req *connect.Request[ratelimitv1.LimitRequest]) (bool, error) {
+	m := &rlsv3.RateLimitRequest{Domain: c.domain, Descriptors: make([]*rlcommonv3.RateLimitDescriptor, c.descriptors)}
+	for j := range m.Descriptors {
+		m.Descriptors[j] = &rlcommonv3.RateLimitDescriptor{Entries: []*rlcommonv3.RateLimitDescriptor_Entry{
+			{Key: "user", Value: req.Msg.Identifier + "/" + strconv.Itoa(j)}}}
+	}
+	r := connect.NewRequest(m)
+	if auth := req.Header().Get("Authorization"); auth != "" {
+		r.Header().Set("Authorization", auth)
+	}
+	resp, err := c.c.CallUnary(ctx, r)
+	if err != nil {
+		return false, err
+	}
+	return resp.Msg.OverallCode == rlsv3.RateLimitResponse_OK, nil
 }
 
 // serversCPU sums process_cpu_seconds_total over the /metrics of every
