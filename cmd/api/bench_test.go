@@ -15,6 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
 	"github.com/unkeyed/ratelimit/internal/testserver"
@@ -190,18 +191,18 @@ func BenchmarkDecisionWithPatterns(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			ctx := context.WithValue(context.Background(), workspaceKey{}, openWorkspace)
+			ctx := pipeline.WithWorkspace(context.Background(), pipeline.OpenWorkspace)
 			for i := range n {
 				id := fmt.Sprint("user_", i, "_*")
 				if i%2 == 1 {
 					id = fmt.Sprint("*_", i, ".example")
 				}
-				if _, err := srv.overrides.Set(ctx, overrides.Override{Workspace: openWorkspace, Namespace: "ns", Identifier: id,
+				if _, err := srv.overrides.Set(ctx, overrides.Override{Workspace: pipeline.OpenWorkspace, Namespace: "ns", Identifier: id,
 					Limit: 5, Duration: time.Minute}); err != nil {
 					b.Fatal(err)
 				}
 			}
-			h := &handler{limiter: srv.limiter, overrides: srv.overrides, metrics: srv.metrics}
+			h := &handler{pipeline: srv.pipeline}
 			req := connect.NewRequest(&ratelimitv1.LimitRequest{Namespace: "ns", Identifier: "customer_4242_eu-west", Limit: 1 << 40, Duration: 60_000})
 			for b.Loop() {
 				if _, err := h.Limit(ctx, req); err != nil {

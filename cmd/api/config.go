@@ -1,7 +1,6 @@
 package main
 
 import (
-	"crypto/sha256"
 	"fmt"
 	"strings"
 	"time"
@@ -9,6 +8,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/internal/envconfig"
 	"github.com/unkeyed/ratelimit/services/ratelimit/redisorigin"
@@ -82,7 +82,7 @@ type config struct {
 	MaxConcurrentStreams int           `env:"UNKEY_HTTP2_MAX_CONCURRENT_STREAMS" envDefault:"100"`
 
 	// Derived by loadConfig.
-	tokens tokens
+	tokens pipeline.Tokens
 	redis  *redis.Options // nil without UNKEY_REDIS_URL, or for a cluster
 	// redisCluster is set instead of redis for a redis+cluster:// URL.
 	redisCluster *redis.ClusterOptions
@@ -93,9 +93,6 @@ type config struct {
 // table.
 const maxRegionLength = 48
 
-// maxWorkspaceLength is the width of the workspace_id column.
-const maxWorkspaceLength = 191
-
 // loadConfig reads the configuration from environ (as from os.Environ). A
 // missing required variable, or a value that is malformed or not one of the
 // allowed ones, is an error that names the variable.
@@ -104,7 +101,7 @@ func loadConfig(environ []string) (config, error) {
 	if err := envconfig.Parse(environ, &c); err != nil {
 		return config{}, err
 	}
-	if len(c.Region) > maxRegionLength || !printable(c.Region) {
+	if len(c.Region) > maxRegionLength || !pipeline.Printable(c.Region) {
 		return config{}, fmt.Errorf("UNKEY_REGION: must be 1 to %d printable characters, got %q", maxRegionLength, c.Region)
 	}
 	if err := c.Log.Validate(); err != nil {
@@ -130,7 +127,7 @@ func loadConfig(environ []string) (config, error) {
 	}
 	for _, h := range []struct{ name, v string }{{"UNKEY_RLS_LIMIT_HEADER", c.RLSLimitHeader},
 		{"UNKEY_RLS_REMAINING_HEADER", c.RLSRemainingHeader}, {"UNKEY_RLS_RESET_HEADER", c.RLSResetHeader}} {
-		if !printable(h.v) || strings.ContainsAny(h.v, ":()<>@,;\\\"/[]?={}") {
+		if !pipeline.Printable(h.v) || strings.ContainsAny(h.v, ":()<>@,;\\\"/[]?={}") {
 			return config{}, fmt.Errorf("%s: must be an HTTP header name, got %q", h.name, h.v)
 		}
 	}
@@ -172,71 +169,12 @@ func loadConfig(environ []string) (config, error) {
 		}
 		c.mysql = dsn
 	}
-	tokens, err := parseTokens(c.AuthTokens)
+	tokens, err := pipeline.ParseTokens(c.AuthTokens)
 	if err != nil {
 		return config{}, fmt.Errorf("UNKEY_AUTH_TOKENS: %w", err)
 	}
 	c.tokens = tokens
 	return c, nil
-}
-
-// tokens maps the SHA-256 of a bearer token to its workspace. Hashing first
-// makes the lookup take the same time whatever prefix of a token a caller
-// guesses.
-type tokens map[[sha256.Size]byte]string
-
-// workspace returns the workspace of token, if it is known.
-func (t tokens) workspace(token string) (string, bool) {
-	ws, ok := t[sha256.Sum256([]byte(token))]
-	return ws, ok
-}
-
-// minTokenLength is the shortest bearer token accepted: 16 characters of a
-// random token are at least 80 bits even in a small alphabet, beyond
-// guessing over the network.
-const minTokenLength = 16
-
-// parseTokens parses comma-separated token=workspace_id entries. An entry
-// splits at its last "=", since workspace ids never hold one and base64
-// tokens may end in "=" padding.
-func parseTokens(s string) (tokens, error) {
-	t := tokens{}
-	if strings.TrimSpace(s) == "" {
-		return t, nil
-	}
-	for i, entry := range strings.Split(s, ",") {
-		entry = strings.TrimSpace(entry)
-		cut := strings.LastIndexByte(entry, '=')
-		if cut <= 0 || cut == len(entry)-1 {
-			return nil, fmt.Errorf("entry %d must be token=workspace_id", i+1)
-		}
-		token, ws := entry[:cut], entry[cut+1:]
-		if len(token) < minTokenLength {
-			return nil, fmt.Errorf("entry %d: token must be at least %d characters, got %d", i+1, minTokenLength, len(token))
-		}
-		if len(ws) > maxWorkspaceLength || !printable(ws) {
-			return nil, fmt.Errorf("entry %d: workspace must be 1 to %d printable characters", i+1, maxWorkspaceLength)
-		}
-		sum := sha256.Sum256([]byte(token))
-		if _, dup := t[sum]; dup {
-			return nil, fmt.Errorf("entry %d repeats a token", i+1)
-		}
-		t[sum] = ws
-	}
-	return t, nil
-}
-
-// printable reports whether s is non-empty printable ASCII without spaces.
-func printable(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] <= ' ' || s[i] >= 0x7f {
-			return false
-		}
-	}
-	return true
 }
 
 // batchEntriesInFlight returns the bound on each workspace's batch entries
@@ -245,5 +183,5 @@ func (c config) batchEntriesInFlight() int64 {
 	if c.BatchEntriesInFlightPerWorkspace > 0 {
 		return c.BatchEntriesInFlightPerWorkspace
 	}
-	return defaultBatchEntriesInFlight()
+	return pipeline.DefaultBatchEntriesInFlight()
 }

@@ -73,12 +73,12 @@ func TestTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	for token, want := range map[string]string{tokA: "ws_a", tokB: "ws_b", padded: "ws_c"} {
-		if ws, ok := c.tokens.workspace(token); !ok || ws != want {
+		if ws, ok := c.tokens.Workspace(token); !ok || ws != want {
 			t.Fatalf("workspace(%q) = %q, %v; want %q", token, ws, ok, want)
 		}
 	}
 	for _, prefix := range []string{tokA[:len(tokA)-1], strings.TrimRight(padded, "=")} {
-		if _, ok := c.tokens.workspace(prefix); ok {
+		if _, ok := c.tokens.Workspace(prefix); ok {
 			t.Fatalf("a prefix of a token was accepted: %q", prefix)
 		}
 	}

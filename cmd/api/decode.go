@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -26,7 +27,7 @@ import (
 func batchEntries(msg any) (int, bool) {
 	switch msg.(type) {
 	case *ratelimitv1.BatchLimitRequest:
-		return maxBatchLimit, true
+		return pipeline.MaxBatchLimit, true
 	case *ratelimitv1.MultiLimitRequest:
 		return ratelimit.MaxBatch, true
 	}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
 )
 
@@ -32,7 +33,7 @@ import (
 // newGRPCServer returns a grpc-go server of the service, with health and
 // reflection, and the function that marks it not serving at shutdown.
 func (s *server) newGRPCServer() (*grpc.Server, func()) {
-	h := &handler{limiter: s.limiter, overrides: s.overrides, metrics: s.metrics, batches: s.batches}
+	h := &handler{pipeline: s.pipeline}
 	srv := grpc.NewServer(
 		// The messages are capped as on the main port, and a batch's
 		// entries are counted before it is decoded (protoCodec).
@@ -97,22 +98,17 @@ func (s *server) grpcAuth(ctx context.Context, req any, info *grpc.UnaryServerIn
 	if !strings.HasPrefix(info.FullMethod, "/"+ratelimitv1connect.RatelimitServiceName+"/") && info.FullMethod != rlsProcedure {
 		return next(ctx, req)
 	}
-	ws := openWorkspace
-	if len(s.tokens) > 0 {
-		md, _ := metadata.FromIncomingContext(ctx)
-		var token string
+	var authorization string
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		if v := md.Get("authorization"); len(v) > 0 {
-			token, _ = strings.CutPrefix(v[0], "Bearer ")
-		}
-		if token == "" {
-			return nil, errMissingToken
-		}
-		var ok bool
-		if ws, ok = s.tokens.workspace(token); !ok {
-			return nil, errUnknownToken
+			authorization = v[0]
 		}
 	}
-	return next(context.WithValue(ctx, workspaceKey{}, ws), req)
+	ws, err := s.pipeline.Authenticate(authorization)
+	if err != nil {
+		return nil, connectAuthError(err)
+	}
+	return next(pipeline.WithWorkspace(ctx, ws), req)
 }
 
 // grpcErrors turns the handler's Connect errors into gRPC statuses (the

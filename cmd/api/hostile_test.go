@@ -17,6 +17,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/internal/testserver"
 )
@@ -220,8 +221,8 @@ func TestPatternCapOverTheAPI(t *testing.T) {
 // deciding (and counting) at once.
 func TestBatchStopsWhenTheCallerIsGone(t *testing.T) {
 	ts := startServer(t)
-	h := &handler{limiter: ts.srv.limiter, overrides: ts.srv.overrides, metrics: ts.srv.metrics}
-	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), workspaceKey{}, openWorkspace))
+	h := &handler{pipeline: ts.srv.pipeline}
+	ctx, cancel := context.WithCancel(pipeline.WithWorkspace(context.Background(), pipeline.OpenWorkspace))
 	cancel()
 	req := &ratelimitv1.BatchLimitRequest{}
 	for range 10 {

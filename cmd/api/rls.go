@@ -13,7 +13,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/unkeyed/ratelimit/services/overrides"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
@@ -44,10 +44,9 @@ const (
 // rlsService answers ShouldRateLimit.
 type rlsService struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	limiter   *ratelimit.Service
-	overrides *overrides.Service
-	config    func() *rlsconfig.Config
-	metrics   *rlsMetrics
+	pipeline *pipeline.Pipeline
+	config   func() *rlsconfig.Config
+	metrics  *rlsMetrics
 	// shadow answers OK to every request, whatever the rules decide
 	// (UNKEY_RLS_SHADOW_MODE); the counts and metrics are as without it.
 	shadow bool
@@ -81,7 +80,7 @@ func (s *rlsService) check(ctx context.Context, req *rlsv3.RateLimitRequest) (*r
 	if err := validateRLS(req); err != nil {
 		return nil, err
 	}
-	ws := workspaceFrom(ctx)
+	ws := pipeline.Workspace(ctx)
 	cfg := s.config()
 	n := len(req.Descriptors)
 	plans := make([]rlsPlan, n)
@@ -234,34 +233,34 @@ func (s *rlsService) decide(ctx context.Context, ws, domain string, p *rlsPlan, 
 	if !p.counted {
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, nil
 	}
-	r := ratelimit.Request{Workspace: ws, Namespace: rlsconfig.NamespacePrefix + domain, Identifier: p.identifier,
-		Limit: p.limit, Duration: p.unit.Duration(), Cost: p.cost}
-	if o, ok := s.overrides.Lookup(r.Workspace, r.Namespace, r.Identifier); ok {
-		r.Limit, r.Duration = o.Limit, o.Duration
-	}
-	r.Identifier = counterIdentifier(r.Identifier)
-	resp, err := decide(ctx, s.limiter, &r)
+	// The counter's name is the adapter's, built from the descriptor, not
+	// the caller's: any length is accepted (a long one is counted under its
+	// digest), and a year rule's window is allowed.
+	d, err := s.pipeline.Limit(ctx, pipeline.Call{
+		Request: ratelimit.Request{Workspace: ws, Namespace: rlsconfig.NamespacePrefix + domain, Identifier: p.identifier,
+			Limit: p.limit, Duration: p.unit.Duration(), Cost: p.cost},
+		MaxIdentifier: math.MaxInt, MaxDuration: ratelimit.MaxWindow, ZeroLimit: true})
 	if err != nil {
 		return nil, err
 	}
 	s.metrics.hits(domain, p.metric, p.cost)
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{
 		Code: rlsv3.RateLimitResponse_OK,
-		CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: p.name, RequestsPerUnit: uint32(min(r.Limit, math.MaxUint32)),
-			Unit: rlsv3.RateLimitResponse_RateLimit_Unit(rlsconfig.UnitOf(r.Duration))},
-		LimitRemaining:     uint32(min(max(resp.Remaining, 0), math.MaxUint32)),
-		DurationUntilReset: durationpb.New(max(resp.Reset.Sub(now), 0)),
+		CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: p.name, RequestsPerUnit: uint32(min(d.Limit, math.MaxUint32)),
+			Unit: rlsv3.RateLimitResponse_RateLimit_Unit(rlsconfig.UnitOf(d.Duration))},
+		LimitRemaining:     uint32(min(max(d.Remaining, 0), math.MaxUint32)),
+		DurationUntilReset: durationpb.New(max(d.Reset.Sub(now), 0)),
 	}
 	switch {
-	case !resp.Success && p.shadow:
+	case !d.Success && p.shadow:
 		s.metrics.over(domain, p.metric, p.cost)
 		s.metrics.shadowHits(domain, p.metric, p.cost)
-	case !resp.Success:
+	case !d.Success:
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		s.metrics.over(domain, p.metric, p.cost)
 	default:
 		s.metrics.within(domain, p.metric, p.cost)
-		if s.metrics.isNear(r.Limit, resp.Remaining) {
+		if s.metrics.isNear(d.Limit, d.Remaining) {
 			s.metrics.near(domain, p.metric, p.cost)
 		}
 	}

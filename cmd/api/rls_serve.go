@@ -15,8 +15,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/unkeyed/ratelimit/services/overrides"
-	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
 
@@ -29,7 +28,7 @@ var (
 
 // newRLS builds the rate limit service of cfg: its rules from
 // UNKEY_RLS_CONFIG (refusing to start on a broken file), or none.
-func newRLS(cfg config, logger *slog.Logger, reg prometheus.Registerer, limiter *ratelimit.Service, ov *overrides.Service) (*rlsService, *rlsconfig.Source, error) {
+func newRLS(cfg config, logger *slog.Logger, reg prometheus.Registerer, p *pipeline.Pipeline) (*rlsService, *rlsconfig.Source, error) {
 	empty, err := rlsconfig.Load()
 	if err != nil {
 		return nil, nil, err
@@ -51,7 +50,7 @@ func newRLS(cfg config, logger *slog.Logger, reg prometheus.Registerer, limiter 
 	if err != nil {
 		return nil, nil, fmt.Errorf("register rls metrics: %w", err)
 	}
-	s := &rlsService{limiter: limiter, overrides: ov, config: current, metrics: m, shadow: cfg.RLSShadowMode, now: time.Now,
+	s := &rlsService{pipeline: p, config: current, metrics: m, shadow: cfg.RLSShadowMode, now: time.Now,
 		logger: logger}
 	if cfg.RLSResponseHeaders {
 		s.headers = &rlsHeaders{limit: cfg.RLSLimitHeader, remaining: cfg.RLSRemainingHeader, reset: cfg.RLSResetHeader}

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/services/overrides"
@@ -49,13 +50,11 @@ type server struct {
 	limiter   *ratelimit.Service
 	overrides *overrides.Service
 	registry  *prometheus.Registry
-	metrics   *apiMetrics
-	tokens    tokens
+	pipeline  *pipeline.Pipeline
 	limits    connLimits
 	health    *grpchealth.StaticChecker
 	ready     atomic.Bool
 	budget    *decodeBudget  // of the request messages being read at once
-	batches   *batchGate     // the batch work of each workspace in flight
 	closers   []func() error // store clients, closed after the limiter
 	rls       *rlsService
 	rlsSource *rlsconfig.Source // nil without UNKEY_RLS_CONFIG
@@ -109,29 +108,28 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := newAPIMetrics(reg)
+	p, err := pipeline.New(limiter, ov, reg, pipeline.WithTokens(cfg.tokens),
+		pipeline.WithBatchEntriesInFlight(cfg.batchEntriesInFlight()))
 	if err != nil {
 		return nil, fmt.Errorf("register api metrics: %w", err)
 	}
-	rls, rlsSource, err := newRLS(cfg, logger, reg, limiter, ov)
+	rls, rlsSource, err := newRLS(cfg, logger, reg, p)
 	if err != nil {
 		return nil, err
 	}
 	if len(cfg.tokens) == 0 {
-		logger.Warn("no UNKEY_AUTH_TOKENS configured: the API is open and every caller shares the workspace " + openWorkspace)
+		logger.Warn("no UNKEY_AUTH_TOKENS configured: the API is open and every caller shares the workspace " + pipeline.OpenWorkspace)
 	}
 	return &server{
 		logger:    logger,
 		limiter:   limiter,
 		overrides: ov,
 		registry:  reg,
-		metrics:   m,
-		tokens:    cfg.tokens,
+		pipeline:  p,
 		limits: connLimits{readTimeout: cfg.ReadTimeout, writeTimeout: cfg.WriteTimeout, idleTimeout: cfg.IdleTimeout,
 			maxHeaderBytes: cfg.MaxHeaderBytes, maxConcurrentStreams: cfg.MaxConcurrentStreams},
 		health:    grpchealth.NewStaticChecker(ratelimitv1connect.RatelimitServiceName, rlsServiceName),
 		budget:    &decodeBudget{max: defaultDecodeBudget},
-		batches:   newBatchGate(cfg.batchEntriesInFlight()),
 		closers:   closers,
 		rls:       rls,
 		rlsSource: rlsSource,
@@ -158,12 +156,11 @@ func (s *server) handler() http.Handler {
 		connect.WithCodec(jsonCodec{name: "json"}),
 		connect.WithCodec(jsonCodec{name: "json; charset=utf-8"}),
 	}
-	path, service := ratelimitv1connect.NewRatelimitServiceHandler(
-		&handler{limiter: s.limiter, overrides: s.overrides, metrics: s.metrics, batches: s.batches}, opts...)
+	path, service := ratelimitv1connect.NewRatelimitServiceHandler(&handler{pipeline: s.pipeline}, opts...)
 	// The token is checked before anything of the body is read.
-	mux.Handle(path, authenticate(s.tokens, limitBody(s.budget, service)))
-	mux.Handle(rlsProcedure, authenticate(s.tokens, limitBody(s.budget, s.rls.connectHandler(opts...))))
-	mux.Handle("POST /json", authenticate(s.tokens, limitBody(s.budget, s.rls.jsonHandler())))
+	mux.Handle(path, authenticate(s.pipeline, limitBody(s.budget, service)))
+	mux.Handle(rlsProcedure, authenticate(s.pipeline, limitBody(s.budget, s.rls.connectHandler(opts...))))
+	mux.Handle("POST /json", authenticate(s.pipeline, limitBody(s.budget, s.rls.jsonHandler())))
 	s.unkeyRoutes(mux)
 	reflector := grpcreflect.NewStaticReflector(ratelimitv1connect.RatelimitServiceName, rlsServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))

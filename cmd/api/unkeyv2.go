@@ -11,8 +11,8 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strings"
-	"unicode/utf8"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -40,7 +40,7 @@ func (s *server) unkeyRoutes(mux *http.ServeMux) {
 		"/v2/ratelimit.listOverrides":  h.listOverrides,
 		"/v2/ratelimit.deleteOverride": h.deleteOverride,
 	} {
-		mux.Handle("POST "+path, h.serve(fn))
+		mux.Handle("POST "+path, limitBody(s.budget, h.serve(fn)))
 	}
 }
 
@@ -72,8 +72,8 @@ func badRequest(detail string, fields ...unkeyFieldError) *unkeyError {
 	return &unkeyError{status: http.StatusBadRequest, title: "Bad Request", typ: "application/invalid_input", detail: detail, fields: fields}
 }
 
-// serve authenticates the caller from its headers, reads the body (at most
-// maxRequestBytes), runs fn and writes its answer or error.
+// serve authenticates the caller from its headers, reads the body (capped
+// by limitBody), runs fn and writes its answer or error.
 func (h *unkeyV2) serve(fn func(context.Context, *unkeyCall) (any, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		requestID := newRequestID()
@@ -92,20 +92,9 @@ func (h *unkeyV2) serve(fn func(context.Context, *unkeyCall) (any, error)) http.
 			writeUnkeyError(w, requestID, authErr)
 			return
 		}
-		body, release, err := h.readBody(w, r)
-		defer release()
-		if errors.Is(err, errDecodeBudget) {
-			writeUnkeyError(w, requestID, &unkeyError{status: http.StatusTooManyRequests, title: "Too Many Requests",
-				typ: "application/resource_exhausted", detail: "server busy: too many large requests are being read at once; retry shortly"})
-			return
-		}
+		body, err := io.ReadAll(r.Body)
 		if err != nil {
-			readErr := badRequest("request body: could not be read")
-			var tooLarge *http.MaxBytesError
-			if errors.As(err, &tooLarge) {
-				readErr = badRequest(fmt.Sprintf("request body: must be at most %d bytes (1 MiB)", maxRequestBytes))
-			}
-			writeUnkeyError(w, requestID, readErr)
+			writeUnkeyError(w, requestID, bodyError(err))
 			return
 		}
 		data, err := fn(r.Context(), &unkeyCall{workspace: ws, body: body})
@@ -133,71 +122,58 @@ func (h *unkeyV2) serve(fn func(context.Context, *unkeyCall) (any, error)) http.
 	})
 }
 
-// readBody reads the request body, at most maxRequestBytes, out of the
-// decode budget; release gives the budget back once the request is answered.
-func (h *unkeyV2) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), err error) {
-	l := &lease{budget: h.srv.budget}
-	body, err = io.ReadAll(&leasedReader{r: http.MaxBytesReader(w, r.Body, maxRequestBytes), lease: l})
-	return body, l.release, err
-}
-
-// leasedReader takes what it reads from its lease's budget.
-type leasedReader struct {
-	r     io.Reader
-	lease *lease
-}
-
-func (l *leasedReader) Read(p []byte) (int, error) {
-	n, err := l.r.Read(p)
-	if leaseErr := l.lease.take(n); leaseErr != nil {
-		return 0, leaseErr
+// bodyError answers a body that could not be read: over the cap, past the
+// decode budget, or cut short.
+func bodyError(err error) *unkeyError {
+	switch {
+	case errors.Is(err, errDecodeBudget):
+		return &unkeyError{status: http.StatusTooManyRequests, title: "Too Many Requests",
+			typ: "application/resource_exhausted", detail: "server busy: too many large requests are being read at once; retry shortly"}
+	case errors.Is(err, errBodyTooLarge):
+		return badRequest(fmt.Sprintf("request body: must be at most %d bytes (1 MiB)", maxRequestBytes))
 	}
-	return n, err
+	return badRequest("request body: could not be read")
 }
 
-// authenticate returns the workspace of the request's bearer token.
+// authenticate returns the workspace of the request's bearer token (see
+// pipeline.Authenticate), or the error Unkey answers.
 func (h *unkeyV2) authenticate(r *http.Request) (string, *unkeyError) {
-	t := h.srv.tokens
-	if len(t) == 0 {
-		return openWorkspace, nil
-	}
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || token == "" {
+	ws, err := h.srv.pipeline.Authenticate(r.Header.Get("Authorization"))
+	switch {
+	case err == nil:
+		return ws, nil
+	case errors.Is(err, pipeline.ErrMissingToken):
 		return "", &unkeyError{status: http.StatusUnauthorized, title: "Unauthorized", typ: "authentication/missing",
 			detail: "missing bearer token: send an Authorization: Bearer <root key> header"}
 	}
-	ws, ok := t.workspace(token)
-	if !ok {
-		return "", &unkeyError{status: http.StatusUnauthorized, title: "Unauthorized", typ: "authentication/key_not_found",
-			detail: "unknown bearer token"}
-	}
-	return ws, nil
+	return "", &unkeyError{status: http.StatusUnauthorized, title: "Unauthorized", typ: "authentication/key_not_found",
+		detail: "unknown bearer token"}
 }
 
-// toUnkeyError maps the errors of the limiter and the overrides.
+// toUnkeyError answers an error of the pipeline in Unkey's shape, by its
+// kind.
 func toUnkeyError(err error) *unkeyError {
 	var ue *unkeyError
-	var ve *ratelimit.ValidationError
-	exhausted, isExhausted := exhaustedMessage(err)
-	switch {
-	case errors.As(err, &ue):
+	if errors.As(err, &ue) {
 		return ue
-	case errors.As(err, &ve):
-		location := "body." + ve.Field
-		if strings.HasPrefix(ve.Field, "[") {
-			location = "body" + ve.Field // an entry of multiLimit's array: body[2].cost
+	}
+	f := pipeline.Classify(err)
+	switch f.Kind {
+	case pipeline.KindInvalidArgument:
+		location := "body." + f.Field
+		if strings.HasPrefix(f.Field, "[") {
+			location = "body" + f.Field // an entry of multiLimit's array: body[2].cost
 		}
-		return badRequest(ve.Error(), unkeyFieldError{Location: location, Message: ve.Rule})
-	case errors.Is(err, overrides.ErrNotFound):
+		return badRequest(f.Message, unkeyFieldError{Location: location, Message: f.Rule})
+	case pipeline.KindNotFound:
 		return &unkeyError{status: http.StatusNotFound, title: "Not Found", typ: "data/ratelimit_override_not_found",
 			detail: "This override does not exist."}
-	case isExhausted:
+	case pipeline.KindResourceExhausted:
 		return &unkeyError{status: http.StatusTooManyRequests, title: "Too Many Requests", typ: "application/resource_exhausted",
-			detail: exhausted}
-	default:
-		return &unkeyError{status: http.StatusInternalServerError, title: "Internal Server Error", typ: "application/unexpected_error",
-			detail: "the request could not be completed; the server log has the detail under this requestId"}
+			detail: f.Message}
 	}
+	return &unkeyError{status: http.StatusInternalServerError, title: "Internal Server Error", typ: "application/unexpected_error",
+		detail: "the request could not be completed; the server log has the detail under this requestId"}
 }
 
 func writeUnkeyError(w http.ResponseWriter, requestID string, e *unkeyError) {
@@ -248,32 +224,16 @@ type unkeyLimitRequest struct {
 	Cost       *int64 `json:"cost"`
 }
 
-// request converts r, checking what the limiter's own validation does not:
-// Unkey's 512-character identifiers. The request's identifier is the one it
-// is counted under (see counterIdentifier); overrides match r.Identifier.
-func (r *unkeyLimitRequest) request(workspace string) (ratelimit.Request, error) {
+// call converts r. Unkey accepts identifiers of up to 512 characters; one
+// over 255 is counted under its digest (see pipeline.CounterIdentifier).
+func (r *unkeyLimitRequest) call(workspace string) pipeline.Call {
 	cost := int64(1)
 	if r.Cost != nil {
 		cost = *r.Cost
 	}
-	req := ratelimit.Request{Workspace: workspace, Namespace: r.Namespace, Identifier: r.Identifier,
-		Limit: r.Limit, Duration: durationMs(r.Duration), Cost: cost}
-	if n := utf8.RuneCountInString(r.Identifier); n > ratelimit.MaxNameLength {
-		if n > unkeyMaxIdentifier || !utf8.ValidString(r.Identifier) || strings.ContainsFunc(r.Identifier, isControl) {
-			return ratelimit.Request{}, &ratelimit.ValidationError{Field: "identifier",
-				Rule: fmt.Sprintf("must be 1 to %d characters of valid UTF-8 without control characters", unkeyMaxIdentifier)}
-		}
-		req.Identifier = counterIdentifier(r.Identifier) // what is validated below: the rest of the request
-	}
-	if err := req.Validate(); err != nil {
-		return ratelimit.Request{}, err
-	}
-	req.Identifier = counterIdentifier(r.Identifier)
-	return req, nil
+	return pipeline.Call{Request: ratelimit.Request{Workspace: workspace, Namespace: r.Namespace, Identifier: r.Identifier,
+		Limit: r.Limit, Duration: durationMs(r.Duration), Cost: cost}, MaxIdentifier: unkeyMaxIdentifier}
 }
-
-// isControl reports a C0 or C1 control character, which no name may hold.
-func isControl(r rune) bool { return r < 0x20 || (r >= 0x7f && r < 0xa0) }
 
 // unkeyLimitData is V2RatelimitLimitResponseData.
 type unkeyLimitData struct {
@@ -302,29 +262,12 @@ func (h *unkeyV2) limit(ctx context.Context, c *unkeyCall) (any, error) {
 			return nil, err
 		}
 	}
-	req, err := in.request(c.workspace)
+	d, err := h.srv.pipeline.Limit(ctx, in.call(c.workspace))
 	if err != nil {
 		return nil, err
 	}
-	overrideID := h.applyOverride(&req, in.Identifier)
-	resp, err := decide(ctx, h.srv.limiter, &req)
-	if err != nil {
-		return nil, err
-	}
-	h.srv.metrics.decision("Limit", resp.Success)
-	return &unkeyLimitData{Limit: resp.Limit, Remaining: resp.Remaining, Reset: resp.Reset.UnixMilli(),
-		Success: resp.Success, OverrideID: overrideID}, nil
-}
-
-// applyOverride replaces req's limit and duration by those of the override
-// that matches identifier (as the caller sent it), and returns its id.
-func (h *unkeyV2) applyOverride(req *ratelimit.Request, identifier string) string {
-	o, ok := h.srv.overrides.Lookup(req.Workspace, req.Namespace, identifier)
-	if !ok {
-		return ""
-	}
-	req.Limit, req.Duration = o.Limit, o.Duration
-	return o.ID
+	return &unkeyLimitData{Limit: d.Limit, Remaining: d.Remaining, Reset: d.Reset.UnixMilli(),
+		Success: d.Success, OverrideID: d.OverrideID}, nil
 }
 
 // unkeyMultiLimitCheck is V2RatelimitMultiLimitCheck.
@@ -339,48 +282,36 @@ type unkeyMultiLimitCheck struct {
 }
 
 func (h *unkeyV2) multiLimit(ctx context.Context, c *unkeyCall) (any, error) {
+	bound := &ratelimit.ValidationError{Field: "[]", Rule: fmt.Sprintf("must hold 1 to %d limits", ratelimit.MaxBatch)}
 	if jsonEntries(c.body, true, ratelimit.MaxBatch) > ratelimit.MaxBatch {
-		return nil, &ratelimit.ValidationError{Field: "[]", Rule: fmt.Sprintf("must hold 1 to %d limits", ratelimit.MaxBatch)}
+		return nil, bound
 	}
 	var in []unkeyLimitRequest
 	if err := strictDecode(c.body, &in, limitFields); err != nil {
 		return nil, err
 	}
-	if len(in) == 0 || len(in) > ratelimit.MaxBatch {
-		return nil, &ratelimit.ValidationError{Field: "[]", Rule: fmt.Sprintf("must hold 1 to %d limits", ratelimit.MaxBatch)}
-	}
-	reqs := make([]ratelimit.Request, len(in))
-	ids := make([]string, len(in))
-	blocked := make([]bool, len(in))
+	calls := make([]pipeline.Call, len(in))
 	for i := range in {
-		req, err := in[i].request(c.workspace)
-		if err != nil {
-			var ve *ratelimit.ValidationError
-			if errors.As(err, &ve) {
-				return nil, &ratelimit.ValidationError{Field: fmt.Sprintf("[%d].%s", i, ve.Field), Rule: ve.Rule}
-			}
-			return nil, err
+		calls[i] = in[i].call(c.workspace)
+	}
+	m, err := h.srv.pipeline.Multi(ctx, c.workspace, calls)
+	var ve *ratelimit.ValidationError
+	if errors.As(err, &ve) {
+		// The body is a bare array: "limits[2].cost" is "[2].cost" here.
+		if ve.Field == "limits" {
+			return nil, bound
 		}
-		ids[i] = h.applyOverride(&req, in[i].Identifier)
-		blocked[i] = req.Limit == 0
-		reqs[i] = req
+		return nil, &ratelimit.ValidationError{Field: strings.TrimPrefix(ve.Field, "limits"), Rule: ve.Rule}
 	}
-	leave, err := h.srv.batches.enter(ctx, c.workspace, len(reqs))
 	if err != nil {
 		return nil, err
 	}
-	defer leave()
-	resp, err := multiLimit(ctx, h.srv.limiter, reqs, blocked)
-	if err != nil {
-		return nil, err
+	checks := make([]unkeyMultiLimitCheck, len(m.Results))
+	for i, d := range m.Results {
+		checks[i] = unkeyMultiLimitCheck{Namespace: in[i].Namespace, Identifier: in[i].Identifier, Limit: d.Limit,
+			Remaining: d.Remaining, Reset: d.Reset.UnixMilli(), Passed: d.Success, OverrideID: d.OverrideID}
 	}
-	h.srv.metrics.decision("MultiLimit", resp.Passed)
-	checks := make([]unkeyMultiLimitCheck, len(resp.Results))
-	for i, r := range resp.Results {
-		checks[i] = unkeyMultiLimitCheck{Namespace: in[i].Namespace, Identifier: in[i].Identifier, Limit: r.Limit,
-			Remaining: r.Remaining, Reset: r.Reset.UnixMilli(), Passed: r.Success, OverrideID: ids[i]}
-	}
-	return map[string]any{"passed": resp.Passed, "limits": checks}, nil
+	return map[string]any{"passed": m.Passed, "limits": checks}, nil
 }
 
 // unkeyOverrideRequest is the body of the override routes.
@@ -408,7 +339,7 @@ func (h *unkeyV2) setOverride(ctx context.Context, c *unkeyCall) (any, error) {
 	if err := strictDecode(c.body, &in, setFields); err != nil {
 		return nil, err
 	}
-	o, err := h.srv.overrides.Set(ctx, overrides.Override{Workspace: c.workspace, Namespace: in.Namespace,
+	o, err := h.srv.pipeline.Overrides().Set(ctx, overrides.Override{Workspace: c.workspace, Namespace: in.Namespace,
 		Identifier: in.Identifier, Limit: in.Limit, Duration: durationMs(in.Duration)})
 	if err != nil {
 		return nil, err
@@ -421,7 +352,7 @@ func (h *unkeyV2) getOverride(ctx context.Context, c *unkeyCall) (any, error) {
 	if err := strictDecode(c.body, &in, keyFields); err != nil {
 		return nil, err
 	}
-	o, err := h.srv.overrides.Get(ctx, c.workspace, in.Namespace, in.Identifier)
+	o, err := h.srv.pipeline.Overrides().Get(ctx, c.workspace, in.Namespace, in.Identifier)
 	if err != nil {
 		return nil, err
 	}
@@ -433,7 +364,7 @@ func (h *unkeyV2) deleteOverride(ctx context.Context, c *unkeyCall) (any, error)
 	if err := strictDecode(c.body, &in, keyFields); err != nil {
 		return nil, err
 	}
-	if err := h.srv.overrides.Delete(ctx, c.workspace, in.Namespace, in.Identifier); err != nil {
+	if err := h.srv.pipeline.Overrides().Delete(ctx, c.workspace, in.Namespace, in.Identifier); err != nil {
 		return nil, err
 	}
 	return struct{}{}, nil
@@ -454,7 +385,7 @@ func (h *unkeyV2) listOverrides(ctx context.Context, c *unkeyCall) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	page, more, err := h.srv.overrides.List(ctx, c.workspace, in.Namespace, after, in.Limit)
+	page, more, err := h.srv.pipeline.Overrides().List(ctx, c.workspace, in.Namespace, after, in.Limit)
 	if err != nil {
 		return nil, err
 	}

@@ -37,6 +37,12 @@ func (s *Service) MultiLimit(ctx context.Context, reqs []Request) (MultiResponse
 	if err := ValidateBatch(reqs); err != nil {
 		return MultiResponse{}, err
 	}
+	return s.DecideAll(ctx, reqs)
+}
+
+// DecideAll is MultiLimit for a batch its caller has validated with
+// ValidateBatch: it is not checked again.
+func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse, error) {
 	keys := make([]windowKey, len(reqs))
 	for i, r := range reqs {
 		keys[i] = windowKey{workspace: r.Workspace, namespace: r.Namespace, identifier: r.Identifier, durationMs: r.Duration.Milliseconds()}

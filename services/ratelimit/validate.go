@@ -16,11 +16,11 @@ const (
 	MaxCost       = 1 << 53
 	MinDuration   = time.Second
 	MaxDuration   = 30 * 24 * time.Hour
-	// MaxWindow is the longest window Service.Limit accepts: a year, the
+	// MaxWindow is the longest window Service.Decide accepts: a year, the
 	// longest unit of Envoy's rate limit rules (365 days), and one day to
-	// spare. Requests from the API are held to MaxDuration by Validate;
-	// the limiter's maths and stores hold durations to the millisecond in
-	// 64 bits, so a year costs nothing more than a day.
+	// spare. Callers of the API are held to MaxDuration by Validate; the
+	// limiter's maths and stores hold durations to the millisecond in 64
+	// bits, so a year costs nothing more than a day.
 	MaxWindow = 366 * 24 * time.Hour
 )
 
@@ -40,6 +40,12 @@ func (e *ValidationError) Error() string { return e.Field + ": " + e.Rule }
 // workspace is not checked: it comes from the caller's credentials, not from
 // the request.
 func (r *Request) Validate() error { return r.validate(MaxDuration) }
+
+// ValidateWithin is Validate with maxDuration, at most [MaxWindow], as the
+// longest duration.
+func (r *Request) ValidateWithin(maxDuration time.Duration) error {
+	return r.validate(min(maxDuration, MaxWindow))
+}
 
 // validate is Validate with maxDuration as the longest duration.
 func (r *Request) validate(maxDuration time.Duration) error {

@@ -144,6 +144,9 @@ descriptors:
 	if m, _ := c.Match("d", entries("a,b=c", "x*")); m.Identifier != "a%2Cb%3Dc=x%2A" {
 		t.Errorf("escaped identifier = %q", m.Identifier)
 	}
+	if m, _ := c.Match("d", entries("a,b=c", "tab\there\u0085")); m.Identifier != "a%2Cb%3Dc=tab%09here%C2%85" {
+		t.Errorf("control characters: identifier = %q", m.Identifier)
+	}
 	shared1, _ := c.Match("d", entries("f", "x1"))
 	shared2, _ := c.Match("d", entries("f", "xyz"))
 	if shared1.Identifier != shared2.Identifier {

@@ -1,6 +1,9 @@
 package rlsconfig
 
-import "strings"
+import (
+	"strings"
+	"unicode/utf8"
+)
 
 // Entry is one entry of a request's descriptor.
 type Entry struct{ Key, Value string }
@@ -95,7 +98,8 @@ func wildcardMatch(parts []string, value string) bool {
 }
 
 // identifier names a descriptor's counter: its entries as key=value joined
-// by commas, with '%', ',', '=' and '*' in keys and values percent-escaped,
+// by commas, with '%', ',', '=', '*' and control characters in keys and
+// values percent-escaped,
 // so that no two descriptors share a counter by accident. An entry that
 // matched a wildcard with share_threshold is written with the wildcard
 // itself as its value, '*' unescaped: every value it matches shares one
@@ -129,15 +133,21 @@ func Identifier(entries []Entry) string { return identifier(entries, make([]*nod
 
 func writeEscaped(b *strings.Builder, s string) {
 	const hex = "0123456789ABCDEF"
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '%', ',', '=', '*':
-			b.WriteByte('%')
-			b.WriteByte(hex[c>>4])
-			b.WriteByte(hex[c&15])
-		default:
-			b.WriteByte(c)
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == '%' || r == ',' || r == '=' || r == '*' || isControl(r) || r == utf8.RuneError {
+			// Control characters and bytes that are not UTF-8 are escaped
+			// too, so the name is a valid counter name whatever the
+			// descriptor's values hold.
+			for _, c := range []byte(s[i : i+n]) {
+				b.WriteByte('%')
+				b.WriteByte(hex[c>>4])
+				b.WriteByte(hex[c&15])
+			}
+		} else {
+			b.WriteString(s[i : i+n])
 		}
+		i += n
 	}
 }
 

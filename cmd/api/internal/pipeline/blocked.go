@@ -1,4 +1,4 @@
-package main
+package pipeline
 
 import (
 	"context"
@@ -31,15 +31,15 @@ func windowEnd(d time.Duration, now time.Time) time.Time {
 // where blocked[i] says that an override with limit 0 blocks reqs[i]: then
 // the batch fails and nothing is counted; the other entries report what is
 // left for them.
-func multiLimit(ctx context.Context, limiter *ratelimit.Service, reqs []ratelimit.Request, blocked []bool) (ratelimit.MultiResponse, error) {
+func (p *Pipeline) multiLimit(ctx context.Context, reqs []ratelimit.Request, blocked []bool) (ratelimit.MultiResponse, error) {
 	anyBlocked := false
 	for _, b := range blocked {
 		anyBlocked = anyBlocked || b
 	}
 	if !anyBlocked {
-		return limiter.MultiLimit(ctx, reqs)
+		return p.limiter.DecideAll(ctx, reqs)
 	}
-	now := time.Now()
+	now := p.now()
 	out := ratelimit.MultiResponse{Results: make([]ratelimit.Response, len(reqs))}
 	var peeks []ratelimit.Request
 	var at []int
@@ -53,7 +53,7 @@ func multiLimit(ctx context.Context, limiter *ratelimit.Service, reqs []ratelimi
 		at = append(at, i)
 	}
 	if len(peeks) > 0 {
-		resp, err := limiter.MultiLimit(ctx, peeks)
+		resp, err := p.limiter.DecideAll(ctx, peeks)
 		if err != nil {
 			return ratelimit.MultiResponse{}, err
 		}

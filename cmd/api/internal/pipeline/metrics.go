@@ -1,19 +1,19 @@
-package main
+package pipeline
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// apiMetrics are the API's Prometheus metrics. Labels take only the fixed
+// metrics are the API's Prometheus metrics. Labels take only the fixed
 // values below; workspaces and identifiers never become labels.
-type apiMetrics struct {
+type metrics struct {
 	decisions *prometheus.CounterVec
 	// resolved counters for the four label combinations, so a request does
 	// not look its counter up.
 	limitPassed, limitDenied, multiPassed, multiDenied prometheus.Counter
 }
 
-func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "unkey_ratelimit_decisions_total",
 		Help: "Rate limit decisions by RPC (Limit, MultiLimit; each entry of a BatchLimit counts as a Limit) and outcome (passed, denied).",
@@ -21,7 +21,7 @@ func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
 	if err := reg.Register(decisions); err != nil {
 		return nil, err
 	}
-	return &apiMetrics{
+	return &metrics{
 		decisions:   decisions,
 		limitPassed: decisions.WithLabelValues("Limit", "passed"),
 		limitDenied: decisions.WithLabelValues("Limit", "denied"),
@@ -31,7 +31,7 @@ func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
 }
 
 // decision counts one decision of rpc.
-func (m *apiMetrics) decision(rpc string, passed bool) {
+func (m *metrics) decision(rpc string, passed bool) {
 	switch {
 	case rpc == "Limit" && passed:
 		m.limitPassed.Inc()

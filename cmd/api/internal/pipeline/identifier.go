@@ -1,4 +1,4 @@
-package main
+package pipeline
 
 import (
 	"crypto/sha256"
@@ -12,7 +12,7 @@ import (
 // digestPrefix begins the identifiers the limiter counts under a digest.
 const digestPrefix = "sha256:"
 
-// counterIdentifier returns the identifier the limiter counts a valid
+// CounterIdentifier returns the identifier the limiter counts a valid
 // identifier id under, the same on every route: id itself; or, for one
 // longer than ratelimit.MaxNameLength characters (the v2 routes take up to
 // 512) and for one that begins with "sha256:", "sha256:" and the hex
@@ -21,7 +21,7 @@ const digestPrefix = "sha256:"
 // counter with a different one, unless their SHA-256 collide: sending the
 // digest of a long identifier counts under the digest of that digest.
 // Overrides match the identifier as sent, on every route.
-func counterIdentifier(id string) string {
+func CounterIdentifier(id string) string {
 	if !strings.HasPrefix(id, digestPrefix) && utf8.RuneCountInString(id) <= ratelimit.MaxNameLength {
 		return id
 	}

@@ -1,12 +1,10 @@
-package main
+package pipeline
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 
-	"connectrpc.com/connect"
 	"github.com/puzpuzpuz/xsync/v4"
 	"golang.org/x/sync/semaphore"
 )
@@ -24,12 +22,12 @@ type batchGate struct {
 	gates        *xsync.Map[string, *semaphore.Weighted]
 }
 
-// defaultBatchEntriesInFlight is how many batch entries one workspace may
-// have in flight: a full BatchLimit (maxBatchLimit entries, about 0.2 ms of
+// DefaultBatchEntriesInFlight is how many batch entries one workspace may
+// have in flight: a full BatchLimit (MaxBatchLimit entries, about 0.2 ms of
 // CPU) for every two cores, so that one workspace keeps at most half the
 // cores busy.
-func defaultBatchEntriesInFlight() int64 {
-	return int64(max(1, runtime.GOMAXPROCS(0)/2) * maxBatchLimit)
+func DefaultBatchEntriesInFlight() int64 {
+	return int64(max(1, runtime.GOMAXPROCS(0)/2) * MaxBatchLimit)
 }
 
 func newBatchGate(perWorkspace int64) *batchGate {
@@ -45,11 +43,7 @@ func (g *batchGate) enter(ctx context.Context, workspace string, n int) (func(),
 		return semaphore.NewWeighted(g.perWorkspace), false
 	})
 	if err := sem.Acquire(ctx, w); err != nil {
-		code := connect.CodeCanceled
-		if errors.Is(err, context.DeadlineExceeded) {
-			code = connect.CodeDeadlineExceeded
-		}
-		return nil, connect.NewError(code, fmt.Errorf("waiting for this workspace's other batches: %w", err))
+		return nil, fmt.Errorf("waiting for this workspace's other batches: %w", err)
 	}
 	return func() { sem.Release(w) }, nil
 }

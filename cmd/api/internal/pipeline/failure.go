@@ -1,0 +1,101 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/unkeyed/ratelimit/services/overrides"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
+)
+
+// Kind is what went wrong with a request, whatever its protocol: each
+// adapter maps a kind to its own code or status, and words it its own way.
+type Kind int
+
+// The kinds of failure.
+const (
+	// KindInternal is a failure inside the server; its detail is for the
+	// log, not the caller.
+	KindInternal Kind = iota
+	// KindInvalidArgument is a request that breaks a rule: Failure.Field
+	// and Failure.Rule say which.
+	KindInvalidArgument
+	// KindUnauthenticated is a missing or unknown bearer token.
+	KindUnauthenticated
+	// KindNotFound is an override that does not exist.
+	KindNotFound
+	// KindResourceExhausted is a request refused by a cap (windows,
+	// overrides, patterns) or by the decode budget; the message names it.
+	KindResourceExhausted
+	// KindCanceled and KindDeadlineExceeded are a caller gone or out of
+	// time.
+	KindCanceled
+	KindDeadlineExceeded
+)
+
+// Failure is an error classified for a caller.
+type Failure struct {
+	Kind Kind
+	// Message says what went wrong, for the caller (empty for
+	// KindInternal: adapters answer a generic message and log Err).
+	Message string
+	// Field and Rule are set for KindInvalidArgument.
+	Field, Rule string
+	// Err is the error classified.
+	Err error
+}
+
+// Classify sorts err, from any step of the pipeline, the limiter or the
+// overrides, into a Failure.
+func Classify(err error) Failure {
+	var ve *ratelimit.ValidationError
+	if errors.As(err, &ve) {
+		return Failure{Kind: KindInvalidArgument, Message: ve.Error(), Field: ve.Field, Rule: ve.Rule, Err: err}
+	}
+	if errors.Is(err, ErrMissingToken) || errors.Is(err, ErrUnknownToken) {
+		return Failure{Kind: KindUnauthenticated, Message: err.Error(), Err: err}
+	}
+	if errors.Is(err, overrides.ErrNotFound) {
+		return Failure{Kind: KindNotFound, Message: "override not found: no override is set for this namespace and identifier", Err: err}
+	}
+	if msg, ok := exhaustedMessage(err); ok {
+		return Failure{Kind: KindResourceExhausted, Message: msg, Err: err}
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return Failure{Kind: KindDeadlineExceeded, Message: err.Error(), Err: err}
+	case errors.Is(err, context.Canceled):
+		return Failure{Kind: KindCanceled, Message: err.Error(), Err: err}
+	}
+	return Failure{Kind: KindInternal, Err: err}
+}
+
+// exhaustedMessage returns what a request refused by a cap is told: which
+// cap, the setting that raises it, and how to get under it.
+func exhaustedMessage(err error) (string, bool) {
+	var pe *overrides.PatternCapacityError
+	var oe *overrides.CapacityError
+	var ce *ratelimit.CapacityError
+	switch {
+	case errors.As(err, &pe) && pe.Floating:
+		return fmt.Sprintf("too many patterns that begin and end with *: this namespace holds %d, the most allowed, "+
+			"since every decision of the namespace tries each of them", pe.Max), true
+	case errors.As(err, &pe):
+		return fmt.Sprintf("too many override patterns: this namespace holds %d, the most "+
+			"UNKEY_MAX_OVERRIDE_PATTERNS_PER_NAMESPACE allows; delete one to set another", pe.Max), true
+	case errors.As(err, &oe):
+		return fmt.Sprintf("too many overrides: this workspace holds %d, the most UNKEY_MAX_OVERRIDES_PER_WORKSPACE allows; "+
+			"delete one to set another", oe.Max), true
+	case errors.As(err, &ce):
+		return fmt.Sprintf("too many active windows: this workspace holds %d, the most UNKEY_MAX_WINDOWS_PER_WORKSPACE allows; "+
+			"a window is freed once no request has used it for two of its durations", ce.Max), true
+	case errors.Is(err, ErrBusy):
+		return err.Error(), true
+	}
+	return "", false
+}
+
+// ErrBusy refuses a request for want of decode budget: too many large
+// requests are being read at once. The caller may retry.
+var ErrBusy = errors.New("server busy: too many large requests are being read at once; retry shortly")

@@ -1,0 +1,65 @@
+// Package pipeline is the request path every protocol of the API shares,
+// free of any protocol: authenticate, validate once, apply overrides,
+// decide, record metrics, classify errors. The adapters (Connect and gRPC,
+// Unkey's v2 routes, Envoy's rate limit service) only translate their
+// formats to a Request and a Decision back; a new protocol is a new
+// adapter, not a new copy of these steps.
+//
+// The body cap and the decode budget are applied by the HTTP middleware in
+// front of the adapters, since they bound reading, before any format is
+// known.
+package pipeline
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/unkeyed/ratelimit/services/overrides"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
+)
+
+// Pipeline decides requests on a limiter and its overrides.
+type Pipeline struct {
+	limiter   *ratelimit.Service
+	overrides *overrides.Service
+	tokens    Tokens
+	metrics   *metrics
+	batches   *batchGate // nil: batches are not gated
+	now       func() time.Time
+}
+
+// Option configures a Pipeline.
+type Option func(*Pipeline)
+
+// WithTokens sets the bearer tokens and their workspaces; without any,
+// every caller is in OpenWorkspace.
+func WithTokens(t Tokens) Option { return func(p *Pipeline) { p.tokens = t } }
+
+// WithBatchEntriesInFlight bounds the batch entries one workspace may have
+// being decided at once (see batchGate); 0 leaves batches ungated.
+func WithBatchEntriesInFlight(n int64) Option {
+	return func(p *Pipeline) {
+		if n > 0 {
+			p.batches = newBatchGate(n)
+		}
+	}
+}
+
+// New returns a pipeline on limiter and ov, registering its metrics with
+// reg.
+func New(limiter *ratelimit.Service, ov *overrides.Service, reg prometheus.Registerer, opts ...Option) (*Pipeline, error) {
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	p := &Pipeline{limiter: limiter, overrides: ov, metrics: m, now: time.Now}
+	for _, o := range opts {
+		o(p)
+	}
+	return p, nil
+}
+
+// Overrides returns the overrides the pipeline applies, for the adapters'
+// override routes.
+func (p *Pipeline) Overrides() *overrides.Service { return p.overrides }
