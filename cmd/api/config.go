@@ -58,10 +58,10 @@ type config struct {
 	GlobalFullFlushInterval time.Duration `env:"UNKEY_GLOBAL_FULL_FLUSH_INTERVAL" envDefault:"10s"`
 	GlobalSyncInterval      time.Duration `env:"UNKEY_GLOBAL_SYNC_INTERVAL" envDefault:"1s"`
 
-	// Envoy's rate limit service (rls.go). RLSConfig names a file or a
-	// directory of envoyproxy/ratelimit's .yaml files, read again every
-	// RLSConfigInterval; without it no rule applies and every descriptor is
-	// answered OK. RLSShadowMode answers OK whatever the rules decide.
+	// Envoy's rate limit service (rls_serve.go, package envoyrls).
+	// RLSConfig names a file or a directory of envoyproxy/ratelimit's .yaml
+	// files, read again every RLSConfigInterval; without it no rule applies
+	// and every descriptor is answered OK. RLSShadowMode answers OK whatever the rules decide.
 	// RLSResponseHeaders adds the limit, remaining and reset headers of the
 	// descriptor closest to its limit, under envoyproxy/ratelimit's names
 	// unless renamed.

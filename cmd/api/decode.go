@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
@@ -153,7 +154,7 @@ func (protoCodec) Unmarshal(data []byte, v any) error {
 	}
 	if m, ok := v.(*rlsv3.RateLimitRequest); ok && rlsTooLarge(data) {
 		m.Reset()
-		m.Descriptors = make([]*rlcommonv3.RateLimitDescriptor, maxRLSDescriptors+1)
+		m.Descriptors = make([]*rlcommonv3.RateLimitDescriptor, envoyrls.MaxDescriptors+1)
 		return nil
 	}
 	return proto.Unmarshal(data, msg)

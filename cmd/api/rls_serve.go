@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"time"
 
 	"connectrpc.com/connect"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
@@ -26,9 +26,17 @@ var (
 	rlsProcedure   = "/" + rlsServiceName + "/ShouldRateLimit"
 )
 
+// rls is Envoy's rate limit service as this server carries it: the
+// envoyrls adapter, on connect-go, grpc-go and the /json route.
+type rls struct {
+	svc    *envoyrls.Service
+	logger *slog.Logger
+	rlsv3.UnimplementedRateLimitServiceServer
+}
+
 // newRLS builds the rate limit service of cfg: its rules from
 // UNKEY_RLS_CONFIG (refusing to start on a broken file), or none.
-func newRLS(cfg config, logger *slog.Logger, reg prometheus.Registerer, p *pipeline.Pipeline) (*rlsService, *rlsconfig.Source, error) {
+func newRLS(cfg config, logger *slog.Logger, reg prometheus.Registerer, p *pipeline.Pipeline) (*rls, *rlsconfig.Source, error) {
 	empty, err := rlsconfig.Load()
 	if err != nil {
 		return nil, nil, err
@@ -46,24 +54,34 @@ func newRLS(cfg config, logger *slog.Logger, reg prometheus.Registerer, p *pipel
 		logger.Info("envoy rate limit service configured", "path", cfg.RLSConfig, "domains", domains, "rules", rules,
 			"shadow_mode", cfg.RLSShadowMode)
 	}
-	m, err := newRLSMetrics(reg, cfg.RLSNearLimitRatio)
-	if err != nil {
-		return nil, nil, fmt.Errorf("register rls metrics: %w", err)
-	}
-	s := &rlsService{pipeline: p, config: current, metrics: m, shadow: cfg.RLSShadowMode, now: time.Now,
-		logger: logger}
+	opts := []envoyrls.Option{envoyrls.WithShadowMode(cfg.RLSShadowMode), envoyrls.WithNearLimitRatio(cfg.RLSNearLimitRatio)}
 	if cfg.RLSResponseHeaders {
-		s.headers = &rlsHeaders{limit: cfg.RLSLimitHeader, remaining: cfg.RLSRemainingHeader, reset: cfg.RLSResetHeader}
+		opts = append(opts, envoyrls.WithResponseHeaders(envoyrls.Headers{Limit: cfg.RLSLimitHeader,
+			Remaining: cfg.RLSRemainingHeader, Reset: cfg.RLSResetHeader}))
 	}
-	return s, src, nil
+	svc, err := envoyrls.New(p, current, reg, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &rls{svc: svc, logger: logger}, src, nil
+}
+
+// ShouldRateLimit serves grpc-go: the adapter's answer, its errors as
+// Connect errors, which the grpc-go interceptor turns into statuses.
+func (r *rls) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	resp, err := r.svc.ShouldRateLimit(ctx, req)
+	if err != nil {
+		return nil, toConnectError(err)
+	}
+	return resp, nil
 }
 
 // connectHandler serves ShouldRateLimit on the main port: gRPC (as Envoy
 // calls it), gRPC-Web and Connect.
-func (s *rlsService) connectHandler(opts ...connect.HandlerOption) http.Handler {
+func (r *rls) connectHandler(opts ...connect.HandlerOption) http.Handler {
 	return connect.NewUnaryHandler(rlsProcedure,
 		func(ctx context.Context, req *connect.Request[rlsv3.RateLimitRequest]) (*connect.Response[rlsv3.RateLimitResponse], error) {
-			resp, err := s.ShouldRateLimit(ctx, req.Msg)
+			resp, err := r.ShouldRateLimit(ctx, req.Msg)
 			if err != nil {
 				return nil, err
 			}
@@ -74,41 +92,38 @@ func (s *rlsService) connectHandler(opts ...connect.HandlerOption) http.Handler 
 // jsonHandler serves envoyproxy/ratelimit's /json endpoint: a
 // RateLimitRequest in protobuf's JSON mapping, answered with the
 // RateLimitResponse, status 200 if it is OK and 429 if over the limit.
-func (s *rlsService) jsonHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
+func (r *rls) jsonHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, hr *http.Request) {
+		body, err := io.ReadAll(hr.Body)
 		if err != nil {
 			msg := "request body: could not be read"
-			var tooLarge *http.MaxBytesError
-			if errors.As(err, &tooLarge) {
+			if errors.Is(err, errBodyTooLarge) {
 				msg = fmt.Sprintf("request body: must be at most %d bytes (1 MiB)", maxRequestBytes)
 			}
 			http.Error(w, msg, http.StatusBadRequest)
 			return
 		}
 		var req rlsv3.RateLimitRequest
-		if jsonEntries(body, false, maxRLSDescriptors) > maxRLSDescriptors {
-			http.Error(w, errRLSBounds.Error(), http.StatusBadRequest)
+		if jsonEntries(body, false, envoyrls.MaxDescriptors) > envoyrls.MaxDescriptors {
+			http.Error(w, envoyrls.ErrBounds.Error(), http.StatusBadRequest)
 			return
 		}
 		if err := protojson.Unmarshal(body, &req); err != nil {
 			http.Error(w, "request body: must be a RateLimitRequest in JSON: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		resp, err := s.check(r.Context(), &req)
+		resp, err := r.svc.ShouldRateLimit(hr.Context(), &req)
 		if err != nil {
-			ce := toConnectError(err)
-			status := http.StatusInternalServerError
-			switch connect.CodeOf(ce) {
-			case connect.CodeInvalidArgument:
-				status = http.StatusBadRequest
-			case connect.CodeResourceExhausted:
-				status = http.StatusTooManyRequests
+			f := pipeline.Classify(err)
+			switch f.Kind {
+			case pipeline.KindInvalidArgument:
+				http.Error(w, f.Message, http.StatusBadRequest)
+			case pipeline.KindResourceExhausted:
+				http.Error(w, f.Message, http.StatusTooManyRequests)
+			default:
+				ce := opaqueError(hr.Context(), r.logger, "/json", toConnectError(err))
+				http.Error(w, connectMessage(ce), http.StatusInternalServerError)
 			}
-			if status == http.StatusInternalServerError {
-				ce = opaqueError(r.Context(), s.logger, "/json", ce).(*connect.Error)
-			}
-			http.Error(w, connectMessage(ce), status)
 			return
 		}
 		out, err := protojson.Marshal(resp)
@@ -142,8 +157,8 @@ func rlsTooLarge(data []byte) bool {
 				return false
 			}
 			descriptors++
-			entries += protoEntries(d, maxRLSEntries+1)
-			if descriptors > maxRLSDescriptors || entries > maxRLSDescriptors*maxRLSEntries {
+			entries += protoEntries(d, envoyrls.MaxEntries+1)
+			if descriptors > envoyrls.MaxDescriptors || entries > envoyrls.MaxDescriptors*envoyrls.MaxEntries {
 				return true
 			}
 			data = data[m:]

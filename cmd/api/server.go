@@ -56,7 +56,7 @@ type server struct {
 	ready     atomic.Bool
 	budget    *decodeBudget  // of the request messages being read at once
 	closers   []func() error // store clients, closed after the limiter
-	rls       *rlsService
+	rls       *rls
 	rlsSource *rlsconfig.Source // nil without UNKEY_RLS_CONFIG
 }
 

@@ -1,9 +1,25 @@
-package main
+// Package envoyrls is the adapter of Envoy's rate limit service
+// (envoy.service.ratelimit.v3), as envoyproxy/ratelimit serves it, onto the
+// request pipeline: Envoy, Istio, Envoy Gateway and the other gateways
+// built on Envoy call ShouldRateLimit once per request with the
+// descriptors their route produces. The rules come from envoyproxy/
+// ratelimit's YAML files (package rlsconfig). What differs: windows slide
+// instead of resetting on the clock, a denied hit is not counted, and the
+// counters converge through Redis and MySQL like every other.
+//
+// Counters: a descriptor of domain D is counted in namespace "envoy:D"
+// under the identifier rlsconfig gives (its entries as key=value,
+// comma-joined and escaped), with the rule's unit as its duration. An
+// override set on that namespace and identifier (or a pattern) replaces
+// the rule's limit, as for any other counter.
+//
+// The package translates formats only; the transports (connect-go and
+// grpc-go, the /json route) and their error codes are the server's.
+package envoyrls
 
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"math"
 	"strconv"
 	"time"
@@ -11,6 +27,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
@@ -18,72 +35,83 @@ import (
 	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
 
-// Envoy's rate limit service (envoy.service.ratelimit.v3), as
-// envoyproxy/ratelimit serves it, on this service's counters: Envoy,
-// Istio, Envoy Gateway and the other gateways built on Envoy call
-// ShouldRateLimit once per request with the descriptors their route
-// produces. The rules come from envoyproxy/ratelimit's YAML files
-// (UNKEY_RLS_CONFIG, package rlsconfig). What differs: windows slide
-// instead of resetting on the clock, a denied hit is not counted, and the
-// counters converge through Redis and MySQL like every other.
-//
-// Counters: a descriptor of domain D is counted in namespace "envoy:D"
-// under the identifier rlsconfig.Identifier gives (its entries as
-// key=value, comma-joined and escaped), with the rule's unit as its
-// duration. An override set on that namespace and identifier (or a
-// pattern) replaces the rule's limit, as for any other counter.
-
 // Bounds of a ShouldRateLimit request. Envoy sends one descriptor per
 // rate_limits action of the route, typically one to five, each of a few
 // entries.
 const (
-	maxRLSDescriptors = 100
-	maxRLSEntries     = 32
+	MaxDescriptors = 100
+	MaxEntries     = 32
 )
 
-// rlsService answers ShouldRateLimit.
-type rlsService struct {
-	rlsv3.UnimplementedRateLimitServiceServer
+// Service answers ShouldRateLimit on a pipeline.
+type Service struct {
 	pipeline *pipeline.Pipeline
 	config   func() *rlsconfig.Config
-	metrics  *rlsMetrics
-	// shadow answers OK to every request, whatever the rules decide
-	// (UNKEY_RLS_SHADOW_MODE); the counts and metrics are as without it.
+	metrics  *metrics
+	// shadow answers OK to every request, whatever the rules decide; the
+	// counts and metrics are as without it.
 	shadow bool
 	// headers, if set, names the response headers to add.
-	headers *rlsHeaders
+	headers *Headers
 	now     func() time.Time
-	logger  *slog.Logger
 }
 
-// rlsHeaders are the names of the headers Envoy adds to the response: those
-// of the descriptor closest to its limit.
-type rlsHeaders struct{ limit, remaining, reset string }
+// Headers are the names of the headers Envoy adds to its response: the
+// limit, remaining and reset of the descriptor closest to its limit.
+type Headers struct{ Limit, Remaining, Reset string }
 
-var errRLSBounds = &ratelimit.ValidationError{Field: "descriptors",
-	Rule: fmt.Sprintf("must hold 1 to %d descriptors of 1 to %d entries each", maxRLSDescriptors, maxRLSEntries)}
+// DefaultHeaders are envoyproxy/ratelimit's names.
+var DefaultHeaders = Headers{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "RateLimit-Reset"}
 
-// ShouldRateLimit implements envoy.service.ratelimit.v3.RateLimitService.
-// Each descriptor is decided and counted on its own, in request order. Its
-// errors are Connect errors, which both of the service's gRPC servers
-// answer with their code.
-func (s *rlsService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	resp, err := s.check(ctx, req)
+// Option configures a Service.
+type Option func(*Service)
+
+// WithShadowMode answers OK to every request, whatever the rules decide,
+// while counting as usual (envoyproxy/ratelimit's global shadow mode).
+func WithShadowMode(on bool) Option { return func(s *Service) { s.shadow = on } }
+
+// WithResponseHeaders adds the headers named h to every answer whose
+// descriptors had a limit.
+func WithResponseHeaders(h Headers) Option { return func(s *Service) { s.headers = &h } }
+
+// WithNearLimitRatio sets the share of a limit past which a hit counts as
+// near it (0.8).
+func WithNearLimitRatio(r float64) Option { return func(s *Service) { s.metrics.nearRatio = r } }
+
+// WithClock sets the clock of duration_until_reset (time.Now).
+func WithClock(now func() time.Time) Option { return func(s *Service) { s.now = now } }
+
+// New returns the service deciding on p by the rules config returns (read
+// on every request, so a reload takes effect at once), with its metrics
+// registered with reg.
+func New(p *pipeline.Pipeline, config func() *rlsconfig.Config, reg prometheus.Registerer, opts ...Option) (*Service, error) {
+	m, err := newMetrics(reg)
 	if err != nil {
-		return nil, toConnectError(err)
+		return nil, fmt.Errorf("register rls metrics: %w", err)
 	}
-	return resp, nil
+	s := &Service{pipeline: p, config: config, metrics: m, now: time.Now}
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
 }
 
-// check is ShouldRateLimit with the limiter's own errors.
-func (s *rlsService) check(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	if err := validateRLS(req); err != nil {
+// ErrBounds refuses a request with too many descriptors or entries. A
+// transport that counts them before decoding answers with it too.
+var ErrBounds = &ratelimit.ValidationError{Field: "descriptors",
+	Rule: fmt.Sprintf("must hold 1 to %d descriptors of 1 to %d entries each", MaxDescriptors, MaxEntries)}
+
+// ShouldRateLimit answers Envoy's request: each descriptor decided and
+// counted on its own, in request order. Its errors are the pipeline's
+// (pipeline.Classify sorts them); the transport maps them to its codes.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if err := validate(req); err != nil {
 		return nil, err
 	}
 	ws := pipeline.Workspace(ctx)
 	cfg := s.config()
 	n := len(req.Descriptors)
-	plans := make([]rlsPlan, n)
+	plans := make([]plan, n)
 	replaced := map[string]bool{}
 	for i, d := range req.Descriptors {
 		p, err := s.plan(cfg, req, d)
@@ -113,7 +141,7 @@ func (s *rlsService) check(ctx context.Context, req *rlsv3.RateLimitRequest) (*r
 		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
-		if st.CurrentLimit != nil && (closest < 0 || rlsCloser(st, resp.Statuses[closest])) {
+		if st.CurrentLimit != nil && (closest < 0 || closer(st, resp.Statuses[closest])) {
 			closest = i
 		}
 	}
@@ -124,9 +152,9 @@ func (s *rlsService) check(ctx context.Context, req *rlsv3.RateLimitRequest) (*r
 	if s.headers != nil && closest >= 0 {
 		st := resp.Statuses[closest]
 		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
-			{Key: s.headers.limit, Value: strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10)},
-			{Key: s.headers.remaining, Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
-			{Key: s.headers.reset, Value: strconv.FormatInt(ceilSeconds(st.DurationUntilReset.AsDuration()), 10)},
+			{Key: s.headers.Limit, Value: strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10)},
+			{Key: s.headers.Remaining, Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
+			{Key: s.headers.Reset, Value: strconv.FormatInt(ceilSeconds(st.DurationUntilReset.AsDuration()), 10)},
 		}
 	}
 	return resp, nil
@@ -134,7 +162,7 @@ func (s *rlsService) check(ctx context.Context, req *rlsv3.RateLimitRequest) (*r
 
 // rlsCloser reports whether a is closer to its limit than b: over it, or
 // with less remaining.
-func rlsCloser(a, b *rlsv3.RateLimitResponse_DescriptorStatus) bool {
+func closer(a, b *rlsv3.RateLimitResponse_DescriptorStatus) bool {
 	aOver, bOver := a.Code == rlsv3.RateLimitResponse_OVER_LIMIT, b.Code == rlsv3.RateLimitResponse_OVER_LIMIT
 	if aOver != bOver {
 		return aOver
@@ -145,19 +173,19 @@ func rlsCloser(a, b *rlsv3.RateLimitResponse_DescriptorStatus) bool {
 func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
 
 // validateRLS checks what the limiter does not: the request's shape.
-func validateRLS(req *rlsv3.RateLimitRequest) error {
+func validate(req *rlsv3.RateLimitRequest) error {
 	// The bound first: a request over it may have been left undecoded
 	// (rlsTooLarge).
-	if len(req.Descriptors) == 0 || len(req.Descriptors) > maxRLSDescriptors {
-		return errRLSBounds
+	if len(req.Descriptors) == 0 || len(req.Descriptors) > MaxDescriptors {
+		return ErrBounds
 	}
 	if req.Domain == "" {
 		return &ratelimit.ValidationError{Field: "domain", Rule: "must not be empty"}
 	}
 	for i, d := range req.Descriptors {
-		if len(d.GetEntries()) == 0 || len(d.GetEntries()) > maxRLSEntries {
+		if len(d.GetEntries()) == 0 || len(d.GetEntries()) > MaxEntries {
 			return &ratelimit.ValidationError{Field: fmt.Sprintf("descriptors[%d].entries", i),
-				Rule: fmt.Sprintf("must hold 1 to %d entries", maxRLSEntries)}
+				Rule: fmt.Sprintf("must hold 1 to %d entries", MaxEntries)}
 		}
 		for j, e := range d.Entries {
 			if e.GetKey() == "" {
@@ -168,8 +196,8 @@ func validateRLS(req *rlsv3.RateLimitRequest) error {
 	return nil
 }
 
-// rlsPlan is what a descriptor is decided by.
-type rlsPlan struct {
+// plan is what a descriptor is decided by.
+type plan struct {
 	rule       *rlsconfig.Rule // nil for a descriptor-level limit
 	counted    bool            // false: answered OK without a counter
 	unlimited  bool
@@ -185,14 +213,14 @@ type rlsPlan struct {
 // plan finds what decides descriptor d: its own limit if Envoy sent one
 // (for a domain of the configuration, as envoyproxy/ratelimit does), else
 // the rule it matches.
-func (s *rlsService) plan(cfg *rlsconfig.Config, req *rlsv3.RateLimitRequest, d *rlcommonv3.RateLimitDescriptor) (rlsPlan, *ratelimit.ValidationError) {
+func (s *Service) plan(cfg *rlsconfig.Config, req *rlsv3.RateLimitRequest, d *rlcommonv3.RateLimitDescriptor) (plan, *ratelimit.ValidationError) {
 	cost := int64(1)
 	if req.HitsAddend > 0 {
 		cost = int64(req.HitsAddend)
 	}
 	if h := d.GetHitsAddend(); h != nil {
 		if h.Value > ratelimit.MaxCost {
-			return rlsPlan{}, &ratelimit.ValidationError{Field: "hits_addend", Rule: fmt.Sprintf("must be at most %d", int64(ratelimit.MaxCost))}
+			return plan{}, &ratelimit.ValidationError{Field: "hits_addend", Rule: fmt.Sprintf("must be at most %d", int64(ratelimit.MaxCost))}
 		}
 		cost = int64(h.Value) // an explicit 0 checks without counting
 	}
@@ -203,7 +231,7 @@ func (s *rlsService) plan(cfg *rlsconfig.Config, req *rlsv3.RateLimitRequest, d 
 	if l := d.GetLimit(); l != nil && cfg.HasDomain(req.Domain) {
 		unit := rlsconfig.Unit(l.Unit)
 		if unit.Duration() == 0 {
-			return rlsPlan{}, &ratelimit.ValidationError{Field: "limit.unit", Rule: "must be SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR"}
+			return plan{}, &ratelimit.ValidationError{Field: "limit.unit", Rule: "must be SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR"}
 		}
 		// Labelled by its keys, not its values, which would be a series
 		// per caller; the prefix keeps it apart from the file's rules.
@@ -211,20 +239,20 @@ func (s *rlsService) plan(cfg *rlsconfig.Config, req *rlsv3.RateLimitRequest, d 
 		for _, e := range entries {
 			metric += "." + e.Key
 		}
-		return rlsPlan{counted: true, limit: int64(l.RequestsPerUnit), unit: unit, identifier: rlsconfig.Identifier(entries),
+		return plan{counted: true, limit: int64(l.RequestsPerUnit), unit: unit, identifier: rlsconfig.Identifier(entries),
 			metric: metric, cost: cost}, nil
 	}
 	m, ok := cfg.Match(req.Domain, entries)
 	if !ok {
-		return rlsPlan{}, nil
+		return plan{}, nil
 	}
 	r := m.Rule
-	return rlsPlan{rule: r, counted: !r.Unlimited, unlimited: r.Unlimited, shadow: r.ShadowMode, limit: int64(r.RequestsPerUnit),
+	return plan{rule: r, counted: !r.Unlimited, unlimited: r.Unlimited, shadow: r.ShadowMode, limit: int64(r.RequestsPerUnit),
 		unit: r.Unit, name: r.Name, identifier: m.Identifier, metric: m.Metric, cost: cost}, nil
 }
 
 // decide decides one planned descriptor.
-func (s *rlsService) decide(ctx context.Context, ws, domain string, p *rlsPlan, now time.Time) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
+func (s *Service) decide(ctx context.Context, ws, domain string, p *plan, now time.Time) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
 	if p.unlimited {
 		s.metrics.hits(domain, p.metric, p.cost)
 		s.metrics.within(domain, p.metric, p.cost)

@@ -1,15 +1,15 @@
-package main
+package envoyrls
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// rlsMetrics are the statistics envoyproxy/ratelimit's users look for, per
+// metrics are the statistics envoyproxy/ratelimit's users look for, per
 // domain and rule, counted in hits (a request's hits_addend). The rule
 // label is the rule's path in the configuration, so there is one series
 // per rule of the files; only rules with detailed_metric (or levels with
 // value_to_metric) put the request's values into it, as their authors ask.
-type rlsMetrics struct {
+type metrics struct {
 	total, overLimit, nearLimit, withinLimit, shadowMode *prometheus.CounterVec
 	globalShadow                                         prometheus.Counter
 	// nearRatio: a hit that leaves less than (1 - nearRatio) of the limit
@@ -17,11 +17,11 @@ type rlsMetrics struct {
 	nearRatio float64
 }
 
-func newRLSMetrics(reg prometheus.Registerer, nearRatio float64) (*rlsMetrics, error) {
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	vec := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"domain", "rule"})
 	}
-	m := &rlsMetrics{
+	m := &metrics{
 		total:       vec("unkey_rls_hits_total", "Hits of descriptors that matched a rule of Envoy's rate limit service, by domain and rule."),
 		overLimit:   vec("unkey_rls_over_limit_total", "Hits over their rule's limit (shadow-mode rules included)."),
 		nearLimit:   vec("unkey_rls_near_limit_total", "Hits within their rule's limit that left less than 1 - UNKEY_RLS_NEAR_LIMIT_RATIO of it."),
@@ -29,7 +29,7 @@ func newRLSMetrics(reg prometheus.Registerer, nearRatio float64) (*rlsMetrics, e
 		shadowMode:  vec("unkey_rls_shadow_mode_total", "Hits over the limit of a shadow_mode rule, answered OK."),
 		globalShadow: prometheus.NewCounter(prometheus.CounterOpts{Name: "unkey_rls_global_shadow_mode_total",
 			Help: "Requests over a limit answered OK because UNKEY_RLS_SHADOW_MODE is on."}),
-		nearRatio: nearRatio,
+		nearRatio: 0.8,
 	}
 	for _, c := range []prometheus.Collector{m.total, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode, m.globalShadow} {
 		if err := reg.Register(c); err != nil {
@@ -39,23 +39,23 @@ func newRLSMetrics(reg prometheus.Registerer, nearRatio float64) (*rlsMetrics, e
 	return m, nil
 }
 
-func (m *rlsMetrics) hits(domain, rule string, n int64) {
+func (m *metrics) hits(domain, rule string, n int64) {
 	m.total.WithLabelValues(domain, rule).Add(float64(n))
 }
-func (m *rlsMetrics) over(domain, rule string, n int64) {
+func (m *metrics) over(domain, rule string, n int64) {
 	m.overLimit.WithLabelValues(domain, rule).Add(float64(n))
 }
-func (m *rlsMetrics) near(domain, rule string, n int64) {
+func (m *metrics) near(domain, rule string, n int64) {
 	m.nearLimit.WithLabelValues(domain, rule).Add(float64(n))
 }
-func (m *rlsMetrics) within(domain, rule string, n int64) {
+func (m *metrics) within(domain, rule string, n int64) {
 	m.withinLimit.WithLabelValues(domain, rule).Add(float64(n))
 }
-func (m *rlsMetrics) shadowHits(domain, rule string, n int64) {
+func (m *metrics) shadowHits(domain, rule string, n int64) {
 	m.shadowMode.WithLabelValues(domain, rule).Add(float64(n))
 }
 
 // isNear reports whether remaining is under (1 - nearRatio) of limit.
-func (m *rlsMetrics) isNear(limit, remaining int64) bool {
+func (m *metrics) isNear(limit, remaining int64) bool {
 	return float64(limit-remaining) > m.nearRatio*float64(limit)
 }

@@ -1,0 +1,92 @@
+package envoyrls
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/services/overrides"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/rlsconfig"
+)
+
+// newService returns the adapter on an in-memory limiter and overrides,
+// with the rules of yaml.
+func newService(t *testing.T, yaml string, opts ...Option) (*Service, *overrides.Service) {
+	t.Helper()
+	limiter, err := ratelimit.New("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ov, err := overrides.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := pipeline.New(limiter, ov, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := rlsconfig.Load(rlsconfig.File{Name: "test.yaml", Data: []byte(yaml)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(p, func() *rlsconfig.Config { return cfg }, prometheus.NewRegistry(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, ov
+}
+
+func one(key, value string) []*rlcommonv3.RateLimitDescriptor {
+	return []*rlcommonv3.RateLimitDescriptor{{Entries: []*rlcommonv3.RateLimitDescriptor_Entry{{Key: key, Value: value}}}}
+}
+
+// TestYearRulesAndOverrides: a year rule keeps a 365-day window (longer than
+// the API lets callers ask for); an override set on the descriptor's
+// counter name replaces the rule's limit and window.
+func TestYearRulesAndOverrides(t *testing.T) {
+	s, ov := newService(t, "domain: d\ndescriptors:\n  - key: plan\n    rate_limit: {unit: year, requests_per_unit: 3}\n")
+	ctx := pipeline.WithWorkspace(context.Background(), pipeline.OpenWorkspace)
+	resp, err := s.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: one("plan", "free")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := resp.Statuses[0]
+	if st.CurrentLimit.Unit != rlsv3.RateLimitResponse_RateLimit_YEAR || st.LimitRemaining != 2 ||
+		st.DurationUntilReset.AsDuration() > 365*24*time.Hour || st.DurationUntilReset.AsDuration() <= 0 {
+		t.Fatalf("year rule: %v", st)
+	}
+	if _, err := ov.Set(ctx, overrides.Override{Workspace: pipeline.OpenWorkspace, Namespace: "envoy:d", Identifier: "plan=free",
+		Limit: 100, Duration: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = s.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: one("plan", "free")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := resp.Statuses[0]; st.CurrentLimit.RequestsPerUnit != 100 || st.CurrentLimit.Unit != rlsv3.RateLimitResponse_RateLimit_HOUR ||
+		st.LimitRemaining != 99 {
+		t.Fatalf("with an override of 100 an hour: %v", st)
+	}
+}
+
+// TestGlobalShadowMode: over the limit, the answer is OK, and the counts
+// are kept as without shadow mode.
+func TestGlobalShadowMode(t *testing.T) {
+	s, _ := newService(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n", WithShadowMode(true))
+	ctx := pipeline.WithWorkspace(context.Background(), pipeline.OpenWorkspace)
+	for i, wantStatus := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		resp, err := s.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: one("k", "v")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].Code != wantStatus {
+			t.Fatalf("call %d: overall %v, status %v; want OK overall and %v", i, resp.OverallCode, resp.Statuses[0].Code, wantStatus)
+		}
+	}
+}
