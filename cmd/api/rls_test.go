@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -249,9 +250,24 @@ func TestRLSRequest(t *testing.T) {
 			t.Errorf("%v: %v, want invalid_argument containing %q", tc.req, err, tc.want)
 		}
 	}
-	hc, err := healthpb.NewHealthClient(mustDial(t, ts.grpcAddr)).Check(context.Background(), &healthpb.HealthCheckRequest{Service: rlsServiceName})
-	if err != nil || hc.Status != healthpb.HealthCheckResponse_SERVING {
-		t.Errorf("health of %s: %v, %v", rlsServiceName, hc, err)
+	// Health and reflection name the service on both ports.
+	for _, addr := range []string{ts.grpcAddr, strings.TrimPrefix(ts.url, "http://")} {
+		conn := mustDial(t, addr)
+		hc, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: rlsServiceName})
+		if err != nil || hc.Status != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("%s: health of %s: %v, %v", addr, rlsServiceName, hc, err)
+		}
+		stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := stream.Recv(); err != nil || !strings.Contains(r.String(), rlsServiceName) {
+			t.Errorf("%s: reflection's services: %v, %v", addr, r, err)
+		}
+		stream.CloseSend()
 	}
 	_, body := ts.get(t, "/metrics")
 	for _, want := range []string{
