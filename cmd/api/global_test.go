@@ -121,3 +121,33 @@ func TestTwoRegions(t *testing.T) {
 		t.Fatalf("region b admitted %d of the 4 left, want 4", admitted)
 	}
 }
+
+// TestFreeZoneFiveRegions: five regions, each one real API server, on one
+// MariaDB with the default schedule, share a key of 100 a minute that
+// receives ten times that, spread evenly: about 17 requests a second, 3 a
+// second in each region, for 15 s. With the floor at half the limit each
+// region admitted its first 50 before any learnt of the others (250 in all);
+// with the presence floor the regions learn of each other at 5 each, and
+// the fleet admits the limit and what one flush and one sync let through.
+func TestFreeZoneFiveRegions(t *testing.T) {
+	m, _ := dbtest.Start(t)
+	var regions []*testServer
+	for i := range 5 {
+		regions = append(regions, startServer(t, fmt.Sprint("UNKEY_REGION=r", i), "UNKEY_MYSQL_DSN="+m.DSN))
+	}
+	const body = `{"namespace":"free-zone","identifier":"k","limit":100,"duration":60000}`
+	admitted, sent := 0, 0
+	start := time.Now()
+	for i := 0; time.Since(start) < 15*time.Second; i++ {
+		// 1,000 a minute in all: one request every 60 ms, round robin.
+		time.Sleep(time.Until(start.Add(time.Duration(i) * 60 * time.Millisecond)))
+		if _, out := regions[i%len(regions)].call(t, "Limit", "", body); out["success"] == true {
+			admitted++
+		}
+		sent++
+	}
+	t.Logf("five regions, a limit of 100 a minute, %d requests spread evenly over 15 s: %d admitted", sent, admitted)
+	if admitted > 150 {
+		t.Fatalf("admitted %d of a limit of 100, want at most 1.5 times it", admitted)
+	}
+}

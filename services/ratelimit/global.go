@@ -77,16 +77,33 @@ const (
 	// in lockstep and a slow tick does not shift the ones after it.
 	globalSyncJitter = 0.2
 	// globalUtilizationFloor is the share of the limit a region must have
-	// used in a cell before it publishes it: below half the limit a region
-	// cannot push another over by itself.
+	// used in a cell of a window shorter than globalPresenceMinWindow before
+	// it publishes it, and in any cell no other region holds before it
+	// publishes more than its presence: below half the limit a region cannot
+	// push another over by itself.
 	globalUtilizationFloor = 0.5
 	// globalFlushStep is the growth, as a share of the limit, that makes a
 	// published cell due at the next prompt flush; smaller growth waits for
-	// the full flush. It bounds what a prompt flush writes: a busy cell is
-	// written at most ten times per window on the prompt schedule, however
-	// short the interval, while the others' view of it lags by less than a
-	// tenth of the limit beyond the interval itself.
+	// the full flush. A region that shares a cell with others takes a step
+	// of this times twice its share of the cell's count (see flushStep). It
+	// bounds what a prompt flush writes: a busy cell is written about ten
+	// times per window and region on the prompt schedule, however short the
+	// interval, while the others' view of it lags by less than a fifth of
+	// the limit beyond the interval itself, however many regions share it.
 	globalFlushStep = 0.1
+	// globalPresenceFloor replaces globalUtilizationFloor for windows of at
+	// least globalPresenceMinWindow: a region publishes such a cell once it
+	// used a twentieth of the limit, so that regions sharing a key learn
+	// of each other while the key is far from its limit. With the floor at
+	// half the limit, R regions each just under it admitted up to R/2
+	// times the limit before any learnt of the others (R = 10: 4.2× in the
+	// worst 60 s window); at a twentieth, R/20.
+	globalPresenceFloor = 0.05
+	// globalPresenceMinWindow is the shortest window the presence floor is
+	// for: propagation takes one to two and a half seconds on the default
+	// schedule, so a shorter window gains little from it, and its rows
+	// would be written every few seconds per key and region.
+	globalPresenceMinWindow = time.Minute
 	// globalFlushTimeout bounds one flush or sync.
 	globalFlushTimeout = 10 * time.Second
 	// globalBreakerProbe is how long the global store's breaker stays open

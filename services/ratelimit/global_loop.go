@@ -101,16 +101,31 @@ func untilNextTick(anchor time.Time, interval time.Duration) time.Duration {
 	return target.Add(jitter).Sub(now)
 }
 
-// utilizationFloor is the count of a cell of limit from which a region
-// publishes it.
-func utilizationFloor(limit int64) int64 {
-	return int64(math.Ceil(float64(limit) * globalUtilizationFloor))
+// utilizationFloor is the count of a cell of limit and window durationMs
+// from which a region publishes it: a twentieth of the limit for windows of
+// a minute or more (globalPresenceFloor), half of it for shorter ones.
+func (s *Service) utilizationFloor(limit, durationMs int64) int64 {
+	share := globalUtilizationFloor
+	if !s.halfFloorOnly && durationMs >= globalPresenceMinWindow.Milliseconds() {
+		share = globalPresenceFloor
+	}
+	return max(1, int64(math.Ceil(float64(limit)*share)))
 }
 
 // flushStep is the growth of a published cell of limit that makes it due at
-// the next prompt flush.
-func flushStep(limit int64) int64 {
-	return max(1, int64(math.Ceil(float64(limit)*globalFlushStep)))
+// the next prompt flush: a tenth of the limit, scaled by twice this region's
+// share of the cell's count (own of own + others) when that is under one.
+// Each region's unpublished growth then lags the others' view by at most
+// twice its share of a tenth, so all regions together by a fifth, however
+// many share the key; a region with a small share writes about as often as
+// one with a large one. Two regions sharing a key evenly keep the step of a
+// tenth: they were within 1.2× the limit already.
+func (s *Service) flushStep(limit, own, others int64) int64 {
+	step := float64(limit) * globalFlushStep
+	if !s.halfFloorOnly && others > 0 && own > 0 {
+		step *= min(1, 2*float64(own)/float64(own+others))
+	}
+	return max(1, int64(math.Ceil(step)))
 }
 
 // noteGrowth queues c, the cell of w a request just counted into with limit,
@@ -122,7 +137,7 @@ func (s *Service) noteGrowth(w *window, c *cell, limit int64) {
 	if c.flags.Load()&cellGrown != 0 {
 		return
 	}
-	if c.count.Load() < utilizationFloor(limit) && c.global.Load() == 0 {
+	if c.count.Load() < s.utilizationFloor(limit, w.durationMs) && c.global.Load() == 0 {
 		return
 	}
 	if c.flags.Or(cellGrown)&cellGrown != 0 {
@@ -144,13 +159,14 @@ type flushCandidate struct {
 }
 
 // flushGlobal publishes this region's count of the cells worth sharing: a
-// cell this region has used at least globalUtilizationFloor of, or one that
-// another region already published (so that traffic spread thinly over many
-// regions is still shared), and only if it grew since the store last held
-// it. A prompt flush (full false) looks only at the cells requests counted
-// into since the last flush, and publishes those that crossed the floor or
-// grew by a flush step; a full one walks every window and publishes any
-// growth. Speculative batch increments are never published. The store's
+// cell this region has used at least its floor of (utilizationFloor), or one
+// that another region already published (so that traffic spread thinly over
+// many regions is still shared), and only if it grew since the store last
+// held it; a cell no other region holds publishes its presence at the floor
+// and nothing more until half the limit. A prompt flush (full false) looks
+// only at the cells requests counted into since the last flush, and
+// publishes those that crossed the floor or grew by a flush step; a full one
+// walks every window and publishes any growth. Speculative batch increments are never published. The store's
 // record of a cell is updated only once the write succeeded, so a failed
 // flush is retried: at the next full flush, or the next prompt one if a
 // request counts into the cell again.
@@ -222,7 +238,7 @@ func (s *Service) flushCandidate(w *window, c *cell, st *globalState, now int64,
 		return flushCandidate{}, false
 	}
 	limit := w.limit.Load()
-	floor := utilizationFloor(limit)
+	floor := s.utilizationFloor(limit, w.durationMs)
 	// Utilization filter first: most cells never cross the floor.
 	shared := c.global.Load() > 0
 	if c.count.Load() < floor && !shared {
@@ -236,7 +252,14 @@ func (s *Service) flushCandidate(w *window, c *cell, st *globalState, now int64,
 	if last >= n {
 		return flushCandidate{}, false // change filter
 	}
-	if prompt && last > 0 && n-last < flushStep(limit) {
+	if !shared && last > 0 && n < int64(math.Ceil(float64(limit)*globalUtilizationFloor)) {
+		// Its presence is published and no other region holds it: below
+		// half the limit no region can push another over by itself, so
+		// the growth waits, and a key of one region costs one row more
+		// than before the presence floor, not a row per step.
+		return flushCandidate{}, false
+	}
+	if prompt && last > 0 && n-last < s.flushStep(limit, n, c.global.Load()) {
 		return flushCandidate{}, false // small growth waits for the full flush
 	}
 	return flushCandidate{c: c, count: CellCount{Cell: w.cell(c.seq), Count: n, Limit: limit},
@@ -312,8 +335,7 @@ func (s *Service) applyGlobal(row *GlobalCount, st *globalState, now int64) bool
 	k := windowKey{workspace: row.Cell.Workspace, namespace: row.Cell.Namespace, identifier: row.Cell.Identifier, durationMs: durMs}
 	w := s.findWindow(&k)
 	if w == nil {
-		floor := int64(math.Ceil(float64(row.OthersLimit) * globalUtilizationFloor))
-		if row.Others <= 0 || row.Others < floor {
+		if row.Others <= 0 || row.Others < s.utilizationFloor(row.OthersLimit, durMs) {
 			return false
 		}
 		var created bool

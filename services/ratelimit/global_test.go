@@ -47,13 +47,14 @@ func TestGlobalCounterInvariants(t *testing.T) {
 	clock := newFakeClock(600_000) // window 10 of one minute
 	us, eu := newRegion(t, "us", store, clock), newRegion(t, "eu", store, clock)
 
-	// Below the floor (5 of 10) nothing is published.
-	spend(t, us.Service, "k", 10, 4)
+	// Below the floor (5 of 100, a twentieth for a minute window) nothing
+	// is published.
+	spend(t, us.Service, "k", 100, 4)
 	us.flush()
 	if got := store.dump(); len(got) != 0 {
 		t.Fatalf("rows below the utilization floor: %v", got)
 	}
-	spend(t, us.Service, "k", 10, 2) // 6 of 10
+	spend(t, us.Service, "k", 100, 2) // 6 of 100
 	us.flush()
 	us.flush() // unchanged: the change filter writes nothing
 	if got := testutil.ToFloat64(us.metrics.globalWrites); got != 1 {
@@ -61,12 +62,12 @@ func TestGlobalCounterInvariants(t *testing.T) {
 	}
 	// eu imports us's 6 and counts it in its decisions.
 	eu.sync()
-	if resp := mustLimit(t, eu.Service, req("k", 10, time.Minute, 0)); resp.Remaining != 4 {
-		t.Fatalf("eu sees %d remaining after us spent 6 of 10, want 4", resp.Remaining)
+	if resp := mustLimit(t, eu.Service, req("k", 100, time.Minute, 0)); resp.Remaining != 94 {
+		t.Fatalf("eu sees %d remaining after us spent 6 of 100, want 94", resp.Remaining)
 	}
 	// eu spends 3 (below its own floor, but the cell is shared already, so
 	// eu publishes too) and imports are never published back.
-	spend(t, eu.Service, "k", 10, 3)
+	spend(t, eu.Service, "k", 100, 3)
 	for range 3 {
 		us.flush()
 		eu.flush()
@@ -77,8 +78,8 @@ func TestGlobalCounterInvariants(t *testing.T) {
 	if got := store.dump(); strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("rows after several rounds = %v, want %v (imported counts republished?)", got, want)
 	}
-	if resp := mustLimit(t, us.Service, req("k", 10, time.Minute, 0)); resp.Remaining != 1 {
-		t.Fatalf("us sees %d remaining, want 1 (6 own + 3 imported)", resp.Remaining)
+	if resp := mustLimit(t, us.Service, req("k", 100, time.Minute, 0)); resp.Remaining != 91 {
+		t.Fatalf("us sees %d remaining, want 91 (6 own + 3 imported)", resp.Remaining)
 	}
 
 	// An older, delayed publish never lowers a component; publishing twice
@@ -100,7 +101,7 @@ func TestGlobalCounterInvariants(t *testing.T) {
 		t.Fatal(err)
 	}
 	us2 := newRegion(t, "us", store, clock)
-	spend(t, us2.Service, "k", 10, 1)
+	spend(t, us2.Service, "k", 100, 1)
 	us.sync()
 	us2.sync()
 	w := us.findWindow(&windowKey{"ws", "ns", "k", 60_000})
@@ -168,10 +169,10 @@ func TestSpeculativeCountsAreNeverPublished(t *testing.T) {
 	store := newMemStore()
 	clock := newFakeClock(600_000)
 	us := newRegion(t, "us", store, clock)
-	spend(t, us.Service, "k", 10, 4)
+	spend(t, us.Service, "k", 100, 4) // below the floor of 5
 	w := us.findWindow(&windowKey{"ws", "ns", "k", 60_000})
 	cur, _, _ := w.cellsAt(10, true)
-	if !w.applySpeculative(cur, cur.count.Load(), 3) { // a batch in flight: 7 of 10
+	if !w.applySpeculative(cur, cur.count.Load(), 3) { // a batch in flight: 7 of 100
 		t.Fatal("speculative increment failed")
 	}
 	us.flush()
@@ -241,10 +242,10 @@ func TestSyncCreatesWindowsOnlyAboveTheFloor(t *testing.T) {
 	insert := func(id, region string, count, limit int64) {
 		store.insert(Cell{Workspace: "ws", Namespace: "ns", Identifier: id, Duration: time.Minute, Sequence: 10}, region, count, limit, 600_000)
 	}
-	insert("hot", "a", 6, 10)  // above half of 10
-	insert("thin", "a", 2, 10) // published only because another region shares it
-	insert("mine", "b", 9, 10) // this region's own row
-	insert("held", "a", 2, 10) // below the floor, but b holds the key
+	insert("hot", "a", 6, 100)  // above a twentieth of 100
+	insert("thin", "a", 2, 100) // published only because another region shares it
+	insert("mine", "b", 9, 100) // this region's own row
+	insert("held", "a", 2, 10)  // below the floor, but b holds the key
 	b.sync()
 	for id, want := range map[string]bool{"hot": true, "thin": false, "mine": false, "held": true} {
 		if got := b.findWindow(&windowKey{"ws", "ns", id, 60_000}) != nil; got != want {

@@ -50,6 +50,10 @@ type Service struct {
 	global        GlobalStore
 	globalBreaker *gobreaker.CircuitBreaker[any]
 	globalEvery   globalIntervals
+	// halfFloorOnly shares cells as before the presence floor and the
+	// share-scaled flush step: from half the limit, a tenth of it at a
+	// time. Only the accuracy report sets it, for its "before" rows.
+	halfFloorOnly bool
 	// grown holds the cells counted into at or above the utilization
 	// floor (or shared by another region) since the last flush: what the
 	// next prompt flush looks at, so its work follows the cells that
