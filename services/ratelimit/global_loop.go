@@ -61,9 +61,9 @@ func (s *Service) newGlobalBreaker() *gobreaker.CircuitBreaker[any] {
 func (s *Service) runGlobal(ctx context.Context) {
 	st := newGlobalState()
 	iv := s.globalEvery
-	anchor := time.Now()
-	flushTimer := time.NewTimer(untilNextTick(anchor, iv.flush))
-	syncTimer := time.NewTimer(untilNextTick(anchor, iv.sync))
+	anchor := s.clock.Now()
+	flushTimer := time.NewTimer(untilNextTick(anchor, s.clock.Now(), iv.flush))
+	syncTimer := time.NewTimer(untilNextTick(anchor, s.clock.Now(), iv.sync))
 	defer flushTimer.Stop()
 	defer syncTimer.Stop()
 	for {
@@ -73,10 +73,10 @@ func (s *Service) runGlobal(ctx context.Context) {
 			return
 		case <-flushTimer.C:
 			s.flushGlobal(ctx, st, s.fullFlushDue(st))
-			flushTimer.Reset(untilNextTick(anchor, iv.flush))
+			flushTimer.Reset(untilNextTick(anchor, s.clock.Now(), iv.flush))
 		case <-syncTimer.C:
 			s.syncGlobal(ctx, st)
-			syncTimer.Reset(untilNextTick(anchor, iv.sync))
+			syncTimer.Reset(untilNextTick(anchor, s.clock.Now(), iv.sync))
 		}
 	}
 }
@@ -89,12 +89,12 @@ func (s *Service) fullFlushDue(st *globalState) bool {
 	return st.lastFullFlush.IsZero() || s.clock.Now().Sub(st.lastFullFlush) >= iv.fullFlush-iv.flush/2
 }
 
-// untilNextTick returns how long to wait for the next tick of a schedule
-// that fires once per interval at anchor + k·interval, each tick jittered by
-// up to globalSyncJitter of the interval. Targets are absolute, so a slow
-// tick does not shift the ones after it, and a missed target is skipped.
-func untilNextTick(anchor time.Time, interval time.Duration) time.Duration {
-	now := time.Now()
+// untilNextTick returns how long to wait at now for the next tick of a
+// schedule that fires once per interval at anchor + k·interval, each tick
+// jittered by up to globalSyncJitter of the interval. Targets are absolute,
+// so a slow tick does not shift the ones after it, and a missed target is
+// skipped. Both times are the limiter's clock's.
+func untilNextTick(anchor, now time.Time, interval time.Duration) time.Duration {
 	k := now.Sub(anchor)/interval + 1
 	target := anchor.Add(k * interval)
 	jitter := time.Duration(rand.Float64() * globalSyncJitter * float64(interval))
