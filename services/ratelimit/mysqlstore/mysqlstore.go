@@ -88,9 +88,10 @@ func retryable(err error) bool {
 // reading the database's clock in the same statement: none ends it there;
 // more than a quarter of what the last full read returned (and at least
 // minChangedForFull) reads every live cell instead, which is then cheaper
-// than collecting the changed ones (about 11 µs a changed cell against 2 µs
-// a cell for everything; rows counted overstate cells when several regions
-// wrote one, which only switches to the full read a little early).
+// than collecting the changed ones (a changed cell costs several times what
+// a cell of the full read does; docs/BENCHMARKS.md has the figures; rows
+// counted overstate cells when several regions wrote one, which only
+// switches to the full read a little early).
 func (m *Store) Sync(ctx context.Context, region string, now, since time.Time) ([]ratelimit.GlobalCount, time.Time, error) {
 	nowMs := uint64(now.UnixMilli())
 	var asOf int64

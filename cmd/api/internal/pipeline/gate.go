@@ -23,9 +23,9 @@ type batchGate struct {
 }
 
 // DefaultBatchEntriesInFlight is how many batch entries one workspace may
-// have in flight: a full BatchLimit (MaxBatchLimit entries, about 0.2 ms of
-// CPU) for every two cores, so that one workspace keeps at most half the
-// cores busy.
+// have in flight: a full BatchLimit (MaxBatchLimit entries, a fraction of a
+// millisecond of CPU) for every two cores, so that one workspace keeps at
+// most half the cores busy.
 func DefaultBatchEntriesInFlight() int64 {
 	return int64(max(1, runtime.GOMAXPROCS(0)/2) * MaxBatchLimit)
 }
