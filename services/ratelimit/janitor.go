@@ -9,9 +9,9 @@ import (
 
 // janitorInterval is how often idle windows are evicted. A window is idle
 // once both its cells are older than the previous fixed window, so with the
-// shortest window of 1 s an idle window lingers at most 2 s + 10 s; a walk
-// reads each window once, without holding the map, so it stays a small
-// fraction of the interval however many windows there are.
+// shortest window of 1 s an idle window lingers at most 2 s + 10 s. A walk
+// reads each window once without holding the map, so requests never wait
+// for it.
 const janitorInterval = 10 * time.Second
 
 // runJanitor evicts idle windows every interval until ctx is done.
