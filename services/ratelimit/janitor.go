@@ -10,8 +10,8 @@ import (
 // janitorInterval is how often idle windows are evicted. A window is idle
 // once both its cells are older than the previous fixed window, so with the
 // shortest window of 1 s an idle window lingers at most 2 s + 10 s. A walk
-// reads each window once without holding the map, so requests never wait
-// for it.
+// reads each window once without locking the map as a whole: a request
+// waits at most for the removal of one idle window in its bucket.
 const janitorInterval = 10 * time.Second
 
 // runJanitor evicts idle windows every interval until ctx is done.
