@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
@@ -181,14 +183,20 @@ func (s *server) handler() http.Handler {
 }
 
 // serve serves on ln (and gRPC over grpc-go on grpcLn, unless it is nil)
-// until ctx is done, then stops taking new work, lets in-flight requests
-// finish (up to shutdownTimeout) and stops the limiter.
+// until ctx is done or a server fails, then stops taking new work, lets
+// in-flight requests finish (up to shutdownTimeout), and only then stops the
+// background loops, so that the limiter's final replay and flush carry the
+// last requests. One errgroup runs it all: the servers, the loops and the
+// shutdown that orders them.
 func (s *server) serve(ctx context.Context, ln, grpcLn net.Listener) error {
 	srv := s.limits.server(s.handler())
 	srv.ErrorLog = slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn)
 
-	limiterDone := make(chan error, 1)
-	go func() { limiterDone <- s.limiter.Run(context.Background()) }()
+	// The loops outlive ctx: they stop once the servers have.
+	loopsCtx, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLoops()
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.limiter.Run(loopsCtx) })
 	// Overrides from MySQL before taking traffic, so that a restarted process
 	// applies them from its first request: /readyz answers 503 until then.
 	// A database that does not answer leaves the load to the poll loop; a
@@ -196,72 +204,64 @@ func (s *server) serve(ctx context.Context, ln, grpcLn net.Listener) error {
 	if err := s.overrides.Load(ctx); err != nil {
 		s.logger.Warn("load overrides: serving without them until a poll loads them", "error", err)
 	}
-	pollCtx, stopPoll := context.WithCancel(context.Background())
-	pollDone := make(chan struct{})
-	go func() { s.overrides.Run(pollCtx); close(pollDone) }()
-	rlsDone := make(chan struct{})
-	go func() {
-		if s.rlsSource != nil {
-			s.rlsSource.Run(pollCtx)
+	g.Go(func() error { s.overrides.Run(loopsCtx); return nil })
+	if s.rlsSource != nil {
+		g.Go(func() error { return s.rlsSource.Run(loopsCtx) })
+	}
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve http: %w", err)
 		}
-		close(rlsDone)
-	}()
-	serveDone := make(chan error, 1)
-	go func() { serveDone <- srv.Serve(ln) }()
-	var grpcSrv interface{ GracefulStop() }
-	grpcDone := make(chan struct{})
+		return nil
+	})
+	var grpcSrv *grpc.Server
 	if grpcLn != nil {
-		g, stopHealth := s.newGRPCServer()
-		grpcSrv = g
+		g2, stopHealth := s.newGRPCServer()
+		grpcSrv = g2
 		defer stopHealth()
-		go func() { g.Serve(grpcLn); close(grpcDone) }()
+		g.Go(func() error {
+			if err := g2.Serve(grpcLn); err != nil {
+				return fmt.Errorf("serve grpc: %w", err)
+			}
+			return nil
+		})
 		s.logger.Info("serving gRPC over grpc-go", "addr", grpcLn.Addr().String())
-	} else {
-		close(grpcDone)
 	}
 	s.ready.Store(true)
 	s.logger.Info("serving", "addr", ln.Addr().String(), "region", s.limiter.Region())
 
-	var serveErr error
-	select {
-	case <-ctx.Done():
-	case serveErr = <-serveDone:
-	}
-	s.ready.Store(false)
-	s.health.SetStatus(ratelimitv1connect.RatelimitServiceName, grpchealth.StatusNotServing)
-	s.health.SetStatus(rlsServiceName, grpchealth.StatusNotServing)
-	s.logger.Info("shutting down")
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		serveErr = errors.Join(serveErr, fmt.Errorf("shut down http server: %w", err))
-	}
-	if grpcSrv != nil {
-		stopped := make(chan struct{})
-		go func() { grpcSrv.GracefulStop(); close(stopped) }()
-		select {
-		case <-stopped:
-		case <-shutdownCtx.Done():
-			serveErr = errors.Join(serveErr, fmt.Errorf("shut down grpc server: %w", shutdownCtx.Err()))
+	g.Go(func() error {
+		<-gctx.Done() // ctx ended, or a server failed
+		s.ready.Store(false)
+		s.health.SetStatus(ratelimitv1connect.RatelimitServiceName, grpchealth.StatusNotServing)
+		s.health.SetStatus(rlsServiceName, grpchealth.StatusNotServing)
+		s.logger.Info("shutting down")
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		var err error
+		if serr := srv.Shutdown(shutdownCtx); serr != nil {
+			err = fmt.Errorf("shut down http server: %w", serr)
 		}
-	}
-	<-grpcDone
-	stopPoll()
-	<-pollDone
-	<-rlsDone
-	if err := s.limiter.Close(); err != nil {
-		serveErr = errors.Join(serveErr, fmt.Errorf("close limiter: %w", err))
-	}
-	<-limiterDone
+		if grpcSrv != nil {
+			stopped := make(chan struct{})
+			go func() { grpcSrv.GracefulStop(); close(stopped) }()
+			select {
+			case <-stopped:
+			case <-shutdownCtx.Done():
+				grpcSrv.Stop()
+				err = errors.Join(err, fmt.Errorf("shut down grpc server: %w", shutdownCtx.Err()))
+			}
+		}
+		stopLoops() // after the last request: the final flush carries it
+		return err
+	})
+	err := g.Wait()
 	for _, closeFn := range s.closers {
-		if err := closeFn(); err != nil {
-			serveErr = errors.Join(serveErr, fmt.Errorf("close store client: %w", err))
+		if cerr := closeFn(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("close store client: %w", cerr))
 		}
 	}
-	if errors.Is(serveErr, http.ErrServerClosed) {
-		serveErr = nil
-	}
-	return serveErr
+	return err
 }
 
 // mysqlConns bounds the API's MySQL pool. The loops use at most two

@@ -16,6 +16,7 @@ import (
 
 	restate "github.com/restatedev/sdk-go"
 	"github.com/restatedev/sdk-go/server"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/unkeyed/ratelimit/db"
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
@@ -76,34 +77,32 @@ func (w *worker) close() error { return w.sqlDB.Close() }
 // done.
 func (w *worker) serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{Handler: w.handler, Protocols: cmdutil.Protocols(), ReadHeaderTimeout: 5 * time.Second}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	w.logger.Info("serving restate handlers", "addr", ln.Addr().String(), "url", w.cfg.WorkerURL)
-
-	setupDone := make(chan struct{})
-	go func() {
-		defer close(setupDone)
-		if err := w.register(ctx); err != nil {
-			return
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve: %w", err)
 		}
-		w.startCleanup(ctx)
-	}()
-
-	var err error
-	select {
-	case <-ctx.Done():
-	case err = <-serveErr:
-	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	if serr := srv.Shutdown(shutdownCtx); serr != nil {
-		err = errors.Join(err, fmt.Errorf("shut down: %w", serr))
-	}
-	<-setupDone
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
-	}
-	return err
+		return nil
+	})
+	w.logger.Info("serving restate handlers", "addr", ln.Addr().String(), "url", w.cfg.WorkerURL)
+	g.Go(func() error {
+		// Failures are logged and retried until gctx ends: a worker that
+		// cannot register still serves restate-server's calls.
+		if err := w.register(gctx); err == nil {
+			w.startCleanup(gctx)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done() // ctx ended, or the server failed
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		if err := srv.Shutdown(shutdownCtx); err != nil {
+			return fmt.Errorf("shut down: %w", err)
+		}
+		return nil
+	})
+	return g.Wait()
 }
 
 // register registers the worker's URL with the Restate admin API, retrying

@@ -120,29 +120,31 @@ func TestJanitorUnderLoad(t *testing.T) {
 	}
 }
 
-func TestRunStopsOnClose(t *testing.T) {
+// TestRunStopsWhenCancelled: Run returns nil once its context is cancelled,
+// refuses a second Run while it runs, and runs again after.
+func TestRunStopsWhenCancelled(t *testing.T) {
 	s := newTestService(t, newFakeClock(0))
 	s.janitorEvery = time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.Run(context.Background()) }()
-	poll.Until(t, 5*time.Second, "Run to start", func() bool {
-		s.lifecycle.Lock()
-		defer s.lifecycle.Unlock()
-		return s.running != nil
-	})
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
+	go func() { done <- s.Run(ctx) }()
+	poll.Until(t, 5*time.Second, "Run to start", s.running.Load)
+	if err := s.Run(context.Background()); !errors.Is(err, ErrRunning) {
+		t.Fatalf("a second Run = %v, want ErrRunning", err)
 	}
+	cancel()
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Fatalf("Run after Close = %v, want nil", err)
+			t.Fatalf("Run after cancel = %v, want nil", err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not return after Close")
+		t.Fatal("Run did not return after its context was cancelled")
 	}
-	if err := s.Run(context.Background()); !errors.Is(err, ErrClosed) {
-		t.Fatalf("Run on a closed service = %v, want ErrClosed", err)
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	if err := s.Run(ctx2); err != nil {
+		t.Fatalf("Run after the first returned = %v, want nil", err)
 	}
 }
 

@@ -60,11 +60,8 @@ type Service struct {
 	// change rather than every window held.
 	grown queue[replayItem]
 
-	// lifecycle guards closed and running, so Close knows which Run to
-	// wait for.
-	lifecycle sync.Mutex
-	closed    chan struct{}
-	running   chan struct{} // closed when the current Run returns
+	// running is set while Run runs.
+	running atomic.Bool
 }
 
 // collisions holds the windows whose hash another key already owns in the
@@ -88,7 +85,6 @@ func New(region string, opts ...Option) (*Service, error) {
 		seed:    maphash.MakeSeed(),
 		hashKey: windowKey.hash,
 		windows: xsync.NewMap[uint64, *window](),
-		closed:  make(chan struct{}),
 
 		perWorkspace:    xsync.NewMap[string, *atomic.Int64](),
 		maxPerWorkspace: DefaultMaxWindowsPerWorkspace,
@@ -242,41 +238,18 @@ func (s *Service) release(workspace string) {
 	}
 }
 
-// Run runs the background loops until ctx is done or [Service.Close] is
-// called: the janitor; with an origin, the replay and refresh loop; with a
-// global store, the flush and sync loop. Before Run returns, the first
-// replays what is still unreplayed and the second flushes once more. It
-// returns ctx's error, or nil after Close.
+// Run runs the background loops until ctx is done: the janitor; with an
+// origin, the replay and refresh loop; with a global store, the flush and
+// sync loop. Once ctx is done, the first replays what is still unreplayed
+// and the second flushes once more, each within its own timeout, and Run
+// returns nil. Cancel ctx after the last request was decided, so that the
+// final flush carries it. A Run while another runs returns [ErrRunning].
+// Decisions work whether or not Run runs.
 func (s *Service) Run(ctx context.Context) error {
-	s.lifecycle.Lock()
-	select {
-	case <-s.closed:
-		s.lifecycle.Unlock()
-		return ErrClosed
-	default:
-	}
-	if s.running != nil {
-		s.lifecycle.Unlock()
+	if !s.running.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
-	done := make(chan struct{})
-	s.running = done
-	s.lifecycle.Unlock()
-	defer func() {
-		s.lifecycle.Lock()
-		s.running = nil
-		s.lifecycle.Unlock()
-		close(done)
-	}()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		select {
-		case <-s.closed:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	defer s.running.Store(false)
 	var wg sync.WaitGroup
 	if s.origin != nil {
 		wg.Go(func() { s.runOrigin(ctx) })
@@ -286,27 +259,5 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.runJanitor(ctx)
 	wg.Wait()
-	select {
-	case <-s.closed:
-		return nil
-	default:
-		return ctx.Err()
-	}
-}
-
-// Close stops [Service.Run] and waits for it to return. Decisions keep
-// working after Close; only background work stops.
-func (s *Service) Close() error {
-	s.lifecycle.Lock()
-	select {
-	case <-s.closed:
-	default:
-		close(s.closed)
-	}
-	running := s.running
-	s.lifecycle.Unlock()
-	if running != nil {
-		<-running
-	}
 	return nil
 }
