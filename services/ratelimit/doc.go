@@ -25,6 +25,7 @@
 // A [Service] starts no goroutines of its own: call [Service.Run] to run its
 // background loops (the janitor that evicts cells which can no longer affect a
 // decision, and with the stores configured the replay and refresh loop of the
-// regional origin and the flush and sync loop of the global counters) and
-// [Service.Close] to stop them.
+// regional origin and the flush and sync loop of the global counters), and
+// cancel its context to stop them: it replays and flushes once more before it
+// returns.
 package ratelimit
