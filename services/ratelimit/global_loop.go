@@ -143,7 +143,7 @@ func (s *Service) noteGrowth(w *window, c *cell, limit int64) {
 	if c.flags.Or(cellGrown)&cellGrown != 0 {
 		return
 	}
-	if !s.grown.push(replayItem{w: w, c: c}) {
+	if !s.grown.push(cellRef{w: w, c: c}) {
 		// Its next request queues it again; the full flush publishes it
 		// meanwhile.
 		c.flags.And(^cellGrown)

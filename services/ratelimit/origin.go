@@ -113,12 +113,12 @@ const (
 	// strictHeadroom: an admission that leaves at most this share of the
 	// limit makes the key strict, as a denial does.
 	strictHeadroom = 0.2
-	// maxReplayQueue bounds the cells waiting for replay or for a prompt
+	// maxQueued bounds the cells waiting for replay or for a prompt
 	// global flush, and the windows waiting for a refresh. A cell is in each
 	// cell queue at most once at a time, and a window is queued for refresh
 	// about once per freshness interval, so the queues hold about the active
 	// cells; the bound only matters past a million of them.
-	maxReplayQueue = 1 << 20
+	maxQueued = 1 << 20
 )
 
 // WithOrigin makes the processes of a region share counts through origin.

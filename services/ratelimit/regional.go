@@ -247,7 +247,7 @@ func (s *Service) queueReplay(w *window, c *cell, cost int64) {
 	if old := c.flags.Or(cellQueued); old&cellQueued != 0 {
 		return
 	}
-	if !s.replays.push(replayItem{w: w, c: c}) {
+	if !s.replays.push(cellRef{w: w, c: c}) {
 		// The cell stays unreplayed and unqueued: its next accepted request
 		// queues it again.
 		c.flags.And(^cellQueued)

@@ -5,8 +5,10 @@ import (
 	"time"
 )
 
-// replayItem is a cell with accepted increments for the origin.
-type replayItem struct {
+// cellRef is one cell of a window, as the cell queues hold it: a cell with
+// increments to replay to the origin, or one grown since the last global
+// flush.
+type cellRef struct {
 	w *window
 	c *cell
 }

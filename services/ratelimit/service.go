@@ -43,7 +43,7 @@ type Service struct {
 	// The regional origin, when there is one.
 	origin    Origin
 	flight    singleflight.Group // one hydration per cold cell
-	replays   queue[replayItem]
+	replays   queue[cellRef]
 	refreshes queue[*window]
 
 	// The global store, when there is one.
@@ -58,7 +58,7 @@ type Service struct {
 	// floor (or shared by another region) since the last flush: what the
 	// next prompt flush looks at, so its work follows the cells that
 	// change rather than every window held.
-	grown queue[replayItem]
+	grown queue[cellRef]
 
 	// running is set while Run runs.
 	running atomic.Bool
@@ -108,9 +108,9 @@ func New(region string, opts ...Option) (*Service, error) {
 		return nil, fmt.Errorf("register ratelimit metrics: %w", err)
 	}
 	s.metrics = m
-	s.replays.limit = maxReplayQueue
-	s.refreshes.limit = maxReplayQueue
-	s.grown.limit = maxReplayQueue
+	s.replays.limit = maxQueued
+	s.refreshes.limit = maxQueued
+	s.grown.limit = maxQueued
 	s.globalEvery.fullFlush = max(s.globalEvery.fullFlush, s.globalEvery.flush)
 	if s.global != nil {
 		s.globalBreaker = s.newGlobalBreaker()
