@@ -3,9 +3,12 @@ package main
 import (
 	"fmt"
 
+	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 )
 
@@ -44,6 +47,11 @@ func (jsonCodec) Unmarshal(data []byte, v any) error {
 	}
 	if max, ok := batchEntries(v); ok && jsonEntries(data, false, max) > max {
 		tooManyEntries(v, max)
+		return nil
+	}
+	if m, ok := v.(*rlsv3.RateLimitRequest); ok && rlsJSONTooLarge(data) {
+		m.Reset()
+		m.Descriptors = make([]*rlcommonv3.RateLimitDescriptor, envoyrls.MaxDescriptors+1)
 		return nil
 	}
 	return protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(data, msg)

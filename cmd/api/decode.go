@@ -216,3 +216,54 @@ func (l *lease) release() {
 		l.held = 0
 	}
 }
+
+// jsonElements counts the values of every array of a JSON document, at any
+// depth, up to stop. Like jsonEntries, it looks at each byte once and
+// allocates nothing but the stack of open containers; a malformed document
+// skews the count, and the decoder then says what is wrong.
+func jsonElements(data []byte, stop int) int {
+	var open []byte // the containers, innermost last
+	n := 0
+	inString, escaped, expecting := false, false, false
+	for _, c := range data {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case ' ', '\t', '\n', '\r', ':':
+			continue
+		case ',':
+			expecting = len(open) > 0 && open[len(open)-1] == '['
+			continue
+		case '}', ']':
+			if len(open) > 0 {
+				open = open[:len(open)-1]
+			}
+			expecting = false
+			continue
+		}
+		if expecting {
+			n++
+			if n > stop {
+				return n
+			}
+			expecting = false
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '{', '[':
+			open = append(open, c)
+			expecting = c == '['
+		}
+	}
+	return n
+}

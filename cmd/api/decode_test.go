@@ -230,3 +230,44 @@ func trim(b []byte) string {
 	}
 	return string(b)
 }
+
+func TestJSONElements(t *testing.T) {
+	for _, tc := range []struct {
+		doc  string
+		want int
+	}{
+		{`{"domain":"d","descriptors":[{"entries":[{"key":"a","value":"b"},{"key":"c"}]},{"entries":[]}]}`, 4},
+		{`[[1,2],[3],"[4,5]"]`, 6},
+		{`{"a":"[1,2,3]"}`, 0},
+		{`[]`, 0},
+		{`[{"x":[1,[2,3]]}]`, 5},
+	} {
+		if got := jsonElements([]byte(tc.doc), 100); got != tc.want {
+			t.Errorf("jsonElements(%s) = %d, want %d", tc.doc, got, tc.want)
+		}
+	}
+}
+
+// TestRLSJSONAmplificationRefusedBeforeDecoding: a ShouldRateLimit request
+// in JSON whose one descriptor holds 200,000 empty entries (600 KB) is
+// refused with the bound's message, on Connect JSON and on /json, without
+// decoding the entries.
+func TestRLSJSONAmplificationRefusedBeforeDecoding(t *testing.T) {
+	ts := startServer(t)
+	body := `{"domain":"d","descriptors":[{"entries":[` + strings.Repeat(`{},`, 200_000) + `{}]}]}`
+	for _, path := range []string{"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", "/json"} {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		status, raw := ts.post(t, path, "", strings.NewReader(body))
+		runtime.ReadMemStats(&after)
+		allocated := after.TotalAlloc - before.TotalAlloc
+		t.Logf("%s: %d %s %.1f MB", path, status, trim(raw), float64(allocated)/1e6)
+		if status != http.StatusBadRequest || !strings.Contains(string(raw), "must hold 1 to 100 descriptors") {
+			t.Errorf("%s: %d %s, want 400 naming the bound", path, status, trim(raw))
+		}
+		if allocated > 20<<20 {
+			t.Errorf("%s: refusing it allocated %.1f MB: the entries were decoded", path, float64(allocated)/1e6)
+		}
+	}
+}

@@ -104,7 +104,7 @@ func (r *rls) jsonHandler() http.Handler {
 			return
 		}
 		var req rlsv3.RateLimitRequest
-		if jsonEntries(body, false, envoyrls.MaxDescriptors) > envoyrls.MaxDescriptors {
+		if rlsJSONTooLarge(body) {
 			http.Error(w, envoyrls.ErrBounds.Error(), http.StatusBadRequest)
 			return
 		}
@@ -192,4 +192,14 @@ func rlsCheck(out io.Writer, paths []string) error {
 		return fmt.Errorf("rls check: %d of %d paths refused", failed, len(paths))
 	}
 	return nil
+}
+
+// rlsJSONTooLarge reports whether a RateLimitRequest in JSON holds more array
+// elements, at any depth, than a request within the bounds can: its
+// descriptors and their entries. Counted without decoding, as rlsTooLarge
+// counts the protobuf encoding: 1 MiB of `{},` entries would otherwise
+// become hundreds of thousands of messages before validation refused them.
+func rlsJSONTooLarge(data []byte) bool {
+	const most = envoyrls.MaxDescriptors * (envoyrls.MaxEntries + 1)
+	return jsonElements(data, most) > most
 }
