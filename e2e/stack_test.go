@@ -21,8 +21,8 @@ import (
 
 	"github.com/unkeyed/ratelimit/internal/dbtest"
 	"github.com/unkeyed/ratelimit/internal/testserver"
-	"github.com/unkeyed/ratelimit/services/ratelimit"
-	"github.com/unkeyed/ratelimit/services/ratelimit/redisorigin"
+	"github.com/unkeyed/ratelimit/services/ratelimit/redisstore"
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
 // bin holds the binaries TestMain builds.
@@ -209,8 +209,8 @@ func (s *stack) redisTotal(region, namespace string, ids []string, dur time.Dura
 	var total int64
 	for _, id := range ids {
 		for seq := from.UnixMilli() / dur.Milliseconds(); seq <= to.UnixMilli()/dur.Milliseconds(); seq++ {
-			c := ratelimit.Cell{Workspace: "default", Namespace: namespace, Identifier: id, Duration: dur, Sequence: seq}
-			v, err := s.redis[region].Do("GET", redisorigin.Key(&c))
+			c := store.CellKey{Workspace: "default", Namespace: namespace, Identifier: id, Duration: dur, Sequence: seq}
+			v, err := s.redis[region].Do("GET", redisstore.Key(&c))
 			if err != nil {
 				s.t.Fatal(err)
 			}

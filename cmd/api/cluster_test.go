@@ -13,8 +13,8 @@ import (
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/internal/poll"
 	"github.com/unkeyed/ratelimit/internal/testserver"
-	"github.com/unkeyed/ratelimit/services/ratelimit"
-	"github.com/unkeyed/ratelimit/services/ratelimit/redisorigin"
+	"github.com/unkeyed/ratelimit/services/ratelimit/redisstore"
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
 // The tests of this file run three API processes of one region on a real
@@ -329,7 +329,7 @@ func (r *clusterRegion) nodeFor(t *testing.T, id string) *testserver.Redis {
 // identifier in 30-day windows, without its sequence (":<sequence>" follows;
 // the sequence is outside the hash tag, so any will do for its slot).
 func redisKeyOf(namespace, identifier string) string {
-	k := redisorigin.Key(&ratelimit.Cell{Workspace: pipeline.OpenWorkspace, Namespace: namespace, Identifier: identifier,
+	k := redisstore.Key(&store.CellKey{Workspace: pipeline.OpenWorkspace, Namespace: namespace, Identifier: identifier,
 		Duration: 2592000000 * time.Millisecond})
 	return strings.TrimSuffix(k, ":0")
 }

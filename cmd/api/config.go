@@ -11,7 +11,7 @@ import (
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/internal/envconfig"
-	"github.com/unkeyed/ratelimit/services/ratelimit/redisorigin"
+	"github.com/unkeyed/ratelimit/services/ratelimit/redisstore"
 )
 
 // config is the API server's configuration, read from the environment.
@@ -150,13 +150,13 @@ func loadConfig(environ []string) (config, error) {
 		return config{}, fmt.Errorf("UNKEY_HTTP2_MAX_CONCURRENT_STREAMS: must be between 1 and 10000, got %d", c.MaxConcurrentStreams)
 	}
 	if strings.Contains(c.RedisURL, "+cluster://") {
-		opts, err := redisorigin.ClusterOptions(c.RedisURL)
+		opts, err := redisstore.ClusterOptions(c.RedisURL)
 		if err != nil {
 			return config{}, fmt.Errorf("UNKEY_REDIS_URL: must be redis+cluster://host:port[,host:port...] or rediss+cluster://: %w", err)
 		}
 		c.redisCluster = opts
 	} else if c.RedisURL != "" {
-		opts, err := redisorigin.Options(c.RedisURL)
+		opts, err := redisstore.Options(c.RedisURL)
 		if err != nil {
 			return config{}, fmt.Errorf("UNKEY_REDIS_URL: must be a redis:// or rediss:// URL: %w", err)
 		}

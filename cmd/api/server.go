@@ -24,9 +24,10 @@ import (
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/services/overrides"
+	overridesmysql "github.com/unkeyed/ratelimit/services/overrides/mysqlstore"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 	"github.com/unkeyed/ratelimit/services/ratelimit/mysqlstore"
-	"github.com/unkeyed/ratelimit/services/ratelimit/redisorigin"
+	"github.com/unkeyed/ratelimit/services/ratelimit/redisstore"
 	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
 
@@ -76,18 +77,18 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	switch {
 	case cfg.redis != nil:
 		client = redis.NewClient(cfg.redis)
-		logger.Info("regional origin configured", "redis", cfg.redis.Addr)
+		logger.Info("regional store configured", "redis", cfg.redis.Addr)
 	case cfg.redisCluster != nil:
 		client = redis.NewClusterClient(cfg.redisCluster)
-		logger.Info("regional origin configured", "redis_cluster_seeds", cfg.redisCluster.Addrs)
+		logger.Info("regional store configured", "redis_cluster_seeds", cfg.redisCluster.Addrs)
 	}
 	if client != nil {
 		closers = append(closers, client.Close)
-		origin, err := redisorigin.New(client, redisorigin.WithLogger(logger), redisorigin.WithRegisterer(reg))
+		regional, err := redisstore.New(client, redisstore.WithLogger(logger), redisstore.WithRegisterer(reg))
 		if err != nil {
 			return nil, err
 		}
-		opts = append(opts, ratelimit.WithOrigin(origin))
+		opts = append(opts, ratelimit.WithRegionalStore(regional))
 	}
 	if cfg.mysql != nil {
 		sqlDB, err := cmdutil.OpenMySQL(cfg.mysql, mysqlConns)
@@ -98,7 +99,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		opts = append(opts, ratelimit.WithGlobalStore(mysqlstore.New(sqlDB)),
 			ratelimit.WithGlobalFlushIntervals(cfg.GlobalFlushInterval, cfg.GlobalFullFlushInterval),
 			ratelimit.WithGlobalSyncInterval(cfg.GlobalSyncInterval))
-		ovOpts = append(ovOpts, overrides.WithStore(overrides.NewMySQLStore(sqlDB)))
+		ovOpts = append(ovOpts, overrides.WithStore(overridesmysql.New(sqlDB)))
 		logger.Info("global counters configured", "mysql", cfg.mysql.Addr, "database", cfg.mysql.DBName,
 			"flush", cfg.GlobalFlushInterval, "full_flush", cfg.GlobalFullFlushInterval, "sync", cfg.GlobalSyncInterval)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/internal/dbtest"
+	"github.com/unkeyed/ratelimit/services/overrides/mysqlstore"
 )
 
 // The benchmarks of this file run on a real MariaDB the benchmark starts:
@@ -27,7 +28,7 @@ func benchLoad(b *testing.B, n int, name func(i int) (string, string, string)) {
 		runtime.GC()
 		var before runtime.MemStats
 		runtime.ReadMemStats(&before)
-		s := newService(b, WithStore(NewMySQLStore(sqlDB)))
+		s := newService(b, WithStore(mysqlstore.New(sqlDB)))
 		start := time.Now()
 		if err := s.Load(context.Background()); err != nil {
 			b.Fatal(err)
@@ -76,7 +77,7 @@ func benchSet(b *testing.B, held int, pattern bool) {
 		suffix = "*"
 	}
 	insertOverrides(b, sqlDB, held, func(i int) (string, string, string) { return "ws", "ns", fmt.Sprint("user_", i, suffix) })
-	s := newService(b, WithStore(NewMySQLStore(sqlDB)), WithMaxPerWorkspace(int64(held)+1_000_000))
+	s := newService(b, WithStore(mysqlstore.New(sqlDB)), WithMaxPerWorkspace(int64(held)+1_000_000))
 	ctx := context.Background()
 	if err := s.Load(ctx); err != nil {
 		b.Fatal(err)

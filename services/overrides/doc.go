@@ -11,6 +11,6 @@
 // and 3), "user_7" takes "user_*", and "bot_42" takes "*_42".
 //
 // A [Service] keeps every override in memory and answers [Service.Lookup]
-// without I/O. Its [Store] is MySQL for a fleet, where [Service.Run] polls
+// without I/O. Its store ([store.Overrides]) is MySQL for a fleet, where [Service.Run] polls
 // for other processes' changes, or memory for a single process.
 package overrides

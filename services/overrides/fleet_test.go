@@ -11,6 +11,8 @@ import (
 
 	"github.com/unkeyed/ratelimit/internal/dbtest"
 	"github.com/unkeyed/ratelimit/internal/poll"
+	"github.com/unkeyed/ratelimit/services/overrides/mysqlstore"
+	"github.com/unkeyed/ratelimit/services/overrides/store"
 )
 
 // skewedClock is the wall clock moved by offset: a host whose clock
@@ -30,7 +32,7 @@ func TestClockSkewDoesNotReorderChanges(t *testing.T) {
 	const pollEvery = 50 * time.Millisecond
 	var procs []*Service
 	for _, skew := range []time.Duration{30 * time.Second, -30 * time.Second, 0} {
-		s := newService(t, WithStore(NewMySQLStore(sqlDB)), WithClock(skewedClock(skew)), WithPollInterval(pollEvery))
+		s := newService(t, WithStore(mysqlstore.New(sqlDB)), WithClock(skewedClock(skew)), WithPollInterval(pollEvery))
 		if err := s.Load(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -77,8 +79,8 @@ func TestClockSkewDoesNotReorderChanges(t *testing.T) {
 // look-back, and applies it once.
 func TestEachChangeAppliedOnce(t *testing.T) {
 	_, sqlDB := dbtest.Start(t)
-	writer := newService(t, WithStore(NewMySQLStore(sqlDB)))
-	reader := newService(t, WithStore(NewMySQLStore(sqlDB)))
+	writer := newService(t, WithStore(mysqlstore.New(sqlDB)))
+	reader := newService(t, WithStore(mysqlstore.New(sqlDB)))
 	ctx := context.Background()
 	if err := reader.Load(ctx); err != nil {
 		t.Fatal(err)
@@ -121,7 +123,7 @@ func TestCapPerWorkspace(t *testing.T) {
 		"memory": func(*testing.T) Option { return func(*Service) {} },
 		"mysql": func(t *testing.T) Option {
 			_, sqlDB := dbtest.Start(t)
-			return WithStore(NewMySQLStore(sqlDB))
+			return WithStore(mysqlstore.New(sqlDB))
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -153,7 +155,7 @@ func TestCapPerWorkspace(t *testing.T) {
 // pageCounter is a store whose start-up load pages are counted, and that
 // cancels the load's context after the first, as a SIGTERM would.
 type pageCounter struct {
-	Store
+	store.Overrides
 	pages  int
 	cancel context.CancelFunc
 }
@@ -163,7 +165,7 @@ func (p *pageCounter) Page(ctx context.Context, after int64, limit int) ([]Chang
 	if p.pages == 1 {
 		p.cancel()
 	}
-	return p.Store.Page(ctx, after, limit)
+	return p.Overrides.Page(ctx, after, limit)
 }
 
 // TestLoadInPagesStopsWhenCancelled: the start-up load reads every
@@ -172,7 +174,7 @@ func (p *pageCounter) Page(ctx context.Context, after int64, limit int) ([]Chang
 func TestLoadInPagesStopsWhenCancelled(t *testing.T) {
 	_, sqlDB := dbtest.Start(t)
 	insertOverrides(t, sqlDB, 3*loadPageSize/2, func(i int) (string, string, string) { return "ws", "ns", fmt.Sprint("id", i) })
-	full := newService(t, WithStore(NewMySQLStore(sqlDB)))
+	full := newService(t, WithStore(mysqlstore.New(sqlDB)))
 	if err := full.Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +182,7 @@ func TestLoadInPagesStopsWhenCancelled(t *testing.T) {
 		t.Fatalf("loaded %d overrides, want %d", got, 3*loadPageSize/2)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	counter := &pageCounter{Store: NewMySQLStore(sqlDB), cancel: cancel}
+	counter := &pageCounter{Overrides: mysqlstore.New(sqlDB), cancel: cancel}
 	stopped := newService(t, WithStore(counter))
 	if err := stopped.Load(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Load with its context cancelled during the first page: %v, want context.Canceled", err)
@@ -195,8 +197,8 @@ func TestLoadInPagesStopsWhenCancelled(t *testing.T) {
 // drops the overrides whose deletions it missed (their tombstones purged).
 func TestReloadDropsWhatTheStoreNoLongerHolds(t *testing.T) {
 	_, sqlDB := dbtest.Start(t)
-	a := newService(t, WithStore(NewMySQLStore(sqlDB)))
-	b := newService(t, WithStore(NewMySQLStore(sqlDB)))
+	a := newService(t, WithStore(mysqlstore.New(sqlDB)))
+	b := newService(t, WithStore(mysqlstore.New(sqlDB)))
 	ctx := context.Background()
 	set(t, a, "ns", "kept", 1)
 	set(t, a, "ns", "gone", 1)

@@ -4,42 +4,21 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
+	"github.com/unkeyed/ratelimit/services/overrides/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
 // Override replaces the limit and duration of the requests whose identifier
-// it matches.
-type Override struct {
-	// ID names the override in answers (the overrideId of a decision).
-	ID        string
-	Workspace string
-	Namespace string
-	// Identifier is an identifier, or a pattern where * matches any run of
-	// characters.
-	Identifier string
-	Limit      int64
-	Duration   time.Duration
-	// UpdatedAt is when the override last changed, in unix ms, by the
-	// store's clock (this process's without a store).
-	UpdatedAt int64
-}
+// it matches (see [store.Override]).
+type Override = store.Override
 
-// Change is a state of an override as a store holds it: set, or deleted.
-type Change struct {
-	Override
-	Deleted bool
-	// Revision orders the states of one override: it grows with every
-	// change, in the order the store made them, whatever the clocks of the
-	// processes that asked for them. Memory applies a state only over one
-	// with a smaller revision, so an older state read late never undoes a
-	// newer one.
-	Revision int64
-}
+// Change is a state of an override as a store holds it (see
+// [store.Change]).
+type Change = store.Change
 
 // ErrNotFound is returned for an override that does not exist.
-var ErrNotFound = errors.New("override not found")
+var ErrNotFound = store.ErrNotFound
 
 // CapacityError is returned by [Service.Set] for a new override in a
 // workspace that already holds Max live ones (see
@@ -75,12 +54,12 @@ const wildcard = '*'
 // isPattern reports whether identifier holds a wildcard.
 func isPattern(identifier string) bool { return strings.IndexByte(identifier, wildcard) >= 0 }
 
-// Validate reports the first field of o that breaks a rule, as a
+// validate reports the first field of o that breaks a rule, as a
 // [*ratelimit.ValidationError], or nil. The names follow the limiter's rules;
 // the duration is a request's, and the limit a request's or 0, which blocks
 // the identifiers the override matches (every request denied, nothing
 // counted).
-func (o *Override) Validate() error {
+func validate(o *Override) error {
 	probe := ratelimit.Request{Namespace: o.Namespace, Identifier: o.Identifier, Limit: max(o.Limit, 1), Duration: o.Duration, Cost: 0}
 	if o.Limit < 0 {
 		probe.Limit = o.Limit
@@ -107,10 +86,5 @@ func (o *Override) Validate() error {
 // override to get or delete.
 func ValidateKey(namespace, identifier string) error {
 	o := Override{Namespace: namespace, Identifier: identifier, Limit: 1, Duration: ratelimit.MinDuration}
-	return o.Validate()
-}
-
-// String describes o for logs.
-func (o Override) String() string {
-	return fmt.Sprintf("%s %s/%s/%s: %d per %s", o.ID, o.Workspace, o.Namespace, o.Identifier, o.Limit, o.Duration)
+	return validate(&o)
 }

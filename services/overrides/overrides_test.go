@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/internal/dbtest"
+	"github.com/unkeyed/ratelimit/services/overrides/mysqlstore"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
@@ -163,8 +164,8 @@ func TestInMemory(t *testing.T) { exercise(t, newService(t)) }
 // process (a restart) loads everything on its first.
 func TestMySQLStoreAcrossProcesses(t *testing.T) {
 	_, sqlDB := dbtest.Start(t)
-	a := newService(t, WithStore(NewMySQLStore(sqlDB)))
-	b := newService(t, WithStore(NewMySQLStore(sqlDB)))
+	a := newService(t, WithStore(mysqlstore.New(sqlDB)))
+	b := newService(t, WithStore(mysqlstore.New(sqlDB)))
 	exercise(t, a)
 	ctx := context.Background()
 	if err := b.Refresh(ctx); err != nil {
@@ -188,7 +189,7 @@ func TestMySQLStoreAcrossProcesses(t *testing.T) {
 	if _, ok := b.Lookup("ws", "page", "id03"); ok {
 		t.Fatal("b still applies an override a deleted")
 	}
-	restarted := newService(t, WithStore(NewMySQLStore(sqlDB)))
+	restarted := newService(t, WithStore(mysqlstore.New(sqlDB)))
 	if err := restarted.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}

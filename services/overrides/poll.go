@@ -12,7 +12,7 @@ import (
 // are read by the next poll, which starts where the load began. Without a
 // store it returns at once.
 func (s *Service) Load(ctx context.Context) error {
-	if s.store == nil {
+	if s.shared == nil {
 		return nil
 	}
 	s.mu.Lock()
@@ -36,7 +36,7 @@ func (s *Service) load(ctx context.Context) error {
 			return fmt.Errorf("load overrides: stopped after %d: %w", rows, err)
 		}
 		pageCtx, cancel := context.WithTimeout(ctx, storeTimeout)
-		page, last, err := s.store.Page(pageCtx, after, loadPageSize)
+		page, last, err := s.shared.Page(pageCtx, after, loadPageSize)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("load overrides after %d: %w", rows, err)
@@ -82,7 +82,7 @@ func (s *Service) applyAll(changes []Change, gen uint32) {
 func (s *Service) revision(ctx context.Context) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, clockTimeout)
 	defer cancel()
-	return s.store.Revision(ctx)
+	return s.shared.Revision(ctx)
 }
 
 // Run polls the store for changes every poll interval until ctx is done.
@@ -90,7 +90,7 @@ func (s *Service) revision(ctx context.Context) (int64, error) {
 // process has and is tried again at the next interval; so is a start-up
 // load that did not complete.
 func (s *Service) Run(ctx context.Context) error {
-	if s.store == nil {
+	if s.shared == nil {
 		return nil
 	}
 	t := time.NewTicker(s.poll)
@@ -112,7 +112,7 @@ func (s *Service) Run(ctx context.Context) error {
 // completed, or when the latest poll is older than half of
 // TombstoneRetention, it loads everything instead.
 func (s *Service) Refresh(ctx context.Context) error {
-	if s.store == nil {
+	if s.shared == nil {
 		return nil
 	}
 	s.mu.Lock()
@@ -129,7 +129,7 @@ func (s *Service) Refresh(ctx context.Context) error {
 	}
 	pollCtx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
-	changes, err := s.store.Changes(pollCtx, s.polled-pollLookback.Microseconds())
+	changes, err := s.shared.Changes(pollCtx, s.polled-pollLookback.Microseconds())
 	if err != nil {
 		return fmt.Errorf("poll overrides: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/unkeyed/ratelimit/services/overrides/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
@@ -63,7 +64,7 @@ const (
 // Service holds every override in memory for [Service.Lookup] and writes
 // through to its store. Its methods are safe for concurrent use.
 type Service struct {
-	store   Store // nil: this process's memory only
+	shared  store.Overrides // the fleet's store; nil: this process's memory only
 	clock   ratelimit.Clock
 	logger  *slog.Logger
 	poll    time.Duration
@@ -86,9 +87,9 @@ type Service struct {
 // Option configures a [Service].
 type Option func(*Service)
 
-// WithStore keeps overrides in store (shared by the fleet) instead of this
+// WithStore keeps overrides in st (shared by the fleet) instead of this
 // process's memory alone.
-func WithStore(store Store) Option { return func(s *Service) { s.store = store } }
+func WithStore(st store.Overrides) Option { return func(s *Service) { s.shared = st } }
 
 // WithClock sets the clock that stamps changes without a store. With one,
 // the store's clock does.
@@ -176,7 +177,7 @@ func (s *Service) Lookup(workspace, namespace, identifier string) (Override, boo
 // override applies on this process at once, and on the others within their
 // poll interval.
 func (s *Service) Set(ctx context.Context, o Override) (Override, error) {
-	if err := o.Validate(); err != nil {
+	if err := validate(&o); err != nil {
 		return Override{}, err
 	}
 	if e, ok := s.idx.get(o.Workspace, o.Namespace, o.Identifier); !ok || e.deleted {
@@ -197,9 +198,9 @@ func (s *Service) Set(ctx context.Context, o Override) (Override, error) {
 		o.ID = newID()
 	}
 	var c Change
-	if s.store != nil {
+	if s.shared != nil {
 		var err error
-		if c, err = s.store.Set(ctx, o); err != nil {
+		if c, err = s.shared.Set(ctx, o); err != nil {
 			return Override{}, fmt.Errorf("set override: %w", err)
 		}
 	} else {
@@ -227,8 +228,8 @@ func (s *Service) Get(ctx context.Context, workspace, namespace, identifier stri
 	if err := ValidateKey(namespace, identifier); err != nil {
 		return Override{}, err
 	}
-	if s.store != nil {
-		return s.store.Get(ctx, workspace, namespace, identifier)
+	if s.shared != nil {
+		return s.shared.Get(ctx, workspace, namespace, identifier)
 	}
 	if e, ok := s.idx.get(workspace, namespace, identifier); ok && !e.deleted {
 		return e.o, nil
@@ -251,9 +252,9 @@ func (s *Service) List(ctx context.Context, workspace, namespace, after string, 
 		return nil, false, &ratelimit.ValidationError{Field: "limit", Rule: fmt.Sprintf("must be between 1 and %d", MaxListLimit)}
 	}
 	var out []Override
-	if s.store != nil {
+	if s.shared != nil {
 		var err error
-		if out, err = s.store.List(ctx, workspace, namespace, after, limit+1); err != nil {
+		if out, err = s.shared.List(ctx, workspace, namespace, after, limit+1); err != nil {
 			return nil, false, fmt.Errorf("list overrides: %w", err)
 		}
 	} else {
@@ -277,9 +278,9 @@ func (s *Service) Delete(ctx context.Context, workspace, namespace, identifier s
 		return err
 	}
 	var c Change
-	if s.store != nil {
+	if s.shared != nil {
 		var err error
-		if c, err = s.store.Delete(ctx, workspace, namespace, identifier); err != nil {
+		if c, err = s.shared.Delete(ctx, workspace, namespace, identifier); err != nil {
 			if errors.Is(err, ErrNotFound) {
 				return err
 			}

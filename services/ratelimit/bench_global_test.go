@@ -5,18 +5,20 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
-// discardStore is a GlobalStore that keeps nothing, to time the flush walk
+// discardStore is a store.Global that keeps nothing, to time the flush walk
 // alone.
 type discardStore struct{ published int }
 
-func (d *discardStore) Publish(_ context.Context, _ string, counts []CellCount) (int, error) {
+func (d *discardStore) Publish(_ context.Context, _ string, counts []store.CellCount) (int, error) {
 	d.published += len(counts)
 	return len(counts), nil
 }
 
-func (d *discardStore) Sync(context.Context, string, time.Time, time.Time) ([]GlobalCount, time.Time, error) {
+func (d *discardStore) Sync(context.Context, string, time.Time, time.Time) ([]store.GlobalCount, time.Time, error) {
 	return nil, time.Time{}, nil
 }
 
@@ -25,8 +27,8 @@ func (d *discardStore) Sync(context.Context, string, time.Time, time.Time) ([]Gl
 // publish, with a store that discards it.
 func BenchmarkFlushWalk240k(b *testing.B) {
 	clock := newFakeClock(600_000)
-	store := &discardStore{}
-	s, err := New("us", WithClock(clock), WithGlobalStore(store))
+	mem := &discardStore{}
+	s, err := New("us", WithClock(clock), WithGlobalStore(mem))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -40,23 +42,23 @@ func BenchmarkFlushWalk240k(b *testing.B) {
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		st := newGlobalState() // every hot cell changed
-		s.flushGlobal(ctx, st, true)
+		s.global.st = newGlobalState() // every hot cell changed
+		s.global.flush(ctx, true)
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(store.published)/float64(b.N), "rows/flush")
+	b.ReportMetric(float64(mem.published)/float64(b.N), "rows/flush")
 	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/flush")
 }
 
-// rowsStore is a GlobalStore whose every sync returns the same rows, to time
+// rowsStore is a store.Global whose every sync returns the same rows, to time
 // importing them alone.
-type rowsStore struct{ rows []GlobalCount }
+type rowsStore struct{ rows []store.GlobalCount }
 
-func (r *rowsStore) Publish(_ context.Context, _ string, counts []CellCount) (int, error) {
+func (r *rowsStore) Publish(_ context.Context, _ string, counts []store.CellCount) (int, error) {
 	return len(counts), nil
 }
 
-func (r *rowsStore) Sync(context.Context, string, time.Time, time.Time) ([]GlobalCount, time.Time, error) {
+func (r *rowsStore) Sync(context.Context, string, time.Time, time.Time) ([]store.GlobalCount, time.Time, error) {
 	return r.rows, time.Time{}, nil
 }
 
@@ -67,20 +69,19 @@ func (r *rowsStore) Sync(context.Context, string, time.Time, time.Time) ([]Globa
 // database's share.
 func BenchmarkSyncApply45k(b *testing.B) {
 	seq := int64(29_000_000)
-	store := &rowsStore{rows: make([]GlobalCount, 45_000)}
-	for i := range store.rows {
-		store.rows[i] = GlobalCount{Cell: Cell{Workspace: "ws", Namespace: "api", Identifier: "user_" + strconv.Itoa(i),
+	mem := &rowsStore{rows: make([]store.GlobalCount, 45_000)}
+	for i := range mem.rows {
+		mem.rows[i] = store.GlobalCount{Key: store.CellKey{Workspace: "ws", Namespace: "api", Identifier: "user_" + strconv.Itoa(i),
 			Duration: time.Minute, Sequence: seq}, Others: 50, OthersLimit: 100}
 	}
-	s, err := New("us", WithGlobalStore(store), WithClock(newFakeClock(seq*60_000)))
+	s, err := New("us", WithGlobalStore(mem), WithClock(newFakeClock(seq*60_000)))
 	if err != nil {
 		b.Fatal(err)
 	}
-	st := newGlobalState()
 	ctx := context.Background()
 	b.ResetTimer()
 	for b.Loop() {
-		s.syncGlobal(ctx, st)
+		s.global.sync(ctx)
 	}
 	b.StopTimer()
 	if got := s.ActiveWindows(); got != 45_000 {

@@ -2,13 +2,14 @@ package ratelimit
 
 import "time"
 
-// Clock tells the time. The limiter reads it once per decision; tests inject
-// a clock they can move by hand.
+// Clock tells the time. The limiter reads it once per decision and for
+// every schedule of its loops; tests inject a clock they can move by hand.
 type Clock interface {
 	Now() time.Time
 }
 
-// systemClock is the wall clock.
-type systemClock struct{}
+// SystemClock is the wall clock: [time.Now].
+type SystemClock struct{}
 
-func (systemClock) Now() time.Time { return time.Now() }
+// Now returns [time.Now].
+func (SystemClock) Now() time.Time { return time.Now() }

@@ -16,16 +16,54 @@
 // never admit more than the limit.
 //
 // The request path never waits on the network for a warm counter, except
-// that a key near or over its limit (strict) reads the regional origin first,
-// at most once per short interval and at most 300 ms. Shared
-// stores (a regional [Origin], a [GlobalStore]) are convergence accelerators
-// that plug in behind small interfaces; without them a [Service] is an exact
-// single-process limiter.
+// that a key near or over its limit (strict) reads the regional store first,
+// at most once per short interval and at most store.RequestTimeout. The
+// stores that share counts (package store: a regional one, a global one)
+// are convergence accelerators that plug in behind small interfaces; without
+// them a [Service] is an exact single-process limiter.
 //
 // A [Service] starts no goroutines of its own: call [Service.Run] to run its
-// background loops (the janitor that evicts cells which can no longer affect a
-// decision, and with the stores configured the replay and refresh loop of the
-// regional origin and the flush and sync loop of the global counters), and
+// background loops (the janitor that evicts windows which can no longer
+// affect a decision, and with the stores configured the regional tier's
+// replay and refresh loop and the global tier's flush and sync loop), and
 // cancel its context to stop them: it replays and flushes once more before it
 // returns.
+//
+// # Glossary
+//
+// One name per thing, in the code, the metrics' help and the docs:
+//
+//   - key: workspace, namespace, identifier and duration: what one limit
+//     counts (windowKey).
+//   - window: the sliding window of one key, held in memory: its two most
+//     recent cells (window), all of them in the service's windowTable.
+//   - cell: one fixed window of one key: store.CellKey names it, cell holds
+//     its counts in memory (this region's, the other regions', what is
+//     still to replay).
+//   - regional tier: the processes of one region sharing counts through the
+//     regional store (store.Regional: Redis). Replay sends accepted
+//     increments to it; refresh and hydrate read from it (hydrate: the first
+//     read of a cold cell). Its Prometheus metrics keep their first name,
+//     unkey_ratelimit_origin_*, so that dashboards keep working.
+//   - global tier: the regions sharing counts through the global store
+//     (store.Global: MySQL, a grow-only counter). Flush publishes this
+//     region's counts to it; sync imports the other regions' counts.
+//   - strict: a key that denied, or admitted leaving little of its limit,
+//     within its last duration: it reads the regional store before deciding.
+//   - floor: the share of a limit a region must have used in a cell before
+//     it publishes it to the global store.
+//
+// # Where a change belongs
+//
+// A new store implements store.Regional or store.Global in a package of its
+// own (as redisstore and mysqlstore do) and runs the contract suite of
+// package storetest. A flush or sync schedule is the global tier's
+// (global.go, global_loop.go); the regional tier's timing is in regional.go.
+// The decision maths are decide (limit.go) over window and cell (window.go).
+// The stores hold fixed window cells and nothing else: a counter per key and
+// sequence, summed with max or add. A different algorithm whose state fits
+// that shape (a fixed window, a sliding log bucketed into cells) needs only
+// a new decide; one whose state does not (a token bucket's level and its
+// last refill time, which do not merge by max or sum across processes) has
+// no seam here and would need its own stores, tiers and schema.
 package ratelimit

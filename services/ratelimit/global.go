@@ -1,53 +1,14 @@
 package ratelimit
 
 import (
-	"context"
+	"log/slog"
+	"math"
 	"time"
+
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
-
-// GlobalStore shares counts between regions as a grow-only counter (MySQL:
-// package mysqlstore): one component per region and window cell, merged
-// with max, read back as the region's own component and the sum of the
-// others.
-type GlobalStore interface {
-	// Publish raises this region's component of each cell to at least its
-	// count and marks it changed at the store's own time, in the order
-	// given (callers sort counts in the store's key order), and returns how
-	// many of them, from the start, it wrote before the error that stopped
-	// it.
-	Publish(ctx context.Context, region string, counts []CellCount) (written int, err error)
-	// Sync returns every cell that has not expired at now (the caller's
-	// clock: window sequences are the callers') and of which any component
-	// changed at or after since by the store's clock (all live cells for the
-	// zero time), with this region's own component and the sum of every
-	// other region's. It may return unchanged cells too, when reading
-	// everything is cheaper. asOf is the store's time when the read began:
-	// a later sync from asOf (less a look-back for writes still in flight)
-	// misses nothing. Only the store's clock orders changes, so callers
-	// whose clocks disagree still see each other's.
-	Sync(ctx context.Context, region string, now, since time.Time) (rows []GlobalCount, asOf time.Time, err error)
-}
-
-// CellCount is one region's count of one cell.
-type CellCount struct {
-	Cell  Cell
-	Count int64
-	// Limit is the limit the region last saw for the cell's key.
-	Limit int64
-}
-
-// GlobalCount is what the global store holds for one cell.
-type GlobalCount struct {
-	Cell Cell
-	// Own is this region's component: it may only raise the regional count.
-	Own int64
-	// Others is the sum of every other region's component: the imported
-	// count, which is added to decisions and never published again.
-	Others int64
-	// OthersLimit is the largest limit another region published the cell
-	// with, or 0 if none said.
-	OthersLimit int64
-}
 
 // Default intervals of the global counters. A region's usage reaches
 // another region within one flush plus one sync interval (plus jitter): 2.4 s
@@ -131,18 +92,6 @@ type globalIntervals struct {
 	flush, fullFlush, sync time.Duration
 }
 
-// MaxStoredCount caps every count read from a store (Redis or MySQL), so
-// that a corrupt value cannot overflow the decision maths: limits and costs
-// are at most 2^53, and a few sums of 2^60 stay far below 2^63. A cell at the
-// cap denies every request.
-const MaxStoredCount = 1 << 60
-
-// WithGlobalStore makes the region share counts with other regions through
-// store.
-func WithGlobalStore(store GlobalStore) Option {
-	return func(s *Service) { s.global = store }
-}
-
 // WithGlobalFlushIntervals sets how often the process publishes to the
 // global store: every prompt, the cells that crossed the utilization floor
 // or grew by a tenth of their limit since the store last held them; every
@@ -150,7 +99,7 @@ func WithGlobalStore(store GlobalStore) Option {
 // if below it. Zero or negative values keep the defaults
 // ([DefaultGlobalFlushInterval], [DefaultGlobalFullFlushInterval]).
 func WithGlobalFlushIntervals(prompt, full time.Duration) Option {
-	return func(s *Service) {
+	return func(s *settings) {
 		if prompt > 0 {
 			s.globalEvery.flush = prompt
 		}
@@ -164,9 +113,133 @@ func WithGlobalFlushIntervals(prompt, full time.Duration) Option {
 // changes from the global store. Zero or negative keeps
 // [DefaultGlobalSyncInterval].
 func WithGlobalSyncInterval(d time.Duration) Option {
-	return func(s *Service) {
+	return func(s *settings) {
 		if d > 0 {
 			s.globalEvery.sync = d
 		}
 	}
+}
+
+// globalTier shares counts between regions through the global store: a
+// request that counts into a cell worth sharing queues it (noteGrowth), and
+// the tier's loop (run) publishes what grew and imports what the other
+// regions published. A nil *globalTier is a region alone: noteGrowth does
+// nothing.
+type globalTier struct {
+	region  string
+	store   store.Global
+	clock   Clock
+	logger  *slog.Logger
+	metrics *metrics
+	// windows is the service's table: a full flush walks it, a sync
+	// finds the windows of the rows it reads and creates some.
+	windows *windowTable
+	// hydrated is what a cell created by a sync starts as: hydrated when
+	// no regional store could tell this process more about it.
+	hydrated bool
+	breaker  *gobreaker.CircuitBreaker[any]
+	every    globalIntervals
+	// halfFloorOnly shares cells as before the presence floor and the
+	// share-scaled flush step (see settings).
+	halfFloorOnly bool
+	// grown holds the cells counted into at or above the utilization
+	// floor (or shared by another region) since the last flush: what the
+	// next prompt flush looks at, so its work follows the cells that
+	// change rather than every window held.
+	grown queue[cellRef]
+	// st is the loop's own bookkeeping; only the goroutine that runs the
+	// loop touches it.
+	st *globalState
+}
+
+func newGlobalTier(region string, st store.Global, cfg *settings, m *metrics, windows *windowTable, hydrated bool) *globalTier {
+	g := &globalTier{
+		region:        region,
+		store:         st,
+		clock:         cfg.clock,
+		logger:        cfg.logger,
+		metrics:       m,
+		windows:       windows,
+		hydrated:      hydrated,
+		every:         cfg.globalEvery,
+		halfFloorOnly: cfg.halfFloorOnly,
+		st:            newGlobalState(),
+	}
+	g.every.fullFlush = max(g.every.fullFlush, g.every.flush)
+	g.grown.limit = maxQueued
+	g.breaker = g.newBreaker()
+	return g
+}
+
+// utilizationFloor is the count of a cell of limit and window durationMs
+// from which a region publishes it: a twentieth of the limit for windows of
+// a minute or more (globalPresenceFloor), half of it for shorter ones.
+func (g *globalTier) utilizationFloor(limit, durationMs int64) int64 {
+	share := globalUtilizationFloor
+	if !g.halfFloorOnly && durationMs >= globalPresenceMinWindow.Milliseconds() {
+		share = globalPresenceFloor
+	}
+	return max(1, int64(math.Ceil(float64(limit)*share)))
+}
+
+// flushStep is the growth of a published cell of limit that makes it due at
+// the next prompt flush: a tenth of the limit, scaled by twice this region's
+// share of the cell's count (own of own + others) when that is under one.
+// Each region's unpublished growth then lags the others' view by at most
+// twice its share of a tenth, so all regions together by a fifth, however
+// many share the key; a region with a small share writes about as often as
+// one with a large one. Two regions sharing a key evenly keep the step of a
+// tenth: they were within 1.2× the limit already.
+func (g *globalTier) flushStep(limit, own, others int64) int64 {
+	step := float64(limit) * globalFlushStep
+	if !g.halfFloorOnly && others > 0 && own > 0 {
+		step *= min(1, 2*float64(own)/float64(own+others))
+	}
+	return max(1, int64(math.Ceil(step)))
+}
+
+// noteGrowth queues c, the cell of w a request just counted into with limit,
+// for the next prompt flush if it is worth sharing: at or above the
+// utilization floor, or already shared by another region. A queued cell
+// costs later requests one atomic load until the flush takes it; one below
+// the floor costs three.
+func (g *globalTier) noteGrowth(w *window, c *cell, limit int64) {
+	if g != nil {
+		g.queueGrown(w, c, limit)
+	}
+}
+
+// queueGrown is noteGrowth for a region that shares counts.
+func (g *globalTier) queueGrown(w *window, c *cell, limit int64) {
+	if c.flags.Load()&cellGrown != 0 {
+		return
+	}
+	if c.count.Load() < g.utilizationFloor(limit, w.durationMs) && c.global.Load() == 0 {
+		return
+	}
+	if c.flags.Or(cellGrown)&cellGrown != 0 {
+		return
+	}
+	if !g.grown.push(cellRef{w: w, c: c}) {
+		// Its next request queues it again; the full flush publishes it
+		// meanwhile.
+		c.flags.And(^cellGrown)
+		g.metrics.queueOverflow.WithLabelValues("flush").Inc()
+	}
+}
+
+// newBreaker returns the circuit breaker that guards the global
+// store, so that a sick database fails the next tick fast instead of
+// blocking it for globalFlushTimeout. sony/gobreaker is maintained, small
+// and generic over the result type.
+func (g *globalTier) newBreaker() *gobreaker.CircuitBreaker[any] {
+	return gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
+		Name:        "ratelimit-global",
+		MaxRequests: 1,
+		Timeout:     globalBreakerProbe,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= globalBreakerFailures },
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			g.logger.Warn("global store circuit breaker changed state", "from", from.String(), "to", to.String())
+		},
+	})
 }

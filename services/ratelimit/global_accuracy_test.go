@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
+	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )
 
 // crossRun is the outcome of one simulated set of regions.
@@ -41,7 +44,7 @@ type crossCase struct {
 
 // withHalfFloorOnly is the sharing before the presence floor and the
 // share-scaled flush step.
-func withHalfFloorOnly() Option { return func(s *Service) { s.halfFloorOnly = true } }
+func withHalfFloorOnly() Option { return func(s *settings) { s.halfFloorOnly = true } }
 
 // defaultIntervals is the schedule a process runs without options;
 // rfcIntervals the conservative one, ten seconds for everything.
@@ -63,11 +66,11 @@ type loopSim struct {
 	phase               []int64 // each region's anchor, as runGlobal takes it when it starts
 }
 
-func newLoopSim(t *testing.T, store GlobalStore, clock *fakeClock, names []string, iv globalIntervals, rng *rand.Rand, opts ...Option) *loopSim {
+func newLoopSim(t *testing.T, mem store.Global, clock *fakeClock, names []string, iv globalIntervals, rng *rand.Rand, opts ...Option) *loopSim {
 	l := &loopSim{clock: clock, iv: iv, rng: rng}
 	now := clock.Now().UnixMilli()
 	for _, name := range names {
-		r := newRegion(t, name, store, clock, append([]Option{WithGlobalFlushIntervals(iv.flush, iv.fullFlush), WithGlobalSyncInterval(iv.sync)}, opts...)...)
+		r := newRegion(t, name, mem, clock, append([]Option{WithGlobalFlushIntervals(iv.flush, iv.fullFlush), WithGlobalSyncInterval(iv.sync)}, opts...)...)
 		l.regions = append(l.regions, r)
 		l.phase = append(l.phase, now-int64(rng.Float64()*float64(max(iv.flush, iv.sync).Milliseconds())))
 		i := len(l.regions) - 1
@@ -97,10 +100,10 @@ func (l *loopSim) runUntil(at int64) {
 		l.clock.Set(next)
 		r := l.regions[which]
 		if isFlush {
-			r.flushGlobal(ctx, r.st, r.fullFlushDue(r.st))
+			r.global.flush(ctx, r.global.fullFlushDue())
 			l.nextFlush[which] = l.tick(which, next, l.iv.flush)
 		} else {
-			r.syncGlobal(ctx, r.st)
+			r.global.sync(ctx)
 			l.nextSync[which] = l.tick(which, next, l.iv.sync)
 		}
 	}
@@ -132,8 +135,8 @@ func simulateRegions(t *testing.T, c crossCase) crossRun {
 	if c.halfFloor {
 		opts = append(opts, withHalfFloorOnly())
 	}
-	store := newMemStore()
-	sim := newLoopSim(t, store, clock, names, c.iv, rng, opts...)
+	mem := storetest.NewMemGlobal()
+	sim := newLoopSim(t, mem, clock, names, c.iv, rng, opts...)
 	type event struct {
 		at      int64
 		id, reg int
@@ -191,7 +194,7 @@ func simulateRegions(t *testing.T, c crossCase) crossRun {
 	}
 	run.mean /= float64(n)
 	sim.runUntil(end) // the last window's flushes
-	run.writes = float64(store.published.Load()) / float64(c.ids*c.windows)
+	run.writes = float64(mem.Published()) / float64(c.ids*c.windows)
 	return run
 }
 
@@ -221,7 +224,7 @@ func propagationTrial(t *testing.T, iv globalIntervals, n int, seed uint64) []ti
 	const limit, spend = 10, 6
 	clock := newFakeClock(1_000_000 * 86_400_000)
 	rng := rand.New(rand.NewPCG(seed, 2))
-	sim := newLoopSim(t, newMemStore(), clock, []string{"a", "b"}, iv, rng)
+	sim := newLoopSim(t, storetest.NewMemGlobal(), clock, []string{"a", "b"}, iv, rng)
 	ctx := context.Background()
 	start := clock.Now().UnixMilli()
 	spendAt := make([]int64, n)

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )
 
 // TestPromptFlush checks what a prompt flush publishes: a cell as soon as it
@@ -15,16 +17,16 @@ import (
 // smaller growth waits for the full flush, and cells nobody counted into
 // since the last flush cost nothing.
 func TestPromptFlush(t *testing.T) {
-	store := newMemStore()
+	mem := storetest.NewMemGlobal()
 	clock := newFakeClock(600_000) // window 10 of one minute
-	s, err := New("us", WithClock(clock), WithGlobalStore(store))
+	s, err := New("us", WithClock(clock), WithGlobalStore(mem))
 	if err != nil {
 		t.Fatal(err)
 	}
-	us := &region{Service: s, st: newGlobalState()}
+	us := &region{Service: s}
 	want := func(when string, rowsWant ...string) {
 		t.Helper()
-		if got := store.dump(); strings.Join(got, " ") != strings.Join(rowsWant, " ") {
+		if got := mem.Dump(); strings.Join(got, " ") != strings.Join(rowsWant, " ") {
 			t.Fatalf("rows %s = %v, want %v", when, got, rowsWant)
 		}
 	}
@@ -60,14 +62,14 @@ func TestPromptFlush(t *testing.T) {
 		}
 	}
 	us.promptFlush()
-	if n := len(store.dump()); n != 201 {
+	if n := len(mem.Dump()); n != 201 {
 		t.Fatalf("%d rows after 200 cells crossed the floor, want 201", n)
 	}
-	before := store.published.Load()
-	calls := store.publishes.Load()
+	before := mem.Published()
+	calls := mem.Publishes()
 	us.promptFlush()
-	if store.publishes.Load() != calls {
-		t.Fatal("a prompt flush with nothing counted since wrote to the store")
+	if mem.Publishes() != calls {
+		t.Fatal("a prompt flush with nothing counted since wrote to the mem")
 	}
 	for _, id := range ids[:10] {
 		mustLimit(t, s, req(id, 100, time.Minute, 10))
@@ -76,11 +78,11 @@ func TestPromptFlush(t *testing.T) {
 		mustLimit(t, s, req(id, 100, time.Minute, 1))
 	}
 	us.promptFlush()
-	if got := store.published.Load() - before; got != 10 {
+	if got := mem.Published() - before; got != 10 {
 		t.Fatalf("prompt flush wrote %d rows, want the 10 cells that grew by a step", got)
 	}
 	us.flush()
-	if got := store.published.Load() - before; got != 20 {
+	if got := mem.Published() - before; got != 20 {
 		t.Fatalf("prompt and full flush wrote %d rows, want 20: the full flush writes the 10 smaller growths", got)
 	}
 	if got := testutil.ToFloat64(s.metrics.queueOverflow.WithLabelValues("flush")); got != 0 {
@@ -94,7 +96,7 @@ func TestPromptFlush(t *testing.T) {
 // count publishes every fiftieth of the limit, and two regions sharing a key
 // evenly every tenth.
 func TestFloorsAndSteps(t *testing.T) {
-	s, err := New("us")
+	s, err := New("us", WithGlobalStore(storetest.NewMemGlobal()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +105,7 @@ func TestFloorsAndSteps(t *testing.T) {
 	}{
 		{100, 60_000, 5}, {100, 600_000, 5}, {100, 59_999, 50}, {100, 1_000, 50}, {10, 60_000, 1}, {1, 60_000, 1},
 	} {
-		if got := s.utilizationFloor(tc.limit, tc.durMs); got != tc.want {
+		if got := s.global.utilizationFloor(tc.limit, tc.durMs); got != tc.want {
 			t.Errorf("utilizationFloor(%d, %d ms) = %d, want %d", tc.limit, tc.durMs, got, tc.want)
 		}
 	}
@@ -112,7 +114,7 @@ func TestFloorsAndSteps(t *testing.T) {
 	}{
 		{100, 50, 0, 10}, {100, 10, 90, 2}, {1000, 10, 90, 20}, {1000, 50, 50, 100}, {1000, 30, 70, 60}, {100, 1, 1000, 1},
 	} {
-		if got := s.flushStep(tc.limit, tc.own, tc.others); got != tc.want {
+		if got := s.global.flushStep(tc.limit, tc.own, tc.others); got != tc.want {
 			t.Errorf("flushStep(%d, own %d, others %d) = %d, want %d", tc.limit, tc.own, tc.others, got, tc.want)
 		}
 	}

@@ -8,28 +8,30 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
+	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )
 
 // region is one region's limiter on a shared database, with the global loop
 // driven by hand.
 type region struct {
 	*Service
-	st *globalState
 }
 
-func newRegion(t *testing.T, name string, store GlobalStore, clock Clock, opts ...Option) *region {
+func newRegion(t *testing.T, name string, mem store.Global, clock Clock, opts ...Option) *region {
 	t.Helper()
-	s, err := New(name, append([]Option{WithClock(clock), WithGlobalStore(store)}, opts...)...)
+	s, err := New(name, append([]Option{WithClock(clock), WithGlobalStore(mem)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &region{Service: s, st: newGlobalState()}
+	return &region{Service: s}
 }
 
 // flush is a full flush; promptFlush a prompt one.
-func (r *region) flush()       { r.flushGlobal(context.Background(), r.st, true) }
-func (r *region) promptFlush() { r.flushGlobal(context.Background(), r.st, false) }
-func (r *region) sync()        { r.syncGlobal(context.Background(), r.st) }
+func (r *region) flush()       { r.global.flush(context.Background(), true) }
+func (r *region) promptFlush() { r.global.flush(context.Background(), false) }
+func (r *region) sync()        { r.global.sync(context.Background()) }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
@@ -43,15 +45,15 @@ func spend(t *testing.T, s *Service, id string, limit, n int64) {
 }
 
 func TestGlobalCounterInvariants(t *testing.T) {
-	store := newMemStore()
+	mem := storetest.NewMemGlobal()
 	clock := newFakeClock(600_000) // window 10 of one minute
-	us, eu := newRegion(t, "us", store, clock), newRegion(t, "eu", store, clock)
+	us, eu := newRegion(t, "us", mem, clock), newRegion(t, "eu", mem, clock)
 
 	// Below the floor (5 of 100, a twentieth for a minute window) nothing
 	// is published.
 	spend(t, us.Service, "k", 100, 4)
 	us.flush()
-	if got := store.dump(); len(got) != 0 {
+	if got := mem.Dump(); len(got) != 0 {
 		t.Fatalf("rows below the utilization floor: %v", got)
 	}
 	spend(t, us.Service, "k", 100, 2) // 6 of 100
@@ -75,7 +77,7 @@ func TestGlobalCounterInvariants(t *testing.T) {
 		eu.sync()
 	}
 	want := []string{"k/10/eu=3", "k/10/us=6"}
-	if got := store.dump(); strings.Join(got, " ") != strings.Join(want, " ") {
+	if got := mem.Dump(); strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("rows after several rounds = %v, want %v (imported counts republished?)", got, want)
 	}
 	if resp := mustLimit(t, us.Service, req("k", 100, time.Minute, 0)); resp.Remaining != 91 {
@@ -84,32 +86,32 @@ func TestGlobalCounterInvariants(t *testing.T) {
 
 	// An older, delayed publish never lowers a component; publishing twice
 	// is harmless.
-	cell := Cell{Workspace: "ws", Namespace: "ns", Identifier: "k", Duration: time.Minute, Sequence: 10}
+	cell := store.CellKey{Workspace: "ws", Namespace: "ns", Identifier: "k", Duration: time.Minute, Sequence: 10}
 	for _, n := range []int64{2, 6, 6} {
-		if _, err := store.Publish(context.Background(), "us", []CellCount{{Cell: cell, Count: n}}); err != nil {
+		if _, err := mem.Publish(context.Background(), "us", []store.CellCount{{Key: cell, Count: n}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got := store.dump(); strings.Join(got, " ") != strings.Join(want, " ") {
+	if got := mem.Dump(); strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("rows after a stale and a repeated publish = %v, want %v", got, want)
 	}
 
 	// The own row only raises the regional count: another process of us
 	// published 8; this process holds 6 and rises to 8. A lower own row
 	// changes nothing.
-	if _, err := store.Publish(context.Background(), "us", []CellCount{{Cell: cell, Count: 8}}); err != nil {
+	if _, err := mem.Publish(context.Background(), "us", []store.CellCount{{Key: cell, Count: 8}}); err != nil {
 		t.Fatal(err)
 	}
-	us2 := newRegion(t, "us", store, clock)
+	us2 := newRegion(t, "us", mem, clock)
 	spend(t, us2.Service, "k", 100, 1)
 	us.sync()
 	us2.sync()
-	w := us.findWindow(&windowKey{"ws", "ns", "k", 60_000})
+	w := us.windows.find(&windowKey{"ws", "ns", "k", 60_000})
 	cur, _, _ := w.cellsAt(10, true)
 	if got := cur.count.Load(); got != 8 {
 		t.Fatalf("us's regional count = %d after its own row says 8, want 8", got)
 	}
-	w2 := us2.findWindow(&windowKey{"ws", "ns", "k", 60_000})
+	w2 := us2.windows.find(&windowKey{"ws", "ns", "k", 60_000})
 	cur2, _, _ := w2.cellsAt(10, true)
 	if cur2.count.Load() != 8 || cur2.global.Load() != 3 {
 		t.Fatalf("us2: count %d global %d, want 8 and 3", cur2.count.Load(), cur2.global.Load())
@@ -126,11 +128,11 @@ func TestGlobalConvergesInAnyOrder(t *testing.T) {
 	}
 	var results []string
 	for _, order := range orders {
-		store := newMemStore()
+		mem := storetest.NewMemGlobal()
 		clock := newFakeClock(600_000)
 		regions := map[string]*region{}
 		for i, name := range []string{"a", "b", "c"} {
-			regions[name] = newRegion(t, name, store, clock)
+			regions[name] = newRegion(t, name, mem, clock)
 			spend(t, regions[name].Service, "k", 12, int64(6+i)) // 6, 7, 8 of 12: all above the floor
 		}
 		for _, step := range order {
@@ -148,11 +150,11 @@ func TestGlobalConvergesInAnyOrder(t *testing.T) {
 		var sums []string
 		for _, name := range []string{"a", "b", "c"} {
 			regions[name].sync()
-			w := regions[name].findWindow(&windowKey{"ws", "ns", "k", 60_000})
+			w := regions[name].windows.find(&windowKey{"ws", "ns", "k", 60_000})
 			cur, _, _ := w.cellsAt(10, true)
 			sums = append(sums, name+":"+itoa(cur.count.Load())+"+"+itoa(cur.global.Load()))
 		}
-		results = append(results, strings.Join(sums, " ")+" | "+strings.Join(store.dump(), " "))
+		results = append(results, strings.Join(sums, " ")+" | "+strings.Join(mem.Dump(), " "))
 	}
 	want := "a:6+15 b:7+14 c:8+13 | k/10/a=6 k/10/b=7 k/10/c=8"
 	for i, r := range results {
@@ -166,22 +168,22 @@ func TestGlobalConvergesInAnyOrder(t *testing.T) {
 // applied, not committed) while flushing: only committed counts reach the
 // store.
 func TestSpeculativeCountsAreNeverPublished(t *testing.T) {
-	store := newMemStore()
+	mem := storetest.NewMemGlobal()
 	clock := newFakeClock(600_000)
-	us := newRegion(t, "us", store, clock)
+	us := newRegion(t, "us", mem, clock)
 	spend(t, us.Service, "k", 100, 4) // below the floor of 5
-	w := us.findWindow(&windowKey{"ws", "ns", "k", 60_000})
+	w := us.windows.find(&windowKey{"ws", "ns", "k", 60_000})
 	cur, _, _ := w.cellsAt(10, true)
 	if !w.applySpeculative(cur, cur.count.Load(), 3) { // a batch in flight: 7 of 100
 		t.Fatal("speculative increment failed")
 	}
 	us.flush()
-	if got := store.dump(); len(got) != 0 {
+	if got := mem.Dump(); len(got) != 0 {
 		t.Fatalf("speculative increments were published: %v", got)
 	}
 	w.commit(cur, 3)
 	us.flush()
-	if got := store.dump(); strings.Join(got, " ") != "k/10/us=7" {
+	if got := mem.Dump(); strings.Join(got, " ") != "k/10/us=7" {
 		t.Fatalf("rows after commit = %v, want k/10/us=7", got)
 	}
 }
@@ -190,11 +192,11 @@ func TestSpeculativeCountsAreNeverPublished(t *testing.T) {
 // and the sync fail and count it, and once the store is back the unwritten
 // rows are written.
 func TestStoreDownMidFlush(t *testing.T) {
-	store := newMemStore()
+	mem := storetest.NewMemGlobal()
 	clock := newFakeClock(600_000)
-	us := newRegion(t, "us", store, clock)
+	us := newRegion(t, "us", mem, clock)
 	spend(t, us.Service, "k", 10, 6)
-	store.down.Store(true)
+	mem.SetDown(true)
 	spend(t, us.Service, "k", 10, 2) // requests unaffected
 	us.flush()
 	us.sync()
@@ -204,10 +206,10 @@ func TestStoreDownMidFlush(t *testing.T) {
 	if got := testutil.ToFloat64(us.metrics.globalSyncErrors); got != 1 {
 		t.Fatalf("sync errors = %v, want 1", got)
 	}
-	store.down.Store(false)
+	mem.SetDown(false)
 	us.flush()
-	if got := store.dump(); len(got) != 1 || got[0] != "k/10/us=8" {
-		t.Fatalf("rows after the store came back = %v, want k/10/us=8", got)
+	if got := mem.Dump(); len(got) != 1 || got[0] != "k/10/us=8" {
+		t.Fatalf("rows after the mem came back = %v, want k/10/us=8", got)
 	}
 }
 
@@ -215,12 +217,12 @@ func TestStoreDownMidFlush(t *testing.T) {
 // region with a broken clock or a hostile writer, neither resets a spent key
 // nor creates state; it is counted.
 func TestFutureRowsAreIgnored(t *testing.T) {
-	store := newMemStore()
+	mem := storetest.NewMemGlobal()
 	clock := newFakeClock(600_000)
-	a := newRegion(t, "a", store, clock)
+	a := newRegion(t, "a", mem, clock)
 	spend(t, a.Service, "spent", 10, 10)
 	seq := int64(600_000/60_000) + 1001
-	store.insert(Cell{Workspace: "ws", Namespace: "ns", Identifier: "spent", Duration: time.Minute, Sequence: seq}, "b", 1, 0, 1)
+	mem.Insert(store.CellKey{Workspace: "ws", Namespace: "ns", Identifier: "spent", Duration: time.Minute, Sequence: seq}, "b", 1, 0, 1)
 	a.sync()
 	if resp := mustLimit(t, a.Service, req("spent", 10, time.Minute, 1)); resp.Success {
 		t.Fatalf("a future row reset the budget: %+v", resp)
@@ -235,12 +237,12 @@ func TestFutureRowsAreIgnored(t *testing.T) {
 // the floor of the limit they published; keys only shared, or only this
 // region's own, cost it nothing; a key it holds imports any count.
 func TestSyncCreatesWindowsOnlyAboveTheFloor(t *testing.T) {
-	store := newMemStore()
+	mem := storetest.NewMemGlobal()
 	clock := newFakeClock(600_000)
-	b := newRegion(t, "b", store, clock)
+	b := newRegion(t, "b", mem, clock)
 	spend(t, b.Service, "held", 10, 1)
 	insert := func(id, region string, count, limit int64) {
-		store.insert(Cell{Workspace: "ws", Namespace: "ns", Identifier: id, Duration: time.Minute, Sequence: 10}, region, count, limit, 600_000)
+		mem.Insert(store.CellKey{Workspace: "ws", Namespace: "ns", Identifier: id, Duration: time.Minute, Sequence: 10}, region, count, limit, 600_000)
 	}
 	insert("hot", "a", 6, 100)  // above a twentieth of 100
 	insert("thin", "a", 2, 100) // published only because another region shares it
@@ -248,7 +250,7 @@ func TestSyncCreatesWindowsOnlyAboveTheFloor(t *testing.T) {
 	insert("held", "a", 2, 10)  // below the floor, but b holds the key
 	b.sync()
 	for id, want := range map[string]bool{"hot": true, "thin": false, "mine": false, "held": true} {
-		if got := b.findWindow(&windowKey{"ws", "ns", id, 60_000}) != nil; got != want {
+		if got := b.windows.find(&windowKey{"ws", "ns", id, 60_000}) != nil; got != want {
 			t.Errorf("window for %q after sync: %v, want %v", id, got, want)
 		}
 	}
@@ -264,17 +266,17 @@ func TestSyncCreatesWindowsOnlyAboveTheFloor(t *testing.T) {
 // later one only those changed since the previous sync began, less
 // globalSyncLookback; every globalFullSyncInterval everything again.
 func TestSyncReadsOnlyChangedRows(t *testing.T) {
-	store := newMemStore()
+	mem := storetest.NewMemGlobal()
 	clock := newFakeClock(600_000)
-	b := newRegion(t, "b", store, clock)
+	b := newRegion(t, "b", mem, clock)
 	for i := range 1000 {
-		store.insert(Cell{Workspace: "ws", Namespace: "ns", Identifier: "old" + itoa(int64(i)), Duration: time.Hour, Sequence: 0}, "a", 60, 100, 540_000)
+		mem.Insert(store.CellKey{Workspace: "ws", Namespace: "ns", Identifier: "old" + itoa(int64(i)), Duration: time.Hour, Sequence: 0}, "a", 60, 100, 540_000)
 	}
 	b.sync()
 	if got := testutil.ToFloat64(b.metrics.globalRowsLastPoll); got != 1000 {
 		t.Fatalf("first sync read %v rows, want all 1000", got)
 	}
-	a := newRegion(t, "a", store, clock)
+	a := newRegion(t, "a", mem, clock)
 	clock.Advance(time.Second)
 	for i := range 10 {
 		spend(t, a.Service, "new"+itoa(int64(i)), 10, 6)
@@ -292,8 +294,8 @@ func TestSyncReadsOnlyChangedRows(t *testing.T) {
 	b.sync()
 	// The second sync starts from where the first began by the store's
 	// clock: its first tick.
-	want := []time.Time{{}, time.UnixMilli(memStoreEpoch + 1000).Add(-globalSyncLookback), {}}
-	if len(store.sinces) != 3 || !store.sinces[0].Equal(want[0]) || !store.sinces[1].Equal(want[1]) || !store.sinces[2].IsZero() {
-		t.Fatalf("syncs asked for changes since %v, want %v", store.sinces, want)
+	want := []time.Time{{}, time.UnixMilli(storetest.MemGlobalEpoch + 1000).Add(-globalSyncLookback), {}}
+	if len(mem.Sinces()) != 3 || !mem.Sinces()[0].Equal(want[0]) || !mem.Sinces()[1].Equal(want[1]) || !mem.Sinces()[2].IsZero() {
+		t.Fatalf("syncs asked for changes since %v, want %v", mem.Sinces(), want)
 	}
 }

@@ -23,7 +23,7 @@ func (s *Service) runJanitor(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			s.evictIdle(s.clock.Now())
+			s.windows.evictIdle(s.clock.Now())
 		}
 	}
 }
@@ -35,38 +35,38 @@ func (s *Service) runJanitor(ctx context.Context) {
 // marks the window evicted first and checks it is still idle after; a request
 // checks the mark after counting and, if set, takes its count back and decides
 // again. One of the two always sees the other, so no count is lost.
-func (s *Service) evictIdle(now time.Time) int {
+func (t *windowTable) evictIdle(now time.Time) int {
 	ms := now.UnixMilli()
 	evicted := 0
-	s.windows.Range(func(h uint64, w *window) bool {
-		if s.evict(w, ms) {
-			s.windows.Compute(h, func(old *window, loaded bool) (*window, xsync.ComputeOp) {
+	t.byHash.Range(func(h uint64, w *window) bool {
+		if w.evict(ms) {
+			t.byHash.Compute(h, func(old *window, loaded bool) (*window, xsync.ComputeOp) {
 				if loaded && old == w {
 					return nil, xsync.DeleteOp
 				}
 				return old, xsync.CancelOp
 			})
-			s.release(w.scope.Value().workspace)
+			t.release(w.scope.Value().workspace)
 			evicted++
 		}
 		return true
 	})
-	s.collided.mu.Lock()
-	for k, w := range s.collided.m {
-		if s.evict(w, ms) {
-			delete(s.collided.m, k)
-			s.release(k.workspace)
+	t.collided.mu.Lock()
+	for k, w := range t.collided.m {
+		if w.evict(ms) {
+			delete(t.collided.m, k)
+			t.release(k.workspace)
 			evicted++
 		}
 	}
-	s.collided.mu.Unlock()
-	s.metrics.windowsEvicted.Add(float64(evicted))
+	t.collided.mu.Unlock()
+	t.metrics.windowsEvicted.Add(float64(evicted))
 	return evicted
 }
 
 // evict marks w evicted if it is idle at now (unix ms) and reports whether it
 // did.
-func (s *Service) evict(w *window, now int64) bool {
+func (w *window) evict(now int64) bool {
 	seq := now / w.durationMs
 	if !w.idle(seq) {
 		return false

@@ -20,14 +20,14 @@ func TestJanitorEvictsOnlyIdleWindows(t *testing.T) {
 	mustLimit(t, s, req("old", 5, time.Second, 5))
 	mustLimit(t, s, req("long", 5, time.Hour, 5))
 	clock.Set(1_500) // "old" has a previous cell that still counts
-	if n := s.evictIdle(clock.Now()); n != 0 {
+	if n := s.windows.evictIdle(clock.Now()); n != 0 {
 		t.Fatalf("evicted %d windows while their cells still count", n)
 	}
 	if resp := mustLimit(t, s, req("old", 5, time.Second, 5)); resp.Success {
 		t.Fatalf("previous cell forgotten: %+v", resp)
 	}
 	clock.Set(3_000) // window 3: cells 0 and 1 of "old" no longer count
-	if n := s.evictIdle(clock.Now()); n != 1 {
+	if n := s.windows.evictIdle(clock.Now()); n != 1 {
 		t.Fatalf("evicted %d windows, want 1", n)
 	}
 	if got := s.ActiveWindows(); got != 1 {
@@ -41,11 +41,11 @@ func TestJanitorEvictsOnlyIdleWindows(t *testing.T) {
 func TestJanitorEvictsCollidedWindows(t *testing.T) {
 	clock := newFakeClock(0)
 	s := newTestService(t, clock)
-	s.hashKey = func(windowKey, maphash.Seed) uint64 { return 1 }
+	s.windows.hashKey = func(windowKey, maphash.Seed) uint64 { return 1 }
 	mustLimit(t, s, req("a", 5, time.Second, 1))
 	mustLimit(t, s, req("b", 5, time.Second, 1))
 	clock.Set(5_000)
-	if n := s.evictIdle(clock.Now()); n != 2 || s.ActiveWindows() != 0 {
+	if n := s.windows.evictIdle(clock.Now()); n != 2 || s.ActiveWindows() != 0 {
 		t.Fatalf("evicted %d, %d left; want 2 and 0", n, s.ActiveWindows())
 	}
 }
@@ -86,7 +86,7 @@ func TestJanitorUnderLoad(t *testing.T) {
 			case <-stop:
 				return
 			default:
-				s.evictIdle(clock.Now())
+				s.windows.evictIdle(clock.Now())
 			}
 		}
 	}()
@@ -172,7 +172,7 @@ func TestWorkspaceCap(t *testing.T) {
 	other.Workspace = "other"
 	mustLimit(t, s, other)
 	clock.Advance(3 * time.Second)
-	s.evictIdle(clock.Now())
+	s.windows.evictIdle(clock.Now())
 	if resp := mustLimit(t, s, req("d", 5, time.Second, 1)); !resp.Success {
 		t.Fatalf("after eviction: %+v, want the freed place used", resp)
 	}

@@ -43,7 +43,7 @@ func (d *decision) response() Response {
 // breaks a rule, and a [*CapacityError] for a new key in a workspace that
 // holds the most windows allowed, and counts nothing then. A warm decision
 // does not allocate and, unless the key is strict or its copy of the
-// region's counts is older than maxCopyAge (see [Origin]), does not wait on
+// region's counts is older than maxCopyAge (see [store.Regional]), does not wait on
 // the network.
 func (s *Service) Limit(ctx context.Context, req Request) (Response, error) {
 	if err := req.Validate(); err != nil {
@@ -67,14 +67,12 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 	now := s.clock.Now().UnixMilli()
 	var d decision
 	for range maxEvictionRetries {
-		w, err := s.window(&key)
+		w, err := s.windows.forRequest(&key)
 		if err != nil {
 			return Response{}, err
 		}
 		w.observeLimit(req.Limit)
-		if s.origin != nil {
-			s.prepare(ctx, w, now)
-		}
+		s.regional.prepare(ctx, w, now)
 		var cur *cell
 		var counted bool
 		d, cur, counted = s.decide(w, now, req.Limit, req.Cost, false)
@@ -85,11 +83,9 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 			runtime.Gosched()
 			continue
 		}
-		if s.origin != nil {
-			s.afterDecide(w, cur, now, &d, countedCost(counted, req.Cost))
-		}
-		if counted && s.global != nil {
-			s.noteGrowth(w, cur, req.Limit)
+		s.regional.afterDecide(w, cur, now, &d, countedCost(counted, req.Cost))
+		if counted {
+			s.global.noteGrowth(w, cur, req.Limit)
 		}
 		return d.response(), nil
 	}
@@ -107,7 +103,7 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 func (s *Service) decide(w *window, now, limit, cost int64, speculative bool) (decision, *cell, bool) {
 	dur := w.durationMs
 	seq := now / dur
-	hydrated := s.origin == nil
+	hydrated := s.regional == nil
 	cur, prev, newer := w.cellsAt(seq, hydrated)
 	for cur == nil {
 		// Another request already moved this window past our clock

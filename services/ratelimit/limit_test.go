@@ -256,7 +256,7 @@ func TestStaleClockReading(t *testing.T) {
 
 func TestHashCollisionsKeepKeysApart(t *testing.T) {
 	s := newTestService(t, newFakeClock(0))
-	s.hashKey = func(windowKey, maphash.Seed) uint64 { return 42 }
+	s.windows.hashKey = func(windowKey, maphash.Seed) uint64 { return 42 }
 	for _, id := range []string{"a", "b", "c"} {
 		if resp := mustLimit(t, s, req(id, 1, time.Second, 1)); !resp.Success {
 			t.Fatalf("first request of %q denied: colliding keys share a counter", id)
@@ -273,7 +273,7 @@ func TestHashCollisionsKeepKeysApart(t *testing.T) {
 // mustWindow returns the window of k, creating it.
 func mustWindow(t testing.TB, s *Service, k *windowKey) *window {
 	t.Helper()
-	w, err := s.window(k)
+	w, err := s.windows.forRequest(k)
 	if err != nil {
 		t.Fatal(err)
 	}

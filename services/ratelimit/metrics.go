@@ -14,8 +14,8 @@ type metrics struct {
 	windowsRejected *prometheus.CounterVec
 	casExhausted    prometheus.Counter
 
-	originOps         *prometheus.CounterVec
-	originLatency     *prometheus.HistogramVec
+	regionalOps       *prometheus.CounterVec
+	regionalLatency   *prometheus.HistogramVec
 	queueOverflow     *prometheus.CounterVec
 	replayExpired     prometheus.Counter
 	strictActivations prometheus.Counter
@@ -47,13 +47,13 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 			Name: "unkey_ratelimit_cas_exhausted_total",
 			Help: "Decisions denied because the compare-and-swap loop ran out of attempts under contention.",
 		}),
-		originOps: prometheus.NewCounterVec(prometheus.CounterOpts{
+		regionalOps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "unkey_ratelimit_origin_operations_total",
-			Help: "Calls to the regional origin by operation (cold, aged, stale, strict, replay) and result (ok; partial: some cells failed, as when one node of a cluster is down; error; rejected: the origin's breaker was open and nothing was sent).",
+			Help: "Calls to the regional store (Redis) by operation (cold, aged, stale, strict, replay) and result (ok; partial: some cells failed, as when one node of a cluster is down; error; rejected: the store's breaker was open and nothing was sent).",
 		}, []string{"op", "result"}),
-		originLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		regionalLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "unkey_ratelimit_origin_duration_seconds",
-			Help:    "Latency of calls to the regional origin by operation.",
+			Help:    "Latency of calls to the regional store by operation.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .3, 1},
 		}, []string{"op"}),
 		queueOverflow: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -62,7 +62,7 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 		}, []string{"queue"}),
 		replayExpired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "unkey_ratelimit_origin_replay_expired_total",
-			Help: "Accepted units never replayed because the origin stayed unavailable until their window could no longer affect any decision.",
+			Help: "Accepted units never replayed because the regional store stayed unavailable until their window could no longer affect any decision.",
 		}),
 		strictActivations: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "unkey_ratelimit_strict_mode_activations_total",
@@ -106,7 +106,7 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 		Help: "Cells waiting for replay plus windows waiting for a background refresh.",
 	}, queueDepth)
 	for _, c := range []prometheus.Collector{m.windowsCreated, m.windowsEvicted, m.windowsRejected, m.casExhausted, active,
-		m.originOps, m.originLatency, m.queueOverflow, m.replayExpired, m.strictActivations, depth,
+		m.regionalOps, m.regionalLatency, m.queueOverflow, m.replayExpired, m.strictActivations, depth,
 		m.globalWrites, m.globalWriteErrors, m.globalRowsApplied, m.globalSyncErrors, m.globalEntriesCreated, m.globalRowsLastPoll, m.globalRowsFuture} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -55,16 +55,14 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 	decisions := make([]decision, len(reqs))
 	for range maxEvictionRetries {
 		for i := range reqs {
-			w, err := s.window(&keys[i])
+			w, err := s.windows.forRequest(&keys[i])
 			if err != nil {
 				return MultiResponse{}, err
 			}
 			windows[i] = w
 			w.observeLimit(reqs[i].Limit)
 		}
-		if s.origin != nil {
-			s.prepareBatch(ctx, windows, now)
-		}
+		s.regional.prepareBatch(ctx, windows, now)
 		applied = applied[:0]
 		passed := true
 		for i, w := range windows {
@@ -82,14 +80,10 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 		if passed && !evicted {
 			for _, a := range applied {
 				a.w.commit(a.c, a.cost)
-				if s.global != nil {
-					s.noteGrowth(a.w, a.c, reqs[a.index].Limit)
-				}
+				s.global.noteGrowth(a.w, a.c, reqs[a.index].Limit)
 			}
-			if s.origin != nil {
-				for i, w := range windows {
-					s.afterDecide(w, curs[i], now, &decisions[i], countedCost(decisions[i].success && reqs[i].Cost > 0, reqs[i].Cost))
-				}
+			for i, w := range windows {
+				s.regional.afterDecide(w, curs[i], now, &decisions[i], countedCost(decisions[i].success && reqs[i].Cost > 0, reqs[i].Cost))
 			}
 			return MultiResponse{Passed: true, Results: results}, nil
 		}
@@ -108,10 +102,8 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 					}
 				}
 			}
-			if s.origin != nil {
-				for i, w := range windows {
-					s.afterDecide(w, curs[i], now, &decisions[i], 0)
-				}
+			for i, w := range windows {
+				s.regional.afterDecide(w, curs[i], now, &decisions[i], 0)
 			}
 			return MultiResponse{Passed: false, Results: results}, nil
 		}

@@ -4,26 +4,44 @@ import (
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
 // Option configures a [Service].
-type Option func(*Service)
+type Option func(*settings)
 
-// WithClock makes the service read time from clock instead of the wall clock.
+// settings is what the options set, before New builds the service from it.
+type settings struct {
+	clock           Clock
+	logger          *slog.Logger
+	registerer      prometheus.Registerer
+	maxPerWorkspace int64
+	regional        store.Regional
+	global          store.Global
+	globalEvery     globalIntervals
+	// halfFloorOnly shares cells as before the presence floor and the
+	// share-scaled flush step: from half the limit, a tenth of it at a
+	// time. Only the accuracy report sets it, for its "before" rows.
+	halfFloorOnly bool
+}
+
+// WithClock makes the service read time from clock instead of the wall
+// clock: every decision and every schedule of its loops.
 func WithClock(clock Clock) Option {
-	return func(s *Service) { s.clock = clock }
+	return func(s *settings) { s.clock = clock }
 }
 
 // WithLogger sets the logger for background work. The request path never
 // logs. The default discards everything.
 func WithLogger(logger *slog.Logger) Option {
-	return func(s *Service) { s.logger = logger }
+	return func(s *settings) { s.logger = logger }
 }
 
 // WithRegisterer registers the service's metrics with reg. Without it the
 // metrics are kept in a private registry.
 func WithRegisterer(reg prometheus.Registerer) Option {
-	return func(s *Service) { s.registerer = reg }
+	return func(s *settings) { s.registerer = reg }
 }
 
 // DefaultMaxWindowsPerWorkspace is the cap on one workspace's windows when
@@ -37,9 +55,21 @@ const DefaultMaxWindowsPerWorkspace = 1_000_000
 // windows are never evicted to make room, since every held window may still
 // affect a decision. n below 1 means the default.
 func WithMaxWindowsPerWorkspace(n int64) Option {
-	return func(s *Service) {
+	return func(s *settings) {
 		if n >= 1 {
 			s.maxPerWorkspace = n
 		}
 	}
+}
+
+// WithRegionalStore makes the processes of a region share counts through
+// st (see [store.Regional]).
+func WithRegionalStore(st store.Regional) Option {
+	return func(s *settings) { s.regional = st }
+}
+
+// WithGlobalStore makes the region share counts with other regions through
+// st (see [store.Global]).
+func WithGlobalStore(st store.Global) Option {
+	return func(s *settings) { s.global = st }
 }

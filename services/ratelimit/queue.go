@@ -38,3 +38,11 @@ func (q *queue[T]) len() int {
 	defer q.mu.Unlock()
 	return len(q.items)
 }
+
+// cellRef is one cell of a window, as the cell queues hold it: a cell with
+// increments to replay to the regional store, or one grown since the last global
+// flush.
+type cellRef struct {
+	w *window
+	c *cell
+}

@@ -6,53 +6,158 @@ import (
 	"strconv"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sync/singleflight"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
-// Operations on the regional origin, as metric labels.
+// Tuning of the regional tier. Unlike the global intervals, which trade
+// MySQL load against cross-region latency and are the operator's to set,
+// these are package constants: they are already far below what a request
+// notices (milliseconds), and per-process knobs would only let processes of
+// one region drift apart.
+const (
+	// replayInterval is how often accepted increments are sent to the
+	// regional store. Another process sees them at most this long (plus a
+	// round trip) after they were accepted; in that time all increments of
+	// one cell coalesce into one command.
+	replayInterval = 10 * time.Millisecond
+	// replayTimeout bounds one background round trip (replay or refresh). A
+	// pipeline of a few thousand cells takes milliseconds; a stuck server
+	// must fail calls fast enough for the store's circuit breaker to open
+	// within seconds.
+	replayTimeout = 500 * time.Millisecond
+	// freshnessInterval is how old a warm window's last read may be before a
+	// request on it starts a background refresh. The request itself decides
+	// from memory and never waits. A key with a request at least this often
+	// is refreshed before its copy reaches maxCopyAge, so it never waits on
+	// the store.
+	freshnessInterval = 500 * time.Millisecond
+	// maxCopyAge is the oldest copy of the region's counts a decision may
+	// rely on. A request on a window whose last read began longer ago (a key
+	// that sat idle) reads the store first, as for a cold cell: otherwise a
+	// process would admit from what it knew before the idle spell, while
+	// other processes spent the budget. Requests that arrive during that
+	// read wait for it instead of asking again.
+	maxCopyAge = time.Second
+	// strictRefreshInterval is how often, at most, a strict window (one that
+	// denied within the last duration) refreshes from the store before
+	// deciding; windows under 10 s refresh every hundredth of their length.
+	// At most one request per window and interval pays the round trip; the
+	// others decide from memory, so abuse cannot become one store read per
+	// request.
+	strictRefreshInterval = 100 * time.Millisecond
+	// strictHeadroom: an admission that leaves at most this share of the
+	// limit makes the key strict, as a denial does.
+	strictHeadroom = 0.2
+	// maxQueued bounds the cells waiting for replay or for a prompt
+	// global flush, and the windows waiting for a refresh. A cell is in each
+	// cell queue at most once at a time, and a window is queued for refresh
+	// about once per freshness interval, so the queues hold about the active
+	// cells; the bound only matters past a million of them.
+	maxQueued = 1 << 20
+)
+
+// regionalTier shares counts between the processes of one region through
+// the regional store: before a decision it brings the window up to date as
+// far as the decision may wait (prepare), after it queues what was counted
+// (afterDecide), and its loop (run) replays the queued increments and
+// refreshes stale windows. A nil *regionalTier is a process without a
+// regional store: prepare and afterDecide do nothing.
+type regionalTier struct {
+	store   store.Regional
+	clock   Clock
+	metrics *metrics
+
+	flight    singleflight.Group // one read per cold cell
+	replays   queue[cellRef]
+	refreshes queue[*window]
+}
+
+func newRegionalTier(st store.Regional, clock Clock, m *metrics) *regionalTier {
+	r := &regionalTier{store: st, clock: clock, metrics: m}
+	r.replays.limit = maxQueued
+	r.refreshes.limit = maxQueued
+	return r
+}
+
+// queued returns how many cells and windows wait for the loop.
+func (r *regionalTier) queued() int {
+	if r == nil {
+		return 0
+	}
+	return r.replays.len() + r.refreshes.len()
+}
+
+// prepare brings w up to date before a decision at now (see prepareWindow).
+func (r *regionalTier) prepare(ctx context.Context, w *window, now int64) {
+	if r != nil {
+		r.prepareWindow(ctx, w, now)
+	}
+}
+
+// prepareBatch brings the windows of a batch up to date before a decision
+// at now (see prepareBatchWindows).
+func (r *regionalTier) prepareBatch(ctx context.Context, ws []*window, now int64) {
+	if r != nil {
+		r.prepareBatchWindows(ctx, ws, now)
+	}
+}
+
+// afterDecide does the regional tier's share of decision d on w at now (see
+// afterDecideWindow).
+func (r *regionalTier) afterDecide(w *window, cur *cell, now int64, d *decision, counted int64) {
+	if r != nil {
+		r.afterDecideWindow(w, cur, now, d, counted)
+	}
+}
+
+// Operations on the regional store, as metric labels.
 const (
 	opCold        = "cold"     // hydrate a cell this process has not seen
 	opAged        = "aged"     // re-read a window whose copy is older than maxCopyAge
 	opStrict      = "strict"   // refresh a strict window before deciding
 	opStale       = "stale"    // refresh a warm window in the background
 	opReplay      = "replay"   // add accepted increments
-	resultOK      = "ok"       // the origin answered for every cell
-	resultPartial = "partial"  // the origin answered for some cells only
-	resultErr     = "error"    // the origin failed or timed out
-	resultRej     = "rejected" // the origin's breaker is open: nothing was sent
+	resultOK      = "ok"       // the store answered for every cell
+	resultPartial = "partial"  // the store answered for some cells only
+	resultErr     = "error"    // the store failed or timed out
+	resultRej     = "rejected" // the store's breaker is open: nothing was sent
 )
 
-// callOrigin runs call with a timeout and records the operation's outcome
-// and latency: ok, partial (some cells failed), rejected (the origin knew
+// call runs call with a timeout and records the operation's outcome
+// and latency: ok, partial (some cells failed), rejected (the store knew
 // its server was down and sent nothing) or error.
-func (s *Service) callOrigin(ctx context.Context, op string, timeout time.Duration, call func(context.Context) ([]int64, error)) ([]int64, error) {
+func (r *regionalTier) call(ctx context.Context, op string, timeout time.Duration, call func(context.Context) ([]int64, error)) ([]int64, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	start := time.Now()
 	counts, err := call(ctx)
-	var partial *PartialError
+	var partial *store.PartialError
 	switch {
 	case err == nil:
-		s.metrics.originOps.WithLabelValues(op, resultOK).Inc()
+		r.metrics.regionalOps.WithLabelValues(op, resultOK).Inc()
 	case errors.As(err, &partial):
-		s.metrics.originOps.WithLabelValues(op, resultPartial).Inc()
-	case errors.Is(err, ErrUnavailable):
-		s.metrics.originOps.WithLabelValues(op, resultRej).Inc()
+		r.metrics.regionalOps.WithLabelValues(op, resultPartial).Inc()
+	case errors.Is(err, store.ErrUnavailable):
+		r.metrics.regionalOps.WithLabelValues(op, resultRej).Inc()
 		return counts, err // nothing was sent: no latency to record
 	default:
-		s.metrics.originOps.WithLabelValues(op, resultErr).Inc()
+		r.metrics.regionalOps.WithLabelValues(op, resultErr).Inc()
 	}
-	s.metrics.originLatency.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	r.metrics.regionalLatency.WithLabelValues(op).Observe(time.Since(start).Seconds())
 	return counts, err
 }
 
-// prepare brings w up to date with the origin before a decision at now, as
+// prepareWindow brings w up to date with the regional store before a decision at now, as
 // far as the decision may wait for it: a cold cell waits for one read (shared
 // by every request on it), a strict window refreshes at most once per
 // window.strictRefresh, a window whose last read is older than maxCopyAge is
 // read again as a cold one is, and a warm window whose last read is older
 // than freshnessInterval is refreshed in the background while this request
 // decides from memory.
-func (s *Service) prepare(ctx context.Context, w *window, now int64) {
+func (r *regionalTier) prepareWindow(ctx context.Context, w *window, now int64) {
 	cur, _ := w.cellAt(now/w.durationMs, false)
 	if cur == nil {
 		return // a stale clock reading: decide handles it
@@ -61,10 +166,10 @@ func (s *Service) prepare(ctx context.Context, w *window, now int64) {
 	last := w.refreshedAt.Load()
 	switch {
 	case flags&cellHydrated == 0:
-		s.hydrate(ctx, w, cur, opCold)
+		r.hydrate(ctx, w, cur, opCold)
 	case now < w.strictUntil.Load():
 		if now-last >= w.strictRefresh() && w.refreshedAt.CompareAndSwap(last, now) {
-			s.refreshNow(ctx, []*window{w}, now, opStrict)
+			r.refreshNow(ctx, []*window{w}, now, opStrict)
 		}
 	case now-last >= maxCopyAge.Milliseconds():
 		// The copy is too old to decide from: make the cell cold again, so
@@ -72,17 +177,17 @@ func (s *Service) prepare(ctx context.Context, w *window, now int64) {
 		if w.refreshedAt.CompareAndSwap(last, now) {
 			cur.flags.And(^cellHydrated)
 		}
-		s.hydrate(ctx, w, cur, opAged)
+		r.hydrate(ctx, w, cur, opAged)
 	case now-last >= freshnessInterval.Milliseconds():
 		if w.refreshedAt.CompareAndSwap(last, now) {
-			s.queueRefresh(w)
+			r.queueRefresh(w)
 		}
 	}
 }
 
-// prepareBatch is prepare for the windows of a batch: every cold or strict
+// prepareBatchWindows is prepareWindow for the windows of a batch: every cold or strict
 // window is read in one round trip.
-func (s *Service) prepareBatch(ctx context.Context, ws []*window, now int64) {
+func (r *regionalTier) prepareBatchWindows(ctx context.Context, ws []*window, now int64) {
 	var sync []*window
 	op := opStrict
 	for _, w := range ws {
@@ -110,37 +215,37 @@ func (s *Service) prepareBatch(ctx context.Context, ws []*window, now int64) {
 			}
 		case now-last >= freshnessInterval.Milliseconds():
 			if w.refreshedAt.CompareAndSwap(last, now) {
-				s.queueRefresh(w)
+				r.queueRefresh(w)
 			}
 		}
 	}
 	if len(sync) > 0 {
-		s.refreshNow(ctx, sync, now, op)
+		r.refreshNow(ctx, sync, now, op)
 	}
 }
 
-// hydrate reads a cold cell and its predecessor from the origin, once: every
+// hydrate reads a cold cell and its predecessor from the regional store, once: every
 // request that arrives while the read is under way waits for it (at most
-// OriginTimeout) instead of asking again. op names the read in the metrics.
-func (s *Service) hydrate(ctx context.Context, w *window, cur *cell, op string) {
+// store.RequestTimeout) instead of asking again. op names the read in the metrics.
+func (r *regionalTier) hydrate(ctx context.Context, w *window, cur *cell, op string) {
 	var buf [24]byte
 	key := string(strconv.AppendUint(buf[:0], uint64(uintptr(unsafe.Pointer(cur))), 36))
-	s.flight.Do(key, func() (any, error) {
+	r.flight.Do(key, func() (any, error) {
 		if cur.flags.Load()&cellHydrated == 0 {
-			w.refreshedAt.Store(s.clock.Now().UnixMilli())
-			s.refreshNow(ctx, []*window{w}, cur.seq*w.durationMs, op)
+			w.refreshedAt.Store(r.clock.Now().UnixMilli())
+			r.refreshNow(ctx, []*window{w}, cur.seq*w.durationMs, op)
 		}
 		return nil, nil
 	})
 }
 
-// refreshNow is refresh on the request path: bounded by OriginTimeout, and
+// refreshNow is refresh on the request path: bounded by store.RequestTimeout, and
 // a window that could not be read is handed to the background loop to retry.
 // The current cells count as hydrated afterwards even if the read failed:
 // requests then decide from memory instead of waiting again.
-func (s *Service) refreshNow(ctx context.Context, ws []*window, now int64, op string) {
-	for _, w := range s.refresh(ctx, ws, now, op, OriginTimeout) {
-		s.queueRefresh(w)
+func (r *regionalTier) refreshNow(ctx context.Context, ws []*window, now int64, op string) {
+	for _, w := range r.refresh(ctx, ws, now, op, store.RequestTimeout) {
+		r.queueRefresh(w)
 	}
 	for _, w := range ws {
 		if cur, _ := w.cellAt(now/w.durationMs, false); cur != nil {
@@ -149,21 +254,21 @@ func (s *Service) refreshNow(ctx context.Context, ws []*window, now int64, op st
 	}
 }
 
-// refresh reads the current and previous cells of ws at now from the origin
+// refresh reads the current and previous cells of ws at now from the regional store
 // in one round trip, merges what it read, and returns the windows it could
-// not read (all of them if the origin failed, those of a server that is
+// not read (all of them if the store failed, those of a server that is
 // down if it answered in part).
-func (s *Service) refresh(ctx context.Context, ws []*window, now int64, op string, timeout time.Duration) (failed []*window) {
-	cells := make([]Cell, 0, 2*len(ws))
+func (r *regionalTier) refresh(ctx context.Context, ws []*window, now int64, op string, timeout time.Duration) (failed []*window) {
+	keys := make([]store.CellKey, 0, 2*len(ws))
 	for _, w := range ws {
 		seq := now / w.durationMs
-		cells = append(cells, w.cell(seq), w.cell(seq-1))
+		keys = append(keys, w.cellKey(seq), w.cellKey(seq-1))
 	}
-	counts, err := s.callOrigin(ctx, op, timeout, func(ctx context.Context) ([]int64, error) {
-		return s.origin.Load(ctx, cells)
+	counts, err := r.call(ctx, op, timeout, func(ctx context.Context) ([]int64, error) {
+		return r.store.Load(ctx, keys)
 	})
-	var partial *PartialError
-	if err != nil && !errors.As(err, &partial) || len(counts) != len(cells) {
+	var partial *store.PartialError
+	if err != nil && !errors.As(err, &partial) || len(counts) != len(keys) {
 		return ws
 	}
 	for i, w := range ws {
@@ -173,8 +278,8 @@ func (s *Service) refresh(ctx context.Context, ws []*window, now int64, op strin
 			continue
 		}
 		seq := now / w.durationMs
-		s.merge(w, seq, cur)
-		s.merge(w, seq-1, prev)
+		r.merge(w, seq, cur)
+		r.merge(w, seq-1, prev)
 		if c, _ := w.cellAt(seq, false); c != nil {
 			c.flags.Or(cellHydrated)
 		}
@@ -182,22 +287,22 @@ func (s *Service) refresh(ctx context.Context, ws []*window, now int64, op strin
 	return failed
 }
 
-// merge raises w's cell of seq to what the origin holds plus what this
-// process has not sent it yet. The origin's count includes everything this
+// merge raises w's cell of seq to what the regional store holds plus what
+// this process has not sent it yet. The store's count includes everything this
 // process already replayed; what is still unreplayed or speculative is only
 // here. A cell the process has no slot for any more is left alone.
-func (s *Service) merge(w *window, seq, origin int64) {
-	c := w.cellForMerge(seq, origin)
+func (r *regionalTier) merge(w *window, seq, stored int64) {
+	c := w.cellForMerge(seq, stored)
 	if c == nil {
 		return
 	}
-	atomicMax(&c.count, origin+c.unreplayed.Load()+c.speculative.Load())
+	atomicMax(&c.count, stored+c.unreplayed.Load()+c.speculative.Load())
 }
 
-// cellForMerge returns w's cell of seq for an origin count, creating it only
+// cellForMerge returns w's cell of seq for a stored count, creating it only
 // if the count is not zero: a window with no traffic needs no cell.
-func (w *window) cellForMerge(seq, origin int64) *cell {
-	if origin <= 0 {
+func (w *window) cellForMerge(seq, stored int64) *cell {
+	if stored <= 0 {
 		c := w.cells[seq&1].Load()
 		if c == nil || c.seq != seq {
 			return nil
@@ -208,15 +313,15 @@ func (w *window) cellForMerge(seq, origin int64) *cell {
 	return c
 }
 
-// afterDecide does the origin's share of decision d on w at now: it queues
+// afterDecideWindow does the regional tier's share of decision d on w at now: it queues
 // what was counted for replay and keeps the key strict for one duration after
 // a denial, or after an admission that left at most strictHeadroom of the
 // limit. Near the limit is where processes that are each one admission behind
-// the others would together admit too much; strict decisions read the origin
+// the others would together admit too much; strict decisions read the store
 // first.
-func (s *Service) afterDecide(w *window, cur *cell, now int64, d *decision, counted int64) {
+func (r *regionalTier) afterDecideWindow(w *window, cur *cell, now int64, d *decision, counted int64) {
 	if counted > 0 {
-		s.queueReplay(w, cur, counted)
+		r.queueReplay(w, cur, counted)
 	}
 	if d.success && float64(d.remaining) > strictHeadroom*float64(d.limit) {
 		return
@@ -229,7 +334,7 @@ func (s *Service) afterDecide(w *window, cur *cell, now int64, d *decision, coun
 		}
 		if w.strictUntil.CompareAndSwap(old, until) {
 			if old <= now {
-				s.metrics.strictActivations.Inc()
+				r.metrics.strictActivations.Inc()
 			}
 			return
 		}
@@ -238,7 +343,7 @@ func (s *Service) afterDecide(w *window, cur *cell, now int64, d *decision, coun
 
 // queueReplay records that cost was accepted into c and, if c is not queued
 // yet, queues it for the next replay.
-func (s *Service) queueReplay(w *window, c *cell, cost int64) {
+func (r *regionalTier) queueReplay(w *window, c *cell, cost int64) {
 	c.unreplayed.Add(cost)
 	flags := c.flags.Load()
 	if flags&cellQueued != 0 {
@@ -247,17 +352,17 @@ func (s *Service) queueReplay(w *window, c *cell, cost int64) {
 	if old := c.flags.Or(cellQueued); old&cellQueued != 0 {
 		return
 	}
-	if !s.replays.push(cellRef{w: w, c: c}) {
+	if !r.replays.push(cellRef{w: w, c: c}) {
 		// The cell stays unreplayed and unqueued: its next accepted request
 		// queues it again.
 		c.flags.And(^cellQueued)
-		s.metrics.queueOverflow.WithLabelValues("replay").Inc()
+		r.metrics.queueOverflow.WithLabelValues("replay").Inc()
 	}
 }
 
-// queueRefresh queues w for a background read from the origin.
-func (s *Service) queueRefresh(w *window) {
-	if !s.refreshes.push(w) {
-		s.metrics.queueOverflow.WithLabelValues("refresh").Inc()
+// queueRefresh queues w for a background read from the regional store.
+func (r *regionalTier) queueRefresh(w *window) {
+	if !r.refreshes.push(w) {
+		r.metrics.queueOverflow.WithLabelValues("refresh").Inc()
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )
 
 // regionRun is the outcome of one simulated region.
@@ -27,15 +29,15 @@ type regionRun struct {
 }
 
 // simulateRegion runs n limiter processes of one region on an in-memory
-// origin with Redis's semantics (package redisorigin shows one server and a
+// origin with Redis's semantics (package redisstore shows one server and a
 // Redis Cluster answer a random sequence of the same calls alike) and a
 // simulated clock. Requests arrive as Poisson traffic at load × limit per
 // duration for each of ids identifiers, each at a random process; every
 // process runs its replay and refresh loop every replayInterval of simulated
-// time, as Run would. Origin round trips take no simulated time, so the
+// time, as Run would. store.Regional round trips take no simulated time, so the
 // numbers show the algorithm's convergence, not network latency.
 func simulateRegion(t testing.TB, n int, limit int64, dur time.Duration, load float64, windows, ids int, seed uint64) regionRun {
-	origin := newMemOrigin()
+	origin := storetest.NewMemRegional()
 	durMs := dur.Milliseconds()
 	start := int64(1_000_000) * durMs
 	clock := newFakeClock(start)
@@ -43,7 +45,7 @@ func simulateRegion(t testing.TB, n int, limit int64, dur time.Duration, load fl
 	regs := make([]*prometheus.Registry, n)
 	for i := range procs {
 		regs[i] = prometheus.NewRegistry()
-		s, err := New("sim", WithClock(clock), WithOrigin(origin), WithRegisterer(regs[i]))
+		s, err := New("sim", WithClock(clock), WithRegionalStore(origin), WithRegisterer(regs[i]))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,8 +85,8 @@ func simulateRegion(t testing.TB, n int, limit int64, dur time.Duration, load fl
 		for nextTick <= e.at {
 			clock.Set(nextTick)
 			for _, p := range procs {
-				p.replay(ctx)
-				p.refreshStale(ctx)
+				p.regional.replay(ctx)
+				p.regional.refreshStale(ctx)
 			}
 			nextTick += tick
 		}

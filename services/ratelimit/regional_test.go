@@ -7,11 +7,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
+	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )
 
 // These tests run processes of one region on an in-memory origin and drive
 // their background work by hand (tick), on a fake clock: what the replay and
-// refresh loop does, without waiting for it. Package redisorigin runs the
+// refresh loop does, without waiting for it. Package redisstore runs the
 // same processes, their loops running, on real Redis.
 
 // regionalService is a limiter of one process of a region.
@@ -20,10 +23,10 @@ type regionalService struct {
 	reg *prometheus.Registry
 }
 
-func newRegional(t *testing.T, o Origin, clock Clock) *regionalService {
+func newRegional(t *testing.T, o store.Regional, clock Clock) *regionalService {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	s, err := New("test", WithClock(clock), WithOrigin(o), WithRegisterer(reg))
+	s, err := New("test", WithClock(clock), WithRegionalStore(o), WithRegisterer(reg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,12 +35,12 @@ func newRegional(t *testing.T, o Origin, clock Clock) *regionalService {
 
 // tick runs one round of the replay and refresh loop.
 func (r *regionalService) tick() {
-	r.replay(context.Background())
-	r.refreshStale(context.Background())
+	r.regional.replay(context.Background())
+	r.regional.refreshStale(context.Background())
 }
 
-func cellOf(r Request, now int64) Cell {
-	return Cell{Workspace: r.Workspace, Namespace: r.Namespace, Identifier: r.Identifier, Duration: r.Duration,
+func cellOf(r Request, now int64) store.CellKey {
+	return store.CellKey{Workspace: r.Workspace, Namespace: r.Namespace, Identifier: r.Identifier, Duration: r.Duration,
 		Sequence: now / r.Duration.Milliseconds()}
 }
 
@@ -45,7 +48,7 @@ func cellOf(r Request, now int64) Cell {
 // reaches the origin with A's next replay; B, which has not seen the key,
 // hydrates on its first request and admits only the rest.
 func TestRegionalConvergence(t *testing.T) {
-	o := newMemOrigin()
+	o := storetest.NewMemRegional()
 	clock := newFakeClock(600_000)
 	a, b := newRegional(t, o, clock), newRegional(t, o, clock)
 	rq := req("user", 10, time.Minute, 1)
@@ -54,11 +57,11 @@ func TestRegionalConvergence(t *testing.T) {
 			t.Fatalf("A denied request %d of 10", i)
 		}
 	}
-	if got := o.count(cellOf(rq, 600_000)); got != 0 {
+	if got := o.Count(cellOf(rq, 600_000)); got != 0 {
 		t.Fatalf("the origin holds %d before A's replay, want 0: requests must not wait on it", got)
 	}
 	a.tick()
-	if got := o.count(cellOf(rq, 600_000)); got != 6 {
+	if got := o.Count(cellOf(rq, 600_000)); got != 6 {
 		t.Fatalf("the origin holds %d after A's replay, want 6 (one command for six requests)", got)
 	}
 	admitted := 0
@@ -71,7 +74,7 @@ func TestRegionalConvergence(t *testing.T) {
 		t.Fatalf("B admitted %d after A spent 6 of 10, want 4", admitted)
 	}
 	b.tick()
-	if got := o.count(cellOf(rq, 600_000)); got != 10 {
+	if got := o.Count(cellOf(rq, 600_000)); got != 10 {
 		t.Fatalf("the origin holds %d after B's replay, want 10", got)
 	}
 }
@@ -81,7 +84,7 @@ func TestRegionalConvergence(t *testing.T) {
 // a background refresh; once it has run, B denies. After that denial B is
 // strict and refreshes before deciding.
 func TestWarmCellRefreshes(t *testing.T) {
-	o := newMemOrigin()
+	o := storetest.NewMemRegional()
 	clock := newFakeClock(600_000)
 	a, b := newRegional(t, o, clock), newRegional(t, o, clock)
 	rq := req("user", 10, time.Minute, 1)
@@ -110,11 +113,11 @@ func TestWarmCellRefreshes(t *testing.T) {
 	}
 	// A strict window refreshes before deciding, at most once per
 	// strictRefreshInterval, without waiting for the background loop.
-	before := testutil.ToFloat64(b.metrics.originOps.WithLabelValues(opStrict, resultOK))
+	before := testutil.ToFloat64(b.metrics.regionalOps.WithLabelValues(opStrict, resultOK))
 	clock.Advance(strictRefreshInterval)
 	mustLimit(t, b.Service, rq)
 	mustLimit(t, b.Service, rq) // within the interval: no second read
-	if got := testutil.ToFloat64(b.metrics.originOps.WithLabelValues(opStrict, resultOK)) - before; got != 1 {
+	if got := testutil.ToFloat64(b.metrics.regionalOps.WithLabelValues(opStrict, resultOK)) - before; got != 1 {
 		t.Fatalf("strict refreshes = %v, want exactly 1 per interval", got)
 	}
 }
@@ -123,7 +126,7 @@ func TestWarmCellRefreshes(t *testing.T) {
 // starts a new one: Run replays what is left before it returns, and the new
 // process reads the cell from the origin and does not admit again.
 func TestRestartHydrates(t *testing.T) {
-	o := newMemOrigin()
+	o := storetest.NewMemRegional()
 	clock := newFakeClock(600_000)
 	a := newRegional(t, o, clock)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -135,7 +138,7 @@ func TestRestartHydrates(t *testing.T) {
 	}
 	cancel()
 	<-done
-	if got := o.count(cellOf(rq, 600_000)); got != 5 {
+	if got := o.Count(cellOf(rq, 600_000)); got != 5 {
 		t.Fatalf("the origin holds %d after a clean stop, want 5", got)
 	}
 	restarted := newRegional(t, o, clock)
@@ -152,14 +155,14 @@ func TestRestartHydrates(t *testing.T) {
 // TestMultiLimitHydratesInOneRoundTrip sends a batch of cold keys: one origin
 // read for all of them. A batch that rolls back replays nothing.
 func TestMultiLimitHydratesInOneRoundTrip(t *testing.T) {
-	o := newMemOrigin()
+	o := storetest.NewMemRegional()
 	clock := newFakeClock(600_000)
 	s := newRegional(t, o, clock)
 	batch := []Request{req("a", 5, time.Minute, 1), req("b", 5, time.Second, 1), req("c", 5, time.Hour, 1)}
 	if resp := mustMulti(t, s.Service, batch...); !resp.Passed {
 		t.Fatalf("batch failed: %+v", resp)
 	}
-	if got := testutil.ToFloat64(s.metrics.originOps.WithLabelValues(opCold, resultOK)); got != 1 {
+	if got := testutil.ToFloat64(s.metrics.regionalOps.WithLabelValues(opCold, resultOK)); got != 1 {
 		t.Fatalf("cold reads = %v, want 1 for the whole batch", got)
 	}
 	mustLimit(t, s.Service, req("full", 1, time.Minute, 1))
@@ -167,10 +170,10 @@ func TestMultiLimitHydratesInOneRoundTrip(t *testing.T) {
 		t.Fatal("batch with a full limit passed")
 	}
 	s.tick()
-	if got := o.count(cellOf(req("full", 1, time.Minute, 1), 600_000)); got != 1 {
+	if got := o.Count(cellOf(req("full", 1, time.Minute, 1), 600_000)); got != 1 {
 		t.Fatalf("the origin holds %d for the full key, want 1", got)
 	}
-	if got := o.count(cellOf(req("d", 5, time.Minute, 2), 600_000)); got != 0 {
+	if got := o.Count(cellOf(req("d", 5, time.Minute, 2), 600_000)); got != 0 {
 		t.Fatalf("a rolled-back increment reached the origin: %d", got)
 	}
 }
@@ -180,13 +183,13 @@ func TestMultiLimitHydratesInOneRoundTrip(t *testing.T) {
 // and reaches it once it is back; one bad key (a partial failure) never
 // holds back the others.
 func TestOriginDown(t *testing.T) {
-	o := newMemOrigin()
+	o := storetest.NewMemRegional()
 	clock := newFakeClock(600_000)
 	s := newRegional(t, o, clock)
 	warm := req("warm", 100, time.Minute, 1)
 	mustLimit(t, s.Service, warm)
 	s.tick()
-	o.down.Store(true)
+	o.SetDown(true)
 	const rounds = 8
 	for round := range rounds {
 		if resp := mustLimit(t, s.Service, warm); !resp.Success {
@@ -197,32 +200,32 @@ func TestOriginDown(t *testing.T) {
 		}
 		s.tick()
 	}
-	w := s.findWindow(&windowKey{"ws", "ns", "warm", 60_000})
+	w := s.windows.find(&windowKey{"ws", "ns", "warm", 60_000})
 	cur, _, _ := w.cellsAt(10, false)
 	if got := cur.unreplayed.Load(); got != rounds {
 		t.Fatalf("%d increments queued for the origin, want the %d accepted while it was down", got, rounds)
 	}
-	o.down.Store(false)
+	o.SetDown(false)
 	s.tick()
-	if got := o.count(cellOf(warm, 600_000)); got != rounds+1 {
+	if got := o.Count(cellOf(warm, 600_000)); got != rounds+1 {
 		t.Fatalf("the origin holds %d for the warm key once back, want %d", got, rounds+1)
 	}
-	if got := testutil.ToFloat64(s.metrics.originOps.WithLabelValues(opReplay, resultErr)); got < rounds {
+	if got := testutil.ToFloat64(s.metrics.regionalOps.WithLabelValues(opReplay, resultErr)); got < rounds {
 		t.Fatalf("%v failed replays counted, want at least %d", got, rounds)
 	}
 
 	// A bad key: its increments fail alone and the other keys reach the
 	// origin.
-	o2 := newMemOrigin()
+	o2 := storetest.NewMemRegional()
 	p := newRegional(t, o2, clock)
 	bad, good := req("bad", 100, time.Minute, 1), req("good", 100, time.Minute, 1)
-	o2.bad[cellOf(bad, 600_000)] = true
+	o2.SetBad(cellOf(bad, 600_000), true)
 	for range rounds {
 		mustLimit(t, p.Service, bad)
 		mustLimit(t, p.Service, good)
 		p.tick()
 	}
-	if got := o2.count(cellOf(good, 600_000)); got != rounds {
+	if got := o2.Count(cellOf(good, 600_000)); got != rounds {
 		t.Fatalf("the good key holds %d in the origin, want %d", got, rounds)
 	}
 }
@@ -232,18 +235,18 @@ func TestOriginDown(t *testing.T) {
 // before; the dead server's keys are decided locally, queued, and converge
 // once it is back.
 func TestOneServerDown(t *testing.T) {
-	o := newMemOrigin()
+	o := storetest.NewMemRegional()
 	clock := newFakeClock(600_000)
 	a, b := newRegional(t, o, clock), newRegional(t, o, clock)
 	healthy, dead := req("healthy", 10, time.Minute, 10), req("dead", 10, time.Minute, 10)
-	o.unreachable["dead"] = true
+	o.SetUnreachable("dead", true)
 	for _, r := range []Request{healthy, dead} {
 		if !mustLimit(t, a.Service, r).Success {
 			t.Fatalf("A denied spending all of %s", r.Identifier)
 		}
 	}
 	a.tick()
-	if got := o.count(cellOf(healthy, 600_000)); got != 10 {
+	if got := o.Count(cellOf(healthy, 600_000)); got != 10 {
 		t.Fatalf("the healthy key holds %d in the origin, want 10", got)
 	}
 	// B reads both keys in one round trip: the healthy one is spent, the
@@ -252,13 +255,13 @@ func TestOneServerDown(t *testing.T) {
 	if resp.Results[0].Remaining != 0 || !resp.Results[1].Success {
 		t.Fatalf("B with one server down: %+v, want the healthy key spent and the other decided locally", resp.Results)
 	}
-	if got := testutil.ToFloat64(b.metrics.originOps.WithLabelValues(opCold, resultPartial)); got != 1 {
+	if got := testutil.ToFloat64(b.metrics.regionalOps.WithLabelValues(opCold, resultPartial)); got != 1 {
 		t.Fatalf("partial reads = %v, want 1", got)
 	}
-	if got := b.refreshes.len(); got != 1 {
+	if got := b.regional.refreshes.len(); got != 1 {
 		t.Fatalf("%d windows queued for a background read, want the dead server's one", got)
 	}
-	o.unreachable["dead"] = false
+	o.SetUnreachable("dead", false)
 	a.tick() // A's queued increment of the dead key lands
 	b.tick() // B's background read finds it
 	if mustLimit(t, b.Service, req("dead", 10, time.Minute, 1)).Success {
@@ -266,15 +269,15 @@ func TestOneServerDown(t *testing.T) {
 	}
 }
 
-// TestCorruptOriginValues: a cell the origin reports at MaxStoredCount (what
-// redisorigin reads from a value that is not a count, or sets after an
+// TestCorruptOriginValues: a cell the origin reports at store.MaxCount (what
+// redisstore reads from a value that is not a count, or sets after an
 // overflow) denies with remaining within [0, limit].
 func TestCorruptOriginValues(t *testing.T) {
-	o := newMemOrigin()
+	o := storetest.NewMemRegional()
 	clock := newFakeClock(600_000)
 	s := newRegional(t, o, clock)
 	hot := req("hot", 10, time.Minute, 1)
-	o.set(cellOf(hot, 600_000), MaxStoredCount)
+	o.Set(cellOf(hot, 600_000), store.MaxCount)
 	for range 3 {
 		if resp := mustLimit(t, s.Service, hot); resp.Success || resp.Remaining != 0 {
 			t.Fatalf("a cell at the stored-count cap: %+v, want denied with 0 remaining", resp)
@@ -283,7 +286,7 @@ func TestCorruptOriginValues(t *testing.T) {
 	warm := req("warm", 10, time.Minute, 1)
 	mustLimit(t, s.Service, warm)
 	s.tick()
-	o.set(cellOf(warm, 600_000), MaxStoredCount)
+	o.Set(cellOf(warm, 600_000), store.MaxCount)
 	clock.Advance(maxCopyAge)
 	if resp := mustLimit(t, s.Service, warm); resp.Success || resp.Remaining < 0 || resp.Remaining > resp.Limit {
 		t.Fatalf("a warm cell raised to the cap: %+v, want denied with remaining within [0, 10]", resp)
@@ -296,7 +299,7 @@ func TestCorruptOriginValues(t *testing.T) {
 // more often than freshnessInterval never waits: its refreshes run in the
 // background.
 func TestIdleCopyIsReadFirst(t *testing.T) {
-	o := newMemOrigin()
+	o := storetest.NewMemRegional()
 	clock := newFakeClock(600_000)
 	a, b := newRegional(t, o, clock), newRegional(t, o, clock)
 	day := 24 * time.Hour
@@ -311,7 +314,7 @@ func TestIdleCopyIsReadFirst(t *testing.T) {
 	if resp := mustLimit(t, b.Service, req("idle", 10, day, 3)); resp.Success || resp.Remaining != 2 {
 		t.Fatalf("B after 2 s idle: %+v, want denied with 2 remaining", resp)
 	}
-	if got := testutil.ToFloat64(b.metrics.originOps.WithLabelValues(opAged, resultOK)); got != 1 {
+	if got := testutil.ToFloat64(b.metrics.regionalOps.WithLabelValues(opAged, resultOK)); got != 1 {
 		t.Fatalf("aged reads = %v, want 1", got)
 	}
 
@@ -326,10 +329,10 @@ func TestIdleCopyIsReadFirst(t *testing.T) {
 		mustLimit(t, b.Service, hot)
 		b.tick()
 	}
-	if got := testutil.ToFloat64(b.metrics.originOps.WithLabelValues(opAged, resultOK)); got != 1 {
+	if got := testutil.ToFloat64(b.metrics.regionalOps.WithLabelValues(opAged, resultOK)); got != 1 {
 		t.Fatalf("aged reads after the hot key = %v, want still 1", got)
 	}
-	if got := testutil.ToFloat64(b.metrics.originOps.WithLabelValues(opStale, resultOK)); got != 12 {
+	if got := testutil.ToFloat64(b.metrics.regionalOps.WithLabelValues(opStale, resultOK)); got != 12 {
 		t.Fatalf("background refreshes of the hot key = %v, want 12 (one per 800 ms of clock)", got)
 	}
 }

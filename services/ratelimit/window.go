@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unique"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
 // cell is the state of one fixed window cell: one key in one sequence. Every
@@ -24,8 +26,8 @@ type cell struct {
 	// sync loop. The request path only reads it; it is never published.
 	global atomic.Int64
 	// unreplayed is what this process accepted into the cell and has not yet
-	// added to the regional origin. All accepted requests of one replay
-	// interval coalesce here into one origin command.
+	// added to the regional store. All accepted requests of one replay
+	// interval coalesce here into one command.
 	unreplayed atomic.Int64
 	// flags holds cellHydrated, cellQueued and cellGrown.
 	flags atomic.Uint32
@@ -33,10 +35,10 @@ type cell struct {
 
 // Flags of a cell.
 const (
-	// cellHydrated: the cell holds what the origin knew when it was created,
-	// or there is no origin, or the origin could not be read (then a
+	// cellHydrated: the cell holds what the regional store knew when it was
+	// created, or there is no regional store, or it could not be read (then a
 	// background refresh keeps trying). Requests on a cell without it wait for
-	// one origin read.
+	// one read of the regional store.
 	cellHydrated uint32 = 1 << iota
 	// cellQueued: the cell is in the replay queue.
 	cellQueued
@@ -73,12 +75,12 @@ type window struct {
 	// flush publishes a cell once its count reaches a share of it.
 	limit atomic.Int64
 	// refreshedAt is the unix ms at which the latest read of the window's
-	// cells from the regional origin began. Claiming it by compare-and-swap
+	// cells from the regional store began. Claiming it by compare-and-swap
 	// is what keeps refreshes to one per window and interval.
 	refreshedAt atomic.Int64
 	// strictUntil is the unix ms until which the key is in strict mode: one
 	// duration after its latest denial. Strict decisions refresh from the
-	// origin first (at most once per strictRefresh), across the boundary of a
+	// regional store first (at most once per strictRefresh), across the boundary of a
 	// fixed window too, which is where processes that only know their own
 	// admissions would otherwise each admit again.
 	strictUntil atomic.Int64
@@ -129,10 +131,10 @@ func (w *window) is(k *windowKey) bool {
 	return sc.namespace == k.namespace && sc.workspace == k.workspace
 }
 
-// cell returns the name of w's cell of seq, for the stores.
-func (w *window) cell(seq int64) Cell {
+// cellKey returns the name of w's cell of seq, for the stores.
+func (w *window) cellKey(seq int64) store.CellKey {
 	sc := w.scope.Value()
-	return Cell{
+	return store.CellKey{
 		Workspace:  sc.workspace,
 		Namespace:  sc.namespace,
 		Identifier: w.identifier,
@@ -141,7 +143,7 @@ func (w *window) cell(seq int64) Cell {
 	}
 }
 
-// newCell returns an empty cell for seq. Without an origin there is nothing
+// newCell returns an empty cell for seq. Without a regional store there is nothing
 // to hydrate from, so the cell starts hydrated.
 func newCell(seq int64, hydrated bool) *cell {
 	c := &cell{seq: seq}
@@ -203,7 +205,7 @@ func (w *window) idle(now int64) bool {
 	return true
 }
 
-// strictRefresh returns how many ms a strict window waits between origin
+// strictRefresh returns how many ms a strict window waits between regional
 // reads: strictRefreshInterval, or a hundredth of the window for windows
 // under 10 s, so that short windows converge within a small share of their
 // length.

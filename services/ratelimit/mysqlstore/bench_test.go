@@ -11,6 +11,8 @@ import (
 	"github.com/unkeyed/ratelimit/db"
 	"github.com/unkeyed/ratelimit/internal/dbtest"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
 // BenchmarkBulkUpsert5k publishes 5,000 changed rows in one flush against a
@@ -18,9 +20,9 @@ import (
 func BenchmarkBulkUpsert5k(b *testing.B) {
 	_, sqlDB := dbtest.Start(b)
 	s := New(sqlDB)
-	counts := make([]CellCount, 5000)
+	counts := make([]store.CellCount, 5000)
 	for i := range counts {
-		counts[i] = CellCount{Cell: Cell{Workspace: "ws", Namespace: "api", Identifier: "user_" + strconv.Itoa(i),
+		counts[i] = store.CellCount{Key: store.CellKey{Workspace: "ws", Namespace: "api", Identifier: "user_" + strconv.Itoa(i),
 			Duration: time.Minute, Sequence: 29_000_000}, Count: 50}
 	}
 	ctx := context.Background()
@@ -37,11 +39,11 @@ func BenchmarkBulkUpsert5k(b *testing.B) {
 
 // publish45k publishes 45,000 live cells of region "eu" (count 50 of 100,
 // ten times the load the design was sized for) and returns them.
-func publish45k(b *testing.B, s *Store) []CellCount {
+func publish45k(b *testing.B, s *Store) []store.CellCount {
 	seq := time.Now().UnixMilli() / 60_000
-	counts := make([]CellCount, 45_000)
+	counts := make([]store.CellCount, 45_000)
 	for i := range counts {
-		counts[i] = CellCount{Cell: Cell{Workspace: "ws", Namespace: "api", Identifier: "user_" + strconv.Itoa(i),
+		counts[i] = store.CellCount{Key: store.CellKey{Workspace: "ws", Namespace: "api", Identifier: "user_" + strconv.Itoa(i),
 			Duration: time.Minute, Sequence: seq}, Count: 50, Limit: 100}
 	}
 	if _, err := s.Publish(context.Background(), "eu", counts); err != nil {
@@ -184,8 +186,8 @@ func benchGlobalLoop(b *testing.B, changedPerSecond int, flush time.Duration, op
 		step    = limit / 10
 	)
 	_, sqlDB := dbtest.Start(b)
-	store := &countingStore{GlobalStore: New(sqlDB)}
-	s, err := ratelimit.New("us", append([]ratelimit.Option{ratelimit.WithGlobalStore(store)}, opts...)...)
+	counting := &countingStore{Global: New(sqlDB)}
+	s, err := ratelimit.New("us", append([]ratelimit.Option{ratelimit.WithGlobalStore(counting)}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -205,9 +207,9 @@ func benchGlobalLoop(b *testing.B, changedPerSecond int, flush time.Duration, op
 	// The other region holds the same active cells.
 	other := New(sqlDB)
 	seq := time.Now().UnixMilli() / month.Milliseconds()
-	otherCounts := make([]CellCount, active)
+	otherCounts := make([]store.CellCount, active)
 	for i := range otherCounts {
-		otherCounts[i] = CellCount{Cell: Cell{Workspace: "ws", Namespace: "api", Identifier: "user_" + strconv.Itoa(i),
+		otherCounts[i] = store.CellCount{Key: store.CellKey{Workspace: "ws", Namespace: "api", Identifier: "user_" + strconv.Itoa(i),
 			Duration: month, Sequence: seq}, Count: 1, Limit: limit}
 	}
 	if _, err := other.Publish(ctx, "eu", otherCounts); err != nil {
@@ -221,12 +223,12 @@ func benchGlobalLoop(b *testing.B, changedPerSecond int, flush time.Duration, op
 	next := 0
 	b.ResetTimer()
 	for range b.N {
-		q0, w0, n0, r0 := questions(b, sqlDB), store.published.Load(), store.syncs.Load(), store.rowsSynced.Load()
+		q0, w0, n0, r0 := questions(b, sqlDB), counting.published.Load(), counting.syncs.Load(), counting.rowsSynced.Load()
 		otherStatements := int64(0)
 		start := time.Now()
 		// Spread the second's changes over ten slices.
 		for slice := range 10 {
-			batch := make([]CellCount, 0, changedPerSecond/10)
+			batch := make([]store.CellCount, 0, changedPerSecond/10)
 			for range changedPerSecond / 10 {
 				i := next % active
 				next++
@@ -238,7 +240,7 @@ func benchGlobalLoop(b *testing.B, changedPerSecond int, flush time.Duration, op
 			if len(batch) > 0 {
 				// Key order, as the limiter publishes; the cells differ
 				// only in their identifiers.
-				slices.SortFunc(batch, func(x, y CellCount) int { return strings.Compare(x.Cell.Identifier, y.Cell.Identifier) })
+				slices.SortFunc(batch, func(x, y store.CellCount) int { return strings.Compare(x.Key.Identifier, y.Key.Identifier) })
 				if _, err := other.Publish(ctx, "eu", batch); err != nil {
 					b.Fatal(err)
 				}
@@ -248,9 +250,9 @@ func benchGlobalLoop(b *testing.B, changedPerSecond int, flush time.Duration, op
 		}
 		q1 := questions(b, sqlDB)
 		statements += q1 - q0 - 1 - otherStatements // the first status read counts itself
-		written += store.published.Load() - w0
-		syncs += store.syncs.Load() - n0
-		synced += store.rowsSynced.Load() - r0
+		written += counting.published.Load() - w0
+		syncs += counting.syncs.Load() - n0
+		synced += counting.rowsSynced.Load() - r0
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(statements)/float64(b.N), "statements/s")

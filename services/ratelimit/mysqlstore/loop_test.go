@@ -12,6 +12,7 @@ import (
 	"github.com/unkeyed/ratelimit/internal/dbtest"
 	"github.com/unkeyed/ratelimit/internal/poll"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
 // The tests of this file run limiters on a real MariaDB through their
@@ -21,19 +22,19 @@ import (
 // countingStore counts the calls a GlobalStore receives and the rows it
 // passes.
 type countingStore struct {
-	ratelimit.GlobalStore
+	store.Global
 	publishes, published, syncs, rowsSynced atomic.Int64
 }
 
-func (c *countingStore) Publish(ctx context.Context, region string, counts []ratelimit.CellCount) (int, error) {
+func (c *countingStore) Publish(ctx context.Context, region string, counts []store.CellCount) (int, error) {
 	c.publishes.Add(1)
 	c.published.Add(int64(len(counts)))
-	return c.GlobalStore.Publish(ctx, region, counts)
+	return c.Global.Publish(ctx, region, counts)
 }
 
-func (c *countingStore) Sync(ctx context.Context, region string, now, since time.Time) ([]ratelimit.GlobalCount, time.Time, error) {
+func (c *countingStore) Sync(ctx context.Context, region string, now, since time.Time) ([]store.GlobalCount, time.Time, error) {
 	c.syncs.Add(1)
-	rows, asOf, err := c.GlobalStore.Sync(ctx, region, now, since)
+	rows, asOf, err := c.Global.Sync(ctx, region, now, since)
 	c.rowsSynced.Add(int64(len(rows)))
 	return rows, asOf, err
 }
@@ -103,10 +104,10 @@ func TestTwoRegionsConverge(t *testing.T) {
 // clock moves 10 ms per poll of the test, so that full flushes come due.
 func TestGlobalLoopIdleStatements(t *testing.T) {
 	_, sqlDB := dbtest.Start(t)
-	store := &countingStore{GlobalStore: New(sqlDB)}
+	counting := &countingStore{Global: New(sqlDB)}
 	clock := &manualClock{}
 	clock.ms.Store(time.Now().UnixMilli())
-	s, err := ratelimit.New("us", append([]ratelimit.Option{ratelimit.WithGlobalStore(store), ratelimit.WithClock(clock)}, shortIntervals...)...)
+	s, err := ratelimit.New("us", append([]ratelimit.Option{ratelimit.WithGlobalStore(counting), ratelimit.WithClock(clock)}, shortIntervals...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,19 +118,19 @@ func TestGlobalLoopIdleStatements(t *testing.T) {
 		}
 	}
 	run(t, s)
-	poll.Until(t, 5*time.Second, "the first flush and syncs", func() bool { return store.published.Load() == 100 && store.syncs.Load() >= 3 })
+	poll.Until(t, 5*time.Second, "the first flush and syncs", func() bool { return counting.published.Load() == 100 && counting.syncs.Load() >= 3 })
 	if _, err := sqlDB.Exec("UPDATE ratelimit_window_counts SET updated_at = updated_at - 5000"); err != nil {
 		t.Fatal(err)
 	}
-	syncs := store.syncs.Load()
-	poll.Until(t, 5*time.Second, "a sync after the lookback", func() bool { return store.syncs.Load() > syncs+1 })
+	syncs := counting.syncs.Load()
+	poll.Until(t, 5*time.Second, "a sync after the lookback", func() bool { return counting.syncs.Load() > syncs+1 })
 
-	q0, syncs0, pubs0 := questions(t, sqlDB), store.syncs.Load(), store.publishes.Load()
+	q0, syncs0, pubs0 := questions(t, sqlDB), counting.syncs.Load(), counting.publishes.Load()
 	poll.Until(t, 5*time.Second, "30 idle syncs", func() bool {
 		clock.ms.Add(10)
-		return store.syncs.Load()-syncs0 >= 30
+		return counting.syncs.Load()-syncs0 >= 30
 	})
-	q1, syncs1, pubs1 := questions(t, sqlDB), store.syncs.Load(), store.publishes.Load()
+	q1, syncs1, pubs1 := questions(t, sqlDB), counting.syncs.Load(), counting.publishes.Load()
 	// The first status read counts itself; a sync may be under way at
 	// either read.
 	statements := q1 - q0 - 1

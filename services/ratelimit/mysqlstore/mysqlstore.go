@@ -1,6 +1,6 @@
 // Package mysqlstore is the limiter's global store on MySQL or MariaDB: the
 // ratelimit_window_counts table, one grow-only component per region and
-// window cell, shared by every region (see ratelimit.GlobalStore).
+// window cell, shared by every region (see store.Global).
 package mysqlstore
 
 import (
@@ -14,10 +14,10 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/unkeyed/ratelimit/db"
-	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
-// Store is a [ratelimit.GlobalStore] on the ratelimit_window_counts table of
+// Store is a [store.Global] on the ratelimit_window_counts table of
 // a MySQL-compatible database (MySQL 8, MariaDB 10.6+).
 type Store struct {
 	q *db.Queries
@@ -41,22 +41,22 @@ const deadlockRetries = 3
 // Publish upserts counts in chunks of db.WindowCountsBulkUpsertMaxRows, in
 // the order given; callers sort them in unique-key order. The database
 // stamps the rows with its own clock.
-func (m *Store) Publish(ctx context.Context, region string, counts []ratelimit.CellCount) (int, error) {
+func (m *Store) Publish(ctx context.Context, region string, counts []store.CellCount) (int, error) {
 	rows := make([]db.WindowCountsUpsertParams, 0, min(len(counts), db.WindowCountsBulkUpsertMaxRows))
 	for start := 0; start < len(counts); start += db.WindowCountsBulkUpsertMaxRows {
 		chunk := counts[start:min(start+db.WindowCountsBulkUpsertMaxRows, len(counts))]
 		rows = rows[:0]
 		for _, c := range chunk {
-			durMs := c.Cell.Duration.Milliseconds()
+			durMs := c.Key.Duration.Milliseconds()
 			rows = append(rows, db.WindowCountsUpsertParams{
-				WorkspaceID: c.Cell.Workspace,
-				Namespace:   c.Cell.Namespace,
-				Identifier:  c.Cell.Identifier,
+				WorkspaceID: c.Key.Workspace,
+				Namespace:   c.Key.Namespace,
+				Identifier:  c.Key.Identifier,
 				DurationMs:  uint64(durMs),
-				Sequence:    c.Cell.Sequence,
+				Sequence:    c.Key.Sequence,
 				Region:      region,
 				Count:       uint64(max(c.Count, 0)),
-				ExpiresAt:   uint64((c.Cell.Sequence + 2) * durMs),
+				ExpiresAt:   uint64((c.Key.Sequence + 2) * durMs),
 				WindowLimit: uint64(max(c.Limit, 0)),
 			})
 		}
@@ -92,7 +92,7 @@ func retryable(err error) bool {
 // a cell of the full read does; docs/BENCHMARKS.md has the figures; rows
 // counted overstate cells when several regions wrote one, which only
 // switches to the full read a little early).
-func (m *Store) Sync(ctx context.Context, region string, now, since time.Time) ([]ratelimit.GlobalCount, time.Time, error) {
+func (m *Store) Sync(ctx context.Context, region string, now, since time.Time) ([]store.GlobalCount, time.Time, error) {
 	nowMs := uint64(now.UnixMilli())
 	var asOf int64
 	if !since.IsZero() {
@@ -110,7 +110,7 @@ func (m *Store) Sync(ctx context.Context, region string, now, since time.Time) (
 			if err != nil {
 				return nil, time.Time{}, fmt.Errorf("sync changed window counts: %w", err)
 			}
-			out := make([]ratelimit.GlobalCount, len(rows))
+			out := make([]store.GlobalCount, len(rows))
 			for i, r := range rows {
 				out[i] = globalCount(db.WindowCountsSyncRow(r))
 			}
@@ -127,7 +127,7 @@ func (m *Store) Sync(ctx context.Context, region string, now, since time.Time) (
 		return nil, time.Time{}, fmt.Errorf("sync window counts: %w", err)
 	}
 	m.lastFullRows.Store(int64(len(rows)))
-	out := make([]ratelimit.GlobalCount, len(rows))
+	out := make([]store.GlobalCount, len(rows))
 	for i, r := range rows {
 		out[i] = globalCount(r)
 	}
@@ -140,9 +140,9 @@ func (m *Store) Sync(ctx context.Context, region string, now, since time.Time) (
 const minChangedForFull = 1000
 
 // globalCount converts a row of the sync queries.
-func globalCount(r db.WindowCountsSyncRow) ratelimit.GlobalCount {
-	return ratelimit.GlobalCount{
-		Cell: ratelimit.Cell{
+func globalCount(r db.WindowCountsSyncRow) store.GlobalCount {
+	return store.GlobalCount{
+		Key: store.CellKey{
 			Workspace:  r.WorkspaceID,
 			Namespace:  r.Namespace,
 			Identifier: r.Identifier,

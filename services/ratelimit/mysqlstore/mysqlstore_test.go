@@ -16,6 +16,7 @@ import (
 	"github.com/unkeyed/ratelimit/db"
 	"github.com/unkeyed/ratelimit/internal/dbtest"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
 // TestMain drops the MySQL driver's own log lines: the fault tests make it
@@ -25,42 +26,37 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-type (
-	Cell      = ratelimit.Cell
-	CellCount = ratelimit.CellCount
-)
-
 // month is the window of the tests on the wall clock: no window boundary
 // falls between two steps of a test.
 const month = ratelimit.MaxDuration
 
-func cell(id string, now time.Time) Cell {
-	return Cell{Workspace: "ws", Namespace: "ns", Identifier: id, Duration: month, Sequence: now.UnixMilli() / month.Milliseconds()}
+func cell(id string, now time.Time) store.CellKey {
+	return store.CellKey{Workspace: "ws", Namespace: "ns", Identifier: id, Duration: month, Sequence: now.UnixMilli() / month.Milliseconds()}
 }
 
-func publish(t *testing.T, s *Store, region string, counts ...CellCount) {
+func publish(t *testing.T, s *Store, region string, counts ...store.CellCount) {
 	t.Helper()
 	if n, err := s.Publish(context.Background(), region, counts); err != nil || n != len(counts) {
 		t.Fatalf("Publish: %d of %d, %v", n, len(counts), err)
 	}
 }
 
-func sync(t *testing.T, s *Store, region string, now, since time.Time) map[string]ratelimit.GlobalCount {
+func sync(t *testing.T, s *Store, region string, now, since time.Time) map[string]store.GlobalCount {
 	t.Helper()
 	out, _ := syncAsOf(t, s, region, now, since)
 	return out
 }
 
 // syncAsOf is sync that also returns the database's time the sync began.
-func syncAsOf(t *testing.T, s *Store, region string, now, since time.Time) (map[string]ratelimit.GlobalCount, time.Time) {
+func syncAsOf(t *testing.T, s *Store, region string, now, since time.Time) (map[string]store.GlobalCount, time.Time) {
 	t.Helper()
 	rows, asOf, err := s.Sync(context.Background(), region, now, since)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]ratelimit.GlobalCount{}
+	out := map[string]store.GlobalCount{}
 	for _, r := range rows {
-		out[r.Cell.Identifier] = r
+		out[r.Key.Identifier] = r
 	}
 	return out, asOf
 }
@@ -83,11 +79,11 @@ func TestPublishIsAGCounter(t *testing.T) {
 	s := New(sqlDB)
 	now := time.Now()
 	k := cell("k", now)
-	publish(t, s, "us", CellCount{Cell: k, Count: 6, Limit: 10})
-	publish(t, s, "eu", CellCount{Cell: k, Count: 3, Limit: 12})
-	publish(t, s, "ap", CellCount{Cell: k, Count: 1, Limit: 8})
+	publish(t, s, "us", store.CellCount{Key: k, Count: 6, Limit: 10})
+	publish(t, s, "eu", store.CellCount{Key: k, Count: 3, Limit: 12})
+	publish(t, s, "ap", store.CellCount{Key: k, Count: 1, Limit: 8})
 	for _, n := range []int64{2, 6, 6} {
-		publish(t, s, "us", CellCount{Cell: k, Count: n, Limit: 10})
+		publish(t, s, "us", store.CellCount{Key: k, Count: n, Limit: 10})
 	}
 	if got := sync(t, s, "us", now, time.Time{})["k"]; got.Own != 6 || got.Others != 4 || got.OthersLimit != 12 {
 		t.Fatalf("us reads %+v, want own 6, others 3+1, others' limit 12", got)
@@ -104,14 +100,14 @@ func TestSyncReadsOnlyChangedRows(t *testing.T) {
 	_, sqlDB := dbtest.Start(t)
 	s := New(sqlDB)
 	now := time.Now()
-	var counts []CellCount
+	var counts []store.CellCount
 	for i := range 1000 {
-		counts = append(counts, CellCount{Cell: cell(fmt.Sprint("old", i), now), Count: 60, Limit: 100})
+		counts = append(counts, store.CellCount{Key: cell(fmt.Sprint("old", i), now), Count: 60, Limit: 100})
 	}
 	publish(t, s, "a", counts...)
 	age(t, sqlDB, time.Minute)
-	expired := Cell{Workspace: "ws", Namespace: "ns", Identifier: "expired", Duration: time.Minute, Sequence: now.UnixMilli()/60_000 - 2}
-	publish(t, s, "a", CellCount{Cell: expired, Count: 9})
+	expired := store.CellKey{Workspace: "ws", Namespace: "ns", Identifier: "expired", Duration: time.Minute, Sequence: now.UnixMilli()/60_000 - 2}
+	publish(t, s, "a", store.CellCount{Key: expired, Count: 9})
 	got, asOf := syncAsOf(t, s, "b", now, time.Time{})
 	if len(got) != 1000 {
 		t.Fatalf("a full sync read %d cells, want the 1000 live ones", len(got))
@@ -120,9 +116,9 @@ func TestSyncReadsOnlyChangedRows(t *testing.T) {
 		t.Fatalf("the sync's as-of time %v is not the database's clock (%v from this one's)", asOf, d)
 	}
 	for i := range 10 {
-		publish(t, s, "a", CellCount{Cell: cell(fmt.Sprint("new", i), now), Count: 6, Limit: 10})
+		publish(t, s, "a", store.CellCount{Key: cell(fmt.Sprint("new", i), now), Count: 6, Limit: 10})
 	}
-	publish(t, s, "b", CellCount{Cell: cell("old7", now), Count: 1, Limit: 100})
+	publish(t, s, "b", store.CellCount{Key: cell("old7", now), Count: 1, Limit: 100})
 	got, asOf = syncAsOf(t, s, "b", now, asOf.Add(-time.Second))
 	if len(got) != 11 {
 		t.Fatalf("a sync since the changes read %d cells, want the 11 changed", len(got))
@@ -147,9 +143,9 @@ func TestSyncChangedHalfTheTable(t *testing.T) {
 	s := New(sqlDB)
 	ctx := context.Background()
 	now := time.Now()
-	counts := make([]CellCount, 24_000)
+	counts := make([]store.CellCount, 24_000)
 	for i := range counts {
-		counts[i] = CellCount{Cell: Cell{Workspace: "ws", Namespace: "api", Identifier: fmt.Sprintf("user_%05d", i),
+		counts[i] = store.CellCount{Key: store.CellKey{Workspace: "ws", Namespace: "api", Identifier: fmt.Sprintf("user_%05d", i),
 			Duration: time.Hour, Sequence: now.UnixMilli() / time.Hour.Milliseconds()}, Count: 60, Limit: 100}
 	}
 	for _, region := range []string{"a", "b"} {
@@ -189,8 +185,8 @@ func TestTrailingSpacesAreDistinct(t *testing.T) {
 	_, sqlDB := dbtest.Start(t)
 	s := New(sqlDB)
 	now := time.Now()
-	publish(t, s, "a", CellCount{Cell: cell("alice ", now), Count: 6, Limit: 10})
-	publish(t, s, "a", CellCount{Cell: cell("alice", now), Count: 10, Limit: 10})
+	publish(t, s, "a", store.CellCount{Key: cell("alice ", now), Count: 6, Limit: 10})
+	publish(t, s, "a", store.CellCount{Key: cell("alice", now), Count: 10, Limit: 10})
 	got := sync(t, s, "b", now, time.Time{})
 	if len(got) != 2 || got["alice "].Others != 6 || got["alice"].Others != 10 {
 		t.Fatalf("b reads %+v, want alice 10 and \"alice \" 6 apart", got)
@@ -206,14 +202,14 @@ func TestStoreDown(t *testing.T) {
 	m.Kill()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	if n, err := s.Publish(ctx, "a", []CellCount{{Cell: cell("k", now), Count: 6}}); err == nil || n != 0 {
+	if n, err := s.Publish(ctx, "a", []store.CellCount{{Key: cell("k", now), Count: 6}}); err == nil || n != 0 {
 		t.Fatalf("Publish to a dead database: %d, %v; want 0 and an error", n, err)
 	}
 	if _, _, err := s.Sync(ctx, "a", now, time.Time{}); err == nil {
 		t.Fatal("Sync from a dead database succeeded")
 	}
 	m.Start()
-	publish(t, s, "a", CellCount{Cell: cell("k", now), Count: 6})
+	publish(t, s, "a", store.CellCount{Key: cell("k", now), Count: 6})
 	if got := rows(t, sqlDB); !slices.Equal(got, []string{"k/a=6"}) {
 		t.Fatalf("rows after the database came back: %v", got)
 	}

@@ -3,45 +3,39 @@ package ratelimit
 import (
 	"context"
 	"time"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
-// cellRef is one cell of a window, as the cell queues hold it: a cell with
-// increments to replay to the origin, or one grown since the last global
-// flush.
-type cellRef struct {
-	w *window
-	c *cell
-}
-
-// runOrigin replays accepted increments and refreshes stale windows every
+// run replays accepted increments and refreshes stale windows every
 // replayInterval until ctx is done, then replays once more so that what was
-// accepted before shutdown reaches the origin.
-func (s *Service) runOrigin(ctx context.Context) {
+// accepted before shutdown reaches the regional store.
+func (r *regionalTier) run(ctx context.Context) {
 	t := time.NewTicker(replayInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			s.replay(context.Background())
+			r.replay(context.Background())
 			return
 		case <-t.C:
-			s.replay(ctx)
-			s.refreshStale(ctx)
+			r.replay(ctx)
+			r.refreshStale(ctx)
 		}
 	}
 }
 
-// replay sends every queued cell's unreplayed increments to the origin in
-// one round trip, and raises each cell to the count the origin answers. An
-// increment the origin did not take goes back into its cell and is sent again
+// replay sends every queued cell's unreplayed increments to the regional
+// store in one round trip, and raises each cell to the count it answers. An
+// increment the store did not take goes back into its cell and is sent again
 // next time, for as long as its window can still affect a decision.
-func (s *Service) replay(ctx context.Context) {
-	items := s.replays.take()
+func (r *regionalTier) replay(ctx context.Context) {
+	items := r.replays.take()
 	if len(items) == 0 {
 		return
 	}
-	now := s.clock.Now().UnixMilli()
-	incs := make([]Increment, 0, len(items))
+	now := r.clock.Now().UnixMilli()
+	incs := make([]store.Increment, 0, len(items))
 	sent := items[:0]
 	for _, it := range items {
 		it.c.flags.And(^cellQueued)
@@ -51,12 +45,12 @@ func (s *Service) replay(ctx context.Context) {
 		}
 		if it.c.seq < now/it.w.durationMs-1 {
 			// The cell can no longer affect any decision anywhere.
-			s.metrics.replayExpired.Add(float64(delta))
+			r.metrics.replayExpired.Add(float64(delta))
 			continue
 		}
 		expires := (it.c.seq + 2) * it.w.durationMs
-		incs = append(incs, Increment{
-			Cell:  it.w.cell(it.c.seq),
+		incs = append(incs, store.Increment{
+			Key:   it.w.cellKey(it.c.seq),
 			Delta: delta,
 			TTL:   time.Duration(expires-now) * time.Millisecond,
 		})
@@ -65,23 +59,23 @@ func (s *Service) replay(ctx context.Context) {
 	if len(incs) == 0 {
 		return
 	}
-	counts, _ := s.callOrigin(ctx, opReplay, replayTimeout, func(ctx context.Context) ([]int64, error) {
-		return s.origin.Increment(ctx, incs)
+	counts, _ := r.call(ctx, opReplay, replayTimeout, func(ctx context.Context) ([]int64, error) {
+		return r.store.Increment(ctx, incs)
 	})
 	for i, it := range sent {
 		if i < len(counts) && counts[i] >= 0 {
 			atomicMax(&it.c.count, counts[i]+it.c.unreplayed.Load()+it.c.speculative.Load())
 			continue
 		}
-		s.queueReplay(it.w, it.c, incs[i].Delta)
+		r.queueReplay(it.w, it.c, incs[i].Delta)
 	}
 }
 
 // refreshStale reads the windows whose requests found them stale, in one
 // round trip. Windows that could not be read are queued again unless they
 // went idle.
-func (s *Service) refreshStale(ctx context.Context) {
-	queued := s.refreshes.take()
+func (r *regionalTier) refreshStale(ctx context.Context) {
+	queued := r.refreshes.take()
 	if len(queued) == 0 {
 		return
 	}
@@ -93,10 +87,10 @@ func (s *Service) refreshStale(ctx context.Context) {
 			ws = append(ws, w)
 		}
 	}
-	now := s.clock.Now().UnixMilli()
-	for _, w := range s.refresh(ctx, ws, now, opStale, replayTimeout) {
+	now := r.clock.Now().UnixMilli()
+	for _, w := range r.refresh(ctx, ws, now, opStale, replayTimeout) {
 		if !w.idle(now / w.durationMs) {
-			s.queueRefresh(w)
+			r.queueRefresh(w)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package redisorigin
+package redisstore
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 	"golang.org/x/time/rate"
 
-	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
 // Tuning of the per-node circuit breakers.
@@ -40,7 +40,7 @@ const (
 	forgetAfter = time.Minute
 )
 
-// node is one Redis server the origin sends commands to, with its circuit
+// node is one Redis server the store sends commands to, with its circuit
 // breaker.
 type node struct {
 	addr    string
@@ -56,7 +56,7 @@ type node struct {
 	suppressed atomic.Int64
 }
 
-// nodes holds the breakers of the origin's nodes: one for a single server,
+// nodes holds the breakers of the store's nodes: one for a single server,
 // one per master a key was routed to for a cluster. Accounting for failures
 // per node is what keeps one master's trouble with its own keys: the keys
 // of the healthy masters keep converging while a dead one's are decided
@@ -203,7 +203,7 @@ func (ns *nodes) route(ctx context.Context, keys []string, nodeOf func(context.C
 			if err != nil {
 				// Open, or half-open with its probe under way.
 				b.rejected = true
-				b.sends = append(b.sends, send{n: n, err: fmt.Errorf("node %s: %w", addr, ratelimit.ErrUnavailable)})
+				b.sends = append(b.sends, send{n: n, err: fmt.Errorf("node %s: %w", addr, store.ErrUnavailable)})
 			} else {
 				b.sends = append(b.sends, send{n: n, done: done})
 			}
@@ -242,7 +242,7 @@ func (b *batch) fail(i int, err error) {
 
 // finish reports each node's outcome to its breaker, and returns counts (-1
 // for the keys that failed) with the call's error: nil, a
-// *ratelimit.PartialError when some keys failed, or the error of the first
+// *store.PartialError when some keys failed, or the error of the first
 // when all did.
 func (b *batch) finish(counts []int64) ([]int64, error) {
 	trouble := b.rejected
@@ -267,7 +267,7 @@ func (b *batch) finish(counts []int64) ([]int64, error) {
 		counts[i] = -1
 		failed++
 		// Name a real failure rather than a refusal when there are both.
-		if first == nil || errors.Is(first, ratelimit.ErrUnavailable) && !errors.Is(err, ratelimit.ErrUnavailable) {
+		if first == nil || errors.Is(first, store.ErrUnavailable) && !errors.Is(err, store.ErrUnavailable) {
 			first = err
 		}
 	}
@@ -276,7 +276,7 @@ func (b *batch) finish(counts []int64) ([]int64, error) {
 	}
 	err := fmt.Errorf("redis: %d of %d cells failed: %w", failed, len(counts), first)
 	if failed < len(counts) {
-		return counts, &ratelimit.PartialError{Err: err}
+		return counts, &store.PartialError{Err: err}
 	}
 	return counts, err
 }

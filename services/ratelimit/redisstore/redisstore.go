@@ -1,8 +1,8 @@
-// Package redisorigin is the limiter's regional origin on Redis: one
+// Package redisstore is the limiter's regional store on Redis: one
 // server, or a Redis Cluster. The processes of a region add what they
 // accepted to it and read from it what the others accepted (see
-// ratelimit.Origin).
-package redisorigin
+// store.Regional).
+package redisstore
 
 import (
 	"context"
@@ -13,22 +13,22 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
-// Origin is a [ratelimit.Origin] on Redis: one server, or a Redis Cluster.
+// Store is a [store.Regional] on Redis: one server, or a Redis Cluster.
 // Each cell is one string key holding its count; both cells of a window share
 // a hash tag, so on a cluster they live in one slot. It keeps a circuit
 // breaker per node (see nodes), so that on a cluster a master that is down or
 // failing over costs only its own keys their convergence.
-type Origin struct {
+type Store struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // nil for one server
 	addr    string               // the one server's address
 	nodes   *nodes
 }
 
-// Option configures an [Origin].
+// Option configures an [Store].
 type Option func(*settings)
 
 type settings struct {
@@ -40,18 +40,18 @@ type settings struct {
 // discards everything.
 func WithLogger(logger *slog.Logger) Option { return func(s *settings) { s.logger = logger } }
 
-// WithRegisterer registers the origin's metric, the state of each node's
+// WithRegisterer registers the store's metric, the state of each node's
 // circuit breaker (unkey_ratelimit_origin_breaker_state{node}), with reg.
 // Without it the metric is kept in a private registry.
 func WithRegisterer(reg prometheus.Registerer) Option {
 	return func(s *settings) { s.registerer = reg }
 }
 
-// New returns an origin on client, a *redis.Client or a
+// New returns a store on client, a *redis.Client or a
 // *redis.ClusterClient. It does not take ownership: closing the client is
 // the caller's job. It returns an error only if its metric cannot be
 // registered.
-func New(client redis.UniversalClient, opts ...Option) (*Origin, error) {
+func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	st := settings{logger: slog.New(slog.DiscardHandler)}
 	for _, opt := range opts {
 		opt(&st)
@@ -61,12 +61,12 @@ func New(client redis.UniversalClient, opts ...Option) (*Origin, error) {
 	}
 	state := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "unkey_ratelimit_origin_breaker_state",
-		Help: "State of the circuit breaker of each Redis node of the regional origin: 0 closed, 1 half-open, 2 open (the node's keys are decided locally). A node no key went to for a minute is dropped.",
+		Help: "State of the circuit breaker of each Redis node of the regional store: 0 closed, 1 half-open, 2 open (the node's keys are decided locally). A node no key went to for a minute is dropped.",
 	}, []string{"node"})
 	if err := st.registerer.Register(state); err != nil {
-		return nil, fmt.Errorf("register redis origin metrics: %w", err)
+		return nil, fmt.Errorf("register redis store metrics: %w", err)
 	}
-	o := &Origin{client: client}
+	o := &Store{client: client}
 	var reload func()
 	switch c := client.(type) {
 	case *redis.ClusterClient:
@@ -75,7 +75,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Origin, error) {
 	case *redis.Client:
 		o.addr = c.Options().Addr
 	default:
-		return nil, fmt.Errorf("redis origin: want a *redis.Client or a *redis.ClusterClient, got %T", client)
+		return nil, fmt.Errorf("redis store: want a *redis.Client or a *redis.ClusterClient, got %T", client)
 	}
 	o.nodes = newNodes(st.logger, state, reload)
 	return o, nil
@@ -83,7 +83,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Origin, error) {
 
 // nodeOf returns the address of the node that serves key: the one server,
 // or the master of key's slot in the cluster client's slot map.
-func (o *Origin) nodeOf(ctx context.Context, key string) (string, error) {
+func (o *Store) nodeOf(ctx context.Context, key string) (string, error) {
 	if o.cluster == nil {
 		return o.addr, nil
 	}
@@ -113,19 +113,19 @@ if ttl < tonumber(ARGV[2]) then
 end
 return n`)
 
-// clampCount bounds a count read from Redis to [0, ratelimit.MaxStoredCount].
+// clampCount bounds a count read from Redis to [0, store.MaxCount].
 // Redis holds whatever anyone wrote: a negative count must not lend budget,
 // and a huge one must not overflow the decision maths.
-func clampCount(n int64) int64 { return min(max(n, 0), ratelimit.MaxStoredCount) }
+func clampCount(n int64) int64 { return min(max(n, 0), store.MaxCount) }
 
 // Load reads every cell in one MGET, or on a cluster, unless every cell is
 // in one slot, one MGET per hash slot, sent in one pipeline (which the
 // cluster client splits per node and sends to the nodes at once). Cells of
 // a node whose breaker is open are not sent; they, and the cells of a node
-// that fails, count -1 (see [ratelimit.Origin]). A value that is not a count
-// reads as ratelimit.MaxStoredCount, so a corrupt cell denies rather than
-// admits; counts are clamped to [0, ratelimit.MaxStoredCount].
-func (o *Origin) Load(ctx context.Context, cells []ratelimit.Cell) ([]int64, error) {
+// that fails, count -1 (see [store.Regional]). A value that is not a count
+// reads as store.MaxCount, so a corrupt cell denies rather than
+// admits; counts are clamped to [0, store.MaxCount].
+func (o *Store) Load(ctx context.Context, cells []store.CellKey) ([]int64, error) {
 	if len(cells) == 0 {
 		return nil, nil
 	}
@@ -173,7 +173,7 @@ func (o *Origin) Load(ctx context.Context, cells []ratelimit.Cell) ([]int64, err
 
 // loadBySlot reads keys (the i-th for cell at(sent, i)) with one MGET per
 // hash slot, in one pipeline.
-func (o *Origin) loadBySlot(ctx context.Context, b *batch, keys []string, sent []int, counts []int64) {
+func (o *Store) loadBySlot(ctx context.Context, b *batch, keys []string, sent []int, counts []int64) {
 	bySlot := make(map[uint16][]int) // positions in keys
 	for j, k := range keys {
 		sl := slot(k)
@@ -235,7 +235,7 @@ func parseCounts(vals []any, counts []int64, at []int) {
 		}
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			n = ratelimit.MaxStoredCount
+			n = store.MaxCount
 		}
 		if at != nil {
 			counts[at[i]] = clampCount(n)
@@ -247,10 +247,10 @@ func parseCounts(vals []any, counts []int64, at []int) {
 
 // Increment sends every increment in one pipeline, but those of a node
 // whose breaker is open, which count -1 as those that fail do.
-func (o *Origin) Increment(ctx context.Context, incs []ratelimit.Increment) ([]int64, error) {
+func (o *Store) Increment(ctx context.Context, incs []store.Increment) ([]int64, error) {
 	keys := make([]string, len(incs))
 	for i := range incs {
-		keys[i] = Key(&incs[i].Cell)
+		keys[i] = Key(&incs[i].Key)
 	}
 	b := o.nodes.route(ctx, keys, o.nodeOf)
 	pipe := o.client.Pipeline()
@@ -263,7 +263,7 @@ func (o *Origin) Increment(ctx context.Context, incs []ratelimit.Increment) ([]i
 		// EVAL, not EVALSHA: a restarted server has lost its script cache,
 		// and a pipeline of EVALSHA would then fail without telling which
 		// commands ran. The script is a few hundred bytes a replayed cell.
-		cmds[i] = incrementScript.Eval(ctx, pipe, []string{keys[i]}, incs[i].Delta, ttl, ratelimit.MaxStoredCount)
+		cmds[i] = incrementScript.Eval(ctx, pipe, []string{keys[i]}, incs[i].Delta, ttl, store.MaxCount)
 	}
 	if pipe.Len() > 0 {
 		_, _ = pipe.Exec(ctx) // each command's own error is read below

@@ -1,4 +1,4 @@
-package redisorigin
+package redisstore
 
 import (
 	"context"
@@ -20,15 +20,15 @@ import (
 var warmRequest = ratelimit.Request{Workspace: "ws_1234", Namespace: "api.requests", Identifier: "user_42",
 	Limit: 1 << 53, Duration: time.Minute, Cost: 1}
 
-// BenchmarkLimitWarmWithOrigin is the ratelimit package's LimitWarm with a
-// real Redis as the regional origin and the replay loop running: the request
+// BenchmarkLimitWarmWithRedis is the ratelimit package's LimitWarm with a
+// real Redis as the regional store and the replay loop running: the request
 // path should cost the same. It also reports the Redis commands the servers
 // executed per accepted request (EVAL for replays, MGET for reads).
-func BenchmarkLimitWarmWithOrigin(b *testing.B) { benchWarm(b, false, false) }
+func BenchmarkLimitWarmWithRedis(b *testing.B) { benchWarm(b, false, false) }
 
-func BenchmarkLimitWarmWithOriginParallel(b *testing.B) { benchWarm(b, true, false) }
+func BenchmarkLimitWarmWithRedisParallel(b *testing.B) { benchWarm(b, true, false) }
 
-// BenchmarkLimitWarmWithCluster is BenchmarkLimitWarmWithOrigin on a Redis
+// BenchmarkLimitWarmWithCluster is BenchmarkLimitWarmWithRedis on a Redis
 // Cluster of three masters.
 func BenchmarkLimitWarmWithCluster(b *testing.B) { benchWarm(b, false, true) }
 
@@ -97,7 +97,7 @@ func (c *manualClock) Now() time.Time { return time.UnixMilli(c.ms.Load()) }
 // BenchmarkLimitAfterIdle is the price of the copy-age bound: every request
 // finds its key idle for longer than a second and reads Redis before
 // deciding (one MGET round trip on loopback). Keys with a request at least
-// every 500 ms never pay it; BenchmarkLimitWarmWithOrigin is their cost.
+// every 500 ms never pay it; BenchmarkLimitWarmWithRedis is their cost.
 func BenchmarkLimitAfterIdle(b *testing.B) { benchAfterIdle(b, false) }
 
 // BenchmarkLimitAfterIdleCluster is BenchmarkLimitAfterIdle on a Redis
@@ -109,7 +109,7 @@ func benchAfterIdle(b *testing.B, cluster bool) {
 	clock := &manualClock{}
 	clock.ms.Store(600_000)
 	reg := prometheus.NewRegistry()
-	s, err := ratelimit.New("bench", ratelimit.WithOrigin(newOrigin(b, c, WithRegisterer(reg))), ratelimit.WithClock(clock), ratelimit.WithRegisterer(reg))
+	s, err := ratelimit.New("bench", ratelimit.WithRegionalStore(newStore(b, c, WithRegisterer(reg))), ratelimit.WithClock(clock), ratelimit.WithRegisterer(reg))
 	if err != nil {
 		b.Fatal(err)
 	}

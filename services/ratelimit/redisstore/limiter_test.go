@@ -1,4 +1,4 @@
-package redisorigin
+package redisstore
 
 import (
 	"context"
@@ -14,11 +14,12 @@ import (
 	"github.com/unkeyed/ratelimit/internal/poll"
 	"github.com/unkeyed/ratelimit/internal/testserver"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
 // The tests of this file run limiters on real Redis through their exported
 // API, their background loops running on the wall clock: what the
-// limiter's own tests show on an in-memory origin, shown on the real one.
+// limiter's own tests show on an in-memory store, shown on the real one.
 
 // process is one limiter process of a region with its loops running.
 type process struct {
@@ -32,7 +33,7 @@ type process struct {
 func startProcess(t testing.TB, c redis.UniversalClient, opts ...ratelimit.Option) *process {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	s, err := ratelimit.New("test", append([]ratelimit.Option{ratelimit.WithOrigin(newOrigin(t, c, WithRegisterer(reg))), ratelimit.WithRegisterer(reg)}, opts...)...)
+	s, err := ratelimit.New("test", append([]ratelimit.Option{ratelimit.WithRegionalStore(newStore(t, c, WithRegisterer(reg))), ratelimit.WithRegisterer(reg)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,9 +98,9 @@ func decide(t testing.TB, s *ratelimit.Service, r ratelimit.Request) ratelimit.R
 // stored returns what Redis holds for r's current cell.
 func stored(t testing.TB, c redis.UniversalClient, r ratelimit.Request) int64 {
 	t.Helper()
-	cell := ratelimit.Cell{Workspace: r.Workspace, Namespace: r.Namespace, Identifier: r.Identifier, Duration: r.Duration,
+	cell := store.CellKey{Workspace: r.Workspace, Namespace: r.Namespace, Identifier: r.Identifier, Duration: r.Duration,
 		Sequence: time.Now().UnixMilli() / r.Duration.Milliseconds()}
-	counts, err := newOrigin(t, c).Load(context.Background(), []ratelimit.Cell{cell})
+	counts, err := newStore(t, c).Load(context.Background(), []store.CellKey{cell})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +150,7 @@ func TestTwoProcessesOneRedis(t *testing.T) {
 }
 
 // TestFailureUnderLoad kills Redis (and, separately, freezes it) under load
-// from two processes. No request fails or waits much longer than the origin
+// from two processes. No request fails or waits much longer than the store
 // timeout, the breaker opens, and once Redis is back the retried replays
 // bring it up to at least what was accepted.
 func TestFailureUnderLoad(t *testing.T) {
@@ -217,8 +218,8 @@ func TestFailureUnderLoad(t *testing.T) {
 			t.Logf("%d requests, slowest %v", requests.Load(), time.Duration(slowest.Load()))
 			// The slack covers a loaded CI machine's scheduling; a request
 			// that waited on the dead store without a timeout would hang.
-			if d := time.Duration(slowest.Load()); d > ratelimit.OriginTimeout+700*time.Millisecond {
-				t.Errorf("a request waited %v, longer than the origin timeout %v (plus 700 ms of scheduling slack)", d, ratelimit.OriginTimeout)
+			if d := time.Duration(slowest.Load()); d > store.RequestTimeout+700*time.Millisecond {
+				t.Errorf("a request waited %v, longer than the store's request timeout %v (plus 700 ms of scheduling slack)", d, store.RequestTimeout)
 			}
 			// Nothing accepted is lost. A replay whose answer was lost may
 			// have been applied and is sent again (counting twice is
@@ -256,7 +257,7 @@ func TestCorruptValuesInDecisions(t *testing.T) {
 	}
 	set := func(rq ratelimit.Request, v string) {
 		t.Helper()
-		cell := ratelimit.Cell{Workspace: rq.Workspace, Namespace: rq.Namespace, Identifier: rq.Identifier, Duration: rq.Duration,
+		cell := store.CellKey{Workspace: rq.Workspace, Namespace: rq.Namespace, Identifier: rq.Identifier, Duration: rq.Duration,
 			Sequence: time.Now().UnixMilli() / rq.Duration.Milliseconds()}
 		if _, err := r.Do("SET", Key(&cell), v); err != nil {
 			t.Fatal(err)

@@ -1,10 +1,10 @@
-package redisorigin
+package redisstore
 
 import (
 	"strconv"
 	"strings"
 
-	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
 // Key returns the Redis key of a cell: every variable part is prefixed
@@ -17,7 +17,7 @@ import (
 // cells share. The tag is never empty: it starts with a length.
 //
 //	ratelimit:v2:{<len>:<workspace><len>:<namespace><len>:<identifier>:<duration ms>}:<sequence>
-func Key(c *ratelimit.Cell) string {
+func Key(c *store.CellKey) string {
 	b := make([]byte, 0, 34+len(c.Workspace)+len(c.Namespace)+len(c.Identifier))
 	b = append(b, "ratelimit:v2:{"...)
 	for _, part := range [...]string{c.Workspace, c.Namespace, c.Identifier} {

@@ -1,4 +1,4 @@
-package redisorigin
+package redisstore
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package redisorigin
+package redisstore
 
 import (
 	"fmt"
@@ -6,7 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
 // dialAttempts is how often a client tries to connect before a call fails.
@@ -17,10 +17,10 @@ import (
 const dialAttempts = 1
 
 // Options parses a redis:// or rediss:// URL into client options tuned
-// for an origin: the caller's context deadline bounds every call (the limiter
-// sets ratelimit.OriginTimeout on the request path), nothing is retried inside the
+// for a regional store: the caller's context deadline bounds every call (the limiter
+// sets store.RequestTimeout on the request path), nothing is retried inside the
 // client (the limiter retries replays itself), and a dead server is noticed
-// within one ratelimit.OriginTimeout (one dial attempt).
+// within one store.RequestTimeout (one dial attempt).
 func Options(url string) (*redis.Options, error) {
 	opts, err := redis.ParseURL(url)
 	if err != nil {
@@ -28,9 +28,9 @@ func Options(url string) (*redis.Options, error) {
 	}
 	opts.ContextTimeoutEnabled = true
 	opts.MaxRetries = -1
-	opts.DialTimeout = ratelimit.OriginTimeout
+	opts.DialTimeout = store.RequestTimeout
 	opts.DialerRetries = dialAttempts
-	opts.PoolTimeout = ratelimit.OriginTimeout
+	opts.PoolTimeout = store.RequestTimeout
 	return opts, nil
 }
 
@@ -75,8 +75,8 @@ func ClusterOptions(url string) (*redis.ClusterOptions, error) {
 	}
 	opts.ContextTimeoutEnabled = true
 	opts.MaxRetries = -1
-	opts.DialTimeout = ratelimit.OriginTimeout
+	opts.DialTimeout = store.RequestTimeout
 	opts.DialerRetries = dialAttempts
-	opts.PoolTimeout = ratelimit.OriginTimeout
+	opts.PoolTimeout = store.RequestTimeout
 	return opts, nil
 }

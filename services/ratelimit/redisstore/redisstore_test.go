@@ -1,4 +1,4 @@
-package redisorigin
+package redisstore
 
 import (
 	"context"
@@ -12,11 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/unkeyed/ratelimit/internal/testserver"
-	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
-
-type Cell = ratelimit.Cell
-type Increment = ratelimit.Increment
 
 // TestRedisSlot checks the slot computation against values Redis itself
 // gives (CLUSTER KEYSLOT), and that both cells of a window share a slot
@@ -35,7 +32,7 @@ func TestSlot(t *testing.T) {
 		}
 	}
 	for _, id := range []string{"plain", "with}brace", "with{brace", "}{", "{x}", ""} {
-		cur := Cell{Workspace: "ws", Namespace: "n{s}", Identifier: id, Duration: time.Minute, Sequence: 1001}
+		cur := store.CellKey{Workspace: "ws", Namespace: "n{s}", Identifier: id, Duration: time.Minute, Sequence: 1001}
 		prev := cur
 		prev.Sequence--
 		if a, b := slot(Key(&cur)), slot(Key(&prev)); a != b {
@@ -76,8 +73,8 @@ func client(t testing.TB, r *testserver.Redis) redis.UniversalClient {
 	return c
 }
 
-// newOrigin returns an origin on c.
-func newOrigin(t testing.TB, c redis.UniversalClient, opts ...Option) *Origin {
+// newStore returns a store on c.
+func newStore(t testing.TB, c redis.UniversalClient, opts ...Option) *Store {
 	t.Helper()
 	o, err := New(c, opts...)
 	if err != nil {
@@ -99,7 +96,7 @@ func clusterClient(t testing.TB, c *testserver.RedisCluster) redis.UniversalClie
 }
 
 func TestKeysNeverCollide(t *testing.T) {
-	pairs := [][2]Cell{
+	pairs := [][2]store.CellKey{
 		{{Workspace: "w", Namespace: "a-b", Identifier: "c"}, {Workspace: "w", Namespace: "a", Identifier: "b-c"}},
 		{{Workspace: "w", Namespace: "a:1:b", Identifier: "c"}, {Workspace: "w", Namespace: "a", Identifier: "1:b:c"}},
 		{{Workspace: "w:1:a", Namespace: "b", Identifier: "c"}, {Workspace: "w", Namespace: "1:a:b", Identifier: "c"}},
@@ -107,16 +104,16 @@ func TestKeysNeverCollide(t *testing.T) {
 			{Workspace: "w", Namespace: "n", Identifier: "i", Duration: time.Minute, Sequence: 5}},
 		{{Workspace: "w", Namespace: "n", Identifier: "i}:1"}, {Workspace: "w", Namespace: "n", Identifier: "i", Sequence: 1}},
 	}
-	o := newOrigin(t, client(t, testserver.StartRedis(t)))
+	o := newStore(t, client(t, testserver.StartRedis(t)))
 	ctx := context.Background()
 	for _, p := range pairs {
 		if Key(&p[0]) == Key(&p[1]) {
 			t.Fatalf("%+v and %+v share the key %q", p[0], p[1], Key(&p[0]))
 		}
-		if _, err := o.Increment(ctx, []Increment{{Cell: p[0], Delta: 3, TTL: time.Minute}, {Cell: p[1], Delta: 5, TTL: time.Minute}}); err != nil {
+		if _, err := o.Increment(ctx, []store.Increment{{Key: p[0], Delta: 3, TTL: time.Minute}, {Key: p[1], Delta: 5, TTL: time.Minute}}); err != nil {
 			t.Fatal(err)
 		}
-		counts, err := o.Load(ctx, []Cell{p[0], p[1]})
+		counts, err := o.Load(ctx, []store.CellKey{p[0], p[1]})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,14 +125,14 @@ func TestKeysNeverCollide(t *testing.T) {
 
 func TestIncrementSetsTTLAtomically(t *testing.T) {
 	r := testserver.StartRedis(t)
-	o := newOrigin(t, client(t, r))
-	c := Cell{Workspace: "w", Namespace: "n", Identifier: "i", Duration: time.Minute, Sequence: 7}
-	counts, err := o.Increment(context.Background(), []Increment{{Cell: c, Delta: 2, TTL: 90 * time.Second}})
+	o := newStore(t, client(t, r))
+	c := store.CellKey{Workspace: "w", Namespace: "n", Identifier: "i", Duration: time.Minute, Sequence: 7}
+	counts, err := o.Increment(context.Background(), []store.Increment{{Key: c, Delta: 2, TTL: 90 * time.Second}})
 	if err != nil || counts[0] != 2 {
 		t.Fatalf("Increment = %v, %v; want [2]", counts, err)
 	}
 	// A later increment with a shorter TTL never shortens the expiry.
-	if _, err := o.Increment(context.Background(), []Increment{{Cell: c, Delta: 1, TTL: time.Second}}); err != nil {
+	if _, err := o.Increment(context.Background(), []store.Increment{{Key: c, Delta: 1, TTL: time.Second}}); err != nil {
 		t.Fatal(err)
 	}
 	pttl, err := r.Do("PTTL", Key(&c))
@@ -145,7 +142,7 @@ func TestIncrementSetsTTLAtomically(t *testing.T) {
 	if ms, _ := strconv.Atoi(pttl); ms <= 80_000 || ms > 90_000 {
 		t.Fatalf("PTTL = %s ms, want about 90,000", pttl)
 	}
-	missing, err := o.Load(context.Background(), []Cell{{Workspace: "w", Namespace: "n", Identifier: "nobody", Duration: time.Minute}})
+	missing, err := o.Load(context.Background(), []store.CellKey{{Workspace: "w", Namespace: "n", Identifier: "nobody", Duration: time.Minute}})
 	if err != nil || missing[0] != 0 {
 		t.Fatalf("Load of a missing cell = %v, %v; want [0]", missing, err)
 	}
@@ -157,33 +154,33 @@ func TestIncrementSetsTTLAtomically(t *testing.T) {
 // count, answers for it, and fails none of the pipeline's other increments.
 func TestCorruptValues(t *testing.T) {
 	r := testserver.StartRedis(t)
-	o := newOrigin(t, client(t, r))
+	o := newStore(t, client(t, r))
 	ctx := context.Background()
-	cell := func(id string) Cell {
-		return Cell{Workspace: "w", Namespace: "n", Identifier: id, Duration: time.Minute, Sequence: 9}
+	cell := func(id string) store.CellKey {
+		return store.CellKey{Workspace: "w", Namespace: "n", Identifier: id, Duration: time.Minute, Sequence: 9}
 	}
 	for id, v := range map[string]string{"junk": "not-a-count", "neg": "-1000", "huge": strconv.FormatInt(math.MaxInt64, 10)} {
 		if _, err := r.Do("SET", Key(new(cell(id))), v); err != nil {
 			t.Fatal(err)
 		}
 	}
-	counts, err := o.Load(ctx, []Cell{cell("junk"), cell("neg"), cell("huge")})
+	counts, err := o.Load(ctx, []store.CellKey{cell("junk"), cell("neg"), cell("huge")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []int64{ratelimit.MaxStoredCount, 0, ratelimit.MaxStoredCount}; !slices.Equal(counts, want) {
+	if want := []int64{store.MaxCount, 0, store.MaxCount}; !slices.Equal(counts, want) {
 		t.Fatalf("Load = %v, want %v", counts, want)
 	}
-	counts, err = o.Increment(ctx, []Increment{{Cell: cell("huge"), Delta: 5, TTL: time.Minute}, {Cell: cell("fine"), Delta: 2, TTL: time.Minute},
-		{Cell: cell("junk"), Delta: 1, TTL: time.Minute}})
+	counts, err = o.Increment(ctx, []store.Increment{{Key: cell("huge"), Delta: 5, TTL: time.Minute}, {Key: cell("fine"), Delta: 2, TTL: time.Minute},
+		{Key: cell("junk"), Delta: 1, TTL: time.Minute}})
 	if err != nil {
 		t.Fatalf("Increment: %v", err)
 	}
-	if want := []int64{ratelimit.MaxStoredCount, 2, ratelimit.MaxStoredCount}; !slices.Equal(counts, want) {
+	if want := []int64{store.MaxCount, 2, store.MaxCount}; !slices.Equal(counts, want) {
 		t.Fatalf("Increment = %v, want %v", counts, want)
 	}
-	if v, _ := r.Do("GET", Key(new(cell("huge")))); v != strconv.Itoa(ratelimit.MaxStoredCount) {
-		t.Fatalf("overflowing cell holds %s, want %d", v, ratelimit.MaxStoredCount)
+	if v, _ := r.Do("GET", Key(new(cell("huge")))); v != strconv.Itoa(store.MaxCount) {
+		t.Fatalf("overflowing cell holds %s, want %d", v, store.MaxCount)
 	}
 }
 
@@ -192,17 +189,17 @@ func TestCorruptValues(t *testing.T) {
 // a Redis Cluster of three masters: every answer must be the same, so what
 // the limiter's simulations show for one server holds for a cluster.
 func TestClusterMatchesOneServer(t *testing.T) {
-	one := newOrigin(t, client(t, testserver.StartRedis(t)))
-	cluster := newOrigin(t, clusterClient(t, testserver.StartRedisCluster(t, 3)))
+	one := newStore(t, client(t, testserver.StartRedis(t)))
+	cluster := newStore(t, clusterClient(t, testserver.StartRedisCluster(t, 3)))
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, 2))
-	cellOf := func() Cell {
-		return Cell{Workspace: "ws", Namespace: "n", Identifier: "id_" + strconv.Itoa(rng.IntN(40)), Duration: time.Minute, Sequence: 100 + rng.Int64N(2)}
+	cellOf := func() store.CellKey {
+		return store.CellKey{Workspace: "ws", Namespace: "n", Identifier: "id_" + strconv.Itoa(rng.IntN(40)), Duration: time.Minute, Sequence: 100 + rng.Int64N(2)}
 	}
 	for step := range 300 {
 		n := 1 + rng.IntN(8)
 		if rng.IntN(2) == 0 {
-			cells := make([]Cell, n)
+			cells := make([]store.CellKey, n)
 			for i := range cells {
 				cells[i] = cellOf()
 			}
@@ -213,9 +210,9 @@ func TestClusterMatchesOneServer(t *testing.T) {
 			}
 			continue
 		}
-		incs := make([]Increment, n)
+		incs := make([]store.Increment, n)
 		for i := range incs {
-			incs[i] = Increment{Cell: cellOf(), Delta: 1 + rng.Int64N(5), TTL: time.Minute}
+			incs[i] = store.Increment{Key: cellOf(), Delta: 1 + rng.Int64N(5), TTL: time.Minute}
 		}
 		a, errA := one.Increment(ctx, incs)
 		b, errB := cluster.Increment(ctx, incs)
@@ -242,10 +239,10 @@ func BenchmarkLoad100Cells(b *testing.B) {
 			} else {
 				c = client(b, testserver.StartRedis(b))
 			}
-			o := newOrigin(b, c)
-			cells := make([]Cell, 0, 100)
+			o := newStore(b, c)
+			cells := make([]store.CellKey, 0, 100)
 			for i := range 50 {
-				c := Cell{Workspace: "ws", Namespace: "api", Identifier: "user_" + strconv.Itoa(i), Duration: time.Minute, Sequence: 1000}
+				c := store.CellKey{Workspace: "ws", Namespace: "api", Identifier: "user_" + strconv.Itoa(i), Duration: time.Minute, Sequence: 1000}
 				prev := c
 				prev.Sequence--
 				cells = append(cells, c, prev)

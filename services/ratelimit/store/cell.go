@@ -1,0 +1,37 @@
+package store
+
+import (
+	"cmp"
+	"time"
+)
+
+// CellKey names one window cell: one key in one fixed window.
+type CellKey struct {
+	Workspace  string
+	Namespace  string
+	Identifier string
+	Duration   time.Duration
+	// Sequence is the fixed window: unix ms / duration ms.
+	Sequence int64
+}
+
+// CompareKeys orders keys as the global store's unique key does:
+// workspace, namespace, identifier, duration, sequence, strings in byte
+// order (as utf8mb4_bin compares them). Writers that upsert many rows sort
+// them this way, so that concurrent upserts lock rows in one order and
+// cannot deadlock each other.
+func CompareKeys(a, b *CellKey) int {
+	return cmp.Or(
+		cmp.Compare(a.Workspace, b.Workspace),
+		cmp.Compare(a.Namespace, b.Namespace),
+		cmp.Compare(a.Identifier, b.Identifier),
+		cmp.Compare(a.Duration, b.Duration),
+		cmp.Compare(a.Sequence, b.Sequence),
+	)
+}
+
+// MaxCount caps every count read from a store, so that a corrupt value
+// cannot overflow the decision maths: limits and costs are at most 2^53, and
+// a few sums of 2^60 stay far below 2^63. A cell at the cap denies every
+// request. Stores clamp what they return to [0, MaxCount].
+const MaxCount = 1 << 60

@@ -1,0 +1,64 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Regional is the store that the processes of one region share (Redis, one
+// server or a cluster: package redisstore). Processes add what they
+// accepted to it and read from it what the others accepted. The limiter
+// waits on it only for a cold cell, a strict key (at most once per refresh
+// interval) and a key whose copy has aged, each at most [RequestTimeout],
+// and decides from local state for every cell the store could not serve.
+//
+// A regional store fails fast where it knows a server is down (a circuit
+// breaker, returning an error that wraps [ErrUnavailable]) and answers per
+// cell: a store whose cells live on several servers, such as a Redis
+// Cluster, answers the cells of its healthy servers and marks only the
+// others as failed, so that one server's trouble stays with its own keys.
+type Regional interface {
+	// Load returns the count of each cell, in order. A cell the store does
+	// not hold counts 0. When some cells could not be read, it returns the
+	// counts with -1 for those and a [*PartialError]; when none could, an
+	// error.
+	Load(ctx context.Context, keys []CellKey) ([]int64, error)
+	// Increment adds each increment's delta to its cell, keeps the cell until
+	// at least its TTL has passed, and returns the new counts, in order; a
+	// cell named twice receives both deltas. Increment and expiry are one
+	// atomic step per cell, so no cell is ever left without an expiry. On
+	// error, counts may still be returned: a count of -1 marks an increment
+	// that may not have been applied (the caller sends it again, preferring
+	// to count twice over losing a count), any other count one that was.
+	Increment(ctx context.Context, incs []Increment) (counts []int64, err error)
+}
+
+// Increment adds Delta to a cell.
+type Increment struct {
+	Key   CellKey
+	Delta int64
+	// TTL is how long the store must keep the cell: until the end of the
+	// window after it, the last window in which it counts.
+	TTL time.Duration
+}
+
+// PartialError is returned by [Regional.Load] and [Regional.Increment] when
+// the store answered for some cells but not for others (their counts are
+// -1): one bad key, or one server of several that is down. The limiter uses
+// what it got and retries the rest.
+type PartialError struct{ Err error }
+
+func (e *PartialError) Error() string { return e.Err.Error() }
+func (e *PartialError) Unwrap() error { return e.Err }
+
+// ErrUnavailable is wrapped by the errors of a regional store that did not
+// send a call because it knows the server is down (its circuit breaker is
+// open). The limiter counts such calls as rejected rather than failed.
+var ErrUnavailable = errors.New("regional store unavailable: circuit breaker open")
+
+// RequestTimeout bounds a call to the regional store on the request path
+// (the read of a cold cell, of a strict or of a long-idle one): a request
+// waits at most this long. Clients of a regional store should fail a dial
+// or a wait for a pooled connection within it too.
+const RequestTimeout = 300 * time.Millisecond

@@ -1,0 +1,182 @@
+package storetest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
+)
+
+// TestRegional checks that the regional stores newStore returns do what the
+// limiter relies on: missing cells count 0; increments answer the new
+// count, accumulate within a call and across calls, and keep their order
+// across many keys; keys that differ in any field, however little, are
+// different cells; counts stop at store.MaxCount; concurrent increments are
+// never lost; a call with a done context fails with an error. Each subtest
+// works in a workspace of its own, so the stores may share one server.
+func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
+	t.Run("MissingCellsCountZero", func(t *testing.T) {
+		s, ws := newStore(t), workspace(t)
+		counts, err := s.Load(context.Background(), []store.CellKey{key(ws, "a", 1), key(ws, "b", 1), key(ws, "a", 2)})
+		wantCounts(t, "load", counts, err, []int64{0, 0, 0})
+	})
+	t.Run("IncrementAnswersTheNewCount", func(t *testing.T) {
+		s, ws := newStore(t), workspace(t)
+		ctx := context.Background()
+		a, b := key(ws, "a", 1), key(ws, "b", 1)
+		counts, err := s.Increment(ctx, []store.Increment{inc(a, 3), inc(b, 5)})
+		wantCounts(t, "first increment", counts, err, []int64{3, 5})
+		counts, err = s.Increment(ctx, []store.Increment{inc(a, 2)})
+		wantCounts(t, "second increment", counts, err, []int64{5})
+		counts, err = s.Load(ctx, []store.CellKey{b, a})
+		wantCounts(t, "load", counts, err, []int64{5, 5})
+	})
+	t.Run("ACellTwiceInOneCall", func(t *testing.T) {
+		s, ws := newStore(t), workspace(t)
+		a := key(ws, "a", 1)
+		counts, err := s.Increment(context.Background(), []store.Increment{inc(a, 1), inc(a, 2)})
+		wantCounts(t, "increment", counts, err, []int64{1, 3})
+	})
+	t.Run("KeysThatDifferAreDifferentCells", func(t *testing.T) {
+		s, ws := newStore(t), workspace(t)
+		ctx := context.Background()
+		keys := distinctKeys(ws)
+		incs := make([]store.Increment, len(keys))
+		want := make([]int64, len(keys))
+		for i, k := range keys {
+			incs[i], want[i] = inc(k, int64(i+1)), int64(i+1)
+		}
+		counts, err := s.Increment(ctx, incs)
+		wantCounts(t, "increment", counts, err, want)
+		counts, err = s.Load(ctx, keys)
+		wantCounts(t, "load", counts, err, want)
+	})
+	t.Run("OrderAcrossManyKeys", func(t *testing.T) {
+		s, ws := newStore(t), workspace(t)
+		ctx := context.Background()
+		const n = 300 // over many hash slots of a cluster
+		keys := make([]store.CellKey, n)
+		incs := make([]store.Increment, n)
+		want := make([]int64, n)
+		for i := range keys {
+			keys[i] = key(ws, fmt.Sprintf("user_%d", i), 7)
+			incs[i], want[i] = inc(keys[i], int64(i%17+1)), int64(i%17+1)
+		}
+		counts, err := s.Increment(ctx, incs)
+		wantCounts(t, "increment", counts, err, want)
+		slices.Reverse(keys)
+		slices.Reverse(want)
+		counts, err = s.Load(ctx, keys)
+		wantCounts(t, "load", counts, err, want)
+	})
+	t.Run("CountsStopAtMaxCount", func(t *testing.T) {
+		s, ws := newStore(t), workspace(t)
+		ctx := context.Background()
+		a := key(ws, "huge", 1)
+		counts, err := s.Increment(ctx, []store.Increment{inc(a, store.MaxCount), inc(a, store.MaxCount)})
+		wantCounts(t, "increment", counts, err, []int64{store.MaxCount, store.MaxCount})
+		counts, err = s.Load(ctx, []store.CellKey{a})
+		wantCounts(t, "load", counts, err, []int64{store.MaxCount})
+	})
+	t.Run("ConcurrentIncrementsAreNeverLost", func(t *testing.T) {
+		s, ws := newStore(t), workspace(t)
+		a := key(ws, "hot", 1)
+		const writers, each = 8, 50
+		var wg sync.WaitGroup
+		errs := make(chan error, writers*each)
+		for range writers {
+			wg.Go(func() {
+				for range each {
+					if _, err := s.Increment(context.Background(), []store.Increment{inc(a, 1)}); err != nil {
+						errs <- err
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("increment: %v", err)
+		}
+		counts, err := s.Load(context.Background(), []store.CellKey{a})
+		wantCounts(t, "load", counts, err, []int64{writers * each})
+	})
+	t.Run("ADoneContextFails", func(t *testing.T) {
+		s, ws := newStore(t), workspace(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := s.Load(ctx, []store.CellKey{key(ws, "a", 1)}); err == nil {
+			t.Error("load with a cancelled context: no error")
+		}
+		if counts, err := s.Increment(ctx, []store.Increment{inc(key(ws, "a", 1), 1)}); err == nil {
+			t.Errorf("increment with a cancelled context: no error, counts %v", counts)
+		}
+		counts, err := s.Load(context.Background(), []store.CellKey{key(ws, "a", 1)})
+		if err != nil {
+			t.Fatalf("load after the cancelled calls: %v", err)
+		}
+		if counts[0] > 1 {
+			t.Errorf("a cancelled increment of 1 left count %d", counts[0])
+		}
+	})
+}
+
+// workspace returns a workspace no other test uses.
+func workspace(t *testing.T) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "ws_" + hex.EncodeToString(b[:])
+}
+
+// key is a cell of a one-minute window in the current minute, so that a
+// store that expires cells keeps it for the whole test.
+func key(ws, identifier string, offset int64) store.CellKey {
+	return store.CellKey{Workspace: ws, Namespace: "api", Identifier: identifier, Duration: time.Minute,
+		Sequence: time.Now().UnixMilli()/time.Minute.Milliseconds() + offset - 1}
+}
+
+func inc(k store.CellKey, delta int64) store.Increment {
+	return store.Increment{Key: k, Delta: delta, TTL: time.Hour}
+}
+
+// distinctKeys returns cells that differ from the first in one field each,
+// however little: trailing spaces, case, separators that could run
+// together, braces that name a cluster's hash tag, accents.
+func distinctKeys(ws string) []store.CellKey {
+	base := key(ws, "alice", 1)
+	with := func(f func(k *store.CellKey)) store.CellKey {
+		k := base
+		f(&k)
+		return k
+	}
+	return []store.CellKey{
+		base,
+		with(func(k *store.CellKey) { k.Identifier = "alice " }),
+		with(func(k *store.CellKey) { k.Identifier = "Alice" }),
+		with(func(k *store.CellKey) { k.Identifier = "{alice}" }),
+		with(func(k *store.CellKey) { k.Identifier = "alice}" }),
+		with(func(k *store.CellKey) { k.Identifier = "alicé" }),
+		with(func(k *store.CellKey) { k.Namespace = "api:alice"; k.Identifier = "" }),
+		with(func(k *store.CellKey) { k.Namespace = "ap"; k.Identifier = "i:alice" }),
+		with(func(k *store.CellKey) { k.Workspace = ws + ":api"; k.Namespace = "" }),
+		with(func(k *store.CellKey) { k.Duration = time.Minute + time.Millisecond }),
+		with(func(k *store.CellKey) { k.Sequence++ }),
+	}
+}
+
+// wantCounts fails t unless a call answered want without an error.
+func wantCounts(t *testing.T, call string, counts []int64, err error, want []int64) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", call, err)
+	}
+	if !slices.Equal(counts, want) {
+		t.Fatalf("%s: counts %v, want %v", call, counts, want)
+	}
+}

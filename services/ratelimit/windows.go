@@ -1,0 +1,170 @@
+package ratelimit
+
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+
+	"github.com/puzpuzpuz/xsync/v4"
+)
+
+// windowTable holds every window of the process, by key, and each
+// workspace's share of them. Its methods are safe for concurrent use.
+type windowTable struct {
+	metrics *metrics
+
+	seed    maphash.Seed
+	hashKey func(k windowKey, seed maphash.Seed) uint64 // tests force collisions
+	// byHash maps a key's hash to its window. A generic lock-free map keyed
+	// by a fixed-size integer keeps lookups free of allocations; the rare key
+	// whose hash is taken by another key lives in collided.
+	byHash   *xsync.Map[uint64, *window]
+	collided collisions
+	// perWorkspace counts each workspace's windows, to hold it to
+	// maxPerWorkspace: one tenant sending endless distinct identifiers must
+	// not take the memory every other tenant's decisions need.
+	perWorkspace    *xsync.Map[string, *atomic.Int64]
+	maxPerWorkspace int64
+}
+
+// collisions holds the windows whose hash another key already owns in the
+// main map. With 64-bit hashes this practically never holds anything; it
+// exists so that correctness never rests on luck.
+type collisions struct {
+	mu sync.Mutex
+	m  map[windowKey]*window
+}
+
+func newWindowTable(m *metrics, maxPerWorkspace int64) *windowTable {
+	return &windowTable{
+		metrics:         m,
+		seed:            maphash.MakeSeed(),
+		hashKey:         windowKey.hash,
+		byHash:          xsync.NewMap[uint64, *window](),
+		perWorkspace:    xsync.NewMap[string, *atomic.Int64](),
+		maxPerWorkspace: maxPerWorkspace,
+	}
+}
+
+// len returns the number of windows held.
+func (t *windowTable) len() int {
+	t.collided.mu.Lock()
+	n := len(t.collided.m)
+	t.collided.mu.Unlock()
+	return t.byHash.Size() + n
+}
+
+// forRequest returns the window of k for a request, creating it on first
+// use. It returns a [*CapacityError] when creating it would take k's
+// workspace past its cap.
+func (t *windowTable) forRequest(k *windowKey) (*window, error) {
+	h := t.hashKey(*k, t.seed)
+	if w, ok := t.byHash.Load(h); ok && w.is(k) {
+		return w, nil
+	}
+	w, created, err := t.loadOrCreate(k, h)
+	if err != nil {
+		t.metrics.windowsRejected.WithLabelValues("request").Inc()
+		return nil, err
+	}
+	if created {
+		t.metrics.windowsCreated.Inc()
+	}
+	return w, nil
+}
+
+// find returns the window of k, or nil if the process holds none.
+func (t *windowTable) find(k *windowKey) *window {
+	h := t.hashKey(*k, t.seed)
+	if w, ok := t.byHash.Load(h); ok {
+		if w.is(k) {
+			return w
+		}
+		t.collided.mu.Lock()
+		defer t.collided.mu.Unlock()
+		return t.collided.m[*k]
+	}
+	return nil
+}
+
+// forEach calls f for every window held.
+func (t *windowTable) forEach(f func(*window)) {
+	t.byHash.Range(func(_ uint64, w *window) bool {
+		f(w)
+		return true
+	})
+	t.collided.mu.Lock()
+	collided := make([]*window, 0, len(t.collided.m))
+	for _, w := range t.collided.m {
+		collided = append(collided, w)
+	}
+	t.collided.mu.Unlock()
+	for _, w := range collided {
+		f(w)
+	}
+}
+
+// findOrCreate returns the window of k, creating it within the
+// workspace's cap, and reports whether it created it.
+func (t *windowTable) findOrCreate(k *windowKey) (*window, bool, error) {
+	return t.loadOrCreate(k, t.hashKey(*k, t.seed))
+}
+
+// loadOrCreate is the slow path of forRequest: the key is new, or its hash
+// is owned by another key. It reports whether it created the window, and
+// creates none past the workspace's cap.
+func (t *windowTable) loadOrCreate(k *windowKey, h uint64) (*window, bool, error) {
+	var created *window
+	full := false
+	w, _ := t.byHash.Compute(h, func(old *window, loaded bool) (*window, xsync.ComputeOp) {
+		if loaded {
+			return old, xsync.CancelOp
+		}
+		if !t.reserve(k.workspace) {
+			full = true
+			return nil, xsync.CancelOp
+		}
+		created = newWindow(k)
+		return created, xsync.UpdateOp
+	})
+	if full {
+		return nil, false, &CapacityError{Max: t.maxPerWorkspace}
+	}
+	if w.is(k) {
+		return w, w == created, nil
+	}
+	t.collided.mu.Lock()
+	defer t.collided.mu.Unlock()
+	if w, ok := t.collided.m[*k]; ok {
+		return w, false, nil
+	}
+	if !t.reserve(k.workspace) {
+		return nil, false, &CapacityError{Max: t.maxPerWorkspace}
+	}
+	if t.collided.m == nil {
+		t.collided.m = make(map[windowKey]*window)
+	}
+	w = newWindow(k)
+	t.collided.m[*k] = w
+	return w, true, nil
+}
+
+// reserve counts one more window for workspace and reports whether it fits
+// under the cap; if not, nothing is counted.
+func (t *windowTable) reserve(workspace string) bool {
+	n, _ := t.perWorkspace.LoadOrCompute(workspace, func() (*atomic.Int64, bool) {
+		return new(atomic.Int64), false
+	})
+	if n.Add(1) > t.maxPerWorkspace {
+		n.Add(-1)
+		return false
+	}
+	return true
+}
+
+// release counts one window of workspace fewer: the janitor removed it.
+func (t *windowTable) release(workspace string) {
+	if n, ok := t.perWorkspace.Load(workspace); ok {
+		n.Add(-1)
+	}
+}
