@@ -51,7 +51,7 @@ const (
 type server struct {
 	logger    *slog.Logger
 	limiter   *ratelimit.Service
-	overrides *overrides.Service
+	overrides *overrides.Registry
 	registry  *prometheus.Registry
 	pipeline  *pipeline.Pipeline
 	limits    connLimits

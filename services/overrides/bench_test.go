@@ -28,7 +28,7 @@ func benchLoad(b *testing.B, n int, name func(i int) (string, string, string)) {
 		runtime.GC()
 		var before runtime.MemStats
 		runtime.ReadMemStats(&before)
-		s := newService(b, WithStore(mysqlstore.New(sqlDB)))
+		s := newRegistry(b, WithStore(mysqlstore.New(sqlDB)))
 		start := time.Now()
 		if err := s.Load(context.Background()); err != nil {
 			b.Fatal(err)
@@ -77,7 +77,7 @@ func benchSet(b *testing.B, held int, pattern bool) {
 		suffix = "*"
 	}
 	insertOverrides(b, sqlDB, held, func(i int) (string, string, string) { return "ws", "ns", fmt.Sprint("user_", i, suffix) })
-	s := newService(b, WithStore(mysqlstore.New(sqlDB)), WithMaxPerWorkspace(int64(held)+1_000_000))
+	s := newRegistry(b, WithStore(mysqlstore.New(sqlDB)), WithMaxPerWorkspace(int64(held)+1_000_000))
 	ctx := context.Background()
 	if err := s.Load(ctx); err != nil {
 		b.Fatal(err)
@@ -116,7 +116,7 @@ func BenchmarkOverrideLookup(b *testing.B) {
 		anchored, floating int
 	}{{"no patterns", 0, 0}, {"1000 patterns", 1000, 0}, {"1000 patterns with 32 floating", 1000 - MaxFloatingPatterns, MaxFloatingPatterns}} {
 		b.Run(shape.name, func(b *testing.B) {
-			s := newService(b)
+			s := newRegistry(b)
 			put := func(id string) {
 				c := Change{Override: Override{Workspace: "ws", Namespace: "ns", Identifier: id, Limit: 1}, Revision: 1}
 				s.idx.apply(&c, 0, false)

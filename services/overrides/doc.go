@@ -10,7 +10,9 @@
 // "*_42", identifier "user_42" takes "user_4*" (6 literal bytes, against 5
 // and 3), "user_7" takes "user_*", and "bot_42" takes "*_42".
 //
-// A [Service] keeps every override in memory and answers [Service.Lookup]
-// without I/O. Its store ([store.Overrides]) is MySQL for a fleet, where [Service.Run] polls
-// for other processes' changes, or memory for a single process.
+// A [Registry] keeps every override in memory and answers
+// [Registry.Lookup] without I/O. For a fleet it writes through to a store
+// ([store.Overrides]; MySQL in package mysqlstore) and [Registry.Run] polls
+// it for other processes' changes; a single process can keep its overrides
+// in memory alone.
 package overrides

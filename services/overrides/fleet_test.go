@@ -30,9 +30,9 @@ func (c skewedClock) Now() time.Time { return time.Now().Add(time.Duration(c)) }
 func TestClockSkewDoesNotReorderChanges(t *testing.T) {
 	_, sqlDB := dbtest.Start(t)
 	const pollEvery = 50 * time.Millisecond
-	var procs []*Service
+	var procs []*Registry
 	for _, skew := range []time.Duration{30 * time.Second, -30 * time.Second, 0} {
-		s := newService(t, WithStore(mysqlstore.New(sqlDB)), WithClock(skewedClock(skew)), WithPollInterval(pollEvery))
+		s := newRegistry(t, WithStore(mysqlstore.New(sqlDB)), WithClock(skewedClock(skew)), WithPollInterval(pollEvery))
 		if err := s.Load(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -79,8 +79,8 @@ func TestClockSkewDoesNotReorderChanges(t *testing.T) {
 // look-back, and applies it once.
 func TestEachChangeAppliedOnce(t *testing.T) {
 	_, sqlDB := dbtest.Start(t)
-	writer := newService(t, WithStore(mysqlstore.New(sqlDB)))
-	reader := newService(t, WithStore(mysqlstore.New(sqlDB)))
+	writer := newRegistry(t, WithStore(mysqlstore.New(sqlDB)))
+	reader := newRegistry(t, WithStore(mysqlstore.New(sqlDB)))
 	ctx := context.Background()
 	if err := reader.Load(ctx); err != nil {
 		t.Fatal(err)
@@ -120,14 +120,14 @@ func TestEachChangeAppliedOnce(t *testing.T) {
 // and a new one after a deletion are allowed.
 func TestCapPerWorkspace(t *testing.T) {
 	for name, store := range map[string]func(t *testing.T) Option{
-		"memory": func(*testing.T) Option { return func(*Service) {} },
+		"memory": func(*testing.T) Option { return func(*Registry) {} },
 		"mysql": func(t *testing.T) Option {
 			_, sqlDB := dbtest.Start(t)
 			return WithStore(mysqlstore.New(sqlDB))
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			s := newService(t, store(t), WithMaxPerWorkspace(3))
+			s := newRegistry(t, store(t), WithMaxPerWorkspace(3))
 			ctx := context.Background()
 			for i := range 3 {
 				set(t, s, "ns", fmt.Sprint("id", i), 1)
@@ -174,7 +174,7 @@ func (p *pageCounter) Page(ctx context.Context, after int64, limit int) ([]Chang
 func TestLoadInPagesStopsWhenCancelled(t *testing.T) {
 	_, sqlDB := dbtest.Start(t)
 	insertOverrides(t, sqlDB, 3*loadPageSize/2, func(i int) (string, string, string) { return "ws", "ns", fmt.Sprint("id", i) })
-	full := newService(t, WithStore(mysqlstore.New(sqlDB)))
+	full := newRegistry(t, WithStore(mysqlstore.New(sqlDB)))
 	if err := full.Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +183,7 @@ func TestLoadInPagesStopsWhenCancelled(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	counter := &pageCounter{Overrides: mysqlstore.New(sqlDB), cancel: cancel}
-	stopped := newService(t, WithStore(counter))
+	stopped := newRegistry(t, WithStore(counter))
 	if err := stopped.Load(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Load with its context cancelled during the first page: %v, want context.Canceled", err)
 	}
@@ -197,8 +197,8 @@ func TestLoadInPagesStopsWhenCancelled(t *testing.T) {
 // drops the overrides whose deletions it missed (their tombstones purged).
 func TestReloadDropsWhatTheStoreNoLongerHolds(t *testing.T) {
 	_, sqlDB := dbtest.Start(t)
-	a := newService(t, WithStore(mysqlstore.New(sqlDB)))
-	b := newService(t, WithStore(mysqlstore.New(sqlDB)))
+	a := newRegistry(t, WithStore(mysqlstore.New(sqlDB)))
+	b := newRegistry(t, WithStore(mysqlstore.New(sqlDB)))
 	ctx := context.Background()
 	set(t, a, "ns", "kept", 1)
 	set(t, a, "ns", "gone", 1)

@@ -20,7 +20,7 @@ type Change = store.Change
 // ErrNotFound is returned for an override that does not exist.
 var ErrNotFound = store.ErrNotFound
 
-// CapacityError is returned by [Service.Set] for a new override in a
+// CapacityError is returned by [Registry.Set] for a new override in a
 // workspace that already holds Max live ones (see
 // [WithMaxPerWorkspace]). Nothing is written. Replacing an override that
 // exists is always allowed.
@@ -32,7 +32,7 @@ func (e *CapacityError) Error() string {
 	return fmt.Sprintf("workspace holds %d overrides, the most allowed; delete one to set another", e.Max)
 }
 
-// PatternCapacityError is returned by [Service.Set] for a new pattern in a
+// PatternCapacityError is returned by [Registry.Set] for a new pattern in a
 // namespace that already holds Max live patterns (see
 // [WithMaxPatternsPerNamespace]), or, if Floating, Max patterns that begin
 // and end with *. Nothing is written.

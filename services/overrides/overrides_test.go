@@ -36,7 +36,7 @@ func TestMatch(t *testing.T) {
 	}
 }
 
-func newService(t testing.TB, opts ...Option) *Service {
+func newRegistry(t testing.TB, opts ...Option) *Registry {
 	t.Helper()
 	s, err := New(opts...)
 	if err != nil {
@@ -45,7 +45,7 @@ func newService(t testing.TB, opts ...Option) *Service {
 	return s
 }
 
-func set(t *testing.T, s *Service, ns, id string, limit int64) Override {
+func set(t *testing.T, s *Registry, ns, id string, limit int64) Override {
 	t.Helper()
 	o, err := s.Set(context.Background(), Override{Workspace: "ws", Namespace: ns, Identifier: id, Limit: limit, Duration: time.Minute})
 	if err != nil {
@@ -58,7 +58,7 @@ func set(t *testing.T, s *Service, ns, id string, limit int64) Override {
 // first, then the pattern with the most literal bytes, then fewer *, then
 // byte order.
 func TestMostSpecificWins(t *testing.T) {
-	s := newService(t)
+	s := newRegistry(t)
 	set(t, s, "ns", "user_*", 1)
 	set(t, s, "ns", "user_4*", 2)
 	set(t, s, "ns", "*_42", 3)
@@ -85,7 +85,7 @@ func TestMostSpecificWins(t *testing.T) {
 }
 
 func TestValidation(t *testing.T) {
-	s := newService(t)
+	s := newRegistry(t)
 	for _, tc := range []struct {
 		o     Override
 		field string
@@ -108,7 +108,7 @@ func TestValidation(t *testing.T) {
 }
 
 // exercise runs the same checks on a service with or without a store.
-func exercise(t *testing.T, s *Service) {
+func exercise(t *testing.T, s *Registry) {
 	ctx := context.Background()
 	first := set(t, s, "ns", "alice", 10)
 	again := set(t, s, "ns", "alice", 20)
@@ -157,15 +157,15 @@ func exercise(t *testing.T, s *Service) {
 	}
 }
 
-func TestInMemory(t *testing.T) { exercise(t, newService(t)) }
+func TestInMemory(t *testing.T) { exercise(t, newRegistry(t)) }
 
 // TestMySQLStoreAcrossProcesses runs two services on one real MariaDB:
 // what one sets or deletes reaches the other at its next poll, and a new
 // process (a restart) loads everything on its first.
 func TestMySQLStoreAcrossProcesses(t *testing.T) {
 	_, sqlDB := dbtest.Start(t)
-	a := newService(t, WithStore(mysqlstore.New(sqlDB)))
-	b := newService(t, WithStore(mysqlstore.New(sqlDB)))
+	a := newRegistry(t, WithStore(mysqlstore.New(sqlDB)))
+	b := newRegistry(t, WithStore(mysqlstore.New(sqlDB)))
 	exercise(t, a)
 	ctx := context.Background()
 	if err := b.Refresh(ctx); err != nil {
@@ -178,7 +178,7 @@ func TestMySQLStoreAcrossProcesses(t *testing.T) {
 	if err := a.Delete(ctx, "ws", "page", "id03"); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []*Service{a, b} {
+	for _, s := range []*Registry{a, b} {
 		if err := s.Refresh(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +189,7 @@ func TestMySQLStoreAcrossProcesses(t *testing.T) {
 	if _, ok := b.Lookup("ws", "page", "id03"); ok {
 		t.Fatal("b still applies an override a deleted")
 	}
-	restarted := newService(t, WithStore(mysqlstore.New(sqlDB)))
+	restarted := newRegistry(t, WithStore(mysqlstore.New(sqlDB)))
 	if err := restarted.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -76,7 +76,7 @@ func TestMatchIsGlob(t *testing.T) {
 // at most its cap of patterns and MaxFloatingPatterns floating ones;
 // exact overrides do not count against either.
 func TestPatternBounds(t *testing.T) {
-	s := newService(t, WithMaxPatternsPerNamespace(40))
+	s := newRegistry(t, WithMaxPatternsPerNamespace(40))
 	ctx := context.Background()
 	put := func(ns, id string) error {
 		_, err := s.Set(ctx, Override{Workspace: "ws", Namespace: ns, Identifier: id, Limit: 1, Duration: time.Minute})

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
 // Load reads every live override from the store in pages of loadPageSize,
@@ -11,7 +13,7 @@ import (
 // a million overrides stops within one statement. Changes made meanwhile
 // are read by the next poll, which starts where the load began. Without a
 // store it returns at once.
-func (s *Service) Load(ctx context.Context) error {
+func (s *Registry) Load(ctx context.Context) error {
 	if s.shared == nil {
 		return nil
 	}
@@ -21,7 +23,7 @@ func (s *Service) Load(ctx context.Context) error {
 }
 
 // load is Load with s.mu held.
-func (s *Service) load(ctx context.Context) error {
+func (s *Registry) load(ctx context.Context) error {
 	start := time.Now()
 	began, err := s.revision(ctx)
 	if err != nil {
@@ -58,16 +60,16 @@ func (s *Service) load(ctx context.Context) error {
 }
 
 // applyAll applies changes, sorting each touched namespace's patterns once.
-func (s *Service) applyAll(changes []Change, gen uint32) {
-	var touched map[scope][]string
+func (s *Registry) applyAll(changes []Change, gen uint32) {
+	var touched map[ratelimit.Scope][]string
 	for i := range changes {
 		c := &changes[i]
 		s.applied(s.idx.apply(c, gen, true))
 		if isPattern(c.Identifier) {
 			if touched == nil {
-				touched = map[scope][]string{}
+				touched = map[ratelimit.Scope][]string{}
 			}
-			sc := scope{c.Workspace, c.Namespace}
+			sc := ratelimit.Scope{Workspace: c.Workspace, Namespace: c.Namespace}
 			touched[sc] = append(touched[sc], c.Identifier)
 		}
 	}
@@ -79,7 +81,7 @@ func (s *Service) applyAll(changes []Change, gen uint32) {
 // revision reads the store's revision clock within clockTimeout: the
 // first statement of every load and poll, it tells whether the store
 // answers at all.
-func (s *Service) revision(ctx context.Context) (int64, error) {
+func (s *Registry) revision(ctx context.Context) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, clockTimeout)
 	defer cancel()
 	return s.shared.Revision(ctx)
@@ -89,7 +91,7 @@ func (s *Service) revision(ctx context.Context) (int64, error) {
 // Without a store it returns at once. A poll that fails keeps what the
 // process has and is tried again at the next interval; so is a start-up
 // load that did not complete.
-func (s *Service) Run(ctx context.Context) error {
+func (s *Registry) Run(ctx context.Context) error {
 	if s.shared == nil {
 		return nil
 	}
@@ -111,7 +113,7 @@ func (s *Service) Run(ctx context.Context) error {
 // began, less pollLookback, by the store's clock. Before a load has
 // completed, or when the latest poll is older than half of
 // TombstoneRetention, it loads everything instead.
-func (s *Service) Refresh(ctx context.Context) error {
+func (s *Registry) Refresh(ctx context.Context) error {
 	if s.shared == nil {
 		return nil
 	}

@@ -46,7 +46,7 @@ func (t *windowTable) evictIdle(now time.Time) int {
 				}
 				return old, xsync.CancelOp
 			})
-			t.release(w.scope.Value().workspace)
+			t.release(w.scope.Value().Workspace)
 			evicted++
 		}
 		return true

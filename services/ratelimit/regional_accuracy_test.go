@@ -24,20 +24,20 @@ type regionRun struct {
 	min     float64
 	max     float64
 	maxOver float64 // the largest admitted ÷ limit of any window
-	origin  int     // origin round trips (all operations)
+	calls   int     // store round trips (all operations)
 	reqs    int
 }
 
 // simulateRegion runs n limiter processes of one region on an in-memory
-// origin with Redis's semantics (package redisstore shows one server and a
+// regional store with Redis's semantics (package redisstore shows one server and a
 // Redis Cluster answer a random sequence of the same calls alike) and a
 // simulated clock. Requests arrive as Poisson traffic at load × limit per
 // duration for each of ids identifiers, each at a random process; every
 // process runs its replay and refresh loop every replayInterval of simulated
-// time, as Run would. store.Regional round trips take no simulated time, so the
+// time, as Run would. Round trips to the store take no simulated time, so the
 // numbers show the algorithm's convergence, not network latency.
 func simulateRegion(t testing.TB, n int, limit int64, dur time.Duration, load float64, windows, ids int, seed uint64) regionRun {
-	origin := storetest.NewMemRegional()
+	regional := storetest.NewMemRegional()
 	durMs := dur.Milliseconds()
 	start := int64(1_000_000) * durMs
 	clock := newFakeClock(start)
@@ -45,7 +45,7 @@ func simulateRegion(t testing.TB, n int, limit int64, dur time.Duration, load fl
 	regs := make([]*prometheus.Registry, n)
 	for i := range procs {
 		regs[i] = prometheus.NewRegistry()
-		s, err := New("sim", WithClock(clock), WithRegionalStore(origin), WithRegisterer(regs[i]))
+		s, err := New("sim", WithClock(clock), WithRegionalStore(regional), WithRegisterer(regs[i]))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,7 +124,7 @@ func simulateRegion(t testing.TB, n int, limit int64, dur time.Duration, load fl
 		for _, mf := range mfs {
 			if mf.GetName() == "unkey_ratelimit_origin_operations_total" {
 				for _, m := range mf.GetMetric() {
-					run.origin += int(m.GetCounter().GetValue())
+					run.calls += int(m.GetCounter().GetValue())
 				}
 			}
 		}
@@ -138,8 +138,8 @@ func simulateRegion(t testing.TB, n int, limit int64, dur time.Duration, load fl
 func TestRegionAccuracy(t *testing.T) {
 	const n = 3
 	run := simulateRegion(t, n, 100, time.Second, 10, 6, 4, 1)
-	t.Logf("N=%d: admitted ÷ limit per window: mean %.3f, min %.3f, max %.3f (%d windows, %d requests, %d origin calls)",
-		n, run.mean, run.min, run.max, run.windows, run.reqs, run.origin)
+	t.Logf("N=%d: admitted ÷ limit per window: mean %.3f, min %.3f, max %.3f (%d windows, %d requests, %d regional store calls)",
+		n, run.mean, run.min, run.max, run.windows, run.reqs, run.calls)
 	if run.min < 0.95 || run.max > 1+0.05*n {
 		t.Fatalf("admitted ÷ limit per window in [%.3f, %.3f], want within [0.95, %.2f]", run.min, run.max, 1+0.05*n)
 	}
@@ -153,7 +153,7 @@ func TestWriteRegionAccuracyReport(t *testing.T) {
 		t.Skip("set ACCURACY_REPORT=file to write the report")
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "| N | bound 1+0.05·N | load | limit | duration | windows | admitted ÷ min(offered, limit): mean | min | max | origin calls per request |\n")
+	fmt.Fprintf(&b, "| N | bound 1+0.05·N | load | limit | duration | windows | admitted ÷ min(offered, limit): mean | min | max | regional store calls per request |\n")
 	fmt.Fprintf(&b, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for n := 1; n <= 9; n++ {
 		for _, load := range []float64{0.9, 1, 10} {
@@ -163,7 +163,7 @@ func TestWriteRegionAccuracyReport(t *testing.T) {
 					run := simulateRegion(t, n, limit, dur, load, 5, ids, 11)
 					fmt.Fprintf(&b, "| %d | %.2f | %.1f× | %d | %v | %d | %.3f | %.3f | %.3f | %.4f |\n",
 						n, 1+0.05*float64(n), load, limit, dur, run.windows, run.mean, run.min, run.max,
-						float64(run.origin)/float64(max(run.reqs, 1)))
+						float64(run.calls)/float64(max(run.reqs, 1)))
 				}
 			}
 		}

@@ -12,7 +12,7 @@ import (
 	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )
 
-// These tests run processes of one region on an in-memory origin and drive
+// These tests run processes of one region on an in-memory regional store and drive
 // their background work by hand (tick), on a fake clock: what the replay and
 // refresh loop does, without waiting for it. Package redisstore runs the
 // same processes, their loops running, on real Redis.
@@ -45,7 +45,7 @@ func cellOf(r Request, now int64) store.CellKey {
 }
 
 // TestRegionalConvergence runs two processes of one region. What A accepted
-// reaches the origin with A's next replay; B, which has not seen the key,
+// reaches the store with A's next replay; B, which has not seen the key,
 // hydrates on its first request and admits only the rest.
 func TestRegionalConvergence(t *testing.T) {
 	o := storetest.NewMemRegional()
@@ -58,11 +58,11 @@ func TestRegionalConvergence(t *testing.T) {
 		}
 	}
 	if got := o.Count(cellOf(rq, 600_000)); got != 0 {
-		t.Fatalf("the origin holds %d before A's replay, want 0: requests must not wait on it", got)
+		t.Fatalf("the store holds %d before A's replay, want 0: requests must not wait on it", got)
 	}
 	a.tick()
 	if got := o.Count(cellOf(rq, 600_000)); got != 6 {
-		t.Fatalf("the origin holds %d after A's replay, want 6 (one command for six requests)", got)
+		t.Fatalf("the store holds %d after A's replay, want 6 (one command for six requests)", got)
 	}
 	admitted := 0
 	for i := 0; i < 10; i++ {
@@ -75,7 +75,7 @@ func TestRegionalConvergence(t *testing.T) {
 	}
 	b.tick()
 	if got := o.Count(cellOf(rq, 600_000)); got != 10 {
-		t.Fatalf("the origin holds %d after B's replay, want 10", got)
+		t.Fatalf("the store holds %d after B's replay, want 10", got)
 	}
 }
 
@@ -99,7 +99,7 @@ func TestWarmCellRefreshes(t *testing.T) {
 	clock.Advance(freshnessInterval)
 	first := mustLimit(t, b.Service, rq) // stale: decided from memory, refresh queued
 	if !first.Success {
-		t.Fatalf("B's stale decision waited on the origin: %+v", first)
+		t.Fatalf("B's stale decision waited on the store: %+v", first)
 	}
 	b.tick() // the queued refresh runs
 	if resp := mustLimit(t, b.Service, req("user", 10, time.Minute, 0)); resp.Remaining != 0 {
@@ -124,7 +124,7 @@ func TestWarmCellRefreshes(t *testing.T) {
 
 // TestRestartHydrates stops a process after it spent the whole limit and
 // starts a new one: Run replays what is left before it returns, and the new
-// process reads the cell from the origin and does not admit again.
+// process reads the cell from the store and does not admit again.
 func TestRestartHydrates(t *testing.T) {
 	o := storetest.NewMemRegional()
 	clock := newFakeClock(600_000)
@@ -139,7 +139,7 @@ func TestRestartHydrates(t *testing.T) {
 	cancel()
 	<-done
 	if got := o.Count(cellOf(rq, 600_000)); got != 5 {
-		t.Fatalf("the origin holds %d after a clean stop, want 5", got)
+		t.Fatalf("the store holds %d after a clean stop, want 5", got)
 	}
 	restarted := newRegional(t, o, clock)
 	if resp := mustLimit(t, restarted.Service, rq); resp.Success || resp.Remaining != 0 {
@@ -152,7 +152,7 @@ func TestRestartHydrates(t *testing.T) {
 	}
 }
 
-// TestMultiLimitHydratesInOneRoundTrip sends a batch of cold keys: one origin
+// TestMultiLimitHydratesInOneRoundTrip sends a batch of cold keys: one store
 // read for all of them. A batch that rolls back replays nothing.
 func TestMultiLimitHydratesInOneRoundTrip(t *testing.T) {
 	o := storetest.NewMemRegional()
@@ -171,18 +171,18 @@ func TestMultiLimitHydratesInOneRoundTrip(t *testing.T) {
 	}
 	s.tick()
 	if got := o.Count(cellOf(req("full", 1, time.Minute, 1), 600_000)); got != 1 {
-		t.Fatalf("the origin holds %d for the full key, want 1", got)
+		t.Fatalf("the store holds %d for the full key, want 1", got)
 	}
 	if got := o.Count(cellOf(req("d", 5, time.Minute, 2), 600_000)); got != 0 {
-		t.Fatalf("a rolled-back increment reached the origin: %d", got)
+		t.Fatalf("a rolled-back increment reached the store: %d", got)
 	}
 }
 
-// TestOriginDown: with the origin failing every call, decisions go on from
-// local state without error, what was accepted stays queued for the origin
+// TestRegionalStoreDown: with the store failing every call, decisions go on from
+// local state without error, what was accepted stays queued for the store
 // and reaches it once it is back; one bad key (a partial failure) never
 // holds back the others.
-func TestOriginDown(t *testing.T) {
+func TestRegionalStoreDown(t *testing.T) {
 	o := storetest.NewMemRegional()
 	clock := newFakeClock(600_000)
 	s := newRegional(t, o, clock)
@@ -193,29 +193,29 @@ func TestOriginDown(t *testing.T) {
 	const rounds = 8
 	for round := range rounds {
 		if resp := mustLimit(t, s.Service, warm); !resp.Success {
-			t.Fatalf("round %d: warm key denied while the origin is down: %+v", round, resp)
+			t.Fatalf("round %d: warm key denied while the store is down: %+v", round, resp)
 		}
 		if resp := mustLimit(t, s.Service, req("cold"+itoa(int64(round)), 100, time.Minute, 1)); !resp.Success {
-			t.Fatalf("round %d: cold key denied while the origin is down: %+v", round, resp)
+			t.Fatalf("round %d: cold key denied while the store is down: %+v", round, resp)
 		}
 		s.tick()
 	}
 	w := s.windows.find(&windowKey{"ws", "ns", "warm", 60_000})
 	cur, _, _ := w.cellsAt(10, false)
 	if got := cur.unreplayed.Load(); got != rounds {
-		t.Fatalf("%d increments queued for the origin, want the %d accepted while it was down", got, rounds)
+		t.Fatalf("%d increments queued for the store, want the %d accepted while it was down", got, rounds)
 	}
 	o.SetDown(false)
 	s.tick()
 	if got := o.Count(cellOf(warm, 600_000)); got != rounds+1 {
-		t.Fatalf("the origin holds %d for the warm key once back, want %d", got, rounds+1)
+		t.Fatalf("the store holds %d for the warm key once back, want %d", got, rounds+1)
 	}
 	if got := testutil.ToFloat64(s.metrics.regionalOps.WithLabelValues(opReplay, resultErr)); got < rounds {
 		t.Fatalf("%v failed replays counted, want at least %d", got, rounds)
 	}
 
 	// A bad key: its increments fail alone and the other keys reach the
-	// origin.
+	// store.
 	o2 := storetest.NewMemRegional()
 	p := newRegional(t, o2, clock)
 	bad, good := req("bad", 100, time.Minute, 1), req("good", 100, time.Minute, 1)
@@ -226,11 +226,11 @@ func TestOriginDown(t *testing.T) {
 		p.tick()
 	}
 	if got := o2.Count(cellOf(good, 600_000)); got != rounds {
-		t.Fatalf("the good key holds %d in the origin, want %d", got, rounds)
+		t.Fatalf("the good key holds %d in the store, want %d", got, rounds)
 	}
 }
 
-// TestOneServerDown: the origin's cells live on several servers and one is
+// TestOneServerDown: the store's cells live on several servers and one is
 // down (a Redis Cluster master). Keys on the others converge exactly as
 // before; the dead server's keys are decided locally, queued, and converge
 // once it is back.
@@ -247,7 +247,7 @@ func TestOneServerDown(t *testing.T) {
 	}
 	a.tick()
 	if got := o.Count(cellOf(healthy, 600_000)); got != 10 {
-		t.Fatalf("the healthy key holds %d in the origin, want 10", got)
+		t.Fatalf("the healthy key holds %d in the store, want 10", got)
 	}
 	// B reads both keys in one round trip: the healthy one is spent, the
 	// dead server's is decided locally.
@@ -269,10 +269,10 @@ func TestOneServerDown(t *testing.T) {
 	}
 }
 
-// TestCorruptOriginValues: a cell the origin reports at store.MaxCount (what
+// TestCorruptStoredValues: a cell the store reports at store.MaxCount (what
 // redisstore reads from a value that is not a count, or sets after an
 // overflow) denies with remaining within [0, limit].
-func TestCorruptOriginValues(t *testing.T) {
+func TestCorruptStoredValues(t *testing.T) {
 	o := storetest.NewMemRegional()
 	clock := newFakeClock(600_000)
 	s := newRegional(t, o, clock)
@@ -294,7 +294,7 @@ func TestCorruptOriginValues(t *testing.T) {
 }
 
 // TestIdleCopyIsReadFirst: B holds a key, A spends 8 of its 10, and B's first
-// request after an idle spell longer than maxCopyAge reads the origin before
+// request after an idle spell longer than maxCopyAge reads the store before
 // deciding, so a cost of 3 is denied (11 of 10 before). A key with requests
 // more often than freshnessInterval never waits: its refreshes run in the
 // background.

@@ -18,7 +18,7 @@ type Service struct {
 	region  string
 	clock   Clock
 	metrics *metrics
-	windows *windowTable
+	windows windowTable
 
 	// The tiers that share counts, each nil when its store is not
 	// configured: the processes of a region through the regional store,
@@ -60,12 +60,12 @@ func New(region string, opts ...Option) (*Service, error) {
 		return nil, fmt.Errorf("register ratelimit metrics: %w", err)
 	}
 	s.metrics = m
-	s.windows = newWindowTable(m, cfg.maxPerWorkspace)
+	s.windows.init(m, cfg.maxPerWorkspace)
 	if cfg.regional != nil {
 		s.regional = newRegionalTier(cfg.regional, cfg.clock, m)
 	}
 	if cfg.global != nil {
-		s.global = newGlobalTier(region, cfg.global, &cfg, m, s.windows, s.regional == nil)
+		s.global = newGlobalTier(region, cfg.global, &cfg, m, &s.windows, s.regional == nil)
 	}
 	return s, nil
 }

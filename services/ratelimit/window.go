@@ -67,7 +67,7 @@ type window struct {
 	// scope and identifier and durationMs are the window's key. The
 	// workspace and namespace, shared by many windows, are interned behind
 	// one pointer, which keeps a window at 80 bytes.
-	scope      unique.Handle[scope]
+	scope      unique.Handle[Scope]
 	identifier string
 	durationMs int64
 	cells      [2]atomic.Pointer[cell]
@@ -106,17 +106,18 @@ const (
 	transitionStep = uint64(1)<<16 + 1
 )
 
-// scope is the part of a key that many windows share.
-type scope struct {
-	workspace string
-	namespace string
+// Scope is a workspace's namespace: the part of a key that many windows
+// share (a window holds it interned), and what overrides are filed under.
+type Scope struct {
+	Workspace string
+	Namespace string
 }
 
 // newWindow returns an empty window for k. It copies the identifier so the
 // window does not pin the request buffer it was decoded from.
 func newWindow(k *windowKey) *window {
 	return &window{
-		scope:      unique.Make(scope{workspace: k.workspace, namespace: k.namespace}),
+		scope:      unique.Make(Scope{Workspace: k.workspace, Namespace: k.namespace}),
 		identifier: strings.Clone(k.identifier),
 		durationMs: k.durationMs,
 	}
@@ -128,15 +129,15 @@ func (w *window) is(k *windowKey) bool {
 		return false
 	}
 	sc := w.scope.Value()
-	return sc.namespace == k.namespace && sc.workspace == k.workspace
+	return sc.Namespace == k.namespace && sc.Workspace == k.workspace
 }
 
 // cellKey returns the name of w's cell of seq, for the stores.
 func (w *window) cellKey(seq int64) store.CellKey {
 	sc := w.scope.Value()
 	return store.CellKey{
-		Workspace:  sc.workspace,
-		Namespace:  sc.namespace,
+		Workspace:  sc.Workspace,
+		Namespace:  sc.Namespace,
 		Identifier: w.identifier,
 		Duration:   time.Duration(w.durationMs) * time.Millisecond,
 		Sequence:   seq,

@@ -35,15 +35,14 @@ type collisions struct {
 	m  map[windowKey]*window
 }
 
-func newWindowTable(m *metrics, maxPerWorkspace int64) *windowTable {
-	return &windowTable{
-		metrics:         m,
-		seed:            maphash.MakeSeed(),
-		hashKey:         windowKey.hash,
-		byHash:          xsync.NewMap[uint64, *window](),
-		perWorkspace:    xsync.NewMap[string, *atomic.Int64](),
-		maxPerWorkspace: maxPerWorkspace,
-	}
+// init readies an empty table. A table is not copied once in use.
+func (t *windowTable) init(m *metrics, maxPerWorkspace int64) {
+	t.metrics = m
+	t.seed = maphash.MakeSeed()
+	t.hashKey = windowKey.hash
+	t.byHash = xsync.NewMap[uint64, *window]()
+	t.perWorkspace = xsync.NewMap[string, *atomic.Int64]()
+	t.maxPerWorkspace = maxPerWorkspace
 }
 
 // len returns the number of windows held.

@@ -17,7 +17,7 @@ import (
 
 // newService returns the adapter on an in-memory limiter and overrides,
 // with the rules of yaml.
-func newService(t *testing.T, yaml string, opts ...Option) (*Service, *overrides.Service) {
+func newService(t *testing.T, yaml string, opts ...Option) (*Service, *overrides.Registry) {
 	t.Helper()
 	limiter, err := ratelimit.New("test")
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
-func newPipeline(t *testing.T) (*Pipeline, *overrides.Service) {
+func newPipeline(t *testing.T) (*Pipeline, *overrides.Registry) {
 	t.Helper()
 	limiter, err := ratelimit.New("test")
 	if err != nil {

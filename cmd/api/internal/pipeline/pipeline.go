@@ -22,7 +22,7 @@ import (
 // Pipeline decides requests on a limiter and its overrides.
 type Pipeline struct {
 	limiter   *ratelimit.Service
-	overrides *overrides.Service
+	overrides *overrides.Registry
 	tokens    Tokens
 	metrics   *metrics
 	batches   *batchGate // nil: batches are not gated
@@ -48,7 +48,7 @@ func WithBatchEntriesInFlight(n int64) Option {
 
 // New returns a pipeline on limiter and ov, registering its metrics with
 // reg.
-func New(limiter *ratelimit.Service, ov *overrides.Service, reg prometheus.Registerer, opts ...Option) (*Pipeline, error) {
+func New(limiter *ratelimit.Service, ov *overrides.Registry, reg prometheus.Registerer, opts ...Option) (*Pipeline, error) {
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, err
@@ -62,4 +62,4 @@ func New(limiter *ratelimit.Service, ov *overrides.Service, reg prometheus.Regis
 
 // Overrides returns the overrides the pipeline applies, for the adapters'
 // override routes.
-func (p *Pipeline) Overrides() *overrides.Service { return p.overrides }
+func (p *Pipeline) Overrides() *overrides.Registry { return p.overrides }

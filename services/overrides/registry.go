@@ -18,9 +18,9 @@ import (
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
-// Defaults and tuning of a [Service].
+// Defaults and tuning of a [Registry].
 const (
-	// DefaultPollInterval is how often [Service.Run] reads the store's
+	// DefaultPollInterval is how often [Registry.Run] reads the store's
 	// changes: a change made on one process reaches every other within
 	// about this long. Two statements a poll (the database's clock, then
 	// the changes since the last poll).
@@ -35,7 +35,7 @@ const (
 	// not polled for half of it reads every override again instead of the
 	// changes, which could no longer show it the purged deletions.
 	TombstoneRetention = 24 * time.Hour
-	// MaxListLimit is the largest page [Service.List] returns.
+	// MaxListLimit is the largest page [Registry.List] returns.
 	MaxListLimit = 100
 	// DefaultListLimit is the page size when none is asked for.
 	DefaultListLimit = 10
@@ -61,9 +61,9 @@ const (
 	clockTimeout = 2 * time.Second
 )
 
-// Service holds every override in memory for [Service.Lookup] and writes
+// Registry holds every override in memory for [Registry.Lookup] and writes
 // through to its store. Its methods are safe for concurrent use.
-type Service struct {
+type Registry struct {
 	shared  store.Overrides // the fleet's store; nil: this process's memory only
 	clock   ratelimit.Clock
 	logger  *slog.Logger
@@ -84,23 +84,23 @@ type Service struct {
 	memRevision int64
 }
 
-// Option configures a [Service].
-type Option func(*Service)
+// Option configures a [Registry].
+type Option func(*Registry)
 
 // WithStore keeps overrides in st (shared by the fleet) instead of this
 // process's memory alone.
-func WithStore(st store.Overrides) Option { return func(s *Service) { s.shared = st } }
+func WithStore(st store.Overrides) Option { return func(s *Registry) { s.shared = st } }
 
 // WithClock sets the clock that stamps changes without a store. With one,
 // the store's clock does.
-func WithClock(clock ratelimit.Clock) Option { return func(s *Service) { s.clock = clock } }
+func WithClock(clock ratelimit.Clock) Option { return func(s *Registry) { s.clock = clock } }
 
 // WithLogger sets the logger of the load and poll loop.
-func WithLogger(logger *slog.Logger) Option { return func(s *Service) { s.logger = logger } }
+func WithLogger(logger *slog.Logger) Option { return func(s *Registry) { s.logger = logger } }
 
-// WithPollInterval sets how often [Service.Run] polls the store.
+// WithPollInterval sets how often [Registry.Run] polls the store.
 func WithPollInterval(d time.Duration) Option {
-	return func(s *Service) {
+	return func(s *Registry) {
 		if d > 0 {
 			s.poll = d
 		}
@@ -112,7 +112,7 @@ func WithPollInterval(d time.Duration) Option {
 // process's copy: processes that create overrides at the same moment may
 // together pass it by a few.
 func WithMaxPerWorkspace(n int64) Option {
-	return func(s *Service) {
+	return func(s *Registry) {
 		if n > 0 {
 			s.maxPer = n
 		}
@@ -124,7 +124,7 @@ func WithMaxPerWorkspace(n int64) Option {
 // decision of the namespace may try those that share its identifier's
 // literal prefix or suffix.
 func WithMaxPatternsPerNamespace(n int) Option {
-	return func(s *Service) {
+	return func(s *Registry) {
 		if n > 0 {
 			s.maxPat = n
 		}
@@ -134,15 +134,15 @@ func WithMaxPatternsPerNamespace(n int) Option {
 // WithRegisterer registers the service's metrics with reg. Without it they
 // are kept in a private registry.
 func WithRegisterer(reg prometheus.Registerer) Option {
-	return func(s *Service) { s.metrics.reg = reg }
+	return func(s *Registry) { s.metrics.reg = reg }
 }
 
 // New returns a service. It starts nothing and reads nothing: call
-// [Service.Load] before taking traffic and [Service.Run] to follow changes.
+// [Registry.Load] before taking traffic and [Registry.Run] to follow changes.
 // It returns an error only if its metrics cannot be registered.
-func New(opts ...Option) (*Service, error) {
-	s := &Service{
-		clock:   systemClock{},
+func New(opts ...Option) (*Registry, error) {
+	s := &Registry{
+		clock:   ratelimit.SystemClock{},
 		logger:  slog.New(slog.DiscardHandler),
 		poll:    DefaultPollInterval,
 		maxPer:  DefaultMaxPerWorkspace,
@@ -159,14 +159,10 @@ func New(opts ...Option) (*Service, error) {
 	return s, nil
 }
 
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
-
 // Lookup returns the override that applies to identifier in a workspace's
 // namespace: its exact override, else the most specific matching pattern.
 // It reads memory only.
-func (s *Service) Lookup(workspace, namespace, identifier string) (Override, bool) {
+func (s *Registry) Lookup(workspace, namespace, identifier string) (Override, bool) {
 	return s.idx.lookup(workspace, namespace, identifier)
 }
 
@@ -176,7 +172,7 @@ func (s *Service) Lookup(workspace, namespace, identifier string) (Override, boo
 // [*PatternCapacityError] for a new pattern in a namespace at its cap. The
 // override applies on this process at once, and on the others within their
 // poll interval.
-func (s *Service) Set(ctx context.Context, o Override) (Override, error) {
+func (s *Registry) Set(ctx context.Context, o Override) (Override, error) {
 	if err := validate(&o); err != nil {
 		return Override{}, err
 	}
@@ -216,7 +212,7 @@ func (s *Service) Set(ctx context.Context, o Override) (Override, error) {
 
 // nextRevision returns the revision of a change without a store: the clock
 // in µs, or one more than the last if the clock has not moved on.
-func (s *Service) nextRevision() int64 {
+func (s *Registry) nextRevision() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.memRevision = max(s.memRevision+1, s.clock.Now().UnixMicro())
@@ -224,7 +220,7 @@ func (s *Service) nextRevision() int64 {
 }
 
 // Get returns the override of an identifier (or pattern), or ErrNotFound.
-func (s *Service) Get(ctx context.Context, workspace, namespace, identifier string) (Override, error) {
+func (s *Registry) Get(ctx context.Context, workspace, namespace, identifier string) (Override, error) {
 	if err := ValidateKey(namespace, identifier); err != nil {
 		return Override{}, err
 	}
@@ -241,7 +237,7 @@ func (s *Service) Get(ctx context.Context, workspace, namespace, identifier stri
 // overrides of a namespace whose identifier sorts after the given one, in
 // identifier order, and whether more follow. Without a store it walks every
 // override in memory.
-func (s *Service) List(ctx context.Context, workspace, namespace, after string, limit int) ([]Override, bool, error) {
+func (s *Registry) List(ctx context.Context, workspace, namespace, after string, limit int) ([]Override, bool, error) {
 	if err := ValidateKey(namespace, "x"); err != nil {
 		return nil, false, err
 	}
@@ -273,7 +269,7 @@ func (s *Service) List(ctx context.Context, workspace, namespace, after string, 
 
 // Delete deletes the override of an identifier (or pattern), or returns
 // ErrNotFound.
-func (s *Service) Delete(ctx context.Context, workspace, namespace, identifier string) error {
+func (s *Registry) Delete(ctx context.Context, workspace, namespace, identifier string) error {
 	if err := ValidateKey(namespace, identifier); err != nil {
 		return err
 	}
@@ -302,7 +298,7 @@ func (s *Service) Delete(ctx context.Context, workspace, namespace, identifier s
 }
 
 // applied counts a change that reached memory, or one it already held.
-func (s *Service) applied(ok bool) {
+func (s *Registry) applied(ok bool) {
 	if ok {
 		s.metrics.applied.Inc()
 	} else {
