@@ -92,6 +92,12 @@ type globalIntervals struct {
 	flush, fullFlush, sync time.Duration
 }
 
+// WithGlobalStore makes the region share counts with other regions through
+// st (see [store.Global]).
+func WithGlobalStore(st store.Global) Option {
+	return func(s *settings) { s.global = st }
+}
+
 // WithGlobalFlushIntervals sets how often the process publishes to the
 // global store: every prompt, the cells that crossed the utilization floor
 // or grew by a tenth of their limit since the store last held them; every

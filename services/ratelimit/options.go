@@ -61,15 +61,3 @@ func WithMaxWindowsPerWorkspace(n int64) Option {
 		}
 	}
 }
-
-// WithRegionalStore makes the processes of a region share counts through
-// st (see [store.Regional]).
-func WithRegionalStore(st store.Regional) Option {
-	return func(s *settings) { s.regional = st }
-}
-
-// WithGlobalStore makes the region share counts with other regions through
-// st (see [store.Global]).
-func WithGlobalStore(st store.Global) Option {
-	return func(s *settings) { s.global = st }
-}

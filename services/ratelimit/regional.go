@@ -59,6 +59,12 @@ const (
 	maxQueued = 1 << 20
 )
 
+// WithRegionalStore makes the processes of a region share counts through
+// st (see [store.Regional]).
+func WithRegionalStore(st store.Regional) Option {
+	return func(s *settings) { s.regional = st }
+}
+
 // regionalTier shares counts between the processes of one region through
 // the regional store: before a decision it brings the window up to date as
 // far as the decision may wait (prepare), after it queues what was counted
