@@ -265,7 +265,7 @@ func (x *index) dropUnseen(gen uint32, before int64) (dropped int) {
 }
 
 // scopeOverrides returns the live overrides of a namespace, unsorted: a walk
-// of every entry, for a service without a store.
+// of every entry, for a registry without a store.
 func (x *index) scopeOverrides(workspace, namespace string) []Override {
 	var out []Override
 	x.entries.Range(func(k key, e *entry) bool {

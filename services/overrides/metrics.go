@@ -2,7 +2,7 @@ package overrides
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// metrics are a service's Prometheus metrics.
+// metrics are a registry's Prometheus metrics.
 type metrics struct {
 	reg         prometheus.Registerer
 	applied     prometheus.Counter

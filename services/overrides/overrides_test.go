@@ -107,7 +107,7 @@ func TestValidation(t *testing.T) {
 	}
 }
 
-// exercise runs the same checks on a service with or without a store.
+// exercise runs the same checks on a registry with or without a store.
 func exercise(t *testing.T, s *Registry) {
 	ctx := context.Background()
 	first := set(t, s, "ns", "alice", 10)

@@ -131,13 +131,13 @@ func WithMaxPatternsPerNamespace(n int) Option {
 	}
 }
 
-// WithRegisterer registers the service's metrics with reg. Without it they
+// WithRegisterer registers the registry's metrics with reg. Without it they
 // are kept in a private registry.
 func WithRegisterer(reg prometheus.Registerer) Option {
 	return func(s *Registry) { s.metrics.reg = reg }
 }
 
-// New returns a service. It starts nothing and reads nothing: call
+// New returns a registry. It starts nothing and reads nothing: call
 // [Registry.Load] before taking traffic and [Registry.Run] to follow changes.
 // It returns an error only if its metrics cannot be registered.
 func New(opts ...Option) (*Registry, error) {

@@ -42,7 +42,7 @@ func BenchmarkFlushWalk240k(b *testing.B) {
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		s.global.st = newGlobalState() // every hot cell changed
+		s.global.state = newGlobalState() // every hot cell changed
 		s.global.flush(ctx, true)
 	}
 	b.StopTimer()

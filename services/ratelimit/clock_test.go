@@ -28,7 +28,7 @@ func TestUntilNextTick(t *testing.T) {
 	} {
 		for range 20 {
 			got := untilNextTick(anchor, anchor.Add(tc.now), time.Second)
-			if got < tc.want || got > tc.want+time.Duration(globalSyncJitter*float64(time.Second)) {
+			if got < tc.want || got > tc.want+time.Duration(globalTickJitter*float64(time.Second)) {
 				t.Fatalf("at anchor+%v: wait %v, want %v plus at most the jitter", tc.now, got, tc.want)
 			}
 		}

@@ -51,7 +51,16 @@
 //   - strict: a key that denied, or admitted leaving little of its limit,
 //     within its last duration: it reads the regional store before deciding.
 //   - floor: the share of a limit a region must have used in a cell before
-//     it publishes it to the global store.
+//     it publishes it to the global store: the presence floor (a twentieth)
+//     for windows of a minute or more, the utilization floor (half) for
+//     shorter ones and for anything beyond a presence no other region
+//     shares.
+//   - prompt and full flush: a prompt flush publishes the cells requests
+//     queued since the last one (those past their floor or grown by a flush
+//     step); a full flush walks every window and publishes any growth.
+//   - speculative and committed: a batch counts its entries speculatively
+//     and commits them only if all admit; stores never see speculative
+//     counts.
 //
 // # Where a change belongs
 //
@@ -59,7 +68,8 @@
 // own (as redisstore and mysqlstore do) and runs the contract suite of
 // package storetest. A flush or sync schedule is the global tier's
 // (global.go, global_loop.go); the regional tier's timing is in regional.go.
-// The decision maths are decide (limit.go) over window and cell (window.go).
+// The decision maths are decide (limit.go) over window and cell (window.go),
+// with the sliding weight and the retry time in sliding.go.
 // The stores hold fixed window cells and nothing else: a counter per key and
 // sequence, summed with max or add. A different algorithm whose state fits
 // that shape (a fixed window, a sliding log bucketed into cells) needs only

@@ -33,10 +33,10 @@ const (
 
 // Fixed tuning of the global counters.
 const (
-	// globalSyncJitter spreads each tick by up to this share of the
+	// globalTickJitter spreads each tick by up to this share of the
 	// interval after its absolute target time, so the fleet does not flush
 	// in lockstep and a slow tick does not shift the ones after it.
-	globalSyncJitter = 0.2
+	globalTickJitter = 0.2
 	// globalUtilizationFloor is the share of the limit a region must have
 	// used in a cell of a window shorter than globalPresenceMinWindow before
 	// it publishes it, and in any cell no other region holds before it
@@ -65,8 +65,8 @@ const (
 	// schedule, so a shorter window gains little from it, and its rows
 	// would be written every few seconds per key and region.
 	globalPresenceMinWindow = time.Minute
-	// globalFlushTimeout bounds one flush or sync.
-	globalFlushTimeout = 10 * time.Second
+	// globalCallTimeout bounds one flush or sync.
+	globalCallTimeout = 10 * time.Second
 	// globalBreakerProbe is how long the global store's breaker stays open
 	// before one flush or sync probes the store again.
 	globalBreakerProbe = 10 * time.Second
@@ -99,8 +99,9 @@ func WithGlobalStore(st store.Global) Option {
 }
 
 // WithGlobalFlushIntervals sets how often the process publishes to the
-// global store: every prompt, the cells that crossed the utilization floor
-// or grew by a tenth of their limit since the store last held them; every
+// global store: every prompt, the cells that crossed their floor or grew by
+// a flush step (at most a tenth of their limit) since the store last held
+// them; every
 // full, every cell worth sharing that grew at all. full is raised to prompt
 // if below it. Zero or negative values keep the defaults
 // ([DefaultGlobalFlushInterval], [DefaultGlobalFullFlushInterval]).
@@ -155,7 +156,7 @@ type globalTier struct {
 	grown queue[cellRef]
 	// st is the loop's own bookkeeping; only the goroutine that runs the
 	// loop touches it.
-	st *globalState
+	state *globalState
 }
 
 func newGlobalTier(region string, st store.Global, cfg *settings, m *metrics, windows *windowTable, hydrated bool) *globalTier {
@@ -169,7 +170,7 @@ func newGlobalTier(region string, st store.Global, cfg *settings, m *metrics, wi
 		hydrated:      hydrated,
 		every:         cfg.globalEvery,
 		halfFloorOnly: cfg.halfFloorOnly,
-		st:            newGlobalState(),
+		state:         newGlobalState(),
 	}
 	g.every.fullFlush = max(g.every.fullFlush, g.every.flush)
 	g.grown.limit = maxQueued
@@ -236,7 +237,7 @@ func (g *globalTier) queueGrown(w *window, c *cell, limit int64) {
 
 // newBreaker returns the circuit breaker that guards the global
 // store, so that a sick database fails the next tick fast instead of
-// blocking it for globalFlushTimeout. sony/gobreaker is maintained, small
+// blocking it for globalCallTimeout. sony/gobreaker is maintained, small
 // and generic over the result type.
 func (g *globalTier) newBreaker() *gobreaker.CircuitBreaker[any] {
 	return gobreaker.NewCircuitBreaker[any](gobreaker.Settings{

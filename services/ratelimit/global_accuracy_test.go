@@ -54,8 +54,8 @@ var (
 )
 
 // loopSim drives the flush and sync ticks of simulated regions on a fake
-// clock as runGlobal does: each region ticks on its own phase, each tick
-// jittered by up to globalSyncJitter of its interval, flushes that are due
+// clock as globalTier.run does: each region ticks on its own phase, each tick
+// jittered by up to globalTickJitter of its interval, flushes that are due
 // walk every window. Database round trips take no simulated time.
 type loopSim struct {
 	clock               *fakeClock
@@ -63,7 +63,7 @@ type loopSim struct {
 	iv                  globalIntervals
 	rng                 *rand.Rand
 	nextFlush, nextSync []int64
-	phase               []int64 // each region's anchor, as runGlobal takes it when it starts
+	phase               []int64 // each region's anchor, as globalTier.run takes it when it starts
 }
 
 func newLoopSim(t *testing.T, mem store.Global, clock *fakeClock, names []string, iv globalIntervals, rng *rand.Rand, opts ...Option) *loopSim {
@@ -115,7 +115,7 @@ func (l *loopSim) runUntil(at int64) {
 func (l *loopSim) tick(i int, now int64, interval time.Duration) int64 {
 	ms := interval.Milliseconds()
 	anchor := l.phase[i]
-	return anchor + ((now-anchor)/ms+1)*ms + int64(l.rng.Float64()*globalSyncJitter*float64(ms))
+	return anchor + ((now-anchor)/ms+1)*ms + int64(l.rng.Float64()*globalTickJitter*float64(ms))
 }
 
 // simulateRegions runs len(c.shares) regions (one process each) on one
@@ -305,7 +305,7 @@ func TestCrossRegionAccuracy(t *testing.T) {
 func TestCrossRegionPropagation(t *testing.T) {
 	for _, iv := range []globalIntervals{defaultIntervals, rfcIntervals} {
 		p := simulatePropagation(t, iv, 5, 20, 1)
-		bound := time.Duration(float64(iv.flush+iv.sync)*(1+globalSyncJitter)) + 10*time.Millisecond
+		bound := time.Duration(float64(iv.flush+iv.sync)*(1+globalTickJitter)) + 10*time.Millisecond
 		t.Logf("flush %v, sync %v: p50 %v, p99 %v, max %v over %d keys (bound %v)", iv.flush, iv.sync, p.p50, p.p99, p.max, p.samples, bound)
 		if p.max > bound {
 			t.Errorf("flush %v, sync %v: slowest key took %v, want at most one flush and one sync with jitter (%v)", iv.flush, iv.sync, p.max, bound)
@@ -334,7 +334,7 @@ func TestWriteCrossRegionAccuracyReport(t *testing.T) {
 	fmt.Fprintf(&b, "| flush / full flush / sync | keys | p50 | p99 | max | bound: flush + sync + jitter |\n|---|---:|---:|---:|---:|---:|\n")
 	for _, iv := range []globalIntervals{defaultIntervals, rfcIntervals} {
 		p := simulatePropagation(t, iv, 20, 20, 7)
-		bound := time.Duration(float64(iv.flush+iv.sync) * (1 + globalSyncJitter))
+		bound := time.Duration(float64(iv.flush+iv.sync) * (1 + globalTickJitter))
 		fmt.Fprintf(&b, "| %v / %v / %v | %d | %.2f s | %.2f s | %.2f s | %.1f s |\n", iv.flush, iv.fullFlush, iv.sync, p.samples,
 			p.p50.Seconds(), p.p99.Seconds(), p.max.Seconds(), bound.Seconds())
 	}

@@ -39,7 +39,7 @@ type flushedCount struct {
 }
 
 // run flushes and syncs on their jittered schedules until ctx is done,
-// then flushes every grown cell once more so that what this region counted
+// then runs one more full flush so that what this region counted
 // is published before the process exits.
 func (g *globalTier) run(ctx context.Context) {
 	iv := g.every
@@ -68,18 +68,18 @@ func (g *globalTier) run(ctx context.Context) {
 // interval so that jitter does not push it one prompt tick late.
 func (g *globalTier) fullFlushDue() bool {
 	iv := g.every
-	return g.st.lastFullFlush.IsZero() || g.clock.Now().Sub(g.st.lastFullFlush) >= iv.fullFlush-iv.flush/2
+	return g.state.lastFullFlush.IsZero() || g.clock.Now().Sub(g.state.lastFullFlush) >= iv.fullFlush-iv.flush/2
 }
 
 // untilNextTick returns how long to wait at now for the next tick of a
 // schedule that fires once per interval at anchor + k·interval, each tick
-// jittered by up to globalSyncJitter of the interval. Targets are absolute,
+// jittered by up to globalTickJitter of the interval. Targets are absolute,
 // so a slow tick does not shift the ones after it, and a missed target is
 // skipped. Both times are the limiter's clock's.
 func untilNextTick(anchor, now time.Time, interval time.Duration) time.Duration {
 	k := now.Sub(anchor)/interval + 1
 	target := anchor.Add(k * interval)
-	jitter := time.Duration(rand.Float64() * globalSyncJitter * float64(interval))
+	jitter := time.Duration(rand.Float64() * globalTickJitter * float64(interval))
 	return target.Add(jitter).Sub(now)
 }
 
@@ -90,20 +90,20 @@ type flushCandidate struct {
 	exp   int64
 }
 
-// flush publishes this region's count of the cells worth sharing: a
-// cell this region has used at least its floor of (utilizationFloor), or one
-// that another region already published (so that traffic spread thinly over
-// many regions is still shared), and only if it grew since the store last
-// held it; a cell no other region holds publishes its presence at the floor
-// and nothing more until half the limit. A prompt flush (full false) looks
-// only at the cells requests counted into since the last flush, and
-// publishes those that crossed the floor or grew by a flush step; a full one
-// walks every window and publishes any growth. Speculative batch increments are never published. The store's
-// record of a cell is updated only once the write succeeded, so a failed
-// flush is retried: at the next full flush, or the next prompt one if a
-// request counts into the cell again.
+// flush publishes this region's count of the cells worth sharing: a cell this
+// region has used at least its floor of (utilizationFloor), or one that another
+// region already published (so that traffic spread thinly over many regions is
+// still shared), and only if it grew since the store last held it; a cell no
+// other region holds publishes its presence at the floor and nothing more until
+// half the limit. A prompt flush (full false) looks only at the cells requests
+// counted into since the last flush, and publishes those that crossed the floor
+// or grew by a flush step; a full one walks every window and publishes any
+// growth. Speculative batch increments are never published. The store's record
+// of a cell is updated only once the write succeeded, so a failed flush is
+// retried: at the next full flush, or the next prompt one if a request counts
+// into the cell again.
 func (g *globalTier) flush(ctx context.Context, full bool) {
-	st := g.st
+	st := g.state
 	clockNow := g.clock.Now()
 	now := clockNow.UnixMilli()
 	grown := g.grown.take()
@@ -144,7 +144,7 @@ func (g *globalTier) flush(ctx context.Context, full bool) {
 	for i := range cands {
 		counts[i] = cands[i].count
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), globalFlushTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), globalCallTimeout)
 	defer cancel()
 	var written int
 	_, err := g.breaker.Execute(func() (any, error) {
@@ -207,8 +207,8 @@ func (g *globalTier) flushCandidate(w *window, c *cell, st *globalState, now int
 // globalSyncLookback), and every live cell on the first sync and every
 // globalFullSyncInterval after.
 func (g *globalTier) sync(ctx context.Context) {
-	st := g.st
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), globalFlushTimeout)
+	st := g.state
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), globalCallTimeout)
 	defer cancel()
 	now := g.clock.Now()
 	var since time.Time

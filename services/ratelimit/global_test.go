@@ -164,7 +164,7 @@ func TestGlobalConvergesInAnyOrder(t *testing.T) {
 	}
 }
 
-// TestBatchesAreNeverPublished holds a batch open (speculative increments
+// TestSpeculativeCountsAreNeverPublished holds a batch open (speculative increments
 // applied, not committed) while flushing: only committed counts reach the
 // store.
 func TestSpeculativeCountsAreNeverPublished(t *testing.T) {

@@ -40,11 +40,10 @@ func (d *decision) response() Response {
 
 // Limit decides whether req may spend its cost and, on success with a cost
 // above zero, counts it. It returns a [*ValidationError] for a request that
-// breaks a rule, and a [*CapacityError] for a new key in a workspace that
-// holds the most windows allowed, and counts nothing then. A warm decision
-// does not allocate and, unless the key is strict or its copy of the
-// region's counts is older than maxCopyAge (see [store.Regional]), does not wait on
-// the network.
+// breaks a rule, and a [*CapacityError] for a new key in a workspace that holds
+// the most windows allowed, and counts nothing then. A warm decision does not
+// allocate and, unless the key is strict or its copy of the region's counts is
+// older than maxCopyAge (see [store.Regional]), does not wait on the network.
 func (s *Service) Limit(ctx context.Context, req Request) (Response, error) {
 	if err := req.Validate(); err != nil {
 		return Response{}, err
@@ -52,11 +51,11 @@ func (s *Service) Limit(ctx context.Context, req Request) (Response, error) {
 	return s.Decide(ctx, req)
 }
 
-// Decide is Limit for a request its caller has validated, with Validate or
-// with ValidateWithin (whose windows may reach [MaxWindow], a year's rule
-// of Envoy's rate limit service): it is not checked again. A request path that validates before it applies an override (so
-// that a caller's bad values are refused whether or not one applies) calls
-// this, and validates once.
+// Decide is Limit for a request its caller has validated, with Validate or with
+// ValidateWithin (whose windows may reach [MaxWindow], a year's rule of Envoy's
+// rate limit service): it is not checked again. A request path that validates
+// before it applies an override (so that a caller's bad values are refused
+// whether or not one applies) calls this, and validates once.
 func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 	key := windowKey{
 		workspace:  req.Workspace,

@@ -2,6 +2,13 @@ package ratelimit
 
 import "sync"
 
+// maxQueued bounds the cells waiting for replay or for a prompt
+// global flush, and the windows waiting for a refresh. A cell is in each
+// cell queue at most once at a time, and a window is queued for refresh
+// about once per freshness interval, so the queues hold about the active
+// cells; the bound only matters past a million of them.
+const maxQueued = 1 << 20
+
 // queue collects work for a background loop: producers push one item at a
 // time, the loop takes everything at once. Producers take the lock only when
 // they have new work (a cell's first accepted request in a replay interval),

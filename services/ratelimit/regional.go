@@ -23,11 +23,11 @@ const (
 	// round trip) after they were accepted; in that time all increments of
 	// one cell coalesce into one command.
 	replayInterval = 10 * time.Millisecond
-	// replayTimeout bounds one background round trip (replay or refresh). A
-	// pipeline of a few thousand cells takes milliseconds; a stuck server
-	// must fail calls fast enough for the store's circuit breaker to open
-	// within seconds.
-	replayTimeout = 500 * time.Millisecond
+	// backgroundTimeout bounds one background round trip (replay or refresh). A
+	// pipeline of a few thousand cells takes milliseconds; a stuck server must
+	// fail calls fast enough for the store's circuit breaker to open within
+	// seconds.
+	backgroundTimeout = 500 * time.Millisecond
 	// freshnessInterval is how old a warm window's last read may be before a
 	// request on it starts a background refresh. The request itself decides
 	// from memory and never waits. A key with a request at least this often
@@ -42,7 +42,8 @@ const (
 	// read wait for it instead of asking again.
 	maxCopyAge = time.Second
 	// strictRefreshInterval is how often, at most, a strict window (one that
-	// denied within the last duration) refreshes from the store before
+	// denied, or admitted leaving at most strictHeadroom of its limit, within
+	// the last duration) refreshes from the store before
 	// deciding; windows under 10 s refresh every hundredth of their length.
 	// At most one request per window and interval pays the round trip; the
 	// others decide from memory, so abuse cannot become one store read per
@@ -51,12 +52,6 @@ const (
 	// strictHeadroom: an admission that leaves at most this share of the
 	// limit makes the key strict, as a denial does.
 	strictHeadroom = 0.2
-	// maxQueued bounds the cells waiting for replay or for a prompt
-	// global flush, and the windows waiting for a refresh. A cell is in each
-	// cell queue at most once at a time, and a window is queued for refresh
-	// about once per freshness interval, so the queues hold about the active
-	// cells; the bound only matters past a million of them.
-	maxQueued = 1 << 20
 )
 
 // WithRegionalStore makes the processes of a region share counts through
@@ -156,11 +151,11 @@ func (r *regionalTier) call(ctx context.Context, op string, timeout time.Duratio
 	return counts, err
 }
 
-// prepareWindow brings w up to date with the regional store before a decision at now, as
-// far as the decision may wait for it: a cold cell waits for one read (shared
-// by every request on it), a strict window refreshes at most once per
-// window.strictRefresh, a window whose last read is older than maxCopyAge is
-// read again as a cold one is, and a warm window whose last read is older
+// prepareWindow brings w up to date with the regional store before a decision
+// at now, as far as the decision may wait for it: a cold cell waits for one
+// read (shared by every request on it), a strict window refreshes at most once
+// per window.strictRefresh, a window whose last read is older than maxCopyAge
+// is read again as a cold one is, and a warm window whose last read is older
 // than freshnessInterval is refreshed in the background while this request
 // decides from memory.
 func (r *regionalTier) prepareWindow(ctx context.Context, w *window, now int64) {
@@ -191,10 +186,10 @@ func (r *regionalTier) prepareWindow(ctx context.Context, w *window, now int64) 
 	}
 }
 
-// prepareBatchWindows is prepareWindow for the windows of a batch: every cold or strict
-// window is read in one round trip.
+// prepareBatchWindows is prepareWindow for the windows of a batch: every cold
+// or strict window is read in one round trip.
 func (r *regionalTier) prepareBatchWindows(ctx context.Context, ws []*window, now int64) {
-	var sync []*window
+	var toRead []*window
 	op := opStrict
 	for _, w := range ws {
 		cur, _ := w.cellAt(now/w.durationMs, false)
@@ -206,15 +201,15 @@ func (r *regionalTier) prepareBatchWindows(ctx context.Context, ws []*window, no
 		switch {
 		case flags&cellHydrated == 0:
 			w.refreshedAt.Store(now)
-			sync = append(sync, w)
+			toRead = append(toRead, w)
 			op = opCold
 		case now < w.strictUntil.Load():
 			if now-last >= w.strictRefresh() && w.refreshedAt.CompareAndSwap(last, now) {
-				sync = append(sync, w)
+				toRead = append(toRead, w)
 			}
 		case now-last >= maxCopyAge.Milliseconds():
 			if w.refreshedAt.CompareAndSwap(last, now) {
-				sync = append(sync, w)
+				toRead = append(toRead, w)
 				if op == opStrict {
 					op = opAged
 				}
@@ -225,14 +220,15 @@ func (r *regionalTier) prepareBatchWindows(ctx context.Context, ws []*window, no
 			}
 		}
 	}
-	if len(sync) > 0 {
-		r.refreshNow(ctx, sync, now, op)
+	if len(toRead) > 0 {
+		r.refreshNow(ctx, toRead, now, op)
 	}
 }
 
-// hydrate reads a cold cell and its predecessor from the regional store, once: every
-// request that arrives while the read is under way waits for it (at most
-// store.RequestTimeout) instead of asking again. op names the read in the metrics.
+// hydrate reads a cold cell and its predecessor from the regional store, once:
+// every request that arrives while the read is under way waits for it (at most
+// store.RequestTimeout) instead of asking again. op names the read in the
+// metrics.
 func (r *regionalTier) hydrate(ctx context.Context, w *window, cur *cell, op string) {
 	var buf [24]byte
 	key := string(strconv.AppendUint(buf[:0], uint64(uintptr(unsafe.Pointer(cur))), 36))
@@ -260,9 +256,9 @@ func (r *regionalTier) refreshNow(ctx context.Context, ws []*window, now int64, 
 	}
 }
 
-// refresh reads the current and previous cells of ws at now from the regional store
-// in one round trip, merges what it read, and returns the windows it could
-// not read (all of them if the store failed, those of a server that is
+// refresh reads the current and previous cells of ws at now from the regional
+// store in one round trip, merges what it read, and returns the windows it
+// could not read (all of them if the store failed, those of a server that is
 // down if it answered in part).
 func (r *regionalTier) refresh(ctx context.Context, ws []*window, now int64, op string, timeout time.Duration) (failed []*window) {
 	keys := make([]store.CellKey, 0, 2*len(ws))
@@ -305,26 +301,12 @@ func (r *regionalTier) merge(w *window, seq, stored int64) {
 	atomicMax(&c.count, stored+c.unreplayed.Load()+c.speculative.Load())
 }
 
-// cellForMerge returns w's cell of seq for a stored count, creating it only
-// if the count is not zero: a window with no traffic needs no cell.
-func (w *window) cellForMerge(seq, stored int64) *cell {
-	if stored <= 0 {
-		c := w.cells[seq&1].Load()
-		if c == nil || c.seq != seq {
-			return nil
-		}
-		return c
-	}
-	c, _ := w.cellAt(seq, true)
-	return c
-}
-
-// afterDecideWindow does the regional tier's share of decision d on w at now: it queues
-// what was counted for replay and keeps the key strict for one duration after
-// a denial, or after an admission that left at most strictHeadroom of the
-// limit. Near the limit is where processes that are each one admission behind
-// the others would together admit too much; strict decisions read the store
-// first.
+// afterDecideWindow does the regional tier's share of decision d on w at now:
+// it queues what was counted for replay and keeps the key strict for one
+// duration after a denial, or after an admission that left at most
+// strictHeadroom of the limit. Near the limit is where processes that are each
+// one admission behind the others would together admit too much; strict
+// decisions read the store first.
 func (r *regionalTier) afterDecideWindow(w *window, cur *cell, now int64, d *decision, counted int64) {
 	if counted > 0 {
 		r.queueReplay(w, cur, counted)

@@ -59,7 +59,7 @@ func (r *regionalTier) replay(ctx context.Context) {
 	if len(incs) == 0 {
 		return
 	}
-	counts, _ := r.call(ctx, opReplay, replayTimeout, func(ctx context.Context) ([]int64, error) {
+	counts, _ := r.call(ctx, opReplay, backgroundTimeout, func(ctx context.Context) ([]int64, error) {
 		return r.store.Increment(ctx, incs)
 	})
 	for i, it := range sent {
@@ -88,7 +88,7 @@ func (r *regionalTier) refreshStale(ctx context.Context) {
 		}
 	}
 	now := r.clock.Now().UnixMilli()
-	for _, w := range r.refresh(ctx, ws, now, opStale, replayTimeout) {
+	for _, w := range r.refresh(ctx, ws, now, opStale, backgroundTimeout) {
 		if !w.idle(now / w.durationMs) {
 			r.queueRefresh(w)
 		}

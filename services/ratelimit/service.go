@@ -76,14 +76,13 @@ func (s *Service) Region() string { return s.region }
 // ActiveWindows returns the number of sliding windows held in memory.
 func (s *Service) ActiveWindows() int { return s.windows.len() }
 
-// Run runs the background loops until ctx is done: the janitor; with a
-// regional store, the regional tier's replay and refresh loop; with a
-// global store, the global tier's flush and sync loop. Once ctx is done, the
-// first replays what is still unreplayed and the second flushes once more,
-// each within its own timeout, and Run returns nil. Cancel ctx after the
+// Run runs the background loops until ctx is done: the janitor; with a regional
+// store, the regional tier's replay and refresh loop; with a global store, the
+// global tier's flush and sync loop. Once ctx is done, the regional tier
+// replays what is still unreplayed and the global tier runs one more full
+// flush, each within its own timeout, and Run returns nil. Cancel ctx after the
 // last request was decided, so that the final flush carries it. A Run while
-// another runs returns [ErrRunning]. Decisions work whether or not Run
-// runs.
+// another runs returns [ErrRunning]. Decisions work whether or not Run runs.
 func (s *Service) Run(ctx context.Context) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return ErrRunning

@@ -79,10 +79,11 @@ type window struct {
 	// is what keeps refreshes to one per window and interval.
 	refreshedAt atomic.Int64
 	// strictUntil is the unix ms until which the key is in strict mode: one
-	// duration after its latest denial. Strict decisions refresh from the
-	// regional store first (at most once per strictRefresh), across the boundary of a
-	// fixed window too, which is where processes that only know their own
-	// admissions would otherwise each admit again.
+	// duration after its latest denial or near-limit admission. Strict
+	// decisions refresh from the regional store first (at most once per
+	// strictRefresh), across the boundary of a fixed window too, which is where
+	// processes that only know their own admissions would otherwise each admit
+	// again.
 	strictUntil atomic.Int64
 	// state packs, to save the bytes of separate fields:
 	//   bit 63      evicted: set by the janitor before it removes the window
@@ -144,8 +145,8 @@ func (w *window) cellKey(seq int64) store.CellKey {
 	}
 }
 
-// newCell returns an empty cell for seq. Without a regional store there is nothing
-// to hydrate from, so the cell starts hydrated.
+// newCell returns an empty cell for seq. Without a regional store there is
+// nothing to hydrate from, so the cell starts hydrated.
 func newCell(seq int64, hydrated bool) *cell {
 	c := &cell{seq: seq}
 	if hydrated {
@@ -193,6 +194,20 @@ func (w *window) cellAt(seq int64, hydrated bool) (*cell, int64) {
 			return fresh, 0
 		}
 	}
+}
+
+// cellForMerge returns w's cell of seq for a stored count, creating it only
+// if the count is not zero: a window with no traffic needs no cell.
+func (w *window) cellForMerge(seq, stored int64) *cell {
+	if stored <= 0 {
+		c := w.cells[seq&1].Load()
+		if c == nil || c.seq != seq {
+			return nil
+		}
+		return c
+	}
+	c, _ := w.cellAt(seq, true)
+	return c
 }
 
 // idle reports whether no cell of w can affect a decision at sequence now:

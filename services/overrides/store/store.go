@@ -52,8 +52,11 @@ type Override struct {
 	// Identifier is an identifier, or a pattern where * matches any run of
 	// characters.
 	Identifier string
-	Limit      int64
-	Duration   time.Duration
+	// Limit replaces the request's limit; 0 blocks the identifiers the
+	// override matches (every request denied, nothing counted).
+	Limit int64
+	// Duration replaces the request's window.
+	Duration time.Duration
 	// UpdatedAt is when the override last changed, in unix ms, by the
 	// store's clock (this process's without a store).
 	UpdatedAt int64
@@ -62,6 +65,9 @@ type Override struct {
 // Change is a state of an override as a store holds it: set, or deleted.
 type Change struct {
 	Override
+	// Deleted marks a tombstone: the override was deleted, and the row is
+	// kept (until the worker's cleanup purges it) so that every process's
+	// poll sees it go.
 	Deleted bool
 	// Revision orders the states of one override: it grows with every
 	// change, in the order the store made them, whatever the clocks of the

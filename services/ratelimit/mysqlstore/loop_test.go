@@ -19,7 +19,7 @@ import (
 // exported API, their global loops running on short intervals: what the
 // limiter's own tests show on an in-memory store, shown on the real one.
 
-// countingStore counts the calls a GlobalStore receives and the rows it
+// countingStore counts the calls a store.Global receives and the rows it
 // passes.
 type countingStore struct {
 	store.Global

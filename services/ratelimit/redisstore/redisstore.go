@@ -28,7 +28,7 @@ type Store struct {
 	nodes   *nodes
 }
 
-// Option configures an [Store].
+// Option configures a [Store].
 type Option func(*settings)
 
 type settings struct {

@@ -15,7 +15,7 @@ import (
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
-// TestRedisSlot checks the slot computation against values Redis itself
+// TestSlot checks the slot computation against values Redis itself
 // gives (CLUSTER KEYSLOT), and that both cells of a window share a slot
 // whatever braces the names hold.
 func TestSlot(t *testing.T) {

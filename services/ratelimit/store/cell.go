@@ -10,7 +10,8 @@ type CellKey struct {
 	Workspace  string
 	Namespace  string
 	Identifier string
-	Duration   time.Duration
+	// Duration is the key's window, in whole milliseconds.
+	Duration time.Duration
 	// Sequence is the fixed window: unix ms / duration ms.
 	Sequence int64
 }

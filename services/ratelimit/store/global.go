@@ -30,7 +30,10 @@ type Global interface {
 
 // CellCount is one region's count of one cell.
 type CellCount struct {
-	Key   CellKey
+	Key CellKey
+	// Count is the region's committed count of the cell: what its
+	// processes admitted, without batch increments that may still roll
+	// back.
 	Count int64
 	// Limit is the limit the region last saw for the cell's key.
 	Limit int64

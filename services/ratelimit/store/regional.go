@@ -36,7 +36,8 @@ type Regional interface {
 
 // Increment adds Delta to a cell.
 type Increment struct {
-	Key   CellKey
+	Key CellKey
+	// Delta is what to add: accepted cost not yet sent, above zero.
 	Delta int64
 	// TTL is how long the store must keep the cell: until the end of the
 	// window after it, the last window in which it counts.
@@ -47,9 +48,15 @@ type Increment struct {
 // the store answered for some cells but not for others (their counts are
 // -1): one bad key, or one server of several that is down. The limiter uses
 // what it got and retries the rest.
-type PartialError struct{ Err error }
+type PartialError struct {
+	// Err is why the failed cells failed (the first such error).
+	Err error
+}
 
+// Error returns Err's message.
 func (e *PartialError) Error() string { return e.Err.Error() }
+
+// Unwrap returns Err, so that errors.Is sees through a partial answer.
 func (e *PartialError) Unwrap() error { return e.Err }
 
 // ErrUnavailable is wrapped by the errors of a regional store that did not
