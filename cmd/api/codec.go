@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 
-	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -49,9 +48,8 @@ func (jsonCodec) Unmarshal(data []byte, v any) error {
 		tooManyEntries(v, max)
 		return nil
 	}
-	if m, ok := v.(*rlsv3.RateLimitRequest); ok && rlsJSONTooLarge(data) {
-		m.Reset()
-		m.Descriptors = make([]*rlcommonv3.RateLimitDescriptor, envoyrls.MaxDescriptors+1)
+	if _, ok := v.(*rlsv3.RateLimitRequest); ok && rlsJSONTooLarge(data) {
+		tooManyEntries(v, envoyrls.MaxDescriptors)
 		return nil
 	}
 	return protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(data, msg)

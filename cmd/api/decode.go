@@ -35,10 +35,10 @@ func batchEntries(msg any) (int, bool) {
 	return 0, false
 }
 
-// tooManyEntries leaves msg, a batch whose encoding holds more entries
-// than max, with max+1 empty entries instead of decoding it: the handler's
-// validation then refuses it with the same message as any batch over its
-// bound, and nothing of the entries was materialised.
+// tooManyEntries leaves msg, a batch (or an Envoy request) whose encoding
+// holds more entries than max, with max+1 empty entries instead of decoding
+// it: the handler's validation then refuses it with the same message as any
+// request over its bound, and nothing of the entries was materialised.
 func tooManyEntries(msg any, max int) {
 	switch m := msg.(type) {
 	case *ratelimitv1.BatchLimitRequest:
@@ -47,6 +47,9 @@ func tooManyEntries(msg any, max int) {
 	case *ratelimitv1.MultiLimitRequest:
 		m.Reset()
 		m.Limits = make([]*ratelimitv1.LimitRequest, max+1)
+	case *rlsv3.RateLimitRequest:
+		m.Reset()
+		m.Descriptors = make([]*rlcommonv3.RateLimitDescriptor, max+1)
 	}
 }
 
@@ -74,16 +77,46 @@ func protoEntries(data []byte, stop int) int {
 
 // jsonEntries counts the values of the batch array of a JSON document, up
 // to stop: the top-level array if rootArray, else the arrays that are
-// members of the top-level object. It looks at each byte once and
-// allocates nothing; a malformed document stops or skews the count, and
-// the decoder then says what is wrong.
+// members of the top-level object.
 func jsonEntries(data []byte, rootArray bool, stop int) int {
-	target := 2 // the array inside the top-level object
 	if rootArray {
-		target = 1
+		return jsonArrayValues(data, rootArrayValues, stop)
 	}
-	var open [2]byte // the containers at depths 1 and 2
-	depth, n := 0, 0
+	return jsonArrayValues(data, memberArrayValues, stop)
+}
+
+// arrayScope says which arrays' values jsonArrayValues counts.
+type arrayScope int
+
+const (
+	everyArrayValue   arrayScope = iota // the values of every array, at any depth
+	rootArrayValues                     // the values of the top-level array
+	memberArrayValues                   // the values of the arrays that are members of the top-level object
+)
+
+// counts reports whether a value that begins in the innermost of the open
+// containers is one that s counts.
+func (s arrayScope) counts(open []byte) bool {
+	if len(open) == 0 || open[len(open)-1] != '[' {
+		return false
+	}
+	switch s {
+	case rootArrayValues:
+		return len(open) == 1
+	case memberArrayValues:
+		return len(open) == 2 && open[0] == '{'
+	}
+	return true
+}
+
+// jsonArrayValues counts the values of the arrays of a JSON document that
+// scope names, up to stop. It looks at each byte once and allocates nothing
+// for documents nested up to 64 deep; a malformed document stops or skews
+// the count, and the decoder then says what is wrong.
+func jsonArrayValues(data []byte, scope arrayScope, stop int) int {
+	var stack [64]byte
+	open := stack[:0] // the containers, innermost last
+	n := 0
 	inString, escaped, expecting := false, false, false
 	for _, c := range data {
 		if inString {
@@ -101,10 +134,12 @@ func jsonEntries(data []byte, rootArray bool, stop int) int {
 		case ' ', '\t', '\n', '\r', ':':
 			continue
 		case ',':
-			expecting = depth == target && open[target-1] == '['
+			expecting = scope.counts(open)
 			continue
 		case '}', ']':
-			depth--
+			if len(open) > 0 {
+				open = open[:len(open)-1]
+			}
 			expecting = false
 			continue
 		}
@@ -119,11 +154,8 @@ func jsonEntries(data []byte, rootArray bool, stop int) int {
 		case '"':
 			inString = true
 		case '{', '[':
-			depth++
-			if depth <= 2 {
-				open[depth-1] = c
-			}
-			expecting = c == '[' && depth == target && (target == 1 || open[0] == '{')
+			open = append(open, c)
+			expecting = scope.counts(open)
 		}
 	}
 	return n
@@ -152,9 +184,8 @@ func (protoCodec) Unmarshal(data []byte, v any) error {
 		tooManyEntries(v, max)
 		return nil
 	}
-	if m, ok := v.(*rlsv3.RateLimitRequest); ok && rlsTooLarge(data) {
-		m.Reset()
-		m.Descriptors = make([]*rlcommonv3.RateLimitDescriptor, envoyrls.MaxDescriptors+1)
+	if _, ok := v.(*rlsv3.RateLimitRequest); ok && rlsTooLarge(data) {
+		tooManyEntries(v, envoyrls.MaxDescriptors)
 		return nil
 	}
 	return proto.Unmarshal(data, msg)
@@ -218,52 +249,7 @@ func (l *lease) release() {
 }
 
 // jsonElements counts the values of every array of a JSON document, at any
-// depth, up to stop. Like jsonEntries, it looks at each byte once and
-// allocates nothing but the stack of open containers; a malformed document
-// skews the count, and the decoder then says what is wrong.
+// depth, up to stop.
 func jsonElements(data []byte, stop int) int {
-	var open []byte // the containers, innermost last
-	n := 0
-	inString, escaped, expecting := false, false, false
-	for _, c := range data {
-		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-			continue
-		}
-		switch c {
-		case ' ', '\t', '\n', '\r', ':':
-			continue
-		case ',':
-			expecting = len(open) > 0 && open[len(open)-1] == '['
-			continue
-		case '}', ']':
-			if len(open) > 0 {
-				open = open[:len(open)-1]
-			}
-			expecting = false
-			continue
-		}
-		if expecting {
-			n++
-			if n > stop {
-				return n
-			}
-			expecting = false
-		}
-		switch c {
-		case '"':
-			inString = true
-		case '{', '[':
-			open = append(open, c)
-			expecting = c == '['
-		}
-	}
-	return n
+	return jsonArrayValues(data, everyArrayValue, stop)
 }
