@@ -66,7 +66,7 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 		}),
 		strictActivations: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "unkey_ratelimit_strict_mode_activations_total",
-			Help: "Keys put in strict mode by a denial (not counting denials that extend it).",
+			Help: "Keys put in strict mode by a denial or by an admission that left at most a fifth of the limit (not counting those that extend it).",
 		}),
 		globalWrites: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "unkey_ratelimit_global_writes_total",
