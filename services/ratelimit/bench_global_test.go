@@ -23,7 +23,7 @@ func (d *discardStore) Sync(context.Context, string, time.Time, time.Time) ([]st
 }
 
 // BenchmarkFlushWalk240k walks 240,000 windows (ten times the load the design was sized for), 10 %
-// of them above the utilization floor, collecting and sorting what to
+// of them above the floor, collecting and sorting what to
 // publish, with a store that discards it.
 func BenchmarkFlushWalk240k(b *testing.B) {
 	clock := newFakeClock(600_000)
@@ -63,7 +63,7 @@ func (r *rowsStore) Sync(context.Context, string, time.Time, time.Time) ([]store
 }
 
 // BenchmarkSyncApply45k imports 45,000 rows from other regions (ten times
-// the load the design was sized for), each at the utilization floor, into
+// the load the design was sized for), each at the floor, into
 // the windows of a process that holds none of them yet: the limiter's share
 // of a sync that found every cell changed. Package mysqlstore times the
 // database's share.

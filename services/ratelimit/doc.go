@@ -17,7 +17,10 @@
 //
 // The request path never waits on the network for a warm counter, except
 // that a key near or over its limit (strict) reads the regional store first,
-// at most once per short interval and at most store.RequestTimeout. The
+// at most once per short interval. A cold cell, and a key whose copy of the
+// region's counts has aged past a second, wait for one read too; every such
+// wait lasts at most store.RequestTimeout, and never happens without a
+// regional store. The
 // stores that share counts (package store: a regional one, a global one)
 // are convergence accelerators that plug in behind small interfaces; without
 // them a [Service] is an exact single-process limiter.

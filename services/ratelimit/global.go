@@ -14,11 +14,11 @@ import (
 // another region within one flush plus one sync interval (plus jitter): 2.4 s
 // at most with these, where 10 s each (the conservative setting, a tenth of
 // the MySQL writes of busy cells and a tenth of the idle reads) takes up to
-// 24 s, a third of a 60 s window. Idle, a process costs one statement per
+// 24 s, two fifths of a 60 s window. Idle, a process costs one statement per
 // sync (an index-only count that finds nothing changed) and none per flush.
 const (
 	// DefaultGlobalFlushInterval is how often a process publishes the cells
-	// that crossed the utilization floor or grew by a flush step since the
+	// that crossed their floor or grew by a flush step since the
 	// store last held them: what other regions must learn soon.
 	DefaultGlobalFlushInterval = time.Second
 	// DefaultGlobalFullFlushInterval is how often a process publishes every
@@ -154,15 +154,15 @@ type globalTier struct {
 	// next prompt flush looks at, so its work follows the cells that
 	// change rather than every window held.
 	grown queue[cellRef]
-	// st is the loop's own bookkeeping; only the goroutine that runs the
+	// state is the loop's own bookkeeping; only the goroutine that runs the
 	// loop touches it.
 	state *globalState
 }
 
-func newGlobalTier(region string, st store.Global, cfg *settings, m *metrics, windows *windowTable, hydrated bool) *globalTier {
+func newGlobalTier(region string, cfg *settings, m *metrics, windows *windowTable, hydrated bool) *globalTier {
 	g := &globalTier{
 		region:        region,
-		store:         st,
+		store:         cfg.global,
 		clock:         cfg.clock,
 		logger:        cfg.logger,
 		metrics:       m,
@@ -173,20 +173,25 @@ func newGlobalTier(region string, st store.Global, cfg *settings, m *metrics, wi
 		state:         newGlobalState(),
 	}
 	g.every.fullFlush = max(g.every.fullFlush, g.every.flush)
-	g.grown.limit = maxQueued
 	g.breaker = g.newBreaker()
 	return g
 }
 
-// utilizationFloor is the count of a cell of limit and window durationMs
+// floor is the count of a cell of limit and window durationMs
 // from which a region publishes it: a twentieth of the limit for windows of
 // a minute or more (globalPresenceFloor), half of it for shorter ones.
-func (g *globalTier) utilizationFloor(limit, durationMs int64) int64 {
+func (g *globalTier) floor(limit, durationMs int64) int64 {
 	share := globalUtilizationFloor
 	if !g.halfFloorOnly && durationMs >= globalPresenceMinWindow.Milliseconds() {
 		share = globalPresenceFloor
 	}
 	return max(1, int64(math.Ceil(float64(limit)*share)))
+}
+
+// halfFloor is the utilization floor of a cell of limit: half of it, the
+// most a region can use without pushing another over by itself.
+func halfFloor(limit int64) int64 {
+	return int64(math.Ceil(float64(limit) * globalUtilizationFloor))
 }
 
 // flushStep is the growth of a published cell of limit that makes it due at
@@ -207,7 +212,7 @@ func (g *globalTier) flushStep(limit, own, others int64) int64 {
 
 // noteGrowth queues c, the cell of w a request just counted into with limit,
 // for the next prompt flush if it is worth sharing: at or above the
-// utilization floor, or already shared by another region. A queued cell
+// floor, or already shared by another region. A queued cell
 // costs later requests one atomic load until the flush takes it; one below
 // the floor costs three.
 func (g *globalTier) noteGrowth(w *window, c *cell, limit int64) {
@@ -221,7 +226,7 @@ func (g *globalTier) queueGrown(w *window, c *cell, limit int64) {
 	if c.flags.Load()&cellGrown != 0 {
 		return
 	}
-	if c.count.Load() < g.utilizationFloor(limit, w.durationMs) && c.global.Load() == 0 {
+	if c.count.Load() < g.floor(limit, w.durationMs) && c.global.Load() == 0 {
 		return
 	}
 	if c.flags.Or(cellGrown)&cellGrown != 0 {

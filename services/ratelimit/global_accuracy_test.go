@@ -207,7 +207,7 @@ type propagation struct {
 
 // simulatePropagation measures propagation over trials pairs of regions a
 // and b on the schedule iv, each pair with its own phases. In each, region a
-// crosses the utilization floor of keys keys at random moments (it spends 6
+// crosses the floor of keys keys at random moments (it spends 6
 // of 10 at once); region b peeks at each key every 10 ms of simulated time
 // until its decisions count what a spent.
 func simulatePropagation(t *testing.T, iv globalIntervals, trials, keys int, seed uint64) propagation {

@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -17,7 +16,7 @@ type globalState struct {
 	// region: what the last successful flush wrote, or the own component a
 	// sync read back. The change filter skips cells that have not grown past
 	// it. Keeping it here rather than in every cell keeps cells small; only
-	// cells above the utilization floor ever get an entry.
+	// cells above their floor ever get an entry.
 	flushed map[*cell]flushedCount
 	// lastFull is when the latest sync that read every live row began, and
 	// lastFullFlush when the latest flush that walked every window did, by
@@ -87,11 +86,10 @@ func untilNextTick(anchor, now time.Time, interval time.Duration) time.Duration 
 type flushCandidate struct {
 	c     *cell
 	count store.CellCount
-	exp   int64
 }
 
 // flush publishes this region's count of the cells worth sharing: a cell this
-// region has used at least its floor of (utilizationFloor), or one that another
+// region has used at least its floor of (floor), or one that another
 // region already published (so that traffic spread thinly over many regions is
 // still shared), and only if it grew since the store last held it; a cell no
 // other region holds publishes its presence at the floor and nothing more until
@@ -117,7 +115,7 @@ func (g *globalTier) flush(ctx context.Context, full bool) {
 		st.lastFullFlush = clockNow
 		g.windows.forEach(func(w *window) {
 			for i := range w.cells {
-				if cand, ok := g.flushCandidate(w, w.cells[i].Load(), st, now, false); ok {
+				if cand, ok := g.flushCandidate(w, w.cells[i].Load(), now, false); ok {
 					cands = append(cands, cand)
 				}
 			}
@@ -129,7 +127,7 @@ func (g *globalTier) flush(ctx context.Context, full bool) {
 		}
 	} else {
 		for _, it := range grown {
-			if cand, ok := g.flushCandidate(it.w, it.c, st, now, true); ok {
+			if cand, ok := g.flushCandidate(it.w, it.c, now, true); ok {
 				cands = append(cands, cand)
 			}
 		}
@@ -153,7 +151,7 @@ func (g *globalTier) flush(ctx context.Context, full bool) {
 		return nil, err
 	})
 	for i := 0; i < written && i < len(cands); i++ {
-		st.flushed[cands[i].c] = flushedCount{count: cands[i].count.Count, expiresAt: cands[i].exp}
+		st.flushed[cands[i].c] = flushedCount{count: cands[i].count.Count, expiresAt: cands[i].count.Key.ExpiresAt()}
 	}
 	g.metrics.globalWrites.Add(float64(written))
 	if err != nil {
@@ -166,12 +164,12 @@ func (g *globalTier) flush(ctx context.Context, full bool) {
 // ms): its committed count, if c can still affect a decision, is worth
 // sharing and grew since the store last held it; for a prompt flush, if it
 // was never published or grew by at least a flush step.
-func (g *globalTier) flushCandidate(w *window, c *cell, st *globalState, now int64, prompt bool) (flushCandidate, bool) {
+func (g *globalTier) flushCandidate(w *window, c *cell, now int64, prompt bool) (flushCandidate, bool) {
 	if c == nil || c.seq < now/w.durationMs-1 {
 		return flushCandidate{}, false
 	}
 	limit := w.limit.Load()
-	floor := g.utilizationFloor(limit, w.durationMs)
+	floor := g.floor(limit, w.durationMs)
 	// Utilization filter first: most cells never cross the floor.
 	shared := c.global.Load() > 0
 	if c.count.Load() < floor && !shared {
@@ -181,11 +179,11 @@ func (g *globalTier) flushCandidate(w *window, c *cell, st *globalState, now int
 	if !ok || n <= 0 || (n < floor && !shared) {
 		return flushCandidate{}, false
 	}
-	last := st.flushed[c].count
+	last := g.state.flushed[c].count
 	if last >= n {
 		return flushCandidate{}, false // change filter
 	}
-	if !shared && last > 0 && n < int64(math.Ceil(float64(limit)*globalUtilizationFloor)) {
+	if !shared && last > 0 && n < halfFloor(limit) {
 		// Its presence is published and no other region holds it: below
 		// half the limit no region can push another over by itself, so
 		// the growth waits, and a key of one region costs one row more
@@ -195,8 +193,7 @@ func (g *globalTier) flushCandidate(w *window, c *cell, st *globalState, now int
 	if prompt && last > 0 && n-last < g.flushStep(limit, n, c.global.Load()) {
 		return flushCandidate{}, false // small growth waits for the full flush
 	}
-	return flushCandidate{c: c, count: store.CellCount{Key: w.cellKey(c.seq), Count: n, Limit: limit},
-		exp: (c.seq + 2) * w.durationMs}, true
+	return flushCandidate{c: c, count: store.CellCount{Key: w.cellKey(c.seq), Count: n, Limit: limit}}, true
 }
 
 // sync imports what the store holds: the other regions' sum becomes
@@ -237,7 +234,7 @@ func (g *globalTier) sync(ctx context.Context) {
 	applied := 0
 	nowMs := now.UnixMilli()
 	for i := range rows {
-		if g.apply(&rows[i], st, nowMs) {
+		if g.apply(&rows[i], nowMs) {
 			applied++
 		}
 	}
@@ -252,12 +249,12 @@ func (g *globalTier) sync(ctx context.Context) {
 // replace the current cell and reset the key's budget.
 //
 // For a key the process holds no window for, a window is created only when
-// the other regions' sum reaches the utilization floor of the limit they
+// the other regions' sum reaches the floor of the limit they
 // published with, and only within the workspace's cap: keys that are only
 // shared, or only this region's own, would cost every process of the region
 // memory for nothing (the region's own count reaches a process through the
 // regional store when a request comes).
-func (g *globalTier) apply(row *store.GlobalCount, st *globalState, now int64) bool {
+func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
 	durMs := row.Key.Duration.Milliseconds()
 	if durMs <= 0 {
 		return false
@@ -269,7 +266,7 @@ func (g *globalTier) apply(row *store.GlobalCount, st *globalState, now int64) b
 	k := windowKey{workspace: row.Key.Workspace, namespace: row.Key.Namespace, identifier: row.Key.Identifier, durationMs: durMs}
 	w := g.windows.find(&k)
 	if w == nil {
-		if row.Others <= 0 || row.Others < g.utilizationFloor(row.OthersLimit, durMs) {
+		if row.Others <= 0 || row.Others < g.floor(row.OthersLimit, durMs) {
 			return false
 		}
 		var created bool
@@ -290,8 +287,8 @@ func (g *globalTier) apply(row *store.GlobalCount, st *globalState, now int64) b
 	atomicMax(&c.global, min(row.Others, store.MaxCount))
 	if own := min(row.Own, store.MaxCount); own > 0 {
 		atomicMax(&c.count, own+c.speculative.Load())
-		if f := st.flushed[c]; f.count < own {
-			st.flushed[c] = flushedCount{count: own, expiresAt: (c.seq + 2) * durMs}
+		if f := g.state.flushed[c]; f.count < own {
+			g.state.flushed[c] = flushedCount{count: own, expiresAt: store.ExpiresAt(c.seq, durMs)}
 		}
 	}
 	return true

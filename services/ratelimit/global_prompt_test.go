@@ -11,7 +11,7 @@ import (
 )
 
 // TestPromptFlush checks what a prompt flush publishes: a cell as soon as it
-// crosses the utilization floor (a twentieth of the limit for a minute
+// crosses the floor (a twentieth of the limit for a minute
 // window: its presence), then, while no other region holds it, nothing more
 // until half the limit; then each growth of at least a tenth of the limit;
 // smaller growth waits for the full flush, and cells nobody counted into
@@ -105,8 +105,8 @@ func TestFloorsAndSteps(t *testing.T) {
 	}{
 		{100, 60_000, 5}, {100, 600_000, 5}, {100, 59_999, 50}, {100, 1_000, 50}, {10, 60_000, 1}, {1, 60_000, 1},
 	} {
-		if got := s.global.utilizationFloor(tc.limit, tc.durMs); got != tc.want {
-			t.Errorf("utilizationFloor(%d, %d ms) = %d, want %d", tc.limit, tc.durMs, got, tc.want)
+		if got := s.global.floor(tc.limit, tc.durMs); got != tc.want {
+			t.Errorf("floor(%d, %d ms) = %d, want %d", tc.limit, tc.durMs, got, tc.want)
 		}
 	}
 	for _, tc := range []struct {

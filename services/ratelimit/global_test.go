@@ -54,7 +54,7 @@ func TestGlobalCounterInvariants(t *testing.T) {
 	spend(t, us.Service, "k", 100, 4)
 	us.flush()
 	if got := mem.Dump(); len(got) != 0 {
-		t.Fatalf("rows below the utilization floor: %v", got)
+		t.Fatalf("rows below the floor: %v", got)
 	}
 	spend(t, us.Service, "k", 100, 2) // 6 of 100
 	us.flush()

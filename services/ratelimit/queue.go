@@ -16,14 +16,13 @@ const maxQueued = 1 << 20
 type queue[T any] struct {
 	mu    sync.Mutex
 	items []T
-	limit int
 }
 
-// push appends v and reports whether it fit under the limit.
+// push appends v and reports whether it fit under maxQueued.
 func (q *queue[T]) push(v T) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.items) >= q.limit {
+	if len(q.items) >= maxQueued {
 		return false
 	}
 	q.items = append(q.items, v)

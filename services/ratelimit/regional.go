@@ -77,10 +77,7 @@ type regionalTier struct {
 }
 
 func newRegionalTier(st store.Regional, clock Clock, m *metrics) *regionalTier {
-	r := &regionalTier{store: st, clock: clock, metrics: m}
-	r.replays.limit = maxQueued
-	r.refreshes.limit = maxQueued
-	return r
+	return &regionalTier{store: st, clock: clock, metrics: m}
 }
 
 // queued returns how many cells and windows wait for the loop.
@@ -135,11 +132,10 @@ func (r *regionalTier) call(ctx context.Context, op string, timeout time.Duratio
 	defer cancel()
 	start := time.Now()
 	counts, err := call(ctx)
-	var partial *store.PartialError
 	switch {
 	case err == nil:
 		r.metrics.regionalOps.WithLabelValues(op, resultOK).Inc()
-	case errors.As(err, &partial):
+	case isPartial(err):
 		r.metrics.regionalOps.WithLabelValues(op, resultPartial).Inc()
 	case errors.Is(err, store.ErrUnavailable):
 		r.metrics.regionalOps.WithLabelValues(op, resultRej).Inc()
@@ -149,6 +145,17 @@ func (r *regionalTier) call(ctx context.Context, op string, timeout time.Duratio
 	}
 	r.metrics.regionalLatency.WithLabelValues(op).Observe(time.Since(start).Seconds())
 	return counts, err
+}
+
+// isPartial reports whether err says that the store answered for some
+// cells only. errors.As makes its target escape; kept out of line, that
+// allocation happens here, on an error, and not in every call of the
+// callers (a cold, aged or strict read on the request path).
+//
+//go:noinline
+func isPartial(err error) bool {
+	var partial *store.PartialError
+	return errors.As(err, &partial)
 }
 
 // prepareWindow brings w up to date with the regional store before a decision
@@ -269,8 +276,7 @@ func (r *regionalTier) refresh(ctx context.Context, ws []*window, now int64, op 
 	counts, err := r.call(ctx, op, timeout, func(ctx context.Context) ([]int64, error) {
 		return r.store.Load(ctx, keys)
 	})
-	var partial *store.PartialError
-	if err != nil && !errors.As(err, &partial) || len(counts) != len(keys) {
+	if err != nil && !isPartial(err) || len(counts) != len(keys) {
 		return ws
 	}
 	for i, w := range ws {

@@ -48,7 +48,7 @@ func (r *regionalTier) replay(ctx context.Context) {
 			r.metrics.replayExpired.Add(float64(delta))
 			continue
 		}
-		expires := (it.c.seq + 2) * it.w.durationMs
+		expires := store.ExpiresAt(it.c.seq, it.w.durationMs)
 		incs = append(incs, store.Increment{
 			Key:   it.w.cellKey(it.c.seq),
 			Delta: delta,

@@ -65,7 +65,7 @@ func New(region string, opts ...Option) (*Service, error) {
 		s.regional = newRegionalTier(cfg.regional, cfg.clock, m)
 	}
 	if cfg.global != nil {
-		s.global = newGlobalTier(region, cfg.global, &cfg, m, &s.windows, s.regional == nil)
+		s.global = newGlobalTier(region, &cfg, m, &s.windows, s.regional == nil)
 	}
 	return s, nil
 }

@@ -56,7 +56,7 @@ func (m *Store) Publish(ctx context.Context, region string, counts []store.CellC
 				Sequence:    c.Key.Sequence,
 				Region:      region,
 				Count:       uint64(max(c.Count, 0)),
-				ExpiresAt:   uint64((c.Key.Sequence + 2) * durMs),
+				ExpiresAt:   uint64(c.Key.ExpiresAt()),
 				WindowLimit: uint64(max(c.Limit, 0)),
 			})
 		}

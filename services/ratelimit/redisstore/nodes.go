@@ -174,8 +174,7 @@ type batch struct {
 	at   []int   // per key: its entry of sends, or -1 if it was not sent
 	errs []error // per key: why it failed, nil if it did not
 	// sends holds one entry per node the call reaches (a handful at most).
-	sends    []send
-	rejected bool // a node's open breaker turned keys away
+	sends []send
 }
 
 // send is the part of a call that goes to one node.
@@ -202,7 +201,6 @@ func (ns *nodes) route(ctx context.Context, keys []string, nodeOf func(context.C
 			done, err := n.breaker.Allow()
 			if err != nil {
 				// Open, or half-open with its probe under way.
-				b.rejected = true
 				b.sends = append(b.sends, send{n: n, err: fmt.Errorf("node %s: %w", addr, store.ErrUnavailable)})
 			} else {
 				b.sends = append(b.sends, send{n: n, done: done})
@@ -245,9 +243,10 @@ func (b *batch) fail(i int, err error) {
 // *store.PartialError when some keys failed, or the error of the first
 // when all did.
 func (b *batch) finish(counts []int64) ([]int64, error) {
-	trouble := b.rejected
+	trouble := false
 	for _, s := range b.sends {
 		if s.done == nil {
+			trouble = true // its open breaker turned keys away
 			continue
 		}
 		if s.err != nil {

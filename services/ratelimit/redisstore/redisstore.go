@@ -226,8 +226,8 @@ func sameSlot(keys []string) bool {
 }
 
 // parseCounts stores the counts of an MGET reply in counts, the i-th value
-// at at[i] (at i if at is nil).
-func parseCounts(vals []any, counts []int64, at []int) {
+// at idx[i] (at i if idx is nil).
+func parseCounts(vals []any, counts []int64, idx []int) {
 	for i, v := range vals {
 		s, ok := v.(string)
 		if !ok {
@@ -237,11 +237,7 @@ func parseCounts(vals []any, counts []int64, at []int) {
 		if err != nil {
 			n = store.MaxCount
 		}
-		if at != nil {
-			counts[at[i]] = clampCount(n)
-		} else {
-			counts[i] = clampCount(n)
-		}
+		counts[at(idx, i)] = clampCount(n)
 	}
 }
 

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -26,11 +27,7 @@ func Options(url string) (*redis.Options, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts.ContextTimeoutEnabled = true
-	opts.MaxRetries = -1
-	opts.DialTimeout = store.RequestTimeout
-	opts.DialerRetries = dialAttempts
-	opts.PoolTimeout = store.RequestTimeout
+	tune(&opts.ContextTimeoutEnabled, &opts.MaxRetries, &opts.DialerRetries, &opts.DialTimeout, &opts.PoolTimeout)
 	return opts, nil
 }
 
@@ -73,10 +70,18 @@ func ClusterOptions(url string) (*redis.ClusterOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts.ContextTimeoutEnabled = true
-	opts.MaxRetries = -1
-	opts.DialTimeout = store.RequestTimeout
-	opts.DialerRetries = dialAttempts
-	opts.PoolTimeout = store.RequestTimeout
+	tune(&opts.ContextTimeoutEnabled, &opts.MaxRetries, &opts.DialerRetries, &opts.DialTimeout, &opts.PoolTimeout)
 	return opts, nil
+}
+
+// tune sets what Options documents on the fields of a client's options,
+// which go-redis declares apart for one server and for a cluster: calls
+// bounded by their context, no retries inside the client, one dial attempt
+// and pool waits within store.RequestTimeout.
+func tune(contextTimeout *bool, maxRetries, dialerRetries *int, dialTimeout, poolTimeout *time.Duration) {
+	*contextTimeout = true
+	*maxRetries = -1
+	*dialerRetries = dialAttempts
+	*dialTimeout = store.RequestTimeout
+	*poolTimeout = store.RequestTimeout
 }

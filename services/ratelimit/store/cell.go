@@ -31,8 +31,18 @@ func CompareKeys(a, b *CellKey) int {
 	)
 }
 
+// ExpiresAt is when a cell of sequence and a window of durationMs ms can no
+// longer affect any decision, in unix ms: the end of the window after its
+// own, the last in which the sliding window weighs it. Stores keep a cell
+// until then, and may drop it after.
+func ExpiresAt(sequence, durationMs int64) int64 { return (sequence + 2) * durationMs }
+
+// ExpiresAt is [ExpiresAt] of k.
+func (k *CellKey) ExpiresAt() int64 { return ExpiresAt(k.Sequence, k.Duration.Milliseconds()) }
+
 // MaxCount caps every count read from a store, so that a corrupt value
 // cannot overflow the decision maths: limits and costs are at most 2^53, and
 // a few sums of 2^60 stay far below 2^63. A cell at the cap denies every
-// request. Stores clamp what they return to [0, MaxCount].
+// request. Regional stores clamp what they return to [0, MaxCount]; the
+// limiter clamps what a global store returns.
 const MaxCount = 1 << 60

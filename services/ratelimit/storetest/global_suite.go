@@ -67,7 +67,7 @@ func TestGlobal(t *testing.T, newStore func(t *testing.T) store.Global) {
 		s, ws := newStore(t), workspace(t)
 		k := key(ws, "alice", 1)
 		publish(t, s, "a", store.CellCount{Key: k, Count: 1, Limit: 10})
-		expiry := time.UnixMilli((k.Sequence + 2) * k.Duration.Milliseconds())
+		expiry := time.UnixMilli(k.ExpiresAt())
 		for _, tc := range []struct {
 			now  time.Time
 			live bool

@@ -85,7 +85,7 @@ func (m *MemGlobal) Sync(ctx context.Context, region string, now, since time.Tim
 	asOf := time.UnixMilli(m.now())
 	var out []store.GlobalCount
 	for k, byRegion := range m.rows {
-		if (k.Sequence+2)*k.Duration.Milliseconds() <= now.UnixMilli() {
+		if k.ExpiresAt() <= now.UnixMilli() {
 			continue // expired
 		}
 		changed := since.IsZero()

@@ -14,7 +14,9 @@ var ErrDown = errors.New("store down")
 
 // MemRegional is an in-memory [store.Regional] with what the limiter relies
 // on from Redis: a count per cell, increments answered with the new count,
-// counts clamped to [0, store.MaxCount], missing cells 0. Faults a test can
+// counts clamped to [0, store.MaxCount] when read or incremented (a value
+// a test sets with [MemRegional.Set] is held as written, as a corrupt value
+// in Redis is), missing cells 0. Faults a test can
 // switch on: the whole store down (every call fails, as on a dead server),
 // one cell bad (its increment fails alone, as a corrupt key's does, with a
 // [*store.PartialError]), and an identifier unreachable (its cells fail in
@@ -28,7 +30,6 @@ type MemRegional struct {
 	bad         map[store.CellKey]bool
 	unreachable map[string]bool // by identifier
 	down        atomic.Bool
-	calls       atomic.Int64
 }
 
 // NewMemRegional returns an empty in-memory regional store.
@@ -38,7 +39,6 @@ func NewMemRegional() *MemRegional {
 
 // Load implements [store.Regional].
 func (m *MemRegional) Load(ctx context.Context, keys []store.CellKey) ([]int64, error) {
-	m.calls.Add(1)
 	if err := m.callable(ctx); err != nil {
 		return nil, err
 	}
@@ -52,14 +52,13 @@ func (m *MemRegional) Load(ctx context.Context, keys []store.CellKey) ([]int64, 
 			failed++
 			continue
 		}
-		out[i] = m.counts[k]
+		out[i] = min(max(m.counts[k], 0), store.MaxCount)
 	}
 	return out, cellErrors(failed, len(keys))
 }
 
 // Increment implements [store.Regional].
 func (m *MemRegional) Increment(ctx context.Context, incs []store.Increment) ([]int64, error) {
-	m.calls.Add(1)
 	if err := m.callable(ctx); err != nil {
 		return nil, err
 	}
@@ -120,9 +119,6 @@ func (m *MemRegional) SetUnreachable(identifier string, unreachable bool) {
 	defer m.mu.Unlock()
 	m.unreachable[identifier] = unreachable
 }
-
-// Calls returns how many calls the store received, failed ones included.
-func (m *MemRegional) Calls() int64 { return m.calls.Load() }
 
 // Count returns what the store holds for k.
 func (m *MemRegional) Count(k store.CellKey) int64 {
