@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
 )
@@ -116,7 +117,7 @@ func TestMessageCapAfterDecompression(t *testing.T) {
 	// unknown field) passes; one byte more is refused with the same message.
 	grpc := ratelimitv1connect.NewRatelimitServiceClient(ts.h2c, ts.url, connect.WithGRPC())
 	for _, extra := range []int{0, 1} {
-		msg := paddedRequest(t, maxRequestBytes+extra)
+		msg := paddedRequest(t, transport.MaxRequestBytes+extra)
 		r := connect.NewRequest(msg)
 		r.Header().Set("Authorization", "Bearer "+tokA)
 		resp, err := grpc.Limit(context.Background(), r)

@@ -202,7 +202,7 @@ func BenchmarkDecisionWithPatterns(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			h := &handler{pipeline: srv.pipeline}
+			h := srv.connect
 			req := connect.NewRequest(&ratelimitv1.LimitRequest{Namespace: "ns", Identifier: "customer_4242_eu-west", Limit: 1 << 40, Duration: 60_000})
 			for b.Loop() {
 				if _, err := h.Limit(ctx, req); err != nil {

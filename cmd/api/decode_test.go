@@ -12,52 +12,7 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"google.golang.org/protobuf/proto"
-
-	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 )
-
-func TestJSONEntries(t *testing.T) {
-	for _, tc := range []struct {
-		doc       string
-		rootArray bool
-		want      int
-	}{
-		{`{"limits":[{},{},{}]}`, false, 3},
-		{`{"limits":[]}`, false, 0},
-		{` { "limits" : [ {"namespace":"a,[{"}, { "x": [1,2,3] } ] }`, false, 2},
-		{`{"limits":[1, "two", null, true, {"a":"\"],"}]}`, false, 5},
-		{`{"other":{"limits":[{},{}]}}`, false, 0},
-		{`[{},{},{}]`, true, 3},
-		{`[[1,2],[3]]`, true, 2},
-		{`[]`, true, 0},
-	} {
-		if got := jsonEntries([]byte(tc.doc), tc.rootArray, 1000); got != tc.want {
-			t.Errorf("jsonEntries(%s) = %d, want %d", tc.doc, got, tc.want)
-		}
-	}
-	if got := jsonEntries([]byte(`{"limits":[`+strings.Repeat("{},", 5000)+`{}]}`), false, 10); got != 11 {
-		t.Errorf("the count went on past stop: %d, want 11", got)
-	}
-}
-
-func TestProtoEntries(t *testing.T) {
-	msg := &ratelimitv1.BatchLimitRequest{}
-	for range 7 {
-		msg.Limits = append(msg.Limits, &ratelimitv1.LimitRequest{Namespace: "ns", Identifier: "id", Limit: 1, Duration: 1000})
-	}
-	b, err := proto.Marshal(msg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := protoEntries(b, 1000); got != 7 {
-		t.Fatalf("protoEntries = %d, want 7", got)
-	}
-	if got := protoEntries(bytes.Repeat([]byte{0x0a, 0x00}, 5000), 10); got != 11 {
-		t.Fatalf("5,000 empty entries counted to %d, want the count to stop at 11", got)
-	}
-}
 
 // TestBatchAmplificationRefusedBeforeDecoding: a 1 KiB gzip body that
 // expands to hundreds of thousands of empty entries is refused naming the
@@ -192,32 +147,6 @@ func rssBytes(t *testing.T) uint64 {
 	return resident * uint64(os.Getpagesize())
 }
 
-// TestDecodeBudgetIsShared: with the budget spent by requests being read,
-// another is refused with resource_exhausted (429 on v2), and once they are
-// answered the budget is whole again.
-func TestDecodeBudgetIsShared(t *testing.T) {
-	ts := startServer(t)
-	ts.srv.budget.max = 4096
-	held := lease{budget: ts.srv.budget}
-	if err := held.take(4000); err != nil {
-		t.Fatal(err)
-	}
-	body := `{"namespace":"ns","identifier":"` + strings.Repeat("x", 200) + `","limit":10,"duration":60000}`
-	if status, out := ts.call(t, "Limit", "", body); status != http.StatusTooManyRequests || out["code"] != "resource_exhausted" {
-		t.Fatalf("Limit with the budget spent: %d %v, want 429 resource_exhausted", status, out)
-	}
-	if status, raw := ts.post(t, "/v2/ratelimit.limit", "", strings.NewReader(body)); status != http.StatusTooManyRequests {
-		t.Fatalf("v2 limit with the budget spent: %d %s, want 429", status, raw)
-	}
-	held.release()
-	if status, out := ts.call(t, "Limit", "", body); status != http.StatusOK {
-		t.Fatalf("Limit with the budget given back: %d %v", status, out)
-	}
-	if got := ts.srv.budget.inUse.Load(); got != 0 {
-		t.Fatalf("%d bytes of budget still held after every request was answered", got)
-	}
-}
-
 // postAs posts body with a content type and header pairs, no token.
 func (ts *testServer) postAs(t *testing.T, path, contentType string, body *bytes.Reader, header ...string) (int, []byte) {
 	t.Helper()
@@ -229,23 +158,6 @@ func trim(b []byte) string {
 		return string(b[:200]) + "…"
 	}
 	return string(b)
-}
-
-func TestJSONElements(t *testing.T) {
-	for _, tc := range []struct {
-		doc  string
-		want int
-	}{
-		{`{"domain":"d","descriptors":[{"entries":[{"key":"a","value":"b"},{"key":"c"}]},{"entries":[]}]}`, 4},
-		{`[[1,2],[3],"[4,5]"]`, 6},
-		{`{"a":"[1,2,3]"}`, 0},
-		{`[]`, 0},
-		{`[{"x":[1,[2,3]]}]`, 5},
-	} {
-		if got := jsonElements([]byte(tc.doc), 100); got != tc.want {
-			t.Errorf("jsonElements(%s) = %d, want %d", tc.doc, got, tc.want)
-		}
-	}
 }
 
 // TestRLSJSONAmplificationRefusedBeforeDecoding: a ShouldRateLimit request

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -15,10 +14,6 @@ import (
 	"sync"
 	"testing"
 
-	"connectrpc.com/connect"
-
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
-	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/internal/testserver"
 )
 
@@ -213,25 +208,5 @@ func TestPatternCapOverTheAPI(t *testing.T) {
 	}
 	if status, raw := ts.post(t, "/v2/ratelimit.setOverride", tokA, strings.NewReader(`{"namespace":"n","identifier":"c*","limit":1,"duration":60000}`)); status != http.StatusTooManyRequests {
 		t.Fatalf("a third pattern on v2: %d %s, want 429", status, raw)
-	}
-}
-
-// TestBatchStopsWhenTheCallerIsGone: BatchLimit checks its context between
-// entries, so a call whose client left or whose deadline passed stops
-// deciding (and counting) at once.
-func TestBatchStopsWhenTheCallerIsGone(t *testing.T) {
-	ts := startServer(t)
-	h := &handler{pipeline: ts.srv.pipeline}
-	ctx, cancel := context.WithCancel(pipeline.WithWorkspace(context.Background(), pipeline.OpenWorkspace))
-	cancel()
-	req := &ratelimitv1.BatchLimitRequest{}
-	for range 10 {
-		req.Limits = append(req.Limits, &ratelimitv1.LimitRequest{Namespace: "n", Identifier: "gone", Limit: 100, Duration: 60_000})
-	}
-	if _, err := h.BatchLimit(ctx, connect.NewRequest(req)); connect.CodeOf(err) != connect.CodeCanceled {
-		t.Fatalf("BatchLimit with its context cancelled: %v, want canceled", err)
-	}
-	if _, out := ts.call(t, "Limit", "", `{"namespace":"n","identifier":"gone","limit":100,"duration":60000,"cost":0}`); out["remaining"] != "100" {
-		t.Fatalf("after the cancelled batch: %v, want nothing counted", out)
 	}
 }

@@ -30,6 +30,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/db"
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
+	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
 
 func main() {
@@ -139,4 +140,25 @@ func serveDebug(addr string, logger *slog.Logger) (stop func(), err error) {
 	go srv.Serve(ln)
 	logger.Info("serving profiles", "addr", ln.Addr().String())
 	return func() { srv.Close() }, nil
+}
+
+// rlsCheck compiles each path as UNKEY_RLS_CONFIG would load it, prints
+// what it holds or why it is refused, and fails if any path is refused: for
+// users' CI, before a file reaches the service.
+func rlsCheck(out io.Writer, paths []string) error {
+	failed := 0
+	for _, path := range paths {
+		c, err := rlsconfig.LoadPath(path)
+		if err != nil {
+			fmt.Fprintf(out, "FAIL %v\n", err)
+			failed++
+			continue
+		}
+		domains, rules := c.Domains()
+		fmt.Fprintf(out, "ok   %s: %d domains, %d rules\n", path, domains, rules)
+	}
+	if failed > 0 {
+		return fmt.Errorf("rls check: %d of %d paths refused", failed, len(paths))
+	}
+	return nil
 }

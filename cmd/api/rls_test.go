@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
 	"github.com/unkeyed/ratelimit/internal/poll"
 )
 
@@ -253,9 +254,9 @@ func TestRLSRequest(t *testing.T) {
 	// Health and reflection name the service on both ports.
 	for _, addr := range []string{ts.grpcAddr, strings.TrimPrefix(ts.url, "http://")} {
 		conn := mustDial(t, addr)
-		hc, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: rlsServiceName})
+		hc, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: envoyrls.ServiceName})
 		if err != nil || hc.Status != healthpb.HealthCheckResponse_SERVING {
-			t.Errorf("%s: health of %s: %v, %v", addr, rlsServiceName, hc, err)
+			t.Errorf("%s: health of %s: %v, %v", addr, envoyrls.ServiceName, hc, err)
 		}
 		stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(context.Background())
 		if err != nil {
@@ -264,7 +265,7 @@ func TestRLSRequest(t *testing.T) {
 		if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
 			t.Fatal(err)
 		}
-		if r, err := stream.Recv(); err != nil || !strings.Contains(r.String(), rlsServiceName) {
+		if r, err := stream.Recv(); err != nil || !strings.Contains(r.String(), envoyrls.ServiceName) {
 			t.Errorf("%s: reflection's services: %v, %v", addr, r, err)
 		}
 		stream.CloseSend()

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,8 +18,15 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/connectapi"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/unkeyv2"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/services/overrides"
@@ -31,35 +37,32 @@ import (
 	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
 
-const (
-	// maxRequestBytes bounds a request message: 100 limits of two
-	// 255-character names take under 120 KiB, so 1 MiB is generous.
-	maxRequestBytes = 1 << 20
-	// shutdownTimeout bounds how long in-flight requests may take to finish
-	// after SIGTERM. Decisions take microseconds; the bound only matters for
-	// stuck clients. After it the limiter replays to Redis (at most 500 ms)
-	// and flushes to MySQL once more (at most 10 s): 15 s leaves the whole
-	// shutdown inside Kubernetes' default grace of 30 s.
-	shutdownTimeout = 15 * time.Second
-	// compressMinBytes is the smallest answer compressed for a client that
-	// accepts gzip.
-	compressMinBytes = 1024
-)
+// shutdownTimeout bounds how long in-flight requests may take to finish
+// after SIGTERM. Decisions take microseconds; the bound only matters for
+// stuck clients. After it the limiter replays to Redis (at most 500 ms) and
+// flushes to MySQL once more (at most 10 s): 15 s leaves the whole shutdown
+// inside Kubernetes' default grace of 30 s.
+const shutdownTimeout = 15 * time.Second
 
-// server is one API process: a limiter behind the Connect API, with health,
-// readiness and metrics endpoints.
+// services are the gRPC services the server answers, for health checks and
+// reflection.
+var services = []string{ratelimitv1connect.RatelimitServiceName, envoyrls.ServiceName}
+
+// server is one API process: a limiter behind the protocol adapters, with
+// health, readiness and metrics endpoints.
 type server struct {
 	logger    *slog.Logger
 	limiter   *ratelimit.Service
 	overrides *overrides.Registry
 	registry  *prometheus.Registry
-	pipeline  *pipeline.Pipeline
-	limits    connLimits
+	layer     *transport.Layer
+	limits    transport.Limits
 	health    *grpchealth.StaticChecker
 	ready     atomic.Bool
-	budget    *decodeBudget  // of the request messages being read at once
 	closers   []func() error // store clients, closed after the limiter
-	rls       *rls
+	connect   *connectapi.Handler
+	unkey     *unkeyv2.Handler
+	rls       *envoyrls.Service
 	rlsSource *rlsconfig.Source // nil without UNKEY_RLS_CONFIG
 }
 
@@ -116,6 +119,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("register api metrics: %w", err)
 	}
+	layer := transport.NewLayer(p, transport.NewBudget(transport.DefaultBudget), logger)
 	rls, rlsSource, err := newRLS(cfg, logger, reg, p)
 	if err != nil {
 		return nil, err
@@ -128,44 +132,59 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		limiter:   limiter,
 		overrides: ov,
 		registry:  reg,
-		pipeline:  p,
-		limits: connLimits{readTimeout: cfg.ReadTimeout, writeTimeout: cfg.WriteTimeout, idleTimeout: cfg.IdleTimeout,
-			maxHeaderBytes: cfg.MaxHeaderBytes, maxConcurrentStreams: cfg.MaxConcurrentStreams},
-		health:    grpchealth.NewStaticChecker(ratelimitv1connect.RatelimitServiceName, rlsServiceName),
-		budget:    &decodeBudget{max: defaultDecodeBudget},
+		layer:     layer,
+		limits: transport.Limits{ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout, IdleTimeout: cfg.IdleTimeout,
+			MaxHeaderBytes: cfg.MaxHeaderBytes, MaxConcurrentStreams: cfg.MaxConcurrentStreams},
+		health:    grpchealth.NewStaticChecker(services...),
 		closers:   closers,
+		connect:   connectapi.New(layer),
+		unkey:     unkeyv2.New(layer),
 		rls:       rls,
 		rlsSource: rlsSource,
 	}, nil
 }
 
-// handler returns the routes of the server.
+// newRLS builds Envoy's rate limit service of cfg: its rules from
+// UNKEY_RLS_CONFIG (refusing to start on a broken file), or none.
+func newRLS(cfg config, logger *slog.Logger, reg prometheus.Registerer, p *pipeline.Pipeline) (*envoyrls.Service, *rlsconfig.Source, error) {
+	empty, err := rlsconfig.Load()
+	if err != nil {
+		return nil, nil, err
+	}
+	current := func() *rlsconfig.Config { return empty }
+	var src *rlsconfig.Source
+	if cfg.RLSConfig != "" {
+		src, err = rlsconfig.NewSource(cfg.RLSConfig, rlsconfig.WithInterval(cfg.RLSConfigInterval),
+			rlsconfig.WithLogger(logger), rlsconfig.WithRegisterer(reg))
+		if err != nil {
+			return nil, nil, fmt.Errorf("UNKEY_RLS_CONFIG: %w", err)
+		}
+		current = src.Config
+		domains, rules := src.Config().Domains()
+		logger.Info("envoy rate limit service configured", "path", cfg.RLSConfig, "domains", domains, "rules", rules,
+			"shadow_mode", cfg.RLSShadowMode)
+	}
+	opts := []envoyrls.Option{envoyrls.WithShadowMode(cfg.RLSShadowMode), envoyrls.WithNearLimitRatio(cfg.RLSNearLimitRatio)}
+	if cfg.RLSResponseHeaders {
+		opts = append(opts, envoyrls.WithResponseHeaders(envoyrls.Headers{Limit: cfg.RLSLimitHeader,
+			Remaining: cfg.RLSRemainingHeader, Reset: cfg.RLSResetHeader}))
+	}
+	svc, err := envoyrls.New(p, current, reg, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return svc, src, nil
+}
+
+// handler returns the routes of the main port: each protocol's adapter
+// behind the shared layer, reflection and health for the gRPC services,
+// and the probes and metrics.
 func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
-	opts := []connect.HandlerOption{
-		// The 1 MiB cap on a message is limitBody's (on the wire) and
-		// cappedGzip's (after decompression), not connect-go's read limit:
-		// theirs answers invalid_argument with the documented message in
-		// every protocol, and caps the message, not a gRPC envelope.
-		connect.WithCompression("gzip", newCappedGzip(s.budget), newGzipCompressor),
-		// An answer is tens of bytes: compressing it costs more CPU (about
-		// a sixth of a gRPC call's) than it saves on the wire. Only
-		// answers of a kilobyte or more (large batches) are compressed for
-		// the clients that accept it.
-		connect.WithCompressMinBytes(compressMinBytes),
-		connect.WithCodec(protoCodec{}),
-		connect.WithInterceptors(opaqueInternalErrors(s.logger)),
-		connect.WithRecover(recoverPanic(s.logger)),
-		connect.WithCodec(jsonCodec{name: "json"}),
-		connect.WithCodec(jsonCodec{name: "json; charset=utf-8"}),
-	}
-	path, service := ratelimitv1connect.NewRatelimitServiceHandler(&handler{pipeline: s.pipeline}, opts...)
-	// The token is checked before anything of the body is read.
-	mux.Handle(path, authenticate(s.pipeline, limitBody(s.budget, service)))
-	mux.Handle(rlsProcedure, authenticate(s.pipeline, limitBody(s.budget, s.rls.connectHandler(opts...))))
-	mux.Handle("POST /json", authenticate(s.pipeline, limitBody(s.budget, s.rls.jsonHandler())))
-	s.unkeyRoutes(mux)
-	reflector := grpcreflect.NewStaticReflector(ratelimitv1connect.RatelimitServiceName, rlsServiceName)
+	s.connect.Register(mux)
+	s.unkey.Register(mux)
+	s.rls.Register(mux, s.layer)
+	reflector := grpcreflect.NewStaticReflector(services...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	mux.Handle(grpchealth.NewHandler(s.health))
@@ -183,6 +202,23 @@ func (s *server) handler() http.Handler {
 	return mux
 }
 
+// grpcServer returns the grpc-go server of UNKEY_GRPC_ADDR, with health and
+// reflection, and the function that marks it not serving at shutdown.
+func (s *server) grpcServer() (*grpc.Server, func()) {
+	srv := s.layer.GRPCServer(s.limits, transport.Codecs{Decode: func(data []byte, msg any, json bool) bool {
+		return connectapi.Codecs.Decode(data, msg, json) || envoyrls.Codecs.Decode(data, msg, json)
+	}})
+	s.connect.RegisterGRPC(srv)
+	s.rls.RegisterGRPC(srv)
+	hs := health.NewServer()
+	for _, name := range append(services, "") {
+		hs.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+	}
+	healthpb.RegisterHealthServer(srv, hs)
+	reflection.Register(srv)
+	return srv, hs.Shutdown
+}
+
 // serve serves on ln (and gRPC over grpc-go on grpcLn, unless it is nil)
 // until ctx is done or a server fails, then stops taking new work, lets
 // in-flight requests finish (up to shutdownTimeout), and only then stops the
@@ -190,7 +226,7 @@ func (s *server) handler() http.Handler {
 // last requests. One errgroup runs it all: the servers, the loops and the
 // shutdown that orders them.
 func (s *server) serve(ctx context.Context, ln, grpcLn net.Listener) error {
-	srv := s.limits.server(s.handler())
+	srv := s.limits.HTTPServer(s.handler())
 	srv.ErrorLog = slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn)
 
 	// The loops outlive ctx: they stop once the servers have.
@@ -217,7 +253,7 @@ func (s *server) serve(ctx context.Context, ln, grpcLn net.Listener) error {
 	})
 	var grpcSrv *grpc.Server
 	if grpcLn != nil {
-		g2, stopHealth := s.newGRPCServer()
+		g2, stopHealth := s.grpcServer()
 		grpcSrv = g2
 		defer stopHealth()
 		g.Go(func() error {
@@ -234,8 +270,9 @@ func (s *server) serve(ctx context.Context, ln, grpcLn net.Listener) error {
 	g.Go(func() error {
 		<-gctx.Done() // ctx ended, or a server failed
 		s.ready.Store(false)
-		s.health.SetStatus(ratelimitv1connect.RatelimitServiceName, grpchealth.StatusNotServing)
-		s.health.SetStatus(rlsServiceName, grpchealth.StatusNotServing)
+		for _, name := range services {
+			s.health.SetStatus(name, grpchealth.StatusNotServing)
+		}
 		s.logger.Info("shutting down")
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 		defer cancel()

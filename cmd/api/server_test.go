@@ -16,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/grpcreflect"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
 	"github.com/unkeyed/ratelimit/internal/poll"
@@ -319,18 +320,18 @@ func TestValidationOverTheAPI(t *testing.T) {
 		prefix, suffix := `{"namespace":"n","identifier":"`, `","limit":1,"duration":1000}`
 		return prefix + strings.Repeat("x", n-len(prefix)-len(suffix)) + suffix
 	}
-	status, out := ts.call(t, "Limit", "", pad(maxRequestBytes+1))
+	status, out := ts.call(t, "Limit", "", pad(transport.MaxRequestBytes+1))
 	if status != http.StatusBadRequest || out["code"] != "invalid_argument" || out["message"] != "request body: must be at most 1048576 bytes (1 MiB)" {
 		t.Fatalf("oversized body: %d %v, want invalid_argument naming the 1 MiB maximum", status, out)
 	}
-	status, out = ts.call(t, "Limit", "", pad(maxRequestBytes))
+	status, out = ts.call(t, "Limit", "", pad(transport.MaxRequestBytes))
 	if status != http.StatusBadRequest || out["message"] != "identifier: "+name {
 		t.Fatalf("a body of exactly 1 MiB: %d %v, want it decoded and its identifier refused", status, out)
 	}
 	// Over gRPC too.
 	client := ratelimitv1connect.NewRatelimitServiceClient(ts.h2c, ts.url, connect.WithGRPC())
 	_, err := client.Limit(context.Background(), connect.NewRequest(&ratelimitv1.LimitRequest{Namespace: "n",
-		Identifier: strings.Repeat("x", maxRequestBytes), Limit: 1, Duration: 1000}))
+		Identifier: strings.Repeat("x", transport.MaxRequestBytes), Limit: 1, Duration: 1000}))
 	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "request body: must be at most") {
 		t.Fatalf("oversized gRPC message: %v, want invalid_argument", err)
 	}

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 )
 
 // TestUnkeySDKs runs testdata/unkey_sdk.mjs, which calls the server through
@@ -70,7 +72,7 @@ func TestUnkeyV2Shapes(t *testing.T) {
 	if code, out := post("/v2/ratelimit.limit", "", `{"namespace":`); code != 401 || !strings.Contains(out, `"requestId":"req_`) {
 		t.Fatalf("no token: %d %s, want 401 before the body is decoded", code, out)
 	}
-	big := `{"namespace":"n","identifier":"` + strings.Repeat("x", maxRequestBytes) + `"}`
+	big := `{"namespace":"n","identifier":"` + strings.Repeat("x", transport.MaxRequestBytes) + `"}`
 	if code, out := post("/v2/ratelimit.limit", tokA, big); code != 400 || !strings.Contains(out, "must be at most 1048576 bytes") {
 		t.Fatalf("a body over 1 MiB: %d %.200s", code, out)
 	}

@@ -1,7 +1,6 @@
 package overrides
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -60,31 +59,31 @@ func isPattern(identifier string) bool { return strings.IndexByte(identifier, wi
 // the identifiers the override matches (every request denied, nothing
 // counted).
 func validate(o *Override) error {
-	probe := ratelimit.Request{Namespace: o.Namespace, Identifier: o.Identifier, Limit: max(o.Limit, 1), Duration: o.Duration, Cost: 0}
-	if o.Limit < 0 {
-		probe.Limit = o.Limit
-	}
-	if err := probe.Validate(); err != nil {
-		var ve *ratelimit.ValidationError
-		if errors.As(err, &ve) && ve.Field == "limit" {
-			return &ratelimit.ValidationError{Field: "limit", Rule: fmt.Sprintf("must be between 0 (block) and %d", int64(ratelimit.MaxLimit))}
-		}
+	if err := validateKey(o.Namespace, o.Identifier); err != nil {
 		return err
 	}
-	if strings.Trim(o.Identifier, string(wildcard)) == "" && o.Identifier != "" {
+	if err := ratelimit.CheckLimit("limit", o.Limit, true); err != nil {
+		return err
+	}
+	return ratelimit.CheckDuration("duration", o.Duration, ratelimit.MaxDuration)
+}
+
+// validateKey checks the namespace and identifier (a name or a pattern) of
+// an override.
+func validateKey(namespace, identifier string) error {
+	if err := ratelimit.CheckName("namespace", namespace, ratelimit.MaxNameLength); err != nil {
+		return err
+	}
+	if err := ratelimit.CheckName("identifier", identifier, ratelimit.MaxNameLength); err != nil {
+		return err
+	}
+	if strings.Trim(identifier, string(wildcard)) == "" {
 		// "*" alone would override the whole namespace: that is the
 		// caller's own limit, not an override.
 		return &ratelimit.ValidationError{Field: "identifier", Rule: "must hold a character besides *"}
 	}
-	if strings.Count(o.Identifier, string(wildcard)) > MaxWildcards {
+	if strings.Count(identifier, string(wildcard)) > MaxWildcards {
 		return &ratelimit.ValidationError{Field: "identifier", Rule: fmt.Sprintf("must hold at most %d *", MaxWildcards)}
 	}
 	return nil
-}
-
-// ValidateKey reports whether namespace and identifier are valid names of an
-// override to get or delete.
-func ValidateKey(namespace, identifier string) error {
-	o := Override{Namespace: namespace, Identifier: identifier, Limit: 1, Duration: ratelimit.MinDuration}
-	return validate(&o)
 }

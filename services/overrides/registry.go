@@ -221,7 +221,7 @@ func (s *Registry) nextRevision() int64 {
 
 // Get returns the override of an identifier (or pattern), or ErrNotFound.
 func (s *Registry) Get(ctx context.Context, workspace, namespace, identifier string) (Override, error) {
-	if err := ValidateKey(namespace, identifier); err != nil {
+	if err := validateKey(namespace, identifier); err != nil {
 		return Override{}, err
 	}
 	if s.shared != nil {
@@ -238,7 +238,7 @@ func (s *Registry) Get(ctx context.Context, workspace, namespace, identifier str
 // identifier order, and whether more follow. Without a store it walks every
 // override in memory.
 func (s *Registry) List(ctx context.Context, workspace, namespace, after string, limit int) ([]Override, bool, error) {
-	if err := ValidateKey(namespace, "x"); err != nil {
+	if err := validateKey(namespace, "x"); err != nil {
 		return nil, false, err
 	}
 	if limit == 0 {
@@ -270,7 +270,7 @@ func (s *Registry) List(ctx context.Context, workspace, namespace, after string,
 // Delete deletes the override of an identifier (or pattern), or returns
 // ErrNotFound.
 func (s *Registry) Delete(ctx context.Context, workspace, namespace, identifier string) error {
-	if err := ValidateKey(namespace, identifier); err != nil {
+	if err := validateKey(namespace, identifier); err != nil {
 		return err
 	}
 	var c Change

@@ -51,11 +51,13 @@ func (s *Service) Limit(ctx context.Context, req Request) (Response, error) {
 	return s.Decide(ctx, req)
 }
 
-// Decide is Limit for a request its caller has validated, with Validate or with
-// ValidateWithin (whose windows may reach [MaxWindow], a year's rule of Envoy's
-// rate limit service): it is not checked again. A request path that validates
+// Decide is Limit for a request its caller has validated, with Validate or
+// with the checks it composes ([CheckName], [CheckLimit], [CheckDuration] up
+// to [MaxWindow], a year's rule of Envoy's rate limit service, and
+// [CheckCost]): it is not checked again. A request path that validates
 // before it applies an override (so that a caller's bad values are refused
-// whether or not one applies) calls this, and validates once.
+// whether or not one applies) calls this, and validates once. The limit must
+// be at least 1: a limit of 0 that blocks is the caller's to answer.
 func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 	key := windowKey{
 		workspace:  req.Workspace,

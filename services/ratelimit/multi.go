@@ -40,8 +40,9 @@ func (s *Service) MultiLimit(ctx context.Context, reqs []Request) (MultiResponse
 	return s.DecideAll(ctx, reqs)
 }
 
-// DecideAll is MultiLimit for a batch its caller has validated with
-// ValidateBatch: it is not checked again.
+// DecideAll is MultiLimit for a batch its caller has validated, with
+// ValidateBatch or entry by entry as for [Service.Decide]: it is not checked
+// again.
 func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse, error) {
 	keys := make([]windowKey, len(reqs))
 	for i, r := range reqs {

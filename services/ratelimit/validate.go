@@ -38,70 +38,121 @@ func (e *ValidationError) Error() string { return e.Field + ": " + e.Rule }
 
 // Validate reports the first field of r that breaks a rule, or nil. The
 // workspace is not checked: it comes from the caller's credentials, not from
-// the request.
-func (r *Request) Validate() error { return r.validate(MaxDuration) }
-
-// ValidateWithin is Validate with maxDuration, at most [MaxWindow], as the
-// longest duration.
-func (r *Request) ValidateWithin(maxDuration time.Duration) error {
-	return r.validate(min(maxDuration, MaxWindow))
-}
-
-// validate is Validate with maxDuration as the longest duration.
-func (r *Request) validate(maxDuration time.Duration) error {
-	if rule := checkName(r.Namespace); rule != "" {
-		return &ValidationError{Field: "namespace", Rule: rule}
+// the request. A request path with rules of its own (longer identifiers, a
+// year's window, a limit of 0 that blocks) composes the checks below instead.
+func (r *Request) Validate() error {
+	if err := CheckName("namespace", r.Namespace, MaxNameLength); err != nil {
+		return err
 	}
-	if rule := checkName(r.Identifier); rule != "" {
-		return &ValidationError{Field: "identifier", Rule: rule}
+	if err := CheckName("identifier", r.Identifier, MaxNameLength); err != nil {
+		return err
 	}
-	if r.Limit < 1 || r.Limit > MaxLimit {
-		return &ValidationError{Field: "limit", Rule: fmt.Sprintf("must be between 1 and %d", int64(MaxLimit))}
+	if err := CheckLimit("limit", r.Limit, false); err != nil {
+		return err
 	}
-	if r.Duration < MinDuration || r.Duration > maxDuration {
-		return &ValidationError{Field: "duration", Rule: fmt.Sprintf("must be between %d and %d milliseconds",
-			MinDuration.Milliseconds(), maxDuration.Milliseconds())}
+	if err := CheckDuration("duration", r.Duration, MaxDuration); err != nil {
+		return err
 	}
-	if r.Cost < 0 || r.Cost > MaxCost {
-		return &ValidationError{Field: "cost", Rule: fmt.Sprintf("must be between 0 and %d", int64(MaxCost))}
-	}
-	return nil
+	return CheckCost("cost", r.Cost)
 }
 
 // ValidateBatch reports the first request of a batch that breaks a rule,
 // naming it by its place (such as "limits[2].cost"), or a batch that holds
 // no request or more than [MaxBatch].
-func ValidateBatch(reqs []Request) error { return ValidateEach(reqs, MaxBatch) }
-
-// ValidateEach is ValidateBatch for a list of at most max requests.
-func ValidateEach(reqs []Request, max int) error {
-	if len(reqs) == 0 || len(reqs) > max {
-		return &ValidationError{Field: "limits", Rule: fmt.Sprintf("must hold 1 to %d limits", max)}
+func ValidateBatch(reqs []Request) error {
+	if err := CheckBatchSize("limits", len(reqs), MaxBatch); err != nil {
+		return err
 	}
 	for i := range reqs {
 		if err := reqs[i].Validate(); err != nil {
-			var ve *ValidationError
-			if errors.As(err, &ve) {
-				return &ValidationError{Field: fmt.Sprintf("limits[%d].%s", i, ve.Field), Rule: ve.Rule}
-			}
-			return err
+			return InEntry("limits", i, err)
 		}
 	}
 	return nil
 }
 
-// checkName returns the rule s breaks as a namespace or identifier, or "".
-func checkName(s string) string {
-	const rule = "must be 1 to 255 characters of valid UTF-8 without control characters"
+// CheckName returns a [*ValidationError] naming field unless s is a name of
+// 1 to maxChars characters of valid UTF-8 without control characters (see
+// [IsControl]), or nil.
+func CheckName(field, s string, maxChars int) error {
+	if !validName(s, maxChars) {
+		return &ValidationError{Field: field,
+			Rule: fmt.Sprintf("must be 1 to %d characters of valid UTF-8 without control characters", maxChars)}
+	}
+	return nil
+}
+
+// CheckLimit returns a [*ValidationError] naming field unless limit is
+// between 1 and [MaxLimit], or 0 too if zeroBlocks (a limit of 0 that an
+// operator set blocks: every request denied, nothing counted), or nil.
+func CheckLimit(field string, limit int64, zeroBlocks bool) error {
+	switch {
+	case zeroBlocks && (limit < 0 || limit > MaxLimit):
+		return &ValidationError{Field: field, Rule: fmt.Sprintf("must be between 0 (block) and %d", int64(MaxLimit))}
+	case !zeroBlocks && (limit < 1 || limit > MaxLimit):
+		return &ValidationError{Field: field, Rule: fmt.Sprintf("must be between 1 and %d", int64(MaxLimit))}
+	}
+	return nil
+}
+
+// CheckDuration returns a [*ValidationError] naming field unless d is
+// between [MinDuration] and max, in whole milliseconds as the API gives
+// them, or nil. max is at most [MaxWindow].
+func CheckDuration(field string, d, max time.Duration) error {
+	max = min(max, MaxWindow)
+	if d < MinDuration || d > max {
+		return &ValidationError{Field: field, Rule: fmt.Sprintf("must be between %d and %d milliseconds",
+			MinDuration.Milliseconds(), max.Milliseconds())}
+	}
+	return nil
+}
+
+// CheckCost returns a [*ValidationError] naming field unless cost is
+// between 0 and [MaxCost], or nil.
+func CheckCost(field string, cost int64) error {
+	if cost < 0 || cost > MaxCost {
+		return &ValidationError{Field: field, Rule: fmt.Sprintf("must be between 0 and %d", int64(MaxCost))}
+	}
+	return nil
+}
+
+// CheckBatchSize returns a [*ValidationError] naming field unless a batch
+// of n entries holds 1 to max of them, or nil.
+func CheckBatchSize(field string, n, max int) error {
+	if n < 1 || n > max {
+		return &ValidationError{Field: field, Rule: fmt.Sprintf("must hold 1 to %d limits", max)}
+	}
+	return nil
+}
+
+// InEntry names the entry i of the list field in err, a validation error of
+// that entry: "cost" becomes "limits[2].cost". Any other error is returned
+// as it is.
+func InEntry(field string, i int, err error) error {
+	var ve *ValidationError
+	if !errors.As(err, &ve) {
+		return err
+	}
+	return &ValidationError{Field: fmt.Sprintf("%s[%d].%s", field, i, ve.Field), Rule: ve.Rule}
+}
+
+// IsControl reports whether r is a C0 or C1 control character or DEL, which
+// no name may hold: they hide in logs and terminals, and a newline splits a
+// log line.
+func IsControl(r rune) bool { return r < 0x20 || (r >= 0x7f && r < 0xa0) }
+
+// validName reports whether s is 1 to maxChars characters of valid UTF-8
+// without control characters.
+func validName(s string, maxChars int) bool {
 	if len(s) == 0 {
-		return rule
+		return false
 	}
 	// Fast path: printable ASCII, the common case, is one byte a character.
 	ascii := true
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if c < 0x20 || c == 0x7f {
-			return rule
+			return false
 		}
 		if c >= utf8.RuneSelf {
 			ascii = false
@@ -109,26 +160,19 @@ func checkName(s string) string {
 		}
 	}
 	if ascii {
-		if len(s) > MaxNameLength {
-			return rule
-		}
-		return ""
+		return len(s) <= maxChars
 	}
 	n := 0
 	for i, c := range s {
 		if c == utf8.RuneError {
 			if _, size := utf8.DecodeRuneInString(s[i:]); size == 1 {
-				return rule
+				return false
 			}
 		}
-		// C0, DEL and C1 controls (unicode.IsControl without the table lookup).
-		if c < 0x20 || (c >= 0x7f && c < 0xa0) {
-			return rule
+		if IsControl(c) {
+			return false
 		}
 		n++
 	}
-	if n > MaxNameLength {
-		return rule
-	}
-	return ""
+	return n <= maxChars
 }

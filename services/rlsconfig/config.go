@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
 // Config is a set of domains compiled from configuration files. It does not
@@ -107,13 +109,11 @@ func checkDomain(domain string) error {
 	switch {
 	case domain == "":
 		return fmt.Errorf("domain: must not be empty")
-	case len(domain) > maxDomainBytes || !utf8.ValidString(domain) || strings.ContainsFunc(domain, isControl):
+	case len(domain) > maxDomainBytes || !utf8.ValidString(domain) || strings.ContainsFunc(domain, ratelimit.IsControl):
 		return fmt.Errorf("domain: must be 1 to %d bytes of valid UTF-8 without control characters", maxDomainBytes)
 	}
 	return nil
 }
-
-func isControl(r rune) bool { return r < 0x20 || (r >= 0x7f && r < 0xa0) }
 
 // compile adds descriptors as children of parent, whose path is path.
 func (c *Config) compile(parent *node, path string, descriptors []fileDescriptor) error {

@@ -3,6 +3,8 @@ package rlsconfig
 import (
 	"strings"
 	"unicode/utf8"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
 // Entry is one entry of a request's descriptor.
@@ -135,7 +137,7 @@ func writeEscaped(b *strings.Builder, s string) {
 	const hex = "0123456789ABCDEF"
 	for i := 0; i < len(s); {
 		r, n := utf8.DecodeRuneInString(s[i:])
-		if r == '%' || r == ',' || r == '=' || r == '*' || isControl(r) || r == utf8.RuneError {
+		if r == '%' || r == ',' || r == '=' || r == '*' || ratelimit.IsControl(r) || r == utf8.RuneError {
 			// Control characters and bytes that are not UTF-8 are escaped
 			// too, so the name is a valid counter name whatever the
 			// descriptor's values hold.

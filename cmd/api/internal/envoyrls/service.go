@@ -13,8 +13,12 @@
 // override set on that namespace and identifier (or a pattern) replaces
 // the rule's limit, as for any other counter.
 //
-// The package translates formats only; the transports (connect-go and
-// grpc-go, the /json route) and their error codes are the server's.
+// The service is served on three transports (transport.go): gRPC,
+// gRPC-Web and Connect through connect-go on the main port, gRPC through
+// grpc-go on UNKEY_GRPC_ADDR, and envoyproxy/ratelimit's POST /json. The
+// shared HTTP layer (package transport) authenticates, caps and recovers;
+// the gRPC transports answer failures by its gRPC table, /json by
+// jsonStatus.
 package envoyrls
 
 import (
@@ -116,7 +120,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	for i, d := range req.Descriptors {
 		p, err := s.plan(cfg, req, d)
 		if err != nil {
-			return nil, &ratelimit.ValidationError{Field: fmt.Sprintf("descriptors[%d].%s", i, err.Field), Rule: err.Rule}
+			return nil, ratelimit.InEntry("descriptors", i, err)
 		}
 		plans[i] = p
 		if p.rule != nil {
@@ -160,7 +164,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	return resp, nil
 }
 
-// rlsCloser reports whether a is closer to its limit than b: over it, or
+// closer reports whether a is closer to its limit than b: over it, or
 // with less remaining.
 func closer(a, b *rlsv3.RateLimitResponse_DescriptorStatus) bool {
 	aOver, bOver := a.Code == rlsv3.RateLimitResponse_OVER_LIMIT, b.Code == rlsv3.RateLimitResponse_OVER_LIMIT
@@ -172,10 +176,10 @@ func closer(a, b *rlsv3.RateLimitResponse_DescriptorStatus) bool {
 
 func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
 
-// validateRLS checks what the limiter does not: the request's shape.
+// validate checks what the pipeline does not: the request's shape.
 func validate(req *rlsv3.RateLimitRequest) error {
 	// The bound first: a request over it may have been left undecoded
-	// (rlsTooLarge).
+	// (see refuseOversized).
 	if len(req.Descriptors) == 0 || len(req.Descriptors) > MaxDescriptors {
 		return ErrBounds
 	}
@@ -213,14 +217,14 @@ type plan struct {
 // plan finds what decides descriptor d: its own limit if Envoy sent one
 // (for a domain of the configuration, as envoyproxy/ratelimit does), else
 // the rule it matches.
-func (s *Service) plan(cfg *rlsconfig.Config, req *rlsv3.RateLimitRequest, d *rlcommonv3.RateLimitDescriptor) (plan, *ratelimit.ValidationError) {
+func (s *Service) plan(cfg *rlsconfig.Config, req *rlsv3.RateLimitRequest, d *rlcommonv3.RateLimitDescriptor) (plan, error) {
 	cost := int64(1)
 	if req.HitsAddend > 0 {
 		cost = int64(req.HitsAddend)
 	}
 	if h := d.GetHitsAddend(); h != nil {
-		if h.Value > ratelimit.MaxCost {
-			return plan{}, &ratelimit.ValidationError{Field: "hits_addend", Rule: fmt.Sprintf("must be at most %d", int64(ratelimit.MaxCost))}
+		if err := ratelimit.CheckCost("hits_addend", int64(min(h.Value, ratelimit.MaxCost+1))); err != nil {
+			return plan{}, err
 		}
 		cost = int64(h.Value) // an explicit 0 checks without counting
 	}

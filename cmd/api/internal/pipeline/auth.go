@@ -22,7 +22,7 @@ const maxWorkspaceLength = 191
 // The two ways authentication fails. Adapters word them for their
 // protocol; both are KindUnauthenticated.
 var (
-	ErrMissingToken = errors.New("missing bearer token")
+	ErrMissingToken = errors.New("missing bearer token: send an Authorization: Bearer <token> header")
 	ErrUnknownToken = errors.New("unknown bearer token")
 )
 

@@ -3,9 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -56,31 +54,28 @@ func (c *Call) validate() (ratelimit.Request, error) {
 	if maxID == 0 {
 		maxID = ratelimit.MaxNameLength
 	}
-	if n := utf8.RuneCountInString(r.Identifier); n > ratelimit.MaxNameLength {
-		if n > maxID || !utf8.ValidString(r.Identifier) || strings.ContainsFunc(r.Identifier, isControl) {
-			return ratelimit.Request{}, &ratelimit.ValidationError{Field: "identifier",
-				Rule: fmt.Sprintf("must be 1 to %d characters of valid UTF-8 without control characters", maxID)}
-		}
-		// The rest of the request is checked below, with the digest.
-		r.Identifier = CounterIdentifier(r.Identifier)
-	}
 	maxDuration := c.MaxDuration
 	if maxDuration == 0 {
 		maxDuration = ratelimit.MaxDuration
 	}
-	if c.ZeroLimit && r.Limit == 0 {
-		r.Limit = 1 // for the check of the rest
-	}
-	if err := r.ValidateWithin(maxDuration); err != nil {
+	if err := ratelimit.CheckName("namespace", r.Namespace, ratelimit.MaxNameLength); err != nil {
 		return ratelimit.Request{}, err
 	}
-	r.Limit = c.Request.Limit
-	r.Identifier = CounterIdentifier(c.Request.Identifier)
+	if err := ratelimit.CheckName("identifier", r.Identifier, maxID); err != nil {
+		return ratelimit.Request{}, err
+	}
+	if err := ratelimit.CheckLimit("limit", r.Limit, c.ZeroLimit); err != nil {
+		return ratelimit.Request{}, err
+	}
+	if err := ratelimit.CheckDuration("duration", r.Duration, maxDuration); err != nil {
+		return ratelimit.Request{}, err
+	}
+	if err := ratelimit.CheckCost("cost", r.Cost); err != nil {
+		return ratelimit.Request{}, err
+	}
+	r.Identifier = CounterIdentifier(r.Identifier)
 	return r, nil
 }
-
-// isControl reports a C0 or C1 control character, which no name may hold.
-func isControl(r rune) bool { return r < 0x20 || (r >= 0x7f && r < 0xa0) }
 
 // override replaces r's limit and duration by those of the override that
 // matches identifier (as the caller sent it), and returns its id.
@@ -131,17 +126,14 @@ func (p *Pipeline) decide(ctx context.Context, r *ratelimit.Request, identifier 
 // validateEach validates a batch of at most max calls, naming an offending
 // one by its place ("limits[2].cost").
 func validateEach(calls []Call, max int) ([]ratelimit.Request, error) {
-	if len(calls) == 0 || len(calls) > max {
-		return nil, &ratelimit.ValidationError{Field: "limits", Rule: fmt.Sprintf("must hold 1 to %d limits", max)}
+	if err := ratelimit.CheckBatchSize("limits", len(calls), max); err != nil {
+		return nil, err
 	}
 	reqs := make([]ratelimit.Request, len(calls))
 	for i := range calls {
 		r, err := calls[i].validate()
 		if err != nil {
-			if ve, ok := err.(*ratelimit.ValidationError); ok {
-				return nil, &ratelimit.ValidationError{Field: fmt.Sprintf("limits[%d].%s", i, ve.Field), Rule: ve.Rule}
-			}
-			return nil, err
+			return nil, ratelimit.InEntry("limits", i, err)
 		}
 		reqs[i] = r
 	}

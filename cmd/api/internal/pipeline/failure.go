@@ -96,6 +96,7 @@ func exhaustedMessage(err error) (string, bool) {
 	return "", false
 }
 
-// ErrBusy refuses a request for want of decode budget: too many large
-// requests are being read at once. The caller may retry.
+// ErrBusy is the decode budget's refusal (see package transport): too many
+// large requests are being read at once. It is KindResourceExhausted on
+// every route; the caller may retry.
 var ErrBusy = errors.New("server busy: too many large requests are being read at once; retry shortly")

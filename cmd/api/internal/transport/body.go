@@ -1,4 +1,4 @@
-package main
+package transport
 
 import (
 	"compress/gzip"
@@ -9,29 +9,36 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
-// errBodyTooLarge is the validation error of an oversized request message.
-// It is a Connect error so that connect-go hands it to the client as it is,
-// with the code every other validation error has, in whichever protocol the
-// client speaks.
-var errBodyTooLarge = connect.NewError(connect.CodeInvalidArgument,
-	fmt.Errorf("request body: must be at most %d bytes (1 MiB)", maxRequestBytes))
+// MaxRequestBytes bounds a request message: 100 limits of two
+// 255-character names take under 120 KiB, and a BatchLimit of a thousand
+// about 520 KiB, so 1 MiB is generous.
+const MaxRequestBytes = 1 << 20
+
+// ErrBodyTooLarge refuses a request message over [MaxRequestBytes], on the
+// wire or once decompressed: a validation error of the field "request
+// body", inside a Connect error of its code so that connect-go hands it to
+// the client as it is, in whichever protocol the client speaks.
+var ErrBodyTooLarge = connect.NewError(connect.CodeInvalidArgument, &ratelimit.ValidationError{
+	Field: "request body", Rule: fmt.Sprintf("must be at most %d bytes (1 MiB)", MaxRequestBytes)})
 
 // grpcEnvelopeBytes is the prefix gRPC and gRPC-Web put before a message: a
 // flags byte and a 4-byte length. The cap is on the message, so a gRPC body
 // may be this much longer.
 const grpcEnvelopeBytes = 5
 
-// limitBody caps the request body at maxRequestBytes of message: the body
-// itself for Connect, the body less its envelope for gRPC and gRPC-Web.
-// Reading past the cap fails with errBodyTooLarge; nothing of such a request
-// is decoded or counted. Compressed messages are capped after decompression
-// by cappedGzip. The bytes read come out of budget until the request is
-// answered.
-func limitBody(budget *decodeBudget, next http.Handler) http.Handler {
+// limitBody caps the request body at MaxRequestBytes of message: the body
+// itself for Connect and JSON, the body less its envelope for gRPC and
+// gRPC-Web. Reading past the cap fails with ErrBodyTooLarge; nothing of such
+// a request is decoded or counted. Compressed messages are capped after
+// decompression by the codecs' gzip (see [HandlerOptions]). The bytes read
+// come out of budget until the request is answered.
+func limitBody(budget *Budget, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		limit := int64(maxRequestBytes)
+		limit := int64(MaxRequestBytes)
 		if strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
 			limit += grpcEnvelopeBytes
 		}
@@ -57,14 +64,14 @@ func (b *cappedBody) Read(p []byte) (int, error) {
 }
 
 // readCapped reads from r into p while *left allows, and fails with
-// errBodyTooLarge once r has more to give than *left.
+// ErrBodyTooLarge once r has more to give than *left.
 func readCapped(r io.Reader, left *int64, p []byte) (int, error) {
 	if *left <= 0 {
 		// At the cap: the message is fine only if nothing follows.
 		var one [1]byte
 		n, err := r.Read(one[:])
 		if n > 0 {
-			return 0, errBodyTooLarge
+			return 0, ErrBodyTooLarge
 		}
 		if err == nil {
 			err = io.ErrNoProgress
@@ -83,18 +90,13 @@ func readCapped(r io.Reader, left *int64, p []byte) (int, error) {
 }
 
 // cappedGzip is the gzip decompressor of the API: it stops with
-// errBodyTooLarge once a message expands past maxRequestBytes, so a small
+// ErrBodyTooLarge once a message expands past MaxRequestBytes, so a small
 // body that inflates to gigabytes costs at most 1 MiB of work. What it
 // produces comes out of the decode budget until it is closed.
 type cappedGzip struct {
 	gz    gzip.Reader
 	left  int64
 	lease lease
-}
-
-// newCappedGzip returns the constructor of decompressors drawing on budget.
-func newCappedGzip(budget *decodeBudget) func() connect.Decompressor {
-	return func() connect.Decompressor { return &cappedGzip{lease: lease{budget: budget}} }
 }
 
 func (d *cappedGzip) Read(p []byte) (int, error) {
@@ -112,9 +114,6 @@ func (d *cappedGzip) Close() error {
 
 func (d *cappedGzip) Reset(r io.Reader) error {
 	d.lease.release()
-	d.left = maxRequestBytes
+	d.left = MaxRequestBytes
 	return d.gz.Reset(r)
 }
-
-// newGzipCompressor returns the compressor of answers (the standard one).
-func newGzipCompressor() connect.Compressor { return gzip.NewWriter(nil) }

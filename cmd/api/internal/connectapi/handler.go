@@ -1,0 +1,129 @@
+// Package connectapi is the adapter of ratelimit.v1.RatelimitService, the
+// API's own protocol, onto the request pipeline: Connect (JSON or
+// protobuf, which curl and browsers speak), gRPC and gRPC-Web through
+// connect-go on the main port, and gRPC through grpc-go on UNKEY_GRPC_ADDR.
+// It translates the service's messages to the pipeline's calls and the
+// decisions back; the shared HTTP layer (package transport) authenticates,
+// caps and recovers, and answers failures by its gRPC table.
+package connectapi
+
+import (
+	"context"
+	"net/http"
+
+	"connectrpc.com/connect"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
+	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
+	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
+)
+
+// Handler serves RatelimitService on a layer's pipeline.
+type Handler struct {
+	layer    *transport.Layer
+	pipeline *pipeline.Pipeline
+}
+
+var _ ratelimitv1connect.RatelimitServiceHandler = (*Handler)(nil)
+
+// New returns the service on l's pipeline.
+func New(l *transport.Layer) *Handler { return &Handler{layer: l, pipeline: l.Pipeline()} }
+
+// Register serves the service on mux behind the layer: Connect, gRPC and
+// gRPC-Web on one path prefix.
+func (h *Handler) Register(mux *http.ServeMux) {
+	path, service := ratelimitv1connect.NewRatelimitServiceHandler(h, h.layer.HandlerOptions(Codecs)...)
+	mux.Handle(path, h.layer.Route(h.layer.ConnectRenderer(), service))
+}
+
+// fail answers err, the failure of procedure, by the layer's gRPC table.
+func (h *Handler) fail(ctx context.Context, procedure string, err error) error {
+	return h.layer.ConnectError(ctx, procedure, err)
+}
+
+// Limit implements RatelimitService.Limit.
+func (h *Handler) Limit(ctx context.Context, req *connect.Request[ratelimitv1.LimitRequest]) (*connect.Response[ratelimitv1.LimitResponse], error) {
+	d, err := h.pipeline.Limit(ctx, pipeline.Call{Request: toRequest(pipeline.Workspace(ctx), req.Msg)})
+	if err != nil {
+		return nil, h.fail(ctx, ratelimitv1connect.RatelimitServiceLimitProcedure, err)
+	}
+	return connect.NewResponse(&ratelimitv1.LimitResponse{
+		Success:    d.Success,
+		Limit:      d.Limit,
+		Remaining:  d.Remaining,
+		Reset_:     d.Reset.UnixMilli(),
+		RetryAfter: d.RetryAfter.Milliseconds(),
+		OverrideId: d.OverrideID,
+	}), nil
+}
+
+// MultiLimit implements RatelimitService.MultiLimit.
+func (h *Handler) MultiLimit(ctx context.Context, req *connect.Request[ratelimitv1.MultiLimitRequest]) (*connect.Response[ratelimitv1.MultiLimitResponse], error) {
+	ws := pipeline.Workspace(ctx)
+	m, err := h.pipeline.Multi(ctx, ws, calls(ws, req.Msg.Limits))
+	if err != nil {
+		return nil, h.fail(ctx, ratelimitv1connect.RatelimitServiceMultiLimitProcedure, err)
+	}
+	out := &ratelimitv1.MultiLimitResponse{Passed: m.Passed, Results: make([]*ratelimitv1.MultiLimitResult, len(m.Results))}
+	for i, d := range m.Results {
+		out.Results[i] = result(req.Msg.Limits[i], d)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// BatchLimit implements RatelimitService.BatchLimit: each request is decided
+// and counted on its own, as a Limit call would be, in one round trip (see
+// pipeline.Batch).
+func (h *Handler) BatchLimit(ctx context.Context, req *connect.Request[ratelimitv1.BatchLimitRequest]) (*connect.Response[ratelimitv1.BatchLimitResponse], error) {
+	ws := pipeline.Workspace(ctx)
+	ds, err := h.pipeline.Batch(ctx, ws, calls(ws, req.Msg.Limits))
+	if err != nil {
+		return nil, h.fail(ctx, ratelimitv1connect.RatelimitServiceBatchLimitProcedure, err)
+	}
+	out := &ratelimitv1.BatchLimitResponse{Results: make([]*ratelimitv1.MultiLimitResult, len(ds))}
+	for i, d := range ds {
+		out.Results[i] = result(req.Msg.Limits[i], d)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// toRequest converts an API request. An absent cost means 1.
+func toRequest(workspace string, m *ratelimitv1.LimitRequest) ratelimit.Request {
+	cost := int64(1)
+	if m != nil && m.Cost != nil {
+		cost = *m.Cost
+	}
+	return ratelimit.Request{
+		Workspace:  workspace,
+		Namespace:  m.GetNamespace(),
+		Identifier: m.GetIdentifier(),
+		Limit:      m.GetLimit(),
+		Duration:   pipeline.Milliseconds(m.GetDuration()),
+		Cost:       cost,
+	}
+}
+
+// calls converts the requests of a batch.
+func calls(workspace string, limits []*ratelimitv1.LimitRequest) []pipeline.Call {
+	out := make([]pipeline.Call, len(limits))
+	for i, l := range limits {
+		out[i] = pipeline.Call{Request: toRequest(workspace, l)}
+	}
+	return out
+}
+
+// result answers one entry of a batch, repeating its key as sent.
+func result(l *ratelimitv1.LimitRequest, d pipeline.Decision) *ratelimitv1.MultiLimitResult {
+	return &ratelimitv1.MultiLimitResult{
+		Namespace:  l.GetNamespace(),
+		Identifier: l.GetIdentifier(),
+		Success:    d.Success,
+		Limit:      d.Limit,
+		Remaining:  d.Remaining,
+		Reset_:     d.Reset.UnixMilli(),
+		RetryAfter: d.RetryAfter.Milliseconds(),
+		OverrideId: d.OverrideID,
+	}
+}

@@ -1,0 +1,180 @@
+package envoyrls
+
+import (
+	"context"
+	"io"
+	"net/http"
+
+	"connectrpc.com/connect"
+	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
+)
+
+// ServiceName and Procedure name Envoy's rate limit service and its one
+// method.
+var (
+	ServiceName = rlsv3.RateLimitService_ServiceDesc.ServiceName
+	Procedure   = "/" + ServiceName + "/ShouldRateLimit"
+)
+
+// Codecs are the service's hooks into the layer's codecs: a request whose
+// encoding holds more descriptors or entries than a request may is
+// refused before it is decoded.
+var Codecs = transport.Codecs{Decode: refuseOversized}
+
+// Register serves ShouldRateLimit on mux behind l: gRPC (as Envoy calls
+// it), gRPC-Web and Connect at Procedure, and envoyproxy/ratelimit's
+// POST /json.
+func (s *Service) Register(mux *http.ServeMux, l *transport.Layer) {
+	mux.Handle(Procedure, l.Route(l.ConnectRenderer(), connect.NewUnaryHandler(Procedure,
+		func(ctx context.Context, req *connect.Request[rlsv3.RateLimitRequest]) (*connect.Response[rlsv3.RateLimitResponse], error) {
+			resp, err := s.ShouldRateLimit(ctx, req.Msg)
+			if err != nil {
+				return nil, l.ConnectError(ctx, Procedure, err)
+			}
+			return connect.NewResponse(resp), nil
+		}, l.HandlerOptions(Codecs)...)))
+	render := func(w http.ResponseWriter, r *http.Request, err error) { writeJSONError(w, l, r, err) }
+	mux.Handle("POST /json", l.Route(render, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.serveJSON(w, r, l)
+	})))
+}
+
+// RegisterGRPC serves ShouldRateLimit on a grpc-go server of the layer
+// (see [transport.Layer.GRPCServer]); its failures are answered there.
+func (s *Service) RegisterGRPC(srv *grpc.Server) {
+	rlsv3.RegisterRateLimitServiceServer(srv, grpcService{s: s})
+}
+
+type grpcService struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	s *Service
+}
+
+func (g grpcService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	return g.s.ShouldRateLimit(ctx, req)
+}
+
+// serveJSON serves envoyproxy/ratelimit's /json endpoint: a
+// RateLimitRequest in protobuf's JSON mapping, answered with the
+// RateLimitResponse, status 200 if it is OK and 429 if over the limit.
+func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request, l *transport.Layer) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		writeJSONError(w, l, r, err)
+		return
+	}
+	var req rlsv3.RateLimitRequest
+	if !refuseOversized(body, &req, true) {
+		if err := protojson.Unmarshal(body, &req); err != nil {
+			http.Error(w, "request body: must be a RateLimitRequest in JSON: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+	}
+	resp, err := s.ShouldRateLimit(r.Context(), &req)
+	if err != nil {
+		writeJSONError(w, l, r, err)
+		return
+	}
+	out, err := protojson.Marshal(resp)
+	if err != nil {
+		writeJSONError(w, l, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		w.WriteHeader(http.StatusTooManyRequests)
+	}
+	w.Write(out)
+}
+
+// jsonStatus is the HTTP status of each kind of failure on /json.
+var jsonStatus = [...]int{
+	pipeline.KindInternal:          http.StatusInternalServerError,
+	pipeline.KindInvalidArgument:   http.StatusBadRequest,
+	pipeline.KindUnauthenticated:   http.StatusUnauthorized,
+	pipeline.KindNotFound:          http.StatusNotFound,
+	pipeline.KindResourceExhausted: http.StatusTooManyRequests,
+	pipeline.KindCanceled:          499,
+	pipeline.KindDeadlineExceeded:  http.StatusGatewayTimeout,
+}
+
+// writeJSONError answers a failure on /json in plain text, as
+// envoyproxy/ratelimit does, with the status of its kind.
+func writeJSONError(w http.ResponseWriter, l *transport.Layer, r *http.Request, err error) {
+	f := l.Classify(r.Context(), "/json", "", err)
+	msg := f.Message
+	if f.Kind == pipeline.KindInternal {
+		msg = transport.InternalMessage(f.RequestID)
+	}
+	http.Error(w, msg, jsonStatus[f.Kind])
+}
+
+// Field numbers of RateLimitRequest.descriptors and
+// RateLimitDescriptor.entries.
+const descriptorsField, entriesField = 2, 1
+
+// refuseOversized reports whether an encoded RateLimitRequest holds more
+// descriptors, or more entries in all, than a request may, counted in the
+// encoding before anything is decoded; it then leaves msg with one
+// descriptor more than allowed, which validate refuses with ErrBounds. In
+// JSON it counts the elements of every array at any depth: the
+// descriptors and their entries. 1 MiB of `{},` entries would otherwise
+// become hundreds of thousands of messages before validation refused them.
+func refuseOversized(data []byte, msg any, json bool) bool {
+	m, ok := msg.(*rlsv3.RateLimitRequest)
+	if !ok {
+		return false
+	}
+	var over bool
+	if json {
+		const most = MaxDescriptors * (MaxEntries + 1)
+		over = transport.JSONValues(data, transport.EveryArray, most) > most
+	} else {
+		over = protoTooLarge(data)
+	}
+	if over {
+		m.Reset()
+		m.Descriptors = make([]*rlcommonv3.RateLimitDescriptor, MaxDescriptors+1)
+	}
+	return over
+}
+
+// protoTooLarge reports whether the protobuf encoding of a RateLimitRequest
+// holds more descriptors, or more entries in all, than a request may. A
+// malformed encoding is not: proto.Unmarshal says what is wrong.
+func protoTooLarge(data []byte) bool {
+	descriptors, entries := 0, 0
+	for len(data) > 0 {
+		num, typ, n := protowire.ConsumeTag(data)
+		if n < 0 {
+			return false
+		}
+		data = data[n:]
+		if num == descriptorsField && typ == protowire.BytesType {
+			d, m := protowire.ConsumeBytes(data)
+			if m < 0 {
+				return false
+			}
+			descriptors++
+			entries += transport.ProtoFields(d, entriesField, MaxEntries+1)
+			if descriptors > MaxDescriptors || entries > MaxDescriptors*MaxEntries {
+				return true
+			}
+			data = data[m:]
+			continue
+		}
+		m := protowire.ConsumeFieldValue(num, typ, data)
+		if m < 0 {
+			return false
+		}
+		data = data[m:]
+	}
+	return false
+}

@@ -1,0 +1,119 @@
+package transport
+
+import (
+	"compress/gzip"
+	"fmt"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+// Codecs are an adapter's own handling of the messages it knows, before
+// and instead of the generic protobuf and JSON codecs.
+type Codecs struct {
+	// Decode, if set, is given every encoded request message before it is
+	// decoded, with json true for JSON; it reports whether it took care
+	// of msg itself. An adapter refuses an oversized batch there, counting
+	// its entries in the encoding and leaving msg with one entry more than
+	// its RPC allows instead of decoding it, so that validation refuses it
+	// by the rule of any request over the bound; or decodes a common shape
+	// without reflection.
+	Decode func(data []byte, msg any, json bool) bool
+	// EncodeJSON, if set, is given every answer before it is encoded as
+	// JSON, and returns its encoding if it took care of it.
+	EncodeJSON func(msg any) ([]byte, bool)
+}
+
+// compressMinBytes is the smallest answer compressed for a client that
+// accepts gzip.
+const compressMinBytes = 1024
+
+// HandlerOptions returns the connect-go handler options of every route of
+// the layer: c's codecs for protobuf and JSON, and gzip capped at
+// [MaxRequestBytes] once decompressed.
+//
+// The 1 MiB cap on a message is the layer's (on the wire) and its gzip's
+// (after decompression), not connect-go's read limit: theirs answers
+// invalid_argument with the documented message in every protocol, and caps
+// the message, not a gRPC envelope. An answer is tens of bytes: compressing
+// it costs more CPU (about a sixth of a gRPC call's) than it saves on the
+// wire, so only answers of a kilobyte or more (large batches) are
+// compressed for the clients that accept it.
+func (l *Layer) HandlerOptions(c Codecs) []connect.HandlerOption {
+	return []connect.HandlerOption{
+		connect.WithCompression("gzip",
+			func() connect.Decompressor { return &cappedGzip{lease: lease{budget: l.budget}} },
+			func() connect.Compressor { return gzip.NewWriter(nil) }),
+		connect.WithCompressMinBytes(compressMinBytes),
+		connect.WithCodec(protoCodec{c}),
+		connect.WithCodec(jsonCodec{name: "json", c: c}),
+		connect.WithCodec(jsonCodec{name: "json; charset=utf-8", c: c}),
+	}
+}
+
+// protoCodec is connect-go's protobuf codec, with the adapter's Decode
+// first.
+type protoCodec struct{ c Codecs }
+
+func (protoCodec) Name() string { return "proto" }
+
+func (protoCodec) Marshal(v any) ([]byte, error) {
+	msg, ok := v.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("marshal %T: not a protobuf message", v)
+	}
+	return proto.Marshal(msg)
+}
+
+func (p protoCodec) Unmarshal(data []byte, v any) error {
+	msg, ok := v.(proto.Message)
+	if !ok {
+		return fmt.Errorf("unmarshal into %T: not a protobuf message", v)
+	}
+	if p.c.Decode != nil && p.c.Decode(data, v, false) {
+		return nil
+	}
+	return proto.Unmarshal(data, msg)
+}
+
+// jsonCodec is connect-go's JSON codec with the adapter's hooks first and
+// one change: it writes fields that hold their zero value. A denial then
+// reads "success": false and a pass "retryAfter": "0" instead of leaving
+// the keys out, which is what a person with curl (or a client in a loosely
+// typed language) expects. 64-bit integers stay strings, as the protobuf
+// JSON mapping requires. Unknown fields are ignored, as connect-go's own
+// codec ignores them.
+type jsonCodec struct {
+	name string
+	c    Codecs
+}
+
+func (j jsonCodec) Name() string { return j.name }
+
+func (j jsonCodec) Marshal(v any) ([]byte, error) {
+	if j.c.EncodeJSON != nil {
+		if b, ok := j.c.EncodeJSON(v); ok {
+			return b, nil
+		}
+	}
+	msg, ok := v.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("marshal %T: not a protobuf message", v)
+	}
+	return protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(msg)
+}
+
+func (j jsonCodec) Unmarshal(data []byte, v any) error {
+	msg, ok := v.(proto.Message)
+	if !ok {
+		return fmt.Errorf("unmarshal into %T: not a protobuf message", v)
+	}
+	if len(data) == 0 {
+		return fmt.Errorf("unmarshal %T: empty JSON body", v)
+	}
+	if j.c.Decode != nil && j.c.Decode(data, v, true) {
+		return nil
+	}
+	return protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(data, msg)
+}

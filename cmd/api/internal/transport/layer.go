@@ -1,0 +1,81 @@
+package transport
+
+import (
+	"log/slog"
+	"net/http"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+)
+
+// Layer is the shared HTTP layer of one server: the pipeline that
+// authenticates callers, the decode budget of its requests and the log of
+// its failures.
+type Layer struct {
+	pipeline *pipeline.Pipeline
+	budget   *Budget
+	logger   *slog.Logger
+}
+
+// NewLayer returns the layer of a server deciding on p, reading requests
+// within budget and logging to logger.
+func NewLayer(p *pipeline.Pipeline, budget *Budget, logger *slog.Logger) *Layer {
+	return &Layer{pipeline: p, budget: budget, logger: logger}
+}
+
+// Pipeline returns the pipeline the layer authenticates with, for the
+// adapters' calls.
+func (l *Layer) Pipeline() *pipeline.Pipeline { return l.pipeline }
+
+// Renderer answers err, the failure of the request r, in an adapter's
+// protocol: a missing or unknown token, a body over the cap or past the
+// budget, a panic, or any error of the pipeline. Renderers sort err with
+// [Layer.Classify].
+type Renderer func(w http.ResponseWriter, r *http.Request, err error)
+
+// Route returns next behind the layer, in this order: a panic is recovered
+// and rendered; the caller is authenticated from its headers before any of
+// the body is read (its workspace is then in the request's context, see
+// [pipeline.Workspace]); the body is capped at [MaxRequestBytes] and its
+// bytes come out of the decode budget. render answers each failure in
+// next's protocol.
+func (l *Layer) Route(render Renderer, next http.Handler) http.Handler {
+	return l.recover(render, l.authenticate(render, limitBody(l.budget, next)))
+}
+
+// authenticate resolves the caller's workspace from its bearer token before
+// any of the request body is read or decoded, so an unauthenticated caller
+// costs a header lookup and a hash (see pipeline.Authenticate).
+func (l *Layer) authenticate(render Renderer, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := l.pipeline.Authenticate(r.Header.Get("Authorization"))
+		if err != nil {
+			if r.ProtoMajor == 1 {
+				// Otherwise net/http reads what is left of the body
+				// before answering, to keep the connection: a caller
+				// that never sends it would hold the answer back.
+				w.Header().Set("Connection", "close")
+			}
+			render(w, r, err)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(pipeline.WithWorkspace(r.Context(), ws)))
+	})
+}
+
+// recover answers a panic of next as an internal error, logged with its
+// stack under a request id, instead of letting net/http drop the
+// connection. http.ErrAbortHandler is net/http's own way to abort an
+// answer: it panics on, as connect-go lets it.
+func (l *Layer) recover(render Renderer, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				render(w, r, l.panicked(r.Context(), r.URL.Path, p))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,133 @@
+package unkeyv2
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"unicode/utf8"
+
+	json "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit"
+)
+
+// strict decodes as Unkey's OpenAPI spec describes every body
+// (additionalProperties: false), with Go's json v2: a member that is not a
+// field of the request is refused, and so, by json v2's defaults, are a
+// name given twice, a name in another case than the field's (encoding/json
+// would match {"IDENTIFIER": …} to identifier, the last one winning),
+// invalid UTF-8 and an escaped lone UTF-16 surrogate (\ud800), which
+// encoding/json turns into U+FFFD, so that they would share a counter
+// with the literal character.
+var strict = json.RejectUnknownMembers(true)
+
+// decode decodes body into v, a pointer to a request struct or to a slice
+// of them, strictly. Its errors are validation errors naming the field as
+// a location in the body (body.limit, body[1].cost) and the rule in JSON's
+// terms, never Go's.
+func decode(body []byte, v any) error {
+	if !utf8.Valid(body) {
+		return &ratelimit.ValidationError{Field: "body", Rule: "must be valid UTF-8"}
+	}
+	want := reflect.TypeOf(v).Elem()
+	if i := firstByte(body); i >= 0 && body[i] == 'n' {
+		return &ratelimit.ValidationError{Field: "body", Rule: "must be " + kindOf(want)}
+	}
+	if err := json.Unmarshal(body, v, strict); err != nil {
+		return decodeError(want, err)
+	}
+	return nil
+}
+
+// firstByte returns the index of the first byte of body that is not JSON
+// white space, or -1.
+func firstByte(body []byte) int {
+	for i, c := range body {
+		if c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+			return i
+		}
+	}
+	return -1
+}
+
+// decodeError words an error of json v2 decoding into t.
+func decodeError(t reflect.Type, err error) error {
+	var sem *json.SemanticError
+	var syn *jsontext.SyntacticError
+	switch {
+	case errors.As(err, &sem) && errors.Is(err, json.ErrUnknownName):
+		name := sem.JSONPointer.LastToken()
+		rule := "is not a field of this request"
+		if f := fieldFolding(t, name); f != "" {
+			rule += " (field names are case-sensitive: " + f + ")"
+		}
+		return &ratelimit.ValidationError{Field: at(t, sem.JSONPointer), Rule: rule}
+	case errors.As(err, &sem):
+		return &ratelimit.ValidationError{Field: at(t, sem.JSONPointer), Rule: "must be " + kindOf(sem.GoType)}
+	case errors.As(err, &syn) && errors.Is(err, jsontext.ErrDuplicateName):
+		return &ratelimit.ValidationError{Field: at(t, syn.JSONPointer), Rule: "must appear once"}
+	case errors.As(err, &syn) && strings.Contains(syn.Err.Error(), "surrogate"):
+		return &ratelimit.ValidationError{Field: at(t, syn.JSONPointer),
+			Rule: "must not escape a lone UTF-16 surrogate (\\ud800 to \\udfff without its pair)"}
+	case errors.As(err, &syn):
+		return &ratelimit.ValidationError{Field: "body",
+			Rule: fmt.Sprintf("must be valid JSON (%v at byte %d)", syn.Err, syn.ByteOffset)}
+	}
+	return &ratelimit.ValidationError{Field: "body", Rule: "must be valid JSON"}
+}
+
+// at returns the location that a JSON pointer names in a body of type t:
+// "" is body, /limit is body.limit, and in an array body /1/cost is
+// body[1].cost.
+func at(t reflect.Type, p jsontext.Pointer) string {
+	var b strings.Builder
+	b.WriteString("body")
+	index := t.Kind() == reflect.Slice
+	for tok := range p.Tokens() {
+		if index {
+			b.WriteString("[" + tok + "]")
+			index = false
+			continue
+		}
+		b.WriteString("." + tok)
+	}
+	return b.String()
+}
+
+// kindOf names what JSON value a Go type is decoded from.
+func kindOf(t reflect.Type) string {
+	if t == nil {
+		return "a value of another type"
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int64, reflect.Int32, reflect.Uint, reflect.Uint64, reflect.Uint32:
+		return "an integer"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Struct:
+		return "an object"
+	case reflect.Slice:
+		return "an array of objects"
+	}
+	return "a string"
+}
+
+// fieldFolding returns the field of the request type t (or of its
+// elements) whose name matches name but for case, or "".
+func fieldFolding(t reflect.Type, name string) string {
+	if t.Kind() == reflect.Slice {
+		t = t.Elem()
+	}
+	for i := range t.NumField() {
+		tag, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if strings.EqualFold(tag, name) {
+			return tag
+		}
+	}
+	return ""
+}

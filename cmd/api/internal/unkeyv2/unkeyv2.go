@@ -1,0 +1,96 @@
+// Package unkeyv2 is the adapter of Unkey's v2 ratelimit API onto the
+// request pipeline, on the same port as the Connect API, so that callers
+// of Unkey's SDKs (@unkey/ratelimit, @unkey/api) switch by changing their
+// base URL. Bodies and errors are shaped as Unkey's OpenAPI spec gives
+// them: {meta: {requestId}, data: …} on success, {meta, error: {title,
+// detail, status, type}} (with errors: [{location, message}] for 400) on
+// failure. Bodies are decoded strictly, as the spec describes every body
+// (additionalProperties: false). The bearer token maps to a workspace as
+// for the Connect API.
+package unkeyv2
+
+import (
+	"context"
+	"io"
+	"net/http"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
+)
+
+// Handler serves the v2 routes on a layer's pipeline.
+type Handler struct {
+	layer    *transport.Layer
+	pipeline *pipeline.Pipeline
+}
+
+// New returns the v2 routes on l's pipeline.
+func New(l *transport.Layer) *Handler { return &Handler{layer: l, pipeline: l.Pipeline()} }
+
+// call is one authenticated v2 request.
+type call struct {
+	workspace string
+	body      []byte
+}
+
+// Register serves the v2 routes on mux behind the layer.
+func (h *Handler) Register(mux *http.ServeMux) {
+	for path, fn := range map[string]func(context.Context, *call) (any, error){
+		"/v2/ratelimit.limit":          h.limit,
+		"/v2/ratelimit.multiLimit":     h.multiLimit,
+		"/v2/ratelimit.setOverride":    h.setOverride,
+		"/v2/ratelimit.getOverride":    h.getOverride,
+		"/v2/ratelimit.listOverrides":  h.listOverrides,
+		"/v2/ratelimit.deleteOverride": h.deleteOverride,
+	} {
+		render := func(w http.ResponseWriter, r *http.Request, err error) { h.fail(w, r, "", err) }
+		mux.Handle("POST "+path, h.layer.Route(render, h.serve(fn)))
+	}
+}
+
+// serve reads the body (capped by the layer), runs fn and writes its
+// answer or failure under a new request id.
+func (h *Handler) serve(fn func(context.Context, *call) (any, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requestID := transport.NewRequestID()
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			h.fail(w, r, requestID, err)
+			return
+		}
+		data, err := fn(r.Context(), &call{workspace: pipeline.Workspace(r.Context()), body: body})
+		if err != nil {
+			h.fail(w, r, requestID, err)
+			return
+		}
+		answer := success{Data: data, Meta: meta{RequestID: requestID}}
+		if p, ok := data.(paginated); ok {
+			answer.Data, answer.Pagination = p.data, &p.pagination
+		}
+		writeJSON(w, http.StatusOK, answer)
+	})
+}
+
+// success is the body of every answer but a failure's.
+type success struct {
+	Data       any         `json:"data"`
+	Pagination *pagination `json:"pagination,omitempty"`
+	Meta       meta        `json:"meta"`
+}
+
+type meta struct {
+	RequestID string `json:"requestId"`
+}
+
+// pagination is Unkey's pagination object, beside data.
+type pagination struct {
+	Cursor  string `json:"cursor,omitempty"`
+	HasMore bool   `json:"hasMore"`
+}
+
+// paginated is data that carries a pagination object beside it in the
+// answer.
+type paginated struct {
+	data       any
+	pagination pagination
+}
