@@ -7,10 +7,28 @@ import (
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
-// Codecs are the service's hooks into the layer's codecs: a batch whose
-// encoding holds more entries than its RPC allows is refused before it is
-// decoded (see [transport.Codecs]).
-var Codecs = transport.Codecs{Decode: refuseOversized}
+// Codecs are the service's hooks into the layer's codecs (see
+// [transport.Codecs]): a batch whose encoding holds more entries than its
+// RPC allows is refused before it is decoded, and the Limit call's JSON is
+// read and written without reflection (fastjson.go).
+var Codecs = transport.Codecs{Decode: decode, EncodeJSON: encodeJSON}
+
+// decode reads a Limit call's JSON the fast way, or refuses an oversized
+// batch, or leaves msg to the codec.
+func decode(data []byte, msg any, json bool) bool {
+	if m, ok := msg.(*ratelimitv1.LimitRequest); ok && json {
+		return fastLimitRequest(data, m)
+	}
+	return refuseOversized(data, msg, json)
+}
+
+// encodeJSON writes a Limit answer the fast way.
+func encodeJSON(msg any) ([]byte, bool) {
+	if m, ok := msg.(*ratelimitv1.LimitResponse); ok {
+		return appendLimitResponse(make([]byte, 0, 128), m), true
+	}
+	return nil, false
+}
 
 // limitsField is the field number of limits in both batch messages.
 const limitsField = 1

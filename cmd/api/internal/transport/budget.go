@@ -71,3 +71,6 @@ func (l *lease) release() {
 		l.held = 0
 	}
 }
+
+// InUse returns the bytes the budget has given out and not yet got back.
+func (b *Budget) InUse() int64 { return b.inUse.Load() }

@@ -117,3 +117,8 @@ func (j jsonCodec) Unmarshal(data []byte, v any) error {
 	}
 	return protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(data, msg)
 }
+
+// JSONCodec returns the layer's JSON codec with c's hooks, as
+// [Layer.HandlerOptions] installs it, for tests and tools that decode a
+// message as a route would.
+func JSONCodec(c Codecs) connect.Codec { return jsonCodec{name: "json", c: c} }

@@ -77,7 +77,8 @@ var countDecoders = sync.Pool{New: func() any { return new(countDecoder) }}
 
 // JSONValues counts the values of the arrays of a JSON document that a
 // names, up to stop, with jsontext's tokenizer: it reads each token once
-// and allocates nothing (the tokenizer reads the document in place and is
+// (skipping an entry whole where nothing inside it counts) and allocates
+// nothing (the tokenizer reads the document in place and is
 // reused). A malformed document stops the count, and the decoder then says
 // what is wrong. Duplicate names are not looked for here, which would
 // allocate: the decoder refuses them.
@@ -99,6 +100,13 @@ func JSONValues(data []byte, a Arrays, stop int) int {
 		}
 		if kind != ']' && kind != '}' && a.counts(&c.dec) {
 			n++
+			if a != EveryArray {
+				// Nothing inside an entry is counted: skip it whole.
+				if c.dec.SkipValue() != nil {
+					break
+				}
+				continue
+			}
 		}
 		if _, err := c.dec.ReadToken(); err != nil {
 			break

@@ -1,0 +1,126 @@
+package envoyrls_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/apitest"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
+	"github.com/unkeyed/ratelimit/services/rlsconfig"
+)
+
+const token = "tok_envoyrls_0123456789"
+
+const rules = `
+domain: edge
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 2}
+`
+
+// serve returns the main port's URL and the grpc-go port's address of a
+// service with rules.
+func serve(t *testing.T) (url, grpcAddr string) {
+	t.Helper()
+	s := apitest.New(t, apitest.WithTokens(token+"=ws"))
+	cfg, err := rlsconfig.Load(rlsconfig.File{Name: "rules.yaml", Data: []byte(rules)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := envoyrls.New(s.Pipeline, func() *rlsconfig.Config { return cfg }, s.Registry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url = s.Serve(t, func(mux *http.ServeMux) { svc.Register(mux, s.Layer) })
+	return url, s.ServeGRPC(t, envoyrls.Codecs, svc.RegisterGRPC)
+}
+
+// client dials addr with grpc-go and Envoy's generated stubs, as an
+// Envoy-based gateway's rate limit client calls the service.
+func client(t *testing.T, addr string) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return rlsv3.NewRateLimitServiceClient(conn)
+}
+
+func request(domain string, values ...string) *rlsv3.RateLimitRequest {
+	req := &rlsv3.RateLimitRequest{Domain: domain}
+	for _, v := range values {
+		req.Descriptors = append(req.Descriptors, &rlcommonv3.RateLimitDescriptor{
+			Entries: []*rlcommonv3.RateLimitDescriptor_Entry{{Key: "user", Value: v}}})
+	}
+	return req
+}
+
+// TestTransports: Envoy's ShouldRateLimit through grpc-go on the main port
+// (h2c, connect-go's server) and on the grpc-go port, and /json, decide on
+// the same counters, and answer failures alike.
+func TestTransports(t *testing.T) {
+	url, grpcAddr := serve(t)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token)
+	main, own := client(t, strings.TrimPrefix(url, "http://")), client(t, grpcAddr)
+	for i, c := range []rlsv3.RateLimitServiceClient{main, own} {
+		resp, err := c.ShouldRateLimit(ctx, request("edge", "alice"))
+		if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != uint32(1-i) {
+			t.Fatalf("call %d: %v, %v", i, resp, err)
+		}
+	}
+	status, body := postJSON(t, url, token, `{"domain":"edge","descriptors":[{"entries":[{"key":"user","value":"alice"}]}]}`)
+	if status != http.StatusTooManyRequests || !strings.Contains(body, `"overallCode":"OVER_LIMIT"`) {
+		t.Fatalf("/json, third call: %d %s, want 429 OVER_LIMIT", status, body)
+	}
+	for _, c := range []rlsv3.RateLimitServiceClient{main, own} {
+		if _, err := c.ShouldRateLimit(context.Background(), request("edge", "bob")); grpcCode(err) != codes.Unauthenticated {
+			t.Errorf("no token: %v", err)
+		}
+		if _, err := c.ShouldRateLimit(ctx, request("", "bob")); grpcCode(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "domain: must not be empty") {
+			t.Errorf("no domain: %v", err)
+		}
+		if _, err := c.ShouldRateLimit(ctx, request("edge", make([]string, envoyrls.MaxDescriptors+1)...)); grpcCode(err) != codes.InvalidArgument ||
+			!strings.Contains(err.Error(), "descriptors: must hold 1 to 100 descriptors") {
+			t.Errorf("101 descriptors: %v", err)
+		}
+	}
+	if status, body := postJSON(t, url, "", `{}`); status != http.StatusUnauthorized {
+		t.Errorf("/json without a token: %d %s", status, body)
+	}
+	if status, body := postJSON(t, url, token, `{"domain":"edge","descriptors":[{"entries":[`+strings.Repeat(`{},`, 5000)+`{}]}]}`); status != http.StatusBadRequest ||
+		!strings.Contains(body, "descriptors: must hold 1 to 100 descriptors of 1 to 32 entries each") {
+		t.Errorf("/json with 5,001 entries: %d %s", status, body)
+	}
+}
+
+func grpcCode(err error) codes.Code { return status.Code(err) }
+
+func postJSON(t *testing.T, url, token, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest("POST", url+"/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(raw)
+}

@@ -1,0 +1,133 @@
+package transport_test
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/apitest"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/connectapi"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/unkeyv2"
+	"github.com/unkeyed/ratelimit/internal/poll"
+	"github.com/unkeyed/ratelimit/services/rlsconfig"
+)
+
+// serveAll serves every adapter behind the stack's layer.
+func serveAll(t *testing.T, s *apitest.Stack) string {
+	t.Helper()
+	cfg, err := rlsconfig.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rls, err := envoyrls.New(s.Pipeline, func() *rlsconfig.Config { return cfg }, s.Registry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Serve(t, func(mux *http.ServeMux) {
+		connectapi.New(s.Layer).Register(mux)
+		unkeyv2.New(s.Layer).Register(mux)
+		rls.Register(mux, s.Layer)
+	})
+}
+
+func post(t *testing.T, url, contentType string, body io.Reader) (int, string) {
+	t.Helper()
+	resp, err := http.Post(url, contentType, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(raw)
+}
+
+// TestDecodeBudgetIsShared: with the budget held by a request being read,
+// another request is refused alike on every route, resource_exhausted (429)
+// naming the cause, and once the first is answered the budget is whole
+// again.
+func TestDecodeBudgetIsShared(t *testing.T) {
+	s := apitest.New(t, apitest.WithBudget(4096))
+	url := serveAll(t, s)
+	// A request that sends 4,000 bytes of its body and waits holds them.
+	pr, pw := io.Pipe()
+	held := make(chan struct{})
+	go func() {
+		defer close(held)
+		if resp, err := http.Post(url+"/v2/ratelimit.limit", "application/json", pr); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	pw.Write([]byte(`{"namespace":"` + strings.Repeat("n", 3990)))
+	poll.Until(t, 5*time.Second, "the first request to hold its body", func() bool { return s.Budget.InUse() >= 3990 })
+
+	body := `{"namespace":"ns","identifier":"` + strings.Repeat("x", 200) + `","limit":10,"duration":60000}`
+	for _, tc := range []struct{ path, contentType, want string }{
+		{"/ratelimit.v1.RatelimitService/Limit", "application/json", `"code":"resource_exhausted"`},
+		{"/v2/ratelimit.limit", "application/json", `"type":"https://unkey.com/docs/errors/unkey/application/resource_exhausted"`},
+		{"/json", "application/json", "server busy"},
+		{envoyrls.Procedure, "application/json", `"code":"resource_exhausted"`},
+	} {
+		status, out := post(t, url+tc.path, tc.contentType, strings.NewReader(body))
+		if status != http.StatusTooManyRequests || !strings.Contains(out, tc.want) || !strings.Contains(out, "server busy") {
+			t.Errorf("%s with the budget spent: %d %s, want 429 %s", tc.path, status, out, tc.want)
+		}
+	}
+	pw.CloseWithError(errors.New("gone"))
+	<-held
+	poll.Until(t, 5*time.Second, "the budget to be whole again", func() bool { return s.Budget.InUse() == 0 })
+	if status, out := post(t, url+"/ratelimit.v1.RatelimitService/Limit", "application/json", strings.NewReader(body)); status != http.StatusOK {
+		t.Fatalf("Limit with the budget given back: %d %s", status, out)
+	}
+}
+
+// TestBodyCap: a body over 1 MiB is refused by one rule on every route,
+// invalid_argument (400).
+func TestBodyCap(t *testing.T) {
+	s := apitest.New(t)
+	url := serveAll(t, s)
+	big := `{"namespace":"` + strings.Repeat("n", 1<<20) + `"}`
+	for _, path := range []string{"/ratelimit.v1.RatelimitService/Limit", "/v2/ratelimit.limit", "/json", envoyrls.Procedure} {
+		status, out := post(t, url+path, "application/json", strings.NewReader(big))
+		if status != http.StatusBadRequest || !strings.Contains(out, "must be at most 1048576 bytes (1 MiB)") {
+			t.Errorf("%s with 1 MiB and more: %d %.200s", path, status, out)
+		}
+	}
+}
+
+// TestRecover: a route that panics is answered as an internal error in its
+// protocol, with a request id the log has the panic and its stack under;
+// http.ErrAbortHandler aborts the answer as net/http means it to, and is
+// not logged as a failure.
+func TestRecover(t *testing.T) {
+	s := apitest.New(t)
+	url := s.Serve(t, func(mux *http.ServeMux) {
+		mux.Handle("/panic", s.Layer.Route(s.Layer.ConnectRenderer(), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+			panic("something broke")
+		})))
+		mux.Handle("/abort", s.Layer.Route(s.Layer.ConnectRenderer(), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+			panic(http.ErrAbortHandler)
+		})))
+	})
+	status, out := post(t, url+"/panic", "application/json", strings.NewReader("{}"))
+	_, id, _ := strings.Cut(out, "request id ")
+	id = strings.TrimSuffix(id, `"}`)
+	if status != http.StatusInternalServerError || !strings.Contains(out, `"code":"internal"`) || !strings.HasPrefix(id, "req_") ||
+		strings.Contains(out, "something broke") {
+		t.Fatalf("a panic: %d %s, want an opaque internal error with a request id", status, out)
+	}
+	if log := s.Log.String(); !strings.Contains(log, "request_id="+id) || !strings.Contains(log, "something broke") || !strings.Contains(log, "goroutine") {
+		t.Fatalf("the log does not have the panic under %s: %s", id, log)
+	}
+	before := s.Log.String()
+	if resp, err := http.Post(url+"/abort", "application/json", strings.NewReader("{}")); err == nil {
+		resp.Body.Close()
+		t.Fatalf("an aborted answer reached the client: %d", resp.StatusCode)
+	}
+	if s.Log.String() != before {
+		t.Fatalf("an abort was logged as a failure: %s", strings.TrimPrefix(s.Log.String(), before))
+	}
+}
