@@ -11,8 +11,8 @@
 // and 3), "user_7" takes "user_*", and "bot_42" takes "*_42".
 //
 // A [Registry] keeps every override in memory and answers
-// [Registry.Lookup] without I/O. For a fleet it writes through to a store
-// ([store.Overrides]; MySQL in package mysqlstore) and [Registry.Run] polls
-// it for other processes' changes; a single process can keep its overrides
-// in memory alone.
+// [Registry.Lookup] without I/O. It writes through to a store
+// ([store.Overrides]) and [Registry.Run] polls it for other processes'
+// changes: MySQL (package mysqlstore) for a fleet, or this process's memory
+// (package memstore, the default) for a single process.
 package overrides

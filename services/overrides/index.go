@@ -263,16 +263,3 @@ func (x *index) dropUnseen(gen uint32, before int64) (dropped int) {
 	}
 	return dropped
 }
-
-// scopeOverrides returns the live overrides of a namespace, unsorted: a walk
-// of every entry, for a registry without a store.
-func (x *index) scopeOverrides(workspace, namespace string) []Override {
-	var out []Override
-	x.entries.Range(func(k key, e *entry) bool {
-		if !e.deleted && k.workspace == workspace && k.namespace == namespace {
-			out = append(out, e.o)
-		}
-		return true
-	})
-	return out
-}

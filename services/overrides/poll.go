@@ -11,12 +11,8 @@ import (
 // Load reads every live override from the store in pages of loadPageSize,
 // checking ctx between pages, so that a process told to stop while loading
 // a million overrides stops within one statement. Changes made meanwhile
-// are read by the next poll, which starts where the load began. Without a
-// store it returns at once.
+// are read by the next poll, which starts where the load began.
 func (s *Registry) Load(ctx context.Context) error {
-	if s.shared == nil {
-		return nil
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.load(ctx)
@@ -38,7 +34,7 @@ func (s *Registry) load(ctx context.Context) error {
 			return fmt.Errorf("load overrides: stopped after %d: %w", rows, err)
 		}
 		pageCtx, cancel := context.WithTimeout(ctx, storeTimeout)
-		page, last, err := s.shared.Page(pageCtx, after, loadPageSize)
+		page, last, err := s.store.Page(pageCtx, after, loadPageSize)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("load overrides after %d: %w", rows, err)
@@ -84,17 +80,15 @@ func (s *Registry) applyAll(changes []Change, gen uint32) {
 func (s *Registry) revision(ctx context.Context) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, clockTimeout)
 	defer cancel()
-	return s.shared.Revision(ctx)
+	return s.store.Revision(ctx)
 }
 
-// Run polls the store for changes every poll interval until ctx is done.
-// Without a store it returns at once. A poll that fails keeps what the
-// process has and is tried again at the next interval; so is a start-up
-// load that did not complete.
+// Run polls the store for changes every poll interval until ctx is done. A
+// poll that fails keeps what the process has and is tried again at the
+// next interval; so is a start-up load that did not complete. On the
+// in-memory store a poll finds only this process's own changes, which
+// memory holds already, at the cost of a binary search.
 func (s *Registry) Run(ctx context.Context) error {
-	if s.shared == nil {
-		return nil
-	}
 	t := time.NewTicker(s.poll)
 	defer t.Stop()
 	for {
@@ -114,9 +108,6 @@ func (s *Registry) Run(ctx context.Context) error {
 // completed, or when the latest poll is older than half of
 // TombstoneRetention, it loads everything instead.
 func (s *Registry) Refresh(ctx context.Context) error {
-	if s.shared == nil {
-		return nil
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.polled == 0 {
@@ -131,7 +122,7 @@ func (s *Registry) Refresh(ctx context.Context) error {
 	}
 	pollCtx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
-	changes, err := s.shared.Changes(pollCtx, s.polled-pollLookback.Microseconds())
+	changes, err := s.store.Changes(pollCtx, s.polled-pollLookback.Microseconds())
 	if err != nil {
 		return fmt.Errorf("poll overrides: %w", err)
 	}

@@ -7,13 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/unkeyed/ratelimit/services/overrides/memstore"
 	"github.com/unkeyed/ratelimit/services/overrides/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -64,7 +63,7 @@ const (
 // Registry holds every override in memory for [Registry.Lookup] and writes
 // through to its store. Its methods are safe for concurrent use.
 type Registry struct {
-	shared  store.Overrides // the fleet's store; nil: this process's memory only
+	store   store.Overrides // the fleet's (MySQL), or this process's memory
 	clock   ratelimit.Clock
 	logger  *slog.Logger
 	poll    time.Duration
@@ -80,19 +79,17 @@ type Registry struct {
 	polled int64
 	// gen numbers the full loads, for dropUnseen.
 	gen uint32
-	// memRevision is the latest revision given without a store.
-	memRevision int64
 }
 
 // Option configures a [Registry].
 type Option func(*Registry)
 
-// WithStore keeps overrides in st (shared by the fleet) instead of this
-// process's memory alone.
-func WithStore(st store.Overrides) Option { return func(s *Registry) { s.shared = st } }
+// WithStore keeps overrides in st, shared by the fleet, instead of this
+// process's memory (a [memstore.Store]).
+func WithStore(st store.Overrides) Option { return func(s *Registry) { s.store = st } }
 
-// WithClock sets the clock that stamps changes without a store. With one,
-// the store's clock does.
+// WithClock sets the clock of the in-memory store that keeps overrides
+// without [WithStore]. A store given stamps changes by its own clock.
 func WithClock(clock ratelimit.Clock) Option { return func(s *Registry) { s.clock = clock } }
 
 // WithLogger sets the logger of the load and poll loop.
@@ -153,6 +150,9 @@ func New(opts ...Option) (*Registry, error) {
 	for _, opt := range opts {
 		opt(s)
 	}
+	if s.store == nil {
+		s.store = memstore.New(memstore.WithClock(s.clock))
+	}
 	if err := s.metrics.register(s.idx); err != nil {
 		return nil, fmt.Errorf("register override metrics: %w", err)
 	}
@@ -193,30 +193,12 @@ func (s *Registry) Set(ctx context.Context, o Override) (Override, error) {
 	if o.ID == "" {
 		o.ID = newID()
 	}
-	var c Change
-	if s.shared != nil {
-		var err error
-		if c, err = s.shared.Set(ctx, o); err != nil {
-			return Override{}, fmt.Errorf("set override: %w", err)
-		}
-	} else {
-		if e, ok := s.idx.get(o.Workspace, o.Namespace, o.Identifier); ok && !e.deleted {
-			o.ID = e.o.ID
-		}
-		o.UpdatedAt = s.clock.Now().UnixMilli()
-		c = Change{Override: o, Revision: s.nextRevision()}
+	c, err := s.store.Set(ctx, o)
+	if err != nil {
+		return Override{}, fmt.Errorf("set override: %w", err)
 	}
 	s.applied(s.idx.apply(&c, 0, false))
 	return c.Override, nil
-}
-
-// nextRevision returns the revision of a change without a store: the clock
-// in µs, or one more than the last if the clock has not moved on.
-func (s *Registry) nextRevision() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.memRevision = max(s.memRevision+1, s.clock.Now().UnixMicro())
-	return s.memRevision
 }
 
 // Get returns the override of an identifier (or pattern), or ErrNotFound.
@@ -224,19 +206,12 @@ func (s *Registry) Get(ctx context.Context, workspace, namespace, identifier str
 	if err := validateKey(namespace, identifier); err != nil {
 		return Override{}, err
 	}
-	if s.shared != nil {
-		return s.shared.Get(ctx, workspace, namespace, identifier)
-	}
-	if e, ok := s.idx.get(workspace, namespace, identifier); ok && !e.deleted {
-		return e.o, nil
-	}
-	return Override{}, ErrNotFound
+	return s.store.Get(ctx, workspace, namespace, identifier)
 }
 
 // List returns up to limit (1 to MaxListLimit; 0 means DefaultListLimit)
 // overrides of a namespace whose identifier sorts after the given one, in
-// identifier order, and whether more follow. Without a store it walks every
-// override in memory.
+// identifier order, and whether more follow.
 func (s *Registry) List(ctx context.Context, workspace, namespace, after string, limit int) ([]Override, bool, error) {
 	if err := validateKey(namespace, "x"); err != nil {
 		return nil, false, err
@@ -247,21 +222,9 @@ func (s *Registry) List(ctx context.Context, workspace, namespace, after string,
 	if limit < 1 || limit > MaxListLimit {
 		return nil, false, &ratelimit.ValidationError{Field: "limit", Rule: fmt.Sprintf("must be between 1 and %d", MaxListLimit)}
 	}
-	var out []Override
-	if s.shared != nil {
-		var err error
-		if out, err = s.shared.List(ctx, workspace, namespace, after, limit+1); err != nil {
-			return nil, false, fmt.Errorf("list overrides: %w", err)
-		}
-	} else {
-		for _, o := range s.idx.scopeOverrides(workspace, namespace) {
-			if o.Identifier > after {
-				out = append(out, o)
-			}
-		}
-		// Byte order, as the store's binary collation sorts.
-		slices.SortFunc(out, func(a, b Override) int { return strings.Compare(a.Identifier, b.Identifier) })
-		out = out[:min(len(out), limit+1)]
+	out, err := s.store.List(ctx, workspace, namespace, after, limit+1)
+	if err != nil {
+		return nil, false, fmt.Errorf("list overrides: %w", err)
 	}
 	more := len(out) > limit
 	return out[:min(len(out), limit)], more, nil
@@ -273,25 +236,12 @@ func (s *Registry) Delete(ctx context.Context, workspace, namespace, identifier 
 	if err := validateKey(namespace, identifier); err != nil {
 		return err
 	}
-	var c Change
-	if s.shared != nil {
-		var err error
-		if c, err = s.shared.Delete(ctx, workspace, namespace, identifier); err != nil {
-			if errors.Is(err, ErrNotFound) {
-				return err
-			}
-			return fmt.Errorf("delete override: %w", err)
-		}
-	} else {
-		e, ok := s.idx.get(workspace, namespace, identifier)
-		if !ok || e.deleted {
-			return ErrNotFound
-		}
-		c = Change{Override: e.o, Deleted: true, Revision: s.nextRevision()}
-		c.UpdatedAt = s.clock.Now().UnixMilli()
-		// One process's own changes come in order: its tombstones only
-		// need to outlive tombstoneMemory like a fleet's.
-		s.idx.forget(c.Revision - tombstoneMemory.Microseconds())
+	c, err := s.store.Delete(ctx, workspace, namespace, identifier)
+	if errors.Is(err, ErrNotFound) {
+		return err
+	}
+	if err != nil {
+		return fmt.Errorf("delete override: %w", err)
 	}
 	s.applied(s.idx.apply(&c, 0, false))
 	return nil

@@ -193,10 +193,11 @@ func TestSpeculativeCountsAreNeverPublished(t *testing.T) {
 // rows are written.
 func TestStoreDownMidFlush(t *testing.T) {
 	mem := storetest.NewMemGlobal()
+	faulty := storetest.NewFaultyGlobal(mem)
 	clock := newFakeClock(600_000)
-	us := newRegion(t, "us", mem, clock)
+	us := newRegion(t, "us", faulty, clock)
 	spend(t, us.Service, "k", 10, 6)
-	mem.SetDown(true)
+	faulty.SetDown(true)
 	spend(t, us.Service, "k", 10, 2) // requests unaffected
 	us.flush()
 	us.sync()
@@ -206,7 +207,7 @@ func TestStoreDownMidFlush(t *testing.T) {
 	if got := testutil.ToFloat64(us.metrics.globalSyncErrors); got != 1 {
 		t.Fatalf("sync errors = %v, want 1", got)
 	}
-	mem.SetDown(false)
+	faulty.SetDown(false)
 	us.flush()
 	if got := mem.Dump(); len(got) != 1 || got[0] != "k/10/us=8" {
 		t.Fatalf("rows after the mem came back = %v, want k/10/us=8", got)

@@ -183,7 +183,8 @@ func TestMultiLimitHydratesInOneRoundTrip(t *testing.T) {
 // and reaches it once it is back; one bad key (a partial failure) never
 // holds back the others.
 func TestRegionalStoreDown(t *testing.T) {
-	o := storetest.NewMemRegional()
+	mem := storetest.NewMemRegional()
+	o := storetest.NewFaultyRegional(mem)
 	clock := newFakeClock(600_000)
 	s := newRegional(t, o, clock)
 	warm := req("warm", 100, time.Minute, 1)
@@ -207,7 +208,7 @@ func TestRegionalStoreDown(t *testing.T) {
 	}
 	o.SetDown(false)
 	s.tick()
-	if got := o.Count(cellOf(warm, 600_000)); got != rounds+1 {
+	if got := mem.Count(cellOf(warm, 600_000)); got != rounds+1 {
 		t.Fatalf("the store holds %d for the warm key once back, want %d", got, rounds+1)
 	}
 	if got := testutil.ToFloat64(s.metrics.regionalOps.WithLabelValues(opReplay, resultErr)); got < rounds {
@@ -216,7 +217,8 @@ func TestRegionalStoreDown(t *testing.T) {
 
 	// A bad key: its increments fail alone and the other keys reach the
 	// store.
-	o2 := storetest.NewMemRegional()
+	mem2 := storetest.NewMemRegional()
+	o2 := storetest.NewFaultyRegional(mem2)
 	p := newRegional(t, o2, clock)
 	bad, good := req("bad", 100, time.Minute, 1), req("good", 100, time.Minute, 1)
 	o2.SetBad(cellOf(bad, 600_000), true)
@@ -225,7 +227,7 @@ func TestRegionalStoreDown(t *testing.T) {
 		mustLimit(t, p.Service, good)
 		p.tick()
 	}
-	if got := o2.Count(cellOf(good, 600_000)); got != rounds {
+	if got := mem2.Count(cellOf(good, 600_000)); got != rounds {
 		t.Fatalf("the good key holds %d in the store, want %d", got, rounds)
 	}
 }
@@ -235,7 +237,8 @@ func TestRegionalStoreDown(t *testing.T) {
 // before; the dead server's keys are decided locally, queued, and converge
 // once it is back.
 func TestOneServerDown(t *testing.T) {
-	o := storetest.NewMemRegional()
+	mem := storetest.NewMemRegional()
+	o := storetest.NewFaultyRegional(mem)
 	clock := newFakeClock(600_000)
 	a, b := newRegional(t, o, clock), newRegional(t, o, clock)
 	healthy, dead := req("healthy", 10, time.Minute, 10), req("dead", 10, time.Minute, 10)
@@ -246,7 +249,7 @@ func TestOneServerDown(t *testing.T) {
 		}
 	}
 	a.tick()
-	if got := o.Count(cellOf(healthy, 600_000)); got != 10 {
+	if got := mem.Count(cellOf(healthy, 600_000)); got != 10 {
 		t.Fatalf("the healthy key holds %d in the store, want 10", got)
 	}
 	// B reads both keys in one round trip: the healthy one is spent, the

@@ -1,7 +1,8 @@
 // Package store defines what package overrides needs of the store that
 // holds every override where the whole fleet reads it ([Overrides]; MySQL in
-// package mysqlstore), and the values they exchange. Package storetest has
-// an in-memory store and the contract suite a store runs.
+// package mysqlstore; this process's memory in package memstore), and the
+// values they exchange. Package storetest has the contract suite a store
+// runs.
 package store
 
 import (
@@ -58,7 +59,7 @@ type Override struct {
 	// Duration replaces the request's window.
 	Duration time.Duration
 	// UpdatedAt is when the override last changed, in unix ms, by the
-	// store's clock (this process's without a store).
+	// store's clock.
 	UpdatedAt int64
 }
 

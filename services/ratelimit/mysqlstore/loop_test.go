@@ -9,10 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/unkeyed/ratelimit/internal/dbtest"
 	"github.com/unkeyed/ratelimit/internal/poll"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
+	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )
 
 // The tests of this file run limiters on a real MariaDB through their
@@ -93,6 +96,54 @@ func TestTwoRegionsConverge(t *testing.T) {
 	if resp, _ := b.Limit(context.Background(), rq); resp.Success {
 		t.Fatalf("b admitted 2 with 1 left: %+v", resp)
 	}
+}
+
+// TestFaultsOverMySQL runs the limiter's global fault case with
+// storetest's fault wrapper around the real store: with region a's store
+// down, a decides on without error while its flushes and syncs fail; once
+// the store is back, what a admitted meanwhile reaches the table and region
+// b counts it.
+func TestFaultsOverMySQL(t *testing.T) {
+	_, sqlDB := dbtest.Start(t)
+	faulty := storetest.NewFaultyGlobal(New(sqlDB))
+	reg := prometheus.NewRegistry()
+	a, err := ratelimit.New("a", append([]ratelimit.Option{ratelimit.WithGlobalStore(faulty), ratelimit.WithRegisterer(reg)}, shortIntervals...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, a)
+	b, err := ratelimit.New("b", append([]ratelimit.Option{ratelimit.WithGlobalStore(New(sqlDB))}, shortIntervals...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, b)
+	rq := ratelimit.Request{Workspace: "ws", Namespace: "ns", Identifier: "k", Limit: 10, Duration: month, Cost: 6}
+	faulty.SetDown(true)
+	if resp, err := a.Limit(context.Background(), rq); err != nil || !resp.Success {
+		t.Fatalf("a with its store down: %+v, %v", resp, err)
+	}
+	errorsOf := func(name string) float64 {
+		mfs, _ := reg.Gather()
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				return mf.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		return 0
+	}
+	poll.Until(t, 5*time.Second, "a's flush and sync to fail", func() bool {
+		return errorsOf("unkey_ratelimit_global_write_errors_total") >= 1 && errorsOf("unkey_ratelimit_global_sync_errors_total") >= 1
+	})
+	peek := rq
+	peek.Cost = 0
+	if resp, _ := b.Limit(context.Background(), peek); resp.Remaining != 10 {
+		t.Fatalf("b counted a's 6 while a's store was down: %+v", resp)
+	}
+	faulty.SetDown(false)
+	poll.Until(t, 5*time.Second, "b to count a's 6 once a's store is back", func() bool {
+		resp, _ := b.Limit(context.Background(), peek)
+		return resp.Remaining == 4
+	})
 }
 
 // TestGlobalLoopIdleStatements runs the flush and sync loop on short

@@ -15,6 +15,7 @@ import (
 	"github.com/unkeyed/ratelimit/internal/testserver"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
+	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )
 
 // The tests of this file run limiters on real Redis through their exported
@@ -293,4 +294,74 @@ func TestCorruptValuesInDecisions(t *testing.T) {
 	check("negative 2", decide(t, a.Service, neg), true)
 	check("negative 3", decide(t, a.Service, neg), false)
 	check("junk", decide(t, a.Service, junk), false)
+}
+
+// TestFaultsOverRedis runs the limiter's regional fault cases with
+// storetest's fault wrapper around the real store, on one server and on a
+// cluster: with the store down, decisions go on and what was accepted
+// reaches Redis once it is back; a bad cell holds back none of the others;
+// an unreachable identifier's keys are decided locally and converge once
+// reachable, while the others converge as before.
+func TestFaultsOverRedis(t *testing.T) {
+	for _, backend := range []string{"redis", "cluster"} {
+		t.Run(backend, func(t *testing.T) {
+			var c redis.UniversalClient
+			if backend == "cluster" {
+				c = clusterClient(t, testserver.StartRedisCluster(t, 3))
+			} else {
+				c = client(t, testserver.StartRedis(t))
+			}
+			faulty := storetest.NewFaultyRegional(newStore(t, c))
+			a := startProcess(t, c, ratelimit.WithRegionalStore(faulty))
+			b := startProcess(t, c, ratelimit.WithRegionalStore(faulty))
+
+			warm := request("warm", 100, 1)
+			decide(t, a.Service, warm)
+			poll.Until(t, 5*time.Second, "the first replay", func() bool { return stored(t, c, warm) == 1 })
+			faulty.SetDown(true)
+			for i := range 5 {
+				if !decide(t, a.Service, warm).Success {
+					t.Fatalf("request %d denied with the store down", i)
+				}
+			}
+			poll.Until(t, 5*time.Second, "a replay to fail", func() bool {
+				return a.metric(t, "unkey_ratelimit_origin_operations_total", "op", "replay", "result", "error") >= 1
+			})
+			if got := stored(t, c, warm); got != 1 {
+				t.Fatalf("Redis holds %d with the store down, want 1", got)
+			}
+			faulty.SetDown(false)
+			poll.Until(t, 5*time.Second, "the queued increments once the store is back", func() bool { return stored(t, c, warm) == 6 })
+
+			bad, good := request("bad", 100, 1), request("good", 100, 1)
+			badCell := store.CellKey{Workspace: bad.Workspace, Namespace: bad.Namespace, Identifier: bad.Identifier,
+				Duration: bad.Duration, Sequence: time.Now().UnixMilli() / bad.Duration.Milliseconds()}
+			faulty.SetBad(badCell, true)
+			for range 3 {
+				decide(t, a.Service, bad)
+				decide(t, a.Service, good)
+			}
+			poll.Until(t, 5*time.Second, "the good key beside a bad one", func() bool { return stored(t, c, good) == 3 })
+			if got := stored(t, c, bad); got != 0 {
+				t.Fatalf("the bad cell holds %d, want its increments refused", got)
+			}
+			faulty.SetBad(badCell, false)
+			poll.Until(t, 5*time.Second, "the bad key once repaired", func() bool { return stored(t, c, bad) == 3 })
+
+			healthy, dead := request("healthy", 10, 10), request("dead", 10, 10)
+			faulty.SetUnreachable("dead", true)
+			decide(t, a.Service, healthy)
+			decide(t, a.Service, dead)
+			poll.Until(t, 5*time.Second, "the healthy key", func() bool { return stored(t, c, healthy) == 10 })
+			if resp := decide(t, b.Service, request("healthy", 10, 1)); resp.Success {
+				t.Fatalf("B admitted the healthy key A spent: %+v", resp)
+			}
+			if resp := decide(t, b.Service, request("dead", 10, 0)); !resp.Success || resp.Remaining != 10 {
+				t.Fatalf("B on the unreachable key: %+v, want a local decision", resp)
+			}
+			faulty.SetUnreachable("dead", false)
+			poll.Until(t, 5*time.Second, "the unreachable key once reachable", func() bool { return stored(t, c, dead) == 10 })
+			poll.Until(t, 5*time.Second, "B to see it", func() bool { return !decide(t, b.Service, request("dead", 10, 1)).Success })
+		})
+	}
 }

@@ -20,12 +20,12 @@ import (
 // since. The store's clock starts at [MemGlobalEpoch] and moves one second
 // per publish and per sync, whatever the callers' clocks say. It counts the
 // publishes and the rows they carried and records the since of every sync.
-// A test can switch it off ([MemGlobal.SetDown]). Its methods are safe for
-// concurrent use; use [NewMemGlobal].
+// It never fails but for a done context; [FaultyGlobal] adds faults to it
+// as to any store. Its methods are safe for concurrent use; use
+// [NewMemGlobal].
 type MemGlobal struct {
 	mu                   sync.Mutex
 	rows                 map[store.CellKey]map[string]memRow
-	down                 atomic.Bool
 	publishes, published atomic.Int64
 	sinces               []time.Time
 	ticks                int64 // publishes and syncs so far: the store's clock
@@ -49,9 +49,6 @@ func (m *MemGlobal) now() int64 {
 
 // Publish implements [store.Global].
 func (m *MemGlobal) Publish(ctx context.Context, region string, counts []store.CellCount) (int, error) {
-	if m.down.Load() {
-		return 0, ErrDown
-	}
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -73,9 +70,6 @@ func (m *MemGlobal) Publish(ctx context.Context, region string, counts []store.C
 
 // Sync implements [store.Global].
 func (m *MemGlobal) Sync(ctx context.Context, region string, now, since time.Time) ([]store.GlobalCount, time.Time, error) {
-	if m.down.Load() {
-		return nil, time.Time{}, ErrDown
-	}
 	if err := ctx.Err(); err != nil {
 		return nil, time.Time{}, err
 	}
@@ -106,10 +100,6 @@ func (m *MemGlobal) Sync(ctx context.Context, region string, now, since time.Tim
 	slices.SortFunc(out, func(a, b store.GlobalCount) int { return store.CompareKeys(&a.Key, &b.Key) })
 	return out, asOf, nil
 }
-
-// SetDown switches the store off (every call fails with [ErrDown]) or on
-// again.
-func (m *MemGlobal) SetDown(down bool) { m.down.Store(down) }
 
 // Insert writes one row as another writer would, without the GREATEST:
 // count and limit for region, stamped updatedAt (unix ms) by the store's

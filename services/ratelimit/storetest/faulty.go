@@ -1,0 +1,152 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
+)
+
+// ErrDown is the error of a call that a fault wrapper failed.
+var ErrDown = errors.New("store down")
+
+// FaultyRegional wraps any [store.Regional] (in memory, Redis, a Redis
+// Cluster) with faults a test switches on, as pebble's errorfs wraps any
+// file system: the whole store down (every call fails, as on a dead
+// server), one cell bad (its increment fails alone, as a corrupt key's
+// does, with a [*store.PartialError]), and an identifier unreachable (its
+// cells fail in every call while the others go to the store, as those of
+// one dead Redis Cluster master do). A failed cell is not sent to the
+// store. Its methods are safe for concurrent use.
+type FaultyRegional struct {
+	store.Regional
+	down        atomic.Bool
+	mu          sync.Mutex
+	bad         map[store.CellKey]bool
+	unreachable map[string]bool // by identifier
+}
+
+// NewFaultyRegional returns inner with no fault switched on.
+func NewFaultyRegional(inner store.Regional) *FaultyRegional {
+	return &FaultyRegional{Regional: inner, bad: map[store.CellKey]bool{}, unreachable: map[string]bool{}}
+}
+
+// SetDown switches the whole store off (every call fails with [ErrDown])
+// or on again.
+func (f *FaultyRegional) SetDown(down bool) { f.down.Store(down) }
+
+// SetBad makes increments of the cell k fail alone, as a corrupt key's do,
+// or succeed again.
+func (f *FaultyRegional) SetBad(k store.CellKey, bad bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.bad[k] = bad
+}
+
+// SetUnreachable makes every cell of identifier fail in every call, as the
+// keys of one dead server of a cluster do, or be sent again.
+func (f *FaultyRegional) SetUnreachable(identifier string, unreachable bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.unreachable[identifier] = unreachable
+}
+
+// Load implements [store.Regional].
+func (f *FaultyRegional) Load(ctx context.Context, keys []store.CellKey) ([]int64, error) {
+	if f.down.Load() {
+		return nil, ErrDown
+	}
+	f.mu.Lock()
+	failed := make([]bool, len(keys))
+	for i, k := range keys {
+		failed[i] = f.unreachable[k.Identifier]
+	}
+	f.mu.Unlock()
+	return passOn(failed, keys, func(sent []store.CellKey) ([]int64, error) { return f.Regional.Load(ctx, sent) })
+}
+
+// Increment implements [store.Regional].
+func (f *FaultyRegional) Increment(ctx context.Context, incs []store.Increment) ([]int64, error) {
+	if f.down.Load() {
+		return nil, ErrDown
+	}
+	f.mu.Lock()
+	failed := make([]bool, len(incs))
+	for i, inc := range incs {
+		failed[i] = f.bad[inc.Key] || f.unreachable[inc.Key.Identifier]
+	}
+	f.mu.Unlock()
+	return passOn(failed, incs, func(sent []store.Increment) ([]int64, error) { return f.Regional.Increment(ctx, sent) })
+}
+
+// passOn sends the items that did not fail to call and answers every item
+// in order: -1 for a failed one, with a [*store.PartialError] if some
+// succeeded and [ErrDown] if none did.
+func passOn[T any](failed []bool, items []T, call func([]T) ([]int64, error)) ([]int64, error) {
+	var sent []T
+	for i, it := range items {
+		if !failed[i] {
+			sent = append(sent, it)
+		}
+	}
+	if len(sent) == len(items) {
+		return call(items)
+	}
+	out := make([]int64, len(items))
+	for i := range out {
+		out[i] = -1
+	}
+	if len(sent) == 0 {
+		return out, ErrDown
+	}
+	counts, err := call(sent)
+	var partial *store.PartialError
+	if err != nil && !errors.As(err, &partial) && counts == nil {
+		return nil, err // the store failed the whole call
+	}
+	j := 0
+	for i := range items {
+		if failed[i] {
+			continue
+		}
+		if j < len(counts) {
+			out[i] = counts[j]
+		}
+		j++
+	}
+	return out, &store.PartialError{Err: ErrDown}
+}
+
+// FaultyGlobal wraps any [store.Global] (in memory, MySQL) with a fault a
+// test switches on: the whole store down, every call failing with
+// [ErrDown] before it reaches the store, as on a dead database. Its methods
+// are safe for concurrent use.
+type FaultyGlobal struct {
+	store.Global
+	down atomic.Bool
+}
+
+// NewFaultyGlobal returns inner with the fault switched off.
+func NewFaultyGlobal(inner store.Global) *FaultyGlobal { return &FaultyGlobal{Global: inner} }
+
+// SetDown switches the whole store off or on again.
+func (f *FaultyGlobal) SetDown(down bool) { f.down.Store(down) }
+
+// Publish implements [store.Global].
+func (f *FaultyGlobal) Publish(ctx context.Context, region string, counts []store.CellCount) (int, error) {
+	if f.down.Load() {
+		return 0, ErrDown
+	}
+	return f.Global.Publish(ctx, region, counts)
+}
+
+// Sync implements [store.Global].
+func (f *FaultyGlobal) Sync(ctx context.Context, region string, now, since time.Time) ([]store.GlobalCount, time.Time, error) {
+	if f.down.Load() {
+		return nil, time.Time{}, ErrDown
+	}
+	return f.Global.Sync(ctx, region, now, since)
+}
