@@ -46,8 +46,8 @@ type Store struct {
 	// tombstones holds the deletions in revision order, to purge them
 	// TombstoneMemory later.
 	tombstones []entry
-	revision  int64 // the latest given
-	pks      int64 // the latest position given
+	revision   int64 // the latest given
+	pks        int64 // the latest position given
 }
 
 type key struct{ workspace, namespace, identifier string }
