@@ -49,16 +49,19 @@ type config struct {
 	OverridesPollInterval time.Duration `env:"UNKEY_OVERRIDES_POLL_INTERVAL" envDefault:"2s"`
 
 	// The global counters' schedule: how often the process publishes the
-	// cells that crossed the utilization floor or grew by a tenth of their
-	// limit, how often it publishes every cell that grew, and how often it
-	// reads the other regions' changes. 10s for all three is the
-	// conservative setting: a tenth of the writes and idle reads, ten times
-	// the cross-region latency.
+	// cells that crossed their floor (a twentieth of the limit for windows
+	// of a minute or more, half of it below; any count once another region
+	// shares the cell) or grew by a flush step (a tenth of the limit, less
+	// for a region with under half of a shared cell's count), how often it
+	// publishes every cell that grew, and how often it reads the other
+	// regions' changes. 10s for all three is the conservative setting: a
+	// tenth of the writes and idle reads, ten times the cross-region
+	// latency.
 	GlobalFlushInterval     time.Duration `env:"UNKEY_GLOBAL_FLUSH_INTERVAL" envDefault:"1s"`
 	GlobalFullFlushInterval time.Duration `env:"UNKEY_GLOBAL_FULL_FLUSH_INTERVAL" envDefault:"10s"`
 	GlobalSyncInterval      time.Duration `env:"UNKEY_GLOBAL_SYNC_INTERVAL" envDefault:"1s"`
 
-	// Envoy's rate limit service (rls_serve.go, package envoyrls).
+	// Envoy's rate limit service (package envoyrls).
 	// RLSConfig names a file or a directory of envoyproxy/ratelimit's .yaml
 	// files, read again every RLSConfigInterval; without it no rule applies
 	// and every descriptor is answered OK. RLSShadowMode answers OK whatever the rules decide.
@@ -74,7 +77,8 @@ type config struct {
 	RLSRemainingHeader string        `env:"UNKEY_RLS_REMAINING_HEADER" envDefault:"RateLimit-Remaining"`
 	RLSResetHeader     string        `env:"UNKEY_RLS_RESET_HEADER" envDefault:"RateLimit-Reset"`
 
-	// Bounds on what one client may hold of the server; see limits.go.
+	// Bounds on what one client may hold of the server; see
+	// transport.Limits.
 	ReadTimeout          time.Duration `env:"UNKEY_HTTP_READ_TIMEOUT" envDefault:"10s"`
 	WriteTimeout         time.Duration `env:"UNKEY_HTTP_WRITE_TIMEOUT" envDefault:"15s"`
 	IdleTimeout          time.Duration `env:"UNKEY_HTTP_IDLE_TIMEOUT" envDefault:"60s"`
