@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -11,9 +10,9 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/apitest"
 	"github.com/unkeyed/ratelimit/internal/testserver"
 )
 
@@ -63,29 +62,11 @@ func TestNoIdentifierAliasing(t *testing.T) {
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 
-// lockedBuffer is a log destination safe for the server's goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestInternalErrorsAreOpaque: with MySQL refusing connections, an override
 // call fails with a generic message and a request id, on Connect and on v2;
 // the log has the database's error under the same id.
 func TestInternalErrorsAreOpaque(t *testing.T) {
-	var log lockedBuffer
+	var log apitest.LockedBuffer
 	dead := "u:p@tcp(127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)) + ")/ratelimit"
 	ts := startServerLogging(t, slog.New(slog.NewTextHandler(&log, nil)), "UNKEY_AUTH_TOKENS="+tokA+"=ws_a", "UNKEY_MYSQL_DSN="+dead)
 	status, out := ts.call(t, "SetOverride", tokA, `{"namespace":"n","identifier":"a","limit":10,"duration":60000}`)
