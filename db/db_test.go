@@ -172,14 +172,11 @@ func TestTrailingSpacesAreDistinct(t *testing.T) {
 // TestMigrateUpgradesAnOldTable: a table as the first version created it
 // (PAD SPACE collation, no window_limit, no updated_at index) is brought up
 // to the schema with its rows kept, and a second Migrate changes nothing.
-func TestMigrateUpgradesAnOldTable(t *testing.T) {
-	m := testserver.StartMariaDB(t)
-	db, err := sql.Open("mysql", m.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	ctx := context.Background()
+// createOldTables creates the window counts (with a row) and overrides
+// tables as an earlier version did: without window_limit, updated_at_idx
+// or revisions, in a PAD SPACE collation.
+func createOldTables(t *testing.T, db *sql.DB) {
+	t.Helper()
 	if _, err := db.Exec(`CREATE TABLE ratelimit_window_counts (
 		pk bigint unsigned AUTO_INCREMENT NOT NULL, workspace_id varchar(191) NOT NULL, namespace varchar(255) NOT NULL,
 		identifier varchar(255) NOT NULL, duration_ms bigint unsigned NOT NULL, sequence bigint NOT NULL,
@@ -204,6 +201,51 @@ func TestMigrateUpgradesAnOldTable(t *testing.T) {
 	) DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin`); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestMigrateConcurrently: eight processes migrating an earlier version's
+// tables at once all succeed, and the tables come out upgraded once.
+func TestMigrateConcurrently(t *testing.T) {
+	m := testserver.StartMariaDB(t)
+	db, err := sql.Open("mysql", m.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	createOldTables(t, db)
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			other, err := sql.Open("mysql", m.DSN) // a process of its own
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer other.Close()
+			errs <- Migrate(context.Background(), other)
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Errorf("a concurrent Migrate: %v", err)
+		}
+	}
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE()
+		AND TABLE_NAME = 'ratelimit_window_counts' AND COLUMN_NAME = 'window_limit'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("window_limit columns after the migrations: %d (%v)", n, err)
+	}
+}
+
+func TestMigrateUpgradesAnOldTable(t *testing.T) {
+	m := testserver.StartMariaDB(t)
+	db, err := sql.Open("mysql", m.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	createOldTables(t, db)
 	// Under PAD SPACE, 'alice ' is the same row.
 	if _, err := db.Exec(`INSERT INTO ratelimit_window_counts (workspace_id, namespace, identifier, duration_ms, sequence, region, count, expires_at, updated_at)
 		VALUES ('ws', 'ns', 'alice ', 60000, 10, 'us', 1, 720000, 1)`); err == nil {

@@ -38,7 +38,7 @@ type columnDef struct{ name, typ string }
 // Each step looks at information_schema first and changes only what differs,
 // so running it again changes nothing. MySQL 8 has no ADD COLUMN IF NOT
 // EXISTS, hence the look first.
-func upgrade(ctx context.Context, db *sql.DB) error {
+func upgrade(ctx context.Context, db execer) error {
 	if err := addColumn(ctx, db, "ratelimit_window_counts", "window_limit", "bigint unsigned NOT NULL DEFAULT 0"); err != nil {
 		return err
 	}
@@ -71,7 +71,7 @@ func upgrade(ctx context.Context, db *sql.DB) error {
 }
 
 // addColumn adds column to table unless it is there.
-func addColumn(ctx context.Context, db *sql.DB, table, column, def string) error {
+func addColumn(ctx context.Context, db execer, table, column, def string) error {
 	var n int
 	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.COLUMNS
 		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?`, table, column).Scan(&n); err != nil {
@@ -88,7 +88,7 @@ func addColumn(ctx context.Context, db *sql.DB, table, column, def string) error
 
 // addIndex adds index on column to table unless an index of that name is
 // there.
-func addIndex(ctx context.Context, db *sql.DB, table, index, column string) error {
+func addIndex(ctx context.Context, db execer, table, index, column string) error {
 	var n int
 	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.STATISTICS
 		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND INDEX_NAME = ?`, table, index).Scan(&n); err != nil {
@@ -104,7 +104,7 @@ func addIndex(ctx context.Context, db *sql.DB, table, index, column string) erro
 }
 
 // noPadCollation returns the server's NO PAD binary utf8mb4 collation.
-func noPadCollation(ctx context.Context, db *sql.DB) (string, error) {
+func noPadCollation(ctx context.Context, db execer) (string, error) {
 	for _, name := range noPadCollations {
 		var found string
 		err := db.QueryRowContext(ctx, "SELECT COLLATION_NAME FROM information_schema.COLLATIONS WHERE COLLATION_NAME = ?", name).Scan(&found)
@@ -122,7 +122,7 @@ func noPadCollation(ctx context.Context, db *sql.DB) (string, error) {
 // setCollation changes the key columns of table that are not in collation
 // to it, in one ALTER TABLE. A table that does not exist (the blocklist after
 // its retirement) is skipped.
-func setCollation(ctx context.Context, db *sql.DB, table, collation string) error {
+func setCollation(ctx context.Context, db execer, table, collation string) error {
 	rows, err := db.QueryContext(ctx, `SELECT COLUMN_NAME, COALESCE(COLLATION_NAME, '') FROM information_schema.COLUMNS
 		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, table)
 	if err != nil {
