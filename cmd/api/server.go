@@ -40,8 +40,9 @@ import (
 // shutdownTimeout bounds how long in-flight requests may take to finish
 // after SIGTERM. Decisions take microseconds; the bound only matters for
 // stuck clients. After it the limiter replays to Redis (at most 500 ms) and
-// flushes to MySQL once more (at most 10 s): 15 s leaves the whole shutdown
-// inside Kubernetes' default grace of 30 s.
+// flushes to MySQL once more (at most 10 s on a connection of the pool, which
+// keeps some idle): 15 s leaves the whole shutdown inside Kubernetes'
+// default grace of 30 s.
 const shutdownTimeout = 15 * time.Second
 
 // services are the gRPC services the server answers, for health checks and

@@ -65,13 +65,20 @@ const (
 	// schedule, so a shorter window gains little from it, and its rows
 	// would be written every few seconds per key and region.
 	globalPresenceMinWindow = time.Minute
-	// globalCallTimeout bounds one flush or sync.
-	globalCallTimeout = 10 * time.Second
-	// globalBreakerProbe is how long the global store's breaker stays open
-	// before one flush or sync probes the store again.
+	// DefaultGlobalFlushTimeout bounds one flush: its statements (a bulk
+	// upsert per chunk of rows), not the set-up of a connection, which the
+	// store bounds on its own.
+	DefaultGlobalFlushTimeout = 10 * time.Second
+	// DefaultGlobalSyncTimeout bounds one sync: its two statements (the
+	// count of changed rows, then the rows), each of which a slow database
+	// may hold for seconds. A sync that runs out is counted and the next
+	// one starts at its own tick; a flush runs meanwhile on its own loop.
+	DefaultGlobalSyncTimeout = 30 * time.Second
+	// globalBreakerProbe is how long a breaker of the global store stays
+	// open before one flush or sync probes the store again.
 	globalBreakerProbe = 10 * time.Second
-	// globalBreakerFailures consecutive failed flushes or syncs open the
-	// global store's breaker.
+	// globalBreakerFailures consecutive failed flushes (or syncs) open the
+	// flushes' (or syncs') breaker.
 	globalBreakerFailures = 5
 	// globalSyncLookback widens each incremental sync back in time: rows
 	// are stamped with the store's clock when their statement begins, and
@@ -87,9 +94,11 @@ const (
 	globalFullSyncInterval = 5 * time.Minute
 )
 
-// globalIntervals is the schedule of the global loop.
+// globalIntervals is the schedule of the global loops, and the budget of
+// each call.
 type globalIntervals struct {
-	flush, fullFlush, sync time.Duration
+	flush, fullFlush, sync    time.Duration
+	flushTimeout, syncTimeout time.Duration
 }
 
 // WithGlobalStore makes the region share counts with other regions through
@@ -127,11 +136,27 @@ func WithGlobalSyncInterval(d time.Duration) Option {
 	}
 }
 
+// WithGlobalTimeouts sets how long one flush and one sync of the global
+// store may take ([DefaultGlobalFlushTimeout], [DefaultGlobalSyncTimeout]
+// for zero or negative values). A database that answers slowly but
+// answers keeps imports going as long as a sync fits in its budget.
+func WithGlobalTimeouts(flush, sync time.Duration) Option {
+	return func(s *settings) {
+		if flush > 0 {
+			s.globalEvery.flushTimeout = flush
+		}
+		if sync > 0 {
+			s.globalEvery.syncTimeout = sync
+		}
+	}
+}
+
 // globalTier shares counts between regions through the global store: a
 // request that counts into a cell worth sharing queues it (noteGrowth), and
-// the tier's loop (run) publishes what grew and imports what the other
-// regions published. A nil *globalTier is a region alone: noteGrowth does
-// nothing.
+// the tier's two loops (run) publish what grew and import what the other
+// regions published, each on its own schedule, budget and breaker, so that
+// a slow write never holds back an import or the other way round. A nil
+// *globalTier is a region alone: noteGrowth does nothing.
 type globalTier struct {
 	region  string
 	store   store.Global
@@ -144,8 +169,10 @@ type globalTier struct {
 	// hydrated is what a cell created by a sync starts as: hydrated when
 	// no regional store could tell this process more about it.
 	hydrated bool
-	breaker  *gobreaker.CircuitBreaker[any]
-	every    globalIntervals
+	// flushBreaker and syncBreaker guard the store's writes and reads
+	// apart: a database that times out reads can still take writes.
+	flushBreaker, syncBreaker *gobreaker.CircuitBreaker[any]
+	every                     globalIntervals
 	// halfFloorOnly shares cells as before the presence floor and the
 	// share-scaled flush step (see settings).
 	halfFloorOnly bool
@@ -173,7 +200,7 @@ func newGlobalTier(region string, cfg *settings, m *metrics, windows *windowTabl
 		state:         newGlobalState(),
 	}
 	g.every.fullFlush = max(g.every.fullFlush, g.every.flush)
-	g.breaker = g.newBreaker()
+	g.flushBreaker, g.syncBreaker = g.newBreaker("flush"), g.newBreaker("sync")
 	return g
 }
 
@@ -240,18 +267,18 @@ func (g *globalTier) queueGrown(w *window, c *cell, limit int64) {
 	}
 }
 
-// newBreaker returns the circuit breaker that guards the global
-// store, so that a sick database fails the next tick fast instead of
-// blocking it for globalCallTimeout. sony/gobreaker is maintained, small
-// and generic over the result type.
-func (g *globalTier) newBreaker() *gobreaker.CircuitBreaker[any] {
+// newBreaker returns a circuit breaker that guards the global store's
+// flushes or syncs (op), so that a sick database fails the next tick fast
+// instead of blocking it for the call's budget. sony/gobreaker is
+// maintained, small and generic over the result type.
+func (g *globalTier) newBreaker(op string) *gobreaker.CircuitBreaker[any] {
 	return gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
-		Name:        "ratelimit-global",
+		Name:        "ratelimit-global-" + op,
 		MaxRequests: 1,
 		Timeout:     globalBreakerProbe,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= globalBreakerFailures },
 		OnStateChange: func(_ string, from, to gobreaker.State) {
-			g.logger.Warn("global store circuit breaker changed state", "from", from.String(), "to", to.String())
+			g.logger.Warn("global store circuit breaker changed state", "op", op, "from", from.String(), "to", to.String())
 		},
 	})
 }

@@ -4,14 +4,16 @@ import (
 	"context"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
-// globalState is the global loop's own bookkeeping. Only the goroutine that
-// runs the loop touches it.
+// globalState is the global loops' own bookkeeping. The flush loop and the
+// sync loop share flushed under mu; each keeps its own times.
 type globalState struct {
+	mu sync.Mutex
 	// flushed is, per cell, the count the store is known to hold for this
 	// region: what the last successful flush wrote, or the own component a
 	// sync read back. The change filter skips cells that have not grown past
@@ -37,27 +39,34 @@ type flushedCount struct {
 	expiresAt int64 // unix ms after which the cell no longer counts anywhere
 }
 
-// run flushes and syncs on their jittered schedules until ctx is done,
-// then runs one more full flush so that what this region counted
-// is published before the process exits.
+// run flushes and syncs on their jittered schedules, in two loops, until
+// ctx is done, then runs one more full flush so that what this region
+// counted is published before the process exits. A slow flush does not
+// delay a sync, nor a slow sync a flush: a tick that comes while its call
+// is under way is skipped, and the next starts on schedule.
 func (g *globalTier) run(ctx context.Context) {
-	iv := g.every
 	anchor := g.clock.Now()
-	flushTimer := time.NewTimer(untilNextTick(anchor, g.clock.Now(), iv.flush))
-	syncTimer := time.NewTimer(untilNextTick(anchor, g.clock.Now(), iv.sync))
-	defer flushTimer.Stop()
-	defer syncTimer.Stop()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		every(ctx, g.clock, anchor, g.every.sync, g.sync)
+	})
+	every(ctx, g.clock, anchor, g.every.flush, func(ctx context.Context) { g.flush(ctx, g.fullFlushDue()) })
+	g.flush(context.Background(), true)
+	wg.Wait()
+}
+
+// every calls fn on the jittered schedule of interval from anchor until ctx
+// is done.
+func every(ctx context.Context, clock Clock, anchor time.Time, interval time.Duration, fn func(context.Context)) {
+	t := time.NewTimer(untilNextTick(anchor, clock.Now(), interval))
+	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			g.flush(context.Background(), true)
 			return
-		case <-flushTimer.C:
-			g.flush(ctx, g.fullFlushDue())
-			flushTimer.Reset(untilNextTick(anchor, g.clock.Now(), iv.flush))
-		case <-syncTimer.C:
-			g.sync(ctx)
-			syncTimer.Reset(untilNextTick(anchor, g.clock.Now(), iv.sync))
+		case <-t.C:
+			fn(ctx)
+			t.Reset(untilNextTick(anchor, clock.Now(), interval))
 		}
 	}
 }
@@ -102,6 +111,13 @@ type flushCandidate struct {
 // into the cell again.
 func (g *globalTier) flush(ctx context.Context, full bool) {
 	st := g.state
+	st.mu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			st.mu.Unlock()
+		}
+	}()
 	clockNow := g.clock.Now()
 	now := clockNow.UnixMilli()
 	grown := g.grown.take()
@@ -142,16 +158,22 @@ func (g *globalTier) flush(ctx context.Context, full bool) {
 	for i := range cands {
 		counts[i] = cands[i].count
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), globalCallTimeout)
+	st.mu.Unlock() // the sync loop imports while the store is written
+	locked = false
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.every.flushTimeout)
 	defer cancel()
 	var written int
-	_, err := g.breaker.Execute(func() (any, error) {
+	_, err := g.flushBreaker.Execute(func() (any, error) {
 		var err error
 		written, err = g.store.Publish(ctx, g.region, counts)
 		return nil, err
 	})
+	st.mu.Lock()
+	locked = true
 	for i := 0; i < written && i < len(cands); i++ {
-		st.flushed[cands[i].c] = flushedCount{count: cands[i].count.Count, expiresAt: cands[i].count.Key.ExpiresAt()}
+		if st.flushed[cands[i].c].count < cands[i].count.Count { // a sync may have read more meanwhile
+			st.flushed[cands[i].c] = flushedCount{count: cands[i].count.Count, expiresAt: cands[i].count.Key.ExpiresAt()}
+		}
 	}
 	g.metrics.globalWrites.Add(float64(written))
 	if err != nil {
@@ -205,7 +227,7 @@ func (g *globalTier) flushCandidate(w *window, c *cell, now int64, prompt bool) 
 // globalFullSyncInterval after.
 func (g *globalTier) sync(ctx context.Context) {
 	st := g.state
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), globalCallTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.every.syncTimeout)
 	defer cancel()
 	now := g.clock.Now()
 	var since time.Time
@@ -216,7 +238,7 @@ func (g *globalTier) sync(ctx context.Context) {
 		rows []store.GlobalCount
 		asOf time.Time
 	}
-	res, err := g.breaker.Execute(func() (any, error) {
+	res, err := g.syncBreaker.Execute(func() (any, error) {
 		rows, asOf, err := g.store.Sync(ctx, g.region, now, since)
 		return synced{rows, asOf}, err
 	})
@@ -233,16 +255,18 @@ func (g *globalTier) sync(ctx context.Context) {
 	g.metrics.globalRowsLastPoll.Set(float64(len(rows)))
 	applied := 0
 	nowMs := now.UnixMilli()
+	st.mu.Lock()
 	for i := range rows {
 		if g.apply(&rows[i], nowMs) {
 			applied++
 		}
 	}
+	st.mu.Unlock()
 	g.metrics.globalRowsApplied.Add(float64(applied))
 }
 
-// apply imports one row at now (unix ms) and reports whether it
-// reached a cell.
+// apply imports one row at now (unix ms), with g.state.mu held, and
+// reports whether it reached a cell.
 //
 // A row more than one window ahead of now is ignored and counted: no clock
 // of a healthy region runs a whole window ahead, and importing it would

@@ -42,9 +42,11 @@ func New(region string, opts ...Option) (*Service, error) {
 		logger:          slog.New(slog.DiscardHandler),
 		maxPerWorkspace: DefaultMaxWindowsPerWorkspace,
 		globalEvery: globalIntervals{
-			flush:     DefaultGlobalFlushInterval,
-			fullFlush: DefaultGlobalFullFlushInterval,
-			sync:      DefaultGlobalSyncInterval,
+			flush:        DefaultGlobalFlushInterval,
+			fullFlush:    DefaultGlobalFullFlushInterval,
+			sync:         DefaultGlobalSyncInterval,
+			flushTimeout: DefaultGlobalFlushTimeout,
+			syncTimeout:  DefaultGlobalSyncTimeout,
 		},
 	}
 	for _, opt := range opts {

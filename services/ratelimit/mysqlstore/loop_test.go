@@ -11,8 +11,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/internal/dbtest"
 	"github.com/unkeyed/ratelimit/internal/poll"
+	"github.com/unkeyed/ratelimit/internal/testserver"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
@@ -144,6 +146,62 @@ func TestFaultsOverMySQL(t *testing.T) {
 		resp, _ := b.Limit(context.Background(), peek)
 		return resp.Remaining == 4
 	})
+}
+
+// TestSlowMySQLKeepsImporting: region b reaches MySQL through a proxy
+// that holds every statement (and every step of a new connection's set-up)
+// for delay. Its syncs take two statements and a new connection's set-up
+// its own budget, so they complete within their budget and b imports what
+// a publishes, while b's own flushes go on in their loop: a sees b's count
+// too. The budgets are scaled to the delay as the defaults are to a
+// database that holds each statement five seconds (a sync's 30 s, a
+// flush's 10 s).
+func TestSlowMySQLKeepsImporting(t *testing.T) {
+	m, sqlDB := dbtest.Start(t)
+	const delay = 400 * time.Millisecond
+	proxy := testserver.StartProxy(t, "127.0.0.1:"+strconv.Itoa(m.Port))
+	cfg, err := cmdutil.ParseMySQLDSN(m.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Addr = proxy.Addr
+	slowDB, err := cmdutil.OpenMySQL(cfg, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { slowDB.Close() })
+	proxy.SetDelay(delay)
+	newRegion := func(name string, sqlDB *sql.DB, opts ...ratelimit.Option) *ratelimit.Service {
+		s, err := ratelimit.New(name, append(append([]ratelimit.Option{ratelimit.WithGlobalStore(New(sqlDB))}, shortIntervals...), opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, s)
+		return s
+	}
+	a := newRegion("a", sqlDB)
+	b := newRegion("b", slowDB, ratelimit.WithGlobalTimeouts(2*delay, 6*delay))
+	rq := ratelimit.Request{Workspace: "ws", Namespace: "ns", Identifier: "k", Limit: 100, Duration: month, Cost: 60}
+	remaining := func(s *ratelimit.Service) int64 {
+		peek := rq
+		peek.Cost = 0
+		resp, err := s.Limit(context.Background(), peek)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Remaining
+	}
+	if resp, err := a.Limit(context.Background(), rq); err != nil || !resp.Success {
+		t.Fatalf("a: %+v, %v", resp, err)
+	}
+	start := time.Now()
+	poll.Until(t, 30*time.Second, "b to import a's 60 through the slow database", func() bool { return remaining(b) == 40 })
+	t.Logf("b imported a's count %v after a spent it, each statement held %v", time.Since(start).Round(10*time.Millisecond), delay)
+	rq.Cost = 30
+	if resp, err := b.Limit(context.Background(), rq); err != nil || !resp.Success {
+		t.Fatalf("b: %+v, %v", resp, err)
+	}
+	poll.Until(t, 30*time.Second, "a to count b's 30, published through the slow database", func() bool { return remaining(a) == 10 })
 }
 
 // TestGlobalLoopIdleStatements runs the flush and sync loop on short

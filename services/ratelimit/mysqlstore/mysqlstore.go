@@ -20,7 +20,7 @@ import (
 // Store is a [store.Global] on the ratelimit_window_counts table of
 // a MySQL-compatible database (MySQL 8, MariaDB 10.6+).
 type Store struct {
-	q *db.Queries
+	db *sql.DB
 	// lastFullRows is how many cells the latest full read returned: the
 	// yardstick for when reading the changed cells no longer pays.
 	lastFullRows atomic.Int64
@@ -29,7 +29,27 @@ type Store struct {
 // New returns a store on sqlDB. It does not take ownership: closing sqlDB is
 // the caller's job.
 func New(sqlDB *sql.DB) *Store {
-	return &Store{q: db.New(sqlDB)}
+	return &Store{db: sqlDB}
+}
+
+// connectTimeout bounds setting up a connection for a call: dialling,
+// authenticating and setting the session's time zone, round trips that a
+// slow database may each hold for seconds (three at five seconds each took
+// about 15 s). It is apart from the budget of the call's statements (the
+// caller's ctx), so that a call that needs a new connection has the same
+// time for its statements as one that finds one idle in the pool.
+const connectTimeout = 30 * time.Second
+
+// queries returns the queries of one call on a connection of the pool, set
+// up within connectTimeout, and the function that gives it back.
+func (m *Store) queries(ctx context.Context) (*db.Queries, func(), error) {
+	setup, cancel := context.WithTimeout(context.WithoutCancel(ctx), connectTimeout)
+	defer cancel()
+	conn, err := m.db.Conn(setup)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect: %w", err)
+	}
+	return db.New(conn), func() { conn.Close() }, nil
 }
 
 // deadlockRetries is how often a chunk is sent again after InnoDB chose it as
@@ -42,6 +62,11 @@ const deadlockRetries = 3
 // the order given; callers sort them in unique-key order. The database
 // stamps the rows with its own clock.
 func (m *Store) Publish(ctx context.Context, region string, counts []store.CellCount) (int, error) {
+	q, done, err := m.queries(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
 	rows := make([]db.WindowCountsUpsertParams, 0, min(len(counts), db.WindowCountsBulkUpsertMaxRows))
 	for start := 0; start < len(counts); start += db.WindowCountsBulkUpsertMaxRows {
 		chunk := counts[start:min(start+db.WindowCountsBulkUpsertMaxRows, len(counts))]
@@ -60,9 +85,8 @@ func (m *Store) Publish(ctx context.Context, region string, counts []store.CellC
 				WindowLimit: uint64(max(c.Limit, 0)),
 			})
 		}
-		var err error
 		for attempt := 0; attempt < deadlockRetries; attempt++ {
-			if err = m.q.WindowCountsBulkUpsert(ctx, rows); !retryable(err) {
+			if err = q.WindowCountsBulkUpsert(ctx, rows); !retryable(err) {
 				break
 			}
 			time.Sleep(time.Duration(attempt+1) * 10 * time.Millisecond)
@@ -93,11 +117,16 @@ func retryable(err error) bool {
 // counted overstate cells when several regions wrote one, which only
 // switches to the full read a little early).
 func (m *Store) Sync(ctx context.Context, region string, now, since time.Time) ([]store.GlobalCount, time.Time, error) {
+	q, done, err := m.queries(ctx)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	defer done()
 	nowMs := uint64(now.UnixMilli())
 	var asOf int64
 	if !since.IsZero() {
 		sinceMs := uint64(max(since.UnixMilli(), 0))
-		changed, err := m.q.WindowCountsChangedCount(ctx, sinceMs)
+		changed, err := q.WindowCountsChangedCount(ctx, sinceMs)
 		if err != nil {
 			return nil, time.Time{}, fmt.Errorf("count changed window counts: %w", err)
 		}
@@ -106,7 +135,7 @@ func (m *Store) Sync(ctx context.Context, region string, now, since time.Time) (
 			return nil, time.UnixMilli(asOf), nil
 		}
 		if changed.Changed < max(m.lastFullRows.Load()/4, minChangedForFull) {
-			rows, err := m.q.WindowCountsSyncChanged(ctx, db.WindowCountsSyncChangedParams{Region: region, Since: sinceMs, Now: nowMs})
+			rows, err := q.WindowCountsSyncChanged(ctx, db.WindowCountsSyncChangedParams{Region: region, Since: sinceMs, Now: nowMs})
 			if err != nil {
 				return nil, time.Time{}, fmt.Errorf("sync changed window counts: %w", err)
 			}
@@ -117,12 +146,11 @@ func (m *Store) Sync(ctx context.Context, region string, now, since time.Time) (
 			return out, time.UnixMilli(asOf), nil
 		}
 	} else {
-		var err error
-		if asOf, err = m.q.WindowCountsNow(ctx); err != nil {
+		if asOf, err = q.WindowCountsNow(ctx); err != nil {
 			return nil, time.Time{}, fmt.Errorf("read the database's clock: %w", err)
 		}
 	}
-	rows, err := m.q.WindowCountsSync(ctx, db.WindowCountsSyncParams{Region: region, Now: nowMs})
+	rows, err := q.WindowCountsSync(ctx, db.WindowCountsSyncParams{Region: region, Now: nowMs})
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("sync window counts: %w", err)
 	}
