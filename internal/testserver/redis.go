@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 type Redis struct {
 	// Addr is host:port.
 	Addr string
+	dir  string
 	proc process
 }
 
@@ -39,7 +41,7 @@ func startRedis(t testing.TB, extra func(dir string) []string) *Redis {
 		t.Fatalf("redis-server is not installed (make test installs it): %v", err)
 	}
 	dir := t.TempDir()
-	r := &Redis{}
+	r := &Redis{dir: dir}
 	r.proc = process{t: t, name: bin, log: filepath.Join(dir, "redis.log")}
 	t.Cleanup(r.Kill)
 	r.proc.startOnFreePorts(func() {
@@ -65,6 +67,24 @@ func (r *Redis) URL() string { return "redis://" + r.Addr }
 func (r *Redis) Start() {
 	r.proc.t.Helper()
 	r.proc.start(r.ping, 10*time.Second)
+}
+
+// StartEmpty starts the server again after Kill, on the same port but
+// without its data: a server without persistence, or whose disk was lost.
+func (r *Redis) StartEmpty() {
+	r.proc.t.Helper()
+	entries, err := os.ReadDir(r.dir)
+	if err != nil {
+		r.proc.t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() != "redis.log" {
+			if err := os.RemoveAll(filepath.Join(r.dir, e.Name())); err != nil {
+				r.proc.t.Fatal(err)
+			}
+		}
+	}
+	r.Start()
 }
 
 // Kill kills the server at once, as a crash would.

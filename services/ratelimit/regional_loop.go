@@ -26,9 +26,14 @@ func (r *regionalTier) run(ctx context.Context) {
 }
 
 // replay sends every queued cell's unreplayed increments to the regional
-// store in one round trip, and raises each cell to the count it answers. An
-// increment the store did not take goes back into its cell and is sent again
-// next time, for as long as its window can still affect a decision.
+// store in one round trip, each with its floor (what this process knows the
+// store held, plus the increment), and raises each cell to the count it
+// answers. A store that lost its data is so re-seeded by every process that
+// still holds the counts, on its next increment of a cell or its next read
+// of one (see merge), by max-merge: processes that re-seed at once do not
+// add up. An increment the store did not take goes back into its cell and
+// is sent again next time, for as long as its window can still affect a
+// decision.
 func (r *regionalTier) replay(ctx context.Context) {
 	items := r.replays.take()
 	if len(items) == 0 {
@@ -38,9 +43,9 @@ func (r *regionalTier) replay(ctx context.Context) {
 	incs := make([]store.Increment, 0, len(items))
 	sent := items[:0]
 	for _, it := range items {
-		it.c.flags.And(^cellQueued)
+		reseed := it.c.flags.And(^(cellQueued|cellReseed))&cellReseed != 0
 		delta := it.c.unreplayed.Swap(0)
-		if delta == 0 {
+		if delta == 0 && !reseed {
 			continue
 		}
 		if it.c.seq < now/it.w.durationMs-1 {
@@ -52,6 +57,7 @@ func (r *regionalTier) replay(ctx context.Context) {
 		incs = append(incs, store.Increment{
 			Key:   it.w.cellKey(it.c.seq),
 			Delta: delta,
+			Floor: known(it.c),
 			TTL:   time.Duration(expires-now) * time.Millisecond,
 		})
 		sent = append(sent, it)
@@ -66,6 +72,9 @@ func (r *regionalTier) replay(ctx context.Context) {
 		if i < len(counts) && counts[i] >= 0 {
 			atomicMax(&it.c.count, counts[i]+it.c.unreplayed.Load()+it.c.speculative.Load())
 			continue
+		}
+		if incs[i].Delta == 0 {
+			it.c.flags.Or(cellReseed) // still to re-seed
 		}
 		r.queueReplay(it.w, it.c, incs[i].Delta)
 	}

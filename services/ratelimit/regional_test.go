@@ -339,3 +339,53 @@ func TestIdleCopyIsReadFirst(t *testing.T) {
 		t.Fatalf("background refreshes of the hot key = %v, want 12 (one per 800 ms of clock)", got)
 	}
 }
+
+// TestStoreBackEmptyIsReseeded: with 80 of 100 spent (40 by A, 40 by B,
+// who read A's first) and replayed, the regional store loses its data (a
+// Redis restarted without persistence). The processes write back what they
+// know, by max-merge: A (which knows its own 40) on its next increment of
+// the cell, B (which knows all 80) on its next read of it, once its copy
+// aged. A process that never saw the key (C) then admits what is left of
+// 80, so the region admits 21 after the loss instead of 100: A's one
+// increment between the loss and B's re-seed is the only count lost, since
+// a max-merge cannot tell whether B's 80 held it.
+func TestStoreBackEmptyIsReseeded(t *testing.T) {
+	o := storetest.NewMemRegional()
+	clock := newFakeClock(600_000)
+	a, b := newRegional(t, o, clock), newRegional(t, o, clock)
+	rq := req("user", 100, time.Hour, 40)
+	mustLimit(t, a.Service, rq)
+	a.tick()
+	mustLimit(t, b.Service, rq) // hydrates A's 40, then spends 40
+	b.tick()
+	cell := cellOf(rq, 600_000)
+	if got := o.Count(cell); got != 80 {
+		t.Fatalf("the store holds %d, want 80", got)
+	}
+	o.Set(cell, 0) // back empty
+
+	rq.Cost = 1
+	mustLimit(t, a.Service, rq) // A decides from memory, and replays with its floor
+	a.tick()
+	if got := o.Count(cell); got != 41 {
+		t.Fatalf("the store holds %d after A's next increment, want A's 40 and 1", got)
+	}
+	clock.Set(600_000 + maxCopyAge.Milliseconds())
+	peek := rq
+	peek.Cost = 0
+	mustLimit(t, b.Service, peek) // B's copy aged: it reads the store first
+	b.tick()
+	if got := o.Count(cell); got != 80 {
+		t.Fatalf("the store holds %d after B's read, want B's 80 (max-merged, not summed)", got)
+	}
+	c := newRegional(t, o, clock)
+	admitted := int64(0)
+	for range 100 {
+		if mustLimit(t, c.Service, rq).Success {
+			admitted++
+		}
+	}
+	if admitted != 20 {
+		t.Fatalf("a process new to the key admitted %d after the store came back, want the 20 left of B's 80", admitted)
+	}
+}

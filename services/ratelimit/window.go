@@ -29,7 +29,7 @@ type cell struct {
 	// added to the regional store. All accepted requests of one replay
 	// interval coalesce here into one command.
 	unreplayed atomic.Int64
-	// flags holds cellHydrated, cellQueued and cellGrown.
+	// flags holds cellHydrated, cellQueued, cellGrown and cellReseed.
 	flags atomic.Uint32
 }
 
@@ -44,6 +44,10 @@ const (
 	cellQueued
 	// cellGrown: the cell is in the queue of the next prompt global flush.
 	cellGrown
+	// cellReseed: a read found the regional store holding less than this
+	// process knows it held (it lost its data): the next replay sends the
+	// cell even without an increment, with its floor.
+	cellReseed
 )
 
 // atomicMax raises v to n if n is larger, and reports whether it did.

@@ -365,3 +365,45 @@ func TestFaultsOverRedis(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisBackEmpty: with 80 of 100 spent by three processes and replayed,
+// Redis is killed and comes back without its data. The processes write
+// back what they know of the cell (the regional count's own max-merge), so
+// that the region admits about what was left, not a second limit (before:
+// 89 more, 169 in all).
+func TestRedisBackEmpty(t *testing.T) {
+	r := testserver.StartRedis(t)
+	c := client(t, r)
+	procs := []*process{startProcess(t, c), startProcess(t, c), startProcess(t, c)}
+	rq := request("user", 100, 40)
+	spent := int64(0)
+	for i, p := range procs {
+		decide(t, p.Service, rq) // hydrates what the ones before spent
+		spent += rq.Cost
+		poll.Until(t, 5*time.Second, "the replay of process "+strconv.Itoa(i), func() bool { return stored(t, c, rq) == spent })
+		rq.Cost = 20
+	}
+	r.Kill()
+	r.StartEmpty()
+	rq.Cost = 1
+	admitted := 0
+	deadline := time.Now().Add(20 * time.Second)
+	for denials := 0; denials < 60 && time.Now().Before(deadline); {
+		for _, p := range procs {
+			if decide(t, p.Service, rq).Success {
+				admitted++
+				denials = 0
+			} else {
+				denials++
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("admitted %d after Redis came back empty; Redis holds %d", admitted, stored(t, c, rq))
+	if admitted > 25 {
+		t.Fatalf("the region admitted %d after Redis came back empty with 80 of 100 spent, want about 20", admitted)
+	}
+	if got := stored(t, c, rq); got < 100 {
+		t.Fatalf("Redis holds %d at the end, want the region's count re-seeded (at least 100)", got)
+	}
+}

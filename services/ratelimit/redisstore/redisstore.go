@@ -94,18 +94,25 @@ func (o *Store) nodeOf(ctx context.Context, key string) (string, error) {
 	return c.Options().Addr, nil
 }
 
-// incrementScript adds ARGV[1] to KEYS[1] and sets its expiry to ARGV[2] ms
-// in one atomic step: a crash between the two can never leave a key without
-// an expiry. It keeps the longer expiry if the key already has one. A key
-// that INCRBY cannot add to (its value is not a 64-bit integer, the sum would
-// overflow, or it is not a string) is set to ARGV[3], the largest count the
-// limiter takes: a corrupt cell fails closed until it expires, and never
-// fails the other commands of the pipeline.
+// incrementScript adds ARGV[1] to KEYS[1], raises it to ARGV[4] if it then
+// holds less (the caller's floor: a server that lost its data is re-seeded),
+// and sets its expiry to ARGV[2] ms, in one atomic step: a crash between
+// them can never leave a key without an expiry. It keeps the longer expiry
+// if the key already has one. A key that INCRBY cannot add to (its value is
+// not a 64-bit integer, the sum would overflow, or it is not a string) is
+// set to ARGV[3], the largest count the limiter takes: a corrupt cell fails
+// closed until it expires, and never fails the other commands of the
+// pipeline.
 var incrementScript = redis.NewScript(`
 local ok, n = pcall(redis.call, 'INCRBY', KEYS[1], ARGV[1])
 if not ok then
   redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[2])
   return tonumber(ARGV[3])
+end
+local floor = tonumber(ARGV[4])
+if n < floor then
+  redis.call('SET', KEYS[1], ARGV[4], 'KEEPTTL')
+  n = floor
 end
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl < tonumber(ARGV[2]) then
@@ -259,7 +266,8 @@ func (o *Store) Increment(ctx context.Context, incs []store.Increment) ([]int64,
 		// EVAL, not EVALSHA: a restarted server has lost its script cache,
 		// and a pipeline of EVALSHA would then fail without telling which
 		// commands ran. The script is a few hundred bytes a replayed cell.
-		cmds[i] = incrementScript.Eval(ctx, pipe, []string{keys[i]}, incs[i].Delta, ttl, store.MaxCount)
+		floor := min(max(incs[i].Floor, 0), store.MaxCount)
+		cmds[i] = incrementScript.Eval(ctx, pipe, []string{keys[i]}, incs[i].Delta, ttl, store.MaxCount, floor)
 	}
 	if pipe.Len() > 0 {
 		_, _ = pipe.Exec(ctx) // each command's own error is read below

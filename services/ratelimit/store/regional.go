@@ -24,9 +24,10 @@ type Regional interface {
 	// counts with -1 for those and a [*PartialError]; when none could, an
 	// error.
 	Load(ctx context.Context, keys []CellKey) ([]int64, error)
-	// Increment adds each increment's delta to its cell, keeps the cell until
-	// at least its TTL has passed, and returns the new counts, in order; a
-	// cell named twice receives both deltas. Increment and expiry are one
+	// Increment adds each increment's delta to its cell, raises the cell to
+	// its Floor if it then holds less (max-merge), keeps the cell until at
+	// least its TTL has passed, and returns the new counts, in order; a
+	// cell named twice receives both. Increment, floor and expiry are one
 	// atomic step per cell, so no cell is ever left without an expiry. On
 	// error, counts may still be returned: a count of -1 marks an increment
 	// that may not have been applied (the caller sends it again, preferring
@@ -37,8 +38,16 @@ type Regional interface {
 // Increment adds Delta to a cell.
 type Increment struct {
 	Key CellKey
-	// Delta is what to add: accepted cost not yet sent, above zero.
+	// Delta is what to add: accepted cost not yet sent, zero or more.
 	Delta int64
+	// Floor is the least the cell must hold afterwards: what the caller
+	// knows the store held (what it sent before and what it read) plus
+	// Delta. A store that lost its data (a Redis restarted without
+	// persistence, a cluster master back empty) is re-seeded by it with
+	// the counts the processes still hold, by the G-Counter's own rule:
+	// max-merge, never a sum, so processes that re-seed at once do not add
+	// up. 0 asks nothing.
+	Floor int64
 	// TTL is how long the store must keep the cell: until the end of the
 	// window after it, the last window in which it counts.
 	TTL time.Duration

@@ -8,7 +8,8 @@ import (
 )
 
 // MemRegional is an in-memory [store.Regional] with what the limiter relies
-// on from Redis: a count per cell, increments answered with the new count,
+// on from Redis: a count per cell, increments (raised to their floor)
+// answered with the new count,
 // counts clamped to [0, store.MaxCount] when read or incremented (a value
 // a test sets with [MemRegional.Set] is held as written, as a corrupt value
 // in Redis is), missing cells 0. It never fails but for a done context;
@@ -48,7 +49,7 @@ func (m *MemRegional) Increment(ctx context.Context, incs []store.Increment) ([]
 	defer m.mu.Unlock()
 	out := make([]int64, len(incs))
 	for i, inc := range incs {
-		n := min(max(m.counts[inc.Key]+inc.Delta, 0), store.MaxCount)
+		n := min(max(m.counts[inc.Key]+inc.Delta, inc.Floor, 0), store.MaxCount)
 		m.counts[inc.Key] = n
 		out[i] = n
 	}

@@ -37,6 +37,26 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 		counts, err = s.Load(ctx, []store.CellKey{b, a})
 		wantCounts(t, "load", counts, err, []int64{5, 5})
 	})
+	t.Run("FloorReseedsWithMaxMerge", func(t *testing.T) {
+		s, ws := newStore(t), workspace(t)
+		ctx := context.Background()
+		a, b := key(ws, "a", 1), key(ws, "b", 1)
+		// An empty store (one restarted without its data) is raised to the
+		// floor; one that holds more keeps its count plus the delta.
+		withFloor := func(k store.CellKey, delta, floor int64) store.Increment {
+			i := inc(k, delta)
+			i.Floor = floor
+			return i
+		}
+		counts, err := s.Increment(ctx, []store.Increment{withFloor(a, 1, 81), withFloor(b, 0, 40)})
+		wantCounts(t, "increments raised to their floors", counts, err, []int64{81, 40})
+		counts, err = s.Increment(ctx, []store.Increment{withFloor(a, 1, 81)})
+		wantCounts(t, "a second process's increment with the same floor", counts, err, []int64{82})
+		counts, err = s.Increment(ctx, []store.Increment{withFloor(b, 0, 10)})
+		wantCounts(t, "a floor under the count", counts, err, []int64{40})
+		counts, err = s.Load(ctx, []store.CellKey{a, b})
+		wantCounts(t, "load", counts, err, []int64{82, 40})
+	})
 	t.Run("ACellTwiceInOneCall", func(t *testing.T) {
 		s, ws := newStore(t), workspace(t)
 		a := key(ws, "a", 1)
