@@ -181,8 +181,11 @@ type globalTier struct {
 	// next prompt flush looks at, so its work follows the cells that
 	// change rather than every window held.
 	grown queue[cellRef]
-	// state is the loop's own bookkeeping; only the goroutine that runs the
-	// loop touches it.
+	// unpublished is the regional store, if it keeps an index of the cells
+	// to publish (see store.Unpublished): the full flush publishes those
+	// whose counter stopped marking them.
+	unpublished store.Unpublished
+	// state is the loops' own bookkeeping.
 	state *globalState
 }
 
@@ -201,8 +204,36 @@ func newGlobalTier(region string, cfg *settings, m *metrics, windows *windowTabl
 	}
 	g.every.fullFlush = max(g.every.fullFlush, g.every.flush)
 	g.flushBreaker, g.syncBreaker = g.newBreaker("flush"), g.newBreaker("sync")
+	g.unpublished, _ = cfg.regional.(store.Unpublished)
 	return g
 }
+
+// markFor returns the limit to mark c, a cell of w being replayed, with in
+// the regional store's index of cells to publish (see store.Unpublished),
+// or 0: a cell worth sharing (at or above its floor, or shared by another
+// region), once per full flush interval.
+func (g *globalTier) markFor(w *window, c *cell) int64 {
+	if g.unpublished == nil || c.flags.Load()&cellMarked != 0 {
+		return 0
+	}
+	limit := w.limit.Load()
+	if c.count.Load() < g.floor(limit, w.durationMs) && c.global.Load() == 0 {
+		return 0
+	}
+	c.flags.Or(cellMarked)
+	return limit
+}
+
+// idleAfter is how long no process marked a cell before the full flushes
+// publish it from the regional store: two full flush intervals and a
+// prompt one, by when the process that counts it has published what it
+// counted, unless it died or could not reach the global store. A cell
+// replayed at least once a full flush interval is marked again meanwhile.
+func (g *globalTier) idleAfter() time.Duration { return 2*g.every.fullFlush + g.every.flush }
+
+// maxIdlePerFlush bounds the idle cells one full flush publishes: the rest
+// wait for the next.
+const maxIdlePerFlush = 1000
 
 // floor is the count of a cell of limit and window durationMs
 // from which a region publishes it: a twentieth of the limit for windows of

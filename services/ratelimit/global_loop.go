@@ -110,6 +110,14 @@ type flushCandidate struct {
 // retried: at the next full flush, or the next prompt one if a request counts
 // into the cell again.
 func (g *globalTier) flush(ctx context.Context, full bool) {
+	g.publishCounted(ctx, full)
+	if full {
+		g.publishIdle(ctx)
+	}
+}
+
+// publishCounted is the flush of what this process counted.
+func (g *globalTier) publishCounted(ctx context.Context, full bool) {
 	st := g.state
 	st.mu.Lock()
 	locked := true
@@ -131,7 +139,11 @@ func (g *globalTier) flush(ctx context.Context, full bool) {
 		st.lastFullFlush = clockNow
 		g.windows.forEach(func(w *window) {
 			for i := range w.cells {
-				if cand, ok := g.flushCandidate(w, w.cells[i].Load(), now, false); ok {
+				c := w.cells[i].Load()
+				if c != nil && c.flags.Load()&cellMarked != 0 {
+					c.flags.And(^cellMarked) // marked again at its next replay
+				}
+				if cand, ok := g.flushCandidate(w, c, now, false); ok {
 					cands = append(cands, cand)
 				}
 			}
@@ -179,6 +191,62 @@ func (g *globalTier) flush(ctx context.Context, full bool) {
 	if err != nil {
 		g.metrics.globalWriteErrors.Inc()
 		g.logger.Warn("flush window counts", "error", err, "written", written, "of", len(counts))
+	}
+}
+
+// publishIdle publishes the cells of the region that no process marked in
+// the regional store's index for idleAfter (see store.Unpublished), with
+// the count the regional store holds: what a process that died, or stopped
+// while the global store was down, counted and could not publish, reaches
+// the other regions by the flush of any process of the region, or of the
+// next to start. A quiet cell of a live process may be published again
+// this way: a max-merge, so twice is harmless. Cells of a node that failed
+// wait for the next full flush; the others are dropped from the index once
+// published (or found expired or empty).
+func (g *globalTier) publishIdle(ctx context.Context) {
+	if g.unpublished == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.every.flushTimeout)
+	defer cancel()
+	now := g.clock.Now()
+	idle, err := g.unpublished.Idle(ctx, now.Add(-g.idleAfter()), maxIdlePerFlush)
+	if err != nil {
+		g.logger.Warn("read idle cells from the regional store", "error", err, "read", len(idle))
+	}
+	if len(idle) == 0 {
+		return
+	}
+	nowMs := now.UnixMilli()
+	var counts []store.CellCount
+	done := idle[:0]
+	for _, c := range idle {
+		switch {
+		case c.Count < 0:
+			continue // its node failed: next time
+		case c.Count > 0 && c.Key.ExpiresAt() > nowMs:
+			counts = append(counts, c.CellCount)
+		}
+		done = append(done, c)
+	}
+	if len(counts) > 0 {
+		slices.SortFunc(counts, func(a, b store.CellCount) int { return store.CompareKeys(&a.Key, &b.Key) })
+		var written int
+		_, err := g.flushBreaker.Execute(func() (any, error) {
+			var err error
+			written, err = g.store.Publish(ctx, g.region, counts)
+			return nil, err
+		})
+		g.metrics.globalWrites.Add(float64(written))
+		g.metrics.globalIdlePublished.Add(float64(written))
+		if err != nil {
+			g.metrics.globalWriteErrors.Inc()
+			g.logger.Warn("publish idle cells", "error", err, "written", written, "of", len(counts))
+			return // kept in the index: the next full flush tries again
+		}
+	}
+	if err := g.unpublished.Forget(ctx, done); err != nil {
+		g.logger.Warn("drop published cells from the regional store's index", "error", err)
 	}
 }
 

@@ -27,6 +27,7 @@ type metrics struct {
 	globalEntriesCreated prometheus.Counter
 	globalRowsLastPoll   prometheus.Gauge
 	globalRowsFuture     prometheus.Counter
+	globalIdlePublished  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() float64) (*metrics, error) {
@@ -96,6 +97,10 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 			Name: "unkey_ratelimit_global_sync_rows_future_total",
 			Help: "Rows of the global store ignored because their window lies more than one window ahead of this process's clock.",
 		}),
+		globalIdlePublished: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "unkey_ratelimit_global_idle_cells_published_total",
+			Help: "Cells of the region published to the global store from the regional store's index because no process marked them for two full flush intervals: what a process that died, or stopped with the global store down, counted and had not published (and some quiet cells again).",
+		}),
 	}
 	active := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "unkey_ratelimit_windows_active",
@@ -107,7 +112,7 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 	}, queueDepth)
 	for _, c := range []prometheus.Collector{m.windowsCreated, m.windowsEvicted, m.windowsRejected, m.casExhausted, active,
 		m.regionalOps, m.regionalLatency, m.queueOverflow, m.replayExpired, m.strictActivations, depth,
-		m.globalWrites, m.globalWriteErrors, m.globalRowsApplied, m.globalSyncErrors, m.globalEntriesCreated, m.globalRowsLastPoll, m.globalRowsFuture} {
+		m.globalWrites, m.globalWriteErrors, m.globalRowsApplied, m.globalSyncErrors, m.globalEntriesCreated, m.globalRowsLastPoll, m.globalRowsFuture, m.globalIdlePublished} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -74,6 +74,10 @@ type regionalTier struct {
 	flight    singleflight.Group // one read per cold cell
 	replays   queue[cellRef]
 	refreshes queue[*window]
+	// mark, set when the region has a global store, returns the limit to
+	// mark a replayed cell with in the store's index of cells to publish,
+	// or 0 (see globalTier.markFor).
+	mark func(w *window, c *cell) int64
 }
 
 func newRegionalTier(st store.Regional, clock Clock, m *metrics) *regionalTier {

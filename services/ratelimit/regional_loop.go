@@ -54,12 +54,16 @@ func (r *regionalTier) replay(ctx context.Context) {
 			continue
 		}
 		expires := store.ExpiresAt(it.c.seq, it.w.durationMs)
-		incs = append(incs, store.Increment{
+		inc := store.Increment{
 			Key:   it.w.cellKey(it.c.seq),
 			Delta: delta,
 			Floor: known(it.c),
 			TTL:   time.Duration(expires-now) * time.Millisecond,
-		})
+		}
+		if r.mark != nil {
+			inc.Mark = r.mark(it.w, it.c)
+		}
+		incs = append(incs, inc)
 		sent = append(sent, it)
 	}
 	if len(incs) == 0 {

@@ -68,6 +68,9 @@ func New(region string, opts ...Option) (*Service, error) {
 	}
 	if cfg.global != nil {
 		s.global = newGlobalTier(region, &cfg, m, &s.windows, s.regional == nil)
+		if s.regional != nil {
+			s.regional.mark = s.global.markFor
+		}
 	}
 	return s, nil
 }

@@ -29,7 +29,8 @@ type cell struct {
 	// added to the regional store. All accepted requests of one replay
 	// interval coalesce here into one command.
 	unreplayed atomic.Int64
-	// flags holds cellHydrated, cellQueued, cellGrown and cellReseed.
+	// flags holds cellHydrated, cellQueued, cellGrown, cellReseed and
+	// cellMarked.
 	flags atomic.Uint32
 }
 
@@ -48,6 +49,11 @@ const (
 	// process knows it held (it lost its data): the next replay sends the
 	// cell even without an increment, with its floor.
 	cellReseed
+	// cellMarked: a replay marked the cell in the regional store's index of
+	// cells to publish since the last full global flush (see
+	// store.Unpublished), which clears it: a cell is marked at most once
+	// per full flush interval.
+	cellMarked
 )
 
 // atomicMax raises v to n if n is larger, and reports whether it did.

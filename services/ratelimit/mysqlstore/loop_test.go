@@ -10,12 +10,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/internal/dbtest"
 	"github.com/unkeyed/ratelimit/internal/poll"
 	"github.com/unkeyed/ratelimit/internal/testserver"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/ratelimit/redisstore"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )
@@ -202,6 +204,63 @@ func TestSlowMySQLKeepsImporting(t *testing.T) {
 		t.Fatalf("b: %+v, %v", resp, err)
 	}
 	poll.Until(t, 30*time.Second, "a to count b's 30, published through the slow database", func() bool { return remaining(a) == 10 })
+}
+
+// TestUnpublishedCountsOutliveTheirProcess: process a1 of region a admits
+// 600 of 1,000 an hour and replays them to the region's Redis, but never
+// reaches MySQL (it died, or stopped while MySQL was unreachable: its store
+// is down to the end). Process a2 of the same region, which never sees the
+// key, publishes it from Redis once no process marked it for two full flush
+// intervals, and region b counts the 600.
+func TestUnpublishedCountsOutliveTheirProcess(t *testing.T) {
+	_, sqlDB := dbtest.Start(t)
+	r := testserver.StartRedis(t)
+	opts, err := redisstore.Options(r.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := redis.NewClient(opts)
+	t.Cleanup(func() { client.Close() })
+	newProcess := func(region string, global store.Global, regional bool) (*ratelimit.Service, *prometheus.Registry) {
+		reg := prometheus.NewRegistry()
+		o := append([]ratelimit.Option{ratelimit.WithGlobalStore(global), ratelimit.WithRegisterer(reg)}, shortIntervals...)
+		if regional {
+			st, err := redisstore.New(client)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o = append(o, ratelimit.WithRegionalStore(st))
+		}
+		s, err := ratelimit.New(region, o...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, s)
+		return s, reg
+	}
+	dead := storetest.NewFaultyGlobal(New(sqlDB))
+	dead.SetDown(true)
+	a1, _ := newProcess("a", dead, true)
+	_, a2reg := newProcess("a", New(sqlDB), true)
+	b, _ := newProcess("b", New(sqlDB), false)
+	rq := ratelimit.Request{Workspace: "ws", Namespace: "ns", Identifier: "k", Limit: 1000, Duration: time.Hour, Cost: 600}
+	if resp, err := a1.Limit(context.Background(), rq); err != nil || !resp.Success {
+		t.Fatalf("a1: %+v, %v", resp, err)
+	}
+	peek := rq
+	peek.Cost = 0
+	start := time.Now()
+	poll.Until(t, 10*time.Second, "b to count a1's 600, published by a2 from Redis", func() bool {
+		resp, _ := b.Limit(context.Background(), peek)
+		return resp.Remaining == 400
+	})
+	t.Logf("b counted a1's 600 %v after a1 admitted them (idle after %v on these intervals)", time.Since(start).Round(time.Millisecond), 2*50*time.Millisecond+10*time.Millisecond)
+	mfs, _ := a2reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == "unkey_ratelimit_global_idle_cells_published_total" && mf.GetMetric()[0].GetCounter().GetValue() < 1 {
+			t.Fatalf("a2 published %v idle cells", mf.GetMetric()[0].GetCounter().GetValue())
+		}
+	}
 }
 
 // TestGlobalLoopIdleStatements runs the flush and sync loop on short

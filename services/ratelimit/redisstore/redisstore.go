@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -249,7 +250,9 @@ func parseCounts(vals []any, counts []int64, idx []int) {
 }
 
 // Increment sends every increment in one pipeline, but those of a node
-// whose breaker is open, which count -1 as those that fail do.
+// whose breaker is open, which count -1 as those that fail do; the marks of
+// the cells sent go in the same pipeline (see store.Unpublished), and a mark
+// that fails is only a mark: it fails no increment.
 func (o *Store) Increment(ctx context.Context, incs []store.Increment) ([]int64, error) {
 	keys := make([]string, len(incs))
 	for i := range incs {
@@ -269,6 +272,7 @@ func (o *Store) Increment(ctx context.Context, incs []store.Increment) ([]int64,
 		floor := min(max(incs[i].Floor, 0), store.MaxCount)
 		cmds[i] = incrementScript.Eval(ctx, pipe, []string{keys[i]}, incs[i].Delta, ttl, store.MaxCount, floor)
 	}
+	mark(ctx, pipe, incs, keys, b.sent, time.Now())
 	if pipe.Len() > 0 {
 		_, _ = pipe.Exec(ctx) // each command's own error is read below
 	}

@@ -48,6 +48,12 @@ type Increment struct {
 	// max-merge, never a sum, so processes that re-seed at once do not add
 	// up. 0 asks nothing.
 	Floor int64
+	// Mark, if above 0, is the cell's limit, and asks a store that
+	// implements [Unpublished] to index the cell as one the region
+	// publishes to the global store: so that any process of the region can
+	// publish it if the one that counted it cannot (it died, or stopped
+	// while the global store was down).
+	Mark int64
 	// TTL is how long the store must keep the cell: until the end of the
 	// window after it, the last window in which it counts.
 	TTL time.Duration
@@ -78,3 +84,31 @@ var ErrUnavailable = errors.New("regional store unavailable: circuit breaker ope
 // waits at most this long. Clients of a regional store should fail a dial
 // or a wait for a pooled connection within it too.
 const RequestTimeout = 300 * time.Millisecond
+
+// Unpublished is a regional store that indexes the cells its increments mark
+// (see [Increment.Mark]), so that what a process counted reaches the global
+// store even if that process never publishes it: every process of the
+// region with a global store publishes the marked cells that no increment
+// has marked for a while (their counter's flushes would have published them
+// by then), with the count the regional store holds, the region's truth.
+// Package redisstore implements it; without it, what a process counted and
+// did not publish before it died is lost to the other regions.
+type Unpublished interface {
+	// Idle returns up to max marked cells whose last mark is before
+	// before, with the count the store holds (0 for one that expired) and
+	// the limit of their last mark.
+	Idle(ctx context.Context, before time.Time, max int) ([]IdleCell, error)
+	// Forget drops cells Idle returned from the index, but those marked
+	// again since.
+	Forget(ctx context.Context, cells []IdleCell) error
+}
+
+// IdleCell is a marked cell that no increment marked for a while.
+type IdleCell struct {
+	// CellCount is the cell, the count the regional store holds and the
+	// limit it was marked with.
+	CellCount
+	// MarkedAt is the time of its last mark, in unix ms by the store's
+	// records: Forget keeps a cell marked again since.
+	MarkedAt int64
+}
