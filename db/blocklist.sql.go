@@ -9,21 +9,19 @@ import (
 	"context"
 )
 
-const blocklistDeleteExpired = `-- name: BlocklistDeleteExpired :execrows
+const blocklistDeleteBatch = `-- name: BlocklistDeleteBatch :execrows
 DELETE FROM ratelimit_blocklist
-WHERE expires_at < ?
-LIMIT ?
+WHERE pk <= ? AND expires_at < ?
 `
 
-type BlocklistDeleteExpiredParams struct {
+type BlocklistDeleteBatchParams struct {
+	LastPk uint64
 	Cutoff uint64
-	Limit  int32
 }
 
-// BlocklistDeleteExpired deletes at most limit rows that expired before
-// cutoff.
-func (q *Queries) BlocklistDeleteExpired(ctx context.Context, arg BlocklistDeleteExpiredParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, blocklistDeleteExpired, arg.Cutoff, arg.Limit)
+// BlocklistDeleteBatch deletes the batch BlocklistExpiredBatch counted.
+func (q *Queries) BlocklistDeleteBatch(ctx context.Context, arg BlocklistDeleteBatchParams) (int64, error) {
+	result, err := q.db.ExecContext(ctx, blocklistDeleteBatch, arg.LastPk, arg.Cutoff)
 	if err != nil {
 		return 0, err
 	}
@@ -39,6 +37,36 @@ DROP TABLE IF EXISTS ratelimit_blocklist
 func (q *Queries) BlocklistDropTable(ctx context.Context) error {
 	_, err := q.db.ExecContext(ctx, blocklistDropTable)
 	return err
+}
+
+const blocklistExpiredBatch = `-- name: BlocklistExpiredBatch :one
+SELECT CAST(COUNT(*) AS SIGNED) AS rows_in_batch, CAST(COALESCE(MAX(pk), 0) AS UNSIGNED) AS last_pk
+FROM (
+    SELECT pk FROM ratelimit_blocklist
+    WHERE expires_at < ?
+    ORDER BY pk
+    LIMIT ?
+) batch
+`
+
+type BlocklistExpiredBatchParams struct {
+	Cutoff uint64
+	Limit  int32
+}
+
+type BlocklistExpiredBatchRow struct {
+	RowsInBatch int64
+	LastPk      int64
+}
+
+// BlocklistExpiredBatch counts the first limit rows, by primary key, that
+// expired before cutoff, and returns the last one's key: the batch
+// BlocklistDeleteBatch deletes, counted once however often it runs.
+func (q *Queries) BlocklistExpiredBatch(ctx context.Context, arg BlocklistExpiredBatchParams) (BlocklistExpiredBatchRow, error) {
+	row := q.db.QueryRowContext(ctx, blocklistExpiredBatch, arg.Cutoff, arg.Limit)
+	var i BlocklistExpiredBatchRow
+	err := row.Scan(&i.RowsInBatch, &i.LastPk)
+	return i, err
 }
 
 const blocklistListActive = `-- name: BlocklistListActive :many

@@ -84,13 +84,17 @@ func TestWindowCounts(t *testing.T) {
 			t.Fatalf("an expired row was synced: %+v", r)
 		}
 	}
-	n, err := q.WindowCountsDeleteExpired(ctx, WindowCountsDeleteExpiredParams{Cutoff: 600_000, Limit: 2})
-	if err != nil || n != 2 {
-		t.Fatalf("first batch deleted %d, %v; want 2", n, err)
-	}
-	n, err = q.WindowCountsDeleteExpired(ctx, WindowCountsDeleteExpiredParams{Cutoff: 600_000, Limit: 2})
-	if err != nil || n != 1 {
-		t.Fatalf("second batch deleted %d, %v; want 1", n, err)
+	for _, want := range []int64{2, 1, 0} {
+		b, err := q.WindowCountsExpiredBatch(ctx, WindowCountsExpiredBatchParams{Cutoff: 600_000, Limit: 2})
+		if err != nil || b.RowsInBatch != want {
+			t.Fatalf("batch counted %+v, %v; want %d rows", b, err, want)
+		}
+		for run := range 2 { // a delete repeated after a crash deletes nothing more
+			n, err := q.WindowCountsDeleteBatch(ctx, WindowCountsDeleteBatchParams{LastPk: uint64(b.LastPk), Cutoff: 600_000})
+			if wantN := map[int]int64{0: want, 1: 0}[run]; err != nil || n != wantN {
+				t.Fatalf("delete %d of a batch of %d deleted %d, %v; want %d", run+1, want, n, err, wantN)
+			}
+		}
 	}
 }
 
@@ -132,7 +136,11 @@ func TestBlocklistQueries(t *testing.T) {
 	if err != nil || len(active) != 2 {
 		t.Fatalf("active at 150: %v, %v; want 2 rows", active, err)
 	}
-	n, err := q.BlocklistDeleteExpired(ctx, BlocklistDeleteExpiredParams{Cutoff: 250, Limit: 10})
+	b, err := q.BlocklistExpiredBatch(ctx, BlocklistExpiredBatchParams{Cutoff: 250, Limit: 10})
+	if err != nil || b.RowsInBatch != 2 {
+		t.Fatalf("batch %+v, %v; want 2 rows", b, err)
+	}
+	n, err := q.BlocklistDeleteBatch(ctx, BlocklistDeleteBatchParams{LastPk: uint64(b.LastPk), Cutoff: 250})
 	if err != nil || n != 2 {
 		t.Fatalf("deleted %d, %v; want 2", n, err)
 	}

@@ -9,12 +9,15 @@ import (
 )
 
 type Querier interface {
-	// BlocklistDeleteExpired deletes at most limit rows that expired before
-	// cutoff.
-	BlocklistDeleteExpired(ctx context.Context, arg BlocklistDeleteExpiredParams) (int64, error)
+	// BlocklistDeleteBatch deletes the batch BlocklistExpiredBatch counted.
+	BlocklistDeleteBatch(ctx context.Context, arg BlocklistDeleteBatchParams) (int64, error)
 	// BlocklistDropTable drops the legacy table: the last stage of its
 	// retirement. IF EXISTS makes a repeated drop harmless.
 	BlocklistDropTable(ctx context.Context) error
+	// BlocklistExpiredBatch counts the first limit rows, by primary key, that
+	// expired before cutoff, and returns the last one's key: the batch
+	// BlocklistDeleteBatch deletes, counted once however often it runs.
+	BlocklistExpiredBatch(ctx context.Context, arg BlocklistExpiredBatchParams) (BlocklistExpiredBatchRow, error)
 	// BlocklistListActive lists the rows that have not expired at now.
 	BlocklistListActive(ctx context.Context, expiresAt uint64) ([]BlocklistListActiveRow, error)
 	// BlocklistStats returns the number of rows, the latest expiry and the latest
@@ -70,9 +73,16 @@ type Querier interface {
 	// statement. now_ms is the database's clock when it ran: where the next
 	// sync starts.
 	WindowCountsChangedCount(ctx context.Context, since uint64) (WindowCountsChangedCountRow, error)
-	// WindowCountsDeleteExpired deletes at most limit rows that expired
-	// before cutoff. Run it until it deletes fewer than limit rows.
-	WindowCountsDeleteExpired(ctx context.Context, arg WindowCountsDeleteExpiredParams) (int64, error)
+	// WindowCountsDeleteBatch deletes the batch WindowCountsExpiredBatch
+	// counted: the rows that expired before cutoff up to its last key.
+	WindowCountsDeleteBatch(ctx context.Context, arg WindowCountsDeleteBatchParams) (int64, error)
+	// WindowCountsExpiredBatch counts the first limit rows, by primary key,
+	// that expired before cutoff, and returns the last one's key: the batch
+	// WindowCountsDeleteBatch deletes. The count is what the batch deletes,
+	// however often the delete runs (a run repeated after a crash deletes
+	// nothing more), since no row below the last key can expire later with
+	// the same cutoff. Run batches until one counts fewer than limit rows.
+	WindowCountsExpiredBatch(ctx context.Context, arg WindowCountsExpiredBatchParams) (WindowCountsExpiredBatchRow, error)
 	// WindowCountsNow returns the database's clock in unix ms, as updated_at
 	// holds it: where the next incremental sync starts after a full one.
 	WindowCountsNow(ctx context.Context) (int64, error)

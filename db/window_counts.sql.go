@@ -35,25 +35,57 @@ func (q *Queries) WindowCountsChangedCount(ctx context.Context, since uint64) (W
 	return i, err
 }
 
-const windowCountsDeleteExpired = `-- name: WindowCountsDeleteExpired :execrows
+const windowCountsDeleteBatch = `-- name: WindowCountsDeleteBatch :execrows
 DELETE FROM ratelimit_window_counts
-WHERE expires_at < ?
-LIMIT ?
+WHERE pk <= ? AND expires_at < ?
 `
 
-type WindowCountsDeleteExpiredParams struct {
+type WindowCountsDeleteBatchParams struct {
+	LastPk uint64
 	Cutoff uint64
-	Limit  int32
 }
 
-// WindowCountsDeleteExpired deletes at most limit rows that expired
-// before cutoff. Run it until it deletes fewer than limit rows.
-func (q *Queries) WindowCountsDeleteExpired(ctx context.Context, arg WindowCountsDeleteExpiredParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, windowCountsDeleteExpired, arg.Cutoff, arg.Limit)
+// WindowCountsDeleteBatch deletes the batch WindowCountsExpiredBatch
+// counted: the rows that expired before cutoff up to its last key.
+func (q *Queries) WindowCountsDeleteBatch(ctx context.Context, arg WindowCountsDeleteBatchParams) (int64, error) {
+	result, err := q.db.ExecContext(ctx, windowCountsDeleteBatch, arg.LastPk, arg.Cutoff)
 	if err != nil {
 		return 0, err
 	}
 	return result.RowsAffected()
+}
+
+const windowCountsExpiredBatch = `-- name: WindowCountsExpiredBatch :one
+SELECT CAST(COUNT(*) AS SIGNED) AS rows_in_batch, CAST(COALESCE(MAX(pk), 0) AS UNSIGNED) AS last_pk
+FROM (
+    SELECT pk FROM ratelimit_window_counts
+    WHERE expires_at < ?
+    ORDER BY pk
+    LIMIT ?
+) batch
+`
+
+type WindowCountsExpiredBatchParams struct {
+	Cutoff uint64
+	Limit  int32
+}
+
+type WindowCountsExpiredBatchRow struct {
+	RowsInBatch int64
+	LastPk      int64
+}
+
+// WindowCountsExpiredBatch counts the first limit rows, by primary key,
+// that expired before cutoff, and returns the last one's key: the batch
+// WindowCountsDeleteBatch deletes. The count is what the batch deletes,
+// however often the delete runs (a run repeated after a crash deletes
+// nothing more), since no row below the last key can expire later with
+// the same cutoff. Run batches until one counts fewer than limit rows.
+func (q *Queries) WindowCountsExpiredBatch(ctx context.Context, arg WindowCountsExpiredBatchParams) (WindowCountsExpiredBatchRow, error) {
+	row := q.db.QueryRowContext(ctx, windowCountsExpiredBatch, arg.Cutoff, arg.Limit)
+	var i WindowCountsExpiredBatchRow
+	err := row.Scan(&i.RowsInBatch, &i.LastPk)
+	return i, err
 }
 
 const windowCountsNow = `-- name: WindowCountsNow :one

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	restate "github.com/restatedev/sdk-go"
 	"github.com/restatedev/sdk-go/server"
 	"golang.org/x/sync/errgroup"
 
@@ -31,6 +30,9 @@ const (
 	// retryEvery is the pause between attempts to reach restate-server at
 	// start-up.
 	retryEvery = time.Second
+	// healthEvery is how often the worker reads the cleanup schedule's
+	// status for its metrics.
+	healthEvery = 15 * time.Second
 )
 
 // worker is the Restate service endpoint with its database.
@@ -40,6 +42,10 @@ type worker struct {
 	sqlDB   *sql.DB
 	handler http.Handler
 	client  *http.Client
+	health  *scheduleHealth
+	// healthEvery is how often health is read: healthEvery, shorter in
+	// tests.
+	healthEvery time.Duration
 }
 
 // newWorker wires the handlers. It starts nothing.
@@ -60,14 +66,23 @@ func newWorker(cfg config, logger *slog.Logger) (*worker, error) {
 			"generate a key pair with `worker keygen` and give restate-server the private key")
 	}
 	h, err := rs.
-		Bind(restate.Reflect(cleanup.New(q))).
-		Bind(restate.Reflect(blocklistdrain.New(q))).
+		Bind(cleanup.Definition(q)).
+		Bind(blocklistdrain.Definition(q)).
 		Handler()
 	if err != nil {
 		sqlDB.Close()
 		return nil, fmt.Errorf("restate handler: %w", err)
 	}
-	return &worker{cfg: cfg, logger: logger, sqlDB: sqlDB, handler: h, client: &http.Client{Timeout: 10 * time.Second}}, nil
+	w := &worker{cfg: cfg, logger: logger, sqlDB: sqlDB, client: &http.Client{Timeout: 10 * time.Second},
+		health: newScheduleHealth(), healthEvery: healthEvery}
+	// The Restate handler, and the schedule's health for Prometheus: a
+	// scrape needs no request identity, and tells nothing a caller could
+	// use.
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", w.health.handler())
+	mux.Handle("/", h)
+	w.handler = mux
+	return w, nil
 }
 
 func (w *worker) close() error { return w.sqlDB.Close() }
@@ -93,6 +108,7 @@ func (w *worker) serve(ctx context.Context, ln net.Listener) error {
 		}
 		return nil
 	})
+	g.Go(func() error { w.watchHealth(gctx); return nil })
 	g.Go(func() error {
 		<-gctx.Done() // ctx ended, or the server failed
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
@@ -116,11 +132,22 @@ func (w *worker) register(ctx context.Context) error {
 }
 
 // startCleanup starts the default cleanup schedule through Restate's
-// ingress. Start is idempotent: a running schedule is left as it is.
+// ingress. Start is idempotent: a running schedule is left as it is. It is
+// sent, not called, with an idempotency key: a Start that waits behind a
+// run retried during an outage (the object runs one handler at a time)
+// answers the worker at once, and the worker's attempts, and every
+// restart's, are one invocation, not a queue of them.
 func (w *worker) startCleanup(ctx context.Context) {
-	url := fmt.Sprintf("%s/%s/%s/Start", strings.TrimSuffix(w.cfg.IngressURL, "/"), cleanup.ServiceName, cleanup.DefaultKey)
-	w.retry(ctx, "start the cleanup schedule", func() error { return w.post(ctx, url, []byte("{}")) })
+	url := fmt.Sprintf("%s/%s/%s/Start/send", strings.TrimSuffix(w.cfg.IngressURL, "/"), cleanup.ServiceName, cleanup.DefaultKey)
+	w.retry(ctx, "start the cleanup schedule", func() error {
+		return w.post(ctx, url, []byte("{}"), "idempotency-key", startIdempotencyKey)
+	})
 }
+
+// startIdempotencyKey makes every worker's Start of the default schedule
+// one invocation for as long as restate-server keeps the key (a day by
+// default); a Start after that finds the schedule running and leaves it.
+const startIdempotencyKey = "worker-start-cleanup"
 
 func (w *worker) retry(ctx context.Context, what string, f func() error) error {
 	for attempt := 1; ; attempt++ {
@@ -138,20 +165,32 @@ func (w *worker) retry(ctx context.Context, what string, f func() error) error {
 	}
 }
 
-func (w *worker) post(ctx context.Context, url string, body []byte) error {
+// post posts body to url with header pairs.
+func (w *worker) post(ctx context.Context, url string, body []byte, header ...string) error {
+	_, err := w.postFor(ctx, url, body, header...)
+	return err
+}
+
+// postFor posts body to url with header pairs and returns the answer.
+func (w *worker) postFor(ctx context.Context, url string, body []byte, header ...string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	req.Header.Set("Content-Type", "application/json")
+	if len(body) > 0 { // a handler without input takes no content type
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
 	resp, err := w.client.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode >= 300 {
-		return fmt.Errorf("POST %s: %s: %s", url, resp.Status, bytes.TrimSpace(msg))
+		return nil, fmt.Errorf("POST %s: %s: %s", url, resp.Status, bytes.TrimSpace(msg[:min(len(msg), 2048)]))
 	}
-	return nil
+	return msg, nil
 }

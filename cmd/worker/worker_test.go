@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -79,6 +80,7 @@ func TestWorkerRegistersAndStartsTheSchedule(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		w.healthEvery = 50 * time.Millisecond
 		ln, err := net.Listen("tcp", cfg.WorkerAddr)
 		if err != nil {
 			t.Fatal(err)
@@ -97,6 +99,23 @@ func TestWorkerRegistersAndStartsTheSchedule(t *testing.T) {
 		poll.Until(t, 10*time.Second, fmt.Sprintf("round %d: one pending cleanup run", round), func() bool {
 			rows, err := r.Query("SELECT id FROM sys_invocation WHERE target_service_name = 'Cleanup' AND target_handler_name = 'Run' AND status != 'completed'")
 			return err == nil && len(rows) == 1
+		})
+		// Every worker start sends Start with one idempotency key: one
+		// invocation, however many starts and attempts.
+		w.startCleanup(context.Background())
+		rows, err = r.Query("SELECT id FROM sys_invocation WHERE target_service_name = 'Cleanup' AND target_handler_name = 'Start'")
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("round %d: %d Start invocations (%v), want 1", round, len(rows), err)
+		}
+		// The schedule's health, as Prometheus reads it.
+		poll.Until(t, 10*time.Second, fmt.Sprintf("round %d: the worker's metrics to say the schedule runs", round), func() bool {
+			resp, err := http.Get("http://" + cfg.WorkerAddr + "/metrics")
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return strings.Contains(string(b), "\nunkey_worker_cleanup_running 1\n")
 		})
 		cancel()
 		if err := <-done; err != nil {

@@ -11,12 +11,22 @@ SELECT workspace_id, namespace, identifier, duration_ms, sequence, expires_at
 FROM ratelimit_blocklist
 WHERE expires_at > ?;
 
--- name: BlocklistDeleteExpired :execrows
--- BlocklistDeleteExpired deletes at most limit rows that expired before
--- cutoff.
+-- name: BlocklistExpiredBatch :one
+-- BlocklistExpiredBatch counts the first limit rows, by primary key, that
+-- expired before cutoff, and returns the last one's key: the batch
+-- BlocklistDeleteBatch deletes, counted once however often it runs.
+SELECT CAST(COUNT(*) AS SIGNED) AS rows_in_batch, CAST(COALESCE(MAX(pk), 0) AS UNSIGNED) AS last_pk
+FROM (
+    SELECT pk FROM ratelimit_blocklist
+    WHERE expires_at < sqlc.arg(cutoff)
+    ORDER BY pk
+    LIMIT ?
+) batch;
+
+-- name: BlocklistDeleteBatch :execrows
+-- BlocklistDeleteBatch deletes the batch BlocklistExpiredBatch counted.
 DELETE FROM ratelimit_blocklist
-WHERE expires_at < sqlc.arg(cutoff)
-LIMIT ?;
+WHERE pk <= sqlc.arg(last_pk) AND expires_at < sqlc.arg(cutoff);
 
 -- name: BlocklistStats :one
 -- BlocklistStats returns the number of rows, the latest expiry and the latest

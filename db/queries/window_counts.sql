@@ -83,9 +83,23 @@ STRAIGHT_JOIN ratelimit_window_counts c FORCE INDEX (unique_window_region)
     AND c.sequence = changed.sequence
 GROUP BY c.workspace_id, c.namespace, c.identifier, c.duration_ms, c.sequence;
 
--- name: WindowCountsDeleteExpired :execrows
--- WindowCountsDeleteExpired deletes at most limit rows that expired
--- before cutoff. Run it until it deletes fewer than limit rows.
+-- name: WindowCountsExpiredBatch :one
+-- WindowCountsExpiredBatch counts the first limit rows, by primary key,
+-- that expired before cutoff, and returns the last one's key: the batch
+-- WindowCountsDeleteBatch deletes. The count is what the batch deletes,
+-- however often the delete runs (a run repeated after a crash deletes
+-- nothing more), since no row below the last key can expire later with
+-- the same cutoff. Run batches until one counts fewer than limit rows.
+SELECT CAST(COUNT(*) AS SIGNED) AS rows_in_batch, CAST(COALESCE(MAX(pk), 0) AS UNSIGNED) AS last_pk
+FROM (
+    SELECT pk FROM ratelimit_window_counts
+    WHERE expires_at < sqlc.arg(cutoff)
+    ORDER BY pk
+    LIMIT ?
+) batch;
+
+-- name: WindowCountsDeleteBatch :execrows
+-- WindowCountsDeleteBatch deletes the batch WindowCountsExpiredBatch
+-- counted: the rows that expired before cutoff up to its last key.
 DELETE FROM ratelimit_window_counts
-WHERE expires_at < sqlc.arg(cutoff)
-LIMIT ?;
+WHERE pk <= sqlc.arg(last_pk) AND expires_at < sqlc.arg(cutoff);

@@ -54,10 +54,11 @@ func restateBinary() (string, error) {
 	return exec.LookPath("restate-server")
 }
 
-// StartRestate starts a restate-server and stops it when the test ends. It
-// fails the test when the binary is missing (make test installs it with
-// npm ci).
-func StartRestate(t testing.TB) *Restate {
+// StartRestate starts a restate-server and stops it when the test ends,
+// with env (RESTATE_* settings, such as a shrunk retry budget) added to its
+// environment. It fails the test when the binary is missing (make test
+// installs it with npm ci).
+func StartRestate(t testing.TB, env ...string) *Restate {
 	t.Helper()
 	bin, err := restateBinary()
 	if err != nil {
@@ -92,6 +93,7 @@ func StartRestate(t testing.TB) *Restate {
 			"RESTATE_LOG_FORMAT=compact",
 			"RESTATE_LOG_DISABLE_ANSI_CODES=true",
 		}
+		r.proc.env = append(r.proc.env, env...)
 	}, r.healthy, 60*time.Second)
 	return r
 }

@@ -23,6 +23,7 @@ import (
 	restate "github.com/restatedev/sdk-go"
 
 	"github.com/unkeyed/ratelimit/db"
+	"github.com/unkeyed/ratelimit/internal/durable"
 )
 
 // ServiceName is the Restate service name of the workflow.
@@ -52,7 +53,9 @@ const (
 // Store is what the workflow needs of the database: db.Queries has it.
 type Store interface {
 	BlocklistStats(ctx context.Context) (db.BlocklistStatsRow, error)
-	BlocklistDeleteExpired(ctx context.Context, arg db.BlocklistDeleteExpiredParams) (int64, error)
+	BlocklistExpiredBatch(ctx context.Context, arg db.BlocklistExpiredBatchParams) (db.BlocklistExpiredBatchRow, error)
+	BlocklistDeleteBatch(ctx context.Context, arg db.BlocklistDeleteBatchParams) (int64, error)
+	WindowCountsNow(ctx context.Context) (int64, error)
 	BlocklistDropTable(ctx context.Context) error
 }
 
@@ -66,6 +69,13 @@ func New(store Store) *Drain { return &Drain{store: store} }
 
 // ServiceName names the workflow for Restate.
 func (*Drain) ServiceName() string { return ServiceName }
+
+// Definition returns the workflow on store, with the invocation retry
+// policy that keeps a run alive through any outage (durable.RetryForever),
+// for binding to a Restate endpoint.
+func Definition(store Store) restate.ServiceDefinition {
+	return restate.Reflect(New(store), durable.RetryForever())
+}
 
 // Input configures a run.
 type Input struct {
@@ -182,16 +192,26 @@ func (d *Drain) Run(ctx restate.WorkflowContext, in Input) (Status, error) {
 		if err != nil {
 			return st, err
 		}
+		// Each batch is counted in one durable step and deleted in the
+		// next: a batch deleted again after a crash is counted once.
 		for i := 1; ; i++ {
-			n, err := restate.Run(ctx, func(rc restate.RunContext) (int64, error) {
-				return d.store.BlocklistDeleteExpired(rc, db.BlocklistDeleteExpiredParams{Cutoff: uint64(now), Limit: batch})
-			}, restate.WithName(fmt.Sprintf("delete batch %d", i)))
+			b, err := restate.Run(ctx, func(rc restate.RunContext) (db.BlocklistExpiredBatchRow, error) {
+				return d.store.BlocklistExpiredBatch(rc, db.BlocklistExpiredBatchParams{Cutoff: uint64(now), Limit: batch})
+			}, restate.WithName(fmt.Sprintf("count batch %d", i)))
 			if err != nil {
 				return st, err
 			}
-			st.RowsDeleted += n
+			if b.RowsInBatch == 0 {
+				break
+			}
+			if _, err := restate.Run(ctx, func(rc restate.RunContext) (int64, error) {
+				return d.store.BlocklistDeleteBatch(rc, db.BlocklistDeleteBatchParams{LastPk: uint64(b.LastPk), Cutoff: uint64(now)})
+			}, restate.WithName(fmt.Sprintf("delete batch %d", i))); err != nil {
+				return st, err
+			}
+			st.RowsDeleted += b.RowsInBatch
 			d.set(ctx, &st, StageDelete, fmt.Sprintf("deleted %d rows in %d batches", st.RowsDeleted, i), time.Time{})
-			if n < int64(batch) {
+			if b.RowsInBatch < int64(batch) {
 				break
 			}
 		}
@@ -295,9 +315,11 @@ func (d *Drain) stats(ctx restate.WorkflowContext) (db.BlocklistStatsRow, error)
 	return s, nil
 }
 
+// now reads the database's clock, the one that stamps its rows, as a
+// durable step: a replayed run compares with the same time.
 func (d *Drain) now(ctx restate.WorkflowContext) (int64, error) {
-	now, err := restate.Run(ctx, func(restate.RunContext) (int64, error) { return time.Now().UnixMilli(), nil },
-		restate.WithName("now"))
+	now, err := restate.Run(ctx, func(rc restate.RunContext) (int64, error) { return d.store.WindowCountsNow(rc) },
+		restate.WithName("the database's clock"))
 	if err != nil {
 		return 0, err
 	}

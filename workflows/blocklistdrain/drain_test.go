@@ -11,7 +11,6 @@ import (
 	"time"
 
 	_ "github.com/go-sql-driver/mysql"
-	restate "github.com/restatedev/sdk-go"
 	"github.com/restatedev/sdk-go/server"
 
 	"github.com/unkeyed/ratelimit/db"
@@ -35,7 +34,7 @@ func setup(t *testing.T) *env {
 }
 
 func (e *env) handler(t *testing.T) http.Handler {
-	h, err := server.NewRestate().WithLogger(slog.DiscardHandler, true).WithIdentityV1(e.restate.IdentityKey).Bind(restate.Reflect(New(db.New(e.sqlDB)))).Handler()
+	h, err := server.NewRestate().WithLogger(slog.DiscardHandler, true).WithIdentityV1(e.restate.IdentityKey).Bind(Definition(db.New(e.sqlDB))).Handler()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	restate "github.com/restatedev/sdk-go"
 
 	"github.com/unkeyed/ratelimit/db"
+	"github.com/unkeyed/ratelimit/internal/durable"
 	"github.com/unkeyed/ratelimit/services/overrides"
 )
 
@@ -43,7 +44,9 @@ const (
 
 // Store is what the job needs of the database: db.Queries has it.
 type Store interface {
-	WindowCountsDeleteExpired(ctx context.Context, arg db.WindowCountsDeleteExpiredParams) (int64, error)
+	WindowCountsNow(ctx context.Context) (int64, error)
+	WindowCountsExpiredBatch(ctx context.Context, arg db.WindowCountsExpiredBatchParams) (db.WindowCountsExpiredBatchRow, error)
+	WindowCountsDeleteBatch(ctx context.Context, arg db.WindowCountsDeleteBatchParams) (int64, error)
 	OverridePurgeDeleted(ctx context.Context, arg db.OverridePurgeDeletedParams) (int64, error)
 }
 
@@ -74,6 +77,13 @@ func New(store Store, opts ...Option) *Cleanup {
 // ServiceName names the object for Restate.
 func (*Cleanup) ServiceName() string { return ServiceName }
 
+// Definition returns the object on store, with the invocation retry policy
+// that keeps its schedule alive through any outage (durable.RetryForever),
+// for binding to a Restate endpoint.
+func Definition(store Store, opts ...Option) restate.ServiceDefinition {
+	return restate.Reflect(New(store, opts...), durable.RetryForever())
+}
+
 // StartRequest starts a schedule.
 type StartRequest struct {
 	// IntervalSeconds between runs; 0 keeps the schedule's interval (or the
@@ -101,6 +111,15 @@ type Status struct {
 	LastRunPurged int64     `json:"lastRunPurged"`
 	TotalPurged   int64     `json:"totalPurged"`
 	NextRun       time.Time `json:"nextRun,omitzero"`
+	// Running reports, when Status answers, whether a scheduled chain is
+	// alive: its next run is not overdue by more than twice the interval
+	// and ten seconds. A chain that is not running is waiting on a worker
+	// or a database that is down (its run is retried until they are back),
+	// or stopped.
+	Running bool `json:"running"`
+	// OverdueSeconds is how long the next run is past its time, 0 if it
+	// is not.
+	OverdueSeconds int64 `json:"overdueSeconds"`
 }
 
 const (
@@ -178,11 +197,13 @@ func (c *Cleanup) Stop(ctx restate.ObjectContext) (Status, error) {
 	return st, nil
 }
 
-// Run deletes the rows that expired before the run began, then the
-// override tombstones older than overrides.TombstoneRetention by the
-// database's clock, in batches, each a durable step: a run interrupted by a
-// crash resumes after its last finished batch. Then it sends the next run
-// to itself.
+// Run deletes the rows that expired before the run began by the
+// database's clock (the clock that stamps every other row), then the
+// override tombstones older than overrides.TombstoneRetention, in batches:
+// each batch is counted in one durable step and deleted in the next, so a
+// run interrupted by a crash resumes after its last finished step, and a
+// batch deleted again after a crash is counted once. Then it sends the next
+// run to itself.
 func (c *Cleanup) Run(ctx restate.ObjectContext, req RunRequest) error {
 	chain, err := restate.Get[string](ctx, stateChain)
 	if err != nil {
@@ -195,7 +216,8 @@ func (c *Cleanup) Run(ctx restate.ObjectContext, req RunRequest) error {
 	if err != nil {
 		return err
 	}
-	now, nowErr := nowMs(ctx)
+	now, nowErr := restate.Run(ctx, func(rc restate.RunContext) (int64, error) { return c.store.WindowCountsNow(rc) },
+		restate.WithName("the database's clock"))
 	if nowErr != nil {
 		return nowErr
 	}
@@ -203,15 +225,23 @@ func (c *Cleanup) Run(ctx restate.ObjectContext, req RunRequest) error {
 	batches := 0
 	full := false
 	for batches < c.maxBatches {
-		n, err := restate.Run(ctx, func(rc restate.RunContext) (int64, error) {
-			return c.store.WindowCountsDeleteExpired(rc, db.WindowCountsDeleteExpiredParams{Cutoff: uint64(now), Limit: c.batchSize})
-		}, restate.WithName(fmt.Sprintf("delete batch %d", batches+1)))
+		b, err := restate.Run(ctx, func(rc restate.RunContext) (db.WindowCountsExpiredBatchRow, error) {
+			return c.store.WindowCountsExpiredBatch(rc, db.WindowCountsExpiredBatchParams{Cutoff: uint64(now), Limit: c.batchSize})
+		}, restate.WithName(fmt.Sprintf("count batch %d", batches+1)))
 		if err != nil {
 			return err
 		}
+		if b.RowsInBatch == 0 {
+			break
+		}
+		if _, err := restate.Run(ctx, func(rc restate.RunContext) (int64, error) {
+			return c.store.WindowCountsDeleteBatch(rc, db.WindowCountsDeleteBatchParams{LastPk: uint64(b.LastPk), Cutoff: uint64(now)})
+		}, restate.WithName(fmt.Sprintf("delete batch %d", batches+1))); err != nil {
+			return err
+		}
 		batches++
-		deleted += n
-		if full = n >= int64(c.batchSize); !full {
+		deleted += b.RowsInBatch
+		if full = b.RowsInBatch >= int64(c.batchSize); !full {
 			break
 		}
 	}
@@ -271,11 +301,32 @@ func cancelPending(ctx restate.ObjectContext) error {
 	return nil
 }
 
-// Status returns the schedule's status. It is a shared handler: it answers
-// while a run is in progress.
+// Status returns the schedule's status, and whether it is running (see
+// Status.Running). It is a shared handler: it answers while a run is in
+// progress, or retried.
 func (c *Cleanup) Status(ctx restate.ObjectSharedContext) (Status, error) {
-	return restate.Get[Status](ctx, stateStatus)
+	st, err := restate.Get[Status](ctx, stateStatus)
+	if err != nil {
+		return Status{}, err
+	}
+	if !st.Scheduled || st.NextRun.IsZero() {
+		return st, nil
+	}
+	now, nowErr := nowMs(ctx)
+	if nowErr != nil {
+		return Status{}, nowErr
+	}
+	overdue := time.UnixMilli(now).Sub(st.NextRun)
+	st.OverdueSeconds = int64(max(overdue, 0) / time.Second)
+	st.Running = overdue <= 2*time.Duration(st.IntervalSeconds)*time.Second+overdueGrace
+	return st, nil
 }
+
+// overdueGrace is how late a run may start, beyond twice the interval,
+// before Status reports the chain as not running: a run that deletes a
+// backlog, or restate-server's retry after a worker's restart, takes
+// seconds.
+const overdueGrace = 10 * time.Second
 
 // nowMs reads the clock as a durable step, so that a replayed run uses the
 // same cutoff as the first attempt.

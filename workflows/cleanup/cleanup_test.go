@@ -14,7 +14,6 @@ import (
 	"time"
 
 	_ "github.com/go-sql-driver/mysql"
-	restate "github.com/restatedev/sdk-go"
 	"github.com/restatedev/sdk-go/server"
 
 	"github.com/unkeyed/ratelimit/db"
@@ -25,27 +24,29 @@ import (
 
 // countingStore counts the DELETEs that reached the database.
 type countingStore struct {
-	q     *db.Queries
+	*db.Queries
 	calls atomic.Int64
 	// block, when set, makes the call with that number wait for release
-	// without touching the database, as a worker that dies there would.
-	block   int64
+	// without touching the database, as a worker that dies there would;
+	// after deleting, if afterDelete, as a worker that dies between the
+	// database's commit and its answer would.
+	block       int64
+	afterDelete bool
 	entered chan struct{}
 	release chan struct{}
 }
 
-func (s *countingStore) WindowCountsDeleteExpired(ctx context.Context, arg db.WindowCountsDeleteExpiredParams) (int64, error) {
+func (s *countingStore) WindowCountsDeleteBatch(ctx context.Context, arg db.WindowCountsDeleteBatchParams) (int64, error) {
 	n := s.calls.Add(1)
 	if n == s.block {
+		if s.afterDelete {
+			s.Queries.WindowCountsDeleteBatch(ctx, arg)
+		}
 		close(s.entered)
 		<-s.release
 		return 0, context.Canceled
 	}
-	return s.q.WindowCountsDeleteExpired(ctx, arg)
-}
-
-func (s *countingStore) OverridePurgeDeleted(ctx context.Context, arg db.OverridePurgeDeletedParams) (int64, error) {
-	return s.q.OverridePurgeDeleted(ctx, arg)
+	return s.Queries.WindowCountsDeleteBatch(ctx, arg)
 }
 
 type env struct {
@@ -61,7 +62,7 @@ func setup(t *testing.T) *env {
 
 func (e *env) endpoint(t *testing.T, store Store, opts ...Option) *testserver.Endpoint {
 	t.Helper()
-	h, err := server.NewRestate().WithLogger(slog.DiscardHandler, true).WithIdentityV1(e.restate.IdentityKey).Bind(restate.Reflect(New(store, opts...))).Handler()
+	h, err := server.NewRestate().WithLogger(slog.DiscardHandler, true).WithIdentityV1(e.restate.IdentityKey).Bind(Definition(store, opts...)).Handler()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ var far = uint64(time.Now().Add(24 * time.Hour).UnixMilli())
 
 func TestCleanupDeletesExpiredRowsInBoundedBatches(t *testing.T) {
 	e := setup(t)
-	store := &countingStore{q: db.New(e.sqlDB)}
+	store := &countingStore{Queries: db.New(e.sqlDB)}
 	e.endpoint(t, store, WithBatches(2, 3))
 	e.insert(t, "old", 7, 1000)
 	e.insert(t, "live", 3, far)
@@ -199,13 +200,22 @@ func TestCleanupSurvivesRestateRestart(t *testing.T) {
 }
 
 // TestCleanupWorkerKilledMidRun kills the worker inside the second batch of
-// a run and starts it again: the run resumes after its first batch, which is
-// not executed again, and every expired row is deleted exactly once.
+// a run, before its DELETE reaches the database and, again, after it
+// committed, and starts it again: the run resumes after its first batch,
+// which is not executed again, every expired row is deleted exactly once,
+// and the status counts each once (before: a batch deleted by the dead
+// worker went uncounted).
 func TestCleanupWorkerKilledMidRun(t *testing.T) {
+	for _, afterDelete := range []bool{false, true} {
+		t.Run(fmt.Sprint("after the delete ", afterDelete), func(t *testing.T) { testKilledMidRun(t, afterDelete) })
+	}
+}
+
+func testKilledMidRun(t *testing.T, afterDelete bool) {
 	e := setup(t)
 	e.insert(t, "old", 5, 1000)
 	e.insert(t, "live", 2, far)
-	first := &countingStore{q: db.New(e.sqlDB), block: 2, entered: make(chan struct{}), release: make(chan struct{})}
+	first := &countingStore{Queries: db.New(e.sqlDB), block: 2, afterDelete: afterDelete, entered: make(chan struct{}), release: make(chan struct{})}
 	var once sync.Once
 	defer once.Do(func() { close(first.release) })
 	ep := e.endpoint(t, first, WithBatches(2, 10))
@@ -216,12 +226,12 @@ func TestCleanupWorkerKilledMidRun(t *testing.T) {
 		t.Fatal("the run never reached its second batch")
 	}
 	ep.Kill()
-	once.Do(func() { close(first.release) }) // the dead worker's call never reaches the database
-	if got := e.count(t, "expires_at = 1000"); got != 3 {
-		t.Fatalf("%d expired rows after the first batch, want 3", got)
+	once.Do(func() { close(first.release) }) // the dead worker never answers
+	if got, want := e.count(t, "expires_at = 1000"), map[bool]int{false: 3, true: 1}[afterDelete]; got != want {
+		t.Fatalf("%d expired rows left when the worker died, want %d", got, want)
 	}
-	second := &countingStore{q: db.New(e.sqlDB)}
-	h, err := server.NewRestate().WithLogger(slog.DiscardHandler, true).WithIdentityV1(e.restate.IdentityKey).Bind(restate.Reflect(New(second, WithBatches(2, 10)))).Handler()
+	second := &countingStore{Queries: db.New(e.sqlDB)}
+	h, err := server.NewRestate().WithLogger(slog.DiscardHandler, true).WithIdentityV1(e.restate.IdentityKey).Bind(Definition(second, WithBatches(2, 10))).Handler()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +243,7 @@ func TestCleanupWorkerKilledMidRun(t *testing.T) {
 		t.Fatalf("status %+v, want 5 rows deleted in 3 batches", st)
 	}
 	if got := second.calls.Load(); got != 2 {
-		t.Fatalf("the restarted worker ran %d DELETEs, want 2 (batch 1 came from the journal)", got)
+		t.Fatalf("the restarted worker ran %d DELETEs, want 2 (batch 1 came from the journal, batch 2 again)", got)
 	}
 	if e.count(t, "expires_at = 1000") != 0 || e.count(t, "identifier LIKE 'live%'") != 2 {
 		t.Fatal("rows left over or live rows deleted")
@@ -261,7 +271,7 @@ func TestCleanupRejectsOverflowingInterval(t *testing.T) {
 // overrides and recent tombstones, which processes' polls still read.
 func TestCleanupPurgesOverrideTombstones(t *testing.T) {
 	e := setup(t)
-	e.endpoint(t, &countingStore{q: db.New(e.sqlDB)}, WithBatches(2, 3))
+	e.endpoint(t, &countingStore{Queries: db.New(e.sqlDB)}, WithBatches(2, 3))
 	now := time.Now().UnixMilli()
 	for i, deletedAt := range []int64{0, now - time.Hour.Milliseconds(), now - 25*time.Hour.Milliseconds(),
 		now - 48*time.Hour.Milliseconds(), now - 30*24*time.Hour.Milliseconds()} {
@@ -287,4 +297,66 @@ func TestCleanupPurgesOverrideTombstones(t *testing.T) {
 	if want := []string{"id0", "id1"}; !slices.Equal(left, want) {
 		t.Fatalf("rows left %v, want %v (the live override and the tombstone of an hour ago)", left, want)
 	}
+}
+
+// TestCleanupSurvivesAnOutageLongerThanTheRetryBudget: restate-server's
+// default retry budget is shrunk to 4 attempts, 2 s apart at most, and the
+// worker is down for 15 s while a run is due. The schedule's own retry
+// policy keeps the run backing off instead of pausing it, and once the
+// worker is back the run deletes the rows that expired meanwhile (before:
+// the run was paused for good, and 500 of 500 expired rows were still there
+// 60 s after the worker returned).
+func TestCleanupSurvivesAnOutageLongerThanTheRetryBudget(t *testing.T) {
+	_, sqlDB := dbtest.Start(t)
+	e := &env{sqlDB: sqlDB, restate: testserver.StartRestate(t,
+		"RESTATE_DEFAULT_RETRY_POLICY__MAX_ATTEMPTS=4", "RESTATE_DEFAULT_RETRY_POLICY__MAX_INTERVAL=2s")}
+	ep := e.endpoint(t, db.New(e.sqlDB), WithBatches(100, 10))
+	e.start(t, "outage", `{"intervalSeconds":1}`)
+	poll.Until(t, 20*time.Second, "the first run", func() bool { return e.status(t, "outage").Runs >= 1 })
+	ep.Kill()
+	e.insert(t, "old", 50, 1000)
+	time.Sleep(15 * time.Second) // several times the server's retry budget
+	rows, err := e.restate.Query("SELECT status FROM sys_invocation WHERE target_service_name = 'Cleanup' AND target_handler_name = 'Run' AND status != 'completed'")
+	if err != nil || len(rows) != 1 || rows[0]["status"] == "paused" {
+		t.Fatalf("the pending run after 15 s without a worker: %v (%v), want one, not paused", rows, err)
+	}
+	ep.Start()
+	poll.Until(t, 30*time.Second, "the rows that expired during the outage to be deleted", func() bool { return e.count(t, "expires_at = 1000") == 0 })
+	poll.Until(t, 10*time.Second, "the schedule to report running", func() bool {
+		st := e.status(t, "outage")
+		return st.Running && st.TotalDeleted == 50
+	})
+}
+
+// TestStatusReportsAStalledSchedule: with the database unreachable, runs
+// fail and are retried, and Status (served meanwhile) reports the schedule
+// as not running once its next run is overdue; once the database is back
+// it runs again.
+func TestStatusReportsAStalledSchedule(t *testing.T) {
+	e := setup(t)
+	broken := &failingStore{Queries: db.New(e.sqlDB)}
+	e.endpoint(t, broken, WithBatches(100, 10))
+	e.start(t, "stall", `{"intervalSeconds":1}`)
+	poll.Until(t, 20*time.Second, "the first run", func() bool { return e.status(t, "stall").Runs >= 1 })
+	broken.down.Store(true)
+	poll.Until(t, 30*time.Second, "Status to report the schedule as not running", func() bool {
+		st := e.status(t, "stall")
+		return !st.Running && st.Scheduled && st.OverdueSeconds > 0
+	})
+	broken.down.Store(false)
+	poll.Until(t, 30*time.Second, "the schedule to run again", func() bool { return e.status(t, "stall").Running })
+}
+
+// failingStore fails every statement while down, as an unreachable
+// database does.
+type failingStore struct {
+	*db.Queries
+	down atomic.Bool
+}
+
+func (s *failingStore) WindowCountsNow(ctx context.Context) (int64, error) {
+	if s.down.Load() {
+		return 0, fmt.Errorf("dial tcp: connection refused")
+	}
+	return s.Queries.WindowCountsNow(ctx)
 }
