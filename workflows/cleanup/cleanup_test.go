@@ -32,8 +32,8 @@ type countingStore struct {
 	// database's commit and its answer would.
 	block       int64
 	afterDelete bool
-	entered chan struct{}
-	release chan struct{}
+	entered     chan struct{}
+	release     chan struct{}
 }
 
 func (s *countingStore) WindowCountsDeleteBatch(ctx context.Context, arg db.WindowCountsDeleteBatchParams) (int64, error) {
