@@ -60,7 +60,8 @@ type server struct {
 	limits    transport.Limits
 	health    *grpchealth.StaticChecker
 	ready     atomic.Bool
-	closers   []func() error // store clients, closed after the limiter
+	closers   []func() error        // store clients, closed after the limiter
+	redis     redis.UniversalClient // nil without UNKEY_REDIS_URL
 	connect   *connectapi.Handler
 	unkey     *unkeyv2.Handler
 	rls       *envoyrls.Service
@@ -138,6 +139,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 			MaxHeaderBytes: cfg.MaxHeaderBytes, MaxConcurrentStreams: cfg.MaxConcurrentStreams},
 		health:    grpchealth.NewStaticChecker(services...),
 		closers:   closers,
+		redis:     client,
 		connect:   connectapi.New(layer),
 		unkey:     unkeyv2.New(layer),
 		rls:       rls,
@@ -243,6 +245,17 @@ func (s *server) serve(ctx context.Context, ln, grpcLn net.Listener) error {
 		s.logger.Warn("load overrides: serving without them until a poll loads them", "error", err)
 	}
 	g.Go(func() error { s.overrides.Run(loopsCtx); return nil })
+	// The cluster's map of nodes before the first request, so that a master
+	// that dies later is replaced by a replica the client knows of (see
+	// redisstore.Warm). A Redis that does not answer is no reason not to
+	// serve: decisions are local until it does.
+	if s.redis != nil {
+		warmCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if err := redisstore.Warm(warmCtx, s.redis); err != nil {
+			s.logger.Warn("redis does not answer: serving on local decisions until it does", "error", err)
+		}
+		cancel()
+	}
 	if s.rlsSource != nil {
 		g.Go(func() error { return s.rlsSource.Run(loopsCtx) })
 	}

@@ -290,3 +290,15 @@ func (o *Store) Increment(ctx context.Context, incs []store.Increment) ([]int64,
 	}
 	return b.finish(counts)
 }
+
+// Warm reads a cluster client's map of slots and nodes now, once, instead
+// of at the first command: a client that first reads it after a master
+// died knows only its seeds, and if the dead master was the only seed it
+// knows, never learns of the replica that took over. Call it before a
+// process takes traffic; for one server it is a PING.
+func Warm(ctx context.Context, client redis.UniversalClient) error {
+	if err := client.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis: read the cluster's map: %w", err)
+	}
+	return nil
+}
