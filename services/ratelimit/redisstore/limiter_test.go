@@ -115,12 +115,7 @@ func stored(t testing.TB, c redis.UniversalClient, r ratelimit.Request) int64 {
 func TestTwoProcessesOneRedis(t *testing.T) {
 	for _, backend := range []string{"redis", "cluster"} {
 		t.Run(backend, func(t *testing.T) {
-			var c redis.UniversalClient
-			if backend == "cluster" {
-				c = clusterClient(t, testserver.StartRedisCluster(t, 3))
-			} else {
-				c = client(t, testserver.StartRedis(t))
-			}
+			c := startBackend(t, backend)
 			a, b := startProcess(t, c), startProcess(t, c)
 			rq := request("user", 10, 1)
 			for i := range 6 {
@@ -305,12 +300,7 @@ func TestCorruptValuesInDecisions(t *testing.T) {
 func TestFaultsOverRedis(t *testing.T) {
 	for _, backend := range []string{"redis", "cluster"} {
 		t.Run(backend, func(t *testing.T) {
-			var c redis.UniversalClient
-			if backend == "cluster" {
-				c = clusterClient(t, testserver.StartRedisCluster(t, 3))
-			} else {
-				c = client(t, testserver.StartRedis(t))
-			}
+			c := startBackend(t, backend)
 			faulty := storetest.NewFaultyRegional(newStore(t, c))
 			a := startProcess(t, c, ratelimit.WithRegionalStore(faulty))
 			b := startProcess(t, c, ratelimit.WithRegionalStore(faulty))

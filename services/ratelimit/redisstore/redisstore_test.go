@@ -83,6 +83,17 @@ func newStore(t testing.TB, c redis.UniversalClient, opts ...Option) *Store {
 	return o
 }
 
+// startBackend starts a private Redis, one server ("redis") or a cluster
+// of three masters ("cluster"), and returns a client of it; both stop when
+// the test ends.
+func startBackend(t testing.TB, backend string) redis.UniversalClient {
+	t.Helper()
+	if backend == "cluster" {
+		return clusterClient(t, testserver.StartRedisCluster(t, 3))
+	}
+	return client(t, testserver.StartRedis(t))
+}
+
 // clusterClient returns a client of the cluster c, closed when the test
 // ends.
 func clusterClient(t testing.TB, c *testserver.RedisCluster) redis.UniversalClient {

@@ -5,9 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/unkeyed/ratelimit/internal/testserver"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
@@ -36,12 +33,7 @@ func TestParseKeyIsKeysInverse(t *testing.T) {
 func TestIndexOfMarkedCells(t *testing.T) {
 	for _, backend := range []string{"redis", "cluster"} {
 		t.Run(backend, func(t *testing.T) {
-			var c redis.UniversalClient
-			if backend == "cluster" {
-				c = clusterClient(t, testserver.StartRedisCluster(t, 3))
-			} else {
-				c = client(t, testserver.StartRedis(t))
-			}
+			c := startBackend(t, backend)
 			s := newStore(t, c)
 			ctx := context.Background()
 			cell := func(id string) store.CellKey {
