@@ -247,24 +247,53 @@ func (q *Queries) OverrideLoadPage(ctx context.Context, arg OverrideLoadPagePara
 	return items, nil
 }
 
+const overridePurgeBatch = `-- name: OverridePurgeBatch :one
+SELECT CAST(COUNT(*) AS SIGNED) AS rows_in_batch, CAST(COALESCE(MAX(pk), 0) AS UNSIGNED) AS last_pk
+FROM (
+    SELECT pk FROM ratelimit_overrides
+    WHERE deleted_at > 0 AND deleted_at < ?
+    ORDER BY pk
+    LIMIT ?
+) batch
+`
+
+type OverridePurgeBatchParams struct {
+	Cutoff uint64
+	Limit  int32
+}
+
+type OverridePurgeBatchRow struct {
+	RowsInBatch int64
+	LastPk      int64
+}
+
+// OverridePurgeBatch counts the first limit tombstones, by primary key, of
+// overrides deleted before cutoff (unix ms by the database's clock: its
+// now less the retention), and returns the last one's key: the batch
+// OverridePurgeDeleted removes, counted once however often it runs. A
+// process whose poll has not run for the retention (a day) reads
+// everything again instead.
+func (q *Queries) OverridePurgeBatch(ctx context.Context, arg OverridePurgeBatchParams) (OverridePurgeBatchRow, error) {
+	row := q.db.QueryRowContext(ctx, overridePurgeBatch, arg.Cutoff, arg.Limit)
+	var i OverridePurgeBatchRow
+	err := row.Scan(&i.RowsInBatch, &i.LastPk)
+	return i, err
+}
+
 const overridePurgeDeleted = `-- name: OverridePurgeDeleted :execrows
 DELETE FROM ratelimit_overrides
-WHERE deleted_at > 0
-    AND deleted_at < FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000) - CAST(? AS SIGNED)
-LIMIT ?
+WHERE pk <= ? AND deleted_at > 0 AND deleted_at < ?
 `
 
 type OverridePurgeDeletedParams struct {
-	RetentionMs int64
-	Limit       int32
+	LastPk uint64
+	Cutoff uint64
 }
 
-// OverridePurgeDeleted removes at most limit tombstones of overrides
-// deleted more than retention_ms ago, by the database's clock. Run it until
-// it removes fewer than limit rows. A process whose poll has not run for
-// that long (the retention is a day) reads everything again instead.
+// OverridePurgeDeleted removes the batch OverridePurgeBatch counted; a
+// tombstone set again in between (its deleted_at back to 0) stays.
 func (q *Queries) OverridePurgeDeleted(ctx context.Context, arg OverridePurgeDeletedParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, overridePurgeDeleted, arg.RetentionMs, arg.Limit)
+	result, err := q.db.ExecContext(ctx, overridePurgeDeleted, arg.LastPk, arg.Cutoff)
 	if err != nil {
 		return 0, err
 	}

@@ -43,10 +43,15 @@ type Querier interface {
 	// pk order: a process's start-up load reads them all in pages, each one
 	// index range of the primary key however large the table.
 	OverrideLoadPage(ctx context.Context, arg OverrideLoadPageParams) ([]RatelimitOverride, error)
-	// OverridePurgeDeleted removes at most limit tombstones of overrides
-	// deleted more than retention_ms ago, by the database's clock. Run it until
-	// it removes fewer than limit rows. A process whose poll has not run for
-	// that long (the retention is a day) reads everything again instead.
+	// OverridePurgeBatch counts the first limit tombstones, by primary key, of
+	// overrides deleted before cutoff (unix ms by the database's clock: its
+	// now less the retention), and returns the last one's key: the batch
+	// OverridePurgeDeleted removes, counted once however often it runs. A
+	// process whose poll has not run for the retention (a day) reads
+	// everything again instead.
+	OverridePurgeBatch(ctx context.Context, arg OverridePurgeBatchParams) (OverridePurgeBatchRow, error)
+	// OverridePurgeDeleted removes the batch OverridePurgeBatch counted; a
+	// tombstone set again in between (its deleted_at back to 0) stays.
 	OverridePurgeDeleted(ctx context.Context, arg OverridePurgeDeletedParams) (int64, error)
 	// OverrideRevisionNow returns the database's clock in unix µs: no change
 	// that commits later gets a smaller revision, but for one whose statement

@@ -82,12 +82,23 @@ WHERE pk > sqlc.arg(after) AND deleted_at = 0
 ORDER BY pk
 LIMIT ?;
 
+-- name: OverridePurgeBatch :one
+-- OverridePurgeBatch counts the first limit tombstones, by primary key, of
+-- overrides deleted before cutoff (unix ms by the database's clock: its
+-- now less the retention), and returns the last one's key: the batch
+-- OverridePurgeDeleted removes, counted once however often it runs. A
+-- process whose poll has not run for the retention (a day) reads
+-- everything again instead.
+SELECT CAST(COUNT(*) AS SIGNED) AS rows_in_batch, CAST(COALESCE(MAX(pk), 0) AS UNSIGNED) AS last_pk
+FROM (
+    SELECT pk FROM ratelimit_overrides
+    WHERE deleted_at > 0 AND deleted_at < sqlc.arg(cutoff)
+    ORDER BY pk
+    LIMIT ?
+) batch;
+
 -- name: OverridePurgeDeleted :execrows
--- OverridePurgeDeleted removes at most limit tombstones of overrides
--- deleted more than retention_ms ago, by the database's clock. Run it until
--- it removes fewer than limit rows. A process whose poll has not run for
--- that long (the retention is a day) reads everything again instead.
+-- OverridePurgeDeleted removes the batch OverridePurgeBatch counted; a
+-- tombstone set again in between (its deleted_at back to 0) stays.
 DELETE FROM ratelimit_overrides
-WHERE deleted_at > 0
-    AND deleted_at < FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000) - CAST(sqlc.arg(retention_ms) AS SIGNED)
-LIMIT ?;
+WHERE pk <= sqlc.arg(last_pk) AND deleted_at > 0 AND deleted_at < sqlc.arg(cutoff);

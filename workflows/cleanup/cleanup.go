@@ -47,6 +47,7 @@ type Store interface {
 	WindowCountsNow(ctx context.Context) (int64, error)
 	WindowCountsExpiredBatch(ctx context.Context, arg db.WindowCountsExpiredBatchParams) (db.WindowCountsExpiredBatchRow, error)
 	WindowCountsDeleteBatch(ctx context.Context, arg db.WindowCountsDeleteBatchParams) (int64, error)
+	OverridePurgeBatch(ctx context.Context, arg db.OverridePurgeBatchParams) (db.OverridePurgeBatchRow, error)
 	OverridePurgeDeleted(ctx context.Context, arg db.OverridePurgeDeletedParams) (int64, error)
 }
 
@@ -246,16 +247,24 @@ func (c *Cleanup) Run(ctx restate.ObjectContext, req RunRequest) error {
 		}
 	}
 	var purged int64
+	tombstoneCutoff := uint64(max(now-overrides.TombstoneRetention.Milliseconds(), 0))
 	for purgeBatches := 0; purgeBatches < c.maxBatches; purgeBatches++ {
-		n, err := restate.Run(ctx, func(rc restate.RunContext) (int64, error) {
-			return c.store.OverridePurgeDeleted(rc, db.OverridePurgeDeletedParams{
-				RetentionMs: overrides.TombstoneRetention.Milliseconds(), Limit: c.batchSize})
-		}, restate.WithName(fmt.Sprintf("purge override tombstones %d", purgeBatches+1)))
+		b, err := restate.Run(ctx, func(rc restate.RunContext) (db.OverridePurgeBatchRow, error) {
+			return c.store.OverridePurgeBatch(rc, db.OverridePurgeBatchParams{Cutoff: tombstoneCutoff, Limit: c.batchSize})
+		}, restate.WithName(fmt.Sprintf("count override tombstones %d", purgeBatches+1)))
 		if err != nil {
 			return err
 		}
-		purged += n
-		if n < int64(c.batchSize) {
+		if b.RowsInBatch == 0 {
+			break
+		}
+		if _, err := restate.Run(ctx, func(rc restate.RunContext) (int64, error) {
+			return c.store.OverridePurgeDeleted(rc, db.OverridePurgeDeletedParams{LastPk: uint64(b.LastPk), Cutoff: tombstoneCutoff})
+		}, restate.WithName(fmt.Sprintf("purge override tombstones %d", purgeBatches+1))); err != nil {
+			return err
+		}
+		purged += b.RowsInBatch
+		if b.RowsInBatch < int64(c.batchSize) {
 			break
 		}
 		if purgeBatches+1 == c.maxBatches {
