@@ -273,7 +273,7 @@ func TestRLSRequest(t *testing.T) {
 	_, body := ts.get(t, "/metrics")
 	for _, want := range []string{
 		`unkey_rls_hits_total{domain="messaging",rule="messaging.to_number"} 2`,
-		`unkey_rls_over_limit_total{domain="messaging",rule="descriptor_limit:messaging.to_number"} 3`,
+		`unkey_rls_over_limit_total{domain="messaging",rule="descriptor_limit"} 3`,
 		`unkey_rls_config_rules 21`,
 	} {
 		if !strings.Contains(body, want) {

@@ -1,7 +1,12 @@
 package envoyrls
 
 import (
+	"strings"
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
 
 // metrics are the statistics envoyproxy/ratelimit's users look for, per
@@ -15,6 +20,51 @@ type metrics struct {
 	// nearRatio: a hit that leaves less than (1 - nearRatio) of the limit
 	// is near it (UNKEY_RLS_NEAR_LIMIT_RATIO, 0.8 as in envoyproxy/ratelimit).
 	nearRatio float64
+
+	// seriesMu guards series: per rule, the labels with the request's
+	// values already in use (at most maxSeriesPerRule).
+	seriesMu sync.Mutex
+	series   map[*rlsconfig.Rule]map[string]struct{}
+}
+
+// descriptorLimitMetric is the rule label of every descriptor-level limit.
+const descriptorLimitMetric = "descriptor_limit"
+
+// Bounds of the labels a request's values make (detailed_metric,
+// value_to_metric): a rule's label takes at most maxSeriesPerRule distinct
+// values, then its overflow label, and no label is longer than
+// maxLabelBytes. Series then grow with the operator's files, not with what
+// callers send.
+const (
+	maxSeriesPerRule = 100
+	maxLabelBytes    = 256
+)
+
+// label returns the rule label of p's hits: the rule's path, or the label
+// with the request's values its file asks for, within the bounds above.
+func (m *metrics) label(p *plan) string {
+	if p.rule == nil || p.metric == p.rule.Path {
+		return p.metric
+	}
+	l := p.metric
+	if len(l) > maxLabelBytes {
+		l = strings.ToValidUTF8(l[:maxLabelBytes], "") + "…"
+	}
+	m.seriesMu.Lock()
+	defer m.seriesMu.Unlock()
+	seen := m.series[p.rule]
+	if _, ok := seen[l]; ok {
+		return l
+	}
+	if len(seen) >= maxSeriesPerRule {
+		return p.rule.Path + "_overflow"
+	}
+	if seen == nil {
+		seen = map[string]struct{}{}
+		m.series[p.rule] = seen
+	}
+	seen[l] = struct{}{}
+	return l
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -30,6 +80,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		globalShadow: prometheus.NewCounter(prometheus.CounterOpts{Name: "unkey_rls_global_shadow_mode_total",
 			Help: "Requests over a limit answered OK because UNKEY_RLS_SHADOW_MODE is on."}),
 		nearRatio: 0.8,
+		series:    map[*rlsconfig.Rule]map[string]struct{}{},
 	}
 	for _, c := range []prometheus.Collector{m.total, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode, m.globalShadow} {
 		if err := reg.Register(c); err != nil {

@@ -23,10 +23,12 @@ package envoyrls
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -41,10 +43,18 @@ import (
 
 // Bounds of a ShouldRateLimit request. Envoy sends one descriptor per
 // rate_limits action of the route, typically one to five, each of a few
-// entries.
+// entries of header values, addresses and route names.
 const (
 	MaxDescriptors = 100
 	MaxEntries     = 32
+	// MaxEntryBytes bounds an entry's key and its value, each: a header
+	// value (a user agent, a JWT claim) fits.
+	MaxEntryBytes = 1024
+	// MaxIdentifier bounds a descriptor's counter name, its entries
+	// written out (see rlsconfig.Identifier), in characters: what a
+	// decision does with it (the digest of a long one, the override
+	// patterns tried against it) costs in proportion to it.
+	MaxIdentifier = 4096
 )
 
 // Service answers ShouldRateLimit on a pipeline.
@@ -195,6 +205,10 @@ func validate(req *rlsv3.RateLimitRequest) error {
 			if e.GetKey() == "" {
 				return &ratelimit.ValidationError{Field: fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), Rule: "must not be empty"}
 			}
+			if len(e.GetKey()) > MaxEntryBytes || len(e.GetValue()) > MaxEntryBytes {
+				return &ratelimit.ValidationError{Field: fmt.Sprintf("descriptors[%d].entries[%d]", i, j),
+					Rule: fmt.Sprintf("key and value must be at most %d bytes each", MaxEntryBytes)}
+			}
 		}
 	}
 	return nil
@@ -212,6 +226,11 @@ type plan struct {
 	identifier string
 	metric     string
 	cost       int64
+	// fromRequest marks a limit the request carries (a descriptor-level
+	// limit): bounded as Limit's are, a window of at most 30 days and a
+	// limit of at least 1, where the operator's rules may use a year's
+	// window and a limit of 0 that blocks.
+	fromRequest bool
 }
 
 // plan finds what decides descriptor d: its own limit if Envoy sent one
@@ -234,25 +253,43 @@ func (s *Service) plan(cfg *rlsconfig.Config, req *rlsv3.RateLimitRequest, d *rl
 	}
 	if l := d.GetLimit(); l != nil && cfg.HasDomain(req.Domain) {
 		unit := rlsconfig.Unit(l.Unit)
-		if unit.Duration() == 0 {
-			return plan{}, &ratelimit.ValidationError{Field: "limit.unit", Rule: "must be SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR"}
+		if unit.Duration() == 0 || unit.Duration() > ratelimit.MaxDuration {
+			return plan{}, &ratelimit.ValidationError{Field: "limit.unit",
+				Rule: "must be SECOND, MINUTE, HOUR, DAY, WEEK or MONTH (a request's own limit spans at most 30 days, as Limit's)"}
 		}
-		// Labelled by its keys, not its values, which would be a series
-		// per caller; the prefix keeps it apart from the file's rules.
-		metric := "descriptor_limit:" + req.Domain
-		for _, e := range entries {
-			metric += "." + e.Key
+		if l.RequestsPerUnit == 0 {
+			return plan{}, &ratelimit.ValidationError{Field: "limit.requests_per_unit", Rule: "must be at least 1"}
 		}
-		return plan{counted: true, limit: int64(l.RequestsPerUnit), unit: unit, identifier: rlsconfig.Identifier(entries),
-			metric: metric, cost: cost}, nil
+		id := rlsconfig.Identifier(entries)
+		if err := checkIdentifier(id); err != nil {
+			return plan{}, err
+		}
+		// One fixed label for every request-supplied limit: a client
+		// chooses its keys as freely as its values.
+		return plan{counted: true, limit: int64(l.RequestsPerUnit), unit: unit, identifier: id,
+			metric: descriptorLimitMetric, cost: cost, fromRequest: true}, nil
 	}
 	m, ok := cfg.Match(req.Domain, entries)
 	if !ok {
 		return plan{}, nil
 	}
+	if err := checkIdentifier(m.Identifier); err != nil {
+		return plan{}, err
+	}
 	r := m.Rule
 	return plan{rule: r, counted: !r.Unlimited, unlimited: r.Unlimited, shadow: r.ShadowMode, limit: int64(r.RequestsPerUnit),
 		unit: r.Unit, name: r.Name, identifier: m.Identifier, metric: m.Metric, cost: cost}, nil
+}
+
+// checkIdentifier refuses a descriptor whose counter name is longer than
+// MaxIdentifier characters: checked with the others before any descriptor
+// is counted, so that nothing is counted for a request that fails.
+func checkIdentifier(id string) error {
+	if utf8.RuneCountInString(id) > MaxIdentifier {
+		return &ratelimit.ValidationError{Field: "entries",
+			Rule: fmt.Sprintf("must name a counter of at most %d characters, written key=value,… with special characters escaped", MaxIdentifier)}
+	}
+	return nil
 }
 
 // decide decides one planned descriptor.
@@ -265,16 +302,23 @@ func (s *Service) decide(ctx context.Context, ws, domain string, p *plan, now ti
 	if !p.counted {
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, nil
 	}
-	// The counter's name is the adapter's, built from the descriptor, not
-	// the caller's: any length is accepted (a long one is counted under its
-	// digest), and a year rule's window is allowed.
-	d, err := s.pipeline.Limit(ctx, pipeline.Call{
+	// The counter's name is the adapter's, built from the descriptor (a
+	// long one is counted under its digest); an operator's rule may have a
+	// year's window and a limit of 0 that blocks, a request's own limit
+	// not (see plan.fromRequest).
+	call := pipeline.Call{
 		Request: ratelimit.Request{Workspace: ws, Namespace: rlsconfig.NamespacePrefix + domain, Identifier: p.identifier,
 			Limit: p.limit, Duration: p.unit.Duration(), Cost: p.cost},
-		MaxIdentifier: math.MaxInt, MaxDuration: ratelimit.MaxWindow, ZeroLimit: true})
-	if err != nil {
+		MaxIdentifier: MaxIdentifier, MaxDuration: ratelimit.MaxWindow, ZeroLimit: true}
+	if p.fromRequest {
+		call.MaxDuration, call.ZeroLimit = ratelimit.MaxDuration, false
+	}
+	d, err := s.pipeline.Limit(ctx, call)
+	var capacity *ratelimit.CapacityError
+	if err != nil && !errors.As(err, &capacity) {
 		return nil, err
 	}
+	p.metric = s.metrics.label(p)
 	s.metrics.hits(domain, p.metric, p.cost)
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{
 		Code: rlsv3.RateLimitResponse_OK,
@@ -284,6 +328,15 @@ func (s *Service) decide(ctx context.Context, ws, domain string, p *plan, now ti
 		DurationUntilReset: durationpb.New(max(d.Reset.Sub(now), 0)),
 	}
 	switch {
+	case capacity != nil:
+		// The workspace holds the most windows allowed, and this key is
+		// not one of them: fail closed, this descriptor alone, as a
+		// BatchLimit entry is denied, so that a caller who filled the cap
+		// with fresh values is not let through (Envoy admits a request
+		// whose call fails, with failure_mode_deny off).
+		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		st.LimitRemaining = 0
+		s.metrics.over(domain, p.metric, p.cost)
 	case !d.Success && p.shadow:
 		s.metrics.over(domain, p.metric, p.cost)
 		s.metrics.shadowHits(domain, p.metric, p.cost)

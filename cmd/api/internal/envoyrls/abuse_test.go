@@ -1,0 +1,153 @@
+package envoyrls
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/services/overrides"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/rlsconfig"
+)
+
+// newBounded returns the adapter on a limiter of at most maxWindows windows
+// a workspace, with the rules of yaml, and its metrics' registry.
+func newBounded(t *testing.T, yaml string, maxWindows int64) (*Service, *prometheus.Registry, *ratelimit.Service) {
+	t.Helper()
+	limiter, err := ratelimit.New("test", ratelimit.WithMaxWindowsPerWorkspace(maxWindows))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ov, err := overrides.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := pipeline.New(limiter, ov, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := rlsconfig.Load(rlsconfig.File{Name: "test.yaml", Data: []byte(yaml)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	s, err := New(p, func() *rlsconfig.Config { return cfg }, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, reg, limiter
+}
+
+func descriptor(kv ...string) *rlcommonv3.RateLimitDescriptor {
+	d := &rlcommonv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &rlcommonv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+// TestMetricSeriesAreBounded: requests with fresh 900-byte values on a
+// detailed_metric rule, and descriptor-level limits with fresh 900-byte keys,
+// grow /metrics by a bounded number of series of bounded labels (before:
+// one series per request, labels as long as the request's keys).
+func TestMetricSeriesAreBounded(t *testing.T) {
+	s, reg, _ := newBounded(t, `
+domain: d
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 100}
+`, 1<<20)
+	ctx := pipeline.WithWorkspace(context.Background(), pipeline.OpenWorkspace)
+	big := strings.Repeat("x", 900)
+	for i := range 300 {
+		v := big + strings.Repeat("y", i%50) + string(rune('a'+i%26)) + strings.Repeat("z", i/26)
+		limited := descriptor("key_"+v, "v")
+		limited.Limit = &rlcommonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 10, Unit: 2}
+		if _, err := s.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommonv3.RateLimitDescriptor{
+			descriptor("user", v), limited}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "unkey_rls_hits_total" {
+			continue
+		}
+		if n := len(mf.GetMetric()); n > maxSeriesPerRule+2 {
+			t.Fatalf("%d series of unkey_rls_hits_total after 300 requests, want at most %d", n, maxSeriesPerRule+2)
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if len(l.GetValue()) > maxLabelBytes+len("…") {
+					t.Fatalf("a label of %d bytes", len(l.GetValue()))
+				}
+			}
+		}
+	}
+}
+
+// TestWindowCapFailsClosed: with the workspace at its window cap, a
+// descriptor that needs a new window is OVER_LIMIT on its own, and the
+// others keep their verdicts (before: the whole call failed, which Envoy
+// with failure_mode_deny off admits).
+func TestWindowCapFailsClosed(t *testing.T) {
+	s, _, _ := newBounded(t, "domain: d\ndescriptors:\n  - key: ip\n    rate_limit: {unit: hour, requests_per_unit: 100}\n", 2)
+	ctx := pipeline.WithWorkspace(context.Background(), pipeline.OpenWorkspace)
+	resp, err := s.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommonv3.RateLimitDescriptor{
+		descriptor("ip", "1"), descriptor("ip", "2"), descriptor("ip", "3")}})
+	if err != nil {
+		t.Fatalf("a request past the window cap failed: %v", err)
+	}
+	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].Code != rlsv3.RateLimitResponse_OK ||
+		resp.Statuses[1].Code != rlsv3.RateLimitResponse_OK || resp.Statuses[2].Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("statuses %v, want OK, OK, OVER_LIMIT", resp.Statuses)
+	}
+}
+
+// TestRequestBounds: entries over 1 KB, a counter name over MaxIdentifier
+// characters, a request's own limit of a year or of 0 are refused, and a
+// refused request counts none of its descriptors.
+func TestRequestBounds(t *testing.T) {
+	s, _, limiter := newBounded(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}\n"+
+		"  - key: wide\n    rate_limit: {unit: hour, requests_per_unit: 100}\n", 1<<20)
+	ctx := pipeline.WithWorkspace(context.Background(), pipeline.OpenWorkspace)
+	wide := descriptor()
+	for i := range MaxEntries {
+		wide.Entries = append(wide.Entries, &rlcommonv3.RateLimitDescriptor_Entry{Key: "wide", Value: strings.Repeat(string(rune('a'+i%26)), 200)})
+	}
+	wide.Limit = &rlcommonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 10, Unit: 3} // HOUR
+	year := descriptor("k", "y")
+	year.Limit = &rlcommonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 10, Unit: 6} // YEAR
+	zero := descriptor("k", "z")
+	zero.Limit = &rlcommonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 0, Unit: 3} // HOUR
+	for _, tc := range []struct {
+		name string
+		d    *rlcommonv3.RateLimitDescriptor
+		want string
+	}{
+		{"a value over 1 KB", descriptor("k", strings.Repeat("v", MaxEntryBytes+1)), "must be at most 1024 bytes each"},
+		{"a counter name over 4096 characters", wide, "at most 4096 characters"},
+		{"a request's own year", year, "limit.unit: must be SECOND, MINUTE, HOUR, DAY, WEEK or MONTH"},
+		{"a request's own limit of 0", zero, "limit.requests_per_unit: must be at least 1"},
+	} {
+		_, err := s.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommonv3.RateLimitDescriptor{
+			descriptor("k", "first"), tc.d}})
+		var ve *ratelimit.ValidationError
+		if !errors.As(err, &ve) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want a validation error containing %q", tc.name, err, tc.want)
+		}
+	}
+	if n := limiter.ActiveWindows(); n != 0 {
+		t.Fatalf("the refused requests created %d windows, want none counted", n)
+	}
+}
