@@ -104,7 +104,8 @@ func (s *Registry) Run(ctx context.Context) error {
 }
 
 // Refresh applies the store's changes since the latest successful poll
-// began, less pollLookback, by the store's clock. Before a load has
+// began, less pollLookback (reconcileLookback every reconcileEvery), by
+// the store's clock. Before a load has
 // completed, or when the latest poll is older than half of
 // TombstoneRetention, it loads everything instead.
 func (s *Registry) Refresh(ctx context.Context) error {
@@ -120,14 +121,22 @@ func (s *Registry) Refresh(ctx context.Context) error {
 	if began-s.polled > (TombstoneRetention / 2).Microseconds() {
 		return s.load(ctx)
 	}
+	since := s.polled - pollLookback.Microseconds()
+	reconcile := began-s.reconciled >= reconcileEvery.Microseconds()
+	if reconcile {
+		since = s.polled - reconcileLookback.Microseconds()
+	}
 	pollCtx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
-	changes, err := s.store.Changes(pollCtx, s.polled-pollLookback.Microseconds())
+	changes, err := s.store.Changes(pollCtx, since)
 	if err != nil {
 		return fmt.Errorf("poll overrides: %w", err)
 	}
 	s.applyAll(changes, 0)
 	s.polled = began
+	if reconcile {
+		s.reconciled = began
+	}
 	s.idx.forget(began - tombstoneMemory.Microseconds())
 	return nil
 }

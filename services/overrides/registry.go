@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/puzpuzpuz/xsync/v4"
 
 	"github.com/unkeyed/ratelimit/services/overrides/memstore"
 	"github.com/unkeyed/ratelimit/services/overrides/store"
@@ -44,6 +45,16 @@ const (
 	// visible when it commits. A second covers a statement's commit with a
 	// wide margin; a change read twice is applied once.
 	pollLookback = time.Second
+	// reconcileEvery and reconcileLookback: every reconcileEvery by the
+	// store's clock, a poll reads the changes of the last reconcileLookback
+	// instead, for a change whose commit waited longer than pollLookback
+	// behind a lock (a backup's FLUSH TABLES WITH READ LOCK, DDL, a stalled
+	// fsync): such a change reaches every process within reconcileEvery of
+	// its commit, if its commit came within reconcileLookback of its
+	// statement's start; later than that, at the full reload after half of
+	// TombstoneRetention.
+	reconcileEvery    = 30 * time.Second
+	reconcileLookback = 5 * time.Minute
 	// tombstoneMemory is how long memory keeps a deletion it applied, so
 	// that a poll that read the override before it was deleted cannot
 	// bring it back: far longer than any poll takes.
@@ -79,6 +90,14 @@ type Registry struct {
 	polled int64
 	// gen numbers the full loads, for dropUnseen.
 	gen uint32
+	// reconciled is the store's revision clock when the latest poll that
+	// read reconcileLookback back began.
+	reconciled int64
+
+	// setting holds a mutex per workspace, held by Set from the check of
+	// the caps to the change in memory, so that concurrent Sets of one
+	// process cannot together pass a cap.
+	setting *xsync.Map[string, *sync.Mutex]
 }
 
 // Option configures a [Registry].
@@ -146,6 +165,7 @@ func New(opts ...Option) (*Registry, error) {
 		maxPat:  DefaultMaxPatternsPerNamespace,
 		metrics: &metrics{},
 		idx:     newIndex(),
+		setting: xsync.NewMap[string, *sync.Mutex](),
 	}
 	for _, opt := range opts {
 		opt(s)
@@ -171,11 +191,16 @@ func (s *Registry) Lookup(workspace, namespace, identifier string) (Override, bo
 // rule, a [*CapacityError] for a new one in a workspace at its cap, and a
 // [*PatternCapacityError] for a new pattern in a namespace at its cap. The
 // override applies on this process at once, and on the others within their
-// poll interval.
+// poll interval. The caps hold for the Sets of one process however many run
+// at once; processes that set new overrides in one workspace at the same
+// moment may together pass them by those in flight.
 func (s *Registry) Set(ctx context.Context, o Override) (Override, error) {
 	if err := validate(&o); err != nil {
 		return Override{}, err
 	}
+	mu, _ := s.setting.LoadOrCompute(o.Workspace, func() (*sync.Mutex, bool) { return &sync.Mutex{}, false })
+	mu.Lock()
+	defer mu.Unlock()
 	if e, ok := s.idx.get(o.Workspace, o.Namespace, o.Identifier); !ok || e.deleted {
 		if s.idx.count(o.Workspace) >= s.maxPer {
 			return Override{}, &CapacityError{Max: s.maxPer}
