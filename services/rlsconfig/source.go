@@ -4,8 +4,13 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,8 +32,14 @@ type Source struct {
 
 	current atomic.Pointer[Config]
 	// seen is the fingerprint of the files last read, good or not, so a
-	// broken file is reported once, not every interval.
-	seen [sha256.Size]byte
+	// broken file is reported once, not every interval; looked is what a
+	// look at their names, sizes and times found, so that unchanged files
+	// are not read and hashed every interval. Only Reload touches them,
+	// one at a time.
+	seen   [sha256.Size]byte
+	looked string
+	// reloading is set while a reload runs (see Run).
+	reloading atomic.Bool
 
 	loads *prometheus.CounterVec
 }
@@ -89,8 +100,10 @@ func NewSource(path string, opts ...Option) (*Source, error) {
 // Config returns the configuration in force. It never returns nil.
 func (s *Source) Config() *Config { return s.current.Load() }
 
-// Run reads the files every interval until ctx ends, and puts a changed
-// configuration in force.
+// Run looks at the files every interval until ctx ends, and puts a changed
+// configuration in force. A reload runs beside the loop, one at a time: a
+// read that hangs (a file system that stopped answering) delays neither
+// the next look once it returns nor the end of Run.
 func (s *Source) Run(ctx context.Context) error {
 	t := time.NewTicker(s.interval)
 	defer t.Stop()
@@ -99,14 +112,26 @@ func (s *Source) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			s.Reload()
+			if s.reloading.CompareAndSwap(false, true) {
+				go func() {
+					defer s.reloading.Store(false)
+					s.Reload()
+				}()
+			}
 		}
 	}
 }
 
 // Reload reads the files once and puts them in force if they changed and
-// compile. It reports whether a new configuration is in force.
+// compile. It reports whether a new configuration is in force. Files whose
+// names, sizes, modification times and inodes did not change since the
+// last Reload are not read again.
 func (s *Source) Reload() bool {
+	look, err := lookAt(s.path)
+	if err == nil && look == s.looked {
+		return false
+	}
+	s.looked = look
 	files, err := ReadPath(s.path)
 	if err != nil {
 		// A file being replaced can be missing for a moment; the next
@@ -144,4 +169,42 @@ func fingerprint(files []File) [sha256.Size]byte {
 	var fp [sha256.Size]byte
 	h.Sum(fp[:0])
 	return fp
+}
+
+// lookAt describes the files ReadPath would read at path by their names,
+// sizes, modification times and inodes (links followed), without opening
+// them.
+func lookAt(path string) (string, error) {
+	var b strings.Builder
+	add := func(name string, fi os.FileInfo) {
+		var ino uint64 // a file swapped in by a link has another inode
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			ino = st.Ino
+		}
+		fmt.Fprintf(&b, "%s\x00%d\x00%d\x00%s\x00%d\n", name, fi.Size(), fi.ModTime().UnixNano(), fi.Mode(), ino)
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	if !info.IsDir() {
+		add(path, info)
+		return b.String(), nil
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return "", err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !configName(name) {
+			continue
+		}
+		fi, err := os.Stat(filepath.Join(path, name))
+		if err != nil {
+			return "", err
+		}
+		add(name, fi)
+	}
+	return b.String(), nil
 }
