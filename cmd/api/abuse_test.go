@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/apitest"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
@@ -357,4 +359,36 @@ func grepLines(s, substr string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestJunkConnectionsDoNotFloodTheLog: 300 connections that open HTTP/2
+// and send garbage write a bounded number of log lines (before: a WARN
+// line each).
+const junkConnections = 300
+
+func TestJunkConnectionsDoNotFloodTheLog(t *testing.T) {
+	var log apitest.LockedBuffer
+	ts := startServerLogging(t, slog.New(slog.NewTextHandler(&log, nil)))
+	addr := strings.TrimPrefix(ts.url, "http://")
+	for range junkConnections {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x04\x09\x00\x00\x00\x00\x00junkjunk"))
+		c.Close()
+	}
+	lines := 0
+	for _, l := range strings.Split(log.String(), "\n") {
+		if strings.Contains(l, "level=WARN") && !strings.Contains(l, "UNKEY_AUTH_TOKENS") {
+			lines++
+		}
+	}
+	t.Logf("%d WARN lines for 300 junk connections", lines)
+	if lines == 0 {
+		t.Fatal("junk connections are not logged at all: the test does not reach the server's error log")
+	}
+	if lines > 15 {
+		t.Fatalf("%d WARN lines for 300 junk connections, want the throttle's burst", lines)
+	}
 }

@@ -230,7 +230,10 @@ func (s *server) grpcServer() (*grpc.Server, func()) {
 // shutdown that orders them.
 func (s *server) serve(ctx context.Context, ln, grpcLn net.Listener) error {
 	srv := s.limits.HTTPServer(s.handler())
-	srv.ErrorLog = slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn)
+	// net/http logs each malformed connection: what any client can send,
+	// so throttled (a line a second after a burst of ten, with a count of
+	// what was dropped).
+	srv.ErrorLog = slog.NewLogLogger(cmdutil.Throttle(s.logger.Handler(), time.Second, 10), slog.LevelWarn)
 
 	// The loops outlive ctx: they stop once the servers have.
 	loopsCtx, stopLoops := context.WithCancel(context.WithoutCancel(ctx))

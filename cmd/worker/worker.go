@@ -56,7 +56,11 @@ func newWorker(cfg config, logger *slog.Logger) (*worker, error) {
 		return nil, err
 	}
 	q := db.New(sqlDB)
-	rs := server.NewRestate().WithLogger(logger.Handler(), true)
+	// The SDK logs every request it refuses (one restate-server did not
+	// sign): what anyone who reaches the port can send, so throttled (a
+	// line a second after a burst of ten, with a count of what was
+	// dropped).
+	rs := server.NewRestate().WithLogger(cmdutil.Throttle(logger.Handler(), time.Second, 10), true)
 	if len(cfg.IdentityKeys) > 0 {
 		// Only restate-server, signing with the private half, may run a
 		// job: the blocklist drain ends in DROP TABLE.
