@@ -21,6 +21,10 @@ type config struct {
 	// GRPCAddr, if set, serves gRPC over grpc-go there too: about half the
 	// CPU of a call on the main port.
 	GRPCAddr string `env:"UNKEY_GRPC_ADDR"`
+	// GRPCMaxConnections bounds the connections the grpc-go port holds at
+	// once; more wait to be accepted. Envoy multiplexes its calls over a
+	// few HTTP/2 connections.
+	GRPCMaxConnections int `env:"UNKEY_GRPC_MAX_CONNECTIONS" envDefault:"1000"`
 	// DebugAddr, if set, serves Go's profiles (/debug/pprof/) there. Keep it
 	// on loopback: profiles show the process's internals.
 	DebugAddr  string `env:"UNKEY_DEBUG_ADDR"`
@@ -149,6 +153,9 @@ func loadConfig(environ []string) (config, error) {
 	}
 	if c.MaxHeaderBytes < 1024 || c.MaxHeaderBytes > 1<<20 {
 		return config{}, fmt.Errorf("UNKEY_HTTP_MAX_HEADER_BYTES: must be between 1024 and 1048576, got %d", c.MaxHeaderBytes)
+	}
+	if c.GRPCMaxConnections < 1 || c.GRPCMaxConnections > 1_000_000 {
+		return config{}, fmt.Errorf("UNKEY_GRPC_MAX_CONNECTIONS: must be between 1 and 1000000, got %d", c.GRPCMaxConnections)
 	}
 	if c.MaxConcurrentStreams < 1 || c.MaxConcurrentStreams > 10_000 {
 		return config{}, fmt.Errorf("UNKEY_HTTP2_MAX_CONCURRENT_STREAMS: must be between 1 and 10000, got %d", c.MaxConcurrentStreams)

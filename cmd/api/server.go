@@ -58,6 +58,8 @@ type server struct {
 	registry  *prometheus.Registry
 	layer     *transport.Layer
 	limits    transport.Limits
+	// grpcConns bounds the grpc-go port's connections.
+	grpcConns int
 	health    *grpchealth.StaticChecker
 	ready     atomic.Bool
 	closers   []func() error        // store clients, closed after the limiter
@@ -137,6 +139,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		layer:     layer,
 		limits: transport.Limits{ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout, IdleTimeout: cfg.IdleTimeout,
 			MaxHeaderBytes: cfg.MaxHeaderBytes, MaxConcurrentStreams: cfg.MaxConcurrentStreams},
+		grpcConns: cfg.GRPCMaxConnections,
 		health:    grpchealth.NewStaticChecker(services...),
 		closers:   closers,
 		redis:     client,
@@ -273,8 +276,9 @@ func (s *server) serve(ctx context.Context, ln, grpcLn net.Listener) error {
 		g2, stopHealth := s.grpcServer()
 		grpcSrv = g2
 		defer stopHealth()
+		limited := transport.LimitListener(grpcLn, s.grpcConns)
 		g.Go(func() error {
-			if err := g2.Serve(grpcLn); err != nil {
+			if err := g2.Serve(limited); err != nil {
 				return fmt.Errorf("serve grpc: %w", err)
 			}
 			return nil

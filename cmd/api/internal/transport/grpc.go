@@ -2,15 +2,20 @@ package transport
 
 import (
 	"context"
+	"net"
+	"time"
+
 	"errors"
 	"strings"
+
+	"golang.org/x/net/netutil"
 
 	"connectrpc.com/connect"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 )
@@ -26,9 +31,13 @@ import (
 
 // GRPCServer returns a grpc-go server with l's bounds, a codec that runs
 // c.Decode before protobuf's, and the layer's authentication, failure
-// rendering and panic recovery around every unary method. Health checks
-// and reflection need no token. The adapters register their services on
-// it.
+// rendering and panic recovery. A stream is authenticated from its headers
+// when it opens, before any of its message is read (a stream without a
+// known token is refused there, costing no goroutine or buffer), and a call
+// must end within the read and write timeouts together, so that a client
+// that sends its message slowly holds nothing for long. Health checks and
+// reflection need no token. The adapters register their services on it;
+// the caller caps its connections (see LimitListener).
 func (l *Layer) GRPCServer(lim Limits, c Codecs) *grpc.Server {
 	return grpc.NewServer(
 		// The messages are capped as on the main port.
@@ -38,8 +47,36 @@ func (l *Layer) GRPCServer(lim Limits, c Codecs) *grpc.Server {
 		grpc.MaxHeaderListSize(uint32(lim.MaxHeaderBytes)),
 		grpc.ConnectionTimeout(lim.ReadTimeout),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: lim.IdleTimeout}),
-		grpc.ChainUnaryInterceptor(l.grpcFailures, l.grpcAuth),
+		grpc.InTapHandle(l.grpcTap(lim.ReadTimeout+lim.WriteTimeout)),
+		grpc.ChainUnaryInterceptor(l.grpcFailures),
 	)
+}
+
+// streamCancel carries the cancel function of a stream's deadline, for
+// grpcFailures to release it when the call ends.
+type streamCancel struct{}
+
+// grpcTap returns the handle that authenticates a stream from its headers
+// as it opens, as the layer does on the main port (Envoy sends a token
+// when its grpc_service has initial_metadata), and gives it a deadline of
+// within.
+func (l *Layer) grpcTap(within time.Duration) tap.ServerInHandle {
+	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		if !grpcOpen(info.FullMethodName) {
+			var authorization string
+			if v := info.Header.Get("authorization"); len(v) > 0 {
+				authorization = v[0]
+			}
+			ws, err := l.pipeline.Authenticate(authorization)
+			if err != nil {
+				return nil, grpcStatus(l.ConnectError(ctx, info.FullMethodName, err))
+			}
+			ctx = pipeline.WithWorkspace(ctx, ws)
+			ctx, cancel := context.WithTimeout(ctx, within)
+			return context.WithValue(ctx, streamCancel{}, cancel), nil
+		}
+		return ctx, nil // health checks may watch for long
+	}
 }
 
 // grpcOpen reports whether a method needs no token: health checks and
@@ -48,31 +85,14 @@ func grpcOpen(fullMethod string) bool {
 	return strings.HasPrefix(fullMethod, "/grpc.health.") || strings.HasPrefix(fullMethod, "/grpc.reflection.")
 }
 
-// grpcAuth resolves the caller's workspace from its bearer token, as the
-// layer does on the main port (Envoy sends it when its grpc_service has
-// initial_metadata).
-func (l *Layer) grpcAuth(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
-	if grpcOpen(info.FullMethod) {
-		return next(ctx, req)
-	}
-	var authorization string
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get("authorization"); len(v) > 0 {
-			authorization = v[0]
-		}
-	}
-	ws, err := l.pipeline.Authenticate(authorization)
-	if err != nil {
-		return nil, err
-	}
-	return next(pipeline.WithWorkspace(ctx, ws), req)
-}
-
 // grpcFailures answers every failure of a method as the gRPC status of its
 // Connect error (the codes are the same numbers; see
 // [Layer.ConnectError]), and a panic as an internal error instead of
 // crashing.
 func (l *Layer) grpcFailures(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (resp any, err error) {
+	if cancel, ok := ctx.Value(streamCancel{}).(context.CancelFunc); ok {
+		defer cancel() // the stream's deadline is no longer needed
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			resp, err = nil, grpcStatus(l.ConnectError(ctx, info.FullMethod, l.panicked(ctx, info.FullMethod, p)))
@@ -96,3 +116,8 @@ func (l *Layer) grpcFailures(ctx context.Context, req any, info *grpc.UnaryServe
 func grpcStatus(ce *connect.Error) error {
 	return status.Error(codes.Code(ce.Code()), ce.Message())
 }
+
+// LimitListener returns ln accepting at most n connections at once: a
+// client that opens connections holds at most n of them, each with its
+// bounded streams.
+func LimitListener(ln net.Listener, n int) net.Listener { return netutil.LimitListener(ln, n) }
