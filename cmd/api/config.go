@@ -28,7 +28,13 @@ type config struct {
 	// DebugAddr, if set, serves Go's profiles (/debug/pprof/) there. Keep it
 	// on loopback: profiles show the process's internals.
 	DebugAddr  string `env:"UNKEY_DEBUG_ADDR"`
-	RedisURL   string `env:"UNKEY_REDIS_URL"`
+	// TLSCertFile and TLSKeyFile, if set, serve both ports over TLS (HTTP/2
+	// and HTTP/1.1 by ALPN), the files read again when they change;
+	// TLSClientCAFile turns on mutual TLS.
+	TLSCertFile     string `env:"UNKEY_TLS_CERT_FILE"`
+	TLSKeyFile      string `env:"UNKEY_TLS_KEY_FILE"`
+	TLSClientCAFile string `env:"UNKEY_TLS_CLIENT_CA_FILE"`
+	RedisURL        string `env:"UNKEY_REDIS_URL"`
 	MySQLDSN   string `env:"UNKEY_MYSQL_DSN"`
 	AuthTokens string `env:"UNKEY_AUTH_TOKENS"`
 	cmdutil.Log
@@ -159,6 +165,12 @@ func loadConfig(environ []string) (config, error) {
 	}
 	if c.MaxConcurrentStreams < 1 || c.MaxConcurrentStreams > 10_000 {
 		return config{}, fmt.Errorf("UNKEY_HTTP2_MAX_CONCURRENT_STREAMS: must be between 1 and 10000, got %d", c.MaxConcurrentStreams)
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		return config{}, fmt.Errorf("UNKEY_TLS_CERT_FILE and UNKEY_TLS_KEY_FILE: must be set together, or neither")
+	}
+	if c.TLSClientCAFile != "" && c.TLSCertFile == "" {
+		return config{}, fmt.Errorf("UNKEY_TLS_CLIENT_CA_FILE: needs UNKEY_TLS_CERT_FILE and UNKEY_TLS_KEY_FILE: mutual TLS is TLS")
 	}
 	if strings.Contains(c.RedisURL, "+cluster://") {
 		opts, err := redisstore.ClusterOptions(c.RedisURL)

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -60,6 +61,8 @@ type server struct {
 	limits    transport.Limits
 	// grpcConns bounds the grpc-go port's connections.
 	grpcConns int
+	// tls serves both ports over TLS; nil: cleartext (h2c).
+	tls       *transport.Certificates
 	health    *grpchealth.StaticChecker
 	ready     atomic.Bool
 	closers   []func() error        // store clients, closed after the limiter
@@ -124,6 +127,13 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		return nil, fmt.Errorf("register api metrics: %w", err)
 	}
 	layer := transport.NewLayer(p, transport.NewBudget(transport.DefaultBudget), logger)
+	var certs *transport.Certificates
+	if cfg.TLSCertFile != "" {
+		if certs, err = transport.LoadCertificates(transport.TLSFiles{Cert: cfg.TLSCertFile, Key: cfg.TLSKeyFile,
+			ClientCA: cfg.TLSClientCAFile}, logger); err != nil {
+			return nil, fmt.Errorf("UNKEY_TLS_CERT_FILE, UNKEY_TLS_KEY_FILE, UNKEY_TLS_CLIENT_CA_FILE: %w", err)
+		}
+	}
 	rls, rlsSource, err := newRLS(cfg, logger, reg, p)
 	if err != nil {
 		return nil, err
@@ -140,6 +150,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		limits: transport.Limits{ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout, IdleTimeout: cfg.IdleTimeout,
 			MaxHeaderBytes: cfg.MaxHeaderBytes, MaxConcurrentStreams: cfg.MaxConcurrentStreams},
 		grpcConns: cfg.GRPCMaxConnections,
+		tls:       certs,
 		health:    grpchealth.NewStaticChecker(services...),
 		closers:   closers,
 		redis:     client,
@@ -211,9 +222,13 @@ func (s *server) handler() http.Handler {
 // grpcServer returns the grpc-go server of UNKEY_GRPC_ADDR, with health and
 // reflection, and the function that marks it not serving at shutdown.
 func (s *server) grpcServer() (*grpc.Server, func()) {
+	var opts []grpc.ServerOption
+	if s.tls != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls.Config())))
+	}
 	srv := s.layer.GRPCServer(s.limits, transport.Codecs{Decode: func(data []byte, msg any, json bool) bool {
 		return connectapi.Codecs.Decode(data, msg, json) || envoyrls.Codecs.Decode(data, msg, json)
-	}})
+	}}, opts...)
 	s.connect.RegisterGRPC(srv)
 	s.rls.RegisterGRPC(srv)
 	hs := health.NewServer()
@@ -266,7 +281,16 @@ func (s *server) serve(ctx context.Context, ln, grpcLn net.Listener) error {
 		g.Go(func() error { return s.rlsSource.Run(loopsCtx) })
 	}
 	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		serve := func() error { return srv.Serve(ln) }
+		if s.tls != nil {
+			srv.TLSConfig = s.tls.Config()
+			var p http.Protocols
+			p.SetHTTP1(true)
+			p.SetHTTP2(true)
+			srv.Protocols = &p
+			serve = func() error { return srv.ServeTLS(ln, "", "") }
+		}
+		if err := serve(); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve http: %w", err)
 		}
 		return nil

@@ -37,9 +37,10 @@ import (
 // must end within the read and write timeouts together, so that a client
 // that sends its message slowly holds nothing for long. Health checks and
 // reflection need no token. The adapters register their services on it;
-// the caller caps its connections (see LimitListener).
-func (l *Layer) GRPCServer(lim Limits, c Codecs) *grpc.Server {
-	return grpc.NewServer(
+// the caller caps its connections (see LimitListener), and opts add to the
+// server's (its TLS credentials).
+func (l *Layer) GRPCServer(lim Limits, c Codecs, opts ...grpc.ServerOption) *grpc.Server {
+	return grpc.NewServer(append([]grpc.ServerOption{
 		// The messages are capped as on the main port.
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
 		grpc.ForceServerCodec(protoCodec{c}),
@@ -49,7 +50,7 @@ func (l *Layer) GRPCServer(lim Limits, c Codecs) *grpc.Server {
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: lim.IdleTimeout}),
 		grpc.InTapHandle(l.grpcTap(lim.ReadTimeout+lim.WriteTimeout)),
 		grpc.ChainUnaryInterceptor(l.grpcFailures),
-	)
+	}, opts...)...)
 }
 
 // streamCancel carries the cancel function of a stream's deadline, for

@@ -1,0 +1,137 @@
+package transport
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// TLSFiles names the PEM files of a server's certificate and key and, for
+// mutual TLS, of the CA whose certificates its clients must present.
+type TLSFiles struct {
+	Cert, Key string
+	// ClientCA, if set, turns on mutual TLS: a client without a
+	// certificate this CA signed fails the handshake.
+	ClientCA string
+}
+
+// certCheckEvery is how often, at most, a handshake looks at the files
+// for a change: a rotated certificate (cert-manager renews it in place)
+// is served to new connections within a second, without a restart.
+const certCheckEvery = time.Second
+
+// Certificates serves the certificate of a TLSFiles to every new
+// connection, read again when the files change. A change that does not
+// load (a pair written half, a key that does not match) keeps the last good
+// certificate and is logged. Its methods are safe for concurrent use.
+type Certificates struct {
+	files  TLSFiles
+	logger *slog.Logger
+
+	mu      sync.Mutex
+	checked time.Time // the latest look at the files
+	seen    string    // what that look found
+	config  *tls.Config
+}
+
+// LoadCertificates reads files now; an error names what is wrong with
+// them.
+func LoadCertificates(files TLSFiles, logger *slog.Logger) (*Certificates, error) {
+	c := &Certificates{files: files, logger: logger}
+	cfg, err := c.load()
+	if err != nil {
+		return nil, err
+	}
+	c.config, c.seen, c.checked = cfg, c.look(), time.Now()
+	return c, nil
+}
+
+// Config returns the TLS configuration of a server: TLS 1.2 or later,
+// HTTP/2 and HTTP/1.1 by ALPN, and each connection's certificate (and
+// client CA) as the files hold them then.
+func (c *Certificates) Config() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"h2", "http/1.1"},
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			return c.current(), nil
+		},
+	}
+}
+
+// current returns the configuration of the files, reloading it if they
+// changed since the last look (at most once per certCheckEvery).
+func (c *Certificates) current() *tls.Config {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.checked) < certCheckEvery {
+		return c.config
+	}
+	c.checked = time.Now()
+	look := c.look()
+	if look == c.seen {
+		return c.config
+	}
+	cfg, err := c.load()
+	if err != nil {
+		c.logger.LogAttrs(context.Background(), slog.LevelError, "TLS certificate files changed but do not load; serving the last good certificate",
+			slog.String("error", err.Error()))
+		return c.config // and look again next time: the writer may not be done
+	}
+	c.seen, c.config = look, cfg
+	c.logger.Info("TLS certificate reloaded", "cert", c.files.Cert)
+	return cfg
+}
+
+// look describes the files by size, modification time and inode (links
+// followed, as a Kubernetes Secret's files are links swapped at once).
+func (c *Certificates) look() string {
+	out := ""
+	for _, name := range []string{c.files.Cert, c.files.Key, c.files.ClientCA} {
+		if name == "" {
+			continue
+		}
+		fi, err := os.Stat(name)
+		if err != nil {
+			out += name + ":missing;"
+			continue
+		}
+		var ino uint64
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			ino = st.Ino
+		}
+		out += fmt.Sprintf("%s:%d:%d:%d;", name, fi.Size(), fi.ModTime().UnixNano(), ino)
+	}
+	return out
+}
+
+// load reads the files into a server configuration.
+func (c *Certificates) load() (*tls.Config, error) {
+	pair, err := tls.LoadX509KeyPair(c.files.Cert, c.files.Key)
+	if err != nil {
+		return nil, fmt.Errorf("load the TLS certificate and key: %w", err)
+	}
+	cfg := &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		NextProtos:   []string{"h2", "http/1.1"},
+		Certificates: []tls.Certificate{pair},
+	}
+	if c.files.ClientCA != "" {
+		pem, err := os.ReadFile(c.files.ClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("read the client CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("the client CA file %s holds no PEM certificate", c.files.ClientCA)
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+
+	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
+	"github.com/unkeyed/ratelimit/internal/poll"
+)
+
+// testCA is a certificate authority for the TLS tests.
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+func newTestCA(t *testing.T) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// issue writes a certificate of serial for 127.0.0.1 (a server's, or a
+// client's) and its key to dir, as cert.pem and key.pem, and returns their
+// paths.
+func (ca *testCA) issue(t *testing.T, dir string, serial int64, client bool) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	usage := x509.ExtKeyUsageServerAuth
+	if client {
+		usage = x509.ExtKeyUsageClientAuth
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		ExtKeyUsage: []x509.ExtKeyUsage{usage}, KeyUsage: x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	// Written aside and renamed, as cert-manager's Secret swap is atomic.
+	for name, data := range map[string][]byte{
+		certFile: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		keyFile:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}),
+	} {
+		if err := os.WriteFile(name+".tmp", data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(name+".tmp", name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return certFile, keyFile
+}
+
+// serialOf returns the serial of the certificate a new TLS connection to
+// addr is served.
+func serialOf(t *testing.T, addr string, pool *x509.CertPool) int64 {
+	t.Helper()
+	c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return c.ConnectionState().PeerCertificates[0].SerialNumber.Int64()
+}
+
+// TestTLS: with UNKEY_TLS_CERT_FILE and UNKEY_TLS_KEY_FILE both ports speak
+// TLS only: curl (HTTP/1.1 or HTTP/2 by ALPN), a Connect client over
+// HTTP/2 and grpc-go on both ports are answered; a certificate rotated in
+// place is served to new connections within a couple of seconds while a
+// client keeps calling without a failure.
+func TestTLS(t *testing.T) {
+	ca := newTestCA(t)
+	dir := t.TempDir()
+	certFile, keyFile := ca.issue(t, dir, 100, false)
+	caFile := filepath.Join(dir, "ca.pem")
+	os.WriteFile(caFile, ca.pem, 0o644)
+	ts := startServer(t, "UNKEY_AUTH_TOKENS="+tokA+"=ws_a", "UNKEY_GRPC_ADDR=127.0.0.1:0",
+		"UNKEY_TLS_CERT_FILE="+certFile, "UNKEY_TLS_KEY_FILE="+keyFile)
+	addr := strings.TrimPrefix(ts.url, "http://")
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.pem)
+
+	if curl, err := exec.LookPath("curl"); err == nil {
+		out, err := exec.Command(curl, "-sS", "--cacert", caFile, "https://"+addr+"/ratelimit.v1.RatelimitService/Limit",
+			"-H", "content-type: application/json", "-H", "authorization: Bearer "+tokA,
+			"-d", `{"namespace":"tls","identifier":"curl","limit":5,"duration":60000}`).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), `"success":true`) {
+			t.Fatalf("curl --cacert: %s, %v", out, err)
+		}
+	}
+	if resp, err := http.Get(ts.url + "/healthz"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Fatal("the TLS port answered cleartext HTTP") // net/http answers 400 to it
+		}
+	}
+	for _, target := range []string{addr, ts.grpcAddr} {
+		conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := new(ratelimitv1.LimitResponse)
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tokA)
+		if err := conn.Invoke(ctx, "/ratelimit.v1.RatelimitService/Limit",
+			&ratelimitv1.LimitRequest{Namespace: "tls", Identifier: "grpc", Limit: 5, Duration: 60_000}, out); err != nil || !out.Success {
+			t.Fatalf("grpc-go over TLS to %s: %v, %v", target, out, err)
+		}
+		conn.Close()
+	}
+
+	// A client keeps calling (new connections and a kept one) while the
+	// certificate is rotated.
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}}
+	stop := make(chan struct{})
+	var calls, failed atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			req, _ := http.NewRequest("POST", "https://"+addr+"/ratelimit.v1.RatelimitService/Limit",
+				strings.NewReader(`{"namespace":"tls","identifier":"rotation","limit":1000000,"duration":60000}`))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+tokA)
+			resp, err := client.Do(req)
+			calls.Add(1)
+			if err != nil || resp.StatusCode != 200 {
+				failed.Add(1)
+			}
+			if resp != nil {
+				resp.Body.Close()
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	if got := serialOf(t, addr, pool); got != 100 {
+		t.Fatalf("serial %d before the rotation", got)
+	}
+	ca.issue(t, dir, 101, false)
+	poll.Until(t, 10*time.Second, "new connections to be served the rotated certificate", func() bool {
+		return serialOf(t, addr, pool) == 101 && serialOf(t, ts.grpcAddr, pool) == 101
+	})
+	close(stop)
+	<-done
+	if failed.Load() != 0 {
+		t.Fatalf("%d of %d calls failed across the rotation", failed.Load(), calls.Load())
+	}
+}
+
+// TestMutualTLS: with UNKEY_TLS_CLIENT_CA_FILE a client without a
+// certificate that CA signed fails the handshake; one with it is answered.
+func TestMutualTLS(t *testing.T) {
+	ca := newTestCA(t)
+	dir, clientDir := t.TempDir(), t.TempDir()
+	certFile, keyFile := ca.issue(t, dir, 200, false)
+	caFile := filepath.Join(dir, "ca.pem")
+	os.WriteFile(caFile, ca.pem, 0o644)
+	ts := startServer(t, "UNKEY_GRPC_ADDR=127.0.0.1:0",
+		"UNKEY_TLS_CERT_FILE="+certFile, "UNKEY_TLS_KEY_FILE="+keyFile, "UNKEY_TLS_CLIENT_CA_FILE="+caFile)
+	addr := strings.TrimPrefix(ts.url, "http://")
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.pem)
+	for _, target := range []string{addr, ts.grpcAddr} {
+		c, err := tls.Dial("tcp", target, &tls.Config{RootCAs: pool})
+		if err == nil {
+			// TLS 1.3 reports a refused client certificate at the first read.
+			c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			_, err = c.Read(make([]byte, 1))
+			c.Close()
+		}
+		if err == nil {
+			t.Fatalf("%s: a client without a certificate was served", target)
+		}
+	}
+	clientCert, clientKey := ca.issue(t, clientDir, 201, true)
+	pair, err := tls.LoadX509KeyPair(clientCert, clientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}}}}
+	resp, err := client.Get("https://" + addr + "/healthz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("a client with a certificate the CA signed: %v, %v", resp, err)
+	}
+	resp.Body.Close()
+}
