@@ -27,7 +27,7 @@ type config struct {
 	GRPCMaxConnections int `env:"UNKEY_GRPC_MAX_CONNECTIONS" envDefault:"1000"`
 	// DebugAddr, if set, serves Go's profiles (/debug/pprof/) there. Keep it
 	// on loopback: profiles show the process's internals.
-	DebugAddr  string `env:"UNKEY_DEBUG_ADDR"`
+	DebugAddr string `env:"UNKEY_DEBUG_ADDR"`
 	// TLSCertFile and TLSKeyFile, if set, serve both ports over TLS (HTTP/2
 	// and HTTP/1.1 by ALPN), the files read again when they change;
 	// TLSClientCAFile turns on mutual TLS.
@@ -35,8 +35,8 @@ type config struct {
 	TLSKeyFile      string `env:"UNKEY_TLS_KEY_FILE"`
 	TLSClientCAFile string `env:"UNKEY_TLS_CLIENT_CA_FILE"`
 	RedisURL        string `env:"UNKEY_REDIS_URL"`
-	MySQLDSN   string `env:"UNKEY_MYSQL_DSN"`
-	AuthTokens string `env:"UNKEY_AUTH_TOKENS"`
+	MySQLDSN        string `env:"UNKEY_MYSQL_DSN"`
+	AuthTokens      string `env:"UNKEY_AUTH_TOKENS"`
 	cmdutil.Log
 
 	// MaxWindowsPerWorkspace caps the windows one workspace may hold in a

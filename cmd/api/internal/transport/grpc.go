@@ -48,7 +48,7 @@ func (l *Layer) GRPCServer(lim Limits, c Codecs, opts ...grpc.ServerOption) *grp
 		grpc.MaxHeaderListSize(uint32(lim.MaxHeaderBytes)),
 		grpc.ConnectionTimeout(lim.ReadTimeout),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: lim.IdleTimeout}),
-		grpc.InTapHandle(l.grpcTap(lim.ReadTimeout+lim.WriteTimeout)),
+		grpc.InTapHandle(l.grpcTap(lim.ReadTimeout + lim.WriteTimeout)),
 		grpc.ChainUnaryInterceptor(l.grpcFailures),
 	}, opts...)...)
 }
