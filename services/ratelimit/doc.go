@@ -28,7 +28,7 @@
 // A [Service] starts no goroutines of its own: call [Service.Run] to run its
 // background loops (the janitor that evicts windows which can no longer
 // affect a decision, and with the stores configured the regional tier's
-// replay and refresh loop and the global tier's flush and sync loop), and
+// replay and refresh loop and the global tier's flush and sync loops), and
 // cancel its context to stop them: it replays and flushes once more before it
 // returns.
 //

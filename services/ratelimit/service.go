@@ -83,7 +83,7 @@ func (s *Service) ActiveWindows() int { return s.windows.len() }
 
 // Run runs the background loops until ctx is done: the janitor; with a regional
 // store, the regional tier's replay and refresh loop; with a global store, the
-// global tier's flush and sync loop. Once ctx is done, the regional tier
+// global tier's flush loop and sync loop. Once ctx is done, the regional tier
 // replays what is still unreplayed and the global tier runs one more full
 // flush, each within its own timeout, and Run returns nil. Cancel ctx after the
 // last request was decided, so that the final flush carries it. A Run while
