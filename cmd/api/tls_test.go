@@ -2,15 +2,8 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -26,71 +19,8 @@ import (
 
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/internal/poll"
+	"github.com/unkeyed/ratelimit/internal/testserver"
 )
-
-// testCA is a certificate authority for the TLS tests.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue writes a certificate of serial for 127.0.0.1 (a server's, or a
-// client's) and its key to dir, as cert.pem and key.pem, and returns their
-// paths.
-func (ca *testCA) issue(t *testing.T, dir string, serial int64, client bool) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	usage := x509.ExtKeyUsageServerAuth
-	if client {
-		usage = x509.ExtKeyUsageClientAuth
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		ExtKeyUsage: []x509.ExtKeyUsage{usage}, KeyUsage: x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	// Written aside and renamed, as cert-manager's Secret swap is atomic.
-	for name, data := range map[string][]byte{
-		certFile: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		keyFile:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}),
-	} {
-		if err := os.WriteFile(name+".tmp", data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(name+".tmp", name); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return certFile, keyFile
-}
 
 // serialOf returns the serial of the certificate a new TLS connection to
 // addr is served.
@@ -110,16 +40,16 @@ func serialOf(t *testing.T, addr string, pool *x509.CertPool) int64 {
 // place is served to new connections within a couple of seconds while a
 // client keeps calling without a failure.
 func TestTLS(t *testing.T) {
-	ca := newTestCA(t)
+	ca := testserver.NewCA(t)
 	dir := t.TempDir()
-	certFile, keyFile := ca.issue(t, dir, 100, false)
+	certFile, keyFile := ca.Issue(t, dir, 100, false)
 	caFile := filepath.Join(dir, "ca.pem")
-	os.WriteFile(caFile, ca.pem, 0o644)
+	os.WriteFile(caFile, ca.PEM, 0o644)
 	ts := startServer(t, "UNKEY_AUTH_TOKENS="+tokA+"=ws_a", "UNKEY_GRPC_ADDR=127.0.0.1:0",
 		"UNKEY_TLS_CERT_FILE="+certFile, "UNKEY_TLS_KEY_FILE="+keyFile)
 	addr := strings.TrimPrefix(ts.url, "http://")
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca.pem)
+	pool.AppendCertsFromPEM(ca.PEM)
 
 	if curl, err := exec.LookPath("curl"); err == nil {
 		out, err := exec.Command(curl, "-sS", "--cacert", caFile, "https://"+addr+"/ratelimit.v1.RatelimitService/Limit",
@@ -181,7 +111,7 @@ func TestTLS(t *testing.T) {
 	if got := serialOf(t, addr, pool); got != 100 {
 		t.Fatalf("serial %d before the rotation", got)
 	}
-	ca.issue(t, dir, 101, false)
+	ca.Issue(t, dir, 101, false)
 	poll.Until(t, 10*time.Second, "new connections to be served the rotated certificate", func() bool {
 		return serialOf(t, addr, pool) == 101 && serialOf(t, ts.grpcAddr, pool) == 101
 	})
@@ -195,16 +125,16 @@ func TestTLS(t *testing.T) {
 // TestMutualTLS: with UNKEY_TLS_CLIENT_CA_FILE a client without a
 // certificate that CA signed fails the handshake; one with it is answered.
 func TestMutualTLS(t *testing.T) {
-	ca := newTestCA(t)
+	ca := testserver.NewCA(t)
 	dir, clientDir := t.TempDir(), t.TempDir()
-	certFile, keyFile := ca.issue(t, dir, 200, false)
+	certFile, keyFile := ca.Issue(t, dir, 200, false)
 	caFile := filepath.Join(dir, "ca.pem")
-	os.WriteFile(caFile, ca.pem, 0o644)
+	os.WriteFile(caFile, ca.PEM, 0o644)
 	ts := startServer(t, "UNKEY_GRPC_ADDR=127.0.0.1:0",
 		"UNKEY_TLS_CERT_FILE="+certFile, "UNKEY_TLS_KEY_FILE="+keyFile, "UNKEY_TLS_CLIENT_CA_FILE="+caFile)
 	addr := strings.TrimPrefix(ts.url, "http://")
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca.pem)
+	pool.AppendCertsFromPEM(ca.PEM)
 	for _, target := range []string{addr, ts.grpcAddr} {
 		c, err := tls.Dial("tcp", target, &tls.Config{RootCAs: pool})
 		if err == nil {
@@ -217,7 +147,7 @@ func TestMutualTLS(t *testing.T) {
 			t.Fatalf("%s: a client without a certificate was served", target)
 		}
 	}
-	clientCert, clientKey := ca.issue(t, clientDir, 201, true)
+	clientCert, clientKey := ca.Issue(t, clientDir, 201, true)
 	pair, err := tls.LoadX509KeyPair(clientCert, clientKey)
 	if err != nil {
 		t.Fatal(err)

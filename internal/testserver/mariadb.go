@@ -23,10 +23,11 @@ type MariaDB struct {
 }
 
 // StartMariaDB initialises a data directory in a temporary directory, starts
-// mariadbd on a free port and creates the database "ratelimit". It stops the
-// server when the test ends and fails the test when the server binaries are
-// not installed (make test installs them).
-func StartMariaDB(t testing.TB) *MariaDB {
+// mariadbd on a free port, with args added to its command line (such as
+// --ssl-cert), and creates the database "ratelimit". It stops the server
+// when the test ends and fails the test when the server binaries are not
+// installed (make test installs them).
+func StartMariaDB(t testing.TB, args ...string) *MariaDB {
 	t.Helper()
 	install, err := exec.LookPath("mariadb-install-db")
 	if err != nil {
@@ -72,6 +73,7 @@ func StartMariaDB(t testing.TB) *MariaDB {
 			// file there mid-query (Errcode 2 on its delete).
 			"--tmpdir=" + dir,
 		}
+		m.proc.args = append(m.proc.args, args...)
 	}, m.ping, 60*time.Second)
 	cfg := mysql.NewConfig()
 	cfg.User = "root"

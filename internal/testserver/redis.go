@@ -2,6 +2,7 @@ package testserver
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -22,6 +23,9 @@ type Redis struct {
 	Addr string
 	dir  string
 	proc process
+	// tls, if set, is how Do (and the readiness check) reach a server that
+	// speaks TLS only.
+	tls *tls.Config
 }
 
 // StartRedis starts a redis-server on a free port and stops it when the test
@@ -36,12 +40,30 @@ func StartRedis(t testing.TB) *Redis {
 // port it is about to take.
 func startRedis(t testing.TB, extra func(dir string) []string) *Redis {
 	t.Helper()
+	return startRedisWith(t, nil, extra)
+}
+
+// StartRedisTLS starts a redis-server that speaks TLS only, with the PEM
+// certificate and key given and without asking clients for certificates;
+// client is how the tests' own commands reach it (its RootCAs trust the
+// certificate).
+func StartRedisTLS(t testing.TB, certFile, keyFile, caFile string, client *tls.Config) *Redis {
+	t.Helper()
+	return startRedisWith(t, client, func(string) []string {
+		// The plain port becomes the TLS port; no cleartext listener.
+		return []string{"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-ca-cert-file", caFile,
+			"--tls-auth-clients", "no"}
+	})
+}
+
+func startRedisWith(t testing.TB, client *tls.Config, extra func(dir string) []string) *Redis {
+	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatalf("redis-server is not installed (make test installs it): %v", err)
 	}
 	dir := t.TempDir()
-	r := &Redis{dir: dir}
+	r := &Redis{dir: dir, tls: client}
 	r.proc = process{t: t, name: bin, log: filepath.Join(dir, "redis.log")}
 	t.Cleanup(r.Kill)
 	r.proc.startOnFreePorts(func() {
@@ -54,6 +76,10 @@ func startRedis(t testing.TB, extra func(dir string) []string) *Redis {
 		}
 		if extra != nil {
 			r.proc.args = append(r.proc.args, extra(dir)...)
+		}
+		if client != nil {
+			// The port speaks TLS only.
+			r.proc.args = append(r.proc.args, "--tls-port", strconv.Itoa(port), "--port", "0")
 		}
 	}, r.ping, 10*time.Second)
 	return r
@@ -95,7 +121,13 @@ func (r *Redis) Kill() { r.proc.signal(syscall.SIGKILL) }
 // reply as its text ("" for nil), an array as its elements joined by
 // newlines.
 func (r *Redis) Do(args ...string) (string, error) {
-	conn, err := net.DialTimeout("tcp", r.Addr, time.Second)
+	var conn net.Conn
+	var err error
+	if r.tls != nil {
+		conn, err = tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", r.Addr, r.tls)
+	} else {
+		conn, err = net.DialTimeout("tcp", r.Addr, time.Second)
+	}
 	if err != nil {
 		return "", err
 	}

@@ -1,7 +1,13 @@
 package redisstore
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"os"
+	"path/filepath"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/unkeyed/ratelimit/internal/testserver"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
@@ -19,5 +25,31 @@ func TestContractOneServer(t *testing.T) {
 // that the keys of one call span several nodes.
 func TestContractCluster(t *testing.T) {
 	c := clusterClient(t, testserver.StartRedisCluster(t, 3))
+	storetest.TestRegional(t, func(t *testing.T) store.Regional { return newStore(t, c) })
+}
+
+// TestContractOverTLS runs the contract suite on a Redis that speaks TLS
+// only, through a rediss:// URL whose certificate a private CA signed.
+func TestContractOverTLS(t *testing.T) {
+	ca := testserver.NewCA(t)
+	dir := t.TempDir()
+	certFile, keyFile := ca.Issue(t, dir, 1, false)
+	caFile := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(caFile, ca.PEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.PEM)
+	r := testserver.StartRedisTLS(t, certFile, keyFile, caFile, &tls.Config{RootCAs: pool})
+	opts, err := Options("rediss://" + r.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.TLSConfig == nil {
+		t.Fatal("a rediss:// URL gave no TLS configuration")
+	}
+	opts.TLSConfig.RootCAs = pool // the private CA; a public one needs nothing
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { c.Close() })
 	storetest.TestRegional(t, func(t *testing.T) store.Regional { return newStore(t, c) })
 }
