@@ -79,3 +79,16 @@ func (ca *CA) Issue(t testing.TB, dir string, serial int64, client bool) (certFi
 	}
 	return certFile, keyFile
 }
+
+// ServerFiles issues a server certificate for 127.0.0.1 in dir (see Issue)
+// and writes the CA's certificate beside it as ca.pem: the three files a
+// server with TLS is given.
+func (ca *CA) ServerFiles(t testing.TB, dir string) (certFile, keyFile, caFile string) {
+	t.Helper()
+	certFile, keyFile = ca.Issue(t, dir, 1, false)
+	caFile = filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(caFile, ca.PEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile, caFile
+}

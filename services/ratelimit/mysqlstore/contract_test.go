@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
@@ -29,12 +27,7 @@ func TestContract(t *testing.T) {
 // server's private CA, and checks that the session is encrypted.
 func TestContractOverTLS(t *testing.T) {
 	ca := testserver.NewCA(t)
-	dir := t.TempDir()
-	certFile, keyFile := ca.Issue(t, dir, 1, false)
-	caFile := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(caFile, ca.PEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	certFile, keyFile, caFile := ca.ServerFiles(t, t.TempDir())
 	m := testserver.StartMariaDB(t, "--ssl-cert="+certFile, "--ssl-key="+keyFile, "--ssl-ca="+caFile)
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca.PEM)

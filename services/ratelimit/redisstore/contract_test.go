@@ -3,8 +3,6 @@ package redisstore
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -32,12 +30,7 @@ func TestContractCluster(t *testing.T) {
 // only, through a rediss:// URL whose certificate a private CA signed.
 func TestContractOverTLS(t *testing.T) {
 	ca := testserver.NewCA(t)
-	dir := t.TempDir()
-	certFile, keyFile := ca.Issue(t, dir, 1, false)
-	caFile := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(caFile, ca.PEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	certFile, keyFile, caFile := ca.ServerFiles(t, t.TempDir())
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca.PEM)
 	r := testserver.StartRedisTLS(t, certFile, keyFile, caFile, &tls.Config{RootCAs: pool})

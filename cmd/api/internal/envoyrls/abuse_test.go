@@ -11,36 +11,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
-	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
-	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
 
 // newBounded returns the adapter on a limiter of at most maxWindows windows
 // a workspace, with the rules of yaml, and its metrics' registry.
 func newBounded(t *testing.T, yaml string, maxWindows int64) (*Service, *prometheus.Registry, *ratelimit.Service) {
 	t.Helper()
+	reg := prometheus.NewRegistry()
 	limiter, err := ratelimit.New("test", ratelimit.WithMaxWindowsPerWorkspace(maxWindows))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ov, err := overrides.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := pipeline.New(limiter, ov, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := rlsconfig.Load(rlsconfig.File{Name: "test.yaml", Data: []byte(yaml)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	s, err := New(p, func() *rlsconfig.Config { return cfg }, reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, _ := newServiceOn(t, limiter, yaml, reg)
 	return s, reg, limiter
 }
 

@@ -23,6 +23,13 @@ func newService(t *testing.T, yaml string, opts ...Option) (*Service, *overrides
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newServiceOn(t, limiter, yaml, prometheus.NewRegistry(), opts...)
+}
+
+// newServiceOn returns the adapter on limiter and in-memory overrides, with
+// the rules of yaml and its metrics registered with reg.
+func newServiceOn(t *testing.T, limiter *ratelimit.Service, yaml string, reg *prometheus.Registry, opts ...Option) (*Service, *overrides.Registry) {
+	t.Helper()
 	ov, err := overrides.New()
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +42,7 @@ func newService(t *testing.T, yaml string, opts ...Option) (*Service, *overrides
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(p, func() *rlsconfig.Config { return cfg }, prometheus.NewRegistry(), opts...)
+	s, err := New(p, func() *rlsconfig.Config { return cfg }, reg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
