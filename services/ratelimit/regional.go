@@ -302,28 +302,22 @@ func (r *regionalTier) refresh(ctx context.Context, ws []*window, now int64, op 
 // merge raises w's cell of seq to what the regional store holds plus what
 // this process has not sent it yet. The store's count includes everything this
 // process already replayed; what is still unreplayed or speculative is only
-// here. A store that holds less than that (it lost its data: a Redis
-// restarted without persistence, a cluster master back empty) is re-seeded
-// by the next replay (see known). A cell the process has no slot for any
-// more is left alone.
+// here. A store that holds less than it showed this process before (it lost
+// its data: a Redis restarted without persistence, a cluster master back
+// empty) is re-seeded with that by the next replay (see cell.stored). A cell
+// the process has no slot for any more is left alone.
 func (r *regionalTier) merge(w *window, seq, stored int64) {
 	c := w.cellForMerge(seq, stored)
 	if c == nil {
 		return
 	}
-	if !atomicMax(&c.count, stored+c.unreplayed.Load()+c.speculative.Load()) && stored < known(c) {
+	atomicMax(&c.count, stored+c.unreplayed.Load()+c.speculative.Load())
+	if stored < c.stored.Load() {
 		c.flags.Or(cellReseed)
 		r.queueReplay(w, c, 0)
+		return
 	}
-}
-
-// known is what this process knows the regional store holds of c, or held
-// before it lost its data: c's count less what the process has not sent
-// (unreplayed) and what may still roll back (speculative). The count is
-// read first, so that a request counted meanwhile can only lower it.
-func known(c *cell) int64 {
-	n := c.count.Load()
-	return n - c.unreplayed.Load() - c.speculative.Load()
+	atomicMax(&c.stored, stored)
 }
 
 // afterDecideWindow does the regional tier's share of decision d on w at now:

@@ -26,9 +26,9 @@ func (r *regionalTier) run(ctx context.Context) {
 }
 
 // replay sends every queued cell's unreplayed increments to the regional
-// store in one round trip, each with its floor (what this process knows the
-// store held, plus the increment), and raises each cell to the count it
-// answers. A store that lost its data is so re-seeded by every process that
+// store in one round trip, each with its floor (the highest count the store
+// showed this process, plus the increment), and raises each cell to the
+// count it answers. A store that lost its data is so re-seeded by every process that
 // still holds the counts, on its next increment of a cell or its next read
 // of one (see merge), by max-merge: processes that re-seed at once do not
 // add up. An increment the store did not take goes back into its cell and
@@ -57,8 +57,10 @@ func (r *regionalTier) replay(ctx context.Context) {
 		inc := store.Increment{
 			Key:   it.w.cellKey(it.c.seq),
 			Delta: delta,
-			Floor: known(it.c),
 			TTL:   time.Duration(expires-now) * time.Millisecond,
+		}
+		if held := it.c.stored.Load(); held > 0 {
+			inc.Floor = held + delta
 		}
 		if r.mark != nil {
 			inc.Mark = r.mark(it.w, it.c)
@@ -75,6 +77,7 @@ func (r *regionalTier) replay(ctx context.Context) {
 	for i, it := range sent {
 		if i < len(counts) && counts[i] >= 0 {
 			atomicMax(&it.c.count, counts[i]+it.c.unreplayed.Load()+it.c.speculative.Load())
+			atomicMax(&it.c.stored, counts[i])
 			continue
 		}
 		if incs[i].Delta == 0 {

@@ -29,6 +29,11 @@ type cell struct {
 	// added to the regional store. All accepted requests of one replay
 	// interval coalesce here into one command.
 	unreplayed atomic.Int64
+	// stored is the highest count the regional store showed this process
+	// for the cell (a replay's answer, or a read): what it knows the store
+	// held, and writes back to one that lost its data (see
+	// regionalTier.merge).
+	stored atomic.Int64
 	// flags holds cellHydrated, cellQueued, cellGrown, cellReseed and
 	// cellMarked.
 	flags atomic.Uint32
