@@ -46,13 +46,14 @@ const (
 	// wide margin; a change read twice is applied once.
 	pollLookback = time.Second
 	// reconcileEvery and reconcileLookback: every reconcileEvery by the
-	// store's clock, a poll reads the changes of the last reconcileLookback
-	// instead, for a change whose commit waited longer than pollLookback
-	// behind a lock (a backup's FLUSH TABLES WITH READ LOCK, DDL, a stalled
-	// fsync): such a change reaches every process within reconcileEvery of
-	// its commit, if its commit came within reconcileLookback of its
-	// statement's start; later than that, at the full reload after half of
-	// TombstoneRetention.
+	// store's clock, a poll reads the changes since reconcileLookback before
+	// the previous poll instead, for a change whose commit waited longer
+	// than pollLookback behind a lock (a backup's FLUSH TABLES WITH READ
+	// LOCK, DDL, a stalled fsync): such a change reaches every process
+	// within reconcileEvery and a poll interval of its commit, if its commit
+	// came within reconcileLookback less that of its statement's start
+	// (about four and a half minutes); later than that, at the full reload
+	// after half of TombstoneRetention.
 	reconcileEvery    = 30 * time.Second
 	reconcileLookback = 5 * time.Minute
 	// tombstoneMemory is how long memory keeps a deletion it applied, so
@@ -96,7 +97,9 @@ type Registry struct {
 
 	// setting holds a mutex per workspace, held by Set from the check of
 	// the caps to the change in memory, so that concurrent Sets of one
-	// process cannot together pass a cap.
+	// process cannot together pass a cap. It holds one per workspace that
+	// ever set an override: workspaces are the operator's (tokens), not a
+	// caller's to mint.
 	setting *xsync.Map[string, *sync.Mutex]
 }
 

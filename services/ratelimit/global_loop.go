@@ -40,8 +40,10 @@ type flushedCount struct {
 }
 
 // run flushes and syncs on their jittered schedules, in two loops, until
-// ctx is done, then runs one more full flush so that what this region
-// counted is published before the process exits. A slow flush does not
+// ctx is done, then runs one more full flush of what this process counted,
+// within the flush budget, so that it is published before the process
+// exits: a flush or sync under way then is cancelled, so the loops end
+// within one flush budget of ctx. A slow flush does not
 // delay a sync, nor a slow sync a flush: a tick that comes while its call
 // is under way is skipped, and the next starts on schedule.
 func (g *globalTier) run(ctx context.Context) {
@@ -51,7 +53,9 @@ func (g *globalTier) run(ctx context.Context) {
 		every(ctx, g.clock, anchor, g.every.sync, g.sync)
 	})
 	every(ctx, g.clock, anchor, g.every.flush, func(ctx context.Context) { g.flush(ctx, g.fullFlushDue()) })
-	g.flush(context.Background(), true)
+	// The last full flush of what this process counted; the idle cells of
+	// the region are the other processes' to publish.
+	g.publishCounted(context.Background(), true)
 	wg.Wait()
 }
 
@@ -172,7 +176,9 @@ func (g *globalTier) publishCounted(ctx context.Context, full bool) {
 	}
 	st.mu.Unlock() // the sync loop imports while the store is written
 	locked = false
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.every.flushTimeout)
+	// A flush under way when the loops stop is cancelled: the last full
+	// flush, which carries everything it would have, runs right after.
+	ctx, cancel := context.WithTimeout(ctx, g.every.flushTimeout)
 	defer cancel()
 	var written int
 	_, err := g.flushBreaker.Execute(func() (any, error) {
@@ -199,15 +205,18 @@ func (g *globalTier) publishCounted(ctx context.Context, full bool) {
 // the count the regional store holds: what a process that died, or stopped
 // while the global store was down, counted and could not publish, reaches
 // the other regions by the flush of any process of the region, or of the
-// next to start. A quiet cell of a live process may be published again
-// this way: a max-merge, so twice is harmless. Cells of a node that failed
-// wait for the next full flush; the others are dropped from the index once
-// published (or found expired or empty).
+// next to start. Every marked cell goes this way once its counter stops
+// marking it (at the latest when its window ends), so a cell of a live
+// process is published once more: a max-merge, so twice is harmless, but
+// a write. Cells of a node that failed wait for the next full flush; the
+// others are dropped from the index once published (or found expired or
+// empty). Marks carry the marking process's clock, the cut-off this
+// process's: clocks apart by seconds only shift idleAfter by as much.
 func (g *globalTier) publishIdle(ctx context.Context) {
 	if g.unpublished == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.every.flushTimeout)
+	ctx, cancel := context.WithTimeout(ctx, g.every.flushTimeout)
 	defer cancel()
 	now := g.clock.Now()
 	idle, err := g.unpublished.Idle(ctx, now.Add(-g.idleAfter()), maxIdlePerFlush)
@@ -295,7 +304,9 @@ func (g *globalTier) flushCandidate(w *window, c *cell, now int64, prompt bool) 
 // globalFullSyncInterval after.
 func (g *globalTier) sync(ctx context.Context) {
 	st := g.state
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.every.syncTimeout)
+	// A sync under way when the loops stop is cancelled: nothing would use
+	// what it read.
+	ctx, cancel := context.WithTimeout(ctx, g.every.syncTimeout)
 	defer cancel()
 	now := g.clock.Now()
 	var since time.Time

@@ -53,8 +53,15 @@ func ReadPath(path string) ([]File, error) {
 		}
 		full := filepath.Join(path, name)
 		// Stat follows symlinks, as configuration managers (Kubernetes
-		// ConfigMaps among them) publish files through them.
-		if fi, err := os.Stat(full); err != nil || fi.IsDir() {
+		// ConfigMaps among them) publish files through them. A file that
+		// cannot be looked at (a dangling link, one replaced this moment)
+		// fails the read, rather than a configuration without its rules
+		// being put in force.
+		fi, err := os.Stat(full)
+		if err != nil {
+			return nil, fmt.Errorf("read rate limit config: %w", err)
+		}
+		if fi.IsDir() {
 			continue
 		}
 		data, err := readFile(full)

@@ -127,17 +127,19 @@ func (s *Source) Run(ctx context.Context) error {
 // names, sizes, modification times and inodes did not change since the
 // last Reload are not read again.
 func (s *Source) Reload() bool {
-	look, err := lookAt(s.path)
-	if err == nil && look == s.looked {
+	look, lookErr := lookAt(s.path)
+	if lookErr == nil && look == s.looked {
 		return false
 	}
-	s.looked = look
 	files, err := ReadPath(s.path)
 	if err != nil {
 		// A file being replaced can be missing for a moment; the next
 		// read sees the new one.
 		s.logger.Warn("rate limit config: could not read; the last good config stays in force", "path", s.path, "error", err)
 		return false
+	}
+	if lookErr == nil {
+		s.looked = look // read: the next look compares with it
 	}
 	fp := fingerprint(files)
 	if bytes.Equal(fp[:], s.seen[:]) {

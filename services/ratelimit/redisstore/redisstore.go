@@ -272,7 +272,7 @@ func (o *Store) Increment(ctx context.Context, incs []store.Increment) ([]int64,
 		floor := min(max(incs[i].Floor, 0), store.MaxCount)
 		cmds[i] = incrementScript.Eval(ctx, pipe, []string{keys[i]}, incs[i].Delta, ttl, store.MaxCount, floor)
 	}
-	mark(ctx, pipe, incs, keys, b.sent, time.Now())
+	o.mark(ctx, pipe, incs, keys, b.sent, time.Now())
 	if pipe.Len() > 0 {
 		_, _ = pipe.Exec(ctx) // each command's own error is read below
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
@@ -42,13 +43,21 @@ const indexTTL = 32 * 24 * time.Hour
 var _ store.Unpublished = (*Store)(nil)
 
 // mark adds the marks of incs (those with Mark above 0, at the positions
-// that were sent) to pipe, stamped now.
-func mark(ctx context.Context, pipe redis.Pipeliner, incs []store.Increment, keys []string, sent func(int) bool, now time.Time) {
+// that were sent) to pipe, stamped now. A mark whose shard lives on a node
+// whose breaker is not closed is left out: a pipeline waits for every node
+// it reaches, and a dead one would hold up every replay until the call's
+// timeout. A mark left out is only a mark: the cell's counter may still
+// publish it, and the cell is marked again at its next full flush interval.
+func (o *Store) mark(ctx context.Context, pipe redis.Pipeliner, incs []store.Increment, keys []string, sent func(int) bool, now time.Time) {
 	for i := range incs {
 		if incs[i].Mark <= 0 || !sent(i) {
 			continue
 		}
 		shard := indexKey(keys[i])
+		addr, err := o.nodeOf(ctx, shard)
+		if err != nil || o.nodes.get(addr).breaker.State() != gobreaker.StateClosed {
+			continue
+		}
 		pipe.ZAdd(ctx, shard, redis.Z{Score: float64(now.UnixMilli()), Member: strconv.FormatInt(incs[i].Mark, 10) + ":" + keys[i]})
 		pipe.PExpire(ctx, shard, indexTTL)
 	}

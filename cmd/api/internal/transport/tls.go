@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -34,10 +35,13 @@ type Certificates struct {
 	files  TLSFiles
 	logger *slog.Logger
 
-	mu      sync.Mutex
-	checked time.Time // the latest look at the files
-	seen    string    // what that look found
-	config  *tls.Config
+	config atomic.Pointer[tls.Config]
+	// looking is held by the one handshake that looks at the files; the
+	// others go on with config meanwhile, so a file system that hangs holds
+	// up one connection, not all.
+	looking sync.Mutex
+	checked time.Time // the latest look at the files, under looking
+	seen    string    // what that look found, under looking
 }
 
 // LoadCertificates reads files now; an error names what is wrong with
@@ -48,7 +52,8 @@ func LoadCertificates(files TLSFiles, logger *slog.Logger) (*Certificates, error
 	if err != nil {
 		return nil, err
 	}
-	c.config, c.seen, c.checked = cfg, c.look(), time.Now()
+	c.config.Store(cfg)
+	c.seen, c.checked = c.look(), time.Now()
 	return c, nil
 }
 
@@ -68,25 +73,29 @@ func (c *Certificates) Config() *tls.Config {
 // current returns the configuration of the files, reloading it if they
 // changed since the last look (at most once per certCheckEvery).
 func (c *Certificates) current() *tls.Config {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	cfg := c.config.Load()
+	if !c.looking.TryLock() {
+		return cfg // another handshake is looking
+	}
+	defer c.looking.Unlock()
 	if time.Since(c.checked) < certCheckEvery {
-		return c.config
+		return cfg
 	}
 	c.checked = time.Now()
 	look := c.look()
 	if look == c.seen {
-		return c.config
+		return cfg
 	}
-	cfg, err := c.load()
+	next, err := c.load()
 	if err != nil {
 		c.logger.LogAttrs(context.Background(), slog.LevelError, "TLS certificate files changed but do not load; serving the last good certificate",
 			slog.String("error", err.Error()))
-		return c.config // and look again next time: the writer may not be done
+		return cfg // and look again next time: the writer may not be done
 	}
-	c.seen, c.config = look, cfg
+	c.seen = look
+	c.config.Store(next)
 	c.logger.Info("TLS certificate reloaded", "cert", c.files.Cert)
-	return cfg
+	return next
 }
 
 // look describes the files by size, modification time and inode (links
