@@ -129,7 +129,7 @@ func BenchmarkMultiLimit3(b *testing.B) {
 	}
 }
 
-// BenchmarkMemoryPerCell creates b.N... no: it creates one million cells and
+// BenchmarkMemoryPerCell creates one million cells (whatever b.N is) and
 // reports the live heap per cell: keys × 1 cell, and keys × 2 cells (the
 // steady state of a key with traffic in consecutive windows).
 func BenchmarkMemoryPerCell(b *testing.B) {

@@ -264,7 +264,7 @@ func (g *globalTier) publishIdle(ctx context.Context) {
 // sharing and grew since the store last held it; for a prompt flush, if it
 // was never published or grew by at least a flush step.
 func (g *globalTier) flushCandidate(w *window, c *cell, now int64, prompt bool) (flushCandidate, bool) {
-	if c == nil || c.seq < now/w.durationMs-1 {
+	if c == nil || c.seq() < now/w.durationMs-1 {
 		return flushCandidate{}, false
 	}
 	limit := w.limit.Load()
@@ -292,7 +292,7 @@ func (g *globalTier) flushCandidate(w *window, c *cell, now int64, prompt bool) 
 	if prompt && last > 0 && n-last < g.flushStep(limit, n, c.global.Load()) {
 		return flushCandidate{}, false // small growth waits for the full flush
 	}
-	return flushCandidate{c: c, count: store.CellCount{Key: w.cellKey(c.seq), Count: n, Limit: limit}}, true
+	return flushCandidate{c: c, count: store.CellCount{Key: w.cellKey(c.seq()), Count: n, Limit: limit}}, true
 }
 
 // sync imports what the store holds: the other regions' sum becomes
@@ -391,7 +391,7 @@ func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
 	if own := min(row.Own, store.MaxCount); own > 0 {
 		atomicMax(&c.count, own+c.speculative.Load())
 		if f := g.state.flushed[c]; f.count < own {
-			g.state.flushed[c] = flushedCount{count: own, expiresAt: store.ExpiresAt(c.seq, durMs)}
+			g.state.flushed[c] = flushedCount{count: own, expiresAt: store.ExpiresAt(c.seq(), durMs)}
 		}
 	}
 	return true

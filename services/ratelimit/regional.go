@@ -246,7 +246,7 @@ func (r *regionalTier) hydrate(ctx context.Context, w *window, cur *cell, op str
 	r.flight.Do(key, func() (any, error) {
 		if cur.flags.Load()&cellHydrated == 0 {
 			w.refreshedAt.Store(r.clock.Now().UnixMilli())
-			r.refreshNow(ctx, []*window{w}, cur.seq*w.durationMs, op)
+			r.refreshNow(ctx, []*window{w}, cur.seq()*w.durationMs, op)
 		}
 		return nil, nil
 	})

@@ -48,14 +48,14 @@ func (r *regionalTier) replay(ctx context.Context) {
 		if delta == 0 && !reseed {
 			continue
 		}
-		if it.c.seq < now/it.w.durationMs-1 {
+		if it.c.seq() < now/it.w.durationMs-1 {
 			// The cell can no longer affect any decision anywhere.
 			r.metrics.replayExpired.Add(float64(delta))
 			continue
 		}
-		expires := store.ExpiresAt(it.c.seq, it.w.durationMs)
+		expires := store.ExpiresAt(it.c.seq(), it.w.durationMs)
 		inc := store.Increment{
-			Key:   it.w.cellKey(it.c.seq),
+			Key:   it.w.cellKey(it.c.seq()),
 			Delta: delta,
 			TTL:   time.Duration(expires-now) * time.Millisecond,
 		}

@@ -13,9 +13,10 @@ import (
 // field but seq is atomic because the request path, the replay and the global
 // loops touch it without locks. 48 bytes.
 type cell struct {
-	// seq is the fixed window this cell counts (unix ms / duration). It never
-	// changes: a new window gets a new cell.
-	seq int64
+	// flags holds the fixed window this cell counts (see seq) and the cell's
+	// flags: cellHydrated, cellQueued, cellGrown, cellReseed and cellMarked.
+	// Sharing one word keeps the cell at 48 bytes, a size class of its own.
+	flags cellWord
 	// count is this region's count, including speculative batch increments
 	// that may still roll back.
 	count atomic.Int64
@@ -34,9 +35,39 @@ type cell struct {
 	// held, and writes back to one that lost its data (see
 	// regionalTier.merge).
 	stored atomic.Int64
-	// flags holds cellHydrated, cellQueued, cellGrown, cellReseed and
-	// cellMarked.
-	flags atomic.Uint32
+}
+
+// seq is the fixed window the cell counts (unix ms / duration). It never
+// changes: a new window gets a new cell.
+func (c *cell) seq() int64 { return c.flags.seq() }
+
+// cellWord packs a cell's sequence, which never changes, into the low 56 bits
+// of one atomic word and its flags into the high 8. Flag operations leave the
+// sequence untouched. 56 bits hold any sequence of a clock in milliseconds.
+type cellWord struct{ v atomic.Uint64 }
+
+const (
+	flagShift = 56
+	seqMask   = 1<<flagShift - 1
+)
+
+// init sets the sequence and the flags of a new cell.
+func (w *cellWord) init(seq int64, flags uint32) {
+	w.v.Store(uint64(seq)&seqMask | uint64(flags)<<flagShift)
+}
+
+// seq returns the sequence, sign-extended.
+func (w *cellWord) seq() int64 { return int64(w.v.Load()<<(64-flagShift)) >> (64 - flagShift) }
+
+// Load returns the flags.
+func (w *cellWord) Load() uint32 { return uint32(w.v.Load() >> flagShift) }
+
+// Or sets the flags in f and returns the old flags.
+func (w *cellWord) Or(f uint32) uint32 { return uint32(w.v.Or(uint64(f)<<flagShift) >> flagShift) }
+
+// And keeps only the flags in f and returns the old flags.
+func (w *cellWord) And(f uint32) uint32 {
+	return uint32(w.v.And(uint64(f&0xff)<<flagShift|seqMask) >> flagShift)
 }
 
 // Flags of a cell.
@@ -163,10 +194,12 @@ func (w *window) cellKey(seq int64) store.CellKey {
 // newCell returns an empty cell for seq. Without a regional store there is
 // nothing to hydrate from, so the cell starts hydrated.
 func newCell(seq int64, hydrated bool) *cell {
-	c := &cell{seq: seq}
+	var flags uint32
 	if hydrated {
-		c.flags.Store(cellHydrated)
+		flags = cellHydrated
 	}
+	c := &cell{}
+	c.flags.init(seq, flags)
 	return c
 }
 
@@ -181,12 +214,12 @@ func (w *window) cellsAt(seq int64, hydrated bool) (cur, prev *cell, newer int64
 		return nil, nil, newer
 	}
 	p := w.cells[(seq-1)&1].Load()
-	if p == nil || p.seq < seq-1 {
+	if p == nil || p.seq() < seq-1 {
 		return cur, nil, 0
 	}
-	if p.seq > seq-1 {
+	if p.seq() > seq-1 {
 		// The slot holds seq+1: someone is already in the next window.
-		return nil, nil, p.seq
+		return nil, nil, p.seq()
 	}
 	return cur, p, 0
 }
@@ -198,11 +231,11 @@ func (w *window) cellAt(seq int64, hydrated bool) (*cell, int64) {
 	slot := &w.cells[seq&1]
 	for {
 		c := slot.Load()
-		if c != nil && c.seq == seq {
+		if c != nil && c.seq() == seq {
 			return c, 0
 		}
-		if c != nil && c.seq > seq {
-			return nil, c.seq
+		if c != nil && c.seq() > seq {
+			return nil, c.seq()
 		}
 		fresh := newCell(seq, hydrated)
 		if slot.CompareAndSwap(c, fresh) {
@@ -216,7 +249,7 @@ func (w *window) cellAt(seq int64, hydrated bool) (*cell, int64) {
 func (w *window) cellForMerge(seq, stored int64) *cell {
 	if stored <= 0 {
 		c := w.cells[seq&1].Load()
-		if c == nil || c.seq != seq {
+		if c == nil || c.seq() != seq {
 			return nil
 		}
 		return c
@@ -229,7 +262,7 @@ func (w *window) cellForMerge(seq, stored int64) *cell {
 // both are older than the previous window.
 func (w *window) idle(now int64) bool {
 	for i := range w.cells {
-		if c := w.cells[i].Load(); c != nil && c.seq >= now-1 {
+		if c := w.cells[i].Load(); c != nil && c.seq() >= now-1 {
 			return false
 		}
 	}
