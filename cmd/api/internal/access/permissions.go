@@ -1,0 +1,199 @@
+// Package access says what a key may do: a set of permissions named as Unkey
+// names its root keys' permissions, checked without allocating on every
+// request.
+//
+// A permission is either per namespace, "ratelimit.<namespace>.<action>"
+// (the namespace "*" standing for every namespace), or one of the
+// workspace-wide [ManageKeys] and [ReadAudit]. An Envoy domain D is the
+// namespace "envoy:D". Namespaces may hold dots ("api.requests"): the action
+// is what follows the last one.
+package access
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// Action is what a namespace permission allows.
+type Action uint8
+
+// The actions of namespace permissions.
+const (
+	// Limit: Limit, MultiLimit, BatchLimit, v2 limit and multiLimit, Envoy's
+	// ShouldRateLimit.
+	Limit Action = 1 << iota
+	// ReadOverride: GetOverride, ListOverrides.
+	ReadOverride
+	// SetOverride: SetOverride.
+	SetOverride
+	// DeleteOverride: DeleteOverride.
+	DeleteOverride
+	// ReadAnalytics: who is being limited.
+	ReadAnalytics
+
+	allActions = Limit | ReadOverride | SetOverride | DeleteOverride | ReadAnalytics
+)
+
+// actionNames are the names of the actions in permission strings, in the
+// order of their bits.
+var actionNames = [...]string{"limit", "read_override", "set_override", "delete_override", "read_analytics"}
+
+// String returns the action's name in a permission, e.g. "set_override".
+func (a Action) String() string {
+	for i, name := range actionNames {
+		if a == 1<<i {
+			return name
+		}
+	}
+	return fmt.Sprintf("Action(%d)", uint8(a))
+}
+
+// The workspace-wide permissions.
+const (
+	// ManageKeys allows creating, listing, changing and revoking the
+	// workspace's keys.
+	ManageKeys = "keys.manage"
+	// ReadAudit allows reading the workspace's audit log.
+	ReadAudit = "audit.read"
+)
+
+// AnyNamespace is the namespace of a permission that holds in every
+// namespace.
+const AnyNamespace = "*"
+
+// MaxPermissions is the most permissions one key may hold: a bound on what
+// a key costs in every process's memory.
+const MaxPermissions = 1000
+
+// maxNamespaceLength matches the rate limiter's longest namespace.
+const maxNamespaceLength = 255
+
+// Permissions is an immutable set of permissions. The zero value allows
+// nothing. It is safe for concurrent use.
+type Permissions struct {
+	all        bool              // every permission: a token of UNKEY_AUTH_TOKENS
+	manageKeys bool              // ManageKeys
+	readAudit  bool              // ReadAudit
+	anyNS      Action            // actions in every namespace
+	namespaces map[string]Action // actions in one namespace
+}
+
+// All returns the permissions of a key that may do everything in its
+// workspace, as every token of UNKEY_AUTH_TOKENS may.
+func All() Permissions { return Permissions{all: true} }
+
+// Parse returns the set of the named permissions. It fails naming the first
+// entry that is not a permission, and the rule it breaks. Repeats are
+// allowed and count once.
+func Parse(names []string) (Permissions, error) {
+	if len(names) > MaxPermissions {
+		return Permissions{}, fmt.Errorf("permissions: must be at most %d, got %d", MaxPermissions, len(names))
+	}
+	var p Permissions
+	for i, name := range names {
+		switch name {
+		case ManageKeys:
+			p.manageKeys = true
+			continue
+		case ReadAudit:
+			p.readAudit = true
+			continue
+		}
+		ns, action, err := parseNamespaced(name)
+		if err != nil {
+			return Permissions{}, fmt.Errorf("permissions[%d] %q: %w", i, name, err)
+		}
+		if ns == AnyNamespace {
+			p.anyNS |= action
+			continue
+		}
+		if p.namespaces == nil {
+			p.namespaces = make(map[string]Action)
+		}
+		p.namespaces[ns] |= action
+	}
+	return p, nil
+}
+
+// parseNamespaced splits "ratelimit.<namespace>.<action>".
+func parseNamespaced(name string) (string, Action, error) {
+	rest, ok := strings.CutPrefix(name, "ratelimit.")
+	cut := strings.LastIndexByte(rest, '.')
+	if !ok || cut < 0 {
+		return "", 0, fmt.Errorf("must be %q, %q or ratelimit.<namespace>.<action>", ManageKeys, ReadAudit)
+	}
+	ns, actionName := rest[:cut], rest[cut+1:]
+	i := slices.Index(actionNames[:], actionName)
+	if i < 0 {
+		return "", 0, fmt.Errorf("action must be one of %s", strings.Join(actionNames[:], ", "))
+	}
+	if ns == "" || utf8.RuneCountInString(ns) > maxNamespaceLength || !utf8.ValidString(ns) || hasControl(ns) {
+		return "", 0, fmt.Errorf("namespace must be %q or 1 to %d characters of valid UTF-8 without control characters", AnyNamespace, maxNamespaceLength)
+	}
+	return ns, Action(1) << i, nil
+}
+
+func hasControl(s string) bool {
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return true
+		}
+	}
+	return false
+}
+
+// Allows reports whether p allows action in namespace.
+func (p Permissions) Allows(action Action, namespace string) bool {
+	if p.all || p.anyNS&action == action {
+		return true
+	}
+	return p.namespaces[namespace]&action == action
+}
+
+// Has reports whether p holds the workspace-wide permission name
+// ([ManageKeys] or [ReadAudit]).
+func (p Permissions) Has(name string) bool {
+	switch name {
+	case ManageKeys:
+		return p.all || p.manageKeys
+	case ReadAudit:
+		return p.all || p.readAudit
+	}
+	return false
+}
+
+// Name returns the permission that allows action in namespace, as a denial
+// names what the key lacks: "ratelimit.<namespace>.<action>".
+func Name(action Action, namespace string) string {
+	return "ratelimit." + namespace + "." + action.String()
+}
+
+// Names returns the permissions of p, sorted: what a key listing shows. A
+// set from [All] lists every permission in every namespace.
+func (p Permissions) Names() []string {
+	if p.all {
+		p = Permissions{manageKeys: true, readAudit: true, anyNS: allActions}
+	}
+	var names []string
+	if p.manageKeys {
+		names = append(names, ManageKeys)
+	}
+	if p.readAudit {
+		names = append(names, ReadAudit)
+	}
+	add := func(ns string, actions Action) {
+		for i := range actionNames {
+			if a := Action(1) << i; actions&a != 0 {
+				names = append(names, Name(a, ns))
+			}
+		}
+	}
+	add(AnyNamespace, p.anyNS)
+	for ns, actions := range p.namespaces {
+		add(ns, actions&^p.anyNS)
+	}
+	slices.Sort(names)
+	return names
+}
