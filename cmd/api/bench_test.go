@@ -191,7 +191,7 @@ func BenchmarkDecisionWithPatterns(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			ctx := pipeline.WithWorkspace(context.Background(), pipeline.OpenWorkspace)
+			ctx := pipeline.WithPrincipal(context.Background(), pipeline.OpenPrincipal())
 			for i := range n {
 				id := fmt.Sprint("user_", i, "_*")
 				if i%2 == 1 {

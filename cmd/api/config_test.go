@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -76,12 +77,17 @@ func TestTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	for token, want := range map[string]string{tokA: "ws_a", tokB: "ws_b", padded: "ws_c"} {
-		if ws, ok := c.tokens.Workspace(token); !ok || ws != want {
-			t.Fatalf("workspace(%q) = %q, %v; want %q", token, ws, ok, want)
+		pr, ok := c.tokens.Principal(token)
+		if !ok || pr.Workspace != want {
+			t.Fatalf("principal(%q) = %q, %v; want %q", token, pr.Workspace, ok, want)
+		}
+		// A token of UNKEY_AUTH_TOKENS may do everything in its workspace.
+		if !pr.Permissions.Has(access.ManageKeys) || !pr.Permissions.Allows(access.SetOverride, "any") {
+			t.Fatalf("token %q lacks permissions: %v", token, pr.Permissions.Names())
 		}
 	}
 	for _, prefix := range []string{tokA[:len(tokA)-1], strings.TrimRight(padded, "=")} {
-		if _, ok := c.tokens.Workspace(prefix); ok {
+		if _, ok := c.tokens.Principal(prefix); ok {
 			t.Fatalf("a prefix of a token was accepted: %q", prefix)
 		}
 	}

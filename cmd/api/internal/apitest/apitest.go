@@ -7,6 +7,7 @@ package apitest
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
@@ -39,7 +41,13 @@ type Stack struct {
 
 type options struct {
 	tokens string
+	keys   []key
 	budget int64
+}
+
+type key struct {
+	token, workspace string
+	permissions      []string
 }
 
 // Option configures a Stack.
@@ -47,6 +55,12 @@ type Option func(*options)
 
 // WithTokens sets UNKEY_AUTH_TOKENS: comma-separated token=workspace.
 func WithTokens(tokens string) Option { return func(o *options) { o.tokens = tokens } }
+
+// WithKey adds a bearer token of workspace that holds only permissions
+// (named as package access parses them).
+func WithKey(token, workspace string, permissions ...string) Option {
+	return func(o *options) { o.keys = append(o.keys, key{token, workspace, permissions}) }
+}
 
 // WithBudget sets the decode budget's bytes.
 func WithBudget(n int64) Option { return func(o *options) { o.budget = n } }
@@ -70,6 +84,13 @@ func New(t testing.TB, opts ...Option) *Stack {
 	tokens, err := pipeline.ParseTokens(o.tokens)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, k := range o.keys {
+		perms, err := access.Parse(k.permissions)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[sha256.Sum256([]byte(k.token))] = pipeline.Principal{Workspace: k.workspace, Permissions: perms}
 	}
 	p, err := pipeline.New(limiter, ov, reg, pipeline.WithTokens(tokens), pipeline.WithBatchEntriesInFlight(pipeline.MaxBatchLimit))
 	if err != nil {
@@ -117,9 +138,10 @@ func H2C() *http.Client {
 	return &http.Client{Transport: &http.Transport{Protocols: &p}}
 }
 
-// Workspace returns ctx as an authenticated caller of ws would have it.
+// Workspace returns ctx as an authenticated caller of ws with every
+// permission would have it.
 func Workspace(ctx context.Context, ws string) context.Context {
-	return pipeline.WithWorkspace(ctx, ws)
+	return pipeline.WithPrincipal(ctx, pipeline.Principal{Workspace: ws, Permissions: access.All()})
 }
 
 // LockedBuffer is a log destination safe for the servers' goroutines.

@@ -18,11 +18,16 @@ import (
 
 const token = "tok_connectapi_0123456789"
 
+// limitOnlyToken is a key of the same workspace that may only decide in
+// namespace ns.
+const limitOnlyToken = "tok_connectapi_limit_0123456789"
+
 // serve returns a stack serving the service on the main port's layer and
 // on a grpc-go server, and their addresses.
 func serve(t *testing.T, opts ...apitest.Option) (s *apitest.Stack, url, grpcAddr string) {
 	t.Helper()
-	s = apitest.New(t, append([]apitest.Option{apitest.WithTokens(token + "=ws")}, opts...)...)
+	s = apitest.New(t, append([]apitest.Option{apitest.WithTokens(token + "=ws"),
+		apitest.WithKey(limitOnlyToken, "ws", "ratelimit.ns.limit")}, opts...)...)
 	h := connectapi.New(s.Layer)
 	return s, s.Serve(t, h.Register), s.ServeGRPC(t, connectapi.Codecs, h.RegisterGRPC)
 }
@@ -99,6 +104,25 @@ func TestErrors(t *testing.T) {
 		_, err = c.GetOverride(context.Background(), connect.NewRequest(&ratelimitv1.GetOverrideRequest{Namespace: "ns", Identifier: "none"}))
 		if connect.CodeOf(err) != connect.CodeNotFound {
 			t.Errorf("an override that does not exist: %v", err)
+		}
+	}
+	// A key that may only decide cannot raise its own limit, nor decide in
+	// another namespace, on either port.
+	for _, c := range []ratelimitv1connect.RatelimitServiceClient{
+		ratelimitv1connect.NewRatelimitServiceClient(http.DefaultClient, url, connect.WithInterceptors(bearer(limitOnlyToken))),
+		ratelimitv1connect.NewRatelimitServiceClient(apitest.H2C(), "http://"+grpcAddr, connect.WithGRPC(), connect.WithInterceptors(bearer(limitOnlyToken))),
+	} {
+		_, err := c.SetOverride(context.Background(), connect.NewRequest(&ratelimitv1.SetOverrideRequest{Namespace: "ns", Identifier: "a", Limit: 1_000_000, Duration: 60_000}))
+		if connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "lacks ratelimit.ns.set_override") {
+			t.Errorf("SetOverride with a limit-only key: %v, want permission denied", err)
+		}
+		_, err = c.BatchLimit(context.Background(), connect.NewRequest(&ratelimitv1.BatchLimitRequest{
+			Limits: []*ratelimitv1.LimitRequest{limitReq("a", 1), {Namespace: "other", Identifier: "a", Limit: 1, Duration: 60_000}}}))
+		if connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "lacks ratelimit.other.limit") {
+			t.Errorf("BatchLimit naming another namespace: %v, want permission denied", err)
+		}
+		if _, err := c.Limit(context.Background(), connect.NewRequest(limitReq("k", 5))); err != nil {
+			t.Errorf("Limit in its namespace: %v", err)
 		}
 	}
 	anon := ratelimitv1connect.NewRatelimitServiceClient(http.DefaultClient, url)

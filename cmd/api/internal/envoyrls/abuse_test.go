@@ -47,7 +47,7 @@ descriptors:
     detailed_metric: true
     rate_limit: {unit: hour, requests_per_unit: 100}
 `, 1<<20)
-	ctx := pipeline.WithWorkspace(context.Background(), pipeline.OpenWorkspace)
+	ctx := pipeline.WithPrincipal(context.Background(), pipeline.OpenPrincipal())
 	big := strings.Repeat("x", 900)
 	for i := range 300 {
 		v := big + strings.Repeat("y", i%50) + string(rune('a'+i%26)) + strings.Repeat("z", i/26)
@@ -85,7 +85,7 @@ descriptors:
 // with failure_mode_deny off admits).
 func TestWindowCapFailsClosed(t *testing.T) {
 	s, _, _ := newBounded(t, "domain: d\ndescriptors:\n  - key: ip\n    rate_limit: {unit: hour, requests_per_unit: 100}\n", 2)
-	ctx := pipeline.WithWorkspace(context.Background(), pipeline.OpenWorkspace)
+	ctx := pipeline.WithPrincipal(context.Background(), pipeline.OpenPrincipal())
 	resp, err := s.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommonv3.RateLimitDescriptor{
 		descriptor("ip", "1"), descriptor("ip", "2"), descriptor("ip", "3")}})
 	if err != nil {
@@ -103,7 +103,7 @@ func TestWindowCapFailsClosed(t *testing.T) {
 func TestRequestBounds(t *testing.T) {
 	s, _, limiter := newBounded(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}\n"+
 		"  - key: wide\n    rate_limit: {unit: hour, requests_per_unit: 100}\n", 1<<20)
-	ctx := pipeline.WithWorkspace(context.Background(), pipeline.OpenWorkspace)
+	ctx := pipeline.WithPrincipal(context.Background(), pipeline.OpenPrincipal())
 	wide := descriptor()
 	for i := range MaxEntries {
 		wide.Entries = append(wide.Entries, &rlcommonv3.RateLimitDescriptor_Entry{Key: "wide", Value: strings.Repeat(string(rune('a'+i%26)), 200)})

@@ -36,6 +36,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 	"github.com/unkeyed/ratelimit/services/rlsconfig"
@@ -120,6 +121,9 @@ var ErrBounds = &ratelimit.ValidationError{Field: "descriptors",
 // (pipeline.Classify sorts them); the transport maps them to its codes.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if err := validate(req); err != nil {
+		return nil, err
+	}
+	if err := pipeline.Authorize(ctx, access.Limit, rlsconfig.NamespacePrefix+req.Domain); err != nil {
 		return nil, err
 	}
 	ws := pipeline.Workspace(ctx)

@@ -58,7 +58,7 @@ func one(key, value string) []*rlcommonv3.RateLimitDescriptor {
 // counter name replaces the rule's limit and window.
 func TestYearRulesAndOverrides(t *testing.T) {
 	s, ov := newService(t, "domain: d\ndescriptors:\n  - key: plan\n    rate_limit: {unit: year, requests_per_unit: 3}\n")
-	ctx := pipeline.WithWorkspace(context.Background(), pipeline.OpenWorkspace)
+	ctx := pipeline.WithPrincipal(context.Background(), pipeline.OpenPrincipal())
 	resp, err := s.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: one("plan", "free")})
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +86,7 @@ func TestYearRulesAndOverrides(t *testing.T) {
 // are kept as without shadow mode.
 func TestGlobalShadowMode(t *testing.T) {
 	s, _ := newService(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n", WithShadowMode(true))
-	ctx := pipeline.WithWorkspace(context.Background(), pipeline.OpenWorkspace)
+	ctx := pipeline.WithPrincipal(context.Background(), pipeline.OpenPrincipal())
 	for i, wantStatus := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
 		resp, err := s.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: one("k", "v")})
 		if err != nil {

@@ -103,6 +103,7 @@ var jsonStatus = [...]int{
 	pipeline.KindResourceExhausted: http.StatusTooManyRequests,
 	pipeline.KindCanceled:          499,
 	pipeline.KindDeadlineExceeded:  http.StatusGatewayTimeout,
+	pipeline.KindPermissionDenied:  http.StatusForbidden,
 }
 
 // writeJSONError answers a failure on /json in plain text, as

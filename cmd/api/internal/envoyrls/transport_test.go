@@ -29,11 +29,14 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 2}
 `
 
+// otherDomainToken may decide only in the domain "other".
+const otherDomainToken = "tok_envoyrls_other_0123456789"
+
 // serve returns the main port's URL and the grpc-go port's address of a
 // service with rules.
 func serve(t *testing.T) (url, grpcAddr string) {
 	t.Helper()
-	s := apitest.New(t, apitest.WithTokens(token+"=ws"))
+	s := apitest.New(t, apitest.WithTokens(token+"=ws"), apitest.WithKey(otherDomainToken, "ws", "ratelimit.envoy:other.limit"))
 	cfg, err := rlsconfig.Load(rlsconfig.File{Name: "rules.yaml", Data: []byte(rules)})
 	if err != nil {
 		t.Fatal(err)
@@ -95,6 +98,22 @@ func TestTransports(t *testing.T) {
 			!strings.Contains(err.Error(), "descriptors: must hold 1 to 100 descriptors") {
 			t.Errorf("101 descriptors: %v", err)
 		}
+	}
+	// A key that may decide only in another domain is refused, naming the
+	// permission, and counts nothing.
+	other := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+otherDomainToken)
+	for _, c := range []rlsv3.RateLimitServiceClient{main, own} {
+		if _, err := c.ShouldRateLimit(other, request("edge", "carol")); grpcCode(err) != codes.PermissionDenied ||
+			!strings.Contains(err.Error(), "lacks ratelimit.envoy:edge.limit") {
+			t.Errorf("a key of another domain: %v, want permission denied", err)
+		}
+	}
+	if status, body := postJSON(t, url, otherDomainToken, `{"domain":"edge","descriptors":[{"entries":[{"key":"user","value":"carol"}]}]}`); status != http.StatusForbidden ||
+		!strings.Contains(body, "ratelimit.envoy:edge.limit") {
+		t.Errorf("/json with a key of another domain: %d %s, want 403", status, body)
+	}
+	if resp, err := own.ShouldRateLimit(ctx, request("edge", "carol")); err != nil || resp.Statuses[0].LimitRemaining != 1 {
+		t.Errorf("carol after refused calls: %v, %v; want 1 remaining of 2 (nothing counted)", resp, err)
 	}
 	if status, body := postJSON(t, url, "", `{}`); status != http.StatusUnauthorized {
 		t.Errorf("/json without a token: %d %s", status, body)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 )
 
 // OpenWorkspace is every caller's workspace when no tokens are configured.
@@ -26,18 +28,32 @@ var (
 	ErrUnknownToken = errors.New("unknown bearer token")
 )
 
-// Tokens maps the SHA-256 of a bearer token to its workspace. Hashing first
-// makes the lookup take the same time whatever prefix of a token a caller
-// guesses.
-type Tokens map[[sha256.Size]byte]string
-
-// Workspace returns the workspace of token, if it is known.
-func (t Tokens) Workspace(token string) (string, bool) {
-	ws, ok := t[sha256.Sum256([]byte(token))]
-	return ws, ok
+// Principal is who a request acts as: the workspace its key belongs to and
+// what the key may do there.
+type Principal struct {
+	Workspace   string
+	Permissions access.Permissions
 }
 
-// ParseTokens parses comma-separated token=workspace_id entries. An entry
+// OpenPrincipal is every caller when no tokens are configured: OpenWorkspace,
+// with every permission.
+func OpenPrincipal() Principal {
+	return Principal{Workspace: OpenWorkspace, Permissions: access.All()}
+}
+
+// Tokens maps the SHA-256 of a bearer token to its principal. Hashing first
+// makes the lookup take the same time whatever prefix of a token a caller
+// guesses, and keeps no token in memory.
+type Tokens map[[sha256.Size]byte]Principal
+
+// Principal returns the principal of token, if it is known.
+func (t Tokens) Principal(token string) (Principal, bool) {
+	pr, ok := t[sha256.Sum256([]byte(token))]
+	return pr, ok
+}
+
+// ParseTokens parses comma-separated token=workspace_id entries, each with
+// every permission in its workspace ([access.All]). An entry
 // splits at its last "=", since workspace ids never hold one and base64
 // tokens may end in "=" padding.
 func ParseTokens(s string) (Tokens, error) {
@@ -62,7 +78,7 @@ func ParseTokens(s string) (Tokens, error) {
 		if _, dup := t[sum]; dup {
 			return nil, fmt.Errorf("entry %d repeats a token", i+1)
 		}
-		t[sum] = ws
+		t[sum] = Principal{Workspace: ws, Permissions: access.All()}
 	}
 	return t, nil
 }
@@ -80,39 +96,76 @@ func Printable(s string) bool {
 	return true
 }
 
-// Authenticate resolves the workspace of a request from its authorization
+// Authenticate resolves the principal of a request from its authorization
 // header (or gRPC metadata entry), "Bearer <token>". With no tokens
-// configured every caller is in OpenWorkspace. The workspace is never taken
-// from a request body, so one workspace can never read or spend another's
-// counters. It fails with ErrMissingToken or ErrUnknownToken.
-func (p *Pipeline) Authenticate(authorization string) (string, error) {
+// configured every caller is in OpenWorkspace with every permission. The
+// workspace is never taken from a request body, so one workspace can never
+// read or spend another's counters. It fails with ErrMissingToken or
+// ErrUnknownToken.
+func (p *Pipeline) Authenticate(authorization string) (Principal, error) {
 	if len(p.tokens) == 0 {
-		return OpenWorkspace, nil
+		return OpenPrincipal(), nil
 	}
 	token, ok := strings.CutPrefix(authorization, "Bearer ")
 	if !ok || token == "" {
-		return "", ErrMissingToken
+		return Principal{}, ErrMissingToken
 	}
-	ws, ok := p.tokens.Workspace(token)
+	pr, ok := p.tokens.Principal(token)
 	if !ok {
-		return "", ErrUnknownToken
+		return Principal{}, ErrUnknownToken
 	}
-	return ws, nil
+	return pr, nil
 }
 
 // Open reports whether the pipeline runs without tokens.
 func (p *Pipeline) Open() bool { return len(p.tokens) == 0 }
 
-type workspaceKey struct{}
+type principalKey struct{}
 
-// WithWorkspace returns ctx carrying the workspace Authenticate resolved,
+// WithPrincipal returns ctx carrying the principal Authenticate resolved,
 // for the handlers behind an adapter's authenticating middleware.
-func WithWorkspace(ctx context.Context, ws string) context.Context {
-	return context.WithValue(ctx, workspaceKey{}, ws)
+func WithPrincipal(ctx context.Context, pr Principal) context.Context {
+	return context.WithValue(ctx, principalKey{}, pr)
 }
 
-// Workspace returns the workspace WithWorkspace put in ctx.
-func Workspace(ctx context.Context) string {
-	ws, _ := ctx.Value(workspaceKey{}).(string)
-	return ws
+// PrincipalOf returns the principal WithPrincipal put in ctx; without one,
+// a principal of no workspace that may do nothing.
+func PrincipalOf(ctx context.Context) Principal {
+	pr, _ := ctx.Value(principalKey{}).(Principal)
+	return pr
+}
+
+// Workspace returns the workspace of the principal in ctx.
+func Workspace(ctx context.Context) string { return PrincipalOf(ctx).Workspace }
+
+// DeniedError is a request whose key lacks a permission it needs. Nothing
+// was changed or counted.
+type DeniedError struct {
+	// Permission is the one lacking, e.g. "ratelimit.api.set_override".
+	Permission string
+}
+
+func (e *DeniedError) Error() string {
+	return "permission denied: this key lacks " + e.Permission
+}
+
+// Authorize returns a *DeniedError unless the principal in ctx may do
+// action in namespace.
+func Authorize(ctx context.Context, action access.Action, namespace string) error {
+	if PrincipalOf(ctx).Permissions.Allows(action, namespace) {
+		return nil
+	}
+	return &DeniedError{Permission: access.Name(action, namespace)}
+}
+
+// authorizeAll is Authorize for every call of a batch, before any is
+// decided: a batch needs the permission of every namespace it names.
+func authorizeAll(ctx context.Context, calls []Call) error {
+	perms := PrincipalOf(ctx).Permissions
+	for i := range calls {
+		if ns := calls[i].Request.Namespace; !perms.Allows(access.Limit, ns) {
+			return &DeniedError{Permission: access.Name(access.Limit, ns)}
+		}
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
@@ -98,6 +99,9 @@ func (p *Pipeline) Limit(ctx context.Context, c Call) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
+	if err := Authorize(ctx, access.Limit, c.Request.Namespace); err != nil {
+		return Decision{}, err
+	}
 	d, err := p.decide(ctx, &r, c.Request.Identifier)
 	if err != nil {
 		return d, err
@@ -159,6 +163,9 @@ func (p *Pipeline) Batch(ctx context.Context, workspace string, calls []Call) ([
 	if err != nil {
 		return nil, err
 	}
+	if err := authorizeAll(ctx, calls); err != nil {
+		return nil, err
+	}
 	leave, err := p.enterBatch(ctx, workspace, len(reqs))
 	if err != nil {
 		return nil, err
@@ -193,6 +200,9 @@ type MultiDecision struct {
 func (p *Pipeline) Multi(ctx context.Context, workspace string, calls []Call) (MultiDecision, error) {
 	reqs, err := validateEach(calls, ratelimit.MaxBatch)
 	if err != nil {
+		return MultiDecision{}, err
+	}
+	if err := authorizeAll(ctx, calls); err != nil {
 		return MultiDecision{}, err
 	}
 	out := MultiDecision{Results: make([]Decision, len(reqs))}

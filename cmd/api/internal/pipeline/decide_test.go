@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -38,7 +39,7 @@ func req(id string, limit int64) ratelimit.Request {
 // override would replace them.
 func TestCallRules(t *testing.T) {
 	p, ov := newPipeline(t)
-	ctx := context.Background()
+	ctx := WithPrincipal(context.Background(), Principal{Workspace: "ws", Permissions: access.All()})
 	if _, err := ov.Set(ctx, overrides.Override{Workspace: "ws", Namespace: "n", Identifier: "o", Limit: 5, Duration: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func batchError(t *testing.T, p *Pipeline) error {
 	t.Helper()
 	bad := req("b", 1)
 	bad.Cost = -1
-	_, err := p.Batch(context.Background(), "ws", []Call{{Request: req("a", 1)}, {Request: bad}})
+	_, err := p.Batch(WithPrincipal(context.Background(), OpenPrincipal()), "ws", []Call{{Request: req("a", 1)}, {Request: bad}})
 	if err == nil {
 		t.Fatal("a batch with a negative cost was decided")
 	}

@@ -32,6 +32,9 @@ const (
 	// time.
 	KindCanceled
 	KindDeadlineExceeded
+	// KindPermissionDenied is a known key that lacks the permission a
+	// request needs; the message names it.
+	KindPermissionDenied
 )
 
 // Failure is an error classified for a caller.
@@ -55,6 +58,10 @@ func Classify(err error) Failure {
 	}
 	if errors.Is(err, ErrMissingToken) || errors.Is(err, ErrUnknownToken) {
 		return Failure{Kind: KindUnauthenticated, Message: err.Error(), Err: err}
+	}
+	var de *DeniedError
+	if errors.As(err, &de) {
+		return Failure{Kind: KindPermissionDenied, Message: de.Error(), Err: err}
 	}
 	if errors.Is(err, overrides.ErrNotFound) {
 		return Failure{Kind: KindNotFound, Message: "override not found: no override is set for this namespace and identifier", Err: err}

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"time"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -15,6 +16,9 @@ import (
 // identifier of its page, base64-encoded so that clients treat it as
 // opaque.
 func (p *Pipeline) ListOverrides(ctx context.Context, workspace, namespace, cursor string, limit int) ([]overrides.Override, string, error) {
+	if err := authorizeNamespace(ctx, access.ReadOverride, namespace); err != nil {
+		return nil, "", err
+	}
 	after, err := base64.RawURLEncoding.DecodeString(cursor)
 	if err != nil {
 		return nil, "", &ratelimit.ValidationError{Field: "cursor", Rule: "must be a cursor from a previous page"}
@@ -24,6 +28,42 @@ func (p *Pipeline) ListOverrides(ctx context.Context, workspace, namespace, curs
 		return page, "", err
 	}
 	return page, base64.RawURLEncoding.EncodeToString([]byte(page[len(page)-1].Identifier)), nil
+}
+
+// SetOverride sets o, if the caller may set overrides in its namespace.
+func (p *Pipeline) SetOverride(ctx context.Context, o overrides.Override) (overrides.Override, error) {
+	if err := authorizeNamespace(ctx, access.SetOverride, o.Namespace); err != nil {
+		return overrides.Override{}, err
+	}
+	return p.overrides.Set(ctx, o)
+}
+
+// GetOverride returns the override of identifier, if the caller may read
+// the overrides of namespace.
+func (p *Pipeline) GetOverride(ctx context.Context, workspace, namespace, identifier string) (overrides.Override, error) {
+	if err := authorizeNamespace(ctx, access.ReadOverride, namespace); err != nil {
+		return overrides.Override{}, err
+	}
+	return p.overrides.Get(ctx, workspace, namespace, identifier)
+}
+
+// DeleteOverride deletes the override of identifier, if the caller may
+// delete the overrides of namespace.
+func (p *Pipeline) DeleteOverride(ctx context.Context, workspace, namespace, identifier string) error {
+	if err := authorizeNamespace(ctx, access.DeleteOverride, namespace); err != nil {
+		return err
+	}
+	return p.overrides.Delete(ctx, workspace, namespace, identifier)
+}
+
+// authorizeNamespace checks namespace before the permission, so that a
+// malformed one is answered as invalid, not as a permission nobody could
+// hold.
+func authorizeNamespace(ctx context.Context, action access.Action, namespace string) error {
+	if err := ratelimit.CheckName("namespace", namespace, ratelimit.MaxNameLength); err != nil {
+		return err
+	}
+	return Authorize(ctx, action, namespace)
 }
 
 // Milliseconds converts a duration in ms from the API. One outside the

@@ -78,6 +78,7 @@ var grpcCodes = [...]connect.Code{
 	pipeline.KindResourceExhausted: connect.CodeResourceExhausted,
 	pipeline.KindCanceled:          connect.CodeCanceled,
 	pipeline.KindDeadlineExceeded:  connect.CodeDeadlineExceeded,
+	pipeline.KindPermissionDenied:  connect.CodePermissionDenied,
 }
 
 // ConnectError returns err, the failure of a call to procedure, as the

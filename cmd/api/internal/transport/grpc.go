@@ -68,11 +68,11 @@ func (l *Layer) grpcTap(within time.Duration) tap.ServerInHandle {
 			if v := info.Header.Get("authorization"); len(v) > 0 {
 				authorization = v[0]
 			}
-			ws, err := l.pipeline.Authenticate(authorization)
+			pr, err := l.pipeline.Authenticate(authorization)
 			if err != nil {
 				return nil, grpcStatus(l.ConnectError(ctx, info.FullMethodName, err))
 			}
-			ctx = pipeline.WithWorkspace(ctx, ws)
+			ctx = pipeline.WithPrincipal(ctx, pr)
 			ctx, cancel := context.WithTimeout(ctx, within)
 			return context.WithValue(ctx, streamCancel{}, cancel), nil
 		}

@@ -42,12 +42,12 @@ func (l *Layer) Route(render Renderer, next http.Handler) http.Handler {
 	return l.recover(render, l.authenticate(render, limitBody(l.budget, next)))
 }
 
-// authenticate resolves the caller's workspace from its bearer token before
+// authenticate resolves the caller's principal from its bearer token before
 // any of the request body is read or decoded, so an unauthenticated caller
 // costs a header lookup and a hash (see pipeline.Authenticate).
 func (l *Layer) authenticate(render Renderer, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ws, err := l.pipeline.Authenticate(r.Header.Get("Authorization"))
+		pr, err := l.pipeline.Authenticate(r.Header.Get("Authorization"))
 		if err != nil {
 			if r.ProtoMajor == 1 {
 				// Otherwise net/http reads what is left of the body
@@ -58,7 +58,7 @@ func (l *Layer) authenticate(render Renderer, next http.Handler) http.Handler {
 			render(w, r, err)
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(pipeline.WithWorkspace(r.Context(), ws)))
+		next.ServeHTTP(w, r.WithContext(pipeline.WithPrincipal(r.Context(), pr)))
 	})
 }
 

@@ -42,6 +42,7 @@ var problems = [...]struct {
 	// what a proxy in between would see.
 	pipeline.KindCanceled:         {"Client Closed Request", 499, "application/canceled"},
 	pipeline.KindDeadlineExceeded: {"Gateway Timeout", http.StatusGatewayTimeout, "application/timeout"},
+	pipeline.KindPermissionDenied: {"Forbidden", http.StatusForbidden, "authorization/insufficient_permissions"},
 }
 
 // fail answers err, the failure of the request r, in Unkey's shape under

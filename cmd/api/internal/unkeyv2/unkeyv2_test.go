@@ -14,6 +14,9 @@ import (
 
 const tokA = "tok_unkeyv2_a_0123456789"
 
+// tokLimitN is a key of ws_a that may only decide in namespace n.
+const tokLimitN = "tok_unkeyv2_limit_n_0123456789"
+
 // server is the v2 routes on loopback.
 type server struct {
 	url   string
@@ -22,7 +25,7 @@ type server struct {
 
 func serve(t *testing.T) *server {
 	t.Helper()
-	s := apitest.New(t, apitest.WithTokens(tokA+"=ws_a"))
+	s := apitest.New(t, apitest.WithTokens(tokA+"=ws_a"), apitest.WithKey(tokLimitN, "ws_a", "ratelimit.n.limit"))
 	return &server{url: s.Serve(t, unkeyv2.New(s.Layer).Register), stack: s}
 }
 
@@ -201,12 +204,26 @@ func TestAnswers(t *testing.T) {
 		{"/v2/ratelimit.limit", "", limit, 401, "authentication/missing"},
 		{"/v2/ratelimit.limit", "tok_unknown_0123456789", limit, 401, "authentication/key_not_found"},
 		{"/v2/ratelimit.limit", tokA, `{"namespace":"n","identifier":"u","limit":0,"duration":60000}`, 400, "application/invalid_input"},
+		{"/v2/ratelimit.limit", tokLimitN, `{"namespace":"other","identifier":"perm","limit":5,"duration":60000}`, 403, "authorization/insufficient_permissions"},
+		{"/v2/ratelimit.multiLimit", tokLimitN, `[{"namespace":"n","identifier":"perm","limit":5,"duration":60000},{"namespace":"other","identifier":"perm","limit":5,"duration":60000}]`, 403, "authorization/insufficient_permissions"},
+		{"/v2/ratelimit.setOverride", tokLimitN, `{"namespace":"n","identifier":"perm","limit":1000000,"duration":60000}`, 403, "authorization/insufficient_permissions"},
+		{"/v2/ratelimit.getOverride", tokLimitN, `{"namespace":"n","identifier":"perm"}`, 403, "authorization/insufficient_permissions"},
+		{"/v2/ratelimit.deleteOverride", tokLimitN, `{"namespace":"n","identifier":"perm"}`, 403, "authorization/insufficient_permissions"},
+		{"/v2/ratelimit.listOverrides", tokLimitN, `{"namespace":"n"}`, 403, "authorization/insufficient_permissions"},
 	} {
 		status, out := call(tc.path, tc.token, tc.body)
 		e := out["error"].(map[string]any)
 		if status != tc.status || e["status"] != float64(tc.status) || e["type"] != "https://unkey.com/docs/errors/unkey/"+tc.typ {
 			t.Errorf("%s %s: %d %v, want %d %s", tc.path, tc.body, status, out, tc.status, tc.typ)
 		}
+	}
+	_, out = call("/v2/ratelimit.setOverride", tokLimitN, `{"namespace":"n","identifier":"perm","limit":1000000,"duration":60000}`)
+	if e := out["error"].(map[string]any); e["title"] != "Forbidden" || e["detail"] != "permission denied: this key lacks ratelimit.n.set_override" {
+		t.Errorf("the detail of a denial: %v", e)
+	}
+	if status, out := call("/v2/ratelimit.limit", tokLimitN, `{"namespace":"n","identifier":"perm","limit":5,"duration":60000}`); status != 200 ||
+		out["data"].(map[string]any)["remaining"] != 4.0 {
+		t.Errorf("limit in its namespace after refused calls: %d %v, want 4 remaining (nothing counted)", status, out)
 	}
 	_, out = call("/v2/ratelimit.limit", tokA, `{"namespace":"n","identifier":"u","limit":0,"duration":60000}`)
 	if e := out["error"].(map[string]any); e["detail"] != "body.limit: must be between 1 and 9007199254740992" {
