@@ -13,15 +13,14 @@ import (
 
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/apitest"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
 	"github.com/unkeyed/ratelimit/internal/poll"
 )
@@ -33,12 +32,7 @@ const rlsExamples = "../../services/rlsconfig/testdata/examples"
 // Envoy-based gateway's rate limit client calls the service.
 func rlsClient(t *testing.T, addr string) rlsv3.RateLimitServiceClient {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return rlsv3.NewRateLimitServiceClient(conn)
+	return rlsv3.NewRateLimitServiceClient(apitest.Dial(t, addr))
 }
 
 // desc builds a descriptor from key, value pairs.
@@ -253,7 +247,7 @@ func TestRLSRequest(t *testing.T) {
 	}
 	// Health and reflection name the service on both ports.
 	for _, addr := range []string{ts.grpcAddr, strings.TrimPrefix(ts.url, "http://")} {
-		conn := mustDial(t, addr)
+		conn := apitest.Dial(t, addr)
 		hc, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: envoyrls.ServiceName})
 		if err != nil || hc.Status != healthpb.HealthCheckResponse_SERVING {
 			t.Errorf("%s: health of %s: %v, %v", addr, envoyrls.ServiceName, hc, err)
@@ -280,16 +274,6 @@ func TestRLSRequest(t *testing.T) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
-}
-
-func mustDial(t *testing.T, addr string) *grpc.ClientConn {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
 }
 
 // get fetches path from the main port.

@@ -68,8 +68,11 @@ func (h *scheduleHealth) set(st cleanup.Status) {
 	h.totalDeleted.Set(float64(st.TotalDeleted))
 }
 
-// failed records a read that failed.
+// failed records a read that failed. A schedule whose status cannot be read
+// is not known to run (restate-server or its ingress is down, and with it
+// every run), so running drops to 0 and the alert on it fires.
 func (h *scheduleHealth) failed() {
+	h.running.Set(0)
 	h.statusFailures.Set(1)
 	h.readErrors.Inc()
 }

@@ -217,7 +217,7 @@ func (g *globalTier) markFor(w *window, c *cell) int64 {
 		return 0
 	}
 	limit := w.limit.Load()
-	if c.count.Load() < g.floor(limit, w.durationMs) && c.global.Load() == 0 {
+	if !g.worthSharing(w, c, limit) {
 		return 0
 	}
 	c.flags.Or(cellMarked)
@@ -279,12 +279,18 @@ func (g *globalTier) noteGrowth(w *window, c *cell, limit int64) {
 	}
 }
 
+// worthSharing reports whether c, a cell of w under limit, is worth
+// publishing promptly: at or above its floor, or shared by another region.
+func (g *globalTier) worthSharing(w *window, c *cell, limit int64) bool {
+	return c.count.Load() >= g.floor(limit, w.durationMs) || c.global.Load() != 0
+}
+
 // queueGrown is noteGrowth for a region that shares counts.
 func (g *globalTier) queueGrown(w *window, c *cell, limit int64) {
 	if c.flags.Load()&cellGrown != 0 {
 		return
 	}
-	if c.count.Load() < g.floor(limit, w.durationMs) && c.global.Load() == 0 {
+	if !g.worthSharing(w, c, limit) {
 		return
 	}
 	if c.flags.Or(cellGrown)&cellGrown != 0 {

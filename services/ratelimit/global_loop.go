@@ -42,8 +42,10 @@ type flushedCount struct {
 // run flushes and syncs on their jittered schedules, in two loops, until
 // ctx is done, then runs one more full flush of what this process counted,
 // within the flush budget, so that it is published before the process
-// exits: a flush or sync under way then is cancelled, so the loops end
-// within one flush budget of ctx. A slow flush does not
+// exits. A flush or sync under way then is cancelled, but a connection the
+// global store is setting up keeps its own budget (see
+// mysqlstore.connectTimeout): the loops end within that plus one flush
+// budget of ctx (40 s by default; 10 s once connected). A slow flush does not
 // delay a sync, nor a slow sync a flush: a tick that comes while its call
 // is under way is skipped, and the next starts on schedule.
 func (g *globalTier) run(ctx context.Context) {

@@ -10,8 +10,8 @@ import (
 )
 
 // cell is the state of one fixed window cell: one key in one sequence. Every
-// field but seq is atomic because the request path, the replay and the global
-// loops touch it without locks. 48 bytes.
+// field is atomic because the request path, the replay and the global loops
+// touch it without locks. 48 bytes.
 type cell struct {
 	// flags holds the fixed window this cell counts (see seq) and the cell's
 	// flags: cellHydrated, cellQueued, cellGrown, cellReseed and cellMarked.
@@ -214,12 +214,15 @@ func (w *window) cellsAt(seq int64, hydrated bool) (cur, prev *cell, newer int64
 		return nil, nil, newer
 	}
 	p := w.cells[(seq-1)&1].Load()
-	if p == nil || p.seq() < seq-1 {
+	if p == nil {
 		return cur, nil, 0
 	}
-	if p.seq() > seq-1 {
+	switch ps := p.seq(); {
+	case ps < seq-1:
+		return cur, nil, 0
+	case ps > seq-1:
 		// The slot holds seq+1: someone is already in the next window.
-		return nil, nil, p.seq()
+		return nil, nil, ps
 	}
 	return cur, p, 0
 }
@@ -231,11 +234,13 @@ func (w *window) cellAt(seq int64, hydrated bool) (*cell, int64) {
 	slot := &w.cells[seq&1]
 	for {
 		c := slot.Load()
-		if c != nil && c.seq() == seq {
-			return c, 0
-		}
-		if c != nil && c.seq() > seq {
-			return nil, c.seq()
+		if c != nil {
+			switch cs := c.seq(); {
+			case cs == seq:
+				return c, 0
+			case cs > seq:
+				return nil, cs
+			}
 		}
 		fresh := newCell(seq, hydrated)
 		if slot.CompareAndSwap(c, fresh) {

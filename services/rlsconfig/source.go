@@ -16,9 +16,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// DefaultInterval is how often a Source looks at its files: changes take
-// effect within about a second, and reading a few small files a second
-// costs nothing measurable.
+// DefaultInterval is how often a Source looks at its files (a stat each;
+// they are read again only when one changed): changes take effect within
+// about a second, at no measurable cost.
 const DefaultInterval = time.Second
 
 // Source holds the configuration in force and keeps it in step with the
@@ -47,7 +47,7 @@ type Source struct {
 // Option configures a Source.
 type Option func(*Source)
 
-// WithInterval sets how often the files are read (DefaultInterval).
+// WithInterval sets how often the files are looked at (DefaultInterval).
 func WithInterval(d time.Duration) Option { return func(s *Source) { s.interval = d } }
 
 // WithLogger sets the logger of reloads and refused files.

@@ -315,8 +315,8 @@ func (d *Drain) stats(ctx restate.WorkflowContext) (db.BlocklistStatsRow, error)
 	return s, nil
 }
 
-// now reads the database's clock, the one that stamps its rows, as a
-// durable step: a replayed run compares with the same time.
+// now reads the database's clock, one clock whichever worker runs the
+// drain, as a durable step: a replayed run compares with the same time.
 func (d *Drain) now(ctx restate.WorkflowContext) (int64, error) {
 	now, err := restate.Run(ctx, func(rc restate.RunContext) (int64, error) { return d.store.WindowCountsNow(rc) },
 		restate.WithName("the database's clock"))

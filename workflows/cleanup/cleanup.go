@@ -199,7 +199,7 @@ func (c *Cleanup) Stop(ctx restate.ObjectContext) (Status, error) {
 }
 
 // Run deletes the rows that expired before the run began by the
-// database's clock (the clock that stamps every other row), then the
+// database's clock (one clock whichever worker runs it), then the
 // override tombstones older than overrides.TombstoneRetention, in batches:
 // each batch is counted in one durable step and deleted in the next, so a
 // run interrupted by a crash resumes after its last finished step, and a
@@ -337,8 +337,9 @@ func (c *Cleanup) Status(ctx restate.ObjectSharedContext) (Status, error) {
 // seconds.
 const overdueGrace = 10 * time.Second
 
-// nowMs reads the clock as a durable step, so that a replayed run uses the
-// same cutoff as the first attempt.
+// nowMs reads the worker's clock as a durable step, so that a replayed
+// Start or Status sees the time its first attempt saw. Run's cutoff is the
+// database's clock instead.
 func nowMs(ctx restate.Context) (int64, error) {
 	now, err := restate.Run(ctx, func(restate.RunContext) (int64, error) { return time.Now().UnixMilli(), nil },
 		restate.WithName("now"))

@@ -22,9 +22,7 @@ import (
 const indexShards = 16
 
 // indexKey returns the key of the index shard of a cell's key.
-func indexKey(cellKey string) string {
-	return "ratelimit:v2:marked:{" + strconv.Itoa(int(slot(cellKey))%indexShards) + "}"
-}
+func indexKey(cellKey string) string { return indexKeys[int(slot(cellKey))%indexShards] }
 
 // indexKeys are every shard's key.
 var indexKeys = func() []string {

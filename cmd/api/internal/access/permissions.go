@@ -10,10 +10,12 @@
 package access
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
 // Action is what a namespace permission allows.
@@ -66,9 +68,6 @@ const AnyNamespace = "*"
 // MaxPermissions is the most permissions one key may hold: a bound on what
 // a key costs in every process's memory.
 const MaxPermissions = 1000
-
-// maxNamespaceLength matches the rate limiter's longest namespace.
-const maxNamespaceLength = 255
 
 // Permissions is an immutable set of permissions. The zero value allows
 // nothing. It is safe for concurrent use.
@@ -129,19 +128,12 @@ func parseNamespaced(name string) (string, Action, error) {
 	if i < 0 {
 		return "", 0, fmt.Errorf("action must be one of %s", strings.Join(actionNames[:], ", "))
 	}
-	if ns == "" || utf8.RuneCountInString(ns) > maxNamespaceLength || !utf8.ValidString(ns) || hasControl(ns) {
-		return "", 0, fmt.Errorf("namespace must be %q or 1 to %d characters of valid UTF-8 without control characters", AnyNamespace, maxNamespaceLength)
+	// A namespace the limiter refuses could never be checked.
+	var ve *ratelimit.ValidationError
+	if err := ratelimit.CheckName("namespace", ns, ratelimit.MaxNameLength); errors.As(err, &ve) {
+		return "", 0, fmt.Errorf("namespace must be %q or %s", AnyNamespace, strings.TrimPrefix(ve.Rule, "must be "))
 	}
 	return ns, Action(1) << i, nil
-}
-
-func hasControl(s string) bool {
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
-			return true
-		}
-	}
-	return false
 }
 
 // Allows reports whether p allows action in namespace.

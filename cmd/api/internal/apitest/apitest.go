@@ -7,7 +7,7 @@ package apitest
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
@@ -90,7 +91,9 @@ func New(t testing.TB, opts ...Option) *Stack {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tokens[sha256.Sum256([]byte(k.token))] = pipeline.Principal{Workspace: k.workspace, Permissions: perms}
+		if !tokens.Add(k.token, pipeline.Principal{Workspace: k.workspace, Permissions: perms}) {
+			t.Fatalf("key %q repeats a token", k.token)
+		}
 	}
 	p, err := pipeline.New(limiter, ov, reg, pipeline.WithTokens(tokens), pipeline.WithBatchEntriesInFlight(pipeline.MaxBatchLimit))
 	if err != nil {
@@ -128,6 +131,45 @@ func (s *Stack) ServeGRPC(t testing.TB, c transport.Codecs, register func(*grpc.
 	go srv.Serve(ln)
 	t.Cleanup(srv.Stop)
 	return ln.Addr().String()
+}
+
+// Post posts body to url over HTTP/1.1 with the bearer token (none if "")
+// and the content type (none if ""), and returns the status and the body of
+// the answer.
+func Post(t testing.TB, url, token, contentType string, body io.Reader) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, raw
+}
+
+// Dial returns a grpc-go connection to addr without TLS, closed when the
+// test ends.
+func Dial(t testing.TB, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }
 
 // H2C returns a client that speaks HTTP/2 without TLS (prior knowledge),

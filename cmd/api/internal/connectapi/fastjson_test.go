@@ -92,7 +92,8 @@ func FuzzLimitRequest(f *testing.F) {
 		if err := codec.Unmarshal(body, &msg); err != nil {
 			return
 		}
-		req := toRequest("ws", &msg)
+		req := toRequest(&msg)
+		req.Workspace = "ws"
 		resp, err := limiter.Limit(context.Background(), req)
 		if err != nil {
 			var ve *ratelimit.ValidationError

@@ -45,7 +45,7 @@ func (h *Handler) fail(ctx context.Context, procedure string, err error) error {
 
 // Limit implements RatelimitService.Limit.
 func (h *Handler) Limit(ctx context.Context, req *connect.Request[ratelimitv1.LimitRequest]) (*connect.Response[ratelimitv1.LimitResponse], error) {
-	d, err := h.pipeline.Limit(ctx, pipeline.Call{Request: toRequest(pipeline.Workspace(ctx), req.Msg)})
+	d, err := h.pipeline.Limit(ctx, pipeline.Call{Request: toRequest(req.Msg)})
 	if err != nil {
 		return nil, h.fail(ctx, ratelimitv1connect.RatelimitServiceLimitProcedure, err)
 	}
@@ -61,8 +61,7 @@ func (h *Handler) Limit(ctx context.Context, req *connect.Request[ratelimitv1.Li
 
 // MultiLimit implements RatelimitService.MultiLimit.
 func (h *Handler) MultiLimit(ctx context.Context, req *connect.Request[ratelimitv1.MultiLimitRequest]) (*connect.Response[ratelimitv1.MultiLimitResponse], error) {
-	ws := pipeline.Workspace(ctx)
-	m, err := h.pipeline.Multi(ctx, ws, calls(ws, req.Msg.Limits))
+	m, err := h.pipeline.Multi(ctx, calls(req.Msg.Limits))
 	if err != nil {
 		return nil, h.fail(ctx, ratelimitv1connect.RatelimitServiceMultiLimitProcedure, err)
 	}
@@ -77,8 +76,7 @@ func (h *Handler) MultiLimit(ctx context.Context, req *connect.Request[ratelimit
 // and counted on its own, as a Limit call would be, in one round trip (see
 // pipeline.Batch).
 func (h *Handler) BatchLimit(ctx context.Context, req *connect.Request[ratelimitv1.BatchLimitRequest]) (*connect.Response[ratelimitv1.BatchLimitResponse], error) {
-	ws := pipeline.Workspace(ctx)
-	ds, err := h.pipeline.Batch(ctx, ws, calls(ws, req.Msg.Limits))
+	ds, err := h.pipeline.Batch(ctx, calls(req.Msg.Limits))
 	if err != nil {
 		return nil, h.fail(ctx, ratelimitv1connect.RatelimitServiceBatchLimitProcedure, err)
 	}
@@ -90,13 +88,12 @@ func (h *Handler) BatchLimit(ctx context.Context, req *connect.Request[ratelimit
 }
 
 // toRequest converts an API request. An absent cost means 1.
-func toRequest(workspace string, m *ratelimitv1.LimitRequest) ratelimit.Request {
+func toRequest(m *ratelimitv1.LimitRequest) ratelimit.Request {
 	cost := int64(1)
 	if m != nil && m.Cost != nil {
 		cost = *m.Cost
 	}
 	return ratelimit.Request{
-		Workspace:  workspace,
 		Namespace:  m.GetNamespace(),
 		Identifier: m.GetIdentifier(),
 		Limit:      m.GetLimit(),
@@ -106,10 +103,10 @@ func toRequest(workspace string, m *ratelimitv1.LimitRequest) ratelimit.Request 
 }
 
 // calls converts the requests of a batch.
-func calls(workspace string, limits []*ratelimitv1.LimitRequest) []pipeline.Call {
+func calls(limits []*ratelimitv1.LimitRequest) []pipeline.Call {
 	out := make([]pipeline.Call, len(limits))
 	for i, l := range limits {
-		out[i] = pipeline.Call{Request: toRequest(workspace, l)}
+		out[i] = pipeline.Call{Request: toRequest(l)}
 	}
 	return out
 }

@@ -14,7 +14,7 @@ import (
 // SetOverride implements RatelimitService.SetOverride.
 func (h *Handler) SetOverride(ctx context.Context, req *connect.Request[ratelimitv1.SetOverrideRequest]) (*connect.Response[ratelimitv1.SetOverrideResponse], error) {
 	m := req.Msg
-	o, err := h.pipeline.SetOverride(ctx, overrides.Override{Workspace: pipeline.Workspace(ctx), Namespace: m.Namespace,
+	o, err := h.pipeline.SetOverride(ctx, overrides.Override{Namespace: m.Namespace,
 		Identifier: m.Identifier, Limit: m.Limit, Duration: pipeline.Milliseconds(m.Duration)})
 	if err != nil {
 		return nil, h.fail(ctx, ratelimitv1connect.RatelimitServiceSetOverrideProcedure, err)
@@ -24,7 +24,7 @@ func (h *Handler) SetOverride(ctx context.Context, req *connect.Request[ratelimi
 
 // GetOverride implements RatelimitService.GetOverride.
 func (h *Handler) GetOverride(ctx context.Context, req *connect.Request[ratelimitv1.GetOverrideRequest]) (*connect.Response[ratelimitv1.GetOverrideResponse], error) {
-	o, err := h.pipeline.GetOverride(ctx, pipeline.Workspace(ctx), req.Msg.Namespace, req.Msg.Identifier)
+	o, err := h.pipeline.GetOverride(ctx, req.Msg.Namespace, req.Msg.Identifier)
 	if err != nil {
 		return nil, h.fail(ctx, ratelimitv1connect.RatelimitServiceGetOverrideProcedure, err)
 	}
@@ -33,7 +33,7 @@ func (h *Handler) GetOverride(ctx context.Context, req *connect.Request[ratelimi
 
 // ListOverrides implements RatelimitService.ListOverrides.
 func (h *Handler) ListOverrides(ctx context.Context, req *connect.Request[ratelimitv1.ListOverridesRequest]) (*connect.Response[ratelimitv1.ListOverridesResponse], error) {
-	page, next, err := h.pipeline.ListOverrides(ctx, pipeline.Workspace(ctx), req.Msg.Namespace, req.Msg.Cursor, int(req.Msg.Limit))
+	page, next, err := h.pipeline.ListOverrides(ctx, req.Msg.Namespace, req.Msg.Cursor, int(req.Msg.Limit))
 	if err != nil {
 		return nil, h.fail(ctx, ratelimitv1connect.RatelimitServiceListOverridesProcedure, err)
 	}
@@ -46,7 +46,7 @@ func (h *Handler) ListOverrides(ctx context.Context, req *connect.Request[rateli
 
 // DeleteOverride implements RatelimitService.DeleteOverride.
 func (h *Handler) DeleteOverride(ctx context.Context, req *connect.Request[ratelimitv1.DeleteOverrideRequest]) (*connect.Response[ratelimitv1.DeleteOverrideResponse], error) {
-	if err := h.pipeline.DeleteOverride(ctx, pipeline.Workspace(ctx), req.Msg.Namespace, req.Msg.Identifier); err != nil {
+	if err := h.pipeline.DeleteOverride(ctx, req.Msg.Namespace, req.Msg.Identifier); err != nil {
 		return nil, h.fail(ctx, ratelimitv1connect.RatelimitServiceDeleteOverrideProcedure, err)
 	}
 	return connect.NewResponse(&ratelimitv1.DeleteOverrideResponse{}), nil

@@ -126,7 +126,6 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if err := pipeline.Authorize(ctx, access.Limit, rlsconfig.NamespacePrefix+req.Domain); err != nil {
 		return nil, err
 	}
-	ws := pipeline.Workspace(ctx)
 	cfg := s.config()
 	n := len(req.Descriptors)
 	plans := make([]plan, n)
@@ -151,7 +150,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		if p.rule != nil && p.rule.Name != "" && replaced[p.rule.Name] {
 			p.counted = false
 		}
-		st, err := s.decide(ctx, ws, req.Domain, p, now)
+		st, err := s.decide(ctx, req.Domain, p, now)
 		if err != nil {
 			return nil, err
 		}
@@ -297,7 +296,7 @@ func checkIdentifier(id string) error {
 }
 
 // decide decides one planned descriptor.
-func (s *Service) decide(ctx context.Context, ws, domain string, p *plan, now time.Time) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
+func (s *Service) decide(ctx context.Context, domain string, p *plan, now time.Time) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
 	if p.unlimited {
 		s.metrics.hits(domain, p.metric, p.cost)
 		s.metrics.within(domain, p.metric, p.cost)
@@ -311,7 +310,7 @@ func (s *Service) decide(ctx context.Context, ws, domain string, p *plan, now ti
 	// year's window and a limit of 0 that blocks, a request's own limit
 	// not (see plan.fromRequest).
 	call := pipeline.Call{
-		Request: ratelimit.Request{Workspace: ws, Namespace: rlsconfig.NamespacePrefix + domain, Identifier: p.identifier,
+		Request: ratelimit.Request{Namespace: rlsconfig.NamespacePrefix + domain, Identifier: p.identifier,
 			Limit: p.limit, Duration: p.unit.Duration(), Cost: p.cost},
 		MaxIdentifier: MaxIdentifier, MaxDuration: ratelimit.MaxWindow, ZeroLimit: true}
 	if p.fromRequest {

@@ -2,16 +2,13 @@ package envoyrls_test
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
 
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -53,12 +50,7 @@ func serve(t *testing.T) (url, grpcAddr string) {
 // Envoy-based gateway's rate limit client calls the service.
 func client(t *testing.T, addr string) rlsv3.RateLimitServiceClient {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return rlsv3.NewRateLimitServiceClient(conn)
+	return rlsv3.NewRateLimitServiceClient(apitest.Dial(t, addr))
 }
 
 func request(domain string, values ...string) *rlsv3.RateLimitRequest {
@@ -126,20 +118,10 @@ func TestTransports(t *testing.T) {
 
 func grpcCode(err error) codes.Code { return status.Code(err) }
 
+// postJSON posts body to the /json endpoint under url with token (none if
+// "").
 func postJSON(t *testing.T, url, token, body string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest("POST", url+"/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(raw)
+	status, raw := apitest.Post(t, url+"/json", token, "", strings.NewReader(body))
+	return status, string(raw)
 }

@@ -35,6 +35,17 @@ type Principal struct {
 	Permissions access.Permissions
 }
 
+// Add adds token with its principal, keeping only its digest, and reports
+// whether it was new.
+func (t Tokens) Add(token string, pr Principal) bool {
+	sum := sha256.Sum256([]byte(token))
+	if _, dup := t[sum]; dup {
+		return false
+	}
+	t[sum] = pr
+	return true
+}
+
 // OpenPrincipal is every caller when no tokens are configured: OpenWorkspace,
 // with every permission.
 func OpenPrincipal() Principal {
@@ -74,11 +85,9 @@ func ParseTokens(s string) (Tokens, error) {
 		if len(ws) > maxWorkspaceLength || !Printable(ws) {
 			return nil, fmt.Errorf("entry %d: workspace must be 1 to %d printable characters", i+1, maxWorkspaceLength)
 		}
-		sum := sha256.Sum256([]byte(token))
-		if _, dup := t[sum]; dup {
+		if !t.Add(token, Principal{Workspace: ws, Permissions: access.All()}) {
 			return nil, fmt.Errorf("entry %d repeats a token", i+1)
 		}
-		t[sum] = Principal{Workspace: ws, Permissions: access.All()}
 	}
 	return t, nil
 }
@@ -116,9 +125,6 @@ func (p *Pipeline) Authenticate(authorization string) (Principal, error) {
 	}
 	return pr, nil
 }
-
-// Open reports whether the pipeline runs without tokens.
-func (p *Pipeline) Open() bool { return len(p.tokens) == 0 }
 
 type principalKey struct{}
 

@@ -37,9 +37,9 @@ func TestPermissions(t *testing.T) {
 	}
 	_, err = p.Limit(ctx, Call{Request: other})
 	denied("Limit in another namespace", err, "ratelimit.other.limit")
-	_, err = p.Batch(ctx, "ws", []Call{{Request: req("a", 1)}, {Request: other}})
+	_, err = p.Batch(ctx, []Call{{Request: req("a", 1)}, {Request: other}})
 	denied("Batch naming another namespace", err, "ratelimit.other.limit")
-	_, err = p.Multi(ctx, "ws", []Call{{Request: req("a", 1)}, {Request: other}})
+	_, err = p.Multi(ctx, []Call{{Request: req("a", 1)}, {Request: other}})
 	denied("Multi naming another namespace", err, "ratelimit.other.limit")
 	// Nothing of the refused batches was counted: the first limit-1 call
 	// on "a" is still admitted.
@@ -56,13 +56,33 @@ func TestPermissions(t *testing.T) {
 	if _, err := p.SetOverride(admin, o); err != nil {
 		t.Fatal(err)
 	}
-	err = p.DeleteOverride(ctx, "ws", "n", "x")
+	err = p.DeleteOverride(ctx, "n", "x")
 	denied("DeleteOverride", err, "ratelimit.n.delete_override")
-	if got, err := p.GetOverride(ctx, "ws", "n", "x"); err != nil || got.Limit != o.Limit {
+	if got, err := p.GetOverride(ctx, "n", "x"); err != nil || got.Limit != o.Limit {
 		t.Fatalf("GetOverride with read_override on *: %+v, %v (a refused delete must leave it)", got, err)
 	}
-	if page, _, err := p.ListOverrides(ctx, "ws", "n", "", 0); err != nil || len(page) != 1 {
+	if page, _, err := p.ListOverrides(ctx, "n", "", 0); err != nil || len(page) != 1 {
 		t.Fatalf("ListOverrides with read_override on *: %v, %v", page, err)
+	}
+
+	// The workspace is the key's, whatever a call or an override names.
+	foreign := req("f", 1)
+	foreign.Workspace = "ws_other"
+	if _, err := p.Limit(ctx, Call{Request: foreign}); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := p.Limit(ctx, Call{Request: req("f", 1)}); err != nil || d.Success {
+		t.Errorf("a call naming another workspace counted elsewhere: the key's own then got %+v, %v", d, err)
+	}
+	o.Workspace, o.Identifier = "ws_other", "y"
+	if _, err := p.SetOverride(admin, o); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ov.Get(context.Background(), "ws", "n", "y"); err != nil {
+		t.Errorf("an override naming another workspace was not set in the key's: %v", err)
+	}
+	if _, err := ov.Get(context.Background(), "ws_other", "n", "y"); !errors.Is(err, overrides.ErrNotFound) {
+		t.Errorf("an override was set in a workspace the key does not belong to: %v", err)
 	}
 
 	// A malformed namespace is invalid, whatever the key may do.

@@ -21,7 +21,9 @@ const MaxBatchLimit = 1000
 // limiter's own rules.
 type Call struct {
 	// Request's Identifier is the caller's: overrides match it; the
-	// counter is named by CounterIdentifier.
+	// counter is named by CounterIdentifier. Its Workspace is ignored: a
+	// call counts in the workspace of the key that made it (see
+	// PrincipalOf), whatever an adapter puts there.
 	Request ratelimit.Request
 	// MaxIdentifier is the longest identifier accepted, in characters:
 	// ratelimit.MaxNameLength (255) if 0. A longer one is counted under its
@@ -48,9 +50,10 @@ type Decision struct {
 }
 
 // validate checks c by the limiter's rules and the adapter's, and returns
-// the request as it is counted: under its counter identifier.
-func (c *Call) validate() (ratelimit.Request, error) {
+// the request as it is counted: in workspace, under its counter identifier.
+func (c *Call) validate(workspace string) (ratelimit.Request, error) {
 	r := c.Request
+	r.Workspace = workspace
 	maxID := c.MaxIdentifier
 	if maxID == 0 {
 		maxID = ratelimit.MaxNameLength
@@ -95,7 +98,7 @@ func (p *Pipeline) override(r *ratelimit.Request, identifier string) string {
 // decision. On an error from the limiter the decision still carries the
 // limit and the reset of the request's window.
 func (p *Pipeline) Limit(ctx context.Context, c Call) (Decision, error) {
-	r, err := c.validate()
+	r, err := c.validate(Workspace(ctx))
 	if err != nil {
 		return Decision{}, err
 	}
@@ -129,13 +132,13 @@ func (p *Pipeline) decide(ctx context.Context, r *ratelimit.Request, identifier 
 
 // validateEach validates a batch of at most max calls, naming an offending
 // one by its place ("limits[2].cost").
-func validateEach(calls []Call, max int) ([]ratelimit.Request, error) {
+func validateEach(calls []Call, max int, workspace string) ([]ratelimit.Request, error) {
 	if err := ratelimit.CheckBatchSize("limits", len(calls), max); err != nil {
 		return nil, err
 	}
 	reqs := make([]ratelimit.Request, len(calls))
 	for i := range calls {
-		r, err := calls[i].validate()
+		r, err := calls[i].validate(workspace)
 		if err != nil {
 			return nil, ratelimit.InEntry("limits", i, err)
 		}
@@ -158,8 +161,9 @@ func (p *Pipeline) enterBatch(ctx context.Context, workspace string, n int) (fun
 // the limiter refuses (a workspace at its window cap) is denied. The batch
 // waits for its workspace's turn and stops between entries once ctx ends;
 // the entries decided by then stay counted.
-func (p *Pipeline) Batch(ctx context.Context, workspace string, calls []Call) ([]Decision, error) {
-	reqs, err := validateEach(calls, MaxBatchLimit)
+func (p *Pipeline) Batch(ctx context.Context, calls []Call) ([]Decision, error) {
+	workspace := Workspace(ctx)
+	reqs, err := validateEach(calls, MaxBatchLimit, workspace)
 	if err != nil {
 		return nil, err
 	}
@@ -197,8 +201,9 @@ type MultiDecision struct {
 // Multi decides calls together: either every one is admitted and all are
 // counted, or nothing is counted anywhere. A call blocked by an override
 // (limit 0) fails the whole batch; the others are then only checked.
-func (p *Pipeline) Multi(ctx context.Context, workspace string, calls []Call) (MultiDecision, error) {
-	reqs, err := validateEach(calls, ratelimit.MaxBatch)
+func (p *Pipeline) Multi(ctx context.Context, calls []Call) (MultiDecision, error) {
+	workspace := Workspace(ctx)
+	reqs, err := validateEach(calls, ratelimit.MaxBatch, workspace)
 	if err != nil {
 		return MultiDecision{}, err
 	}

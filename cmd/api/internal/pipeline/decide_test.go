@@ -83,7 +83,7 @@ func batchError(t *testing.T, p *Pipeline) error {
 	t.Helper()
 	bad := req("b", 1)
 	bad.Cost = -1
-	_, err := p.Batch(WithPrincipal(context.Background(), OpenPrincipal()), "ws", []Call{{Request: req("a", 1)}, {Request: bad}})
+	_, err := p.Batch(WithPrincipal(context.Background(), OpenPrincipal()), []Call{{Request: req("a", 1)}, {Request: bad}})
 	if err == nil {
 		t.Fatal("a batch with a negative cost was decided")
 	}

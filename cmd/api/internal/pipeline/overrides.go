@@ -10,12 +10,12 @@ import (
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
-// ListOverrides returns a page of at most limit of the workspace's
+// ListOverrides returns a page of at most limit of the caller's workspace's
 // overrides in namespace, after cursor ("" for the first page), and the
 // cursor of the next page ("" after the last). A cursor is the last
 // identifier of its page, base64-encoded so that clients treat it as
 // opaque.
-func (p *Pipeline) ListOverrides(ctx context.Context, workspace, namespace, cursor string, limit int) ([]overrides.Override, string, error) {
+func (p *Pipeline) ListOverrides(ctx context.Context, namespace, cursor string, limit int) ([]overrides.Override, string, error) {
 	if err := authorizeNamespace(ctx, access.ReadOverride, namespace); err != nil {
 		return nil, "", err
 	}
@@ -23,37 +23,39 @@ func (p *Pipeline) ListOverrides(ctx context.Context, workspace, namespace, curs
 	if err != nil {
 		return nil, "", &ratelimit.ValidationError{Field: "cursor", Rule: "must be a cursor from a previous page"}
 	}
-	page, more, err := p.overrides.List(ctx, workspace, namespace, string(after), limit)
+	page, more, err := p.overrides.List(ctx, Workspace(ctx), namespace, string(after), limit)
 	if err != nil || !more {
 		return page, "", err
 	}
 	return page, base64.RawURLEncoding.EncodeToString([]byte(page[len(page)-1].Identifier)), nil
 }
 
-// SetOverride sets o, if the caller may set overrides in its namespace.
+// SetOverride sets o in the caller's workspace (o.Workspace is ignored), if
+// the caller may set overrides in its namespace.
 func (p *Pipeline) SetOverride(ctx context.Context, o overrides.Override) (overrides.Override, error) {
 	if err := authorizeNamespace(ctx, access.SetOverride, o.Namespace); err != nil {
 		return overrides.Override{}, err
 	}
+	o.Workspace = Workspace(ctx)
 	return p.overrides.Set(ctx, o)
 }
 
-// GetOverride returns the override of identifier, if the caller may read
-// the overrides of namespace.
-func (p *Pipeline) GetOverride(ctx context.Context, workspace, namespace, identifier string) (overrides.Override, error) {
+// GetOverride returns the override of identifier in the caller's
+// workspace, if the caller may read the overrides of namespace.
+func (p *Pipeline) GetOverride(ctx context.Context, namespace, identifier string) (overrides.Override, error) {
 	if err := authorizeNamespace(ctx, access.ReadOverride, namespace); err != nil {
 		return overrides.Override{}, err
 	}
-	return p.overrides.Get(ctx, workspace, namespace, identifier)
+	return p.overrides.Get(ctx, Workspace(ctx), namespace, identifier)
 }
 
-// DeleteOverride deletes the override of identifier, if the caller may
-// delete the overrides of namespace.
-func (p *Pipeline) DeleteOverride(ctx context.Context, workspace, namespace, identifier string) error {
+// DeleteOverride deletes the override of identifier in the caller's
+// workspace, if the caller may delete the overrides of namespace.
+func (p *Pipeline) DeleteOverride(ctx context.Context, namespace, identifier string) error {
 	if err := authorizeNamespace(ctx, access.DeleteOverride, namespace); err != nil {
 		return err
 	}
-	return p.overrides.Delete(ctx, workspace, namespace, identifier)
+	return p.overrides.Delete(ctx, Workspace(ctx), namespace, identifier)
 }
 
 // authorizeNamespace checks namespace before the permission, so that a

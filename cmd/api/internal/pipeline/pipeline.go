@@ -1,5 +1,5 @@
 // Package pipeline is the request path every protocol of the API shares,
-// free of any protocol: authenticate, validate once, apply overrides,
+// free of any protocol: authenticate, authorize, validate once, apply overrides,
 // decide, record metrics, classify errors. The adapters (Connect and gRPC,
 // Unkey's v2 routes, Envoy's rate limit service) only translate their
 // formats to a Request and a Decision back; a new protocol is a new
@@ -32,8 +32,8 @@ type Pipeline struct {
 // Option configures a Pipeline.
 type Option func(*Pipeline)
 
-// WithTokens sets the bearer tokens and their workspaces; without any,
-// every caller is in OpenWorkspace.
+// WithTokens sets the bearer tokens and their principals; without any,
+// every caller is OpenPrincipal.
 func WithTokens(t Tokens) Option { return func(p *Pipeline) { p.tokens = t } }
 
 // WithBatchEntriesInFlight bounds the batch entries one workspace may have

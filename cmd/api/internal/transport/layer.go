@@ -34,8 +34,8 @@ type Renderer func(w http.ResponseWriter, r *http.Request, err error)
 
 // Route returns next behind the layer, in this order: a panic is recovered
 // and rendered; the caller is authenticated from its headers before any of
-// the body is read (its workspace is then in the request's context, see
-// [pipeline.Workspace]); the body is capped at [MaxRequestBytes] and its
+// the body is read (its principal, the workspace and what it may do, is
+// then in the request's context, see [pipeline.PrincipalOf]); the body is capped at [MaxRequestBytes] and its
 // bytes come out of the decode budget. render answers each failure in
 // next's protocol.
 func (l *Layer) Route(render Renderer, next http.Handler) http.Handler {

@@ -27,12 +27,12 @@ type limitRequest struct {
 
 // call converts r. Unkey accepts identifiers of up to 512 characters; one
 // over 255 is counted under its digest.
-func (r *limitRequest) call(workspace string) pipeline.Call {
+func (r *limitRequest) call() pipeline.Call {
 	cost := int64(1)
 	if r.Cost != nil {
 		cost = *r.Cost
 	}
-	return pipeline.Call{Request: ratelimit.Request{Workspace: workspace, Namespace: r.Namespace, Identifier: r.Identifier,
+	return pipeline.Call{Request: ratelimit.Request{Namespace: r.Namespace, Identifier: r.Identifier,
 		Limit: r.Limit, Duration: pipeline.Milliseconds(r.Duration), Cost: cost}, MaxIdentifier: maxIdentifier}
 }
 
@@ -50,7 +50,7 @@ func (h *Handler) limit(ctx context.Context, c *call) (any, error) {
 	if err := decode(c.body, &in); err != nil {
 		return nil, err
 	}
-	d, err := h.pipeline.Limit(ctx, in.call(c.workspace))
+	d, err := h.pipeline.Limit(ctx, in.call())
 	if err != nil {
 		return nil, err
 	}
@@ -92,9 +92,9 @@ func (h *Handler) multiLimit(ctx context.Context, c *call) (any, error) {
 	}
 	calls := make([]pipeline.Call, len(in))
 	for i := range in {
-		calls[i] = in[i].call(c.workspace)
+		calls[i] = in[i].call()
 	}
-	m, err := h.pipeline.Multi(ctx, c.workspace, calls)
+	m, err := h.pipeline.Multi(ctx, calls)
 	var ve *ratelimit.ValidationError
 	if errors.As(err, &ve) {
 		return nil, &ratelimit.ValidationError{Field: strings.TrimPrefix(ve.Field, "limits"), Rule: ve.Rule}

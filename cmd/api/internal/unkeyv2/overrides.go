@@ -38,7 +38,7 @@ func (h *Handler) setOverride(ctx context.Context, c *call) (any, error) {
 	if err := decode(c.body, &in); err != nil {
 		return nil, err
 	}
-	o, err := h.pipeline.SetOverride(ctx, overrides.Override{Workspace: c.workspace, Namespace: in.Namespace,
+	o, err := h.pipeline.SetOverride(ctx, overrides.Override{Namespace: in.Namespace,
 		Identifier: in.Identifier, Limit: in.Limit, Duration: pipeline.Milliseconds(in.Duration)})
 	if err != nil {
 		return nil, err
@@ -53,7 +53,7 @@ func (h *Handler) getOverride(ctx context.Context, c *call) (any, error) {
 	if err := decode(c.body, &in); err != nil {
 		return nil, err
 	}
-	o, err := h.pipeline.GetOverride(ctx, c.workspace, in.Namespace, in.Identifier)
+	o, err := h.pipeline.GetOverride(ctx, in.Namespace, in.Identifier)
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +65,7 @@ func (h *Handler) deleteOverride(ctx context.Context, c *call) (any, error) {
 	if err := decode(c.body, &in); err != nil {
 		return nil, err
 	}
-	if err := h.pipeline.DeleteOverride(ctx, c.workspace, in.Namespace, in.Identifier); err != nil {
+	if err := h.pipeline.DeleteOverride(ctx, in.Namespace, in.Identifier); err != nil {
 		return nil, err
 	}
 	return struct{}{}, nil
@@ -82,7 +82,7 @@ func (h *Handler) listOverrides(ctx context.Context, c *call) (any, error) {
 	if err := decode(c.body, &in); err != nil {
 		return nil, err
 	}
-	page, next, err := h.pipeline.ListOverrides(ctx, c.workspace, in.Namespace, in.Cursor, in.Limit)
+	page, next, err := h.pipeline.ListOverrides(ctx, in.Namespace, in.Cursor, in.Limit)
 	if err != nil {
 		return nil, err
 	}

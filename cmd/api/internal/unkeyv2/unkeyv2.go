@@ -5,8 +5,8 @@
 // them: {meta: {requestId}, data: …} on success, {meta, error: {title,
 // detail, status, type}} (with errors: [{location, message}] for 400) on
 // failure. Bodies are decoded strictly, as the spec describes every body
-// (additionalProperties: false). The bearer token maps to a workspace as
-// for the Connect API.
+// (additionalProperties: false). The bearer token maps to a principal (a
+// workspace and its permissions) as for the Connect API.
 package unkeyv2
 
 import (
@@ -27,10 +27,10 @@ type Handler struct {
 // New returns the v2 routes on l's pipeline.
 func New(l *transport.Layer) *Handler { return &Handler{layer: l, pipeline: l.Pipeline()} }
 
-// call is one authenticated v2 request.
+// call is one authenticated v2 request; its principal is in the request's
+// context.
 type call struct {
-	workspace string
-	body      []byte
+	body []byte
 }
 
 // Register serves the v2 routes on mux behind the layer.
@@ -58,7 +58,7 @@ func (h *Handler) serve(fn func(context.Context, *call) (any, error)) http.Handl
 			h.fail(w, r, requestID, err)
 			return
 		}
-		data, err := fn(r.Context(), &call{workspace: pipeline.Workspace(r.Context()), body: body})
+		data, err := fn(r.Context(), &call{body: body})
 		if err != nil {
 			h.fail(w, r, requestID, err)
 			return

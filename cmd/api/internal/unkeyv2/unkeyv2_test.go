@@ -33,24 +33,7 @@ func serve(t *testing.T) *server {
 // and the body of the answer.
 func (s *server) post(t *testing.T, path, token string, body io.Reader) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequest("POST", s.url+path, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, raw
+	return apitest.Post(t, s.url+path, token, "application/json", body)
 }
 
 // TestUnkeyV2Shapes checks what the SDKs do not exercise: identifiers up to
