@@ -78,24 +78,15 @@ func TestTwoRegionsConverge(t *testing.T) {
 	}
 	a, b := newRegion("a"), newRegion("b")
 	rq := ratelimit.Request{Workspace: "ws", Namespace: "ns", Identifier: "k", Limit: 10, Duration: month, Cost: 6}
-	remaining := func(s *ratelimit.Service) int64 {
-		peek := rq
-		peek.Cost = 0
-		resp, err := s.Limit(context.Background(), peek)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.Remaining
-	}
 	if resp, err := a.Limit(context.Background(), rq); err != nil || !resp.Success {
 		t.Fatalf("a: %+v, %v", resp, err)
 	}
-	poll.Until(t, 5*time.Second, "b to count a's 6", func() bool { return remaining(b) == 4 })
+	poll.Until(t, 5*time.Second, "b to count a's 6", func() bool { return remaining(t, b, rq) == 4 })
 	rq.Cost = 3 // below b's own floor, but the cell is shared: b publishes too
 	if resp, err := b.Limit(context.Background(), rq); err != nil || !resp.Success {
 		t.Fatalf("b: %+v, %v", resp, err)
 	}
-	poll.Until(t, 5*time.Second, "a to count b's 3", func() bool { return remaining(a) == 1 })
+	poll.Until(t, 5*time.Second, "a to count b's 3", func() bool { return remaining(t, a, rq) == 1 })
 	rq.Cost = 2
 	if resp, _ := b.Limit(context.Background(), rq); resp.Success {
 		t.Fatalf("b admitted 2 with 1 left: %+v", resp)
@@ -184,26 +175,17 @@ func TestSlowMySQLKeepsImporting(t *testing.T) {
 	a := newRegion("a", sqlDB)
 	b := newRegion("b", slowDB, ratelimit.WithGlobalTimeouts(2*delay, 6*delay))
 	rq := ratelimit.Request{Workspace: "ws", Namespace: "ns", Identifier: "k", Limit: 100, Duration: month, Cost: 60}
-	remaining := func(s *ratelimit.Service) int64 {
-		peek := rq
-		peek.Cost = 0
-		resp, err := s.Limit(context.Background(), peek)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.Remaining
-	}
 	if resp, err := a.Limit(context.Background(), rq); err != nil || !resp.Success {
 		t.Fatalf("a: %+v, %v", resp, err)
 	}
 	start := time.Now()
-	poll.Until(t, 30*time.Second, "b to import a's 60 through the slow database", func() bool { return remaining(b) == 40 })
+	poll.Until(t, 30*time.Second, "b to import a's 60 through the slow database", func() bool { return remaining(t, b, rq) == 40 })
 	t.Logf("b imported a's count %v after a spent it, each statement held %v", time.Since(start).Round(10*time.Millisecond), delay)
 	rq.Cost = 30
 	if resp, err := b.Limit(context.Background(), rq); err != nil || !resp.Success {
 		t.Fatalf("b: %+v, %v", resp, err)
 	}
-	poll.Until(t, 30*time.Second, "a to count b's 30, published through the slow database", func() bool { return remaining(a) == 10 })
+	poll.Until(t, 30*time.Second, "a to count b's 30, published through the slow database", func() bool { return remaining(t, a, rq) == 10 })
 }
 
 // TestUnpublishedCountsOutliveTheirProcess: process a1 of region a admits
@@ -372,4 +354,16 @@ func TestClockSkewBetweenRegions(t *testing.T) {
 	}
 	slices.Sort(took)
 	t.Logf("clocks 60 s apart: 20 keys converged across regions in %v (median) to %v (max)", took[len(took)/2], took[len(took)-1])
+}
+
+// remaining returns what s has left for rq's key, read with a request of
+// cost 0, which counts nothing.
+func remaining(t *testing.T, s *ratelimit.Service, rq ratelimit.Request) int64 {
+	t.Helper()
+	rq.Cost = 0
+	resp, err := s.Limit(context.Background(), rq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Remaining
 }
