@@ -4,6 +4,18 @@
 
 package db
 
+type RatelimitAuditLog struct {
+	Pk          uint64
+	WorkspaceID string
+	ActorKeyID  string
+	Action      string
+	Target      string
+	BeforeValue string
+	AfterValue  string
+	RequestID   string
+	CreatedAt   uint64
+}
+
 type RatelimitBlocklist struct {
 	Pk          uint64
 	WorkspaceID string
@@ -13,6 +25,20 @@ type RatelimitBlocklist struct {
 	Sequence    int64
 	ExpiresAt   uint64
 	CreatedAt   uint64
+}
+
+type RatelimitKey struct {
+	Pk          uint64
+	ID          string
+	WorkspaceID string
+	Name        string
+	Digest      []byte
+	Permissions string
+	ExpiresAt   uint64
+	RevokedAt   uint64
+	CreatedAt   uint64
+	UpdatedAt   uint64
+	Revision    uint64
 }
 
 type RatelimitOverride struct {

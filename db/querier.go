@@ -9,6 +9,20 @@ import (
 )
 
 type Querier interface {
+	// AuditInsert records one change, at the database's time.
+	AuditInsert(ctx context.Context, arg AuditInsertParams) error
+	// AuditList returns up to limit entries of a workspace, newest first,
+	// older than the entry before_pk (a page's cursor is its last pk), that
+	// match every filter given ('' or 0: any): an action, a target, an acting
+	// key, and a time range [since, until) in unix ms.
+	AuditList(ctx context.Context, arg AuditListParams) ([]RatelimitAuditLog, error)
+	// AuditPurge removes the batch AuditPurgeBatch counted.
+	AuditPurge(ctx context.Context, arg AuditPurgeParams) (int64, error)
+	// AuditPurgeBatch counts the first limit entries, by primary key, recorded
+	// before cutoff (unix ms by the database's clock: its now less the
+	// retention), and returns the last one's key: the batch AuditPurge
+	// removes, counted once however often it runs.
+	AuditPurgeBatch(ctx context.Context, arg AuditPurgeBatchParams) (AuditPurgeBatchRow, error)
 	// BlocklistDeleteBatch deletes the batch BlocklistExpiredBatch counted.
 	BlocklistDeleteBatch(ctx context.Context, arg BlocklistDeleteBatchParams) (int64, error)
 	// BlocklistDropTable drops the legacy table: the last stage of its
@@ -27,6 +41,34 @@ type Querier interface {
 	// BulkInsertBlocklist is the legacy writer of the blocklist. No code calls it
 	// any more; it stays until the table is dropped.
 	BulkInsertBlocklist(ctx context.Context, arg BulkInsertBlocklistParams) error
+	// KeyAll returns every key, revoked ones included, in primary key order:
+	// what a process holds in memory.
+	KeyAll(ctx context.Context) ([]KeyAllRow, error)
+	// KeyCountLive counts a workspace's keys that are not revoked: what its cap
+	// bounds.
+	KeyCountLive(ctx context.Context, workspaceID string) (int64, error)
+	// KeyGet returns a key of a workspace, revoked or not.
+	KeyGet(ctx context.Context, arg KeyGetParams) (KeyGetRow, error)
+	// The database's clock stamps every change: unix ms for times, unix µs for
+	// revision (see the schema).
+	// KeyInsert stores a new key. Its secret is not here: only its digest.
+	KeyInsert(ctx context.Context, arg KeyInsertParams) error
+	// KeyList returns up to limit keys of a workspace whose id sorts after the
+	// given one ('' for the first page), in id order: a page's cursor is its
+	// last id.
+	KeyList(ctx context.Context, arg KeyListParams) ([]KeyListRow, error)
+	// KeyRevoke revokes a key that is not revoked yet. The row stays, so that
+	// every process's poll sees the key go.
+	KeyRevoke(ctx context.Context, arg KeyRevokeParams) (int64, error)
+	// KeySummary sums up the whole table from the revision index alone: a
+	// change of any row changes its revision, so the exclusive-or of the
+	// revisions (and the count, for a new row) changes with it, even for a
+	// change that waited on a lock and committed with an older revision than
+	// one already read. A poll reads every key again only then.
+	KeySummary(ctx context.Context) (KeySummaryRow, error)
+	// KeyUpdatePermissions replaces the permissions of a key that is not
+	// revoked.
+	KeyUpdatePermissions(ctx context.Context, arg KeyUpdatePermissionsParams) (int64, error)
 	// OverrideChanges returns every override, deleted ones included, whose
 	// revision is at least since: what a process's poll applies to its copy.
 	OverrideChanges(ctx context.Context, revision uint64) ([]OverrideChangesRow, error)

@@ -37,6 +37,9 @@ type config struct {
 	RedisURL        string `env:"UNKEY_REDIS_URL"`
 	MySQLDSN        string `env:"UNKEY_MYSQL_DSN"`
 	AuthTokens      string `env:"UNKEY_AUTH_TOKENS"`
+	// AuthKeysFile names a file of keys (digests, workspaces and
+	// permissions; see package keys), read again when it changes.
+	AuthKeysFile string `env:"UNKEY_AUTH_KEYS_FILE"`
 	cmdutil.Log
 
 	// MaxWindowsPerWorkspace caps the windows one workspace may hold in a

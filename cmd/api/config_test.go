@@ -77,9 +77,9 @@ func TestTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	for token, want := range map[string]string{tokA: "ws_a", tokB: "ws_b", padded: "ws_c"} {
-		pr, ok := c.tokens.Principal(token)
-		if !ok || pr.Workspace != want {
-			t.Fatalf("principal(%q) = %q, %v; want %q", token, pr.Workspace, ok, want)
+		pr, err := c.tokens.Principal(token)
+		if err != nil || pr.Workspace != want {
+			t.Fatalf("principal(%q) = %q, %v; want %q", token, pr.Workspace, err, want)
 		}
 		// A token of UNKEY_AUTH_TOKENS may do everything in its workspace.
 		if !pr.Permissions.Has(access.ManageKeys) || !pr.Permissions.Allows(access.SetOverride, "any") {
@@ -87,7 +87,7 @@ func TestTokens(t *testing.T) {
 		}
 	}
 	for _, prefix := range []string{tokA[:len(tokA)-1], strings.TrimRight(padded, "=")} {
-		if _, ok := c.tokens.Principal(prefix); ok {
+		if _, err := c.tokens.Principal(prefix); err == nil {
 			t.Fatalf("a prefix of a token was accepted: %q", prefix)
 		}
 	}

@@ -10,6 +10,8 @@
 //	api migrate              apply the MySQL schema to UNKEY_MYSQL_DSN (idempotent) and exit
 //	api rls check PATH...    check envoyproxy/ratelimit config files or directories, as
 //	                         UNKEY_RLS_CONFIG would load them, and exit 1 if any is broken
+//	api keys create ...      create a key in MySQL (see api keys for the flags)
+//	api keys generate ...    generate a key for UNKEY_AUTH_KEYS_FILE
 package main
 
 import (
@@ -22,7 +24,6 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -42,8 +43,10 @@ func main() {
 		err = migrate(context.Background(), os.Environ())
 	case len(args) >= 3 && args[0] == "rls" && args[1] == "check":
 		err = rlsCheck(os.Stdout, args[2:])
+	case len(args) >= 1 && args[0] == "keys":
+		err = keysCommand(context.Background(), os.Environ(), os.Stdout, os.Stderr, args[1:])
 	default:
-		err = fmt.Errorf("unknown arguments %q; usage: api [migrate | rls check PATH...]", args)
+		err = fmt.Errorf("unknown arguments %q; usage: api [migrate | rls check PATH... | keys create|generate ...]", args)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "api:", err)
@@ -53,12 +56,7 @@ func main() {
 
 // migrate applies the schema to the database UNKEY_MYSQL_DSN names.
 func migrate(ctx context.Context, environ []string) error {
-	var dsn string
-	for _, kv := range environ {
-		if v, ok := strings.CutPrefix(kv, "UNKEY_MYSQL_DSN="); ok {
-			dsn = v
-		}
-	}
+	dsn := lookupEnv(environ, "UNKEY_MYSQL_DSN")
 	if dsn == "" {
 		return fmt.Errorf("migrate: UNKEY_MYSQL_DSN is not set")
 	}

@@ -23,8 +23,10 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/audit"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/connectapi"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/unkeyv2"
@@ -48,7 +50,8 @@ const shutdownTimeout = 15 * time.Second
 
 // services are the gRPC services the server answers, for health checks and
 // reflection.
-var services = []string{ratelimitv1connect.RatelimitServiceName, envoyrls.ServiceName}
+var services = []string{ratelimitv1connect.RatelimitServiceName, ratelimitv1connect.KeyServiceName,
+	ratelimitv1connect.AuditServiceName, envoyrls.ServiceName}
 
 // server is one API process: a limiter behind the protocol adapters, with
 // health, readiness and metrics endpoints.
@@ -68,6 +71,11 @@ type server struct {
 	closers   []func() error        // store clients, closed after the limiter
 	redis     redis.UniversalClient // nil without UNKEY_REDIS_URL
 	connect   *connectapi.Handler
+	keyAPI    *connectapi.Keys
+	auditAPI  *connectapi.Audit
+	keys      *keys.Ring
+	keyFile   *keys.File  // nil without UNKEY_AUTH_KEYS_FILE
+	keyTable  *keys.Table // nil without MySQL
 	unkey     *unkeyv2.Handler
 	rls       *envoyrls.Service
 	rlsSource *rlsconfig.Source // nil without UNKEY_RLS_CONFIG
@@ -83,6 +91,17 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		overrides.WithMaxPerWorkspace(cfg.MaxOverridesPerWorkspace),
 		overrides.WithMaxPatternsPerNamespace(cfg.MaxOverridePatternsPerNamespace), overrides.WithRegisterer(reg)}
 	var closers []func() error
+	ring := keys.NewRing(keys.WithTokens(cfg.tokens))
+	var keyFile *keys.File
+	if cfg.AuthKeysFile != "" {
+		var err error
+		if keyFile, err = keys.NewFile(cfg.AuthKeysFile, ring, keys.WithFileLogger(logger), keys.WithFileRegisterer(reg)); err != nil {
+			return nil, fmt.Errorf("UNKEY_AUTH_KEYS_FILE: %w", err)
+		}
+	}
+	var auditLog audit.Log = audit.NewMemory(audit.DefaultMemoryEntries)
+	var keyStore keys.Store // nil without MySQL: keys are not managed
+	var keyTable *keys.Table
 	var client redis.UniversalClient
 	switch {
 	case cfg.redis != nil:
@@ -110,6 +129,11 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 			ratelimit.WithGlobalFlushIntervals(cfg.GlobalFlushInterval, cfg.GlobalFullFlushInterval),
 			ratelimit.WithGlobalSyncInterval(cfg.GlobalSyncInterval))
 		ovOpts = append(ovOpts, overrides.WithStore(overridesmysql.New(sqlDB)))
+		auditLog, keyStore = audit.NewMySQL(sqlDB), keys.NewMySQL(sqlDB)
+		if keyTable, err = keys.NewTable(keyStore, ring, reg, keys.WithPollInterval(cfg.OverridesPollInterval),
+			keys.WithTableLogger(logger)); err != nil {
+			return nil, err
+		}
 		logger.Info("global counters configured", "mysql", cfg.mysql.Addr, "database", cfg.mysql.DBName,
 			"flush", cfg.GlobalFlushInterval, "full_flush", cfg.GlobalFullFlushInterval, "sync", cfg.GlobalSyncInterval)
 	}
@@ -121,7 +145,15 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := pipeline.New(limiter, ov, reg, pipeline.WithTokens(cfg.tokens),
+	auditWriter, err := audit.NewWriter(auditLog, logger, reg)
+	if err != nil {
+		return nil, fmt.Errorf("register audit metrics: %w", err)
+	}
+	var manager *keys.Manager
+	if keyStore != nil {
+		manager = keys.NewManager(keyStore, auditWriter)
+	}
+	p, err := pipeline.New(limiter, ov, reg, pipeline.WithKeys(ring), pipeline.WithAudit(auditWriter),
 		pipeline.WithBatchEntriesInFlight(cfg.batchEntriesInFlight()))
 	if err != nil {
 		return nil, fmt.Errorf("register api metrics: %w", err)
@@ -138,9 +170,6 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(cfg.tokens) == 0 {
-		logger.Warn("no UNKEY_AUTH_TOKENS configured: the API is open and every caller shares the workspace " + pipeline.OpenWorkspace)
-	}
 	return &server{
 		logger:    logger,
 		limiter:   limiter,
@@ -155,6 +184,11 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		closers:   closers,
 		redis:     client,
 		connect:   connectapi.New(layer),
+		keyAPI:    connectapi.NewKeys(layer, manager),
+		auditAPI:  connectapi.NewAudit(layer, auditLog),
+		keys:      ring,
+		keyFile:   keyFile,
+		keyTable:  keyTable,
 		unkey:     unkeyv2.New(layer),
 		rls:       rls,
 		rlsSource: rlsSource,
@@ -199,6 +233,8 @@ func newRLS(cfg config, logger *slog.Logger, reg prometheus.Registerer, p *pipel
 func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
 	s.connect.Register(mux)
+	s.keyAPI.Register(mux)
+	s.auditAPI.Register(mux)
 	s.unkey.Register(mux)
 	s.rls.Register(mux, s.layer)
 	reflector := grpcreflect.NewStaticReflector(services...)
@@ -230,6 +266,8 @@ func (s *server) grpcServer() (*grpc.Server, func()) {
 		return connectapi.Codecs.Decode(data, msg, json) || envoyrls.Codecs.Decode(data, msg, json)
 	}}, opts...)
 	s.connect.RegisterGRPC(srv)
+	s.keyAPI.RegisterGRPC(srv)
+	s.auditAPI.RegisterGRPC(srv)
 	s.rls.RegisterGRPC(srv)
 	hs := health.NewServer()
 	for _, name := range append(services, "") {
@@ -266,6 +304,22 @@ func (s *server) serve(ctx context.Context, ln, grpcLn net.Listener) error {
 		s.logger.Warn("load overrides: serving without them until a poll loads them", "error", err)
 	}
 	g.Go(func() error { s.overrides.Run(loopsCtx); return nil })
+	// Keys from MySQL before taking traffic, too. A process that cannot
+	// read them answers unavailable to tokens no other source knows until
+	// a poll does: it cannot tell a key from a guess.
+	if s.keyTable != nil {
+		if err := s.keyTable.Load(ctx); err != nil {
+			s.logger.Warn("load keys: tokens only the keys table knows are answered unavailable until a poll loads them", "error", err)
+		}
+		g.Go(func() error { return s.keyTable.Run(loopsCtx) })
+	}
+	if s.keyFile != nil {
+		g.Go(func() error { return s.keyFile.Run(loopsCtx) })
+	}
+	if s.keys.Open() {
+		s.logger.Warn("no keys configured (UNKEY_AUTH_TOKENS, UNKEY_AUTH_KEYS_FILE, or a key in MySQL): the API is open " +
+			"and every caller shares the workspace " + pipeline.OpenWorkspace)
+	}
 	// The cluster's map of nodes before the first request, so that a master
 	// that dies later is replaced by a replica the client knows of (see
 	// redisstore.Warm). A Redis that does not answer is no reason not to
@@ -347,7 +401,7 @@ func (s *server) serve(ctx context.Context, ln, grpcLn net.Listener) error {
 	return err
 }
 
-// mysqlConns bounds the API's MySQL pool. The loops use at most two
-// connections at a time (one flush or sync, one overrides poll); four leave
-// room for a slow one and for override writes.
-const mysqlConns = 4
+// mysqlConns bounds the API's MySQL pool. The loops use at most three
+// connections at a time (one flush or sync, one overrides poll, one keys
+// poll); five leave room for a slow one and for override and key writes.
+const mysqlConns = 5

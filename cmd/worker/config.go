@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -29,6 +30,8 @@ type config struct {
 	// WorkerURL is where restate-server reaches this worker; by default
 	// http://127.0.0.1:<port of UNKEY_WORKER_ADDR>.
 	WorkerURL string `env:"UNKEY_WORKER_URL"`
+	// AuditRetention is how long the cleanup keeps audit log entries.
+	AuditRetention time.Duration `env:"UNKEY_AUDIT_RETENTION" envDefault:"2160h"`
 	cmdutil.Log
 
 	mysql *mysql.Config
@@ -39,6 +42,9 @@ func loadConfig(environ []string) (config, error) {
 	var c config
 	if err := envconfig.Parse(environ, &c); err != nil {
 		return config{}, err
+	}
+	if c.AuditRetention < time.Hour {
+		return config{}, fmt.Errorf("UNKEY_AUDIT_RETENTION: must be at least 1h, got %s", c.AuditRetention)
 	}
 	dsn, err := cmdutil.ParseMySQLDSN(c.MySQLDSN)
 	if err != nil {

@@ -70,7 +70,7 @@ func newWorker(cfg config, logger *slog.Logger) (*worker, error) {
 			"generate a key pair with `worker keygen` and give restate-server the private key")
 	}
 	h, err := rs.
-		Bind(cleanup.Definition(q)).
+		Bind(cleanup.Definition(q, cleanup.WithAuditRetention(cfg.AuditRetention))).
 		Bind(blocklistdrain.Definition(q)).
 		Handler()
 	if err != nil {

@@ -1,6 +1,7 @@
 // Package cleanup is the cron-like job that deletes expired rows of
-// ratelimit_window_counts and the tombstones of overrides deleted more than
-// overrides.TombstoneRetention ago. It is a Restate virtual object: each key
+// ratelimit_window_counts, the tombstones of overrides deleted more than
+// overrides.TombstoneRetention ago, and audit log entries older than the
+// audit retention (DefaultAuditRetention). It is a Restate virtual object: each key
 // is one schedule, whose runs delete rows in bounded batches, each batch a
 // durable step, and then send the next run to the same key with a delay.
 // Restate keeps the chain alive across restarts of the worker and of
@@ -40,6 +41,10 @@ const (
 	// the next one right away instead of after the interval.
 	DefaultMaxBatches = 100
 	backlogDelay      = time.Second
+	// DefaultAuditRetention is how long the audit log keeps an entry: a
+	// quarter, long enough to answer "who changed this" after an incident
+	// review, short enough to bound the table.
+	DefaultAuditRetention = 90 * 24 * time.Hour
 )
 
 // Store is what the job needs of the database: db.Queries has it.
@@ -49,13 +54,16 @@ type Store interface {
 	WindowCountsDeleteBatch(ctx context.Context, arg db.WindowCountsDeleteBatchParams) (int64, error)
 	OverridePurgeBatch(ctx context.Context, arg db.OverridePurgeBatchParams) (db.OverridePurgeBatchRow, error)
 	OverridePurgeDeleted(ctx context.Context, arg db.OverridePurgeDeletedParams) (int64, error)
+	AuditPurgeBatch(ctx context.Context, arg db.AuditPurgeBatchParams) (db.AuditPurgeBatchRow, error)
+	AuditPurge(ctx context.Context, arg db.AuditPurgeParams) (int64, error)
 }
 
 // Cleanup is the Restate virtual object. Bind it with restate.Reflect.
 type Cleanup struct {
-	store      Store
-	batchSize  int32
-	maxBatches int
+	store          Store
+	batchSize      int32
+	maxBatches     int
+	auditRetention time.Duration
 }
 
 // Option configures a Cleanup.
@@ -66,9 +74,15 @@ func WithBatches(size int32, perRun int) Option {
 	return func(c *Cleanup) { c.batchSize, c.maxBatches = size, perRun }
 }
 
+// WithAuditRetention sets how long audit log entries are kept
+// (DefaultAuditRetention).
+func WithAuditRetention(d time.Duration) Option {
+	return func(c *Cleanup) { c.auditRetention = d }
+}
+
 // New returns the cleanup object on store.
 func New(store Store, opts ...Option) *Cleanup {
-	c := &Cleanup{store: store, batchSize: DefaultBatchSize, maxBatches: DefaultMaxBatches}
+	c := &Cleanup{store: store, batchSize: DefaultBatchSize, maxBatches: DefaultMaxBatches, auditRetention: DefaultAuditRetention}
 	for _, opt := range opts {
 		opt(c)
 	}
@@ -109,9 +123,13 @@ type Status struct {
 	LastRunBatches  int       `json:"lastRunBatches"`
 	TotalDeleted    int64     `json:"totalDeleted"`
 	// LastRunPurged and TotalPurged count the override tombstones purged.
-	LastRunPurged int64     `json:"lastRunPurged"`
-	TotalPurged   int64     `json:"totalPurged"`
-	NextRun       time.Time `json:"nextRun,omitzero"`
+	LastRunPurged int64 `json:"lastRunPurged"`
+	TotalPurged   int64 `json:"totalPurged"`
+	// LastRunAuditPurged and TotalAuditPurged count the audit log entries
+	// purged.
+	LastRunAuditPurged int64     `json:"lastRunAuditPurged"`
+	TotalAuditPurged   int64     `json:"totalAuditPurged"`
+	NextRun            time.Time `json:"nextRun,omitzero"`
 	// Running reports, when Status answers, whether a scheduled chain is
 	// alive: its next run is not overdue by more than twice the interval
 	// and ten seconds. A chain that is not running is waiting on a worker
@@ -200,7 +218,8 @@ func (c *Cleanup) Stop(ctx restate.ObjectContext) (Status, error) {
 
 // Run deletes the rows that expired before the run began by the
 // database's clock (one clock whichever worker runs it), then the
-// override tombstones older than overrides.TombstoneRetention, in batches:
+// override tombstones older than overrides.TombstoneRetention, then the
+// audit log entries older than the audit retention, in batches:
 // each batch is counted in one durable step and deleted in the next, so a
 // run interrupted by a crash resumes after its last finished step, and a
 // batch deleted again after a crash is counted once. Then it sends the next
@@ -246,31 +265,31 @@ func (c *Cleanup) Run(ctx restate.ObjectContext, req RunRequest) error {
 			break
 		}
 	}
-	var purged int64
 	tombstoneCutoff := uint64(max(now-overrides.TombstoneRetention.Milliseconds(), 0))
-	for purgeBatches := 0; purgeBatches < c.maxBatches; purgeBatches++ {
-		b, err := restate.Run(ctx, func(rc restate.RunContext) (db.OverridePurgeBatchRow, error) {
-			return c.store.OverridePurgeBatch(rc, db.OverridePurgeBatchParams{Cutoff: tombstoneCutoff, Limit: c.batchSize})
-		}, restate.WithName(fmt.Sprintf("count override tombstones %d", purgeBatches+1)))
-		if err != nil {
-			return err
-		}
-		if b.RowsInBatch == 0 {
-			break
-		}
-		if _, err := restate.Run(ctx, func(rc restate.RunContext) (int64, error) {
-			return c.store.OverridePurgeDeleted(rc, db.OverridePurgeDeletedParams{LastPk: uint64(b.LastPk), Cutoff: tombstoneCutoff})
-		}, restate.WithName(fmt.Sprintf("purge override tombstones %d", purgeBatches+1))); err != nil {
-			return err
-		}
-		purged += b.RowsInBatch
-		if b.RowsInBatch < int64(c.batchSize) {
-			break
-		}
-		if purgeBatches+1 == c.maxBatches {
-			full = true // more tombstones are waiting
-		}
+	purged, morePurges, purgeErr := c.purge(ctx, "override tombstones",
+		func(rc restate.RunContext) (int64, uint64, error) {
+			b, err := c.store.OverridePurgeBatch(rc, db.OverridePurgeBatchParams{Cutoff: tombstoneCutoff, Limit: c.batchSize})
+			return b.RowsInBatch, uint64(b.LastPk), err
+		},
+		func(rc restate.RunContext, lastPk uint64) (int64, error) {
+			return c.store.OverridePurgeDeleted(rc, db.OverridePurgeDeletedParams{LastPk: lastPk, Cutoff: tombstoneCutoff})
+		})
+	if purgeErr != nil {
+		return purgeErr
 	}
+	auditCutoff := uint64(max(now-c.auditRetention.Milliseconds(), 0))
+	auditPurged, moreAudit, auditErr := c.purge(ctx, "audit entries",
+		func(rc restate.RunContext) (int64, uint64, error) {
+			b, err := c.store.AuditPurgeBatch(rc, db.AuditPurgeBatchParams{Cutoff: auditCutoff, Limit: c.batchSize})
+			return b.RowsInBatch, uint64(b.LastPk), err
+		},
+		func(rc restate.RunContext, lastPk uint64) (int64, error) {
+			return c.store.AuditPurge(rc, db.AuditPurgeParams{LastPk: lastPk, Cutoff: auditCutoff})
+		})
+	if auditErr != nil {
+		return auditErr
+	}
+	full = full || morePurges || moreAudit
 	delay := time.Duration(st.IntervalSeconds) * time.Second
 	if full {
 		delay = backlogDelay // more rows are waiting
@@ -282,10 +301,50 @@ func (c *Cleanup) Run(ctx restate.ObjectContext, req RunRequest) error {
 	st.TotalDeleted += deleted
 	st.LastRunPurged = purged
 	st.TotalPurged += purged
+	st.LastRunAuditPurged = auditPurged
+	st.TotalAuditPurged += auditPurged
 	st.NextRun = st.LastRun.Add(delay)
 	restate.Set(ctx, stateStatus, st)
 	schedule(ctx, chain, delay)
 	return nil
+}
+
+// purge removes rows in up to maxBatches batches, each counted in one
+// durable step (count returns the batch's rows and last primary key) and
+// deleted in the next (del deletes up to that key), so that a batch deleted
+// again after a crash is counted once. It reports the rows removed and
+// whether more are waiting.
+func (c *Cleanup) purge(ctx restate.ObjectContext, what string,
+	count func(restate.RunContext) (rows int64, lastPk uint64, err error),
+	del func(rc restate.RunContext, lastPk uint64) (int64, error)) (int64, bool, error) {
+	// The names of the rows sqlc generates, which runs journaled before
+	// this helper existed hold.
+	type batch struct {
+		Rows   int64  `json:"RowsInBatch"`
+		LastPk uint64 `json:"LastPk"`
+	}
+	var purged int64
+	for i := 1; i <= c.maxBatches; i++ {
+		b, err := restate.Run(ctx, func(rc restate.RunContext) (batch, error) {
+			rows, last, err := count(rc)
+			return batch{rows, last}, err
+		}, restate.WithName(fmt.Sprintf("count %s %d", what, i)))
+		if err != nil {
+			return purged, false, err
+		}
+		if b.Rows == 0 {
+			return purged, false, nil
+		}
+		if _, err := restate.Run(ctx, func(rc restate.RunContext) (int64, error) { return del(rc, b.LastPk) },
+			restate.WithName(fmt.Sprintf("purge %s %d", what, i))); err != nil {
+			return purged, false, err
+		}
+		purged += b.Rows
+		if b.Rows < int64(c.batchSize) {
+			return purged, false, nil
+		}
+	}
+	return purged, true, nil // more are waiting
 }
 
 // schedule sends the chain's next run to this key after delay and records

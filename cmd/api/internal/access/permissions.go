@@ -189,3 +189,21 @@ func (p Permissions) Names() []string {
 	slices.Sort(names)
 	return names
 }
+
+// Grants reports whether p holds the permission name, as a key granting it
+// to another must: "ratelimit.*.limit" only if p allows limit in every
+// namespace, "ratelimit.api.limit" if p allows limit in api. A name that is
+// not a permission is not held.
+func (p Permissions) Grants(name string) bool {
+	if name == ManageKeys || name == ReadAudit {
+		return p.Has(name)
+	}
+	ns, action, err := parseNamespaced(name)
+	if err != nil {
+		return false
+	}
+	if ns == AnyNamespace {
+		return p.all || p.anyNS&action == action
+	}
+	return p.Allows(action, ns)
+}

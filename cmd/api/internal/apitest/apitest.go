@@ -95,7 +95,7 @@ func New(t testing.TB, opts ...Option) *Stack {
 			t.Fatalf("key %q repeats a token", k.token)
 		}
 	}
-	p, err := pipeline.New(limiter, ov, reg, pipeline.WithTokens(tokens), pipeline.WithBatchEntriesInFlight(pipeline.MaxBatchLimit))
+	p, err := pipeline.New(limiter, ov, reg, pipeline.WithKeys(tokens), pipeline.WithBatchEntriesInFlight(pipeline.MaxBatchLimit))
 	if err != nil {
 		t.Fatal(err)
 	}

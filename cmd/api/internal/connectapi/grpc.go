@@ -13,25 +13,53 @@ import (
 // [transport.Layer.GRPCServer]), with the same handlers as on the main
 // port.
 func (h *Handler) RegisterGRPC(srv *grpc.Server) {
+	const service = ratelimitv1connect.RatelimitServiceName
 	srv.RegisterService(&grpc.ServiceDesc{
-		ServiceName: ratelimitv1connect.RatelimitServiceName,
+		ServiceName: service,
 		HandlerType: (*any)(nil),
 		Methods: []grpc.MethodDesc{
-			grpcMethod("Limit", h.Limit),
-			grpcMethod("MultiLimit", h.MultiLimit),
-			grpcMethod("BatchLimit", h.BatchLimit),
-			grpcMethod("SetOverride", h.SetOverride),
-			grpcMethod("GetOverride", h.GetOverride),
-			grpcMethod("ListOverrides", h.ListOverrides),
-			grpcMethod("DeleteOverride", h.DeleteOverride),
+			grpcMethod(service, "Limit", h.Limit),
+			grpcMethod(service, "MultiLimit", h.MultiLimit),
+			grpcMethod(service, "BatchLimit", h.BatchLimit),
+			grpcMethod(service, "SetOverride", h.SetOverride),
+			grpcMethod(service, "GetOverride", h.GetOverride),
+			grpcMethod(service, "ListOverrides", h.ListOverrides),
+			grpcMethod(service, "DeleteOverride", h.DeleteOverride),
 		},
 		Metadata: "ratelimit/v1/ratelimit.proto",
 	}, struct{}{})
 }
 
-// grpcMethod adapts one method of the Connect handler to grpc-go.
-func grpcMethod[Req, Res any](name string, fn func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error)) grpc.MethodDesc {
-	full := "/" + ratelimitv1connect.RatelimitServiceName + "/" + name
+// RegisterGRPC serves KeyService on a grpc-go server of the layer.
+func (h *Keys) RegisterGRPC(srv *grpc.Server) {
+	const service = ratelimitv1connect.KeyServiceName
+	srv.RegisterService(&grpc.ServiceDesc{
+		ServiceName: service,
+		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{
+			grpcMethod(service, "CreateKey", h.CreateKey),
+			grpcMethod(service, "ListKeys", h.ListKeys),
+			grpcMethod(service, "UpdateKey", h.UpdateKey),
+			grpcMethod(service, "RevokeKey", h.RevokeKey),
+		},
+		Metadata: "ratelimit/v1/keys.proto",
+	}, struct{}{})
+}
+
+// RegisterGRPC serves AuditService on a grpc-go server of the layer.
+func (h *Audit) RegisterGRPC(srv *grpc.Server) {
+	const service = ratelimitv1connect.AuditServiceName
+	srv.RegisterService(&grpc.ServiceDesc{
+		ServiceName: service,
+		HandlerType: (*any)(nil),
+		Methods:     []grpc.MethodDesc{grpcMethod(service, "ListAuditLog", h.ListAuditLog)},
+		Metadata:    "ratelimit/v1/keys.proto",
+	}, struct{}{})
+}
+
+// grpcMethod adapts one method of a Connect handler of service to grpc-go.
+func grpcMethod[Req, Res any](service, name string, fn func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error)) grpc.MethodDesc {
+	full := "/" + service + "/" + name
 	return grpc.MethodDesc{
 		MethodName: name,
 		Handler: func(_ any, ctx context.Context, decode func(any) error, intercept grpc.UnaryServerInterceptor) (any, error) {

@@ -6,6 +6,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
 	"github.com/unkeyed/ratelimit/services/overrides"
@@ -14,12 +15,15 @@ import (
 // SetOverride implements RatelimitService.SetOverride.
 func (h *Handler) SetOverride(ctx context.Context, req *connect.Request[ratelimitv1.SetOverrideRequest]) (*connect.Response[ratelimitv1.SetOverrideResponse], error) {
 	m := req.Msg
+	resp := connect.NewResponse(&ratelimitv1.SetOverrideResponse{})
+	ctx = withRequestID(ctx, resp, transport.NewRequestID())
 	o, err := h.pipeline.SetOverride(ctx, overrides.Override{Namespace: m.Namespace,
 		Identifier: m.Identifier, Limit: m.Limit, Duration: pipeline.Milliseconds(m.Duration)})
 	if err != nil {
 		return nil, h.fail(ctx, ratelimitv1connect.RatelimitServiceSetOverrideProcedure, err)
 	}
-	return connect.NewResponse(&ratelimitv1.SetOverrideResponse{Override: toOverride(o)}), nil
+	resp.Msg.Override = toOverride(o)
+	return resp, nil
 }
 
 // GetOverride implements RatelimitService.GetOverride.
@@ -46,10 +50,12 @@ func (h *Handler) ListOverrides(ctx context.Context, req *connect.Request[rateli
 
 // DeleteOverride implements RatelimitService.DeleteOverride.
 func (h *Handler) DeleteOverride(ctx context.Context, req *connect.Request[ratelimitv1.DeleteOverrideRequest]) (*connect.Response[ratelimitv1.DeleteOverrideResponse], error) {
+	resp := connect.NewResponse(&ratelimitv1.DeleteOverrideResponse{})
+	ctx = withRequestID(ctx, resp, transport.NewRequestID())
 	if err := h.pipeline.DeleteOverride(ctx, req.Msg.Namespace, req.Msg.Identifier); err != nil {
 		return nil, h.fail(ctx, ratelimitv1connect.RatelimitServiceDeleteOverrideProcedure, err)
 	}
-	return connect.NewResponse(&ratelimitv1.DeleteOverrideResponse{}), nil
+	return resp, nil
 }
 
 func toOverride(o overrides.Override) *ratelimitv1.Override {

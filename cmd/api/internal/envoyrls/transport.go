@@ -104,6 +104,7 @@ var jsonStatus = [...]int{
 	pipeline.KindCanceled:          499,
 	pipeline.KindDeadlineExceeded:  http.StatusGatewayTimeout,
 	pipeline.KindPermissionDenied:  http.StatusForbidden,
+	pipeline.KindUnavailable:       http.StatusServiceUnavailable,
 }
 
 // writeJSONError answers a failure on /json in plain text, as

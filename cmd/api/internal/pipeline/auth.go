@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -18,21 +19,35 @@ const OpenWorkspace = "default"
 // guessing over the network.
 const MinTokenLength = 16
 
-// maxWorkspaceLength is the width of the stores' workspace_id columns.
-const maxWorkspaceLength = 191
+// MaxWorkspaceLength is the width of the stores' workspace_id columns.
+const MaxWorkspaceLength = 191
 
-// The two ways authentication fails. Adapters word them for their
-// protocol; both are KindUnauthenticated.
+// The ways authentication fails. Adapters word them for their protocol;
+// all are KindUnauthenticated. A revoked key is unknown.
 var (
 	ErrMissingToken = errors.New("missing bearer token: send an Authorization: Bearer <token> header")
 	ErrUnknownToken = errors.New("unknown bearer token")
+	ErrExpiredToken = errors.New("expired bearer token: the key's expiry has passed")
 )
 
-// Principal is who a request acts as: the workspace its key belongs to and
-// what the key may do there.
+// Principal is who a request acts as: the workspace its key belongs to,
+// what the key may do there, and the key's id (what the audit log names as
+// the actor; never its secret).
 type Principal struct {
 	Workspace   string
 	Permissions access.Permissions
+	KeyID       string
+}
+
+// Keys resolves bearer tokens to principals: a [Tokens] map, or the
+// keys of every source a process has (package keys).
+type Keys interface {
+	// Open reports whether no key is configured at all: every caller is
+	// then OpenPrincipal.
+	Open() bool
+	// Principal returns the principal of token, or ErrUnknownToken,
+	// ErrExpiredToken or ErrKeysNotLoaded.
+	Principal(token string) (Principal, error)
 }
 
 // Add adds token with its principal, keeping only its digest, and reports
@@ -46,10 +61,10 @@ func (t Tokens) Add(token string, pr Principal) bool {
 	return true
 }
 
-// OpenPrincipal is every caller when no tokens are configured: OpenWorkspace,
-// with every permission.
+// OpenPrincipal is every caller when no key is configured: OpenWorkspace,
+// with every permission, acting as the key id "open".
 func OpenPrincipal() Principal {
-	return Principal{Workspace: OpenWorkspace, Permissions: access.All()}
+	return Principal{Workspace: OpenWorkspace, Permissions: access.All(), KeyID: "open"}
 }
 
 // Tokens maps the SHA-256 of a bearer token to its principal. Hashing first
@@ -57,10 +72,23 @@ func OpenPrincipal() Principal {
 // guesses, and keeps no token in memory.
 type Tokens map[[sha256.Size]byte]Principal
 
-// Principal returns the principal of token, if it is known.
-func (t Tokens) Principal(token string) (Principal, bool) {
+// Open reports whether t is empty.
+func (t Tokens) Open() bool { return len(t) == 0 }
+
+// Principal returns the principal of token, or ErrUnknownToken.
+func (t Tokens) Principal(token string) (Principal, error) {
 	pr, ok := t[sha256.Sum256([]byte(token))]
-	return pr, ok
+	if !ok {
+		return Principal{}, ErrUnknownToken
+	}
+	return pr, nil
+}
+
+// TokenKeyID names a token of UNKEY_AUTH_TOKENS in the audit log: "token_"
+// and the first 8 bytes of its digest in hex, which tell tokens apart
+// without revealing one.
+func TokenKeyID(digest [sha256.Size]byte) string {
+	return "token_" + hex.EncodeToString(digest[:8])
 }
 
 // ParseTokens parses comma-separated token=workspace_id entries, each with
@@ -82,10 +110,10 @@ func ParseTokens(s string) (Tokens, error) {
 		if len(token) < MinTokenLength {
 			return nil, fmt.Errorf("entry %d: token must be at least %d characters, got %d", i+1, MinTokenLength, len(token))
 		}
-		if len(ws) > maxWorkspaceLength || !Printable(ws) {
-			return nil, fmt.Errorf("entry %d: workspace must be 1 to %d printable characters", i+1, maxWorkspaceLength)
+		if len(ws) > MaxWorkspaceLength || !Printable(ws) {
+			return nil, fmt.Errorf("entry %d: workspace must be 1 to %d printable characters", i+1, MaxWorkspaceLength)
 		}
-		if !t.Add(token, Principal{Workspace: ws, Permissions: access.All()}) {
+		if !t.Add(token, Principal{Workspace: ws, Permissions: access.All(), KeyID: TokenKeyID(sha256.Sum256([]byte(token)))}) {
 			return nil, fmt.Errorf("entry %d repeats a token", i+1)
 		}
 	}
@@ -106,24 +134,20 @@ func Printable(s string) bool {
 }
 
 // Authenticate resolves the principal of a request from its authorization
-// header (or gRPC metadata entry), "Bearer <token>". With no tokens
+// header (or gRPC metadata entry), "Bearer <token>". With no key
 // configured every caller is in OpenWorkspace with every permission. The
 // workspace is never taken from a request body, so one workspace can never
-// read or spend another's counters. It fails with ErrMissingToken or
-// ErrUnknownToken.
+// read or spend another's counters. It fails with ErrMissingToken or an
+// error of [Keys.Principal].
 func (p *Pipeline) Authenticate(authorization string) (Principal, error) {
-	if len(p.tokens) == 0 {
+	if p.keys.Open() {
 		return OpenPrincipal(), nil
 	}
 	token, ok := strings.CutPrefix(authorization, "Bearer ")
 	if !ok || token == "" {
 		return Principal{}, ErrMissingToken
 	}
-	pr, ok := p.tokens.Principal(token)
-	if !ok {
-		return Principal{}, ErrUnknownToken
-	}
-	return pr, nil
+	return p.keys.Principal(token)
 }
 
 type principalKey struct{}
@@ -174,4 +198,18 @@ func authorizeAll(ctx context.Context, calls []Call) error {
 		}
 	}
 	return nil
+}
+
+type requestIDKey struct{}
+
+// WithRequestID returns ctx carrying the id of its request, which the audit
+// log records with every change the request makes.
+func WithRequestID(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, requestIDKey{}, id)
+}
+
+// RequestID returns the id WithRequestID put in ctx, or "".
+func RequestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return id
 }

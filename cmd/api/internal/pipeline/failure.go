@@ -35,7 +35,19 @@ const (
 	// KindPermissionDenied is a known key that lacks the permission a
 	// request needs; the message names it.
 	KindPermissionDenied
+	// KindUnavailable is a request the process cannot answer yet: its
+	// keys have not been loaded since it started.
+	KindUnavailable
 )
+
+// ErrKeyNotFound is a key id that names no key of the caller's workspace
+// (or a revoked one, where only a live key will do).
+var ErrKeyNotFound = errors.New("key not found: this workspace has no live key with this id")
+
+// ErrKeysNotLoaded answers every request of a process whose keys live in
+// MySQL and that has not read them since it started: it cannot tell a
+// key from a guess yet, and an open door is not the answer.
+var ErrKeysNotLoaded = errors.New("keys not loaded yet: this process has not reached the key store since it started; try again")
 
 // Failure is an error classified for a caller.
 type Failure struct {
@@ -56,12 +68,18 @@ func Classify(err error) Failure {
 	if errors.As(err, &ve) {
 		return Failure{Kind: KindInvalidArgument, Message: ve.Error(), Field: ve.Field, Rule: ve.Rule, Err: err}
 	}
-	if errors.Is(err, ErrMissingToken) || errors.Is(err, ErrUnknownToken) {
+	if errors.Is(err, ErrMissingToken) || errors.Is(err, ErrUnknownToken) || errors.Is(err, ErrExpiredToken) {
 		return Failure{Kind: KindUnauthenticated, Message: err.Error(), Err: err}
 	}
 	var de *DeniedError
 	if errors.As(err, &de) {
 		return Failure{Kind: KindPermissionDenied, Message: de.Error(), Err: err}
+	}
+	if errors.Is(err, ErrKeysNotLoaded) {
+		return Failure{Kind: KindUnavailable, Message: err.Error(), Err: err}
+	}
+	if errors.Is(err, ErrKeyNotFound) {
+		return Failure{Kind: KindNotFound, Message: err.Error(), Err: err}
 	}
 	if errors.Is(err, overrides.ErrNotFound) {
 		return Failure{Kind: KindNotFound, Message: "override not found: no override is set for this namespace and identifier", Err: err}
@@ -100,7 +118,18 @@ func exhaustedMessage(err error) (string, bool) {
 	case errors.Is(err, ErrBusy):
 		return err.Error(), true
 	}
+	var ex Exhausted
+	if errors.As(err, &ex) && ex.Exhausted() {
+		return err.Error(), true
+	}
 	return "", false
+}
+
+// Exhausted is an error of a package the pipeline does not know (such as
+// a key cap) that is KindResourceExhausted, its message for the caller.
+type Exhausted interface {
+	error
+	Exhausted() bool
 }
 
 // ErrBusy is the decode budget's refusal (see package transport): too many

@@ -3,9 +3,11 @@ package pipeline
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"time"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/audit"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -31,13 +33,61 @@ func (p *Pipeline) ListOverrides(ctx context.Context, namespace, cursor string, 
 }
 
 // SetOverride sets o in the caller's workspace (o.Workspace is ignored), if
-// the caller may set overrides in its namespace.
+// the caller may set overrides in its namespace, and records the change in
+// the audit log.
 func (p *Pipeline) SetOverride(ctx context.Context, o overrides.Override) (overrides.Override, error) {
 	if err := authorizeNamespace(ctx, access.SetOverride, o.Namespace); err != nil {
 		return overrides.Override{}, err
 	}
 	o.Workspace = Workspace(ctx)
-	return p.overrides.Set(ctx, o)
+	before, err := p.overrideBefore(ctx, o.Namespace, o.Identifier)
+	if err != nil {
+		return overrides.Override{}, err
+	}
+	after, err := p.overrides.Set(ctx, o)
+	if err != nil {
+		return overrides.Override{}, err
+	}
+	action := audit.OverrideUpdate
+	if before == nil {
+		action = audit.OverrideCreate
+	}
+	p.recordOverride(ctx, action, o.Namespace, o.Identifier, before, &after)
+	return after, nil
+}
+
+// overrideBefore reads the override a change replaces, for its audit
+// entry: nil if there is none, or if it does not validate (the change
+// will then be refused naming why).
+func (p *Pipeline) overrideBefore(ctx context.Context, namespace, identifier string) (*overrides.Override, error) {
+	o, err := p.overrides.Get(ctx, Workspace(ctx), namespace, identifier)
+	var ve *ratelimit.ValidationError
+	switch {
+	case errors.Is(err, overrides.ErrNotFound) || errors.As(err, &ve):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return &o, nil
+}
+
+// recordOverride writes the audit entry of an override's change.
+func (p *Pipeline) recordOverride(ctx context.Context, action, namespace, identifier string, before, after *overrides.Override) {
+	if p.audit == nil {
+		return
+	}
+	pr := PrincipalOf(ctx)
+	p.audit.Write(ctx, audit.Entry{Workspace: pr.Workspace, Actor: pr.KeyID, Action: action,
+		Target: namespace + "/" + identifier, Before: overrideValue(before), After: overrideValue(after),
+		RequestID: RequestID(ctx)})
+}
+
+// overrideValue is what the audit log shows of an override.
+func overrideValue(o *overrides.Override) string {
+	if o == nil {
+		return ""
+	}
+	return audit.JSON(map[string]any{"id": o.ID, "limit": o.Limit, "duration": o.Duration.Milliseconds()})
 }
 
 // GetOverride returns the override of identifier in the caller's
@@ -50,12 +100,21 @@ func (p *Pipeline) GetOverride(ctx context.Context, namespace, identifier string
 }
 
 // DeleteOverride deletes the override of identifier in the caller's
-// workspace, if the caller may delete the overrides of namespace.
+// workspace, if the caller may delete the overrides of namespace, and
+// records the change in the audit log.
 func (p *Pipeline) DeleteOverride(ctx context.Context, namespace, identifier string) error {
 	if err := authorizeNamespace(ctx, access.DeleteOverride, namespace); err != nil {
 		return err
 	}
-	return p.overrides.Delete(ctx, Workspace(ctx), namespace, identifier)
+	before, err := p.overrideBefore(ctx, namespace, identifier)
+	if err != nil {
+		return err
+	}
+	if err := p.overrides.Delete(ctx, Workspace(ctx), namespace, identifier); err != nil {
+		return err
+	}
+	p.recordOverride(ctx, audit.OverrideDelete, namespace, identifier, before, nil)
+	return nil
 }
 
 // authorizeNamespace checks namespace before the permission, so that a

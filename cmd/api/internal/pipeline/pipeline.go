@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/audit"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -23,7 +24,8 @@ import (
 type Pipeline struct {
 	limiter   *ratelimit.Service
 	overrides *overrides.Registry
-	tokens    Tokens
+	keys      Keys
+	audit     *audit.Writer // nil: changes are not recorded
 	metrics   *metrics
 	batches   *batchGate // nil: batches are not gated
 	now       func() time.Time
@@ -32,9 +34,12 @@ type Pipeline struct {
 // Option configures a Pipeline.
 type Option func(*Pipeline)
 
-// WithTokens sets the bearer tokens and their principals; without any,
-// every caller is OpenPrincipal.
-func WithTokens(t Tokens) Option { return func(p *Pipeline) { p.tokens = t } }
+// WithKeys sets the keys bearer tokens are checked against; without any
+// (or while k is open), every caller is OpenPrincipal.
+func WithKeys(k Keys) Option { return func(p *Pipeline) { p.keys = k } }
+
+// WithAudit records every change of an override with w.
+func WithAudit(w *audit.Writer) Option { return func(p *Pipeline) { p.audit = w } }
 
 // WithBatchEntriesInFlight bounds the batch entries one workspace may have
 // being decided at once (see batchGate); 0 leaves batches ungated.
@@ -53,7 +58,7 @@ func New(limiter *ratelimit.Service, ov *overrides.Registry, reg prometheus.Regi
 	if err != nil {
 		return nil, err
 	}
-	p := &Pipeline{limiter: limiter, overrides: ov, metrics: m, now: time.Now}
+	p := &Pipeline{limiter: limiter, overrides: ov, keys: Tokens{}, metrics: m, now: time.Now}
 	for _, o := range opts {
 		o(p)
 	}

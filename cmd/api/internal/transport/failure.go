@@ -79,6 +79,7 @@ var grpcCodes = [...]connect.Code{
 	pipeline.KindCanceled:          connect.CodeCanceled,
 	pipeline.KindDeadlineExceeded:  connect.CodeDeadlineExceeded,
 	pipeline.KindPermissionDenied:  connect.CodePermissionDenied,
+	pipeline.KindUnavailable:       connect.CodeUnavailable,
 }
 
 // ConnectError returns err, the failure of a call to procedure, as the

@@ -43,6 +43,7 @@ var problems = [...]struct {
 	pipeline.KindCanceled:         {"Client Closed Request", 499, "application/canceled"},
 	pipeline.KindDeadlineExceeded: {"Gateway Timeout", http.StatusGatewayTimeout, "application/timeout"},
 	pipeline.KindPermissionDenied: {"Forbidden", http.StatusForbidden, "authorization/insufficient_permissions"},
+	pipeline.KindUnavailable:      {"Service Unavailable", http.StatusServiceUnavailable, "application/service_unavailable"},
 }
 
 // fail answers err, the failure of the request r, in Unkey's shape under

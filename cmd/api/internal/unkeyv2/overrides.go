@@ -38,6 +38,7 @@ func (h *Handler) setOverride(ctx context.Context, c *call) (any, error) {
 	if err := decode(c.body, &in); err != nil {
 		return nil, err
 	}
+	ctx = pipeline.WithRequestID(ctx, c.requestID)
 	o, err := h.pipeline.SetOverride(ctx, overrides.Override{Namespace: in.Namespace,
 		Identifier: in.Identifier, Limit: in.Limit, Duration: pipeline.Milliseconds(in.Duration)})
 	if err != nil {
@@ -65,6 +66,7 @@ func (h *Handler) deleteOverride(ctx context.Context, c *call) (any, error) {
 	if err := decode(c.body, &in); err != nil {
 		return nil, err
 	}
+	ctx = pipeline.WithRequestID(ctx, c.requestID)
 	if err := h.pipeline.DeleteOverride(ctx, in.Namespace, in.Identifier); err != nil {
 		return nil, err
 	}

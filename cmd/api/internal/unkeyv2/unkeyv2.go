@@ -31,6 +31,9 @@ func New(l *transport.Layer) *Handler { return &Handler{layer: l, pipeline: l.Pi
 // context.
 type call struct {
 	body []byte
+	// requestID is the answer's meta.requestId, which a change's audit
+	// entry records.
+	requestID string
 }
 
 // Register serves the v2 routes on mux behind the layer.
@@ -58,7 +61,7 @@ func (h *Handler) serve(fn func(context.Context, *call) (any, error)) http.Handl
 			h.fail(w, r, requestID, err)
 			return
 		}
-		data, err := fn(r.Context(), &call{body: body})
+		data, err := fn(r.Context(), &call{body: body, requestID: requestID})
 		if err != nil {
 			h.fail(w, r, requestID, err)
 			return

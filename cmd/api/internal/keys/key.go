@@ -1,0 +1,120 @@
+// Package keys is who may call the API: keys, each a random secret of which
+// only the SHA-256 digest is ever kept, belonging to one workspace, with
+// permissions (package access), an optional expiry, and revocable.
+//
+// Keys come from three sources, which a [Ring] holds side by side: the
+// tokens of UNKEY_AUTH_TOKENS (every permission), a keys file re-read when
+// it changes ([File]: a Kubernetes Secret mounted as a file), and MySQL's
+// ratelimit_keys table, polled ([Table]) and managed through a [Store].
+package keys
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
+)
+
+// Digest is the SHA-256 of a key's secret: all that is kept of it.
+type Digest [sha256.Size]byte
+
+// DigestOf returns the digest of secret.
+func DigestOf(secret string) Digest { return sha256.Sum256([]byte(secret)) }
+
+// String returns the digest as the keys file writes it: "sha256:" and hex.
+func (d Digest) String() string { return "sha256:" + hex.EncodeToString(d[:]) }
+
+// SecretPrefix starts every secret this package generates, so that a
+// secret-scanning tool can recognise one that leaked.
+const SecretPrefix = "unkey_rl_"
+
+// Generate returns a new secret, SecretPrefix and 256 random bits, and its
+// digest.
+func Generate() (secret string, digest Digest) {
+	var b [32]byte
+	rand.Read(b[:])
+	secret = SecretPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+	return secret, DigestOf(secret)
+}
+
+// NewID returns a new key id: "key_" and 96 random bits.
+func NewID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return "key_" + hex.EncodeToString(b[:])
+}
+
+// Key is a key as it is stored: never its secret.
+type Key struct {
+	ID        string
+	Workspace string
+	Name      string
+	Digest    Digest
+	// Permissions are the key's permission names (see package access).
+	Permissions []string
+	// ExpiresAt is when the key stops working; zero: never.
+	ExpiresAt time.Time
+	// RevokedAt is when the key was revoked; zero: it is not.
+	RevokedAt time.Time
+	// CreatedAt and UpdatedAt are by the store's clock.
+	CreatedAt, UpdatedAt time.Time
+}
+
+// Live reports whether k is neither revoked nor expired at now.
+func (k Key) Live(now time.Time) bool {
+	return k.RevokedAt.IsZero() && (k.ExpiresAt.IsZero() || now.Before(k.ExpiresAt))
+}
+
+// Limits on what a key holds: bounds on what every process keeps in memory.
+const (
+	MaxNameLength = 255
+	MaxIDLength   = 64
+)
+
+// Validate checks what a caller gives a new or changed key: a name, the
+// permissions (valid names, at most access.MaxPermissions), and an expiry
+// that is zero or after now.
+func Validate(name string, permissions []string, expiresAt, now time.Time) error {
+	if name == "" || len(name) > MaxNameLength || !printableUTF8(name) {
+		return &ratelimit.ValidationError{Field: "name", Rule: fmt.Sprintf("must be 1 to %d printable characters", MaxNameLength)}
+	}
+	if err := ValidatePermissions(permissions); err != nil {
+		return err
+	}
+	if !expiresAt.IsZero() && !expiresAt.After(now) {
+		return &ratelimit.ValidationError{Field: "expires_at", Rule: "must be in the future"}
+	}
+	return nil
+}
+
+// ValidatePermissions checks a key's permission names.
+func ValidatePermissions(permissions []string) error {
+	if len(permissions) == 0 {
+		return &ratelimit.ValidationError{Field: "permissions", Rule: "must name at least one permission"}
+	}
+	if _, err := access.Parse(permissions); err != nil {
+		return &ratelimit.ValidationError{Field: "permissions", Rule: err.Error()}
+	}
+	return nil
+}
+
+// printableUTF8 reports whether s is valid UTF-8 without control
+// characters.
+func printableUTF8(s string) bool {
+	for _, r := range s {
+		if r < ' ' || r == 0x7f || r == 0xfffd {
+			return false
+		}
+	}
+	return true
+}
+
+// ErrNotFound is a key that does not exist in the caller's workspace, or
+// that is revoked where only a live key will do.
+var ErrNotFound = pipeline.ErrKeyNotFound

@@ -1,0 +1,189 @@
+// Package keystest has the contract suite every keys.Store runs
+// ([TestStore]: keys.Memory here, keys.MySQL on a real MariaDB) and
+// [Faulty], which wraps any store with an outage a test switches on, as
+// pebble's errorfs wraps any file system.
+package keystest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
+)
+
+// ErrDown is every call of a Faulty store that is down.
+var ErrDown = errors.New("keystest: store down")
+
+// Faulty wraps a keys.Store with an outage: while down, every call fails
+// with ErrDown and reaches nothing.
+type Faulty struct {
+	keys.Store
+	down atomic.Bool
+}
+
+// NewFaulty returns inner, up.
+func NewFaulty(inner keys.Store) *Faulty { return &Faulty{Store: inner} }
+
+// SetDown switches the outage on or off.
+func (f *Faulty) SetDown(down bool) { f.down.Store(down) }
+
+func (f *Faulty) fail() error {
+	if f.down.Load() {
+		return ErrDown
+	}
+	return nil
+}
+
+// Summary implements keys.Store.
+func (f *Faulty) Summary(ctx context.Context) (keys.Summary, error) {
+	if err := f.fail(); err != nil {
+		return keys.Summary{}, err
+	}
+	return f.Store.Summary(ctx)
+}
+
+// All implements keys.Store.
+func (f *Faulty) All(ctx context.Context) ([]keys.Key, error) {
+	if err := f.fail(); err != nil {
+		return nil, err
+	}
+	return f.Store.All(ctx)
+}
+
+// Create implements keys.Store.
+func (f *Faulty) Create(ctx context.Context, k keys.Key) (keys.Key, error) {
+	if err := f.fail(); err != nil {
+		return keys.Key{}, err
+	}
+	return f.Store.Create(ctx, k)
+}
+
+// TestStore runs the contract of keys.Store against the stores newStore
+// returns, each empty.
+func TestStore(t *testing.T, newStore func(t *testing.T) keys.Store) {
+	ctx := context.Background()
+	newKey := func(ws, name string, perms ...string) keys.Key {
+		_, d := keys.Generate()
+		return keys.Key{ID: keys.NewID(), Workspace: ws, Name: name, Digest: d, Permissions: perms}
+	}
+
+	t.Run("CreateGetRevoke", func(t *testing.T) {
+		s := newStore(t)
+		expires := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+		k := newKey("ws", "gateway", "ratelimit.*.limit", "ratelimit.api.set_override")
+		k.ExpiresAt = expires
+		got, err := s.Create(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.ID != k.ID || got.Digest != k.Digest || !slices.Equal(got.Permissions, k.Permissions) ||
+			!got.ExpiresAt.Equal(expires) || got.CreatedAt.IsZero() || !got.RevokedAt.IsZero() {
+			t.Fatalf("created %+v from %+v", got, k)
+		}
+		if _, err := s.Get(ctx, "other", k.ID); !errors.Is(err, keys.ErrNotFound) {
+			t.Fatalf("another workspace got the key: %v", err)
+		}
+		if _, err := s.Create(ctx, newKey("ws", "again")); err != nil {
+			t.Fatal(err)
+		}
+		dup := newKey("ws", "dup")
+		dup.Digest = k.Digest
+		if _, err := s.Create(ctx, dup); !errors.Is(err, keys.ErrDuplicate) {
+			t.Fatalf("a second key with the same digest: %v, want ErrDuplicate", err)
+		}
+		if n, err := s.CountLive(ctx, "ws"); err != nil || n != 2 {
+			t.Fatalf("CountLive = %d, %v; want 2", n, err)
+		}
+		revoked, err := s.Revoke(ctx, "ws", k.ID)
+		if err != nil || revoked.RevokedAt.IsZero() {
+			t.Fatalf("Revoke = %+v, %v", revoked, err)
+		}
+		if _, err := s.Revoke(ctx, "ws", k.ID); !errors.Is(err, keys.ErrNotFound) {
+			t.Fatalf("revoking twice: %v, want ErrNotFound", err)
+		}
+		if _, err := s.SetPermissions(ctx, "ws", k.ID, []string{"audit.read"}); !errors.Is(err, keys.ErrNotFound) {
+			t.Fatalf("changing a revoked key: %v, want ErrNotFound", err)
+		}
+		if n, _ := s.CountLive(ctx, "ws"); n != 1 {
+			t.Fatalf("CountLive after a revocation = %d, want 1", n)
+		}
+		if got, err := s.Get(ctx, "ws", k.ID); err != nil || got.RevokedAt.IsZero() {
+			t.Fatalf("a revoked key is kept, marked: %+v, %v", got, err)
+		}
+	})
+
+	t.Run("SummaryChangesWithEveryChange", func(t *testing.T) {
+		s := newStore(t)
+		seen := map[keys.Summary]string{}
+		note := func(what string) {
+			t.Helper()
+			sum, err := s.Summary(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if prev, ok := seen[sum]; ok {
+				t.Fatalf("the summary after %s equals the one after %s: %+v", what, prev, sum)
+			}
+			seen[sum] = what
+		}
+		note("nothing")
+		k, err := s.Create(ctx, newKey("ws", "a", "ratelimit.*.limit"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		note("a creation")
+		for i := range 3 {
+			if _, err := s.SetPermissions(ctx, "ws", k.ID, []string{fmt.Sprintf("ratelimit.ns%d.limit", i)}); err != nil {
+				t.Fatal(err)
+			}
+			note(fmt.Sprintf("change %d", i))
+		}
+		if _, err := s.Revoke(ctx, "ws", k.ID); err != nil {
+			t.Fatal(err)
+		}
+		note("a revocation")
+		all, err := s.All(ctx)
+		if err != nil || len(all) != 1 || all[0].RevokedAt.IsZero() || !slices.Equal(all[0].Permissions, []string{"ratelimit.ns2.limit"}) {
+			t.Fatalf("All = %+v, %v", all, err)
+		}
+	})
+
+	t.Run("ListPages", func(t *testing.T) {
+		s := newStore(t)
+		var ids []string
+		for i := range 5 {
+			k, err := s.Create(ctx, newKey("ws", fmt.Sprint("k", i), "audit.read"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, k.ID)
+		}
+		if _, err := s.Create(ctx, newKey("other", "x", "audit.read")); err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(ids)
+		var got []string
+		after := ""
+		for {
+			page, err := s.List(ctx, "ws", after, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range page {
+				got = append(got, k.ID)
+			}
+			if len(page) < 2 {
+				break
+			}
+			after = page[len(page)-1].ID
+		}
+		if !slices.Equal(got, ids) {
+			t.Fatalf("pages listed %v, want %v", got, ids)
+		}
+	})
+}

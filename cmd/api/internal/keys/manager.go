@@ -1,0 +1,202 @@
+package keys
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/audit"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
+)
+
+// MaxLivePerWorkspace caps a workspace's keys that are not revoked: a bound
+// on what one workspace costs every process's memory. Like the override
+// caps, it holds for the creations of one process; processes creating keys
+// in one workspace at the same moment may pass it by those in flight.
+const MaxLivePerWorkspace = 1000
+
+// MaxListLimit is the largest page of ListKeys.
+const MaxListLimit = 1000
+
+// CapacityError is a key refused because its workspace has
+// MaxLivePerWorkspace live keys.
+type CapacityError struct{ Max int }
+
+// Exhausted makes e a resource_exhausted failure (pipeline.Exhausted).
+func (e *CapacityError) Exhausted() bool { return true }
+
+func (e *CapacityError) Error() string {
+	return fmt.Sprintf("key limit reached: a workspace may have at most %d live keys; revoke one first", e.Max)
+}
+
+// Manager creates, changes and revokes the keys of a Store on behalf of a
+// principal, and records every change in the audit log. A principal may
+// give a key only permissions it holds itself, so that keys.manage alone
+// cannot mint a key that does more than its holder.
+type Manager struct {
+	store Store
+	audit *audit.Writer
+	now   func() time.Time
+}
+
+// NewManager returns the manager of store, recording changes with w.
+func NewManager(store Store, w *audit.Writer) *Manager {
+	return &Manager{store: store, audit: w, now: time.Now}
+}
+
+// Create creates a key in the principal's workspace and returns it with
+// its secret: the only time the secret exists outside its holder.
+func (m *Manager) Create(ctx context.Context, name string, permissions []string, expiresAt time.Time) (Key, string, error) {
+	pr := pipeline.PrincipalOf(ctx)
+	if err := authorize(pr); err != nil {
+		return Key{}, "", err
+	}
+	if err := Validate(name, permissions, expiresAt, m.now()); err != nil {
+		return Key{}, "", err
+	}
+	if err := grantable(pr, permissions); err != nil {
+		return Key{}, "", err
+	}
+	live, err := m.store.CountLive(ctx, pr.Workspace)
+	if err != nil {
+		return Key{}, "", err
+	}
+	if live >= MaxLivePerWorkspace {
+		return Key{}, "", &CapacityError{Max: MaxLivePerWorkspace}
+	}
+	secret, digest := Generate()
+	k, err := m.store.Create(ctx, Key{ID: NewID(), Workspace: pr.Workspace, Name: name, Digest: digest,
+		Permissions: dedupe(permissions), ExpiresAt: expiresAt.UTC().Truncate(time.Millisecond)})
+	if err != nil {
+		return Key{}, "", err
+	}
+	m.record(ctx, pr, audit.KeyCreate, Key{}, k)
+	return k, secret, nil
+}
+
+// List returns a page of up to limit (1 to MaxListLimit, 0 for 100) keys of
+// the principal's workspace after the id after, and whether more follow.
+func (m *Manager) List(ctx context.Context, after string, limit int) ([]Key, bool, error) {
+	pr := pipeline.PrincipalOf(ctx)
+	if err := authorize(pr); err != nil {
+		return nil, false, err
+	}
+	if limit == 0 {
+		limit = 100
+	}
+	if limit < 1 || limit > MaxListLimit {
+		return nil, false, &ratelimit.ValidationError{Field: "limit", Rule: fmt.Sprintf("must be between 1 and %d", MaxListLimit)}
+	}
+	page, err := m.store.List(ctx, pr.Workspace, after, limit+1)
+	if err != nil {
+		return nil, false, err
+	}
+	return page[:min(len(page), limit)], len(page) > limit, nil
+}
+
+// Update replaces the permissions of a live key of the principal's
+// workspace.
+func (m *Manager) Update(ctx context.Context, id string, permissions []string) (Key, error) {
+	pr := pipeline.PrincipalOf(ctx)
+	if err := authorize(pr); err != nil {
+		return Key{}, err
+	}
+	if err := checkID(id); err != nil {
+		return Key{}, err
+	}
+	if err := ValidatePermissions(permissions); err != nil {
+		return Key{}, err
+	}
+	if err := grantable(pr, permissions); err != nil {
+		return Key{}, err
+	}
+	before, err := m.store.Get(ctx, pr.Workspace, id)
+	if err != nil {
+		return Key{}, err
+	}
+	after, err := m.store.SetPermissions(ctx, pr.Workspace, id, dedupe(permissions))
+	if err != nil {
+		return Key{}, err
+	}
+	m.record(ctx, pr, audit.KeyUpdate, before, after)
+	return after, nil
+}
+
+// Revoke revokes a live key of the principal's workspace. Every process
+// refuses it within its poll interval.
+func (m *Manager) Revoke(ctx context.Context, id string) (Key, error) {
+	pr := pipeline.PrincipalOf(ctx)
+	if err := authorize(pr); err != nil {
+		return Key{}, err
+	}
+	if err := checkID(id); err != nil {
+		return Key{}, err
+	}
+	before, err := m.store.Get(ctx, pr.Workspace, id)
+	if err != nil {
+		return Key{}, err
+	}
+	after, err := m.store.Revoke(ctx, pr.Workspace, id)
+	if err != nil {
+		return Key{}, err
+	}
+	m.record(ctx, pr, audit.KeyRevoke, before, after)
+	return after, nil
+}
+
+// record writes the audit entry of a change from before to after.
+func (m *Manager) record(ctx context.Context, pr pipeline.Principal, action string, before, after Key) {
+	m.audit.Write(ctx, audit.Entry{Workspace: pr.Workspace, Actor: pr.KeyID, Action: action, Target: after.ID,
+		Before: auditValue(before), After: auditValue(after), RequestID: pipeline.RequestID(ctx)})
+}
+
+// auditValue is what the audit log shows of a key: never its digest.
+func auditValue(k Key) string {
+	if k.ID == "" {
+		return ""
+	}
+	v := map[string]any{"id": k.ID, "name": k.Name, "permissions": k.Permissions}
+	if !k.ExpiresAt.IsZero() {
+		v["expiresAt"] = k.ExpiresAt
+	}
+	if !k.RevokedAt.IsZero() {
+		v["revokedAt"] = k.RevokedAt
+	}
+	return audit.JSON(v)
+}
+
+// authorize requires keys.manage.
+func authorize(pr pipeline.Principal) error {
+	if !pr.Permissions.Has(access.ManageKeys) {
+		return &pipeline.DeniedError{Permission: access.ManageKeys}
+	}
+	return nil
+}
+
+// grantable requires pr to hold every permission it gives.
+func grantable(pr pipeline.Principal, permissions []string) error {
+	for _, p := range permissions {
+		if !pr.Permissions.Grants(p) {
+			return &pipeline.DeniedError{Permission: p}
+		}
+	}
+	return nil
+}
+
+// checkID refuses an id no key could have.
+func checkID(id string) error {
+	if id == "" || len(id) > MaxIDLength || !pipeline.Printable(id) {
+		return &ratelimit.ValidationError{Field: "key_id", Rule: fmt.Sprintf("must be 1 to %d printable characters", MaxIDLength)}
+	}
+	return nil
+}
+
+// dedupe returns permissions sorted, each once.
+func dedupe(permissions []string) []string {
+	out := slices.Clone(permissions)
+	slices.Sort(out)
+	return slices.Compact(out)
+}

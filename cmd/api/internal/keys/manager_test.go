@@ -1,0 +1,177 @@
+package keys_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/audit"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
+)
+
+// actingAs returns ctx acting as a key of ws with perms.
+func actingAs(t *testing.T, ws, keyID string, perms ...string) context.Context {
+	t.Helper()
+	p, err := access.Parse(perms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := pipeline.WithPrincipal(context.Background(), pipeline.Principal{Workspace: ws, Permissions: p, KeyID: keyID})
+	return pipeline.WithRequestID(ctx, "req_test")
+}
+
+func newManager(t *testing.T) (*keys.Manager, *keys.Memory, *audit.Memory) {
+	t.Helper()
+	store, log := keys.NewMemory(), audit.NewMemory(100)
+	w, err := audit.NewWriter(log, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys.NewManager(store, w), store, log
+}
+
+// TestManagerPermissions: every call needs keys.manage, a key gives only
+// what its holder holds, and a refusal changes nothing.
+func TestManagerPermissions(t *testing.T) {
+	m, store, log := newManager(t)
+	var de *pipeline.DeniedError
+	reader := actingAs(t, "ws", "key_reader", "audit.read")
+	if _, _, err := m.Create(reader, "x", []string{"audit.read"}, time.Time{}); !errors.As(err, &de) || de.Permission != "keys.manage" {
+		t.Fatalf("Create without keys.manage: %v", err)
+	}
+	if _, _, err := m.List(reader, "", 0); !errors.As(err, &de) || de.Permission != "keys.manage" {
+		t.Fatalf("List without keys.manage: %v", err)
+	}
+	narrow := actingAs(t, "ws", "key_admin", "keys.manage", "ratelimit.api.limit")
+	if _, _, err := m.Create(narrow, "x", []string{"ratelimit.*.limit"}, time.Time{}); !errors.As(err, &de) || de.Permission != "ratelimit.*.limit" {
+		t.Fatalf("granting more than held: %v", err)
+	}
+	if _, _, err := m.Create(narrow, "x", []string{"ratelimit.api.set_override"}, time.Time{}); !errors.As(err, &de) || de.Permission != "ratelimit.api.set_override" {
+		t.Fatalf("granting another action: %v", err)
+	}
+	if all, _ := store.All(context.Background()); len(all) != 0 {
+		t.Fatalf("refused creations stored %d keys", len(all))
+	}
+	if entries, _ := log.List(context.Background(), "ws", audit.Filter{}, 0, 10); len(entries) != 0 {
+		t.Fatalf("refused creations were audited: %+v", entries)
+	}
+	k, secret, err := m.Create(narrow, "gateway", []string{"ratelimit.api.limit"}, time.Time{})
+	if err != nil || !strings.HasPrefix(secret, keys.SecretPrefix) || k.Digest != keys.DigestOf(secret) {
+		t.Fatalf("Create within what is held: %+v, %v", k, err)
+	}
+	// Another workspace's key manager cannot see or touch it.
+	other := actingAs(t, "other", "key_o", "keys.manage", "ratelimit.*.limit")
+	if _, err := m.Revoke(other, k.ID); !errors.Is(err, keys.ErrNotFound) {
+		t.Fatalf("revoking another workspace's key: %v, want ErrNotFound", err)
+	}
+	if page, _, err := m.List(other, "", 0); err != nil || len(page) != 0 {
+		t.Fatalf("another workspace lists %d keys, %v", len(page), err)
+	}
+}
+
+// TestManagerValidates: bad input names the field and changes nothing.
+func TestManagerValidates(t *testing.T) {
+	m, store, _ := newManager(t)
+	admin := actingAs(t, "ws", "key_admin", "keys.manage", "ratelimit.*.limit")
+	for _, tc := range []struct {
+		name    string
+		perms   []string
+		expires time.Time
+		field   string
+	}{
+		{"", []string{"ratelimit.*.limit"}, time.Time{}, "name"},
+		{"x\x00", []string{"ratelimit.*.limit"}, time.Time{}, "name"},
+		{"x", nil, time.Time{}, "permissions"},
+		{"x", []string{"ratelimit.*.everything"}, time.Time{}, "permissions"},
+		{"x", []string{"ratelimit.*.limit"}, time.Now().Add(-time.Second), "expires_at"},
+	} {
+		var ve *ratelimit.ValidationError
+		if _, _, err := m.Create(admin, tc.name, tc.perms, tc.expires); !errors.As(err, &ve) || ve.Field != tc.field {
+			t.Fatalf("Create(%q, %v, %v): %v, want a validation error of %s", tc.name, tc.perms, tc.expires, err, tc.field)
+		}
+	}
+	if all, _ := store.All(context.Background()); len(all) != 0 {
+		t.Fatalf("refused creations stored %d keys", len(all))
+	}
+}
+
+// TestManagerAudits: each change is recorded with its actor, request id,
+// and values before and after, and never a secret or digest.
+func TestManagerAudits(t *testing.T) {
+	m, _, log := newManager(t)
+	admin := actingAs(t, "ws", "key_admin", "keys.manage", "ratelimit.*.limit", "audit.read")
+	k, secret, err := m.Create(admin, "gateway", []string{"ratelimit.*.limit"}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Update(admin, k.ID, []string{"ratelimit.*.limit", "audit.read"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Revoke(admin, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Update(admin, k.ID, []string{"audit.read"}); !errors.Is(err, keys.ErrNotFound) {
+		t.Fatalf("changing a revoked key: %v", err)
+	}
+	entries, err := log.List(context.Background(), "ws", audit.Filter{Target: k.ID}, 0, 10)
+	if err != nil || len(entries) != 3 {
+		t.Fatalf("entries %+v, %v; want 3", entries, err)
+	}
+	for i, want := range []string{audit.KeyRevoke, audit.KeyUpdate, audit.KeyCreate} {
+		e := entries[i]
+		if e.Action != want || e.Actor != "key_admin" || e.RequestID != "req_test" || e.Workspace != "ws" {
+			t.Fatalf("entry %d: %+v, want %s by key_admin", i, e, want)
+		}
+		d := keys.DigestOf(secret)
+		for _, v := range []string{e.Before, e.After} {
+			if strings.Contains(v, secret) || strings.Contains(v, d.String()[7:]) || strings.Contains(v, "digest") {
+				t.Fatalf("entry %d shows the key or its digest: %s", i, v)
+			}
+		}
+	}
+	if entries[2].Before != "" || !strings.Contains(entries[2].After, `"gateway"`) {
+		t.Fatalf("creation entry: %+v", entries[2])
+	}
+	if !strings.Contains(entries[1].Before, `["ratelimit.*.limit"]`) || !strings.Contains(entries[1].After, "audit.read") {
+		t.Fatalf("update entry: %+v", entries[1])
+	}
+	if !strings.Contains(entries[0].After, "revokedAt") {
+		t.Fatalf("revocation entry: %+v", entries[0])
+	}
+}
+
+// TestManagerCap: a workspace holds at most MaxLivePerWorkspace live keys;
+// revoking one makes room.
+func TestManagerCap(t *testing.T) {
+	m, _, _ := newManager(t)
+	admin := actingAs(t, "ws", "key_admin", "keys.manage", "audit.read")
+	var last keys.Key
+	for range keys.MaxLivePerWorkspace {
+		k, _, err := m.Create(admin, "k", []string{"audit.read"}, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = k
+	}
+	var ce *keys.CapacityError
+	if _, _, err := m.Create(admin, "k", []string{"audit.read"}, time.Time{}); !errors.As(err, &ce) {
+		t.Fatalf("a key past the cap: %v", err)
+	}
+	if f := pipeline.Classify(&keys.CapacityError{Max: 1}); f.Kind != pipeline.KindResourceExhausted {
+		t.Fatalf("the cap is classified %v, want resource exhausted", f.Kind)
+	}
+	if _, err := m.Revoke(admin, last.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.Create(admin, "k", []string{"audit.read"}, time.Time{}); err != nil {
+		t.Fatalf("a key after a revocation made room: %v", err)
+	}
+}

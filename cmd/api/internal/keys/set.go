@@ -1,0 +1,63 @@
+package keys
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+)
+
+// Set is an immutable snapshot of the keys of one source, by digest: what
+// a request's token is looked up in. It is safe for concurrent use.
+type Set struct {
+	byDigest map[Digest]entry
+	// rows counts every key the source holds, revoked ones included: a
+	// source that ever held a key closes the API (see Ring.Open).
+	rows int
+}
+
+// entry is a live key in memory.
+type entry struct {
+	principal pipeline.Principal
+	expiresAt time.Time // zero: never
+}
+
+// NewSet returns the set of keys, without the revoked ones. A key whose
+// permissions do not parse (a row written by a newer version, or edited by
+// hand) is left out and reported in the errors; the others are in the set.
+func NewSet(keys []Key) (*Set, []error) {
+	s := &Set{byDigest: make(map[Digest]entry, len(keys)), rows: len(keys)}
+	var errs []error
+	for _, k := range keys {
+		if !k.RevokedAt.IsZero() {
+			continue
+		}
+		perms, err := access.Parse(k.Permissions)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("key %s: %w", k.ID, err))
+			continue
+		}
+		s.byDigest[k.Digest] = entry{
+			principal: pipeline.Principal{Workspace: k.Workspace, Permissions: perms, KeyID: k.ID},
+			expiresAt: k.ExpiresAt,
+		}
+	}
+	return s, errs
+}
+
+// Len returns the number of live keys in s (expired ones included: expiry
+// is checked per request).
+func (s *Set) Len() int { return len(s.byDigest) }
+
+// lookup returns the principal of digest at now.
+func (s *Set) lookup(d Digest, now time.Time) (pipeline.Principal, error) {
+	e, ok := s.byDigest[d]
+	switch {
+	case !ok:
+		return pipeline.Principal{}, pipeline.ErrUnknownToken
+	case !e.expiresAt.IsZero() && !now.Before(e.expiresAt):
+		return pipeline.Principal{}, pipeline.ErrExpiredToken
+	}
+	return e.principal, nil
+}
