@@ -162,7 +162,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	var certs *transport.Certificates
 	if cfg.TLSCertFile != "" {
 		if certs, err = transport.LoadCertificates(transport.TLSFiles{Cert: cfg.TLSCertFile, Key: cfg.TLSKeyFile,
-			ClientCA: cfg.TLSClientCAFile}, logger); err != nil {
+			ClientCA: cfg.TLSClientCAFile}, logger, reg); err != nil {
 			return nil, fmt.Errorf("UNKEY_TLS_CERT_FILE, UNKEY_TLS_KEY_FILE, UNKEY_TLS_CLIENT_CA_FILE: %w", err)
 		}
 	}

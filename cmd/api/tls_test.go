@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
@@ -158,4 +161,78 @@ func TestMutualTLS(t *testing.T) {
 		t.Fatalf("a client with a certificate the CA signed: %v, %v", resp, err)
 	}
 	resp.Body.Close()
+}
+
+// TestExpiredCertificate: a server whose certificate has expired starts
+// (a renewal may be on its way), says so in its log and in
+// unkey_tls_certificate_expiry_timestamp_seconds, and clients refuse it;
+// once a renewed certificate is written, new connections are served
+// without a restart. Under mutual TLS a client with an expired certificate
+// fails the handshake.
+func TestExpiredCertificate(t *testing.T) {
+	ca := testserver.NewCA(t)
+	dir, clientDir := t.TempDir(), t.TempDir()
+	expired := time.Now().Add(-time.Minute).Truncate(time.Second)
+	certFile, keyFile := ca.IssueValid(t, dir, 300, false, expired.Add(-time.Hour), expired)
+	caFile := filepath.Join(dir, "ca.pem")
+	os.WriteFile(caFile, ca.PEM, 0o644)
+	var log syncBuffer
+	ts := startServerLogging(t, slog.New(slog.NewTextHandler(&log, nil)), "UNKEY_TLS_CERT_FILE="+certFile,
+		"UNKEY_TLS_KEY_FILE="+keyFile, "UNKEY_TLS_CLIENT_CA_FILE="+caFile)
+	addr := strings.TrimPrefix(ts.url, "http://")
+	if !strings.Contains(log.String(), "the TLS certificate has expired") {
+		t.Fatalf("an expired certificate was not logged:\n%s", log.String())
+	}
+	if got := gaugeValue(t, ts.srv.registry, "unkey_tls_certificate_expiry_timestamp_seconds"); got != float64(expired.Unix()) {
+		t.Fatalf("expiry gauge %v, want %d", got, expired.Unix())
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.PEM)
+	clientCert, clientKey := ca.Issue(t, clientDir, 301, true)
+	pair, err := tls.LoadX509KeyPair(clientCert, clientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(pair tls.Certificate) error {
+		client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}}}}
+		resp, err := client.Get("https://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	var invalid x509.CertificateInvalidError
+	if err := get(pair); !errors.As(err, &invalid) || invalid.Reason != x509.Expired {
+		t.Fatalf("a client met the expired certificate with %v, want x509 expired", err)
+	}
+	ca.Issue(t, dir, 302, false)
+	poll.Until(t, 10*time.Second, "the renewed certificate to be served", func() bool { return get(pair) == nil })
+	if got := gaugeValue(t, ts.srv.registry, "unkey_tls_certificate_expiry_timestamp_seconds"); got <= float64(time.Now().Unix()) {
+		t.Fatalf("expiry gauge %v after the renewal, want a future time", got)
+	}
+
+	expiredClient, expiredKey := ca.IssueValid(t, clientDir, 303, true, expired.Add(-time.Hour), expired)
+	old, err := tls.LoadX509KeyPair(expiredClient, expiredKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := get(old); err == nil {
+		t.Fatal("a client with an expired certificate was served under mutual TLS")
+	}
+}
+
+// gaugeValue returns the value of the unlabelled gauge name in reg.
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/unkeyed/ratelimit/internal/testserver"
 )
 
 // TestUnkeySDKs runs testdata/unkey_sdk.mjs, which calls the server through
@@ -35,6 +37,39 @@ func TestUnkeySDKs(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(out), "all SDK checks passed") {
+		t.Fatal("the SDK script did not finish")
+	}
+}
+
+// TestUnkeySDKWithKeyOverTLS runs testdata/unkey_keys.mjs: @unkey/api over
+// https (the server's certificate signed by a test CA that Node is told to
+// trust) with a key of UNKEY_AUTH_KEYS_FILE that may limit and read
+// overrides in one namespace: it limits, and every call beyond its
+// permissions is refused 403 in Unkey's shape, naming the permission.
+func TestUnkeySDKWithKeyOverTLS(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatal("node is not installed: make test needs Node.js for the SDK test")
+	}
+	ca := testserver.NewCA(t)
+	dir := t.TempDir()
+	certFile, keyFile := ca.Issue(t, dir, 1, false)
+	caFile := filepath.Join(dir, "ca.pem")
+	os.WriteFile(caFile, ca.PEM, 0o644)
+	_, key, out := cliKey(t, nil, "generate", "--workspace", "ws_sdk", "--name", "app",
+		"--permissions", "ratelimit.sdk.limit,ratelimit.sdk.read_override")
+	keysFile := filepath.Join(dir, "keys.json")
+	os.WriteFile(keysFile, []byte(`{"keys":[`+strings.SplitN(out, "\n", 2)[0]+`]}`), 0o600)
+	ts := startServer(t, "UNKEY_AUTH_KEYS_FILE="+keysFile, "UNKEY_TLS_CERT_FILE="+certFile, "UNKEY_TLS_KEY_FILE="+keyFile)
+	cmd := exec.Command(node, "testdata/unkey_keys.mjs")
+	cmd.Env = append(os.Environ(), "BASE_URL="+strings.Replace(ts.url, "http://", "https://", 1), "LIMIT_KEY="+key,
+		"NODE_EXTRA_CA_CERTS="+caFile)
+	got, err := cmd.CombinedOutput()
+	t.Logf("%s", got)
+	if err != nil {
+		t.Fatalf("the SDK script failed: %v", err)
+	}
+	if !strings.Contains(string(got), "all key checks passed") {
 		t.Fatal("the SDK script did not finish")
 	}
 }

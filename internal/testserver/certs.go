@@ -46,6 +46,13 @@ func NewCA(t testing.TB) *CA {
 // aside and renamed into place, and returns their paths.
 func (ca *CA) Issue(t testing.TB, dir string, serial int64, client bool) (certFile, keyFile string) {
 	t.Helper()
+	return ca.IssueValid(t, dir, serial, client, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+}
+
+// IssueValid is Issue for a certificate valid from notBefore to notAfter:
+// one that expired, or is not valid yet.
+func (ca *CA) IssueValid(t testing.TB, dir string, serial int64, client bool, notBefore, notAfter time.Time) (certFile, keyFile string) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +62,7 @@ func (ca *CA) Issue(t testing.TB, dir string, serial int64, client bool) (certFi
 		usage = x509.ExtKeyUsageClientAuth
 	}
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		NotBefore: notBefore, NotAfter: notAfter, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
 		ExtKeyUsage: []x509.ExtKeyUsage{usage}, KeyUsage: x509.KeyUsageDigitalSignature}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {

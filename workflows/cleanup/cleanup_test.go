@@ -360,3 +360,36 @@ func (s *failingStore) WindowCountsNow(ctx context.Context) (int64, error) {
 	}
 	return s.Queries.WindowCountsNow(ctx)
 }
+
+// TestCleanupPurgesOldAuditEntries: a run removes audit log entries older
+// than the retention by the database's clock (90 days by default; 30 here)
+// and keeps the others.
+func TestCleanupPurgesOldAuditEntries(t *testing.T) {
+	e := setup(t)
+	e.endpoint(t, &countingStore{Queries: db.New(e.sqlDB)}, WithBatches(2, 3), WithAuditRetention(30*24*time.Hour))
+	now := time.Now().UnixMilli()
+	day := 24 * time.Hour.Milliseconds()
+	for i, age := range []int64{0, day, 29 * day, 31 * day, 100 * day, 400 * day} {
+		if _, err := e.sqlDB.Exec(`INSERT INTO ratelimit_audit_log (workspace_id, actor_key_id, action, target,
+			before_value, after_value, request_id, created_at) VALUES ('ws', 'key_1', 'override.create', ?, '', '{}', 'req', ?)`,
+			fmt.Sprint("t", i), now-age); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.start(t, "audit", "{}")
+	poll.Until(t, 20*time.Second, "the old entries to go", func() bool { return e.status(t, "audit").TotalAuditPurged == 3 })
+	var left []string
+	rows, err := e.sqlDB.Query("SELECT target FROM ratelimit_audit_log ORDER BY target")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var target string
+		rows.Scan(&target)
+		left = append(left, target)
+	}
+	if want := []string{"t0", "t1", "t2"}; !slices.Equal(left, want) {
+		t.Fatalf("entries left %v, want %v (those within 30 days)", left, want)
+	}
+}

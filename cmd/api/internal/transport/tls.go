@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TLSFiles names the PEM files of a server's certificate and key and, for
@@ -34,6 +36,9 @@ const certCheckEvery = time.Second
 type Certificates struct {
 	files  TLSFiles
 	logger *slog.Logger
+	// expiry is the NotAfter of the certificate in force, in unix
+	// seconds, for an alert well before it passes.
+	expiry prometheus.Gauge
 
 	config atomic.Pointer[tls.Config]
 	// looking is held by the one handshake that looks at the files; the
@@ -44,14 +49,24 @@ type Certificates struct {
 	seen    string    // what that look found, under looking
 }
 
-// LoadCertificates reads files now; an error names what is wrong with
-// them.
-func LoadCertificates(files TLSFiles, logger *slog.Logger) (*Certificates, error) {
-	c := &Certificates{files: files, logger: logger}
+// LoadCertificates reads files now, and registers the expiry of the
+// certificate in force with reg; an error names what is wrong with them. A
+// certificate that has expired is served all the same (clients refuse it;
+// a renewed one is served as soon as it is written), and logged at error
+// level.
+func LoadCertificates(files TLSFiles, logger *slog.Logger, reg prometheus.Registerer) (*Certificates, error) {
+	c := &Certificates{files: files, logger: logger, expiry: prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "unkey_tls_certificate_expiry_timestamp_seconds",
+		Help: "When the server certificate in force expires, in unix seconds: alert well before it passes (clients refuse an expired certificate).",
+	})}
+	if err := reg.Register(c.expiry); err != nil {
+		return nil, fmt.Errorf("register TLS metrics: %w", err)
+	}
 	cfg, err := c.load()
 	if err != nil {
 		return nil, err
 	}
+	c.inForce(cfg)
 	c.config.Store(cfg)
 	c.seen, c.checked = c.look(), time.Now()
 	return c, nil
@@ -93,9 +108,32 @@ func (c *Certificates) current() *tls.Config {
 		return cfg // and look again next time: the writer may not be done
 	}
 	c.seen = look
+	c.inForce(next)
 	c.config.Store(next)
 	c.logger.Info("TLS certificate reloaded", "cert", c.files.Cert)
 	return next
+}
+
+// expiryWarning is how long before its expiry a certificate put in force
+// is logged as about to expire: cert-manager renews at two thirds of a
+// certificate's life, so one this close to its end was not renewed.
+const expiryWarning = 7 * 24 * time.Hour
+
+// inForce records the expiry of cfg's certificate, logging one that has
+// expired or is about to.
+func (c *Certificates) inForce(cfg *tls.Config) {
+	leaf := cfg.Certificates[0].Leaf
+	if leaf == nil {
+		return
+	}
+	c.expiry.Set(float64(leaf.NotAfter.Unix()))
+	switch left := time.Until(leaf.NotAfter); {
+	case left <= 0:
+		c.logger.Error("the TLS certificate has expired: clients refuse it until a renewed one is written",
+			"cert", c.files.Cert, "not_after", leaf.NotAfter)
+	case left < expiryWarning:
+		c.logger.Warn("the TLS certificate expires soon", "cert", c.files.Cert, "not_after", leaf.NotAfter)
+	}
 }
 
 // look describes the files by size, modification time and inode (links
