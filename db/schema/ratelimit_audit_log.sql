@@ -9,7 +9,7 @@ CREATE TABLE IF NOT EXISTS `ratelimit_audit_log` (
     `workspace_id` varchar(191) NOT NULL,
     `actor_key_id` varchar(64) NOT NULL,
     `action` varchar(32) NOT NULL,
-    `target` varchar(512) NOT NULL,
+    `target` varchar(1024) NOT NULL,
     `before_value` text NOT NULL,
     `after_value` text NOT NULL,
     `request_id` varchar(64) NOT NULL,

@@ -41,7 +41,7 @@ func (h *Audit) Register(mux *http.ServeMux) {
 // Bounds of a ListAuditLog request.
 const (
 	maxAuditPage   = 1000
-	maxAuditTarget = 512
+	maxAuditTarget = 1024
 )
 
 // ListAuditLog implements AuditService.ListAuditLog.

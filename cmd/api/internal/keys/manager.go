@@ -34,8 +34,10 @@ func (e *CapacityError) Error() string {
 
 // Manager creates, changes and revokes the keys of a Store on behalf of a
 // principal, and records every change in the audit log. A principal may
-// give a key only permissions it holds itself, so that keys.manage alone
-// cannot mint a key that does more than its holder.
+// give a key only permissions it holds itself, and change or revoke only a
+// key whose permissions it holds all of, so that keys.manage alone can
+// neither mint a key that does more than its holder nor demote or revoke
+// one that does more.
 type Manager struct {
 	store Store
 	audit *audit.Writer
@@ -117,6 +119,9 @@ func (m *Manager) Update(ctx context.Context, id string, permissions []string) (
 	if err != nil {
 		return Key{}, err
 	}
+	if err := grantable(pr, before.Permissions); err != nil {
+		return Key{}, err
+	}
 	after, err := m.store.SetPermissions(ctx, pr.Workspace, id, dedupe(permissions))
 	if err != nil {
 		return Key{}, err
@@ -137,6 +142,9 @@ func (m *Manager) Revoke(ctx context.Context, id string) (Key, error) {
 	}
 	before, err := m.store.Get(ctx, pr.Workspace, id)
 	if err != nil {
+		return Key{}, err
+	}
+	if err := grantable(pr, before.Permissions); err != nil {
 		return Key{}, err
 	}
 	after, err := m.store.Revoke(ctx, pr.Workspace, id)
@@ -176,7 +184,8 @@ func authorize(pr pipeline.Principal) error {
 	return nil
 }
 
-// grantable requires pr to hold every permission it gives.
+// grantable requires pr to hold every permission it gives (or every one of
+// a key it changes).
 func grantable(pr pipeline.Principal, permissions []string) error {
 	for _, p := range permissions {
 		if !pr.Permissions.Grants(p) {

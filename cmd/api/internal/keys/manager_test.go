@@ -67,6 +67,24 @@ func TestManagerPermissions(t *testing.T) {
 	if err != nil || !strings.HasPrefix(secret, keys.SecretPrefix) || k.Digest != keys.DigestOf(secret) {
 		t.Fatalf("Create within what is held: %+v, %v", k, err)
 	}
+	// A narrower manager can neither demote nor revoke a broader key.
+	broad, _, err := m.Create(actingAs(t, "ws", "key_root", "keys.manage", "ratelimit.*.limit"), "broad",
+		[]string{"keys.manage", "ratelimit.*.limit"}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Update(narrow, broad.ID, []string{"ratelimit.api.limit"}); !errors.As(err, &de) || de.Permission != "ratelimit.*.limit" {
+		t.Fatalf("demoting a broader key: %v", err)
+	}
+	if _, err := m.Revoke(narrow, broad.ID); !errors.As(err, &de) {
+		t.Fatalf("revoking a broader key: %v", err)
+	}
+	if got, _ := store.Get(context.Background(), "ws", broad.ID); !got.RevokedAt.IsZero() || len(got.Permissions) != 2 {
+		t.Fatalf("the broader key was changed: %+v", got)
+	}
+	if _, err := m.Revoke(narrow, k.ID); err != nil {
+		t.Fatalf("revoking a key within what is held: %v", err)
+	}
 	// Another workspace's key manager cannot see or touch it.
 	other := actingAs(t, "other", "key_o", "keys.manage", "ratelimit.*.limit")
 	if _, err := m.Revoke(other, k.ID); !errors.Is(err, keys.ErrNotFound) {
