@@ -81,14 +81,22 @@ type config struct {
 	// RLSResponseHeaders adds the limit, remaining and reset headers of the
 	// descriptor closest to its limit, under envoyproxy/ratelimit's names
 	// unless renamed.
-	RLSConfig          string        `env:"UNKEY_RLS_CONFIG"`
-	RLSConfigInterval  time.Duration `env:"UNKEY_RLS_CONFIG_INTERVAL" envDefault:"1s"`
-	RLSShadowMode      bool          `env:"UNKEY_RLS_SHADOW_MODE"`
-	RLSNearLimitRatio  float64       `env:"UNKEY_RLS_NEAR_LIMIT_RATIO" envDefault:"0.8"`
-	RLSResponseHeaders bool          `env:"UNKEY_RLS_RESPONSE_HEADERS"`
-	RLSLimitHeader     string        `env:"UNKEY_RLS_LIMIT_HEADER" envDefault:"RateLimit-Limit"`
-	RLSRemainingHeader string        `env:"UNKEY_RLS_REMAINING_HEADER" envDefault:"RateLimit-Remaining"`
-	RLSResetHeader     string        `env:"UNKEY_RLS_RESET_HEADER" envDefault:"RateLimit-Reset"`
+	RLSConfig         string        `env:"UNKEY_RLS_CONFIG"`
+	RLSConfigInterval time.Duration `env:"UNKEY_RLS_CONFIG_INTERVAL" envDefault:"1s"`
+	RLSShadowMode     bool          `env:"UNKEY_RLS_SHADOW_MODE"`
+	// RLSCountOverLimit counts a hit over its limit, as envoyproxy/
+	// ratelimit does (an AI gateway's usage report must spend the budget
+	// it crosses); false counts only admitted hits.
+	RLSCountOverLimit bool `env:"UNKEY_RLS_COUNT_OVER_LIMIT" envDefault:"true"`
+	// RLSResponseDynamicMetadata answers Envoy's dynamic metadata with
+	// every ShouldRateLimit (envoyproxy/ratelimit's
+	// RESPONSE_DYNAMIC_METADATA).
+	RLSResponseDynamicMetadata bool    `env:"UNKEY_RLS_RESPONSE_DYNAMIC_METADATA"`
+	RLSNearLimitRatio          float64 `env:"UNKEY_RLS_NEAR_LIMIT_RATIO" envDefault:"0.8"`
+	RLSResponseHeaders         bool    `env:"UNKEY_RLS_RESPONSE_HEADERS"`
+	RLSLimitHeader             string  `env:"UNKEY_RLS_LIMIT_HEADER" envDefault:"RateLimit-Limit"`
+	RLSRemainingHeader         string  `env:"UNKEY_RLS_REMAINING_HEADER" envDefault:"RateLimit-Remaining"`
+	RLSResetHeader             string  `env:"UNKEY_RLS_RESET_HEADER" envDefault:"RateLimit-Reset"`
 
 	// Bounds on what one client may hold of the server; see
 	// transport.Limits.

@@ -93,9 +93,10 @@ func TestRLSExamples(t *testing.T) {
 			{"messaging", 4, []*rlcommonv3.RateLimitDescriptor{desc("message_type", "marketing", "to_number", "2061111111"), desc("to_number", "2061111111")},
 				[]rlsStatus{{false, 5, "DAY", 1}, {false, 100, "DAY", 96}}},
 			{"messaging", 2, []*rlcommonv3.RateLimitDescriptor{desc("message_type", "marketing", "to_number", "2061111111"), desc("to_number", "2061111111")},
-				// Over its limit, the first is not counted; the second is,
-				// on its own.
-				[]rlsStatus{{true, 5, "DAY", 1}, {false, 100, "DAY", 94}}},
+				// Over its limit, the first is counted all the same, as
+				// envoyproxy/ratelimit counts it (nothing remains); the
+				// second is counted on its own.
+				[]rlsStatus{{true, 5, "DAY", 0}, {false, 100, "DAY", 94}}},
 			{"messaging", 0, []*rlcommonv3.RateLimitDescriptor{desc("message_type", "marketing", "to_number", "2062222222")},
 				[]rlsStatus{{false, 5, "DAY", 4}}},
 		}},
@@ -113,9 +114,10 @@ func TestRLSExamples(t *testing.T) {
 		}},
 		{"6 shadow mode", []step{
 			{"example6", 11, []*rlcommonv3.RateLimitDescriptor{desc("service", "auth-service", "user", "user-a")},
-				[]rlsStatus{{false, 10, "SECOND", 10}}},
+				// Shadow mode answers OK over the limit; the hits count.
+				[]rlsStatus{{false, 10, "SECOND", 0}}},
 			{"example6", 21, []*rlcommonv3.RateLimitDescriptor{desc("service", "auth-service", "user", "user-b")},
-				[]rlsStatus{{true, 20, "SECOND", 20}}},
+				[]rlsStatus{{true, 20, "SECOND", 0}}},
 		}},
 		{"7 replaces", []step{
 			{"example7", 6, []*rlcommonv3.RateLimitDescriptor{desc("key_1", "value_1", "user", "bkthomps"), desc("key_2", "value_2", "user", "bkthomps")},
@@ -215,7 +217,7 @@ func TestRLSRequest(t *testing.T) {
 	own := desc("to_number", "own")
 	own.Limit = &rlcommonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: 3} // HOUR
 	resp = call(a, &rlsv3.RateLimitRequest{Domain: "messaging", HitsAddend: 3, Descriptors: []*rlcommonv3.RateLimitDescriptor{own}})
-	if got := statusOf(resp.Statuses[0]); got != (rlsStatus{true, 2, "HOUR", 2}) || resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+	if got := statusOf(resp.Statuses[0]); got != (rlsStatus{true, 2, "HOUR", 0}) || resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Errorf("descriptor limit: %+v", got)
 	}
 	// The headers are those of the descriptor closest to its limit.
@@ -223,7 +225,7 @@ func TestRLSRequest(t *testing.T) {
 	for _, h := range resp.ResponseHeadersToAdd {
 		headers[h.Key] = h.Value
 	}
-	if headers["RateLimit-Limit"] != "2" || headers["RateLimit-Remaining"] != "2" || headers["RateLimit-Reset"] == "" {
+	if headers["RateLimit-Limit"] != "2" || headers["RateLimit-Remaining"] != "0" || headers["RateLimit-Reset"] == "" {
 		t.Errorf("response headers = %v", headers)
 	}
 	for _, tc := range []struct {

@@ -215,7 +215,8 @@ func newRLS(cfg config, logger *slog.Logger, reg prometheus.Registerer, p *pipel
 		logger.Info("envoy rate limit service configured", "path", cfg.RLSConfig, "domains", domains, "rules", rules,
 			"shadow_mode", cfg.RLSShadowMode)
 	}
-	opts := []envoyrls.Option{envoyrls.WithShadowMode(cfg.RLSShadowMode), envoyrls.WithNearLimitRatio(cfg.RLSNearLimitRatio)}
+	opts := []envoyrls.Option{envoyrls.WithShadowMode(cfg.RLSShadowMode), envoyrls.WithNearLimitRatio(cfg.RLSNearLimitRatio),
+		envoyrls.WithOverLimitHitsCounted(cfg.RLSCountOverLimit), envoyrls.WithDynamicMetadata(cfg.RLSResponseDynamicMetadata)}
 	if cfg.RLSResponseHeaders {
 		opts = append(opts, envoyrls.WithResponseHeaders(envoyrls.Headers{Limit: cfg.RLSLimitHeader,
 			Remaining: cfg.RLSRemainingHeader, Reset: cfg.RLSResetHeader}))

@@ -76,7 +76,7 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 		s.regional.prepare(ctx, w, now)
 		var cur *cell
 		var counted bool
-		d, cur, counted = s.decide(w, now, req.Limit, req.Cost, false)
+		d, cur, counted = s.decide(w, now, req.Limit, req.Cost, req.Report, false)
 		if counted && w.evicted() {
 			// The janitor is removing w: take the count back and decide
 			// again on the window that replaces it.
@@ -98,10 +98,12 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 
 // decide evaluates a request of cost against limit in window w at now (unix
 // ms) and, on success with cost > 0, adds cost to the current cell by
-// compare-and-swap. With speculative set the increment is also recorded as
-// uncommitted, for a batch that may still roll back. It returns the current
-// cell and whether it counted cost into it.
-func (s *Service) decide(w *window, now, limit, cost int64, speculative bool) (decision, *cell, bool) {
+// compare-and-swap. A report (see Request.Report) adds cost whatever the
+// verdict, and is judged with it counted. With speculative set the
+// increment is also recorded as uncommitted, for a batch that may still
+// roll back (never a report). It returns the current cell and whether it
+// counted cost into it.
+func (s *Service) decide(w *window, now, limit, cost int64, report, speculative bool) (decision, *cell, bool) {
 	dur := w.durationMs
 	seq := now / dur
 	hydrated := s.regional == nil
@@ -120,6 +122,23 @@ func (s *Service) decide(w *window, now, limit, cost int64, speculative bool) (d
 		prevGlobal = prev.global.Load()
 	}
 	d := decision{limit: limit, resetMs: (seq + 1) * dur}
+	if report && cost > 0 {
+		// Spent already: counted unconditionally, so no compare-and-swap.
+		n := cur.count.Add(cost)
+		prevTotal := prevGlobal
+		if prev != nil {
+			prevTotal += prev.count.Load()
+		}
+		curTotal := n + curGlobal
+		effective := curTotal + weighted(prevTotal, elapsed, dur)
+		d.success = effective <= limit
+		d.remaining = min(max(0, limit-effective), limit)
+		if !d.success {
+			// When a check (cost 0) would pass again.
+			d.retryAfter = retryAfter(elapsed, dur, curTotal, prevTotal, limit, 0)
+		}
+		return d, cur, true
+	}
 	for range maxCASAttempts {
 		n := cur.count.Load()
 		curTotal := n + curGlobal

@@ -67,7 +67,7 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 		applied = applied[:0]
 		passed := true
 		for i, w := range windows {
-			d, c, ok := s.decide(w, now, reqs[i].Limit, reqs[i].Cost, true)
+			d, c, ok := s.decide(w, now, reqs[i].Limit, reqs[i].Cost, false, true)
 			results[i], curs[i], decisions[i] = d.response(), c, d
 			passed = passed && d.success
 			if ok {

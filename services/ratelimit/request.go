@@ -17,6 +17,13 @@ type Request struct {
 	// Cost is what this request spends, 0 to [MaxCost]. Cost 0 never counts:
 	// it asks whether one more request would still fit.
 	Cost int64
+	// Report makes the request a usage report: Cost was spent already (the
+	// tokens an LLM call used, known when it ended), so it is counted
+	// whatever the verdict, and Success answers whether the window is still
+	// within its limit with it: false once the budget is spent. Without
+	// Report a denied request counts nothing. A batch decided together
+	// (MultiLimit) holds no reports.
+	Report bool
 }
 
 // Response is the decision for one [Request].

@@ -67,6 +67,19 @@ func ValidateBatch(reqs []Request) error {
 		if err := reqs[i].Validate(); err != nil {
 			return InEntry("limits", i, err)
 		}
+		if err := CheckNotReport(reqs[i].Report); err != nil {
+			return InEntry("limits", i, err)
+		}
+	}
+	return nil
+}
+
+// CheckNotReport refuses a report in a batch decided all or nothing: a
+// report is counted whatever the verdict, which a batch that counts
+// nothing when one entry fails cannot promise.
+func CheckNotReport(report bool) error {
+	if report {
+		return &ValidationError{Field: "report", Rule: "must be false in a MultiLimit, which counts all or nothing: send reports as Limit or BatchLimit entries"}
 	}
 	return nil
 }

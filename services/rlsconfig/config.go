@@ -15,6 +15,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/types/known/structpb"
+
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
@@ -47,6 +49,16 @@ type Rule struct {
 	// DetailedMetric rules report under the request's values instead of
 	// Path.
 	DetailedMetric bool
+	// QuotaMode rules are quotas, as envoyproxy/ratelimit's quota_mode: a
+	// request is over its limits when any other rule of it is over, or
+	// when every quota rule of it is over; one quota over of several is
+	// not enough (the others are backends with quota left).
+	QuotaMode bool
+	// Metadata is the rule's metadata from its file (nil for none):
+	// answered in Envoy's dynamic metadata for a request where the rule
+	// was not over its limit, so that a route can pick what it names.
+	// Shared by every request: never modify it.
+	Metadata *structpb.Struct
 }
 
 // node is one descriptor of the tree: a level of matching.
@@ -162,7 +174,15 @@ func (c *Config) compile(parent *node, path string, descriptors []fileDescriptor
 }
 
 func compileRule(path string, d fileDescriptor, rl *fileRateLimit) (*Rule, error) {
-	r := &Rule{Path: path, Unlimited: rl.Unlimited, Name: rl.Name, ShadowMode: d.ShadowMode, DetailedMetric: d.DetailedMetric}
+	r := &Rule{Path: path, Unlimited: rl.Unlimited, Name: rl.Name, ShadowMode: d.ShadowMode, DetailedMetric: d.DetailedMetric,
+		QuotaMode: d.QuotaMode}
+	if d.Metadata != nil {
+		md, err := structpb.NewStruct(d.Metadata)
+		if err != nil {
+			return nil, fmt.Errorf("%s: metadata: must be a map of string keys to YAML values: %w", path, err)
+		}
+		r.Metadata = md
+	}
 	unit, ok := parseUnit(rl.Unit)
 	switch {
 	case rl.Unlimited && rl.Unit != "":

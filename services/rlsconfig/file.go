@@ -29,9 +29,8 @@ type fileDescriptor struct {
 	DetailedMetric bool             `yaml:"detailed_metric"`
 	ValueToMetric  bool             `yaml:"value_to_metric"`
 	ShareThreshold bool             `yaml:"share_threshold"`
-	// QuotaMode and Metadata are accepted so that files written for
-	// envoyproxy/ratelimit load; this service does not act on them
-	// (quota mode is not supported: its rules decide as ordinary limits).
+	// QuotaMode and Metadata are a rule's (see Rule); on a descriptor
+	// without a rate_limit they do nothing, as in envoyproxy/ratelimit.
 	QuotaMode bool           `yaml:"quota_mode"`
 	Metadata  map[string]any `yaml:"metadata"`
 }

@@ -38,7 +38,14 @@ type LimitRequest struct {
 	Duration int64 `protobuf:"varint,4,opt,name=duration,proto3" json:"duration,omitempty"`
 	// Cost is what this request spends: 0 to 2^53, 1 when absent. Cost 0 never
 	// counts; it asks whether one more unit would still fit.
-	Cost          *int64 `protobuf:"varint,5,opt,name=cost,proto3,oneof" json:"cost,omitempty"`
+	Cost *int64 `protobuf:"varint,5,opt,name=cost,proto3,oneof" json:"cost,omitempty"`
+	// Report makes this a usage report: cost was spent already (the tokens an
+	// LLM call used, known when it ended), so it is counted whatever the
+	// verdict, and success answers whether the window is still within its
+	// limit with it counted: false once the budget is spent, and the next
+	// check is refused. Not allowed in a MultiLimit, which counts all or
+	// nothing; allowed in BatchLimit entries.
+	Report        bool `protobuf:"varint,6,opt,name=report,proto3" json:"report,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -106,6 +113,13 @@ func (x *LimitRequest) GetCost() int64 {
 		return *x.Cost
 	}
 	return 0
+}
+
+func (x *LimitRequest) GetReport() bool {
+	if x != nil {
+		return x.Report
+	}
+	return false
 }
 
 // LimitResponse is the decision for one LimitRequest.
@@ -1038,7 +1052,7 @@ var File_ratelimit_v1_ratelimit_proto protoreflect.FileDescriptor
 
 const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\"\xa0\x01\n" +
+	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\"\xb8\x01\n" +
 	"\fLimitRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1e\n" +
 	"\n" +
@@ -1046,7 +1060,8 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"identifier\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x1a\n" +
 	"\bduration\x18\x04 \x01(\x03R\bduration\x12\x17\n" +
-	"\x04cost\x18\x05 \x01(\x03H\x00R\x04cost\x88\x01\x01B\a\n" +
+	"\x04cost\x18\x05 \x01(\x03H\x00R\x04cost\x88\x01\x01\x12\x16\n" +
+	"\x06report\x18\x06 \x01(\bR\x06reportB\a\n" +
 	"\x05_cost\"\xb5\x01\n" +
 	"\rLimitResponse\x12\x18\n" +
 	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x14\n" +

@@ -44,6 +44,7 @@ type options struct {
 	tokens string
 	keys   []key
 	budget int64
+	clock  ratelimit.Clock
 }
 
 type key struct {
@@ -63,18 +64,21 @@ func WithKey(token, workspace string, permissions ...string) Option {
 	return func(o *options) { o.keys = append(o.keys, key{token, workspace, permissions}) }
 }
 
+// WithClock sets the limiter's clock (the system's).
+func WithClock(c ratelimit.Clock) Option { return func(o *options) { o.clock = c } }
+
 // WithBudget sets the decode budget's bytes.
 func WithBudget(n int64) Option { return func(o *options) { o.budget = n } }
 
 // New returns a stack; the test's end cleans nothing up but its servers.
 func New(t testing.TB, opts ...Option) *Stack {
 	t.Helper()
-	o := options{budget: transport.DefaultBudget}
+	o := options{budget: transport.DefaultBudget, clock: ratelimit.SystemClock{}}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	reg := prometheus.NewRegistry()
-	limiter, err := ratelimit.New("test", ratelimit.WithRegisterer(reg))
+	limiter, err := ratelimit.New("test", ratelimit.WithRegisterer(reg), ratelimit.WithClock(o.clock))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -99,6 +99,7 @@ func toRequest(m *ratelimitv1.LimitRequest) ratelimit.Request {
 		Limit:      m.GetLimit(),
 		Duration:   pipeline.Milliseconds(m.GetDuration()),
 		Cost:       cost,
+		Report:     m.GetReport(),
 	}
 }
 

@@ -4,8 +4,9 @@
 // built on Envoy call ShouldRateLimit once per request with the
 // descriptors their route produces. The rules come from envoyproxy/
 // ratelimit's YAML files (package rlsconfig). What differs: windows slide
-// instead of resetting on the clock, a denied hit is not counted, and the
-// counters converge through Redis and MySQL like every other.
+// instead of resetting on the clock, and the counters converge through
+// Redis and MySQL like every other. As there, a hit is counted whether or
+// not it is over its limit (WithOverLimitHitsCounted turns that off).
 //
 // Counters: a descriptor of domain D is counted in namespace "envoy:D"
 // under the identifier rlsconfig gives (its entries as key=value,
@@ -68,6 +69,12 @@ type Service struct {
 	shadow bool
 	// headers, if set, names the response headers to add.
 	headers *Headers
+	// uncountedOverLimit: a hit over its limit is not counted (this
+	// service's behaviour before usage reports; envoyproxy/ratelimit counts
+	// it).
+	uncountedOverLimit bool
+	// dynamicMetadata answers Envoy's dynamic metadata (see metadata.go).
+	dynamicMetadata bool
 	now     func() time.Time
 }
 
@@ -88,6 +95,19 @@ func WithShadowMode(on bool) Option { return func(s *Service) { s.shadow = on } 
 // WithResponseHeaders adds the headers named h to every answer whose
 // descriptors had a limit.
 func WithResponseHeaders(h Headers) Option { return func(s *Service) { s.headers = &h } }
+
+// WithOverLimitHitsCounted sets whether a hit over its limit is counted,
+// as envoyproxy/ratelimit counts it (true, the default): an AI gateway's
+// report of the tokens a response used, sent on the response path, then
+// spends the budget even when it crosses it, and the next request's check
+// is refused. With false a denied hit counts nothing, as a Limit call's.
+func WithOverLimitHitsCounted(on bool) Option { return func(s *Service) { s.uncountedOverLimit = !on } }
+
+// WithDynamicMetadata answers every request with Envoy's dynamic metadata,
+// as envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA: the domain, the
+// descriptors, the hits addend, and the merged metadata of the rules that
+// were not over their limits (see dynamicMetadata).
+func WithDynamicMetadata(on bool) Option { return func(s *Service) { s.dynamicMetadata = on } }
 
 // WithNearLimitRatio sets the share of a limit past which a hit counts as
 // near it (0.8).
@@ -145,6 +165,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	now := s.now()
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
 	closest := -1
+	// The request is over its limits when any descriptor that is not a
+	// quota is over, or when it has quotas and every one is over.
+	var overOther, overQuota, quotas int
+	var passed []int // descriptors not over their limits, for the metadata
 	for i := range plans {
 		p := &plans[i]
 		if p.rule != nil && p.rule.Name != "" && replaced[p.rule.Name] {
@@ -155,12 +179,32 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			return nil, err
 		}
 		resp.Statuses[i] = st
-		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
-			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		if p.unlimited {
+			continue
+		}
+		quota := p.counted && p.rule != nil && p.rule.QuotaMode
+		if quota {
+			quotas++
+		}
+		over := st.Code == rlsv3.RateLimitResponse_OVER_LIMIT
+		switch {
+		case over && quota:
+			overQuota++
+			continue // a spent quota does not set the headers: another may serve
+		case over:
+			overOther++
+		default:
+			passed = append(passed, i)
 		}
 		if st.CurrentLimit != nil && (closest < 0 || closer(st, resp.Statuses[closest])) {
 			closest = i
 		}
+	}
+	if overOther > 0 || (quotas > 0 && overQuota == quotas) {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	if s.dynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, plans, passed)
 	}
 	if s.shadow && resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
@@ -311,7 +355,7 @@ func (s *Service) decide(ctx context.Context, domain string, p *plan, now time.T
 	// not (see plan.fromRequest).
 	call := pipeline.Call{
 		Request: ratelimit.Request{Namespace: rlsconfig.NamespacePrefix + domain, Identifier: p.identifier,
-			Limit: p.limit, Duration: p.unit.Duration(), Cost: p.cost},
+			Limit: p.limit, Duration: p.unit.Duration(), Cost: p.cost, Report: !s.uncountedOverLimit},
 		MaxIdentifier: MaxIdentifier, MaxDuration: ratelimit.MaxWindow, ZeroLimit: true}
 	if p.fromRequest {
 		call.MaxDuration, call.ZeroLimit = ratelimit.MaxDuration, false

@@ -207,6 +207,11 @@ func (p *Pipeline) Multi(ctx context.Context, calls []Call) (MultiDecision, erro
 	if err != nil {
 		return MultiDecision{}, err
 	}
+	for i := range reqs {
+		if err := ratelimit.CheckNotReport(reqs[i].Report); err != nil {
+			return MultiDecision{}, ratelimit.InEntry("limits", i, err)
+		}
+	}
 	if err := authorizeAll(ctx, calls); err != nil {
 		return MultiDecision{}, err
 	}

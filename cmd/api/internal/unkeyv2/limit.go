@@ -23,6 +23,9 @@ type limitRequest struct {
 	Limit      int64  `json:"limit"`
 	Duration   int64  `json:"duration"`
 	Cost       *int64 `json:"cost"`
+	// Report is this service's addition to Unkey's body: a usage report,
+	// counted whatever the verdict (see ratelimit.Request.Report).
+	Report bool `json:"report"`
 }
 
 // call converts r. Unkey accepts identifiers of up to 512 characters; one
@@ -33,7 +36,7 @@ func (r *limitRequest) call() pipeline.Call {
 		cost = *r.Cost
 	}
 	return pipeline.Call{Request: ratelimit.Request{Namespace: r.Namespace, Identifier: r.Identifier,
-		Limit: r.Limit, Duration: pipeline.Milliseconds(r.Duration), Cost: cost}, MaxIdentifier: maxIdentifier}
+		Limit: r.Limit, Duration: pipeline.Milliseconds(r.Duration), Cost: cost, Report: r.Report}, MaxIdentifier: maxIdentifier}
 }
 
 // limitData is V2RatelimitLimitResponseData.

@@ -1,0 +1,70 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestReportsCount: the AI-gateway flow, a check of cost 0 before each LLM
+// call and a report of the tokens it used after. Reports are counted
+// whatever the verdict, so the report that crosses the budget is counted
+// and the next check is refused (without reports counting, every report
+// past the budget was dropped: 10 calls of 300 against 1,000 all admitted).
+func TestReportsCount(t *testing.T) {
+	clock := newFakeClock(60_000)
+	s := newTestService(t, clock)
+	const budget, used = 1000, 300
+	admitted := 0
+	for call := range 10 {
+		check := mustLimit(t, s, req("team", budget, time.Minute, 0))
+		if !check.Success {
+			break
+		}
+		admitted++
+		r := req("team", budget, time.Minute, used)
+		r.Report = true
+		rep := mustLimit(t, s, r)
+		spent := int64(call+1) * used
+		if rep.Success != (spent <= budget) || rep.Remaining != max(0, budget-spent) {
+			t.Fatalf("report %d: %+v after %d spent of %d", call+1, rep, spent, budget)
+		}
+		if !rep.Success && rep.RetryAfter <= 0 {
+			t.Fatalf("a spent budget's report says no wait: %+v", rep)
+		}
+	}
+	if admitted != 4 {
+		t.Fatalf("%d calls admitted, want 4 (the fourth report crosses 1,000 and is counted)", admitted)
+	}
+	// A denied report still counted: a fresh request of cost 1 is refused
+	// until the window slides.
+	if resp := mustLimit(t, s, req("team", budget, time.Minute, 1)); resp.Success {
+		t.Fatalf("a request after the budget was spent: %+v", resp)
+	}
+	clock.Advance(2 * time.Minute)
+	if resp := mustLimit(t, s, req("team", budget, time.Minute, 0)); !resp.Success {
+		t.Fatalf("two windows later: %+v", resp)
+	}
+}
+
+// TestReportBounds: a report's cost is bounded like any cost, and a
+// MultiLimit, all or nothing, holds none.
+func TestReportBounds(t *testing.T) {
+	s := newTestService(t, newFakeClock(0))
+	r := req("x", 10, time.Minute, MaxCost+1)
+	r.Report = true
+	var ve *ValidationError
+	if _, err := s.Limit(context.Background(), r); !errors.As(err, &ve) || ve.Field != "cost" {
+		t.Fatalf("a report over MaxCost: %v", err)
+	}
+	r.Cost = 1
+	if _, err := s.MultiLimit(context.Background(), []Request{req("y", 10, time.Minute, 1), r}); !errors.As(err, &ve) ||
+		ve.Field != "limits[1].report" {
+		t.Fatalf("a report in a MultiLimit: %v", err)
+	}
+	// Nothing of the refused batch was counted.
+	if resp := mustLimit(t, s, req("y", 10, time.Minute, 0)); resp.Remaining != 10 {
+		t.Fatalf("the refused batch counted: %+v", resp)
+	}
+}
