@@ -70,4 +70,3 @@ func merge(dst, src *structpb.Struct) {
 		}
 	}
 }
-

@@ -75,7 +75,7 @@ type Service struct {
 	uncountedOverLimit bool
 	// dynamicMetadata answers Envoy's dynamic metadata (see metadata.go).
 	dynamicMetadata bool
-	now     func() time.Time
+	now             func() time.Time
 }
 
 // Headers are the names of the headers Envoy adds to its response: the
