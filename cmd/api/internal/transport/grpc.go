@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/grpc/tap"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
@@ -99,6 +100,19 @@ func (l *Layer) grpcFailures(ctx context.Context, req any, info *grpc.UnaryServe
 			resp, err = nil, grpcStatus(l.ConnectError(ctx, info.FullMethod, l.panicked(ctx, info.FullMethod, p)))
 		}
 	}()
+	// The decode budget, as on the main port: the decoded message holds its
+	// size of the budget until its answer, and a message past the budget
+	// is refused as busy. grpc-go reads a message whole before any hook
+	// runs, so here the budget bounds what messages being handled hold;
+	// what the transport holds before is bounded by the connection cap,
+	// the streams per connection, the message cap and the stream deadline.
+	if m, ok := req.(proto.Message); ok && l.budget != nil {
+		n := int64(proto.Size(m))
+		if !l.budget.take(n) {
+			return nil, grpcStatus(ErrBusy)
+		}
+		defer l.budget.give(n)
+	}
 	resp, err = next(ctx, req)
 	if err == nil {
 		return resp, nil

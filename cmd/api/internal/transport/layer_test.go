@@ -1,6 +1,7 @@
 package transport_test
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -8,16 +9,25 @@ import (
 	"testing"
 	"time"
 
+	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/unkeyed/ratelimit/cmd/api/internal/apitest"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/connectapi"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/unkeyv2"
+	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/internal/poll"
 	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
 
-// serveAll serves every adapter behind the stack's layer.
-func serveAll(t *testing.T, s *apitest.Stack) string {
+// serveAll serves every adapter behind the stack's layer, on the main
+// port and on a grpc-go server, and returns the URL and the grpc-go
+// address.
+func serveAll(t *testing.T, s *apitest.Stack) (string, string) {
 	t.Helper()
 	cfg, err := rlsconfig.Load()
 	if err != nil {
@@ -27,11 +37,16 @@ func serveAll(t *testing.T, s *apitest.Stack) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s.Serve(t, func(mux *http.ServeMux) {
+	url := s.Serve(t, func(mux *http.ServeMux) {
 		connectapi.New(s.Layer).Register(mux)
 		unkeyv2.New(s.Layer).Register(mux)
 		rls.Register(mux, s.Layer)
 	})
+	addr := s.ServeGRPC(t, connectapi.Codecs, func(srv *grpc.Server) {
+		connectapi.New(s.Layer).RegisterGRPC(srv)
+		rls.RegisterGRPC(srv)
+	})
+	return url, addr
 }
 
 func post(t *testing.T, url, contentType string, body io.Reader) (int, string) {
@@ -51,7 +66,7 @@ func post(t *testing.T, url, contentType string, body io.Reader) (int, string) {
 // again.
 func TestDecodeBudgetIsShared(t *testing.T) {
 	s := apitest.New(t, apitest.WithBudget(4096))
-	url := serveAll(t, s)
+	url, grpcAddr := serveAll(t, s)
 	// A request that sends 4,000 bytes of its body and waits holds them.
 	pr, pw := io.Pipe()
 	held := make(chan struct{})
@@ -76,11 +91,32 @@ func TestDecodeBudgetIsShared(t *testing.T) {
 			t.Errorf("%s with the budget spent: %d %s, want 429 %s", tc.path, status, out, tc.want)
 		}
 	}
+	// On the grpc-go port, a message being handled takes its size from the
+	// same budget: past it, resource_exhausted "server busy".
+	conn := apitest.Dial(t, grpcAddr)
+	err := conn.Invoke(context.Background(), "/ratelimit.v1.RatelimitService/Limit", &ratelimitv1.LimitRequest{Namespace: "ns",
+		Identifier: strings.Repeat("x", 200), Limit: 10, Duration: 60000}, new(ratelimitv1.LimitResponse))
+	if st, _ := status.FromError(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "server busy") {
+		t.Errorf("grpc-go Limit with the budget spent: %v, want resource_exhausted server busy", err)
+	}
+	_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: strings.Repeat("d", 200),
+		Descriptors: []*rlcommonv3.RateLimitDescriptor{{Entries: []*rlcommonv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}})
+	if st, _ := status.FromError(err); st.Code() != codes.ResourceExhausted {
+		t.Errorf("grpc-go ShouldRateLimit with the budget spent: %v, want resource_exhausted", err)
+	}
 	pw.CloseWithError(errors.New("gone"))
 	<-held
 	poll.Until(t, 5*time.Second, "the budget to be whole again", func() bool { return s.Budget.InUse() == 0 })
 	if status, out := post(t, url+"/ratelimit.v1.RatelimitService/Limit", "application/json", strings.NewReader(body)); status != http.StatusOK {
 		t.Fatalf("Limit with the budget given back: %d %s", status, out)
+	}
+	out := new(ratelimitv1.LimitResponse)
+	if err := conn.Invoke(context.Background(), "/ratelimit.v1.RatelimitService/Limit", &ratelimitv1.LimitRequest{Namespace: "ns",
+		Identifier: strings.Repeat("x", 200), Limit: 10, Duration: 60000}, out); err != nil || !out.Success {
+		t.Fatalf("grpc-go Limit with the budget given back: %v, %v", out, err)
+	}
+	if s.Budget.InUse() != 0 {
+		t.Fatalf("the grpc-go call kept %d bytes of the budget", s.Budget.InUse())
 	}
 }
 
@@ -88,7 +124,7 @@ func TestDecodeBudgetIsShared(t *testing.T) {
 // invalid_argument (400).
 func TestBodyCap(t *testing.T) {
 	s := apitest.New(t)
-	url := serveAll(t, s)
+	url, _ := serveAll(t, s)
 	big := `{"namespace":"` + strings.Repeat("n", 1<<20) + `"}`
 	for _, path := range []string{"/ratelimit.v1.RatelimitService/Limit", "/v2/ratelimit.limit", "/json", envoyrls.Procedure} {
 		status, out := post(t, url+path, "application/json", strings.NewReader(big))
