@@ -158,7 +158,10 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("register api metrics: %w", err)
 	}
-	layer := transport.NewLayer(p, transport.NewBudget(transport.DefaultBudget), logger)
+	layer, err := transport.NewLayer(p, transport.NewBudget(transport.DefaultBudget), logger, reg)
+	if err != nil {
+		return nil, err
+	}
 	var certs *transport.Certificates
 	if cfg.TLSCertFile != "" {
 		if certs, err = transport.LoadCertificates(transport.TLSFiles{Cert: cfg.TLSCertFile, Key: cfg.TLSKeyFile,

@@ -105,8 +105,11 @@ func New(t testing.TB, opts ...Option) *Stack {
 	}
 	log := &LockedBuffer{}
 	budget := transport.NewBudget(o.budget)
-	return &Stack{Limiter: limiter, Overrides: ov, Pipeline: p, Budget: budget, Registry: reg, Log: log,
-		Layer: transport.NewLayer(p, budget, slog.New(slog.NewTextHandler(log, nil)))}
+	layer, err := transport.NewLayer(p, budget, slog.New(slog.NewTextHandler(log, nil)), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Stack{Limiter: limiter, Overrides: ov, Pipeline: p, Budget: budget, Registry: reg, Log: log, Layer: layer}
 }
 
 // Serve serves the routes register adds on loopback, over HTTP/1.1 and

@@ -12,6 +12,7 @@ import (
 	"net/http"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
@@ -35,7 +36,7 @@ func New(l *transport.Layer) *Handler { return &Handler{layer: l, pipeline: l.Pi
 // gRPC-Web on one path prefix.
 func (h *Handler) Register(mux *http.ServeMux) {
 	path, service := ratelimitv1connect.NewRatelimitServiceHandler(h, h.layer.HandlerOptions(Codecs)...)
-	mux.Handle(path, h.layer.Route(h.layer.ConnectRenderer(), service))
+	mux.Handle(path, h.layer.Route(h.layer.ConnectRenderer(), service, methodNames(ratelimitv1.File_ratelimit_v1_ratelimit_proto.Services().ByName("RatelimitService"))...))
 }
 
 // fail answers err, the failure of procedure, by the layer's gRPC table.
@@ -124,4 +125,15 @@ func result(l *ratelimitv1.LimitRequest, d pipeline.Decision) *ratelimitv1.Multi
 		RetryAfter: d.RetryAfter.Milliseconds(),
 		OverrideId: d.OverrideID,
 	}
+}
+
+// methodNames returns the names of a service's methods: the last segments
+// of its procedures, which the latency metric labels.
+func methodNames(sd protoreflect.ServiceDescriptor) []string {
+	methods := sd.Methods()
+	names := make([]string, methods.Len())
+	for i := range names {
+		names[i] = string(methods.Get(i).Name())
+	}
+	return names
 }

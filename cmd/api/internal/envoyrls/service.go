@@ -206,6 +206,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if s.dynamicMetadata {
 		resp.DynamicMetadata = dynamicMetadata(req, plans, passed)
 	}
+	// The call's outcome is the overall answer, not its descriptors'.
+	outcome := pipeline.OutcomePassed
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && !s.shadow {
+		outcome = pipeline.OutcomeDenied
+	}
+	pipeline.SetOutcome(ctx, outcome)
 	if s.shadow && resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
 		s.metrics.globalShadow.Inc()

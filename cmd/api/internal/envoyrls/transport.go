@@ -39,11 +39,11 @@ func (s *Service) Register(mux *http.ServeMux, l *transport.Layer) {
 				return nil, l.ConnectError(ctx, Procedure, err)
 			}
 			return connect.NewResponse(resp), nil
-		}, l.HandlerOptions(Codecs)...)))
+		}, l.HandlerOptions(Codecs)...), "ShouldRateLimit"))
 	render := func(w http.ResponseWriter, r *http.Request, err error) { writeJSONError(w, l, r, err) }
 	mux.Handle("POST /json", l.Route(render, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.serveJSON(w, r, l)
-	})))
+	}), "json"))
 }
 
 // RegisterGRPC serves ShouldRateLimit on a grpc-go server of the layer

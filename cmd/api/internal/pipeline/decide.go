@@ -110,7 +110,15 @@ func (p *Pipeline) Limit(ctx context.Context, c Call) (Decision, error) {
 		return d, err
 	}
 	p.metrics.decision("Limit", d.Success)
+	setDecided(ctx, d.Success)
 	return d, nil
+}
+
+// setDecided records a decision as the call's outcome.
+func setDecided(ctx context.Context, passed bool) {
+	if !passed {
+		SetOutcome(ctx, OutcomeDenied)
+	}
 }
 
 // decide applies the override of a validated request and decides it.
@@ -186,6 +194,7 @@ func (p *Pipeline) Batch(ctx context.Context, calls []Call) ([]Decision, error) 
 			d.Success, d.Remaining, d.RetryAfter = false, 0, 0
 		}
 		p.metrics.decision("Limit", d.Success)
+		setDecided(ctx, d.Success) // a batch with any entry denied is denied
 		out[i] = d
 	}
 	return out, nil
@@ -236,5 +245,6 @@ func (p *Pipeline) Multi(ctx context.Context, calls []Call) (MultiDecision, erro
 		out.Results[i].Response = resp.Results[i]
 	}
 	p.metrics.decision("MultiLimit", resp.Passed)
+	setDecided(ctx, resp.Passed)
 	return out, nil
 }

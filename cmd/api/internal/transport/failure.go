@@ -38,6 +38,7 @@ func (e *loggedError) Unwrap() error { return e.err }
 // itself and is not logged, so that what a client sends cannot fill the
 // log.
 func (l *Layer) Classify(ctx context.Context, where, requestID string, err error) Failure {
+	pipeline.SetOutcome(ctx, pipeline.OutcomeError)
 	var logged *loggedError
 	if errors.As(err, &logged) {
 		return Failure{Failure: pipeline.Failure{Kind: pipeline.KindInternal, Err: logged.err}, RequestID: logged.id}

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/grpc/tap"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 )
@@ -69,9 +69,12 @@ func (l *Layer) grpcTap(within time.Duration) tap.ServerInHandle {
 			if v := info.Header.Get("authorization"); len(v) > 0 {
 				authorization = v[0]
 			}
+			ctx = pipeline.WithCall(ctx, time.Now())
 			pr, err := l.pipeline.Authenticate(authorization)
 			if err != nil {
-				return nil, grpcStatus(l.ConnectError(ctx, info.FullMethodName, err))
+				ce := l.ConnectError(ctx, info.FullMethodName, err)
+				l.observeGRPC(ctx, info.FullMethodName)
+				return nil, grpcStatus(ce)
 			}
 			ctx = pipeline.WithPrincipal(ctx, pr)
 			ctx, cancel := context.WithTimeout(ctx, within)
@@ -95,6 +98,7 @@ func (l *Layer) grpcFailures(ctx context.Context, req any, info *grpc.UnaryServe
 	if cancel, ok := ctx.Value(streamCancel{}).(context.CancelFunc); ok {
 		defer cancel() // the stream's deadline is no longer needed
 	}
+	defer l.observeGRPC(ctx, info.FullMethod)
 	defer func() {
 		if p := recover(); p != nil {
 			resp, err = nil, grpcStatus(l.ConnectError(ctx, info.FullMethod, l.panicked(ctx, info.FullMethod, p)))

@@ -1,8 +1,11 @@
 package transport
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 )
@@ -14,12 +17,18 @@ type Layer struct {
 	pipeline *pipeline.Pipeline
 	budget   *Budget
 	logger   *slog.Logger
+	latency  *prometheus.HistogramVec // nil: calls are not timed
 }
 
 // NewLayer returns the layer of a server deciding on p, reading requests
-// within budget and logging to logger.
-func NewLayer(p *pipeline.Pipeline, budget *Budget, logger *slog.Logger) *Layer {
-	return &Layer{pipeline: p, budget: budget, logger: logger}
+// within budget, logging to logger, and timing every call into
+// unkey_request_duration_seconds, registered with reg.
+func NewLayer(p *pipeline.Pipeline, budget *Budget, logger *slog.Logger, reg prometheus.Registerer) (*Layer, error) {
+	latency, err := newLatency(reg)
+	if err != nil {
+		return nil, fmt.Errorf("register latency metric: %w", err)
+	}
+	return &Layer{pipeline: p, budget: budget, logger: logger, latency: latency}, nil
 }
 
 // Pipeline returns the pipeline the layer authenticates with, for the
@@ -37,9 +46,10 @@ type Renderer func(w http.ResponseWriter, r *http.Request, err error)
 // the body is read (its principal, the workspace and what it may do, is
 // then in the request's context, see [pipeline.PrincipalOf]); the body is capped at [MaxRequestBytes] and its
 // bytes come out of the decode budget. render answers each failure in
-// next's protocol.
-func (l *Layer) Route(render Renderer, next http.Handler) http.Handler {
-	return l.recover(render, l.authenticate(render, limitBody(l.budget, next)))
+// next's protocol. The call is timed into unkey_request_duration_seconds
+// under its method, the last segment of its path if it is one of methods.
+func (l *Layer) Route(render Renderer, next http.Handler, methods ...string) http.Handler {
+	return l.timed(methods, l.recover(render, l.authenticate(render, limitBody(l.budget, next))))
 }
 
 // authenticate resolves the caller's principal from its bearer token before

@@ -13,6 +13,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
@@ -47,7 +48,7 @@ func (h *Handler) Register(mux *http.ServeMux) {
 		"/v2/ratelimit.deleteOverride": h.deleteOverride,
 	} {
 		render := func(w http.ResponseWriter, r *http.Request, err error) { h.fail(w, r, "", err) }
-		mux.Handle("POST "+path, h.layer.Route(render, h.serve(fn)))
+		mux.Handle("POST "+path, h.layer.Route(render, h.serve(fn), strings.TrimPrefix(path, "/v2/")))
 	}
 }
 

@@ -1,0 +1,88 @@
+package transport
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+)
+
+// LatencyBuckets are the bounds of unkey_request_duration_seconds: a warm
+// decision takes tens of microseconds, a call that waits on a store or a
+// slow client up to seconds.
+var LatencyBuckets = []float64{
+	10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6,
+	1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3,
+	1, 2.5, 5, 10,
+}
+
+// newLatency returns unkey_request_duration_seconds, registered with reg.
+// Its labels take bounded values only: a protocol of five, a method a
+// route names (anything else is "unknown"), and an outcome of three.
+func newLatency(reg prometheus.Registerer) (*prometheus.HistogramVec, error) {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "unkey_request_duration_seconds",
+		Help: "Time from a request's arrival to its answer, by protocol (connect, grpc, grpc-web, v2, json), method and outcome " +
+			"(passed, denied, error; a call that decides nothing and succeeds is passed).",
+		Buckets: LatencyBuckets,
+	}, []string{"protocol", "method", "outcome"})
+	if err := reg.Register(h); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// timed measures next, a route serving methods (the last segments of its
+// paths), into the latency histogram, and carries the call's state (see
+// pipeline.WithCall) for the steps behind it to fill in.
+func (l *Layer) timed(methods []string, next http.Handler) http.Handler {
+	if l.latency == nil {
+		return next
+	}
+	known := make(map[string]bool, len(methods))
+	for _, m := range methods {
+		known[m] = true
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ctx := pipeline.WithCall(r.Context(), start)
+		next.ServeHTTP(w, r.WithContext(ctx))
+		method, outcome := r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:], pipeline.OutcomeOf(ctx)
+		if !known[method] {
+			// A path that names no method of the route was refused
+			// (connect-go answers it without an error of ours).
+			method, outcome = "unknown", pipeline.OutcomeError
+		}
+		l.latency.WithLabelValues(protocolOf(r), method, outcome.String()).Observe(time.Since(start).Seconds())
+	})
+}
+
+// protocolOf names the protocol of a request to the main port.
+func protocolOf(r *http.Request) string {
+	switch ct := r.Header.Get("Content-Type"); {
+	case strings.HasPrefix(r.URL.Path, "/v2/"):
+		return "v2"
+	case r.URL.Path == "/json":
+		return "json"
+	case strings.HasPrefix(ct, "application/grpc-web"):
+		return "grpc-web"
+	case strings.HasPrefix(ct, "application/grpc"):
+		return "grpc"
+	}
+	return "connect"
+}
+
+// observeGRPC measures a call of the grpc-go port that began at the start
+// its tap recorded.
+func (l *Layer) observeGRPC(ctx context.Context, fullMethod string) {
+	start := pipeline.CallStart(ctx)
+	if l.latency == nil || start.IsZero() {
+		return
+	}
+	method := fullMethod[strings.LastIndexByte(fullMethod, '/')+1:]
+	l.latency.WithLabelValues("grpc", method, pipeline.OutcomeOf(ctx).String()).Observe(time.Since(start).Seconds())
+}
