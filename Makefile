@@ -6,7 +6,7 @@ PKGS      := ./...
 BENCHTIME ?= 2s
 BENCHCOUNT ?= 5
 
-.PHONY: help run run-worker dev dev-down loadgen test test-go deps check-generated generate lint bench accuracy tools migrate
+.PHONY: help run run-worker dev dev-down loadgen test test-go deps check-generated check-deploy generate lint bench accuracy tools migrate
 
 # apt-get needs root; elsewhere it goes through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -29,13 +29,14 @@ loadgen: ## drive the API: make loadgen ARGS='-url http://127.0.0.1:7070 -c 32 -
 run: ## the API on :7070, region "local", in memory only
 	UNKEY_REGION=$${UNKEY_REGION:-local} UNKEY_LOG_FORMAT=$${UNKEY_LOG_FORMAT:-text} $(GO) run ./cmd/api
 
-test: deps check-generated lint test-go ## everything CI runs: generated code, lint, every test under -race
+test: deps check-generated lint check-deploy test-go ## everything CI runs: generated code, lint, the alerting rules, every test under -race
 
 RESTATE_SERVER := node_modules/@restatedev/restate-server-linux-x64/bin/restate-server
 
-deps: $(RESTATE_SERVER) ## install the servers the tests start (redis-server, mariadb-server, restate-server) where they are missing
+deps: $(RESTATE_SERVER) ## install the servers the tests start (redis-server, mariadb-server, restate-server) and promtool where they are missing
 	@missing=""; \
 		command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+		command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
 		{ command -v mariadbd || test -x /usr/sbin/mariadbd; } >/dev/null 2>&1 && command -v mariadb-install-db >/dev/null 2>&1 || missing="$$missing mariadb-server"; \
 		if [ -n "$$missing" ]; then \
 			echo "installing$$missing"; \
@@ -50,6 +51,10 @@ $(RESTATE_SERVER): package.json package-lock.json
 
 test-go: deps ## the Go tests, under the race detector
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+check-deploy: deps ## check deploy/prometheus's alerting rules with promtool, and run their unit tests
+	promtool check rules deploy/prometheus/*.rules.yaml
+	cd deploy/prometheus && promtool test rules *.rules.test.yaml
 
 generate: ## regenerate the Connect/protobuf and sqlc code
 	cd connect && $(TOOL) buf generate

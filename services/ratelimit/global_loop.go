@@ -329,6 +329,7 @@ func (g *globalTier) sync(ctx context.Context) {
 		return
 	}
 	st.syncedAsOf = res.(synced).asOf
+	g.metrics.globalLastSync.Set(float64(now.UnixMilli()) / 1000)
 	if since.IsZero() {
 		st.lastFull = now
 	}

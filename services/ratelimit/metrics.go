@@ -24,6 +24,7 @@ type metrics struct {
 	globalWriteErrors    prometheus.Counter
 	globalRowsApplied    prometheus.Counter
 	globalSyncErrors     prometheus.Counter
+	globalLastSync       prometheus.Gauge
 	globalEntriesCreated prometheus.Counter
 	globalRowsLastPoll   prometheus.Gauge
 	globalRowsFuture     prometheus.Counter
@@ -85,6 +86,10 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 			Name: "unkey_ratelimit_global_sync_errors_total",
 			Help: "Global syncs that failed.",
 		}),
+		globalLastSync: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "unkey_ratelimit_global_last_sync_timestamp_seconds",
+			Help: "When the latest global sync that succeeded began, in unix seconds (0 before the first, and without a global store): how old this process's view of the other regions is.",
+		}),
 		globalEntriesCreated: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "unkey_ratelimit_global_entries_created_total",
 			Help: "Windows created by the global sync for keys this process had no traffic for (not counted in windows_created_total).",
@@ -110,9 +115,17 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 		Name: "unkey_ratelimit_origin_queue_depth",
 		Help: "Cells waiting for replay plus windows waiting for a background refresh.",
 	}, queueDepth)
+	// Every known label value from the start, so that a rule's rate() and
+	// increase() see the series at 0 before the first event.
+	for _, source := range []string{"request", "sync"} {
+		m.windowsRejected.WithLabelValues(source)
+	}
+	for _, queue := range []string{"replay", "refresh", "flush"} {
+		m.queueOverflow.WithLabelValues(queue)
+	}
 	for _, c := range []prometheus.Collector{m.windowsCreated, m.windowsEvicted, m.windowsRejected, m.casExhausted, active,
 		m.regionalOps, m.regionalLatency, m.queueOverflow, m.replayExpired, m.strictActivations, depth,
-		m.globalWrites, m.globalWriteErrors, m.globalRowsApplied, m.globalSyncErrors, m.globalEntriesCreated, m.globalRowsLastPoll, m.globalRowsFuture, m.globalIdlePublished} {
+		m.globalWrites, m.globalWriteErrors, m.globalRowsApplied, m.globalSyncErrors, m.globalLastSync, m.globalEntriesCreated, m.globalRowsLastPoll, m.globalRowsFuture, m.globalIdlePublished} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
