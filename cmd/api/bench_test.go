@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"sort"
 	"strconv"
@@ -104,6 +106,17 @@ func BenchmarkConnect(b *testing.B) {
 			benchLimit(b, serveBench(b, mux), protocol)
 		})
 		b.Run("limit/"+protocol, func(b *testing.B) {
+			benchServer(b, protocol, []string{"UNKEY_REGION=bench"})
+		})
+		b.Run("limit+tracing/"+protocol, func(b *testing.B) {
+			// Every call a span, sampled, batched and exported over
+			// OTLP/HTTP to a receiver that reads and drops them.
+			sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+			}))
+			b.Cleanup(sink.Close) // after the server's own clean-up: its last export
+			b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", sink.URL)
+			b.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 			benchServer(b, protocol, []string{"UNKEY_REGION=bench"})
 		})
 		b.Run("batch100/"+protocol, func(b *testing.B) {

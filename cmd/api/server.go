@@ -12,9 +12,11 @@ import (
 
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
+	"github.com/XSAM/otelsql"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
@@ -32,6 +34,7 @@ import (
 	"github.com/unkeyed/ratelimit/cmd/api/internal/unkeyv2"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
+	"github.com/unkeyed/ratelimit/internal/telemetry"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	overridesmysql "github.com/unkeyed/ratelimit/services/overrides/mysqlstore"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
@@ -90,7 +93,19 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	ovOpts := []overrides.Option{overrides.WithLogger(logger), overrides.WithPollInterval(cfg.OverridesPollInterval),
 		overrides.WithMaxPerWorkspace(cfg.MaxOverridesPerWorkspace),
 		overrides.WithMaxPatternsPerNamespace(cfg.MaxOverridePatternsPerNamespace), overrides.WithRegisterer(reg)}
+	tracing, err := telemetry.Setup(context.Background(), "unkey-ratelimit-api")
+	if err != nil {
+		return nil, err
+	}
 	var closers []func() error
+	if tracing.On {
+		closers = append(closers, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return tracing.Shutdown(ctx)
+		})
+		logger.Info("tracing on: every call a span, exported as OTEL_* says")
+	}
 	ring := keys.NewRing(keys.WithTokens(cfg.tokens))
 	var keyFile *keys.File
 	if cfg.AuthKeysFile != "" {
@@ -112,6 +127,13 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		logger.Info("regional store configured", "redis_cluster_seeds", cfg.redisCluster.Addrs)
 	}
 	if client != nil {
+		if tracing.On {
+			// Every Redis command a span: the request path's reads and the
+			// background replays and refreshes alike.
+			if err := redisotel.InstrumentTracing(client, redisotel.WithTracerProvider(tracing.Provider)); err != nil {
+				return nil, fmt.Errorf("trace redis: %w", err)
+			}
+		}
 		closers = append(closers, client.Close)
 		regional, err := redisstore.New(client, redisstore.WithLogger(logger), redisstore.WithRegisterer(reg))
 		if err != nil {
@@ -120,7 +142,11 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		opts = append(opts, ratelimit.WithRegionalStore(regional))
 	}
 	if cfg.mysql != nil {
-		sqlDB, err := cmdutil.OpenMySQL(cfg.mysql, mysqlConns)
+		var traced []otelsql.Option
+		if tracing.On {
+			traced = append(traced, otelsql.WithTracerProvider(tracing.Provider))
+		}
+		sqlDB, err := cmdutil.OpenMySQL(cfg.mysql, mysqlConns, traced...)
 		if err != nil {
 			return nil, err
 		}
@@ -161,6 +187,9 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	layer, err := transport.NewLayer(p, transport.NewBudget(transport.DefaultBudget), logger, reg)
 	if err != nil {
 		return nil, err
+	}
+	if tracing.On {
+		layer.WithTracing(tracing.Provider, tracing.Propagator)
 	}
 	var certs *transport.Certificates
 	if cfg.TLSCertFile != "" {

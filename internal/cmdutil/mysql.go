@@ -7,7 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/XSAM/otelsql"
 	"github.com/go-sql-driver/mysql"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 )
 
 // ParseMySQLDSN parses the value of UNKEY_MYSQL_DSN. The DSN must name a
@@ -41,13 +43,21 @@ func ParseMySQLDSN(dsn string) (*mysql.Config, error) {
 
 // OpenMySQL opens a pool of at most maxConns connections on cfg. Connections
 // are replaced every five minutes, so a pool follows a failover behind a DNS
-// name. It does not connect yet.
-func OpenMySQL(cfg *mysql.Config, maxConns int) (*sql.DB, error) {
+// name. With options (otelsql's, such as its tracer provider) every
+// statement is a span. It does not connect yet.
+func OpenMySQL(cfg *mysql.Config, maxConns int, opts ...otelsql.Option) (*sql.DB, error) {
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("UNKEY_MYSQL_DSN: %w", err)
 	}
-	sqlDB := sql.OpenDB(connector)
+	var sqlDB *sql.DB
+	if len(opts) > 0 {
+		// Every statement a span (otelsql): what the background loops and
+		// the request path ask of MySQL shows in the traces.
+		sqlDB = otelsql.OpenDB(connector, append([]otelsql.Option{otelsql.WithAttributes(semconv.DBSystemNameMySQL)}, opts...)...)
+	} else {
+		sqlDB = sql.OpenDB(connector)
+	}
 	sqlDB.SetMaxOpenConns(maxConns)
 	sqlDB.SetMaxIdleConns(maxConns)
 	sqlDB.SetConnMaxLifetime(5 * time.Minute)

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -105,6 +108,7 @@ func (p *Pipeline) Limit(ctx context.Context, c Call) (Decision, error) {
 	if err := Authorize(ctx, access.Limit, c.Request.Namespace); err != nil {
 		return Decision{}, err
 	}
+	annotate(ctx, c.Request.Namespace, 1)
 	d, err := p.decide(ctx, &r, c.Request.Identifier)
 	if err != nil {
 		return d, err
@@ -112,6 +116,14 @@ func (p *Pipeline) Limit(ctx context.Context, c Call) (Decision, error) {
 	p.metrics.decision("Limit", d.Success)
 	setDecided(ctx, d.Success)
 	return d, nil
+}
+
+// annotate adds to the call's span, if it is traced, the namespace it
+// decides in (the first, for a batch) and how many limits it decides.
+func annotate(ctx context.Context, namespace string, limits int) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.String("ratelimit.namespace", namespace), attribute.Int("ratelimit.limits", limits))
+	}
 }
 
 // setDecided records a decision as the call's outcome.
@@ -178,6 +190,7 @@ func (p *Pipeline) Batch(ctx context.Context, calls []Call) ([]Decision, error) 
 	if err := authorizeAll(ctx, calls); err != nil {
 		return nil, err
 	}
+	annotate(ctx, calls[0].Request.Namespace, len(calls))
 	leave, err := p.enterBatch(ctx, workspace, len(reqs))
 	if err != nil {
 		return nil, err
@@ -224,6 +237,7 @@ func (p *Pipeline) Multi(ctx context.Context, calls []Call) (MultiDecision, erro
 	if err := authorizeAll(ctx, calls); err != nil {
 		return MultiDecision{}, err
 	}
+	annotate(ctx, calls[0].Request.Namespace, len(calls))
 	out := MultiDecision{Results: make([]Decision, len(reqs))}
 	blocked := make([]bool, len(reqs))
 	for i := range reqs {

@@ -70,6 +70,9 @@ func (l *Layer) grpcTap(within time.Duration) tap.ServerInHandle {
 				authorization = v[0]
 			}
 			ctx = pipeline.WithCall(ctx, time.Now())
+			if l.tracing != nil {
+				ctx, _ = l.tracing.startSpan(ctx, info.FullMethodName[strings.LastIndexByte(info.FullMethodName, '/')+1:], mdCarrier(info.Header))
+			}
 			pr, err := l.pipeline.Authenticate(authorization)
 			if err != nil {
 				ce := l.ConnectError(ctx, info.FullMethodName, err)

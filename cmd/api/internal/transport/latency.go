@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 )
@@ -49,15 +50,27 @@ func (l *Layer) timed(methods []string, next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		ctx := pipeline.WithCall(r.Context(), start)
-		next.ServeHTTP(w, r.WithContext(ctx))
-		method, outcome := r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:], pipeline.OutcomeOf(ctx)
+		method := r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]
 		if !known[method] {
+			method = "unknown"
+		}
+		ctx := pipeline.WithCall(r.Context(), start)
+		var span trace.Span
+		if l.tracing != nil {
+			ctx, span = l.tracing.startSpan(ctx, method, headerCarrier(r))
+		}
+		next.ServeHTTP(w, r.WithContext(ctx))
+		outcome := pipeline.OutcomeOf(ctx)
+		if method == "unknown" {
 			// A path that names no method of the route was refused
 			// (connect-go answers it without an error of ours).
-			method, outcome = "unknown", pipeline.OutcomeError
+			outcome = pipeline.OutcomeError
 		}
-		l.latency.WithLabelValues(protocolOf(r), method, outcome.String()).Observe(time.Since(start).Seconds())
+		protocol := protocolOf(r)
+		l.latency.WithLabelValues(protocol, method, outcome.String()).Observe(time.Since(start).Seconds())
+		if span != nil {
+			endSpan(ctx, span, protocol, method, outcome)
+		}
 	})
 }
 
@@ -77,12 +90,17 @@ func protocolOf(r *http.Request) string {
 }
 
 // observeGRPC measures a call of the grpc-go port that began at the start
-// its tap recorded.
+// its tap recorded, and ends its span.
 func (l *Layer) observeGRPC(ctx context.Context, fullMethod string) {
 	start := pipeline.CallStart(ctx)
-	if l.latency == nil || start.IsZero() {
+	if start.IsZero() {
 		return
 	}
-	method := fullMethod[strings.LastIndexByte(fullMethod, '/')+1:]
-	l.latency.WithLabelValues("grpc", method, pipeline.OutcomeOf(ctx).String()).Observe(time.Since(start).Seconds())
+	method, outcome := fullMethod[strings.LastIndexByte(fullMethod, '/')+1:], pipeline.OutcomeOf(ctx)
+	if l.latency != nil {
+		l.latency.WithLabelValues("grpc", method, outcome.String()).Observe(time.Since(start).Seconds())
+	}
+	if span := trace.SpanFromContext(ctx); l.tracing != nil && span.IsRecording() {
+		endSpan(ctx, span, "grpc", method, outcome)
+	}
 }

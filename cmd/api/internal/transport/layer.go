@@ -18,6 +18,7 @@ type Layer struct {
 	budget   *Budget
 	logger   *slog.Logger
 	latency  *prometheus.HistogramVec // nil: calls are not timed
+	tracing  *tracing                 // nil: tracing is off
 }
 
 // NewLayer returns the layer of a server deciding on p, reading requests
