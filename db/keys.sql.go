@@ -62,19 +62,24 @@ func (q *Queries) KeyAll(ctx context.Context) ([]KeyAllRow, error) {
 	return items, nil
 }
 
-const keyCountLive = `-- name: KeyCountLive :one
-SELECT CAST(COUNT(*) AS SIGNED) AS live
+const keyCount = `-- name: KeyCount :one
+SELECT CAST(COUNT(*) AS SIGNED) AS total, CAST(COALESCE(SUM(revoked_at = 0), 0) AS SIGNED) AS live
 FROM ratelimit_keys
-WHERE workspace_id = ? AND revoked_at = 0
+WHERE workspace_id = ?
 `
 
-// KeyCountLive counts a workspace's keys that are not revoked: what its cap
-// bounds.
-func (q *Queries) KeyCountLive(ctx context.Context, workspaceID string) (int64, error) {
-	row := q.db.QueryRowContext(ctx, keyCountLive, workspaceID)
-	var live int64
-	err := row.Scan(&live)
-	return live, err
+type KeyCountRow struct {
+	Total int64
+	Live  int64
+}
+
+// KeyCount counts a workspace's keys, all of them and those not revoked:
+// what its caps bound (revoked rows stay, so that polls see them go).
+func (q *Queries) KeyCount(ctx context.Context, workspaceID string) (KeyCountRow, error) {
+	row := q.db.QueryRowContext(ctx, keyCount, workspaceID)
+	var i KeyCountRow
+	err := row.Scan(&i.Total, &i.Live)
+	return i, err
 }
 
 const keyGet = `-- name: KeyGet :one

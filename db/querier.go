@@ -44,9 +44,9 @@ type Querier interface {
 	// KeyAll returns every key, revoked ones included, in primary key order:
 	// what a process holds in memory.
 	KeyAll(ctx context.Context) ([]KeyAllRow, error)
-	// KeyCountLive counts a workspace's keys that are not revoked: what its cap
-	// bounds.
-	KeyCountLive(ctx context.Context, workspaceID string) (int64, error)
+	// KeyCount counts a workspace's keys, all of them and those not revoked:
+	// what its caps bound (revoked rows stay, so that polls see them go).
+	KeyCount(ctx context.Context, workspaceID string) (KeyCountRow, error)
 	// KeyGet returns a key of a workspace, revoked or not.
 	KeyGet(ctx context.Context, arg KeyGetParams) (KeyGetRow, error)
 	// The database's clock stamps every change: unix ms for times, unix µs for

@@ -28,12 +28,12 @@ WHERE workspace_id = sqlc.arg(workspace_id) AND id > sqlc.arg(after)
 ORDER BY id
 LIMIT ?;
 
--- name: KeyCountLive :one
--- KeyCountLive counts a workspace's keys that are not revoked: what its cap
--- bounds.
-SELECT CAST(COUNT(*) AS SIGNED) AS live
+-- name: KeyCount :one
+-- KeyCount counts a workspace's keys, all of them and those not revoked:
+-- what its caps bound (revoked rows stay, so that polls see them go).
+SELECT CAST(COUNT(*) AS SIGNED) AS total, CAST(COALESCE(SUM(revoked_at = 0), 0) AS SIGNED) AS live
 FROM ratelimit_keys
-WHERE workspace_id = ? AND revoked_at = 0;
+WHERE workspace_id = ?;
 
 -- name: KeyUpdatePermissions :execrows
 -- KeyUpdatePermissions replaces the permissions of a key that is not

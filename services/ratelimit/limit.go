@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"runtime"
+	"sync/atomic"
 	"time"
 )
 
@@ -123,8 +124,9 @@ func (s *Service) decide(w *window, now, limit, cost int64, report, speculative 
 	}
 	d := decision{limit: limit, resetMs: (seq + 1) * dur}
 	if report && cost > 0 {
-		// Spent already: counted unconditionally, so no compare-and-swap.
-		n := cur.count.Add(cost)
+		// Spent already: counted whatever the verdict, up to maxCount, so
+		// that reports without end never wrap the counter.
+		n := addCapped(&cur.count, cost)
 		prevTotal := prevGlobal
 		if prev != nil {
 			prevTotal += prev.count.Load()
@@ -177,4 +179,23 @@ func countedCost(counted bool, cost int64) int64 {
 		return cost
 	}
 	return 0
+}
+
+// maxCount is the most reports take a cell's count to: 2^56, far past any
+// limit (at most 2^53), and low enough that the sum of a hundred regions'
+// counts still fits an int64. Reports are counted past the limit and
+// would otherwise overflow a counter with enough of them; nothing else
+// counts past the limit.
+const maxCount = 1 << 56
+
+// addCapped adds cost (at most MaxCost) to c, stopping at maxCount, and
+// returns the new count.
+func addCapped(c *atomic.Int64, cost int64) int64 {
+	for {
+		old := c.Load()
+		n := min(old+cost, max(old, maxCount))
+		if n == old || c.CompareAndSwap(old, n) {
+			return n
+		}
+	}
 }

@@ -68,3 +68,21 @@ func TestReportBounds(t *testing.T) {
 		t.Fatalf("the refused batch counted: %+v", resp)
 	}
 }
+
+// TestReportsNeverWrap: reports of the largest cost, without end, stop at
+// the counter's ceiling instead of wrapping negative and opening the
+// window (before: 1,024 reports of 2^53 wrapped it, and every request of
+// the window passed again).
+func TestReportsNeverWrap(t *testing.T) {
+	s := newTestService(t, newFakeClock(60_000))
+	r := req("flood", 1000, time.Minute, MaxCost)
+	r.Report = true
+	for i := range 2000 {
+		if resp := mustLimit(t, s, r); resp.Success || resp.Remaining != 0 {
+			t.Fatalf("report %d: %+v", i+1, resp)
+		}
+	}
+	if resp := mustLimit(t, s, req("flood", 1000, time.Minute, 1)); resp.Success {
+		t.Fatalf("a request after 2,000 reports of 2^53: %+v", resp)
+	}
+}

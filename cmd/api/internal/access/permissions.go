@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -92,6 +93,11 @@ func Parse(names []string) (Permissions, error) {
 	}
 	var p Permissions
 	for i, name := range names {
+		// A name holds no white space: stores write a key's permissions
+		// separated by it, so one name must never read back as several.
+		if strings.ContainsFunc(name, unicode.IsSpace) {
+			return Permissions{}, fmt.Errorf("permissions[%d] %q: must not contain white space", i, name)
+		}
 		switch name {
 		case ManageKeys:
 			p.manageKeys = true

@@ -106,8 +106,21 @@ func ValidatePermissions(permissions []string) error {
 	if _, err := access.Parse(permissions); err != nil {
 		return &ratelimit.ValidationError{Field: "permissions", Rule: err.Error()}
 	}
+	size := 0
+	for _, p := range permissions {
+		size += len(p) + 1
+	}
+	if size > MaxPermissionBytes {
+		return &ratelimit.ValidationError{Field: "permissions",
+			Rule: fmt.Sprintf("must be at most %d bytes written out, got %d", MaxPermissionBytes, size)}
+	}
 	return nil
 }
+
+// MaxPermissionBytes bounds a key's permissions written out (names and a
+// separator each): what the store's column holds, and a bound on what one
+// key costs every process.
+const MaxPermissionBytes = 8192
 
 // printableUTF8 reports whether s is valid UTF-8 without control
 // characters.

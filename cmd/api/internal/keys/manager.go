@@ -13,22 +13,35 @@ import (
 )
 
 // MaxLivePerWorkspace caps a workspace's keys that are not revoked: a bound
-// on what one workspace costs every process's memory. Like the override
-// caps, it holds for the creations of one process; processes creating keys
-// in one workspace at the same moment may pass it by those in flight.
-const MaxLivePerWorkspace = 1000
+// on what one workspace costs every process's memory. MaxPerWorkspace caps
+// its rows, revoked ones included (they stay, so that every process's poll
+// sees a key go), which every process reads again when any key changes.
+// Like the override caps, they hold for the creations of one process;
+// processes creating keys in one workspace at the same moment may pass
+// them by those in flight.
+const (
+	MaxLivePerWorkspace = 1000
+	MaxPerWorkspace     = 5000
+)
 
 // MaxListLimit is the largest page of ListKeys.
 const MaxListLimit = 1000
 
 // CapacityError is a key refused because its workspace has
 // MaxLivePerWorkspace live keys.
-type CapacityError struct{ Max int }
+type CapacityError struct {
+	Max int
+	// Revoked: the cap is the one on every row, revoked ones included.
+	Revoked bool
+}
 
 // Exhausted makes e a resource_exhausted failure (pipeline.Exhausted).
 func (e *CapacityError) Exhausted() bool { return true }
 
 func (e *CapacityError) Error() string {
+	if e.Revoked {
+		return fmt.Sprintf("key limit reached: a workspace may have at most %d keys, revoked ones included", e.Max)
+	}
 	return fmt.Sprintf("key limit reached: a workspace may have at most %d live keys; revoke one first", e.Max)
 }
 
@@ -62,12 +75,20 @@ func (m *Manager) Create(ctx context.Context, name string, permissions []string,
 	if err := grantable(pr, permissions); err != nil {
 		return Key{}, "", err
 	}
-	live, err := m.store.CountLive(ctx, pr.Workspace)
+	total, live, err := m.store.Count(ctx, pr.Workspace)
 	if err != nil {
 		return Key{}, "", err
 	}
-	if live >= MaxLivePerWorkspace {
+	switch {
+	case live >= MaxLivePerWorkspace:
 		return Key{}, "", &CapacityError{Max: MaxLivePerWorkspace}
+	case total >= MaxPerWorkspace:
+		return Key{}, "", &CapacityError{Max: MaxPerWorkspace, Revoked: true}
+	}
+	// A key made by one that expires expires with it at the latest: an
+	// expiring key cannot make its access permanent.
+	if !pr.ExpiresAt.IsZero() && (expiresAt.IsZero() || expiresAt.After(pr.ExpiresAt)) {
+		expiresAt = pr.ExpiresAt
 	}
 	secret, digest := Generate()
 	k, err := m.store.Create(ctx, Key{ID: NewID(), Workspace: pr.Workspace, Name: name, Digest: digest,
@@ -176,8 +197,14 @@ func auditValue(k Key) string {
 	return audit.JSON(v)
 }
 
-// authorize requires keys.manage.
+// authorize requires keys.manage, of a key: on an open server (no key
+// configured anywhere) every caller holds every permission, and the first
+// key is the operator's to create (api keys create), not any caller's.
 func authorize(pr pipeline.Principal) error {
+	if pr.KeyID == pipeline.OpenKeyID {
+		return &pipeline.DeniedError{Permission: access.ManageKeys,
+			Reason: "an open server manages no keys: create the first with api keys create, which writes it to the database"}
+	}
 	if !pr.Permissions.Has(access.ManageKeys) {
 		return &pipeline.DeniedError{Permission: access.ManageKeys}
 	}

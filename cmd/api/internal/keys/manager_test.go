@@ -193,3 +193,47 @@ func TestManagerCap(t *testing.T) {
 		t.Fatalf("a key after a revocation made room: %v", err)
 	}
 }
+
+// TestManagerClosesEscalations: what a hostile review found, each refused:
+// a permission holding white space (which the MySQL store wrote space-
+// separated and read back as several: ratelimit.*.limit smuggled
+// audit.read and ratelimit.*.set_override in a namespace's name); the open
+// server's callers minting the first key; an expiring key minting one that
+// never expires.
+func TestManagerClosesEscalations(t *testing.T) {
+	m, store, _ := newManager(t)
+	mgr := actingAs(t, "acme", "key_mgr", "keys.manage", "ratelimit.*.limit")
+	var ve *ratelimit.ValidationError
+	smuggled := "ratelimit.y.set_override audit.read ratelimit.*.set_override ratelimit.z.limit"
+	if _, _, err := m.Create(mgr, "smuggle", []string{smuggled}, time.Time{}); !errors.As(err, &ve) || ve.Field != "permissions" ||
+		!strings.Contains(ve.Rule, "white space") {
+		t.Fatalf("a permission with spaces: %v", err)
+	}
+	if _, _, err := m.Create(mgr, "tab", []string{"ratelimit.a\tb.limit"}, time.Time{}); !errors.As(err, &ve) {
+		t.Fatalf("a permission with a tab: %v", err)
+	}
+
+	open := pipeline.WithPrincipal(context.Background(), pipeline.OpenPrincipal())
+	var de *pipeline.DeniedError
+	if _, _, err := m.Create(open, "attacker", []string{"keys.manage"}, time.Time{}); !errors.As(err, &de) ||
+		!strings.Contains(err.Error(), "api keys create") {
+		t.Fatalf("the open server's caller creating a key: %v", err)
+	}
+	if all, _ := store.All(context.Background()); len(all) != 0 {
+		t.Fatalf("refused creations stored %d keys", len(all))
+	}
+
+	ends := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+	p, _ := access.Parse([]string{"keys.manage", "ratelimit.*.limit"})
+	temp := pipeline.WithPrincipal(context.Background(), pipeline.Principal{Workspace: "acme", Permissions: p, KeyID: "key_temp", ExpiresAt: ends})
+	for _, asked := range []time.Time{{}, ends.Add(24 * time.Hour)} {
+		k, _, err := m.Create(temp, "persist", []string{"ratelimit.*.limit"}, asked)
+		if err != nil || !k.ExpiresAt.Equal(ends) {
+			t.Fatalf("a key made by one that expires at %v, asked %v: expires %v, %v", ends, asked, k.ExpiresAt, err)
+		}
+	}
+	sooner := time.Now().Add(time.Minute).UTC().Truncate(time.Millisecond)
+	if k, _, err := m.Create(temp, "sooner", []string{"ratelimit.*.limit"}, sooner); err != nil || !k.ExpiresAt.Equal(sooner) {
+		t.Fatalf("a sooner expiry: %v, %v", k.ExpiresAt, err)
+	}
+}

@@ -76,17 +76,19 @@ func (m *Memory) List(_ context.Context, workspace, after string, limit int) ([]
 	return out[:min(len(out), limit)], nil
 }
 
-// CountLive implements Store.
-func (m *Memory) CountLive(_ context.Context, workspace string) (int64, error) {
+// Count implements Store.
+func (m *Memory) Count(_ context.Context, workspace string) (total, live int64, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var n int64
 	for _, k := range m.keys {
-		if k.Workspace == workspace && k.RevokedAt.IsZero() {
-			n++
+		if k.Workspace == workspace {
+			total++
+			if k.RevokedAt.IsZero() {
+				live++
+			}
 		}
 	}
-	return n, nil
+	return total, live, nil
 }
 
 // SetPermissions implements Store.

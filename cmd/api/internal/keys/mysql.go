@@ -62,13 +62,13 @@ func (m *MySQL) List(ctx context.Context, workspace, after string, limit int) ([
 	return out, nil
 }
 
-// CountLive implements Store.
-func (m *MySQL) CountLive(ctx context.Context, workspace string) (int64, error) {
-	n, err := m.q.KeyCountLive(ctx, workspace)
+// Count implements Store.
+func (m *MySQL) Count(ctx context.Context, workspace string) (total, live int64, err error) {
+	r, err := m.q.KeyCount(ctx, workspace)
 	if err != nil {
-		return 0, fmt.Errorf("count keys: %w", err)
+		return 0, 0, fmt.Errorf("count keys: %w", err)
 	}
-	return n, nil
+	return r.Total, r.Live, nil
 }
 
 // SetPermissions implements Store.

@@ -39,7 +39,7 @@ func NewSet(keys []Key) (*Set, []error) {
 			continue
 		}
 		s.byDigest[k.Digest] = entry{
-			principal: pipeline.Principal{Workspace: k.Workspace, Permissions: perms, KeyID: k.ID},
+			principal: pipeline.Principal{Workspace: k.Workspace, Permissions: perms, KeyID: k.ID, ExpiresAt: k.ExpiresAt},
 			expiresAt: k.ExpiresAt,
 		}
 	}

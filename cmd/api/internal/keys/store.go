@@ -17,8 +17,9 @@ type Store interface {
 	// List returns up to limit keys of workspace whose id sorts after the
 	// given one, in id order, revoked ones included.
 	List(ctx context.Context, workspace, after string, limit int) ([]Key, error)
-	// CountLive counts the keys of workspace that are not revoked.
-	CountLive(ctx context.Context, workspace string) (int64, error)
+	// Count counts the keys of workspace: all of them, and those not
+	// revoked.
+	Count(ctx context.Context, workspace string) (total, live int64, err error)
 	// SetPermissions replaces the permissions of a live key and returns
 	// it as stored, or ErrNotFound.
 	SetPermissions(ctx context.Context, workspace, id string, permissions []string) (Key, error)

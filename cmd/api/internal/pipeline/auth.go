@@ -39,6 +39,8 @@ type Principal struct {
 	Workspace   string
 	Permissions access.Permissions
 	KeyID       string
+	// ExpiresAt is when the key stops working; zero: never.
+	ExpiresAt time.Time
 }
 
 // Keys resolves bearer tokens to principals: a [Tokens] map, or the
@@ -63,10 +65,13 @@ func (t Tokens) Add(token string, pr Principal) bool {
 	return true
 }
 
+// OpenKeyID is the key id of OpenPrincipal.
+const OpenKeyID = "open"
+
 // OpenPrincipal is every caller when no key is configured: OpenWorkspace,
-// with every permission, acting as the key id "open".
+// with every permission, acting as the key id OpenKeyID.
 func OpenPrincipal() Principal {
-	return Principal{Workspace: OpenWorkspace, Permissions: access.All(), KeyID: "open"}
+	return Principal{Workspace: OpenWorkspace, Permissions: access.All(), KeyID: OpenKeyID}
 }
 
 // Tokens maps the SHA-256 of a bearer token to its principal. Hashing first
@@ -244,9 +249,14 @@ func OutcomeOf(ctx context.Context) Outcome {
 type DeniedError struct {
 	// Permission is the one lacking, e.g. "ratelimit.api.set_override".
 	Permission string
+	// Reason, if set, says why instead.
+	Reason string
 }
 
 func (e *DeniedError) Error() string {
+	if e.Reason != "" {
+		return "permission denied: " + e.Reason
+	}
 	return "permission denied: this key lacks " + e.Permission
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"errors"
 	"strings"
+	"sync"
 
 	"golang.org/x/net/netutil"
 
@@ -41,7 +42,7 @@ import (
 // the caller caps its connections (see LimitListener), and opts add to the
 // server's (its TLS credentials).
 func (l *Layer) GRPCServer(lim Limits, c Codecs, opts ...grpc.ServerOption) *grpc.Server {
-	return grpc.NewServer(append([]grpc.ServerOption{
+	srv := grpc.NewServer(append([]grpc.ServerOption{
 		// The messages are capped as on the main port.
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
 		grpc.ForceServerCodec(protoCodec{c}),
@@ -52,6 +53,37 @@ func (l *Layer) GRPCServer(lim Limits, c Codecs, opts ...grpc.ServerOption) *grp
 		grpc.InTapHandle(l.grpcTap(lim.ReadTimeout + lim.WriteTimeout)),
 		grpc.ChainUnaryInterceptor(l.grpcFailures),
 	}, opts...)...)
+	l.grpc.server = srv
+	return srv
+}
+
+// grpcMethods names the methods of the grpc-go server, for the latency
+// metric and the spans: a caller may send any path, and only a method the
+// server serves may become a label.
+type grpcMethods struct {
+	server *grpc.Server
+	once   sync.Once
+	known  map[string]bool // full method names, read once serving began
+}
+
+// name returns the method of fullMethod ("/service/Method") as labels
+// name it: its last segment if the server serves it, else "unknown".
+func (g *grpcMethods) name(fullMethod string) string {
+	g.once.Do(func() {
+		g.known = map[string]bool{}
+		if g.server == nil {
+			return
+		}
+		for service, info := range g.server.GetServiceInfo() {
+			for _, m := range info.Methods {
+				g.known["/"+service+"/"+m.Name] = true
+			}
+		}
+	})
+	if !g.known[fullMethod] {
+		return "unknown"
+	}
+	return fullMethod[strings.LastIndexByte(fullMethod, '/')+1:]
 }
 
 // streamCancel carries the cancel function of a stream's deadline, for
@@ -71,7 +103,7 @@ func (l *Layer) grpcTap(within time.Duration) tap.ServerInHandle {
 			}
 			ctx = pipeline.WithCall(ctx, time.Now())
 			if l.tracing != nil {
-				ctx, _ = l.tracing.startSpan(ctx, info.FullMethodName[strings.LastIndexByte(info.FullMethodName, '/')+1:], mdCarrier(info.Header))
+				ctx, _ = l.tracing.startSpan(ctx, l.grpc.name(info.FullMethodName), mdCarrier(info.Header))
 			}
 			pr, err := l.pipeline.Authenticate(authorization)
 			if err != nil {

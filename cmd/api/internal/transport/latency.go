@@ -96,7 +96,10 @@ func (l *Layer) observeGRPC(ctx context.Context, fullMethod string) {
 	if start.IsZero() {
 		return
 	}
-	method, outcome := fullMethod[strings.LastIndexByte(fullMethod, '/')+1:], pipeline.OutcomeOf(ctx)
+	method, outcome := l.grpc.name(fullMethod), pipeline.OutcomeOf(ctx)
+	if method == "unknown" {
+		outcome = pipeline.OutcomeError
+	}
 	if l.latency != nil {
 		l.latency.WithLabelValues("grpc", method, outcome.String()).Observe(time.Since(start).Seconds())
 	}

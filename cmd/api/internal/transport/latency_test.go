@@ -2,6 +2,7 @@ package transport_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -73,5 +74,24 @@ func TestLatencyMetric(t *testing.T) {
 	}
 	if len(got) != 8 {
 		t.Errorf("series %v, want only the 8 above", got)
+	}
+}
+
+// TestLatencyLabelsOnTheGRPCPort: an unauthenticated call of any path on
+// the grpc-go port is timed as method "unknown" unless the server serves
+// the method, so that nobody grows the series (before: one series per
+// path a caller made up).
+func TestLatencyLabelsOnTheGRPCPort(t *testing.T) {
+	s := apitest.New(t, apitest.WithTokens("tok_0123456789abcdef=ws"))
+	_, grpcAddr := serveAll(t, s)
+	conn := apitest.Dial(t, grpcAddr)
+	for i := range 20 {
+		conn.Invoke(context.Background(), fmt.Sprintf("/ratelimit.v1.RatelimitService/Made%d", i),
+			&ratelimitv1.LimitRequest{}, new(ratelimitv1.LimitResponse))
+	}
+	conn.Invoke(context.Background(), "/ratelimit.v1.RatelimitService/Limit", &ratelimitv1.LimitRequest{}, new(ratelimitv1.LimitResponse))
+	got := samples(t, s.Registry)
+	if got["grpc unknown error"] != 20 || got["grpc Limit error"] != 1 || len(got) != 2 {
+		t.Fatalf("series %v, want 20 unknown errors and 1 Limit error", got)
 	}
 }

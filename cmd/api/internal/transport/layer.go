@@ -19,6 +19,7 @@ type Layer struct {
 	logger   *slog.Logger
 	latency  *prometheus.HistogramVec // nil: calls are not timed
 	tracing  *tracing                 // nil: tracing is off
+	grpc     grpcMethods              // of the grpc-go server GRPCServer built
 }
 
 // NewLayer returns the layer of a server deciding on p, reading requests

@@ -96,8 +96,8 @@ func TestStore(t *testing.T, newStore func(t *testing.T) keys.Store) {
 		if _, err := s.Create(ctx, dup); !errors.Is(err, keys.ErrDuplicate) {
 			t.Fatalf("a second key with the same digest: %v, want ErrDuplicate", err)
 		}
-		if n, err := s.CountLive(ctx, "ws"); err != nil || n != 2 {
-			t.Fatalf("CountLive = %d, %v; want 2", n, err)
+		if total, live, err := s.Count(ctx, "ws"); err != nil || total != 2 || live != 2 {
+			t.Fatalf("Count = %d, %d, %v; want 2, 2", total, live, err)
 		}
 		revoked, err := s.Revoke(ctx, "ws", k.ID)
 		if err != nil || revoked.RevokedAt.IsZero() {
@@ -109,8 +109,8 @@ func TestStore(t *testing.T, newStore func(t *testing.T) keys.Store) {
 		if _, err := s.SetPermissions(ctx, "ws", k.ID, []string{"audit.read"}); !errors.Is(err, keys.ErrNotFound) {
 			t.Fatalf("changing a revoked key: %v, want ErrNotFound", err)
 		}
-		if n, _ := s.CountLive(ctx, "ws"); n != 1 {
-			t.Fatalf("CountLive after a revocation = %d, want 1", n)
+		if total, live, _ := s.Count(ctx, "ws"); total != 2 || live != 1 {
+			t.Fatalf("Count after a revocation = %d, %d; want 2, 1", total, live)
 		}
 		if got, err := s.Get(ctx, "ws", k.ID); err != nil || got.RevokedAt.IsZero() {
 			t.Fatalf("a revoked key is kept, marked: %+v, %v", got, err)
