@@ -117,14 +117,8 @@ func createKey(ctx context.Context, environ []string, out, logOut io.Writer, wor
 // generateKey prints a new key's entry for a keys file, then the key.
 func generateKey(out io.Writer, workspace, name string, permissions []string, expiresAt time.Time) error {
 	secret, digest := keys.Generate()
-	entry := struct {
-		ID          string    `json:"id"`
-		Name        string    `json:"name"`
-		Workspace   string    `json:"workspace"`
-		Digest      string    `json:"digest"`
-		Permissions []string  `json:"permissions"`
-		ExpiresAt   time.Time `json:"expiresAt,omitzero"`
-	}{keys.NewID(), name, workspace, digest.String(), permissions, expiresAt.UTC()}
+	entry := keys.Entry(keys.Key{ID: keys.NewID(), Name: name, Workspace: workspace, Digest: digest,
+		Permissions: permissions, ExpiresAt: expiresAt})
 	enc := json.NewEncoder(out)
 	if err := enc.Encode(entry); err != nil {
 		return err

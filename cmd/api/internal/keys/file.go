@@ -36,10 +36,11 @@ const DefaultFileInterval = time.Second
 //
 // expiresAt is optional. A key leaves the file to be revoked.
 type fileFormat struct {
-	Keys []fileKey `json:"keys"`
+	Keys []FileEntry `json:"keys"`
 }
 
-type fileKey struct {
+// FileEntry is one key of a keys file, as api keys generate prints it.
+type FileEntry struct {
 	ID          string    `json:"id"`
 	Name        string    `json:"name"`
 	Workspace   string    `json:"workspace"`
@@ -76,8 +77,18 @@ func ParseFile(data []byte) ([]Key, error) {
 	return out, nil
 }
 
+// Entry returns k as a keys file holds it.
+func Entry(k Key) FileEntry {
+	var expires time.Time
+	if !k.ExpiresAt.IsZero() {
+		expires = k.ExpiresAt.UTC()
+	}
+	return FileEntry{ID: k.ID, Name: k.Name, Workspace: k.Workspace, Digest: k.Digest.String(),
+		Permissions: k.Permissions, ExpiresAt: expires}
+}
+
 // key checks one key of a file.
-func (fk fileKey) key() (Key, error) {
+func (fk FileEntry) key() (Key, error) {
 	if fk.ID == "" || len(fk.ID) > MaxIDLength || !pipeline.Printable(fk.ID) {
 		return Key{}, fmt.Errorf("id: must be 1 to %d printable characters", MaxIDLength)
 	}

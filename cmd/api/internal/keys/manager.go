@@ -136,11 +136,8 @@ func (m *Manager) Update(ctx context.Context, id string, permissions []string) (
 	if err := grantable(pr, permissions); err != nil {
 		return Key{}, err
 	}
-	before, err := m.store.Get(ctx, pr.Workspace, id)
+	before, err := m.target(ctx, pr, id)
 	if err != nil {
-		return Key{}, err
-	}
-	if err := grantable(pr, before.Permissions); err != nil {
 		return Key{}, err
 	}
 	after, err := m.store.SetPermissions(ctx, pr.Workspace, id, dedupe(permissions))
@@ -161,11 +158,8 @@ func (m *Manager) Revoke(ctx context.Context, id string) (Key, error) {
 	if err := checkID(id); err != nil {
 		return Key{}, err
 	}
-	before, err := m.store.Get(ctx, pr.Workspace, id)
+	before, err := m.target(ctx, pr, id)
 	if err != nil {
-		return Key{}, err
-	}
-	if err := grantable(pr, before.Permissions); err != nil {
 		return Key{}, err
 	}
 	after, err := m.store.Revoke(ctx, pr.Workspace, id)
@@ -174,6 +168,19 @@ func (m *Manager) Revoke(ctx context.Context, id string) (Key, error) {
 	}
 	m.record(ctx, pr, audit.KeyRevoke, before, after)
 	return after, nil
+}
+
+// target returns the key id of the principal's workspace that a change
+// is about, if the principal holds every permission it has.
+func (m *Manager) target(ctx context.Context, pr pipeline.Principal, id string) (Key, error) {
+	k, err := m.store.Get(ctx, pr.Workspace, id)
+	if err != nil {
+		return Key{}, err
+	}
+	if err := grantable(pr, k.Permissions); err != nil {
+		return Key{}, err
+	}
+	return k, nil
 }
 
 // record writes the audit entry of a change from before to after.
