@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/unkeyed/ratelimit/internal/reread"
 )
 
 // DefaultInterval is how often a Source looks at its files (a stat each;
@@ -38,8 +40,6 @@ type Source struct {
 	// one at a time.
 	seen   [sha256.Size]byte
 	looked string
-	// reloading is set while a reload runs (see Run).
-	reloading atomic.Bool
 
 	loads *prometheus.CounterVec
 }
@@ -101,25 +101,11 @@ func NewSource(path string, opts ...Option) (*Source, error) {
 func (s *Source) Config() *Config { return s.current.Load() }
 
 // Run looks at the files every interval until ctx ends, and puts a changed
-// configuration in force. A reload runs beside the loop, one at a time: a
-// read that hangs (a file system that stopped answering) delays neither
-// the next look once it returns nor the end of Run.
+// configuration in force (see package reread: a read that hangs delays
+// neither the next look once it returns nor the end of Run).
 func (s *Source) Run(ctx context.Context) error {
-	t := time.NewTicker(s.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			if s.reloading.CompareAndSwap(false, true) {
-				go func() {
-					defer s.reloading.Store(false)
-					s.Reload()
-				}()
-			}
-		}
-	}
+	reread.Every(ctx, s.interval, func() { s.Reload() })
+	return nil
 }
 
 // Reload reads the files once and puts them in force if they changed and

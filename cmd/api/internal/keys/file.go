@@ -11,13 +11,13 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	json "github.com/go-json-experiment/json"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/internal/reread"
 )
 
 // MaxFileSize bounds a keys file: a million keys' digests and
@@ -118,8 +118,6 @@ type File struct {
 	ring     *Ring
 	seen     [sha256.Size]byte // digest of the contents last read
 	loads    *prometheus.CounterVec
-	// reading is set while a read runs (see Run).
-	reading atomic.Bool
 }
 
 // FileOption configures a File.
@@ -209,25 +207,11 @@ func (f *File) apply(data []byte) error {
 }
 
 // Run reads the file every interval until ctx ends and puts changed keys in
-// force. A read runs beside the loop, one at a time, so a file system that
-// stops answering delays neither the next read once it returns nor the end
-// of Run.
+// force (see package reread: a read that hangs delays neither the next one
+// once it returns nor the end of Run).
 func (f *File) Run(ctx context.Context) error {
-	t := time.NewTicker(f.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			if f.reading.CompareAndSwap(false, true) {
-				go func() {
-					defer f.reading.Store(false)
-					f.Reload()
-				}()
-			}
-		}
-	}
+	reread.Every(ctx, f.interval, func() { f.Reload() })
+	return nil
 }
 
 // Reload reads the file once and puts its keys in force if it changed and
