@@ -10,7 +10,7 @@ import (
 )
 
 const keyAll = `-- name: KeyAll :many
-SELECT id, workspace_id, name, digest, permissions, expires_at, revoked_at, created_at, updated_at
+SELECT id, workspace_id, name, digest, permissions, expires_at, revoked_at, created_at, updated_at, revision
 FROM ratelimit_keys
 ORDER BY pk
 `
@@ -25,6 +25,7 @@ type KeyAllRow struct {
 	RevokedAt   uint64
 	CreatedAt   uint64
 	UpdatedAt   uint64
+	Revision    uint64
 }
 
 // KeyAll returns every key, revoked ones included, in primary key order:
@@ -48,6 +49,64 @@ func (q *Queries) KeyAll(ctx context.Context) ([]KeyAllRow, error) {
 			&i.RevokedAt,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.Revision,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const keyChanges = `-- name: KeyChanges :many
+SELECT id, workspace_id, name, digest, permissions, expires_at, revoked_at, created_at, updated_at, revision
+FROM ratelimit_keys FORCE INDEX (keys_revision_idx)
+WHERE revision >= ?
+`
+
+type KeyChangesRow struct {
+	ID          string
+	WorkspaceID string
+	Name        string
+	Digest      []byte
+	Permissions string
+	ExpiresAt   uint64
+	RevokedAt   uint64
+	CreatedAt   uint64
+	UpdatedAt   uint64
+	Revision    uint64
+}
+
+// KeyChanges returns every key, revoked ones included, whose revision is at
+// least since: what a poll reads when the summary changed. A change that
+// committed later than its revision says (behind a lock) may be older than
+// since; the poller finds out by the summary and reads everything then.
+func (q *Queries) KeyChanges(ctx context.Context, revision uint64) ([]KeyChangesRow, error) {
+	rows, err := q.db.QueryContext(ctx, keyChanges, revision)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []KeyChangesRow
+	for rows.Next() {
+		var i KeyChangesRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.WorkspaceID,
+			&i.Name,
+			&i.Digest,
+			&i.Permissions,
+			&i.ExpiresAt,
+			&i.RevokedAt,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.Revision,
 		); err != nil {
 			return nil, err
 		}
@@ -83,7 +142,7 @@ func (q *Queries) KeyCount(ctx context.Context, workspaceID string) (KeyCountRow
 }
 
 const keyGet = `-- name: KeyGet :one
-SELECT id, workspace_id, name, digest, permissions, expires_at, revoked_at, created_at, updated_at
+SELECT id, workspace_id, name, digest, permissions, expires_at, revoked_at, created_at, updated_at, revision
 FROM ratelimit_keys
 WHERE workspace_id = ? AND id = ?
 `
@@ -103,6 +162,7 @@ type KeyGetRow struct {
 	RevokedAt   uint64
 	CreatedAt   uint64
 	UpdatedAt   uint64
+	Revision    uint64
 }
 
 // KeyGet returns a key of a workspace, revoked or not.
@@ -119,6 +179,7 @@ func (q *Queries) KeyGet(ctx context.Context, arg KeyGetParams) (KeyGetRow, erro
 		&i.RevokedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Revision,
 	)
 	return i, err
 }
@@ -160,7 +221,7 @@ func (q *Queries) KeyInsert(ctx context.Context, arg KeyInsertParams) error {
 }
 
 const keyList = `-- name: KeyList :many
-SELECT id, workspace_id, name, digest, permissions, expires_at, revoked_at, created_at, updated_at
+SELECT id, workspace_id, name, digest, permissions, expires_at, revoked_at, created_at, updated_at, revision
 FROM ratelimit_keys
 WHERE workspace_id = ? AND id > ?
 ORDER BY id
@@ -183,6 +244,7 @@ type KeyListRow struct {
 	RevokedAt   uint64
 	CreatedAt   uint64
 	UpdatedAt   uint64
+	Revision    uint64
 }
 
 // KeyList returns up to limit keys of a workspace whose id sorts after the
@@ -207,6 +269,7 @@ func (q *Queries) KeyList(ctx context.Context, arg KeyListParams) ([]KeyListRow,
 			&i.RevokedAt,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.Revision,
 		); err != nil {
 			return nil, err
 		}

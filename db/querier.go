@@ -44,6 +44,11 @@ type Querier interface {
 	// KeyAll returns every key, revoked ones included, in primary key order:
 	// what a process holds in memory.
 	KeyAll(ctx context.Context) ([]KeyAllRow, error)
+	// KeyChanges returns every key, revoked ones included, whose revision is at
+	// least since: what a poll reads when the summary changed. A change that
+	// committed later than its revision says (behind a lock) may be older than
+	// since; the poller finds out by the summary and reads everything then.
+	KeyChanges(ctx context.Context, revision uint64) ([]KeyChangesRow, error)
 	// KeyCount counts a workspace's keys, all of them and those not revoked:
 	// what its caps bound (revoked rows stay, so that polls see them go).
 	KeyCount(ctx context.Context, workspaceID string) (KeyCountRow, error)

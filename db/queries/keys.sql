@@ -14,7 +14,7 @@ INSERT INTO ratelimit_keys (
 
 -- name: KeyGet :one
 -- KeyGet returns a key of a workspace, revoked or not.
-SELECT id, workspace_id, name, digest, permissions, expires_at, revoked_at, created_at, updated_at
+SELECT id, workspace_id, name, digest, permissions, expires_at, revoked_at, created_at, updated_at, revision
 FROM ratelimit_keys
 WHERE workspace_id = ? AND id = ?;
 
@@ -22,7 +22,7 @@ WHERE workspace_id = ? AND id = ?;
 -- KeyList returns up to limit keys of a workspace whose id sorts after the
 -- given one ('' for the first page), in id order: a page's cursor is its
 -- last id.
-SELECT id, workspace_id, name, digest, permissions, expires_at, revoked_at, created_at, updated_at
+SELECT id, workspace_id, name, digest, permissions, expires_at, revoked_at, created_at, updated_at, revision
 FROM ratelimit_keys
 WHERE workspace_id = sqlc.arg(workspace_id) AND id > sqlc.arg(after)
 ORDER BY id
@@ -65,6 +65,15 @@ FROM ratelimit_keys FORCE INDEX (keys_revision_idx);
 -- name: KeyAll :many
 -- KeyAll returns every key, revoked ones included, in primary key order:
 -- what a process holds in memory.
-SELECT id, workspace_id, name, digest, permissions, expires_at, revoked_at, created_at, updated_at
+SELECT id, workspace_id, name, digest, permissions, expires_at, revoked_at, created_at, updated_at, revision
 FROM ratelimit_keys
 ORDER BY pk;
+
+-- name: KeyChanges :many
+-- KeyChanges returns every key, revoked ones included, whose revision is at
+-- least since: what a poll reads when the summary changed. A change that
+-- committed later than its revision says (behind a lock) may be older than
+-- since; the poller finds out by the summary and reads everything then.
+SELECT id, workspace_id, name, digest, permissions, expires_at, revoked_at, created_at, updated_at, revision
+FROM ratelimit_keys FORCE INDEX (keys_revision_idx)
+WHERE revision >= ?;

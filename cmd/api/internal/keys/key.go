@@ -69,6 +69,9 @@ type Key struct {
 	RevokedAt time.Time
 	// CreatedAt and UpdatedAt are by the store's clock.
 	CreatedAt, UpdatedAt time.Time
+	// Revision grows with every change of the key, by the store's clock:
+	// a poll keeps the state with the larger one.
+	Revision int64
 }
 
 // Live reports whether k is neither revoked nor expired at now.

@@ -34,16 +34,17 @@ func (m *Memory) Create(_ context.Context, k Key) (Key, error) {
 	now := m.now().UTC().Truncate(time.Millisecond)
 	k.CreatedAt, k.UpdatedAt, k.RevokedAt = now, now, time.Time{}
 	k.Permissions = slices.Clone(k.Permissions)
+	k.Revision = m.bump(k.ID)
 	m.keys = append(m.keys, k)
-	m.bump(k.ID)
 	return k, nil
 }
 
-// bump gives the key id a new revision.
-func (m *Memory) bump(id string) {
+// bump gives the key id a new revision and returns it.
+func (m *Memory) bump(id string) int64 {
 	m.revision++
 	m.sum ^= m.revs[id] ^ m.revision
 	m.revs[id] = m.revision
+	return m.revision
 }
 
 // find returns the index of a key of workspace, or -1.
@@ -112,7 +113,7 @@ func (m *Memory) change(workspace, id string, f func(*Key, time.Time)) (Key, err
 	now := m.now().UTC().Truncate(time.Millisecond)
 	f(&m.keys[i], now)
 	m.keys[i].UpdatedAt = now
-	m.bump(id)
+	m.keys[i].Revision = m.bump(id)
 	return m.keys[i], nil
 }
 
@@ -121,6 +122,19 @@ func (m *Memory) Summary(context.Context) (Summary, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return Summary{Rows: int64(len(m.keys)), Revisions: m.sum}, nil
+}
+
+// Changes implements Store.
+func (m *Memory) Changes(_ context.Context, since int64) ([]Key, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Key
+	for _, k := range m.keys {
+		if k.Revision >= since {
+			out = append(out, k)
+		}
+	}
+	return out, nil
 }
 
 // All implements Store.

@@ -117,10 +117,24 @@ func (m *MySQL) All(ctx context.Context) ([]Key, error) {
 	return out, nil
 }
 
+// Changes implements Store.
+func (m *MySQL) Changes(ctx context.Context, since int64) ([]Key, error) {
+	rows, err := m.q.KeyChanges(ctx, uint64(max(since, 0)))
+	if err != nil {
+		return nil, fmt.Errorf("read changed keys: %w", err)
+	}
+	out := make([]Key, len(rows))
+	for i, r := range rows {
+		out[i] = fromRow(db.KeyAllRow(r))
+	}
+	return out, nil
+}
+
 // fromRow converts a row; times are unix ms, 0 for none.
 func fromRow(r db.KeyAllRow) Key {
 	k := Key{ID: r.ID, Workspace: r.WorkspaceID, Name: r.Name, Permissions: strings.Fields(r.Permissions),
-		ExpiresAt: msTime(r.ExpiresAt), RevokedAt: msTime(r.RevokedAt), CreatedAt: msTime(r.CreatedAt), UpdatedAt: msTime(r.UpdatedAt)}
+		ExpiresAt: msTime(r.ExpiresAt), RevokedAt: msTime(r.RevokedAt), CreatedAt: msTime(r.CreatedAt), UpdatedAt: msTime(r.UpdatedAt),
+		Revision: int64(r.Revision)}
 	copy(k.Digest[:], r.Digest)
 	return k
 }

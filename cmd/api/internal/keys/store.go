@@ -30,6 +30,9 @@ type Store interface {
 	Summary(ctx context.Context) (Summary, error)
 	// All returns every key, revoked ones included.
 	All(ctx context.Context) ([]Key, error)
+	// Changes returns every key, revoked ones included, whose revision is
+	// at least since.
+	Changes(ctx context.Context, since int64) ([]Key, error)
 }
 
 // Summary sums up a store's keys: equal summaries, equal keys.

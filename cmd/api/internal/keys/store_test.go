@@ -1,7 +1,10 @@
 package keys_test
 
 import (
+	"context"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/keys/keystest"
@@ -22,4 +25,58 @@ func TestMySQL(t *testing.T) {
 		}
 		return keys.NewMySQL(sqlDB)
 	})
+}
+
+// countingStore counts the reads of every key.
+type countingStore struct {
+	keys.Store
+	alls int
+}
+
+func (c *countingStore) All(ctx context.Context) ([]keys.Key, error) {
+	c.alls++
+	return c.Store.All(ctx)
+}
+
+// TestTableReadsChanges: after the first load a poll reads only the keys
+// that changed; a change that committed with an older revision than the
+// look-back (behind a lock) is caught by the summary and read in full.
+// On MariaDB.
+func TestTableReadsChanges(t *testing.T) {
+	ctx := context.Background()
+	_, sqlDB := dbtest.Start(t)
+	store := &countingStore{Store: keys.NewMySQL(sqlDB)}
+	ring := keys.NewRing()
+	table, err := keys.NewTable(store, ring, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	secretA, dA := keys.Generate()
+	if _, err := store.Create(ctx, keys.Key{ID: "key_a", Workspace: "ws", Name: "a", Digest: dA, Permissions: []string{"audit.read"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := table.Load(ctx); err != nil || store.alls != 1 {
+		t.Fatalf("first load: %v, %d full reads", err, store.alls)
+	}
+	secretB, dB := keys.Generate()
+	if _, err := store.Create(ctx, keys.Key{ID: "key_b", Workspace: "ws", Name: "b", Digest: dB, Permissions: []string{"audit.read"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := table.Load(ctx); err != nil || store.alls != 1 {
+		t.Fatalf("a poll after a creation: %v, %d full reads; want the changes only", err, store.alls)
+	}
+	if _, err := ring.Principal(secretB); err != nil {
+		t.Fatalf("the new key: %v", err)
+	}
+	// A revocation stamped an hour in the past, as one that waited on a
+	// lock would be.
+	if _, err := sqlDB.Exec("UPDATE ratelimit_keys SET revoked_at = 1, revision = revision - 3600000000 WHERE id = 'key_a'"); err != nil {
+		t.Fatal(err)
+	}
+	if err := table.Load(ctx); err != nil || store.alls != 2 {
+		t.Fatalf("a poll after a late change: %v, %d full reads; want a second", err, store.alls)
+	}
+	if _, err := ring.Principal(secretA); err == nil {
+		t.Fatal("the late revocation was missed")
+	}
 }

@@ -14,10 +14,18 @@ import (
 // abandoned and tried again at the next interval.
 const tableTimeout = 5 * time.Second
 
+// changesLookback is how far before the latest revision a process holds a
+// poll reads changes from (revisions are unix µs): a change whose
+// statement began up to this long before it committed is read without
+// reading every key.
+const changesLookback = 10 * time.Second
+
 // Table keeps a Ring's keys in step with a Store: it reads the store's
-// Summary every poll interval, and every key only when the summary
-// changed. A poll that fails keeps the keys last read: a process that
-// cannot reach MySQL goes on with the keys it knew.
+// Summary every poll interval; when it changed, the keys changed since the
+// latest revision it holds (less changesLookback), and only when those do
+// not account for the new summary (a change that committed behind a lock
+// with an older revision) every key. A poll that fails keeps the keys last
+// read: a process that cannot reach MySQL goes on with the keys it knew.
 type Table struct {
 	store    Store
 	ring     *Ring
@@ -26,7 +34,8 @@ type Table struct {
 
 	mu   sync.Mutex // one poll at a time
 	seen Summary
-	read bool // seen holds a summary read
+	read bool           // seen holds a summary read
+	rows map[string]Key // every key read, revoked ones included, by id
 
 	failures prometheus.Counter
 	keys     prometheus.Gauge
@@ -81,9 +90,19 @@ func (t *Table) Load(ctx context.Context) error {
 	if t.read && sum == t.seen {
 		return nil
 	}
-	all, err := t.store.All(ctx)
-	if err != nil {
-		return fmt.Errorf("poll keys: %w", err)
+	if !t.read || !t.applyChanges(ctx, sum) {
+		all, err := t.store.All(ctx)
+		if err != nil {
+			return fmt.Errorf("poll keys: %w", err)
+		}
+		t.rows = make(map[string]Key, len(all))
+		for _, k := range all {
+			t.rows[k.ID] = k
+		}
+	}
+	all := make([]Key, 0, len(t.rows))
+	for _, k := range t.rows {
+		all = append(all, k)
 	}
 	set, errs := NewSet(all)
 	for _, err := range errs {
@@ -95,6 +114,32 @@ func (t *Table) Load(ctx context.Context) error {
 	// again by the next poll, never missed.
 	t.seen, t.read = sum, true
 	return nil
+}
+
+// applyChanges reads the keys changed since the latest revision held (less
+// changesLookback) into t.rows, and reports whether the rows then sum up to
+// sum, so that nothing else changed. On an error it reports false: the
+// caller reads every key.
+func (t *Table) applyChanges(ctx context.Context, sum Summary) bool {
+	var latest int64
+	for _, k := range t.rows {
+		latest = max(latest, k.Revision)
+	}
+	changed, err := t.store.Changes(ctx, latest-changesLookback.Microseconds())
+	if err != nil {
+		return false
+	}
+	for _, k := range changed {
+		if old, ok := t.rows[k.ID]; !ok || k.Revision >= old.Revision {
+			t.rows[k.ID] = k
+		}
+	}
+	var local Summary
+	for _, k := range t.rows {
+		local.Rows++
+		local.Revisions ^= k.Revision
+	}
+	return local == sum
 }
 
 // Run polls every interval until ctx ends.

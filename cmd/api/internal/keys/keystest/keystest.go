@@ -153,6 +153,32 @@ func TestStore(t *testing.T, newStore func(t *testing.T) keys.Store) {
 		}
 	})
 
+	t.Run("Changes", func(t *testing.T) {
+		s := newStore(t)
+		a, err := s.Create(ctx, newKey("ws", "a", "audit.read"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := s.Create(ctx, newKey("ws", "b", "audit.read"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Revision <= 0 || a.Revision <= 0 {
+			t.Fatalf("revisions %d, %d", a.Revision, b.Revision)
+		}
+		revoked, err := s.Revoke(ctx, "ws", a.ID)
+		if err != nil || revoked.Revision <= a.Revision {
+			t.Fatalf("a revocation's revision %d after %d: %v", revoked.Revision, a.Revision, err)
+		}
+		changed, err := s.Changes(ctx, b.Revision+1)
+		if err != nil || len(changed) != 1 || changed[0].ID != a.ID || changed[0].RevokedAt.IsZero() {
+			t.Fatalf("Changes since after b: %+v, %v; want a, revoked", changed, err)
+		}
+		if all, err := s.Changes(ctx, 0); err != nil || len(all) != 2 {
+			t.Fatalf("Changes since 0: %d keys, %v; want 2", len(all), err)
+		}
+	})
+
 	t.Run("ListPages", func(t *testing.T) {
 		s := newStore(t)
 		var ids []string
