@@ -555,7 +555,8 @@ type ListAuditLogRequest struct {
 	// Action is one of key.create, key.update, key.revoke, override.create,
 	// override.update, override.delete.
 	Action string `protobuf:"bytes,1,opt,name=action,proto3" json:"action,omitempty"`
-	// Target is a key's id, or an override's "<namespace>/<identifier>".
+	// Target is a key's id, or an override's "<namespace>/<identifier>", with
+	// "%" and "/" in the namespace written %25 and %2F.
 	Target string `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
 	// Actor is the id of the key that made the change ("cli" for the api
 	// keys command, "open" without keys, "token_…" for a token of
@@ -659,7 +660,8 @@ type AuditEntry struct {
 	Actor string `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
 	// Action is what was done, e.g. key.revoke or override.update.
 	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
-	// Target is a key's id, or an override's "<namespace>/<identifier>".
+	// Target is a key's id, or an override's "<namespace>/<identifier>", with
+	// "%" and "/" in the namespace written %25 and %2F.
 	Target string `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
 	// Before is the target's value before the change as JSON; empty before
 	// a creation.

@@ -8,6 +8,7 @@ package audit
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -34,7 +35,7 @@ type Entry struct {
 	Actor  string
 	Action string
 	// Target is what changed: a key's id, or an override's
-	// "<namespace>/<identifier>".
+	// OverrideTarget(namespace, identifier).
 	Target string
 	// Before and After are the target's values as JSON, "" where there
 	// was none (before a creation, after a deletion).
@@ -43,6 +44,17 @@ type Entry struct {
 	// Time is when the store recorded the change, by its clock.
 	Time time.Time
 }
+
+// OverrideTarget names an override as an entry's target:
+// "<namespace>/<identifier>", the namespace's "%" and "/" escaped as %25 and
+// %2F so that the first "/" always ends it (a namespace "a/b" with
+// identifier "c" and a namespace "a" with identifier "b/c" are two
+// targets).
+func OverrideTarget(namespace, identifier string) string {
+	return targetEscaper.Replace(namespace) + "/" + identifier
+}
+
+var targetEscaper = strings.NewReplacer("%", "%25", "/", "%2F")
 
 // Filter selects entries; a zero field selects any.
 type Filter struct {

@@ -78,7 +78,7 @@ func (p *Pipeline) recordOverride(ctx context.Context, action, namespace, identi
 	}
 	pr := PrincipalOf(ctx)
 	p.audit.Write(ctx, audit.Entry{Workspace: pr.Workspace, Actor: pr.KeyID, Action: action,
-		Target: namespace + "/" + identifier, Before: overrideValue(before), After: overrideValue(after),
+		Target: audit.OverrideTarget(namespace, identifier), Before: overrideValue(before), After: overrideValue(after),
 		RequestID: RequestID(ctx)})
 }
 
