@@ -69,7 +69,7 @@ type Querier interface {
 	// change of any row changes its revision, so the exclusive-or of the
 	// revisions (and the count, for a new row) changes with it, even for a
 	// change that waited on a lock and committed with an older revision than
-	// one already read. A poll reads every key again only then.
+	// one already read. A poll reads anything (KeyChanges) only then.
 	KeySummary(ctx context.Context) (KeySummaryRow, error)
 	// KeyUpdatePermissions replaces the permissions of a key that is not
 	// revoked.

@@ -12,10 +12,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/apitest"
 	"github.com/unkeyed/ratelimit/internal/dbtest"
 	"github.com/unkeyed/ratelimit/internal/poll"
 )
@@ -62,24 +62,6 @@ func (ts *testServer) rpc(t *testing.T, service, method, token, body string) (in
 	return resp.StatusCode, out, resp.Header
 }
 
-// syncBuffer is a log sink the server writes from many goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestKeysAcrossProcesses: the first key comes from api keys create; with
 // it, one process creates a narrower key that another process accepts
 // within its poll; the narrow key is refused what it lacks, naming the
@@ -91,7 +73,7 @@ func TestKeysAcrossProcesses(t *testing.T) {
 	env := []string{"UNKEY_MYSQL_DSN=" + m.DSN, "UNKEY_OVERRIDES_POLL_INTERVAL=" + keysPoll.String()}
 	adminID, admin, _ := cliKey(t, env, "create", "--workspace", "ws_k", "--name", "admin", "--permissions",
 		"keys.manage, audit.read, ratelimit.*.limit, ratelimit.*.set_override, ratelimit.*.read_override, ratelimit.*.delete_override")
-	var logA, logB syncBuffer
+	var logA, logB apitest.LockedBuffer
 	a := startServerLogging(t, slog.New(slog.NewJSONHandler(&logA, &slog.HandlerOptions{Level: slog.LevelDebug})), env...)
 	b := startServerLogging(t, slog.New(slog.NewJSONHandler(&logB, &slog.HandlerOptions{Level: slog.LevelDebug})), env...)
 
@@ -234,7 +216,7 @@ func TestKeysAcrossProcesses(t *testing.T) {
 	// No table holds a key, and no log line.
 	secrets := []string{admin, gateway, short}
 	dumpHasNone(t, sqlDB, secrets)
-	for name, log := range map[string]*syncBuffer{"A": &logA, "B": &logB} {
+	for name, log := range map[string]*apitest.LockedBuffer{"A": &logA, "B": &logB} {
 		for _, s := range secrets {
 			if strings.Contains(log.String(), s) {
 				t.Fatalf("process %s logged a key", name)

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/apitest"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/internal/poll"
 	"github.com/unkeyed/ratelimit/internal/testserver"
@@ -176,7 +177,7 @@ func TestExpiredCertificate(t *testing.T) {
 	certFile, keyFile := ca.IssueValid(t, dir, 300, false, expired.Add(-time.Hour), expired)
 	caFile := filepath.Join(dir, "ca.pem")
 	os.WriteFile(caFile, ca.PEM, 0o644)
-	var log syncBuffer
+	var log apitest.LockedBuffer
 	ts := startServerLogging(t, slog.New(slog.NewTextHandler(&log, nil)), "UNKEY_TLS_CERT_FILE="+certFile,
 		"UNKEY_TLS_KEY_FILE="+keyFile, "UNKEY_TLS_CLIENT_CA_FILE="+caFile)
 	addr := strings.TrimPrefix(ts.url, "http://")

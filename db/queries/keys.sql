@@ -58,7 +58,7 @@ WHERE workspace_id = ? AND id = ? AND revoked_at = 0;
 -- change of any row changes its revision, so the exclusive-or of the
 -- revisions (and the count, for a new row) changes with it, even for a
 -- change that waited on a lock and committed with an older revision than
--- one already read. A poll reads every key again only then.
+-- one already read. A poll reads anything (KeyChanges) only then.
 SELECT CAST(COUNT(*) AS SIGNED) AS row_count, CAST(COALESCE(BIT_XOR(revision), 0) AS UNSIGNED) AS revisions
 FROM ratelimit_keys FORCE INDEX (keys_revision_idx);
 

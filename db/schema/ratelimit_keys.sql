@@ -1,9 +1,10 @@
 -- ratelimit_keys holds the API keys of every workspace: who may call the
 -- API and what each may do. A key's secret is never stored, only its
 -- SHA-256 digest, which is what a request's bearer token is compared with.
--- Every API process keeps every key in memory and reads the table again
--- when its summary (count and revisions) changes, so a revoked key is a
--- row with revoked_at > 0, never a deleted one: the poll must see it go.
+-- Every API process keeps every key in memory and reads the rows that
+-- changed when the table's summary (count and revisions) does, so a
+-- revoked key is a row with revoked_at > 0, never a deleted one: the poll
+-- must see it go.
 --
 -- Every time (unix ms) and revision (unix µs) is the database's clock. A
 -- row's revision grows with every change of it, by at least one whatever

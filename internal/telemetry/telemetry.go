@@ -63,16 +63,12 @@ func Setup(ctx context.Context, service string) (*Tracing, error) {
 	if err != nil {
 		return nil, fmt.Errorf("OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_*: %w", err)
 	}
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(service)))
-	if err != nil {
-		return nil, err
-	}
-	if os.Getenv("OTEL_SERVICE_NAME") != "" {
-		res = resource.Default() // the environment names the service
-	}
-	res, err = resource.Merge(res, resource.Environment())
+	// The service's name, unless OTEL_SERVICE_NAME or
+	// OTEL_RESOURCE_ATTRIBUTES (read after it) name another.
+	res, err := resource.New(ctx, resource.WithAttributes(semconv.ServiceName(service)),
+		resource.WithFromEnv(), resource.WithTelemetrySDK())
 	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
-		return nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %w", err)
+		return nil, fmt.Errorf("OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES: %w", err)
 	}
 	// The SDK reads OTEL_TRACES_SAMPLER and OTEL_BSP_* itself.
 	t.sdk = sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))

@@ -53,9 +53,6 @@ func New(k int) *Sketch {
 	return &Sketch{k: k, items: make(map[string]*entry, k)}
 }
 
-// Capacity returns K.
-func (s *Sketch) Capacity() int { return s.k }
-
 // Total returns the weight of every item added, kept or not.
 func (s *Sketch) Total() uint64 { return s.total }
 

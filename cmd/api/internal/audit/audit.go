@@ -7,7 +7,6 @@ package audit
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"time"
 )
@@ -71,6 +70,3 @@ type Log interface {
 	// first, with an ID smaller than before (0: from the newest).
 	List(ctx context.Context, workspace string, f Filter, before int64, limit int) ([]Entry, error)
 }
-
-// ErrUnavailable is a Record the log could not store.
-var ErrUnavailable = errors.New("audit log unavailable")

@@ -30,9 +30,6 @@ func NewWriter(log Log, logger *slog.Logger, reg prometheus.Registerer) (*Writer
 	return w, nil
 }
 
-// Log returns the log w writes to.
-func (w *Writer) Log() Log { return w.log }
-
 // Write records e. A ctx already ended does not stop it: the change it
 // describes was made.
 func (w *Writer) Write(ctx context.Context, e Entry) {

@@ -74,11 +74,6 @@ type Key struct {
 	Revision int64
 }
 
-// Live reports whether k is neither revoked nor expired at now.
-func (k Key) Live(now time.Time) bool {
-	return k.RevokedAt.IsZero() && (k.ExpiresAt.IsZero() || now.Before(k.ExpiresAt))
-}
-
 // Limits on what a key holds: bounds on what every process keeps in memory.
 const (
 	MaxNameLength = 255
@@ -89,8 +84,8 @@ const (
 // permissions (valid names, at most access.MaxPermissions), and an expiry
 // that is zero or after now.
 func Validate(name string, permissions []string, expiresAt, now time.Time) error {
-	if name == "" || len(name) > MaxNameLength || !printableUTF8(name) {
-		return &ratelimit.ValidationError{Field: "name", Rule: fmt.Sprintf("must be 1 to %d printable characters", MaxNameLength)}
+	if err := ratelimit.CheckName("name", name, MaxNameLength); err != nil {
+		return err
 	}
 	if err := ValidatePermissions(permissions); err != nil {
 		return err
@@ -124,17 +119,6 @@ func ValidatePermissions(permissions []string) error {
 // separator each): what the store's column holds, and a bound on what one
 // key costs every process.
 const MaxPermissionBytes = 8192
-
-// printableUTF8 reports whether s is valid UTF-8 without control
-// characters.
-func printableUTF8(s string) bool {
-	for _, r := range s {
-		if r < ' ' || r == 0x7f || r == 0xfffd {
-			return false
-		}
-	}
-	return true
-}
 
 // ErrNotFound is a key that does not exist in the caller's workspace, or
 // that is revoked where only a live key will do.

@@ -15,7 +15,8 @@ import (
 // MaxLivePerWorkspace caps a workspace's keys that are not revoked: a bound
 // on what one workspace costs every process's memory. MaxPerWorkspace caps
 // its rows, revoked ones included (they stay, so that every process's poll
-// sees a key go), which every process reads again when any key changes.
+// sees a key go), which every process holds in memory and reads all of
+// again when a change of them is not found by revision.
 // Like the override caps, they hold for the creations of one process;
 // processes creating keys in one workspace at the same moment may pass
 // them by those in flight.

@@ -26,7 +26,7 @@ type Store interface {
 	// Revoke revokes a live key and returns it as stored, or ErrNotFound.
 	Revoke(ctx context.Context, workspace, id string) (Key, error)
 	// Summary sums up every key: it changes whenever any key does, so a
-	// poll reads every key again only then.
+	// poll reads keys (Changes, or All) only then.
 	Summary(ctx context.Context) (Summary, error)
 	// All returns every key, revoked ones included.
 	All(ctx context.Context) ([]Key, error)

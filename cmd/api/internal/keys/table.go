@@ -32,10 +32,9 @@ type Table struct {
 	interval time.Duration
 	logger   *slog.Logger
 
-	mu   sync.Mutex // one poll at a time
-	seen Summary
-	read bool           // seen holds a summary read
-	rows map[string]Key // every key read, revoked ones included, by id
+	mu   sync.Mutex     // one poll at a time
+	seen Summary        // the summary rows sum up to
+	rows map[string]Key // every key read, revoked ones included, by id; nil before the first load
 
 	failures prometheus.Counter
 	keys     prometheus.Gauge
@@ -76,8 +75,8 @@ func NewTable(store Store, ring *Ring, reg prometheus.Registerer, opts ...TableO
 	return t, nil
 }
 
-// Load reads the keys if they changed since the last read (or were never
-// read) and puts them in force.
+// Load reads the keys that changed since the last read (every key, the
+// first time) and puts them in force.
 func (t *Table) Load(ctx context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -87,10 +86,10 @@ func (t *Table) Load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("poll keys: %w", err)
 	}
-	if t.read && sum == t.seen {
+	if t.rows != nil && sum == t.seen {
 		return nil
 	}
-	if !t.read || !t.applyChanges(ctx, sum) {
+	if t.rows == nil || !t.applyChanges(ctx, sum) {
 		all, err := t.store.All(ctx)
 		if err != nil {
 			return fmt.Errorf("poll keys: %w", err)
@@ -112,7 +111,7 @@ func (t *Table) Load(ctx context.Context) error {
 	t.keys.Set(float64(set.Len()))
 	// The summary read before the keys: a change in between is read
 	// again by the next poll, never missed.
-	t.seen, t.read = sum, true
+	t.seen = sum
 	return nil
 }
 

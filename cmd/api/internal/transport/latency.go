@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
@@ -57,7 +58,7 @@ func (l *Layer) timed(methods []string, next http.Handler) http.Handler {
 		ctx := pipeline.WithCall(r.Context(), start)
 		var span trace.Span
 		if l.tracing != nil {
-			ctx, span = l.tracing.startSpan(ctx, method, headerCarrier(r))
+			ctx, span = l.tracing.startSpan(ctx, method, propagation.HeaderCarrier(r.Header))
 		}
 		next.ServeHTTP(w, r.WithContext(ctx))
 		outcome := pipeline.OutcomeOf(ctx)

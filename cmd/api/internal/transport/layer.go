@@ -70,7 +70,12 @@ func (l *Layer) authenticate(render Renderer, next http.Handler) http.Handler {
 			render(w, r, err)
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(pipeline.WithPrincipal(r.Context(), pr)))
+		// The layer's timing put the call's state in the context already:
+		// the principal goes into it, and the request needs no copy.
+		if ctx := pipeline.WithPrincipal(r.Context(), pr); ctx != r.Context() {
+			r = r.WithContext(ctx)
+		}
+		next.ServeHTTP(w, r)
 	})
 }
 

@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"net/http"
 
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
@@ -46,11 +45,6 @@ func endSpan(ctx context.Context, span trace.Span, protocol, method string, outc
 		span.SetStatus(otelcodes.Error, "")
 	}
 	span.End()
-}
-
-// headerCarrier reads trace context from HTTP headers.
-func headerCarrier(r *http.Request) propagation.TextMapCarrier {
-	return propagation.HeaderCarrier(r.Header)
 }
 
 // mdCarrier reads trace context from gRPC metadata.
