@@ -66,4 +66,5 @@ type RatelimitWindowCount struct {
 	ExpiresAt   uint64
 	UpdatedAt   uint64
 	WindowLimit uint64
+	Refunded    uint64
 }

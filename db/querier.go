@@ -142,6 +142,7 @@ type Querier interface {
 	// the sum of every other region's count, separately: the own row may only
 	// raise the regional count, the foreign sum becomes the imported count.
 	// imported_limit is the largest limit another region published with.
+	// own_refunded and imported_refunded are the same split of the refunds.
 	WindowCountsSync(ctx context.Context, arg WindowCountsSyncParams) ([]WindowCountsSyncRow, error)
 	// WindowCountsSyncChanged is WindowCountsSync for the cells of which any
 	// row changed at or after since (unix ms). The inner query walks
@@ -155,9 +156,10 @@ type Querier interface {
 	// for WindowCountsSync, so past a fifth or so of the table changed, reading
 	// everything is cheaper.
 	WindowCountsSyncChanged(ctx context.Context, arg WindowCountsSyncChangedParams) ([]WindowCountsSyncChangedRow, error)
-	// WindowCountsUpsert publishes one region's count for one window cell. The
-	// GREATEST merge makes it idempotent and monotonic: a delayed, older publish
-	// never lowers the component. updated_at is the database's clock in unix ms
+	// WindowCountsUpsert publishes one region's count and refunds for one
+	// window cell. The GREATEST merge of each makes it idempotent and monotonic:
+	// a delayed, older publish never lowers a component, and a publish of the
+	// count alone (refunded 0) or of the refunds alone (count 0) leaves the other. updated_at is the database's clock in unix ms
 	// (NOW is the statement's start), never the writer's: a sync's since is the
 	// database's clock too, so regions whose clocks disagree still see each
 	// other's changes.

@@ -45,6 +45,11 @@ func upgrade(ctx context.Context, db execer) error {
 	if err := addIndex(ctx, db, "ratelimit_window_counts", "updated_at_idx", "updated_at"); err != nil {
 		return err
 	}
+	// Refunds of settled reservations: 0 for the rows of an earlier
+	// version, which had none.
+	if err := addColumn(ctx, db, "ratelimit_window_counts", "refunded", "bigint unsigned NOT NULL DEFAULT 0"); err != nil {
+		return err
+	}
 	// Overrides are ordered by the database's revision, not the writers'
 	// clocks, and their tombstones are purged by deleted_at. Rows of an
 	// earlier version keep revision 0: processes load them in full at start,

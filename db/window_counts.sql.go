@@ -110,7 +110,9 @@ SELECT
     sequence,
     CAST(SUM(CASE WHEN region = ? THEN count ELSE 0 END) AS SIGNED) AS own,
     CAST(SUM(CASE WHEN region <> ? THEN count ELSE 0 END) AS SIGNED) AS imported,
-    CAST(MAX(CASE WHEN region <> ? THEN window_limit ELSE 0 END) AS SIGNED) AS imported_limit
+    CAST(MAX(CASE WHEN region <> ? THEN window_limit ELSE 0 END) AS SIGNED) AS imported_limit,
+    CAST(SUM(CASE WHEN region = ? THEN refunded ELSE 0 END) AS SIGNED) AS own_refunded,
+    CAST(SUM(CASE WHEN region <> ? THEN refunded ELSE 0 END) AS SIGNED) AS imported_refunded
 FROM ratelimit_window_counts
 WHERE expires_at > ?
 GROUP BY workspace_id, namespace, identifier, duration_ms, sequence
@@ -122,22 +124,27 @@ type WindowCountsSyncParams struct {
 }
 
 type WindowCountsSyncRow struct {
-	WorkspaceID   string
-	Namespace     string
-	Identifier    string
-	DurationMs    uint64
-	Sequence      int64
-	Own           int64
-	Imported      int64
-	ImportedLimit int64
+	WorkspaceID      string
+	Namespace        string
+	Identifier       string
+	DurationMs       uint64
+	Sequence         int64
+	Own              int64
+	Imported         int64
+	ImportedLimit    int64
+	OwnRefunded      int64
+	ImportedRefunded int64
 }
 
 // WindowCountsSync returns, per live window cell, the own region's count and
 // the sum of every other region's count, separately: the own row may only
 // raise the regional count, the foreign sum becomes the imported count.
 // imported_limit is the largest limit another region published with.
+// own_refunded and imported_refunded are the same split of the refunds.
 func (q *Queries) WindowCountsSync(ctx context.Context, arg WindowCountsSyncParams) ([]WindowCountsSyncRow, error) {
 	rows, err := q.db.QueryContext(ctx, windowCountsSync,
+		arg.Region,
+		arg.Region,
 		arg.Region,
 		arg.Region,
 		arg.Region,
@@ -159,6 +166,8 @@ func (q *Queries) WindowCountsSync(ctx context.Context, arg WindowCountsSyncPara
 			&i.Own,
 			&i.Imported,
 			&i.ImportedLimit,
+			&i.OwnRefunded,
+			&i.ImportedRefunded,
 		); err != nil {
 			return nil, err
 		}
@@ -182,7 +191,9 @@ SELECT
     c.sequence,
     CAST(SUM(CASE WHEN c.region = ? THEN c.count ELSE 0 END) AS SIGNED) AS own,
     CAST(SUM(CASE WHEN c.region <> ? THEN c.count ELSE 0 END) AS SIGNED) AS imported,
-    CAST(MAX(CASE WHEN c.region <> ? THEN c.window_limit ELSE 0 END) AS SIGNED) AS imported_limit
+    CAST(MAX(CASE WHEN c.region <> ? THEN c.window_limit ELSE 0 END) AS SIGNED) AS imported_limit,
+    CAST(SUM(CASE WHEN c.region = ? THEN c.refunded ELSE 0 END) AS SIGNED) AS own_refunded,
+    CAST(SUM(CASE WHEN c.region <> ? THEN c.refunded ELSE 0 END) AS SIGNED) AS imported_refunded
 FROM (
     SELECT DISTINCT u.workspace_id, u.namespace, u.identifier, u.duration_ms, u.sequence
     FROM ratelimit_window_counts u FORCE INDEX (updated_at_idx)
@@ -204,14 +215,16 @@ type WindowCountsSyncChangedParams struct {
 }
 
 type WindowCountsSyncChangedRow struct {
-	WorkspaceID   string
-	Namespace     string
-	Identifier    string
-	DurationMs    uint64
-	Sequence      int64
-	Own           int64
-	Imported      int64
-	ImportedLimit int64
+	WorkspaceID      string
+	Namespace        string
+	Identifier       string
+	DurationMs       uint64
+	Sequence         int64
+	Own              int64
+	Imported         int64
+	ImportedLimit    int64
+	OwnRefunded      int64
+	ImportedRefunded int64
 }
 
 // WindowCountsSyncChanged is WindowCountsSync for the cells of which any
@@ -227,6 +240,8 @@ type WindowCountsSyncChangedRow struct {
 // everything is cheaper.
 func (q *Queries) WindowCountsSyncChanged(ctx context.Context, arg WindowCountsSyncChangedParams) ([]WindowCountsSyncChangedRow, error) {
 	rows, err := q.db.QueryContext(ctx, windowCountsSyncChanged,
+		arg.Region,
+		arg.Region,
 		arg.Region,
 		arg.Region,
 		arg.Region,
@@ -249,6 +264,8 @@ func (q *Queries) WindowCountsSyncChanged(ctx context.Context, arg WindowCountsS
 			&i.Own,
 			&i.Imported,
 			&i.ImportedLimit,
+			&i.OwnRefunded,
+			&i.ImportedRefunded,
 		); err != nil {
 			return nil, err
 		}
@@ -265,10 +282,11 @@ func (q *Queries) WindowCountsSyncChanged(ctx context.Context, arg WindowCountsS
 
 const windowCountsUpsert = `-- name: WindowCountsUpsert :exec
 INSERT INTO ratelimit_window_counts (
-    workspace_id, namespace, identifier, duration_ms, sequence, region, count, expires_at, updated_at, window_limit
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000), ?)
+    workspace_id, namespace, identifier, duration_ms, sequence, region, count, expires_at, updated_at, window_limit, refunded
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000), ?, ?)
 ON DUPLICATE KEY UPDATE
     count = GREATEST(count, VALUES(count)),
+    refunded = GREATEST(refunded, VALUES(refunded)),
     updated_at = VALUES(updated_at),
     window_limit = VALUES(window_limit)
 `
@@ -283,11 +301,13 @@ type WindowCountsUpsertParams struct {
 	Count       uint64
 	ExpiresAt   uint64
 	WindowLimit uint64
+	Refunded    uint64
 }
 
-// WindowCountsUpsert publishes one region's count for one window cell. The
-// GREATEST merge makes it idempotent and monotonic: a delayed, older publish
-// never lowers the component. updated_at is the database's clock in unix ms
+// WindowCountsUpsert publishes one region's count and refunds for one
+// window cell. The GREATEST merge of each makes it idempotent and monotonic:
+// a delayed, older publish never lowers a component, and a publish of the
+// count alone (refunded 0) or of the refunds alone (count 0) leaves the other. updated_at is the database's clock in unix ms
 // (NOW is the statement's start), never the writer's: a sync's since is the
 // database's clock too, so regions whose clocks disagree still see each
 // other's changes.
@@ -302,6 +322,7 @@ func (q *Queries) WindowCountsUpsert(ctx context.Context, arg WindowCountsUpsert
 		arg.Count,
 		arg.ExpiresAt,
 		arg.WindowLimit,
+		arg.Refunded,
 	)
 	return err
 }

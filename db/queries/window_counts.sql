@@ -1,15 +1,17 @@
 -- name: WindowCountsUpsert :exec
--- WindowCountsUpsert publishes one region's count for one window cell. The
--- GREATEST merge makes it idempotent and monotonic: a delayed, older publish
--- never lowers the component. updated_at is the database's clock in unix ms
+-- WindowCountsUpsert publishes one region's count and refunds for one
+-- window cell. The GREATEST merge of each makes it idempotent and monotonic:
+-- a delayed, older publish never lowers a component, and a publish of the
+-- count alone (refunded 0) or of the refunds alone (count 0) leaves the other. updated_at is the database's clock in unix ms
 -- (NOW is the statement's start), never the writer's: a sync's since is the
 -- database's clock too, so regions whose clocks disagree still see each
 -- other's changes.
 INSERT INTO ratelimit_window_counts (
-    workspace_id, namespace, identifier, duration_ms, sequence, region, count, expires_at, updated_at, window_limit
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000), ?)
+    workspace_id, namespace, identifier, duration_ms, sequence, region, count, expires_at, updated_at, window_limit, refunded
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000), ?, ?)
 ON DUPLICATE KEY UPDATE
     count = GREATEST(count, VALUES(count)),
+    refunded = GREATEST(refunded, VALUES(refunded)),
     updated_at = VALUES(updated_at),
     window_limit = VALUES(window_limit);
 
@@ -23,6 +25,7 @@ SELECT CAST(FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000) AS SIGNED) AS now_ms;
 -- the sum of every other region's count, separately: the own row may only
 -- raise the regional count, the foreign sum becomes the imported count.
 -- imported_limit is the largest limit another region published with.
+-- own_refunded and imported_refunded are the same split of the refunds.
 SELECT
     workspace_id,
     namespace,
@@ -31,7 +34,9 @@ SELECT
     sequence,
     CAST(SUM(CASE WHEN region = sqlc.arg(region) THEN count ELSE 0 END) AS SIGNED) AS own,
     CAST(SUM(CASE WHEN region <> sqlc.arg(region) THEN count ELSE 0 END) AS SIGNED) AS imported,
-    CAST(MAX(CASE WHEN region <> sqlc.arg(region) THEN window_limit ELSE 0 END) AS SIGNED) AS imported_limit
+    CAST(MAX(CASE WHEN region <> sqlc.arg(region) THEN window_limit ELSE 0 END) AS SIGNED) AS imported_limit,
+    CAST(SUM(CASE WHEN region = sqlc.arg(region) THEN refunded ELSE 0 END) AS SIGNED) AS own_refunded,
+    CAST(SUM(CASE WHEN region <> sqlc.arg(region) THEN refunded ELSE 0 END) AS SIGNED) AS imported_refunded
 FROM ratelimit_window_counts
 WHERE expires_at > sqlc.arg(now)
 GROUP BY workspace_id, namespace, identifier, duration_ms, sequence;
@@ -69,7 +74,9 @@ SELECT
     c.sequence,
     CAST(SUM(CASE WHEN c.region = sqlc.arg(region) THEN c.count ELSE 0 END) AS SIGNED) AS own,
     CAST(SUM(CASE WHEN c.region <> sqlc.arg(region) THEN c.count ELSE 0 END) AS SIGNED) AS imported,
-    CAST(MAX(CASE WHEN c.region <> sqlc.arg(region) THEN c.window_limit ELSE 0 END) AS SIGNED) AS imported_limit
+    CAST(MAX(CASE WHEN c.region <> sqlc.arg(region) THEN c.window_limit ELSE 0 END) AS SIGNED) AS imported_limit,
+    CAST(SUM(CASE WHEN c.region = sqlc.arg(region) THEN c.refunded ELSE 0 END) AS SIGNED) AS own_refunded,
+    CAST(SUM(CASE WHEN c.region <> sqlc.arg(region) THEN c.refunded ELSE 0 END) AS SIGNED) AS imported_refunded
 FROM (
     SELECT DISTINCT u.workspace_id, u.namespace, u.identifier, u.duration_ms, u.sequence
     FROM ratelimit_window_counts u FORCE INDEX (updated_at_idx)

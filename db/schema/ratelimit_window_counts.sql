@@ -1,6 +1,9 @@
 -- ratelimit_window_counts holds one region's observed count for one sliding
 -- window cell: a component of a grow-only counter (G-Counter). Regions write
 -- only their own rows, merge with GREATEST, and read the other regions' sum.
+-- refunded is the second grow-only counter of the pair: what the region's
+-- settled reservations gave back of the cell, merged the same way; a
+-- decision weighs count less refunded, never below zero.
 --
 -- region is varchar(48) so that the unique key stays under InnoDB's
 -- 3072-byte index limit in utf8mb4. expires_at is sequence-derived,
@@ -28,6 +31,7 @@ CREATE TABLE IF NOT EXISTS `ratelimit_window_counts` (
     `expires_at` bigint unsigned NOT NULL,
     `updated_at` bigint unsigned NOT NULL,
     `window_limit` bigint unsigned NOT NULL DEFAULT 0,
+    `refunded` bigint unsigned NOT NULL DEFAULT 0,
     CONSTRAINT `ratelimit_window_counts_pk` PRIMARY KEY (`pk`),
     CONSTRAINT `unique_window_region` UNIQUE (
         `workspace_id`, `namespace`, `identifier`, `duration_ms`, `sequence`, `region`

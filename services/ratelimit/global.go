@@ -280,9 +280,11 @@ func (g *globalTier) noteGrowth(w *window, c *cell, limit int64) {
 }
 
 // worthSharing reports whether c, a cell of w under limit, is worth
-// publishing promptly: at or above its floor, or shared by another region.
+// publishing promptly: at or above its floor, or shared by another region,
+// or refunds: a refund reaches the other regions however small.
 func (g *globalTier) worthSharing(w *window, c *cell, limit int64) bool {
-	return c.count.Load() >= g.floor(limit, w.durationMs) || c.global.Load() != 0
+	n := c.count.Load()
+	return n >= g.floor(limit, w.durationMs) || c.global.Load() != 0 || n > 0 && w.holdsRefunds()
 }
 
 // queueGrown is noteGrowth for a region that shares counts.

@@ -271,8 +271,9 @@ func (g *globalTier) flushCandidate(w *window, c *cell, now int64, prompt bool) 
 	}
 	limit := w.limit.Load()
 	floor := g.floor(limit, w.durationMs)
-	// Utilization filter first: most cells never cross the floor.
-	shared := c.global.Load() > 0
+	// Utilization filter first: most cells never cross the floor. Refunds
+	// are shared whatever their size, like a cell another region holds.
+	shared := c.global.Load() > 0 || c.count.Load() > 0 && w.holdsRefunds()
 	if c.count.Load() < floor && !shared {
 		return flushCandidate{}, false
 	}
@@ -369,10 +370,14 @@ func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
 		g.metrics.globalRowsFuture.Inc()
 		return false
 	}
-	k := windowKey{workspace: row.Key.Workspace, namespace: row.Key.Namespace, identifier: row.Key.Identifier, durationMs: durMs}
+	k := windowKey{workspace: row.Key.Workspace, namespace: row.Key.Namespace, identifier: row.Key.Identifier,
+		durationMs: durMs, refunds: row.Key.Refunds}
+	if k.refunds && !g.reserve(&k, row.Key.Sequence) {
+		return false
+	}
 	w := g.windows.find(&k)
 	if w == nil {
-		if row.Others <= 0 || row.Others < g.floor(row.OthersLimit, durMs) {
+		if !k.refunds && (row.Others <= 0 || row.Others < g.floor(row.OthersLimit, durMs)) {
 			return false
 		}
 		var created bool
@@ -397,5 +402,24 @@ func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
 			g.state.flushed[c] = flushedCount{count: own, expiresAt: store.ExpiresAt(c.seq(), durMs)}
 		}
 	}
+	return true
+}
+
+// reserve marks the cell seq of the key whose refunds k names as reserved,
+// so that decisions weigh the refunds a sync imports for it, and reports
+// whether the process holds that cell: refunds of a key without a window
+// here are of no decision's concern.
+func (g *globalTier) reserve(k *windowKey, seq int64) bool {
+	main := *k
+	main.refunds = false
+	w := g.windows.find(&main)
+	if w == nil {
+		return false
+	}
+	c := w.cells[seq&1].Load()
+	if c == nil || c.seq() != seq {
+		return false
+	}
+	c.flags.Or(cellReserved)
 	return true
 }

@@ -10,6 +10,9 @@ type windowKey struct {
 	namespace  string
 	identifier string
 	durationMs int64
+	// refunds names the window that holds the key's refunds (see
+	// Service.Refund) rather than the key's own.
+	refunds bool
 }
 
 // hash hashes every part separately and mixes the results, so that parts can
@@ -19,7 +22,11 @@ func (k windowKey) hash(seed maphash.Seed) uint64 {
 	h := maphash.String(seed, k.workspace)
 	h = mix(h, maphash.String(seed, k.namespace))
 	h = mix(h, maphash.String(seed, k.identifier))
-	return mix(h, uint64(k.durationMs))
+	h = mix(h, uint64(k.durationMs))
+	if k.refunds {
+		h = mix(h, 1)
+	}
+	return h
 }
 
 // mix folds v into h (a multiply-xorshift step as in splitmix64).

@@ -85,6 +85,11 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 			runtime.Gosched()
 			continue
 		}
+		if counted && req.Reserve {
+			// Decisions on the cell weigh its refunds from now on, and
+			// reads of the regional store fetch them.
+			cur.flags.Or(cellReserved)
+		}
 		s.regional.afterDecide(w, cur, now, &d, countedCost(counted, req.Cost))
 		if counted {
 			s.global.noteGrowth(w, cur, req.Limit)
@@ -119,8 +124,17 @@ func (s *Service) decide(w *window, now, limit, cost int64, report, speculative 
 	elapsed := now - seq*dur
 	curGlobal := cur.global.Load()
 	var prevGlobal int64
+	flags := cur.flags.Load()
 	if prev != nil {
 		prevGlobal = prev.global.Load()
+		flags |= prev.flags.Load()
+	}
+	if flags&cellReserved != 0 {
+		// Refunds of settled reservations count against the cells they
+		// were given back to (totals are clamped at zero below).
+		curRefunds, prevRefunds := s.refundsAt(w, seq)
+		curGlobal -= curRefunds
+		prevGlobal -= prevRefunds
 	}
 	d := decision{limit: limit, resetMs: (seq + 1) * dur}
 	if report && cost > 0 {
@@ -131,7 +145,8 @@ func (s *Service) decide(w *window, now, limit, cost int64, report, speculative 
 		if prev != nil {
 			prevTotal += prev.count.Load()
 		}
-		curTotal := n + curGlobal
+		prevTotal = max(prevTotal, 0)
+		curTotal := max(n+curGlobal, 0)
 		effective := curTotal + weighted(prevTotal, elapsed, dur)
 		d.success = effective <= limit
 		d.remaining = min(max(0, limit-effective), limit)
@@ -143,11 +158,12 @@ func (s *Service) decide(w *window, now, limit, cost int64, report, speculative 
 	}
 	for range maxCASAttempts {
 		n := cur.count.Load()
-		curTotal := n + curGlobal
+		curTotal := max(n+curGlobal, 0)
 		prevTotal := prevGlobal
 		if prev != nil {
 			prevTotal += prev.count.Load()
 		}
+		prevTotal = max(prevTotal, 0)
 		effective := curTotal + weighted(prevTotal, elapsed, dur) + cost
 		if cost > limit || effective > limit {
 			d.remaining = min(max(0, limit-(effective-cost)), limit)

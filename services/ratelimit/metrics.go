@@ -29,6 +29,8 @@ type metrics struct {
 	globalRowsLastPoll   prometheus.Gauge
 	globalRowsFuture     prometheus.Counter
 	globalIdlePublished  prometheus.Counter
+
+	refunded prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() float64) (*metrics, error) {
@@ -43,7 +45,7 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 		}),
 		windowsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "unkey_ratelimit_windows_rejected_total",
-			Help: "Windows not created because their workspace held the most windows allowed, by what asked for them (request: answered resource_exhausted; sync: an imported row skipped).",
+			Help: "Windows not created because their workspace held the most windows allowed, by what asked for them (request: answered resource_exhausted; sync: an imported row skipped; refund: a refund not given).",
 		}, []string{"source"}),
 		casExhausted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "unkey_ratelimit_cas_exhausted_total",
@@ -106,6 +108,10 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 			Name: "unkey_ratelimit_global_idle_cells_published_total",
 			Help: "Cells of the region published to the global store from the regional store's index because no process marked them for two full flush intervals: what a process that died, or stopped with the global store down, counted and had not published (and some quiet cells again).",
 		}),
+		refunded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "unkey_ratelimit_refunded_units_total",
+			Help: "Units given back to window cells by settled reservations (what callers reserved and did not spend).",
+		}),
 	}
 	active := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "unkey_ratelimit_windows_active",
@@ -117,7 +123,7 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 	}, queueDepth)
 	// Every known label value from the start, so that a rule's rate() and
 	// increase() see the series at 0 before the first event.
-	for _, source := range []string{"request", "sync"} {
+	for _, source := range []string{"request", "sync", "refund"} {
 		m.windowsRejected.WithLabelValues(source)
 	}
 	for _, queue := range []string{"replay", "refresh", "flush"} {
@@ -125,7 +131,7 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 	}
 	for _, c := range []prometheus.Collector{m.windowsCreated, m.windowsEvicted, m.windowsRejected, m.casExhausted, active,
 		m.regionalOps, m.regionalLatency, m.queueOverflow, m.replayExpired, m.strictActivations, depth,
-		m.globalWrites, m.globalWriteErrors, m.globalRowsApplied, m.globalSyncErrors, m.globalLastSync, m.globalEntriesCreated, m.globalRowsLastPoll, m.globalRowsFuture, m.globalIdlePublished} {
+		m.globalWrites, m.globalWriteErrors, m.globalRowsApplied, m.globalSyncErrors, m.globalLastSync, m.globalEntriesCreated, m.globalRowsLastPoll, m.globalRowsFuture, m.globalIdlePublished, m.refunded} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

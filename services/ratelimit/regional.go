@@ -70,6 +70,9 @@ type regionalTier struct {
 	store   store.Regional
 	clock   Clock
 	metrics *metrics
+	// windows is the service's table: reads of a reserved cell find its
+	// key's refunds window there, or create it.
+	windows *windowTable
 
 	flight    singleflight.Group // one read per cold cell
 	replays   queue[cellRef]
@@ -80,8 +83,8 @@ type regionalTier struct {
 	mark func(w *window, c *cell) int64
 }
 
-func newRegionalTier(st store.Regional, clock Clock, m *metrics) *regionalTier {
-	return &regionalTier{store: st, clock: clock, metrics: m}
+func newRegionalTier(st store.Regional, clock Clock, m *metrics, windows *windowTable) *regionalTier {
+	return &regionalTier{store: st, clock: clock, metrics: m, windows: windows}
 }
 
 // queued returns how many cells and windows wait for the loop.
@@ -277,6 +280,12 @@ func (r *regionalTier) refresh(ctx context.Context, ws []*window, now int64, op 
 		seq := now / w.durationMs
 		keys = append(keys, w.cellKey(seq), w.cellKey(seq-1))
 	}
+	// The refunds of reserved cells are read in the same round trip.
+	refunds := r.refundsToRead(ws, now)
+	for _, rw := range refunds {
+		seq := now / rw.durationMs
+		keys = append(keys, rw.cellKey(seq), rw.cellKey(seq-1))
+	}
 	counts, err := r.call(ctx, op, timeout, func(ctx context.Context) ([]int64, error) {
 		return r.store.Load(ctx, keys)
 	})
@@ -296,7 +305,42 @@ func (r *regionalTier) refresh(ctx context.Context, ws []*window, now int64, op 
 			c.flags.Or(cellHydrated)
 		}
 	}
+	counts = counts[2*len(ws):]
+	for i, rw := range refunds {
+		seq := now / rw.durationMs
+		if cur := counts[2*i]; cur >= 0 {
+			r.merge(rw, seq, cur)
+		}
+		if prev := counts[2*i+1]; prev >= 0 {
+			r.merge(rw, seq-1, prev)
+		}
+	}
 	return failed
+}
+
+// refundsToRead returns the refunds windows of those of ws whose current or
+// previous cell at now is reserved (see cellReserved), creating them: what
+// other processes gave back of those cells is in the regional store.
+func (r *regionalTier) refundsToRead(ws []*window, now int64) []*window {
+	var out []*window
+	for _, w := range ws {
+		seq := now / w.durationMs
+		reserved := false
+		for i := range w.cells {
+			if c := w.cells[i].Load(); c != nil && c.seq() >= seq-1 && c.flags.Load()&cellReserved != 0 {
+				reserved = true
+			}
+		}
+		if !reserved {
+			continue
+		}
+		k := w.refundsKey()
+		if rw, _, err := r.windows.findOrCreate(&k); err == nil {
+			rw.observeLimit(w.limit.Load())
+			out = append(out, rw)
+		}
+	}
+	return out
 }
 
 // merge raises w's cell of seq to what the regional store holds plus what

@@ -201,7 +201,7 @@ func TestRegionalStoreDown(t *testing.T) {
 		}
 		s.tick()
 	}
-	w := s.windows.find(&windowKey{"ws", "ns", "warm", 60_000})
+	w := s.windows.find(&windowKey{"ws", "ns", "warm", 60_000, false})
 	cur, _, _ := w.cellsAt(10, false)
 	if got := cur.unreplayed.Load(); got != rounds {
 		t.Fatalf("%d increments queued for the store, want the %d accepted while it was down", got, rounds)

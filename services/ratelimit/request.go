@@ -24,6 +24,13 @@ type Request struct {
 	// Report a denied request counts nothing. A batch decided together
 	// (MultiLimit) holds no reports.
 	Report bool
+	// Reserve makes the request a reservation: Cost is an estimate, counted
+	// all or nothing like any request, of which the caller will give back
+	// what it did not spend (see [Service.Refund]). Decisions on a cell a
+	// reservation was counted into weigh that cell's refunds. A
+	// reservation is never a report, and a batch decided together holds
+	// none.
+	Reserve bool
 }
 
 // Response is the decision for one [Request].

@@ -64,7 +64,7 @@ func New(region string, opts ...Option) (*Service, error) {
 	s.metrics = m
 	s.windows.init(m, cfg.maxPerWorkspace)
 	if cfg.regional != nil {
-		s.regional = newRegionalTier(cfg.regional, cfg.clock, m)
+		s.regional = newRegionalTier(cfg.regional, cfg.clock, m, &s.windows)
 	}
 	if cfg.global != nil {
 		s.global = newGlobalTier(region, &cfg, m, &s.windows, s.regional == nil)

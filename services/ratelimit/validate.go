@@ -53,7 +53,19 @@ func (r *Request) Validate() error {
 	if err := CheckDuration("duration", r.Duration, MaxDuration); err != nil {
 		return err
 	}
-	return CheckCost("cost", r.Cost)
+	if err := CheckCost("cost", r.Cost); err != nil {
+		return err
+	}
+	return CheckReserve(r.Reserve, r.Report)
+}
+
+// CheckReserve refuses a request that is both a reservation and a report:
+// a report was spent already, there is nothing to give back.
+func CheckReserve(reserve, report bool) error {
+	if reserve && report {
+		return &ValidationError{Field: "reserve", Rule: "must be false in a report (report: true), which counts what was spent already"}
+	}
+	return nil
 }
 
 // ValidateBatch reports the first request of a batch that breaks a rule,
@@ -70,6 +82,9 @@ func ValidateBatch(reqs []Request) error {
 		if err := CheckNotReport(reqs[i].Report); err != nil {
 			return InEntry("limits", i, err)
 		}
+		if err := CheckNotReserve(reqs[i].Reserve); err != nil {
+			return InEntry("limits", i, err)
+		}
 	}
 	return nil
 }
@@ -80,6 +95,15 @@ func ValidateBatch(reqs []Request) error {
 func CheckNotReport(report bool) error {
 	if report {
 		return &ValidationError{Field: "report", Rule: "must be false in a MultiLimit, which counts all or nothing: send reports as Limit or BatchLimit entries"}
+	}
+	return nil
+}
+
+// CheckNotReserve refuses a reservation in a batch: a reservation answers
+// with a token of its own, which a batch's answer has no room for.
+func CheckNotReserve(reserve bool) error {
+	if reserve {
+		return &ValidationError{Field: "reserve", Rule: "must be false in a MultiLimit: reserve with Limit"}
 	}
 	return nil
 }

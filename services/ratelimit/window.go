@@ -14,7 +14,8 @@ import (
 // touch it without locks. 48 bytes.
 type cell struct {
 	// flags holds the fixed window this cell counts (see seq) and the cell's
-	// flags: cellHydrated, cellQueued, cellGrown, cellReseed and cellMarked.
+	// flags: cellHydrated, cellQueued, cellGrown, cellReseed, cellMarked and
+	// cellReserved.
 	// Sharing one word keeps the cell at 48 bytes, a size class of its own.
 	flags cellWord
 	// count is this region's count, including speculative batch increments
@@ -90,6 +91,10 @@ const (
 	// store.Unpublished), which clears it: a cell is marked at most once
 	// per full flush interval.
 	cellMarked
+	// cellReserved: a reservation was counted into the cell, or refunds of
+	// it were seen: decisions weigh it less its refunds, and reads of the
+	// regional store fetch those too. Cells without it cost nothing more.
+	cellReserved
 )
 
 // atomicMax raises v to n if n is larger, and reports whether it did.
@@ -113,7 +118,7 @@ type window struct {
 	// scope and identifier and durationMs are the window's key. The
 	// workspace and namespace, shared by many windows, are interned behind
 	// one pointer, which keeps a window at 80 bytes.
-	scope      unique.Handle[Scope]
+	scope      unique.Handle[windowScope]
 	identifier string
 	durationMs int64
 	cells      [2]atomic.Pointer[cell]
@@ -160,11 +165,18 @@ type Scope struct {
 	Namespace string
 }
 
+// windowScope is what a window interns: its scope, and whether it holds
+// the refunds of its key rather than the key's counts (see Service.Refund).
+type windowScope struct {
+	Scope
+	refunds bool
+}
+
 // newWindow returns an empty window for k. It copies the identifier so the
 // window does not pin the request buffer it was decoded from.
 func newWindow(k *windowKey) *window {
 	return &window{
-		scope:      unique.Make(Scope{Workspace: k.workspace, Namespace: k.namespace}),
+		scope:      unique.Make(windowScope{Scope{Workspace: k.workspace, Namespace: k.namespace}, k.refunds}),
 		identifier: strings.Clone(k.identifier),
 		durationMs: k.durationMs,
 	}
@@ -176,7 +188,24 @@ func (w *window) is(k *windowKey) bool {
 		return false
 	}
 	sc := w.scope.Value()
-	return sc.Namespace == k.namespace && sc.Workspace == k.workspace
+	return sc.Namespace == k.namespace && sc.Workspace == k.workspace && sc.refunds == k.refunds
+}
+
+// holdsRefunds reports whether w holds the refunds of its key rather than
+// its counts: a window no decision is made on.
+func (w *window) holdsRefunds() bool { return w.scope.Value().refunds }
+
+// refundsKey returns the key of the window that holds w's refunds.
+func (w *window) refundsKey() windowKey {
+	sc := w.scope.Value()
+	return windowKey{workspace: sc.Workspace, namespace: sc.Namespace, identifier: w.identifier,
+		durationMs: w.durationMs, refunds: true}
+}
+
+// mainKey returns the key of the window whose refunds w holds.
+func (w *window) mainKey() windowKey {
+	sc := w.scope.Value()
+	return windowKey{workspace: sc.Workspace, namespace: sc.Namespace, identifier: w.identifier, durationMs: w.durationMs}
 }
 
 // cellKey returns the name of w's cell of seq, for the stores.
@@ -188,6 +217,7 @@ func (w *window) cellKey(seq int64) store.CellKey {
 		Identifier: w.identifier,
 		Duration:   time.Duration(w.durationMs) * time.Millisecond,
 		Sequence:   seq,
+		Refunds:    sc.refunds,
 	}
 }
 

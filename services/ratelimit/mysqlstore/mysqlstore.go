@@ -73,6 +73,12 @@ func (m *Store) Publish(ctx context.Context, region string, counts []store.CellC
 		rows = rows[:0]
 		for _, c := range chunk {
 			durMs := c.Key.Duration.Milliseconds()
+			// A cell's refunds are the refunded column of its row: each
+			// publish raises one column and leaves the other.
+			count, refunded := uint64(max(c.Count, 0)), uint64(0)
+			if c.Key.Refunds {
+				count, refunded = 0, count
+			}
 			rows = append(rows, db.WindowCountsUpsertParams{
 				WorkspaceID: c.Key.Workspace,
 				Namespace:   c.Key.Namespace,
@@ -80,7 +86,8 @@ func (m *Store) Publish(ctx context.Context, region string, counts []store.CellC
 				DurationMs:  uint64(durMs),
 				Sequence:    c.Key.Sequence,
 				Region:      region,
-				Count:       uint64(max(c.Count, 0)),
+				Count:       count,
+				Refunded:    refunded,
 				ExpiresAt:   uint64(c.Key.ExpiresAt()),
 				WindowLimit: uint64(max(c.Limit, 0)),
 			})
@@ -139,9 +146,9 @@ func (m *Store) Sync(ctx context.Context, region string, now, since time.Time) (
 			if err != nil {
 				return nil, time.Time{}, fmt.Errorf("sync changed window counts: %w", err)
 			}
-			out := make([]store.GlobalCount, len(rows))
-			for i, r := range rows {
-				out[i] = globalCount(db.WindowCountsSyncRow(r))
+			out := make([]store.GlobalCount, 0, len(rows))
+			for _, r := range rows {
+				out = appendGlobalCounts(out, db.WindowCountsSyncRow(r))
 			}
 			return out, time.UnixMilli(asOf), nil
 		}
@@ -155,9 +162,9 @@ func (m *Store) Sync(ctx context.Context, region string, now, since time.Time) (
 		return nil, time.Time{}, fmt.Errorf("sync window counts: %w", err)
 	}
 	m.lastFullRows.Store(int64(len(rows)))
-	out := make([]store.GlobalCount, len(rows))
-	for i, r := range rows {
-		out[i] = globalCount(r)
+	out := make([]store.GlobalCount, 0, len(rows))
+	for _, r := range rows {
+		out = appendGlobalCounts(out, r)
 	}
 	return out, time.UnixMilli(asOf), nil
 }
@@ -167,18 +174,21 @@ func (m *Store) Sync(ctx context.Context, region string, now, since time.Time) (
 // milliseconds whatever the table's size.
 const minChangedForFull = 1000
 
-// globalCount converts a row of the sync queries.
-func globalCount(r db.WindowCountsSyncRow) store.GlobalCount {
-	return store.GlobalCount{
-		Key: store.CellKey{
-			Workspace:  r.WorkspaceID,
-			Namespace:  r.Namespace,
-			Identifier: r.Identifier,
-			Duration:   time.Duration(r.DurationMs) * time.Millisecond,
-			Sequence:   r.Sequence,
-		},
-		Own:         r.Own,
-		Others:      r.Imported,
-		OthersLimit: r.ImportedLimit,
+// appendGlobalCounts appends what a row of the sync queries holds: the
+// cell, and its refunds (store.CellKey.Refunds) when any region gave some
+// back.
+func appendGlobalCounts(out []store.GlobalCount, r db.WindowCountsSyncRow) []store.GlobalCount {
+	key := store.CellKey{
+		Workspace:  r.WorkspaceID,
+		Namespace:  r.Namespace,
+		Identifier: r.Identifier,
+		Duration:   time.Duration(r.DurationMs) * time.Millisecond,
+		Sequence:   r.Sequence,
 	}
+	out = append(out, store.GlobalCount{Key: key, Own: r.Own, Others: r.Imported, OthersLimit: r.ImportedLimit})
+	if r.OwnRefunded > 0 || r.ImportedRefunded > 0 {
+		key.Refunds = true
+		out = append(out, store.GlobalCount{Key: key, Own: r.OwnRefunded, Others: r.ImportedRefunded, OthersLimit: r.ImportedLimit})
+	}
+	return out
 }

@@ -16,9 +16,12 @@ import (
 // since a "}" in a name ends the tag early but still inside the part both
 // cells share. The tag is never empty: it starts with a length.
 //
-//	ratelimit:v2:{<len>:<workspace><len>:<namespace><len>:<identifier>:<duration ms>}:<sequence>
+// A cell's refunds (store.CellKey.Refunds) are the cell's key and ":r",
+// in the cell's slot.
+//
+//	ratelimit:v2:{<len>:<workspace><len>:<namespace><len>:<identifier>:<duration ms>}:<sequence>[:r]
 func Key(c *store.CellKey) string {
-	b := make([]byte, 0, 34+len(c.Workspace)+len(c.Namespace)+len(c.Identifier))
+	b := make([]byte, 0, 36+len(c.Workspace)+len(c.Namespace)+len(c.Identifier))
 	b = append(b, "ratelimit:v2:{"...)
 	for _, part := range [...]string{c.Workspace, c.Namespace, c.Identifier} {
 		b = strconv.AppendInt(b, int64(len(part)), 10)
@@ -29,8 +32,14 @@ func Key(c *store.CellKey) string {
 	b = strconv.AppendInt(b, c.Duration.Milliseconds(), 10)
 	b = append(b, "}:"...)
 	b = strconv.AppendInt(b, c.Sequence, 10)
+	if c.Refunds {
+		b = append(b, refundsSuffix...)
+	}
 	return string(b)
 }
+
+// refundsSuffix ends the key of a cell's refunds.
+const refundsSuffix = ":r"
 
 // slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of
 // its hash tag, or of the whole key without one, modulo 16384.

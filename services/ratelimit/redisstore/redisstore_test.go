@@ -35,7 +35,9 @@ func TestSlot(t *testing.T) {
 		cur := store.CellKey{Workspace: "ws", Namespace: "n{s}", Identifier: id, Duration: time.Minute, Sequence: 1001}
 		prev := cur
 		prev.Sequence--
-		if a, b := slot(Key(&cur)), slot(Key(&prev)); a != b {
+		refunds := cur
+		refunds.Refunds = true
+		if a, b, c := slot(Key(&cur)), slot(Key(&prev)), slot(Key(&refunds)); a != b || a != c {
 			t.Errorf("identifier %q: cells of one window in slots %d and %d", id, a, b)
 		}
 	}
@@ -114,6 +116,7 @@ func TestKeysNeverCollide(t *testing.T) {
 		{{Workspace: "w", Namespace: "n", Identifier: "i:60000:5", Duration: time.Second, Sequence: 1},
 			{Workspace: "w", Namespace: "n", Identifier: "i", Duration: time.Minute, Sequence: 5}},
 		{{Workspace: "w", Namespace: "n", Identifier: "i}:1"}, {Workspace: "w", Namespace: "n", Identifier: "i", Sequence: 1}},
+		{{Workspace: "w", Namespace: "n", Identifier: "j", Sequence: 1}, {Workspace: "w", Namespace: "n", Identifier: "j", Sequence: 1, Refunds: true}},
 	}
 	o := newStore(t, client(t, testserver.StartRedis(t)))
 	ctx := context.Background()

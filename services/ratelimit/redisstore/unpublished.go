@@ -168,6 +168,7 @@ func parseKey(s string) (store.CellKey, error) {
 		parts[i], rest = after[:size], after[size:]
 	}
 	rest, ok = strings.CutPrefix(rest, ":")
+	rest, refunds := strings.CutSuffix(rest, refundsSuffix)
 	dur, seq, ok2 := strings.Cut(rest, "}:")
 	d, err := strconv.ParseInt(dur, 10, 64)
 	q, err2 := strconv.ParseInt(seq, 10, 64)
@@ -175,5 +176,5 @@ func parseKey(s string) (store.CellKey, error) {
 		return store.CellKey{}, bad
 	}
 	return store.CellKey{Workspace: parts[0], Namespace: parts[1], Identifier: parts[2],
-		Duration: time.Duration(d) * time.Millisecond, Sequence: q}, nil
+		Duration: time.Duration(d) * time.Millisecond, Sequence: q, Refunds: refunds}, nil
 }

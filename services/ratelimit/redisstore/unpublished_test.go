@@ -13,6 +13,8 @@ func TestParseKeyIsKeysInverse(t *testing.T) {
 		{Workspace: "ws", Namespace: "ns", Identifier: "id", Duration: time.Minute, Sequence: 29_999_999},
 		{Workspace: "w:{1}", Namespace: "}{", Identifier: "a:b}:c", Duration: 366 * 24 * time.Hour, Sequence: 1},
 		{Workspace: "é", Namespace: "", Identifier: "12:x", Duration: time.Second, Sequence: 0},
+		{Workspace: "ws", Namespace: "ns", Identifier: "id:r", Duration: time.Minute, Sequence: 7, Refunds: true},
+		{Workspace: "ws", Namespace: "ns", Identifier: "id:r", Duration: time.Minute, Sequence: 7},
 	} {
 		got, err := parseKey(Key(&k))
 		if err != nil || got != k {

@@ -14,6 +14,11 @@ type CellKey struct {
 	Duration time.Duration
 	// Sequence is the fixed window: unix ms / duration ms.
 	Sequence int64
+	// Refunds names the cell's refunds instead of the cell: the second
+	// grow-only counter of the pair, what settled reservations gave back
+	// (see the limiter's Refund). A decision weighs a cell's count less its
+	// refunds. Stores keep the two apart and merge each by its own rules.
+	Refunds bool
 }
 
 // CompareKeys orders keys as the global store's unique key does:
@@ -28,7 +33,20 @@ func CompareKeys(a, b *CellKey) int {
 		cmp.Compare(a.Identifier, b.Identifier),
 		cmp.Compare(a.Duration, b.Duration),
 		cmp.Compare(a.Sequence, b.Sequence),
+		compareBool(a.Refunds, b.Refunds),
 	)
+}
+
+// compareBool orders false before true: a cell before its refunds, which the
+// global store keeps in the same row.
+func compareBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case b:
+		return -1
+	}
+	return 1
 }
 
 // ExpiresAt is when a cell of sequence and a window of durationMs ms can no

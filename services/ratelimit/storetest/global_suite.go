@@ -13,6 +13,7 @@ import (
 // TestGlobal checks that the global stores newStore returns do what the
 // limiter relies on: a region reads its own component and the sum of the
 // others' with the largest limit they published; a component only rises;
+// a cell's refunds rise apart from its count;
 // keys that differ in any field are different cells; a cell is left out
 // once the window after its own has ended; a sync from the asOf of an
 // earlier one returns every cell published since; Publish reports every
@@ -61,6 +62,25 @@ func TestGlobal(t *testing.T, newStore func(t *testing.T) store.Global) {
 			if got[c.Key].Others != c.Count {
 				t.Errorf("cell %+v: others %d, want %d", c.Key, got[c.Key].Others, c.Count)
 			}
+		}
+	})
+	t.Run("RefundsRiseApartFromTheirCell", func(t *testing.T) {
+		s, ws := newStore(t), workspace(t)
+		k := key(ws, "alice", 1)
+		r := k
+		r.Refunds = true
+		publish(t, s, "a", store.CellCount{Key: k, Count: 9, Limit: 10}, store.CellCount{Key: r, Count: 4, Limit: 10})
+		publish(t, s, "b", store.CellCount{Key: r, Count: 1, Limit: 10})
+		// A later publish of the count alone, and a stale one of the
+		// refunds, lower nothing.
+		publish(t, s, "a", store.CellCount{Key: k, Count: 10, Limit: 10})
+		publish(t, s, "a", store.CellCount{Key: r, Count: 3, Limit: 10})
+		got := syncOf(t, s, "b", ws, time.Time{})
+		if g := got[k]; g.Own != 0 || g.Others != 10 {
+			t.Errorf("cell seen from b: own %d, others %d; want 0 and 10", g.Own, g.Others)
+		}
+		if g := got[r]; g.Own != 1 || g.Others != 4 {
+			t.Errorf("refunds seen from b: own %d, others %d; want 1 and 4", g.Own, g.Others)
 		}
 	})
 	t.Run("ExpiredCellsAreLeftOut", func(t *testing.T) {

@@ -126,14 +126,19 @@ func (m *MemGlobal) Sinces() []time.Time {
 	return slices.Clone(m.sinces)
 }
 
-// Dump returns "identifier/sequence/region=count" for every row, sorted.
+// Dump returns "identifier/sequence/region=count" for every row, sorted,
+// with "/refunds" after the sequence for a cell's refunds.
 func (m *MemGlobal) Dump() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []string
 	for k, byRegion := range m.rows {
 		for r, row := range byRegion {
-			out = append(out, k.Identifier+"/"+strconv.FormatInt(k.Sequence, 10)+"/"+r+"="+strconv.FormatInt(row.count, 10))
+			name := k.Identifier + "/" + strconv.FormatInt(k.Sequence, 10)
+			if k.Refunds {
+				name += "/refunds"
+			}
+			out = append(out, name+"/"+r+"="+strconv.FormatInt(row.count, 10))
 		}
 	}
 	slices.Sort(out)

@@ -167,7 +167,8 @@ func inc(k store.CellKey, delta int64) store.Increment {
 
 // distinctKeys returns cells that differ from the first in one field each,
 // however little: trailing spaces, case, separators that could run
-// together, braces that name a cluster's hash tag, accents.
+// together, braces that name a cluster's hash tag, accents, and the
+// cell's refunds.
 func distinctKeys(ws string) []store.CellKey {
 	base := key(ws, "alice", 1)
 	with := func(f func(k *store.CellKey)) store.CellKey {
@@ -187,6 +188,7 @@ func distinctKeys(ws string) []store.CellKey {
 		with(func(k *store.CellKey) { k.Workspace = ws + ":api"; k.Namespace = "" }),
 		with(func(k *store.CellKey) { k.Duration = time.Minute + time.Millisecond }),
 		with(func(k *store.CellKey) { k.Sequence++ }),
+		with(func(k *store.CellKey) { k.Refunds = true }),
 	}
 }
 

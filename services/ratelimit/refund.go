@@ -1,0 +1,129 @@
+package ratelimit
+
+import (
+	"context"
+	"runtime"
+	"time"
+)
+
+// Refund gives back part of a reservation (a request with
+// [Request.Reserve]) to the window cell it was counted in: what the caller
+// reserved and did not spend.
+//
+// A refund is a count of its own: each key has, beside its window, a
+// window of refunds, and its cells are grow-only counters like the key's,
+// replayed to the regional store and published to the global store by the
+// same rules (own component only, max-merge, imports never published
+// again). A decision weighs a cell's count less its refunds, never below
+// zero. The caller bounds the amount by what was reserved and refunds a
+// reservation once (see package reservation of the API).
+type Refund struct {
+	Workspace  string
+	Namespace  string
+	Identifier string
+	// Duration and Limit are the reservation's.
+	Duration time.Duration
+	Limit    int64
+	// Sequence is the fixed window the reservation was counted in (see
+	// [CellOf]).
+	Sequence int64
+	// Amount is what to give back, 0 to [MaxCost].
+	Amount int64
+}
+
+// CellOf returns the fixed window a response of a window of duration
+// counted in: the one that ends at its Reset.
+func CellOf(resp Response, duration time.Duration) int64 {
+	ms := duration.Milliseconds()
+	if ms <= 0 {
+		return 0
+	}
+	return resp.Reset.UnixMilli()/ms - 1
+}
+
+// Refund gives r.Amount back to r's cell and returns what it gave: r.Amount,
+// or 0 when the cell no longer counts in any decision (the window after its
+// own has ended) or lies in the future. It returns a [*ValidationError] for
+// bad values and a [*CapacityError] when the key's workspace holds the most
+// windows allowed.
+func (s *Service) Refund(ctx context.Context, r Refund) (int64, error) {
+	if err := CheckName("namespace", r.Namespace, MaxNameLength); err != nil {
+		return 0, err
+	}
+	if err := CheckName("identifier", r.Identifier, MaxNameLength); err != nil {
+		return 0, err
+	}
+	if err := CheckDuration("duration", r.Duration, MaxWindow); err != nil {
+		return 0, err
+	}
+	if err := CheckLimit("limit", r.Limit, false); err != nil {
+		return 0, err
+	}
+	if err := CheckCost("amount", r.Amount); err != nil {
+		return 0, err
+	}
+	key := windowKey{workspace: r.Workspace, namespace: r.Namespace, identifier: r.Identifier,
+		durationMs: r.Duration.Milliseconds()}
+	now := s.clock.Now().UnixMilli() / key.durationMs
+	if r.Amount == 0 || r.Sequence < now-1 || r.Sequence > now {
+		return 0, nil
+	}
+	for range maxEvictionRetries {
+		w, err := s.windows.forRequest(&key)
+		if err != nil {
+			return 0, err
+		}
+		if c, _ := w.cellAt(r.Sequence, s.regional == nil); c != nil {
+			c.flags.Or(cellReserved)
+		}
+		rk := w.refundsKey()
+		rw, _, err := s.windows.findOrCreate(&rk)
+		if err != nil {
+			s.metrics.windowsRejected.WithLabelValues("refund").Inc()
+			return 0, err
+		}
+		rw.observeLimit(r.Limit)
+		rc, _ := rw.cellAt(r.Sequence, true)
+		if rc == nil {
+			return 0, nil // the window moved on past the cell meanwhile
+		}
+		addCapped(&rc.count, r.Amount)
+		if rw.evicted() {
+			// The janitor is removing the refunds window: take the refund
+			// back and count it into the window that replaces it.
+			rc.count.Add(-r.Amount)
+			runtime.Gosched()
+			continue
+		}
+		if s.regional != nil {
+			s.regional.queueReplay(rw, rc, r.Amount)
+		}
+		s.global.noteGrowth(rw, rc, r.Limit)
+		s.metrics.refunded.Add(float64(r.Amount))
+		return r.Amount, nil
+	}
+	return 0, nil
+}
+
+// refundsAt returns the refunds of w's cells of seq and seq-1, this region's
+// and the others' together, or zeros when no refunds window is held.
+func (s *Service) refundsAt(w *window, seq int64) (cur, prev int64) {
+	k := w.refundsKey()
+	rw := s.windows.find(&k)
+	if rw == nil {
+		return 0, 0
+	}
+	for i := range rw.cells {
+		c := rw.cells[i].Load()
+		if c == nil {
+			continue
+		}
+		switch c.seq() {
+		case seq:
+			cur = c.count.Load() + c.global.Load()
+		case seq - 1:
+			prev = c.count.Load() + c.global.Load()
+		}
+	}
+	return cur, prev
+}
