@@ -54,6 +54,18 @@ type RatelimitOverride struct {
 	Revision    uint64
 }
 
+type RatelimitReservationSettlement struct {
+	Pk        uint64
+	ID        []byte
+	Cost      uint64
+	ExpiresAt uint64
+}
+
+type RatelimitSecret struct {
+	Name   string
+	Secret []byte
+}
+
 type RatelimitWindowCount struct {
 	Pk          uint64
 	WorkspaceID string

@@ -118,6 +118,23 @@ type Querier interface {
 	// before deleted_at is cleared.) The revision grows by at least one whatever
 	// the clock does, so that the row's later state always has the larger one.
 	OverrideUpsert(ctx context.Context, arg OverrideUpsertParams) error
+	// SecretGet returns the secret stored under name.
+	SecretGet(ctx context.Context, name string) ([]byte, error)
+	// SecretInsert stores secret under name unless one is stored already.
+	SecretInsert(ctx context.Context, arg SecretInsertParams) error
+	// SettlementClaim records that reservation id was settled at cost: one row
+	// affected for the first settle, none when the reservation was settled
+	// before (then SettlementCost says at what cost).
+	SettlementClaim(ctx context.Context, arg SettlementClaimParams) (int64, error)
+	// SettlementCost returns the cost a reservation was first settled at.
+	SettlementCost(ctx context.Context, id []byte) (uint64, error)
+	// SettlementsPurge deletes the batch SettlementsPurgeBatch counted.
+	SettlementsPurge(ctx context.Context, arg SettlementsPurgeParams) (int64, error)
+	// SettlementsPurgeBatch counts the first limit settlements, by primary
+	// key, that expired before cutoff (unix ms), and returns the last one's
+	// key: the batch SettlementsPurge removes, counted once however often it
+	// runs.
+	SettlementsPurgeBatch(ctx context.Context, arg SettlementsPurgeBatchParams) (SettlementsPurgeBatchRow, error)
 	// WindowCountsChangedCount counts the rows changed at or after since (unix
 	// ms by the database's clock), expired ones included, from updated_at_idx
 	// alone: how an incremental sync chooses between reading the changed cells

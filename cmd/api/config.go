@@ -40,6 +40,11 @@ type config struct {
 	// AuthKeysFile names a file of keys (digests, workspaces and
 	// permissions; see package keys), read again when it changes.
 	AuthKeysFile string `env:"UNKEY_AUTH_KEYS_FILE"`
+	// ReservationSecret, if set (at least 32 bytes), signs reservation
+	// tokens in every process configured with it; without it the processes
+	// share one they store in MySQL (or, without MySQL, in the region's
+	// Redis).
+	ReservationSecret string `env:"UNKEY_RESERVATION_SECRET"`
 	cmdutil.Log
 
 	// MaxWindowsPerWorkspace caps the windows one workspace may hold in a

@@ -30,6 +30,7 @@ import (
 	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/reservation"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/unkeyv2"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
@@ -117,6 +118,10 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	var auditLog audit.Log = audit.NewMemory(audit.DefaultMemoryEntries)
 	var keyStore keys.Store // nil without MySQL: keys are not managed
 	var keyTable *keys.Table
+	// Reservations settle once in the widest scope there is: every region
+	// with MySQL, the region with Redis alone, else this process.
+	var ledger reservation.Ledger = reservation.NewMemory(reservation.DefaultMemoryRecords, time.Now)
+	var loadSecret func(context.Context) ([]byte, error)
 	var client redis.UniversalClient
 	switch {
 	case cfg.redis != nil:
@@ -140,6 +145,8 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 			return nil, err
 		}
 		opts = append(opts, ratelimit.WithRegionalStore(regional))
+		ledger = reservation.NewRedis(client)
+		loadSecret = func(ctx context.Context) ([]byte, error) { return reservation.RedisSecret(ctx, client) }
 	}
 	if cfg.mysql != nil {
 		var traced []otelsql.Option
@@ -156,6 +163,8 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 			ratelimit.WithGlobalSyncInterval(cfg.GlobalSyncInterval))
 		ovOpts = append(ovOpts, overrides.WithStore(overridesmysql.New(sqlDB)))
 		auditLog, keyStore = audit.NewMySQL(sqlDB), keys.NewMySQL(sqlDB)
+		ledger = reservation.NewMySQL(sqlDB)
+		loadSecret = func(ctx context.Context) ([]byte, error) { return reservation.MySQLSecret(ctx, sqlDB) }
 		if keyTable, err = keys.NewTable(keyStore, ring, reg, keys.WithPollInterval(cfg.OverridesPollInterval),
 			keys.WithTableLogger(logger)); err != nil {
 			return nil, err
@@ -179,7 +188,14 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	if keyStore != nil {
 		manager = keys.NewManager(keyStore, auditWriter)
 	}
+	keyring := reservation.NewKeyring(loadSecret, logger)
+	if cfg.ReservationSecret != "" {
+		if keyring, err = reservation.StaticKeyring([]byte(cfg.ReservationSecret)); err != nil {
+			return nil, fmt.Errorf("UNKEY_RESERVATION_SECRET: %w", err)
+		}
+	}
 	p, err := pipeline.New(limiter, ov, reg, pipeline.WithKeys(ring), pipeline.WithAudit(auditWriter),
+		pipeline.WithReservations(keyring, ledger), pipeline.WithLogger(logger),
 		pipeline.WithBatchEntriesInFlight(cfg.batchEntriesInFlight()))
 	if err != nil {
 		return nil, fmt.Errorf("register api metrics: %w", err)

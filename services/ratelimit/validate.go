@@ -103,7 +103,7 @@ func CheckNotReport(report bool) error {
 // with a token of its own, which a batch's answer has no room for.
 func CheckNotReserve(reserve bool) error {
 	if reserve {
-		return &ValidationError{Field: "reserve", Rule: "must be false in a MultiLimit: reserve with Limit"}
+		return &ValidationError{Field: "reserve", Rule: "must be false in a batch: reserve with Limit"}
 	}
 	return nil
 }

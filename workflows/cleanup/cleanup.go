@@ -56,6 +56,8 @@ type Store interface {
 	OverridePurgeDeleted(ctx context.Context, arg db.OverridePurgeDeletedParams) (int64, error)
 	AuditPurgeBatch(ctx context.Context, arg db.AuditPurgeBatchParams) (db.AuditPurgeBatchRow, error)
 	AuditPurge(ctx context.Context, arg db.AuditPurgeParams) (int64, error)
+	SettlementsPurgeBatch(ctx context.Context, arg db.SettlementsPurgeBatchParams) (db.SettlementsPurgeBatchRow, error)
+	SettlementsPurge(ctx context.Context, arg db.SettlementsPurgeParams) (int64, error)
 }
 
 // Cleanup is the Restate virtual object. Bind it with restate.Reflect.
@@ -127,9 +129,14 @@ type Status struct {
 	TotalPurged   int64 `json:"totalPurged"`
 	// LastRunAuditPurged and TotalAuditPurged count the audit log entries
 	// purged.
-	LastRunAuditPurged int64     `json:"lastRunAuditPurged"`
-	TotalAuditPurged   int64     `json:"totalAuditPurged"`
-	NextRun            time.Time `json:"nextRun,omitzero"`
+	LastRunAuditPurged int64 `json:"lastRunAuditPurged"`
+	TotalAuditPurged   int64 `json:"totalAuditPurged"`
+	// LastRunSettlementsPurged and TotalSettlementsPurged count the
+	// records of settled reservations purged once those could no longer
+	// be settled.
+	LastRunSettlementsPurged int64     `json:"lastRunSettlementsPurged"`
+	TotalSettlementsPurged   int64     `json:"totalSettlementsPurged"`
+	NextRun                  time.Time `json:"nextRun,omitzero"`
 	// Running reports, when Status answers, whether a scheduled chain is
 	// alive: its next run is not overdue by more than twice the interval
 	// and ten seconds. A chain that is not running is waiting on a worker
@@ -289,7 +296,19 @@ func (c *Cleanup) Run(ctx restate.ObjectContext, req RunRequest) error {
 	if auditErr != nil {
 		return auditErr
 	}
-	full = full || morePurges || moreAudit
+	settleCutoff := uint64(now)
+	settlementsPurged, moreSettlements, settleErr := c.purge(ctx, "settlements",
+		func(rc restate.RunContext) (int64, uint64, error) {
+			b, err := c.store.SettlementsPurgeBatch(rc, db.SettlementsPurgeBatchParams{Cutoff: settleCutoff, Limit: c.batchSize})
+			return b.RowsInBatch, uint64(b.LastPk), err
+		},
+		func(rc restate.RunContext, lastPk uint64) (int64, error) {
+			return c.store.SettlementsPurge(rc, db.SettlementsPurgeParams{LastPk: lastPk, Cutoff: settleCutoff})
+		})
+	if settleErr != nil {
+		return settleErr
+	}
+	full = full || morePurges || moreAudit || moreSettlements
 	delay := time.Duration(st.IntervalSeconds) * time.Second
 	if full {
 		delay = backlogDelay // more rows are waiting
@@ -303,6 +322,8 @@ func (c *Cleanup) Run(ctx restate.ObjectContext, req RunRequest) error {
 	st.TotalPurged += purged
 	st.LastRunAuditPurged = auditPurged
 	st.TotalAuditPurged += auditPurged
+	st.LastRunSettlementsPurged = settlementsPurged
+	st.TotalSettlementsPurged += settlementsPurged
 	st.NextRun = st.LastRun.Add(delay)
 	restate.Set(ctx, stateStatus, st)
 	schedule(ctx, chain, delay)

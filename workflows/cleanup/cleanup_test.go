@@ -393,3 +393,34 @@ func TestCleanupPurgesOldAuditEntries(t *testing.T) {
 		t.Fatalf("entries left %v, want %v (those within 30 days)", left, want)
 	}
 }
+
+// TestCleanupPurgesExpiredSettlements: a run removes the records of
+// settled reservations that can no longer be settled and keeps the others.
+func TestCleanupPurgesExpiredSettlements(t *testing.T) {
+	e := setup(t)
+	e.endpoint(t, &countingStore{Queries: db.New(e.sqlDB)}, WithBatches(2, 3))
+	now := time.Now().UnixMilli()
+	for i, expires := range []int64{now - 3_600_000, now - 1000, now + 60_000, now + 86_400_000} {
+		id := fmt.Sprintf("%016d", i)
+		if _, err := e.sqlDB.Exec(`INSERT INTO ratelimit_reservation_settlements (id, cost, expires_at) VALUES (?, ?, ?)`,
+			id, i, expires); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.start(t, "settlements", "{}")
+	poll.Until(t, 20*time.Second, "the expired records to go", func() bool { return e.status(t, "settlements").TotalSettlementsPurged == 2 })
+	var left []int64
+	rows, err := e.sqlDB.Query("SELECT cost FROM ratelimit_reservation_settlements ORDER BY cost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var cost int64
+		rows.Scan(&cost)
+		left = append(left, cost)
+	}
+	if want := []int64{2, 3}; !slices.Equal(left, want) {
+		t.Fatalf("records left %v, want %v (those not expired)", left, want)
+	}
+}

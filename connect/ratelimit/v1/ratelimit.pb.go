@@ -45,7 +45,13 @@ type LimitRequest struct {
 	// limit with it counted: false once the budget is spent, and the next
 	// check is refused. Not allowed in a MultiLimit, which counts all or
 	// nothing; allowed in BatchLimit entries.
-	Report        bool `protobuf:"varint,6,opt,name=report,proto3" json:"report,omitempty"`
+	Report bool `protobuf:"varint,6,opt,name=report,proto3" json:"report,omitempty"`
+	// Reserve makes this a reservation: cost is an estimate (of an LLM call's
+	// tokens, say), counted all or nothing like any cost, and an admitted
+	// reservation answers a reservation token to Settle with the real cost
+	// when the call ends. Until it is settled, the estimate stays spent. Not
+	// allowed with report, nor in a MultiLimit or BatchLimit.
+	Reserve       bool `protobuf:"varint,7,opt,name=reserve,proto3" json:"reserve,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -122,6 +128,13 @@ func (x *LimitRequest) GetReport() bool {
 	return false
 }
 
+func (x *LimitRequest) GetReserve() bool {
+	if x != nil {
+		return x.Reserve
+	}
+	return false
+}
+
 // LimitResponse is the decision for one LimitRequest.
 type LimitResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -140,7 +153,11 @@ type LimitResponse struct {
 	RetryAfter int64 `protobuf:"varint,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	// OverrideId names the override whose limit and duration decided this
 	// request; empty when none applied.
-	OverrideId    string `protobuf:"bytes,6,opt,name=override_id,json=overrideId,proto3" json:"override_id,omitempty"`
+	OverrideId string `protobuf:"bytes,6,opt,name=override_id,json=overrideId,proto3" json:"override_id,omitempty"`
+	// Reservation is the token of an admitted reservation (reserve: true), to
+	// pass to Settle; empty otherwise. Opaque and signed: a changed one is
+	// refused.
+	Reservation   string `protobuf:"bytes,7,opt,name=reservation,proto3" json:"reservation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -217,6 +234,154 @@ func (x *LimitResponse) GetOverrideId() string {
 	return ""
 }
 
+func (x *LimitResponse) GetReservation() string {
+	if x != nil {
+		return x.Reservation
+	}
+	return ""
+}
+
+// SettleRequest settles a reservation.
+type SettleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Reservation is the token a Limit with reserve answered.
+	Reservation string `protobuf:"bytes,1,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	// Cost is what the call really spent: 0 to 2^53.
+	Cost          int64 `protobuf:"varint,2,opt,name=cost,proto3" json:"cost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleRequest) Reset() {
+	*x = SettleRequest{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleRequest) ProtoMessage() {}
+
+func (x *SettleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleRequest.ProtoReflect.Descriptor instead.
+func (*SettleRequest) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SettleRequest) GetReservation() string {
+	if x != nil {
+		return x.Reservation
+	}
+	return ""
+}
+
+func (x *SettleRequest) GetCost() int64 {
+	if x != nil {
+		return x.Cost
+	}
+	return 0
+}
+
+// SettleResponse is the key's state after a settle.
+type SettleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Success reports whether the window is within its limit after the
+	// settle: false once the budget is spent (the next check is refused).
+	Success bool `protobuf:"varint,1,opt,name=success,proto3" json:"success,omitempty"`
+	// Limit is the reservation's limit.
+	Limit int64 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Remaining is how many units are left in the sliding window, never below
+	// zero.
+	Remaining int64 `protobuf:"varint,3,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	// Reset is the end of the current fixed window, in unix milliseconds.
+	Reset_ int64 `protobuf:"varint,4,opt,name=reset,proto3" json:"reset,omitempty"`
+	// Refunded is what was given back to the window the estimate was counted
+	// in: the estimate less the cost, or 0 when the cost was not below it or
+	// the window no longer counts.
+	Refunded      int64 `protobuf:"varint,5,opt,name=refunded,proto3" json:"refunded,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleResponse) Reset() {
+	*x = SettleResponse{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleResponse) ProtoMessage() {}
+
+func (x *SettleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleResponse.ProtoReflect.Descriptor instead.
+func (*SettleResponse) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SettleResponse) GetSuccess() bool {
+	if x != nil {
+		return x.Success
+	}
+	return false
+}
+
+func (x *SettleResponse) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *SettleResponse) GetRemaining() int64 {
+	if x != nil {
+		return x.Remaining
+	}
+	return 0
+}
+
+func (x *SettleResponse) GetReset_() int64 {
+	if x != nil {
+		return x.Reset_
+	}
+	return 0
+}
+
+func (x *SettleResponse) GetRefunded() int64 {
+	if x != nil {
+		return x.Refunded
+	}
+	return 0
+}
+
 // MultiLimitRequest holds the limits to decide together.
 type MultiLimitRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -229,7 +394,7 @@ type MultiLimitRequest struct {
 
 func (x *MultiLimitRequest) Reset() {
 	*x = MultiLimitRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[2]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -241,7 +406,7 @@ func (x *MultiLimitRequest) String() string {
 func (*MultiLimitRequest) ProtoMessage() {}
 
 func (x *MultiLimitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[2]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -254,7 +419,7 @@ func (x *MultiLimitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiLimitRequest.ProtoReflect.Descriptor instead.
 func (*MultiLimitRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{2}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *MultiLimitRequest) GetLimits() []*LimitRequest {
@@ -278,7 +443,7 @@ type MultiLimitResponse struct {
 
 func (x *MultiLimitResponse) Reset() {
 	*x = MultiLimitResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[3]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -290,7 +455,7 @@ func (x *MultiLimitResponse) String() string {
 func (*MultiLimitResponse) ProtoMessage() {}
 
 func (x *MultiLimitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[3]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -303,7 +468,7 @@ func (x *MultiLimitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiLimitResponse.ProtoReflect.Descriptor instead.
 func (*MultiLimitResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{3}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *MultiLimitResponse) GetPassed() bool {
@@ -331,7 +496,7 @@ type BatchLimitRequest struct {
 
 func (x *BatchLimitRequest) Reset() {
 	*x = BatchLimitRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[4]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -343,7 +508,7 @@ func (x *BatchLimitRequest) String() string {
 func (*BatchLimitRequest) ProtoMessage() {}
 
 func (x *BatchLimitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[4]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -356,7 +521,7 @@ func (x *BatchLimitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchLimitRequest.ProtoReflect.Descriptor instead.
 func (*BatchLimitRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{4}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *BatchLimitRequest) GetLimits() []*LimitRequest {
@@ -379,7 +544,7 @@ type BatchLimitResponse struct {
 
 func (x *BatchLimitResponse) Reset() {
 	*x = BatchLimitResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -391,7 +556,7 @@ func (x *BatchLimitResponse) String() string {
 func (*BatchLimitResponse) ProtoMessage() {}
 
 func (x *BatchLimitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -404,7 +569,7 @@ func (x *BatchLimitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchLimitResponse.ProtoReflect.Descriptor instead.
 func (*BatchLimitResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{5}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BatchLimitResponse) GetResults() []*MultiLimitResult {
@@ -445,7 +610,7 @@ type MultiLimitResult struct {
 
 func (x *MultiLimitResult) Reset() {
 	*x = MultiLimitResult{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -457,7 +622,7 @@ func (x *MultiLimitResult) String() string {
 func (*MultiLimitResult) ProtoMessage() {}
 
 func (x *MultiLimitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -470,7 +635,7 @@ func (x *MultiLimitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiLimitResult.ProtoReflect.Descriptor instead.
 func (*MultiLimitResult) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{6}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MultiLimitResult) GetNamespace() string {
@@ -553,7 +718,7 @@ type Override struct {
 
 func (x *Override) Reset() {
 	*x = Override{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -565,7 +730,7 @@ func (x *Override) String() string {
 func (*Override) ProtoMessage() {}
 
 func (x *Override) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -578,7 +743,7 @@ func (x *Override) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Override.ProtoReflect.Descriptor instead.
 func (*Override) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{7}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Override) GetId() string {
@@ -633,7 +798,7 @@ type SetOverrideRequest struct {
 
 func (x *SetOverrideRequest) Reset() {
 	*x = SetOverrideRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -645,7 +810,7 @@ func (x *SetOverrideRequest) String() string {
 func (*SetOverrideRequest) ProtoMessage() {}
 
 func (x *SetOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -658,7 +823,7 @@ func (x *SetOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetOverrideRequest.ProtoReflect.Descriptor instead.
 func (*SetOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{8}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SetOverrideRequest) GetNamespace() string {
@@ -701,7 +866,7 @@ type SetOverrideResponse struct {
 
 func (x *SetOverrideResponse) Reset() {
 	*x = SetOverrideResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -713,7 +878,7 @@ func (x *SetOverrideResponse) String() string {
 func (*SetOverrideResponse) ProtoMessage() {}
 
 func (x *SetOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -726,7 +891,7 @@ func (x *SetOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetOverrideResponse.ProtoReflect.Descriptor instead.
 func (*SetOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{9}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SetOverrideResponse) GetOverride() *Override {
@@ -749,7 +914,7 @@ type GetOverrideRequest struct {
 
 func (x *GetOverrideRequest) Reset() {
 	*x = GetOverrideRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -761,7 +926,7 @@ func (x *GetOverrideRequest) String() string {
 func (*GetOverrideRequest) ProtoMessage() {}
 
 func (x *GetOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -774,7 +939,7 @@ func (x *GetOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOverrideRequest.ProtoReflect.Descriptor instead.
 func (*GetOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{10}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetOverrideRequest) GetNamespace() string {
@@ -802,7 +967,7 @@ type GetOverrideResponse struct {
 
 func (x *GetOverrideResponse) Reset() {
 	*x = GetOverrideResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -814,7 +979,7 @@ func (x *GetOverrideResponse) String() string {
 func (*GetOverrideResponse) ProtoMessage() {}
 
 func (x *GetOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -827,7 +992,7 @@ func (x *GetOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOverrideResponse.ProtoReflect.Descriptor instead.
 func (*GetOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{11}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetOverrideResponse) GetOverride() *Override {
@@ -852,7 +1017,7 @@ type ListOverridesRequest struct {
 
 func (x *ListOverridesRequest) Reset() {
 	*x = ListOverridesRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -864,7 +1029,7 @@ func (x *ListOverridesRequest) String() string {
 func (*ListOverridesRequest) ProtoMessage() {}
 
 func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -877,7 +1042,7 @@ func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesRequest.ProtoReflect.Descriptor instead.
 func (*ListOverridesRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{12}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListOverridesRequest) GetNamespace() string {
@@ -914,7 +1079,7 @@ type ListOverridesResponse struct {
 
 func (x *ListOverridesResponse) Reset() {
 	*x = ListOverridesResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -926,7 +1091,7 @@ func (x *ListOverridesResponse) String() string {
 func (*ListOverridesResponse) ProtoMessage() {}
 
 func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -939,7 +1104,7 @@ func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesResponse.ProtoReflect.Descriptor instead.
 func (*ListOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{13}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListOverridesResponse) GetOverrides() []*Override {
@@ -969,7 +1134,7 @@ type DeleteOverrideRequest struct {
 
 func (x *DeleteOverrideRequest) Reset() {
 	*x = DeleteOverrideRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -981,7 +1146,7 @@ func (x *DeleteOverrideRequest) String() string {
 func (*DeleteOverrideRequest) ProtoMessage() {}
 
 func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -994,7 +1159,7 @@ func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideRequest.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{14}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeleteOverrideRequest) GetNamespace() string {
@@ -1020,7 +1185,7 @@ type DeleteOverrideResponse struct {
 
 func (x *DeleteOverrideResponse) Reset() {
 	*x = DeleteOverrideResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[15]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1032,7 +1197,7 @@ func (x *DeleteOverrideResponse) String() string {
 func (*DeleteOverrideResponse) ProtoMessage() {}
 
 func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[15]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1045,14 +1210,14 @@ func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideResponse.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{15}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{17}
 }
 
 var File_ratelimit_v1_ratelimit_proto protoreflect.FileDescriptor
 
 const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\"\xb8\x01\n" +
+	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\"\xd2\x01\n" +
 	"\fLimitRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1e\n" +
 	"\n" +
@@ -1061,8 +1226,9 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x1a\n" +
 	"\bduration\x18\x04 \x01(\x03R\bduration\x12\x17\n" +
 	"\x04cost\x18\x05 \x01(\x03H\x00R\x04cost\x88\x01\x01\x12\x16\n" +
-	"\x06report\x18\x06 \x01(\bR\x06reportB\a\n" +
-	"\x05_cost\"\xb5\x01\n" +
+	"\x06report\x18\x06 \x01(\bR\x06report\x12\x18\n" +
+	"\areserve\x18\a \x01(\bR\areserveB\a\n" +
+	"\x05_cost\"\xd7\x01\n" +
 	"\rLimitResponse\x12\x18\n" +
 	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -1071,7 +1237,17 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\vretry_after\x18\x05 \x01(\x03R\n" +
 	"retryAfter\x12\x1f\n" +
 	"\voverride_id\x18\x06 \x01(\tR\n" +
-	"overrideId\"G\n" +
+	"overrideId\x12 \n" +
+	"\vreservation\x18\a \x01(\tR\vreservation\"E\n" +
+	"\rSettleRequest\x12 \n" +
+	"\vreservation\x18\x01 \x01(\tR\vreservation\x12\x12\n" +
+	"\x04cost\x18\x02 \x01(\x03R\x04cost\"\x90\x01\n" +
+	"\x0eSettleResponse\x12\x18\n" +
+	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
+	"\tremaining\x18\x03 \x01(\x03R\tremaining\x12\x14\n" +
+	"\x05reset\x18\x04 \x01(\x03R\x05reset\x12\x1a\n" +
+	"\brefunded\x18\x05 \x01(\x03R\brefunded\"G\n" +
 	"\x11MultiLimitRequest\x122\n" +
 	"\x06limits\x18\x01 \x03(\v2\x1a.ratelimit.v1.LimitRequestR\x06limits\"f\n" +
 	"\x12MultiLimitResponse\x12\x16\n" +
@@ -1130,13 +1306,14 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\n" +
 	"identifier\x18\x02 \x01(\tR\n" +
 	"identifier\"\x18\n" +
-	"\x16DeleteOverrideResponse2\xe3\x04\n" +
+	"\x16DeleteOverrideResponse2\xaa\x05\n" +
 	"\x10RatelimitService\x12B\n" +
 	"\x05Limit\x12\x1a.ratelimit.v1.LimitRequest\x1a\x1b.ratelimit.v1.LimitResponse\"\x00\x12Q\n" +
 	"\n" +
 	"MultiLimit\x12\x1f.ratelimit.v1.MultiLimitRequest\x1a .ratelimit.v1.MultiLimitResponse\"\x00\x12Q\n" +
 	"\n" +
-	"BatchLimit\x12\x1f.ratelimit.v1.BatchLimitRequest\x1a .ratelimit.v1.BatchLimitResponse\"\x00\x12T\n" +
+	"BatchLimit\x12\x1f.ratelimit.v1.BatchLimitRequest\x1a .ratelimit.v1.BatchLimitResponse\"\x00\x12E\n" +
+	"\x06Settle\x12\x1b.ratelimit.v1.SettleRequest\x1a\x1c.ratelimit.v1.SettleResponse\"\x00\x12T\n" +
 	"\vSetOverride\x12 .ratelimit.v1.SetOverrideRequest\x1a!.ratelimit.v1.SetOverrideResponse\"\x00\x12T\n" +
 	"\vGetOverride\x12 .ratelimit.v1.GetOverrideRequest\x1a!.ratelimit.v1.GetOverrideResponse\"\x00\x12Z\n" +
 	"\rListOverrides\x12\".ratelimit.v1.ListOverridesRequest\x1a#.ratelimit.v1.ListOverridesResponse\"\x00\x12]\n" +
@@ -1155,49 +1332,53 @@ func file_ratelimit_v1_ratelimit_proto_rawDescGZIP() []byte {
 	return file_ratelimit_v1_ratelimit_proto_rawDescData
 }
 
-var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_ratelimit_v1_ratelimit_proto_goTypes = []any{
 	(*LimitRequest)(nil),           // 0: ratelimit.v1.LimitRequest
 	(*LimitResponse)(nil),          // 1: ratelimit.v1.LimitResponse
-	(*MultiLimitRequest)(nil),      // 2: ratelimit.v1.MultiLimitRequest
-	(*MultiLimitResponse)(nil),     // 3: ratelimit.v1.MultiLimitResponse
-	(*BatchLimitRequest)(nil),      // 4: ratelimit.v1.BatchLimitRequest
-	(*BatchLimitResponse)(nil),     // 5: ratelimit.v1.BatchLimitResponse
-	(*MultiLimitResult)(nil),       // 6: ratelimit.v1.MultiLimitResult
-	(*Override)(nil),               // 7: ratelimit.v1.Override
-	(*SetOverrideRequest)(nil),     // 8: ratelimit.v1.SetOverrideRequest
-	(*SetOverrideResponse)(nil),    // 9: ratelimit.v1.SetOverrideResponse
-	(*GetOverrideRequest)(nil),     // 10: ratelimit.v1.GetOverrideRequest
-	(*GetOverrideResponse)(nil),    // 11: ratelimit.v1.GetOverrideResponse
-	(*ListOverridesRequest)(nil),   // 12: ratelimit.v1.ListOverridesRequest
-	(*ListOverridesResponse)(nil),  // 13: ratelimit.v1.ListOverridesResponse
-	(*DeleteOverrideRequest)(nil),  // 14: ratelimit.v1.DeleteOverrideRequest
-	(*DeleteOverrideResponse)(nil), // 15: ratelimit.v1.DeleteOverrideResponse
+	(*SettleRequest)(nil),          // 2: ratelimit.v1.SettleRequest
+	(*SettleResponse)(nil),         // 3: ratelimit.v1.SettleResponse
+	(*MultiLimitRequest)(nil),      // 4: ratelimit.v1.MultiLimitRequest
+	(*MultiLimitResponse)(nil),     // 5: ratelimit.v1.MultiLimitResponse
+	(*BatchLimitRequest)(nil),      // 6: ratelimit.v1.BatchLimitRequest
+	(*BatchLimitResponse)(nil),     // 7: ratelimit.v1.BatchLimitResponse
+	(*MultiLimitResult)(nil),       // 8: ratelimit.v1.MultiLimitResult
+	(*Override)(nil),               // 9: ratelimit.v1.Override
+	(*SetOverrideRequest)(nil),     // 10: ratelimit.v1.SetOverrideRequest
+	(*SetOverrideResponse)(nil),    // 11: ratelimit.v1.SetOverrideResponse
+	(*GetOverrideRequest)(nil),     // 12: ratelimit.v1.GetOverrideRequest
+	(*GetOverrideResponse)(nil),    // 13: ratelimit.v1.GetOverrideResponse
+	(*ListOverridesRequest)(nil),   // 14: ratelimit.v1.ListOverridesRequest
+	(*ListOverridesResponse)(nil),  // 15: ratelimit.v1.ListOverridesResponse
+	(*DeleteOverrideRequest)(nil),  // 16: ratelimit.v1.DeleteOverrideRequest
+	(*DeleteOverrideResponse)(nil), // 17: ratelimit.v1.DeleteOverrideResponse
 }
 var file_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
 	0,  // 0: ratelimit.v1.MultiLimitRequest.limits:type_name -> ratelimit.v1.LimitRequest
-	6,  // 1: ratelimit.v1.MultiLimitResponse.results:type_name -> ratelimit.v1.MultiLimitResult
+	8,  // 1: ratelimit.v1.MultiLimitResponse.results:type_name -> ratelimit.v1.MultiLimitResult
 	0,  // 2: ratelimit.v1.BatchLimitRequest.limits:type_name -> ratelimit.v1.LimitRequest
-	6,  // 3: ratelimit.v1.BatchLimitResponse.results:type_name -> ratelimit.v1.MultiLimitResult
-	7,  // 4: ratelimit.v1.SetOverrideResponse.override:type_name -> ratelimit.v1.Override
-	7,  // 5: ratelimit.v1.GetOverrideResponse.override:type_name -> ratelimit.v1.Override
-	7,  // 6: ratelimit.v1.ListOverridesResponse.overrides:type_name -> ratelimit.v1.Override
+	8,  // 3: ratelimit.v1.BatchLimitResponse.results:type_name -> ratelimit.v1.MultiLimitResult
+	9,  // 4: ratelimit.v1.SetOverrideResponse.override:type_name -> ratelimit.v1.Override
+	9,  // 5: ratelimit.v1.GetOverrideResponse.override:type_name -> ratelimit.v1.Override
+	9,  // 6: ratelimit.v1.ListOverridesResponse.overrides:type_name -> ratelimit.v1.Override
 	0,  // 7: ratelimit.v1.RatelimitService.Limit:input_type -> ratelimit.v1.LimitRequest
-	2,  // 8: ratelimit.v1.RatelimitService.MultiLimit:input_type -> ratelimit.v1.MultiLimitRequest
-	4,  // 9: ratelimit.v1.RatelimitService.BatchLimit:input_type -> ratelimit.v1.BatchLimitRequest
-	8,  // 10: ratelimit.v1.RatelimitService.SetOverride:input_type -> ratelimit.v1.SetOverrideRequest
-	10, // 11: ratelimit.v1.RatelimitService.GetOverride:input_type -> ratelimit.v1.GetOverrideRequest
-	12, // 12: ratelimit.v1.RatelimitService.ListOverrides:input_type -> ratelimit.v1.ListOverridesRequest
-	14, // 13: ratelimit.v1.RatelimitService.DeleteOverride:input_type -> ratelimit.v1.DeleteOverrideRequest
-	1,  // 14: ratelimit.v1.RatelimitService.Limit:output_type -> ratelimit.v1.LimitResponse
-	3,  // 15: ratelimit.v1.RatelimitService.MultiLimit:output_type -> ratelimit.v1.MultiLimitResponse
-	5,  // 16: ratelimit.v1.RatelimitService.BatchLimit:output_type -> ratelimit.v1.BatchLimitResponse
-	9,  // 17: ratelimit.v1.RatelimitService.SetOverride:output_type -> ratelimit.v1.SetOverrideResponse
-	11, // 18: ratelimit.v1.RatelimitService.GetOverride:output_type -> ratelimit.v1.GetOverrideResponse
-	13, // 19: ratelimit.v1.RatelimitService.ListOverrides:output_type -> ratelimit.v1.ListOverridesResponse
-	15, // 20: ratelimit.v1.RatelimitService.DeleteOverride:output_type -> ratelimit.v1.DeleteOverrideResponse
-	14, // [14:21] is the sub-list for method output_type
-	7,  // [7:14] is the sub-list for method input_type
+	4,  // 8: ratelimit.v1.RatelimitService.MultiLimit:input_type -> ratelimit.v1.MultiLimitRequest
+	6,  // 9: ratelimit.v1.RatelimitService.BatchLimit:input_type -> ratelimit.v1.BatchLimitRequest
+	2,  // 10: ratelimit.v1.RatelimitService.Settle:input_type -> ratelimit.v1.SettleRequest
+	10, // 11: ratelimit.v1.RatelimitService.SetOverride:input_type -> ratelimit.v1.SetOverrideRequest
+	12, // 12: ratelimit.v1.RatelimitService.GetOverride:input_type -> ratelimit.v1.GetOverrideRequest
+	14, // 13: ratelimit.v1.RatelimitService.ListOverrides:input_type -> ratelimit.v1.ListOverridesRequest
+	16, // 14: ratelimit.v1.RatelimitService.DeleteOverride:input_type -> ratelimit.v1.DeleteOverrideRequest
+	1,  // 15: ratelimit.v1.RatelimitService.Limit:output_type -> ratelimit.v1.LimitResponse
+	5,  // 16: ratelimit.v1.RatelimitService.MultiLimit:output_type -> ratelimit.v1.MultiLimitResponse
+	7,  // 17: ratelimit.v1.RatelimitService.BatchLimit:output_type -> ratelimit.v1.BatchLimitResponse
+	3,  // 18: ratelimit.v1.RatelimitService.Settle:output_type -> ratelimit.v1.SettleResponse
+	11, // 19: ratelimit.v1.RatelimitService.SetOverride:output_type -> ratelimit.v1.SetOverrideResponse
+	13, // 20: ratelimit.v1.RatelimitService.GetOverride:output_type -> ratelimit.v1.GetOverrideResponse
+	15, // 21: ratelimit.v1.RatelimitService.ListOverrides:output_type -> ratelimit.v1.ListOverridesResponse
+	17, // 22: ratelimit.v1.RatelimitService.DeleteOverride:output_type -> ratelimit.v1.DeleteOverrideResponse
+	15, // [15:23] is the sub-list for method output_type
+	7,  // [7:15] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
 	7,  // [7:7] is the sub-list for extension extendee
 	0,  // [0:7] is the sub-list for field type_name
@@ -1215,7 +1396,7 @@ func file_ratelimit_v1_ratelimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ratelimit_v1_ratelimit_proto_rawDesc), len(file_ratelimit_v1_ratelimit_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

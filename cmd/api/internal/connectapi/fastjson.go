@@ -51,6 +51,8 @@ func appendLimitResponse(b []byte, m *ratelimitv1.LimitResponse) []byte {
 	b = strconv.AppendInt(b, m.RetryAfter, 10)
 	b = append(b, `","overrideId":`...)
 	b = appendJSONString(b, m.OverrideId)
+	b = append(b, `,"reservation":`...)
+	b = appendJSONString(b, m.Reservation)
 	return append(b, '}')
 }
 

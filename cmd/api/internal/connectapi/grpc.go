@@ -21,6 +21,7 @@ func (h *Handler) RegisterGRPC(srv *grpc.Server) {
 			grpcMethod(service, "Limit", h.Limit),
 			grpcMethod(service, "MultiLimit", h.MultiLimit),
 			grpcMethod(service, "BatchLimit", h.BatchLimit),
+			grpcMethod(service, "Settle", h.Settle),
 			grpcMethod(service, "SetOverride", h.SetOverride),
 			grpcMethod(service, "GetOverride", h.GetOverride),
 			grpcMethod(service, "ListOverrides", h.ListOverrides),

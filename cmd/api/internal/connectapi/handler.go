@@ -51,12 +51,28 @@ func (h *Handler) Limit(ctx context.Context, req *connect.Request[ratelimitv1.Li
 		return nil, h.fail(ctx, ratelimitv1connect.RatelimitServiceLimitProcedure, err)
 	}
 	return connect.NewResponse(&ratelimitv1.LimitResponse{
-		Success:    d.Success,
-		Limit:      d.Limit,
-		Remaining:  d.Remaining,
-		Reset_:     d.Reset.UnixMilli(),
-		RetryAfter: d.RetryAfter.Milliseconds(),
-		OverrideId: d.OverrideID,
+		Success:     d.Success,
+		Limit:       d.Limit,
+		Remaining:   d.Remaining,
+		Reset_:      d.Reset.UnixMilli(),
+		RetryAfter:  d.RetryAfter.Milliseconds(),
+		OverrideId:  d.OverrideID,
+		Reservation: d.Reservation,
+	}), nil
+}
+
+// Settle implements RatelimitService.Settle.
+func (h *Handler) Settle(ctx context.Context, req *connect.Request[ratelimitv1.SettleRequest]) (*connect.Response[ratelimitv1.SettleResponse], error) {
+	d, err := h.pipeline.Settle(ctx, req.Msg.GetReservation(), req.Msg.GetCost())
+	if err != nil {
+		return nil, h.fail(ctx, ratelimitv1connect.RatelimitServiceSettleProcedure, err)
+	}
+	return connect.NewResponse(&ratelimitv1.SettleResponse{
+		Success:   d.Success,
+		Limit:     d.Limit,
+		Remaining: d.Remaining,
+		Reset_:    d.Reset.UnixMilli(),
+		Refunded:  d.Refunded,
 	}), nil
 }
 
@@ -101,6 +117,7 @@ func toRequest(m *ratelimitv1.LimitRequest) ratelimit.Request {
 		Duration:   pipeline.Milliseconds(m.GetDuration()),
 		Cost:       cost,
 		Report:     m.GetReport(),
+		Reserve:    m.GetReserve(),
 	}
 }
 

@@ -105,6 +105,7 @@ var jsonStatus = [...]int{
 	pipeline.KindDeadlineExceeded:  http.StatusGatewayTimeout,
 	pipeline.KindPermissionDenied:  http.StatusForbidden,
 	pipeline.KindUnavailable:       http.StatusServiceUnavailable,
+	pipeline.KindConflict:          http.StatusConflict,
 }
 
 // writeJSONError answers a failure on /json in plain text, as

@@ -50,6 +50,9 @@ type Decision struct {
 	Duration time.Duration
 	// OverrideID names the override that decided the call, "" if none.
 	OverrideID string
+	// Reservation is the token that settles an admitted reservation (see
+	// Settle), "" for any other call.
+	Reservation string
 }
 
 // validate checks c by the limiter's rules and the adapter's, and returns
@@ -78,6 +81,9 @@ func (c *Call) validate(workspace string) (ratelimit.Request, error) {
 		return ratelimit.Request{}, err
 	}
 	if err := ratelimit.CheckCost("cost", r.Cost); err != nil {
+		return ratelimit.Request{}, err
+	}
+	if err := ratelimit.CheckReserve(r.Reserve, r.Report); err != nil {
 		return ratelimit.Request{}, err
 	}
 	r.Identifier = CounterIdentifier(r.Identifier)
@@ -112,6 +118,9 @@ func (p *Pipeline) Limit(ctx context.Context, c Call) (Decision, error) {
 	d, err := p.decide(ctx, &r, c.Request.Identifier)
 	if err != nil {
 		return d, err
+	}
+	if r.Reserve && d.Success && r.Limit > 0 {
+		d.Reservation = p.reserve(ctx, &r, d.Response)
 	}
 	p.metrics.decision("Limit", d.Success)
 	setDecided(ctx, d.Success)
@@ -159,6 +168,9 @@ func validateEach(calls []Call, max int, workspace string) ([]ratelimit.Request,
 	reqs := make([]ratelimit.Request, len(calls))
 	for i := range calls {
 		r, err := calls[i].validate(workspace)
+		if err == nil {
+			err = ratelimit.CheckNotReserve(r.Reserve)
+		}
 		if err != nil {
 			return nil, ratelimit.InEntry("limits", i, err)
 		}

@@ -38,6 +38,9 @@ const (
 	// KindUnavailable is a request the process cannot answer yet: its
 	// keys have not been loaded since it started.
 	KindUnavailable
+	// KindConflict is a request that repeats what was done once and may
+	// be done only once: a reservation settled before.
+	KindConflict
 )
 
 // ErrKeyNotFound is a key id that names no key of the caller's workspace
@@ -77,6 +80,10 @@ func Classify(err error) Failure {
 	}
 	if errors.Is(err, ErrKeysNotLoaded) {
 		return Failure{Kind: KindUnavailable, Message: err.Error(), Err: err}
+	}
+	var se *SettledError
+	if errors.As(err, &se) {
+		return Failure{Kind: KindConflict, Message: se.Error(), Err: err}
 	}
 	if errors.Is(err, ErrKeyNotFound) {
 		return Failure{Kind: KindNotFound, Message: err.Error(), Err: err}

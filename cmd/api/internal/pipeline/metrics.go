@@ -11,6 +11,8 @@ type metrics struct {
 	// resolved counters for the four label combinations, so a request does
 	// not look its counter up.
 	limitPassed, limitDenied, multiPassed, multiDenied prometheus.Counter
+	// settlements counts settles by result.
+	settlements *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -21,8 +23,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if err := reg.Register(decisions); err != nil {
 		return nil, err
 	}
+	settlements := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "unkey_ratelimit_settlements_total",
+		Help: "Reservations settled, by result: refunded (cost below the estimate), exact, reported (cost above it: the rest counted), repeated (settled before: refused), unrecorded (the ledger failed: nothing given back, any cost beyond the estimate counted).",
+	}, []string{"result"})
+	for _, r := range []string{settleRefunded, settleExact, settleReported, settleRepeated, settleUnrecorded} {
+		settlements.WithLabelValues(r)
+	}
+	if err := reg.Register(settlements); err != nil {
+		return nil, err
+	}
 	return &metrics{
 		decisions:   decisions,
+		settlements: settlements,
 		limitPassed: decisions.WithLabelValues("Limit", "passed"),
 		limitDenied: decisions.WithLabelValues("Limit", "denied"),
 		multiPassed: decisions.WithLabelValues("MultiLimit", "passed"),

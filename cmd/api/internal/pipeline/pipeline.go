@@ -11,11 +11,13 @@
 package pipeline
 
 import (
+	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/audit"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/reservation"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -29,6 +31,10 @@ type Pipeline struct {
 	metrics   *metrics
 	batches   *batchGate // nil: batches are not gated
 	now       func() time.Time
+	// keyring and ledger issue and settle reservations (see settle.go).
+	keyring *reservation.Keyring
+	ledger  reservation.Ledger
+	logger  *slog.Logger
 }
 
 // Option configures a Pipeline.
@@ -51,6 +57,18 @@ func WithBatchEntriesInFlight(n int64) Option {
 	}
 }
 
+// WithReservations signs reservations with keyring and records their
+// settlements in ledger. Without it a pipeline signs with a secret of its
+// own and records in its memory: a reservation settles in the process that
+// issued it only.
+func WithReservations(keyring *reservation.Keyring, ledger reservation.Ledger) Option {
+	return func(p *Pipeline) { p.keyring, p.ledger = keyring, ledger }
+}
+
+// WithLogger logs what the pipeline cannot tell its caller (a ledger that
+// failed) with l.
+func WithLogger(l *slog.Logger) Option { return func(p *Pipeline) { p.logger = l } }
+
 // New returns a pipeline on limiter and ov, registering its metrics with
 // reg.
 func New(limiter *ratelimit.Service, ov *overrides.Registry, reg prometheus.Registerer, opts ...Option) (*Pipeline, error) {
@@ -58,9 +76,14 @@ func New(limiter *ratelimit.Service, ov *overrides.Registry, reg prometheus.Regi
 	if err != nil {
 		return nil, err
 	}
-	p := &Pipeline{limiter: limiter, overrides: ov, keys: Tokens{}, metrics: m, now: time.Now}
+	p := &Pipeline{limiter: limiter, overrides: ov, keys: Tokens{}, metrics: m, now: time.Now,
+		logger: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(p)
+	}
+	if p.keyring == nil {
+		p.keyring = reservation.NewKeyring(nil, p.logger)
+		p.ledger = reservation.NewMemory(reservation.DefaultMemoryRecords, p.now)
 	}
 	return p, nil
 }

@@ -81,6 +81,7 @@ var grpcCodes = [...]connect.Code{
 	pipeline.KindDeadlineExceeded:  connect.CodeDeadlineExceeded,
 	pipeline.KindPermissionDenied:  connect.CodePermissionDenied,
 	pipeline.KindUnavailable:       connect.CodeUnavailable,
+	pipeline.KindConflict:          connect.CodeAlreadyExists,
 }
 
 // ConnectError returns err, the failure of a call to procedure, as the

@@ -44,6 +44,7 @@ var problems = [...]struct {
 	pipeline.KindDeadlineExceeded: {"Gateway Timeout", http.StatusGatewayTimeout, "application/timeout"},
 	pipeline.KindPermissionDenied: {"Forbidden", http.StatusForbidden, "authorization/insufficient_permissions"},
 	pipeline.KindUnavailable:      {"Service Unavailable", http.StatusServiceUnavailable, "application/service_unavailable"},
+	pipeline.KindConflict:         {"Conflict", http.StatusConflict, "data/ratelimit_reservation_settled"},
 }
 
 // fail answers err, the failure of the request r, in Unkey's shape under

@@ -26,6 +26,9 @@ type limitRequest struct {
 	// Report is this service's addition to Unkey's body: a usage report,
 	// counted whatever the verdict (see ratelimit.Request.Report).
 	Report bool `json:"report"`
+	// Reserve is this service's addition too: a reservation, answered
+	// with a token to settle (see pipeline.Pipeline.Settle).
+	Reserve bool `json:"reserve"`
 }
 
 // call converts r. Unkey accepts identifiers of up to 512 characters; one
@@ -36,7 +39,7 @@ func (r *limitRequest) call() pipeline.Call {
 		cost = *r.Cost
 	}
 	return pipeline.Call{Request: ratelimit.Request{Namespace: r.Namespace, Identifier: r.Identifier,
-		Limit: r.Limit, Duration: pipeline.Milliseconds(r.Duration), Cost: cost, Report: r.Report}, MaxIdentifier: maxIdentifier}
+		Limit: r.Limit, Duration: pipeline.Milliseconds(r.Duration), Cost: cost, Report: r.Report, Reserve: r.Reserve}, MaxIdentifier: maxIdentifier}
 }
 
 // limitData is V2RatelimitLimitResponseData.
@@ -46,6 +49,8 @@ type limitData struct {
 	Reset      int64  `json:"reset"`
 	Success    bool   `json:"success"`
 	OverrideID string `json:"overrideId,omitempty"`
+	// Reservation is the token of an admitted reservation.
+	Reservation string `json:"reservation,omitempty"`
 }
 
 func (h *Handler) limit(ctx context.Context, c *call) (any, error) {
@@ -58,7 +63,36 @@ func (h *Handler) limit(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	return &limitData{Limit: d.Limit, Remaining: d.Remaining, Reset: d.Reset.UnixMilli(),
-		Success: d.Success, OverrideID: d.OverrideID}, nil
+		Success: d.Success, OverrideID: d.OverrideID, Reservation: d.Reservation}, nil
+}
+
+// settleRequest is the body of /v2/ratelimit.settle, this service's
+// addition to Unkey's routes.
+type settleRequest struct {
+	Reservation string `json:"reservation"`
+	Cost        int64  `json:"cost"`
+}
+
+// settleData answers /v2/ratelimit.settle.
+type settleData struct {
+	Limit     int64 `json:"limit"`
+	Remaining int64 `json:"remaining"`
+	Reset     int64 `json:"reset"`
+	Success   bool  `json:"success"`
+	Refunded  int64 `json:"refunded"`
+}
+
+func (h *Handler) settle(ctx context.Context, c *call) (any, error) {
+	var in settleRequest
+	if err := decode(c.body, &in); err != nil {
+		return nil, err
+	}
+	d, err := h.pipeline.Settle(ctx, in.Reservation, in.Cost)
+	if err != nil {
+		return nil, err
+	}
+	return &settleData{Limit: d.Limit, Remaining: d.Remaining, Reset: d.Reset.UnixMilli(), Success: d.Success,
+		Refunded: d.Refunded}, nil
 }
 
 // multiLimitCheck is V2RatelimitMultiLimitCheck.

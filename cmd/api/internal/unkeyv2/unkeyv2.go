@@ -42,6 +42,7 @@ func (h *Handler) Register(mux *http.ServeMux) {
 	for path, fn := range map[string]func(context.Context, *call) (any, error){
 		"/v2/ratelimit.limit":          h.limit,
 		"/v2/ratelimit.multiLimit":     h.multiLimit,
+		"/v2/ratelimit.settle":         h.settle,
 		"/v2/ratelimit.setOverride":    h.setOverride,
 		"/v2/ratelimit.getOverride":    h.getOverride,
 		"/v2/ratelimit.listOverrides":  h.listOverrides,

@@ -41,6 +41,8 @@ const (
 	// RatelimitServiceBatchLimitProcedure is the fully-qualified name of the RatelimitService's
 	// BatchLimit RPC.
 	RatelimitServiceBatchLimitProcedure = "/ratelimit.v1.RatelimitService/BatchLimit"
+	// RatelimitServiceSettleProcedure is the fully-qualified name of the RatelimitService's Settle RPC.
+	RatelimitServiceSettleProcedure = "/ratelimit.v1.RatelimitService/Settle"
 	// RatelimitServiceSetOverrideProcedure is the fully-qualified name of the RatelimitService's
 	// SetOverride RPC.
 	RatelimitServiceSetOverrideProcedure = "/ratelimit.v1.RatelimitService/SetOverride"
@@ -67,6 +69,12 @@ type RatelimitServiceClient interface {
 	// gateway deciding many unrelated requests: each has its own verdict and is
 	// counted on its own (unlike MultiLimit, there is no all or nothing).
 	BatchLimit(context.Context, *connect.Request[v1.BatchLimitRequest]) (*connect.Response[v1.BatchLimitResponse], error)
+	// Settle settles a reservation (a Limit with reserve) at the cost the call
+	// really spent: less than the estimate gives the difference back to the
+	// window it was counted in, more counts the extra as a report. A
+	// reservation settles once, in any process or region; a second settle is
+	// refused with already_exists and changes nothing.
+	Settle(context.Context, *connect.Request[v1.SettleRequest]) (*connect.Response[v1.SettleResponse], error)
 	// SetOverride creates or replaces the override of an identifier (or a
 	// pattern with * wildcards) of a namespace: requests it matches are
 	// decided with its limit and duration instead of theirs. It applies on the
@@ -113,6 +121,12 @@ func NewRatelimitServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(ratelimitServiceMethods.ByName("BatchLimit")),
 			connect.WithClientOptions(opts...),
 		),
+		settle: connect.NewClient[v1.SettleRequest, v1.SettleResponse](
+			httpClient,
+			baseURL+RatelimitServiceSettleProcedure,
+			connect.WithSchema(ratelimitServiceMethods.ByName("Settle")),
+			connect.WithClientOptions(opts...),
+		),
 		setOverride: connect.NewClient[v1.SetOverrideRequest, v1.SetOverrideResponse](
 			httpClient,
 			baseURL+RatelimitServiceSetOverrideProcedure,
@@ -145,6 +159,7 @@ type ratelimitServiceClient struct {
 	limit          *connect.Client[v1.LimitRequest, v1.LimitResponse]
 	multiLimit     *connect.Client[v1.MultiLimitRequest, v1.MultiLimitResponse]
 	batchLimit     *connect.Client[v1.BatchLimitRequest, v1.BatchLimitResponse]
+	settle         *connect.Client[v1.SettleRequest, v1.SettleResponse]
 	setOverride    *connect.Client[v1.SetOverrideRequest, v1.SetOverrideResponse]
 	getOverride    *connect.Client[v1.GetOverrideRequest, v1.GetOverrideResponse]
 	listOverrides  *connect.Client[v1.ListOverridesRequest, v1.ListOverridesResponse]
@@ -164,6 +179,11 @@ func (c *ratelimitServiceClient) MultiLimit(ctx context.Context, req *connect.Re
 // BatchLimit calls ratelimit.v1.RatelimitService.BatchLimit.
 func (c *ratelimitServiceClient) BatchLimit(ctx context.Context, req *connect.Request[v1.BatchLimitRequest]) (*connect.Response[v1.BatchLimitResponse], error) {
 	return c.batchLimit.CallUnary(ctx, req)
+}
+
+// Settle calls ratelimit.v1.RatelimitService.Settle.
+func (c *ratelimitServiceClient) Settle(ctx context.Context, req *connect.Request[v1.SettleRequest]) (*connect.Response[v1.SettleResponse], error) {
+	return c.settle.CallUnary(ctx, req)
 }
 
 // SetOverride calls ratelimit.v1.RatelimitService.SetOverride.
@@ -198,6 +218,12 @@ type RatelimitServiceHandler interface {
 	// gateway deciding many unrelated requests: each has its own verdict and is
 	// counted on its own (unlike MultiLimit, there is no all or nothing).
 	BatchLimit(context.Context, *connect.Request[v1.BatchLimitRequest]) (*connect.Response[v1.BatchLimitResponse], error)
+	// Settle settles a reservation (a Limit with reserve) at the cost the call
+	// really spent: less than the estimate gives the difference back to the
+	// window it was counted in, more counts the extra as a report. A
+	// reservation settles once, in any process or region; a second settle is
+	// refused with already_exists and changes nothing.
+	Settle(context.Context, *connect.Request[v1.SettleRequest]) (*connect.Response[v1.SettleResponse], error)
 	// SetOverride creates or replaces the override of an identifier (or a
 	// pattern with * wildcards) of a namespace: requests it matches are
 	// decided with its limit and duration instead of theirs. It applies on the
@@ -240,6 +266,12 @@ func NewRatelimitServiceHandler(svc RatelimitServiceHandler, opts ...connect.Han
 		connect.WithSchema(ratelimitServiceMethods.ByName("BatchLimit")),
 		connect.WithHandlerOptions(opts...),
 	)
+	ratelimitServiceSettleHandler := connect.NewUnaryHandler(
+		RatelimitServiceSettleProcedure,
+		svc.Settle,
+		connect.WithSchema(ratelimitServiceMethods.ByName("Settle")),
+		connect.WithHandlerOptions(opts...),
+	)
 	ratelimitServiceSetOverrideHandler := connect.NewUnaryHandler(
 		RatelimitServiceSetOverrideProcedure,
 		svc.SetOverride,
@@ -272,6 +304,8 @@ func NewRatelimitServiceHandler(svc RatelimitServiceHandler, opts ...connect.Han
 			ratelimitServiceMultiLimitHandler.ServeHTTP(w, r)
 		case RatelimitServiceBatchLimitProcedure:
 			ratelimitServiceBatchLimitHandler.ServeHTTP(w, r)
+		case RatelimitServiceSettleProcedure:
+			ratelimitServiceSettleHandler.ServeHTTP(w, r)
 		case RatelimitServiceSetOverrideProcedure:
 			ratelimitServiceSetOverrideHandler.ServeHTTP(w, r)
 		case RatelimitServiceGetOverrideProcedure:
@@ -299,6 +333,10 @@ func (UnimplementedRatelimitServiceHandler) MultiLimit(context.Context, *connect
 
 func (UnimplementedRatelimitServiceHandler) BatchLimit(context.Context, *connect.Request[v1.BatchLimitRequest]) (*connect.Response[v1.BatchLimitResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ratelimit.v1.RatelimitService.BatchLimit is not implemented"))
+}
+
+func (UnimplementedRatelimitServiceHandler) Settle(context.Context, *connect.Request[v1.SettleRequest]) (*connect.Response[v1.SettleResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ratelimit.v1.RatelimitService.Settle is not implemented"))
 }
 
 func (UnimplementedRatelimitServiceHandler) SetOverride(context.Context, *connect.Request[v1.SetOverrideRequest]) (*connect.Response[v1.SetOverrideResponse], error) {

@@ -1,0 +1,123 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/reservation"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
+)
+
+// Results of a settle, as metric labels.
+const (
+	settleRefunded   = "refunded"
+	settleExact      = "exact"
+	settleReported   = "reported"
+	settleRepeated   = "repeated"
+	settleUnrecorded = "unrecorded"
+)
+
+// SettledError answers a reservation settled before: it gives back nothing
+// more and counts nothing more.
+type SettledError struct {
+	// Cost is what the first settle said was spent.
+	Cost int64
+}
+
+func (e *SettledError) Error() string {
+	return fmt.Sprintf("reservation: already settled (at cost %d); a reservation settles once", e.Cost)
+}
+
+// SettleDecision is the answer to Settle.
+type SettleDecision struct {
+	// Response is the key's state after the settle: Success is false once
+	// the budget is spent, as a report answers.
+	ratelimit.Response
+	// Duration is the reservation's window.
+	Duration time.Duration
+	// Refunded is what was given back to the cell the estimate was counted
+	// in: the estimate less the cost, or 0 (a cost at or above it, a cell
+	// whose windows have passed, a ledger that failed).
+	Refunded int64
+}
+
+// reserve returns the token of an admitted reservation r, answered resp.
+func (p *Pipeline) reserve(ctx context.Context, r *ratelimit.Request, resp ratelimit.Response) string {
+	return p.keyring.Sign(ctx, &reservation.Token{
+		ID:         reservation.NewID(),
+		Workspace:  r.Workspace,
+		Namespace:  r.Namespace,
+		Identifier: r.Identifier,
+		Duration:   r.Duration,
+		Limit:      r.Limit,
+		Sequence:   ratelimit.CellOf(resp, r.Duration),
+		Reserved:   r.Cost,
+	})
+}
+
+// invalidReservation is the error of a token this service did not issue,
+// one that was changed, and one of another workspace: a caller learns
+// nothing of which.
+var invalidReservation = &ratelimit.ValidationError{Field: "reservation",
+	Rule: "must be a reservation this service issued to this workspace, unchanged"}
+
+// Settle settles a reservation at cost, what the call really spent: less
+// than the estimate gives the difference back to the cell it was counted
+// in; more counts the extra as a report (counted whatever the verdict). A
+// reservation settles once, in whatever process or region: a second settle
+// is refused with a *SettledError and changes nothing. If the ledger that
+// records settlements fails, nothing is given back (the reservation stays
+// spent) and any extra is still counted: a failing store never fails the
+// call, and never lets a reservation be given back twice.
+func (p *Pipeline) Settle(ctx context.Context, token string, cost int64) (SettleDecision, error) {
+	if err := ratelimit.CheckCost("cost", cost); err != nil {
+		return SettleDecision{}, err
+	}
+	t, err := p.keyring.Open(ctx, token)
+	if err != nil || t.Workspace != Workspace(ctx) {
+		return SettleDecision{}, invalidReservation
+	}
+	if err := Authorize(ctx, access.Limit, t.Namespace); err != nil {
+		return SettleDecision{}, err
+	}
+	annotate(ctx, t.Namespace, 1)
+	if p.now().After(t.ExpiresAt()) {
+		return SettleDecision{}, &ratelimit.ValidationError{Field: "reservation",
+			Rule: "expired: a reservation settles until an hour after the end of the window after its own; report a later cost with report: true"}
+	}
+	out := SettleDecision{Duration: t.Duration}
+	first, firstCost, err := p.ledger.Claim(ctx, t.ID, cost, t.ExpiresAt())
+	result := settleExact
+	switch {
+	case err != nil:
+		p.logger.WarnContext(ctx, "record a settlement: nothing given back, any extra counted", "error", err)
+		result = settleUnrecorded
+	case !first:
+		p.metrics.settlements.WithLabelValues(settleRepeated).Inc()
+		return SettleDecision{}, &SettledError{Cost: firstCost}
+	case cost < t.Reserved:
+		result = settleRefunded
+		out.Refunded, err = p.limiter.Refund(ctx, ratelimit.Refund{Workspace: t.Workspace, Namespace: t.Namespace,
+			Identifier: t.Identifier, Duration: t.Duration, Limit: t.Limit, Sequence: t.Sequence, Amount: t.Reserved - cost})
+		if err != nil {
+			return SettleDecision{}, err
+		}
+	case cost > t.Reserved:
+		result = settleReported
+	}
+	p.metrics.settlements.WithLabelValues(result).Inc()
+	req := ratelimit.Request{Workspace: t.Workspace, Namespace: t.Namespace, Identifier: t.Identifier,
+		Limit: t.Limit, Duration: t.Duration}
+	if cost > t.Reserved {
+		req.Cost, req.Report = cost-t.Reserved, true
+	}
+	resp, err := p.limiter.Decide(ctx, req)
+	if err != nil {
+		return SettleDecision{}, err
+	}
+	out.Response = resp
+	setDecided(ctx, resp.Success)
+	return out, nil
+}

@@ -1,0 +1,99 @@
+package reservation
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Keyring signs and opens tokens with the secret the processes that settle
+// them share, which it loads on first use (from MySQL, which every region
+// shares, or from the region's Redis). Until that secret can be loaded it
+// signs with a secret of this process's own, so a reservation is never
+// refused for a store that is down: such a token settles in this process
+// only. It opens tokens signed with either.
+type Keyring struct {
+	load   func(context.Context) ([]byte, error)
+	now    func() time.Time
+	logger *slog.Logger
+	local  *Signer
+
+	shared atomic.Pointer[Signer]
+	mu     sync.Mutex // held while loading
+	next   time.Time  // the next load may start then
+}
+
+// Load timing: a request waits at most loadTimeout for the shared secret,
+// and asks again at most every retryInterval while it cannot be read.
+const (
+	loadTimeout   = time.Second
+	retryInterval = 5 * time.Second
+)
+
+// NewKeyring returns a keyring that loads the shared secret with load
+// (nil: there is none to share; the process's own secret signs), logging a
+// failure with logger.
+func NewKeyring(load func(context.Context) ([]byte, error), logger *slog.Logger) *Keyring {
+	local, _ := NewSigner(NewSecret())
+	return &Keyring{load: load, now: time.Now, logger: logger, local: local}
+}
+
+// StaticKeyring returns a keyring whose shared secret is secret, at least
+// MinSecretLength bytes: every process configured with it shares it.
+func StaticKeyring(secret []byte) (*Keyring, error) {
+	s, err := NewSigner(secret)
+	if err != nil {
+		return nil, err
+	}
+	k := NewKeyring(nil, slog.New(slog.DiscardHandler))
+	k.shared.Store(s)
+	return k, nil
+}
+
+// signer returns the shared signer, loading it if it is not loaded yet and
+// no load failed within retryInterval, or nil.
+func (k *Keyring) signer(ctx context.Context) *Signer {
+	if s := k.shared.Load(); s != nil || k.load == nil {
+		return s
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if s := k.shared.Load(); s != nil || k.now().Before(k.next) {
+		return s
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), loadTimeout)
+	defer cancel()
+	secret, err := k.load(ctx)
+	if err == nil {
+		var s *Signer
+		if s, err = NewSigner(secret); err == nil {
+			k.shared.Store(s)
+			return s
+		}
+	}
+	k.next = k.now().Add(retryInterval)
+	k.logger.WarnContext(ctx, "load the shared reservation secret: reservations are signed with this process's own until it loads", "error", err)
+	return nil
+}
+
+// Sign returns t as a token, signed with the shared secret if it can be
+// had, else with the process's own.
+func (k *Keyring) Sign(ctx context.Context, t *Token) string {
+	if s := k.signer(ctx); s != nil {
+		return s.Sign(t)
+	}
+	return k.local.Sign(t)
+}
+
+// Open verifies token with the shared secret, then the process's own, and
+// returns what it carries, or ErrInvalid.
+func (k *Keyring) Open(ctx context.Context, token string) (Token, error) {
+	if s := k.signer(ctx); s != nil {
+		if t, err := s.Open(token); err == nil {
+			return t, nil
+		}
+	}
+	return k.local.Open(token)
+}
