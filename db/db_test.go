@@ -284,7 +284,8 @@ func TestMigrateUpgradesAnOldTable(t *testing.T) {
 	}
 	after := schema()
 	for _, want := range []string{"identifier varchar(255) utf8mb4_nopad_bin", "namespace varchar(255) utf8mb4_nopad_bin",
-		"workspace_id varchar(191) utf8mb4_nopad_bin", "region varchar(48) utf8mb4_nopad_bin", "window_limit bigint(20) unsigned", "updated_at_idx=1"} {
+		"workspace_id varchar(191) utf8mb4_nopad_bin", "region varchar(48) utf8mb4_nopad_bin", "window_limit bigint(20) unsigned",
+		"refunded bigint(20) unsigned", "updated_at_idx=1"} {
 		if !strings.Contains(after, want) {
 			t.Fatalf("schema after Migrate: %s\nwant it to contain %q", after, want)
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/reservation"
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/internal/envconfig"
 	"github.com/unkeyed/ratelimit/services/ratelimit/redisstore"
@@ -207,6 +208,9 @@ func loadConfig(environ []string) (config, error) {
 			return config{}, err
 		}
 		c.mysql = dsn
+	}
+	if c.ReservationSecret != "" && len(c.ReservationSecret) < reservation.MinSecretLength {
+		return config{}, fmt.Errorf("UNKEY_RESERVATION_SECRET: must be at least %d bytes, got %d", reservation.MinSecretLength, len(c.ReservationSecret))
 	}
 	tokens, err := pipeline.ParseTokens(c.AuthTokens)
 	if err != nil {

@@ -48,6 +48,7 @@ func TestLoadConfigErrorsNameTheVariable(t *testing.T) {
 			"UNKEY_GLOBAL_FULL_FLUSH_INTERVAL: must be at least UNKEY_GLOBAL_FLUSH_INTERVAL (5s), got 2s"},
 		{[]string{"UNKEY_REGION=r", "UNKEY_TLS_CERT_FILE=c.pem"}, "UNKEY_TLS_CERT_FILE and UNKEY_TLS_KEY_FILE: must be set together"},
 		{[]string{"UNKEY_REGION=r", "UNKEY_TLS_CLIENT_CA_FILE=ca.pem"}, "UNKEY_TLS_CLIENT_CA_FILE: needs UNKEY_TLS_CERT_FILE"},
+		{[]string{"UNKEY_REGION=r", "UNKEY_RESERVATION_SECRET=short"}, "UNKEY_RESERVATION_SECRET: must be at least 32 bytes"},
 		{[]string{"UNKEY_REGION=r", "UNKEY_GRPC_MAX_CONNECTIONS=0"}, "UNKEY_GRPC_MAX_CONNECTIONS: must be between 1 and 1000000"},
 	}
 	for _, tc := range cases {

@@ -202,11 +202,6 @@ func (w *window) refundsKey() windowKey {
 		durationMs: w.durationMs, refunds: true}
 }
 
-// mainKey returns the key of the window whose refunds w holds.
-func (w *window) mainKey() windowKey {
-	sc := w.scope.Value()
-	return windowKey{workspace: sc.Workspace, namespace: sc.Namespace, identifier: w.identifier, durationMs: w.durationMs}
-}
 
 // cellKey returns the name of w's cell of seq, for the stores.
 func (w *window) cellKey(seq int64) store.CellKey {
