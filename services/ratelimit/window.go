@@ -202,7 +202,6 @@ func (w *window) refundsKey() windowKey {
 		durationMs: w.durationMs, refunds: true}
 }
 
-
 // cellKey returns the name of w's cell of seq, for the stores.
 func (w *window) cellKey(seq int64) store.CellKey {
 	sc := w.scope.Value()
