@@ -156,9 +156,31 @@ func TestReserveRules(t *testing.T) {
 	if code, out := ts.call(t, "Limit", "", reserveJSON("big", 1001)); code != 200 || out["success"] != false || out["reservation"] != "" {
 		t.Errorf("a reservation above the budget: %d %v", code, out)
 	}
+	if code, out := ts.call(t, "Limit", "", reserveJSON("u", 0)); code != 400 || !strings.HasPrefix(fmt.Sprint(out["message"]), "cost:") {
+		t.Errorf("a reservation of nothing: %d %v", code, out)
+	}
 	tok := reserveOn(t, ts, "u", 10)
 	if code, out := settleOn(t, ts, tok, -5); code != 400 || !strings.HasPrefix(fmt.Sprint(out["message"]), "cost:") {
 		t.Errorf("settle at a negative cost: %d %v", code, out)
+	}
+	if code, out := ts.call(t, "Settle", "", fmt.Sprintf(`{"reservation":%q}`, tok)); code != 400 ||
+		!strings.HasPrefix(fmt.Sprint(out["message"]), "cost: missing") {
+		t.Errorf("settle without a cost: %d %v", code, out)
+	}
+}
+
+// TestReservationSettlesWhereItsLedgerIs: processes that share a secret
+// (UNKEY_RESERVATION_SECRET) but no store would each record a settle of
+// their own; a reservation settles only in the process that issued it.
+func TestReservationSettlesWhereItsLedgerIs(t *testing.T) {
+	secret := "UNKEY_RESERVATION_SECRET=" + strings.Repeat("s", 32)
+	a, b := startServer(t, secret), startServer(t, secret)
+	tok := reserveOn(t, a, "u", 100)
+	if code, out := settleOn(t, b, tok, 0); code != 400 || !strings.Contains(fmt.Sprint(out["message"]), "another process") {
+		t.Fatalf("settle on another process without a shared store: %d %v", code, out)
+	}
+	if code, out := settleOn(t, a, tok, 0); code != 200 || out["refunded"] != "100" {
+		t.Fatalf("settle on the issuing process: %d %v", code, out)
 	}
 }
 
@@ -201,7 +223,8 @@ func TestSettleOnUnkeyV2AndGRPC(t *testing.T) {
 		t.Fatalf("grpc-go reserve: %v %v", res, err)
 	}
 	settled := new(ratelimitv1.SettleResponse)
-	req := &ratelimitv1.SettleRequest{Reservation: res.Reservation, Cost: 120}
+	spent := int64(120)
+	req := &ratelimitv1.SettleRequest{Reservation: res.Reservation, Cost: &spent}
 	if err := conn.Invoke(ctx, "/ratelimit.v1.RatelimitService/Settle", req, settled); err != nil ||
 		settled.Refunded != 380 || settled.Remaining != 880 {
 		t.Fatalf("grpc-go settle: %v %v", settled, err)

@@ -121,6 +121,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	// Reservations settle once in the widest scope there is: every region
 	// with MySQL, the region with Redis alone, else this process.
 	var ledger reservation.Ledger = reservation.NewMemory(reservation.DefaultMemoryRecords, time.Now)
+	ledgerScope := "process:" + reservation.NewProcessID()
 	var loadSecret func(context.Context) ([]byte, error)
 	var client redis.UniversalClient
 	switch {
@@ -145,7 +146,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 			return nil, err
 		}
 		opts = append(opts, ratelimit.WithRegionalStore(regional))
-		ledger = reservation.NewRedis(client)
+		ledger, ledgerScope = reservation.NewRedis(client), "region:"+cfg.Region
 		loadSecret = func(ctx context.Context) ([]byte, error) { return reservation.RedisSecret(ctx, client) }
 	}
 	if cfg.mysql != nil {
@@ -163,7 +164,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 			ratelimit.WithGlobalSyncInterval(cfg.GlobalSyncInterval))
 		ovOpts = append(ovOpts, overrides.WithStore(overridesmysql.New(sqlDB)))
 		auditLog, keyStore = audit.NewMySQL(sqlDB), keys.NewMySQL(sqlDB)
-		ledger = reservation.NewMySQL(sqlDB)
+		ledger, ledgerScope = reservation.NewMySQL(sqlDB), ""
 		loadSecret = func(ctx context.Context) ([]byte, error) { return reservation.MySQLSecret(ctx, sqlDB) }
 		if keyTable, err = keys.NewTable(keyStore, ring, reg, keys.WithPollInterval(cfg.OverridesPollInterval),
 			keys.WithTableLogger(logger)); err != nil {
@@ -195,7 +196,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		}
 	}
 	p, err := pipeline.New(limiter, ov, reg, pipeline.WithKeys(ring), pipeline.WithAudit(auditWriter),
-		pipeline.WithReservations(keyring, ledger), pipeline.WithLogger(logger),
+		pipeline.WithReservations(keyring, ledger, ledgerScope), pipeline.WithLogger(logger),
 		pipeline.WithBatchEntriesInFlight(cfg.batchEntriesInFlight()))
 	if err != nil {
 		return nil, fmt.Errorf("register api metrics: %w", err)

@@ -46,7 +46,7 @@ func (t *windowTable) evictIdle(now time.Time) int {
 				}
 				return old, xsync.CancelOp
 			})
-			t.release(w.scope.Value().Workspace)
+			t.release(w.key())
 			evicted++
 		}
 		return true
@@ -55,7 +55,7 @@ func (t *windowTable) evictIdle(now time.Time) int {
 	for k, w := range t.collided.m {
 		if w.evict(ms) {
 			delete(t.collided.m, k)
-			t.release(k.workspace)
+			t.release(k)
 			evicted++
 		}
 	}

@@ -45,7 +45,7 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 		}),
 		windowsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "unkey_ratelimit_windows_rejected_total",
-			Help: "Windows not created because their workspace held the most windows allowed, by what asked for them (request: answered resource_exhausted; sync: an imported row skipped; refund: a refund not given).",
+			Help: "Windows not created because their workspace held the most windows allowed, by what asked for them (request: answered resource_exhausted; sync: an imported row skipped).",
 		}, []string{"source"}),
 		casExhausted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "unkey_ratelimit_cas_exhausted_total",
@@ -123,7 +123,7 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 	}, queueDepth)
 	// Every known label value from the start, so that a rule's rate() and
 	// increase() see the series at 0 before the first event.
-	for _, source := range []string{"request", "sync", "refund"} {
+	for _, source := range []string{"request", "sync"} {
 		m.windowsRejected.WithLabelValues(source)
 	}
 	for _, queue := range []string{"replay", "refresh", "flush"} {

@@ -44,8 +44,7 @@ func CellOf(resp Response, duration time.Duration) int64 {
 // Refund gives r.Amount back to r's cell and returns what it gave: r.Amount,
 // or 0 when the cell no longer counts in any decision (the window after its
 // own has ended) or lies in the future. It returns a [*ValidationError] for
-// bad values and a [*CapacityError] when the key's workspace holds the most
-// windows allowed.
+// bad values; the workspace's window cap never refuses a refund.
 func (s *Service) Refund(ctx context.Context, r Refund) (int64, error) {
 	if err := CheckName("namespace", r.Namespace, MaxNameLength); err != nil {
 		return 0, err
@@ -69,17 +68,22 @@ func (s *Service) Refund(ctx context.Context, r Refund) (int64, error) {
 		return 0, nil
 	}
 	for range maxEvictionRetries {
-		w, err := s.windows.forRequest(&key)
-		if err != nil {
-			return 0, err
+		// The key's window, if the process holds it or can, learns that
+		// its cell has refunds; the refunds window is never refused (see
+		// windowTable.reserve), so a refund is never turned away.
+		w := s.windows.find(&key)
+		if w == nil {
+			w, _ = s.windows.forRequest(&key)
 		}
-		if c, _ := w.cellAt(r.Sequence, s.regional == nil); c != nil {
-			c.flags.Or(cellReserved)
+		if w != nil {
+			if c, _ := w.cellAt(r.Sequence, s.regional == nil); c != nil {
+				c.flags.Or(cellReserved)
+			}
 		}
-		rk := w.refundsKey()
+		rk := key
+		rk.refunds = true
 		rw, _, err := s.windows.findOrCreate(&rk)
 		if err != nil {
-			s.metrics.windowsRejected.WithLabelValues("refund").Inc()
 			return 0, err
 		}
 		rw.observeLimit(r.Limit)

@@ -56,14 +56,18 @@ func (r *Request) Validate() error {
 	if err := CheckCost("cost", r.Cost); err != nil {
 		return err
 	}
-	return CheckReserve(r.Reserve, r.Report)
+	return CheckReserve(r.Reserve, r.Report, r.Cost)
 }
 
-// CheckReserve refuses a request that is both a reservation and a report:
-// a report was spent already, there is nothing to give back.
-func CheckReserve(reserve, report bool) error {
-	if reserve && report {
+// CheckReserve refuses a request that is both a reservation and a report
+// (a report was spent already, there is nothing to give back), and a
+// reservation of nothing (cost 0 reserves nothing to settle).
+func CheckReserve(reserve, report bool, cost int64) error {
+	switch {
+	case reserve && report:
 		return &ValidationError{Field: "reserve", Rule: "must be false in a report (report: true), which counts what was spent already"}
+	case reserve && cost < 1:
+		return &ValidationError{Field: "cost", Rule: "must be at least 1 in a reservation: the estimate to reserve"}
 	}
 	return nil
 }

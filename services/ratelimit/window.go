@@ -191,15 +191,22 @@ func (w *window) is(k *windowKey) bool {
 	return sc.Namespace == k.namespace && sc.Workspace == k.workspace && sc.refunds == k.refunds
 }
 
+// key returns w's key.
+func (w *window) key() windowKey {
+	sc := w.scope.Value()
+	return windowKey{workspace: sc.Workspace, namespace: sc.Namespace, identifier: w.identifier,
+		durationMs: w.durationMs, refunds: sc.refunds}
+}
+
 // holdsRefunds reports whether w holds the refunds of its key rather than
 // its counts: a window no decision is made on.
 func (w *window) holdsRefunds() bool { return w.scope.Value().refunds }
 
 // refundsKey returns the key of the window that holds w's refunds.
 func (w *window) refundsKey() windowKey {
-	sc := w.scope.Value()
-	return windowKey{workspace: sc.Workspace, namespace: sc.Namespace, identifier: w.identifier,
-		durationMs: w.durationMs, refunds: true}
+	k := w.key()
+	k.refunds = true
+	return k
 }
 
 // cellKey returns the name of w's cell of seq, for the stores.

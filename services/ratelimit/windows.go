@@ -119,7 +119,7 @@ func (t *windowTable) loadOrCreate(k *windowKey, h uint64) (*window, bool, error
 		if loaded {
 			return old, xsync.CancelOp
 		}
-		if !t.reserve(k.workspace) {
+		if !t.reserve(k) {
 			full = true
 			return nil, xsync.CancelOp
 		}
@@ -137,7 +137,7 @@ func (t *windowTable) loadOrCreate(k *windowKey, h uint64) (*window, bool, error
 	if w, ok := t.collided.m[*k]; ok {
 		return w, false, nil
 	}
-	if !t.reserve(k.workspace) {
+	if !t.reserve(k) {
 		return nil, false, &CapacityError{Max: t.maxPerWorkspace}
 	}
 	if t.collided.m == nil {
@@ -150,8 +150,14 @@ func (t *windowTable) loadOrCreate(k *windowKey, h uint64) (*window, bool, error
 
 // reserve counts one more window for workspace and reports whether it fits
 // under the cap; if not, nothing is counted.
-func (t *windowTable) reserve(workspace string) bool {
-	n, _ := t.perWorkspace.LoadOrCompute(workspace, func() (*atomic.Int64, bool) {
+func (t *windowTable) reserve(k *windowKey) bool {
+	if k.refunds {
+		// A key's refunds window is not counted: there is at most one for
+		// each window the cap admitted, and a refund must never be turned
+		// away after its reservation was counted.
+		return true
+	}
+	n, _ := t.perWorkspace.LoadOrCompute(k.workspace, func() (*atomic.Int64, bool) {
 		return new(atomic.Int64), false
 	})
 	if n.Add(1) > t.maxPerWorkspace {
@@ -161,9 +167,12 @@ func (t *windowTable) reserve(workspace string) bool {
 	return true
 }
 
-// release counts one window of workspace fewer: the janitor removed it.
-func (t *windowTable) release(workspace string) {
-	if n, ok := t.perWorkspace.Load(workspace); ok {
+// release counts one window of k's workspace fewer: the janitor removed it.
+func (t *windowTable) release(k windowKey) {
+	if k.refunds {
+		return // never counted (see reserve)
+	}
+	if n, ok := t.perWorkspace.Load(k.workspace); ok {
 		n.Add(-1)
 	}
 }

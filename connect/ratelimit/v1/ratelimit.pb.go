@@ -246,8 +246,10 @@ type SettleRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Reservation is the token a Limit with reserve answered.
 	Reservation string `protobuf:"bytes,1,opt,name=reservation,proto3" json:"reservation,omitempty"`
-	// Cost is what the call really spent: 0 to 2^53.
-	Cost          int64 `protobuf:"varint,2,opt,name=cost,proto3" json:"cost,omitempty"`
+	// Cost is what the call really spent: 0 to 2^53. Required: a settle
+	// without it is refused rather than taken as 0 (which would give the
+	// whole estimate back).
+	Cost          *int64 `protobuf:"varint,2,opt,name=cost,proto3,oneof" json:"cost,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -290,8 +292,8 @@ func (x *SettleRequest) GetReservation() string {
 }
 
 func (x *SettleRequest) GetCost() int64 {
-	if x != nil {
-		return x.Cost
+	if x != nil && x.Cost != nil {
+		return *x.Cost
 	}
 	return 0
 }
@@ -1238,10 +1240,11 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"retryAfter\x12\x1f\n" +
 	"\voverride_id\x18\x06 \x01(\tR\n" +
 	"overrideId\x12 \n" +
-	"\vreservation\x18\a \x01(\tR\vreservation\"E\n" +
+	"\vreservation\x18\a \x01(\tR\vreservation\"S\n" +
 	"\rSettleRequest\x12 \n" +
-	"\vreservation\x18\x01 \x01(\tR\vreservation\x12\x12\n" +
-	"\x04cost\x18\x02 \x01(\x03R\x04cost\"\x90\x01\n" +
+	"\vreservation\x18\x01 \x01(\tR\vreservation\x12\x17\n" +
+	"\x04cost\x18\x02 \x01(\x03H\x00R\x04cost\x88\x01\x01B\a\n" +
+	"\x05_cost\"\x90\x01\n" +
 	"\x0eSettleResponse\x12\x18\n" +
 	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -1390,6 +1393,7 @@ func file_ratelimit_v1_ratelimit_proto_init() {
 		return
 	}
 	file_ratelimit_v1_ratelimit_proto_msgTypes[0].OneofWrappers = []any{}
+	file_ratelimit_v1_ratelimit_proto_msgTypes[2].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -63,7 +63,7 @@ func (h *Handler) Limit(ctx context.Context, req *connect.Request[ratelimitv1.Li
 
 // Settle implements RatelimitService.Settle.
 func (h *Handler) Settle(ctx context.Context, req *connect.Request[ratelimitv1.SettleRequest]) (*connect.Response[ratelimitv1.SettleResponse], error) {
-	d, err := h.pipeline.Settle(ctx, req.Msg.GetReservation(), req.Msg.GetCost())
+	d, err := h.pipeline.Settle(ctx, req.Msg.GetReservation(), req.Msg.Cost)
 	if err != nil {
 		return nil, h.fail(ctx, ratelimitv1connect.RatelimitServiceSettleProcedure, err)
 	}

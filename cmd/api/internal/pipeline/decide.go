@@ -83,7 +83,7 @@ func (c *Call) validate(workspace string) (ratelimit.Request, error) {
 	if err := ratelimit.CheckCost("cost", r.Cost); err != nil {
 		return ratelimit.Request{}, err
 	}
-	if err := ratelimit.CheckReserve(r.Reserve, r.Report); err != nil {
+	if err := ratelimit.CheckReserve(r.Reserve, r.Report, r.Cost); err != nil {
 		return ratelimit.Request{}, err
 	}
 	r.Identifier = CounterIdentifier(r.Identifier)

@@ -78,7 +78,7 @@ func Classify(err error) Failure {
 	if errors.As(err, &de) {
 		return Failure{Kind: KindPermissionDenied, Message: de.Error(), Err: err}
 	}
-	if errors.Is(err, ErrKeysNotLoaded) {
+	if errors.Is(err, ErrKeysNotLoaded) || errors.Is(err, ErrReservationsUnavailable) {
 		return Failure{Kind: KindUnavailable, Message: err.Error(), Err: err}
 	}
 	var se *SettledError

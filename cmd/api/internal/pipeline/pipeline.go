@@ -31,9 +31,11 @@ type Pipeline struct {
 	metrics   *metrics
 	batches   *batchGate // nil: batches are not gated
 	now       func() time.Time
-	// keyring and ledger issue and settle reservations (see settle.go).
+	// keyring and ledger issue and settle reservations (see settle.go);
+	// scope names where the ledger records settlements.
 	keyring *reservation.Keyring
 	ledger  reservation.Ledger
+	scope   string
 	logger  *slog.Logger
 }
 
@@ -58,11 +60,14 @@ func WithBatchEntriesInFlight(n int64) Option {
 }
 
 // WithReservations signs reservations with keyring and records their
-// settlements in ledger. Without it a pipeline signs with a secret of its
-// own and records in its memory: a reservation settles in the process that
-// issued it only.
-func WithReservations(keyring *reservation.Keyring, ledger reservation.Ledger) Option {
-	return func(p *Pipeline) { p.keyring, p.ledger = keyring, ledger }
+// settlements in ledger, whose reach scope names: "" for one every region
+// shares, else a region's or a process's name. A reservation settles only
+// in processes whose ledger has its issuer's scope, so that a secret shared
+// more widely than the ledger never lets it settle twice. Without it a
+// pipeline signs with a secret of its own and records in its memory: a
+// reservation settles in the process that issued it only.
+func WithReservations(keyring *reservation.Keyring, ledger reservation.Ledger, scope string) Option {
+	return func(p *Pipeline) { p.keyring, p.ledger, p.scope = keyring, ledger, scope }
 }
 
 // WithLogger logs what the pipeline cannot tell its caller (a ledger that
@@ -84,6 +89,7 @@ func New(limiter *ratelimit.Service, ov *overrides.Registry, reg prometheus.Regi
 	if p.keyring == nil {
 		p.keyring = reservation.NewKeyring(nil, p.logger)
 		p.ledger = reservation.NewMemory(reservation.DefaultMemoryRecords, p.now)
+		p.scope = "process:" + reservation.NewProcessID()
 	}
 	return p, nil
 }

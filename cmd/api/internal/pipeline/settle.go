@@ -2,7 +2,9 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
@@ -46,6 +48,8 @@ type SettleDecision struct {
 // reserve returns the token of an admitted reservation r, answered resp.
 func (p *Pipeline) reserve(ctx context.Context, r *ratelimit.Request, resp ratelimit.Response) string {
 	return p.keyring.Sign(ctx, &reservation.Token{
+		IssuedAt:   p.now().UnixMilli(),
+		Scope:      p.scope,
 		ID:         reservation.NewID(),
 		Workspace:  r.Workspace,
 		Namespace:  r.Namespace,
@@ -55,6 +59,21 @@ func (p *Pipeline) reserve(ctx context.Context, r *ratelimit.Request, resp ratel
 		Sequence:   ratelimit.CellOf(resp, r.Duration),
 		Reserved:   r.Cost,
 	})
+}
+
+// ErrReservationsUnavailable answers a settle this process cannot verify
+// yet: the secret the processes share could not be read.
+var ErrReservationsUnavailable = errors.New("reservations unavailable: the shared reservation secret cannot be read yet (MySQL or Redis is down); try again")
+
+// scopeName words a ledger scope for a caller.
+func scopeName(scope string) string {
+	switch {
+	case scope == "":
+		return "every region"
+	case strings.HasPrefix(scope, "region:"):
+		return "region " + strings.TrimPrefix(scope, "region:")
+	}
+	return "another process, without Redis or MySQL"
 }
 
 // invalidReservation is the error of a token this service did not issue,
@@ -71,13 +90,24 @@ var invalidReservation = &ratelimit.ValidationError{Field: "reservation",
 // records settlements fails, nothing is given back (the reservation stays
 // spent) and any extra is still counted: a failing store never fails the
 // call, and never lets a reservation be given back twice.
-func (p *Pipeline) Settle(ctx context.Context, token string, cost int64) (SettleDecision, error) {
-	if err := ratelimit.CheckCost("cost", cost); err != nil {
+func (p *Pipeline) Settle(ctx context.Context, token string, cost *int64) (SettleDecision, error) {
+	if cost == nil {
+		return SettleDecision{}, &ratelimit.ValidationError{Field: "cost", Rule: "missing: the tokens the call spent, 0 to 2^53"}
+	}
+	if err := ratelimit.CheckCost("cost", *cost); err != nil {
 		return SettleDecision{}, err
 	}
 	t, err := p.keyring.Open(ctx, token)
+	if errors.Is(err, reservation.ErrSecretUnavailable) {
+		return SettleDecision{}, ErrReservationsUnavailable
+	}
 	if err != nil || t.Workspace != Workspace(ctx) {
 		return SettleDecision{}, invalidReservation
+	}
+	if t.Scope != p.scope {
+		return SettleDecision{}, &ratelimit.ValidationError{Field: "reservation", Rule: "issued where this process " +
+			"cannot record its settlement (" + scopeName(t.Scope) + "): settle it there, or give the processes MySQL, " +
+			"which every region shares"}
 	}
 	if err := Authorize(ctx, access.Limit, t.Namespace); err != nil {
 		return SettleDecision{}, err
@@ -88,7 +118,7 @@ func (p *Pipeline) Settle(ctx context.Context, token string, cost int64) (Settle
 			Rule: "expired: a reservation settles until an hour after the end of the window after its own; report a later cost with report: true"}
 	}
 	out := SettleDecision{Duration: t.Duration}
-	first, firstCost, err := p.ledger.Claim(ctx, t.ID, cost, t.ExpiresAt())
+	first, firstCost, err := p.ledger.Claim(ctx, t.ID, t.Workspace, *cost, t.ExpiresAt())
 	result := settleExact
 	switch {
 	case err != nil:
@@ -97,21 +127,21 @@ func (p *Pipeline) Settle(ctx context.Context, token string, cost int64) (Settle
 	case !first:
 		p.metrics.settlements.WithLabelValues(settleRepeated).Inc()
 		return SettleDecision{}, &SettledError{Cost: firstCost}
-	case cost < t.Reserved:
+	case *cost < t.Reserved:
 		result = settleRefunded
 		out.Refunded, err = p.limiter.Refund(ctx, ratelimit.Refund{Workspace: t.Workspace, Namespace: t.Namespace,
-			Identifier: t.Identifier, Duration: t.Duration, Limit: t.Limit, Sequence: t.Sequence, Amount: t.Reserved - cost})
+			Identifier: t.Identifier, Duration: t.Duration, Limit: t.Limit, Sequence: t.Sequence, Amount: t.Reserved - *cost})
 		if err != nil {
 			return SettleDecision{}, err
 		}
-	case cost > t.Reserved:
+	case *cost > t.Reserved:
 		result = settleReported
 	}
 	p.metrics.settlements.WithLabelValues(result).Inc()
 	req := ratelimit.Request{Workspace: t.Workspace, Namespace: t.Namespace, Identifier: t.Identifier,
 		Limit: t.Limit, Duration: t.Duration}
-	if cost > t.Reserved {
-		req.Cost, req.Report = cost-t.Reserved, true
+	if *cost > t.Reserved {
+		req.Cost, req.Report = *cost-t.Reserved, true
 	}
 	resp, err := p.limiter.Decide(ctx, req)
 	if err != nil {

@@ -2,6 +2,7 @@ package reservation
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -88,12 +89,23 @@ func (k *Keyring) Sign(ctx context.Context, t *Token) string {
 }
 
 // Open verifies token with the shared secret, then the process's own, and
-// returns what it carries, or ErrInvalid.
+// returns what it carries; ErrInvalid if neither verifies it, or
+// ErrSecretUnavailable if the shared secret could not be loaded and the
+// process's own does not verify it (it may be another process's, valid).
 func (k *Keyring) Open(ctx context.Context, token string) (Token, error) {
-	if s := k.signer(ctx); s != nil {
+	s := k.signer(ctx)
+	if s != nil {
 		if t, err := s.Open(token); err == nil {
 			return t, nil
 		}
 	}
-	return k.local.Open(token)
+	t, err := k.local.Open(token)
+	if err != nil && s == nil && k.load != nil {
+		return Token{}, ErrSecretUnavailable
+	}
+	return t, err
 }
+
+// ErrSecretUnavailable is returned by Open for a token it cannot verify yet:
+// the shared secret could not be loaded.
+var ErrSecretUnavailable = errors.New("reservation secret unavailable: the store that shares it cannot be reached; try again")

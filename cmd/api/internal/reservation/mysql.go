@@ -18,7 +18,7 @@ func NewMySQL(sqlDB *sql.DB) *MySQL { return &MySQL{q: db.New(sqlDB)} }
 
 // Claim implements Ledger: the insert of the first claim wins; a later
 // one reads its cost.
-func (m *MySQL) Claim(ctx context.Context, id [16]byte, cost int64, expires time.Time) (bool, int64, error) {
+func (m *MySQL) Claim(ctx context.Context, id [16]byte, _ string, cost int64, expires time.Time) (bool, int64, error) {
 	n, err := m.q.SettlementClaim(ctx, db.SettlementClaimParams{ID: id[:], Cost: uint64(cost), ExpiresAt: uint64(expires.UnixMilli())})
 	if err != nil {
 		return false, 0, fmt.Errorf("record settlement: %w", err)

@@ -21,7 +21,7 @@ func NewRedis(client redis.UniversalClient) *Redis { return &Redis{client: clien
 
 // Claim implements Ledger with SET NX: the first claim sets the key, a later
 // one reads it.
-func (r *Redis) Claim(ctx context.Context, id [16]byte, cost int64, expires time.Time) (bool, int64, error) {
+func (r *Redis) Claim(ctx context.Context, id [16]byte, _ string, cost int64, expires time.Time) (bool, int64, error) {
 	key := "ratelimit:v2:settled:" + hex.EncodeToString(id[:])
 	ok, err := r.client.SetArgs(ctx, key, cost, redis.SetArgs{Mode: "NX", ExpireAt: expires}).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {

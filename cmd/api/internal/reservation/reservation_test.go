@@ -87,6 +87,9 @@ func TestKeyringFallsBackToItsOwnSecret(t *testing.T) {
 	if _, err := a.Open(ctx, own); err != nil {
 		t.Fatalf("the issuing process cannot open its own token: %v", err)
 	}
+	if _, err := a.Open(ctx, b.Sign(ctx, token())); !errors.Is(err, reservation.ErrSecretUnavailable) {
+		t.Fatalf("a token of the shared secret while it cannot be loaded: %v, want ErrSecretUnavailable", err)
+	}
 	down.Store(false)
 	c := reservation.NewKeyring(load, slog.New(slog.DiscardHandler))
 	sharedToken := c.Sign(ctx, token())
@@ -102,11 +105,11 @@ func testLedger(t *testing.T, l reservation.Ledger) {
 	ctx := context.Background()
 	expires := time.Now().Add(time.Hour)
 	id := reservation.NewID()
-	first, cost, err := l.Claim(ctx, id, 700, expires)
+	first, cost, err := l.Claim(ctx, id, "ws", 700, expires)
 	if err != nil || !first || cost != 700 {
 		t.Fatalf("first claim: %v %d %v", first, cost, err)
 	}
-	first, cost, err = l.Claim(ctx, id, 900, expires)
+	first, cost, err = l.Claim(ctx, id, "ws", 900, expires)
 	if err != nil || first || cost != 700 {
 		t.Fatalf("second claim: first %v, cost %d, %v; want false, 700", first, cost, err)
 	}
@@ -115,7 +118,7 @@ func testLedger(t *testing.T, l reservation.Ledger) {
 	var wg sync.WaitGroup
 	for i := range 16 {
 		wg.Go(func() {
-			first, _, err := l.Claim(ctx, race, int64(i), expires)
+			first, _, err := l.Claim(ctx, race, "ws", int64(i), expires)
 			if err != nil {
 				t.Error(err)
 			}
@@ -134,15 +137,18 @@ func TestMemoryLedger(t *testing.T) {
 	testLedger(t, reservation.NewMemory(100, time.Now))
 	now := time.Now()
 	clock := func() time.Time { return now }
-	l := reservation.NewMemory(2, clock)
+	l := reservation.NewMemory(20, clock) // a workspace may hold 2
 	ctx := context.Background()
-	l.Claim(ctx, reservation.NewID(), 1, now.Add(time.Second))
-	l.Claim(ctx, reservation.NewID(), 1, now.Add(time.Hour))
-	if _, _, err := l.Claim(ctx, reservation.NewID(), 1, now.Add(time.Hour)); !errors.Is(err, reservation.ErrLedgerFull) {
-		t.Fatalf("a claim past the bound: %v, want ErrLedgerFull", err)
+	l.Claim(ctx, reservation.NewID(), "greedy", 1, now.Add(time.Second))
+	l.Claim(ctx, reservation.NewID(), "greedy", 1, now.Add(time.Hour))
+	if _, _, err := l.Claim(ctx, reservation.NewID(), "greedy", 1, now.Add(time.Hour)); !errors.Is(err, reservation.ErrLedgerFull) {
+		t.Fatalf("a workspace's claim past its share: %v, want ErrLedgerFull", err)
+	}
+	if first, _, err := l.Claim(ctx, reservation.NewID(), "other", 1, now.Add(time.Hour)); !first || err != nil {
+		t.Fatalf("another workspace's claim while one is at its share: %v %v", first, err)
 	}
 	now = now.Add(2 * time.Second) // the first record expired: room for one
-	if first, _, err := l.Claim(ctx, reservation.NewID(), 1, now.Add(time.Hour)); !first || err != nil {
+	if first, _, err := l.Claim(ctx, reservation.NewID(), "greedy", 1, now.Add(time.Hour)); !first || err != nil {
 		t.Fatalf("a claim once a record expired: %v %v", first, err)
 	}
 }

@@ -29,23 +29,32 @@ type Token struct {
 	Sequence int64
 	// Reserved is the estimate counted.
 	Reserved int64
+	// IssuedAt is when the reservation was made, in unix ms.
+	IssuedAt int64
+	// Scope names where its settlement can be recorded once (see
+	// Ledger): "" for every region (MySQL), a region, or one process.
+	Scope string
 }
 
 // ExpiresAt is when t can no longer be settled: an hour after its cell
 // stopped counting in any decision (the end of the window after its own),
-// so that an LLM call longer than its window still settles what it spent.
-// The record that t was settled is kept until then.
+// so that an LLM call longer than its window still settles what it spent,
+// and a day after it was made at the latest, so that the record that it was
+// settled, kept until then, does not outlive any call by long.
 func (t *Token) ExpiresAt() time.Time {
 	ms := t.Duration.Milliseconds()
-	return time.UnixMilli((t.Sequence + 2) * ms).Add(settleGrace)
+	return time.UnixMilli(min((t.Sequence+2)*ms+settleGrace.Milliseconds(), t.IssuedAt+MaxLife.Milliseconds()))
 }
 
 // settleGrace is how long past its cell's last window a reservation still
-// settles.
-const settleGrace = time.Hour
+// settles; MaxLife how long after it was made at most.
+const (
+	settleGrace = time.Hour
+	MaxLife     = 24 * time.Hour
+)
 
 // tokenVersion is the first byte of a token's payload.
-const tokenVersion = 1
+const tokenVersion = 2
 
 // macSize is how many bytes of HMAC-SHA256 a token carries: 128 bits, past
 // any forgery by guessing.
@@ -89,11 +98,11 @@ func (s *Signer) Sign(t *Token) string {
 	b := make([]byte, 0, 64+len(t.Workspace)+len(t.Namespace)+len(t.Identifier))
 	b = append(b, tokenVersion)
 	b = append(b, t.ID[:]...)
-	for _, part := range [...]string{t.Workspace, t.Namespace, t.Identifier} {
+	for _, part := range [...]string{t.Workspace, t.Namespace, t.Identifier, t.Scope} {
 		b = binary.AppendUvarint(b, uint64(len(part)))
 		b = append(b, part...)
 	}
-	for _, n := range [...]int64{t.Duration.Milliseconds(), t.Limit, t.Sequence, t.Reserved} {
+	for _, n := range [...]int64{t.Duration.Milliseconds(), t.Limit, t.Sequence, t.Reserved, t.IssuedAt} {
 		b = binary.AppendVarint(b, n)
 	}
 	b = append(b, s.mac(b)...)
@@ -115,7 +124,7 @@ func (s *Signer) Open(token string) (Token, error) {
 	rest := payload[1:]
 	copy(t.ID[:], rest)
 	rest = rest[16:]
-	var parts [3]string
+	var parts [4]string
 	for i := range parts {
 		n, size := binary.Uvarint(rest)
 		if size <= 0 || n > uint64(len(rest)-size) {
@@ -123,7 +132,7 @@ func (s *Signer) Open(token string) (Token, error) {
 		}
 		parts[i], rest = string(rest[size:size+int(n)]), rest[size+int(n):]
 	}
-	var nums [4]int64
+	var nums [5]int64
 	for i := range nums {
 		n, size := binary.Varint(rest)
 		if size <= 0 {
@@ -134,8 +143,9 @@ func (s *Signer) Open(token string) (Token, error) {
 	if len(rest) != 0 || nums[0] <= 0 {
 		return Token{}, ErrInvalid
 	}
-	t.Workspace, t.Namespace, t.Identifier = parts[0], parts[1], parts[2]
+	t.Workspace, t.Namespace, t.Identifier, t.Scope = parts[0], parts[1], parts[2], parts[3]
 	t.Duration, t.Limit, t.Sequence, t.Reserved = time.Duration(nums[0])*time.Millisecond, nums[1], nums[2], nums[3]
+	t.IssuedAt = nums[4]
 	return t, nil
 }
 

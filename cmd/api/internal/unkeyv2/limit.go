@@ -70,7 +70,7 @@ func (h *Handler) limit(ctx context.Context, c *call) (any, error) {
 // addition to Unkey's routes.
 type settleRequest struct {
 	Reservation string `json:"reservation"`
-	Cost        int64  `json:"cost"`
+	Cost        *int64 `json:"cost"`
 }
 
 // settleData answers /v2/ratelimit.settle.
