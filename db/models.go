@@ -4,6 +4,27 @@
 
 package db
 
+type RatelimitAnalytic struct {
+	Pk          uint64
+	WorkspaceID string
+	Namespace   string
+	Granularity uint8
+	Bucket      int64
+	Passed      uint64
+	Denied      uint64
+}
+
+type RatelimitAnalyticsTop struct {
+	Pk          uint64
+	WorkspaceID string
+	Namespace   string
+	Granularity uint8
+	Bucket      int64
+	Identifier  string
+	Passed      uint64
+	Denied      uint64
+}
+
 type RatelimitAuditLog struct {
 	Pk          uint64
 	WorkspaceID string
@@ -52,6 +73,14 @@ type RatelimitOverride struct {
 	UpdatedAt   uint64
 	DeletedAt   uint64
 	Revision    uint64
+}
+
+type RatelimitProcess struct {
+	ProcessID  string
+	Region     string
+	SeenAt     uint64
+	LastSyncAt uint64
+	RedisNodes string
 }
 
 type RatelimitReservationSettlement struct {

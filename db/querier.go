@@ -9,6 +9,25 @@ import (
 )
 
 type Querier interface {
+	// AnalyticsPurge deletes up to limit buckets of a granularity that start
+	// before cutoff (unix ms).
+	AnalyticsPurge(ctx context.Context, arg AnalyticsPurgeParams) (int64, error)
+	// AnalyticsRollup replaces the counts of the coarser bucket that starts at
+	// bucket (granularity coarse) by the sum of the finer buckets (granularity
+	// fine) in [bucket, bucket_end): run again, it writes the same.
+	AnalyticsRollup(ctx context.Context, arg AnalyticsRollupParams) error
+	// AnalyticsSeries returns a namespace's buckets of one granularity in
+	// [from, to) (unix ms).
+	AnalyticsSeries(ctx context.Context, arg AnalyticsSeriesParams) ([]AnalyticsSeriesRow, error)
+	// AnalyticsTop sums a namespace's named identifiers over the buckets of one
+	// granularity in [from, to) and returns the most denied, then the busiest.
+	AnalyticsTop(ctx context.Context, arg AnalyticsTopParams) ([]AnalyticsTopRow, error)
+	// AnalyticsTopClear deletes the named identifiers of one coarse bucket,
+	// before AnalyticsTopRollup writes them again.
+	AnalyticsTopClear(ctx context.Context, arg AnalyticsTopClearParams) error
+	// AnalyticsTopPurge deletes up to limit named identifiers of a granularity
+	// whose bucket starts before cutoff (unix ms).
+	AnalyticsTopPurge(ctx context.Context, arg AnalyticsTopPurgeParams) (int64, error)
 	// AuditInsert records one change, at the database's time.
 	AuditInsert(ctx context.Context, arg AuditInsertParams) error
 	// AuditList returns up to limit entries of a workspace, newest first,
@@ -118,6 +137,13 @@ type Querier interface {
 	// before deleted_at is cleared.) The revision grows by at least one whatever
 	// the clock does, so that the row's later state always has the larger one.
 	OverrideUpsert(ctx context.Context, arg OverrideUpsertParams) error
+	// ProcessSeen records a process's roll call, at the database's time.
+	ProcessSeen(ctx context.Context, arg ProcessSeenParams) error
+	// ProcessesPurge deletes the processes not seen since cutoff (unix ms).
+	ProcessesPurge(ctx context.Context, seenAt uint64) (int64, error)
+	// ProcessesSeenSince returns the processes seen at or after since (unix ms
+	// by the database's clock), with the database's time now.
+	ProcessesSeenSince(ctx context.Context, seenAt uint64) ([]ProcessesSeenSinceRow, error)
 	// SecretGet returns the secret stored under name.
 	SecretGet(ctx context.Context, name string) ([]byte, error)
 	// SecretInsert stores secret under name unless one is stored already.

@@ -46,6 +46,10 @@ type config struct {
 	// share one they store in MySQL (or, without MySQL, in the region's
 	// Redis).
 	ReservationSecret string `env:"UNKEY_RESERVATION_SECRET"`
+	// AnalyticsFlushInterval is how often the process adds the decisions
+	// it counted to the analytics (MySQL, or its memory): how far
+	// GetRatelimits lags behind.
+	AnalyticsFlushInterval time.Duration `env:"UNKEY_ANALYTICS_FLUSH_INTERVAL" envDefault:"10s"`
 	cmdutil.Log
 
 	// MaxWindowsPerWorkspace caps the windows one workspace may hold in a
@@ -144,7 +148,7 @@ func loadConfig(environ []string) (config, error) {
 	}{{"UNKEY_HTTP_READ_TIMEOUT", c.ReadTimeout}, {"UNKEY_HTTP_WRITE_TIMEOUT", c.WriteTimeout}, {"UNKEY_HTTP_IDLE_TIMEOUT", c.IdleTimeout},
 		{"UNKEY_OVERRIDES_POLL_INTERVAL", c.OverridesPollInterval}, {"UNKEY_GLOBAL_FLUSH_INTERVAL", c.GlobalFlushInterval},
 		{"UNKEY_GLOBAL_FULL_FLUSH_INTERVAL", c.GlobalFullFlushInterval}, {"UNKEY_GLOBAL_SYNC_INTERVAL", c.GlobalSyncInterval},
-		{"UNKEY_RLS_CONFIG_INTERVAL", c.RLSConfigInterval}} {
+		{"UNKEY_RLS_CONFIG_INTERVAL", c.RLSConfigInterval}, {"UNKEY_ANALYTICS_FLUSH_INTERVAL", c.AnalyticsFlushInterval}} {
 		if d.v < 100*time.Millisecond || d.v > time.Hour {
 			return config{}, fmt.Errorf("%s: must be between 100ms and 1h, got %s", d.name, d.v)
 		}

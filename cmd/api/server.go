@@ -36,6 +36,7 @@ import (
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/internal/telemetry"
+	"github.com/unkeyed/ratelimit/services/analytics"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	overridesmysql "github.com/unkeyed/ratelimit/services/overrides/mysqlstore"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
@@ -55,7 +56,7 @@ const shutdownTimeout = 15 * time.Second
 // services are the gRPC services the server answers, for health checks and
 // reflection.
 var services = []string{ratelimitv1connect.RatelimitServiceName, ratelimitv1connect.KeyServiceName,
-	ratelimitv1connect.AuditServiceName, envoyrls.ServiceName}
+	ratelimitv1connect.AuditServiceName, ratelimitv1connect.AnalyticsServiceName, envoyrls.ServiceName}
 
 // server is one API process: a limiter behind the protocol adapters, with
 // health, readiness and metrics endpoints.
@@ -77,6 +78,8 @@ type server struct {
 	connect   *connectapi.Handler
 	keyAPI    *connectapi.Keys
 	auditAPI  *connectapi.Audit
+	analytics *connectapi.Analytics
+	recorder  *analytics.Recorder
 	keys      *keys.Ring
 	keyFile   *keys.File  // nil without UNKEY_AUTH_KEYS_FILE
 	keyTable  *keys.Table // nil without MySQL
@@ -120,10 +123,14 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	var keyTable *keys.Table
 	// Reservations settle once in the widest scope there is: every region
 	// with MySQL, the region with Redis alone, else this process.
+	memAnalytics := analytics.NewMemory(analytics.DefaultMemoryRows, time.Now)
+	var analyticsStore analytics.Store = memAnalytics
+	var fleet analytics.Fleet = memAnalytics
 	var ledger reservation.Ledger = reservation.NewMemory(reservation.DefaultMemoryRecords, time.Now)
 	ledgerScope := "process:" + reservation.NewProcessID()
 	var loadSecret func(context.Context) ([]byte, error)
 	var client redis.UniversalClient
+	var redisStore *redisstore.Store // for the roll call's breakers
 	switch {
 	case cfg.redis != nil:
 		client = redis.NewClient(cfg.redis)
@@ -142,6 +149,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		}
 		closers = append(closers, client.Close)
 		regional, err := redisstore.New(client, redisstore.WithLogger(logger), redisstore.WithRegisterer(reg))
+		redisStore = regional
 		if err != nil {
 			return nil, err
 		}
@@ -165,6 +173,8 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		ovOpts = append(ovOpts, overrides.WithStore(overridesmysql.New(sqlDB)))
 		auditLog, keyStore = audit.NewMySQL(sqlDB), keys.NewMySQL(sqlDB)
 		ledger, ledgerScope = reservation.NewMySQL(sqlDB), ""
+		mysqlAnalytics := analytics.NewMySQL(sqlDB, time.Now)
+		analyticsStore, fleet = mysqlAnalytics, mysqlAnalytics
 		loadSecret = func(ctx context.Context) ([]byte, error) { return reservation.MySQLSecret(ctx, sqlDB) }
 		if keyTable, err = keys.NewTable(keyStore, ring, reg, keys.WithPollInterval(cfg.OverridesPollInterval),
 			keys.WithTableLogger(logger)); err != nil {
@@ -189,6 +199,18 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	if keyStore != nil {
 		manager = keys.NewManager(keyStore, auditWriter)
 	}
+	processID := reservation.NewProcessID()
+	recorder, err := analytics.NewRecorder(analyticsStore, logger, reg, analytics.WithFlushInterval(cfg.AnalyticsFlushInterval),
+		analytics.WithRollCall(fleet, func() analytics.Process {
+			p := analytics.Process{ID: processID, Region: cfg.Region, LastSync: limiter.LastGlobalSync()}
+			if redisStore != nil {
+				p.Breakers = redisStore.Breakers()
+			}
+			return p
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("register analytics metrics: %w", err)
+	}
 	keyring := reservation.NewKeyring(loadSecret, logger)
 	if cfg.ReservationSecret != "" {
 		if keyring, err = reservation.StaticKeyring([]byte(cfg.ReservationSecret)); err != nil {
@@ -196,7 +218,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		}
 	}
 	p, err := pipeline.New(limiter, ov, reg, pipeline.WithKeys(ring), pipeline.WithAudit(auditWriter),
-		pipeline.WithReservations(keyring, ledger, ledgerScope), pipeline.WithLogger(logger),
+		pipeline.WithReservations(keyring, ledger, ledgerScope), pipeline.WithLogger(logger), pipeline.WithAnalytics(recorder),
 		pipeline.WithBatchEntriesInFlight(cfg.batchEntriesInFlight()))
 	if err != nil {
 		return nil, fmt.Errorf("register api metrics: %w", err)
@@ -235,6 +257,8 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		connect:   connectapi.New(layer),
 		keyAPI:    connectapi.NewKeys(layer, manager),
 		auditAPI:  connectapi.NewAudit(layer, auditLog),
+		analytics: connectapi.NewAnalytics(layer, analyticsStore, fleet, cfg.Region),
+		recorder:  recorder,
 		keys:      ring,
 		keyFile:   keyFile,
 		keyTable:  keyTable,
@@ -285,6 +309,7 @@ func (s *server) handler() http.Handler {
 	s.connect.Register(mux)
 	s.keyAPI.Register(mux)
 	s.auditAPI.Register(mux)
+	s.analytics.Register(mux)
 	s.unkey.Register(mux)
 	s.rls.Register(mux, s.layer)
 	reflector := grpcreflect.NewStaticReflector(services...)
@@ -318,6 +343,7 @@ func (s *server) grpcServer() (*grpc.Server, func()) {
 	s.connect.RegisterGRPC(srv)
 	s.keyAPI.RegisterGRPC(srv)
 	s.auditAPI.RegisterGRPC(srv)
+	s.analytics.RegisterGRPC(srv)
 	s.rls.RegisterGRPC(srv)
 	hs := health.NewServer()
 	for _, name := range append(services, "") {
@@ -346,6 +372,7 @@ func (s *server) serve(ctx context.Context, ln, grpcLn net.Listener) error {
 	defer stopLoops()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.limiter.Run(loopsCtx) })
+	g.Go(func() error { return s.recorder.Run(loopsCtx) })
 	// Overrides from MySQL before taking traffic, so that a restarted process
 	// applies them from its first request: /readyz answers 503 until then.
 	// A database that does not answer leaves the load to the poll loop; a

@@ -133,3 +133,16 @@ func (h *minHeap) Pop() any {
 	*h = old[:len(old)-1]
 	return e
 }
+
+// Get returns key's kept item, and false if the sketch does not keep key
+// (its weight is then at most the smallest kept count).
+func (s *Sketch) Get(key string) (Item, bool) {
+	e, ok := s.items[key]
+	if !ok {
+		return Item{}, false
+	}
+	return e.Item, true
+}
+
+// Len returns how many items the sketch keeps: at most its capacity.
+func (s *Sketch) Len() int { return len(s.items) }

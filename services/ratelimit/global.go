@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"log/slog"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/sony/gobreaker/v2"
@@ -187,6 +188,9 @@ type globalTier struct {
 	unpublished store.Unpublished
 	// state is the loops' own bookkeeping.
 	state *globalState
+	// lastSync is when the latest sync that succeeded began, in unix ms by
+	// the limiter's clock (0 before the first).
+	lastSync atomic.Int64
 }
 
 func newGlobalTier(region string, cfg *settings, m *metrics, windows *windowTable, hydrated bool) *globalTier {

@@ -330,6 +330,7 @@ func (g *globalTier) sync(ctx context.Context) {
 		return
 	}
 	st.syncedAsOf = res.(synced).asOf
+	g.lastSync.Store(now.UnixMilli())
 	g.metrics.globalLastSync.Set(float64(now.UnixMilli()) / 1000)
 	if since.IsZero() {
 		st.lastFull = now

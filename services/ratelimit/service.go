@@ -75,6 +75,20 @@ func New(region string, opts ...Option) (*Service, error) {
 	return s, nil
 }
 
+// LastGlobalSync returns when the latest read of the other regions' counts
+// that succeeded began: the zero time before the first, and without a
+// global store.
+func (s *Service) LastGlobalSync() time.Time {
+	if s.global == nil {
+		return time.Time{}
+	}
+	ms := s.global.lastSync.Load()
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
 // Region returns the region this limiter counts for.
 func (s *Service) Region() string { return s.region }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/db"
 	"github.com/unkeyed/ratelimit/internal/durable"
+	"github.com/unkeyed/ratelimit/services/analytics"
 	"github.com/unkeyed/ratelimit/services/overrides"
 )
 
@@ -58,6 +59,12 @@ type Store interface {
 	AuditPurge(ctx context.Context, arg db.AuditPurgeParams) (int64, error)
 	SettlementsPurgeBatch(ctx context.Context, arg db.SettlementsPurgeBatchParams) (db.SettlementsPurgeBatchRow, error)
 	SettlementsPurge(ctx context.Context, arg db.SettlementsPurgeParams) (int64, error)
+	AnalyticsRollup(ctx context.Context, arg db.AnalyticsRollupParams) error
+	AnalyticsTopClear(ctx context.Context, arg db.AnalyticsTopClearParams) error
+	AnalyticsTopRollup(ctx context.Context, coarse, fine uint8, bucket, bucketEnd int64, maxRows int) error
+	AnalyticsPurge(ctx context.Context, arg db.AnalyticsPurgeParams) (int64, error)
+	AnalyticsTopPurge(ctx context.Context, arg db.AnalyticsTopPurgeParams) (int64, error)
+	ProcessesPurge(ctx context.Context, seenAt uint64) (int64, error)
 }
 
 // Cleanup is the Restate virtual object. Bind it with restate.Reflect.
@@ -134,9 +141,13 @@ type Status struct {
 	// LastRunSettlementsPurged and TotalSettlementsPurged count the
 	// records of settled reservations purged once those could no longer
 	// be settled.
-	LastRunSettlementsPurged int64     `json:"lastRunSettlementsPurged"`
-	TotalSettlementsPurged   int64     `json:"totalSettlementsPurged"`
-	NextRun                  time.Time `json:"nextRun,omitzero"`
+	LastRunSettlementsPurged int64 `json:"lastRunSettlementsPurged"`
+	TotalSettlementsPurged   int64 `json:"totalSettlementsPurged"`
+	// LastRunAnalyticsPurged and TotalAnalyticsPurged count the analytics
+	// rows (buckets and named identifiers) purged past their retention.
+	LastRunAnalyticsPurged int64     `json:"lastRunAnalyticsPurged"`
+	TotalAnalyticsPurged   int64     `json:"totalAnalyticsPurged"`
+	NextRun                time.Time `json:"nextRun,omitzero"`
 	// Running reports, when Status answers, whether a scheduled chain is
 	// alive: its next run is not overdue by more than twice the interval
 	// and ten seconds. A chain that is not running is waiting on a worker
@@ -308,7 +319,14 @@ func (c *Cleanup) Run(ctx restate.ObjectContext, req RunRequest) error {
 	if settleErr != nil {
 		return settleErr
 	}
-	full = full || morePurges || moreAudit || moreSettlements
+	if err := c.rollUp(ctx, now); err != nil {
+		return err
+	}
+	analyticsPurged, moreAnalytics, analyticsErr := c.purgeAnalytics(ctx, now)
+	if analyticsErr != nil {
+		return analyticsErr
+	}
+	full = full || morePurges || moreAudit || moreSettlements || moreAnalytics
 	delay := time.Duration(st.IntervalSeconds) * time.Second
 	if full {
 		delay = backlogDelay // more rows are waiting
@@ -324,11 +342,106 @@ func (c *Cleanup) Run(ctx restate.ObjectContext, req RunRequest) error {
 	st.TotalAuditPurged += auditPurged
 	st.LastRunSettlementsPurged = settlementsPurged
 	st.TotalSettlementsPurged += settlementsPurged
+	st.LastRunAnalyticsPurged = analyticsPurged
+	st.TotalAnalyticsPurged += analyticsPurged
 	st.NextRun = st.LastRun.Add(delay)
 	restate.Set(ctx, stateStatus, st)
 	schedule(ctx, chain, delay)
 	return nil
 }
+
+// Analytics roll-ups: each run recomputes, from the finer buckets, the
+// hours and days that ended a while ago (late flushes have landed) and
+// recently (the minutes and hours they are made of are still kept), so a
+// run missed, or one that saw a late flush, is made good by the next.
+const (
+	hourSettle      = 5 * time.Minute // an hour is rolled up this long after it ended
+	hoursRecomputed = 3
+	daySettle       = time.Hour
+	daysRecomputed  = 2
+	// topPerBucket is how many identifiers of a namespace an hour or a
+	// day keeps.
+	topPerBucket = 100
+)
+
+// rollUp rolls minutes up into hours and hours into days, each bucket in
+// durable steps that write the same however often they run.
+func (c *Cleanup) rollUp(ctx restate.ObjectContext, now int64) error {
+	type level struct {
+		coarse, fine analytics.Granularity
+		settle       time.Duration
+		count        int
+	}
+	for _, l := range []level{{analytics.Hour, analytics.Minute, hourSettle, hoursRecomputed},
+		{analytics.Day, analytics.Hour, daySettle, daysRecomputed}} {
+		size := l.coarse.Duration().Milliseconds()
+		last := (now-l.settle.Milliseconds())/size*size - size // the latest bucket that ended settle ago
+		for i := range l.count {
+			bucket := last - int64(i)*size
+			coarse, fine := uint8(l.coarse), uint8(l.fine)
+			if _, err := restate.Run(ctx, func(rc restate.RunContext) (restate.Void, error) {
+				return restate.Void{}, c.store.AnalyticsRollup(rc, db.AnalyticsRollupParams{Coarse: coarse, Bucket: bucket,
+					Fine: fine, BucketEnd: bucket + size})
+			}, restate.WithName(fmt.Sprintf("roll up the %s of %d", l.coarse, bucket))); err != nil {
+				return err
+			}
+			if _, err := restate.Run(ctx, func(rc restate.RunContext) (restate.Void, error) {
+				if err := c.store.AnalyticsTopClear(rc, db.AnalyticsTopClearParams{Granularity: coarse, Bucket: bucket}); err != nil {
+					return restate.Void{}, err
+				}
+				return restate.Void{}, c.store.AnalyticsTopRollup(rc, coarse, fine, bucket, bucket+size, topPerBucket)
+			}, restate.WithName(fmt.Sprintf("roll up the identifiers of the %s of %d", l.coarse, bucket))); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// purgeAnalytics deletes the analytics rows past their retention (see
+// package analytics) and the roll call of processes not seen for a day,
+// up to maxBatches batches of each, and reports the rows deleted and
+// whether more are waiting.
+func (c *Cleanup) purgeAnalytics(ctx restate.ObjectContext, now int64) (int64, bool, error) {
+	var purged int64
+	more := false
+	for _, r := range []struct {
+		g         analytics.Granularity
+		retention time.Duration
+	}{{analytics.Minute, analytics.MinuteRetention}, {analytics.Hour, analytics.HourRetention}, {analytics.Day, analytics.DayRetention}} {
+		cutoff, g := now-r.retention.Milliseconds(), uint8(r.g)
+		for _, table := range []string{"buckets", "identifiers"} {
+			for i := 1; ; i++ {
+				if i > c.maxBatches {
+					more = true
+					break
+				}
+				n, err := restate.Run(ctx, func(rc restate.RunContext) (int64, error) {
+					if table == "buckets" {
+						return c.store.AnalyticsPurge(rc, db.AnalyticsPurgeParams{Granularity: g, Cutoff: cutoff, Limit: c.batchSize})
+					}
+					return c.store.AnalyticsTopPurge(rc, db.AnalyticsTopPurgeParams{Granularity: g, Cutoff: cutoff, Limit: c.batchSize})
+				}, restate.WithName(fmt.Sprintf("purge %s %s %d", r.g, table, i)))
+				if err != nil {
+					return purged, false, err
+				}
+				purged += n
+				if n < int64(c.batchSize) {
+					break
+				}
+			}
+		}
+	}
+	if _, err := restate.Run(ctx, func(rc restate.RunContext) (int64, error) {
+		return c.store.ProcessesPurge(rc, uint64(max(now-processRetention.Milliseconds(), 0)))
+	}, restate.WithName("purge the roll call")); err != nil {
+		return purged, false, err
+	}
+	return purged, more, nil
+}
+
+// processRetention is how long the roll call keeps a process not seen.
+const processRetention = 24 * time.Hour
 
 // purge removes rows in up to maxBatches batches, each counted in one
 // durable step (count returns the batch's rows and last primary key) and

@@ -424,3 +424,44 @@ func TestCleanupPurgesExpiredSettlements(t *testing.T) {
 		t.Fatalf("records left %v, want %v (those not expired)", left, want)
 	}
 }
+
+// TestCleanupRollsUpAnalytics: a run sums the minutes of the hours that
+// ended into hours (named identifiers too, the most denied first), the
+// hours of the days that ended into days, and purges the minutes past
+// their retention; a second run writes the same.
+func TestCleanupRollsUpAnalytics(t *testing.T) {
+	e := setup(t)
+	e.endpoint(t, &countingStore{Queries: db.New(e.sqlDB)}, WithBatches(2, 3))
+	hour := time.Now().Truncate(time.Hour).Add(-2 * time.Hour).UnixMilli()
+	old := time.Now().Add(-30 * time.Hour).Truncate(time.Minute).UnixMilli()
+	for i, r := range []struct {
+		bucket         int64
+		id             string
+		passed, denied int
+	}{{hour, "alice", 5, 1}, {hour + 60_000, "alice", 2, 4}, {hour + 59*60_000, "bob", 9, 0}, {old, "carol", 1, 1}} {
+		if _, err := e.sqlDB.Exec(`INSERT INTO ratelimit_analytics (workspace_id, namespace, granularity, bucket, passed, denied)
+			VALUES ('ws', 'api', 1, ?, ?, ?)`, r.bucket, r.passed, r.denied); err != nil {
+			t.Fatal(err, i)
+		}
+		if _, err := e.sqlDB.Exec(`INSERT INTO ratelimit_analytics_top (workspace_id, namespace, granularity, bucket, identifier, passed, denied)
+			VALUES ('ws', 'api', 1, ?, ?, ?, ?)`, r.bucket, r.id, r.passed, r.denied); err != nil {
+			t.Fatal(err, i)
+		}
+	}
+	e.start(t, "rollup", "{}")
+	poll.Until(t, 20*time.Second, "a run", func() bool { return e.status(t, "rollup").Runs >= 1 })
+	var passed, denied int
+	if err := e.sqlDB.QueryRow(`SELECT passed, denied FROM ratelimit_analytics WHERE granularity = 2 AND bucket = ?`, hour).Scan(&passed, &denied); err != nil || passed != 16 || denied != 5 {
+		t.Fatalf("the hour: %d passed, %d denied (%v); want 16 and 5", passed, denied, err)
+	}
+	var first string
+	if err := e.sqlDB.QueryRow(`SELECT identifier FROM ratelimit_analytics_top WHERE granularity = 2 AND bucket = ?
+		ORDER BY denied DESC LIMIT 1`, hour).Scan(&first); err != nil || first != "alice" {
+		t.Fatalf("the hour's most denied: %q (%v), want alice", first, err)
+	}
+	var oldMinutes int
+	e.sqlDB.QueryRow(`SELECT COUNT(*) FROM ratelimit_analytics WHERE granularity = 1 AND bucket = ?`, old).Scan(&oldMinutes)
+	if oldMinutes != 0 || e.status(t, "rollup").TotalAnalyticsPurged < 2 {
+		t.Fatalf("a minute 30 hours old is kept (%d), or not counted purged (%d)", oldMinutes, e.status(t, "rollup").TotalAnalyticsPurged)
+	}
+}

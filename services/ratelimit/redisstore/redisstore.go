@@ -82,6 +82,17 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	return o, nil
 }
 
+// Breakers returns the state of each node's circuit breaker by address:
+// "closed", "half-open" or "open" (the node's keys are decided locally).
+func (o *Store) Breakers() map[string]string {
+	out := map[string]string{}
+	o.nodes.byAddr.Range(func(addr string, n *node) bool {
+		out[addr] = n.breaker.State().String()
+		return true
+	})
+	return out
+}
+
 // nodeOf returns the address of the node that serves key: the one server,
 // or the master of key's slot in the cluster client's slot map.
 func (o *Store) nodeOf(ctx context.Context, key string) (string, error) {

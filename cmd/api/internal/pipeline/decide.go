@@ -123,8 +123,16 @@ func (p *Pipeline) Limit(ctx context.Context, c Call) (Decision, error) {
 		d.Reservation = p.reserve(ctx, &r, d.Response)
 	}
 	p.metrics.decision("Limit", d.Success)
+	p.record(&r, d.Success)
 	setDecided(ctx, d.Success)
 	return d, nil
+}
+
+// record counts a decision of r in the analytics.
+func (p *Pipeline) record(r *ratelimit.Request, passed bool) {
+	if p.analytics != nil {
+		p.analytics.Record(r.Workspace, r.Namespace, r.Identifier, passed)
+	}
 }
 
 // annotate adds to the call's span, if it is traced, the namespace it
@@ -219,6 +227,7 @@ func (p *Pipeline) Batch(ctx context.Context, calls []Call) ([]Decision, error) 
 			d.Success, d.Remaining, d.RetryAfter = false, 0, 0
 		}
 		p.metrics.decision("Limit", d.Success)
+		p.record(&reqs[i], d.Success)
 		setDecided(ctx, d.Success) // a batch with any entry denied is denied
 		out[i] = d
 	}
@@ -269,6 +278,7 @@ func (p *Pipeline) Multi(ctx context.Context, calls []Call) (MultiDecision, erro
 	out.Passed = resp.Passed
 	for i := range resp.Results {
 		out.Results[i].Response = resp.Results[i]
+		p.record(&reqs[i], resp.Passed && resp.Results[i].Success) // admitted: counted
 	}
 	p.metrics.decision("MultiLimit", resp.Passed)
 	setDecided(ctx, resp.Passed)

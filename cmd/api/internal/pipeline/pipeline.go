@@ -18,6 +18,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/audit"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/reservation"
+	"github.com/unkeyed/ratelimit/services/analytics"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -37,6 +38,9 @@ type Pipeline struct {
 	ledger  reservation.Ledger
 	scope   string
 	logger  *slog.Logger
+	// analytics counts every decision by namespace and identifier; nil:
+	// not counted.
+	analytics *analytics.Recorder
 }
 
 // Option configures a Pipeline.
@@ -69,6 +73,9 @@ func WithBatchEntriesInFlight(n int64) Option {
 func WithReservations(keyring *reservation.Keyring, ledger reservation.Ledger, scope string) Option {
 	return func(p *Pipeline) { p.keyring, p.ledger, p.scope = keyring, ledger, scope }
 }
+
+// WithAnalytics counts every decision in r (see package analytics).
+func WithAnalytics(r *analytics.Recorder) Option { return func(p *Pipeline) { p.analytics = r } }
 
 // WithLogger logs what the pipeline cannot tell its caller (a ledger that
 // failed) with l.

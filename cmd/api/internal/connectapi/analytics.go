@@ -1,0 +1,146 @@
+package connectapi
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/grpc"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
+	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
+	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
+	"github.com/unkeyed/ratelimit/services/analytics"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
+)
+
+// Analytics serves AnalyticsService on a layer, reading an analytics store
+// and the fleet's roll call.
+type Analytics struct {
+	layer  *transport.Layer
+	store  analytics.Store
+	fleet  analytics.Fleet
+	region string
+	now    func() time.Time
+}
+
+var _ ratelimitv1connect.AnalyticsServiceHandler = (*Analytics)(nil)
+
+// NewAnalytics returns AnalyticsService on l, reading store and fleet, for a
+// process of region.
+func NewAnalytics(l *transport.Layer, store analytics.Store, fleet analytics.Fleet, region string) *Analytics {
+	return &Analytics{layer: l, store: store, fleet: fleet, region: region, now: time.Now}
+}
+
+// Register serves the service on mux behind the layer.
+func (h *Analytics) Register(mux *http.ServeMux) {
+	path, service := ratelimitv1connect.NewAnalyticsServiceHandler(h, h.layer.HandlerOptions(Codecs)...)
+	mux.Handle(path, h.layer.Route(h.layer.ConnectRenderer(), service,
+		methodNames(ratelimitv1.File_ratelimit_v1_analytics_proto.Services().ByName("AnalyticsService"))...))
+}
+
+// RegisterGRPC serves AnalyticsService on a grpc-go server of the layer.
+func (h *Analytics) RegisterGRPC(srv *grpc.Server) {
+	const service = ratelimitv1connect.AnalyticsServiceName
+	srv.RegisterService(&grpc.ServiceDesc{
+		ServiceName: service,
+		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{
+			grpcMethod(service, "GetRatelimits", h.GetRatelimits),
+			grpcMethod(service, "GetStatus", h.GetStatus),
+		},
+		Metadata: "ratelimit/v1/analytics.proto",
+	}, struct{}{})
+}
+
+// Bounds of a GetRatelimits request.
+const (
+	maxBuckets = 1440
+	defaultTop = 10
+	maxTop     = 100
+)
+
+// GetRatelimits implements AnalyticsService.GetRatelimits.
+func (h *Analytics) GetRatelimits(ctx context.Context, req *connect.Request[ratelimitv1.GetRatelimitsRequest]) (*connect.Response[ratelimitv1.GetRatelimitsResponse], error) {
+	out, err := h.getRatelimits(ctx, req.Msg)
+	if err != nil {
+		return nil, h.layer.ConnectError(ctx, ratelimitv1connect.AnalyticsServiceGetRatelimitsProcedure, err)
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (h *Analytics) getRatelimits(ctx context.Context, m *ratelimitv1.GetRatelimitsRequest) (*ratelimitv1.GetRatelimitsResponse, error) {
+	if err := ratelimit.CheckName("namespace", m.GetNamespace(), ratelimit.MaxNameLength); err != nil {
+		return nil, err
+	}
+	var g analytics.Granularity
+	switch m.GetGranularity() {
+	case "", "minute":
+		g = analytics.Minute
+	case "hour":
+		g = analytics.Hour
+	case "day":
+		g = analytics.Day
+	default:
+		return nil, &ratelimit.ValidationError{Field: "granularity", Rule: `must be "minute", "hour" or "day"`}
+	}
+	from, to := m.GetFrom(), m.GetTo()
+	if from < 0 {
+		return nil, &ratelimit.ValidationError{Field: "from", Rule: "must be a time in unix milliseconds, 0 or more"}
+	}
+	if to <= from || (to-from)/g.Duration().Milliseconds() > maxBuckets {
+		return nil, &ratelimit.ValidationError{Field: "to", Rule: "must be after from, by at most 1440 buckets of the granularity"}
+	}
+	top := int(m.GetTop())
+	switch {
+	case top == 0:
+		top = defaultTop
+	case top < 1 || top > maxTop:
+		return nil, &ratelimit.ValidationError{Field: "top", Rule: "must be between 1 and 100, or 0 for 10"}
+	}
+	if err := pipeline.Authorize(ctx, access.ReadAnalytics, m.GetNamespace()); err != nil {
+		return nil, err
+	}
+	ws := pipeline.Workspace(ctx)
+	series, err := h.store.Series(ctx, ws, m.GetNamespace(), g, time.UnixMilli(from), time.UnixMilli(to))
+	if err != nil {
+		return nil, err
+	}
+	named, err := h.store.Top(ctx, ws, m.GetNamespace(), time.UnixMilli(from), time.UnixMilli(to), top)
+	if err != nil {
+		return nil, err
+	}
+	out := &ratelimitv1.GetRatelimitsResponse{Series: make([]*ratelimitv1.RatelimitPoint, len(series)),
+		Top: make([]*ratelimitv1.RatelimitIdentifier, len(named))}
+	for i, p := range series {
+		out.Series[i] = &ratelimitv1.RatelimitPoint{Time: p.Start.UnixMilli(), Passed: p.Passed, Denied: p.Denied}
+	}
+	for i, it := range named {
+		out.Top[i] = &ratelimitv1.RatelimitIdentifier{Identifier: it.Identifier, Passed: it.Passed, Denied: it.Denied}
+	}
+	return out, nil
+}
+
+// statusWindow is how recently a process must have reported to be listed.
+const statusWindow = 5 * time.Minute
+
+// GetStatus implements AnalyticsService.GetStatus.
+func (h *Analytics) GetStatus(ctx context.Context, _ *connect.Request[ratelimitv1.GetStatusRequest]) (*connect.Response[ratelimitv1.GetStatusResponse], error) {
+	procs, now, err := h.fleet.Processes(ctx, statusWindow)
+	if err != nil {
+		return nil, h.layer.ConnectError(ctx, ratelimitv1connect.AnalyticsServiceGetStatusProcedure, err)
+	}
+	out := &ratelimitv1.GetStatusResponse{Region: h.region, Processes: make([]*ratelimitv1.ProcessStatus, len(procs))}
+	for i, p := range procs {
+		ps := &ratelimitv1.ProcessStatus{Id: p.ID, Region: p.Region, SeenAgoMs: max(now.Sub(p.SeenAt).Milliseconds(), 0),
+			LastSyncAgoMs: -1, RedisNodes: p.Breakers}
+		if !p.LastSync.IsZero() {
+			ps.LastSyncAgoMs = max(now.Sub(p.LastSync).Milliseconds(), 0)
+		}
+		out.Processes[i] = ps
+	}
+	return connect.NewResponse(out), nil
+}

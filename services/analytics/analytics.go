@@ -1,0 +1,119 @@
+// Package analytics counts who is being limited: per workspace, namespace
+// and minute, the decisions that passed and were denied, and the
+// identifiers most denied and busiest, found by heavy-hitter sketches in
+// bounded memory. A Recorder in each API process aggregates decisions off
+// the request path and adds them to a Store every flush interval; the
+// worker rolls minutes up to hours and days and purges them past their
+// retention (package cleanup); a Store answers the series and top
+// identifiers of a namespace across every process and region.
+package analytics
+
+import (
+	"context"
+	"time"
+)
+
+// Granularity is the length of a bucket.
+type Granularity uint8
+
+// The granularities, as the tables store them.
+const (
+	Minute Granularity = 1
+	Hour   Granularity = 2
+	Day    Granularity = 3
+)
+
+// Duration returns the bucket's length.
+func (g Granularity) Duration() time.Duration {
+	switch g {
+	case Hour:
+		return time.Hour
+	case Day:
+		return 24 * time.Hour
+	}
+	return time.Minute
+}
+
+// String names g as the API does.
+func (g Granularity) String() string {
+	switch g {
+	case Hour:
+		return "hour"
+	case Day:
+		return "day"
+	}
+	return "minute"
+}
+
+// Retention: what the tables keep of each granularity. A query reads each
+// span of time from the finest granularity that holds it: the last
+// MinuteSpan from minutes, back to HourSpan from hours, older from days.
+const (
+	MinuteRetention = 25 * time.Hour
+	HourRetention   = 32 * 24 * time.Hour
+	DayRetention    = 400 * 24 * time.Hour
+	MinuteSpan      = 24 * time.Hour
+	HourSpan        = 31 * 24 * time.Hour
+)
+
+// Bucket is a namespace's decisions in one bucket.
+type Bucket struct {
+	Workspace, Namespace string
+	// Start is the bucket's start.
+	Start          time.Time
+	Passed, Denied int64
+}
+
+// Entry is a named identifier's decisions in one bucket.
+type Entry struct {
+	Bucket
+	Identifier string
+}
+
+// Point is one bucket of a series.
+type Point struct {
+	Start          time.Time
+	Passed, Denied int64
+}
+
+// Identifier is a named identifier's decisions over a query's range.
+type Identifier struct {
+	Identifier     string
+	Passed, Denied int64
+}
+
+// Store keeps the minutes the processes add and answers queries over them
+// (and the hours and days rolled up from them, in a store that keeps
+// those).
+type Store interface {
+	// Add adds minute buckets and named identifiers to what the store
+	// holds.
+	Add(ctx context.Context, buckets []Bucket, top []Entry) error
+	// Series returns the buckets of g of a namespace in [from, to), oldest
+	// first, those with no decision left out.
+	Series(ctx context.Context, workspace, namespace string, g Granularity, from, to time.Time) ([]Point, error)
+	// Top returns up to n identifiers of a namespace named in [from, to),
+	// the most denied first, then the busiest.
+	Top(ctx context.Context, workspace, namespace string, from, to time.Time, n int) ([]Identifier, error)
+}
+
+// Process is one API process's roll call.
+type Process struct {
+	ID, Region string
+	// SeenAt is when it last reported, by the store's clock.
+	SeenAt time.Time
+	// LastSync is when its latest read of the other regions began (zero:
+	// never, or no global store).
+	LastSync time.Time
+	// Breakers is the state of each of its Redis nodes' circuit breakers.
+	Breakers map[string]string
+}
+
+// Fleet records the processes' roll calls.
+type Fleet interface {
+	// Seen records p's roll call.
+	Seen(ctx context.Context, p Process) error
+	// Processes returns the processes seen within the last since, and the
+	// store's time now.
+	Processes(ctx context.Context, since time.Duration) ([]Process, time.Time, error)
+}

@@ -1,0 +1,159 @@
+package analytics_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/unkeyed/ratelimit/internal/dbtest"
+	"github.com/unkeyed/ratelimit/services/analytics"
+)
+
+// testStore is the contract of a Store: added counts add up, per minute and
+// over coarser buckets; named identifiers add up over a range and come back
+// the most denied first; other workspaces and namespaces stay apart.
+func testStore(t *testing.T, s analytics.Store) {
+	ctx := context.Background()
+	now := time.Now().Truncate(time.Hour).Add(-2 * time.Hour) // within the minutes' span, on an hour
+	m := func(i int) time.Time { return now.Add(time.Duration(i) * time.Minute) }
+	b := func(ws, ns string, minute int, passed, denied int64) analytics.Bucket {
+		return analytics.Bucket{Workspace: ws, Namespace: ns, Start: m(minute), Passed: passed, Denied: denied}
+	}
+	e := func(minute int, id string, passed, denied int64) analytics.Entry {
+		return analytics.Entry{Bucket: b("ws", "api", minute, passed, denied), Identifier: id}
+	}
+	if err := s.Add(ctx, []analytics.Bucket{b("ws", "api", 0, 10, 2), b("ws", "api", 1, 5, 0), b("ws", "other", 0, 7, 7), b("ws2", "api", 0, 1, 1)},
+		[]analytics.Entry{e(0, "alice", 3, 2), e(0, "bob", 7, 0), e(1, "bob", 5, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	// A second process adds to the same minute.
+	if err := s.Add(ctx, []analytics.Bucket{b("ws", "api", 0, 1, 3)}, []analytics.Entry{e(0, "alice", 0, 3), e(0, "carol", 1, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	series, err := s.Series(ctx, "ws", "api", analytics.Minute, m(0), m(60))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprint([]analytics.Point{{Start: m(0), Passed: 11, Denied: 5}, {Start: m(1), Passed: 5}})
+	if fmt.Sprint(series) != want {
+		t.Errorf("minutes: %v, want %v", series, want)
+	}
+	hours, err := s.Series(ctx, "ws", "api", analytics.Hour, m(0), m(60))
+	if err != nil || len(hours) != 1 || hours[0].Passed != 16 || hours[0].Denied != 5 || !hours[0].Start.Equal(m(0)) {
+		t.Errorf("hours: %v, %v; want one of 16 passed, 5 denied", hours, err)
+	}
+	top, err := s.Top(ctx, "ws", "api", m(0), m(60), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "[{alice 3 5} {bob 12 0} {carol 1 0}]"; fmt.Sprint(top) != want {
+		t.Errorf("top: %v, want %s", top, want)
+	}
+	if top, _ := s.Top(ctx, "ws", "api", m(1), m(2), 10); fmt.Sprint(top) != "[{bob 5 0}]" {
+		t.Errorf("top of the second minute: %v", top)
+	}
+	if top, _ := s.Top(ctx, "ws", "api", m(0), m(60), 1); len(top) != 1 || top[0].Identifier != "alice" {
+		t.Errorf("top 1: %v", top)
+	}
+}
+
+func TestMemoryStore(t *testing.T) {
+	testStore(t, analytics.NewMemory(1000, time.Now))
+}
+
+func TestMySQLStore(t *testing.T) {
+	_, sqlDB := dbtest.Start(t)
+	testStore(t, analytics.NewMySQL(sqlDB, time.Now))
+}
+
+// zipf draws identifiers user_0, user_1, … with Zipf-distributed weights.
+func zipf(rng *rand.Rand, n int) func() string {
+	z := rand.NewZipf(rng, 1.2, 1, uint64(n-1))
+	return func() string { return fmt.Sprint("user_", z.Uint64()) }
+}
+
+// TestRecorderNamesTheTopTenUnderZipf: 200,000 decisions of 5,000
+// identifiers with Zipf-distributed traffic, denied where an identifier
+// passes 50 in the flush, across two recorders (two processes): the store's
+// totals are exact, and the true ten most denied are the answer's first
+// ten, in any order.
+func TestRecorderNamesTheTopTenUnderZipf(t *testing.T) {
+	store := analytics.NewMemory(1_000_000, time.Now)
+	now := time.Now().Truncate(time.Minute)
+	clock := func() time.Time { return now }
+	recs := make([]*analytics.Recorder, 2)
+	for i := range recs {
+		r, err := analytics.NewRecorder(store, slog.New(slog.DiscardHandler), prometheus.NewRegistry(),
+			analytics.WithClock(clock), analytics.WithFlushInterval(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs[i] = r
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 2)
+	for _, r := range recs {
+		go func() { done <- r.Run(ctx) }()
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	next := zipf(rng, 5000)
+	seen := map[string]int{}
+	denied := map[string]int{}
+	var passed, deniedTotal int64
+	for i := range 200_000 {
+		id := next()
+		seen[id]++
+		ok := seen[id] <= 50
+		if ok {
+			passed++
+		} else {
+			denied[id]++
+			deniedTotal++
+		}
+		recs[i%2].Record("ws", "api", id, ok)
+		if i%10_000 == 0 {
+			time.Sleep(time.Millisecond) // let the recorders keep up with the queue
+		}
+	}
+	cancel()
+	for range recs {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	series, _ := store.Series(context.Background(), "ws", "api", analytics.Minute, now, now.Add(time.Minute))
+	if len(series) != 1 || series[0].Passed != passed || series[0].Denied != deniedTotal {
+		t.Fatalf("series %v, want one minute of %d passed and %d denied", series, passed, deniedTotal)
+	}
+	top, _ := store.Top(context.Background(), "ws", "api", now, now.Add(time.Minute), 20)
+	trueTop := rankByDenials(denied)[:10]
+	answer := map[string]bool{}
+	for _, it := range top[:10] {
+		answer[it.Identifier] = true
+	}
+	for _, id := range trueTop {
+		if !answer[id] {
+			t.Errorf("%s, among the ten most denied (%d), is not in the answer's first ten: %v", id, denied[id], top[:10])
+		}
+	}
+}
+
+func rankByDenials(denied map[string]int) []string {
+	ids := make([]string, 0, len(denied))
+	for id := range denied {
+		ids = append(ids, id)
+	}
+	for i := range ids {
+		for j := i + 1; j < len(ids); j++ {
+			if denied[ids[j]] > denied[ids[i]] || denied[ids[j]] == denied[ids[i]] && ids[j] < ids[i] {
+				ids[i], ids[j] = ids[j], ids[i]
+			}
+		}
+	}
+	return ids
+}

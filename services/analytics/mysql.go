@@ -1,0 +1,171 @@
+package analytics
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/unkeyed/ratelimit/db"
+)
+
+// MySQL is a Store and a Fleet on the analytics tables every region
+// shares. A query reads each span of time from the finest granularity that
+// holds it: minutes for the last MinuteSpan, hours back to HourSpan (rolled
+// up by the worker), days before.
+type MySQL struct {
+	q   *db.Queries
+	now func() time.Time
+}
+
+// NewMySQL returns a store on sqlDB, reading the spans by the clock now.
+func NewMySQL(sqlDB *sql.DB, now func() time.Time) *MySQL { return &MySQL{q: db.New(sqlDB), now: now} }
+
+// Add implements Store: each bucket's and identifier's counts are added to
+// the row, in chunks of db.AnalyticsBulkMaxRows sorted by key. A chunk that
+// fails after it was applied (a lost answer) is counted again if the caller
+// sends it again: analytics err on the side of counting twice, once in a
+// great while, rather than losing a flush.
+func (m *MySQL) Add(ctx context.Context, buckets []Bucket, top []Entry) error {
+	rows := make([]db.AnalyticsBucket, len(buckets))
+	for i, b := range buckets {
+		rows[i] = db.AnalyticsBucket{WorkspaceID: b.Workspace, Namespace: b.Namespace, Granularity: uint8(Minute),
+			Bucket: b.Start.UnixMilli(), Passed: uint64(max(b.Passed, 0)), Denied: uint64(max(b.Denied, 0))}
+	}
+	slices.SortFunc(rows, compareBuckets)
+	for start := 0; start < len(rows); start += db.AnalyticsBulkMaxRows {
+		if err := m.q.AnalyticsAddBuckets(ctx, rows[start:min(start+db.AnalyticsBulkMaxRows, len(rows))]); err != nil {
+			return fmt.Errorf("add analytics buckets: %w", err)
+		}
+	}
+	entries := make([]db.AnalyticsTopEntry, len(top))
+	for i, e := range top {
+		entries[i] = db.AnalyticsTopEntry{AnalyticsBucket: db.AnalyticsBucket{WorkspaceID: e.Workspace, Namespace: e.Namespace,
+			Granularity: uint8(Minute), Bucket: e.Start.UnixMilli(), Passed: uint64(max(e.Passed, 0)),
+			Denied: uint64(max(e.Denied, 0))}, Identifier: e.Identifier}
+	}
+	slices.SortFunc(entries, func(a, b db.AnalyticsTopEntry) int {
+		return cmp.Or(compareBuckets(a.AnalyticsBucket, b.AnalyticsBucket), cmp.Compare(a.Identifier, b.Identifier))
+	})
+	for start := 0; start < len(entries); start += db.AnalyticsBulkMaxRows {
+		if err := m.q.AnalyticsAddTop(ctx, entries[start:min(start+db.AnalyticsBulkMaxRows, len(entries))]); err != nil {
+			return fmt.Errorf("add analytics identifiers: %w", err)
+		}
+	}
+	return nil
+}
+
+// compareBuckets orders rows as the unique key does.
+func compareBuckets(a, b db.AnalyticsBucket) int {
+	return cmp.Or(cmp.Compare(a.WorkspaceID, b.WorkspaceID), cmp.Compare(a.Namespace, b.Namespace),
+		cmp.Compare(a.Granularity, b.Granularity), cmp.Compare(a.Bucket, b.Bucket))
+}
+
+// span is a time range read from one granularity.
+type span struct {
+	g        Granularity
+	from, to int64 // unix ms
+}
+
+// spans splits [from, to) into the spans each granularity holds.
+func (m *MySQL) spans(from, to time.Time) []span {
+	now := m.now()
+	minuteStart := now.Add(-MinuteSpan).Truncate(time.Hour).UnixMilli()
+	hourStart := now.Add(-HourSpan).Truncate(24 * time.Hour).UnixMilli()
+	f, t := from.UnixMilli(), to.UnixMilli()
+	var out []span
+	for _, s := range []span{{Day, f, min(t, hourStart)}, {Hour, max(f, hourStart), min(t, minuteStart)}, {Minute, max(f, minuteStart), t}} {
+		if s.from < s.to {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Series implements Store.
+func (m *MySQL) Series(ctx context.Context, workspace, namespace string, g Granularity, from, to time.Time) ([]Point, error) {
+	size := g.Duration().Milliseconds()
+	sums := map[int64]*Point{}
+	for _, s := range m.spans(from, to) {
+		rows, err := m.q.AnalyticsSeries(ctx, db.AnalyticsSeriesParams{WorkspaceID: workspace, Namespace: namespace,
+			Granularity: uint8(s.g), FromMs: s.from, ToMs: s.to})
+		if err != nil {
+			return nil, fmt.Errorf("read analytics: %w", err)
+		}
+		for _, r := range rows {
+			start := r.Bucket / size * size
+			p, ok := sums[start]
+			if !ok {
+				p = &Point{Start: time.UnixMilli(start)}
+				sums[start] = p
+			}
+			p.Passed += int64(r.Passed)
+			p.Denied += int64(r.Denied)
+		}
+	}
+	return sortedPoints(sums), nil
+}
+
+// Top implements Store. Each span is read up to four times n identifiers,
+// so that one named in several spans adds up.
+func (m *MySQL) Top(ctx context.Context, workspace, namespace string, from, to time.Time, n int) ([]Identifier, error) {
+	sums := map[string]*Identifier{}
+	for _, s := range m.spans(from, to) {
+		rows, err := m.q.AnalyticsTop(ctx, db.AnalyticsTopParams{WorkspaceID: workspace, Namespace: namespace,
+			Granularity: uint8(s.g), FromMs: s.from, ToMs: s.to, Limit: int32(4 * n)})
+		if err != nil {
+			return nil, fmt.Errorf("read top identifiers: %w", err)
+		}
+		for _, r := range rows {
+			it, ok := sums[r.Identifier]
+			if !ok {
+				it = &Identifier{Identifier: r.Identifier}
+				sums[r.Identifier] = it
+			}
+			it.Passed += r.Passed
+			it.Denied += r.Denied
+		}
+	}
+	return rank(sums, n), nil
+}
+
+// Seen implements Fleet.
+func (m *MySQL) Seen(ctx context.Context, p Process) error {
+	nodes, err := json.Marshal(p.Breakers)
+	if err != nil {
+		return err
+	}
+	var lastSync uint64
+	if !p.LastSync.IsZero() {
+		lastSync = uint64(p.LastSync.UnixMilli())
+	}
+	if err := m.q.ProcessSeen(ctx, db.ProcessSeenParams{ProcessID: p.ID, Region: p.Region, LastSyncAt: lastSync,
+		RedisNodes: string(nodes)}); err != nil {
+		return fmt.Errorf("record the process's roll call: %w", err)
+	}
+	return nil
+}
+
+// Processes implements Fleet.
+func (m *MySQL) Processes(ctx context.Context, since time.Duration) ([]Process, time.Time, error) {
+	cutoff := uint64(max(m.now().Add(-since).UnixMilli(), 0))
+	rows, err := m.q.ProcessesSeenSince(ctx, cutoff)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("read the processes' roll call: %w", err)
+	}
+	now := m.now()
+	out := make([]Process, len(rows))
+	for i, r := range rows {
+		now = time.UnixMilli(r.NowMs)
+		p := Process{ID: r.ProcessID, Region: r.Region, SeenAt: time.UnixMilli(int64(r.SeenAt))}
+		if r.LastSyncAt > 0 {
+			p.LastSync = time.UnixMilli(int64(r.LastSyncAt))
+		}
+		_ = json.Unmarshal([]byte(r.RedisNodes), &p.Breakers)
+		out[i] = p
+	}
+	return out, now, nil
+}

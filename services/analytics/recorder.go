@@ -1,0 +1,270 @@
+package analytics
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/unkeyed/ratelimit/internal/topk"
+)
+
+// Tuning of a Recorder.
+const (
+	// DefaultFlushInterval is how often a process adds what it counted to
+	// the store: the most a query lags the decisions by, plus a flush.
+	DefaultFlushInterval = 10 * time.Second
+	// SketchSize is K of each heavy-hitter sketch, one for denials and one
+	// for traffic per namespace and flush: an identifier with more than
+	// 1/SketchSize of a namespace's denials (or decisions) in a process's
+	// flush interval is named, its count overstated by at most that.
+	SketchSize = 64
+	// TopPerFlush is how many identifiers of each sketch a flush writes.
+	TopPerFlush = 20
+	// queueSize bounds the decisions waiting to be counted; more are
+	// dropped and counted in unkey_analytics_dropped_total.
+	queueSize = 1 << 16
+	// maxScopes bounds the namespaces (of all workspaces) a process counts
+	// in one flush interval; maxScopesPerWorkspace one workspace's share,
+	// so that one tenant's endless namespaces cannot crowd out the
+	// others'. Decisions of a namespace past either are dropped and
+	// counted.
+	maxScopes             = 10_000
+	maxScopesPerWorkspace = 1_000
+	// maxPending bounds the rows kept for the next flush when the store
+	// failed.
+	maxPending = 200_000
+)
+
+// decision is one decision waiting to be counted.
+type decision struct {
+	workspace, namespace, identifier string
+	passed                           bool
+	minute                           int64 // unix ms
+}
+
+// scopeMinute names a namespace's minute.
+type scopeMinute struct {
+	workspace, namespace string
+	minute               int64
+}
+
+// tally is what a flush interval counted of one namespace's minute.
+type tally struct {
+	passed, denied   int64
+	traffic, denials *topk.Sketch
+}
+
+// Recorder counts a process's decisions and adds them to a Store every
+// flush interval. Record is safe for concurrent use and never blocks;
+// counting happens in Run's goroutine, off the request path.
+type Recorder struct {
+	store    Store
+	fleet    Fleet // nil: no roll call
+	self     func() Process
+	now      func() time.Time
+	logger   *slog.Logger
+	every    time.Duration
+	queue    chan decision
+	dropped  *prometheus.CounterVec
+	failures prometheus.Counter
+
+	// Owned by Run.
+	tallies  map[scopeMinute]*tally
+	perWS    map[string]int
+	pendingB []Bucket
+	pendingT []Entry
+}
+
+// RecorderOption configures a Recorder.
+type RecorderOption func(*Recorder)
+
+// WithFlushInterval sets how often the recorder adds to the store
+// (DefaultFlushInterval if zero or less).
+func WithFlushInterval(d time.Duration) RecorderOption {
+	return func(r *Recorder) {
+		if d > 0 {
+			r.every = d
+		}
+	}
+}
+
+// WithRollCall records the process self describes in fleet at every flush.
+func WithRollCall(fleet Fleet, self func() Process) RecorderOption {
+	return func(r *Recorder) { r.fleet, r.self = fleet, self }
+}
+
+// WithClock sets the clock (time.Now by default).
+func WithClock(now func() time.Time) RecorderOption { return func(r *Recorder) { r.now = now } }
+
+// NewRecorder returns a recorder adding to store, registering its metrics
+// with reg. It starts nothing: Run counts and flushes.
+func NewRecorder(store Store, logger *slog.Logger, reg prometheus.Registerer, opts ...RecorderOption) (*Recorder, error) {
+	r := &Recorder{store: store, now: time.Now, logger: logger, every: DefaultFlushInterval,
+		queue: make(chan decision, queueSize)}
+	for _, o := range opts {
+		o(r)
+	}
+	r.dropped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "unkey_analytics_dropped_total",
+		Help: "Decisions not counted in the analytics, by reason: queue (the recorder fell behind), scopes (too many namespaces in one flush interval), store (a flush's rows dropped after the store failed for long).",
+	}, []string{"reason"})
+	for _, reason := range []string{"queue", "scopes", "store"} {
+		r.dropped.WithLabelValues(reason)
+	}
+	r.failures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "unkey_analytics_flush_failures_total",
+		Help: "Analytics flushes the store failed (their rows are sent again with the next).",
+	})
+	for _, c := range []prometheus.Collector{r.dropped, r.failures} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	r.reset()
+	return r, nil
+}
+
+func (r *Recorder) reset() {
+	r.tallies = map[scopeMinute]*tally{}
+	r.perWS = map[string]int{}
+}
+
+// Record counts one decision of identifier in a workspace's namespace. It
+// never blocks: a decision that finds the queue full is dropped and
+// counted.
+func (r *Recorder) Record(workspace, namespace, identifier string, passed bool) {
+	d := decision{workspace: workspace, namespace: namespace, identifier: identifier, passed: passed,
+		minute: r.now().UnixMilli() / 60_000 * 60_000}
+	select {
+	case r.queue <- d:
+	default:
+		r.dropped.WithLabelValues("queue").Inc()
+	}
+}
+
+// Run counts recorded decisions and flushes them every interval until ctx
+// is done, then flushes once more.
+func (r *Recorder) Run(ctx context.Context) error {
+	t := time.NewTicker(r.every)
+	defer t.Stop()
+	for {
+		select {
+		case d := <-r.queue:
+			r.count(d)
+		case <-t.C:
+			r.flush(ctx)
+		case <-ctx.Done():
+			for {
+				select {
+				case d := <-r.queue:
+					r.count(d)
+					continue
+				default:
+				}
+				break
+			}
+			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			r.flush(final)
+			cancel()
+			return nil
+		}
+	}
+}
+
+// count adds d to its namespace's tally.
+func (r *Recorder) count(d decision) {
+	k := scopeMinute{d.workspace, d.namespace, d.minute}
+	t, ok := r.tallies[k]
+	if !ok {
+		if len(r.tallies) >= maxScopes || r.perWS[d.workspace] >= maxScopesPerWorkspace {
+			r.dropped.WithLabelValues("scopes").Inc()
+			return
+		}
+		k.workspace, k.namespace = strings.Clone(d.workspace), strings.Clone(d.namespace)
+		t = &tally{traffic: topk.New(SketchSize), denials: topk.New(SketchSize)}
+		r.tallies[k] = t
+		r.perWS[k.workspace]++
+	}
+	t.traffic.Add(d.identifier, 1)
+	if d.passed {
+		t.passed++
+	} else {
+		t.denied++
+		t.denials.Add(d.identifier, 1)
+	}
+}
+
+// flush adds what was counted since the last flush to the store, with what
+// a failed flush left, and records the roll call.
+func (r *Recorder) flush(ctx context.Context) {
+	buckets, top := r.pendingB, r.pendingT
+	for k, t := range r.tallies {
+		start := time.UnixMilli(k.minute)
+		buckets = append(buckets, Bucket{Workspace: k.workspace, Namespace: k.namespace, Start: start,
+			Passed: t.passed, Denied: t.denied})
+		for _, it := range named(t) {
+			top = append(top, Entry{Bucket: Bucket{Workspace: k.workspace, Namespace: k.namespace, Start: start,
+				Passed: it.Passed, Denied: it.Denied}, Identifier: it.Identifier})
+		}
+	}
+	r.reset()
+	r.pendingB, r.pendingT = nil, nil
+	if len(buckets) > 0 {
+		if err := r.store.Add(ctx, buckets, top); err != nil {
+			r.failures.Inc()
+			r.logger.WarnContext(ctx, "add analytics: sent again with the next flush", "error", err, "buckets", len(buckets))
+			if len(buckets)+len(top) <= maxPending {
+				r.pendingB, r.pendingT = buckets, top
+			} else {
+				r.dropped.WithLabelValues("store").Add(float64(sumDecisions(buckets)))
+			}
+		}
+	}
+	if r.fleet != nil {
+		if err := r.fleet.Seen(ctx, r.self()); err != nil {
+			r.logger.WarnContext(ctx, "record the roll call", "error", err)
+		}
+	}
+}
+
+func sumDecisions(bs []Bucket) int64 {
+	var n int64
+	for _, b := range bs {
+		n += b.Passed + b.Denied
+	}
+	return n
+}
+
+// named returns the identifiers a tally's sketches name: the TopPerFlush
+// most denied and the TopPerFlush busiest, with their denials (from the
+// denials sketch, 0 if it does not keep them) and passed decisions (the
+// traffic sketch's count less those).
+func named(t *tally) []Identifier {
+	var out []Identifier
+	seen := map[string]bool{}
+	add := func(key string) {
+		if seen[key] {
+			return
+		}
+		seen[key] = true
+		var denied, total int64
+		if it, ok := t.denials.Get(key); ok {
+			denied = int64(it.Count)
+		}
+		total = denied
+		if it, ok := t.traffic.Get(key); ok {
+			total = max(total, int64(it.Count))
+		}
+		out = append(out, Identifier{Identifier: key, Passed: total - denied, Denied: denied})
+	}
+	for _, it := range t.denials.Top(TopPerFlush) {
+		add(it.Key)
+	}
+	for _, it := range t.traffic.Top(TopPerFlush) {
+		add(it.Key)
+	}
+	return out
+}
