@@ -33,10 +33,11 @@ test: deps check-generated lint check-deploy test-go ## everything CI runs: gene
 
 RESTATE_SERVER := node_modules/@restatedev/restate-server-linux-x64/bin/restate-server
 
-deps: $(RESTATE_SERVER) ## install the servers the tests start (redis-server, mariadb-server, restate-server) and promtool where they are missing
+deps: $(RESTATE_SERVER) ## install the servers the tests start (redis-server, mariadb-server, restate-server), promtool and chromium where they are missing
 	@missing=""; \
 		command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 		command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
+		command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 		{ command -v mariadbd || test -x /usr/sbin/mariadbd; } >/dev/null 2>&1 && command -v mariadb-install-db >/dev/null 2>&1 || missing="$$missing mariadb-server"; \
 		if [ -n "$$missing" ]; then \
 			echo "installing$$missing"; \

@@ -9,6 +9,61 @@ import (
 	"context"
 )
 
+const analyticsNamespaces = `-- name: AnalyticsNamespaces :many
+SELECT namespace, CAST(SUM(passed) AS SIGNED) AS passed, CAST(SUM(denied) AS SIGNED) AS denied
+FROM ratelimit_analytics
+WHERE workspace_id = ? AND granularity = ? AND bucket >= ? AND bucket < ?
+GROUP BY namespace
+ORDER BY SUM(denied) DESC, SUM(passed) DESC, namespace
+LIMIT ?
+`
+
+type AnalyticsNamespacesParams struct {
+	WorkspaceID string
+	Granularity uint8
+	FromMs      int64
+	ToMs        int64
+	Limit       int32
+}
+
+type AnalyticsNamespacesRow struct {
+	Namespace string
+	Passed    int64
+	Denied    int64
+}
+
+// AnalyticsNamespaces returns a workspace's namespaces with decisions in
+// the buckets of one granularity in [from, to), with their totals, the
+// most denied first.
+func (q *Queries) AnalyticsNamespaces(ctx context.Context, arg AnalyticsNamespacesParams) ([]AnalyticsNamespacesRow, error) {
+	rows, err := q.db.QueryContext(ctx, analyticsNamespaces,
+		arg.WorkspaceID,
+		arg.Granularity,
+		arg.FromMs,
+		arg.ToMs,
+		arg.Limit,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []AnalyticsNamespacesRow
+	for rows.Next() {
+		var i AnalyticsNamespacesRow
+		if err := rows.Scan(&i.Namespace, &i.Passed, &i.Denied); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const analyticsPurge = `-- name: AnalyticsPurge :execrows
 DELETE FROM ratelimit_analytics WHERE granularity = ? AND bucket < ? LIMIT ?
 `

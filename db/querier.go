@@ -9,6 +9,10 @@ import (
 )
 
 type Querier interface {
+	// AnalyticsNamespaces returns a workspace's namespaces with decisions in
+	// the buckets of one granularity in [from, to), with their totals, the
+	// most denied first.
+	AnalyticsNamespaces(ctx context.Context, arg AnalyticsNamespacesParams) ([]AnalyticsNamespacesRow, error)
 	// AnalyticsPurge deletes up to limit buckets of a granularity that start
 	// before cutoff (unix ms).
 	AnalyticsPurge(ctx context.Context, arg AnalyticsPurgeParams) (int64, error)

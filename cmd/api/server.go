@@ -27,6 +27,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/audit"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/connectapi"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/dashboard"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
@@ -312,6 +313,7 @@ func (s *server) handler() http.Handler {
 	s.analytics.Register(mux)
 	s.unkey.Register(mux)
 	s.rls.Register(mux, s.layer)
+	dashboard.Register(mux)
 	reflector := grpcreflect.NewStaticReflector(services...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))

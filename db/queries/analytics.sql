@@ -58,3 +58,14 @@ FROM ratelimit_processes WHERE seen_at >= ? ORDER BY region, process_id;
 -- name: ProcessesPurge :execrows
 -- ProcessesPurge deletes the processes not seen since cutoff (unix ms).
 DELETE FROM ratelimit_processes WHERE seen_at < ?;
+
+-- name: AnalyticsNamespaces :many
+-- AnalyticsNamespaces returns a workspace's namespaces with decisions in
+-- the buckets of one granularity in [from, to), with their totals, the
+-- most denied first.
+SELECT namespace, CAST(SUM(passed) AS SIGNED) AS passed, CAST(SUM(denied) AS SIGNED) AS denied
+FROM ratelimit_analytics
+WHERE workspace_id = ? AND granularity = ? AND bucket >= sqlc.arg(from_ms) AND bucket < sqlc.arg(to_ms)
+GROUP BY namespace
+ORDER BY SUM(denied) DESC, SUM(passed) DESC, namespace
+LIMIT ?;

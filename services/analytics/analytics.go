@@ -95,6 +95,10 @@ type Store interface {
 	// Top returns up to n identifiers of a namespace named in [from, to),
 	// the most denied first, then the busiest.
 	Top(ctx context.Context, workspace, namespace string, from, to time.Time, n int) ([]Identifier, error)
+	// Namespaces returns up to n namespaces of a workspace with decisions
+	// in [from, to), with their totals (as Identifiers named by
+	// namespace), the most denied first, then the busiest.
+	Namespaces(ctx context.Context, workspace string, from, to time.Time, n int) ([]Identifier, error)
 }
 
 // Process is one API process's roll call.

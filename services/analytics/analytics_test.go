@@ -60,6 +60,9 @@ func testStore(t *testing.T, s analytics.Store) {
 	if top, _ := s.Top(ctx, "ws", "api", m(0), m(60), 1); len(top) != 1 || top[0].Identifier != "alice" {
 		t.Errorf("top 1: %v", top)
 	}
+	if ns, err := s.Namespaces(ctx, "ws", m(0), m(60), 10); err != nil || fmt.Sprint(ns) != "[{other 7 7} {api 16 5}]" {
+		t.Errorf("namespaces: %v, %v; want other (7 denied) before api (5)", ns, err)
+	}
 }
 
 func TestMemoryStore(t *testing.T) {

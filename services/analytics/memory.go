@@ -144,6 +144,26 @@ func (m *Memory) Top(_ context.Context, workspace, namespace string, from, to ti
 	return rank(sums, n), nil
 }
 
+// Namespaces implements Store.
+func (m *Memory) Namespaces(_ context.Context, workspace string, from, to time.Time, n int) ([]Identifier, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sums := map[string]*Identifier{}
+	for k, p := range m.buckets {
+		if k.workspace != workspace || k.minute < from.UnixMilli() || k.minute >= to.UnixMilli() {
+			continue
+		}
+		s, ok := sums[k.namespace]
+		if !ok {
+			s = &Identifier{Identifier: k.namespace}
+			sums[k.namespace] = s
+		}
+		s.Passed += p.Passed
+		s.Denied += p.Denied
+	}
+	return rank(sums, n), nil
+}
+
 // Seen implements Fleet.
 func (m *Memory) Seen(_ context.Context, p Process) error {
 	m.mu.Lock()

@@ -132,6 +132,28 @@ func (m *MySQL) Top(ctx context.Context, workspace, namespace string, from, to t
 	return rank(sums, n), nil
 }
 
+// Namespaces implements Store.
+func (m *MySQL) Namespaces(ctx context.Context, workspace string, from, to time.Time, n int) ([]Identifier, error) {
+	sums := map[string]*Identifier{}
+	for _, s := range m.spans(from, to) {
+		rows, err := m.q.AnalyticsNamespaces(ctx, db.AnalyticsNamespacesParams{WorkspaceID: workspace,
+			Granularity: uint8(s.g), FromMs: s.from, ToMs: s.to, Limit: int32(4 * n)})
+		if err != nil {
+			return nil, fmt.Errorf("read namespaces: %w", err)
+		}
+		for _, r := range rows {
+			it, ok := sums[r.Namespace]
+			if !ok {
+				it = &Identifier{Identifier: r.Namespace}
+				sums[r.Namespace] = it
+			}
+			it.Passed += r.Passed
+			it.Denied += r.Denied
+		}
+	}
+	return rank(sums, n), nil
+}
+
 // Seen implements Fleet.
 func (m *MySQL) Seen(ctx context.Context, p Process) error {
 	nodes, err := json.Marshal(p.Breakers)

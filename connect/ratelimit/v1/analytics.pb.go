@@ -290,6 +290,171 @@ func (x *RatelimitIdentifier) GetDenied() int64 {
 	return 0
 }
 
+// ListNamespacesRequest names a time range.
+type ListNamespacesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// From is the start of the range, in unix milliseconds.
+	From int64 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
+	// To is the end of the range, excluded: at most 400 days after from.
+	To            int64 `protobuf:"varint,2,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListNamespacesRequest) Reset() {
+	*x = ListNamespacesRequest{}
+	mi := &file_ratelimit_v1_analytics_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListNamespacesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNamespacesRequest) ProtoMessage() {}
+
+func (x *ListNamespacesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_analytics_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNamespacesRequest.ProtoReflect.Descriptor instead.
+func (*ListNamespacesRequest) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_analytics_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ListNamespacesRequest) GetFrom() int64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *ListNamespacesRequest) GetTo() int64 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+// ListNamespacesResponse lists namespaces with decisions.
+type ListNamespacesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespaces holds up to 100 namespaces, the most denied first.
+	Namespaces    []*NamespaceTotal `protobuf:"bytes,1,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListNamespacesResponse) Reset() {
+	*x = ListNamespacesResponse{}
+	mi := &file_ratelimit_v1_analytics_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListNamespacesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNamespacesResponse) ProtoMessage() {}
+
+func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_analytics_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNamespacesResponse.ProtoReflect.Descriptor instead.
+func (*ListNamespacesResponse) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_analytics_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ListNamespacesResponse) GetNamespaces() []*NamespaceTotal {
+	if x != nil {
+		return x.Namespaces
+	}
+	return nil
+}
+
+// NamespaceTotal is one namespace's decisions over a range.
+type NamespaceTotal struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace is the namespace.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Passed counts its decisions that admitted.
+	Passed int64 `protobuf:"varint,2,opt,name=passed,proto3" json:"passed,omitempty"`
+	// Denied counts its decisions that refused.
+	Denied        int64 `protobuf:"varint,3,opt,name=denied,proto3" json:"denied,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NamespaceTotal) Reset() {
+	*x = NamespaceTotal{}
+	mi := &file_ratelimit_v1_analytics_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NamespaceTotal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NamespaceTotal) ProtoMessage() {}
+
+func (x *NamespaceTotal) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_analytics_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NamespaceTotal.ProtoReflect.Descriptor instead.
+func (*NamespaceTotal) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_analytics_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *NamespaceTotal) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *NamespaceTotal) GetPassed() int64 {
+	if x != nil {
+		return x.Passed
+	}
+	return 0
+}
+
+func (x *NamespaceTotal) GetDenied() int64 {
+	if x != nil {
+		return x.Denied
+	}
+	return 0
+}
+
 // GetStatusRequest asks for the fleet's health.
 type GetStatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -299,7 +464,7 @@ type GetStatusRequest struct {
 
 func (x *GetStatusRequest) Reset() {
 	*x = GetStatusRequest{}
-	mi := &file_ratelimit_v1_analytics_proto_msgTypes[4]
+	mi := &file_ratelimit_v1_analytics_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -311,7 +476,7 @@ func (x *GetStatusRequest) String() string {
 func (*GetStatusRequest) ProtoMessage() {}
 
 func (x *GetStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_analytics_proto_msgTypes[4]
+	mi := &file_ratelimit_v1_analytics_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -324,7 +489,7 @@ func (x *GetStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetStatusRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_analytics_proto_rawDescGZIP(), []int{4}
+	return file_ratelimit_v1_analytics_proto_rawDescGZIP(), []int{7}
 }
 
 // GetStatusResponse is the fleet's health.
@@ -340,7 +505,7 @@ type GetStatusResponse struct {
 
 func (x *GetStatusResponse) Reset() {
 	*x = GetStatusResponse{}
-	mi := &file_ratelimit_v1_analytics_proto_msgTypes[5]
+	mi := &file_ratelimit_v1_analytics_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -352,7 +517,7 @@ func (x *GetStatusResponse) String() string {
 func (*GetStatusResponse) ProtoMessage() {}
 
 func (x *GetStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_analytics_proto_msgTypes[5]
+	mi := &file_ratelimit_v1_analytics_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -365,7 +530,7 @@ func (x *GetStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetStatusResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_analytics_proto_rawDescGZIP(), []int{5}
+	return file_ratelimit_v1_analytics_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetStatusResponse) GetRegion() string {
@@ -403,7 +568,7 @@ type ProcessStatus struct {
 
 func (x *ProcessStatus) Reset() {
 	*x = ProcessStatus{}
-	mi := &file_ratelimit_v1_analytics_proto_msgTypes[6]
+	mi := &file_ratelimit_v1_analytics_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -415,7 +580,7 @@ func (x *ProcessStatus) String() string {
 func (*ProcessStatus) ProtoMessage() {}
 
 func (x *ProcessStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_analytics_proto_msgTypes[6]
+	mi := &file_ratelimit_v1_analytics_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -428,7 +593,7 @@ func (x *ProcessStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessStatus.ProtoReflect.Descriptor instead.
 func (*ProcessStatus) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_analytics_proto_rawDescGZIP(), []int{6}
+	return file_ratelimit_v1_analytics_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ProcessStatus) GetId() string {
@@ -489,6 +654,17 @@ const file_ratelimit_v1_analytics_proto_rawDesc = "" +
 	"identifier\x18\x01 \x01(\tR\n" +
 	"identifier\x12\x16\n" +
 	"\x06passed\x18\x02 \x01(\x03R\x06passed\x12\x16\n" +
+	"\x06denied\x18\x03 \x01(\x03R\x06denied\";\n" +
+	"\x15ListNamespacesRequest\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\x03R\x04from\x12\x0e\n" +
+	"\x02to\x18\x02 \x01(\x03R\x02to\"V\n" +
+	"\x16ListNamespacesResponse\x12<\n" +
+	"\n" +
+	"namespaces\x18\x01 \x03(\v2\x1c.ratelimit.v1.NamespaceTotalR\n" +
+	"namespaces\"^\n" +
+	"\x0eNamespaceTotal\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06passed\x18\x02 \x01(\x03R\x06passed\x12\x16\n" +
 	"\x06denied\x18\x03 \x01(\x03R\x06denied\"\x12\n" +
 	"\x10GetStatusRequest\"f\n" +
 	"\x11GetStatusResponse\x12\x16\n" +
@@ -503,9 +679,10 @@ const file_ratelimit_v1_analytics_proto_rawDesc = "" +
 	"redisNodes\x1a=\n" +
 	"\x0fRedisNodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\xbe\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\x9d\x02\n" +
 	"\x10AnalyticsService\x12Z\n" +
-	"\rGetRatelimits\x12\".ratelimit.v1.GetRatelimitsRequest\x1a#.ratelimit.v1.GetRatelimitsResponse\"\x00\x12N\n" +
+	"\rGetRatelimits\x12\".ratelimit.v1.GetRatelimitsRequest\x1a#.ratelimit.v1.GetRatelimitsResponse\"\x00\x12]\n" +
+	"\x0eListNamespaces\x12#.ratelimit.v1.ListNamespacesRequest\x1a$.ratelimit.v1.ListNamespacesResponse\"\x00\x12N\n" +
 	"\tGetStatus\x12\x1e.ratelimit.v1.GetStatusRequest\x1a\x1f.ratelimit.v1.GetStatusResponse\"\x00B\xb2\x01\n" +
 	"\x10com.ratelimit.v1B\x0eAnalyticsProtoP\x01Z=github.com/unkeyed/ratelimit/connect/ratelimit/v1;ratelimitv1\xa2\x02\x03RXX\xaa\x02\fRatelimit.V1\xca\x02\fRatelimit\\V1\xe2\x02\x18Ratelimit\\V1\\GPBMetadata\xea\x02\rRatelimit::V1b\x06proto3"
 
@@ -521,31 +698,37 @@ func file_ratelimit_v1_analytics_proto_rawDescGZIP() []byte {
 	return file_ratelimit_v1_analytics_proto_rawDescData
 }
 
-var file_ratelimit_v1_analytics_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_ratelimit_v1_analytics_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_ratelimit_v1_analytics_proto_goTypes = []any{
-	(*GetRatelimitsRequest)(nil),  // 0: ratelimit.v1.GetRatelimitsRequest
-	(*GetRatelimitsResponse)(nil), // 1: ratelimit.v1.GetRatelimitsResponse
-	(*RatelimitPoint)(nil),        // 2: ratelimit.v1.RatelimitPoint
-	(*RatelimitIdentifier)(nil),   // 3: ratelimit.v1.RatelimitIdentifier
-	(*GetStatusRequest)(nil),      // 4: ratelimit.v1.GetStatusRequest
-	(*GetStatusResponse)(nil),     // 5: ratelimit.v1.GetStatusResponse
-	(*ProcessStatus)(nil),         // 6: ratelimit.v1.ProcessStatus
-	nil,                           // 7: ratelimit.v1.ProcessStatus.RedisNodesEntry
+	(*GetRatelimitsRequest)(nil),   // 0: ratelimit.v1.GetRatelimitsRequest
+	(*GetRatelimitsResponse)(nil),  // 1: ratelimit.v1.GetRatelimitsResponse
+	(*RatelimitPoint)(nil),         // 2: ratelimit.v1.RatelimitPoint
+	(*RatelimitIdentifier)(nil),    // 3: ratelimit.v1.RatelimitIdentifier
+	(*ListNamespacesRequest)(nil),  // 4: ratelimit.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil), // 5: ratelimit.v1.ListNamespacesResponse
+	(*NamespaceTotal)(nil),         // 6: ratelimit.v1.NamespaceTotal
+	(*GetStatusRequest)(nil),       // 7: ratelimit.v1.GetStatusRequest
+	(*GetStatusResponse)(nil),      // 8: ratelimit.v1.GetStatusResponse
+	(*ProcessStatus)(nil),          // 9: ratelimit.v1.ProcessStatus
+	nil,                            // 10: ratelimit.v1.ProcessStatus.RedisNodesEntry
 }
 var file_ratelimit_v1_analytics_proto_depIdxs = []int32{
-	2, // 0: ratelimit.v1.GetRatelimitsResponse.series:type_name -> ratelimit.v1.RatelimitPoint
-	3, // 1: ratelimit.v1.GetRatelimitsResponse.top:type_name -> ratelimit.v1.RatelimitIdentifier
-	6, // 2: ratelimit.v1.GetStatusResponse.processes:type_name -> ratelimit.v1.ProcessStatus
-	7, // 3: ratelimit.v1.ProcessStatus.redis_nodes:type_name -> ratelimit.v1.ProcessStatus.RedisNodesEntry
-	0, // 4: ratelimit.v1.AnalyticsService.GetRatelimits:input_type -> ratelimit.v1.GetRatelimitsRequest
-	4, // 5: ratelimit.v1.AnalyticsService.GetStatus:input_type -> ratelimit.v1.GetStatusRequest
-	1, // 6: ratelimit.v1.AnalyticsService.GetRatelimits:output_type -> ratelimit.v1.GetRatelimitsResponse
-	5, // 7: ratelimit.v1.AnalyticsService.GetStatus:output_type -> ratelimit.v1.GetStatusResponse
-	6, // [6:8] is the sub-list for method output_type
-	4, // [4:6] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	2,  // 0: ratelimit.v1.GetRatelimitsResponse.series:type_name -> ratelimit.v1.RatelimitPoint
+	3,  // 1: ratelimit.v1.GetRatelimitsResponse.top:type_name -> ratelimit.v1.RatelimitIdentifier
+	6,  // 2: ratelimit.v1.ListNamespacesResponse.namespaces:type_name -> ratelimit.v1.NamespaceTotal
+	9,  // 3: ratelimit.v1.GetStatusResponse.processes:type_name -> ratelimit.v1.ProcessStatus
+	10, // 4: ratelimit.v1.ProcessStatus.redis_nodes:type_name -> ratelimit.v1.ProcessStatus.RedisNodesEntry
+	0,  // 5: ratelimit.v1.AnalyticsService.GetRatelimits:input_type -> ratelimit.v1.GetRatelimitsRequest
+	4,  // 6: ratelimit.v1.AnalyticsService.ListNamespaces:input_type -> ratelimit.v1.ListNamespacesRequest
+	7,  // 7: ratelimit.v1.AnalyticsService.GetStatus:input_type -> ratelimit.v1.GetStatusRequest
+	1,  // 8: ratelimit.v1.AnalyticsService.GetRatelimits:output_type -> ratelimit.v1.GetRatelimitsResponse
+	5,  // 9: ratelimit.v1.AnalyticsService.ListNamespaces:output_type -> ratelimit.v1.ListNamespacesResponse
+	8,  // 10: ratelimit.v1.AnalyticsService.GetStatus:output_type -> ratelimit.v1.GetStatusResponse
+	8,  // [8:11] is the sub-list for method output_type
+	5,  // [5:8] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_ratelimit_v1_analytics_proto_init() }
@@ -559,7 +742,7 @@ func file_ratelimit_v1_analytics_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ratelimit_v1_analytics_proto_rawDesc), len(file_ratelimit_v1_analytics_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -50,6 +50,7 @@ func (h *Analytics) RegisterGRPC(srv *grpc.Server) {
 		HandlerType: (*any)(nil),
 		Methods: []grpc.MethodDesc{
 			grpcMethod(service, "GetRatelimits", h.GetRatelimits),
+			grpcMethod(service, "ListNamespaces", h.ListNamespaces),
 			grpcMethod(service, "GetStatus", h.GetStatus),
 		},
 		Metadata: "ratelimit/v1/analytics.proto",
@@ -122,6 +123,40 @@ func (h *Analytics) getRatelimits(ctx context.Context, m *ratelimitv1.GetRatelim
 		out.Top[i] = &ratelimitv1.RatelimitIdentifier{Identifier: it.Identifier, Passed: it.Passed, Denied: it.Denied}
 	}
 	return out, nil
+}
+
+// maxNamespaces is the most namespaces ListNamespaces answers.
+const maxNamespaces = 100
+
+// ListNamespaces implements AnalyticsService.ListNamespaces.
+func (h *Analytics) ListNamespaces(ctx context.Context, req *connect.Request[ratelimitv1.ListNamespacesRequest]) (*connect.Response[ratelimitv1.ListNamespacesResponse], error) {
+	from, to := req.Msg.GetFrom(), req.Msg.GetTo()
+	var err error
+	switch {
+	case from < 0:
+		err = &ratelimit.ValidationError{Field: "from", Rule: "must be a time in unix milliseconds, 0 or more"}
+	case to <= from || to-from > analytics.DayRetention.Milliseconds():
+		err = &ratelimit.ValidationError{Field: "to", Rule: "must be after from, by at most 400 days"}
+	}
+	var names []analytics.Identifier
+	if err == nil {
+		// Read more than are answered: those the caller may not read are
+		// left out.
+		names, err = h.store.Namespaces(ctx, pipeline.Workspace(ctx), time.UnixMilli(from), time.UnixMilli(to), 10*maxNamespaces)
+	}
+	if err != nil {
+		return nil, h.layer.ConnectError(ctx, ratelimitv1connect.AnalyticsServiceListNamespacesProcedure, err)
+	}
+	out := &ratelimitv1.ListNamespacesResponse{}
+	for _, n := range names {
+		if len(out.Namespaces) == maxNamespaces {
+			break
+		}
+		if pipeline.Authorize(ctx, access.ReadAnalytics, n.Identifier) == nil {
+			out.Namespaces = append(out.Namespaces, &ratelimitv1.NamespaceTotal{Namespace: n.Identifier, Passed: n.Passed, Denied: n.Denied})
+		}
+	}
+	return connect.NewResponse(out), nil
 }
 
 // statusWindow is how recently a process must have reported to be listed.

@@ -36,6 +36,9 @@ const (
 	// AnalyticsServiceGetRatelimitsProcedure is the fully-qualified name of the AnalyticsService's
 	// GetRatelimits RPC.
 	AnalyticsServiceGetRatelimitsProcedure = "/ratelimit.v1.AnalyticsService/GetRatelimits"
+	// AnalyticsServiceListNamespacesProcedure is the fully-qualified name of the AnalyticsService's
+	// ListNamespaces RPC.
+	AnalyticsServiceListNamespacesProcedure = "/ratelimit.v1.AnalyticsService/ListNamespaces"
 	// AnalyticsServiceGetStatusProcedure is the fully-qualified name of the AnalyticsService's
 	// GetStatus RPC.
 	AnalyticsServiceGetStatusProcedure = "/ratelimit.v1.AnalyticsService/GetStatus"
@@ -47,6 +50,10 @@ type AnalyticsServiceClient interface {
 	// granularity, and the identifiers most denied (then busiest) in that
 	// range. Needs ratelimit.<namespace>.read_analytics.
 	GetRatelimits(context.Context, *connect.Request[v1.GetRatelimitsRequest]) (*connect.Response[v1.GetRatelimitsResponse], error)
+	// ListNamespaces returns the workspace's namespaces with decisions in
+	// [from, to) that the caller may read the analytics of, the most denied
+	// first, with their totals.
+	ListNamespaces(context.Context, *connect.Request[v1.ListNamespacesRequest]) (*connect.Response[v1.ListNamespacesResponse], error)
 	// GetStatus returns the fleet's health as the dashboard shows it: each
 	// region's processes and how long ago each last read the other regions'
 	// counts, and the circuit breaker of each Redis node. Any valid key may
@@ -71,6 +78,12 @@ func NewAnalyticsServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(analyticsServiceMethods.ByName("GetRatelimits")),
 			connect.WithClientOptions(opts...),
 		),
+		listNamespaces: connect.NewClient[v1.ListNamespacesRequest, v1.ListNamespacesResponse](
+			httpClient,
+			baseURL+AnalyticsServiceListNamespacesProcedure,
+			connect.WithSchema(analyticsServiceMethods.ByName("ListNamespaces")),
+			connect.WithClientOptions(opts...),
+		),
 		getStatus: connect.NewClient[v1.GetStatusRequest, v1.GetStatusResponse](
 			httpClient,
 			baseURL+AnalyticsServiceGetStatusProcedure,
@@ -82,13 +95,19 @@ func NewAnalyticsServiceClient(httpClient connect.HTTPClient, baseURL string, op
 
 // analyticsServiceClient implements AnalyticsServiceClient.
 type analyticsServiceClient struct {
-	getRatelimits *connect.Client[v1.GetRatelimitsRequest, v1.GetRatelimitsResponse]
-	getStatus     *connect.Client[v1.GetStatusRequest, v1.GetStatusResponse]
+	getRatelimits  *connect.Client[v1.GetRatelimitsRequest, v1.GetRatelimitsResponse]
+	listNamespaces *connect.Client[v1.ListNamespacesRequest, v1.ListNamespacesResponse]
+	getStatus      *connect.Client[v1.GetStatusRequest, v1.GetStatusResponse]
 }
 
 // GetRatelimits calls ratelimit.v1.AnalyticsService.GetRatelimits.
 func (c *analyticsServiceClient) GetRatelimits(ctx context.Context, req *connect.Request[v1.GetRatelimitsRequest]) (*connect.Response[v1.GetRatelimitsResponse], error) {
 	return c.getRatelimits.CallUnary(ctx, req)
+}
+
+// ListNamespaces calls ratelimit.v1.AnalyticsService.ListNamespaces.
+func (c *analyticsServiceClient) ListNamespaces(ctx context.Context, req *connect.Request[v1.ListNamespacesRequest]) (*connect.Response[v1.ListNamespacesResponse], error) {
+	return c.listNamespaces.CallUnary(ctx, req)
 }
 
 // GetStatus calls ratelimit.v1.AnalyticsService.GetStatus.
@@ -102,6 +121,10 @@ type AnalyticsServiceHandler interface {
 	// granularity, and the identifiers most denied (then busiest) in that
 	// range. Needs ratelimit.<namespace>.read_analytics.
 	GetRatelimits(context.Context, *connect.Request[v1.GetRatelimitsRequest]) (*connect.Response[v1.GetRatelimitsResponse], error)
+	// ListNamespaces returns the workspace's namespaces with decisions in
+	// [from, to) that the caller may read the analytics of, the most denied
+	// first, with their totals.
+	ListNamespaces(context.Context, *connect.Request[v1.ListNamespacesRequest]) (*connect.Response[v1.ListNamespacesResponse], error)
 	// GetStatus returns the fleet's health as the dashboard shows it: each
 	// region's processes and how long ago each last read the other regions'
 	// counts, and the circuit breaker of each Redis node. Any valid key may
@@ -122,6 +145,12 @@ func NewAnalyticsServiceHandler(svc AnalyticsServiceHandler, opts ...connect.Han
 		connect.WithSchema(analyticsServiceMethods.ByName("GetRatelimits")),
 		connect.WithHandlerOptions(opts...),
 	)
+	analyticsServiceListNamespacesHandler := connect.NewUnaryHandler(
+		AnalyticsServiceListNamespacesProcedure,
+		svc.ListNamespaces,
+		connect.WithSchema(analyticsServiceMethods.ByName("ListNamespaces")),
+		connect.WithHandlerOptions(opts...),
+	)
 	analyticsServiceGetStatusHandler := connect.NewUnaryHandler(
 		AnalyticsServiceGetStatusProcedure,
 		svc.GetStatus,
@@ -132,6 +161,8 @@ func NewAnalyticsServiceHandler(svc AnalyticsServiceHandler, opts ...connect.Han
 		switch r.URL.Path {
 		case AnalyticsServiceGetRatelimitsProcedure:
 			analyticsServiceGetRatelimitsHandler.ServeHTTP(w, r)
+		case AnalyticsServiceListNamespacesProcedure:
+			analyticsServiceListNamespacesHandler.ServeHTTP(w, r)
 		case AnalyticsServiceGetStatusProcedure:
 			analyticsServiceGetStatusHandler.ServeHTTP(w, r)
 		default:
@@ -145,6 +176,10 @@ type UnimplementedAnalyticsServiceHandler struct{}
 
 func (UnimplementedAnalyticsServiceHandler) GetRatelimits(context.Context, *connect.Request[v1.GetRatelimitsRequest]) (*connect.Response[v1.GetRatelimitsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ratelimit.v1.AnalyticsService.GetRatelimits is not implemented"))
+}
+
+func (UnimplementedAnalyticsServiceHandler) ListNamespaces(context.Context, *connect.Request[v1.ListNamespacesRequest]) (*connect.Response[v1.ListNamespacesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ratelimit.v1.AnalyticsService.ListNamespaces is not implemented"))
 }
 
 func (UnimplementedAnalyticsServiceHandler) GetStatus(context.Context, *connect.Request[v1.GetStatusRequest]) (*connect.Response[v1.GetStatusResponse], error) {
