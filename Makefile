@@ -26,8 +26,9 @@ dev-down: ## stop a stack that make dev started in another terminal
 loadgen: ## drive the API: make loadgen ARGS='-url http://127.0.0.1:7070 -c 32 -n 100000'
 	$(GO) run ./cmd/loadgen $(ARGS)
 
-run: ## the API on :7070, region "local", in memory only
-	UNKEY_REGION=$${UNKEY_REGION:-local} UNKEY_LOG_FORMAT=$${UNKEY_LOG_FORMAT:-text} $(GO) run ./cmd/api
+run: ## the API on 127.0.0.1:7070, region "local", in memory only, open (UNKEY_HTTP_ADDR=:7070 to serve every interface)
+	UNKEY_REGION=$${UNKEY_REGION:-local} UNKEY_LOG_FORMAT=$${UNKEY_LOG_FORMAT:-text} \
+		UNKEY_HTTP_ADDR=$${UNKEY_HTTP_ADDR:-127.0.0.1:7070} $(GO) run ./cmd/api
 
 test: deps check-generated lint check-deploy check-chart test-go ## everything CI runs: generated code, lint, the alerting rules, the Helm chart, every test under -race
 
@@ -91,8 +92,11 @@ lint: ## gofmt, go vet, staticcheck and buf lint
 	$(TOOL) staticcheck $(PKGS)
 	cd connect && $(TOOL) buf lint
 
-bench: ## the limiter's benchmarks beside golang.org/x/time/rate, for docs/BENCHMARKS.md
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) ./services/ratelimit/...
+bench: ## the limiter's in-process benchmarks beside golang.org/x/time/rate (seconds), for docs/BENCHMARKS.md
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) ./services/ratelimit/
+
+bench-stores: ## the stores' benchmarks: Redis and MariaDB the benchmarks start (minutes)
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) ./services/ratelimit/redisstore/ ./services/ratelimit/mysqlstore/
 
 migrate: ## apply the MySQL schema to UNKEY_MYSQL_DSN (idempotent)
 	@test -n "$$UNKEY_MYSQL_DSN" || { echo "set UNKEY_MYSQL_DSN, e.g. root@tcp(127.0.0.1:3306)/ratelimit"; exit 1; }

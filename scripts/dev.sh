@@ -6,7 +6,9 @@
 # `make dev-down` from another terminal) stops everything.
 #
 #   scripts/dev.sh        start, wait until healthy, print the ports, wait
-#   scripts/dev.sh down   stop a stack started by another terminal
+#                         (DEV_DETACH=1: return once healthy, leaving it up)
+#   scripts/dev.sh down   stop a stack started by another terminal: the
+#                         waiting dev.sh and every process it started
 #
 # Ports can be moved with DEV_PORT_BASE (default 7070: APIs on 7070-7073,
 # MariaDB on +1237 = 3307 … see below) if the defaults are taken.
@@ -46,7 +48,14 @@ stop_all() {
 }
 
 if [ "${1:-}" = down ]; then
-  stop_all
+  # The terminal's dev.sh first: its trap stops the stack and it exits.
+  if [ -f "$DEV/dev.pid" ] && kill -0 "$(cat "$DEV/dev.pid")" 2>/dev/null; then
+    main=$(cat "$DEV/dev.pid")
+    kill "$main" 2>/dev/null || true
+    for _ in $(seq 100); do kill -0 "$main" 2>/dev/null || break; sleep 0.1; done
+  fi
+  rm -f "$DEV/dev.pid"
+  stop_all   # what a detached (DEV_DETACH=1) or killed dev.sh left
   exit 0
 fi
 
@@ -71,7 +80,9 @@ wait_for() {
 
 mkdir -p "$DEV/logs" "$DEV/pids" "$DEV/bin"
 stop_all >/dev/null
-trap 'echo; stop_all; exit 0' INT TERM
+mkdir -p "$DEV/pids" "$DEV/logs"
+echo $$ >"$DEV/dev.pid"
+trap 'echo; stop_all; rm -f "$DEV/dev.pid"; kill $(jobs -p) 2>/dev/null; exit 0' INT TERM
 
 log "building the API and the worker"
 go build -o "$DEV/bin/api" ./cmd/api
@@ -142,5 +153,5 @@ ready — every process answers its health check. Logs: $DEV/logs/
 
 Ctrl-C stops everything (or: make dev-down).
 TXT
-[ "${DEV_DETACH:-}" = 1 ] && { trap - INT TERM; exit 0; }
+[ "${DEV_DETACH:-}" = 1 ] && { trap - INT TERM; rm -f "$DEV/dev.pid"; exit 0; }
 while true; do sleep 3600 & wait $!; done

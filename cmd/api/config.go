@@ -17,59 +17,59 @@ import (
 
 // config is the API server's configuration, read from the environment.
 type config struct {
-	Region   string `env:"UNKEY_REGION,required"`
-	HTTPAddr string `env:"UNKEY_HTTP_ADDR" envDefault:":7070"`
+	Region   string `env:"UNKEY_REGION,required" help:"this process's region: 1-48 printable ASCII characters, no spaces"`
+	HTTPAddr string `env:"UNKEY_HTTP_ADDR" envDefault:":7070" help:"where the API listens (Connect, gRPC, gRPC-Web, Unkey v2, /json, /metrics, /dashboard); host:port"`
 	// GRPCAddr, if set, serves gRPC over grpc-go there too: about half the
 	// CPU of a call on the main port.
-	GRPCAddr string `env:"UNKEY_GRPC_ADDR"`
+	GRPCAddr string `env:"UNKEY_GRPC_ADDR" help:"where to serve gRPC on grpc-go as well (half the CPU a call; point Envoy here); empty: not served"`
 	// GRPCMaxConnections bounds the connections the grpc-go port holds at
 	// once; more wait to be accepted. Envoy multiplexes its calls over a
 	// few HTTP/2 connections.
-	GRPCMaxConnections int `env:"UNKEY_GRPC_MAX_CONNECTIONS" envDefault:"1000"`
+	GRPCMaxConnections int `env:"UNKEY_GRPC_MAX_CONNECTIONS" envDefault:"1000" help:"the most connections the grpc-go port holds at once: 1 to 1000000"`
 	// DebugAddr, if set, serves Go's profiles (/debug/pprof/) there. Keep it
 	// on loopback: profiles show the process's internals.
-	DebugAddr string `env:"UNKEY_DEBUG_ADDR"`
+	DebugAddr string `env:"UNKEY_DEBUG_ADDR" help:"where to serve Go's profiles (/debug/pprof/); keep it on loopback; empty: not served"`
 	// TLSCertFile and TLSKeyFile, if set, serve both ports over TLS (HTTP/2
 	// and HTTP/1.1 by ALPN), the files read again when they change;
 	// TLSClientCAFile turns on mutual TLS.
-	TLSCertFile     string `env:"UNKEY_TLS_CERT_FILE"`
-	TLSKeyFile      string `env:"UNKEY_TLS_KEY_FILE"`
-	TLSClientCAFile string `env:"UNKEY_TLS_CLIENT_CA_FILE"`
-	RedisURL        string `env:"UNKEY_REDIS_URL"`
-	MySQLDSN        string `env:"UNKEY_MYSQL_DSN"`
-	AuthTokens      string `env:"UNKEY_AUTH_TOKENS"`
+	TLSCertFile     string `env:"UNKEY_TLS_CERT_FILE" help:"PEM certificate (with its chain): both ports speak TLS only; set with UNKEY_TLS_KEY_FILE"`
+	TLSKeyFile      string `env:"UNKEY_TLS_KEY_FILE" help:"PEM key of UNKEY_TLS_CERT_FILE"`
+	TLSClientCAFile string `env:"UNKEY_TLS_CLIENT_CA_FILE" help:"PEM CA certificates: mutual TLS; needs the two above"`
+	RedisURL        string `env:"UNKEY_REDIS_URL" help:"the region's Redis: redis://, rediss://, redis+cluster://host:port[,host:port...]; empty: no regional store"`
+	MySQLDSN        string `env:"UNKEY_MYSQL_DSN" help:"the MySQL (8.0.17+) or MariaDB (10.6+) every region shares, user:password@tcp(host:3306)/db; empty: no global counters"`
+	AuthTokens      string `env:"UNKEY_AUTH_TOKENS" help:"comma-separated token=workspace_id entries with every permission; tokens at least 16 characters; with no keys anywhere the API is open"`
 	// AuthKeysFile names a file of keys (digests, workspaces and
 	// permissions; see package keys), read again when it changes.
-	AuthKeysFile string `env:"UNKEY_AUTH_KEYS_FILE"`
+	AuthKeysFile string `env:"UNKEY_AUTH_KEYS_FILE" help:"a JSON file of key digests, workspaces and permissions, read again every second"`
 	// ReservationSecret, if set (at least 32 bytes), signs reservation
 	// tokens in every process configured with it; without it the processes
 	// share one they store in MySQL (or, without MySQL, in the region's
 	// Redis).
-	ReservationSecret string `env:"UNKEY_RESERVATION_SECRET"`
+	ReservationSecret string `env:"UNKEY_RESERVATION_SECRET" help:"at least 32 bytes that sign reservation tokens; empty: a secret stored in MySQL (or Redis) on first use"`
 	// AnalyticsFlushInterval is how often the process adds the decisions
 	// it counted to the analytics (MySQL, or its memory): how far
 	// GetRatelimits lags behind.
-	AnalyticsFlushInterval time.Duration `env:"UNKEY_ANALYTICS_FLUSH_INTERVAL" envDefault:"10s"`
+	AnalyticsFlushInterval time.Duration `env:"UNKEY_ANALYTICS_FLUSH_INTERVAL" envDefault:"10s" help:"how often the process adds what it counted to the analytics: 100ms to 1h"`
 	cmdutil.Log
 
 	// MaxWindowsPerWorkspace caps the windows one workspace may hold in a
 	// process's memory.
-	MaxWindowsPerWorkspace int64 `env:"UNKEY_MAX_WINDOWS_PER_WORKSPACE" envDefault:"1000000"`
+	MaxWindowsPerWorkspace int64 `env:"UNKEY_MAX_WINDOWS_PER_WORKSPACE" envDefault:"1000000" help:"the most windows one workspace may hold in a process's memory: at least 1"`
 
 	// MaxOverridesPerWorkspace caps the live overrides of one workspace:
 	// every process loads every tenant's overrides.
-	MaxOverridesPerWorkspace int64 `env:"UNKEY_MAX_OVERRIDES_PER_WORKSPACE" envDefault:"100000"`
+	MaxOverridesPerWorkspace int64 `env:"UNKEY_MAX_OVERRIDES_PER_WORKSPACE" envDefault:"100000" help:"the most live overrides one workspace may hold: at least 1"`
 	// MaxOverridePatternsPerNamespace caps the live patterns of one
 	// namespace: a decision may try those that share its identifier's
 	// literal prefix or suffix.
-	MaxOverridePatternsPerNamespace int `env:"UNKEY_MAX_OVERRIDE_PATTERNS_PER_NAMESPACE" envDefault:"1000"`
+	MaxOverridePatternsPerNamespace int `env:"UNKEY_MAX_OVERRIDE_PATTERNS_PER_NAMESPACE" envDefault:"1000" help:"the most live override patterns (with *) one namespace may hold: at least 1"`
 	// BatchEntriesInFlightPerWorkspace bounds the batch entries one
 	// workspace may have being decided at once; 0 is a full BatchLimit for
 	// every two cores.
-	BatchEntriesInFlightPerWorkspace int64 `env:"UNKEY_BATCH_ENTRIES_IN_FLIGHT_PER_WORKSPACE" envDefault:"0"`
+	BatchEntriesInFlightPerWorkspace int64 `env:"UNKEY_BATCH_ENTRIES_IN_FLIGHT_PER_WORKSPACE" envDefault:"0" help:"the most batch entries one workspace may have being decided at once; 0: a full BatchLimit for every two cores"`
 	// OverridesPollInterval is how often the process reads other processes'
 	// override changes from MySQL.
-	OverridesPollInterval time.Duration `env:"UNKEY_OVERRIDES_POLL_INTERVAL" envDefault:"2s"`
+	OverridesPollInterval time.Duration `env:"UNKEY_OVERRIDES_POLL_INTERVAL" envDefault:"2s" help:"how often the process reads override and key changes from MySQL: 100ms to 1h"`
 
 	// The global counters' schedule: how often the process publishes the
 	// cells that crossed their floor (a twentieth of the limit for windows
@@ -80,9 +80,9 @@ type config struct {
 	// regions' changes. 10s for all three is the conservative setting: a
 	// tenth of the writes and idle reads, ten times the cross-region
 	// latency.
-	GlobalFlushInterval     time.Duration `env:"UNKEY_GLOBAL_FLUSH_INTERVAL" envDefault:"1s"`
-	GlobalFullFlushInterval time.Duration `env:"UNKEY_GLOBAL_FULL_FLUSH_INTERVAL" envDefault:"10s"`
-	GlobalSyncInterval      time.Duration `env:"UNKEY_GLOBAL_SYNC_INTERVAL" envDefault:"1s"`
+	GlobalFlushInterval     time.Duration `env:"UNKEY_GLOBAL_FLUSH_INTERVAL" envDefault:"1s" help:"how often the process publishes the cells that crossed their floor or grew by a step: 100ms to 1h"`
+	GlobalFullFlushInterval time.Duration `env:"UNKEY_GLOBAL_FULL_FLUSH_INTERVAL" envDefault:"10s" help:"how often it publishes every shared cell that grew: 100ms to 1h, at least UNKEY_GLOBAL_FLUSH_INTERVAL"`
+	GlobalSyncInterval      time.Duration `env:"UNKEY_GLOBAL_SYNC_INTERVAL" envDefault:"1s" help:"how often it reads the other regions' changes: 100ms to 1h"`
 
 	// Envoy's rate limit service (package envoyrls).
 	// RLSConfig names a file or a directory of envoyproxy/ratelimit's .yaml
@@ -91,30 +91,30 @@ type config struct {
 	// RLSResponseHeaders adds the limit, remaining and reset headers of the
 	// descriptor closest to its limit, under envoyproxy/ratelimit's names
 	// unless renamed.
-	RLSConfig         string        `env:"UNKEY_RLS_CONFIG"`
-	RLSConfigInterval time.Duration `env:"UNKEY_RLS_CONFIG_INTERVAL" envDefault:"1s"`
-	RLSShadowMode     bool          `env:"UNKEY_RLS_SHADOW_MODE"`
+	RLSConfig         string        `env:"UNKEY_RLS_CONFIG" help:"envoyproxy/ratelimit's rule files: a .yaml file or a directory of them; empty: every descriptor answered OK"`
+	RLSConfigInterval time.Duration `env:"UNKEY_RLS_CONFIG_INTERVAL" envDefault:"1s" help:"how often the rule files are read for changes: 100ms to 1h"`
+	RLSShadowMode     bool          `env:"UNKEY_RLS_SHADOW_MODE" help:"answer OK to every ShouldRateLimit, counting as usual"`
 	// RLSCountOverLimit counts a hit over its limit, as envoyproxy/
 	// ratelimit does (an AI gateway's usage report must spend the budget
 	// it crosses); false counts only admitted hits.
-	RLSCountOverLimit bool `env:"UNKEY_RLS_COUNT_OVER_LIMIT" envDefault:"true"`
+	RLSCountOverLimit bool `env:"UNKEY_RLS_COUNT_OVER_LIMIT" envDefault:"true" help:"count a hit over its limit, as envoyproxy/ratelimit does; false counts only admitted hits"`
 	// RLSResponseDynamicMetadata answers Envoy's dynamic metadata with
 	// every ShouldRateLimit (envoyproxy/ratelimit's
 	// RESPONSE_DYNAMIC_METADATA).
-	RLSResponseDynamicMetadata bool    `env:"UNKEY_RLS_RESPONSE_DYNAMIC_METADATA"`
-	RLSNearLimitRatio          float64 `env:"UNKEY_RLS_NEAR_LIMIT_RATIO" envDefault:"0.8"`
-	RLSResponseHeaders         bool    `env:"UNKEY_RLS_RESPONSE_HEADERS"`
-	RLSLimitHeader             string  `env:"UNKEY_RLS_LIMIT_HEADER" envDefault:"RateLimit-Limit"`
-	RLSRemainingHeader         string  `env:"UNKEY_RLS_REMAINING_HEADER" envDefault:"RateLimit-Remaining"`
-	RLSResetHeader             string  `env:"UNKEY_RLS_RESET_HEADER" envDefault:"RateLimit-Reset"`
+	RLSResponseDynamicMetadata bool    `env:"UNKEY_RLS_RESPONSE_DYNAMIC_METADATA" help:"answer Envoy's dynamic metadata with every ShouldRateLimit"`
+	RLSNearLimitRatio          float64 `env:"UNKEY_RLS_NEAR_LIMIT_RATIO" envDefault:"0.8" help:"the share of a limit past which a hit counts as near it: strictly between 0 and 1"`
+	RLSResponseHeaders         bool    `env:"UNKEY_RLS_RESPONSE_HEADERS" help:"add the limit, remaining and reset headers to ShouldRateLimit answers"`
+	RLSLimitHeader             string  `env:"UNKEY_RLS_LIMIT_HEADER" envDefault:"RateLimit-Limit" help:"the limit header's name: a valid HTTP header name"`
+	RLSRemainingHeader         string  `env:"UNKEY_RLS_REMAINING_HEADER" envDefault:"RateLimit-Remaining" help:"the remaining header's name: a valid HTTP header name"`
+	RLSResetHeader             string  `env:"UNKEY_RLS_RESET_HEADER" envDefault:"RateLimit-Reset" help:"the reset header's name: a valid HTTP header name"`
 
 	// Bounds on what one client may hold of the server; see
 	// transport.Limits.
-	ReadTimeout          time.Duration `env:"UNKEY_HTTP_READ_TIMEOUT" envDefault:"10s"`
-	WriteTimeout         time.Duration `env:"UNKEY_HTTP_WRITE_TIMEOUT" envDefault:"15s"`
-	IdleTimeout          time.Duration `env:"UNKEY_HTTP_IDLE_TIMEOUT" envDefault:"60s"`
-	MaxHeaderBytes       int           `env:"UNKEY_HTTP_MAX_HEADER_BYTES" envDefault:"16384"`
-	MaxConcurrentStreams int           `env:"UNKEY_HTTP2_MAX_CONCURRENT_STREAMS" envDefault:"100"`
+	ReadTimeout          time.Duration `env:"UNKEY_HTTP_READ_TIMEOUT" envDefault:"10s" help:"the longest a client may take to send a whole request: 100ms to 1h"`
+	WriteTimeout         time.Duration `env:"UNKEY_HTTP_WRITE_TIMEOUT" envDefault:"15s" help:"the longest from a request's headers to the end of its answer: 100ms to 1h"`
+	IdleTimeout          time.Duration `env:"UNKEY_HTTP_IDLE_TIMEOUT" envDefault:"60s" help:"how long a connection may carry nothing before it is closed: 100ms to 1h"`
+	MaxHeaderBytes       int           `env:"UNKEY_HTTP_MAX_HEADER_BYTES" envDefault:"16384" help:"the most bytes of request line and headers: 1024 to 1048576"`
+	MaxConcurrentStreams int           `env:"UNKEY_HTTP2_MAX_CONCURRENT_STREAMS" envDefault:"100" help:"the most HTTP/2 streams one connection may have open at once: 1 to 10000"`
 
 	// Derived by loadConfig.
 	tokens pipeline.Tokens

@@ -31,8 +31,23 @@ import (
 
 	"github.com/unkeyed/ratelimit/db"
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
+	"github.com/unkeyed/ratelimit/internal/envconfig"
 	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
+
+// usage is api's commands, which --help prints before its settings.
+const usage = `api: the rate limiter's API server (see README.md)
+
+Usage:
+  api                                  serve, configured by the settings below
+  api migrate                          apply the MySQL schema to UNKEY_MYSQL_DSN (idempotent)
+  api rls check PATH...                check envoyproxy/ratelimit rule files or directories
+  api keys create --workspace W --name N --permissions P,... [--expires-at RFC3339]
+                                       create a key in MySQL (UNKEY_MYSQL_DSN); prints it once
+  api keys generate --workspace W --name N --permissions P,...
+                                       print a keys-file entry and its key
+  api --help                           this text
+`
 
 func main() {
 	var err error
@@ -45,8 +60,10 @@ func main() {
 		err = rlsCheck(os.Stdout, args[2:])
 	case len(args) >= 1 && args[0] == "keys":
 		err = keysCommand(context.Background(), os.Environ(), os.Stdout, os.Stderr, args[1:])
+	case len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help"):
+		envconfig.Usage(os.Stdout, usage, config{})
 	default:
-		err = fmt.Errorf("unknown arguments %q; usage: api [migrate | rls check PATH... | keys create|generate ...]", args)
+		err = fmt.Errorf("unknown arguments %q; see api --help", args)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "api:", err)

@@ -275,10 +275,11 @@ func TestAuth(t *testing.T) {
 			t.Fatalf("second request of %s passed: %v", token, out)
 		}
 	}
-	// The workspace is never taken from the body.
-	_, out := ts.call(t, "Limit", tokB, `{"workspace":"ws_a","namespace":"ns","identifier":"fresh","limit":1,"duration":2592000000}`)
-	if out["success"] != true {
-		t.Fatalf("a workspace field in the body changed the decision: %v", out)
+	// The workspace is never taken from the body: a request has no such
+	// field, and one that names it is refused, counting nothing.
+	status, out := ts.call(t, "Limit", tokB, `{"workspace":"ws_a","namespace":"ns","identifier":"fresh","limit":1,"duration":2592000000}`)
+	if status != http.StatusBadRequest || !strings.HasPrefix(fmt.Sprint(out["message"]), "workspace: unknown field") {
+		t.Fatalf("a workspace field in the body: %d %v", status, out)
 	}
 }
 
@@ -287,10 +288,20 @@ func TestValidationOverTheAPI(t *testing.T) {
 	const name = "must be 1 to 255 characters of valid UTF-8 without control characters"
 	long := strings.Repeat("x", 256)
 	cases := []struct{ method, body, message string }{
-		{"Limit", `{"identifier":"i","limit":1,"duration":1000}`, "namespace: " + name},
+		{"Limit", `{"identifier":"i","limit":1,"duration":1000}`, "namespace: missing: LimitRequest needs it"},
+		{"Limit", `{"namespace":"","identifier":"i","limit":1,"duration":1000}`, "namespace: " + name},
 		{"Limit", `{"namespace":"` + long + `","identifier":"i","limit":1,"duration":1000}`, "namespace: " + name},
 		{"Limit", `{"namespace":"a\u0001","identifier":"i","limit":1,"duration":1000}`, "namespace: " + name},
-		{"Limit", `{"namespace":"n","limit":1,"duration":1000}`, "identifier: " + name},
+		{"Limit", `{"namespace":"n","limit":1,"duration":1000}`, "identifier: missing: LimitRequest needs it"},
+		// What a newcomer meets first: a wrong type, a typo, an empty body,
+		// a missing field, a wrong type deep in a batch.
+		{"Limit", `{"namespace":"n","identifier":"i","limit":"two","duration":1000}`, `limit: must be an integer, got "two"`},
+		{"Limit", `{"namespace":"n","identifier":"i","limit":1,"duration":1000,"cots":5}`, "cots: unknown field: LimitRequest has namespace, identifier, limit, duration, cost, report, reserve"},
+		{"Limit", ``, "body: missing: the request, a JSON object"},
+		{"Limit", `{"namespace":"n","identifier":"i","limit":1}`, "duration: missing: LimitRequest needs it"},
+		{"Limit", `{"namespace":"n","identifier":"i","limit":1,"duration":1000,"report":"yes"}`, "report: must be true or false"},
+		{"MultiLimit", `{"limits":[{"namespace":"n","identifier":"i","limit":1,"duration":1000},{"namespace":"n","identifier":"i","limit":1,"duration":1000,"cost":"x"}]}`, `limits[1].cost: must be an integer, got "x"`},
+		{"SetOverride", `{"namespace":"n","identifier":"i","limit":1}`, "duration: missing: SetOverrideRequest needs it"},
 		{"Limit", `{"namespace":"n","identifier":"` + long + `","limit":1,"duration":1000}`, "identifier: " + name},
 		{"Limit", `{"namespace":"n","identifier":"i\u007f","limit":1,"duration":1000}`, "identifier: " + name},
 		{"Limit", `{"namespace":"n","identifier":"i","limit":0,"duration":1000}`, "limit: must be between 1 and 9007199254740992"},

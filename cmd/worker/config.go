@@ -16,22 +16,22 @@ import (
 
 // config is the worker's configuration, read from the environment.
 type config struct {
-	MySQLDSN   string `env:"UNKEY_MYSQL_DSN,required"`
-	AdminURL   string `env:"UNKEY_RESTATE_ADMIN_URL" envDefault:"http://127.0.0.1:9070"`
-	IngressURL string `env:"UNKEY_RESTATE_INGRESS_URL" envDefault:"http://127.0.0.1:8080"`
-	WorkerAddr string `env:"UNKEY_WORKER_ADDR" envDefault:"127.0.0.1:9080"`
+	MySQLDSN   string `env:"UNKEY_MYSQL_DSN,required" help:"the MySQL (8.0.17+) or MariaDB (10.6+) every region shares, user:password@tcp(host:3306)/db; empty: no global counters"`
+	AdminURL   string `env:"UNKEY_RESTATE_ADMIN_URL" envDefault:"http://127.0.0.1:9070" help:"restate-server's admin API, where the worker registers itself: an http:// or https:// URL"`
+	IngressURL string `env:"UNKEY_RESTATE_INGRESS_URL" envDefault:"http://127.0.0.1:8080" help:"restate-server's ingress, through which the worker starts and reads its schedule: an http:// or https:// URL"`
+	WorkerAddr string `env:"UNKEY_WORKER_ADDR" envDefault:"127.0.0.1:9080" help:"where the worker serves Restate's handlers (h2c) and /metrics: host:port"`
 	// IdentityKeys are the public keys of the restate-servers allowed to
 	// call the worker (comma-separated publickeyv1_… keys). Empty: requests
 	// are not verified, and the worker warns at start.
-	IdentityKeys []string `env:"UNKEY_RESTATE_IDENTITY_KEYS"`
+	IdentityKeys []string `env:"UNKEY_RESTATE_IDENTITY_KEYS" help:"comma-separated publickeyv1_ keys of the restate-servers allowed to call the worker; empty: not verified"`
 	// IdentityKeyFile names a file of more such keys, one a line (what
 	// `worker keygen FILE` writes to FILE.pub).
-	IdentityKeyFile string `env:"UNKEY_RESTATE_IDENTITY_KEY_FILE"`
+	IdentityKeyFile string `env:"UNKEY_RESTATE_IDENTITY_KEY_FILE" help:"a file of more such keys, one a line"`
 	// WorkerURL is where restate-server reaches this worker; by default
 	// http://127.0.0.1:<port of UNKEY_WORKER_ADDR>.
-	WorkerURL string `env:"UNKEY_WORKER_URL"`
+	WorkerURL string `env:"UNKEY_WORKER_URL" help:"where restate-server reaches this worker; empty: http://127.0.0.1:<port of UNKEY_WORKER_ADDR>"`
 	// AuditRetention is how long the cleanup keeps audit log entries.
-	AuditRetention time.Duration `env:"UNKEY_AUDIT_RETENTION" envDefault:"2160h"`
+	AuditRetention time.Duration `env:"UNKEY_AUDIT_RETENTION" envDefault:"2160h" help:"how long the cleanup keeps audit log entries: at least 1h"`
 	cmdutil.Log
 
 	mysql *mysql.Config

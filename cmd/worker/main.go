@@ -27,8 +27,19 @@ import (
 	"syscall"
 
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
+	"github.com/unkeyed/ratelimit/internal/envconfig"
 	"github.com/unkeyed/ratelimit/internal/restateid"
 )
+
+// usage is worker's commands, which --help prints before its settings.
+const usage = `worker: the rate limiter's Restate worker (see README.md)
+
+Usage:
+  worker                   serve the handlers, register with restate-server, start the cleanup
+  worker keygen FILE       write a request identity private key for restate-server to FILE
+                           (unless one is there) and its public key to FILE.pub
+  worker --help            this text
+`
 
 func main() {
 	var err error
@@ -37,8 +48,10 @@ func main() {
 		err = run(context.Background(), os.Environ(), os.Stderr)
 	case len(args) == 2 && args[0] == "keygen":
 		err = keygen(args[1])
+	case len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help"):
+		envconfig.Usage(os.Stdout, usage, config{})
 	default:
-		err = fmt.Errorf("unknown arguments %q; usage: worker [keygen PRIVATE_KEY_FILE]", args)
+		err = fmt.Errorf("unknown arguments %q; see worker --help", args)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)

@@ -8,10 +8,11 @@ import (
 	"encoding/json"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/unkeyed/ratelimit/internal/envconfig"
 )
 
 // Container is what chartcheck reports of a rendered container.
@@ -69,21 +70,13 @@ func Renders(t *testing.T) map[string]Render {
 	return byName
 }
 
-// EnvNames returns the variables a configuration struct reads: the names
-// of its env tags, embedded structs included.
+// EnvNames returns the variables a configuration struct reads (see
+// envconfig.Settings).
 func EnvNames(cfg any) map[string]bool {
 	names := map[string]bool{}
-	var walk func(reflect.Type)
-	walk = func(t reflect.Type) {
-		for f := range t.Fields() {
-			if tag, ok := f.Tag.Lookup("env"); ok {
-				names[strings.Split(tag, ",")[0]] = true
-			} else if f.Type.Kind() == reflect.Struct && f.Anonymous {
-				walk(f.Type)
-			}
-		}
+	for _, s := range envconfig.Settings(cfg) {
+		names[s.Name] = true
 	}
-	walk(reflect.TypeOf(cfg))
 	return names
 }
 

@@ -10,8 +10,8 @@ import (
 
 // Log is the logging configuration both commands read.
 type Log struct {
-	Level  string `env:"UNKEY_LOG_LEVEL" envDefault:"info"`
-	Format string `env:"UNKEY_LOG_FORMAT" envDefault:"json"`
+	Level  string `env:"UNKEY_LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error"`
+	Format string `env:"UNKEY_LOG_FORMAT" envDefault:"json" help:"json or text"`
 }
 
 // Validate reports a level that is not debug, info, warn or error, or a

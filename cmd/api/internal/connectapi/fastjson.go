@@ -62,7 +62,8 @@ func appendLimitResponse(b []byte, m *ratelimitv1.LimitResponse) []byte {
 // escapes and whose numbers are plain integers, quoted ("10", as protojson
 // writes 64-bit integers) or not. It reports false for
 // anything else (escapes, null, floats, exponents, unknown or repeated
-// keys, malformed JSON): its callers then decode with the full decoder,
+// keys, a required one missing, malformed JSON): its callers then decode
+// with the full decoder,
 // which accepts or refuses it with the message that names the field. So a
 // fast path only makes the common body cheaper; fuzz tests check that it
 // agrees with the full decoder on everything it accepts.
@@ -151,7 +152,8 @@ func parsePlainLimit(body []byte) (plainLimit, bool) {
 		}
 		return out, false
 	}
-	return out, skipSpace(body, i) == len(body)
+	// A required field left out is the full decoder's to name as missing.
+	return out, skipSpace(body, i) == len(body) && seen[0] && seen[1] && seen[2] && seen[3]
 }
 
 func skipSpace(b []byte, i int) int {

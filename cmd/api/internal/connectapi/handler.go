@@ -36,7 +36,7 @@ func New(l *transport.Layer) *Handler { return &Handler{layer: l, pipeline: l.Pi
 // gRPC-Web on one path prefix.
 func (h *Handler) Register(mux *http.ServeMux) {
 	path, service := ratelimitv1connect.NewRatelimitServiceHandler(h, h.layer.HandlerOptions(Codecs)...)
-	mux.Handle(path, h.layer.Route(h.layer.ConnectRenderer(), service, methodNames(ratelimitv1.File_ratelimit_v1_ratelimit_proto.Services().ByName("RatelimitService"))...))
+	mux.Handle(path, h.layer.Route(h.layer.ConnectRenderer(), transport.RequireContentType(service), methodNames(ratelimitv1.File_ratelimit_v1_ratelimit_proto.Services().ByName("RatelimitService"))...))
 }
 
 // fail answers err, the failure of procedure, by the layer's gRPC table.

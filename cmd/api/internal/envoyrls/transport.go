@@ -108,15 +108,17 @@ var jsonStatus = [...]int{
 	pipeline.KindConflict:          http.StatusConflict,
 }
 
-// writeJSONError answers a failure on /json in plain text, as
-// envoyproxy/ratelimit does, with the status of its kind.
+// writeJSONError answers a failure on /json with the status of its kind
+// and a JSON body, {"code": …, "message": …}, as the API's other JSON
+// routes (envoyproxy/ratelimit answers in plain text: a client that shows
+// the body shows the message either way).
 func writeJSONError(w http.ResponseWriter, l *transport.Layer, r *http.Request, err error) {
 	f := l.Classify(r.Context(), "/json", "", err)
 	msg := f.Message
 	if f.Kind == pipeline.KindInternal {
 		msg = transport.InternalMessage(f.RequestID)
 	}
-	http.Error(w, msg, jsonStatus[f.Kind])
+	transport.WriteJSONError(w, jsonStatus[f.Kind], f.Kind, msg)
 }
 
 // Field numbers of RateLimitRequest.descriptors and

@@ -3,6 +3,7 @@ package keys_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -201,5 +202,47 @@ func TestParseFile(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Fatalf("%s: %v, want an error with %q", tc.body, err, tc.want)
 		}
+	}
+}
+
+// TestKeysFileInASecretLayout: Kubernetes mounts a Secret's keys.json as a
+// link into a ..data directory and swaps ..data on a rotation; a reload
+// follows the swap.
+func TestKeysFileInASecretLayout(t *testing.T) {
+	dir := t.TempDir()
+	first, d1 := keys.Generate()
+	second, d2 := keys.Generate()
+	for i, d := range []keys.Digest{d1, d2} {
+		v := filepath.Join(dir, fmt.Sprint("..2026_11_25_v", i))
+		os.Mkdir(v, 0o755)
+		body := `{"keys":[{"id":"key_` + fmt.Sprint(i) + `","name":"n","workspace":"ws","digest":"` + d.String() +
+			`","permissions":["ratelimit.*.limit"]}]}`
+		if err := os.WriteFile(filepath.Join(v, "keys.json"), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Symlink("..2026_11_25_v0", filepath.Join(dir, "..data"))
+	os.Symlink(filepath.Join("..data", "keys.json"), filepath.Join(dir, "keys.json"))
+	ring := keys.NewRing()
+	f, err := keys.NewFile(filepath.Join(dir, "keys.json"), ring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ring.Principal(first); err != nil {
+		t.Fatalf("the mounted key: %v", err)
+	}
+	// The kubelet's swap: a new link renamed over ..data.
+	os.Symlink("..2026_11_25_v1", filepath.Join(dir, "..data_tmp"))
+	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if !f.Reload() {
+		t.Fatal("the swapped Secret was not reloaded")
+	}
+	if _, err := ring.Principal(second); err != nil {
+		t.Fatalf("the rotated key: %v", err)
+	}
+	if _, err := ring.Principal(first); err == nil {
+		t.Fatal("the key rotated out still works")
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
 // Codecs are an adapter's own handling of the messages it knows, before
@@ -49,6 +51,7 @@ func (l *Layer) HandlerOptions(c Codecs) []connect.HandlerOption {
 		connect.WithCodec(protoCodec{c}),
 		connect.WithCodec(jsonCodec{name: "json", c: c}),
 		connect.WithCodec(jsonCodec{name: "json; charset=utf-8", c: c}),
+		connect.WithInterceptors(decodeFailures{l}),
 	}
 }
 
@@ -82,8 +85,9 @@ func (p protoCodec) Unmarshal(data []byte, v any) error {
 // reads "success": false and a pass "retryAfter": "0" instead of leaving
 // the keys out, which is what a person with curl (or a client in a loosely
 // typed language) expects. 64-bit integers stay strings, as the protobuf
-// JSON mapping requires. Unknown fields are ignored, as connect-go's own
-// codec ignores them.
+// JSON mapping requires. A request is checked against its message first
+// (see CheckJSON): an unknown field, a wrong type or a missing required
+// field is refused naming the field, with no decoder text.
 type jsonCodec struct {
 	name string
 	c    Codecs
@@ -109,13 +113,19 @@ func (j jsonCodec) Unmarshal(data []byte, v any) error {
 	if !ok {
 		return fmt.Errorf("unmarshal into %T: not a protobuf message", v)
 	}
-	if len(data) == 0 {
-		return fmt.Errorf("unmarshal %T: empty JSON body", v)
-	}
-	if j.c.Decode != nil && j.c.Decode(data, v, true) {
+	if j.c.Decode != nil && len(data) > 0 && j.c.Decode(data, v, true) {
 		return nil
 	}
-	return protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(data, msg)
+	if err := CheckJSON(data, msg.ProtoReflect().Descriptor()); err != nil {
+		proto.Reset(msg)
+		refused(v, err)
+		return nil
+	}
+	if err := protojson.Unmarshal(data, msg); err != nil {
+		proto.Reset(msg)
+		refused(v, &ratelimit.ValidationError{Field: "body", Rule: "must be a JSON object of the RPC's request; see its fields in the README"})
+	}
+	return nil
 }
 
 // JSONCodec returns the layer's JSON codec with c's hooks, as

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -105,4 +106,19 @@ func (l *Layer) ConnectRenderer() Renderer {
 	return func(w http.ResponseWriter, r *http.Request, err error) {
 		ew.Write(w, r, l.ConnectError(r.Context(), r.URL.Path, err))
 	}
+}
+
+// WriteJSONError answers a failure of kind with status and a JSON body in
+// Connect's shape, {"code": "invalid_argument", "message": msg}: what every
+// JSON route answers, so that a client never meets an empty or plain-text
+// error.
+func WriteJSONError(w http.ResponseWriter, status int, kind pipeline.Kind, msg string) {
+	body, _ := json.Marshal(struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}{grpcCodes[kind].String(), msg})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
 }
