@@ -39,6 +39,7 @@ deps: $(RESTATE_SERVER) ## install the servers the tests start (redis-server, ma
 		command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 		command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
 		command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+		command -v python3 >/dev/null 2>&1 || missing="$$missing python3"; \
 		{ command -v mariadbd || test -x /usr/sbin/mariadbd; } >/dev/null 2>&1 && command -v mariadb-install-db >/dev/null 2>&1 || missing="$$missing mariadb-server"; \
 		if [ -n "$$missing" ]; then \
 			echo "installing$$missing"; \
@@ -76,14 +77,15 @@ image: ## build/images/api.tar and worker.tar: OCI images of the static binaries
 			-tag ratelimit-$$b:$(IMAGE_TAG) -out ../build/images/$$b.tar) || exit 1; \
 	done
 
-generate: ## regenerate the Connect/protobuf and sqlc code
+generate: ## regenerate the Connect/protobuf and sqlc code, and the TypeScript example's
 	cd connect && $(TOOL) buf generate
 	$(TOOL) sqlc generate
+	cd examples/typescript && $(TOOL) buf generate ../../connect --template buf.gen.yaml --path ../../connect/ratelimit/v1/ratelimit.proto
 
 check-generated: generate ## fail when regenerating changes a committed file
-	@if [ -n "$$(git status --porcelain -- connect db)" ]; then \
+	@if [ -n "$$(git status --porcelain -- connect db examples/typescript/gen)" ]; then \
 		echo "generated code is stale; run 'make generate' and commit:"; \
-		git status --porcelain -- connect db; git --no-pager diff --stat -- connect db; exit 1; fi
+		git status --porcelain -- connect db examples/typescript/gen; git --no-pager diff --stat -- connect db examples/typescript/gen; exit 1; fi
 
 lint: ## gofmt, go vet, staticcheck and buf lint
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
