@@ -33,39 +33,37 @@ const AnalyticsBulkMaxRows = 5000
 // creating those it does not. Callers sort rows in unique-key order, so that
 // concurrent adds lock rows in one order.
 func (q *Queries) AnalyticsAddBuckets(ctx context.Context, rows []AnalyticsBucket) error {
-	if len(rows) == 0 {
-		return nil
-	}
-	var b strings.Builder
-	b.WriteString("INSERT INTO ratelimit_analytics (workspace_id, namespace, granularity, bucket, passed, denied) VALUES ")
 	args := make([]any, 0, 6*len(rows))
-	for i, r := range rows {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString("(?, ?, ?, ?, ?, ?)")
+	for _, r := range rows {
 		args = append(args, r.WorkspaceID, r.Namespace, r.Granularity, r.Bucket, r.Passed, r.Denied)
 	}
-	b.WriteString(" ON DUPLICATE KEY UPDATE passed = passed + VALUES(passed), denied = denied + VALUES(denied)")
-	_, err := q.db.ExecContext(ctx, b.String(), args...)
-	return err
+	return q.analyticsAdd(ctx, "ratelimit_analytics (workspace_id, namespace, granularity, bucket, passed, denied)", 6, args)
 }
 
 // AnalyticsAddTop adds rows' counts to the named identifiers the table
 // holds, creating those it does not; sorted as AnalyticsAddBuckets's.
 func (q *Queries) AnalyticsAddTop(ctx context.Context, rows []AnalyticsTopEntry) error {
-	if len(rows) == 0 {
+	args := make([]any, 0, 7*len(rows))
+	for _, r := range rows {
+		args = append(args, r.WorkspaceID, r.Namespace, r.Granularity, r.Bucket, r.Identifier, r.Passed, r.Denied)
+	}
+	return q.analyticsAdd(ctx, "ratelimit_analytics_top (workspace_id, namespace, granularity, bucket, identifier, passed, denied)", 7, args)
+}
+
+// analyticsAdd inserts args, width values a row, into table (with its
+// columns), adding passed and denied to the rows that exist.
+func (q *Queries) analyticsAdd(ctx context.Context, table string, width int, args []any) error {
+	if len(args) == 0 {
 		return nil
 	}
+	tuple := "(?" + strings.Repeat(", ?", width-1) + ")"
 	var b strings.Builder
-	b.WriteString("INSERT INTO ratelimit_analytics_top (workspace_id, namespace, granularity, bucket, identifier, passed, denied) VALUES ")
-	args := make([]any, 0, 7*len(rows))
-	for i, r := range rows {
+	b.WriteString("INSERT INTO " + table + " VALUES ")
+	for i := 0; i < len(args)/width; i++ {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString("(?, ?, ?, ?, ?, ?, ?)")
-		args = append(args, r.WorkspaceID, r.Namespace, r.Granularity, r.Bucket, r.Identifier, r.Passed, r.Denied)
+		b.WriteString(tuple)
 	}
 	b.WriteString(" ON DUPLICATE KEY UPDATE passed = passed + VALUES(passed), denied = denied + VALUES(denied)")
 	_, err := q.db.ExecContext(ctx, b.String(), args...)

@@ -16,7 +16,7 @@ import (
 
 // config is the worker's configuration, read from the environment.
 type config struct {
-	MySQLDSN   string `env:"UNKEY_MYSQL_DSN,required" help:"the MySQL (8.0.17+) or MariaDB (10.6+) every region shares, user:password@tcp(host:3306)/db; empty: no global counters"`
+	MySQLDSN   string `env:"UNKEY_MYSQL_DSN,required" help:"the MySQL or MariaDB whose tables the jobs clean: user:password@tcp(host:3306)/db"`
 	AdminURL   string `env:"UNKEY_RESTATE_ADMIN_URL" envDefault:"http://127.0.0.1:9070" help:"restate-server's admin API, where the worker registers itself: an http:// or https:// URL"`
 	IngressURL string `env:"UNKEY_RESTATE_INGRESS_URL" envDefault:"http://127.0.0.1:8080" help:"restate-server's ingress, through which the worker starts and reads its schedule: an http:// or https:// URL"`
 	WorkerAddr string `env:"UNKEY_WORKER_ADDR" envDefault:"127.0.0.1:9080" help:"where the worker serves Restate's handlers (h2c) and /metrics: host:port"`

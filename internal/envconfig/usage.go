@@ -64,3 +64,33 @@ func Usage(w io.Writer, commands string, cfg any) {
 	}
 	tw.Flush()
 }
+
+// CheckUsage reports the first problem of the usage written for cfg with
+// commands: a setting without help, one missing from the text or shown
+// without its default, or a command of want not named; nil if none. The
+// programs' tests hold their --help to it.
+func CheckUsage(commands string, cfg any, want ...string) error {
+	var b strings.Builder
+	Usage(&b, commands, cfg)
+	text := b.String()
+	for _, s := range Settings(cfg) {
+		if s.Help == "" {
+			return fmt.Errorf("%s has no help tag", s.Name)
+		}
+		line := ""
+		for _, l := range strings.Split(text, "\n") {
+			if strings.HasPrefix(strings.TrimSpace(l), s.Name+" ") {
+				line = l
+			}
+		}
+		if line == "" || s.Default != "" && !strings.Contains(line, " "+s.Default+" ") {
+			return fmt.Errorf("--help's line for %s: %q (default %q)", s.Name, line, s.Default)
+		}
+	}
+	for _, cmd := range want {
+		if !strings.Contains(text, cmd) {
+			return fmt.Errorf("--help does not name %q", cmd)
+		}
+	}
+	return nil
+}

@@ -50,7 +50,9 @@ type entry struct {
 // New returns an empty sketch of capacity k (at least 1).
 func New(k int) *Sketch {
 	k = max(k, 1)
-	return &Sketch{k: k, items: make(map[string]*entry, k)}
+	// Not presized: most sketches of a namespace's interval keep a few
+	// items, and thousands of them may be live at once.
+	return &Sketch{k: k, items: map[string]*entry{}}
 }
 
 // Total returns the weight of every item added, kept or not.

@@ -160,3 +160,60 @@ func rankByDenials(denied map[string]int) []string {
 	}
 	return ids
 }
+
+// TestRecorderBoundsNamespaces: one workspace sending decisions in endless
+// namespaces keeps at most its share of a flush interval's tallies; the
+// rest are dropped and counted, and another workspace's are kept.
+func TestRecorderBoundsNamespaces(t *testing.T) {
+	store := analytics.NewMemory(1_000_000, time.Now)
+	reg := prometheus.NewRegistry()
+	r, err := analytics.NewRecorder(store, slog.New(slog.DiscardHandler), reg, analytics.WithFlushInterval(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- r.Run(ctx) }()
+	for i := range 1500 {
+		r.Record("greedy", fmt.Sprint("ns_", i), "u", false)
+	}
+	for i := range 10 {
+		r.Record("other", fmt.Sprint("ns_", i), "u", true)
+	}
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	<-done
+	from, to := time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
+	greedy, _ := store.Namespaces(context.Background(), "greedy", from, to, 100_000)
+	other, _ := store.Namespaces(context.Background(), "other", from, to, 100)
+	if len(greedy) != 1000 || len(other) != 10 {
+		t.Fatalf("namespaces kept: greedy %d (want 1000), other %d (want 10)", len(greedy), len(other))
+	}
+	if got := counterValue(t, reg, "unkey_analytics_dropped_total", "scopes"); got != 500 {
+		t.Fatalf("dropped for scopes: %v, want 500", got)
+	}
+}
+
+// counterValue returns the value of the series of a counter vector whose
+// label is label.
+func counterValue(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetValue() == label {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s{%s}", name, label)
+	return 0
+}

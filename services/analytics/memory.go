@@ -112,14 +112,7 @@ func (m *Memory) Series(_ context.Context, workspace, namespace string, g Granul
 		if k.workspace != workspace || k.namespace != namespace || k.minute < from.UnixMilli() || k.minute >= to.UnixMilli() {
 			continue
 		}
-		start := k.minute / size * size
-		s, ok := sums[start]
-		if !ok {
-			s = &Point{Start: time.UnixMilli(start)}
-			sums[start] = s
-		}
-		s.Passed += p.Passed
-		s.Denied += p.Denied
+		addPoint(sums, k.minute/size*size, p.Passed, p.Denied)
 	}
 	return sortedPoints(sums), nil
 }
@@ -133,13 +126,7 @@ func (m *Memory) Top(_ context.Context, workspace, namespace string, from, to ti
 		if k.workspace != workspace || k.namespace != namespace || k.minute < from.UnixMilli() || k.minute >= to.UnixMilli() {
 			continue
 		}
-		s, ok := sums[k.identifier]
-		if !ok {
-			s = &Identifier{Identifier: k.identifier}
-			sums[k.identifier] = s
-		}
-		s.Passed += it.Passed
-		s.Denied += it.Denied
+		addIdentifier(sums, k.identifier, it.Passed, it.Denied)
 	}
 	return rank(sums, n), nil
 }
@@ -153,13 +140,7 @@ func (m *Memory) Namespaces(_ context.Context, workspace string, from, to time.T
 		if k.workspace != workspace || k.minute < from.UnixMilli() || k.minute >= to.UnixMilli() {
 			continue
 		}
-		s, ok := sums[k.namespace]
-		if !ok {
-			s = &Identifier{Identifier: k.namespace}
-			sums[k.namespace] = s
-		}
-		s.Passed += p.Passed
-		s.Denied += p.Denied
+		addIdentifier(sums, k.namespace, p.Passed, p.Denied)
 	}
 	return rank(sums, n), nil
 }
@@ -185,6 +166,29 @@ func (m *Memory) Processes(_ context.Context, since time.Duration) ([]Process, t
 		}
 	}
 	return out, now, nil
+}
+
+// addPoint adds passed and denied to the point of sums that starts at
+// start (unix ms), creating it.
+func addPoint(sums map[int64]*Point, start, passed, denied int64) {
+	p, ok := sums[start]
+	if !ok {
+		p = &Point{Start: time.UnixMilli(start)}
+		sums[start] = p
+	}
+	p.Passed += passed
+	p.Denied += denied
+}
+
+// addIdentifier adds passed and denied to key's entry of sums, creating it.
+func addIdentifier(sums map[string]*Identifier, key string, passed, denied int64) {
+	it, ok := sums[key]
+	if !ok {
+		it = &Identifier{Identifier: key}
+		sums[key] = it
+	}
+	it.Passed += passed
+	it.Denied += denied
 }
 
 // sortedPoints returns the points of sums, oldest first.

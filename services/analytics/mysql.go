@@ -96,14 +96,7 @@ func (m *MySQL) Series(ctx context.Context, workspace, namespace string, g Granu
 			return nil, fmt.Errorf("read analytics: %w", err)
 		}
 		for _, r := range rows {
-			start := r.Bucket / size * size
-			p, ok := sums[start]
-			if !ok {
-				p = &Point{Start: time.UnixMilli(start)}
-				sums[start] = p
-			}
-			p.Passed += int64(r.Passed)
-			p.Denied += int64(r.Denied)
+			addPoint(sums, r.Bucket/size*size, int64(r.Passed), int64(r.Denied))
 		}
 	}
 	return sortedPoints(sums), nil
@@ -120,13 +113,7 @@ func (m *MySQL) Top(ctx context.Context, workspace, namespace string, from, to t
 			return nil, fmt.Errorf("read top identifiers: %w", err)
 		}
 		for _, r := range rows {
-			it, ok := sums[r.Identifier]
-			if !ok {
-				it = &Identifier{Identifier: r.Identifier}
-				sums[r.Identifier] = it
-			}
-			it.Passed += r.Passed
-			it.Denied += r.Denied
+			addIdentifier(sums, r.Identifier, r.Passed, r.Denied)
 		}
 	}
 	return rank(sums, n), nil
@@ -142,13 +129,7 @@ func (m *MySQL) Namespaces(ctx context.Context, workspace string, from, to time.
 			return nil, fmt.Errorf("read namespaces: %w", err)
 		}
 		for _, r := range rows {
-			it, ok := sums[r.Namespace]
-			if !ok {
-				it = &Identifier{Identifier: r.Namespace}
-				sums[r.Namespace] = it
-			}
-			it.Passed += r.Passed
-			it.Denied += r.Denied
+			addIdentifier(sums, r.Namespace, r.Passed, r.Denied)
 		}
 	}
 	return rank(sums, n), nil
