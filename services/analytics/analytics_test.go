@@ -2,15 +2,18 @@ package analytics_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/unkeyed/ratelimit/internal/dbtest"
+	"github.com/unkeyed/ratelimit/internal/poll"
 	"github.com/unkeyed/ratelimit/services/analytics"
 )
 
@@ -216,4 +219,53 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name, label string) fl
 	}
 	t.Fatalf("no %s{%s}", name, label)
 	return 0
+}
+
+// failingStore refuses adds while down.
+type failingStore struct {
+	analytics.Store
+	down  atomic.Bool
+	tries atomic.Int64
+}
+
+func (f *failingStore) Add(ctx context.Context, b []analytics.Bucket, e []analytics.Entry) error {
+	f.tries.Add(1)
+	if f.down.Load() {
+		return errors.New("dial tcp: connection refused")
+	}
+	return f.Store.Add(ctx, b, e)
+}
+
+// TestRecorderResendsAfterAFailedFlush: what a flush could not add is sent
+// again with the next, so a store that was down loses nothing.
+func TestRecorderResendsAfterAFailedFlush(t *testing.T) {
+	mem := analytics.NewMemory(1000, time.Now)
+	store := &failingStore{Store: mem}
+	store.down.Store(true)
+	reg := prometheus.NewRegistry()
+	r, err := analytics.NewRecorder(store, slog.New(slog.DiscardHandler), reg, analytics.WithFlushInterval(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- r.Run(ctx) }()
+	for range 5 {
+		r.Record("ws", "api", "u", false)
+	}
+	poll.Until(t, 5*time.Second, "a failed flush", func() bool { return store.tries.Load() >= 2 })
+	for range 3 {
+		r.Record("ws", "api", "u", true)
+	}
+	store.down.Store(false)
+	from, to := time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
+	poll.Until(t, 5*time.Second, "every decision in the store", func() bool {
+		s, _ := mem.Series(context.Background(), "ws", "api", analytics.Hour, from, to)
+		return len(s) == 1 && s[0].Passed == 3 && s[0].Denied == 5
+	})
+	cancel()
+	<-done
+	if counterValue(t, reg, "unkey_analytics_dropped_total", "store") != 0 {
+		t.Fatal("rows dropped though the store came back")
+	}
 }

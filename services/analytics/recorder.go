@@ -155,7 +155,12 @@ func (r *Recorder) Run(ctx context.Context) error {
 		case d := <-r.queue:
 			r.count(d)
 		case <-t.C:
-			r.flush(ctx)
+			// A flush gets an interval at most: a store that hangs holds
+			// back the counting (the queue drops and counts meanwhile),
+			// never the next interval's flush for long.
+			fctx, cancel := context.WithTimeout(ctx, r.every)
+			r.flush(fctx)
+			cancel()
 		case <-ctx.Done():
 			for {
 				select {
