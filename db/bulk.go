@@ -45,7 +45,7 @@ func windowCountsBulkUpsertSQL(n int) string {
 		"    count = GREATEST(count, VALUES(count)),\n" +
 		"    refunded = GREATEST(refunded, VALUES(refunded)),\n" +
 		"    updated_at = VALUES(updated_at),\n" +
-		"    window_limit = VALUES(window_limit)")
+		"    window_limit = IF(VALUES(window_limit) = 0, window_limit, VALUES(window_limit))")
 	return b.String()
 }
 

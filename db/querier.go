@@ -206,7 +206,8 @@ type Querier interface {
 	// WindowCountsUpsert publishes one region's count and refunds for one
 	// window cell. The GREATEST merge of each makes it idempotent and monotonic:
 	// a delayed, older publish never lowers a component, and a publish of the
-	// count alone (refunded 0) or of the refunds alone (count 0) leaves the other. updated_at is the database's clock in unix ms
+	// count alone (refunded 0) or of the refunds alone (count 0) leaves the other.
+	// A publish that does not know the limit (0) leaves the one the row holds. updated_at is the database's clock in unix ms
 	// (NOW is the statement's start), never the writer's: a sync's since is the
 	// database's clock too, so regions whose clocks disagree still see each
 	// other's changes.

@@ -10,8 +10,9 @@
 -- (sequence + 2) * duration_ms: a row matters through the window after its
 -- own, where it is the previous cell, and never after. window_limit is the
 -- limit the writing region last saw for the key (0 from writers that
--- predate it): a region that holds no window for the key creates one only
--- when the others' sum reaches the utilization floor of that limit.
+-- predate it; a publish that does not know it keeps the row's): a region
+-- that holds no window for the key creates one only when the others' sum
+-- reaches the utilization floor of that limit.
 -- updated_at (the writer's clock, unix ms) is indexed so that a sync reads
 -- only the rows changed since the previous one.
 --

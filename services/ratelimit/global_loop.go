@@ -373,8 +373,11 @@ func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
 	}
 	k := windowKey{workspace: row.Key.Workspace, namespace: row.Key.Namespace, identifier: row.Key.Identifier,
 		durationMs: durMs, refunds: row.Key.Refunds}
-	if k.refunds && !g.reserve(&k, row.Key.Sequence) {
-		return false
+	var main *window
+	if k.refunds {
+		if main = g.reserve(&k, row.Key.Sequence); main == nil {
+			return false
+		}
 	}
 	w := g.windows.find(&k)
 	if w == nil {
@@ -392,6 +395,9 @@ func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
 			g.metrics.globalEntriesCreated.Inc()
 		}
 	}
+	if main != nil {
+		w.observeLimit(main.limit.Load()) // what its refunds are published with
+	}
 	c, _ := w.cellAt(row.Key.Sequence, g.hydrated)
 	if c == nil {
 		return false // the window already moved past this cell
@@ -407,20 +413,20 @@ func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
 }
 
 // reserve marks the cell seq of the key whose refunds k names as reserved,
-// so that decisions weigh the refunds a sync imports for it, and reports
-// whether the process holds that cell: refunds of a key without a window
-// here are of no decision's concern.
-func (g *globalTier) reserve(k *windowKey, seq int64) bool {
-	main := *k
-	main.refunds = false
-	w := g.windows.find(&main)
+// so that decisions weigh the refunds a sync imports for it, and returns
+// the key's window, or nil if the process does not hold that cell: refunds
+// of a key without a window here are of no decision's concern.
+func (g *globalTier) reserve(k *windowKey, seq int64) *window {
+	key := *k
+	key.refunds = false
+	w := g.windows.find(&key)
 	if w == nil {
-		return false
+		return nil
 	}
 	c := w.cells[seq&1].Load()
 	if c == nil || c.seq() != seq {
-		return false
+		return nil
 	}
 	c.flags.Or(cellReserved)
-	return true
+	return w
 }

@@ -35,7 +35,8 @@ type CellCount struct {
 	// processes admitted, without batch increments that may still roll
 	// back.
 	Count int64
-	// Limit is the limit the region last saw for the cell's key.
+	// Limit is the limit the region last saw for the cell's key; 0 when
+	// it does not know it, and the store then keeps the one it holds.
 	Limit int64
 }
 

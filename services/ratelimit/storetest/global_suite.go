@@ -64,6 +64,15 @@ func TestGlobal(t *testing.T, newStore func(t *testing.T) store.Global) {
 			}
 		}
 	})
+	t.Run("AnUnknownLimitKeepsTheKnownOne", func(t *testing.T) {
+		s, ws := newStore(t), workspace(t)
+		k := key(ws, "alice", 1)
+		publish(t, s, "a", store.CellCount{Key: k, Count: 5, Limit: 10})
+		publish(t, s, "a", store.CellCount{Key: k, Count: 6})
+		if got := syncOf(t, s, "b", ws, time.Time{})[k]; got.OthersLimit != 10 || got.Others != 6 {
+			t.Errorf("after a publish without a limit: %+v, want others 6 with limit 10", got)
+		}
+	})
 	t.Run("RefundsRiseApartFromTheirCell", func(t *testing.T) {
 		s, ws := newStore(t), workspace(t)
 		k := key(ws, "alice", 1)

@@ -63,7 +63,11 @@ func (m *MemGlobal) Publish(ctx context.Context, region string, counts []store.C
 			byRegion = map[string]memRow{}
 			m.rows[c.Key] = byRegion
 		}
-		byRegion[region] = memRow{count: max(byRegion[region].count, c.Count), limit: c.Limit, updatedAt: stamp}
+		limit := c.Limit
+		if limit == 0 {
+			limit = byRegion[region].limit // unknown: the row keeps its own
+		}
+		byRegion[region] = memRow{count: max(byRegion[region].count, c.Count), limit: limit, updatedAt: stamp}
 	}
 	return len(counts), nil
 }
