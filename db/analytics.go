@@ -6,24 +6,8 @@ import (
 )
 
 // Statements of the analytics tables that sqlc cannot generate for MySQL:
-// multi-row upserts, and an INSERT … SELECT from a ranked derived table.
-
-// AnalyticsBucket is one namespace's counts in one bucket, as a process
-// adds them.
-type AnalyticsBucket struct {
-	WorkspaceID string
-	Namespace   string
-	Granularity uint8
-	Bucket      int64
-	Passed      uint64
-	Denied      uint64
-}
-
-// AnalyticsTopEntry is one named identifier's counts in one bucket.
-type AnalyticsTopEntry struct {
-	AnalyticsBucket
-	Identifier string
-}
+// multi-row upserts (of the tables' models, without their primary key),
+// and an INSERT … SELECT from a ranked derived table.
 
 // AnalyticsBulkMaxRows is the most rows one bulk add may carry: 7
 // placeholders a row stay below MySQL's limit of 65,535 a statement.
@@ -32,7 +16,7 @@ const AnalyticsBulkMaxRows = 5000
 // AnalyticsAddBuckets adds rows' counts to the buckets the table holds,
 // creating those it does not. Callers sort rows in unique-key order, so that
 // concurrent adds lock rows in one order.
-func (q *Queries) AnalyticsAddBuckets(ctx context.Context, rows []AnalyticsBucket) error {
+func (q *Queries) AnalyticsAddBuckets(ctx context.Context, rows []RatelimitAnalytic) error {
 	args := make([]any, 0, 6*len(rows))
 	for _, r := range rows {
 		args = append(args, r.WorkspaceID, r.Namespace, r.Granularity, r.Bucket, r.Passed, r.Denied)
@@ -42,7 +26,7 @@ func (q *Queries) AnalyticsAddBuckets(ctx context.Context, rows []AnalyticsBucke
 
 // AnalyticsAddTop adds rows' counts to the named identifiers the table
 // holds, creating those it does not; sorted as AnalyticsAddBuckets's.
-func (q *Queries) AnalyticsAddTop(ctx context.Context, rows []AnalyticsTopEntry) error {
+func (q *Queries) AnalyticsAddTop(ctx context.Context, rows []RatelimitAnalyticsTop) error {
 	args := make([]any, 0, 7*len(rows))
 	for _, r := range rows {
 		args = append(args, r.WorkspaceID, r.Namespace, r.Granularity, r.Bucket, r.Identifier, r.Passed, r.Denied)

@@ -122,14 +122,16 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	var auditLog audit.Log = audit.NewMemory(audit.DefaultMemoryEntries)
 	var keyStore keys.Store // nil without MySQL: keys are not managed
 	var keyTable *keys.Table
+	// processID names this process in the roll call and, without Redis or
+	// MySQL, as the scope of its reservations' ledger.
+	processID := reservation.NewProcessID()
 	// Reservations settle once in the widest scope there is: every region
 	// with MySQL, the region with Redis alone, else this process.
-	memAnalytics := analytics.NewMemory(analytics.DefaultMemoryRows, time.Now)
-	var analyticsStore analytics.Store = memAnalytics
-	var fleet analytics.Fleet = memAnalytics
 	var ledger reservation.Ledger = reservation.NewMemory(reservation.DefaultMemoryRecords, time.Now)
-	ledgerScope := "process:" + reservation.NewProcessID()
+	ledgerScope := "process:" + processID
 	var loadSecret func(context.Context) ([]byte, error)
+	var analyticsStore analytics.Store // and its fleet: MySQL's, else this process's memory
+	var fleet analytics.Fleet
 	var client redis.UniversalClient
 	var redisStore *redisstore.Store // for the roll call's breakers
 	switch {
@@ -150,10 +152,10 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		}
 		closers = append(closers, client.Close)
 		regional, err := redisstore.New(client, redisstore.WithLogger(logger), redisstore.WithRegisterer(reg))
-		redisStore = regional
 		if err != nil {
 			return nil, err
 		}
+		redisStore = regional
 		opts = append(opts, ratelimit.WithRegionalStore(regional))
 		ledger, ledgerScope = reservation.NewRedis(client), "region:"+cfg.Region
 		loadSecret = func(ctx context.Context) ([]byte, error) { return reservation.RedisSecret(ctx, client) }
@@ -174,8 +176,8 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		ovOpts = append(ovOpts, overrides.WithStore(overridesmysql.New(sqlDB)))
 		auditLog, keyStore = audit.NewMySQL(sqlDB), keys.NewMySQL(sqlDB)
 		ledger, ledgerScope = reservation.NewMySQL(sqlDB), ""
-		mysqlAnalytics := analytics.NewMySQL(sqlDB, time.Now)
-		analyticsStore, fleet = mysqlAnalytics, mysqlAnalytics
+		a := analytics.NewMySQL(sqlDB, time.Now)
+		analyticsStore, fleet = a, a
 		loadSecret = func(ctx context.Context) ([]byte, error) { return reservation.MySQLSecret(ctx, sqlDB) }
 		if keyTable, err = keys.NewTable(keyStore, ring, reg, keys.WithPollInterval(cfg.OverridesPollInterval),
 			keys.WithTableLogger(logger)); err != nil {
@@ -200,7 +202,10 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	if keyStore != nil {
 		manager = keys.NewManager(keyStore, auditWriter)
 	}
-	processID := reservation.NewProcessID()
+	if analyticsStore == nil {
+		a := analytics.NewMemory(analytics.DefaultMemoryRows, time.Now)
+		analyticsStore, fleet = a, a
+	}
 	recorder, err := analytics.NewRecorder(analyticsStore, logger, reg, analytics.WithFlushInterval(cfg.AnalyticsFlushInterval),
 		analytics.WithRollCall(fleet, func() analytics.Process {
 			p := analytics.Process{ID: processID, Region: cfg.Region, LastSync: limiter.LastGlobalSync()}
@@ -212,11 +217,13 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("register analytics metrics: %w", err)
 	}
-	keyring := reservation.NewKeyring(loadSecret, logger)
+	var keyring *reservation.Keyring
 	if cfg.ReservationSecret != "" {
 		if keyring, err = reservation.StaticKeyring([]byte(cfg.ReservationSecret)); err != nil {
 			return nil, fmt.Errorf("UNKEY_RESERVATION_SECRET: %w", err)
 		}
+	} else {
+		keyring = reservation.NewKeyring(loadSecret, logger)
 	}
 	p, err := pipeline.New(limiter, ov, reg, pipeline.WithKeys(ring), pipeline.WithAudit(auditWriter),
 		pipeline.WithReservations(keyring, ledger, ledgerScope), pipeline.WithLogger(logger), pipeline.WithAnalytics(recorder),

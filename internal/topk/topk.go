@@ -10,11 +10,11 @@
 //   - a kept item's Count is at least its true weight and at most
 //     Count - Error below it, and Error is at most N/K.
 //
-// For who is limited, a sketch per namespace and minute for denials and one
-// for traffic: with K = 256, any identifier with more than 1/256 of a
-// minute's denials is named, its count off by at most that, and under
-// Zipf-distributed traffic the true top 10 are among the sketch's top 20
-// (TestZipfTopTen).
+// Package analytics keeps, for who is limited, a sketch of denials and one
+// of traffic per namespace and flush interval, with K = 64: any identifier
+// with more than 1/64 of an interval's denials is named, its count off by
+// at most that. Under Zipf-distributed traffic the true top 10 are among a
+// sketch's top 20 (TestZipfTopTen, at K = 256).
 package topk
 
 import (
@@ -145,6 +145,3 @@ func (s *Sketch) Get(key string) (Item, bool) {
 	}
 	return e.Item, true
 }
-
-// Len returns how many items the sketch keeps: at most its capacity.
-func (s *Sketch) Len() int { return len(s.items) }

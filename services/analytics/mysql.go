@@ -30,25 +30,27 @@ func NewMySQL(sqlDB *sql.DB, now func() time.Time) *MySQL { return &MySQL{q: db.
 // sends it again: analytics err on the side of counting twice, once in a
 // great while, rather than losing a flush.
 func (m *MySQL) Add(ctx context.Context, buckets []Bucket, top []Entry) error {
-	rows := make([]db.AnalyticsBucket, len(buckets))
+	rows := make([]db.RatelimitAnalytic, len(buckets))
 	for i, b := range buckets {
-		rows[i] = db.AnalyticsBucket{WorkspaceID: b.Workspace, Namespace: b.Namespace, Granularity: uint8(Minute),
+		rows[i] = db.RatelimitAnalytic{WorkspaceID: b.Workspace, Namespace: b.Namespace, Granularity: uint8(Minute),
 			Bucket: b.Start.UnixMilli(), Passed: uint64(max(b.Passed, 0)), Denied: uint64(max(b.Denied, 0))}
 	}
-	slices.SortFunc(rows, compareBuckets)
+	slices.SortFunc(rows, func(a, b db.RatelimitAnalytic) int {
+		return compareBuckets(a.WorkspaceID, a.Namespace, a.Bucket, b.WorkspaceID, b.Namespace, b.Bucket)
+	})
 	for start := 0; start < len(rows); start += db.AnalyticsBulkMaxRows {
 		if err := m.q.AnalyticsAddBuckets(ctx, rows[start:min(start+db.AnalyticsBulkMaxRows, len(rows))]); err != nil {
 			return fmt.Errorf("add analytics buckets: %w", err)
 		}
 	}
-	entries := make([]db.AnalyticsTopEntry, len(top))
+	entries := make([]db.RatelimitAnalyticsTop, len(top))
 	for i, e := range top {
-		entries[i] = db.AnalyticsTopEntry{AnalyticsBucket: db.AnalyticsBucket{WorkspaceID: e.Workspace, Namespace: e.Namespace,
-			Granularity: uint8(Minute), Bucket: e.Start.UnixMilli(), Passed: uint64(max(e.Passed, 0)),
-			Denied: uint64(max(e.Denied, 0))}, Identifier: e.Identifier}
+		entries[i] = db.RatelimitAnalyticsTop{WorkspaceID: e.Workspace, Namespace: e.Namespace, Granularity: uint8(Minute),
+			Bucket: e.Start.UnixMilli(), Identifier: e.Identifier, Passed: uint64(max(e.Passed, 0)), Denied: uint64(max(e.Denied, 0))}
 	}
-	slices.SortFunc(entries, func(a, b db.AnalyticsTopEntry) int {
-		return cmp.Or(compareBuckets(a.AnalyticsBucket, b.AnalyticsBucket), cmp.Compare(a.Identifier, b.Identifier))
+	slices.SortFunc(entries, func(a, b db.RatelimitAnalyticsTop) int {
+		return cmp.Or(compareBuckets(a.WorkspaceID, a.Namespace, a.Bucket, b.WorkspaceID, b.Namespace, b.Bucket),
+			cmp.Compare(a.Identifier, b.Identifier))
 	})
 	for start := 0; start < len(entries); start += db.AnalyticsBulkMaxRows {
 		if err := m.q.AnalyticsAddTop(ctx, entries[start:min(start+db.AnalyticsBulkMaxRows, len(entries))]); err != nil {
@@ -58,10 +60,10 @@ func (m *MySQL) Add(ctx context.Context, buckets []Bucket, top []Entry) error {
 	return nil
 }
 
-// compareBuckets orders rows as the unique key does.
-func compareBuckets(a, b db.AnalyticsBucket) int {
-	return cmp.Or(cmp.Compare(a.WorkspaceID, b.WorkspaceID), cmp.Compare(a.Namespace, b.Namespace),
-		cmp.Compare(a.Granularity, b.Granularity), cmp.Compare(a.Bucket, b.Bucket))
+// compareBuckets orders the minutes a flush adds as the unique keys do
+// (the granularity is the same for all).
+func compareBuckets(wsA, nsA string, bucketA int64, wsB, nsB string, bucketB int64) int {
+	return cmp.Or(cmp.Compare(wsA, wsB), cmp.Compare(nsA, nsB), cmp.Compare(bucketA, bucketB))
 }
 
 // span is a time range read from one granularity.

@@ -215,13 +215,13 @@ func newGlobalTier(region string, cfg *settings, m *metrics, windows *windowTabl
 // markFor returns the limit to mark c, a cell of w being replayed, with in
 // the regional store's index of cells to publish (see store.Unpublished),
 // or 0: a cell worth sharing (at or above its floor, or shared by another
-// region), once per full flush interval.
+// region) or refunds, once per full flush interval.
 func (g *globalTier) markFor(w *window, c *cell) int64 {
 	if g.unpublished == nil || c.flags.Load()&cellMarked != 0 {
 		return 0
 	}
 	limit := w.limit.Load()
-	if !g.worthSharing(w, c, limit) {
+	if !g.worthSharing(w, c, limit) && !sharedRefunds(w, c) {
 		return 0
 	}
 	c.flags.Or(cellMarked)
@@ -283,13 +283,26 @@ func (g *globalTier) noteGrowth(w *window, c *cell, limit int64) {
 	}
 }
 
-// worthSharing reports whether c, a cell of w under limit, is worth
-// publishing promptly: at or above its floor, or shared by another region,
-// or refunds: a refund reaches the other regions however small.
-func (g *globalTier) worthSharing(w *window, c *cell, limit int64) bool {
-	n := c.count.Load()
-	return n >= g.floor(limit, w.durationMs) || c.global.Load() != 0 || n > 0 && w.holdsRefunds()
+// noteRefund queues c, a cell of the refunds window w that a refund just
+// counted into, for the next prompt flush: a refund reaches the other
+// regions however small (see sharedRefunds).
+func (g *globalTier) noteRefund(w *window, c *cell) {
+	if g != nil && c.flags.Load()&cellGrown == 0 {
+		g.pushGrown(w, c)
+	}
 }
+
+// worthSharing reports whether c, a cell of w under limit, is worth
+// publishing promptly: at or above its floor, or shared by another region.
+// It is asked on the request path, of the key's own cells only.
+func (g *globalTier) worthSharing(w *window, c *cell, limit int64) bool {
+	return c.count.Load() >= g.floor(limit, w.durationMs) || c.global.Load() != 0
+}
+
+// sharedRefunds reports whether c is a cell of refunds (w holds a key's
+// refunds) with any: they are published whatever their size, as a cell
+// another region shares is. The background loops ask it.
+func sharedRefunds(w *window, c *cell) bool { return c.count.Load() > 0 && w.holdsRefunds() }
 
 // queueGrown is noteGrowth for a region that shares counts.
 func (g *globalTier) queueGrown(w *window, c *cell, limit int64) {
@@ -299,6 +312,12 @@ func (g *globalTier) queueGrown(w *window, c *cell, limit int64) {
 	if !g.worthSharing(w, c, limit) {
 		return
 	}
+	g.pushGrown(w, c)
+}
+
+// pushGrown queues c, a cell of w, for the next prompt flush unless it is
+// queued already.
+func (g *globalTier) pushGrown(w *window, c *cell) {
 	if c.flags.Or(cellGrown)&cellGrown != 0 {
 		return
 	}

@@ -273,7 +273,7 @@ func (g *globalTier) flushCandidate(w *window, c *cell, now int64, prompt bool) 
 	floor := g.floor(limit, w.durationMs)
 	// Utilization filter first: most cells never cross the floor. Refunds
 	// are shared whatever their size, like a cell another region holds.
-	shared := c.global.Load() > 0 || c.count.Load() > 0 && w.holdsRefunds()
+	shared := c.global.Load() > 0 || sharedRefunds(w, c)
 	if c.count.Load() < floor && !shared {
 		return flushCandidate{}, false
 	}

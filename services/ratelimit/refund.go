@@ -102,7 +102,7 @@ func (s *Service) Refund(ctx context.Context, r Refund) (int64, error) {
 		if s.regional != nil {
 			s.regional.queueReplay(rw, rc, r.Amount)
 		}
-		s.global.noteGrowth(rw, rc, r.Limit)
+		s.global.noteRefund(rw, rc)
 		s.metrics.refunded.Add(float64(r.Amount))
 		return r.Amount, nil
 	}

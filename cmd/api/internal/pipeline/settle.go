@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/reservation"
@@ -37,8 +36,6 @@ type SettleDecision struct {
 	// Response is the key's state after the settle: Success is false once
 	// the budget is spent, as a report answers.
 	ratelimit.Response
-	// Duration is the reservation's window.
-	Duration time.Duration
 	// Refunded is what was given back to the cell the estimate was counted
 	// in: the estimate less the cost, or 0 (a cost at or above it, a cell
 	// whose windows have passed, a ledger that failed).
@@ -115,9 +112,9 @@ func (p *Pipeline) Settle(ctx context.Context, token string, cost *int64) (Settl
 	annotate(ctx, t.Namespace, 1)
 	if p.now().After(t.ExpiresAt()) {
 		return SettleDecision{}, &ratelimit.ValidationError{Field: "reservation",
-			Rule: "expired: a reservation settles until an hour after the end of the window after its own; report a later cost with report: true"}
+			Rule: "expired: a reservation settles until an hour after the end of the window after its own, and a day after it was made at the latest; report a later cost with report: true"}
 	}
-	out := SettleDecision{Duration: t.Duration}
+	var out SettleDecision
 	first, firstCost, err := p.ledger.Claim(ctx, t.ID, t.Workspace, *cost, t.ExpiresAt())
 	result := settleExact
 	switch {

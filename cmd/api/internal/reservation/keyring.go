@@ -22,7 +22,7 @@ type Keyring struct {
 	local  *Signer
 
 	shared atomic.Pointer[Signer]
-	mu     sync.Mutex // held while loading
+	mu     sync.Mutex // held while loading (tried, never waited for)
 	next   time.Time  // the next load may start then
 }
 
@@ -53,13 +53,17 @@ func StaticKeyring(secret []byte) (*Keyring, error) {
 	return k, nil
 }
 
-// signer returns the shared signer, loading it if it is not loaded yet and
-// no load failed within retryInterval, or nil.
+// signer returns the shared signer, loading it if it is not loaded yet, no
+// load failed within retryInterval and no other call is loading it, or nil.
 func (k *Keyring) signer(ctx context.Context) *Signer {
 	if s := k.shared.Load(); s != nil || k.load == nil {
 		return s
 	}
-	k.mu.Lock()
+	// One caller loads; the others, meanwhile, use the process's own
+	// secret rather than queue behind a store that may take a second.
+	if !k.mu.TryLock() {
+		return nil
+	}
 	defer k.mu.Unlock()
 	if s := k.shared.Load(); s != nil || k.now().Before(k.next) {
 		return s

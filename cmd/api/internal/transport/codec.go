@@ -85,9 +85,10 @@ func (p protoCodec) Unmarshal(data []byte, v any) error {
 // reads "success": false and a pass "retryAfter": "0" instead of leaving
 // the keys out, which is what a person with curl (or a client in a loosely
 // typed language) expects. 64-bit integers stay strings, as the protobuf
-// JSON mapping requires. A request is checked against its message first
-// (see CheckJSON): an unknown field, a wrong type or a missing required
-// field is refused naming the field, with no decoder text.
+// JSON mapping requires. Unknown fields are refused; a request the decoder
+// refuses, or that may lack a required field, is read again by CheckJSON,
+// so that an unknown field, a wrong type or a missing required field is
+// refused naming the field, with no decoder text.
 type jsonCodec struct {
 	name string
 	c    Codecs
@@ -116,14 +117,22 @@ func (j jsonCodec) Unmarshal(data []byte, v any) error {
 	if j.c.Decode != nil && len(data) > 0 && j.c.Decode(data, v, true) {
 		return nil
 	}
-	if err := CheckJSON(data, msg.ProtoReflect().Descriptor()); err != nil {
-		proto.Reset(msg)
-		refused(v, err)
+	// The strict decoder first: a request it takes with every required
+	// field set is read once. Only a refusal, or a required field that may
+	// be missing (or given as its zero), is read again by CheckJSON, to
+	// name the field in the API's words.
+	err := protojson.Unmarshal(data, msg)
+	if err == nil && !maybeMissing(msg.ProtoReflect()) {
 		return nil
 	}
-	if err := protojson.Unmarshal(data, msg); err != nil {
+	if cerr := CheckJSON(data, msg.ProtoReflect().Descriptor()); cerr != nil {
+		err = cerr
+	} else if err != nil {
+		err = &ratelimit.ValidationError{Field: "body", Rule: "must be a JSON object of the RPC's request; see its fields in the README"}
+	}
+	if err != nil {
 		proto.Reset(msg)
-		refused(v, &ratelimit.ValidationError{Field: "body", Rule: "must be a JSON object of the RPC's request; see its fields in the README"})
+		refused(v, err)
 	}
 	return nil
 }

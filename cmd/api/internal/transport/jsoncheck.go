@@ -18,8 +18,9 @@ import (
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
-// Requests in JSON are checked against their message before they are
-// decoded, so that a caller reads what is wrong in the API's words: the
+// Requests in JSON that the decoder refuses, or that may lack a required
+// field, are read again against their message, so that a caller reads
+// what is wrong in the API's words: the
 // field by its path ("limits[1].cost"), "missing" for a required field left
 // out, an unknown field refused (a typo must not silently count 1), never
 // the decoder's own text. Binary protobuf stays lenient, as protobuf is.
@@ -37,6 +38,32 @@ var requiredFields = map[protoreflect.FullName][]string{
 	"ratelimit.v1.ListOverridesRequest":  {"namespace"},
 	"ratelimit.v1.GetRatelimitsRequest":  {"namespace", "from", "to"},
 	"ratelimit.v1.ListNamespacesRequest": {"from", "to"},
+}
+
+// maybeMissing reports whether a required field of m (see
+// requiredFields), or of a message in one of m's lists, is not set: left
+// out of the JSON, or given as its zero value.
+func maybeMissing(m protoreflect.Message) bool {
+	md := m.Descriptor()
+	for _, name := range requiredFields[md.FullName()] {
+		if !m.Has(md.Fields().ByJSONName(name)) {
+			return true
+		}
+	}
+	missing := false
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.IsList() && fd.Kind() == protoreflect.MessageKind {
+			list := v.List()
+			for i := range list.Len() {
+				if maybeMissing(list.Get(i).Message()) {
+					missing = true
+					return false
+				}
+			}
+		}
+		return true
+	})
+	return missing
 }
 
 // CheckJSON returns a *ratelimit.ValidationError naming the first field of
