@@ -6,7 +6,7 @@ PKGS      := ./...
 BENCHTIME ?= 2s
 BENCHCOUNT ?= 5
 
-.PHONY: help run run-worker dev dev-down loadgen test test-go deps check-generated check-deploy generate lint bench accuracy tools migrate
+.PHONY: help run run-worker dev dev-down loadgen test test-go deps deps-dev check-generated check-deploy generate lint bench accuracy tools migrate
 
 # apt-get needs root; elsewhere it goes through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -30,29 +30,55 @@ run: ## the API on 127.0.0.1:7070, region "local", in memory only, open (UNKEY_H
 	UNKEY_REGION=$${UNKEY_REGION:-local} UNKEY_LOG_FORMAT=$${UNKEY_LOG_FORMAT:-text} \
 		UNKEY_HTTP_ADDR=$${UNKEY_HTTP_ADDR:-127.0.0.1:7070} $(GO) run ./cmd/api
 
-test: deps check-generated lint check-deploy check-chart test-go ## everything CI runs: generated code, lint, the alerting rules, the Helm chart, every test under -race
+test: deps tools check-generated lint check-deploy check-chart test-go ## everything CI runs: generated code, lint, the alerting rules, the Helm chart, every test under -race
+	@echo "==> make test: green"
 
 RESTATE_SERVER := node_modules/@restatedev/restate-server-linux-x64/bin/restate-server
+BUF            := node_modules/.bin/buf
 
-deps: $(RESTATE_SERVER) ## install the servers the tests start (redis-server, mariadb-server, restate-server), promtool and chromium where they are missing
+# apt-get install, for each COMMAND=PACKAGE[+PACKAGE] whose command is
+# missing, its packages, without those they merely recommend (chromium's
+# recommend a desktop: udev, upower, mesa, printers; prometheus's a node
+# exporter).
+define apt_install_missing
 	@missing=""; \
-		command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
-		command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
-		command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
-		command -v python3 >/dev/null 2>&1 || missing="$$missing python3"; \
-		{ command -v mariadbd || test -x /usr/sbin/mariadbd; } >/dev/null 2>&1 && command -v mariadb-install-db >/dev/null 2>&1 || missing="$$missing mariadb-server"; \
+		for pair in $(1); do cmd=$${pair%%=*}; pkgs=$$(echo $${pair#*=} | tr + ' '); \
+			command -v $$cmd >/dev/null 2>&1 || test -x /usr/sbin/$$cmd || missing="$$missing $$pkgs"; done; \
 		if [ -n "$$missing" ]; then \
-			echo "installing$$missing"; \
-			$(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+			echo "==> installing$$missing (apt-get)"; \
+			$(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
+				apt-get install -y -q --no-install-recommends $$missing; \
 		fi
+endef
 
-# restate-server is pinned in package.json; its npm package ships the binary,
-# which the tests run directly (not through the node wrapper).
+deps-dev: $(RESTATE_SERVER) ## install what make dev runs where it is missing: redis-server, mariadb-server, and the pinned restate-server and buf (npm ci)
+	$(call apt_install_missing,redis-server=redis-server mariadbd=mariadb-server mariadb-install-db=mariadb-server)
+
+deps: deps-dev ## install what make test needs besides: promtool (prometheus), chromium (the dashboard's test), python3 (the Python example)
+	$(call apt_install_missing,promtool=prometheus chromium=chromium+fonts-liberation python3=python3)
+
+# The npm packages are pinned in package.json and package-lock.json: the
+# restate-server binary (the tests run it directly, not through its node
+# wrapper), buf's prebuilt binary, and what the tests drive.
 $(RESTATE_SERVER): package.json package-lock.json
+	@echo "==> installing the pinned npm packages (npm ci)"
 	npm ci --no-audit --no-fund --ignore-scripts
 	@test -x $@ && touch $@
 
+# The pinned Go tools are compiled once and cached by the go command (in
+# GOCACHE); on a cold cache that is the slow part of a first make test.
+# sqlc is built without cgo: its PostgreSQL parser is then a WebAssembly
+# build instead of a C library to compile, and this project's engine is
+# MySQL's.
+tools: ## build the pinned Go code generators and linters (a cold cache: a few minutes, once)
+	@echo "==> building the pinned Go tools (protoc-gen-go, protoc-gen-connect-go, sqlc, staticcheck; cached after the first time)"
+	$(TOOL) protoc-gen-go --version
+	$(TOOL) protoc-gen-connect-go --version
+	CGO_ENABLED=0 $(TOOL) sqlc version
+	$(TOOL) staticcheck -version
+
 test-go: deps ## the Go tests, under the race detector
+	@echo "==> go test -race ./... (a cold build cache compiles every package first: minutes)"
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 check-deploy: deps ## check deploy/prometheus's alerting rules with promtool, and run their unit tests
@@ -77,22 +103,24 @@ image: ## build/images/api.tar and worker.tar: OCI images of the static binaries
 			-tag ratelimit-$$b:$(IMAGE_TAG) -out ../build/images/$$b.tar) || exit 1; \
 	done
 
-generate: ## regenerate the Connect/protobuf and sqlc code, and the TypeScript example's
-	cd connect && $(TOOL) buf generate
-	$(TOOL) sqlc generate
-	cd examples/typescript && $(TOOL) buf generate ../../connect --template buf.gen.yaml --path ../../connect/ratelimit/v1/ratelimit.proto
+generate: $(RESTATE_SERVER) ## regenerate the Connect/protobuf and sqlc code, and the TypeScript example's
+	@echo "==> make generate: buf (connect/, examples/typescript/gen/) and sqlc (db/)"
+	cd connect && ../$(BUF) generate
+	CGO_ENABLED=0 $(TOOL) sqlc generate
+	cd examples/typescript && ../../$(BUF) generate ../../connect --template buf.gen.yaml --path ../../connect/ratelimit/v1/ratelimit.proto
 
 check-generated: generate ## fail when regenerating changes a committed file
 	@if [ -n "$$(git status --porcelain -- connect db examples/typescript/gen)" ]; then \
 		echo "generated code is stale; run 'make generate' and commit:"; \
 		git status --porcelain -- connect db examples/typescript/gen; git --no-pager diff --stat -- connect db examples/typescript/gen; exit 1; fi
 
-lint: ## gofmt, go vet, staticcheck and buf lint
+lint: $(RESTATE_SERVER) ## gofmt, go vet, staticcheck and buf lint
+	@echo "==> make lint: gofmt, go vet, staticcheck, buf lint"
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(TOOL) staticcheck $(PKGS)
-	cd connect && $(TOOL) buf lint
+	cd connect && ../$(BUF) lint
 
 bench: ## the limiter's in-process benchmarks beside golang.org/x/time/rate (seconds), for docs/BENCHMARKS.md
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) ./services/ratelimit/
@@ -107,7 +135,3 @@ migrate: ## apply the MySQL schema to UNKEY_MYSQL_DSN (idempotent)
 accuracy: ## rewrite the accuracy tables of docs/ACCURACY.md (single process, region, cross-region, propagation, token budgets)
 	ACCURACY_REPORT=$(CURDIR)/docs/ACCURACY.md $(GO) test -count=1 -run 'TestWrite.*Report' -timeout 30m ./services/ratelimit/
 
-tools: ## build the pinned code generators and linters (the first build takes about two minutes)
-	$(TOOL) buf --version
-	$(TOOL) sqlc version
-	$(TOOL) staticcheck -version

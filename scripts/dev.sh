@@ -87,7 +87,7 @@ trap 'echo; stop_all; rm -f "$DEV/dev.pid"; kill $(jobs -p) 2>/dev/null; exit 0'
 log "building the API and the worker"
 go build -o "$DEV/bin/api" ./cmd/api
 go build -o "$DEV/bin/worker" ./cmd/worker
-[ -x "$RESTATE_BIN" ] || make -s deps
+make -s deps-dev   # only what the stack runs; make test installs the rest
 
 log "MariaDB on $MYSQL_PORT"
 if [ ! -d "$DEV/mysql" ]; then
