@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/internal/dbtest"
+	"github.com/unkeyed/ratelimit/internal/poll"
 	"github.com/unkeyed/ratelimit/internal/testserver"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -52,7 +53,7 @@ func TestTwoRegions(t *testing.T) {
 	}
 	// took[key] is the slowest of region b's processes to see key.
 	took := map[string]time.Duration{}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(poll.Scaled(30 * time.Second))
 	var pollers sync.WaitGroup
 	for _, b := range []*testServer{b1, b2} {
 		pollers.Go(func() {

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/unkeyed/ratelimit/internal/poll"
 )
 
 // TestEvery: a read that hangs is not started again while it runs, and does
@@ -31,7 +33,7 @@ func TestEvery(t *testing.T) {
 	cancel()
 	select {
 	case <-done:
-	case <-time.After(5 * time.Second):
+	case <-time.After(poll.Scaled(5 * time.Second)):
 		t.Fatal("Every did not return with a read hanging")
 	}
 	close(release)

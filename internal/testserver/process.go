@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/unkeyed/ratelimit/internal/poll"
 )
 
 // FreePort returns a loopback TCP port that was free a moment ago.
@@ -105,7 +107,7 @@ func (p *process) tryStart(ready func() error, within time.Duration) error {
 		close(done)
 	}()
 	p.cmd, p.done = cmd, done
-	deadline := time.Now().Add(within)
+	deadline := time.Now().Add(poll.Scaled(within))
 	for {
 		err := ready()
 		if err == nil {

@@ -138,7 +138,7 @@ func TestRunStopsWhenCancelled(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Run after cancel = %v, want nil", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(poll.Scaled(5 * time.Second)):
 		t.Fatal("Run did not return after its context was cancelled")
 	}
 	ctx2, cancel2 := context.WithCancel(context.Background())

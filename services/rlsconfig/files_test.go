@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/unkeyed/ratelimit/internal/poll"
 )
 
 const good = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"
@@ -36,7 +38,7 @@ func TestOnlyRegularFilesAreRead(t *testing.T) {
 		if applied {
 			t.Fatal("a directory holding a FIFO was put in force")
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(poll.Scaled(5 * time.Second)):
 		t.Fatal("a reload blocked on a FIFO")
 	}
 	if _, err := LoadPath(dir); err == nil || !strings.Contains(err.Error(), "must be a regular file") {

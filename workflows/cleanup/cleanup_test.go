@@ -222,7 +222,7 @@ func testKilledMidRun(t *testing.T, afterDelete bool) {
 	e.start(t, "t4", `{"intervalSeconds":3600}`)
 	select {
 	case <-first.entered:
-	case <-time.After(20 * time.Second):
+	case <-time.After(poll.Scaled(20 * time.Second)):
 		t.Fatal("the run never reached its second batch")
 	}
 	ep.Kill()

@@ -28,21 +28,26 @@ import (
 
 // countingStore counts the calls a store.Global receives and the rows it
 // passes.
+//
+// Calls are counted when they return, so that a count the test waited for
+// is a statement the database has run (counted when sent, a publish still
+// in flight on a loaded machine landed after the test had moved on).
 type countingStore struct {
 	store.Global
 	publishes, published, syncs, rowsSynced atomic.Int64
 }
 
 func (c *countingStore) Publish(ctx context.Context, region string, counts []store.CellCount) (int, error) {
+	n, err := c.Global.Publish(ctx, region, counts)
+	c.published.Add(int64(n))
 	c.publishes.Add(1)
-	c.published.Add(int64(len(counts)))
-	return c.Global.Publish(ctx, region, counts)
+	return n, err
 }
 
 func (c *countingStore) Sync(ctx context.Context, region string, now, since time.Time) ([]store.GlobalCount, time.Time, error) {
-	c.syncs.Add(1)
 	rows, asOf, err := c.Global.Sync(ctx, region, now, since)
 	c.rowsSynced.Add(int64(len(rows)))
+	c.syncs.Add(1)
 	return rows, asOf, err
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/unkeyed/ratelimit/internal/poll"
 	"github.com/unkeyed/ratelimit/internal/testserver"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
@@ -73,7 +74,7 @@ func testFailoverUnderSteadyTraffic(t *testing.T, victimOnly bool) {
 	killed := time.Now()
 	victim.Kill()
 	var ok time.Time
-	deadline := time.Now().Add(40 * time.Second)
+	deadline := time.Now().Add(poll.Scaled(40 * time.Second))
 	fresh := 0
 	for time.Now().Before(deadline) {
 		for _, p := range []*process{a, b} {

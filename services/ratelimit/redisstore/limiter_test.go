@@ -377,7 +377,7 @@ func TestRedisBackEmpty(t *testing.T) {
 	r.StartEmpty()
 	rq.Cost = 1
 	admitted := 0
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(poll.Scaled(20 * time.Second))
 	for denials := 0; denials < 60 && time.Now().Before(deadline); {
 		for _, p := range procs {
 			if decide(t, p.Service, rq).Success {
