@@ -74,16 +74,25 @@ func (r *clusterRegion) slot(t *testing.T, id string) int {
 }
 
 // converges spends the whole limit of the fresh identifier id on the first
-// process and reports whether the second, which has not seen id, denies it
-// after settle: whether the first's replay reached Redis and the second's
-// hydration read it.
+// process and reports whether the second, which has not seen id, then
+// denies it: whether the first's replay reached Redis (waited for, up to
+// settle, by reading the cell on the nodes) and the second's hydration
+// read it.
 func (r *clusterRegion) converges(t *testing.T, id string, settle time.Duration) bool {
 	t.Helper()
 	body := `{"namespace":"cluster","identifier":"` + id + `","limit":10,"duration":2592000000,"cost":10}`
 	if status, out := r.procs[0].call(t, "Limit", "", body); status != http.StatusOK || out["success"] != true {
 		t.Fatalf("first process: %d %v, want its first request on %s admitted", status, out, id)
 	}
-	time.Sleep(settle)
+	cell := redisKeyOf("cluster", id) + ":" + strconv.FormatInt(time.Now().UnixMilli()/2592000000, 10)
+	poll.Within(settle, func() bool {
+		for _, n := range r.cluster.Nodes() {
+			if v, err := n.Do("GET", cell); err == nil && v == "10" {
+				return true
+			}
+		}
+		return false
+	})
 	status, out := r.procs[1].call(t, "Limit", "", strings.Replace(body, `"cost":10`, `"cost":1`, 1))
 	if status != http.StatusOK {
 		t.Fatalf("second process: %d %v", status, out)
@@ -91,8 +100,8 @@ func (r *clusterRegion) converges(t *testing.T, id string, settle time.Duration)
 	return out["success"] == false
 }
 
-// settle is how long converges gives a replay (every 10 ms) to reach Redis:
-// ample on a loaded machine.
+// settle is how long converges waits for a replay (every 10 ms) to reach
+// Redis, before poll.Slack: ample on a loaded machine.
 const settle = 300 * time.Millisecond
 
 // load sends Limit calls on 60 keys to the processes from eight clients
