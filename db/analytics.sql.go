@@ -258,17 +258,19 @@ func (q *Queries) AnalyticsTopPurge(ctx context.Context, arg AnalyticsTopPurgePa
 }
 
 const processSeen = `-- name: ProcessSeen :exec
-INSERT INTO ratelimit_processes (process_id, region, seen_at, last_sync_at, redis_nodes)
-VALUES (?, ?, FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000), ?, ?)
+INSERT INTO ratelimit_processes (process_id, region, seen_at, last_sync_at, redis_nodes, flush_interval_ms)
+VALUES (?, ?, FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000), ?, ?, ?)
 ON DUPLICATE KEY UPDATE region = VALUES(region), seen_at = VALUES(seen_at),
-    last_sync_at = VALUES(last_sync_at), redis_nodes = VALUES(redis_nodes)
+    last_sync_at = VALUES(last_sync_at), redis_nodes = VALUES(redis_nodes),
+    flush_interval_ms = VALUES(flush_interval_ms)
 `
 
 type ProcessSeenParams struct {
-	ProcessID  string
-	Region     string
-	LastSyncAt uint64
-	RedisNodes string
+	ProcessID       string
+	Region          string
+	LastSyncAt      uint64
+	RedisNodes      string
+	FlushIntervalMs uint64
 }
 
 // ProcessSeen records a process's roll call, at the database's time.
@@ -278,6 +280,7 @@ func (q *Queries) ProcessSeen(ctx context.Context, arg ProcessSeenParams) error 
 		arg.Region,
 		arg.LastSyncAt,
 		arg.RedisNodes,
+		arg.FlushIntervalMs,
 	)
 	return err
 }
@@ -296,18 +299,19 @@ func (q *Queries) ProcessesPurge(ctx context.Context, seenAt uint64) (int64, err
 }
 
 const processesSeenSince = `-- name: ProcessesSeenSince :many
-SELECT process_id, region, seen_at, last_sync_at, redis_nodes,
+SELECT process_id, region, seen_at, last_sync_at, redis_nodes, flush_interval_ms,
     CAST(FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000) AS SIGNED) AS now_ms
 FROM ratelimit_processes WHERE seen_at >= ? ORDER BY region, process_id
 `
 
 type ProcessesSeenSinceRow struct {
-	ProcessID  string
-	Region     string
-	SeenAt     uint64
-	LastSyncAt uint64
-	RedisNodes string
-	NowMs      int64
+	ProcessID       string
+	Region          string
+	SeenAt          uint64
+	LastSyncAt      uint64
+	RedisNodes      string
+	FlushIntervalMs uint64
+	NowMs           int64
 }
 
 // ProcessesSeenSince returns the processes seen at or after since (unix ms
@@ -327,6 +331,7 @@ func (q *Queries) ProcessesSeenSince(ctx context.Context, seenAt uint64) ([]Proc
 			&i.SeenAt,
 			&i.LastSyncAt,
 			&i.RedisNodes,
+			&i.FlushIntervalMs,
 			&i.NowMs,
 		); err != nil {
 			return nil, err

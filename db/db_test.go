@@ -180,9 +180,10 @@ func TestTrailingSpacesAreDistinct(t *testing.T) {
 // TestMigrateUpgradesAnOldTable: a table as the first version created it
 // (PAD SPACE collation, no window_limit, no updated_at index) is brought up
 // to the schema with its rows kept, and a second Migrate changes nothing.
-// createOldTables creates the window counts (with a row) and overrides
-// tables as an earlier version did: without window_limit, updated_at_idx
-// or revisions, in a PAD SPACE collation.
+// createOldTables creates the window counts (with a row), overrides and
+// processes (with a row) tables as an earlier version did: without
+// window_limit, updated_at_idx, revisions or flush intervals, in a PAD
+// SPACE collation.
 func createOldTables(t *testing.T, db *sql.DB) {
 	t.Helper()
 	if _, err := db.Exec(`CREATE TABLE ratelimit_window_counts (
@@ -207,6 +208,18 @@ func createOldTables(t *testing.T, db *sql.DB) {
 		PRIMARY KEY (pk), UNIQUE KEY unique_override (workspace_id, namespace, identifier), UNIQUE KEY unique_override_id (id),
 		KEY overrides_updated_at_idx (updated_at)
 	) DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin`); err != nil {
+		t.Fatal(err)
+	}
+	// The roll call before flush intervals.
+	if _, err := db.Exec(`CREATE TABLE ratelimit_processes (
+		process_id varchar(64) NOT NULL, region varchar(48) NOT NULL, seen_at bigint unsigned NOT NULL,
+		last_sync_at bigint unsigned NOT NULL, redis_nodes text NOT NULL,
+		CONSTRAINT ratelimit_processes_pk PRIMARY KEY (process_id), INDEX processes_seen_at_idx (seen_at)
+	) DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO ratelimit_processes (process_id, region, seen_at, last_sync_at, redis_nodes)
+		VALUES ('old', 'us', 1000, 0, '{}')`); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -309,6 +322,16 @@ func TestMigrateUpgradesAnOldTable(t *testing.T) {
 	got, err := q.WindowCountsSync(ctx, WindowCountsSyncParams{Region: "eu", Now: 600_000})
 	if err != nil || len(got) != 2 {
 		t.Fatalf("after the upgrade: %+v, %v; want 'alice' (5, kept) and 'alice ' (1) apart", got, err)
+	}
+	// The old roll call's row is kept, with no flush interval, beside a
+	// process that says its own.
+	if err := q.ProcessSeen(ctx, ProcessSeenParams{ProcessID: "new", Region: "us", RedisNodes: "{}", FlushIntervalMs: 10_000}); err != nil {
+		t.Fatalf("a roll call on the upgraded table: %v", err)
+	}
+	procs, err := q.ProcessesSeenSince(ctx, 0)
+	if err != nil || len(procs) != 2 || procs[0].ProcessID != "new" || procs[0].FlushIntervalMs != 10_000 ||
+		procs[1].ProcessID != "old" || procs[1].FlushIntervalMs != 0 {
+		t.Fatalf("the roll call after the upgrade: %+v, %v; want new (10 s) and old (0)", procs, err)
 	}
 }
 

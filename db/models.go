@@ -76,11 +76,12 @@ type RatelimitOverride struct {
 }
 
 type RatelimitProcess struct {
-	ProcessID  string
-	Region     string
-	SeenAt     uint64
-	LastSyncAt uint64
-	RedisNodes string
+	ProcessID       string
+	Region          string
+	SeenAt          uint64
+	LastSyncAt      uint64
+	RedisNodes      string
+	FlushIntervalMs uint64
 }
 
 type RatelimitReservationSettlement struct {

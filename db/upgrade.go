@@ -63,6 +63,11 @@ func upgrade(ctx context.Context, db execer) error {
 	if err := addIndex(ctx, db, "ratelimit_overrides", "overrides_deleted_at_idx", "deleted_at"); err != nil {
 		return err
 	}
+	// The roll call says how often each process reports: 0 for the rows
+	// of an earlier version, whose readers assume the default interval.
+	if err := addColumn(ctx, db, "ratelimit_processes", "flush_interval_ms", "bigint unsigned NOT NULL DEFAULT 0"); err != nil {
+		return err
+	}
 	collation, err := noPadCollation(ctx, db)
 	if err != nil {
 		return err

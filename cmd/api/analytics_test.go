@@ -39,9 +39,10 @@ func totals(out map[string]any) (passed, denied int) {
 // each; both decide for one namespace. Within a flush interval either
 // process answers the namespace's totals of both regions, exactly, and
 // names the identifier that was denied most; the roll call lists both
-// processes with their last sync.
+// processes live, with their flush interval, and a process that stopped
+// reporting two minutes ago as gone.
 func TestAnalyticsAcrossRegions(t *testing.T) {
-	m, _ := dbtest.Start(t)
+	m, sqlDB := dbtest.Start(t)
 	start := func(region string) *testServer {
 		return startServer(t, "UNKEY_REGION="+region, "UNKEY_MYSQL_DSN="+m.DSN, "UNKEY_REDIS_URL="+testserver.StartRedis(t).URL(),
 			"UNKEY_ANALYTICS_FLUSH_INTERVAL=200ms", "UNKEY_GLOBAL_SYNC_INTERVAL=200ms")
@@ -76,8 +77,42 @@ func TestAnalyticsAcrossRegions(t *testing.T) {
 	if len(top) == 0 || top[0].(map[string]any)["identifier"] != "spammer" {
 		t.Fatalf("top: %v, want spammer first", top)
 	}
-	if status, out, _ := a.rpc(t, "AnalyticsService", "GetStatus", "", `{}`); status != 200 || len(out["processes"].([]any)) != 2 {
-		t.Fatalf("GetStatus: %d %v", status, out)
+	// A process of an earlier run, silent for two minutes, and one of an
+	// earlier version (no flush interval said) silent for 20 s.
+	if _, err := sqlDB.Exec(`INSERT INTO ratelimit_processes (process_id, region, seen_at, last_sync_at, redis_nodes, flush_interval_ms)
+		VALUES ('stale', 'a', FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000) - 120000, 0, '{}', 10000),
+		('old', 'b', FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000) - 20000, 0, '{}', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	status, out, _ := a.rpc(t, "AnalyticsService", "GetStatus", "", `{}`)
+	procs, _ := out["processes"].([]any)
+	if status != 200 || len(procs) != 4 || out["region"] != "a" || out["flushIntervalMs"] != "200" || out["analyticsInMemory"] != false {
+		t.Fatalf("GetStatus: %d %v, want 4 processes, this one reporting every 200 ms, with MySQL", status, out)
+	}
+	live := map[string]bool{}
+	for _, p := range procs {
+		p := p.(map[string]any)
+		id, every := p["id"].(string), p["flushIntervalMs"]
+		live[id] = p["live"] == true
+		var seen int64
+		fmt.Sscan(fmt.Sprint(p["seenAgoMs"]), &seen)
+		switch id {
+		case "stale":
+			if every != "10000" || live[id] || seen < 120_000 {
+				t.Errorf("the process silent for two minutes: %v, want it gone, reporting every 10 s", p)
+			}
+		case "old":
+			if every != "10000" || !live[id] {
+				t.Errorf("an earlier version's process silent for 20 s: %v, want it live, 10 s assumed", p)
+			}
+		default:
+			if every != "200" || !live[id] || seen > 5000 {
+				t.Errorf("a running process: %v, want it live, reporting every 200 ms", p)
+			}
+		}
+	}
+	if len(live) != 4 {
+		t.Errorf("processes %v, want 4 apart", live)
 	}
 }
 
@@ -104,6 +139,23 @@ func TestAnalyticsNeedsItsPermission(t *testing.T) {
 		p, d := totals(out)
 		return status == 200 && p == 1 && d == 1
 	})
+	// ListNamespaces leaves out what the key may not read, and says how
+	// many it left out, never their names.
+	now := time.Now().UnixMilli()
+	span := fmt.Sprintf(`{"from":%d,"to":%d}`, now-3_600_000, now+60_000)
+	if status, out, _ := ts.rpc(t, "AnalyticsService", "ListNamespaces", limiter, span); status != 200 ||
+		len(out["namespaces"].([]any)) != 0 || out["withheld"] != float64(1) {
+		t.Errorf("ListNamespaces without read_analytics: %d %v, want none listed, one withheld", status, out)
+	}
+	if status, out, _ := ts.rpc(t, "AnalyticsService", "ListNamespaces", reader, span); status != 200 ||
+		len(out["namespaces"].([]any)) != 1 || out["withheld"] != float64(0) {
+		t.Errorf("ListNamespaces with read_analytics: %d %v, want sms listed, none withheld", status, out)
+	}
+	// Without MySQL, the status says the analytics are this process's own.
+	if status, out, _ := ts.rpc(t, "AnalyticsService", "GetStatus", limiter, `{}`); status != 200 ||
+		out["analyticsInMemory"] != true || out["flushIntervalMs"] != "100" {
+		t.Errorf("GetStatus without MySQL: %d %v, want the analytics in memory, flushed every 100 ms", status, out)
+	}
 	for body, field := range map[string]string{
 		`{"namespace":"sms","from":10,"to":5}`:                              "to:",
 		`{"namespace":"sms","from":0,"to":86460000,"granularity":"minute"}`: "to:",

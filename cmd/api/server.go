@@ -202,7 +202,8 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	if keyStore != nil {
 		manager = keys.NewManager(keyStore, auditWriter)
 	}
-	if analyticsStore == nil {
+	analyticsInMemory := analyticsStore == nil
+	if analyticsInMemory {
 		a := analytics.NewMemory(analytics.DefaultMemoryRows, time.Now)
 		analyticsStore, fleet = a, a
 	}
@@ -265,7 +266,8 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		connect:   connectapi.New(layer),
 		keyAPI:    connectapi.NewKeys(layer, manager),
 		auditAPI:  connectapi.NewAudit(layer, auditLog),
-		analytics: connectapi.NewAnalytics(layer, analyticsStore, fleet, cfg.Region),
+		analytics: connectapi.NewAnalytics(layer, analyticsStore, fleet, connectapi.AnalyticsProcess{Region: cfg.Region,
+			FlushInterval: cfg.AnalyticsFlushInterval, InMemory: analyticsInMemory}),
 		recorder:  recorder,
 		keys:      ring,
 		keyFile:   keyFile,

@@ -43,15 +43,16 @@ DELETE FROM ratelimit_analytics_top WHERE granularity = ? AND bucket < sqlc.arg(
 
 -- name: ProcessSeen :exec
 -- ProcessSeen records a process's roll call, at the database's time.
-INSERT INTO ratelimit_processes (process_id, region, seen_at, last_sync_at, redis_nodes)
-VALUES (?, ?, FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000), ?, ?)
+INSERT INTO ratelimit_processes (process_id, region, seen_at, last_sync_at, redis_nodes, flush_interval_ms)
+VALUES (?, ?, FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000), ?, ?, ?)
 ON DUPLICATE KEY UPDATE region = VALUES(region), seen_at = VALUES(seen_at),
-    last_sync_at = VALUES(last_sync_at), redis_nodes = VALUES(redis_nodes);
+    last_sync_at = VALUES(last_sync_at), redis_nodes = VALUES(redis_nodes),
+    flush_interval_ms = VALUES(flush_interval_ms);
 
 -- name: ProcessesSeenSince :many
 -- ProcessesSeenSince returns the processes seen at or after since (unix ms
 -- by the database's clock), with the database's time now.
-SELECT process_id, region, seen_at, last_sync_at, redis_nodes,
+SELECT process_id, region, seen_at, last_sync_at, redis_nodes, flush_interval_ms,
     CAST(FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000) AS SIGNED) AS now_ms
 FROM ratelimit_processes WHERE seen_at >= ? ORDER BY region, process_id;
 

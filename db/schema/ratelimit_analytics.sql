@@ -38,15 +38,18 @@ CREATE TABLE IF NOT EXISTS `ratelimit_analytics_top` (
 ) DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
 -- ratelimit_processes is the fleet's roll call: each API process upserts its
--- row every analytics flush with when it last synced with the other regions
--- and the state of its Redis nodes' breakers, for the dashboard. Rows of
--- processes not seen for a day are purged by the cleanup.
+-- row every analytics flush with when it last synced with the other regions,
+-- the state of its Redis nodes' breakers and its flush interval (how often it
+-- reports, so that a reader tells a process gone from one between reports;
+-- 0 in rows of an earlier version), for the dashboard. Rows of processes not
+-- seen for a day are purged by the cleanup.
 CREATE TABLE IF NOT EXISTS `ratelimit_processes` (
     `process_id` varchar(64) NOT NULL,
     `region` varchar(48) NOT NULL,
     `seen_at` bigint unsigned NOT NULL,
     `last_sync_at` bigint unsigned NOT NULL,
     `redis_nodes` text NOT NULL,
+    `flush_interval_ms` bigint unsigned NOT NULL DEFAULT 0,
     CONSTRAINT `ratelimit_processes_pk` PRIMARY KEY (`process_id`),
     INDEX `processes_seen_at_idx` (`seen_at`)
 ) DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

@@ -111,6 +111,44 @@ type Process struct {
 	LastSync time.Time
 	// Breakers is the state of each of its Redis nodes' circuit breakers.
 	Breakers map[string]string
+	// FlushInterval is how often it reports: its recorder's flush interval
+	// (zero from a process of an earlier version, which did not say; see
+	// Live).
+	FlushInterval time.Duration
+}
+
+// Gone: when a process that stopped reporting is told from one between
+// reports. A live process reports every flush interval, after the flush's
+// store write, which may itself take up to an interval: two reports of a
+// live process are at most about two intervals apart.
+const (
+	// MissedReports is how many of its flush intervals a process may go
+	// without reporting before it is gone.
+	MissedReports = 3
+	// MinGoneAfter is the least silence that makes a process gone, so that
+	// a short interval's hiccup (a slow write, a pause) does not.
+	MinGoneAfter = 5 * time.Second
+)
+
+// ReportInterval returns how often p reports: its FlushInterval, or
+// DefaultFlushInterval if it did not say.
+func (p Process) ReportInterval() time.Duration {
+	if p.FlushInterval <= 0 {
+		return DefaultFlushInterval
+	}
+	return p.FlushInterval
+}
+
+// GoneAfter returns how long p may go without reporting before it is gone:
+// MissedReports of its ReportInterval, at least MinGoneAfter.
+func (p Process) GoneAfter() time.Duration {
+	return max(MissedReports*p.ReportInterval(), MinGoneAfter)
+}
+
+// Live reports whether p still reports at now, by the store's clock: its
+// last report is at most GoneAfter old.
+func (p Process) Live(now time.Time) bool {
+	return now.Sub(p.SeenAt) <= p.GoneAfter()
 }
 
 // Fleet records the processes' roll calls.

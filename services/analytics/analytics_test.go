@@ -269,3 +269,99 @@ func TestRecorderResendsAfterAFailedFlush(t *testing.T) {
 		t.Fatal("rows dropped though the store came back")
 	}
 }
+
+// TestProcessLive: a process is live while its last report is at most
+// three of its flush intervals old, and at least 5 s; a process that did
+// not say its interval is given the default's.
+func TestProcessLive(t *testing.T) {
+	now := time.Now()
+	for _, c := range []struct {
+		every, silent time.Duration
+		live          bool
+	}{
+		{10 * time.Second, 0, true},
+		{10 * time.Second, 29 * time.Second, true},
+		{10 * time.Second, 30 * time.Second, true},
+		{10 * time.Second, 30*time.Second + time.Millisecond, false},
+		{10 * time.Second, 4 * time.Minute, false},
+		{0, 30 * time.Second, true}, // an earlier version's row: 10 s assumed
+		{0, 31 * time.Second, false},
+		{time.Minute, 2 * time.Minute, true},
+		{time.Minute, 3*time.Minute + time.Second, false},
+		{200 * time.Millisecond, 4 * time.Second, true}, // 0.6 s, but 5 s at least
+		{200 * time.Millisecond, 5*time.Second + time.Millisecond, false},
+	} {
+		p := analytics.Process{ID: "p", SeenAt: now.Add(-c.silent), FlushInterval: c.every}
+		if got := p.Live(now); got != c.live {
+			t.Errorf("flush interval %v, silent for %v: live %v, want %v", c.every, c.silent, got, c.live)
+		}
+	}
+}
+
+// testFleet is the contract of a Fleet fed by a recorder: each flush
+// records the process with the recorder's flush interval, seen by the
+// fleet's clock, and Processes leaves out those seen longer ago than asked.
+func testFleet(t *testing.T, store analytics.Store, fleet analytics.Fleet, age func(id string, by time.Duration)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r, err := analytics.NewRecorder(store, slog.New(slog.DiscardHandler), prometheus.NewRegistry(),
+		analytics.WithFlushInterval(50*time.Millisecond),
+		analytics.WithRollCall(fleet, func() analytics.Process {
+			return analytics.Process{ID: "proc_1", Region: "eu", Breakers: map[string]string{"10.0.0.1:6379": "closed"}}
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error)
+	go func() { done <- r.Run(ctx) }()
+	var got []analytics.Process
+	var now time.Time
+	poll.Until(t, 10*time.Second, "the process's roll call", func() bool {
+		got, now, _ = fleet.Processes(ctx, time.Minute)
+		return len(got) == 1
+	})
+	cancel()
+	<-done
+	p := got[0]
+	if p.ID != "proc_1" || p.Region != "eu" || p.FlushInterval != 50*time.Millisecond || p.Breakers["10.0.0.1:6379"] != "closed" ||
+		!p.Live(now) || now.Sub(p.SeenAt) < 0 || now.Sub(p.SeenAt) > 5*time.Second {
+		t.Fatalf("the roll call %+v at %v, want proc_1 of eu reporting every 50ms, live", p, now)
+	}
+	// The process stops: two minutes on it is listed in a window of five,
+	// gone, and left out of one of a minute.
+	age("proc_1", 2*time.Minute)
+	got, now, err = fleet.Processes(context.Background(), 5*time.Minute)
+	if err != nil || len(got) != 1 || got[0].Live(now) || now.Sub(got[0].SeenAt) < 2*time.Minute {
+		t.Fatalf("two minutes after its last report: %+v at %v (%v), want it listed, gone", got, now, err)
+	}
+	if got, _, err := fleet.Processes(context.Background(), time.Minute); err != nil || len(got) != 0 {
+		t.Fatalf("processes seen in the last minute: %+v (%v), want none", got, err)
+	}
+}
+
+func TestMemoryFleet(t *testing.T) {
+	var offset atomic.Int64
+	mem := analytics.NewMemory(1000, func() time.Time { return time.Now().Add(time.Duration(offset.Load())) })
+	testFleet(t, mem, mem, func(_ string, by time.Duration) { offset.Add(int64(by)) })
+}
+
+func TestMySQLFleet(t *testing.T) {
+	_, sqlDB := dbtest.Start(t)
+	m := analytics.NewMySQL(sqlDB, time.Now)
+	testFleet(t, m, m, func(id string, by time.Duration) {
+		if _, err := sqlDB.Exec(`UPDATE ratelimit_processes SET seen_at = seen_at - ? WHERE process_id = ?`, by.Milliseconds(), id); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// A row an earlier version wrote says no interval: the default's is
+	// assumed.
+	if _, err := sqlDB.Exec(`INSERT INTO ratelimit_processes (process_id, region, seen_at, last_sync_at, redis_nodes)
+		VALUES ('old', 'us', FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000) - 20000, 0, '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	got, now, err := m.Processes(context.Background(), time.Minute)
+	if err != nil || len(got) != 1 || got[0].ID != "old" || got[0].FlushInterval != 0 ||
+		got[0].ReportInterval() != analytics.DefaultFlushInterval || !got[0].Live(now) {
+		t.Fatalf("an earlier version's row 20 s after its report: %+v (%v), want it live, reporting every 10 s", got, err)
+	}
+}

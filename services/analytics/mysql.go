@@ -148,7 +148,7 @@ func (m *MySQL) Seen(ctx context.Context, p Process) error {
 		lastSync = uint64(p.LastSync.UnixMilli())
 	}
 	if err := m.q.ProcessSeen(ctx, db.ProcessSeenParams{ProcessID: p.ID, Region: p.Region, LastSyncAt: lastSync,
-		RedisNodes: string(nodes)}); err != nil {
+		RedisNodes: string(nodes), FlushIntervalMs: uint64(max(p.FlushInterval.Milliseconds(), 0))}); err != nil {
 		return fmt.Errorf("record the process's roll call: %w", err)
 	}
 	return nil
@@ -165,7 +165,8 @@ func (m *MySQL) Processes(ctx context.Context, since time.Duration) ([]Process, 
 	out := make([]Process, len(rows))
 	for i, r := range rows {
 		now = time.UnixMilli(r.NowMs)
-		p := Process{ID: r.ProcessID, Region: r.Region, SeenAt: time.UnixMilli(int64(r.SeenAt))}
+		p := Process{ID: r.ProcessID, Region: r.Region, SeenAt: time.UnixMilli(int64(r.SeenAt)),
+			FlushInterval: time.Duration(r.FlushIntervalMs) * time.Millisecond}
 		if r.LastSyncAt > 0 {
 			p.LastSync = time.UnixMilli(int64(r.LastSyncAt))
 		}

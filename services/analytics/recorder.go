@@ -94,7 +94,8 @@ func WithFlushInterval(d time.Duration) RecorderOption {
 	}
 }
 
-// WithRollCall records the process self describes in fleet at every flush.
+// WithRollCall records the process self describes in fleet at every flush,
+// with the recorder's flush interval.
 func WithRollCall(fleet Fleet, self func() Process) RecorderOption {
 	return func(r *Recorder) { r.fleet, r.self = fleet, self }
 }
@@ -231,7 +232,9 @@ func (r *Recorder) flush(ctx context.Context) {
 		}
 	}
 	if r.fleet != nil {
-		if err := r.fleet.Seen(ctx, r.self()); err != nil {
+		p := r.self()
+		p.FlushInterval = r.every
+		if err := r.fleet.Seen(ctx, p); err != nil {
 			r.logger.WarnContext(ctx, "record the roll call", "error", err)
 		}
 	}

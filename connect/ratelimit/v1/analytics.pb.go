@@ -349,7 +349,12 @@ func (x *ListNamespacesRequest) GetTo() int64 {
 type ListNamespacesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Namespaces holds up to 100 namespaces, the most denied first.
-	Namespaces    []*NamespaceTotal `protobuf:"bytes,1,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	Namespaces []*NamespaceTotal `protobuf:"bytes,1,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	// Withheld counts the namespaces with decisions in the range that were
+	// left out because the key lacks their ratelimit.<namespace>.read_analytics
+	// (among the 1,000 most denied): how a caller tells a key that may not
+	// read from a range with no decisions. Their names are never answered.
+	Withheld      int32 `protobuf:"varint,2,opt,name=withheld,proto3" json:"withheld,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -389,6 +394,13 @@ func (x *ListNamespacesResponse) GetNamespaces() []*NamespaceTotal {
 		return x.Namespaces
 	}
 	return nil
+}
+
+func (x *ListNamespacesResponse) GetWithheld() int32 {
+	if x != nil {
+		return x.Withheld
+	}
+	return 0
 }
 
 // NamespaceTotal is one namespace's decisions over a range.
@@ -497,10 +509,20 @@ type GetStatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Region is the answering process's region.
 	Region string `protobuf:"bytes,1,opt,name=region,proto3" json:"region,omitempty"`
-	// Processes are those that reported within the last five minutes.
-	Processes     []*ProcessStatus `protobuf:"bytes,2,rep,name=processes,proto3" json:"processes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Processes are those that reported within the last five minutes, live
+	// or gone (see ProcessStatus.live).
+	Processes []*ProcessStatus `protobuf:"bytes,2,rep,name=processes,proto3" json:"processes,omitempty"`
+	// AnalyticsInMemory is true when the answering process has no MySQL
+	// (UNKEY_MYSQL_DSN): its analytics and its roll call are its own, kept in
+	// its memory (lost when it stops), so every AnalyticsService answer covers
+	// the decisions of that process only.
+	AnalyticsInMemory bool `protobuf:"varint,3,opt,name=analytics_in_memory,json=analyticsInMemory,proto3" json:"analytics_in_memory,omitempty"`
+	// FlushIntervalMs is the answering process's analytics flush interval
+	// (UNKEY_ANALYTICS_FLUSH_INTERVAL): how long its decisions may take to
+	// appear in the analytics.
+	FlushIntervalMs int64 `protobuf:"varint,4,opt,name=flush_interval_ms,json=flushIntervalMs,proto3" json:"flush_interval_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *GetStatusResponse) Reset() {
@@ -547,6 +569,20 @@ func (x *GetStatusResponse) GetProcesses() []*ProcessStatus {
 	return nil
 }
 
+func (x *GetStatusResponse) GetAnalyticsInMemory() bool {
+	if x != nil {
+		return x.AnalyticsInMemory
+	}
+	return false
+}
+
+func (x *GetStatusResponse) GetFlushIntervalMs() int64 {
+	if x != nil {
+		return x.FlushIntervalMs
+	}
+	return 0
+}
+
 // ProcessStatus is one process's last report.
 type ProcessStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -554,14 +590,24 @@ type ProcessStatus struct {
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Region is its region.
 	Region string `protobuf:"bytes,2,opt,name=region,proto3" json:"region,omitempty"`
-	// SeenAgoMs is how long ago it last reported.
+	// SeenAgoMs is how long ago it last reported (it reports every flush
+	// interval).
 	SeenAgoMs int64 `protobuf:"varint,3,opt,name=seen_ago_ms,json=seenAgoMs,proto3" json:"seen_ago_ms,omitempty"`
 	// LastSyncAgoMs is how long before now its latest read of the other
 	// regions' counts began; -1 if it never read them (no MySQL, or not yet).
 	LastSyncAgoMs int64 `protobuf:"varint,4,opt,name=last_sync_ago_ms,json=lastSyncAgoMs,proto3" json:"last_sync_ago_ms,omitempty"`
 	// RedisNodes is the state of each of its Redis nodes' circuit breakers:
 	// "closed", "half-open" or "open" (that node's keys decided locally).
-	RedisNodes    map[string]string `protobuf:"bytes,5,rep,name=redis_nodes,json=redisNodes,proto3" json:"redis_nodes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	RedisNodes map[string]string `protobuf:"bytes,5,rep,name=redis_nodes,json=redisNodes,proto3" json:"redis_nodes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// FlushIntervalMs is how often it reports: its analytics flush interval
+	// (UNKEY_ANALYTICS_FLUSH_INTERVAL); 10 s is assumed for a process of an
+	// earlier version, which did not say.
+	FlushIntervalMs int64 `protobuf:"varint,6,opt,name=flush_interval_ms,json=flushIntervalMs,proto3" json:"flush_interval_ms,omitempty"`
+	// Live is false for a process that has stopped reporting: none for three
+	// of its flush intervals, and at least 5 s. A process gone is listed
+	// until five minutes after its last report, and its last sync and
+	// breakers are as it last reported them.
+	Live          bool `protobuf:"varint,7,opt,name=live,proto3" json:"live,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -631,6 +677,20 @@ func (x *ProcessStatus) GetRedisNodes() map[string]string {
 	return nil
 }
 
+func (x *ProcessStatus) GetFlushIntervalMs() int64 {
+	if x != nil {
+		return x.FlushIntervalMs
+	}
+	return 0
+}
+
+func (x *ProcessStatus) GetLive() bool {
+	if x != nil {
+		return x.Live
+	}
+	return false
+}
+
 var File_ratelimit_v1_analytics_proto protoreflect.FileDescriptor
 
 const file_ratelimit_v1_analytics_proto_rawDesc = "" +
@@ -657,26 +717,31 @@ const file_ratelimit_v1_analytics_proto_rawDesc = "" +
 	"\x06denied\x18\x03 \x01(\x03R\x06denied\";\n" +
 	"\x15ListNamespacesRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\x03R\x04from\x12\x0e\n" +
-	"\x02to\x18\x02 \x01(\x03R\x02to\"V\n" +
+	"\x02to\x18\x02 \x01(\x03R\x02to\"r\n" +
 	"\x16ListNamespacesResponse\x12<\n" +
 	"\n" +
 	"namespaces\x18\x01 \x03(\v2\x1c.ratelimit.v1.NamespaceTotalR\n" +
-	"namespaces\"^\n" +
+	"namespaces\x12\x1a\n" +
+	"\bwithheld\x18\x02 \x01(\x05R\bwithheld\"^\n" +
 	"\x0eNamespaceTotal\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
 	"\x06passed\x18\x02 \x01(\x03R\x06passed\x12\x16\n" +
 	"\x06denied\x18\x03 \x01(\x03R\x06denied\"\x12\n" +
-	"\x10GetStatusRequest\"f\n" +
+	"\x10GetStatusRequest\"\xc2\x01\n" +
 	"\x11GetStatusResponse\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x129\n" +
-	"\tprocesses\x18\x02 \x03(\v2\x1b.ratelimit.v1.ProcessStatusR\tprocesses\"\x8d\x02\n" +
+	"\tprocesses\x18\x02 \x03(\v2\x1b.ratelimit.v1.ProcessStatusR\tprocesses\x12.\n" +
+	"\x13analytics_in_memory\x18\x03 \x01(\bR\x11analyticsInMemory\x12*\n" +
+	"\x11flush_interval_ms\x18\x04 \x01(\x03R\x0fflushIntervalMs\"\xcd\x02\n" +
 	"\rProcessStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x1e\n" +
 	"\vseen_ago_ms\x18\x03 \x01(\x03R\tseenAgoMs\x12'\n" +
 	"\x10last_sync_ago_ms\x18\x04 \x01(\x03R\rlastSyncAgoMs\x12L\n" +
 	"\vredis_nodes\x18\x05 \x03(\v2+.ratelimit.v1.ProcessStatus.RedisNodesEntryR\n" +
-	"redisNodes\x1a=\n" +
+	"redisNodes\x12*\n" +
+	"\x11flush_interval_ms\x18\x06 \x01(\x03R\x0fflushIntervalMs\x12\x12\n" +
+	"\x04live\x18\a \x01(\bR\x04live\x1a=\n" +
 	"\x0fRedisNodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\x9d\x02\n" +

@@ -20,19 +20,29 @@ import (
 // Analytics serves AnalyticsService on a layer, reading an analytics store
 // and the fleet's roll call.
 type Analytics struct {
-	layer  *transport.Layer
-	store  analytics.Store
-	fleet  analytics.Fleet
-	region string
-	now    func() time.Time
+	layer *transport.Layer
+	store analytics.Store
+	fleet analytics.Fleet
+	self  AnalyticsProcess
 }
 
 var _ ratelimitv1connect.AnalyticsServiceHandler = (*Analytics)(nil)
 
-// NewAnalytics returns AnalyticsService on l, reading store and fleet, for a
-// process of region.
-func NewAnalytics(l *transport.Layer, store analytics.Store, fleet analytics.Fleet, region string) *Analytics {
-	return &Analytics{layer: l, store: store, fleet: fleet, region: region, now: time.Now}
+// AnalyticsProcess is what GetStatus says of the process that answers.
+type AnalyticsProcess struct {
+	// Region is its region.
+	Region string
+	// FlushInterval is how often its recorder adds to the store.
+	FlushInterval time.Duration
+	// InMemory is true when its store and roll call are its own memory
+	// (no MySQL): they hold its own decisions only.
+	InMemory bool
+}
+
+// NewAnalytics returns AnalyticsService on l, reading store and fleet, for
+// the process self describes.
+func NewAnalytics(l *transport.Layer, store analytics.Store, fleet analytics.Fleet, self AnalyticsProcess) *Analytics {
+	return &Analytics{layer: l, store: store, fleet: fleet, self: self}
 }
 
 // Register serves the service on mux behind the layer.
@@ -149,17 +159,21 @@ func (h *Analytics) ListNamespaces(ctx context.Context, req *connect.Request[rat
 	}
 	out := &ratelimitv1.ListNamespacesResponse{}
 	for _, n := range names {
-		if len(out.Namespaces) == maxNamespaces {
-			break
+		if pipeline.Authorize(ctx, access.ReadAnalytics, n.Identifier) != nil {
+			// Counted, never named: the caller learns why its view is
+			// empty, not what it may not read.
+			out.Withheld++
+			continue
 		}
-		if pipeline.Authorize(ctx, access.ReadAnalytics, n.Identifier) == nil {
+		if len(out.Namespaces) < maxNamespaces {
 			out.Namespaces = append(out.Namespaces, &ratelimitv1.NamespaceTotal{Namespace: n.Identifier, Passed: n.Passed, Denied: n.Denied})
 		}
 	}
 	return connect.NewResponse(out), nil
 }
 
-// statusWindow is how recently a process must have reported to be listed.
+// statusWindow is how recently a process must have reported to be listed,
+// live or gone (analytics.Process.Live).
 const statusWindow = 5 * time.Minute
 
 // GetStatus implements AnalyticsService.GetStatus.
@@ -168,10 +182,11 @@ func (h *Analytics) GetStatus(ctx context.Context, _ *connect.Request[ratelimitv
 	if err != nil {
 		return nil, h.layer.ConnectError(ctx, ratelimitv1connect.AnalyticsServiceGetStatusProcedure, err)
 	}
-	out := &ratelimitv1.GetStatusResponse{Region: h.region, Processes: make([]*ratelimitv1.ProcessStatus, len(procs))}
+	out := &ratelimitv1.GetStatusResponse{Region: h.self.Region, Processes: make([]*ratelimitv1.ProcessStatus, len(procs)),
+		AnalyticsInMemory: h.self.InMemory, FlushIntervalMs: h.self.FlushInterval.Milliseconds()}
 	for i, p := range procs {
 		ps := &ratelimitv1.ProcessStatus{Id: p.ID, Region: p.Region, SeenAgoMs: max(now.Sub(p.SeenAt).Milliseconds(), 0),
-			LastSyncAgoMs: -1, RedisNodes: p.Breakers}
+			LastSyncAgoMs: -1, RedisNodes: p.Breakers, FlushIntervalMs: p.ReportInterval().Milliseconds(), Live: p.Live(now)}
 		if !p.LastSync.IsZero() {
 			ps.LastSyncAgoMs = max(now.Sub(p.LastSync).Milliseconds(), 0)
 		}

@@ -55,9 +55,9 @@ type AnalyticsServiceClient interface {
 	// first, with their totals.
 	ListNamespaces(context.Context, *connect.Request[v1.ListNamespacesRequest]) (*connect.Response[v1.ListNamespacesResponse], error)
 	// GetStatus returns the fleet's health as the dashboard shows it: each
-	// region's processes and how long ago each last read the other regions'
-	// counts, and the circuit breaker of each Redis node. Any valid key may
-	// ask.
+	// region's processes, whether each is still reporting and how long ago
+	// it last read the other regions' counts, and the circuit breaker of each
+	// Redis node. Any valid key may ask.
 	GetStatus(context.Context, *connect.Request[v1.GetStatusRequest]) (*connect.Response[v1.GetStatusResponse], error)
 }
 
@@ -126,9 +126,9 @@ type AnalyticsServiceHandler interface {
 	// first, with their totals.
 	ListNamespaces(context.Context, *connect.Request[v1.ListNamespacesRequest]) (*connect.Response[v1.ListNamespacesResponse], error)
 	// GetStatus returns the fleet's health as the dashboard shows it: each
-	// region's processes and how long ago each last read the other regions'
-	// counts, and the circuit breaker of each Redis node. Any valid key may
-	// ask.
+	// region's processes, whether each is still reporting and how long ago
+	// it last read the other regions' counts, and the circuit breaker of each
+	// Redis node. Any valid key may ask.
 	GetStatus(context.Context, *connect.Request[v1.GetStatusRequest]) (*connect.Response[v1.GetStatusResponse], error)
 }
 
