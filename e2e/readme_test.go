@@ -64,7 +64,9 @@ var windowBound = map[string]string{
 // 7073, 3307, 6380, 6381, 8080, 9070, 9080, and 7080 for the Envoy try-it)
 // are replaced by the ones the test chose, in each command's text: that is
 // the only change made to the commands. A port README names that the test
-// does not map fails it.
+// does not map fails it. So the Envoy try-it writes /tmp/rls/edge.yaml, as
+// README does, and what README starts in the background (its ./bin/api)
+// is stopped with the shell at the end.
 //
 // Where README says sleep (for a flush and a sync, a poll of the keys
 // table, an analytics flush), the test does not sleep: it runs the next
