@@ -27,7 +27,6 @@ var notRun = []struct{ prefix, why string }{
 	{"make run", "started by the test instead, as the process make run starts: ./bin/api with UNKEY_REGION=local, " +
 		"in memory and open, on a free port in place of 7070"},
 	{"UNKEY_REGION=eu-west UNKEY_RLS_CONFIG=/srv/", "a deployment's command line: a Redis at redis:6379 and rule files under /srv that are yours"},
-	{"UNKEY_TLS_CERT_FILE=tls.crt", "needs a certificate, its key and its CA of yours"},
 	{"make deps", "the worker and restate-server on their own, the alternative to make dev, which holds their ports; " +
 		"make deps installs packages; a MySQL on 3306 of yours"},
 	{"worker keygen /etc/restate/", "writes under /etc and starts restate-server and a worker beside make dev's"},
@@ -61,12 +60,14 @@ var windowBound = map[string]string{
 // stack of make dev, which the test starts itself with scripts/dev.sh
 // (DEV_DETACH=1, a DEV_DIR of its own and a DEV_PORT_BASE of free ports),
 // so that it never meets a make dev of the user's. README's ports (7070 to
-// 7073, 3307, 6380, 6381, 8080, 9070, 9080, and 7080 for the Envoy try-it)
-// are replaced by the ones the test chose, in each command's text: that is
-// the only change made to the commands. A port README names that the test
-// does not map fails it. So the Envoy try-it writes /tmp/rls/edge.yaml, as
-// README does, and what README starts in the background (its ./bin/api)
-// is stopped with the shell at the end.
+// 7073, 3307, 6380, 6381, 8080, 9070, 9080; 7080 and 7443 of the Envoy and
+// TLS examples) are replaced by the ones the test chose, in each command's
+// text: that is the only change made to the commands. A port README names
+// that the test does not map fails it. So the Envoy try-it writes
+// /tmp/rls/edge.yaml, as README does; what README starts in the background
+// (./bin/api, twice) is stopped with the shell at the end. For the TLS
+// example, which asks for a certificate of the user's, the test writes one
+// (tls.crt, tls.key and ca.crt, from a CA of its own) into the clone first.
 //
 // Where README says sleep (for a flush and a sync, a poll of the keys
 // table, an analytics flush), the test does not sleep: it runs the next
@@ -144,7 +145,7 @@ func TestReadme(t *testing.T) {
 	quickPorts := map[int]int{7070: quick}
 	devPorts := map[int]int{7070: base, 7071: base + 1, 7072: base + 2, 7073: base + 3,
 		3307: base - 3763, 6380: base - 690, 6381: base - 689, 8080: base + 1010, 9070: base + 2000, 9080: base + 2010,
-		7080: testserver.FreePort(t)}
+		7080: testserver.FreePort(t), 7443: testserver.FreePort(t)}
 	sh := startShell(t, clone, cleanEnv())
 	var quickAPI *exec.Cmd
 	stopQuick := func() {
@@ -176,6 +177,9 @@ func TestReadme(t *testing.T) {
 		}
 		if helmOnly(steps) {
 			continue // rendered with the other helm lines below
+		}
+		if strings.HasPrefix(b.first(), "UNKEY_TLS_CERT_FILE=tls.crt ") {
+			writeTLSFiles(t, clone) // README: "with a certificate of yours"
 		}
 		ports := devPorts
 		if b.section == "Quick start (60 seconds)" {
@@ -327,6 +331,20 @@ func startQuickAPI(t *testing.T, clone string, port int) *exec.Cmd {
 		t.Fatalf("make run's process is not ready: %s", tailFile(log.Name()))
 	}
 	return cmd
+}
+
+// writeTLSFiles writes the files README's TLS example asks of the user
+// into the clone: a server certificate for 127.0.0.1 (tls.crt), its key
+// (tls.key) and the CA that signed it (ca.crt).
+func writeTLSFiles(t *testing.T, clone string) {
+	t.Helper()
+	dir := t.TempDir()
+	cert, key, ca := testserver.NewCA(t).ServerFiles(t, dir)
+	for from, to := range map[string]string{cert: "tls.crt", key: "tls.key", ca: "ca.crt"} {
+		if err := copyFile(from, filepath.Join(clone, to), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // hostPort is a loopback address in a command.
