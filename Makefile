@@ -85,9 +85,9 @@ check-deploy: deps ## check deploy/prometheus's alerting rules with promtool, an
 	promtool check rules deploy/prometheus/*.rules.yaml
 	cd deploy/prometheus && promtool test rules *.rules.test.yaml
 
-check-chart: ## helm lint the chart with its CI values (rendering and strict decoding run in the Go tests)
-	$(TOOL) helm lint --strict deploy/helm/ratelimit -f deploy/helm/ratelimit/ci/minimal-values.yaml
-	$(TOOL) helm lint --strict deploy/helm/ratelimit -f deploy/helm/ratelimit/ci/full-values.yaml
+check-chart: ## lint the chart strictly with its CI values at its minimum Kubernetes (tools/chartcheck: Helm's Go packages, no helm binary), and test chartcheck
+	cd tools && $(GO) run ./chartcheck lint ../deploy/helm/ratelimit ../deploy/helm/ratelimit/ci/minimal-values.yaml ../deploy/helm/ratelimit/ci/full-values.yaml
+	cd tools && $(GO) test -count=1 ./chartcheck
 
 # The images: each static binary, CA certificates, non-root, reproducible
 # (timestamps from the last commit), built with go-containerregistry, no

@@ -11,7 +11,10 @@
 #                         waiting dev.sh and every process it started
 #
 # Ports can be moved with DEV_PORT_BASE (default 7070: APIs on 7070-7073,
-# MariaDB on +1237 = 3307 … see below) if the defaults are taken.
+# MariaDB on base-3763 = 3307 … see below) if the defaults are taken, and the
+# state (the databases, logs, pid files) with DEV_DIR (default .dev), as
+# e2e's TestMakeDev and TestReadme do to run beside a developer's make dev;
+# `dev.sh down` needs the same DEV_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

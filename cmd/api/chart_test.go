@@ -18,11 +18,14 @@ import (
 // sets; its probes are routes the server answers; the graceful stop covers
 // the drain and the final flush; the container runs as non-root on a
 // read-only root with no capabilities. A release without a region does not
-// render.
+// render, and the region is the first thing it is refused for: with no
+// values at all, and with a worker missing its own values too.
 func TestChartRunsTheAPI(t *testing.T) {
 	renders := charttest.Renders(t)
-	if e := renders["no-region"].Error; !strings.Contains(e, "region is required") {
-		t.Errorf("a release without a region: %q, want it refused naming region", e)
+	for _, name := range []string{"no-region", "bare"} {
+		if e := renders[name].Error; !strings.Contains(e, "region is required") {
+			t.Errorf("%s: %q, want it refused naming region", name, e)
+		}
 	}
 	reads := charttest.EnvNames(config{})
 	secrets := map[string]string{"UNKEY_REDIS_URL": "redis://redis:6379", "UNKEY_MYSQL_DSN": "u:p@tcp(mysql:3306)/ratelimit",

@@ -36,7 +36,7 @@ func TestReadmeEnvoyExample(t *testing.T) {
 	}
 	readme := string(raw)
 	rules := between(t, readme, "cat > /tmp/rls/edge.yaml <<'EOF'\n", "\nEOF\n")
-	call := between(t, readme, "curl -s localhost:7070/json -H 'content-type: application/json' \\\n  -d '", "'\n")
+	call := between(t, readme, "curl -s localhost:7080/json -H 'content-type: application/json' \\\n  -d '", "'\n")
 	answer := between(t, readme, call+"'\n# ", "…")
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(rules+"\n"), 0o644); err != nil {

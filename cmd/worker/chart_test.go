@@ -12,13 +12,16 @@ import (
 // TestChartRunsTheWorker holds the Helm chart's worker Deployment against
 // this binary: every variable it sets is one loadConfig reads, and loads;
 // its port is UNKEY_WORKER_ADDR's; the URL it registers with restate-server
-// is its Service; it runs as non-root on a read-only root.
+// is its Service; it runs as non-root on a read-only root. The worker is
+// off unless enabled (the full values enable it, the minimal ones do not).
 func TestChartRunsTheWorker(t *testing.T) {
 	reads := charttest.EnvNames(config{})
-	for name, r := range charttest.Renders(t) {
-		if name == "no-region" {
-			continue
-		}
+	renders := charttest.Renders(t)
+	if _, ok := renders["minimal"].Containers["rl-ratelimit-worker/worker"]; ok {
+		t.Errorf("minimal values: a worker, which is off unless enabled")
+	}
+	for _, name := range []string{"full"} {
+		r := renders[name]
 		c, ok := r.Containers["rl-ratelimit-worker/worker"]
 		if !ok {
 			t.Fatalf("%s: no worker container in %v", name, r.Containers)

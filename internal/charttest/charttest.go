@@ -6,6 +6,7 @@ package charttest
 
 import (
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -29,11 +30,12 @@ type Container struct {
 
 // Render is one values file's render.
 type Render struct {
-	Values     string               `json:"values"`
-	Kinds      map[string]int       `json:"kinds"`
-	Containers map[string]Container `json:"containers"`
-	Grace      map[string]int64     `json:"terminationGracePeriodSeconds"`
-	Error      string               `json:"error"`
+	Values      string               `json:"values"`
+	KubeVersion string               `json:"kubeVersion"` // the chart's minimum, which chartcheck renders on
+	Kinds       map[string]int       `json:"kinds"`
+	Containers  map[string]Container `json:"containers"`
+	Grace       map[string]int64     `json:"terminationGracePeriodSeconds"`
+	Error       string               `json:"error"`
 }
 
 // Root is the repository's root directory.
@@ -42,14 +44,17 @@ func Root() string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
-// Renders renders the chart with its CI values: minimal, full, and one
-// without a region (which must fail), keyed "minimal", "full", "no-region".
+// Renders renders the chart on its minimum Kubernetes version with its CI
+// values: minimal, full, one without a region, and none at all (a bare
+// install; these two must fail), keyed "minimal", "full", "no-region" and
+// "bare".
 func Renders(t *testing.T) map[string]Render {
 	t.Helper()
 	root := Root()
 	ci := filepath.Join(root, "deploy", "helm", "ratelimit", "ci")
 	cmd := exec.Command("go", "run", "./chartcheck", filepath.Join(root, "deploy", "helm", "ratelimit"),
-		filepath.Join(ci, "minimal-values.yaml"), filepath.Join(ci, "full-values.yaml"), "!"+filepath.Join(ci, "no-region-values.yaml"))
+		filepath.Join(ci, "minimal-values.yaml"), filepath.Join(ci, "full-values.yaml"), "!"+filepath.Join(ci, "no-region-values.yaml"),
+		"!"+os.DevNull)
 	cmd.Dir = filepath.Join(root, "tools")
 	out, err := cmd.Output()
 	if err != nil {
@@ -65,7 +70,11 @@ func Renders(t *testing.T) map[string]Render {
 	}
 	byName := map[string]Render{}
 	for _, r := range renders {
-		byName[strings.TrimSuffix(filepath.Base(r.Values), "-values.yaml")] = r
+		name := strings.TrimSuffix(filepath.Base(r.Values), "-values.yaml")
+		if r.Values == os.DevNull {
+			name = "bare"
+		}
+		byName[name] = r
 	}
 	return byName
 }

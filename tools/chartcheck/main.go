@@ -1,25 +1,51 @@
-// Command chartcheck renders the Helm chart with Helm's own Go packages
-// (as `helm install --dry-run` would, without a cluster), decodes every
-// object it renders strictly into its k8s.io/api type (an unknown or
-// misspelt field fails), and prints a summary of the workloads as JSON for
-// the binaries' tests to hold against their configuration code.
+// Command chartcheck checks the Helm chart offline with Helm's own Go
+// packages (pinned in tools/go.mod), without a cluster and without the helm
+// binary.
 //
-// Usage: chartcheck CHART_DIR VALUES_FILE...   (each file one render)
+// Usage:
 //
-// A render that should fail is named "!file": it must fail, and its error
-// is printed.
+//	chartcheck CHART_DIR [!]VALUES_FILE...
+//	    Render the chart with each values file (/dev/null: none, a bare
+//	    release), as an install of release "rl" in namespace "ratelimit" on
+//	    a cluster of the chart's minimum Kubernetes version (Chart.yaml's
+//	    kubeVersion, ">=X.Y…"); check that Helm refuses a cluster one minor
+//	    version older; and print a summary of each render as JSON for the
+//	    binaries' tests. A file named "!file" must fail to render; its error
+//	    is in the summary.
+//	chartcheck lint CHART_DIR VALUES_FILE...
+//	    `helm lint --strict` with each values file, at the chart's minimum
+//	    Kubernetes version: a warning fails as an error does.
+//	chartcheck helm install|template ARGS...
+//	    Render as that helm command line would: `helm template` at its
+//	    --kube-version or Helm's default (v1.20.0), `helm install` (with or
+//	    without --dry-run) on a cluster of the chart's minimum version. It
+//	    takes -f/--values, the --set flags, -n/--namespace, --create-namespace
+//	    and --kube-version (template), and refuses any other flag. Prints the
+//	    render's summary as JSON.
+//
+// Every render decodes each object it renders strictly into its k8s.io/api
+// type (an unknown or misspelt field fails), and fails on a kind the
+// render's Kubernetes version does not serve or a pod field that needs a
+// newer one (the lifecycle sleep action needs 1.30).
 package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 
+	"github.com/spf13/pflag"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/cli/values"
+	"helm.sh/helm/v3/pkg/getter"
 	"helm.sh/helm/v3/pkg/releaseutil"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -43,78 +69,193 @@ type Container struct {
 	PreStop        bool              `json:"preStop"`
 }
 
-// Render is one values file's render.
+// Render is one render's summary.
 type Render struct {
-	Values  string               `json:"values"`
-	Kinds   map[string]int       `json:"kinds"`
-	Workers map[string]Container `json:"containers"` // by Deployment name/container name
-	Grace   map[string]int64     `json:"terminationGracePeriodSeconds"`
-	Error   string               `json:"error,omitempty"`
+	Values      string               `json:"values"`
+	KubeVersion string               `json:"kubeVersion"`
+	Kinds       map[string]int       `json:"kinds"`
+	Workers     map[string]Container `json:"containers"` // by Deployment name/container name
+	Grace       map[string]int64     `json:"terminationGracePeriodSeconds"`
+	Error       string               `json:"error,omitempty"`
 }
 
 func main() {
-	if len(os.Args) < 3 {
-		fmt.Fprintln(os.Stderr, "usage: chartcheck CHART_DIR VALUES_FILE...")
+	var err error
+	switch {
+	case len(os.Args) >= 3 && os.Args[1] == "lint":
+		err = lint(os.Stdout, os.Args[2], os.Args[3:])
+	case len(os.Args) >= 3 && os.Args[1] == "helm":
+		var r Render
+		if r, err = helmCommand(os.Args[2:]); err == nil {
+			err = printJSON(r)
+		}
+	case len(os.Args) >= 3:
+		var rs []Render
+		if rs, err = renderAll(os.Args[1], os.Args[2:]); err == nil {
+			err = printJSON(rs)
+		}
+	default:
+		fmt.Fprintln(os.Stderr, "usage: chartcheck CHART_DIR [!]VALUES_FILE... | lint CHART_DIR VALUES_FILE... | helm install|template ARGS...")
 		os.Exit(2)
 	}
-	chrt, err := loader.Load(os.Args[1])
 	if err != nil {
-		fail(err)
+		fmt.Fprintln(os.Stderr, "chartcheck:", err)
+		os.Exit(1)
+	}
+}
+
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// renderAll renders the chart with each values file ("!file": must fail)
+// at its minimum Kubernetes version, after checking that Helm refuses an
+// older cluster.
+func renderAll(chartDir string, files []string) ([]Render, error) {
+	chrt, err := loader.Load(chartDir)
+	if err != nil {
+		return nil, err
+	}
+	minimum, err := minimumVersion(chrt)
+	if err != nil {
+		return nil, err
+	}
+	if err := refusesOlder(chrt, minimum); err != nil {
+		return nil, err
 	}
 	var out []Render
-	for _, file := range os.Args[2:] {
+	for _, file := range files {
 		wantFail := strings.HasPrefix(file, "!")
 		file = strings.TrimPrefix(file, "!")
-		r, err := render(chrt, file)
+		vals, err := chartutil.ReadValuesFile(file)
+		if err != nil {
+			return nil, err
+		}
+		r, err := render(chrt, vals, "rl", "ratelimit", minimum, []string{"monitoring.coreos.com/v1/ServiceMonitor"})
+		r.Values = file
 		switch {
 		case wantFail && err == nil:
-			fail(fmt.Errorf("%s: rendered, but must fail", file))
+			return nil, fmt.Errorf("%s: rendered, but must fail", file)
 		case wantFail:
 			r.Error = err.Error()
 		case err != nil:
-			fail(fmt.Errorf("%s: %w", file, err))
+			return nil, fmt.Errorf("%s: %w", file, err)
 		}
 		out = append(out, r)
 	}
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(out); err != nil {
-		fail(err)
+	return out, nil
+}
+
+// kubeVersionRange is the form of Chart.yaml's kubeVersion this check reads
+// a minimum from.
+var kubeVersionRange = regexp.MustCompile(`^>=\s*v?1\.(\d+)(\.0)?(-0)?$`)
+
+// minimumVersion is the oldest Kubernetes the chart says it runs on.
+func minimumVersion(chrt *chart.Chart) (*chartutil.KubeVersion, error) {
+	m := kubeVersionRange.FindStringSubmatch(chrt.Metadata.KubeVersion)
+	if m == nil {
+		return nil, fmt.Errorf("kubeVersion %q of Chart.yaml: want a minimum, such as \">=1.30.0-0\"", chrt.Metadata.KubeVersion)
 	}
+	return chartutil.ParseKubeVersion("v1." + m[1] + ".0")
 }
 
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "chartcheck:", err)
-	os.Exit(1)
+// refusesOlder checks that Helm refuses to install the chart on a cluster
+// one minor version older than its minimum: the minimum is enforced, not
+// only stated.
+func refusesOlder(chrt *chart.Chart, minimum *chartutil.KubeVersion) error {
+	minor, _ := minorOf(minimum)
+	older, err := chartutil.ParseKubeVersion(fmt.Sprintf("v1.%d.0", minor-1))
+	if err != nil {
+		return err
+	}
+	_, err = render(chrt, map[string]any{"region": "check"}, "rl", "ratelimit", older, nil)
+	if err == nil || !strings.Contains(err.Error(), "incompatible with Kubernetes") {
+		return fmt.Errorf("kubeVersion %s of Chart.yaml: an install on Kubernetes %s must be refused, got %v",
+			chrt.Metadata.KubeVersion, older.Version, err)
+	}
+	return nil
 }
 
-// render renders the chart with one values file, as an install of release
-// "rl" in namespace "ratelimit", and decodes every object.
-func render(chrt *chart.Chart, file string) (Render, error) {
-	r := Render{Values: file, Kinds: map[string]int{}, Workers: map[string]Container{}, Grace: map[string]int64{}}
-	vals, err := chartutil.ReadValuesFile(file)
+// minorOf is a version's minor number ("30", or "30+" as some providers
+// write it).
+func minorOf(v *chartutil.KubeVersion) (int, error) {
+	if v.Major != "1" {
+		return 0, fmt.Errorf("Kubernetes %s: only 1.x is known", v.Version)
+	}
+	n, err := strconv.Atoi(strings.TrimSuffix(v.Minor, "+"))
+	if err != nil {
+		return 0, fmt.Errorf("Kubernetes %s: minor version %q", v.Version, v.Minor)
+	}
+	return n, nil
+}
+
+// render renders the chart as an install of release in namespace on a
+// cluster of kubeVersion (nil: Helm's default, as `helm template` without
+// --kube-version) that serves Helm's default API versions and apiVersions,
+// and decodes and checks every object.
+func render(chrt *chart.Chart, vals map[string]any, release, namespace string, kubeVersion *chartutil.KubeVersion, apiVersions []string) (Render, error) {
+	r := Render{Kinds: map[string]int{}, Workers: map[string]Container{}, Grace: map[string]int64{}}
+	install := action.NewInstall(&action.Configuration{})
+	install.DryRun, install.ClientOnly, install.Replace = true, true, true
+	install.ReleaseName, install.Namespace = release, namespace
+	install.KubeVersion = kubeVersion
+	install.APIVersions = apiVersions
+	version := chartutil.DefaultCapabilities.KubeVersion
+	if kubeVersion != nil {
+		version = *kubeVersion
+	}
+	r.KubeVersion = version.Version
+	minor, err := minorOf(&version)
 	if err != nil {
 		return r, err
 	}
-	install := action.NewInstall(&action.Configuration{})
-	install.DryRun, install.ClientOnly, install.Replace = true, true, true
-	install.ReleaseName, install.Namespace = "rl", "ratelimit"
-	install.KubeVersion = &chartutil.KubeVersion{Version: "v1.31.0", Major: "1", Minor: "31"}
-	install.APIVersions = append(chartutil.DefaultVersionSet, "monitoring.coreos.com/v1/ServiceMonitor")
 	rel, err := install.Run(chrt, vals)
 	if err != nil {
 		return r, err
 	}
 	for name, doc := range releaseutil.SplitManifests(rel.Manifest) {
-		if err := decode(name, []byte(doc), &r); err != nil {
+		if err := decode(name, []byte(doc), minor, &r); err != nil {
 			return r, err
 		}
 	}
 	return r, nil
 }
 
-// decode decodes one rendered object strictly into its type.
-func decode(name string, doc []byte, r *Render) error {
+// kinds are the objects the chart may render: their types, and the
+// Kubernetes minor version from which each is served (GA).
+var kinds = map[string]struct {
+	since int
+	new   func() any
+}{
+	"v1/Service":                             {0, func() any { return &corev1.Service{} }},
+	"v1/ConfigMap":                           {0, func() any { return &corev1.ConfigMap{} }},
+	"apps/v1/Deployment":                     {9, func() any { return &appsv1.Deployment{} }},
+	"policy/v1/PodDisruptionBudget":          {21, func() any { return &policyv1.PodDisruptionBudget{} }},
+	"autoscaling/v2/HorizontalPodAutoscaler": {23, func() any { return &autoscalingv2.HorizontalPodAutoscaler{} }},
+	// A CRD, the Prometheus Operator's: served wherever it is installed.
+	"monitoring.coreos.com/v1/ServiceMonitor": {0, func() any { return &serviceMonitor{} }},
+}
+
+// podFeatures are the pod spec fields that a cluster serves only from some
+// Kubernetes minor version: an older API server refuses them or, with the
+// feature gate off, drops them from the pod it stores, so that the chart
+// would install and silently lose them.
+var podFeatures = []struct {
+	name  string
+	since int
+	uses  func(*corev1.LifecycleHandler) bool
+}{
+	{"the lifecycle sleep action (PodLifecycleSleepAction, on by default from 1.30)", 30,
+		func(h *corev1.LifecycleHandler) bool { return h.Sleep != nil }},
+	{"a lifecycle sleep of 0 seconds (PodLifecycleSleepActionAllowZero, on by default from 1.33)", 33,
+		func(h *corev1.LifecycleHandler) bool { return h.Sleep != nil && h.Sleep.Seconds == 0 }},
+}
+
+// decode decodes one rendered object strictly into its type, and checks
+// that a cluster of Kubernetes 1.minor serves it.
+func decode(name string, doc []byte, minor int, r *Render) error {
 	var head struct {
 		Kind       string `json:"kind"`
 		APIVersion string `json:"apiVersion"`
@@ -126,27 +267,21 @@ func decode(name string, doc []byte, r *Render) error {
 		return nil // an empty document
 	}
 	r.Kinds[head.Kind]++
-	var obj any
-	switch head.APIVersion + "/" + head.Kind {
-	case "apps/v1/Deployment":
-		obj = &appsv1.Deployment{}
-	case "v1/Service":
-		obj = &corev1.Service{}
-	case "v1/ConfigMap":
-		obj = &corev1.ConfigMap{}
-	case "policy/v1/PodDisruptionBudget":
-		obj = &policyv1.PodDisruptionBudget{}
-	case "autoscaling/v2/HorizontalPodAutoscaler":
-		obj = &autoscalingv2.HorizontalPodAutoscaler{}
-	case "monitoring.coreos.com/v1/ServiceMonitor":
-		obj = &serviceMonitor{}
-	default:
+	kind, ok := kinds[head.APIVersion+"/"+head.Kind]
+	if !ok {
 		return fmt.Errorf("%s: %s %s is not a kind this check knows", name, head.APIVersion, head.Kind)
 	}
+	if minor < kind.since {
+		return fmt.Errorf("%s: %s %s is served from Kubernetes 1.%d, not by %s", name, head.APIVersion, head.Kind, kind.since, r.KubeVersion)
+	}
+	obj := kind.new()
 	if err := yaml.UnmarshalStrict(doc, obj); err != nil {
 		return fmt.Errorf("%s (%s): %w", name, head.Kind, err)
 	}
 	if d, ok := obj.(*appsv1.Deployment); ok {
+		if err := checkPod(d.Spec.Template.Spec, minor); err != nil {
+			return fmt.Errorf("%s (%s %s): %w on Kubernetes %s", name, head.Kind, d.Name, err, r.KubeVersion)
+		}
 		summarize(d, r)
 	}
 	if cm, ok := obj.(*corev1.ConfigMap); ok {
@@ -158,6 +293,27 @@ func decode(name string, doc []byte, r *Render) error {
 		}
 	}
 	return nil
+}
+
+// checkPod fails on a field of spec that Kubernetes 1.minor does not serve.
+func checkPod(spec corev1.PodSpec, minor int) error {
+	var errs []error
+	for _, c := range append(spec.InitContainers, spec.Containers...) {
+		if c.Lifecycle == nil {
+			continue
+		}
+		for _, h := range []*corev1.LifecycleHandler{c.Lifecycle.PreStop, c.Lifecycle.PostStart} {
+			if h == nil {
+				continue
+			}
+			for _, f := range podFeatures {
+				if f.uses(h) && minor < f.since {
+					errs = append(errs, fmt.Errorf("container %s uses %s", c.Name, f.name))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // serviceMonitor is the part of the Prometheus Operator's ServiceMonitor
@@ -231,4 +387,108 @@ func summarize(d *appsv1.Deployment, r *Render) {
 		out.PreStop = c.Lifecycle != nil && c.Lifecycle.PreStop != nil
 		r.Workers[d.Name+"/"+c.Name] = out
 	}
+}
+
+// lint runs `helm lint --strict` on the chart with each values file, at
+// the chart's minimum Kubernetes version, printing every message to out;
+// any warning or error fails.
+func lint(out io.Writer, chartDir string, files []string) error {
+	chrt, err := loader.Load(chartDir)
+	if err != nil {
+		return err
+	}
+	minimum, err := minimumVersion(chrt)
+	if err != nil {
+		return err
+	}
+	failed := 0
+	for _, file := range files {
+		vals, err := chartutil.ReadValuesFile(file)
+		if err != nil {
+			return err
+		}
+		l := action.NewLint()
+		l.Strict, l.Namespace, l.KubeVersion = true, "default", minimum
+		res := l.Run([]string{chartDir}, vals)
+		fmt.Fprintf(out, "==> Linting %s with %s (Kubernetes %s)\n", chartDir, file, minimum.Version)
+		for _, msg := range res.Messages {
+			fmt.Fprintln(out, msg)
+		}
+		if len(res.Messages) == 0 {
+			for _, err := range res.Errors {
+				fmt.Fprintln(out, "Error", err)
+			}
+		}
+		if len(res.Errors) > 0 {
+			failed++
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("lint --strict: %d of %d values files failed", failed, len(files))
+	}
+	fmt.Fprintf(out, "%d values files linted, none failed\n", len(files))
+	return nil
+}
+
+// helmCommand renders the chart as the helm command line args (after
+// "helm") would.
+func helmCommand(args []string) (Render, error) {
+	if len(args) == 0 || (args[0] != "install" && args[0] != "template") {
+		return Render{}, fmt.Errorf("helm: want install or template, got %q", args)
+	}
+	verb := args[0]
+	fs := pflag.NewFlagSet("helm "+verb, pflag.ContinueOnError)
+	var opts values.Options
+	fs.StringSliceVarP(&opts.ValueFiles, "values", "f", nil, "")
+	fs.StringArrayVar(&opts.Values, "set", nil, "")
+	fs.StringArrayVar(&opts.StringValues, "set-string", nil, "")
+	fs.StringArrayVar(&opts.FileValues, "set-file", nil, "")
+	fs.StringArrayVar(&opts.JSONValues, "set-json", nil, "")
+	fs.StringArrayVar(&opts.LiteralValues, "set-literal", nil, "")
+	namespace := fs.StringP("namespace", "n", "default", "")
+	fs.Bool("create-namespace", false, "")
+	var kubeVersion string
+	if verb == "template" {
+		fs.StringVar(&kubeVersion, "kube-version", "", "")
+	} else {
+		fs.String("dry-run", "", "")
+		fs.Lookup("dry-run").NoOptDefVal = "client"
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		return Render{}, fmt.Errorf("helm %s: %w", verb, err)
+	}
+	pos := fs.Args()
+	release, chartDir := "release-name", "" // helm template's name when none is given
+	switch {
+	case len(pos) == 2:
+		release, chartDir = pos[0], pos[1]
+	case len(pos) == 1 && verb == "template":
+		chartDir = pos[0]
+	default:
+		return Render{}, fmt.Errorf("helm %s: want NAME CHART, got %q", verb, pos)
+	}
+	chrt, err := loader.Load(chartDir)
+	if err != nil {
+		return Render{}, err
+	}
+	vals, err := opts.MergeValues(getter.Providers{})
+	if err != nil {
+		return Render{}, err
+	}
+	// helm template assumes Helm's default version unless told; helm install
+	// asks the cluster: here, one of the oldest the chart says it runs on.
+	var version *chartutil.KubeVersion
+	switch {
+	case kubeVersion != "":
+		if version, err = chartutil.ParseKubeVersion(kubeVersion); err != nil {
+			return Render{}, fmt.Errorf("invalid kube version %q: %w", kubeVersion, err)
+		}
+	case verb == "install":
+		if version, err = minimumVersion(chrt); err != nil {
+			return Render{}, err
+		}
+	}
+	r, err := render(chrt, vals, release, *namespace, version, nil)
+	r.Values = strings.Join(args, " ")
+	return r, err
 }
