@@ -406,8 +406,8 @@ func TestRedisBackEmpty(t *testing.T) {
 	// may hear those back, so each admits once more before it hears 80; in
 	// the last round every process but one may admit the last unit. So at
 	// most 20 + 2·(3−1) = 24 (measured under -race with six busy loops on
-	// two cores: 22 to 24 in 20 runs); a region that lost its count would
-	// admit up to 60 more.
+	// two cores: 22 to 24 in 20 runs); a region that forgot the 80 would
+	// admit up to the whole limit again.
 	if limit := 20 + 2*(len(procs)-1); admitted > limit {
 		t.Fatalf("the region admitted %d after Redis came back empty with 80 of 100 spent, want at most %d", admitted, limit)
 	}
