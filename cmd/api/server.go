@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -336,6 +338,11 @@ func (s *server) handler() http.Handler {
 		fmt.Fprintln(w, "ready")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	// Any other path, or a path above on another HTTP method, is answered
+	// in JSON, saying what the port serves or which method the path takes.
+	mux.Handle("/", transport.NoRoute(mux, slices.Concat(services, []string{grpchealth.HealthV1ServiceName,
+		grpcreflect.ReflectV1ServiceName, grpcreflect.ReflectV1AlphaServiceName}),
+		"POST "+strings.Join(s.unkey.Paths(), ", ")+", POST /json, GET /healthz, /readyz, /metrics, /dashboard"))
 	return mux
 }
 

@@ -30,16 +30,18 @@ var Codecs = transport.Codecs{Decode: refuseOversized}
 
 // Register serves ShouldRateLimit on mux behind l: gRPC (as Envoy calls
 // it), gRPC-Web and Connect at Procedure, and envoyproxy/ratelimit's
-// POST /json.
+// POST /json. Any other path under the service's prefix is answered
+// that the service has no such method (see transport.KnownMethods).
 func (s *Service) Register(mux *http.ServeMux, l *transport.Layer) {
-	mux.Handle(Procedure, l.Route(l.ConnectRenderer(), connect.NewUnaryHandler(Procedure,
+	sd := rlsv3.File_envoy_service_ratelimit_v3_rls_proto.Services().ByName("RateLimitService")
+	mux.Handle("/"+ServiceName+"/", l.Route(l.ConnectRenderer(), transport.KnownMethods(sd, connect.NewUnaryHandler(Procedure,
 		func(ctx context.Context, req *connect.Request[rlsv3.RateLimitRequest]) (*connect.Response[rlsv3.RateLimitResponse], error) {
 			resp, err := s.ShouldRateLimit(ctx, req.Msg)
 			if err != nil {
 				return nil, l.ConnectError(ctx, Procedure, err)
 			}
 			return connect.NewResponse(resp), nil
-		}, l.HandlerOptions(Codecs)...), "ShouldRateLimit"))
+		}, l.HandlerOptions(Codecs)...)), "ShouldRateLimit"))
 	render := func(w http.ResponseWriter, r *http.Request, err error) { writeJSONError(w, l, r, err) }
 	mux.Handle("POST /json", l.Route(render, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.serveJSON(w, r, l)
