@@ -153,3 +153,51 @@ func TestWrongHTTPMethod(t *testing.T) {
 	}
 }
 
+// TestInvalidUTF8AndOutOfRange: a string that is not valid UTF-8 is
+// refused naming its field and the byte (before: "body: must be a JSON
+// object of the RPC's request" on Connect, "body: must be valid UTF-8"
+// on v2, the decoder's text in plain text on /json), and an integer past
+// its field's range is refused naming the field and the range (before:
+// "must be an integer"), on Connect JSON, Unkey's v2 routes and Envoy's
+// /json alike.
+func TestInvalidUTF8AndOutOfRange(t *testing.T) {
+	ts := startServer(t)
+	const int64Range = "out of range: must be from -9223372036854775808 to 9223372036854775807 (a 64-bit integer), got "
+	for _, tc := range []struct {
+		path, body string
+		want       string // the message (Connect, /json) or error detail (v2)
+	}{
+		{"/ratelimit.v1.RatelimitService/Limit", "{\"namespace\":\"sms\xff\",\"identifier\":\"i\",\"limit\":1,\"duration\":1000}",
+			"namespace: must be valid UTF-8; byte 0xff is not"},
+		{"/ratelimit.v1.RatelimitService/MultiLimit", "{\"limits\":[{\"namespace\":\"n\",\"identifier\":\"a\xc3\",\"limit\":1,\"duration\":1000}]}",
+			"limits[0].identifier: must be valid UTF-8; byte 0xc3 is not"},
+		{"/ratelimit.v1.RatelimitService/Limit", `{"namespace":"n","identifier":"i","limit":9223372036854775808,"duration":1000}`,
+			"limit: " + int64Range + "9223372036854775808"},
+		{"/ratelimit.v1.RatelimitService/Limit", `{"namespace":"n","identifier":"i","limit":1,"duration":"-9223372036854775809"}`,
+			"duration: " + int64Range + "-9223372036854775809"},
+		{"/ratelimit.v1.RatelimitService/ListOverrides", `{"namespace":"n","limit":5000000000}`,
+			"limit: out of range: must be from -2147483648 to 2147483647 (a 32-bit integer), got 5000000000"},
+		{"/v2/ratelimit.limit", "{\"namespace\":\"sms\xff\",\"identifier\":\"i\",\"limit\":1,\"duration\":1000}",
+			"body.namespace: must be valid UTF-8; byte 0xff is not"},
+		{"/v2/ratelimit.multiLimit", "[{\"namespace\":\"n\",\"identifier\":\"a\xc3\",\"limit\":1,\"duration\":1000}]",
+			"body[0].identifier: must be valid UTF-8; byte 0xc3 is not"},
+		{"/v2/ratelimit.limit", `{"namespace":"n","identifier":"i","limit":9223372036854775808,"duration":1000}`,
+			"body.limit: " + int64Range + "9223372036854775808"},
+		{"/json", "{\"domain\":\"d\xff\",\"descriptors\":[{\"entries\":[{\"key\":\"k\",\"value\":\"v\"}]}]}",
+			"domain: must be valid UTF-8; byte 0xff is not"},
+		{"/json", `{"domain":"d","hitsAddend":9223372036854775808,"descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`,
+			"hitsAddend: out of range: must be from 0 to 4294967295 (an unsigned 32-bit integer), got 9223372036854775808"},
+		{"/json", `{"domain":"d","descriptors":[{"hitsAddend":18446744073709551616,"entries":[{"key":"k","value":"v"}]}]}`,
+			"descriptors[0].hitsAddend: out of range: must be from 0 to 18446744073709551615 (an unsigned 64-bit integer), got 18446744073709551616"},
+	} {
+		code, raw := ts.post(t, tc.path, "", strings.NewReader(tc.body))
+		var out struct {
+			Message string
+			Error   struct{ Detail string }
+		}
+		err := json.Unmarshal(raw, &out)
+		if got := out.Message + out.Error.Detail; err != nil || code != http.StatusBadRequest || got != tc.want {
+			t.Errorf("%s %q: %d %s, want 400 %q", tc.path, tc.body, code, raw, tc.want)
+		}
+	}
+}

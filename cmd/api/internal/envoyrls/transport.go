@@ -14,6 +14,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
 // ServiceName and Procedure name Envoy's rate limit service and its one
@@ -75,7 +76,7 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request, l *transport
 	var req rlsv3.RateLimitRequest
 	if !refuseOversized(body, &req, true) {
 		if err := protojson.Unmarshal(body, &req); err != nil {
-			http.Error(w, "request body: must be a RateLimitRequest in JSON: "+err.Error(), http.StatusBadRequest)
+			writeJSONError(w, l, r, decodeError(body, &req))
 			return
 		}
 	}
@@ -94,6 +95,18 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request, l *transport
 		w.WriteHeader(http.StatusTooManyRequests)
 	}
 	w.Write(out)
+}
+
+// decodeError is the failure of body, a request to /json that protojson
+// refused: the first field that breaks a rule, named as the Connect
+// routes name it (transport.CheckJSON), or the request as a whole; never
+// the decoder's own text.
+func decodeError(body []byte, req *rlsv3.RateLimitRequest) error {
+	if err := transport.CheckJSON(body, req.ProtoReflect().Descriptor()); err != nil {
+		return err
+	}
+	return &ratelimit.ValidationError{Field: "body",
+		Rule: "must be a RateLimitRequest in protobuf's JSON mapping (see envoy.service.ratelimit.v3)"}
 }
 
 // jsonStatus is the HTTP status of each kind of failure on /json.
