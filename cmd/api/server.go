@@ -56,6 +56,10 @@ import (
 // default grace of 30 s.
 const shutdownTimeout = 15 * time.Second
 
+// tracingService is the API's service.name in its spans, unless
+// OTEL_SERVICE_NAME names another.
+const tracingService = "unkey-ratelimit-api"
+
 // services are the gRPC services the server answers, for health checks and
 // reflection.
 var services = []string{ratelimitv1connect.RatelimitServiceName, ratelimitv1connect.KeyServiceName,
@@ -100,7 +104,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	ovOpts := []overrides.Option{overrides.WithLogger(logger), overrides.WithPollInterval(cfg.OverridesPollInterval),
 		overrides.WithMaxPerWorkspace(cfg.MaxOverridesPerWorkspace),
 		overrides.WithMaxPatternsPerNamespace(cfg.MaxOverridePatternsPerNamespace), overrides.WithRegisterer(reg)}
-	tracing, err := telemetry.Setup(context.Background(), "unkey-ratelimit-api")
+	tracing, err := telemetry.Setup(context.Background(), tracingService)
 	if err != nil {
 		return nil, err
 	}

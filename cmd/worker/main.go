@@ -15,6 +15,7 @@
 //	                         restate-server to FILE (unless one is there) and
 //	                         its public key to FILE.pub, and print the public
 //	                         key for UNKEY_RESTATE_IDENTITY_KEYS
+//	worker --help            the commands and every setting, with its default
 package main
 
 import (
@@ -39,6 +40,8 @@ Usage:
   worker keygen FILE       write a request identity private key for restate-server to FILE
                            (unless one is there) and its public key to FILE.pub
   worker --help            this text
+
+Tracing: the worker exports no traces, and reads no OTEL_* variable.
 `
 
 func main() {
