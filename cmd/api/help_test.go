@@ -19,7 +19,7 @@ func TestHelpListsEverySetting(t *testing.T) {
 		t.Fatalf("%d settings: the walk missed fields", n)
 	}
 	if err := envconfig.CheckUsage(usage, config{}, []envconfig.Section{telemetry.Settings(tracingService)},
-		"api migrate", "api rls check", "api keys create", "api keys generate"); err != nil {
+		"api migrate", "api rls check", "api keys create", "api keys generate", "api --version"); err != nil {
 		t.Error(err)
 	}
 	var b strings.Builder

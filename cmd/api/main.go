@@ -12,6 +12,7 @@
 //	                         UNKEY_RLS_CONFIG would load them, and exit 1 if any is broken
 //	api keys create ...      create a key in MySQL (see api keys for the flags)
 //	api keys generate ...    generate a key for UNKEY_AUTH_KEYS_FILE
+//	api --version            print the version and the commit (see internal/version)
 //	api --help               the commands and every setting, with its default
 package main
 
@@ -34,6 +35,7 @@ import (
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/internal/envconfig"
 	"github.com/unkeyed/ratelimit/internal/telemetry"
+	"github.com/unkeyed/ratelimit/internal/version"
 	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
 
@@ -48,6 +50,7 @@ Usage:
                                        create a key in MySQL (UNKEY_MYSQL_DSN); prints it once
   api keys generate --workspace W --name N --permissions P,...
                                        print a keys-file entry and its key
+  api --version                        print the version and the commit
   api --help                           this text
 `
 
@@ -62,6 +65,8 @@ func main() {
 		err = rlsCheck(os.Stdout, args[2:])
 	case len(args) >= 1 && args[0] == "keys":
 		err = keysCommand(context.Background(), os.Environ(), os.Stdout, os.Stderr, args[1:])
+	case len(args) == 1 && (args[0] == "--version" || args[0] == "-version" || args[0] == "version"):
+		fmt.Println(version.String("api"))
 	case len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help"):
 		help(os.Stdout)
 	default:
