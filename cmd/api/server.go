@@ -60,8 +60,8 @@ const shutdownTimeout = 15 * time.Second
 // OTEL_SERVICE_NAME names another.
 const tracingService = "unkey-ratelimit-api"
 
-// services are the gRPC services the server answers, for health checks and
-// reflection.
+// services are the gRPC services the server answers, for health checks,
+// reflection and the answer to a path that names none of them.
 var services = []string{ratelimitv1connect.RatelimitServiceName, ratelimitv1connect.KeyServiceName,
 	ratelimitv1connect.AuditServiceName, ratelimitv1connect.AnalyticsServiceName, envoyrls.ServiceName}
 

@@ -71,7 +71,8 @@ func maybeMissing(m protoreflect.Message) bool {
 
 // CheckJSON returns a *ratelimit.ValidationError naming the first field of
 // data that md does not take: not JSON, not an object, an unknown field, a
-// value of the wrong type, or a required field missing; or nil.
+// value of the wrong type, a string that is not valid UTF-8, an integer out
+// of its field's range, or a required field missing; or nil.
 func CheckJSON(data []byte, md protoreflect.MessageDescriptor) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
