@@ -6,7 +6,7 @@ PKGS      := ./...
 BENCHTIME ?= 2s
 BENCHCOUNT ?= 5
 
-.PHONY: help run run-worker dev dev-down loadgen test test-go deps deps-dev check-generated check-deploy generate lint bench accuracy tools migrate
+.PHONY: help run run-worker dev dev-down loadgen test test-go deps deps-dev check-generated check-deploy check-chart generate lint bench accuracy tools migrate binaries image
 
 # apt-get needs root; elsewhere it goes through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -95,11 +95,27 @@ check-chart: ## lint the chart strictly with its CI values at its minimum Kubern
 IMAGE_TAG ?= dev
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-image: ## build/images/api.tar and worker.tar: OCI images of the static binaries, without Docker
-	mkdir -p build/bin build/images
+# What `api --version` and `worker --version` print (internal/version): the
+# chart's appVersion, the commit (-dirty with uncommitted changes to tracked
+# files) and its time, SOURCE_DATE_EPOCH, so that a build stays reproducible.
+VERSION ?= $(shell sed -n 's/^appVersion: *"*\([^"]*\)"*$$/\1/p' deploy/helm/ratelimit/Chart.yaml)
+COMMIT ?= $(shell c=$$(git rev-parse --short HEAD 2>/dev/null) && { git diff --quiet HEAD 2>/dev/null || c=$$c-dirty; echo $$c; } || echo unknown)
+VERSION_PKG := github.com/unkeyed/ratelimit/internal/version
+VERSION_LDFLAGS = -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT) -X $(VERSION_PKG).built=$(SOURCE_DATE_EPOCH)
+BIN_DIR ?= build/bin
+BINARIES ?= api worker
+
+binaries: ## build/bin/api and worker (or BIN_DIR=…): the images' static linux/amd64 binaries, with their version
+	mkdir -p $(BIN_DIR)
+	for b in $(BINARIES); do \
+		CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags='-s -w -buildid= $(VERSION_LDFLAGS)' \
+			-o $(BIN_DIR)/$$b ./cmd/$$b || exit 1; \
+	done
+
+image: binaries ## build/images/api.tar and worker.tar: OCI images of the static binaries, without Docker
+	mkdir -p build/images
 	for b in api worker; do \
-		CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags='-s -w -buildid=' -o build/bin/$$b ./cmd/$$b || exit 1; \
-		(cd tools && SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./imagebuild -binary ../build/bin/$$b -name $$b \
+		(cd tools && SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./imagebuild -binary $(abspath $(BIN_DIR))/$$b -name $$b \
 			-tag ratelimit-$$b:$(IMAGE_TAG) -out ../build/images/$$b.tar) || exit 1; \
 	done
 

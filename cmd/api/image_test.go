@@ -20,18 +20,18 @@ import (
 	"github.com/unkeyed/ratelimit/internal/testserver"
 )
 
-// TestImage builds the API's image as `make image` does, twice: the two
-// tarballs are the same bytes. Its layers, unpacked, hold the CA bundle
-// and the binary, which runs as the image says (its entrypoint) and
-// answers /readyz; the image runs as non-root.
+// TestImage builds the API's binary with `make binaries`, as `make image`
+// does, and its image twice: the two tarballs are the same bytes. The
+// binary says the version and the commit the Makefile gave it. The
+// image's layers, unpacked, hold the CA bundle and the binary, which runs
+// as the image says (its entrypoint) and answers /readyz; the image runs
+// as non-root.
 func TestImage(t *testing.T) {
 	root := charttest.Root()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "api")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -buildid=", "-o", bin, "./cmd/api")
-	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	bin := charttest.MakeBinary(t, "api", dir)
+	if out, err := exec.Command(bin, "--version").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != charttest.WantVersion(t, "api") {
+		t.Fatalf("api --version of make's build: %v %q, want %q", err, out, charttest.WantVersion(t, "api"))
 	}
 	var tars [2][]byte
 	for i := range tars {

@@ -12,6 +12,8 @@
 //	                         UNKEY_RLS_CONFIG would load them, and exit 1 if any is broken
 //	api keys create ...      create a key in MySQL (see api keys for the flags)
 //	api keys generate ...    generate a key for UNKEY_AUTH_KEYS_FILE
+//	api --version            print the version and the commit (see internal/version)
+//	api --help               the commands and every setting, with its default
 package main
 
 import (
@@ -32,6 +34,8 @@ import (
 	"github.com/unkeyed/ratelimit/db"
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/internal/envconfig"
+	"github.com/unkeyed/ratelimit/internal/telemetry"
+	"github.com/unkeyed/ratelimit/internal/version"
 	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
 
@@ -46,6 +50,7 @@ Usage:
                                        create a key in MySQL (UNKEY_MYSQL_DSN); prints it once
   api keys generate --workspace W --name N --permissions P,...
                                        print a keys-file entry and its key
+  api --version                        print the version and the commit
   api --help                           this text
 `
 
@@ -60,8 +65,10 @@ func main() {
 		err = rlsCheck(os.Stdout, args[2:])
 	case len(args) >= 1 && args[0] == "keys":
 		err = keysCommand(context.Background(), os.Environ(), os.Stdout, os.Stderr, args[1:])
+	case len(args) == 1 && (args[0] == "--version" || args[0] == "-version" || args[0] == "version"):
+		fmt.Println(version.String("api"))
 	case len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help"):
-		envconfig.Usage(os.Stdout, usage, config{})
+		help(os.Stdout)
 	default:
 		err = fmt.Errorf("unknown arguments %q; see api --help", args)
 	}
@@ -69,6 +76,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "api:", err)
 		os.Exit(1)
 	}
+}
+
+// help writes --help: the commands, the settings of config and the OTEL_*
+// variables of tracing, each with the default the program uses.
+func help(w io.Writer) {
+	envconfig.Usage(w, usage, config{}, telemetry.Settings(tracingService))
 }
 
 // migrate applies the schema to the database UNKEY_MYSQL_DSN names.

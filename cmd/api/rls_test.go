@@ -371,7 +371,9 @@ func TestRLSConfigReload(t *testing.T) {
 }
 
 // TestRLSJSONEndpoint: envoyproxy/ratelimit's /json endpoint answers 200 or
-// 429 with the response in protobuf's JSON mapping.
+// 429 with the response in protobuf's JSON mapping, and a body it cannot
+// read 400 in JSON, naming the field where it can, never in the decoder's
+// words.
 func TestRLSJSONEndpoint(t *testing.T) {
 	ts := startServer(t, "UNKEY_RLS_CONFIG="+rlsExamples)
 	for _, tc := range []struct {
@@ -384,7 +386,8 @@ func TestRLSJSONEndpoint(t *testing.T) {
 		{`{"domain":"edge_proxy_per_ip","descriptors":[{"entries":[{"key":"remote_address","value":"50.0.0.5"}]}]}`, 429,
 			`"overallCode":"OVER_LIMIT"`},
 		{`{"domain":"edge_proxy_per_ip","descriptors":[]}`, 400, "descriptors: must hold 1 to 100"},
-		{`{"domain":`, 400, "must be a RateLimitRequest in JSON"},
+		{`{"domain":`, 400, `{"code":"invalid_argument","message":"domain: must be valid JSON"}`},
+		{`{"domain":"d","descriptors":[{"limit":{"unit":"FORTNIGHT"}}]}`, 400, `{"code":"invalid_argument","message":"body: must be a RateLimitRequest in protobuf's JSON mapping (see envoy.service.ratelimit.v3)"}`},
 	} {
 		status, body := ts.post(t, "/json", "", strings.NewReader(tc.body), "Content-Type", "application/json")
 		strip := func(s string) string { return strings.ReplaceAll(s, " ", "") }

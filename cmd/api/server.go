@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -54,8 +56,12 @@ import (
 // default grace of 30 s.
 const shutdownTimeout = 15 * time.Second
 
-// services are the gRPC services the server answers, for health checks and
-// reflection.
+// tracingService is the API's service.name in its spans, unless
+// OTEL_SERVICE_NAME names another.
+const tracingService = "unkey-ratelimit-api"
+
+// services are the gRPC services the server answers, for health checks,
+// reflection and the answer to a path that names none of them.
 var services = []string{ratelimitv1connect.RatelimitServiceName, ratelimitv1connect.KeyServiceName,
 	ratelimitv1connect.AuditServiceName, ratelimitv1connect.AnalyticsServiceName, envoyrls.ServiceName}
 
@@ -98,7 +104,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	ovOpts := []overrides.Option{overrides.WithLogger(logger), overrides.WithPollInterval(cfg.OverridesPollInterval),
 		overrides.WithMaxPerWorkspace(cfg.MaxOverridesPerWorkspace),
 		overrides.WithMaxPatternsPerNamespace(cfg.MaxOverridePatternsPerNamespace), overrides.WithRegisterer(reg)}
-	tracing, err := telemetry.Setup(context.Background(), "unkey-ratelimit-api")
+	tracing, err := telemetry.Setup(context.Background(), tracingService)
 	if err != nil {
 		return nil, err
 	}
@@ -338,6 +344,11 @@ func (s *server) handler() http.Handler {
 		fmt.Fprintln(w, "ready")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	// Any other path, or a path above on another HTTP method, is answered
+	// in JSON, saying what the port serves or which method the path takes.
+	mux.Handle("/", transport.NoRoute(mux, slices.Concat(services, []string{grpchealth.HealthV1ServiceName,
+		grpcreflect.ReflectV1ServiceName, grpcreflect.ReflectV1AlphaServiceName}),
+		"POST "+strings.Join(s.unkey.Paths(), ", ")+", POST /json, GET /healthz, /readyz, /metrics, /dashboard"))
 	return mux
 }
 

@@ -15,6 +15,9 @@ import (
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpcreflect"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
@@ -280,6 +283,52 @@ func TestAuth(t *testing.T) {
 	status, out := ts.call(t, "Limit", tokB, `{"workspace":"ws_a","namespace":"ns","identifier":"fresh","limit":1,"duration":2592000000}`)
 	if status != http.StatusBadRequest || !strings.HasPrefix(fmt.Sprint(out["message"]), "workspace: unknown field") {
 		t.Fatalf("a workspace field in the body: %d %v", status, out)
+	}
+}
+
+// TestBearerSchemeAnyCase: the Authorization scheme is matched without
+// regard to case (RFC 9110, section 11.1), on every route that reads a
+// token: Connect JSON, gRPC on the main port, Unkey's v2 routes, Envoy's
+// /json and the grpc-go port's metadata. Before, "bearer" was a missing
+// token. Another scheme, or none, still is.
+func TestBearerSchemeAnyCase(t *testing.T) {
+	ts := startServer(t, "UNKEY_AUTH_TOKENS="+tokA+"=ws_a", "UNKEY_GRPC_ADDR=127.0.0.1:0")
+	conn, err := grpc.NewClient(ts.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := context.Background()
+	connectGRPC := ratelimitv1connect.NewRatelimitServiceClient(ts.h2c, ts.url, connect.WithGRPC())
+	limit := `{"namespace":"ns","identifier":"bearer","limit":1000,"duration":2592000000}`
+	rls := `{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`
+	for _, scheme := range []string{"Bearer", "bearer", "BEARER", "bEaReR", "bearer  "} {
+		auth := scheme + " " + tokA
+		for _, route := range []struct{ path, body string }{
+			{"/ratelimit.v1.RatelimitService/Limit", limit},
+			{"/v2/ratelimit.limit", limit},
+			{"/json", rls},
+		} {
+			if status, out := ts.post(t, route.path, "", strings.NewReader(route.body), "Authorization", auth); status != http.StatusOK {
+				t.Errorf("%s with %q: %d %s, want 200", route.path, auth, status, out)
+			}
+		}
+		req := connect.NewRequest(&ratelimitv1.LimitRequest{Namespace: "ns", Identifier: "bearer", Limit: 1000, Duration: 2592000000})
+		req.Header().Set("Authorization", auth)
+		if _, err := connectGRPC.Limit(ctx, req); err != nil {
+			t.Errorf("gRPC on the main port with %q: %v", auth, err)
+		}
+		md := metadata.AppendToOutgoingContext(ctx, "authorization", auth)
+		if err := conn.Invoke(md, "/ratelimit.v1.RatelimitService/Limit", &ratelimitv1.LimitRequest{Namespace: "ns",
+			Identifier: "bearer", Limit: 1000, Duration: 2592000000}, new(ratelimitv1.LimitResponse)); err != nil {
+			t.Errorf("the grpc-go port with %q: %v", auth, err)
+		}
+	}
+	for _, auth := range []string{"Basic " + tokA, "Bearer" + tokA, tokA, "bearer "} {
+		status, out := ts.post(t, "/ratelimit.v1.RatelimitService/Limit", "", strings.NewReader(limit), "Authorization", auth)
+		if status != http.StatusUnauthorized || !strings.Contains(string(out), "missing bearer token") {
+			t.Errorf("Authorization %q: %d %s, want 401 missing bearer token", auth, status, out)
+		}
 	}
 }
 

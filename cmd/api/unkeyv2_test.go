@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/unkeyed/ratelimit/internal/charttest"
 	"github.com/unkeyed/ratelimit/internal/testserver"
 )
 
@@ -15,7 +16,8 @@ import (
 // Unkey's own SDKs (@unkey/ratelimit and @unkey/api, pinned in package.json
 // and installed by make test's npm ci) and checks every answer: limit until
 // denied, cost, multiLimit, the Overrides class, a decision an override
-// changes, and Unkey's error shapes.
+// changes, and Unkey's error shapes. Then it runs README.md's TypeScript
+// as written there (see below).
 func TestUnkeySDKs(t *testing.T) {
 	node, err := exec.LookPath("node")
 	if err != nil {
@@ -38,6 +40,39 @@ func TestUnkeySDKs(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "all SDK checks passed") {
 		t.Fatal("the SDK script did not finish")
+	}
+
+	// The TypeScript of README.md's "Switching from Unkey", as it is but
+	// for the server's address, run as a user would paste it into a .ts
+	// file in a CommonJS package (this repository's): with tsx, as npx tsx
+	// runs it. The file is inside the repository, where Node finds the
+	// SDK in node_modules.
+	readme, err := os.ReadFile(filepath.Join(charttest.Root(), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snippet := between(t, string(readme), "```ts\n", "```\n")
+	if strings.Count(snippet, `"http://127.0.0.1:7070"`) != 2 {
+		t.Fatalf("README.md's TypeScript does not call http://127.0.0.1:7070 twice:\n%s", snippet)
+	}
+	dir, err := os.MkdirTemp(charttest.Root(), ".readme-snippet-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	file := filepath.Join(dir, "limit.ts")
+	if err := os.WriteFile(file, []byte(strings.ReplaceAll(snippet, "http://127.0.0.1:7070", ts.url)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd = exec.Command(filepath.Join(charttest.Root(), "node_modules", ".bin", "tsx"), file)
+	cmd.Env = append(os.Environ(), "RATELIMIT_TOKEN="+tokA)
+	out, err = cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "success: true, remaining: 9") {
+		t.Fatalf("README.md's TypeScript: %v\n%s", err, out)
+	}
+	status, got := ts.call(t, "GetOverride", tokA, `{"namespace":"sms.sign_up","identifier":"partner_*"}`)
+	if override, _ := got["override"].(map[string]any); status != 200 || override["limit"] != "1000" {
+		t.Fatalf("the override README.md's TypeScript sets: %d %v", status, got)
 	}
 }
 

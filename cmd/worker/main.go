@@ -15,6 +15,8 @@
 //	                         restate-server to FILE (unless one is there) and
 //	                         its public key to FILE.pub, and print the public
 //	                         key for UNKEY_RESTATE_IDENTITY_KEYS
+//	worker --version         print the version and the commit (see internal/version)
+//	worker --help            the commands and every setting, with its default
 package main
 
 import (
@@ -29,6 +31,7 @@ import (
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/internal/envconfig"
 	"github.com/unkeyed/ratelimit/internal/restateid"
+	"github.com/unkeyed/ratelimit/internal/version"
 )
 
 // usage is worker's commands, which --help prints before its settings.
@@ -38,7 +41,10 @@ Usage:
   worker                   serve the handlers, register with restate-server, start the cleanup
   worker keygen FILE       write a request identity private key for restate-server to FILE
                            (unless one is there) and its public key to FILE.pub
+  worker --version         print the version and the commit
   worker --help            this text
+
+Tracing: the worker exports no traces, and reads no OTEL_* variable.
 `
 
 func main() {
@@ -48,6 +54,8 @@ func main() {
 		err = run(context.Background(), os.Environ(), os.Stderr)
 	case len(args) == 2 && args[0] == "keygen":
 		err = keygen(args[1])
+	case len(args) == 1 && (args[0] == "--version" || args[0] == "-version" || args[0] == "version"):
+		fmt.Println(version.String("worker"))
 	case len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help"):
 		envconfig.Usage(os.Stdout, usage, config{})
 	default:

@@ -1,7 +1,9 @@
 // Package charttest renders the Helm chart in deploy/helm/ratelimit for the
 // binaries' tests, with the chartcheck tool (Helm's Go packages and
-// k8s.io/api, pinned in tools/go.mod), and lists the environment variables
-// a configuration struct reads, from its env tags.
+// k8s.io/api, pinned in tools/go.mod), lists the environment variables
+// a configuration struct reads, from its env tags, and builds a binary as
+// `make binaries` builds the images' (with the version of the chart's
+// appVersion), for the tests of the images and of --version.
 package charttest
 
 import (
@@ -100,4 +102,50 @@ func Environ(c Container, secrets map[string]string) []string {
 		out = append(out, name+"="+v)
 	}
 	return out
+}
+
+// BuildEpoch is the SOURCE_DATE_EPOCH that MakeBinary builds with, and
+// BuildTime the time --version then says the binary was built.
+const (
+	BuildEpoch = "1769860800"
+	BuildTime  = "2026-01-31T12:00:00Z"
+)
+
+// MakeBinary builds the command name (api or worker) into dir with `make
+// binaries`, at BuildEpoch, and returns its path.
+func MakeBinary(t testing.TB, name, dir string) string {
+	t.Helper()
+	cmd := exec.Command("make", "--no-print-directory", "binaries", "BINARIES="+name, "BIN_DIR="+dir, "SOURCE_DATE_EPOCH="+BuildEpoch)
+	cmd.Dir = Root()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make binaries: %v\n%s", err, out)
+	}
+	return filepath.Join(dir, name)
+}
+
+// WantVersion returns the line `name --version` prints for a build of
+// MakeBinary: the chart's appVersion, git's short hash of HEAD (-dirty
+// with changes to tracked files) and BuildTime.
+func WantVersion(t testing.TB, name string) string {
+	t.Helper()
+	root := Root()
+	raw, err := os.ReadFile(filepath.Join(root, "deploy", "helm", "ratelimit", "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	appVersion := ""
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "appVersion:"); ok {
+			appVersion = strings.Trim(strings.TrimSpace(v), `"`)
+		}
+	}
+	head, err := exec.Command("git", "-C", root, "rev-parse", "--short", "HEAD").Output()
+	if err != nil || appVersion == "" {
+		t.Fatalf("the chart's appVersion %q, git rev-parse: %v", appVersion, err)
+	}
+	commit := strings.TrimSpace(string(head))
+	if exec.Command("git", "-C", root, "diff", "--quiet", "HEAD").Run() != nil {
+		commit += "-dirty"
+	}
+	return name + " " + appVersion + " (commit " + commit + ", built " + BuildTime + ")"
 }

@@ -48,8 +48,7 @@ func NewAnalytics(l *transport.Layer, store analytics.Store, fleet analytics.Fle
 // Register serves the service on mux behind the layer.
 func (h *Analytics) Register(mux *http.ServeMux) {
 	path, service := ratelimitv1connect.NewAnalyticsServiceHandler(h, h.layer.HandlerOptions(Codecs)...)
-	mux.Handle(path, h.layer.Route(h.layer.ConnectRenderer(), transport.RequireContentType(service),
-		methodNames(ratelimitv1.File_ratelimit_v1_analytics_proto.Services().ByName("AnalyticsService"))...))
+	mux.Handle(path, route(h.layer, ratelimitv1.File_ratelimit_v1_analytics_proto.Services().ByName("AnalyticsService"), service))
 }
 
 // RegisterGRPC serves AnalyticsService on a grpc-go server of the layer.

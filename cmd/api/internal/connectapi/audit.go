@@ -35,7 +35,7 @@ func NewAudit(l *transport.Layer, log audit.Log) *Audit { return &Audit{layer: l
 // Register serves the service on mux behind the layer.
 func (h *Audit) Register(mux *http.ServeMux) {
 	path, service := ratelimitv1connect.NewAuditServiceHandler(h, h.layer.HandlerOptions(Codecs)...)
-	mux.Handle(path, h.layer.Route(h.layer.ConnectRenderer(), transport.RequireContentType(service), methodNames(ratelimitv1.File_ratelimit_v1_keys_proto.Services().ByName("AuditService"))...))
+	mux.Handle(path, route(h.layer, ratelimitv1.File_ratelimit_v1_keys_proto.Services().ByName("AuditService"), service))
 }
 
 // Bounds of a ListAuditLog request.

@@ -36,7 +36,7 @@ func New(l *transport.Layer) *Handler { return &Handler{layer: l, pipeline: l.Pi
 // gRPC-Web on one path prefix.
 func (h *Handler) Register(mux *http.ServeMux) {
 	path, service := ratelimitv1connect.NewRatelimitServiceHandler(h, h.layer.HandlerOptions(Codecs)...)
-	mux.Handle(path, h.layer.Route(h.layer.ConnectRenderer(), transport.RequireContentType(service), methodNames(ratelimitv1.File_ratelimit_v1_ratelimit_proto.Services().ByName("RatelimitService"))...))
+	mux.Handle(path, route(h.layer, ratelimitv1.File_ratelimit_v1_ratelimit_proto.Services().ByName("RatelimitService"), service))
 }
 
 // fail answers err, the failure of procedure, by the layer's gRPC table.
@@ -142,6 +142,15 @@ func result(l *ratelimitv1.LimitRequest, d pipeline.Decision) *ratelimitv1.Multi
 		RetryAfter: d.RetryAfter.Milliseconds(),
 		OverrideId: d.OverrideID,
 	}
+}
+
+// route returns service, the connect-go handler of sd, behind the layer:
+// a path that names no method of sd, or an HTTP method other than POST, is
+// answered in JSON (see transport.KnownMethods) once the caller is
+// authenticated, and so is a POST of a content type connect-go does not
+// take (transport.RequireContentType).
+func route(l *transport.Layer, sd protoreflect.ServiceDescriptor, service http.Handler) http.Handler {
+	return l.Route(l.ConnectRenderer(), transport.KnownMethods(sd, transport.RequireContentType(service)), methodNames(sd)...)
 }
 
 // methodNames returns the names of a service's methods: the last segments

@@ -14,6 +14,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
 // ServiceName and Procedure name Envoy's rate limit service and its one
@@ -30,16 +31,18 @@ var Codecs = transport.Codecs{Decode: refuseOversized}
 
 // Register serves ShouldRateLimit on mux behind l: gRPC (as Envoy calls
 // it), gRPC-Web and Connect at Procedure, and envoyproxy/ratelimit's
-// POST /json.
+// POST /json. Any other path under the service's prefix is answered
+// that the service has no such method (see transport.KnownMethods).
 func (s *Service) Register(mux *http.ServeMux, l *transport.Layer) {
-	mux.Handle(Procedure, l.Route(l.ConnectRenderer(), connect.NewUnaryHandler(Procedure,
+	sd := rlsv3.File_envoy_service_ratelimit_v3_rls_proto.Services().ByName("RateLimitService")
+	mux.Handle("/"+ServiceName+"/", l.Route(l.ConnectRenderer(), transport.KnownMethods(sd, connect.NewUnaryHandler(Procedure,
 		func(ctx context.Context, req *connect.Request[rlsv3.RateLimitRequest]) (*connect.Response[rlsv3.RateLimitResponse], error) {
 			resp, err := s.ShouldRateLimit(ctx, req.Msg)
 			if err != nil {
 				return nil, l.ConnectError(ctx, Procedure, err)
 			}
 			return connect.NewResponse(resp), nil
-		}, l.HandlerOptions(Codecs)...), "ShouldRateLimit"))
+		}, l.HandlerOptions(Codecs)...)), "ShouldRateLimit"))
 	render := func(w http.ResponseWriter, r *http.Request, err error) { writeJSONError(w, l, r, err) }
 	mux.Handle("POST /json", l.Route(render, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.serveJSON(w, r, l)
@@ -73,7 +76,7 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request, l *transport
 	var req rlsv3.RateLimitRequest
 	if !refuseOversized(body, &req, true) {
 		if err := protojson.Unmarshal(body, &req); err != nil {
-			http.Error(w, "request body: must be a RateLimitRequest in JSON: "+err.Error(), http.StatusBadRequest)
+			writeJSONError(w, l, r, decodeError(body, &req))
 			return
 		}
 	}
@@ -92,6 +95,18 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request, l *transport
 		w.WriteHeader(http.StatusTooManyRequests)
 	}
 	w.Write(out)
+}
+
+// decodeError is the failure of body, a request to /json that protojson
+// refused: the first field that breaks a rule, named as the Connect
+// routes name it (transport.CheckJSON), or the request as a whole; never
+// the decoder's own text.
+func decodeError(body []byte, req *rlsv3.RateLimitRequest) error {
+	if err := transport.CheckJSON(body, req.ProtoReflect().Descriptor()); err != nil {
+		return err
+	}
+	return &ratelimit.ValidationError{Field: "body",
+		Rule: "must be a RateLimitRequest in protobuf's JSON mapping (see envoy.service.ratelimit.v3)"}
 }
 
 // jsonStatus is the HTTP status of each kind of failure on /json.

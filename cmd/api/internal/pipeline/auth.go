@@ -141,7 +141,8 @@ func Printable(s string) bool {
 }
 
 // Authenticate resolves the principal of a request from its authorization
-// header (or gRPC metadata entry), "Bearer <token>". With no key
+// header (or gRPC metadata entry), "Bearer <token>", the scheme in any case
+// (bearer, BEARER), as RFC 9110 has auth schemes. With no key
 // configured every caller is in OpenWorkspace with every permission. The
 // workspace is never taken from a request body, so one workspace can never
 // read or spend another's counters. It fails with ErrMissingToken or an
@@ -150,11 +151,24 @@ func (p *Pipeline) Authenticate(authorization string) (Principal, error) {
 	if p.keys.Open() {
 		return OpenPrincipal(), nil
 	}
-	token, ok := strings.CutPrefix(authorization, "Bearer ")
-	if !ok || token == "" {
+	token, ok := bearerToken(authorization)
+	if !ok {
 		return Principal{}, ErrMissingToken
 	}
 	return p.keys.Principal(token)
+}
+
+// bearerToken returns the token of an authorization header of the Bearer
+// scheme: the scheme matched without regard to case and the spaces after
+// it skipped (RFC 9110, section 11.4; RFC 6750, section 2.1), and reports
+// whether there is one.
+func bearerToken(authorization string) (string, bool) {
+	const scheme = "Bearer "
+	if len(authorization) < len(scheme) || !strings.EqualFold(authorization[:len(scheme)], scheme) {
+		return "", false
+	}
+	token := strings.TrimLeft(authorization[len(scheme):], " ")
+	return token, token != ""
 }
 
 type stateKey struct{}

@@ -5,7 +5,9 @@
 // the body is read, request ids, one panic recovery, the rendering of the
 // pipeline's failures that is the same for every protocol (an internal
 // error is logged under a request id and answered without its detail), the
-// codecs of connect-go handlers, and the grpc-go server of UNKEY_GRPC_ADDR.
+// JSON answers of a path or an HTTP method that no route takes (routes.go),
+// the codecs of connect-go handlers, and the grpc-go server of
+// UNKEY_GRPC_ADDR.
 //
 // An adapter (package connectapi, unkeyv2 or envoyrls) translates its wire
 // format to the pipeline's calls and back, and says how a failure is

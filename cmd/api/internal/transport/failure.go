@@ -113,10 +113,17 @@ func (l *Layer) ConnectRenderer() Renderer {
 // JSON route answers, so that a client never meets an empty or plain-text
 // error.
 func WriteJSONError(w http.ResponseWriter, status int, kind pipeline.Kind, msg string) {
+	writeJSONErrorCode(w, status, grpcCodes[kind], msg)
+}
+
+// writeJSONErrorCode is [WriteJSONError] for an answer of a code that no
+// kind of the pipeline's has, such as unimplemented for a path that names
+// no method.
+func writeJSONErrorCode(w http.ResponseWriter, status int, code connect.Code, msg string) {
 	body, _ := json.Marshal(struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
-	}{grpcCodes[kind].String(), msg})
+	}{code.String(), msg})
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -68,7 +71,8 @@ func maybeMissing(m protoreflect.Message) bool {
 
 // CheckJSON returns a *ratelimit.ValidationError naming the first field of
 // data that md does not take: not JSON, not an object, an unknown field, a
-// value of the wrong type, or a required field missing; or nil.
+// value of the wrong type, a string that is not valid UTF-8, an integer out
+// of its field's range, or a required field missing; or nil.
 func CheckJSON(data []byte, md protoreflect.MessageDescriptor) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -182,8 +186,38 @@ func checkValue(dec *json.Decoder, fd protoreflect.FieldDescriptor, path string)
 
 // checkSingle reads one value of fd's kind at path.
 func checkSingle(dec *json.Decoder, fd protoreflect.FieldDescriptor, path string) error {
-	if fd.Kind() == protoreflect.MessageKind {
+	switch {
+	case fd.Kind() == protoreflect.MessageKind && fd.Message().FullName().Parent() == "google.protobuf":
+		// A well-known type: a wrapper (UInt64Value, as Envoy's
+		// descriptors' hits_addend) is its value, in JSON as in Go;
+		// the others have JSON forms of their own, which the decoder
+		// judges.
+		if value := fd.Message().Fields().ByName("value"); value != nil && strings.HasSuffix(string(fd.Message().Name()), "Value") &&
+			fd.Message().Fields().Len() == 1 {
+			return checkSingle(dec, value, path)
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return &ratelimit.ValidationError{Field: path, Rule: "must be valid JSON"}
+		}
+		return nil
+	case fd.Kind() == protoreflect.MessageKind:
 		return checkMessage(dec, fd.Message(), path)
+	case fd.Kind() == protoreflect.StringKind:
+		// Read raw: encoding/json turns invalid UTF-8 into U+FFFD, and
+		// protojson refuses it.
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return &ratelimit.ValidationError{Field: path, Rule: "must be valid JSON"}
+		}
+		switch {
+		case string(raw) == "null":
+		case raw[0] != '"':
+			return &ratelimit.ValidationError{Field: path, Rule: "must be a string"}
+		case !utf8.Valid(raw):
+			return &ratelimit.ValidationError{Field: path, Rule: InvalidUTF8(raw)}
+		}
+		return nil
 	}
 	tok, err := dec.Token()
 	if err != nil {
@@ -193,10 +227,6 @@ func checkSingle(dec *json.Decoder, fd protoreflect.FieldDescriptor, path string
 		return nil // null: the field's default, as protobuf's JSON mapping has it
 	}
 	switch fd.Kind() {
-	case protoreflect.StringKind:
-		if _, ok := tok.(string); !ok {
-			return &ratelimit.ValidationError{Field: path, Rule: "must be a string"}
-		}
 	case protoreflect.BoolKind:
 		if _, ok := tok.(bool); !ok {
 			return &ratelimit.ValidationError{Field: path, Rule: "must be true or false"}
@@ -213,16 +243,82 @@ func checkSingle(dec *json.Decoder, fd protoreflect.FieldDescriptor, path string
 		default:
 			return &ratelimit.ValidationError{Field: path, Rule: "must be an integer"}
 		}
-		if _, err := strconv.ParseInt(s, 10, 64); err != nil {
-			if f, ferr := strconv.ParseFloat(s, 64); ferr != nil || f != float64(int64(f)) {
-				return &ratelimit.ValidationError{Field: path, Rule: fmt.Sprintf("must be an integer, got %.40q", s)}
-			}
+		if rule := checkInteger(s, fd.Kind()); rule != "" {
+			return &ratelimit.ValidationError{Field: path, Rule: rule}
 		}
 	default:
 		// Floats, enums and bytes: no request of the API has them; the
 		// decoder judges.
 	}
 	return nil
+}
+
+// InvalidUTF8 is the rule that s, a JSON string (or any text) that is not
+// valid UTF-8, breaks, naming its first byte that is not.
+func InvalidUTF8(s []byte) string {
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRune(s[i:])
+		if r == utf8.RuneError && n == 1 {
+			return fmt.Sprintf("must be valid UTF-8; byte 0x%02x is not", s[i])
+		}
+		i += n
+	}
+	return "must be valid UTF-8"
+}
+
+// checkInteger returns the rule s breaks as the JSON integer of a field of
+// kind, or "": an integer, written plainly or as a number of no fraction
+// (1e3), that the field holds.
+func checkInteger(s string, kind protoreflect.Kind) string {
+	bits, signed := 64, true
+	switch kind {
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+		bits = 32
+	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
+		bits, signed = 32, false
+	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		signed = false
+	}
+	var err error
+	if signed {
+		_, err = strconv.ParseInt(s, 10, bits)
+	} else {
+		_, err = strconv.ParseUint(s, 10, bits)
+	}
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, strconv.ErrRange):
+		return OutOfRange(bits, signed, s)
+	}
+	// Not a plain integer of the field's size: a number with a fraction or
+	// an exponent, or a negative one for an unsigned field, or not a number.
+	f, err := strconv.ParseFloat(s, 64) // 1e400: ±Inf and ErrRange
+	if err != nil && !errors.Is(err, strconv.ErrRange) || err == nil && (math.IsInf(f, 0) || f != math.Trunc(f)) {
+		return fmt.Sprintf("must be an integer, got %.40q", s)
+	}
+	// Every bound is a power of two, which float64 holds exactly.
+	lo, end := 0.0, math.Ldexp(1, bits)
+	if signed {
+		lo, end = -math.Ldexp(1, bits-1), math.Ldexp(1, bits-1)
+	}
+	if f < lo || f >= end {
+		return OutOfRange(bits, signed, s)
+	}
+	return ""
+}
+
+// OutOfRange is the rule that got, a JSON integer, breaks where a field of
+// bits bits, signed or not, cannot hold it: the range of the field's type,
+// and the value.
+func OutOfRange(bits int, signed bool, got string) string {
+	max := uint64(math.MaxUint64) >> (64 - bits)
+	lo, hi, kind := "0", strconv.FormatUint(max, 10), fmt.Sprintf("an unsigned %d-bit integer", bits)
+	if signed {
+		lo, hi = strconv.FormatInt(-int64(max>>1)-1, 10), strconv.FormatUint(max>>1, 10)
+		kind = fmt.Sprintf("a %d-bit integer", bits)
+	}
+	return fmt.Sprintf("out of range: must be from %s to %s (%s), got %.40s", lo, hi, kind, got)
 }
 
 // decodeErrors holds the failure of each request message whose JSON was

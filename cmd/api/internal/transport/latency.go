@@ -64,7 +64,7 @@ func (l *Layer) timed(methods []string, next http.Handler) http.Handler {
 		outcome := pipeline.OutcomeOf(ctx)
 		if method == "unknown" {
 			// A path that names no method of the route was refused
-			// (connect-go answers it without an error of ours).
+			// (KnownMethods answers it, without the pipeline).
 			outcome = pipeline.OutcomeError
 		}
 		protocol := protocolOf(r)

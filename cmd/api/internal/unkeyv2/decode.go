@@ -4,12 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	json "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
@@ -28,15 +29,12 @@ var strict = json.RejectUnknownMembers(true)
 // a location in the body (body.limit, body[1].cost) and the rule in JSON's
 // terms, never Go's.
 func decode(body []byte, v any) error {
-	if !utf8.Valid(body) {
-		return &ratelimit.ValidationError{Field: "body", Rule: "must be valid UTF-8"}
-	}
 	want := reflect.TypeOf(v).Elem()
 	if i := firstByte(body); i >= 0 && body[i] == 'n' {
 		return &ratelimit.ValidationError{Field: "body", Rule: "must be " + kindOf(want)}
 	}
 	if err := json.Unmarshal(body, v, strict); err != nil {
-		return decodeError(want, err)
+		return decodeError(want, body, err)
 	}
 	return nil
 }
@@ -52,11 +50,24 @@ func firstByte(body []byte) int {
 	return -1
 }
 
-// decodeError words an error of json v2 decoding into t.
-func decodeError(t reflect.Type, err error) error {
+// decodeError words an error of json v2 decoding body into t.
+func decodeError(t reflect.Type, body []byte, err error) error {
 	var sem *json.SemanticError
 	var syn *jsontext.SyntacticError
 	switch {
+	case errors.As(err, &sem) && errors.Is(err, strconv.ErrRange) && integer(sem.GoType) != nil:
+		it := integer(sem.GoType)
+		signed := it.Kind() >= reflect.Int && it.Kind() <= reflect.Int64
+		return &ratelimit.ValidationError{Field: at(t, sem.JSONPointer),
+			Rule: transport.OutOfRange(it.Bits(), signed, string(sem.JSONValue))}
+	case errors.As(err, &syn) && strings.Contains(syn.Err.Error(), "invalid UTF-8"):
+		// json v2 refuses it by default; the offset is that of the
+		// string's first byte that is not UTF-8, or before it.
+		rule := "must be valid UTF-8"
+		if off := syn.ByteOffset; off >= 0 && off < int64(len(body)) {
+			rule = transport.InvalidUTF8(body[off:])
+		}
+		return &ratelimit.ValidationError{Field: at(t, syn.JSONPointer), Rule: rule}
 	case errors.As(err, &sem) && errors.Is(err, json.ErrUnknownName):
 		name := sem.JSONPointer.LastToken()
 		rule := "is not a field of this request"
@@ -94,6 +105,17 @@ func at(t reflect.Type, p jsontext.Pointer) string {
 		b.WriteString("." + tok)
 	}
 	return b.String()
+}
+
+// integer returns the integer type that t is or points to, or nil.
+func integer(t reflect.Type) reflect.Type {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() < reflect.Int || t.Kind() > reflect.Uint64 {
+		return nil
+	}
+	return t
 }
 
 // kindOf names what JSON value a Go type is decoded from.

@@ -37,19 +37,41 @@ type call struct {
 	requestID string
 }
 
+// routes are the v2 routes, each served on POST, in the order Paths
+// lists them.
+func (h *Handler) routes() []route {
+	return []route{
+		{"/v2/ratelimit.limit", h.limit},
+		{"/v2/ratelimit.multiLimit", h.multiLimit},
+		{"/v2/ratelimit.settle", h.settle},
+		{"/v2/ratelimit.setOverride", h.setOverride},
+		{"/v2/ratelimit.getOverride", h.getOverride},
+		{"/v2/ratelimit.listOverrides", h.listOverrides},
+		{"/v2/ratelimit.deleteOverride", h.deleteOverride},
+	}
+}
+
+// route is one v2 route: its path and what serves it.
+type route struct {
+	path string
+	fn   func(context.Context, *call) (any, error)
+}
+
+// Paths returns the paths of the v2 routes, each served on POST, for the
+// answer to a path the server does not serve.
+func (h *Handler) Paths() []string {
+	var paths []string
+	for _, r := range h.routes() {
+		paths = append(paths, r.path)
+	}
+	return paths
+}
+
 // Register serves the v2 routes on mux behind the layer.
 func (h *Handler) Register(mux *http.ServeMux) {
-	for path, fn := range map[string]func(context.Context, *call) (any, error){
-		"/v2/ratelimit.limit":          h.limit,
-		"/v2/ratelimit.multiLimit":     h.multiLimit,
-		"/v2/ratelimit.settle":         h.settle,
-		"/v2/ratelimit.setOverride":    h.setOverride,
-		"/v2/ratelimit.getOverride":    h.getOverride,
-		"/v2/ratelimit.listOverrides":  h.listOverrides,
-		"/v2/ratelimit.deleteOverride": h.deleteOverride,
-	} {
-		render := func(w http.ResponseWriter, r *http.Request, err error) { h.fail(w, r, "", err) }
-		mux.Handle("POST "+path, h.layer.Route(render, h.serve(fn), strings.TrimPrefix(path, "/v2/")))
+	render := func(w http.ResponseWriter, r *http.Request, err error) { h.fail(w, r, "", err) }
+	for _, rt := range h.routes() {
+		mux.Handle("POST "+rt.path, h.layer.Route(render, h.serve(rt.fn), strings.TrimPrefix(rt.path, "/v2/")))
 	}
 }
 

@@ -93,7 +93,7 @@ func TestUnkeyRoutesDecodeStrictly(t *testing.T) {
 		{"an unknown field", "/v2/ratelimit.limit", `{"namespace":"n","identifier":"a","limit":10,"duration":60000,"async":true}`, "body.async"},
 		{"a lone surrogate", "/v2/ratelimit.limit", `{"namespace":"n","identifier":"a\ud800","limit":10,"duration":60000}`, "body.identifier"},
 		{"a lone low surrogate", "/v2/ratelimit.setOverride", `{"namespace":"n","identifier":"\udc00x","limit":10,"duration":60000}`, "body.identifier"},
-		{"invalid UTF-8", "/v2/ratelimit.limit", "{\"namespace\":\"n\",\"identifier\":\"a\xff\",\"limit\":10,\"duration\":60000}", "body"},
+		{"invalid UTF-8", "/v2/ratelimit.limit", "{\"namespace\":\"n\",\"identifier\":\"a\xff\",\"limit\":10,\"duration\":60000}", "body.identifier"},
 		{"a string for a number", "/v2/ratelimit.limit", `{"namespace":"n","identifier":"a","limit":"10","duration":60000}`, "body.limit"},
 		{"an entry's unknown field", "/v2/ratelimit.multiLimit", `[{"namespace":"n","identifier":"a","limit":10,"duration":60000},{"namespace":"n","identifier":"b","limit":10,"duration":60000,"Namespace":"x"}]`, "body[1].Namespace"},
 		{"an entry's bad type", "/v2/ratelimit.multiLimit", `[{"namespace":"n","identifier":"a","limit":10,"duration":60000},{"namespace":"n","identifier":"b","limit":10,"duration":60000,"cost":1.5}]`, "body[1].cost"},
