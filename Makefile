@@ -6,7 +6,7 @@ PKGS      := ./...
 BENCHTIME ?= 2s
 BENCHCOUNT ?= 5
 
-.PHONY: help run run-worker dev dev-down loadgen test test-go deps deps-dev check-generated check-deploy check-chart generate lint bench accuracy tools migrate binaries image
+.PHONY: help build run run-worker dev dev-down loadgen test test-go deps deps-dev check-generated check-deploy check-chart generate lint bench accuracy tools migrate binaries image
 
 # apt-get needs root; elsewhere it goes through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -14,8 +14,8 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-run-worker: ## the Restate worker on :9080 (needs restate-server and UNKEY_MYSQL_DSN)
-	UNKEY_LOG_FORMAT=$${UNKEY_LOG_FORMAT:-text} $(GO) run ./cmd/worker
+run-worker: build ## the Restate worker on :9080 (needs restate-server and UNKEY_MYSQL_DSN)
+	UNKEY_LOG_FORMAT=$${UNKEY_LOG_FORMAT:-text} $(BUILD_DIR)/worker
 
 dev: ## the whole stack, two regions, on this machine without Docker (Ctrl-C stops it)
 	scripts/dev.sh
@@ -26,11 +26,11 @@ dev-down: ## stop a stack that make dev started in another terminal
 loadgen: ## drive the API: make loadgen ARGS='-url http://127.0.0.1:7070 -c 32 -n 100000'
 	$(GO) run ./cmd/loadgen $(ARGS)
 
-run: ## the API on 127.0.0.1:7070, region "local", in memory only, open (UNKEY_HTTP_ADDR=:7070 to serve every interface)
+run: build ## the API on 127.0.0.1:7070, region "local", in memory only, open (UNKEY_HTTP_ADDR=:7070 to serve every interface)
 	UNKEY_REGION=$${UNKEY_REGION:-local} UNKEY_LOG_FORMAT=$${UNKEY_LOG_FORMAT:-text} \
-		UNKEY_HTTP_ADDR=$${UNKEY_HTTP_ADDR:-127.0.0.1:7070} $(GO) run ./cmd/api
+		UNKEY_HTTP_ADDR=$${UNKEY_HTTP_ADDR:-127.0.0.1:7070} $(BUILD_DIR)/api
 
-test: deps tools check-generated lint check-deploy check-chart test-go ## everything CI runs: generated code, lint, the alerting rules, the Helm chart, every test under -race
+test: deps check-generated lint check-deploy check-chart test-go ## everything CI runs: generated code, lint, the alerting rules, the Helm chart, every test under -race
 	@echo "==> make test: green"
 
 RESTATE_SERVER := node_modules/@restatedev/restate-server-linux-x64/bin/restate-server
@@ -66,7 +66,8 @@ $(RESTATE_SERVER): package.json package-lock.json
 	@test -x $@ && touch $@
 
 # The pinned Go tools are compiled once and cached by the go command (in
-# GOCACHE); on a cold cache that is the slow part of a first make test.
+# GOCACHE), on their first use: make test builds the generators only when
+# tools/generated.sum says the generated code may be stale, and staticcheck.
 # sqlc is built without cgo: its PostgreSQL parser is then a WebAssembly
 # build instead of a C library to compile, and this project's engine is
 # MySQL's.
@@ -86,7 +87,7 @@ check-deploy: deps ## check deploy/prometheus's alerting rules with promtool, an
 	cd deploy/prometheus && promtool test rules *.rules.test.yaml
 
 check-chart: ## lint the chart strictly with its CI values at its minimum Kubernetes (tools/chartcheck: Helm's Go packages, no helm binary), and test chartcheck
-	cd tools && $(GO) run ./chartcheck lint ../deploy/helm/ratelimit ../deploy/helm/ratelimit/ci/minimal-values.yaml ../deploy/helm/ratelimit/ci/full-values.yaml
+	@echo "==> make check-chart: chartcheck's tests lint and render the chart (a first run on a machine builds Helm's packages)"
 	cd tools && $(GO) test -count=1 ./chartcheck
 
 # The images: each static binary, CA certificates, non-root, reproducible
@@ -104,12 +105,22 @@ VERSION_PKG := github.com/unkeyed/ratelimit/internal/version
 VERSION_LDFLAGS = -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT) -X $(VERSION_PKG).built=$(SOURCE_DATE_EPOCH)
 BIN_DIR ?= build/bin
 BINARIES ?= api worker
+BUILD_DIR ?= bin
+
+# Every binary this project builds to run — make build, run, run-worker,
+# dev, binaries and image, and the tests that start the programs — is built
+# the one way below: static (no cgo), without the builder's paths, with its
+# version. One set of flags is one compile of the dependencies; on a cold
+# cache each other set compiles all of them again (minutes on two cores).
+GOBUILD = CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w -buildid= $(VERSION_LDFLAGS)'
+
+build: ## bin/api and bin/worker for this machine, static, with their version (BUILD_DIR=… to put them elsewhere)
+	$(GOBUILD) -o $(BUILD_DIR)/ ./cmd/api ./cmd/worker
 
 binaries: ## build/bin/api and worker (or BIN_DIR=…): the images' static linux/amd64 binaries, with their version
 	mkdir -p $(BIN_DIR)
 	for b in $(BINARIES); do \
-		CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags='-s -w -buildid= $(VERSION_LDFLAGS)' \
-			-o $(BIN_DIR)/$$b ./cmd/$$b || exit 1; \
+		GOOS=linux GOARCH=amd64 $(GOBUILD) -o $(BIN_DIR)/$$b ./cmd/$$b || exit 1; \
 	done
 
 image: binaries ## build/images/api.tar and worker.tar: OCI images of the static binaries, without Docker
@@ -119,23 +130,40 @@ image: binaries ## build/images/api.tar and worker.tar: OCI images of the static
 			-tag ratelimit-$$b:$(IMAGE_TAG) -out ../build/images/$$b.tar) || exit 1; \
 	done
 
-generate: $(RESTATE_SERVER) ## regenerate the Connect/protobuf and sqlc code, and the TypeScript example's
-	@echo "==> make generate: buf (connect/, examples/typescript/gen/) and sqlc (db/)"
+# The generated code's digest (scripts/generated-sum.sh): make generate
+# records it; make check-generated regenerates only when the tree's differs.
+GENERATED_SUM := tools/generated.sum
+GENERATED     := connect db examples/typescript/gen $(GENERATED_SUM)
+
+generate: $(RESTATE_SERVER) ## regenerate the Connect/protobuf and sqlc code and the TypeScript example's, and record their digest in tools/generated.sum
+	@echo "==> make generate: buf (connect/, examples/typescript/gen/) and sqlc (db/); a first run on a machine builds the Go generators (minutes)"
 	cd connect && ../$(BUF) generate
 	CGO_ENABLED=0 $(TOOL) sqlc generate
 	cd examples/typescript && ../../$(BUF) generate ../../connect --template buf.gen.yaml --path ../../connect/ratelimit/v1/ratelimit.proto
+	scripts/generated-sum.sh > $(GENERATED_SUM)
 
-check-generated: generate ## fail when regenerating changes a committed file
-	@if [ -n "$$(git status --porcelain -- connect db examples/typescript/gen)" ]; then \
+check-generated: $(RESTATE_SERVER) ## fail when regenerating would change a committed file (regenerates only when tools/generated.sum does not match the tree)
+	@if [ "$$(scripts/generated-sum.sh)" = "$$(cat $(GENERATED_SUM) 2>/dev/null)" ]; then \
+		echo "==> generated code: sources, generators and output are as $(GENERATED_SUM) recorded them: not regenerated"; \
+	else \
+		echo "==> generated code: the tree is not what $(GENERATED_SUM) recorded: regenerating"; \
+		$(MAKE) --no-print-directory generate || exit 1; \
+	fi
+	@if [ -n "$$(git status --porcelain -- $(GENERATED))" ]; then \
 		echo "generated code is stale; run 'make generate' and commit:"; \
-		git status --porcelain -- connect db examples/typescript/gen; git --no-pager diff --stat -- connect db examples/typescript/gen; exit 1; fi
+		git status --porcelain -- $(GENERATED); git --no-pager diff --stat -- $(GENERATED); exit 1; fi
 
+# go vet and staticcheck type-check against the race detector's build of
+# the packages, the one test-go compiles: with the default build they would
+# compile every dependency a second time (about two minutes on a cold cache
+# of two cores). They so check the files of the race build (//go:build race).
 lint: $(RESTATE_SERVER) ## gofmt, go vet, staticcheck and buf lint
-	@echo "==> make lint: gofmt, go vet, staticcheck, buf lint"
+	@echo "==> make lint: gofmt, go vet, staticcheck (a first run on a machine builds it), buf lint"
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
-	$(GO) vet $(PKGS)
-	$(TOOL) staticcheck $(PKGS)
+	$(GO) vet -race $(PKGS)
+	@$(TOOL) staticcheck -version   # builds it (its own build without -race)
+	GOFLAGS="$$GOFLAGS -race" $$($(TOOL) -n staticcheck) $(PKGS)
 	cd connect && ../$(BUF) lint
 
 bench: ## the limiter's in-process benchmarks beside golang.org/x/time/rate (seconds), for docs/BENCHMARKS.md

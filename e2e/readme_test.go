@@ -42,9 +42,9 @@ var notRun = []struct{ prefix, why string }{
 // of their blocks that calls with a duration, the test waits until every
 // such window has at least half its length, and at most 30 s, left.
 var windowBound = map[string]string{
-	"Quick start (60 seconds)":                   "three Limit calls and a MultiLimit on one key count in one window",
+	"Quick start": "three Limit calls and a MultiLimit on one key count in one window",
 	"The whole stack on one machine: `make dev`": "the tour's counts across regions add up in one window",
-	"Token budgets":                              "a reservation is settled in the window it was counted in",
+	"Token budgets": "a reservation is settled in the window it was counted in",
 }
 
 // TestReadme runs README.md's shell blocks as written, in order, as a new
@@ -55,7 +55,7 @@ var windowBound = map[string]string{
 //
 // The clone is a copy of this checkout's files (tracked, and untracked but
 // not ignored) in a temporary directory, where the commands run: README's
-// go build writes ./bin/api there. The quick start's calls go to a process
+// make build writes ./bin/api there. The quick start's calls go to a process
 // started as make run starts one (see notRun); the rest go to the whole
 // stack of make dev, which the test starts itself with scripts/dev.sh
 // (DEV_DETACH=1, a DEV_DIR of its own and a DEV_PORT_BASE of free ports),
@@ -182,7 +182,7 @@ func TestReadme(t *testing.T) {
 			writeTLSFiles(t, clone) // README: "with a certificate of yours"
 		}
 		ports := devPorts
-		if b.section == "Quick start (60 seconds)" {
+		if b.section == "Quick start" {
 			ports = quickPorts
 		} else if !devReady {
 			stopQuick() // README: stop make run first, both serve on 7070
@@ -322,7 +322,7 @@ func startQuickAPI(t *testing.T, clone string, port int) *exec.Cmd {
 	cmd.Env = append(cleanEnv(), "UNKEY_REGION=local", "UNKEY_LOG_FORMAT=text", "UNKEY_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(port))
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("README's go build should have written ./bin/api: %v", err)
+		t.Fatalf("README's make build should have written ./bin/api: %v", err)
 	}
 	url := "http://127.0.0.1:" + strconv.Itoa(port) + "/readyz"
 	if !poll.Within(time.Minute, func() bool { return get(url) == http.StatusOK }) {

@@ -88,8 +88,7 @@ echo $$ >"$DEV/dev.pid"
 trap 'echo; stop_all; rm -f "$DEV/dev.pid"; kill $(jobs -p) 2>/dev/null; exit 0' INT TERM
 
 log "building the API and the worker"
-go build -o "$DEV/bin/api" ./cmd/api
-go build -o "$DEV/bin/worker" ./cmd/worker
+make -s --no-print-directory build BUILD_DIR="$DEV/bin"
 make -s deps-dev   # only what the stack runs; make test installs the rest
 
 log "MariaDB on $MYSQL_PORT"

@@ -40,12 +40,12 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
-	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/cli/values"
-	"helm.sh/helm/v3/pkg/getter"
+	"helm.sh/helm/v3/pkg/engine"
+	helmlint "helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
 	"helm.sh/helm/v3/pkg/releaseutil"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -195,28 +195,57 @@ func minorOf(v *chartutil.KubeVersion) (int, error) {
 // cluster of kubeVersion (nil: Helm's default, as `helm template` without
 // --kube-version) that serves Helm's default API versions and apiVersions,
 // and decodes and checks every object.
+//
+// It takes the steps of Helm's client-only install (`helm template`,
+// `helm install --dry-run`; helm.sh/helm/v3/pkg/action's Install.Run with
+// ClientOnly) one by one, with the packages they call: the action package
+// would also compile Kubernetes' client and kubectl's libraries into this
+// tool, half of its build on a cold cache, for nothing a render uses.
 func render(chrt *chart.Chart, vals map[string]any, release, namespace string, kubeVersion *chartutil.KubeVersion, apiVersions []string) (Render, error) {
 	r := Render{Kinds: map[string]int{}, Workers: map[string]Container{}, Grace: map[string]int64{}}
-	install := action.NewInstall(&action.Configuration{})
-	install.DryRun, install.ClientOnly, install.Replace = true, true, true
-	install.ReleaseName, install.Namespace = release, namespace
-	install.KubeVersion = kubeVersion
-	install.APIVersions = apiVersions
-	version := chartutil.DefaultCapabilities.KubeVersion
+	caps := chartutil.DefaultCapabilities.Copy()
 	if kubeVersion != nil {
-		version = *kubeVersion
+		caps.KubeVersion = *kubeVersion
 	}
-	r.KubeVersion = version.Version
-	minor, err := minorOf(&version)
+	caps.APIVersions = append(caps.APIVersions, apiVersions...)
+	r.KubeVersion = caps.KubeVersion.Version
+	minor, err := minorOf(&caps.KubeVersion)
 	if err != nil {
 		return r, err
 	}
-	rel, err := install.Run(chrt, vals)
+	if err := chartutil.ValidateReleaseName(release); err != nil {
+		return r, err
+	}
+	if err := chartutil.ProcessDependenciesWithMerge(chrt, vals); err != nil {
+		return r, err
+	}
+	options := chartutil.ReleaseOptions{Name: release, Namespace: namespace, Revision: 1, IsInstall: true}
+	renderValues, err := chartutil.ToRenderValues(chrt, vals, options, caps) // validates values.schema.json
 	if err != nil {
 		return r, err
 	}
-	for name, doc := range releaseutil.SplitManifests(rel.Manifest) {
-		if err := decode(name, []byte(doc), minor, &r); err != nil {
+	if kv := chrt.Metadata.KubeVersion; kv != "" && !chartutil.IsCompatibleRange(kv, caps.KubeVersion.String()) {
+		return r, fmt.Errorf("chart requires kubeVersion: %s which is incompatible with Kubernetes %s", kv, caps.KubeVersion.String())
+	}
+	var e engine.Engine
+	files, err := e.Render(chrt, renderValues)
+	if err != nil {
+		return r, err
+	}
+	for name := range files {
+		if strings.HasSuffix(name, "/NOTES.txt") {
+			delete(files, name) // not a resource
+		}
+	}
+	hooks, manifests, err := releaseutil.SortManifests(files, nil, releaseutil.InstallOrder)
+	if err != nil {
+		return r, err
+	}
+	if len(hooks) > 0 {
+		return r, fmt.Errorf("%d hooks rendered: this check decodes resources only", len(hooks))
+	}
+	for _, m := range manifests {
+		if err := decode(m.Name, []byte(m.Content), minor, &r); err != nil {
 			return r, err
 		}
 	}
@@ -391,7 +420,8 @@ func summarize(d *appsv1.Deployment, r *Render) {
 
 // lint runs `helm lint --strict` on the chart with each values file, at
 // the chart's minimum Kubernetes version, printing every message to out;
-// any warning or error fails.
+// any warning or error fails. It is Helm's lint (helm.sh/helm/v3/pkg/lint)
+// with the strict tolerance of its action: a warning counts as an error.
 func lint(out io.Writer, chartDir string, files []string) error {
 	chrt, err := loader.Load(chartDir)
 	if err != nil {
@@ -407,19 +437,16 @@ func lint(out io.Writer, chartDir string, files []string) error {
 		if err != nil {
 			return err
 		}
-		l := action.NewLint()
-		l.Strict, l.Namespace, l.KubeVersion = true, "default", minimum
-		res := l.Run([]string{chartDir}, vals)
+		linter := helmlint.AllWithKubeVersion(chartDir, vals, "default", minimum)
 		fmt.Fprintf(out, "==> Linting %s with %s (Kubernetes %s)\n", chartDir, file, minimum.Version)
-		for _, msg := range res.Messages {
+		bad := 0
+		for _, msg := range linter.Messages {
 			fmt.Fprintln(out, msg)
-		}
-		if len(res.Messages) == 0 {
-			for _, err := range res.Errors {
-				fmt.Fprintln(out, "Error", err)
+			if msg.Severity >= support.WarningSev {
+				bad++
 			}
 		}
-		if len(res.Errors) > 0 {
+		if bad > 0 {
 			failed++
 		}
 	}
@@ -438,7 +465,7 @@ func helmCommand(args []string) (Render, error) {
 	}
 	verb := args[0]
 	fs := pflag.NewFlagSet("helm "+verb, pflag.ContinueOnError)
-	var opts values.Options
+	var opts valueOptions
 	fs.StringSliceVarP(&opts.ValueFiles, "values", "f", nil, "")
 	fs.StringArrayVar(&opts.Values, "set", nil, "")
 	fs.StringArrayVar(&opts.StringValues, "set-string", nil, "")
@@ -471,7 +498,7 @@ func helmCommand(args []string) (Render, error) {
 	if err != nil {
 		return Render{}, err
 	}
-	vals, err := opts.MergeValues(getter.Providers{})
+	vals, err := opts.merge()
 	if err != nil {
 		return Render{}, err
 	}
