@@ -78,9 +78,15 @@ tools: ## build the pinned Go code generators and linters (a cold cache: a few m
 	CGO_ENABLED=0 $(TOOL) sqlc version
 	$(TOOL) staticcheck -version
 
+# The programs are built first, once (the tests that run them — the image,
+# README's commands, make dev, e2e — find them in the cache), and go test
+# runs four test binaries at a time: on two cores, while some wait for the
+# servers they started, others compile or run.
 test-go: deps ## the Go tests, under the race detector
-	@echo "==> go test -race ./... (a cold build cache compiles every package first: minutes)"
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	@echo "==> make build: the programs, as the tests that run them build them (a cold cache compiles every dependency: minutes)"
+	@$(MAKE) --no-print-directory build BUILD_DIR=$(CURDIR)/build/test-bin
+	@echo "==> go test -race ./... (a cold cache compiles the tests' packages: minutes)"
+	$(GO) test -race -count=1 -timeout 20m -p 4 $(PKGS)
 
 check-deploy: deps ## check deploy/prometheus's alerting rules with promtool, and run their unit tests
 	promtool check rules deploy/prometheus/*.rules.yaml

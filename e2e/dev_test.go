@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 // every API process answers /readyz and the worker's schedule runs, and that
 // `dev.sh down` stops every process.
 func TestMakeDev(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts the whole stack")
 	}
@@ -85,11 +87,18 @@ func TestMakeDev(t *testing.T) {
 // freeBase picks a DEV_PORT_BASE whose ports (see scripts/dev.sh) are all
 // free on this machine.
 func freeBase(t *testing.T) int {
+	basesMu.Lock()
+	defer basesMu.Unlock()
 	for range 100 {
 		base := 11000 + rand.IntN(1000)*4
+		ports := []int{base, base + 1, base + 2, base + 3, base - 3763, base - 690, base - 689,
+			base + 1010, base + 2000, base - 1948, base + 2010}
 		free := true
-		for _, port := range []int{base, base + 1, base + 2, base + 3, base - 3763, base - 690, base - 689,
-			base + 1010, base + 2000, base - 1948, base + 2010} {
+		for _, port := range ports {
+			if reservedPorts[port] {
+				free = false
+				break
+			}
 			ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
 			if err != nil {
 				free = false
@@ -98,9 +107,20 @@ func freeBase(t *testing.T) int {
 			ln.Close()
 		}
 		if free {
+			for _, port := range ports {
+				reservedPorts[port] = true
+			}
 			return base
 		}
 	}
 	t.Fatal("no free set of ports for dev.sh")
 	return 0
 }
+
+// The ports of the stacks this process's tests started: tests that run in
+// parallel each start one, and a port one chose but has not bound yet
+// looks free to the other.
+var (
+	basesMu       sync.Mutex
+	reservedPorts = map[int]bool{}
+)

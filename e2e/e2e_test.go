@@ -39,6 +39,7 @@ func limitCall(t *testing.T, url, body string) map[string]any {
 // TestStack starts the whole stack once and runs the end-to-end checks and
 // the fault tests against it.
 func TestStack(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts the whole stack: MariaDB, two Redis, restate-server, four API processes and the worker")
 	}

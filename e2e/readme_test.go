@@ -92,6 +92,7 @@ var windowBound = map[string]string{
 // the admin key sees the dashboard's data (ListNamespaces, GetRatelimits,
 // ListOverrides, GetStatus).
 func TestReadme(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts the whole stack and builds the programs")
 	}

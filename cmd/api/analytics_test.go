@@ -42,6 +42,7 @@ func totals(out map[string]any) (passed, denied int) {
 // processes live, with their flush interval, and a process that stopped
 // reporting two minutes ago as gone.
 func TestAnalyticsAcrossRegions(t *testing.T) {
+	t.Parallel()
 	m, sqlDB := dbtest.Start(t)
 	start := func(region string) *testServer {
 		return startServer(t, "UNKEY_REGION="+region, "UNKEY_MYSQL_DSN="+m.DSN, "UNKEY_REDIS_URL="+testserver.StartRedis(t).URL(),

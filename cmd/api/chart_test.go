@@ -21,6 +21,7 @@ import (
 // render, and the region is the first thing it is refused for: with no
 // values at all, and with a worker missing its own values too.
 func TestChartRunsTheAPI(t *testing.T) {
+	t.Parallel()
 	renders := charttest.Renders(t)
 	for _, name := range []string{"no-region", "bare"} {
 		if e := renders[name].Error; !strings.Contains(e, "region is required") {

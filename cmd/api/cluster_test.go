@@ -148,6 +148,7 @@ func (r *clusterRegion) load() (stop func() (sent, failed int64)) {
 // keep converging across processes exactly as before (each master has its
 // own circuit breaker); only the dead master's keys are decided locally.
 func TestRedisClusterMasterLost(t *testing.T) {
+	t.Parallel()
 	r := startClusterRegion(t, testserver.StartRedisCluster(t, 3))
 	dead := r.cluster.Masters[1]
 	count := func(owner func(string) bool, n int) (converged int) {
@@ -212,6 +213,7 @@ func TestRedisClusterMasterLost(t *testing.T) {
 // their slot maps and every key converges again within 10 s of the cluster
 // reporting ok, without a restart.
 func TestRedisClusterFailover(t *testing.T) {
+	t.Parallel()
 	r := startClusterRegion(t, testserver.StartRedisClusterWithReplicas(t, 3, 1))
 	victim := r.cluster.Masters[1]
 	// The slot of one key of the victim: once it converges, so do the
@@ -261,6 +263,7 @@ func TestRedisClusterFailover(t *testing.T) {
 // no call fails, and keys of the moved slots converge through the MOVED and
 // ASK redirects, with the processes' slot maps out of date.
 func TestRedisClusterReshard(t *testing.T) {
+	t.Parallel()
 	r := startClusterRegion(t, testserver.StartRedisCluster(t, 3))
 	from, to := r.cluster.Masters[0], r.cluster.Masters[1]
 	// Identifiers whose slots the reshard will move: the lowest of from's

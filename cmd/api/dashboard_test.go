@@ -248,6 +248,7 @@ func checkChart(t *testing.T, v dashboardView, api map[int64]point) {
 // show. Set DASHBOARD_SCREENSHOT=file to save a screenshot after an hour
 // of made-up history is added (the README's).
 func TestDashboardInChromium(t *testing.T) {
+	t.Parallel()
 	m, _ := dbtest.Start(t)
 	keysFile := filepath.Join(t.TempDir(), "keys.json")
 	_, limiter, limiterEntry := cliKey(t, nil, "generate", "--workspace", "ws_a", "--name", "limiter", "--permissions", "ratelimit.*.limit")
@@ -440,6 +441,7 @@ func TestDashboardInChromium(t *testing.T) {
 // its memory, and, before any decision, that there are none yet and when
 // they appear; once it decided, its decisions, with the note kept.
 func TestDashboardWithoutMySQL(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, "UNKEY_ANALYTICS_FLUSH_INTERVAL=200ms")
 	poll.Until(t, 10*time.Second, "the process's first roll call", func() bool {
 		_, out, _ := ts.rpc(t, "AnalyticsService", "GetStatus", "", `{}`)

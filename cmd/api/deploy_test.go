@@ -59,6 +59,7 @@ func deployedMetrics(t *testing.T) []string {
 // store and source configured (Redis, MySQL, rules, a keys file, TLS), so
 // that no alert watches a metric that does not exist.
 func TestDeployedMetricsAreServed(t *testing.T) {
+	t.Parallel()
 	names := deployedMetrics(t)
 	r := testserver.StartRedis(t)
 	m := testserver.StartMariaDB(t)

@@ -14,6 +14,7 @@ import (
 // pass and the third is denied with its retry time; with a wrong one, each
 // prints the API's message and fails.
 func TestClientExamples(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, "UNKEY_AUTH_TOKENS="+tokA+"=ws_a")
 	root := charttest.Root()
 	for _, ex := range []struct {

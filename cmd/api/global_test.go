@@ -23,6 +23,7 @@ import (
 // one sync interval with jitter, with a margin for a loaded machine; the
 // distribution is logged (docs/ACCURACY.md has it over many runs).
 func TestTwoRegions(t *testing.T) {
+	t.Parallel()
 	m, _ := dbtest.Start(t)
 	ra, rb := testserver.StartRedis(t), testserver.StartRedis(t)
 	start := func(region string, r *testserver.Redis) *testServer {
@@ -131,6 +132,7 @@ func TestTwoRegions(t *testing.T) {
 // with the presence floor the regions learn of each other at 5 each, and
 // the fleet admits the limit and what one flush and one sync let through.
 func TestFreeZoneFiveRegions(t *testing.T) {
+	t.Parallel()
 	m, _ := dbtest.Start(t)
 	var regions []*testServer
 	for i := range 5 {

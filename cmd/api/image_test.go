@@ -27,6 +27,7 @@ import (
 // as the image says (its entrypoint) and answers /readyz; the image runs
 // as non-root.
 func TestImage(t *testing.T) {
+	t.Parallel()
 	root := charttest.Root()
 	dir := t.TempDir()
 	bin := charttest.MakeBinary(t, "api", dir)

@@ -69,6 +69,7 @@ func (ts *testServer) rpc(t *testing.T, service, method, token, body string) (in
 // change is in the audit log with its actor and request id; an expired key
 // is refused; and no table, and no log line, holds a key.
 func TestKeysAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	m, sqlDB := dbtest.Start(t)
 	env := []string{"UNKEY_MYSQL_DSN=" + m.DSN, "UNKEY_OVERRIDES_POLL_INTERVAL=" + keysPoll.String()}
 	adminID, admin, _ := cliKey(t, env, "create", "--workspace", "ws_k", "--name", "admin", "--permissions",
@@ -278,6 +279,7 @@ func dumpHasNone(t *testing.T, sqlDB *sql.DB, secrets []string) {
 // answers unavailable for keys only MySQL knows (a token of
 // UNKEY_AUTH_TOKENS still works) until MySQL is back.
 func TestKeysWhileMySQLIsDown(t *testing.T) {
+	t.Parallel()
 	m, _ := dbtest.Start(t)
 	env := []string{"UNKEY_MYSQL_DSN=" + m.DSN, "UNKEY_OVERRIDES_POLL_INTERVAL=" + keysPoll.String()}
 	_, key, _ := cliKey(t, env, "create", "--workspace", "ws_k", "--name", "gw", "--permissions", "ratelimit.*.limit")

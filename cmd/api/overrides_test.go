@@ -93,6 +93,7 @@ func TestOverridesOverTheAPI(t *testing.T) {
 // reaches region b's process within the poll interval (shortened here) and a
 // process started afterwards, through MySQL.
 func TestOverridesAcrossRegions(t *testing.T) {
+	t.Parallel()
 	m, _ := dbtest.Start(t)
 	start := func(region string) *testServer {
 		return startServer(t, "UNKEY_REGION="+region, "UNKEY_MYSQL_DSN="+m.DSN, "UNKEY_OVERRIDES_POLL_INTERVAL=100ms")

@@ -61,6 +61,7 @@ func settleOn(t *testing.T, ts *testServer, token string, cost int) (int, map[st
 // both regions; a second settle (in the same process, another, or another
 // region), a forged token and one of another workspace give nothing back.
 func TestReserveAndSettleAcrossProcessesAndRegions(t *testing.T) {
+	t.Parallel()
 	m, _ := dbtest.Start(t)
 	ra, rb := testserver.StartRedis(t), testserver.StartRedis(t)
 	start := func(region string, r *testserver.Redis) *testServer {
@@ -239,6 +240,7 @@ func TestSettleOnUnkeyV2AndGRPC(t *testing.T) {
 // version before reservations (no refunded column) keeps every row, gives
 // each no refunds, and the processes then publish and read refunds in it.
 func TestMigrateAddsRefunds(t *testing.T) {
+	t.Parallel()
 	m := testserver.StartMariaDB(t)
 	sqlDB, err := sql.Open("mysql", m.DSN)
 	if err != nil {

@@ -34,6 +34,7 @@ func writeRLSConfig(t *testing.T, yaml string) string {
 // then admits only what is left: one limit across the regions, without a
 // shared Redis.
 func TestRLSTwoRegions(t *testing.T) {
+	t.Parallel()
 	m, _ := dbtest.Start(t)
 	dir := writeRLSConfig(t, "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 10}\n")
 	env := []string{"UNKEY_RLS_CONFIG=" + dir, "UNKEY_MYSQL_DSN=" + m.DSN, "UNKEY_GLOBAL_FLUSH_INTERVAL=100ms",
@@ -75,6 +76,7 @@ func TestRLSTwoRegions(t *testing.T) {
 // call, fifty times Envoy's default timeout of 20 ms), decided from the
 // process's memory while Redis is away.
 func TestRLSRedisDownUnderLoad(t *testing.T) {
+	t.Parallel()
 	r := testserver.StartRedis(t)
 	dir := writeRLSConfig(t, "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1000000}\n")
 	ts := startServer(t, "UNKEY_RLS_CONFIG="+dir, "UNKEY_REDIS_URL="+r.URL(), "UNKEY_GRPC_ADDR=127.0.0.1:0")

@@ -44,6 +44,7 @@ func serialOf(t *testing.T, addr string, pool *x509.CertPool) int64 {
 // place is served to new connections within a couple of seconds while a
 // client keeps calling without a failure.
 func TestTLS(t *testing.T) {
+	t.Parallel()
 	ca := testserver.NewCA(t)
 	dir := t.TempDir()
 	certFile, keyFile := ca.Issue(t, dir, 100, false)

@@ -19,6 +19,7 @@ import (
 // changes, and Unkey's error shapes. Then it runs README.md's TypeScript
 // as written there (see below).
 func TestUnkeySDKs(t *testing.T) {
+	t.Parallel()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Fatal("node is not installed: make test needs Node.js for the SDK test")

@@ -89,6 +89,7 @@ func waitStage(t *testing.T, e *env, id, stage string, within time.Duration) Sta
 // started again; the workflow wakes on time, deletes the rows in batches,
 // waits for approval without dropping, and drops the table once approved.
 func TestDrainWalksEveryStage(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	now := time.Now().UnixMilli()
 	e.insert(t, 3, now-60_000, now-1000)      // expired
@@ -138,6 +139,7 @@ func TestDrainWalksEveryStage(t *testing.T) {
 // TestDrainRefusesWhileSomethingWrites keeps the workflow at its first stage
 // when a row was created after the cutover, and says why.
 func TestDrainRefusesWhileSomethingWrites(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	now := time.Now().UnixMilli()
 	e.insert(t, 1, now-1000, now-500) // created after the cutover below
@@ -167,6 +169,7 @@ func TestDrainRefusesWhileSomethingWrites(t *testing.T) {
 // TestDrainFarFutureExpiry waits for a row that expires near 2^62 ms: the
 // wait is one recheck interval, not a negative sleep that spins.
 func TestDrainFarFutureExpiry(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	now := time.Now().UnixMilli()
 	e.insert(t, 1, now-60_000, 1<<62)
@@ -186,6 +189,7 @@ func TestDrainFarFutureExpiry(t *testing.T) {
 // TestDrainRejectsOutOfRangeInput refuses a recheck interval that would
 // overflow a duration, naming the field.
 func TestDrainRejectsOutOfRangeInput(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	out, err := e.restate.Post(e.restate.IngressURL+"/BlocklistDrain/d4/Run", `{"recheckSeconds":18446744075}`)
 	if err == nil || !strings.Contains(err.Error()+out, "recheckSeconds: must be between") {

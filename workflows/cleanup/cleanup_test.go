@@ -114,6 +114,7 @@ func (e *env) start(t *testing.T, key, body string) Status {
 var far = uint64(time.Now().Add(24 * time.Hour).UnixMilli())
 
 func TestCleanupDeletesExpiredRowsInBoundedBatches(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	store := &countingStore{Queries: db.New(e.sqlDB)}
 	e.endpoint(t, store, WithBatches(2, 3))
@@ -156,6 +157,7 @@ func (e *env) pendingRuns(t *testing.T, key string) int {
 }
 
 func TestCleanupStartedTwiceIsOneChain(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	e.endpoint(t, db.New(e.sqlDB))
 	first := e.start(t, "t2", `{"intervalSeconds":60}`)
@@ -182,6 +184,7 @@ func TestCleanupStartedTwiceIsOneChain(t *testing.T) {
 }
 
 func TestCleanupSurvivesRestateRestart(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	e.endpoint(t, db.New(e.sqlDB))
 	e.start(t, "t3", `{"intervalSeconds":1}`)
@@ -206,6 +209,7 @@ func TestCleanupSurvivesRestateRestart(t *testing.T) {
 // and the status counts each once (before: a batch deleted by the dead
 // worker went uncounted).
 func TestCleanupWorkerKilledMidRun(t *testing.T) {
+	t.Parallel()
 	for _, afterDelete := range []bool{false, true} {
 		t.Run(fmt.Sprint("after the delete ", afterDelete), func(t *testing.T) { testKilledMidRun(t, afterDelete) })
 	}
@@ -254,6 +258,7 @@ func testKilledMidRun(t *testing.T, afterDelete bool) {
 // would overflow a duration (and once wrapped to 1.29 s), and keeps the
 // schedule as it was.
 func TestCleanupRejectsOverflowingInterval(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	e.endpoint(t, db.New(e.sqlDB))
 	e.start(t, "t5", `{"intervalSeconds":600}`)
@@ -270,6 +275,7 @@ func TestCleanupRejectsOverflowingInterval(t *testing.T) {
 // deleted more than a day ago by the database's clock, and keeps live
 // overrides and recent tombstones, which processes' polls still read.
 func TestCleanupPurgesOverrideTombstones(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	e.endpoint(t, &countingStore{Queries: db.New(e.sqlDB)}, WithBatches(2, 3))
 	now := time.Now().UnixMilli()
@@ -307,6 +313,7 @@ func TestCleanupPurgesOverrideTombstones(t *testing.T) {
 // the run was paused for good, and 500 of 500 expired rows were still there
 // 60 s after the worker returned).
 func TestCleanupSurvivesAnOutageLongerThanTheRetryBudget(t *testing.T) {
+	t.Parallel()
 	_, sqlDB := dbtest.Start(t)
 	e := &env{sqlDB: sqlDB, restate: testserver.StartRestate(t,
 		"RESTATE_DEFAULT_RETRY_POLICY__MAX_ATTEMPTS=4", "RESTATE_DEFAULT_RETRY_POLICY__MAX_INTERVAL=2s")}
@@ -333,6 +340,7 @@ func TestCleanupSurvivesAnOutageLongerThanTheRetryBudget(t *testing.T) {
 // as not running once its next run is overdue; once the database is back
 // it runs again.
 func TestStatusReportsAStalledSchedule(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	broken := &failingStore{Queries: db.New(e.sqlDB)}
 	e.endpoint(t, broken, WithBatches(100, 10))
@@ -365,6 +373,7 @@ func (s *failingStore) WindowCountsNow(ctx context.Context) (int64, error) {
 // than the retention by the database's clock (90 days by default; 30 here)
 // and keeps the others.
 func TestCleanupPurgesOldAuditEntries(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	e.endpoint(t, &countingStore{Queries: db.New(e.sqlDB)}, WithBatches(2, 3), WithAuditRetention(30*24*time.Hour))
 	now := time.Now().UnixMilli()
@@ -397,6 +406,7 @@ func TestCleanupPurgesOldAuditEntries(t *testing.T) {
 // TestCleanupPurgesExpiredSettlements: a run removes the records of
 // settled reservations that can no longer be settled and keeps the others.
 func TestCleanupPurgesExpiredSettlements(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	e.endpoint(t, &countingStore{Queries: db.New(e.sqlDB)}, WithBatches(2, 3))
 	now := time.Now().UnixMilli()
@@ -430,6 +440,7 @@ func TestCleanupPurgesExpiredSettlements(t *testing.T) {
 // hours of the days that ended into days, and purges the minutes past
 // their retention; a second run writes the same.
 func TestCleanupRollsUpAnalytics(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	e.endpoint(t, &countingStore{Queries: db.New(e.sqlDB)}, WithBatches(2, 3))
 	hour := time.Now().Truncate(time.Hour).Add(-2 * time.Hour).UnixMilli()
