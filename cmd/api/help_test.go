@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/daemon"
 	"github.com/unkeyed/ratelimit/internal/envconfig"
 	"github.com/unkeyed/ratelimit/internal/telemetry"
 )
@@ -15,10 +16,10 @@ import (
 // false or true, never (empty). The OTEL_* variables of tracing are listed
 // with the SDK's defaults.
 func TestHelpListsEverySetting(t *testing.T) {
-	if n := len(envconfig.Settings(config{})); n < 30 {
+	if n := len(envconfig.Settings(daemon.Config{})); n < 30 {
 		t.Fatalf("%d settings: the walk missed fields", n)
 	}
-	if err := envconfig.CheckUsage(usage, config{}, []envconfig.Section{telemetry.Settings(tracingService)},
+	if err := envconfig.CheckUsage(usage, daemon.Config{}, []envconfig.Section{telemetry.Settings(daemon.TracingService)},
 		"api migrate", "api rls check", "api keys create", "api keys generate", "api --version"); err != nil {
 		t.Error(err)
 	}
@@ -46,7 +47,7 @@ func TestHelpListsEverySetting(t *testing.T) {
 	}
 	for _, line := range strings.Split(text, "\n") {
 		if f := strings.Fields(line); len(f) > 1 && f[1] == "(empty)" {
-			for _, s := range envconfig.Settings(config{}) {
+			for _, s := range envconfig.Settings(daemon.Config{}) {
 				if s.Name == f[0] && s.Default != "" {
 					t.Errorf("--help shows %s as (empty); the program uses %q", s.Name, s.Default)
 				}

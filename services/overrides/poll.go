@@ -83,9 +83,10 @@ func (s *Registry) revision(ctx context.Context) (int64, error) {
 	return s.store.Revision(ctx)
 }
 
-// Run polls the store for changes every poll interval until ctx is done. A
-// poll that fails keeps what the process has and is tried again at the
-// next interval; so is a start-up load that did not complete. On the
+// Run polls the store for changes every poll interval until ctx is done,
+// then returns nil. A poll that fails keeps what the process has and is
+// tried again at the next interval; so is a start-up load that did not
+// complete. On the
 // in-memory store a poll finds only this process's own changes, which
 // memory holds already, at the cost of a binary search.
 func (s *Registry) Run(ctx context.Context) error {
@@ -94,7 +95,7 @@ func (s *Registry) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil
 		case <-t.C:
 			if err := s.Refresh(ctx); err != nil {
 				s.logger.Warn("poll overrides", "error", err)

@@ -47,7 +47,7 @@ func NewAnalytics(l *transport.Layer, store analytics.Store, fleet analytics.Fle
 
 // Register serves the service on mux behind the layer.
 func (h *Analytics) Register(mux *http.ServeMux) {
-	path, service := ratelimitv1connect.NewAnalyticsServiceHandler(h, h.layer.HandlerOptions(Codecs)...)
+	path, service := ratelimitv1connect.NewAnalyticsServiceHandler(h, h.layer.HandlerOptions(codecs)...)
 	mux.Handle(path, route(h.layer, ratelimitv1.File_ratelimit_v1_analytics_proto.Services().ByName("AnalyticsService"), service))
 }
 

@@ -34,7 +34,7 @@ func NewAudit(l *transport.Layer, log audit.Log) *Audit { return &Audit{layer: l
 
 // Register serves the service on mux behind the layer.
 func (h *Audit) Register(mux *http.ServeMux) {
-	path, service := ratelimitv1connect.NewAuditServiceHandler(h, h.layer.HandlerOptions(Codecs)...)
+	path, service := ratelimitv1connect.NewAuditServiceHandler(h, h.layer.HandlerOptions(codecs)...)
 	mux.Handle(path, route(h.layer, ratelimitv1.File_ratelimit_v1_keys_proto.Services().ByName("AuditService"), service))
 }
 

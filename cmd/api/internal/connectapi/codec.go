@@ -7,11 +7,11 @@ import (
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
-// Codecs are the service's hooks into the layer's codecs (see
+// codecs are the services' hooks into the layer's codecs (see
 // [transport.Codecs]): a batch whose encoding holds more entries than its
 // RPC allows is refused before it is decoded, and the Limit call's JSON is
 // read and written without reflection (fastjson.go).
-var Codecs = transport.Codecs{Decode: decode, EncodeJSON: encodeJSON}
+var codecs = transport.Codecs{Decode: decode, EncodeJSON: encodeJSON}
 
 // decode reads a Limit call's JSON the fast way, or refuses an oversized
 // batch, or leaves msg to the codec.
@@ -67,3 +67,15 @@ func refuseOversized(data []byte, msg any, json bool) bool {
 	}
 	return true
 }
+
+// Codecs returns the service's hooks into the layer's codecs.
+func (h *Handler) Codecs() transport.Codecs { return codecs }
+
+// Codecs returns KeyService's hooks into the layer's codecs.
+func (h *Keys) Codecs() transport.Codecs { return codecs }
+
+// Codecs returns AuditService's hooks into the layer's codecs.
+func (h *Audit) Codecs() transport.Codecs { return codecs }
+
+// Codecs returns AnalyticsService's hooks into the layer's codecs.
+func (h *Analytics) Codecs() transport.Codecs { return codecs }

@@ -29,7 +29,7 @@ func serve(t *testing.T, opts ...apitest.Option) (s *apitest.Stack, url, grpcAdd
 	s = apitest.New(t, append([]apitest.Option{apitest.WithTokens(token + "=ws"),
 		apitest.WithKey(limitOnlyToken, "ws", "ratelimit.ns.limit")}, opts...)...)
 	h := connectapi.New(s.Layer)
-	return s, s.Serve(t, h.Register), s.ServeGRPC(t, connectapi.Codecs, h.RegisterGRPC)
+	return s, s.Serve(t, h.Register), s.ServeGRPC(t, h.Codecs(), h.RegisterGRPC)
 }
 
 // client returns a client of url in one protocol, sending the token.

@@ -82,7 +82,7 @@ func FuzzLimitRequest(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
-	codec := transport.JSONCodec(Codecs)
+	codec := transport.JSONCodec(codecs)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		limiter, err := ratelimit.New("fuzz")
 		if err != nil {

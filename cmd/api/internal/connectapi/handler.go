@@ -35,7 +35,7 @@ func New(l *transport.Layer) *Handler { return &Handler{layer: l, pipeline: l.Pi
 // Register serves the service on mux behind the layer: Connect, gRPC and
 // gRPC-Web on one path prefix.
 func (h *Handler) Register(mux *http.ServeMux) {
-	path, service := ratelimitv1connect.NewRatelimitServiceHandler(h, h.layer.HandlerOptions(Codecs)...)
+	path, service := ratelimitv1connect.NewRatelimitServiceHandler(h, h.layer.HandlerOptions(codecs)...)
 	mux.Handle(path, route(h.layer, ratelimitv1.File_ratelimit_v1_ratelimit_proto.Services().ByName("RatelimitService"), service))
 }
 

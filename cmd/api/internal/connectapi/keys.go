@@ -31,7 +31,7 @@ func NewKeys(l *transport.Layer, m *keys.Manager) *Keys { return &Keys{layer: l,
 
 // Register serves the service on mux behind the layer.
 func (h *Keys) Register(mux *http.ServeMux) {
-	path, service := ratelimitv1connect.NewKeyServiceHandler(h, h.layer.HandlerOptions(Codecs)...)
+	path, service := ratelimitv1connect.NewKeyServiceHandler(h, h.layer.HandlerOptions(codecs)...)
 	mux.Handle(path, route(h.layer, ratelimitv1.File_ratelimit_v1_keys_proto.Services().ByName("KeyService"), service))
 }
 

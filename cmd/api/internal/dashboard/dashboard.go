@@ -9,14 +9,24 @@ import (
 	"embed"
 	"io/fs"
 	"net/http"
+
+	"google.golang.org/grpc"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 )
 
 //go:embed static
 var static embed.FS
 
+// Page is the dashboard, served beside the API's protocols.
+type Page struct{}
+
+// New returns the dashboard.
+func New() Page { return Page{} }
+
 // Register serves the page at /dashboard and its script and style beside
 // it.
-func Register(mux *http.ServeMux) {
+func (Page) Register(mux *http.ServeMux) {
 	files, _ := fs.Sub(static, "static")
 	fileServer := http.StripPrefix("/dashboard/", http.FileServerFS(files))
 	mux.HandleFunc("GET /dashboard", func(w http.ResponseWriter, r *http.Request) {
@@ -24,6 +34,12 @@ func Register(mux *http.ServeMux) {
 	})
 	mux.Handle("GET /dashboard/", secure(fileServer))
 }
+
+// RegisterGRPC registers nothing: the page is HTTP only.
+func (Page) RegisterGRPC(*grpc.Server) {}
+
+// Codecs returns none: the page decodes no messages.
+func (Page) Codecs() transport.Codecs { return transport.Codecs{} }
 
 // secure adds the headers that keep the page to itself: its own script and
 // style only, never in a frame, no content sniffing.

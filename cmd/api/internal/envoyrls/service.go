@@ -39,6 +39,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
@@ -61,6 +62,7 @@ const (
 
 // Service answers ShouldRateLimit on a pipeline.
 type Service struct {
+	layer    *transport.Layer
 	pipeline *pipeline.Pipeline
 	config   func() *rlsconfig.Config
 	metrics  *metrics
@@ -116,15 +118,15 @@ func WithNearLimitRatio(r float64) Option { return func(s *Service) { s.metrics.
 // WithClock sets the clock of duration_until_reset (time.Now).
 func WithClock(now func() time.Time) Option { return func(s *Service) { s.now = now } }
 
-// New returns the service deciding on p by the rules config returns (read
-// on every request, so a reload takes effect at once), with its metrics
-// registered with reg.
-func New(p *pipeline.Pipeline, config func() *rlsconfig.Config, reg prometheus.Registerer, opts ...Option) (*Service, error) {
+// New returns the service deciding on l's pipeline by the rules config
+// returns (read on every request, so a reload takes effect at once), with
+// its metrics registered with reg; its routes are served behind l.
+func New(l *transport.Layer, config func() *rlsconfig.Config, reg prometheus.Registerer, opts ...Option) (*Service, error) {
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, fmt.Errorf("register rls metrics: %w", err)
 	}
-	s := &Service{pipeline: p, config: config, metrics: m, now: time.Now}
+	s := &Service{layer: l, pipeline: l.Pipeline(), config: config, metrics: m, now: time.Now}
 	for _, o := range opts {
 		o(s)
 	}

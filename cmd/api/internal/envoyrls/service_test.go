@@ -2,6 +2,7 @@ package envoyrls
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 	"github.com/unkeyed/ratelimit/services/rlsconfig"
@@ -42,7 +44,11 @@ func newServiceOn(t *testing.T, limiter *ratelimit.Service, yaml string, reg *pr
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(p, func() *rlsconfig.Config { return cfg }, reg, opts...)
+	l, err := transport.NewLayer(p, transport.NewBudget(transport.DefaultBudget), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(l, func() *rlsconfig.Config { return cfg }, reg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

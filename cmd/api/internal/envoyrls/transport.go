@@ -24,16 +24,17 @@ var (
 	Procedure   = "/" + ServiceName + "/ShouldRateLimit"
 )
 
-// Codecs are the service's hooks into the layer's codecs: a request whose
+// codecs are the service's hooks into the layer's codecs: a request whose
 // encoding holds more descriptors or entries than a request may is
 // refused before it is decoded.
-var Codecs = transport.Codecs{Decode: refuseOversized}
+var codecs = transport.Codecs{Decode: refuseOversized}
 
-// Register serves ShouldRateLimit on mux behind l: gRPC (as Envoy calls
+// Register serves ShouldRateLimit on mux behind the layer: gRPC (as Envoy calls
 // it), gRPC-Web and Connect at Procedure, and envoyproxy/ratelimit's
 // POST /json. Any other path under the service's prefix is answered
 // that the service has no such method (see transport.KnownMethods).
-func (s *Service) Register(mux *http.ServeMux, l *transport.Layer) {
+func (s *Service) Register(mux *http.ServeMux) {
+	l := s.layer
 	sd := rlsv3.File_envoy_service_ratelimit_v3_rls_proto.Services().ByName("RateLimitService")
 	mux.Handle("/"+ServiceName+"/", l.Route(l.ConnectRenderer(), transport.KnownMethods(sd, connect.NewUnaryHandler(Procedure,
 		func(ctx context.Context, req *connect.Request[rlsv3.RateLimitRequest]) (*connect.Response[rlsv3.RateLimitResponse], error) {
@@ -42,12 +43,15 @@ func (s *Service) Register(mux *http.ServeMux, l *transport.Layer) {
 				return nil, l.ConnectError(ctx, Procedure, err)
 			}
 			return connect.NewResponse(resp), nil
-		}, l.HandlerOptions(Codecs)...)), "ShouldRateLimit"))
+		}, l.HandlerOptions(codecs)...)), "ShouldRateLimit"))
 	render := func(w http.ResponseWriter, r *http.Request, err error) { writeJSONError(w, l, r, err) }
 	mux.Handle("POST /json", l.Route(render, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.serveJSON(w, r, l)
 	}), "json"))
 }
+
+// Codecs returns the service's hooks into the layer's codecs.
+func (s *Service) Codecs() transport.Codecs { return codecs }
 
 // RegisterGRPC serves ShouldRateLimit on a grpc-go server of the layer
 // (see [transport.Layer.GRPCServer]); its failures are answered there.

@@ -38,12 +38,12 @@ func serve(t *testing.T) (url, grpcAddr string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := envoyrls.New(s.Pipeline, func() *rlsconfig.Config { return cfg }, s.Registry)
+	svc, err := envoyrls.New(s.Layer, func() *rlsconfig.Config { return cfg }, s.Registry)
 	if err != nil {
 		t.Fatal(err)
 	}
-	url = s.Serve(t, func(mux *http.ServeMux) { svc.Register(mux, s.Layer) })
-	return url, s.ServeGRPC(t, envoyrls.Codecs, svc.RegisterGRPC)
+	url = s.Serve(t, func(mux *http.ServeMux) { svc.Register(mux) })
+	return url, s.ServeGRPC(t, svc.Codecs(), svc.RegisterGRPC)
 }
 
 // client dials addr with grpc-go and Envoy's generated stubs, as an

@@ -33,16 +33,16 @@ func serveAll(t *testing.T, s *apitest.Stack) (string, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rls, err := envoyrls.New(s.Pipeline, func() *rlsconfig.Config { return cfg }, s.Registry)
+	rls, err := envoyrls.New(s.Layer, func() *rlsconfig.Config { return cfg }, s.Registry)
 	if err != nil {
 		t.Fatal(err)
 	}
 	url := s.Serve(t, func(mux *http.ServeMux) {
 		connectapi.New(s.Layer).Register(mux)
 		unkeyv2.New(s.Layer).Register(mux)
-		rls.Register(mux, s.Layer)
+		rls.Register(mux)
 	})
-	addr := s.ServeGRPC(t, connectapi.Codecs, func(srv *grpc.Server) {
+	addr := s.ServeGRPC(t, connectapi.New(s.Layer).Codecs(), func(srv *grpc.Server) {
 		connectapi.New(s.Layer).RegisterGRPC(srv)
 		rls.RegisterGRPC(srv)
 	})

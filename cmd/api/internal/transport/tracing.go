@@ -32,8 +32,9 @@ func (t *tracing) startSpan(ctx context.Context, name string, carrier propagatio
 }
 
 // endSpan ends a call's span with what the call learnt: its protocol,
-// method, outcome and workspace (never its key). A namespace the pipeline
-// decided in is on it already (see pipeline.Annotate).
+// method, outcome and workspace (never its key). The namespace a decision
+// was made in, and how many limits it decided, the pipeline put on the
+// span already, when it decided.
 func endSpan(ctx context.Context, span trace.Span, protocol, method string, outcome pipeline.Outcome) {
 	span.SetAttributes(
 		attribute.String("rpc.system", protocol),

@@ -15,6 +15,8 @@ import (
 	"net/http"
 	"strings"
 
+	"google.golang.org/grpc"
+
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 )
@@ -74,6 +76,12 @@ func (h *Handler) Register(mux *http.ServeMux) {
 		mux.Handle("POST "+rt.path, h.layer.Route(render, h.serve(rt.fn), strings.TrimPrefix(rt.path, "/v2/")))
 	}
 }
+
+// RegisterGRPC registers nothing: Unkey's v2 API is JSON over HTTP only.
+func (h *Handler) RegisterGRPC(*grpc.Server) {}
+
+// Codecs returns none: the v2 routes read their JSON themselves.
+func (h *Handler) Codecs() transport.Codecs { return transport.Codecs{} }
 
 // serve reads the body (capped by the layer), runs fn and writes its
 // answer or failure under a new request id.

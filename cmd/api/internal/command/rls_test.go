@@ -1,0 +1,29 @@
+package command_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/command"
+)
+
+// rlsExamples are the rule files README's examples load.
+const rlsExamples = "../../../../services/rlsconfig/testdata/examples"
+
+// TestRLSCheck: the check command passes good files and names the file and
+// rule of a broken one.
+func TestRLSCheck(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"), 0o644)
+	var out strings.Builder
+	if err := command.RLSCheck(&out, []string{rlsExamples}); err != nil || !strings.Contains(out.String(), "11 domains, 21 rules") {
+		t.Errorf("the examples: %v\n%s", err, out.String())
+	}
+	out.Reset()
+	err := command.RLSCheck(&out, []string{rlsExamples, bad})
+	if err == nil || !strings.Contains(out.String(), `FAIL `+bad+`: d.a: rate_limit.unit: "fortnight" is not one of`) {
+		t.Errorf("a broken file: %v\n%s", err, out.String())
+	}
+}

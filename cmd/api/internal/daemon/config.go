@@ -1,0 +1,236 @@
+package daemon
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/reservation"
+	"github.com/unkeyed/ratelimit/internal/cmdutil"
+	"github.com/unkeyed/ratelimit/internal/envconfig"
+	"github.com/unkeyed/ratelimit/services/ratelimit/redisstore"
+)
+
+// Config is the API server's configuration, read from the environment by
+// [LoadConfig]: each exported field is one variable, with its default and
+// its help text (what api --help prints).
+type Config struct {
+	Region   string `env:"UNKEY_REGION,required" help:"this process's region: 1-48 printable ASCII characters, no spaces"`
+	HTTPAddr string `env:"UNKEY_HTTP_ADDR" envDefault:":7070" help:"where the API listens (Connect, gRPC, gRPC-Web, Unkey v2, /json, /metrics, /dashboard); host:port"`
+	// GRPCAddr, if set, serves gRPC over grpc-go there too: about half the
+	// CPU of a call on the main port.
+	GRPCAddr string `env:"UNKEY_GRPC_ADDR" help:"where to serve gRPC on grpc-go as well (half the CPU a call; point Envoy here); empty: not served"`
+	// GRPCMaxConnections bounds the connections the grpc-go port holds at
+	// once; more wait to be accepted. Envoy multiplexes its calls over a
+	// few HTTP/2 connections.
+	GRPCMaxConnections int `env:"UNKEY_GRPC_MAX_CONNECTIONS" envDefault:"1000" help:"the most connections the grpc-go port holds at once: 1 to 1000000"`
+	// DebugAddr, if set, serves Go's profiles (/debug/pprof/) there. Keep it
+	// on loopback: profiles show the process's internals.
+	DebugAddr string `env:"UNKEY_DEBUG_ADDR" help:"where to serve Go's profiles (/debug/pprof/); keep it on loopback; empty: not served"`
+	// TLSCertFile and TLSKeyFile, if set, serve both ports over TLS (HTTP/2
+	// and HTTP/1.1 by ALPN), the files read again when they change;
+	// TLSClientCAFile turns on mutual TLS.
+	TLSCertFile     string `env:"UNKEY_TLS_CERT_FILE" help:"PEM certificate (with its chain): both ports speak TLS only; set with UNKEY_TLS_KEY_FILE"`
+	TLSKeyFile      string `env:"UNKEY_TLS_KEY_FILE" help:"PEM key of UNKEY_TLS_CERT_FILE"`
+	TLSClientCAFile string `env:"UNKEY_TLS_CLIENT_CA_FILE" help:"PEM CA certificates: mutual TLS; needs the two above"`
+	RedisURL        string `env:"UNKEY_REDIS_URL" help:"the region's Redis: redis://, rediss://, redis+cluster://host:port[,host:port...]; empty: no regional store"`
+	MySQLDSN        string `env:"UNKEY_MYSQL_DSN" help:"the MySQL (8.0.17+) or MariaDB (10.6+) every region shares, user:password@tcp(host:3306)/db; empty: no global counters"`
+	AuthTokens      string `env:"UNKEY_AUTH_TOKENS" help:"comma-separated token=workspace_id entries with every permission; tokens at least 16 characters; with no keys anywhere the API is open"`
+	// AuthKeysFile names a file of keys (digests, workspaces and
+	// permissions; see package keys), read again when it changes.
+	AuthKeysFile string `env:"UNKEY_AUTH_KEYS_FILE" help:"a JSON file of key digests, workspaces and permissions, read again every second"`
+	// ReservationSecret, if set (at least 32 bytes), signs reservation
+	// tokens in every process configured with it; without it the processes
+	// share one they store in MySQL (or, without MySQL, in the region's
+	// Redis).
+	ReservationSecret string `env:"UNKEY_RESERVATION_SECRET" help:"at least 32 bytes that sign reservation tokens; empty: a secret stored in MySQL (or Redis) on first use"`
+	// AnalyticsFlushInterval is how often the process adds the decisions
+	// it counted to the analytics (MySQL, or its memory): how far
+	// GetRatelimits lags behind.
+	AnalyticsFlushInterval time.Duration `env:"UNKEY_ANALYTICS_FLUSH_INTERVAL" envDefault:"10s" help:"how often the process adds what it counted to the analytics: 100ms to 1h"`
+	cmdutil.Log
+
+	// MaxWindowsPerWorkspace caps the windows one workspace may hold in a
+	// process's memory.
+	MaxWindowsPerWorkspace int64 `env:"UNKEY_MAX_WINDOWS_PER_WORKSPACE" envDefault:"1000000" help:"the most windows one workspace may hold in a process's memory: at least 1"`
+
+	// MaxOverridesPerWorkspace caps the live overrides of one workspace:
+	// every process loads every tenant's overrides.
+	MaxOverridesPerWorkspace int64 `env:"UNKEY_MAX_OVERRIDES_PER_WORKSPACE" envDefault:"100000" help:"the most live overrides one workspace may hold: at least 1"`
+	// MaxOverridePatternsPerNamespace caps the live patterns of one
+	// namespace: a decision may try those that share its identifier's
+	// literal prefix or suffix.
+	MaxOverridePatternsPerNamespace int `env:"UNKEY_MAX_OVERRIDE_PATTERNS_PER_NAMESPACE" envDefault:"1000" help:"the most live override patterns (with *) one namespace may hold: at least 1"`
+	// BatchEntriesInFlightPerWorkspace bounds the batch entries one
+	// workspace may have being decided at once; 0 is a full BatchLimit for
+	// every two cores.
+	BatchEntriesInFlightPerWorkspace int64 `env:"UNKEY_BATCH_ENTRIES_IN_FLIGHT_PER_WORKSPACE" envDefault:"0" help:"the most batch entries one workspace may have being decided at once; 0: a full BatchLimit for every two cores"`
+	// OverridesPollInterval is how often the process reads other processes'
+	// override changes from MySQL.
+	OverridesPollInterval time.Duration `env:"UNKEY_OVERRIDES_POLL_INTERVAL" envDefault:"2s" help:"how often the process reads override and key changes from MySQL: 100ms to 1h"`
+
+	// The global counters' schedule: how often the process publishes the
+	// cells that crossed their floor (a twentieth of the limit for windows
+	// of a minute or more, half of it below; any count once another region
+	// shares the cell) or grew by a flush step (a tenth of the limit, less
+	// for a region with under half of a shared cell's count), how often it
+	// publishes every cell that grew, and how often it reads the other
+	// regions' changes. 10s for all three is the conservative setting: a
+	// tenth of the writes and idle reads, ten times the cross-region
+	// latency.
+	GlobalFlushInterval     time.Duration `env:"UNKEY_GLOBAL_FLUSH_INTERVAL" envDefault:"1s" help:"how often the process publishes the cells that crossed their floor or grew by a step: 100ms to 1h"`
+	GlobalFullFlushInterval time.Duration `env:"UNKEY_GLOBAL_FULL_FLUSH_INTERVAL" envDefault:"10s" help:"how often it publishes every shared cell that grew: 100ms to 1h, at least UNKEY_GLOBAL_FLUSH_INTERVAL"`
+	GlobalSyncInterval      time.Duration `env:"UNKEY_GLOBAL_SYNC_INTERVAL" envDefault:"1s" help:"how often it reads the other regions' changes: 100ms to 1h"`
+
+	// Envoy's rate limit service (package envoyrls).
+	// RLSConfig names a file or a directory of envoyproxy/ratelimit's .yaml
+	// files, read again every RLSConfigInterval; without it no rule applies
+	// and every descriptor is answered OK. RLSShadowMode answers OK whatever the rules decide.
+	// RLSResponseHeaders adds the limit, remaining and reset headers of the
+	// descriptor closest to its limit, under envoyproxy/ratelimit's names
+	// unless renamed.
+	RLSConfig         string        `env:"UNKEY_RLS_CONFIG" help:"envoyproxy/ratelimit's rule files: a .yaml file or a directory of them; empty: every descriptor answered OK"`
+	RLSConfigInterval time.Duration `env:"UNKEY_RLS_CONFIG_INTERVAL" envDefault:"1s" help:"how often the rule files are read for changes: 100ms to 1h"`
+	RLSShadowMode     bool          `env:"UNKEY_RLS_SHADOW_MODE" help:"answer OK to every ShouldRateLimit, counting as usual"`
+	// RLSCountOverLimit counts a hit over its limit, as envoyproxy/
+	// ratelimit does (an AI gateway's usage report must spend the budget
+	// it crosses); false counts only admitted hits.
+	RLSCountOverLimit bool `env:"UNKEY_RLS_COUNT_OVER_LIMIT" envDefault:"true" help:"count a hit over its limit, as envoyproxy/ratelimit does; false counts only admitted hits"`
+	// RLSResponseDynamicMetadata answers Envoy's dynamic metadata with
+	// every ShouldRateLimit (envoyproxy/ratelimit's
+	// RESPONSE_DYNAMIC_METADATA).
+	RLSResponseDynamicMetadata bool    `env:"UNKEY_RLS_RESPONSE_DYNAMIC_METADATA" help:"answer Envoy's dynamic metadata with every ShouldRateLimit"`
+	RLSNearLimitRatio          float64 `env:"UNKEY_RLS_NEAR_LIMIT_RATIO" envDefault:"0.8" help:"the share of a limit past which a hit counts as near it: strictly between 0 and 1"`
+	RLSResponseHeaders         bool    `env:"UNKEY_RLS_RESPONSE_HEADERS" help:"add the limit, remaining and reset headers to ShouldRateLimit answers"`
+	RLSLimitHeader             string  `env:"UNKEY_RLS_LIMIT_HEADER" envDefault:"RateLimit-Limit" help:"the limit header's name: a valid HTTP header name"`
+	RLSRemainingHeader         string  `env:"UNKEY_RLS_REMAINING_HEADER" envDefault:"RateLimit-Remaining" help:"the remaining header's name: a valid HTTP header name"`
+	RLSResetHeader             string  `env:"UNKEY_RLS_RESET_HEADER" envDefault:"RateLimit-Reset" help:"the reset header's name: a valid HTTP header name"`
+
+	// Bounds on what one client may hold of the server; see
+	// transport.Limits.
+	ReadTimeout          time.Duration `env:"UNKEY_HTTP_READ_TIMEOUT" envDefault:"10s" help:"the longest a client may take to send a whole request: 100ms to 1h"`
+	WriteTimeout         time.Duration `env:"UNKEY_HTTP_WRITE_TIMEOUT" envDefault:"15s" help:"the longest from a request's headers to the end of its answer: 100ms to 1h"`
+	IdleTimeout          time.Duration `env:"UNKEY_HTTP_IDLE_TIMEOUT" envDefault:"60s" help:"how long a connection may carry nothing before it is closed: 100ms to 1h"`
+	MaxHeaderBytes       int           `env:"UNKEY_HTTP_MAX_HEADER_BYTES" envDefault:"16384" help:"the most bytes of request line and headers: 1024 to 1048576"`
+	MaxConcurrentStreams int           `env:"UNKEY_HTTP2_MAX_CONCURRENT_STREAMS" envDefault:"100" help:"the most HTTP/2 streams one connection may have open at once: 1 to 10000"`
+
+	// Derived by LoadConfig.
+	tokens pipeline.Tokens
+	redis  *redis.Options // nil without UNKEY_REDIS_URL, or for a cluster
+	// redisCluster is set instead of redis for a redis+cluster:// URL.
+	redisCluster *redis.ClusterOptions
+	mysql        *mysql.Config // nil without UNKEY_MYSQL_DSN
+}
+
+// maxRegionLength is the width of the region column of the global counter
+// table.
+const maxRegionLength = 48
+
+// LoadConfig reads the configuration from environ (as from os.Environ). A
+// missing required variable, or a value that is malformed or not one of the
+// allowed ones, is an error that names the variable and the rule.
+func LoadConfig(environ []string) (Config, error) {
+	var c Config
+	if err := envconfig.Parse(environ, &c); err != nil {
+		return Config{}, err
+	}
+	if len(c.Region) > maxRegionLength || !pipeline.Printable(c.Region) {
+		return Config{}, fmt.Errorf("UNKEY_REGION: must be 1 to %d printable characters, got %q", maxRegionLength, c.Region)
+	}
+	if err := c.Log.Validate(); err != nil {
+		return Config{}, err
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"UNKEY_HTTP_READ_TIMEOUT", c.ReadTimeout}, {"UNKEY_HTTP_WRITE_TIMEOUT", c.WriteTimeout}, {"UNKEY_HTTP_IDLE_TIMEOUT", c.IdleTimeout},
+		{"UNKEY_OVERRIDES_POLL_INTERVAL", c.OverridesPollInterval}, {"UNKEY_GLOBAL_FLUSH_INTERVAL", c.GlobalFlushInterval},
+		{"UNKEY_GLOBAL_FULL_FLUSH_INTERVAL", c.GlobalFullFlushInterval}, {"UNKEY_GLOBAL_SYNC_INTERVAL", c.GlobalSyncInterval},
+		{"UNKEY_RLS_CONFIG_INTERVAL", c.RLSConfigInterval}, {"UNKEY_ANALYTICS_FLUSH_INTERVAL", c.AnalyticsFlushInterval}} {
+		if d.v < 100*time.Millisecond || d.v > time.Hour {
+			return Config{}, fmt.Errorf("%s: must be between 100ms and 1h, got %s", d.name, d.v)
+		}
+	}
+	if c.GlobalFullFlushInterval < c.GlobalFlushInterval {
+		return Config{}, fmt.Errorf("UNKEY_GLOBAL_FULL_FLUSH_INTERVAL: must be at least UNKEY_GLOBAL_FLUSH_INTERVAL (%s), got %s",
+			c.GlobalFlushInterval, c.GlobalFullFlushInterval)
+	}
+	if !(c.RLSNearLimitRatio > 0 && c.RLSNearLimitRatio < 1) {
+		return Config{}, fmt.Errorf("UNKEY_RLS_NEAR_LIMIT_RATIO: must be between 0 and 1 (exclusive), got %v", c.RLSNearLimitRatio)
+	}
+	for _, h := range []struct{ name, v string }{{"UNKEY_RLS_LIMIT_HEADER", c.RLSLimitHeader},
+		{"UNKEY_RLS_REMAINING_HEADER", c.RLSRemainingHeader}, {"UNKEY_RLS_RESET_HEADER", c.RLSResetHeader}} {
+		if !pipeline.Printable(h.v) || strings.ContainsAny(h.v, ":()<>@,;\\\"/[]?={}") {
+			return Config{}, fmt.Errorf("%s: must be an HTTP header name, got %q", h.name, h.v)
+		}
+	}
+	if c.BatchEntriesInFlightPerWorkspace < 0 {
+		return Config{}, fmt.Errorf("UNKEY_BATCH_ENTRIES_IN_FLIGHT_PER_WORKSPACE: must be 0 (a full BatchLimit for every two cores) or more, got %d", c.BatchEntriesInFlightPerWorkspace)
+	}
+	if c.MaxOverridePatternsPerNamespace < 1 {
+		return Config{}, fmt.Errorf("UNKEY_MAX_OVERRIDE_PATTERNS_PER_NAMESPACE: must be at least 1, got %d", c.MaxOverridePatternsPerNamespace)
+	}
+	if c.MaxOverridesPerWorkspace < 1 {
+		return Config{}, fmt.Errorf("UNKEY_MAX_OVERRIDES_PER_WORKSPACE: must be at least 1, got %d", c.MaxOverridesPerWorkspace)
+	}
+	if c.MaxWindowsPerWorkspace < 1 {
+		return Config{}, fmt.Errorf("UNKEY_MAX_WINDOWS_PER_WORKSPACE: must be at least 1, got %d", c.MaxWindowsPerWorkspace)
+	}
+	if c.MaxHeaderBytes < 1024 || c.MaxHeaderBytes > 1<<20 {
+		return Config{}, fmt.Errorf("UNKEY_HTTP_MAX_HEADER_BYTES: must be between 1024 and 1048576, got %d", c.MaxHeaderBytes)
+	}
+	if c.GRPCMaxConnections < 1 || c.GRPCMaxConnections > 1_000_000 {
+		return Config{}, fmt.Errorf("UNKEY_GRPC_MAX_CONNECTIONS: must be between 1 and 1000000, got %d", c.GRPCMaxConnections)
+	}
+	if c.MaxConcurrentStreams < 1 || c.MaxConcurrentStreams > 10_000 {
+		return Config{}, fmt.Errorf("UNKEY_HTTP2_MAX_CONCURRENT_STREAMS: must be between 1 and 10000, got %d", c.MaxConcurrentStreams)
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		return Config{}, fmt.Errorf("UNKEY_TLS_CERT_FILE and UNKEY_TLS_KEY_FILE: must be set together, or neither")
+	}
+	if c.TLSClientCAFile != "" && c.TLSCertFile == "" {
+		return Config{}, fmt.Errorf("UNKEY_TLS_CLIENT_CA_FILE: needs UNKEY_TLS_CERT_FILE and UNKEY_TLS_KEY_FILE: mutual TLS is TLS")
+	}
+	if strings.Contains(c.RedisURL, "+cluster://") {
+		opts, err := redisstore.ClusterOptions(c.RedisURL)
+		if err != nil {
+			return Config{}, fmt.Errorf("UNKEY_REDIS_URL: must be redis+cluster://host:port[,host:port...] or rediss+cluster://: %w", err)
+		}
+		c.redisCluster = opts
+	} else if c.RedisURL != "" {
+		opts, err := redisstore.Options(c.RedisURL)
+		if err != nil {
+			return Config{}, fmt.Errorf("UNKEY_REDIS_URL: must be a redis:// or rediss:// URL: %w", err)
+		}
+		c.redis = opts
+	}
+	if c.MySQLDSN != "" {
+		dsn, err := cmdutil.ParseMySQLDSN(c.MySQLDSN)
+		if err != nil {
+			return Config{}, err
+		}
+		c.mysql = dsn
+	}
+	if c.ReservationSecret != "" && len(c.ReservationSecret) < reservation.MinSecretLength {
+		return Config{}, fmt.Errorf("UNKEY_RESERVATION_SECRET: must be at least %d bytes, got %d", reservation.MinSecretLength, len(c.ReservationSecret))
+	}
+	tokens, err := pipeline.ParseTokens(c.AuthTokens)
+	if err != nil {
+		return Config{}, fmt.Errorf("UNKEY_AUTH_TOKENS: %w", err)
+	}
+	c.tokens = tokens
+	return c, nil
+}
+
+// batchEntriesInFlight returns the bound on each workspace's batch entries
+// in flight.
+func (c Config) batchEntriesInFlight() int64 {
+	if c.BatchEntriesInFlightPerWorkspace > 0 {
+		return c.BatchEntriesInFlightPerWorkspace
+	}
+	return pipeline.DefaultBatchEntriesInFlight()
+}

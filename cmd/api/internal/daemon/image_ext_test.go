@@ -1,0 +1,124 @@
+package daemon_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/unkeyed/ratelimit/internal/charttest"
+	"github.com/unkeyed/ratelimit/internal/poll"
+	"github.com/unkeyed/ratelimit/internal/testserver"
+)
+
+// TestImage builds the API's binary with `make binaries`, as `make image`
+// does, and its image twice: the two tarballs are the same bytes. The
+// binary says the version and the commit the Makefile gave it. The
+// image's layers, unpacked, hold the CA bundle and the binary, which runs
+// as the image says (its entrypoint) and answers /readyz; the image runs
+// as non-root.
+func TestImage(t *testing.T) {
+	t.Parallel()
+	root := charttest.Root()
+	dir := t.TempDir()
+	bin := charttest.MakeBinary(t, "api", dir)
+	if out, err := exec.Command(bin, "--version").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != charttest.WantVersion(t, "api") {
+		t.Fatalf("api --version of make's build: %v %q, want %q", err, out, charttest.WantVersion(t, "api"))
+	}
+	var tars [2][]byte
+	for i := range tars {
+		out := filepath.Join(dir, fmt.Sprint("api", i, ".tar"))
+		cmd := exec.Command("go", "run", "./imagebuild", "-binary", bin, "-name", "api", "-tag", "ratelimit-api:test", "-out", out)
+		cmd.Dir, cmd.Env = filepath.Join(root, "tools"), append(os.Environ(), "SOURCE_DATE_EPOCH=1700000000")
+		if o, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("imagebuild: %v\n%s", err, o)
+		}
+		tars[i], _ = os.ReadFile(out)
+	}
+	if !bytes.Equal(tars[0], tars[1]) {
+		t.Fatal("two builds of one binary differ")
+	}
+	files := readTar(t, tars[0])
+	var manifest []struct {
+		Config   string
+		RepoTags []string
+		Layers   []string
+	}
+	if err := json.Unmarshal(files["manifest.json"], &manifest); err != nil || len(manifest) != 1 {
+		t.Fatalf("manifest.json: %v %s", err, files["manifest.json"])
+	}
+	var config struct {
+		Created string `json:"created"`
+		Config  struct {
+			Entrypoint []string
+			User       string
+			Env        []string
+		} `json:"config"`
+	}
+	if err := json.Unmarshal(files[manifest[0].Config], &config); err != nil {
+		t.Fatal(err)
+	}
+	if config.Config.User != "65532:65532" || len(config.Config.Entrypoint) != 1 || !strings.HasPrefix(config.Created, "2023-11-14") {
+		t.Fatalf("image config: %+v", config)
+	}
+	rootfs := filepath.Join(dir, "rootfs")
+	for _, layer := range manifest[0].Layers {
+		zr, err := gzip.NewReader(bytes.NewReader(files[layer]))
+		if err != nil {
+			t.Fatalf("layer %s: %v", layer, err)
+		}
+		raw, _ := io.ReadAll(zr)
+		for name, data := range readTar(t, raw) {
+			path := filepath.Join(rootfs, name)
+			os.MkdirAll(filepath.Dir(path), 0o755)
+			if !strings.HasSuffix(name, "/") {
+				os.WriteFile(path, data, 0o755)
+			}
+		}
+	}
+	if pem, err := os.ReadFile(filepath.Join(rootfs, "etc/ssl/certs/ca-certificates.crt")); err != nil || bytes.Count(pem, []byte("BEGIN CERTIFICATE")) < 100 {
+		t.Fatalf("the CA bundle: %d bytes, %v", len(pem), err)
+	}
+	port := testserver.FreePort(t)
+	cmd := exec.Command(filepath.Join(rootfs, config.Config.Entrypoint[0]))
+	cmd.Env = append([]string{"UNKEY_REGION=image", fmt.Sprintf("UNKEY_HTTP_ADDR=127.0.0.1:%d", port)}, config.Config.Env...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	poll.Until(t, 20*time.Second, "the image's binary to answer /readyz", func() bool {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", port))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+}
+
+// readTar returns the files of a tar archive by name.
+func readTar(t *testing.T, data []byte) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	tr := tar.NewReader(bytes.NewReader(data))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(tr)
+		out[h.Name] = b
+	}
+}

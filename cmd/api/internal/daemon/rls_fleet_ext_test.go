@@ -1,0 +1,136 @@
+package daemon_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/unkeyed/ratelimit/internal/dbtest"
+	"github.com/unkeyed/ratelimit/internal/poll"
+	"github.com/unkeyed/ratelimit/internal/testserver"
+)
+
+// writeRLSConfig writes one config file and returns its directory.
+func writeRLSConfig(t *testing.T, yaml string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestRLSTwoRegions: two regions on one MariaDB, each a real API server, an
+// hour limit of 10 per user. What one region spent reaches the other, which
+// then admits only what is left: one limit across the regions, without a
+// shared Redis.
+func TestRLSTwoRegions(t *testing.T) {
+	t.Parallel()
+	m, _ := dbtest.Start(t)
+	dir := writeRLSConfig(t, "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 10}\n")
+	env := []string{"UNKEY_RLS_CONFIG=" + dir, "UNKEY_MYSQL_DSN=" + m.DSN, "UNKEY_GLOBAL_FLUSH_INTERVAL=100ms",
+		"UNKEY_GLOBAL_FULL_FLUSH_INTERVAL=100ms", "UNKEY_GLOBAL_SYNC_INTERVAL=100ms"}
+	a := startServer(t, append(env, "UNKEY_REGION=eu")...)
+	b := startServer(t, append(env, "UNKEY_REGION=us")...)
+	ca := rlsClient(t, strings.TrimPrefix(a.url, "http://"))
+	cb := rlsClient(t, strings.TrimPrefix(b.url, "http://"))
+	ask := func(c rlsv3.RateLimitServiceClient, hits uint64) rlsStatus {
+		t.Helper()
+		resp, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "api",
+			Descriptors: []*rlcommonv3.RateLimitDescriptor{withHits(desc("user", "alice"), hits)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return statusOf(resp.Statuses[0])
+	}
+	if got := ask(ca, 6); got != (rlsStatus{false, 10, "HOUR", 4}) {
+		t.Fatalf("region eu spends 6: %+v", got)
+	}
+	start := time.Now()
+	poll.Until(t, 10*time.Second, "region us to see what eu spent", func() bool { return ask(cb, 0).remaining == 4 })
+	t.Logf("region us saw eu's 6 hits after %v", time.Since(start).Round(time.Millisecond))
+	admitted := 0
+	for range 6 {
+		if !ask(cb, 1).over {
+			admitted++
+		}
+	}
+	if admitted != 4 {
+		t.Fatalf("region us admitted %d of 6 after eu spent 6 of 10, want 4", admitted)
+	}
+}
+
+// TestRLSRedisDownUnderLoad: the region's Redis killed, then frozen (a
+// server that takes connections and never answers, the case that stalls
+// envoyproxy/ratelimit for seconds per request), under load from eight
+// gRPC clients. Every call is answered in time (a one-second deadline per
+// call, fifty times Envoy's default timeout of 20 ms), decided from the
+// process's memory while Redis is away.
+func TestRLSRedisDownUnderLoad(t *testing.T) {
+	t.Parallel()
+	r := testserver.StartRedis(t)
+	dir := writeRLSConfig(t, "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1000000}\n")
+	ts := startServer(t, "UNKEY_RLS_CONFIG="+dir, "UNKEY_REDIS_URL="+r.URL(), "UNKEY_GRPC_ADDR=127.0.0.1:0")
+	client := rlsClient(t, ts.grpcAddr)
+	for _, fault := range []struct {
+		name        string
+		break_, fix func()
+	}{
+		{"killed", r.Kill, r.Start},
+		{"frozen", r.Freeze, r.Thaw},
+	} {
+		t.Run(fault.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var latencies []time.Duration
+			failed := 0
+			done := make(chan struct{})
+			var clients sync.WaitGroup
+			for c := range 8 {
+				clients.Go(func() {
+					for i := 0; ; i++ {
+						select {
+						case <-done:
+							return
+						default:
+						}
+						ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+						began := time.Now()
+						_, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "api",
+							Descriptors: []*rlcommonv3.RateLimitDescriptor{desc("user", "u"+strconv.Itoa((c*7+i)%50))}})
+						took := time.Since(began)
+						cancel()
+						mu.Lock()
+						latencies = append(latencies, took)
+						if err != nil {
+							failed++
+						}
+						mu.Unlock()
+					}
+				})
+			}
+			time.Sleep(300 * time.Millisecond)
+			fault.break_()
+			time.Sleep(2 * time.Second)
+			fault.fix()
+			time.Sleep(300 * time.Millisecond)
+			close(done)
+			clients.Wait()
+			sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
+			n := len(latencies)
+			t.Logf("Redis %s for 2 s: %d calls, %d failed, p50 %v, p99 %v, max %v", fault.name, n, failed,
+				latencies[n/2], latencies[n*99/100], latencies[n-1])
+			if failed > 0 || n < 100 {
+				t.Fatalf("%d of %d calls failed or missed their deadline with Redis %s", failed, n, fault.name)
+			}
+		})
+	}
+}

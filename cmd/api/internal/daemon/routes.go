@@ -1,0 +1,112 @@
+package daemon
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
+	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
+)
+
+// An Adapter serves one protocol over the shared transport layer. Every
+// adapter is built from the layer (and the domain services it calls), and
+// the daemon loops over them on both ports.
+type Adapter interface {
+	// Register serves the adapter's routes on the main port's mux.
+	Register(mux *http.ServeMux)
+	// RegisterGRPC serves its gRPC services on the grpc-go port; an
+	// adapter of an HTTP-only protocol registers nothing.
+	RegisterGRPC(srv *grpc.Server)
+	// Codecs are its hooks into the layer's codecs (see
+	// [transport.Codecs]), which the grpc-go port, one codec for every
+	// service, chains.
+	Codecs() transport.Codecs
+}
+
+// services are the gRPC services the server answers, for health checks,
+// reflection and the answer to a path that names none of them.
+var services = []string{ratelimitv1connect.RatelimitServiceName, ratelimitv1connect.KeyServiceName,
+	ratelimitv1connect.AuditServiceName, ratelimitv1connect.AnalyticsServiceName, envoyrls.ServiceName}
+
+// Handler returns the routes of the main port: each adapter's, reflection
+// and health for the gRPC services, the probes and metrics, and a JSON
+// answer for any other path.
+func (d *Daemon) Handler() http.Handler {
+	mux := http.NewServeMux()
+	for _, a := range d.adapters {
+		a.Register(mux)
+	}
+	reflector := grpcreflect.NewStaticReflector(services...)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	mux.Handle(grpchealth.NewHandler(d.health))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !d.ready.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(d.registry, promhttp.HandlerOpts{Registry: d.registry}))
+	// Any other path, or a path above on another HTTP method, is answered
+	// in JSON, saying what the port serves or which method the path takes.
+	mux.Handle("/", transport.NoRoute(mux, slices.Concat(services, []string{grpchealth.HealthV1ServiceName,
+		grpcreflect.ReflectV1ServiceName, grpcreflect.ReflectV1AlphaServiceName}),
+		"POST "+strings.Join(d.unkey.Paths(), ", ")+", POST /json, GET /healthz, /readyz, /metrics, /dashboard"))
+	return mux
+}
+
+// grpcServer returns the grpc-go server of UNKEY_GRPC_ADDR, with every
+// adapter's services, health and reflection, and the function that marks
+// it not serving at shutdown.
+func (d *Daemon) grpcServer() (*grpc.Server, func()) {
+	var opts []grpc.ServerOption
+	if d.tls != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(d.tls.Config())))
+	}
+	var decoders []func(data []byte, msg any, json bool) bool
+	for _, a := range d.adapters {
+		if dec := a.Codecs().Decode; dec != nil {
+			decoders = append(decoders, dec)
+		}
+	}
+	srv := d.layer.GRPCServer(d.limits(), transport.Codecs{Decode: func(data []byte, msg any, json bool) bool {
+		for _, dec := range decoders {
+			if dec(data, msg, json) {
+				return true
+			}
+		}
+		return false
+	}}, opts...)
+	for _, a := range d.adapters {
+		a.RegisterGRPC(srv)
+	}
+	hs := health.NewServer()
+	for _, name := range append(services, "") {
+		hs.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+	}
+	healthpb.RegisterHealthServer(srv, hs)
+	reflection.Register(srv)
+	return srv, hs.Shutdown
+}
+
+// limits are the bounds on what one client may hold of either port.
+func (d *Daemon) limits() transport.Limits {
+	return transport.Limits{ReadTimeout: d.cfg.ReadTimeout, WriteTimeout: d.cfg.WriteTimeout, IdleTimeout: d.cfg.IdleTimeout,
+		MaxHeaderBytes: d.cfg.MaxHeaderBytes, MaxConcurrentStreams: d.cfg.MaxConcurrentStreams}
+}

@@ -1,0 +1,84 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/unkeyed/ratelimit/internal/cmdutil"
+)
+
+// Run starts the API with the configuration in environ, logging to logOut,
+// and serves until ctx ends or the process gets SIGTERM or SIGINT.
+func Run(ctx context.Context, environ []string, logOut io.Writer) error {
+	cfg, err := LoadConfig(environ)
+	if err != nil {
+		return err
+	}
+	logger := cfg.Log.Logger(logOut)
+	redis.SetLogger(RedisLogger{logger})
+	cmdutil.RouteMySQLLogs(logger)
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	d, err := New(cfg, logger)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on UNKEY_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
+	}
+	var grpcLn net.Listener
+	if cfg.GRPCAddr != "" {
+		if grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+			ln.Close()
+			return fmt.Errorf("listen on UNKEY_GRPC_ADDR %s: %w", cfg.GRPCAddr, err)
+		}
+	}
+	if cfg.DebugAddr != "" {
+		stopDebug, err := serveDebug(cfg.DebugAddr, logger)
+		if err != nil {
+			return err
+		}
+		defer stopDebug()
+	}
+	return d.Serve(ctx, ln, grpcLn)
+}
+
+// RedisLogger sends go-redis's own messages (such as failed dials, which
+// the limiter already counts in its metrics) to the debug log. go-redis
+// has one logger per process: Run sets it; tests set one that discards.
+type RedisLogger struct{ Logger *slog.Logger }
+
+// Printf logs one of go-redis's messages at debug level.
+func (l RedisLogger) Printf(ctx context.Context, format string, args ...any) {
+	l.Logger.DebugContext(ctx, fmt.Sprintf(format, args...), "component", "go-redis")
+}
+
+// serveDebug serves Go's profiles on addr until the returned function is
+// called.
+func serveDebug(addr string, logger *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on UNKEY_DEBUG_ADDR %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	logger.Info("serving profiles", "addr", ln.Addr().String())
+	return func() { srv.Close() }, nil
+}

@@ -1,0 +1,132 @@
+package daemon
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/XSAM/otelsql"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/extra/redisotel/v9"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/audit"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/reservation"
+	"github.com/unkeyed/ratelimit/internal/cmdutil"
+	"github.com/unkeyed/ratelimit/internal/telemetry"
+	"github.com/unkeyed/ratelimit/services/analytics"
+	overridesmysql "github.com/unkeyed/ratelimit/services/overrides/mysqlstore"
+	overridesstore "github.com/unkeyed/ratelimit/services/overrides/store"
+	"github.com/unkeyed/ratelimit/services/ratelimit/mysqlstore"
+	"github.com/unkeyed/ratelimit/services/ratelimit/redisstore"
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
+)
+
+// MySQLConns bounds a process's MySQL pool. Its loops use at most four
+// connections at a time: the limiter's flush and its sync (two loops), the
+// overrides poll and the keys poll; the analytics flush, the roll call, the
+// reservations' ledger, audit writes and override and key writes take one
+// when they run. Five leave room for a slow one.
+const MySQLConns = 5
+
+// stores are the process's clients and the stores the configuration names:
+// the region's Redis and the shared MySQL when configured, memory for what
+// neither holds. Each field says what it is without either.
+type stores struct {
+	// closers close the clients, after the loops that use them stopped.
+	closers []func() error
+	// redis is the region's client; nil without UNKEY_REDIS_URL.
+	redis redis.UniversalClient
+	// regional is the limiter's regional store; nil without Redis.
+	regional *redisstore.Store
+	// global is the limiter's global store; nil without MySQL.
+	global store.Global
+	// overrides persist overrides; nil without MySQL (memory).
+	overrides overridesstore.Overrides
+	// keys are the managed keys; nil without MySQL: keys are not managed.
+	keys keys.Store
+	// audit holds the audit log: MySQL's, else this process's memory.
+	audit audit.Log
+	// ledger settles each reservation once in the widest scope there is:
+	// every region with MySQL, the region with Redis alone, else this
+	// process; ledgerScope names it ("" for every region).
+	ledger      reservation.Ledger
+	ledgerScope string
+	// loadSecret reads the shared reservation secret; nil without a store
+	// that can hold it.
+	loadSecret func(context.Context) ([]byte, error)
+	// analytics and fleet: MySQL's, else this process's memory
+	// (analyticsInMemory).
+	analytics         analytics.Store
+	fleet             analytics.Fleet
+	analyticsInMemory bool
+}
+
+// openStores opens what cfg names. processID scopes a ledger that only this
+// process holds. It starts nothing but the clients' connection pools.
+func openStores(cfg Config, logger *slog.Logger, reg prometheus.Registerer, tracing *telemetry.Tracing, processID string) (*stores, error) {
+	s := &stores{
+		audit:       audit.NewMemory(audit.DefaultMemoryEntries),
+		ledger:      reservation.NewMemory(reservation.DefaultMemoryRecords, time.Now),
+		ledgerScope: "process:" + processID,
+	}
+	switch {
+	case cfg.redis != nil:
+		s.redis = redis.NewClient(cfg.redis)
+		logger.Info("regional store configured", "redis", cfg.redis.Addr)
+	case cfg.redisCluster != nil:
+		s.redis = redis.NewClusterClient(cfg.redisCluster)
+		logger.Info("regional store configured", "redis_cluster_seeds", cfg.redisCluster.Addrs)
+	}
+	if s.redis != nil {
+		s.closers = append(s.closers, s.redis.Close)
+		if tracing.On {
+			// Every Redis command a span: the request path's reads and the
+			// background replays and refreshes alike.
+			if err := redisotel.InstrumentTracing(s.redis, redisotel.WithTracerProvider(tracing.Provider)); err != nil {
+				return s, fmt.Errorf("trace redis: %w", err)
+			}
+		}
+		regional, err := redisstore.New(s.redis, redisstore.WithLogger(logger), redisstore.WithRegisterer(reg))
+		if err != nil {
+			return s, err
+		}
+		client := s.redis
+		s.regional = regional
+		s.ledger, s.ledgerScope = reservation.NewRedis(client), "region:"+cfg.Region
+		s.loadSecret = func(ctx context.Context) ([]byte, error) { return reservation.RedisSecret(ctx, client) }
+	}
+	if cfg.mysql != nil {
+		var traced []otelsql.Option
+		if tracing.On {
+			traced = append(traced, otelsql.WithTracerProvider(tracing.Provider))
+		}
+		sqlDB, err := cmdutil.OpenMySQL(cfg.mysql, MySQLConns, traced...)
+		if err != nil {
+			return s, err
+		}
+		s.closers = append(s.closers, sqlDB.Close)
+		s.useMySQL(sqlDB)
+		logger.Info("global counters configured", "mysql", cfg.mysql.Addr, "database", cfg.mysql.DBName,
+			"flush", cfg.GlobalFlushInterval, "full_flush", cfg.GlobalFullFlushInterval, "sync", cfg.GlobalSyncInterval)
+	}
+	if s.analytics == nil {
+		a := analytics.NewMemory(analytics.DefaultMemoryRows, time.Now)
+		s.analytics, s.fleet, s.analyticsInMemory = a, a, true
+	}
+	return s, nil
+}
+
+// useMySQL puts MySQL's stores in place of memory's, and of Redis's ledger.
+func (s *stores) useMySQL(sqlDB *sql.DB) {
+	s.global = mysqlstore.New(sqlDB)
+	s.overrides = overridesmysql.New(sqlDB)
+	s.audit, s.keys = audit.NewMySQL(sqlDB), keys.NewMySQL(sqlDB)
+	s.ledger, s.ledgerScope = reservation.NewMySQL(sqlDB), ""
+	a := analytics.NewMySQL(sqlDB, time.Now)
+	s.analytics, s.fleet = a, a
+	s.loadSecret = func(ctx context.Context) ([]byte, error) { return reservation.MySQLSecret(ctx, sqlDB) }
+}
