@@ -10,7 +10,7 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 
-	"github.com/unkeyed/ratelimit/internal/testserver"
+	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 )
 
 func openTestDB(t *testing.T) *sql.DB {

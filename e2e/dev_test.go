@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unkeyed/ratelimit/internal/poll"
+	"github.com/unkeyed/ratelimit/internal/testkit/poll"
 )
 
 // TestMakeDev runs scripts/dev.sh (what make dev runs) in a temporary

@@ -17,7 +17,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/db"
 	"github.com/unkeyed/ratelimit/internal/load"
-	"github.com/unkeyed/ratelimit/internal/poll"
+	"github.com/unkeyed/ratelimit/internal/testkit/poll"
 )
 
 // limitCall sends one Connect JSON Limit call and returns the answer.

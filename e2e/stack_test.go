@@ -19,9 +19,9 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 
-	"github.com/unkeyed/ratelimit/internal/dbtest"
-	"github.com/unkeyed/ratelimit/internal/poll"
-	"github.com/unkeyed/ratelimit/internal/testserver"
+	"github.com/unkeyed/ratelimit/internal/testkit/dbtest"
+	"github.com/unkeyed/ratelimit/internal/testkit/poll"
+	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 	"github.com/unkeyed/ratelimit/services/ratelimit/redisstore"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )

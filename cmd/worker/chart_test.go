@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unkeyed/ratelimit/internal/charttest"
+	"github.com/unkeyed/ratelimit/internal/testkit/charttest"
 )
 
 // TestChartRunsTheWorker holds the Helm chart's worker Deployment against

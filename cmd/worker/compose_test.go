@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unkeyed/ratelimit/internal/composefile"
+	"github.com/unkeyed/ratelimit/internal/testkit/composefile"
 )
 
 // TestComposeFile checks the worker's service in compose.yaml against what

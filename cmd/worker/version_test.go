@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unkeyed/ratelimit/internal/charttest"
+	"github.com/unkeyed/ratelimit/internal/testkit/charttest"
 )
 
 // TestVersion: the worker built as `make binaries` builds it says its

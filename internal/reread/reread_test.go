@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unkeyed/ratelimit/internal/poll"
+	"github.com/unkeyed/ratelimit/internal/testkit/poll"
 )
 
 // TestEvery: a read that hangs is not started again while it runs, and does

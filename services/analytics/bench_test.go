@@ -12,7 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/unkeyed/ratelimit/internal/dbtest"
+	"github.com/unkeyed/ratelimit/internal/testkit/dbtest"
 	"github.com/unkeyed/ratelimit/services/analytics"
 )
 

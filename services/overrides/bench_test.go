@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unkeyed/ratelimit/internal/dbtest"
+	"github.com/unkeyed/ratelimit/internal/testkit/dbtest"
 	"github.com/unkeyed/ratelimit/services/overrides/mysqlstore"
 )
 

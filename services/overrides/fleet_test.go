@@ -9,8 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/unkeyed/ratelimit/internal/dbtest"
-	"github.com/unkeyed/ratelimit/internal/poll"
+	"github.com/unkeyed/ratelimit/internal/testkit/dbtest"
+	"github.com/unkeyed/ratelimit/internal/testkit/poll"
 	"github.com/unkeyed/ratelimit/services/overrides/mysqlstore"
 	"github.com/unkeyed/ratelimit/services/overrides/store"
 )

@@ -17,9 +17,9 @@ import (
 	"github.com/restatedev/sdk-go/server"
 
 	"github.com/unkeyed/ratelimit/db"
-	"github.com/unkeyed/ratelimit/internal/dbtest"
-	"github.com/unkeyed/ratelimit/internal/poll"
-	"github.com/unkeyed/ratelimit/internal/testserver"
+	"github.com/unkeyed/ratelimit/internal/testkit/dbtest"
+	"github.com/unkeyed/ratelimit/internal/testkit/poll"
+	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 )
 
 // countingStore counts the DELETEs that reached the database.

@@ -3,7 +3,7 @@ package mysqlstore
 import (
 	"testing"
 
-	"github.com/unkeyed/ratelimit/internal/dbtest"
+	"github.com/unkeyed/ratelimit/internal/testkit/dbtest"
 	"github.com/unkeyed/ratelimit/services/overrides/store"
 	"github.com/unkeyed/ratelimit/services/overrides/storetest"
 )

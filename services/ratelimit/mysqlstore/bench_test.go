@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/db"
-	"github.com/unkeyed/ratelimit/internal/dbtest"
+	"github.com/unkeyed/ratelimit/internal/testkit/dbtest"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"

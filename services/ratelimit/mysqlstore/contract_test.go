@@ -10,8 +10,8 @@ import (
 
 	"github.com/unkeyed/ratelimit/db"
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
-	"github.com/unkeyed/ratelimit/internal/dbtest"
-	"github.com/unkeyed/ratelimit/internal/testserver"
+	"github.com/unkeyed/ratelimit/internal/testkit/dbtest"
+	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )

@@ -14,7 +14,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/unkeyed/ratelimit/db"
-	"github.com/unkeyed/ratelimit/internal/dbtest"
+	"github.com/unkeyed/ratelimit/internal/testkit/dbtest"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )

@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/unkeyed/ratelimit/internal/testserver"
+	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )

@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/unkeyed/ratelimit/internal/poll"
-	"github.com/unkeyed/ratelimit/internal/testserver"
+	"github.com/unkeyed/ratelimit/internal/testkit/poll"
+	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 

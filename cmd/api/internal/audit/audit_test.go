@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/audit"
-	"github.com/unkeyed/ratelimit/internal/dbtest"
+	"github.com/unkeyed/ratelimit/internal/testkit/dbtest"
 )
 
 // testLog is the contract of a Log: entries come back newest first, one

@@ -3,16 +3,20 @@ package connectapi_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/apitest"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/unkeyed/ratelimit/cmd/api/internal/connectapi"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/services/overrides"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
 // BenchmarkDecisionWithPatterns: one Limit decision through the handler
@@ -23,19 +27,18 @@ import (
 func BenchmarkDecisionWithPatterns(b *testing.B) {
 	for _, n := range []int{0, 1000} {
 		b.Run(fmt.Sprint(n, " patterns"), func(b *testing.B) {
-			s := apitest.New(b)
+			h, _, ov := newHandler(b)
 			ctx := pipeline.WithPrincipal(context.Background(), pipeline.OpenPrincipal())
 			for i := range n {
 				id := fmt.Sprint("user_", i, "_*")
 				if i%2 == 1 {
 					id = fmt.Sprint("*_", i, ".example")
 				}
-				if _, err := s.Overrides.Set(ctx, overrides.Override{Workspace: pipeline.OpenWorkspace, Namespace: "ns", Identifier: id,
+				if _, err := ov.Set(ctx, overrides.Override{Workspace: pipeline.OpenWorkspace, Namespace: "ns", Identifier: id,
 					Limit: 5, Duration: time.Minute}); err != nil {
 					b.Fatal(err)
 				}
 			}
-			h := connectapi.New(s.Layer)
 			req := connect.NewRequest(&ratelimitv1.LimitRequest{Namespace: "ns", Identifier: "customer_4242_eu-west", Limit: 1 << 40, Duration: 60_000})
 			for b.Loop() {
 				if _, err := h.Limit(ctx, req); err != nil {
@@ -44,4 +47,29 @@ func BenchmarkDecisionWithPatterns(b *testing.B) {
 			}
 		})
 	}
+}
+
+// newHandler returns the service on an in-memory limiter and overrides,
+// wired as package daemon wires a process without stores, for the tests
+// that call its methods directly.
+func newHandler(t testing.TB) (*connectapi.Handler, *ratelimit.Service, *overrides.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	limiter, err := ratelimit.New("test", ratelimit.WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ov, err := overrides.New(overrides.WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := pipeline.New(limiter, ov, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := transport.NewLayer(p, transport.NewBudget(transport.DefaultBudget), slog.New(slog.DiscardHandler), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return connectapi.New(l), limiter, ov
 }

@@ -10,10 +10,12 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/apitest"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/connectapi"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/daemon/daemontest"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
+	"github.com/unkeyed/ratelimit/internal/testkit/loopback"
 )
 
 const token = "tok_connectapi_0123456789"
@@ -22,14 +24,13 @@ const token = "tok_connectapi_0123456789"
 // namespace ns.
 const limitOnlyToken = "tok_connectapi_limit_0123456789"
 
-// serve returns a stack serving the service on the main port's layer and
-// on a grpc-go server, and their addresses.
-func serve(t *testing.T, opts ...apitest.Option) (s *apitest.Stack, url, grpcAddr string) {
+// serve starts the API, as package daemon builds it, with the service on
+// the main port and the grpc-go port, and returns their addresses.
+func serve(t *testing.T) (url, grpcAddr string) {
 	t.Helper()
-	s = apitest.New(t, append([]apitest.Option{apitest.WithTokens(token + "=ws"),
-		apitest.WithKey(limitOnlyToken, "ws", "ratelimit.ns.limit")}, opts...)...)
-	h := connectapi.New(s.Layer)
-	return s, s.Serve(t, h.Register), s.ServeGRPC(t, h.Codecs(), h.RegisterGRPC)
+	keysFile := daemontest.KeysFile(t, daemontest.Key{Secret: limitOnlyToken, Workspace: "ws", Permissions: []string{"ratelimit.ns.limit"}})
+	s := daemontest.Start(t, nil, "UNKEY_AUTH_TOKENS="+token+"=ws", "UNKEY_AUTH_KEYS_FILE="+keysFile, "UNKEY_GRPC_ADDR=127.0.0.1:0")
+	return s.URL, s.GRPCAddr
 }
 
 // client returns a client of url in one protocol, sending the token.
@@ -40,7 +41,7 @@ func client(url, protocol string) ratelimitv1connect.RatelimitServiceClient {
 	case "json":
 		opts = append(opts, connect.WithProtoJSON())
 	case "grpc":
-		opts, hc = append(opts, connect.WithGRPC()), apitest.H2C()
+		opts, hc = append(opts, connect.WithGRPC()), loopback.H2C()
 	case "grpcweb":
 		opts = append(opts, connect.WithGRPCWeb())
 	}
@@ -71,7 +72,7 @@ func limitReq(id string, limit int64) *ratelimitv1.LimitRequest {
 // same counters: a limit of 5 admits 5 calls across them and denies the
 // sixth, with the documented answer.
 func TestLimitInEveryProtocol(t *testing.T) {
-	_, url, grpcAddr := serve(t)
+	url, grpcAddr := serve(t)
 	clients := []ratelimitv1connect.RatelimitServiceClient{
 		client(url, "json"), client(url, "proto"), client(url, "grpcweb"), client(url, "grpc"), client("http://"+grpcAddr, "grpc"),
 	}
@@ -90,7 +91,7 @@ func TestLimitInEveryProtocol(t *testing.T) {
 // TestErrors: the failures every caller meets, by the gRPC table, in
 // Connect and over grpc-go alike.
 func TestErrors(t *testing.T) {
-	_, url, grpcAddr := serve(t)
+	url, grpcAddr := serve(t)
 	for _, c := range []ratelimitv1connect.RatelimitServiceClient{client(url, "json"), client("http://"+grpcAddr, "grpc")} {
 		_, err := c.Limit(context.Background(), connect.NewRequest(&ratelimitv1.LimitRequest{Namespace: "ns", Identifier: "a", Limit: 1, Duration: 10}))
 		if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "duration: must be between 1000 and 2592000000 milliseconds") {
@@ -110,7 +111,7 @@ func TestErrors(t *testing.T) {
 	// another namespace, on either port.
 	for _, c := range []ratelimitv1connect.RatelimitServiceClient{
 		ratelimitv1connect.NewRatelimitServiceClient(http.DefaultClient, url, connect.WithInterceptors(bearer(limitOnlyToken))),
-		ratelimitv1connect.NewRatelimitServiceClient(apitest.H2C(), "http://"+grpcAddr, connect.WithGRPC(), connect.WithInterceptors(bearer(limitOnlyToken))),
+		ratelimitv1connect.NewRatelimitServiceClient(loopback.H2C(), "http://"+grpcAddr, connect.WithGRPC(), connect.WithInterceptors(bearer(limitOnlyToken))),
 	} {
 		_, err := c.SetOverride(context.Background(), connect.NewRequest(&ratelimitv1.SetOverrideRequest{Namespace: "ns", Identifier: "a", Limit: 1_000_000, Duration: 60_000}))
 		if connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "lacks ratelimit.ns.set_override") {
@@ -134,7 +135,7 @@ func TestErrors(t *testing.T) {
 // TestMultiLimitAllOrNothing: a MultiLimit that one limit denies counts
 // nothing, and each result repeats its key.
 func TestMultiLimitAllOrNothing(t *testing.T) {
-	_, url, _ := serve(t)
+	url, _ := serve(t)
 	c := client(url, "proto")
 	ctx := context.Background()
 	if _, err := c.Limit(ctx, connect.NewRequest(limitReq("spent", 1))); err != nil {
@@ -155,7 +156,7 @@ func TestMultiLimitAllOrNothing(t *testing.T) {
 // TestBatchLimit: each entry decided on its own; a batch over the bound is
 // refused by its size, in protobuf and in JSON, before it is decoded.
 func TestBatchLimit(t *testing.T) {
-	_, url, grpcAddr := serve(t)
+	url, grpcAddr := serve(t)
 	ctx := context.Background()
 	for i, c := range []ratelimitv1connect.RatelimitServiceClient{client(url, "json"), client(url, "grpc"), client("http://"+grpcAddr, "grpc")} {
 		id := fmt.Sprint("batch_", i)
@@ -179,9 +180,8 @@ func TestBatchLimit(t *testing.T) {
 // entries, so a call whose client left or whose deadline passed stops
 // deciding (and counting) at once.
 func TestBatchStopsWhenTheCallerIsGone(t *testing.T) {
-	s := apitest.New(t)
-	h := connectapi.New(s.Layer)
-	ctx, cancel := context.WithCancel(apitest.Workspace(context.Background(), "ws"))
+	h, limiter, _ := newHandler(t)
+	ctx, cancel := context.WithCancel(pipeline.WithPrincipal(context.Background(), pipeline.Principal{Workspace: "ws", Permissions: access.All()}))
 	cancel()
 	req := &ratelimitv1.BatchLimitRequest{}
 	for range 10 {
@@ -190,7 +190,7 @@ func TestBatchStopsWhenTheCallerIsGone(t *testing.T) {
 	if _, err := h.BatchLimit(ctx, connect.NewRequest(req)); connect.CodeOf(err) != connect.CodeCanceled {
 		t.Fatalf("BatchLimit with its context cancelled: %v, want canceled", err)
 	}
-	if n := s.Limiter.ActiveWindows(); n != 0 {
+	if n := limiter.ActiveWindows(); n != 0 {
 		t.Fatalf("the cancelled batch created %d windows", n)
 	}
 }
@@ -198,7 +198,7 @@ func TestBatchStopsWhenTheCallerIsGone(t *testing.T) {
 // TestOverrides: set, get, list in pages and delete over the API; an
 // override applies to the next decision.
 func TestOverrides(t *testing.T) {
-	_, url, _ := serve(t)
+	url, _ := serve(t)
 	c := client(url, "json")
 	ctx := context.Background()
 	for _, id := range []string{"o1", "o2", "o3"} {
@@ -241,7 +241,7 @@ func TestOverrides(t *testing.T) {
 // TestJSONAnswerSpellsEveryField: curl reads "success": false and
 // "retryAfter": "0" rather than missing keys.
 func TestJSONAnswerSpellsEveryField(t *testing.T) {
-	_, url, _ := serve(t)
+	url, _ := serve(t)
 	req, _ := http.NewRequest("POST", url+ratelimitv1connect.RatelimitServiceLimitProcedure,
 		bytes.NewReader([]byte(`{"namespace":"ns","identifier":"curl","limit":1,"duration":60000,"cost":2}`)))
 	req.Header.Set("Content-Type", "application/json")

@@ -22,10 +22,10 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/apitest"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
+	"github.com/unkeyed/ratelimit/internal/testkit/loopback"
 )
 
 // rawRequest writes req to a fresh TCP connection to ts and returns the
@@ -367,7 +367,7 @@ func grepLines(s, substr string) string {
 const junkConnections = 300
 
 func TestJunkConnectionsDoNotFloodTheLog(t *testing.T) {
-	var log apitest.LockedBuffer
+	var log loopback.Log
 	ts := startServerLogging(t, slog.New(slog.NewTextHandler(&log, nil)))
 	addr := strings.TrimPrefix(ts.url, "http://")
 	for range junkConnections {

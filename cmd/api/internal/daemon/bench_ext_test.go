@@ -19,7 +19,7 @@ import (
 	"github.com/unkeyed/ratelimit/cmd/api/internal/daemon"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
-	"github.com/unkeyed/ratelimit/internal/testserver"
+	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 )
 
 // bareHandler is a RatelimitService that does no work: the yardstick for the

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/daemon"
-	"github.com/unkeyed/ratelimit/internal/charttest"
+	"github.com/unkeyed/ratelimit/internal/testkit/charttest"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 

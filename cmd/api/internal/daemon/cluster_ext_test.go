@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
-	"github.com/unkeyed/ratelimit/internal/poll"
-	"github.com/unkeyed/ratelimit/internal/testserver"
+	"github.com/unkeyed/ratelimit/internal/testkit/poll"
+	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 	"github.com/unkeyed/ratelimit/services/ratelimit/redisstore"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )

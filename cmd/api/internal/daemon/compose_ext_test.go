@@ -10,7 +10,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/daemon"
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
-	"github.com/unkeyed/ratelimit/internal/composefile"
+	"github.com/unkeyed/ratelimit/internal/testkit/composefile"
 	"github.com/unkeyed/ratelimit/services/ratelimit/redisstore"
 )
 

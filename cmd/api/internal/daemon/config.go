@@ -10,6 +10,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/reservation"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/internal/envconfig"
 	"github.com/unkeyed/ratelimit/services/ratelimit/redisstore"
@@ -117,6 +118,10 @@ type Config struct {
 	IdleTimeout          time.Duration `env:"UNKEY_HTTP_IDLE_TIMEOUT" envDefault:"60s" help:"how long a connection may carry nothing before it is closed: 100ms to 1h"`
 	MaxHeaderBytes       int           `env:"UNKEY_HTTP_MAX_HEADER_BYTES" envDefault:"16384" help:"the most bytes of request line and headers: 1024 to 1048576"`
 	MaxConcurrentStreams int           `env:"UNKEY_HTTP2_MAX_CONCURRENT_STREAMS" envDefault:"100" help:"the most HTTP/2 streams one connection may have open at once: 1 to 10000"`
+	// DecodeBudgetBytes bounds the bytes of request messages being read
+	// and decoded at once, across every client and both ports (see
+	// transport.Budget): what bounds the heap requests can take.
+	DecodeBudgetBytes int64 `env:"UNKEY_DECODE_BUDGET_BYTES" envDefault:"67108864" help:"the most bytes of requests being read and decoded at once, all clients together; past it a request is answered busy: 1048576 to 17179869184"`
 
 	// Derived by LoadConfig.
 	tokens pipeline.Tokens
@@ -188,6 +193,10 @@ func LoadConfig(environ []string) (Config, error) {
 	}
 	if c.MaxConcurrentStreams < 1 || c.MaxConcurrentStreams > 10_000 {
 		return Config{}, fmt.Errorf("UNKEY_HTTP2_MAX_CONCURRENT_STREAMS: must be between 1 and 10000, got %d", c.MaxConcurrentStreams)
+	}
+	if c.DecodeBudgetBytes < transport.MaxRequestBytes || c.DecodeBudgetBytes > 16<<30 {
+		return Config{}, fmt.Errorf("UNKEY_DECODE_BUDGET_BYTES: must be between %d (one request of the largest size) and %d, got %d",
+			transport.MaxRequestBytes, int64(16<<30), c.DecodeBudgetBytes)
 	}
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		return Config{}, fmt.Errorf("UNKEY_TLS_CERT_FILE and UNKEY_TLS_KEY_FILE: must be set together, or neither")

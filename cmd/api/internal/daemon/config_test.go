@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -25,7 +26,8 @@ func TestLoadConfigDefaults(t *testing.T) {
 		t.Fatalf("defaults = %+v", c)
 	}
 	if c.GlobalFlushInterval != ratelimit.DefaultGlobalFlushInterval || c.GlobalFullFlushInterval != ratelimit.DefaultGlobalFullFlushInterval ||
-		c.GlobalSyncInterval != ratelimit.DefaultGlobalSyncInterval || c.OverridesPollInterval != overrides.DefaultPollInterval {
+		c.GlobalSyncInterval != ratelimit.DefaultGlobalSyncInterval || c.OverridesPollInterval != overrides.DefaultPollInterval ||
+		c.DecodeBudgetBytes != transport.DefaultBudget {
 		t.Fatalf("the environment's defaults differ from the packages': %+v", c)
 	}
 }
@@ -53,6 +55,7 @@ func TestLoadConfigErrorsNameTheVariable(t *testing.T) {
 		{[]string{"UNKEY_REGION=r", "UNKEY_GLOBAL_FLUSH_INTERVAL=2h"}, "UNKEY_GLOBAL_FLUSH_INTERVAL: must be between 100ms and 1h, got 2h0m0s"},
 		{[]string{"UNKEY_REGION=r", "UNKEY_GLOBAL_FLUSH_INTERVAL=5s", "UNKEY_GLOBAL_FULL_FLUSH_INTERVAL=2s"},
 			"UNKEY_GLOBAL_FULL_FLUSH_INTERVAL: must be at least UNKEY_GLOBAL_FLUSH_INTERVAL (5s), got 2s"},
+		{[]string{"UNKEY_REGION=r", "UNKEY_DECODE_BUDGET_BYTES=4096"}, "UNKEY_DECODE_BUDGET_BYTES: must be between 1048576 (one request of the largest size) and 17179869184, got 4096"},
 		{[]string{"UNKEY_REGION=r", "UNKEY_TLS_CERT_FILE=c.pem"}, "UNKEY_TLS_CERT_FILE and UNKEY_TLS_KEY_FILE: must be set together"},
 		{[]string{"UNKEY_REGION=r", "UNKEY_TLS_CLIENT_CA_FILE=ca.pem"}, "UNKEY_TLS_CLIENT_CA_FILE: needs UNKEY_TLS_CERT_FILE"},
 		{[]string{"UNKEY_REGION=r", "UNKEY_RESERVATION_SECRET=short"}, "UNKEY_RESERVATION_SECRET: must be at least 32 bytes"},

@@ -162,7 +162,7 @@ func (d *Daemon) build() error {
 	if err != nil {
 		return fmt.Errorf("register api metrics: %w", err)
 	}
-	if d.layer, err = transport.NewLayer(p, transport.NewBudget(transport.DefaultBudget), logger, reg); err != nil {
+	if d.layer, err = transport.NewLayer(p, transport.NewBudget(cfg.DecodeBudgetBytes), logger, reg); err != nil {
 		return err
 	}
 	if tracing.On {

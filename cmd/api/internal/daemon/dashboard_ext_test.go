@@ -16,9 +16,9 @@ import (
 	"time"
 	_ "time/tzdata" // dashboardZone wherever the test runs
 
-	"github.com/unkeyed/ratelimit/internal/dbtest"
-	"github.com/unkeyed/ratelimit/internal/poll"
-	"github.com/unkeyed/ratelimit/internal/testserver"
+	"github.com/unkeyed/ratelimit/internal/testkit/dbtest"
+	"github.com/unkeyed/ratelimit/internal/testkit/poll"
+	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 )
 
 // The browser's time zone and locale in the dashboard's tests: five and a

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unkeyed/ratelimit/internal/charttest"
+	"github.com/unkeyed/ratelimit/internal/testkit/charttest"
 )
 
 // TestClientExamples runs the examples under examples/ (Go on connect-go,

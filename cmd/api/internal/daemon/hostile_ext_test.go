@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/apitest"
-	"github.com/unkeyed/ratelimit/internal/testserver"
+	"github.com/unkeyed/ratelimit/internal/testkit/loopback"
+	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 )
 
 // TestNoIdentifierAliasing: a long identifier is counted under its digest,
@@ -66,7 +66,7 @@ func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 // call fails with a generic message and a request id, on Connect and on v2;
 // the log has the database's error under the same id.
 func TestInternalErrorsAreOpaque(t *testing.T) {
-	var log apitest.LockedBuffer
+	var log loopback.Log
 	dead := "u:p@tcp(127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)) + ")/ratelimit"
 	ts := startServerLogging(t, slog.New(slog.NewTextHandler(&log, nil)), "UNKEY_AUTH_TOKENS="+tokA+"=ws_a", "UNKEY_MYSQL_DSN="+dead)
 	status, out := ts.call(t, "SetOverride", tokA, `{"namespace":"n","identifier":"a","limit":10,"duration":60000}`)

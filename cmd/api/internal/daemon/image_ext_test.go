@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unkeyed/ratelimit/internal/charttest"
-	"github.com/unkeyed/ratelimit/internal/poll"
-	"github.com/unkeyed/ratelimit/internal/testserver"
+	"github.com/unkeyed/ratelimit/internal/testkit/charttest"
+	"github.com/unkeyed/ratelimit/internal/testkit/poll"
+	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 )
 
 // TestImage builds the API's binary with `make binaries`, as `make image`

@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/apitest"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/command"
-	"github.com/unkeyed/ratelimit/internal/dbtest"
-	"github.com/unkeyed/ratelimit/internal/poll"
+	"github.com/unkeyed/ratelimit/internal/testkit/dbtest"
+	"github.com/unkeyed/ratelimit/internal/testkit/loopback"
+	"github.com/unkeyed/ratelimit/internal/testkit/poll"
 )
 
 // keysPoll is the override (and keys) poll interval of the tests'
@@ -75,7 +75,7 @@ func TestKeysAcrossProcesses(t *testing.T) {
 	env := []string{"UNKEY_MYSQL_DSN=" + m.DSN, "UNKEY_OVERRIDES_POLL_INTERVAL=" + keysPoll.String()}
 	adminID, admin, _ := cliKey(t, env, "create", "--workspace", "ws_k", "--name", "admin", "--permissions",
 		"keys.manage, audit.read, ratelimit.*.limit, ratelimit.*.set_override, ratelimit.*.read_override, ratelimit.*.delete_override")
-	var logA, logB apitest.LockedBuffer
+	var logA, logB loopback.Log
 	a := startServerLogging(t, slog.New(slog.NewJSONHandler(&logA, &slog.HandlerOptions{Level: slog.LevelDebug})), env...)
 	b := startServerLogging(t, slog.New(slog.NewJSONHandler(&logB, &slog.HandlerOptions{Level: slog.LevelDebug})), env...)
 
@@ -218,7 +218,7 @@ func TestKeysAcrossProcesses(t *testing.T) {
 	// No table holds a key, and no log line.
 	secrets := []string{admin, gateway, short}
 	dumpHasNone(t, sqlDB, secrets)
-	for name, log := range map[string]*apitest.LockedBuffer{"A": &logA, "B": &logB} {
+	for name, log := range map[string]*loopback.Log{"A": &logA, "B": &logB} {
 		for _, s := range secrets {
 			if strings.Contains(log.String(), s) {
 				t.Fatalf("process %s logged a key", name)

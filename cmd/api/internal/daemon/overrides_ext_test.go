@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unkeyed/ratelimit/internal/dbtest"
+	"github.com/unkeyed/ratelimit/internal/testkit/dbtest"
 )
 
 // TestOverridesOverTheAPI sets, reads, lists and deletes overrides over

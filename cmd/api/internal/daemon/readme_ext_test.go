@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unkeyed/ratelimit/internal/charttest"
+	"github.com/unkeyed/ratelimit/internal/testkit/charttest"
 )
 
 // between returns the text of s after the first start and before the next

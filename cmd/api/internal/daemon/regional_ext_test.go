@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unkeyed/ratelimit/internal/poll"
-	"github.com/unkeyed/ratelimit/internal/testserver"
+	"github.com/unkeyed/ratelimit/internal/testkit/poll"
+	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 )
 
 // TestTwoProcessesOneRegion runs two real API servers on one Redis: what A

@@ -17,9 +17,9 @@ import (
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/command"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
-	"github.com/unkeyed/ratelimit/internal/dbtest"
-	"github.com/unkeyed/ratelimit/internal/poll"
-	"github.com/unkeyed/ratelimit/internal/testserver"
+	"github.com/unkeyed/ratelimit/internal/testkit/dbtest"
+	"github.com/unkeyed/ratelimit/internal/testkit/poll"
+	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 	"github.com/unkeyed/ratelimit/services/ratelimit/mysqlstore"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )

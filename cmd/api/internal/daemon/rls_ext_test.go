@@ -20,10 +20,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/apitest"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/daemon"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
-	"github.com/unkeyed/ratelimit/internal/poll"
+	"github.com/unkeyed/ratelimit/internal/testkit/loopback"
+	"github.com/unkeyed/ratelimit/internal/testkit/poll"
 )
 
 // rlsExamples is envoyproxy/ratelimit's README's eleven worked examples.
@@ -33,7 +33,7 @@ const rlsExamples = "../../../../services/rlsconfig/testdata/examples"
 // Envoy-based gateway's rate limit client calls the service.
 func rlsClient(t *testing.T, addr string) rlsv3.RateLimitServiceClient {
 	t.Helper()
-	return rlsv3.NewRateLimitServiceClient(apitest.Dial(t, addr))
+	return rlsv3.NewRateLimitServiceClient(loopback.Dial(t, addr))
 }
 
 // desc builds a descriptor from key, value pairs.
@@ -250,7 +250,7 @@ func TestRLSRequest(t *testing.T) {
 	}
 	// Health and reflection name the service on both ports.
 	for _, addr := range []string{ts.grpcAddr, strings.TrimPrefix(ts.url, "http://")} {
-		conn := apitest.Dial(t, addr)
+		conn := loopback.Dial(t, addr)
 		hc, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: envoyrls.ServiceName})
 		if err != nil || hc.Status != healthpb.HealthCheckResponse_SERVING {
 			t.Errorf("%s: health of %s: %v, %v", addr, envoyrls.ServiceName, hc, err)

@@ -22,10 +22,10 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/daemon"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/daemon/daemontest"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
-	"github.com/unkeyed/ratelimit/internal/poll"
 )
 
 // TestMain quiets go-redis's own log, which the tests' faults (a killed
@@ -55,47 +55,12 @@ func startServer(t testing.TB, environ ...string) *testServer {
 // startServerLogging is startServer with the server's log going to logger.
 func startServerLogging(t testing.TB, logger *slog.Logger, environ ...string) *testServer {
 	t.Helper()
-	cfg, err := daemon.LoadConfig(append([]string{"UNKEY_REGION=test"}, environ...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := daemon.New(cfg, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ts := &testServer{url: "http://" + ln.Addr().String(), srv: srv}
-	var grpcLn net.Listener
-	if cfg.GRPCAddr != "" {
-		if grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
-			t.Fatal(err)
-		}
-		ts.grpcAddr = grpcLn.Addr().String()
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln, grpcLn) }()
-	ts.close = sync.OnceValue(func() error {
-		cancel()
-		return <-done
-	})
-	ts.client = &http.Client{Timeout: 10 * time.Second}
+	s := daemontest.Start(t, logger, environ...)
 	var protocols http.Protocols
 	protocols.SetUnencryptedHTTP2(true)
-	ts.h2c = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Protocols: &protocols}}
-	t.Cleanup(func() {
-		if err := ts.close(); err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	// Serve takes traffic once its listener is open, and reports ready once
-	// the overrides are loaded: the tests start from a ready server, not
-	// from whichever came first (1 of 20 race runs saw /readyz answer 503).
-	poll.Until(t, 30*time.Second, "the server to report ready", srv.Ready)
-	return ts
+	return &testServer{url: s.URL, srv: s.Daemon, close: s.Close, grpcAddr: s.GRPCAddr,
+		client: &http.Client{Timeout: 10 * time.Second},
+		h2c:    &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Protocols: &protocols}}}
 }
 
 // Bearer tokens of the tests' workspaces: at least 16 characters, as the

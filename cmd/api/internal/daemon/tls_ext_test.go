@@ -20,10 +20,10 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/apitest"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
-	"github.com/unkeyed/ratelimit/internal/poll"
-	"github.com/unkeyed/ratelimit/internal/testserver"
+	"github.com/unkeyed/ratelimit/internal/testkit/loopback"
+	"github.com/unkeyed/ratelimit/internal/testkit/poll"
+	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 )
 
 // serialOf returns the serial of the certificate a new TLS connection to
@@ -178,7 +178,7 @@ func TestExpiredCertificate(t *testing.T) {
 	certFile, keyFile := ca.IssueValid(t, dir, 300, false, expired.Add(-time.Hour), expired)
 	caFile := filepath.Join(dir, "ca.pem")
 	os.WriteFile(caFile, ca.PEM, 0o644)
-	var log apitest.LockedBuffer
+	var log loopback.Log
 	ts := startServerLogging(t, slog.New(slog.NewTextHandler(&log, nil)), "UNKEY_TLS_CERT_FILE="+certFile,
 		"UNKEY_TLS_KEY_FILE="+keyFile, "UNKEY_TLS_CLIENT_CA_FILE="+caFile)
 	addr := strings.TrimPrefix(ts.url, "http://")

@@ -20,9 +20,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
-	"github.com/unkeyed/ratelimit/internal/poll"
 	"github.com/unkeyed/ratelimit/internal/telemetry"
-	"github.com/unkeyed/ratelimit/internal/testserver"
+	"github.com/unkeyed/ratelimit/internal/testkit/poll"
+	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 )
 
 // collector is an OTLP receiver, over HTTP and gRPC, that keeps the spans

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unkeyed/ratelimit/internal/charttest"
-	"github.com/unkeyed/ratelimit/internal/testserver"
+	"github.com/unkeyed/ratelimit/internal/testkit/charttest"
+	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 )
 
 // TestUnkeySDKs runs testdata/unkey_sdk.mjs, which calls the server through

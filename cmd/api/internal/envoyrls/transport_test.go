@@ -3,6 +3,8 @@ package envoyrls_test
 import (
 	"context"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -12,9 +14,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/apitest"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/daemon/daemontest"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
-	"github.com/unkeyed/ratelimit/services/rlsconfig"
+	"github.com/unkeyed/ratelimit/internal/testkit/loopback"
 )
 
 const token = "tok_envoyrls_0123456789"
@@ -29,28 +31,25 @@ descriptors:
 // otherDomainToken may decide only in the domain "other".
 const otherDomainToken = "tok_envoyrls_other_0123456789"
 
-// serve returns the main port's URL and the grpc-go port's address of a
-// service with rules.
+// serve starts the API, as package daemon builds it, with rules, and
+// returns the main port's URL and the grpc-go port's address.
 func serve(t *testing.T) (url, grpcAddr string) {
 	t.Helper()
-	s := apitest.New(t, apitest.WithTokens(token+"=ws"), apitest.WithKey(otherDomainToken, "ws", "ratelimit.envoy:other.limit"))
-	cfg, err := rlsconfig.Load(rlsconfig.File{Name: "rules.yaml", Data: []byte(rules)})
-	if err != nil {
+	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(rulesFile, []byte(rules), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := envoyrls.New(s.Layer, func() *rlsconfig.Config { return cfg }, s.Registry)
-	if err != nil {
-		t.Fatal(err)
-	}
-	url = s.Serve(t, func(mux *http.ServeMux) { svc.Register(mux) })
-	return url, s.ServeGRPC(t, svc.Codecs(), svc.RegisterGRPC)
+	keysFile := daemontest.KeysFile(t, daemontest.Key{Secret: otherDomainToken, Workspace: "ws", Permissions: []string{"ratelimit.envoy:other.limit"}})
+	s := daemontest.Start(t, nil, "UNKEY_AUTH_TOKENS="+token+"=ws", "UNKEY_AUTH_KEYS_FILE="+keysFile,
+		"UNKEY_RLS_CONFIG="+rulesFile, "UNKEY_GRPC_ADDR=127.0.0.1:0")
+	return s.URL, s.GRPCAddr
 }
 
 // client dials addr with grpc-go and Envoy's generated stubs, as an
 // Envoy-based gateway's rate limit client calls the service.
 func client(t *testing.T, addr string) rlsv3.RateLimitServiceClient {
 	t.Helper()
-	return rlsv3.NewRateLimitServiceClient(apitest.Dial(t, addr))
+	return rlsv3.NewRateLimitServiceClient(loopback.Dial(t, addr))
 }
 
 func request(domain string, values ...string) *rlsv3.RateLimitRequest {
@@ -122,6 +121,6 @@ func grpcCode(err error) codes.Code { return status.Code(err) }
 // "").
 func postJSON(t *testing.T, url, token, body string) (int, string) {
 	t.Helper()
-	status, raw := apitest.Post(t, url+"/json", token, "", strings.NewReader(body))
+	status, raw := loopback.Post(t, url+"/json", token, "", strings.NewReader(body))
 	return status, string(raw)
 }

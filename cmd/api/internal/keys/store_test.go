@@ -8,7 +8,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/keys/keystest"
-	"github.com/unkeyed/ratelimit/internal/dbtest"
+	"github.com/unkeyed/ratelimit/internal/testkit/dbtest"
 )
 
 func TestMemory(t *testing.T) {

@@ -19,9 +19,9 @@ type Budget struct {
 	inUse atomic.Int64
 }
 
-// DefaultBudget is 64 MiB: 64 messages of the largest size, or tens of
-// thousands of ordinary ones (a Limit call is about 200 bytes), in flight
-// at once. What a request holds is given back when it is answered; a
+// DefaultBudget is 64 MiB, UNKEY_DECODE_BUDGET_BYTES's default: 64
+// messages of the largest size, or tens of thousands of ordinary ones (a
+// Limit call is about 200 bytes), in flight at once. What a request holds is given back when it is answered; a
 // decompressor's output, once it has been decompressed.
 const DefaultBudget = 64 << 20
 

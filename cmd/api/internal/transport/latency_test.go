@@ -8,8 +8,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/apitest"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/daemon/daemontest"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
+	"github.com/unkeyed/ratelimit/internal/testkit/loopback"
 )
 
 // samples returns the observation counts of unkey_request_duration_seconds
@@ -40,8 +41,8 @@ func samples(t *testing.T, reg *prometheus.Registry) map[string]uint64 {
 // under its protocol, its method and its outcome; a path that names no
 // method is "unknown", so a caller cannot grow the series.
 func TestLatencyMetric(t *testing.T) {
-	s := apitest.New(t)
-	url, grpcAddr := serveAll(t, s)
+	s := daemontest.Start(t, nil, "UNKEY_GRPC_ADDR=127.0.0.1:0")
+	url, grpcAddr := s.URL, s.GRPCAddr
 	limit := `{"namespace":"ns","identifier":"lat","limit":1,"duration":60000}`
 	for range 2 { // passed, then denied
 		post(t, url+"/ratelimit.v1.RatelimitService/Limit", "application/json", strings.NewReader(limit))
@@ -52,12 +53,12 @@ func TestLatencyMetric(t *testing.T) {
 	for i := range 3 {
 		post(t, url+"/ratelimit.v1.RatelimitService/NoSuchMethod"+strings.Repeat("x", i), "application/json", strings.NewReader(`{}`))
 	}
-	conn := apitest.Dial(t, grpcAddr)
+	conn := loopback.Dial(t, grpcAddr)
 	for range 2 {
 		conn.Invoke(context.Background(), "/ratelimit.v1.RatelimitService/Limit",
 			&ratelimitv1.LimitRequest{Namespace: "ns", Identifier: "grpc", Limit: 1, Duration: 60000}, new(ratelimitv1.LimitResponse))
 	}
-	got := samples(t, s.Registry)
+	got := samples(t, s.Registry())
 	for series, want := range map[string]uint64{
 		"connect Limit passed":      1,
 		"connect Limit denied":      1,
@@ -82,15 +83,15 @@ func TestLatencyMetric(t *testing.T) {
 // the method, so that nobody grows the series (before: one series per
 // path a caller made up).
 func TestLatencyLabelsOnTheGRPCPort(t *testing.T) {
-	s := apitest.New(t, apitest.WithTokens("tok_0123456789abcdef=ws"))
-	_, grpcAddr := serveAll(t, s)
-	conn := apitest.Dial(t, grpcAddr)
+	s := daemontest.Start(t, nil, "UNKEY_AUTH_TOKENS=tok_0123456789abcdef=ws", "UNKEY_GRPC_ADDR=127.0.0.1:0")
+	grpcAddr := s.GRPCAddr
+	conn := loopback.Dial(t, grpcAddr)
 	for i := range 20 {
 		conn.Invoke(context.Background(), fmt.Sprintf("/ratelimit.v1.RatelimitService/Made%d", i),
 			&ratelimitv1.LimitRequest{}, new(ratelimitv1.LimitResponse))
 	}
 	conn.Invoke(context.Background(), "/ratelimit.v1.RatelimitService/Limit", &ratelimitv1.LimitRequest{}, new(ratelimitv1.LimitResponse))
-	got := samples(t, s.Registry)
+	got := samples(t, s.Registry())
 	if got["grpc unknown error"] != 20 || got["grpc Limit error"] != 1 || len(got) != 2 {
 		t.Fatalf("series %v, want 20 unknown errors and 1 Limit error", got)
 	}

@@ -24,11 +24,18 @@ type Layer struct {
 
 // NewLayer returns the layer of a server deciding on p, reading requests
 // within budget, logging to logger, and timing every call into
-// unkey_request_duration_seconds, registered with reg.
+// unkey_request_duration_seconds; it registers that and
+// unkey_decode_budget_in_use_bytes, the budget's bytes in use, with reg.
 func NewLayer(p *pipeline.Pipeline, budget *Budget, logger *slog.Logger, reg prometheus.Registerer) (*Layer, error) {
 	latency, err := newLatency(reg)
 	if err != nil {
 		return nil, fmt.Errorf("register latency metric: %w", err)
+	}
+	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "unkey_decode_budget_in_use_bytes",
+		Help: "Bytes of request messages being read and decoded now, all clients and both ports together; at UNKEY_DECODE_BUDGET_BYTES a request is answered busy.",
+	}, func() float64 { return float64(budget.InUse()) })); err != nil {
+		return nil, fmt.Errorf("register decode budget metric: %w", err)
 	}
 	return &Layer{pipeline: p, budget: budget, logger: logger, latency: latency}, nil
 }

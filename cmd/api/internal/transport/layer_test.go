@@ -3,50 +3,72 @@ package transport_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/apitest"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/connectapi"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/daemon/daemontest"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/unkeyv2"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
-	"github.com/unkeyed/ratelimit/internal/poll"
-	"github.com/unkeyed/ratelimit/services/rlsconfig"
+	"github.com/unkeyed/ratelimit/internal/testkit/loopback"
+	"github.com/unkeyed/ratelimit/internal/testkit/poll"
+	"github.com/unkeyed/ratelimit/services/overrides"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
-// serveAll serves every adapter behind the stack's layer, on the main
-// port and on a grpc-go server, and returns the URL and the grpc-go
-// address.
-func serveAll(t *testing.T, s *apitest.Stack) (string, string) {
+// newLayer returns a layer on an in-memory limiter and overrides, wired as
+// package daemon wires a process without stores, with the log it writes,
+// for the tests of routes no adapter serves.
+func newLayer(t *testing.T) (*transport.Layer, *loopback.Log) {
 	t.Helper()
-	cfg, err := rlsconfig.Load()
+	reg := prometheus.NewRegistry()
+	limiter, err := ratelimit.New("test", ratelimit.WithRegisterer(reg))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rls, err := envoyrls.New(s.Layer, func() *rlsconfig.Config { return cfg }, s.Registry)
+	ov, err := overrides.New(overrides.WithRegisterer(reg))
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := s.Serve(t, func(mux *http.ServeMux) {
-		connectapi.New(s.Layer).Register(mux)
-		unkeyv2.New(s.Layer).Register(mux)
-		rls.Register(mux)
-	})
-	addr := s.ServeGRPC(t, connectapi.New(s.Layer).Codecs(), func(srv *grpc.Server) {
-		connectapi.New(s.Layer).RegisterGRPC(srv)
-		rls.RegisterGRPC(srv)
-	})
-	return url, addr
+	p, err := pipeline.New(limiter, ov, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &loopback.Log{}
+	l, err := transport.NewLayer(p, transport.NewBudget(transport.DefaultBudget), slog.New(slog.NewTextHandler(log, nil)), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, log
+}
+
+// budgetInUse reads unkey_decode_budget_in_use_bytes off reg.
+func budgetInUse(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "unkey_decode_budget_in_use_bytes" {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("no unkey_decode_budget_in_use_bytes")
+	return 0
 }
 
 func post(t *testing.T, url, contentType string, body io.Reader) (int, string) {
@@ -63,11 +85,13 @@ func post(t *testing.T, url, contentType string, body io.Reader) (int, string) {
 // TestDecodeBudgetIsShared: with the budget held by a request being read,
 // another request is refused alike on every route, resource_exhausted (429)
 // naming the cause, and once the first is answered the budget is whole
-// again.
+// again; unkey_decode_budget_in_use_bytes says what is held.
 func TestDecodeBudgetIsShared(t *testing.T) {
-	s := apitest.New(t, apitest.WithBudget(4096))
-	url, grpcAddr := serveAll(t, s)
-	// A request that sends 4,000 bytes of its body and waits holds them.
+	const budget = transport.MaxRequestBytes // the smallest the server takes
+	s := daemontest.Start(t, nil, fmt.Sprint("UNKEY_DECODE_BUDGET_BYTES=", budget), "UNKEY_GRPC_ADDR=127.0.0.1:0")
+	url, grpcAddr := s.URL, s.GRPCAddr
+	// A request that sends all but 100 bytes of the budget and waits holds
+	// them.
 	pr, pw := io.Pipe()
 	held := make(chan struct{})
 	go func() {
@@ -76,8 +100,8 @@ func TestDecodeBudgetIsShared(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	pw.Write([]byte(`{"namespace":"` + strings.Repeat("n", 3990)))
-	poll.Until(t, 5*time.Second, "the first request to hold its body", func() bool { return s.Budget.InUse() >= 3990 })
+	pw.Write([]byte(`{"namespace":"` + strings.Repeat("n", budget-100-14)))
+	poll.Until(t, 5*time.Second, "the first request to hold its body", func() bool { return budgetInUse(t, s.Registry()) >= budget-100 })
 
 	body := `{"namespace":"ns","identifier":"` + strings.Repeat("x", 200) + `","limit":10,"duration":60000}`
 	for _, tc := range []struct{ path, contentType, want string }{
@@ -93,7 +117,7 @@ func TestDecodeBudgetIsShared(t *testing.T) {
 	}
 	// On the grpc-go port, a message being handled takes its size from the
 	// same budget: past it, resource_exhausted "server busy".
-	conn := apitest.Dial(t, grpcAddr)
+	conn := loopback.Dial(t, grpcAddr)
 	err := conn.Invoke(context.Background(), "/ratelimit.v1.RatelimitService/Limit", &ratelimitv1.LimitRequest{Namespace: "ns",
 		Identifier: strings.Repeat("x", 200), Limit: 10, Duration: 60000}, new(ratelimitv1.LimitResponse))
 	if st, _ := status.FromError(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "server busy") {
@@ -106,7 +130,7 @@ func TestDecodeBudgetIsShared(t *testing.T) {
 	}
 	pw.CloseWithError(errors.New("gone"))
 	<-held
-	poll.Until(t, 5*time.Second, "the budget to be whole again", func() bool { return s.Budget.InUse() == 0 })
+	poll.Until(t, 5*time.Second, "the budget to be whole again", func() bool { return budgetInUse(t, s.Registry()) == 0 })
 	if status, out := post(t, url+"/ratelimit.v1.RatelimitService/Limit", "application/json", strings.NewReader(body)); status != http.StatusOK {
 		t.Fatalf("Limit with the budget given back: %d %s", status, out)
 	}
@@ -115,16 +139,15 @@ func TestDecodeBudgetIsShared(t *testing.T) {
 		Identifier: strings.Repeat("x", 200), Limit: 10, Duration: 60000}, out); err != nil || !out.Success {
 		t.Fatalf("grpc-go Limit with the budget given back: %v, %v", out, err)
 	}
-	if s.Budget.InUse() != 0 {
-		t.Fatalf("the grpc-go call kept %d bytes of the budget", s.Budget.InUse())
+	if n := budgetInUse(t, s.Registry()); n != 0 {
+		t.Fatalf("the grpc-go call kept %v bytes of the budget", n)
 	}
 }
 
 // TestBodyCap: a body over 1 MiB is refused by one rule on every route,
 // invalid_argument (400).
 func TestBodyCap(t *testing.T) {
-	s := apitest.New(t)
-	url, _ := serveAll(t, s)
+	url := daemontest.Start(t, nil).URL
 	big := `{"namespace":"` + strings.Repeat("n", 1<<20) + `"}`
 	for _, path := range []string{"/ratelimit.v1.RatelimitService/Limit", "/v2/ratelimit.limit", "/json", envoyrls.Procedure} {
 		status, out := post(t, url+path, "application/json", strings.NewReader(big))
@@ -139,15 +162,17 @@ func TestBodyCap(t *testing.T) {
 // http.ErrAbortHandler aborts the answer as net/http means it to, and is
 // not logged as a failure.
 func TestRecover(t *testing.T) {
-	s := apitest.New(t)
-	url := s.Serve(t, func(mux *http.ServeMux) {
-		mux.Handle("/panic", s.Layer.Route(s.Layer.ConnectRenderer(), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
-			panic("something broke")
-		})))
-		mux.Handle("/abort", s.Layer.Route(s.Layer.ConnectRenderer(), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
-			panic(http.ErrAbortHandler)
-		})))
-	})
+	l, log := newLayer(t)
+	mux := http.NewServeMux()
+	mux.Handle("/panic", l.Route(l.ConnectRenderer(), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		panic("something broke")
+	})))
+	mux.Handle("/abort", l.Route(l.ConnectRenderer(), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		panic(http.ErrAbortHandler)
+	})))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	url := srv.URL
 	status, out := post(t, url+"/panic", "application/json", strings.NewReader("{}"))
 	_, id, _ := strings.Cut(out, "request id ")
 	id = strings.TrimSuffix(id, `"}`)
@@ -155,15 +180,15 @@ func TestRecover(t *testing.T) {
 		strings.Contains(out, "something broke") {
 		t.Fatalf("a panic: %d %s, want an opaque internal error with a request id", status, out)
 	}
-	if log := s.Log.String(); !strings.Contains(log, "request_id="+id) || !strings.Contains(log, "something broke") || !strings.Contains(log, "goroutine") {
+	if log := log.String(); !strings.Contains(log, "request_id="+id) || !strings.Contains(log, "something broke") || !strings.Contains(log, "goroutine") {
 		t.Fatalf("the log does not have the panic under %s: %s", id, log)
 	}
-	before := s.Log.String()
+	before := log.String()
 	if resp, err := http.Post(url+"/abort", "application/json", strings.NewReader("{}")); err == nil {
 		resp.Body.Close()
 		t.Fatalf("an aborted answer reached the client: %d", resp.StatusCode)
 	}
-	if s.Log.String() != before {
-		t.Fatalf("an abort was logged as a failure: %s", strings.TrimPrefix(s.Log.String(), before))
+	if log.String() != before {
+		t.Fatalf("an abort was logged as a failure: %s", strings.TrimPrefix(log.String(), before))
 	}
 }

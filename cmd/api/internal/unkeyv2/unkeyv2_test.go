@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/apitest"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/daemon/daemontest"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/unkeyv2"
+	"github.com/unkeyed/ratelimit/internal/testkit/loopback"
 )
 
 const tokA = "tok_unkeyv2_a_0123456789"
@@ -17,23 +17,23 @@ const tokA = "tok_unkeyv2_a_0123456789"
 // tokLimitN is a key of ws_a that may only decide in namespace n.
 const tokLimitN = "tok_unkeyv2_limit_n_0123456789"
 
-// server is the v2 routes on loopback.
+// server is the API, as package daemon builds it, on loopback.
 type server struct {
-	url   string
-	stack *apitest.Stack
+	url string
 }
 
 func serve(t *testing.T) *server {
 	t.Helper()
-	s := apitest.New(t, apitest.WithTokens(tokA+"=ws_a"), apitest.WithKey(tokLimitN, "ws_a", "ratelimit.n.limit"))
-	return &server{url: s.Serve(t, unkeyv2.New(s.Layer).Register), stack: s}
+	keysFile := daemontest.KeysFile(t, daemontest.Key{Secret: tokLimitN, Workspace: "ws_a", Permissions: []string{"ratelimit.n.limit"}})
+	s := daemontest.Start(t, nil, "UNKEY_AUTH_TOKENS="+tokA+"=ws_a", "UNKEY_AUTH_KEYS_FILE="+keysFile)
+	return &server{url: s.URL}
 }
 
 // post posts body to path with token (none if "") and returns the status
 // and the body of the answer.
 func (s *server) post(t *testing.T, path, token string, body io.Reader) (int, []byte) {
 	t.Helper()
-	return apitest.Post(t, s.url+path, token, "application/json", body)
+	return loopback.Post(t, s.url+path, token, "application/json", body)
 }
 
 // TestUnkeyV2Shapes checks what the SDKs do not exercise: identifiers up to

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unkeyed/ratelimit/internal/poll"
+	"github.com/unkeyed/ratelimit/internal/testkit/poll"
 )
 
 // RedisCluster is a private Redis Cluster started by the test and stopped

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unkeyed/ratelimit/internal/poll"
+	"github.com/unkeyed/ratelimit/internal/testkit/poll"
 )
 
 // FreePort returns a loopback TCP port that was free a moment ago.

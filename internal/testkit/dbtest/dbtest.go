@@ -9,7 +9,7 @@ import (
 	_ "github.com/go-sql-driver/mysql" // the driver the DSNs are for
 
 	"github.com/unkeyed/ratelimit/db"
-	"github.com/unkeyed/ratelimit/internal/testserver"
+	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 )
 
 // Start starts a private MariaDB (see testserver.StartMariaDB), applies the

@@ -43,7 +43,7 @@ type Render struct {
 // Root is the repository's root directory.
 func Root() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }
 
 // Renders renders the chart on its minimum Kubernetes version with its CI
