@@ -7,7 +7,7 @@ import (
 
 	"github.com/puzpuzpuz/xsync/v4"
 
-	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/overrides/store"
 )
 
 // index is a process's copy of every override, for lookups without I/O.
@@ -23,7 +23,7 @@ type index struct {
 	// stored (but for its seen mark): a change stores a new one.
 	entries *xsync.Map[key, *entry]
 	// patterns holds the live patterns of each namespace that has any.
-	patterns *xsync.Map[ratelimit.Scope, *patternSet]
+	patterns *xsync.Map[store.Scope, *patternSet]
 	// perWorkspace counts each workspace's live overrides, for the cap.
 	perWorkspace *xsync.Map[string, *atomic.Int64]
 	// live and livePatterns count the live overrides and patterns: a
@@ -65,7 +65,7 @@ type patternSet struct {
 func newIndex() *index {
 	return &index{
 		entries:      xsync.NewMap[key, *entry](),
-		patterns:     xsync.NewMap[ratelimit.Scope, *patternSet](),
+		patterns:     xsync.NewMap[store.Scope, *patternSet](),
 		perWorkspace: xsync.NewMap[string, *atomic.Int64](),
 	}
 }
@@ -82,7 +82,7 @@ func (x *index) lookup(workspace, namespace, identifier string) (Override, bool)
 	if x.livePatterns.Load() == 0 {
 		return Override{}, false
 	}
-	ps, ok := x.patterns.Load(ratelimit.Scope{Workspace: workspace, Namespace: namespace})
+	ps, ok := x.patterns.Load(store.Scope{Workspace: workspace, Namespace: namespace})
 	if !ok {
 		return Override{}, false
 	}
@@ -113,7 +113,7 @@ func (x *index) count(workspace string) int64 {
 // override, and reports whether it did. gen, if not zero, marks the entry
 // seen by that full load whether or not c was newer. A pattern's
 // namespace index is updated at once unless deferPatterns is set; the
-// caller then calls syncPatterns for the scopes (ratelimit.Scope) it touched.
+// caller then calls syncPatterns for the scopes (store.Scope) it touched.
 func (x *index) apply(c *Change, gen uint32, deferPatterns bool) bool {
 	k := key{c.Workspace, c.Namespace, c.Identifier}
 	applied := false
@@ -170,7 +170,7 @@ func (x *index) countChange(k key, wasLive, isLive bool) {
 }
 
 // patternSetOf returns the pattern set of sc, creating it empty.
-func (x *index) patternSetOf(sc ratelimit.Scope) *patternSet {
+func (x *index) patternSetOf(sc store.Scope) *patternSet {
 	ps, _ := x.patterns.LoadOrCompute(sc, func() (*patternSet, bool) {
 		return &patternSet{byID: map[string]*Override{}}, false
 	})
@@ -182,12 +182,12 @@ func (x *index) patternSetOf(sc ratelimit.Scope) *patternSet {
 // set's lock, so whichever of two racing changes syncs last leaves the
 // latest state.
 func (x *index) syncPattern(k key) {
-	x.syncPatterns(ratelimit.Scope{Workspace: k.workspace, Namespace: k.namespace}, []string{k.identifier})
+	x.syncPatterns(store.Scope{Workspace: k.workspace, Namespace: k.namespace}, []string{k.identifier})
 }
 
 // syncPatterns is syncPattern for many patterns of one namespace, with one
 // new index for them all, as a bulk load needs.
-func (x *index) syncPatterns(sc ratelimit.Scope, identifiers []string) {
+func (x *index) syncPatterns(sc store.Scope, identifiers []string) {
 	ps := x.patternSetOf(sc)
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
@@ -211,7 +211,7 @@ func (x *index) syncPatterns(sc ratelimit.Scope, identifiers []string) {
 // patternCounts returns how many live patterns a namespace holds, and how
 // many of them are floating.
 func (x *index) patternCounts(workspace, namespace string) (all, floating int) {
-	ps, ok := x.patterns.Load(ratelimit.Scope{Workspace: workspace, Namespace: namespace})
+	ps, ok := x.patterns.Load(store.Scope{Workspace: workspace, Namespace: namespace})
 	if !ok {
 		return 0, 0
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/overrides/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -54,7 +55,7 @@ const wildcard = '*'
 func isPattern(identifier string) bool { return strings.IndexByte(identifier, wildcard) >= 0 }
 
 // validate reports the first field of o that breaks a rule, as a
-// [*ratelimit.ValidationError], or nil. The names follow the limiter's rules;
+// [*invalid.Error], or nil. The names follow the limiter's rules;
 // the duration is a request's, and the limit a request's or 0, which blocks
 // the identifiers the override matches (every request denied, nothing
 // counted).
@@ -80,10 +81,10 @@ func validateKey(namespace, identifier string) error {
 	if strings.Trim(identifier, string(wildcard)) == "" {
 		// "*" alone would override the whole namespace: that is the
 		// caller's own limit, not an override.
-		return &ratelimit.ValidationError{Field: "identifier", Rule: "must hold a character besides *"}
+		return &invalid.Error{Field: "identifier", Rule: "must hold a character besides *"}
 	}
 	if strings.Count(identifier, string(wildcard)) > MaxWildcards {
-		return &ratelimit.ValidationError{Field: "identifier", Rule: fmt.Sprintf("must hold at most %d *", MaxWildcards)}
+		return &invalid.Error{Field: "identifier", Rule: fmt.Sprintf("must hold at most %d *", MaxWildcards)}
 	}
 	return nil
 }

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/internal/testkit/dbtest"
 	"github.com/unkeyed/ratelimit/services/overrides/mysqlstore"
-	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
 func TestMatch(t *testing.T) {
@@ -97,7 +97,7 @@ func TestValidation(t *testing.T) {
 		{Override{Namespace: "ns", Identifier: "x", Limit: 1, Duration: time.Millisecond}, "duration"},
 	} {
 		_, err := s.Set(context.Background(), tc.o)
-		var ve *ratelimit.ValidationError
+		var ve *invalid.Error
 		if !errors.As(err, &ve) || ve.Field != tc.field {
 			t.Errorf("Set(%+v) = %v, want a validation error on %s", tc.o, err, tc.field)
 		}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/overrides/store"
 )
 
 // Load reads every live override from the store in pages of loadPageSize,
@@ -57,15 +57,15 @@ func (s *Registry) load(ctx context.Context) error {
 
 // applyAll applies changes, sorting each touched namespace's patterns once.
 func (s *Registry) applyAll(changes []Change, gen uint32) {
-	var touched map[ratelimit.Scope][]string
+	var touched map[store.Scope][]string
 	for i := range changes {
 		c := &changes[i]
 		s.applied(s.idx.apply(c, gen, true))
 		if isPattern(c.Identifier) {
 			if touched == nil {
-				touched = map[ratelimit.Scope][]string{}
+				touched = map[store.Scope][]string{}
 			}
-			sc := ratelimit.Scope{Workspace: c.Workspace, Namespace: c.Namespace}
+			sc := store.Scope{Workspace: c.Workspace, Namespace: c.Namespace}
 			touched[sc] = append(touched[sc], c.Identifier)
 		}
 	}

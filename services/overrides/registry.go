@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/puzpuzpuz/xsync/v4"
 
+	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/overrides/memstore"
 	"github.com/unkeyed/ratelimit/services/overrides/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
@@ -190,7 +191,7 @@ func (s *Registry) Lookup(workspace, namespace, identifier string) (Override, bo
 }
 
 // Set creates or replaces the override of o's identifier (or pattern). It
-// returns a [*ratelimit.ValidationError] for an override that breaks a
+// returns a [*invalid.Error] for an override that breaks a
 // rule, a [*CapacityError] for a new one in a workspace at its cap, and a
 // [*PatternCapacityError] for a new pattern in a namespace at its cap. The
 // override applies on this process at once, and on the others within their
@@ -248,7 +249,7 @@ func (s *Registry) List(ctx context.Context, workspace, namespace, after string,
 		limit = DefaultListLimit
 	}
 	if limit < 1 || limit > MaxListLimit {
-		return nil, false, &ratelimit.ValidationError{Field: "limit", Rule: fmt.Sprintf("must be between 1 and %d", MaxListLimit)}
+		return nil, false, &invalid.Error{Field: "limit", Rule: fmt.Sprintf("must be between 1 and %d", MaxListLimit)}
 	}
 	out, err := s.store.List(ctx, workspace, namespace, after, limit+1)
 	if err != nil {

@@ -71,8 +71,10 @@
 // own (as redisstore and mysqlstore do) and runs the contract suite of
 // package storetest. A flush or sync schedule is the global tier's
 // (global.go, global_loop.go); the regional tier's timing is in regional.go.
-// The decision maths are decide (limit.go) over window and cell (window.go),
-// with the sliding weight and the retry time in sliding.go.
+// The decision maths are decide (limit.go) over the window (window.go) and
+// its cells (cell.go), with the sliding weight and the retry time in
+// sliding.go; an all-or-nothing MultiLimit's speculative counts are in
+// batch.go.
 // The stores hold fixed window cells and nothing else: a counter per key and
 // sequence, summed with max or add. A different algorithm whose state fits
 // that shape (a fixed window, a sliding log bucketed into cells) needs only

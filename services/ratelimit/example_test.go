@@ -34,7 +34,7 @@ func ExampleNew() {
 	for range 3 {
 		resp, err := limiter.Limit(ctx, req)
 		if err != nil {
-			panic(err) // a request that breaks a rule: *ratelimit.ValidationError
+			panic(err) // a request that breaks a rule: *invalid.Error
 		}
 		fmt.Println(resp.Success, resp.Remaining, resp.RetryAfter)
 	}

@@ -40,7 +40,7 @@ func (d *decision) response() Response {
 }
 
 // Limit decides whether req may spend its cost and, on success with a cost
-// above zero, counts it. It returns a [*ValidationError] for a request that
+// above zero, counts it. It returns a [*invalid.Error] for a request that
 // breaks a rule, and a [*CapacityError] for a new key in a workspace that holds
 // the most windows allowed, and counts nothing then. A warm decision does not
 // allocate and, unless the key is strict or its copy of the region's counts is
@@ -57,9 +57,14 @@ func (s *Service) Limit(ctx context.Context, req Request) (Response, error) {
 // to [MaxWindow], a year's rule of Envoy's rate limit service, and
 // [CheckCost]): it is not checked again. A request path that validates
 // before it applies an override (so that a caller's bad values are refused
-// whether or not one applies) calls this, and validates once. The limit must
-// be at least 1: a limit of 0 that blocks is the caller's to answer.
+// whether or not one applies) calls this, and validates once. A limit of 0
+// (which [CheckLimit] allows where zero blocks) denies and counts nothing.
+// With a [*CapacityError] the response still holds the limit and the
+// window's reset, for the answer.
 func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
+	if req.Limit == 0 {
+		return blocked(req.Duration, s.clock.Now().UnixMilli()), nil
+	}
 	key := windowKey{
 		workspace:  req.Workspace,
 		namespace:  req.Namespace,
@@ -71,7 +76,7 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 	for range maxEvictionRetries {
 		w, err := s.windows.forRequest(&key)
 		if err != nil {
-			return Response{}, err
+			return Response{Limit: req.Limit, Reset: resetAt(req.Duration, now)}, err
 		}
 		w.observeLimit(req.Limit)
 		s.regional.prepare(ctx, w, now)

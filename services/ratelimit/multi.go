@@ -30,7 +30,7 @@ type counted struct {
 // MultiLimit decides all reqs together: either every limit admits the request
 // and all are counted, or nothing is counted anywhere. Requests on the same key
 // accumulate: the second sees the first's cost. It returns a
-// [*ValidationError] naming the offending entry (such as "limits[2].cost")
+// [*invalid.Error] naming the offending entry (such as "limits[2].cost")
 // when any request breaks a rule, or a [*CapacityError] when a new key would
 // take its workspace past its cap, and counts nothing then.
 func (s *Service) MultiLimit(ctx context.Context, reqs []Request) (MultiResponse, error) {
@@ -42,8 +42,12 @@ func (s *Service) MultiLimit(ctx context.Context, reqs []Request) (MultiResponse
 
 // DecideAll is MultiLimit for a batch its caller has validated, with
 // ValidateBatch or entry by entry as for [Service.Decide]: it is not checked
-// again.
+// again. An entry whose limit is 0 is blocked: the batch fails, nothing is
+// counted, and the other entries report what is left for them.
 func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse, error) {
+	if anyBlocked(reqs) {
+		return s.decideBlocked(ctx, reqs)
+	}
 	keys := make([]windowKey, len(reqs))
 	for i, r := range reqs {
 		keys[i] = windowKey{workspace: r.Workspace, namespace: r.Namespace, identifier: r.Identifier, durationMs: r.Duration.Milliseconds()}

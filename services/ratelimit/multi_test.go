@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/unkeyed/ratelimit/internal/invalid"
 )
 
 func mustMulti(t testing.TB, s *Service, reqs ...Request) MultiResponse {
@@ -98,7 +100,7 @@ func TestMultiLimitDuplicateKeysAccumulate(t *testing.T) {
 func TestMultiLimitValidation(t *testing.T) {
 	s := newTestService(t, newFakeClock(0))
 	_, err := s.MultiLimit(context.Background(), nil)
-	var ve *ValidationError
+	var ve *invalid.Error
 	if !errors.As(err, &ve) || ve.Field != "limits" {
 		t.Fatalf("empty batch: %v, want a validation error on limits", err)
 	}

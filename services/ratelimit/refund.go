@@ -43,7 +43,7 @@ func CellOf(resp Response, duration time.Duration) int64 {
 
 // Refund gives r.Amount back to r's cell and returns what it gave: r.Amount,
 // or 0 when the cell no longer counts in any decision (the window after its
-// own has ended) or lies in the future. It returns a [*ValidationError] for
+// own has ended) or lies in the future. It returns a [*invalid.Error] for
 // bad values; the workspace's window cap never refuses a refund.
 func (s *Service) Refund(ctx context.Context, r Refund) (int64, error) {
 	if err := CheckName("namespace", r.Namespace, MaxNameLength); err != nil {

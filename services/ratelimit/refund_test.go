@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )
 
@@ -112,7 +113,7 @@ func TestRefundValidation(t *testing.T) {
 	} {
 		r := good
 		bad(&r)
-		var ve *ValidationError
+		var ve *invalid.Error
 		if _, err := s.Refund(context.Background(), r); !errors.As(err, &ve) || ve.Field != field {
 			t.Errorf("bad %s: %v, want a validation error naming it", field, err)
 		}

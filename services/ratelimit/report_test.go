@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/unkeyed/ratelimit/internal/invalid"
 )
 
 // TestReportsCount: the AI-gateway flow, a check of cost 0 before each LLM
@@ -54,7 +56,7 @@ func TestReportBounds(t *testing.T) {
 	s := newTestService(t, newFakeClock(0))
 	r := req("x", 10, time.Minute, MaxCost+1)
 	r.Report = true
-	var ve *ValidationError
+	var ve *invalid.Error
 	if _, err := s.Limit(context.Background(), r); !errors.As(err, &ve) || ve.Field != "cost" {
 		t.Fatalf("a report over MaxCost: %v", err)
 	}

@@ -1,10 +1,11 @@
 package ratelimit
 
 import (
-	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
+
+	"github.com/unkeyed/ratelimit/internal/invalid"
 )
 
 // Bounds of a valid [Request]. Names and identifiers fit the 255-character
@@ -23,18 +24,6 @@ const (
 	// bits, so a year costs nothing more than a day.
 	MaxWindow = 366 * 24 * time.Hour
 )
-
-// ValidationError reports a request field that breaks a rule. Nothing is
-// counted for a request that fails validation.
-type ValidationError struct {
-	// Field is the name of the offending field, such as "identifier" or
-	// "limits[2].cost".
-	Field string
-	// Rule says what the field must be.
-	Rule string
-}
-
-func (e *ValidationError) Error() string { return e.Field + ": " + e.Rule }
 
 // Validate reports the first field of r that breaks a rule, or nil. The
 // workspace is not checked: it comes from the caller's credentials, not from
@@ -65,9 +54,9 @@ func (r *Request) Validate() error {
 func CheckReserve(reserve, report bool, cost int64) error {
 	switch {
 	case reserve && report:
-		return &ValidationError{Field: "reserve", Rule: "must be false in a report (report: true), which counts what was spent already"}
+		return &invalid.Error{Field: "reserve", Rule: "must be false in a report (report: true), which counts what was spent already"}
 	case reserve && cost < 1:
-		return &ValidationError{Field: "cost", Rule: "must be at least 1 in a reservation: the estimate to reserve"}
+		return &invalid.Error{Field: "cost", Rule: "must be at least 1 in a reservation: the estimate to reserve"}
 	}
 	return nil
 }
@@ -81,13 +70,13 @@ func ValidateBatch(reqs []Request) error {
 	}
 	for i := range reqs {
 		if err := reqs[i].Validate(); err != nil {
-			return InEntry("limits", i, err)
+			return invalid.InEntry("limits", i, err)
 		}
 		if err := CheckNotReport(reqs[i].Report); err != nil {
-			return InEntry("limits", i, err)
+			return invalid.InEntry("limits", i, err)
 		}
 		if err := CheckNotReserve(reqs[i].Reserve); err != nil {
-			return InEntry("limits", i, err)
+			return invalid.InEntry("limits", i, err)
 		}
 	}
 	return nil
@@ -98,7 +87,7 @@ func ValidateBatch(reqs []Request) error {
 // nothing when one entry fails cannot promise.
 func CheckNotReport(report bool) error {
 	if report {
-		return &ValidationError{Field: "report", Rule: "must be false in a MultiLimit, which counts all or nothing: send reports as Limit or BatchLimit entries"}
+		return &invalid.Error{Field: "report", Rule: "must be false in a MultiLimit, which counts all or nothing: send reports as Limit or BatchLimit entries"}
 	}
 	return nil
 }
@@ -107,74 +96,63 @@ func CheckNotReport(report bool) error {
 // with a token of its own, which a batch's answer has no room for.
 func CheckNotReserve(reserve bool) error {
 	if reserve {
-		return &ValidationError{Field: "reserve", Rule: "must be false in a batch: reserve with Limit"}
+		return &invalid.Error{Field: "reserve", Rule: "must be false in a batch: reserve with Limit"}
 	}
 	return nil
 }
 
-// CheckName returns a [*ValidationError] naming field unless s is a name of
+// CheckName returns a [*invalid.Error] naming field unless s is a name of
 // 1 to maxChars characters of valid UTF-8 without control characters (see
 // [IsControl]), or nil.
 func CheckName(field, s string, maxChars int) error {
 	if !validName(s, maxChars) {
-		return &ValidationError{Field: field,
+		return &invalid.Error{Field: field,
 			Rule: fmt.Sprintf("must be 1 to %d characters of valid UTF-8 without control characters", maxChars)}
 	}
 	return nil
 }
 
-// CheckLimit returns a [*ValidationError] naming field unless limit is
+// CheckLimit returns a [*invalid.Error] naming field unless limit is
 // between 1 and [MaxLimit], or 0 too if zeroBlocks (a limit of 0 that an
 // operator set blocks: every request denied, nothing counted), or nil.
 func CheckLimit(field string, limit int64, zeroBlocks bool) error {
 	switch {
 	case zeroBlocks && (limit < 0 || limit > MaxLimit):
-		return &ValidationError{Field: field, Rule: fmt.Sprintf("must be between 0 (block) and %d", int64(MaxLimit))}
+		return &invalid.Error{Field: field, Rule: fmt.Sprintf("must be between 0 (block) and %d", int64(MaxLimit))}
 	case !zeroBlocks && (limit < 1 || limit > MaxLimit):
-		return &ValidationError{Field: field, Rule: fmt.Sprintf("must be between 1 and %d", int64(MaxLimit))}
+		return &invalid.Error{Field: field, Rule: fmt.Sprintf("must be between 1 and %d", int64(MaxLimit))}
 	}
 	return nil
 }
 
-// CheckDuration returns a [*ValidationError] naming field unless d is
+// CheckDuration returns a [*invalid.Error] naming field unless d is
 // between [MinDuration] and max, in whole milliseconds as the API gives
 // them, or nil. max is at most [MaxWindow].
 func CheckDuration(field string, d, max time.Duration) error {
 	max = min(max, MaxWindow)
 	if d < MinDuration || d > max {
-		return &ValidationError{Field: field, Rule: fmt.Sprintf("must be between %d and %d milliseconds",
+		return &invalid.Error{Field: field, Rule: fmt.Sprintf("must be between %d and %d milliseconds",
 			MinDuration.Milliseconds(), max.Milliseconds())}
 	}
 	return nil
 }
 
-// CheckCost returns a [*ValidationError] naming field unless cost is
+// CheckCost returns a [*invalid.Error] naming field unless cost is
 // between 0 and [MaxCost], or nil.
 func CheckCost(field string, cost int64) error {
 	if cost < 0 || cost > MaxCost {
-		return &ValidationError{Field: field, Rule: fmt.Sprintf("must be between 0 and %d", int64(MaxCost))}
+		return &invalid.Error{Field: field, Rule: fmt.Sprintf("must be between 0 and %d", int64(MaxCost))}
 	}
 	return nil
 }
 
-// CheckBatchSize returns a [*ValidationError] naming field unless a batch
+// CheckBatchSize returns a [*invalid.Error] naming field unless a batch
 // of n entries holds 1 to max of them, or nil.
 func CheckBatchSize(field string, n, max int) error {
 	if n < 1 || n > max {
-		return &ValidationError{Field: field, Rule: fmt.Sprintf("must hold 1 to %d limits", max)}
+		return &invalid.Error{Field: field, Rule: fmt.Sprintf("must hold 1 to %d limits", max)}
 	}
 	return nil
-}
-
-// InEntry names the entry i of the list field in err, a validation error of
-// that entry: "cost" becomes "limits[2].cost". Any other error is returned
-// as it is.
-func InEntry(field string, i int, err error) error {
-	var ve *ValidationError
-	if !errors.As(err, &ve) {
-		return err
-	}
-	return &ValidationError{Field: fmt.Sprintf("%s[%d].%s", field, i, ve.Field), Rule: ve.Rule}
 }
 
 // IsControl reports whether r is a C0 or C1 control character or DEL, which

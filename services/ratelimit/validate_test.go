@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/unkeyed/ratelimit/internal/invalid"
 )
 
 func TestValidate(t *testing.T) {
@@ -40,7 +42,7 @@ func TestValidate(t *testing.T) {
 			r := ok
 			tc.change(&r)
 			_, err := s.Limit(context.Background(), r)
-			var ve *ValidationError
+			var ve *invalid.Error
 			if !errors.As(err, &ve) || ve.Field != tc.field || ve.Rule != tc.rule {
 				t.Fatalf("Limit = %v, want %s: %s", err, tc.field, tc.rule)
 			}

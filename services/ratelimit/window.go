@@ -9,107 +9,6 @@ import (
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
-// cell is the state of one fixed window cell: one key in one sequence. Every
-// field is atomic because the request path, the replay and the global loops
-// touch it without locks. 48 bytes.
-type cell struct {
-	// flags holds the fixed window this cell counts (see seq) and the cell's
-	// flags: cellHydrated, cellQueued, cellGrown, cellReseed, cellMarked and
-	// cellReserved.
-	// Sharing one word keeps the cell at 48 bytes, a size class of its own.
-	flags cellWord
-	// count is this region's count, including speculative batch increments
-	// that may still roll back.
-	count atomic.Int64
-	// speculative is the part of count that belongs to batches which have not
-	// committed yet. Nothing outside the process may see it.
-	speculative atomic.Int64
-	// global is the sum of the other regions' counts, imported by the global
-	// sync loop. The request path only reads it; it is never published.
-	global atomic.Int64
-	// unreplayed is what this process accepted into the cell and has not yet
-	// added to the regional store. All accepted requests of one replay
-	// interval coalesce here into one command.
-	unreplayed atomic.Int64
-	// stored is the highest count the regional store showed this process
-	// for the cell (a replay's answer, or a read): what it knows the store
-	// held, and writes back to one that lost its data (see
-	// regionalTier.merge).
-	stored atomic.Int64
-}
-
-// seq is the fixed window the cell counts (unix ms / duration). It never
-// changes: a new window gets a new cell.
-func (c *cell) seq() int64 { return c.flags.seq() }
-
-// cellWord packs a cell's sequence, which never changes, into the low 56 bits
-// of one atomic word and its flags into the high 8. Flag operations leave the
-// sequence untouched. 56 bits hold any sequence of a clock in milliseconds.
-type cellWord struct{ v atomic.Uint64 }
-
-const (
-	flagShift = 56
-	seqMask   = 1<<flagShift - 1
-)
-
-// init sets the sequence and the flags of a new cell.
-func (w *cellWord) init(seq int64, flags uint32) {
-	w.v.Store(uint64(seq)&seqMask | uint64(flags)<<flagShift)
-}
-
-// seq returns the sequence, sign-extended.
-func (w *cellWord) seq() int64 { return int64(w.v.Load()<<(64-flagShift)) >> (64 - flagShift) }
-
-// Load returns the flags.
-func (w *cellWord) Load() uint32 { return uint32(w.v.Load() >> flagShift) }
-
-// Or sets the flags in f and returns the old flags.
-func (w *cellWord) Or(f uint32) uint32 { return uint32(w.v.Or(uint64(f)<<flagShift) >> flagShift) }
-
-// And keeps only the flags in f and returns the old flags.
-func (w *cellWord) And(f uint32) uint32 {
-	return uint32(w.v.And(uint64(f&0xff)<<flagShift|seqMask) >> flagShift)
-}
-
-// Flags of a cell.
-const (
-	// cellHydrated: the cell holds what the regional store knew when it was
-	// created, or there is no regional store, or it could not be read (then a
-	// background refresh keeps trying). Requests on a cell without it wait for
-	// one read of the regional store.
-	cellHydrated uint32 = 1 << iota
-	// cellQueued: the cell is in the replay queue.
-	cellQueued
-	// cellGrown: the cell is in the queue of the next prompt global flush.
-	cellGrown
-	// cellReseed: a read found the regional store holding less than this
-	// process knows it held (it lost its data): the next replay sends the
-	// cell even without an increment, with its floor.
-	cellReseed
-	// cellMarked: a replay marked the cell in the regional store's index of
-	// cells to publish since the last full global flush (see
-	// store.Unpublished), which clears it: a cell is marked at most once
-	// per full flush interval.
-	cellMarked
-	// cellReserved: a reservation was counted into the cell, or refunds of
-	// it were seen: decisions weigh it less its refunds, and reads of the
-	// regional store fetch those too. Cells without it cost nothing more.
-	cellReserved
-)
-
-// atomicMax raises v to n if n is larger, and reports whether it did.
-func atomicMax(v *atomic.Int64, n int64) bool {
-	for {
-		old := v.Load()
-		if n <= old {
-			return false
-		}
-		if v.CompareAndSwap(old, n) {
-			return true
-		}
-	}
-}
-
 // window holds the cells of one key. Keeping a key's cells together means a
 // decision costs one map lookup. Cells sit in two slots indexed by seq&1: the
 // current and the previous window; a new window replaces the cell two
@@ -158,25 +57,20 @@ const (
 	transitionStep = uint64(1)<<16 + 1
 )
 
-// Scope is a workspace's namespace: the part of a key that many windows
-// share (a window holds it interned), and what overrides are filed under.
-type Scope struct {
-	Workspace string
-	Namespace string
-}
-
-// windowScope is what a window interns: its scope, and whether it holds
-// the refunds of its key rather than the key's counts (see Service.Refund).
+// windowScope is what a window interns, the part of its key that many
+// windows share: its workspace and namespace, and whether it holds the
+// refunds of its key rather than the key's counts (see Service.Refund).
 type windowScope struct {
-	Scope
-	refunds bool
+	workspace string
+	namespace string
+	refunds   bool
 }
 
 // newWindow returns an empty window for k. It copies the identifier so the
 // window does not pin the request buffer it was decoded from.
 func newWindow(k *windowKey) *window {
 	return &window{
-		scope:      unique.Make(windowScope{Scope{Workspace: k.workspace, Namespace: k.namespace}, k.refunds}),
+		scope:      unique.Make(windowScope{workspace: k.workspace, namespace: k.namespace, refunds: k.refunds}),
 		identifier: strings.Clone(k.identifier),
 		durationMs: k.durationMs,
 	}
@@ -188,13 +82,13 @@ func (w *window) is(k *windowKey) bool {
 		return false
 	}
 	sc := w.scope.Value()
-	return sc.Namespace == k.namespace && sc.Workspace == k.workspace && sc.refunds == k.refunds
+	return sc.namespace == k.namespace && sc.workspace == k.workspace && sc.refunds == k.refunds
 }
 
 // key returns w's key.
 func (w *window) key() windowKey {
 	sc := w.scope.Value()
-	return windowKey{workspace: sc.Workspace, namespace: sc.Namespace, identifier: w.identifier,
+	return windowKey{workspace: sc.workspace, namespace: sc.namespace, identifier: w.identifier,
 		durationMs: w.durationMs, refunds: sc.refunds}
 }
 
@@ -213,25 +107,13 @@ func (w *window) refundsKey() windowKey {
 func (w *window) cellKey(seq int64) store.CellKey {
 	sc := w.scope.Value()
 	return store.CellKey{
-		Workspace:  sc.Workspace,
-		Namespace:  sc.Namespace,
+		Workspace:  sc.workspace,
+		Namespace:  sc.namespace,
 		Identifier: w.identifier,
 		Duration:   time.Duration(w.durationMs) * time.Millisecond,
 		Sequence:   seq,
 		Refunds:    sc.refunds,
 	}
-}
-
-// newCell returns an empty cell for seq. Without a regional store there is
-// nothing to hydrate from, so the cell starts hydrated.
-func newCell(seq int64, hydrated bool) *cell {
-	var flags uint32
-	if hydrated {
-		flags = cellHydrated
-	}
-	c := &cell{}
-	c.flags.init(seq, flags)
-	return c
 }
 
 // cellsAt returns the cell of seq, creating it when the slot still holds an
@@ -321,11 +203,6 @@ func (w *window) observeLimit(limit int64) {
 	}
 }
 
-// beginTransition and endTransition bracket a change of both count and
-// speculative by a batch, so that committed can tell a torn read.
-func (w *window) beginTransition() { w.state.Add(transitionStep) }
-func (w *window) endTransition()   { w.state.Add(^uint64(0)) } // one fewer in progress
-
 // evicted reports whether the janitor is removing w.
 func (w *window) evicted() bool { return w.state.Load()&stateEvicted != 0 }
 
@@ -335,49 +212,4 @@ func (w *window) setEvicted(on bool) {
 	} else {
 		w.state.And(^stateEvicted)
 	}
-}
-
-// committed returns c's regional count without speculative batch increments,
-// and false when batches kept changing the cell during every attempt to read
-// a consistent pair (the caller tries again later).
-func (w *window) committed(c *cell) (int64, bool) {
-	for range 8 {
-		before := w.state.Load()
-		if before&stateInProgress != 0 {
-			continue
-		}
-		n := c.count.Load()
-		s := c.speculative.Load()
-		if w.state.Load()&stateBegun == before&stateBegun {
-			return n - s, true
-		}
-	}
-	return 0, false
-}
-
-// applySpeculative adds cost to c's count if it still is n, and records it
-// as speculative. It reports whether the count changed.
-func (w *window) applySpeculative(c *cell, n, cost int64) bool {
-	w.beginTransition()
-	defer w.endTransition()
-	c.speculative.Add(cost)
-	if c.count.CompareAndSwap(n, n+cost) {
-		return true
-	}
-	c.speculative.Add(-cost)
-	return false
-}
-
-// rollback takes back a speculative increment of cost on c.
-func (w *window) rollback(c *cell, cost int64) {
-	w.beginTransition()
-	defer w.endTransition()
-	c.count.Add(-cost)
-	c.speculative.Add(-cost)
-}
-
-// commit makes a speculative increment of cost on c final. One atomic step,
-// so readers of committed never see it torn.
-func (w *window) commit(c *cell, cost int64) {
-	c.speculative.Add(-cost)
 }

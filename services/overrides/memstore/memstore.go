@@ -35,7 +35,7 @@ type Store struct {
 	// rows holds every row, live or tombstone; scopes the same rows by
 	// workspace and namespace, for List.
 	rows   map[key]*row
-	scopes map[ratelimit.Scope]map[string]*row
+	scopes map[store.Scope]map[string]*row
 	// log holds a row at each revision it took, in revision order, for
 	// Changes; entries of rows that changed again since are skipped, and
 	// dropped when the log is compacted.
@@ -71,7 +71,7 @@ func WithClock(c ratelimit.Clock) Option { return func(s *Store) { s.clock = c }
 
 // New returns an empty store.
 func New(opts ...Option) *Store {
-	s := &Store{clock: ratelimit.SystemClock{}, rows: map[key]*row{}, scopes: map[ratelimit.Scope]map[string]*row{}}
+	s := &Store{clock: ratelimit.SystemClock{}, rows: map[key]*row{}, scopes: map[store.Scope]map[string]*row{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -125,7 +125,7 @@ func (r *row) key() key {
 func (s *Store) drop(r *row) {
 	o := r.change.Override
 	delete(s.rows, r.key())
-	sc := ratelimit.Scope{Workspace: o.Workspace, Namespace: o.Namespace}
+	sc := store.Scope{Workspace: o.Workspace, Namespace: o.Namespace}
 	delete(s.scopes[sc], o.Identifier)
 	if len(s.scopes[sc]) == 0 {
 		delete(s.scopes, sc)
@@ -145,7 +145,7 @@ func (s *Store) Set(ctx context.Context, o store.Override) (store.Change, error)
 		s.pks++
 		r = &row{pk: s.pks}
 		s.rows[k] = r
-		sc := ratelimit.Scope{Workspace: o.Workspace, Namespace: o.Namespace}
+		sc := store.Scope{Workspace: o.Workspace, Namespace: o.Namespace}
 		if s.scopes[sc] == nil {
 			s.scopes[sc] = map[string]*row{}
 		}
@@ -184,7 +184,7 @@ func (s *Store) List(ctx context.Context, workspace, namespace, after string, li
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []store.Override
-	for id, r := range s.scopes[ratelimit.Scope{Workspace: workspace, Namespace: namespace}] {
+	for id, r := range s.scopes[store.Scope{Workspace: workspace, Namespace: namespace}] {
 		if id > after && !r.change.Deleted {
 			out = append(out, r.change.Override)
 		}

@@ -63,6 +63,13 @@ type Override struct {
 	UpdatedAt int64
 }
 
+// Scope is a workspace's namespace: what overrides are filed under, and
+// what a pattern is matched within.
+type Scope struct {
+	Workspace string
+	Namespace string
+}
+
 // Change is a state of an override as a store holds it: set, or deleted.
 type Change struct {
 	Override

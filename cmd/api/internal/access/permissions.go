@@ -16,6 +16,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
@@ -135,7 +136,7 @@ func parseNamespaced(name string) (string, Action, error) {
 		return "", 0, fmt.Errorf("action must be one of %s", strings.Join(actionNames[:], ", "))
 	}
 	// A namespace the limiter refuses could never be checked.
-	var ve *ratelimit.ValidationError
+	var ve *invalid.Error
 	if err := ratelimit.CheckName("namespace", ns, ratelimit.MaxNameLength); errors.As(err, &ve) {
 		return "", 0, fmt.Errorf("namespace must be %q or %s", AnyNamespace, strings.TrimPrefix(ve.Rule, "must be "))
 	}

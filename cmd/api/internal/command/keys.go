@@ -18,7 +18,7 @@ import (
 	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
-	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/internal/invalid"
 )
 
 // keysUsage is the help of the keys subcommands.
@@ -66,7 +66,7 @@ func Keys(ctx context.Context, environ []string, out, logOut io.Writer, args []s
 		expiresAt = t
 	}
 	if err := keys.Validate(*name, permissions, expiresAt, time.Now()); err != nil {
-		var ve *ratelimit.ValidationError
+		var ve *invalid.Error
 		if errors.As(err, &ve) { // name the flag, not the API's field
 			return fmt.Errorf("keys %s: --%s: %s", args[0], strings.ReplaceAll(ve.Field, "_", "-"), ve.Rule)
 		}

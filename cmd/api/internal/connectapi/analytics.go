@@ -13,6 +13,7 @@ import (
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
+	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/analytics"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -95,21 +96,21 @@ func (h *Analytics) getRatelimits(ctx context.Context, m *ratelimitv1.GetRatelim
 	case "day":
 		g = analytics.Day
 	default:
-		return nil, &ratelimit.ValidationError{Field: "granularity", Rule: `must be "minute", "hour" or "day"`}
+		return nil, &invalid.Error{Field: "granularity", Rule: `must be "minute", "hour" or "day"`}
 	}
 	from, to := m.GetFrom(), m.GetTo()
 	if from < 0 {
-		return nil, &ratelimit.ValidationError{Field: "from", Rule: "must be a time in unix milliseconds, 0 or more"}
+		return nil, &invalid.Error{Field: "from", Rule: "must be a time in unix milliseconds, 0 or more"}
 	}
 	if to <= from || (to-from)/g.Duration().Milliseconds() > maxBuckets {
-		return nil, &ratelimit.ValidationError{Field: "to", Rule: "must be after from, by at most 1440 buckets of the granularity"}
+		return nil, &invalid.Error{Field: "to", Rule: "must be after from, by at most 1440 buckets of the granularity"}
 	}
 	top := int(m.GetTop())
 	switch {
 	case top == 0:
 		top = defaultTop
 	case top < 1 || top > maxTop:
-		return nil, &ratelimit.ValidationError{Field: "top", Rule: "must be between 1 and 100, or 0 for 10"}
+		return nil, &invalid.Error{Field: "top", Rule: "must be between 1 and 100, or 0 for 10"}
 	}
 	if err := pipeline.Authorize(ctx, access.ReadAnalytics, m.GetNamespace()); err != nil {
 		return nil, err
@@ -143,9 +144,9 @@ func (h *Analytics) ListNamespaces(ctx context.Context, req *connect.Request[rat
 	var err error
 	switch {
 	case from < 0:
-		err = &ratelimit.ValidationError{Field: "from", Rule: "must be a time in unix milliseconds, 0 or more"}
+		err = &invalid.Error{Field: "from", Rule: "must be a time in unix milliseconds, 0 or more"}
 	case to <= from || to-from > analytics.DayRetention.Milliseconds():
-		err = &ratelimit.ValidationError{Field: "to", Rule: "must be after from, by at most 400 days"}
+		err = &invalid.Error{Field: "to", Rule: "must be after from, by at most 400 days"}
 	}
 	var names []analytics.Identifier
 	if err == nil {

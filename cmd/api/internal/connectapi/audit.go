@@ -18,7 +18,7 @@ import (
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
-	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/internal/invalid"
 )
 
 // Audit serves AuditService on a layer, reading an audit.Log.
@@ -67,17 +67,17 @@ func (h *Audit) list(ctx context.Context, m *ratelimitv1.ListAuditLogRequest) ([
 	f := audit.Filter{Action: m.Action, Target: m.Target, Actor: m.Actor}
 	switch {
 	case f.Action != "" && !slices.Contains(audit.Actions, f.Action):
-		return nil, "", &ratelimit.ValidationError{Field: "action", Rule: "must be one of " + strings.Join(audit.Actions, ", ")}
+		return nil, "", &invalid.Error{Field: "action", Rule: "must be one of " + strings.Join(audit.Actions, ", ")}
 	case len(f.Target) > maxAuditTarget:
-		return nil, "", &ratelimit.ValidationError{Field: "target", Rule: fmt.Sprintf("must be at most %d bytes", maxAuditTarget)}
+		return nil, "", &invalid.Error{Field: "target", Rule: fmt.Sprintf("must be at most %d bytes", maxAuditTarget)}
 	case len(f.Actor) > 64:
-		return nil, "", &ratelimit.ValidationError{Field: "actor", Rule: "must be at most 64 bytes"}
+		return nil, "", &invalid.Error{Field: "actor", Rule: "must be at most 64 bytes"}
 	case m.Since < 0 || m.Since > maxUnixMs:
-		return nil, "", &ratelimit.ValidationError{Field: "since", Rule: "must be a time in unix ms, or 0"}
+		return nil, "", &invalid.Error{Field: "since", Rule: "must be a time in unix ms, or 0"}
 	case m.Until < 0 || m.Until > maxUnixMs:
-		return nil, "", &ratelimit.ValidationError{Field: "until", Rule: "must be a time in unix ms, or 0"}
+		return nil, "", &invalid.Error{Field: "until", Rule: "must be a time in unix ms, or 0"}
 	case m.Limit < 0 || m.Limit > maxAuditPage:
-		return nil, "", &ratelimit.ValidationError{Field: "limit", Rule: fmt.Sprintf("must be between 1 and %d, or 0 for 100", maxAuditPage)}
+		return nil, "", &invalid.Error{Field: "limit", Rule: fmt.Sprintf("must be between 1 and %d, or 0 for 100", maxAuditPage)}
 	}
 	if m.Since > 0 {
 		f.Since = time.UnixMilli(m.Since)
@@ -89,7 +89,7 @@ func (h *Audit) list(ctx context.Context, m *ratelimitv1.ListAuditLogRequest) ([
 	if m.Cursor != "" {
 		raw, err := base64.RawURLEncoding.DecodeString(m.Cursor)
 		if before, _ = strconv.ParseInt(string(raw), 10, 64); err != nil || before <= 0 {
-			return nil, "", &ratelimit.ValidationError{Field: "cursor", Rule: "must be a cursor from a previous page"}
+			return nil, "", &invalid.Error{Field: "cursor", Rule: "must be a cursor from a previous page"}
 		}
 	}
 	limit := int(m.Limit)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
+	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
@@ -96,7 +97,7 @@ func FuzzLimitRequest(f *testing.F) {
 		req.Workspace = "ws"
 		resp, err := limiter.Limit(context.Background(), req)
 		if err != nil {
-			var ve *ratelimit.ValidationError
+			var ve *invalid.Error
 			if !errors.As(err, &ve) {
 				t.Fatalf("Limit returned %v, want a validation error", err)
 			}

@@ -14,7 +14,7 @@ import (
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
-	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/internal/invalid"
 )
 
 // Keys serves KeyService on a layer, managing keys with a keys.Manager.
@@ -57,7 +57,7 @@ func (h *Keys) CreateKey(ctx context.Context, req *connect.Request[ratelimitv1.C
 	if ms := req.Msg.ExpiresAt; ms != 0 {
 		if ms < 0 || ms > maxUnixMs {
 			return nil, h.layer.ConnectError(ctx, ratelimitv1connect.KeyServiceCreateKeyProcedure,
-				&ratelimit.ValidationError{Field: "expires_at", Rule: "must be a time in unix ms, or 0 for never"})
+				&invalid.Error{Field: "expires_at", Rule: "must be a time in unix ms, or 0 for never"})
 		}
 		expires = time.UnixMilli(ms)
 	}
@@ -80,7 +80,7 @@ func (h *Keys) ListKeys(ctx context.Context, req *connect.Request[ratelimitv1.Li
 	after, err := base64.RawURLEncoding.DecodeString(req.Msg.Cursor)
 	if err != nil {
 		return nil, h.layer.ConnectError(ctx, ratelimitv1connect.KeyServiceListKeysProcedure,
-			&ratelimit.ValidationError{Field: "cursor", Rule: "must be a cursor from a previous page"})
+			&invalid.Error{Field: "cursor", Rule: "must be a cursor from a previous page"})
 	}
 	page, more, err := h.manager.List(ctx, string(after), int(req.Msg.Limit))
 	if err != nil {

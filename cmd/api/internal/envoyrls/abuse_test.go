@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
@@ -125,7 +126,7 @@ func TestRequestBounds(t *testing.T) {
 	} {
 		_, err := s.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommonv3.RateLimitDescriptor{
 			descriptor("k", "first"), tc.d}})
-		var ve *ratelimit.ValidationError
+		var ve *invalid.Error
 		if !errors.As(err, &ve) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want a validation error containing %q", tc.name, err, tc.want)
 		}

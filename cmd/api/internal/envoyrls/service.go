@@ -40,6 +40,7 @@ import (
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
+	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
@@ -135,7 +136,7 @@ func New(l *transport.Layer, config func() *rlsconfig.Config, reg prometheus.Reg
 
 // ErrBounds refuses a request with too many descriptors or entries. A
 // transport that counts them before decoding answers with it too.
-var ErrBounds = &ratelimit.ValidationError{Field: "descriptors",
+var ErrBounds = &invalid.Error{Field: "descriptors",
 	Rule: fmt.Sprintf("must hold 1 to %d descriptors of 1 to %d entries each", MaxDescriptors, MaxEntries)}
 
 // ShouldRateLimit answers Envoy's request: each descriptor decided and
@@ -155,7 +156,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	for i, d := range req.Descriptors {
 		p, err := s.plan(cfg, req, d)
 		if err != nil {
-			return nil, ratelimit.InEntry("descriptors", i, err)
+			return nil, invalid.InEntry("descriptors", i, err)
 		}
 		plans[i] = p
 		if p.rule != nil {
@@ -249,19 +250,19 @@ func validate(req *rlsv3.RateLimitRequest) error {
 		return ErrBounds
 	}
 	if req.Domain == "" {
-		return &ratelimit.ValidationError{Field: "domain", Rule: "must not be empty"}
+		return &invalid.Error{Field: "domain", Rule: "must not be empty"}
 	}
 	for i, d := range req.Descriptors {
 		if len(d.GetEntries()) == 0 || len(d.GetEntries()) > MaxEntries {
-			return &ratelimit.ValidationError{Field: fmt.Sprintf("descriptors[%d].entries", i),
+			return &invalid.Error{Field: fmt.Sprintf("descriptors[%d].entries", i),
 				Rule: fmt.Sprintf("must hold 1 to %d entries", MaxEntries)}
 		}
 		for j, e := range d.Entries {
 			if e.GetKey() == "" {
-				return &ratelimit.ValidationError{Field: fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), Rule: "must not be empty"}
+				return &invalid.Error{Field: fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), Rule: "must not be empty"}
 			}
 			if len(e.GetKey()) > MaxEntryBytes || len(e.GetValue()) > MaxEntryBytes {
-				return &ratelimit.ValidationError{Field: fmt.Sprintf("descriptors[%d].entries[%d]", i, j),
+				return &invalid.Error{Field: fmt.Sprintf("descriptors[%d].entries[%d]", i, j),
 					Rule: fmt.Sprintf("key and value must be at most %d bytes each", MaxEntryBytes)}
 			}
 		}
@@ -309,11 +310,11 @@ func (s *Service) plan(cfg *rlsconfig.Config, req *rlsv3.RateLimitRequest, d *rl
 	if l := d.GetLimit(); l != nil && cfg.HasDomain(req.Domain) {
 		unit := rlsconfig.Unit(l.Unit)
 		if unit.Duration() == 0 || unit.Duration() > ratelimit.MaxDuration {
-			return plan{}, &ratelimit.ValidationError{Field: "limit.unit",
+			return plan{}, &invalid.Error{Field: "limit.unit",
 				Rule: "must be SECOND, MINUTE, HOUR, DAY, WEEK or MONTH (a request's own limit spans at most 30 days, as Limit's)"}
 		}
 		if l.RequestsPerUnit == 0 {
-			return plan{}, &ratelimit.ValidationError{Field: "limit.requests_per_unit", Rule: "must be at least 1"}
+			return plan{}, &invalid.Error{Field: "limit.requests_per_unit", Rule: "must be at least 1"}
 		}
 		id := rlsconfig.Identifier(entries)
 		if err := checkIdentifier(id); err != nil {
@@ -341,7 +342,7 @@ func (s *Service) plan(cfg *rlsconfig.Config, req *rlsv3.RateLimitRequest, d *rl
 // is counted, so that nothing is counted for a request that fails.
 func checkIdentifier(id string) error {
 	if utf8.RuneCountInString(id) > MaxIdentifier {
-		return &ratelimit.ValidationError{Field: "entries",
+		return &invalid.Error{Field: "entries",
 			Rule: fmt.Sprintf("must name a counter of at most %d characters, written key=value,… with special characters escaped", MaxIdentifier)}
 	}
 	return nil

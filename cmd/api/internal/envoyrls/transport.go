@@ -14,7 +14,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
-	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/internal/invalid"
 )
 
 // ServiceName and Procedure name Envoy's rate limit service and its one
@@ -109,7 +109,7 @@ func decodeError(body []byte, req *rlsv3.RateLimitRequest) error {
 	if err := transport.CheckJSON(body, req.ProtoReflect().Descriptor()); err != nil {
 		return err
 	}
-	return &ratelimit.ValidationError{Field: "body",
+	return &invalid.Error{Field: "body",
 		Rule: "must be a RateLimitRequest in protobuf's JSON mapping (see envoy.service.ratelimit.v3)"}
 }
 

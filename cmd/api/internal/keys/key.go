@@ -19,6 +19,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
@@ -91,7 +92,7 @@ func Validate(name string, permissions []string, expiresAt, now time.Time) error
 		return err
 	}
 	if !expiresAt.IsZero() && !expiresAt.After(now) {
-		return &ratelimit.ValidationError{Field: "expires_at", Rule: "must be in the future"}
+		return &invalid.Error{Field: "expires_at", Rule: "must be in the future"}
 	}
 	return nil
 }
@@ -99,17 +100,17 @@ func Validate(name string, permissions []string, expiresAt, now time.Time) error
 // ValidatePermissions checks a key's permission names.
 func ValidatePermissions(permissions []string) error {
 	if len(permissions) == 0 {
-		return &ratelimit.ValidationError{Field: "permissions", Rule: "must name at least one permission"}
+		return &invalid.Error{Field: "permissions", Rule: "must name at least one permission"}
 	}
 	if _, err := access.Parse(permissions); err != nil {
-		return &ratelimit.ValidationError{Field: "permissions", Rule: err.Error()}
+		return &invalid.Error{Field: "permissions", Rule: err.Error()}
 	}
 	size := 0
 	for _, p := range permissions {
 		size += len(p) + 1
 	}
 	if size > MaxPermissionBytes {
-		return &ratelimit.ValidationError{Field: "permissions",
+		return &invalid.Error{Field: "permissions",
 			Rule: fmt.Sprintf("must be at most %d bytes written out, got %d", MaxPermissionBytes, size)}
 	}
 	return nil

@@ -9,7 +9,7 @@ import (
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/audit"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
-	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/internal/invalid"
 )
 
 // MaxLivePerWorkspace caps a workspace's keys that are not revoked: a bound
@@ -112,7 +112,7 @@ func (m *Manager) List(ctx context.Context, after string, limit int) ([]Key, boo
 		limit = 100
 	}
 	if limit < 1 || limit > MaxListLimit {
-		return nil, false, &ratelimit.ValidationError{Field: "limit", Rule: fmt.Sprintf("must be between 1 and %d", MaxListLimit)}
+		return nil, false, &invalid.Error{Field: "limit", Rule: fmt.Sprintf("must be between 1 and %d", MaxListLimit)}
 	}
 	page, err := m.store.List(ctx, pr.Workspace, after, limit+1)
 	if err != nil {
@@ -233,7 +233,7 @@ func grantable(pr pipeline.Principal, permissions []string) error {
 // checkID refuses an id no key could have.
 func checkID(id string) error {
 	if id == "" || len(id) > MaxIDLength || !pipeline.Printable(id) {
-		return &ratelimit.ValidationError{Field: "key_id", Rule: fmt.Sprintf("must be 1 to %d printable characters", MaxIDLength)}
+		return &invalid.Error{Field: "key_id", Rule: fmt.Sprintf("must be 1 to %d printable characters", MaxIDLength)}
 	}
 	return nil
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/unkeyed/ratelimit/cmd/api/internal/audit"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
-	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/internal/invalid"
 )
 
 // actingAs returns ctx acting as a key of ws with perms.
@@ -111,7 +111,7 @@ func TestManagerValidates(t *testing.T) {
 		{"x", []string{"ratelimit.*.everything"}, time.Time{}, "permissions"},
 		{"x", []string{"ratelimit.*.limit"}, time.Now().Add(-time.Second), "expires_at"},
 	} {
-		var ve *ratelimit.ValidationError
+		var ve *invalid.Error
 		if _, _, err := m.Create(admin, tc.name, tc.perms, tc.expires); !errors.As(err, &ve) || ve.Field != tc.field {
 			t.Fatalf("Create(%q, %v, %v): %v, want a validation error of %s", tc.name, tc.perms, tc.expires, err, tc.field)
 		}
@@ -203,7 +203,7 @@ func TestManagerCap(t *testing.T) {
 func TestManagerClosesEscalations(t *testing.T) {
 	m, store, _ := newManager(t)
 	mgr := actingAs(t, "acme", "key_mgr", "keys.manage", "ratelimit.*.limit")
-	var ve *ratelimit.ValidationError
+	var ve *invalid.Error
 	smuggled := "ratelimit.y.set_override audit.read ratelimit.*.set_override ratelimit.z.limit"
 	if _, _, err := m.Create(mgr, "smuggle", []string{smuggled}, time.Time{}); !errors.As(err, &ve) || ve.Field != "permissions" ||
 		!strings.Contains(ve.Rule, "white space") {

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
@@ -154,17 +155,11 @@ func setDecided(ctx context.Context, passed bool) {
 func (p *Pipeline) decide(ctx context.Context, r *ratelimit.Request, identifier string) (Decision, error) {
 	d := Decision{OverrideID: p.override(r, identifier)}
 	d.Duration = r.Duration
-	if r.Limit == 0 {
-		d.Response = blockedResponse(r.Duration, p.now())
-		return d, nil
-	}
+	// A limit of 0 (an override that blocks) is the limiter's to answer;
+	// with an error the response still holds the limit and the reset.
 	resp, err := p.limiter.Decide(ctx, *r)
-	if err != nil {
-		d.Response = ratelimit.Response{Limit: r.Limit, Reset: windowEnd(r.Duration, p.now())}
-		return d, err
-	}
 	d.Response = resp
-	return d, nil
+	return d, err
 }
 
 // validateEach validates a batch of at most max calls, naming an offending
@@ -180,7 +175,7 @@ func validateEach(calls []Call, max int, workspace string) ([]ratelimit.Request,
 			err = ratelimit.CheckNotReserve(r.Reserve)
 		}
 		if err != nil {
-			return nil, ratelimit.InEntry("limits", i, err)
+			return nil, invalid.InEntry("limits", i, err)
 		}
 		reqs[i] = r
 	}
@@ -252,7 +247,7 @@ func (p *Pipeline) Multi(ctx context.Context, calls []Call) (MultiDecision, erro
 	}
 	for i := range reqs {
 		if err := ratelimit.CheckNotReport(reqs[i].Report); err != nil {
-			return MultiDecision{}, ratelimit.InEntry("limits", i, err)
+			return MultiDecision{}, invalid.InEntry("limits", i, err)
 		}
 	}
 	if err := authorizeAll(ctx, calls); err != nil {
@@ -260,18 +255,16 @@ func (p *Pipeline) Multi(ctx context.Context, calls []Call) (MultiDecision, erro
 	}
 	annotate(ctx, calls[0].Request.Namespace, len(calls))
 	out := MultiDecision{Results: make([]Decision, len(reqs))}
-	blocked := make([]bool, len(reqs))
 	for i := range reqs {
 		out.Results[i].OverrideID = p.override(&reqs[i], calls[i].Request.Identifier)
 		out.Results[i].Duration = reqs[i].Duration
-		blocked[i] = reqs[i].Limit == 0
 	}
 	leave, err := p.enterBatch(ctx, workspace, len(reqs))
 	if err != nil {
 		return MultiDecision{}, err
 	}
 	defer leave()
-	resp, err := p.multiLimit(ctx, reqs, blocked)
+	resp, err := p.limiter.DecideAll(ctx, reqs)
 	if err != nil {
 		return MultiDecision{}, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -67,7 +68,7 @@ type Failure struct {
 // Classify sorts err, from any step of the pipeline, the limiter or the
 // overrides, into a Failure.
 func Classify(err error) Failure {
-	var ve *ratelimit.ValidationError
+	var ve *invalid.Error
 	if errors.As(err, &ve) {
 		return Failure{Kind: KindInvalidArgument, Message: ve.Error(), Field: ve.Field, Rule: ve.Rule, Err: err}
 	}

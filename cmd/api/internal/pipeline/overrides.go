@@ -8,6 +8,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/audit"
+	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -23,7 +24,7 @@ func (p *Pipeline) ListOverrides(ctx context.Context, namespace, cursor string, 
 	}
 	after, err := base64.RawURLEncoding.DecodeString(cursor)
 	if err != nil {
-		return nil, "", &ratelimit.ValidationError{Field: "cursor", Rule: "must be a cursor from a previous page"}
+		return nil, "", &invalid.Error{Field: "cursor", Rule: "must be a cursor from a previous page"}
 	}
 	page, more, err := p.overrides.List(ctx, Workspace(ctx), namespace, string(after), limit)
 	if err != nil || !more {
@@ -61,7 +62,7 @@ func (p *Pipeline) SetOverride(ctx context.Context, o overrides.Override) (overr
 // will then be refused naming why).
 func (p *Pipeline) overrideBefore(ctx context.Context, namespace, identifier string) (*overrides.Override, error) {
 	o, err := p.overrides.Get(ctx, Workspace(ctx), namespace, identifier)
-	var ve *ratelimit.ValidationError
+	var ve *invalid.Error
 	switch {
 	case errors.Is(err, overrides.ErrNotFound) || errors.As(err, &ve):
 		return nil, nil

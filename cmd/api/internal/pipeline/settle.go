@@ -8,6 +8,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/reservation"
+	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
@@ -76,7 +77,7 @@ func scopeName(scope string) string {
 // invalidReservation is the error of a token this service did not issue,
 // one that was changed, and one of another workspace: a caller learns
 // nothing of which.
-var invalidReservation = &ratelimit.ValidationError{Field: "reservation",
+var invalidReservation = &invalid.Error{Field: "reservation",
 	Rule: "must be a reservation this service issued to this workspace, unchanged"}
 
 // Settle settles a reservation at cost, what the call really spent: less
@@ -89,7 +90,7 @@ var invalidReservation = &ratelimit.ValidationError{Field: "reservation",
 // call, and never lets a reservation be given back twice.
 func (p *Pipeline) Settle(ctx context.Context, token string, cost *int64) (SettleDecision, error) {
 	if cost == nil {
-		return SettleDecision{}, &ratelimit.ValidationError{Field: "cost", Rule: "missing: the tokens the call spent, 0 to 2^53"}
+		return SettleDecision{}, &invalid.Error{Field: "cost", Rule: "missing: the tokens the call spent, 0 to 2^53"}
 	}
 	if err := ratelimit.CheckCost("cost", *cost); err != nil {
 		return SettleDecision{}, err
@@ -102,7 +103,7 @@ func (p *Pipeline) Settle(ctx context.Context, token string, cost *int64) (Settl
 		return SettleDecision{}, invalidReservation
 	}
 	if t.Scope != p.scope {
-		return SettleDecision{}, &ratelimit.ValidationError{Field: "reservation", Rule: "issued where this process " +
+		return SettleDecision{}, &invalid.Error{Field: "reservation", Rule: "issued where this process " +
 			"cannot record its settlement (" + scopeName(t.Scope) + "): settle it there, or give the processes MySQL, " +
 			"which every region shares"}
 	}
@@ -111,7 +112,7 @@ func (p *Pipeline) Settle(ctx context.Context, token string, cost *int64) (Settl
 	}
 	annotate(ctx, t.Namespace, 1)
 	if p.now().After(t.ExpiresAt()) {
-		return SettleDecision{}, &ratelimit.ValidationError{Field: "reservation",
+		return SettleDecision{}, &invalid.Error{Field: "reservation",
 			Rule: "expired: a reservation settles until an hour after the end of the window after its own, and a day after it was made at the latest; report a later cost with report: true"}
 	}
 	var out SettleDecision

@@ -10,7 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/internal/invalid"
 )
 
 // MaxRequestBytes bounds a request message: 100 limits of two
@@ -22,7 +22,7 @@ const MaxRequestBytes = 1 << 20
 // wire or once decompressed: a validation error of the field "request
 // body", inside a Connect error of its code so that connect-go hands it to
 // the client as it is, in whichever protocol the client speaks.
-var ErrBodyTooLarge = connect.NewError(connect.CodeInvalidArgument, &ratelimit.ValidationError{
+var ErrBodyTooLarge = connect.NewError(connect.CodeInvalidArgument, &invalid.Error{
 	Field: "request body", Rule: fmt.Sprintf("must be at most %d bytes (1 MiB)", MaxRequestBytes)})
 
 // grpcEnvelopeBytes is the prefix gRPC and gRPC-Web put before a message: a

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/internal/invalid"
 )
 
 // Codecs are an adapter's own handling of the messages it knows, before
@@ -128,7 +128,7 @@ func (j jsonCodec) Unmarshal(data []byte, v any) error {
 	if cerr := CheckJSON(data, msg.ProtoReflect().Descriptor()); cerr != nil {
 		err = cerr
 	} else if err != nil {
-		err = &ratelimit.ValidationError{Field: "body", Rule: "must be a JSON object of the RPC's request; see its fields in the README"}
+		err = &invalid.Error{Field: "body", Rule: "must be a JSON object of the RPC's request; see its fields in the README"}
 	}
 	if err != nil {
 		proto.Reset(msg)

@@ -18,7 +18,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
-	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/internal/invalid"
 )
 
 // Requests in JSON that the decoder refuses, or that may lack a required
@@ -69,7 +69,7 @@ func maybeMissing(m protoreflect.Message) bool {
 	return missing
 }
 
-// CheckJSON returns a *ratelimit.ValidationError naming the first field of
+// CheckJSON returns a *invalid.Error naming the first field of
 // data that md does not take: not JSON, not an object, an unknown field, a
 // value of the wrong type, a string that is not valid UTF-8, an integer out
 // of its field's range, or a required field missing; or nil.
@@ -77,13 +77,13 @@ func CheckJSON(data []byte, md protoreflect.MessageDescriptor) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	if len(bytes.TrimSpace(data)) == 0 {
-		return &ratelimit.ValidationError{Field: "body", Rule: "missing: the request, a JSON object"}
+		return &invalid.Error{Field: "body", Rule: "missing: the request, a JSON object"}
 	}
 	if err := checkMessage(dec, md, ""); err != nil {
 		return err
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return &ratelimit.ValidationError{Field: "body", Rule: "must be one JSON object, with nothing after it"}
+		return &invalid.Error{Field: "body", Rule: "must be one JSON object, with nothing after it"}
 	}
 	return nil
 }
@@ -106,16 +106,16 @@ func where(path string) string {
 func checkMessage(dec *json.Decoder, md protoreflect.MessageDescriptor, path string) error {
 	tok, err := dec.Token()
 	if err != nil {
-		return &ratelimit.ValidationError{Field: where(path), Rule: "must be a JSON object, and valid JSON"}
+		return &invalid.Error{Field: where(path), Rule: "must be a JSON object, and valid JSON"}
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return &ratelimit.ValidationError{Field: where(path), Rule: "must be a JSON object"}
+		return &invalid.Error{Field: where(path), Rule: "must be a JSON object"}
 	}
 	seen := map[string]bool{}
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return &ratelimit.ValidationError{Field: where(path), Rule: "must be valid JSON"}
+			return &invalid.Error{Field: where(path), Rule: "must be valid JSON"}
 		}
 		name, _ := tok.(string)
 		fd := md.Fields().ByJSONName(name)
@@ -123,7 +123,7 @@ func checkMessage(dec *json.Decoder, md protoreflect.MessageDescriptor, path str
 			fd = md.Fields().ByName(protoreflect.Name(name))
 		}
 		if fd == nil {
-			return &ratelimit.ValidationError{Field: fieldPath(path, name), Rule: "unknown field: " + string(md.Name()) + " has " + fieldNames(md)}
+			return &invalid.Error{Field: fieldPath(path, name), Rule: "unknown field: " + string(md.Name()) + " has " + fieldNames(md)}
 		}
 		seen[fd.JSONName()] = true
 		if err := checkValue(dec, fd, fieldPath(path, fd.JSONName())); err != nil {
@@ -131,11 +131,11 @@ func checkMessage(dec *json.Decoder, md protoreflect.MessageDescriptor, path str
 		}
 	}
 	if _, err := dec.Token(); err != nil { // '}'
-		return &ratelimit.ValidationError{Field: where(path), Rule: "must be valid JSON"}
+		return &invalid.Error{Field: where(path), Rule: "must be valid JSON"}
 	}
 	for _, name := range requiredFields[md.FullName()] {
 		if !seen[name] {
-			return &ratelimit.ValidationError{Field: fieldPath(path, name), Rule: "missing: " + string(md.Name()) + " needs it"}
+			return &invalid.Error{Field: fieldPath(path, name), Rule: "missing: " + string(md.Name()) + " needs it"}
 		}
 	}
 	return nil
@@ -158,13 +158,13 @@ func checkValue(dec *json.Decoder, fd protoreflect.FieldDescriptor, path string)
 	if fd.IsList() {
 		tok, err := dec.Token()
 		if err != nil {
-			return &ratelimit.ValidationError{Field: path, Rule: "must be valid JSON"}
+			return &invalid.Error{Field: path, Rule: "must be valid JSON"}
 		}
 		if tok == nil {
 			return nil
 		}
 		if d, ok := tok.(json.Delim); !ok || d != '[' {
-			return &ratelimit.ValidationError{Field: path, Rule: "must be a JSON array"}
+			return &invalid.Error{Field: path, Rule: "must be a JSON array"}
 		}
 		for i := 0; dec.More(); i++ {
 			if err := checkSingle(dec, fd, path+"["+strconv.Itoa(i)+"]"); err != nil {
@@ -177,7 +177,7 @@ func checkValue(dec *json.Decoder, fd protoreflect.FieldDescriptor, path string)
 	if fd.IsMap() {
 		var m map[string]json.RawMessage
 		if err := dec.Decode(&m); err != nil {
-			return &ratelimit.ValidationError{Field: path, Rule: "must be a JSON object"}
+			return &invalid.Error{Field: path, Rule: "must be a JSON object"}
 		}
 		return nil
 	}
@@ -198,7 +198,7 @@ func checkSingle(dec *json.Decoder, fd protoreflect.FieldDescriptor, path string
 		}
 		var skip json.RawMessage
 		if err := dec.Decode(&skip); err != nil {
-			return &ratelimit.ValidationError{Field: path, Rule: "must be valid JSON"}
+			return &invalid.Error{Field: path, Rule: "must be valid JSON"}
 		}
 		return nil
 	case fd.Kind() == protoreflect.MessageKind:
@@ -208,20 +208,20 @@ func checkSingle(dec *json.Decoder, fd protoreflect.FieldDescriptor, path string
 		// protojson refuses it.
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
-			return &ratelimit.ValidationError{Field: path, Rule: "must be valid JSON"}
+			return &invalid.Error{Field: path, Rule: "must be valid JSON"}
 		}
 		switch {
 		case string(raw) == "null":
 		case raw[0] != '"':
-			return &ratelimit.ValidationError{Field: path, Rule: "must be a string"}
+			return &invalid.Error{Field: path, Rule: "must be a string"}
 		case !utf8.Valid(raw):
-			return &ratelimit.ValidationError{Field: path, Rule: InvalidUTF8(raw)}
+			return &invalid.Error{Field: path, Rule: InvalidUTF8(raw)}
 		}
 		return nil
 	}
 	tok, err := dec.Token()
 	if err != nil {
-		return &ratelimit.ValidationError{Field: path, Rule: "must be valid JSON"}
+		return &invalid.Error{Field: path, Rule: "must be valid JSON"}
 	}
 	if tok == nil {
 		return nil // null: the field's default, as protobuf's JSON mapping has it
@@ -229,7 +229,7 @@ func checkSingle(dec *json.Decoder, fd protoreflect.FieldDescriptor, path string
 	switch fd.Kind() {
 	case protoreflect.BoolKind:
 		if _, ok := tok.(bool); !ok {
-			return &ratelimit.ValidationError{Field: path, Rule: "must be true or false"}
+			return &invalid.Error{Field: path, Rule: "must be true or false"}
 		}
 	case protoreflect.Int32Kind, protoreflect.Int64Kind, protoreflect.Sint32Kind, protoreflect.Sint64Kind,
 		protoreflect.Sfixed32Kind, protoreflect.Sfixed64Kind, protoreflect.Uint32Kind, protoreflect.Uint64Kind,
@@ -241,10 +241,10 @@ func checkSingle(dec *json.Decoder, fd protoreflect.FieldDescriptor, path string
 		case string:
 			s = v // 64-bit integers may be quoted, as protobuf's JSON mapping writes them
 		default:
-			return &ratelimit.ValidationError{Field: path, Rule: "must be an integer"}
+			return &invalid.Error{Field: path, Rule: "must be an integer"}
 		}
 		if rule := checkInteger(s, fd.Kind()); rule != "" {
-			return &ratelimit.ValidationError{Field: path, Rule: rule}
+			return &invalid.Error{Field: path, Rule: rule}
 		}
 	default:
 		// Floats, enums and bytes: no request of the API has them; the

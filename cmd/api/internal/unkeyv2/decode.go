@@ -11,7 +11,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
-	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/internal/invalid"
 )
 
 // strict decodes as Unkey's OpenAPI spec describes every body
@@ -31,7 +31,7 @@ var strict = json.RejectUnknownMembers(true)
 func decode(body []byte, v any) error {
 	want := reflect.TypeOf(v).Elem()
 	if i := firstByte(body); i >= 0 && body[i] == 'n' {
-		return &ratelimit.ValidationError{Field: "body", Rule: "must be " + kindOf(want)}
+		return &invalid.Error{Field: "body", Rule: "must be " + kindOf(want)}
 	}
 	if err := json.Unmarshal(body, v, strict); err != nil {
 		return decodeError(want, body, err)
@@ -58,7 +58,7 @@ func decodeError(t reflect.Type, body []byte, err error) error {
 	case errors.As(err, &sem) && errors.Is(err, strconv.ErrRange) && integer(sem.GoType) != nil:
 		it := integer(sem.GoType)
 		signed := it.Kind() >= reflect.Int && it.Kind() <= reflect.Int64
-		return &ratelimit.ValidationError{Field: at(t, sem.JSONPointer),
+		return &invalid.Error{Field: at(t, sem.JSONPointer),
 			Rule: transport.OutOfRange(it.Bits(), signed, string(sem.JSONValue))}
 	case errors.As(err, &syn) && strings.Contains(syn.Err.Error(), "invalid UTF-8"):
 		// json v2 refuses it by default; the offset is that of the
@@ -67,26 +67,26 @@ func decodeError(t reflect.Type, body []byte, err error) error {
 		if off := syn.ByteOffset; off >= 0 && off < int64(len(body)) {
 			rule = transport.InvalidUTF8(body[off:])
 		}
-		return &ratelimit.ValidationError{Field: at(t, syn.JSONPointer), Rule: rule}
+		return &invalid.Error{Field: at(t, syn.JSONPointer), Rule: rule}
 	case errors.As(err, &sem) && errors.Is(err, json.ErrUnknownName):
 		name := sem.JSONPointer.LastToken()
 		rule := "is not a field of this request"
 		if f := fieldFolding(t, name); f != "" {
 			rule += " (field names are case-sensitive: " + f + ")"
 		}
-		return &ratelimit.ValidationError{Field: at(t, sem.JSONPointer), Rule: rule}
+		return &invalid.Error{Field: at(t, sem.JSONPointer), Rule: rule}
 	case errors.As(err, &sem):
-		return &ratelimit.ValidationError{Field: at(t, sem.JSONPointer), Rule: "must be " + kindOf(sem.GoType)}
+		return &invalid.Error{Field: at(t, sem.JSONPointer), Rule: "must be " + kindOf(sem.GoType)}
 	case errors.As(err, &syn) && errors.Is(err, jsontext.ErrDuplicateName):
-		return &ratelimit.ValidationError{Field: at(t, syn.JSONPointer), Rule: "must appear once"}
+		return &invalid.Error{Field: at(t, syn.JSONPointer), Rule: "must appear once"}
 	case errors.As(err, &syn) && strings.Contains(syn.Err.Error(), "surrogate"):
-		return &ratelimit.ValidationError{Field: at(t, syn.JSONPointer),
+		return &invalid.Error{Field: at(t, syn.JSONPointer),
 			Rule: "must not escape a lone UTF-16 surrogate (\\ud800 to \\udfff without its pair)"}
 	case errors.As(err, &syn):
-		return &ratelimit.ValidationError{Field: "body",
+		return &invalid.Error{Field: "body",
 			Rule: fmt.Sprintf("must be valid JSON (%v at byte %d)", syn.Err, syn.ByteOffset)}
 	}
-	return &ratelimit.ValidationError{Field: "body", Rule: "must be valid JSON"}
+	return &invalid.Error{Field: "body", Rule: "must be valid JSON"}
 }
 
 // at returns the location that a JSON pointer names in a body of type t:

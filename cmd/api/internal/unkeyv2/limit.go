@@ -7,6 +7,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
+	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
@@ -132,9 +133,9 @@ func (h *Handler) multiLimit(ctx context.Context, c *call) (any, error) {
 		calls[i] = in[i].call()
 	}
 	m, err := h.pipeline.Multi(ctx, calls)
-	var ve *ratelimit.ValidationError
+	var ve *invalid.Error
 	if errors.As(err, &ve) {
-		return nil, &ratelimit.ValidationError{Field: strings.TrimPrefix(ve.Field, "limits"), Rule: ve.Rule}
+		return nil, &invalid.Error{Field: strings.TrimPrefix(ve.Field, "limits"), Rule: ve.Rule}
 	}
 	if err != nil {
 		return nil, err

@@ -1,0 +1,64 @@
+package ratelimit
+
+import (
+	"context"
+	"time"
+)
+
+// A limit of 0 blocks, as Unkey documents an override of limit 0: every
+// request it applies to is denied and nothing is counted. The limiter
+// answers it on its clock without holding a window for the key: a blocked
+// identifier costs no memory however many a caller makes up.
+
+// blocked returns the answer to a request of duration d that a limit of 0
+// blocks at now (unix ms): denied, nothing left, reset at the end of the
+// current fixed window. No wait helps, so RetryAfter is zero.
+func blocked(d time.Duration, now int64) Response {
+	return Response{Reset: resetAt(d, now)}
+}
+
+// resetAt returns the end of the fixed window of duration d that holds now
+// (unix ms): the reset of a decision at now.
+func resetAt(d time.Duration, now int64) time.Time {
+	dur := d.Milliseconds()
+	return time.UnixMilli((now/dur + 1) * dur)
+}
+
+// anyBlocked reports whether a limit of 0 blocks any of reqs.
+func anyBlocked(reqs []Request) bool {
+	for _, r := range reqs {
+		if r.Limit == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// decideBlocked is DecideAll for a batch that a limit of 0 blocks: the
+// batch fails and nothing is counted; each entry that is not blocked
+// reports what is left for it.
+func (s *Service) decideBlocked(ctx context.Context, reqs []Request) (MultiResponse, error) {
+	now := s.clock.Now().UnixMilli()
+	out := MultiResponse{Results: make([]Response, len(reqs))}
+	var peeks []Request
+	var at []int
+	for i, r := range reqs {
+		if r.Limit == 0 {
+			out.Results[i] = blocked(r.Duration, now)
+			continue
+		}
+		r.Cost = 0
+		peeks = append(peeks, r)
+		at = append(at, i)
+	}
+	if len(peeks) > 0 {
+		resp, err := s.DecideAll(ctx, peeks)
+		if err != nil {
+			return MultiResponse{}, err
+		}
+		for j, i := range at {
+			out.Results[i] = resp.Results[j]
+		}
+	}
+	return out, nil
+}

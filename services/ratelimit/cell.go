@@ -1,0 +1,118 @@
+package ratelimit
+
+import (
+	"sync/atomic"
+)
+
+// cell is the state of one fixed window cell: one key in one sequence. Every
+// field is atomic because the request path, the replay and the global loops
+// touch it without locks. 48 bytes.
+type cell struct {
+	// flags holds the fixed window this cell counts (see seq) and the cell's
+	// flags: cellHydrated, cellQueued, cellGrown, cellReseed, cellMarked and
+	// cellReserved.
+	// Sharing one word keeps the cell at 48 bytes, a size class of its own.
+	flags cellWord
+	// count is this region's count, including speculative batch increments
+	// that may still roll back.
+	count atomic.Int64
+	// speculative is the part of count that belongs to batches which have not
+	// committed yet. Nothing outside the process may see it.
+	speculative atomic.Int64
+	// global is the sum of the other regions' counts, imported by the global
+	// sync loop. The request path only reads it; it is never published.
+	global atomic.Int64
+	// unreplayed is what this process accepted into the cell and has not yet
+	// added to the regional store. All accepted requests of one replay
+	// interval coalesce here into one command.
+	unreplayed atomic.Int64
+	// stored is the highest count the regional store showed this process
+	// for the cell (a replay's answer, or a read): what it knows the store
+	// held, and writes back to one that lost its data (see
+	// regionalTier.merge).
+	stored atomic.Int64
+}
+
+// seq is the fixed window the cell counts (unix ms / duration). It never
+// changes: a new window gets a new cell.
+func (c *cell) seq() int64 { return c.flags.seq() }
+
+// cellWord packs a cell's sequence, which never changes, into the low 56 bits
+// of one atomic word and its flags into the high 8. Flag operations leave the
+// sequence untouched. 56 bits hold any sequence of a clock in milliseconds.
+type cellWord struct{ v atomic.Uint64 }
+
+const (
+	flagShift = 56
+	seqMask   = 1<<flagShift - 1
+)
+
+// init sets the sequence and the flags of a new cell.
+func (w *cellWord) init(seq int64, flags uint32) {
+	w.v.Store(uint64(seq)&seqMask | uint64(flags)<<flagShift)
+}
+
+// seq returns the sequence, sign-extended.
+func (w *cellWord) seq() int64 { return int64(w.v.Load()<<(64-flagShift)) >> (64 - flagShift) }
+
+// Load returns the flags.
+func (w *cellWord) Load() uint32 { return uint32(w.v.Load() >> flagShift) }
+
+// Or sets the flags in f and returns the old flags.
+func (w *cellWord) Or(f uint32) uint32 { return uint32(w.v.Or(uint64(f)<<flagShift) >> flagShift) }
+
+// And keeps only the flags in f and returns the old flags.
+func (w *cellWord) And(f uint32) uint32 {
+	return uint32(w.v.And(uint64(f&0xff)<<flagShift|seqMask) >> flagShift)
+}
+
+// Flags of a cell.
+const (
+	// cellHydrated: the cell holds what the regional store knew when it was
+	// created, or there is no regional store, or it could not be read (then a
+	// background refresh keeps trying). Requests on a cell without it wait for
+	// one read of the regional store.
+	cellHydrated uint32 = 1 << iota
+	// cellQueued: the cell is in the replay queue.
+	cellQueued
+	// cellGrown: the cell is in the queue of the next prompt global flush.
+	cellGrown
+	// cellReseed: a read found the regional store holding less than this
+	// process knows it held (it lost its data): the next replay sends the
+	// cell even without an increment, with its floor.
+	cellReseed
+	// cellMarked: a replay marked the cell in the regional store's index of
+	// cells to publish since the last full global flush (see
+	// store.Unpublished), which clears it: a cell is marked at most once
+	// per full flush interval.
+	cellMarked
+	// cellReserved: a reservation was counted into the cell, or refunds of
+	// it were seen: decisions weigh it less its refunds, and reads of the
+	// regional store fetch those too. Cells without it cost nothing more.
+	cellReserved
+)
+
+// atomicMax raises v to n if n is larger, and reports whether it did.
+func atomicMax(v *atomic.Int64, n int64) bool {
+	for {
+		old := v.Load()
+		if n <= old {
+			return false
+		}
+		if v.CompareAndSwap(old, n) {
+			return true
+		}
+	}
+}
+
+// newCell returns an empty cell for seq. Without a regional store there is
+// nothing to hydrate from, so the cell starts hydrated.
+func newCell(seq int64, hydrated bool) *cell {
+	var flags uint32
+	if hydrated {
+		flags = cellHydrated
+	}
+	c := &cell{}
+	c.flags.init(seq, flags)
+	return c
+}
