@@ -112,7 +112,7 @@ func TestStack(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if _, err := s.restate.Post(s.restate.IngressURL+"/Cleanup/window-counts/Start", `{"intervalSeconds":1}`); err != nil {
+		if _, err := s.restate.Post(s.restate.IngressURL+"/Cleanup/retention/Start", `{"intervalSeconds":1}`); err != nil {
 			t.Fatal(err)
 		}
 		poll.Until(t, 30*time.Second, "the cleanup job", func() bool {
@@ -259,7 +259,7 @@ func runFault(t *testing.T, s *stack, f fault) faultRow {
 
 func cleanupStatus(t *testing.T, s *stack) (st struct{ Runs int64 }) {
 	t.Helper()
-	out, err := s.restate.Post(s.restate.IngressURL+"/Cleanup/window-counts/Status", "")
+	out, err := s.restate.Post(s.restate.IngressURL+"/Cleanup/retention/Status", "")
 	if err != nil {
 		return st
 	}

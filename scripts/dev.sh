@@ -141,7 +141,7 @@ log "worker on $WORKER"
 start worker env UNKEY_MYSQL_DSN="$DSN" UNKEY_RESTATE_ADMIN_URL="http://127.0.0.1:$ADMIN" \
   UNKEY_RESTATE_INGRESS_URL="http://127.0.0.1:$INGRESS" UNKEY_WORKER_ADDR="127.0.0.1:$WORKER" \
   UNKEY_RESTATE_IDENTITY_KEYS="$IDENTITY_KEY" UNKEY_LOG_FORMAT=text "$DEV/bin/worker"
-wait_for "the worker" sh -c "curl -sf -X POST http://127.0.0.1:$INGRESS/Cleanup/window-counts/Status | grep -q '\"scheduled\":true'"
+wait_for "the worker" sh -c "curl -sf -X POST http://127.0.0.1:$INGRESS/Cleanup/retention/Status | grep -q '\"scheduled\":true'"
 
 cat <<TXT
 

@@ -1,12 +1,15 @@
 // Command worker is the Restate service endpoint that hosts the rate
-// limiter's durable background jobs: the cleanup schedule of expired
-// ratelimit_window_counts rows (workflows/cleanup) and the staged retirement
-// of the legacy ratelimit_blocklist table (workflows/blocklistdrain).
+// limiter's durable background jobs: the retention schedule, which deletes
+// expired window counts, override tombstones, old audit entries, settled
+// reservations' records and old analytics, and rolls the analytics up
+// (workflows/cleanup); and the staged retirement of the legacy
+// ratelimit_blocklist table (workflows/blocklistdrain).
 //
 // On start it serves the handlers (h2c), registers itself with the Restate
-// admin API (idempotent; it retries until the admin API answers) and starts
-// the cleanup schedule if none is running. Configuration comes from the
-// environment; see README.md.
+// admin API (idempotent; it retries until the admin API answers), stops a
+// schedule under the key workers used before and starts the retention
+// schedule if none is running. Configuration comes from the environment;
+// see README.md.
 //
 // Usage:
 //

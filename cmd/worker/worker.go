@@ -135,23 +135,34 @@ func (w *worker) register(ctx context.Context) error {
 	})
 }
 
-// startCleanup starts the default cleanup schedule through Restate's
-// ingress. Start is idempotent: a running schedule is left as it is. It is
-// sent, not called, with an idempotency key: a Start that waits behind a
-// run retried during an outage (the object runs one handler at a time)
-// answers the worker at once, and the worker's attempts, and every
-// restart's, are one invocation, not a queue of them.
+// startCleanup starts the retention schedule (cleanup.DefaultKey) through
+// Restate's ingress, after stopping a schedule under the key it had before
+// (cleanup.LegacyKey), so that a deployment upgraded from then runs one
+// chain. Start and Stop are idempotent: a running schedule is left as it
+// is, a stopped one stays stopped. Each is sent, not called, with an
+// idempotency key: a call that waits behind a run retried during an outage
+// (the object runs one handler at a time) answers the worker at once, and
+// the worker's attempts, and every restart's, are one invocation, not a
+// queue of them.
 func (w *worker) startCleanup(ctx context.Context) {
-	url := fmt.Sprintf("%s/%s/%s/Start/send", strings.TrimSuffix(w.cfg.IngressURL, "/"), cleanup.ServiceName, cleanup.DefaultKey)
-	w.retry(ctx, "start the cleanup schedule", func() error {
-		return w.post(ctx, url, []byte("{}"), "idempotency-key", startIdempotencyKey)
+	base := strings.TrimSuffix(w.cfg.IngressURL, "/") + "/" + cleanup.ServiceName
+	w.retry(ctx, "stop the schedule under its old key "+cleanup.LegacyKey, func() error {
+		return w.post(ctx, base+"/"+cleanup.LegacyKey+"/Stop/send", nil, "idempotency-key", stopLegacyIdempotencyKey)
+	})
+	w.retry(ctx, "start the retention schedule", func() error {
+		return w.post(ctx, base+"/"+cleanup.DefaultKey+"/Start/send", []byte("{}"), "idempotency-key", startIdempotencyKey)
 	})
 }
 
-// startIdempotencyKey makes every worker's Start of the default schedule
-// one invocation for as long as restate-server keeps the key (a day by
-// default); a Start after that finds the schedule running and leaves it.
-const startIdempotencyKey = "worker-start-cleanup"
+// startIdempotencyKey and stopLegacyIdempotencyKey make every worker's
+// Start of the schedule, and Stop of the legacy one, one invocation each
+// for as long as restate-server keeps the key (a day by default); a Start
+// after that finds the schedule running and leaves it, a Stop finds the
+// legacy schedule stopped.
+const (
+	startIdempotencyKey      = "worker-start-cleanup"
+	stopLegacyIdempotencyKey = "worker-stop-legacy-cleanup"
+)
 
 func (w *worker) retry(ctx context.Context, what string, f func() error) error {
 	for attempt := 1; ; attempt++ {

@@ -17,6 +17,8 @@ import (
 	"github.com/unkeyed/ratelimit/internal/testkit/dbtest"
 	"github.com/unkeyed/ratelimit/internal/testkit/poll"
 	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
+	"github.com/unkeyed/ratelimit/services/audit"
+	"github.com/unkeyed/ratelimit/workflows/cleanup"
 )
 
 func TestConfigErrorsNameTheVariable(t *testing.T) {
@@ -52,7 +54,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		strings.Join(c.IdentityKeys, ",") != "publickeyv1_def,publickeyv1_abc" {
 		t.Errorf("keys from the variable and the file: %v, %v", c.IdentityKeys, err)
 	}
-	if c, err := loadConfig([]string{dsn}); err != nil || c.WorkerAddr != "127.0.0.1:9080" {
+	if c, err := loadConfig([]string{dsn}); err != nil || c.WorkerAddr != "127.0.0.1:9080" || c.AuditRetention != audit.Retention {
 		t.Errorf("default address = %q, %v; want loopback only", c.WorkerAddr, err)
 	}
 	c, err := loadConfig([]string{dsn, "UNKEY_WORKER_ADDR=:9999"})
@@ -63,7 +65,9 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 
 // TestWorkerRegistersAndStartsTheSchedule runs the real worker against a real
 // restate-server and MariaDB, twice: it registers itself and starts the
-// cleanup schedule, and doing it again changes nothing.
+// retention schedule, and doing it again changes nothing. Between the two,
+// a schedule is started under the key workers used before (as a deployment
+// being upgraded has one): the second worker stops it, and one chain runs.
 func TestWorkerRegistersAndStartsTheSchedule(t *testing.T) {
 	m, _ := dbtest.Start(t)
 	r := testserver.StartRestate(t)
@@ -72,6 +76,11 @@ func TestWorkerRegistersAndStartsTheSchedule(t *testing.T) {
 		"UNKEY_RESTATE_INGRESS_URL=" + r.IngressURL, "UNKEY_WORKER_ADDR=127.0.0.1:" + strconv.Itoa(port),
 		"UNKEY_RESTATE_IDENTITY_KEYS=" + r.IdentityKey}
 	for round := 1; round <= 2; round++ {
+		if round == 2 {
+			if _, err := r.Post(r.IngressURL+"/Cleanup/"+cleanup.LegacyKey+"/Start/send", "{}"); err != nil {
+				t.Fatal(err)
+			}
+		}
 		cfg, err := loadConfig(environ)
 		if err != nil {
 			t.Fatal(err)
@@ -93,6 +102,10 @@ func TestWorkerRegistersAndStartsTheSchedule(t *testing.T) {
 		if err != nil || len(rows) != 1 {
 			t.Fatalf("round %d: %d deployments (%v), want 1", round, len(rows), err)
 		}
+		poll.Until(t, 10*time.Second, fmt.Sprintf("round %d: no schedule under the legacy key", round), func() bool {
+			out, err := r.Post(r.IngressURL+"/Cleanup/"+cleanup.LegacyKey+"/Status", "")
+			return err == nil && (round == 1 || strings.Contains(out, `"scheduled":false`))
+		})
 		// One chain means one run not yet completed. A run sends its
 		// successor just before it completes, so for a moment two can be
 		// seen; a second chain would keep two for good.
@@ -103,7 +116,7 @@ func TestWorkerRegistersAndStartsTheSchedule(t *testing.T) {
 		// Every worker start sends Start with one idempotency key: one
 		// invocation, however many starts and attempts.
 		w.startCleanup(context.Background())
-		rows, err = r.Query("SELECT id FROM sys_invocation WHERE target_service_name = 'Cleanup' AND target_handler_name = 'Start'")
+		rows, err = r.Query("SELECT id FROM sys_invocation WHERE target_service_name = 'Cleanup' AND target_handler_name = 'Start' AND target_service_key = '" + cleanup.DefaultKey + "'")
 		if err != nil || len(rows) != 1 {
 			t.Fatalf("round %d: %d Start invocations (%v), want 1", round, len(rows), err)
 		}
@@ -171,11 +184,11 @@ func TestWorkerVerifiesRequestIdentity(t *testing.T) {
 }
 
 // waitScheduled waits up to 30 s for the worker to have registered itself
-// and started the cleanup schedule.
+// and started the retention schedule.
 func waitScheduled(t *testing.T, r *testserver.Restate, what string) {
 	t.Helper()
 	poll.Until(t, 30*time.Second, what+": the worker to register and start the schedule", func() bool {
-		out, err := r.Post(r.IngressURL+"/Cleanup/window-counts/Status", "")
+		out, err := r.Post(r.IngressURL+"/Cleanup/"+cleanup.DefaultKey+"/Status", "")
 		return err == nil && strings.Contains(out, `"scheduled":true`)
 	})
 }

@@ -14,11 +14,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/audit"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/internal/invalid"
+	"github.com/unkeyed/ratelimit/services/audit"
+	auditmysql "github.com/unkeyed/ratelimit/services/audit/mysqlstore"
 )
 
 // keysUsage is the help of the keys subcommands.
@@ -102,7 +103,7 @@ func createKey(ctx context.Context, environ []string, out, logOut io.Writer, wor
 	defer sqlDB.Close()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	w, err := audit.NewWriter(audit.NewMySQL(sqlDB), slog.New(slog.NewTextHandler(logOut, nil)), prometheus.NewRegistry())
+	w, err := audit.NewWriter(auditmysql.New(sqlDB), slog.New(slog.NewTextHandler(logOut, nil)), prometheus.NewRegistry())
 	if err != nil {
 		return err
 	}

@@ -13,24 +13,25 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/audit"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
 	"github.com/unkeyed/ratelimit/internal/invalid"
+	"github.com/unkeyed/ratelimit/services/audit"
+	auditstore "github.com/unkeyed/ratelimit/services/audit/store"
 )
 
-// Audit serves AuditService on a layer, reading an audit.Log.
+// Audit serves AuditService on a layer, reading an auditstore.Log.
 type Audit struct {
 	layer *transport.Layer
-	log   audit.Log
+	log   auditstore.Log
 }
 
 var _ ratelimitv1connect.AuditServiceHandler = (*Audit)(nil)
 
 // NewAudit returns AuditService on l, reading log.
-func NewAudit(l *transport.Layer, log audit.Log) *Audit { return &Audit{layer: l, log: log} }
+func NewAudit(l *transport.Layer, log auditstore.Log) *Audit { return &Audit{layer: l, log: log} }
 
 // Register serves the service on mux behind the layer.
 func (h *Audit) Register(mux *http.ServeMux) {
@@ -59,12 +60,12 @@ func (h *Audit) ListAuditLog(ctx context.Context, req *connect.Request[ratelimit
 }
 
 // list checks the permission and the request, and reads a page.
-func (h *Audit) list(ctx context.Context, m *ratelimitv1.ListAuditLogRequest) ([]audit.Entry, string, error) {
+func (h *Audit) list(ctx context.Context, m *ratelimitv1.ListAuditLogRequest) ([]auditstore.Entry, string, error) {
 	pr := pipeline.PrincipalOf(ctx)
 	if !pr.Permissions.Has(access.ReadAudit) {
 		return nil, "", &pipeline.DeniedError{Permission: access.ReadAudit}
 	}
-	f := audit.Filter{Action: m.Action, Target: m.Target, Actor: m.Actor}
+	f := auditstore.Filter{Action: m.Action, Target: m.Target, Actor: m.Actor}
 	switch {
 	case f.Action != "" && !slices.Contains(audit.Actions, f.Action):
 		return nil, "", &invalid.Error{Field: "action", Rule: "must be one of " + strings.Join(audit.Actions, ", ")}

@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/audit"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/connectapi"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/dashboard"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
@@ -23,6 +22,7 @@ import (
 	"github.com/unkeyed/ratelimit/cmd/api/internal/unkeyv2"
 	"github.com/unkeyed/ratelimit/internal/telemetry"
 	"github.com/unkeyed/ratelimit/services/analytics"
+	"github.com/unkeyed/ratelimit/services/audit"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )

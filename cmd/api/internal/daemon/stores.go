@@ -12,12 +12,14 @@ import (
 	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/audit"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/reservation"
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/internal/telemetry"
 	"github.com/unkeyed/ratelimit/services/analytics"
+	auditmem "github.com/unkeyed/ratelimit/services/audit/memstore"
+	auditmysql "github.com/unkeyed/ratelimit/services/audit/mysqlstore"
+	auditstore "github.com/unkeyed/ratelimit/services/audit/store"
 	overridesmysql "github.com/unkeyed/ratelimit/services/overrides/mysqlstore"
 	overridesstore "github.com/unkeyed/ratelimit/services/overrides/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit/mysqlstore"
@@ -49,7 +51,7 @@ type stores struct {
 	// keys are the managed keys; nil without MySQL: keys are not managed.
 	keys keys.Store
 	// audit holds the audit log: MySQL's, else this process's memory.
-	audit audit.Log
+	audit auditstore.Log
 	// ledger settles each reservation once in the widest scope there is:
 	// every region with MySQL, the region with Redis alone, else this
 	// process; ledgerScope names it ("" for every region).
@@ -69,7 +71,7 @@ type stores struct {
 // process holds. It starts nothing but the clients' connection pools.
 func openStores(cfg Config, logger *slog.Logger, reg prometheus.Registerer, tracing *telemetry.Tracing, processID string) (*stores, error) {
 	s := &stores{
-		audit:       audit.NewMemory(audit.DefaultMemoryEntries),
+		audit:       auditmem.New(auditmem.DefaultEntries),
 		ledger:      reservation.NewMemory(reservation.DefaultMemoryRecords, time.Now),
 		ledgerScope: "process:" + processID,
 	}
@@ -124,7 +126,7 @@ func openStores(cfg Config, logger *slog.Logger, reg prometheus.Registerer, trac
 func (s *stores) useMySQL(sqlDB *sql.DB) {
 	s.global = mysqlstore.New(sqlDB)
 	s.overrides = overridesmysql.New(sqlDB)
-	s.audit, s.keys = audit.NewMySQL(sqlDB), keys.NewMySQL(sqlDB)
+	s.audit, s.keys = auditmysql.New(sqlDB), keys.NewMySQL(sqlDB)
 	s.ledger, s.ledgerScope = reservation.NewMySQL(sqlDB), ""
 	a := analytics.NewMySQL(sqlDB, time.Now)
 	s.analytics, s.fleet = a, a

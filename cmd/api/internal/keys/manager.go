@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/audit"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/internal/invalid"
+	"github.com/unkeyed/ratelimit/services/audit"
+	auditstore "github.com/unkeyed/ratelimit/services/audit/store"
 )
 
 // MaxLivePerWorkspace caps a workspace's keys that are not revoked: a bound
@@ -186,7 +187,7 @@ func (m *Manager) target(ctx context.Context, pr pipeline.Principal, id string) 
 
 // record writes the audit entry of a change from before to after.
 func (m *Manager) record(ctx context.Context, pr pipeline.Principal, action string, before, after Key) {
-	m.audit.Write(ctx, audit.Entry{Workspace: pr.Workspace, Actor: pr.KeyID, Action: action, Target: after.ID,
+	m.audit.Write(ctx, auditstore.Entry{Workspace: pr.Workspace, Actor: pr.KeyID, Action: action, Target: after.ID,
 		Before: auditValue(before), After: auditValue(after), RequestID: pipeline.RequestID(ctx)})
 }
 

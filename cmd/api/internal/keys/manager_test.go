@@ -11,10 +11,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/audit"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/internal/invalid"
+	"github.com/unkeyed/ratelimit/services/audit"
+	auditmem "github.com/unkeyed/ratelimit/services/audit/memstore"
+	auditstore "github.com/unkeyed/ratelimit/services/audit/store"
 )
 
 // actingAs returns ctx acting as a key of ws with perms.
@@ -28,9 +30,9 @@ func actingAs(t *testing.T, ws, keyID string, perms ...string) context.Context {
 	return pipeline.WithRequestID(ctx, "req_test")
 }
 
-func newManager(t *testing.T) (*keys.Manager, *keys.Memory, *audit.Memory) {
+func newManager(t *testing.T) (*keys.Manager, *keys.Memory, *auditmem.Store) {
 	t.Helper()
-	store, log := keys.NewMemory(), audit.NewMemory(100)
+	store, log := keys.NewMemory(), auditmem.New(100)
 	w, err := audit.NewWriter(log, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +62,7 @@ func TestManagerPermissions(t *testing.T) {
 	if all, _ := store.All(context.Background()); len(all) != 0 {
 		t.Fatalf("refused creations stored %d keys", len(all))
 	}
-	if entries, _ := log.List(context.Background(), "ws", audit.Filter{}, 0, 10); len(entries) != 0 {
+	if entries, _ := log.List(context.Background(), "ws", auditstore.Filter{}, 0, 10); len(entries) != 0 {
 		t.Fatalf("refused creations were audited: %+v", entries)
 	}
 	k, secret, err := m.Create(narrow, "gateway", []string{"ratelimit.api.limit"}, time.Time{})
@@ -139,7 +141,7 @@ func TestManagerAudits(t *testing.T) {
 	if _, err := m.Update(admin, k.ID, []string{"audit.read"}); !errors.Is(err, keys.ErrNotFound) {
 		t.Fatalf("changing a revoked key: %v", err)
 	}
-	entries, err := log.List(context.Background(), "ws", audit.Filter{Target: k.ID}, 0, 10)
+	entries, err := log.List(context.Background(), "ws", auditstore.Filter{Target: k.ID}, 0, 10)
 	if err != nil || len(entries) != 3 {
 		t.Fatalf("entries %+v, %v; want 3", entries, err)
 	}

@@ -7,8 +7,9 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/audit"
 	"github.com/unkeyed/ratelimit/internal/invalid"
+	"github.com/unkeyed/ratelimit/services/audit"
+	auditstore "github.com/unkeyed/ratelimit/services/audit/store"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -78,7 +79,7 @@ func (p *Pipeline) recordOverride(ctx context.Context, action, namespace, identi
 		return
 	}
 	pr := PrincipalOf(ctx)
-	p.audit.Write(ctx, audit.Entry{Workspace: pr.Workspace, Actor: pr.KeyID, Action: action,
+	p.audit.Write(ctx, auditstore.Entry{Workspace: pr.Workspace, Actor: pr.KeyID, Action: action,
 		Target: audit.OverrideTarget(namespace, identifier), Before: overrideValue(before), After: overrideValue(after),
 		RequestID: RequestID(ctx)})
 }

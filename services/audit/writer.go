@@ -6,6 +6,8 @@ import (
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/unkeyed/ratelimit/services/audit/store"
 )
 
 // Writer records entries in a Log after the change they describe has been
@@ -13,13 +15,13 @@ import (
 // Record that fails is logged at error level, with the whole entry, so
 // that the log pipeline keeps what the table could not, and counted.
 type Writer struct {
-	log      Log
+	log      store.Log
 	logger   *slog.Logger
 	failures prometheus.Counter
 }
 
 // NewWriter returns a Writer to log, registering its metric with reg.
-func NewWriter(log Log, logger *slog.Logger, reg prometheus.Registerer) (*Writer, error) {
+func NewWriter(log store.Log, logger *slog.Logger, reg prometheus.Registerer) (*Writer, error) {
 	w := &Writer{log: log, logger: logger, failures: prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "unkey_audit_write_failures_total",
 		Help: "Audit entries the audit log could not store (each logged at error level in full).",
@@ -32,7 +34,7 @@ func NewWriter(log Log, logger *slog.Logger, reg prometheus.Registerer) (*Writer
 
 // Write records e. A ctx already ended does not stop it: the change it
 // describes was made.
-func (w *Writer) Write(ctx context.Context, e Entry) {
+func (w *Writer) Write(ctx context.Context, e store.Entry) {
 	if err := w.log.Record(context.WithoutCancel(ctx), e); err != nil {
 		w.failures.Inc()
 		w.logger.ErrorContext(ctx, "audit entry not stored", "error", err, "workspace", e.Workspace, "actor", e.Actor,

@@ -1,4 +1,7 @@
-package audit
+// Package mysqlstore keeps the audit log in MySQL's ratelimit_audit_log,
+// which every process of every region shares and the worker's cleanup
+// purges after audit.Retention.
+package mysqlstore
 
 import (
 	"context"
@@ -8,18 +11,18 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/db"
+	"github.com/unkeyed/ratelimit/services/audit/store"
 )
 
-// MySQL is a Log in MySQL's ratelimit_audit_log, which the worker's
-// cleanup purges after the retention.
-type MySQL struct{ q *db.Queries }
+// Store is a store.Log in MySQL. It is safe for concurrent use.
+type Store struct{ q *db.Queries }
 
-// NewMySQL returns the Log of the database db.
-func NewMySQL(sqlDB *sql.DB) *MySQL { return &MySQL{q: db.New(sqlDB)} }
+// New returns the store of the database sqlDB.
+func New(sqlDB *sql.DB) *Store { return &Store{q: db.New(sqlDB)} }
 
-// Record implements Log. The database stamps the time; the ID is not read
+// Record implements store.Log. The database stamps the time; the ID is not read
 // back (entries are listed, never looked up).
-func (m *MySQL) Record(ctx context.Context, e Entry) error {
+func (m *Store) Record(ctx context.Context, e store.Entry) error {
 	err := m.q.AuditInsert(ctx, db.AuditInsertParams{WorkspaceID: e.Workspace, ActorKeyID: e.Actor, Action: e.Action,
 		Target: e.Target, BeforeValue: e.Before, AfterValue: e.After, RequestID: e.RequestID})
 	if err != nil {
@@ -28,8 +31,8 @@ func (m *MySQL) Record(ctx context.Context, e Entry) error {
 	return nil
 }
 
-// List implements Log.
-func (m *MySQL) List(ctx context.Context, workspace string, f Filter, before int64, limit int) ([]Entry, error) {
+// List implements store.Log.
+func (m *Store) List(ctx context.Context, workspace string, f store.Filter, before int64, limit int) ([]store.Entry, error) {
 	p := db.AuditListParams{WorkspaceID: workspace, BeforePk: math.MaxInt64, Action: f.Action, Target: f.Target,
 		ActorKeyID: f.Actor, UntilMs: math.MaxInt64, Limit: int32(limit)}
 	if before > 0 {
@@ -45,9 +48,9 @@ func (m *MySQL) List(ctx context.Context, workspace string, f Filter, before int
 	if err != nil {
 		return nil, fmt.Errorf("list audit log: %w", err)
 	}
-	out := make([]Entry, len(rows))
+	out := make([]store.Entry, len(rows))
 	for i, r := range rows {
-		out[i] = Entry{ID: int64(r.Pk), Workspace: r.WorkspaceID, Actor: r.ActorKeyID, Action: r.Action, Target: r.Target,
+		out[i] = store.Entry{ID: int64(r.Pk), Workspace: r.WorkspaceID, Actor: r.ActorKeyID, Action: r.Action, Target: r.Target,
 			Before: r.BeforeValue, After: r.AfterValue, RequestID: r.RequestID, Time: time.UnixMilli(int64(r.CreatedAt)).UTC()}
 	}
 	return out, nil
