@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/audit"
@@ -49,8 +49,8 @@ func Keys(ctx context.Context, environ []string, out, logOut io.Writer, args []s
 	if fs.NArg() > 0 {
 		return fmt.Errorf("keys %s: unexpected arguments %q", args[0], fs.Args())
 	}
-	if *workspace == "" || len(*workspace) > pipeline.MaxWorkspaceLength || !pipeline.Printable(*workspace) {
-		return fmt.Errorf("keys %s: --workspace: must be 1 to %d printable characters", args[0], pipeline.MaxWorkspaceLength)
+	if *workspace == "" || len(*workspace) > access.MaxWorkspaceLength || !access.Printable(*workspace) {
+		return fmt.Errorf("keys %s: --workspace: must be 1 to %d printable characters", args[0], access.MaxWorkspaceLength)
 	}
 	var permissions []string
 	for _, p := range strings.Split(*perms, ",") {
@@ -107,7 +107,7 @@ func createKey(ctx context.Context, environ []string, out, logOut io.Writer, wor
 	if err != nil {
 		return err
 	}
-	ctx = pipeline.WithPrincipal(ctx, pipeline.Principal{Workspace: workspace, Permissions: access.All(), KeyID: "cli"})
+	ctx = call.WithPrincipal(ctx, access.Principal{Workspace: workspace, Permissions: access.All(), KeyID: "cli"})
 	k, secret, err := keys.NewManager(keys.NewMySQL(sqlDB), w).Create(ctx, name, permissions, expiresAt)
 	if err != nil {
 		return fmt.Errorf("keys create: %w", err)

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
@@ -112,10 +112,10 @@ func (h *Analytics) getRatelimits(ctx context.Context, m *ratelimitv1.GetRatelim
 	case top < 1 || top > maxTop:
 		return nil, &invalid.Error{Field: "top", Rule: "must be between 1 and 100, or 0 for 10"}
 	}
-	if err := pipeline.Authorize(ctx, access.ReadAnalytics, m.GetNamespace()); err != nil {
+	if err := call.Authorize(ctx, access.ReadAnalytics, m.GetNamespace()); err != nil {
 		return nil, err
 	}
-	ws := pipeline.Workspace(ctx)
+	ws := call.Workspace(ctx)
 	series, err := h.store.Series(ctx, ws, m.GetNamespace(), g, time.UnixMilli(from), time.UnixMilli(to))
 	if err != nil {
 		return nil, err
@@ -152,14 +152,14 @@ func (h *Analytics) ListNamespaces(ctx context.Context, req *connect.Request[rat
 	if err == nil {
 		// Read more than are answered: those the caller may not read are
 		// left out.
-		names, err = h.store.Namespaces(ctx, pipeline.Workspace(ctx), time.UnixMilli(from), time.UnixMilli(to), 10*maxNamespaces)
+		names, err = h.store.Namespaces(ctx, call.Workspace(ctx), time.UnixMilli(from), time.UnixMilli(to), 10*maxNamespaces)
 	}
 	if err != nil {
 		return nil, h.layer.ConnectError(ctx, ratelimitv1connect.AnalyticsServiceListNamespacesProcedure, err)
 	}
 	out := &ratelimitv1.ListNamespacesResponse{}
 	for _, n := range names {
-		if pipeline.Authorize(ctx, access.ReadAnalytics, n.Identifier) != nil {
+		if call.Authorize(ctx, access.ReadAnalytics, n.Identifier) != nil {
 			// Counted, never named: the caller learns why its view is
 			// empty, not what it may not read.
 			out.Withheld++

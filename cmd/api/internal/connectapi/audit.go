@@ -13,7 +13,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
@@ -61,9 +61,9 @@ func (h *Audit) ListAuditLog(ctx context.Context, req *connect.Request[ratelimit
 
 // list checks the permission and the request, and reads a page.
 func (h *Audit) list(ctx context.Context, m *ratelimitv1.ListAuditLogRequest) ([]auditstore.Entry, string, error) {
-	pr := pipeline.PrincipalOf(ctx)
+	pr := call.PrincipalOf(ctx)
 	if !pr.Permissions.Has(access.ReadAudit) {
-		return nil, "", &pipeline.DeniedError{Permission: access.ReadAudit}
+		return nil, "", &access.DeniedError{Permission: access.ReadAudit}
 	}
 	f := auditstore.Filter{Action: m.Action, Target: m.Target, Actor: m.Actor}
 	switch {

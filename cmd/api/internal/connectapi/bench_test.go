@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/connectapi"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
@@ -28,13 +30,13 @@ func BenchmarkDecisionWithPatterns(b *testing.B) {
 	for _, n := range []int{0, 1000} {
 		b.Run(fmt.Sprint(n, " patterns"), func(b *testing.B) {
 			h, _, ov := newHandler(b)
-			ctx := pipeline.WithPrincipal(context.Background(), pipeline.OpenPrincipal())
+			ctx := call.WithPrincipal(context.Background(), access.OpenPrincipal())
 			for i := range n {
 				id := fmt.Sprint("user_", i, "_*")
 				if i%2 == 1 {
 					id = fmt.Sprint("*_", i, ".example")
 				}
-				if _, err := ov.Set(ctx, overrides.Override{Workspace: pipeline.OpenWorkspace, Namespace: "ns", Identifier: id,
+				if _, err := ov.Set(ctx, overrides.Override{Workspace: access.OpenWorkspace, Namespace: "ns", Identifier: id,
 					Limit: 5, Duration: time.Minute}); err != nil {
 					b.Fatal(err)
 				}
@@ -67,9 +69,9 @@ func newHandler(t testing.TB) (*connectapi.Handler, *ratelimit.Service, *overrid
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := transport.NewLayer(p, transport.NewBudget(transport.DefaultBudget), slog.New(slog.DiscardHandler), reg)
+	l, err := transport.NewLayer(access.Tokens{}, transport.NewBudget(transport.DefaultBudget), slog.New(slog.DiscardHandler), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return connectapi.New(l), limiter, ov
+	return connectapi.New(l, p), limiter, ov
 }

@@ -11,8 +11,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/daemon/daemontest"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
 	"github.com/unkeyed/ratelimit/internal/testkit/loopback"
@@ -181,7 +181,7 @@ func TestBatchLimit(t *testing.T) {
 // deciding (and counting) at once.
 func TestBatchStopsWhenTheCallerIsGone(t *testing.T) {
 	h, limiter, _ := newHandler(t)
-	ctx, cancel := context.WithCancel(pipeline.WithPrincipal(context.Background(), pipeline.Principal{Workspace: "ws", Permissions: access.All()}))
+	ctx, cancel := context.WithCancel(call.WithPrincipal(context.Background(), access.Principal{Workspace: "ws", Permissions: access.All()}))
 	cancel()
 	req := &ratelimitv1.BatchLimitRequest{}
 	for range 10 {

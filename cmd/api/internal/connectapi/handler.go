@@ -29,8 +29,8 @@ type Handler struct {
 
 var _ ratelimitv1connect.RatelimitServiceHandler = (*Handler)(nil)
 
-// New returns the service on l's pipeline.
-func New(l *transport.Layer) *Handler { return &Handler{layer: l, pipeline: l.Pipeline()} }
+// New returns the service deciding on p, its routes behind l.
+func New(l *transport.Layer, p *pipeline.Pipeline) *Handler { return &Handler{layer: l, pipeline: p} }
 
 // Register serves the service on mux behind the layer: Connect, gRPC and
 // gRPC-Web on one path prefix.

@@ -9,8 +9,8 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
@@ -43,7 +43,7 @@ var errNoKeyStore = connect.NewError(connect.CodeUnimplemented,
 // and for the caller (the Request-Id header).
 func withRequestID[T any](ctx context.Context, resp *connect.Response[T], id string) context.Context {
 	resp.Header().Set("Request-Id", id)
-	return pipeline.WithRequestID(ctx, id)
+	return call.WithRequestID(ctx, id)
 }
 
 // CreateKey implements KeyService.CreateKey.

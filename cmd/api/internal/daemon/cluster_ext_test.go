@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/internal/testkit/poll"
 	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 	"github.com/unkeyed/ratelimit/services/ratelimit/redisstore"
@@ -341,7 +341,7 @@ func (r *clusterRegion) nodeFor(t *testing.T, id string) *testserver.Redis {
 // identifier in 30-day windows, without its sequence (":<sequence>" follows;
 // the sequence is outside the hash tag, so any will do for its slot).
 func redisKeyOf(namespace, identifier string) string {
-	k := redisstore.Key(&store.CellKey{Workspace: pipeline.OpenWorkspace, Namespace: namespace, Identifier: identifier,
+	k := redisstore.Key(&store.CellKey{Workspace: access.OpenWorkspace, Namespace: namespace, Identifier: identifier,
 		Duration: 2592000000 * time.Millisecond})
 	return strings.TrimSuffix(k, ":0")
 }

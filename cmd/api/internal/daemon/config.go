@@ -8,6 +8,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/reservation"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
@@ -124,7 +125,7 @@ type Config struct {
 	DecodeBudgetBytes int64 `env:"UNKEY_DECODE_BUDGET_BYTES" envDefault:"67108864" help:"the most bytes of requests being read and decoded at once, all clients together; past it a request is answered busy: 1048576 to 17179869184"`
 
 	// Derived by LoadConfig.
-	tokens pipeline.Tokens
+	tokens access.Tokens
 	redis  *redis.Options // nil without UNKEY_REDIS_URL, or for a cluster
 	// redisCluster is set instead of redis for a redis+cluster:// URL.
 	redisCluster *redis.ClusterOptions
@@ -143,7 +144,7 @@ func LoadConfig(environ []string) (Config, error) {
 	if err := envconfig.Parse(environ, &c); err != nil {
 		return Config{}, err
 	}
-	if len(c.Region) > maxRegionLength || !pipeline.Printable(c.Region) {
+	if len(c.Region) > maxRegionLength || !access.Printable(c.Region) {
 		return Config{}, fmt.Errorf("UNKEY_REGION: must be 1 to %d printable characters, got %q", maxRegionLength, c.Region)
 	}
 	if err := c.Log.Validate(); err != nil {
@@ -169,7 +170,7 @@ func LoadConfig(environ []string) (Config, error) {
 	}
 	for _, h := range []struct{ name, v string }{{"UNKEY_RLS_LIMIT_HEADER", c.RLSLimitHeader},
 		{"UNKEY_RLS_REMAINING_HEADER", c.RLSRemainingHeader}, {"UNKEY_RLS_RESET_HEADER", c.RLSResetHeader}} {
-		if !pipeline.Printable(h.v) || strings.ContainsAny(h.v, ":()<>@,;\\\"/[]?={}") {
+		if !access.Printable(h.v) || strings.ContainsAny(h.v, ":()<>@,;\\\"/[]?={}") {
 			return Config{}, fmt.Errorf("%s: must be an HTTP header name, got %q", h.name, h.v)
 		}
 	}
@@ -227,7 +228,7 @@ func LoadConfig(environ []string) (Config, error) {
 	if c.ReservationSecret != "" && len(c.ReservationSecret) < reservation.MinSecretLength {
 		return Config{}, fmt.Errorf("UNKEY_RESERVATION_SECRET: must be at least %d bytes, got %d", reservation.MinSecretLength, len(c.ReservationSecret))
 	}
-	tokens, err := pipeline.ParseTokens(c.AuthTokens)
+	tokens, err := access.ParseTokens(c.AuthTokens)
 	if err != nil {
 		return Config{}, fmt.Errorf("UNKEY_AUTH_TOKENS: %w", err)
 	}

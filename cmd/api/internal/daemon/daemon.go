@@ -156,13 +156,13 @@ func (d *Daemon) build() error {
 	if err != nil {
 		return err
 	}
-	p, err := pipeline.New(d.limiter, ov, reg, pipeline.WithKeys(ring), pipeline.WithAudit(auditWriter),
+	p, err := pipeline.New(d.limiter, ov, reg, pipeline.WithAudit(auditWriter),
 		pipeline.WithReservations(keyring, st.ledger, st.ledgerScope), pipeline.WithLogger(logger), pipeline.WithAnalytics(recorder),
 		pipeline.WithBatchEntriesInFlight(cfg.batchEntriesInFlight()))
 	if err != nil {
 		return fmt.Errorf("register api metrics: %w", err)
 	}
-	if d.layer, err = transport.NewLayer(p, transport.NewBudget(cfg.DecodeBudgetBytes), logger, reg); err != nil {
+	if d.layer, err = transport.NewLayer(ring, transport.NewBudget(cfg.DecodeBudgetBytes), logger, reg); err != nil {
 		return err
 	}
 	if tracing.On {
@@ -175,13 +175,13 @@ func (d *Daemon) build() error {
 		}
 	}
 
-	rls, err := d.newRLS(cfg)
+	rls, err := d.newRLS(cfg, p)
 	if err != nil {
 		return err
 	}
-	d.unkey = unkeyv2.New(d.layer)
+	d.unkey = unkeyv2.New(d.layer, p)
 	d.adapters = []Adapter{
-		connectapi.New(d.layer),
+		connectapi.New(d.layer, p),
 		connectapi.NewKeys(d.layer, manager),
 		connectapi.NewAudit(d.layer, st.audit),
 		connectapi.NewAnalytics(d.layer, st.analytics, st.fleet, connectapi.AnalyticsProcess{Region: cfg.Region,

@@ -4,13 +4,14 @@ import (
 	"fmt"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
 
 // newRLS builds Envoy's rate limit service of cfg: its rules from
 // UNKEY_RLS_CONFIG (refusing to start on a broken file, and following the
 // file's changes in a loop), or none.
-func (d *Daemon) newRLS(cfg Config) (*envoyrls.Service, error) {
+func (d *Daemon) newRLS(cfg Config, p *pipeline.Pipeline) (*envoyrls.Service, error) {
 	empty, err := rlsconfig.Load()
 	if err != nil {
 		return nil, err
@@ -34,5 +35,5 @@ func (d *Daemon) newRLS(cfg Config) (*envoyrls.Service, error) {
 		opts = append(opts, envoyrls.WithResponseHeaders(envoyrls.Headers{Limit: cfg.RLSLimitHeader,
 			Remaining: cfg.RLSRemainingHeader, Reset: cfg.RLSResetHeader}))
 	}
-	return envoyrls.New(d.layer, current, d.registry, opts...)
+	return envoyrls.New(d.layer, p, current, d.registry, opts...)
 }

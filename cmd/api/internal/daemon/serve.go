@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/services/ratelimit/redisstore"
@@ -74,7 +74,7 @@ func (d *Daemon) Serve(ctx context.Context, ln, grpcLn net.Listener) error {
 	}
 	if d.open() {
 		d.logger.Warn("no keys configured (UNKEY_AUTH_TOKENS, UNKEY_AUTH_KEYS_FILE, or a key in MySQL): the API is open " +
-			"and every caller shares the workspace " + pipeline.OpenWorkspace)
+			"and every caller shares the workspace " + access.OpenWorkspace)
 	}
 	// The cluster's map of nodes before the first request, so that a master
 	// that dies later is replaced by a replica the client knows of (see

@@ -10,7 +10,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -48,7 +49,7 @@ descriptors:
     detailed_metric: true
     rate_limit: {unit: hour, requests_per_unit: 100}
 `, 1<<20)
-	ctx := pipeline.WithPrincipal(context.Background(), pipeline.OpenPrincipal())
+	ctx := call.WithPrincipal(context.Background(), access.OpenPrincipal())
 	big := strings.Repeat("x", 900)
 	for i := range 300 {
 		v := big + strings.Repeat("y", i%50) + string(rune('a'+i%26)) + strings.Repeat("z", i/26)
@@ -86,7 +87,7 @@ descriptors:
 // with failure_mode_deny off admits).
 func TestWindowCapFailsClosed(t *testing.T) {
 	s, _, _ := newBounded(t, "domain: d\ndescriptors:\n  - key: ip\n    rate_limit: {unit: hour, requests_per_unit: 100}\n", 2)
-	ctx := pipeline.WithPrincipal(context.Background(), pipeline.OpenPrincipal())
+	ctx := call.WithPrincipal(context.Background(), access.OpenPrincipal())
 	resp, err := s.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommonv3.RateLimitDescriptor{
 		descriptor("ip", "1"), descriptor("ip", "2"), descriptor("ip", "3")}})
 	if err != nil {
@@ -104,7 +105,7 @@ func TestWindowCapFailsClosed(t *testing.T) {
 func TestRequestBounds(t *testing.T) {
 	s, _, limiter := newBounded(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}\n"+
 		"  - key: wide\n    rate_limit: {unit: hour, requests_per_unit: 100}\n", 1<<20)
-	ctx := pipeline.WithPrincipal(context.Background(), pipeline.OpenPrincipal())
+	ctx := call.WithPrincipal(context.Background(), access.OpenPrincipal())
 	wide := descriptor()
 	for i := range MaxEntries {
 		wide.Entries = append(wide.Entries, &rlcommonv3.RateLimitDescriptor_Entry{Key: "wide", Value: strings.Repeat(string(rune('a'+i%26)), 200)})

@@ -14,7 +14,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
@@ -71,7 +72,7 @@ func TestMultiserviceTokenQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, _ := newServiceOn(t, limiter, multiservice, prometheus.NewRegistry(), WithDynamicMetadata(true))
-	ctx := pipeline.WithPrincipal(context.Background(), pipeline.OpenPrincipal())
+	ctx := call.WithPrincipal(context.Background(), access.OpenPrincipal())
 	request := func() (*rlsv3.RateLimitResponse, string) {
 		t.Helper()
 		resp, err := s.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "rl", Descriptors: []*rlcommonv3.RateLimitDescriptor{
@@ -125,7 +126,7 @@ descriptors:
   - {key: quota_b, quota_mode: true, rate_limit: {unit: hour, requests_per_unit: 1}}
   - {key: plain, rate_limit: {unit: hour, requests_per_unit: 1}}
 `
-	ctx := pipeline.WithPrincipal(context.Background(), pipeline.OpenPrincipal())
+	ctx := call.WithPrincipal(context.Background(), access.OpenPrincipal())
 	for _, tc := range []struct {
 		name     string
 		spent    []string // descriptors spent before the request
@@ -180,7 +181,7 @@ descriptors:
   - {key: c, rate_limit: {unit: hour, requests_per_unit: 0}, metadata: {blocked: true}}
 `
 	s, _ := newService(t, cfg, WithDynamicMetadata(true))
-	ctx := pipeline.WithPrincipal(context.Background(), pipeline.OpenPrincipal())
+	ctx := call.WithPrincipal(context.Background(), access.OpenPrincipal())
 	for range 2 { // the second answer proves the first changed no rule's metadata
 		resp, err := s.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "m", HitsAddend: 2, Descriptors: []*rlcommonv3.RateLimitDescriptor{
 			{Entries: []*rlcommonv3.RateLimitDescriptor_Entry{{Key: "a", Value: "1"}}},

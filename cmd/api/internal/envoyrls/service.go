@@ -37,7 +37,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	"github.com/unkeyed/ratelimit/internal/invalid"
@@ -119,15 +119,15 @@ func WithNearLimitRatio(r float64) Option { return func(s *Service) { s.metrics.
 // WithClock sets the clock of duration_until_reset (time.Now).
 func WithClock(now func() time.Time) Option { return func(s *Service) { s.now = now } }
 
-// New returns the service deciding on l's pipeline by the rules config
-// returns (read on every request, so a reload takes effect at once), with
-// its metrics registered with reg; its routes are served behind l.
-func New(l *transport.Layer, config func() *rlsconfig.Config, reg prometheus.Registerer, opts ...Option) (*Service, error) {
+// New returns the service deciding on p by the rules config returns (read
+// on every request, so a reload takes effect at once), with its metrics
+// registered with reg; its routes are served behind l.
+func New(l *transport.Layer, p *pipeline.Pipeline, config func() *rlsconfig.Config, reg prometheus.Registerer, opts ...Option) (*Service, error) {
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, fmt.Errorf("register rls metrics: %w", err)
 	}
-	s := &Service{layer: l, pipeline: l.Pipeline(), config: config, metrics: m, now: time.Now}
+	s := &Service{layer: l, pipeline: p, config: config, metrics: m, now: time.Now}
 	for _, o := range opts {
 		o(s)
 	}
@@ -140,13 +140,16 @@ var ErrBounds = &invalid.Error{Field: "descriptors",
 	Rule: fmt.Sprintf("must hold 1 to %d descriptors of 1 to %d entries each", MaxDescriptors, MaxEntries)}
 
 // ShouldRateLimit answers Envoy's request: each descriptor decided and
-// counted on its own, in request order. Its errors are the pipeline's
-// (pipeline.Classify sorts them); the transport maps them to its codes.
+// counted on its own, in request order. failure.Classify sorts its errors;
+// the transport maps them to its codes.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if err := validate(req); err != nil {
 		return nil, err
 	}
-	if err := pipeline.Authorize(ctx, access.Limit, rlsconfig.NamespacePrefix+req.Domain); err != nil {
+	// One authorization for the request: every descriptor is decided in
+	// the domain's namespace.
+	ns, err := s.pipeline.Namespace(ctx, rlsconfig.NamespacePrefix+req.Domain)
+	if err != nil {
 		return nil, err
 	}
 	cfg := s.config()
@@ -177,7 +180,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		if p.rule != nil && p.rule.Name != "" && replaced[p.rule.Name] {
 			p.counted = false
 		}
-		st, err := s.decide(ctx, req.Domain, p, now)
+		st, err := s.decide(ctx, ns, req.Domain, p, now)
 		if err != nil {
 			return nil, err
 		}
@@ -210,11 +213,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		resp.DynamicMetadata = dynamicMetadata(req, plans, passed)
 	}
 	// The call's outcome is the overall answer, not its descriptors'.
-	outcome := pipeline.OutcomePassed
+	outcome := call.OutcomePassed
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && !s.shadow {
-		outcome = pipeline.OutcomeDenied
+		outcome = call.OutcomeDenied
 	}
-	pipeline.SetOutcome(ctx, outcome)
+	call.SetOutcome(ctx, outcome)
 	if s.shadow && resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
 		s.metrics.globalShadow.Inc()
@@ -349,7 +352,7 @@ func checkIdentifier(id string) error {
 }
 
 // decide decides one planned descriptor.
-func (s *Service) decide(ctx context.Context, domain string, p *plan, now time.Time) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
+func (s *Service) decide(ctx context.Context, ns *pipeline.Namespace, domain string, p *plan, now time.Time) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
 	if p.unlimited {
 		s.metrics.hits(domain, p.metric, p.cost)
 		s.metrics.within(domain, p.metric, p.cost)
@@ -369,7 +372,7 @@ func (s *Service) decide(ctx context.Context, domain string, p *plan, now time.T
 	if p.fromRequest {
 		call.MaxDuration, call.ZeroLimit = ratelimit.MaxDuration, false
 	}
-	d, err := s.pipeline.Limit(ctx, call)
+	d, err := ns.Limit(ctx, call)
 	var capacity *ratelimit.CapacityError
 	if err != nil && !errors.As(err, &capacity) {
 		return nil, err

@@ -10,6 +10,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	"github.com/unkeyed/ratelimit/services/overrides"
@@ -44,11 +46,11 @@ func newServiceOn(t *testing.T, limiter *ratelimit.Service, yaml string, reg *pr
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := transport.NewLayer(p, transport.NewBudget(transport.DefaultBudget), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	l, err := transport.NewLayer(access.Tokens{}, transport.NewBudget(transport.DefaultBudget), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(l, func() *rlsconfig.Config { return cfg }, reg, opts...)
+	s, err := New(l, p, func() *rlsconfig.Config { return cfg }, reg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +66,7 @@ func one(key, value string) []*rlcommonv3.RateLimitDescriptor {
 // counter name replaces the rule's limit and window.
 func TestYearRulesAndOverrides(t *testing.T) {
 	s, ov := newService(t, "domain: d\ndescriptors:\n  - key: plan\n    rate_limit: {unit: year, requests_per_unit: 3}\n")
-	ctx := pipeline.WithPrincipal(context.Background(), pipeline.OpenPrincipal())
+	ctx := call.WithPrincipal(context.Background(), access.OpenPrincipal())
 	resp, err := s.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: one("plan", "free")})
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +76,7 @@ func TestYearRulesAndOverrides(t *testing.T) {
 		st.DurationUntilReset.AsDuration() > 365*24*time.Hour || st.DurationUntilReset.AsDuration() <= 0 {
 		t.Fatalf("year rule: %v", st)
 	}
-	if _, err := ov.Set(ctx, overrides.Override{Workspace: pipeline.OpenWorkspace, Namespace: "envoy:d", Identifier: "plan=free",
+	if _, err := ov.Set(ctx, overrides.Override{Workspace: access.OpenWorkspace, Namespace: "envoy:d", Identifier: "plan=free",
 		Limit: 100, Duration: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +94,7 @@ func TestYearRulesAndOverrides(t *testing.T) {
 // are kept as without shadow mode.
 func TestGlobalShadowMode(t *testing.T) {
 	s, _ := newService(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n", WithShadowMode(true))
-	ctx := pipeline.WithPrincipal(context.Background(), pipeline.OpenPrincipal())
+	ctx := call.WithPrincipal(context.Background(), access.OpenPrincipal())
 	for i, wantStatus := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
 		resp, err := s.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: one("k", "v")})
 		if err != nil {

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/failure"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	"github.com/unkeyed/ratelimit/internal/invalid"
 )
@@ -115,16 +115,16 @@ func decodeError(body []byte, req *rlsv3.RateLimitRequest) error {
 
 // jsonStatus is the HTTP status of each kind of failure on /json.
 var jsonStatus = [...]int{
-	pipeline.KindInternal:          http.StatusInternalServerError,
-	pipeline.KindInvalidArgument:   http.StatusBadRequest,
-	pipeline.KindUnauthenticated:   http.StatusUnauthorized,
-	pipeline.KindNotFound:          http.StatusNotFound,
-	pipeline.KindResourceExhausted: http.StatusTooManyRequests,
-	pipeline.KindCanceled:          499,
-	pipeline.KindDeadlineExceeded:  http.StatusGatewayTimeout,
-	pipeline.KindPermissionDenied:  http.StatusForbidden,
-	pipeline.KindUnavailable:       http.StatusServiceUnavailable,
-	pipeline.KindConflict:          http.StatusConflict,
+	failure.KindInternal:          http.StatusInternalServerError,
+	failure.KindInvalidArgument:   http.StatusBadRequest,
+	failure.KindUnauthenticated:   http.StatusUnauthorized,
+	failure.KindNotFound:          http.StatusNotFound,
+	failure.KindResourceExhausted: http.StatusTooManyRequests,
+	failure.KindCanceled:          499,
+	failure.KindDeadlineExceeded:  http.StatusGatewayTimeout,
+	failure.KindPermissionDenied:  http.StatusForbidden,
+	failure.KindUnavailable:       http.StatusServiceUnavailable,
+	failure.KindConflict:          http.StatusConflict,
 }
 
 // writeJSONError answers a failure on /json with the status of its kind
@@ -134,7 +134,7 @@ var jsonStatus = [...]int{
 func writeJSONError(w http.ResponseWriter, l *transport.Layer, r *http.Request, err error) {
 	f := l.Classify(r.Context(), "/json", "", err)
 	msg := f.Message
-	if f.Kind == pipeline.KindInternal {
+	if f.Kind == failure.KindInternal {
 		msg = transport.InternalMessage(f.RequestID)
 	}
 	transport.WriteJSONError(w, jsonStatus[f.Kind], f.Kind, msg)

@@ -7,15 +7,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 )
 
 // BenchmarkPrincipal is the cost every request pays to find its key: a
 // Ring over tokens and a table of 1,000 keys, beside a bare Tokens map
 // (what UNKEY_AUTH_TOKENS alone was before keys).
 func BenchmarkPrincipal(b *testing.B) {
-	tokens, _ := pipeline.ParseTokens("tok_0123456789abcdef=ws")
+	tokens, _ := access.ParseTokens("tok_0123456789abcdef=ws")
 	store := keys.NewMemory()
 	ring := keys.NewRing(keys.WithTokens(tokens))
 	table, err := keys.NewTable(store, ring, prometheus.NewRegistry())

@@ -16,7 +16,7 @@ import (
 	json "github.com/go-json-experiment/json"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/internal/reread"
 )
 
@@ -89,11 +89,11 @@ func Entry(k Key) FileEntry {
 
 // key checks one key of a file.
 func (fk FileEntry) key() (Key, error) {
-	if fk.ID == "" || len(fk.ID) > MaxIDLength || !pipeline.Printable(fk.ID) {
+	if fk.ID == "" || len(fk.ID) > MaxIDLength || !access.Printable(fk.ID) {
 		return Key{}, fmt.Errorf("id: must be 1 to %d printable characters", MaxIDLength)
 	}
-	if fk.Workspace == "" || len(fk.Workspace) > pipeline.MaxWorkspaceLength || !pipeline.Printable(fk.Workspace) {
-		return Key{}, fmt.Errorf("workspace: must be 1 to %d printable characters", pipeline.MaxWorkspaceLength)
+	if fk.Workspace == "" || len(fk.Workspace) > access.MaxWorkspaceLength || !access.Printable(fk.Workspace) {
+		return Key{}, fmt.Errorf("workspace: must be 1 to %d printable characters", access.MaxWorkspaceLength)
 	}
 	hexDigest, ok := strings.CutPrefix(fk.Digest, "sha256:")
 	var d Digest

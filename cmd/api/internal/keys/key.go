@@ -18,7 +18,6 @@ import (
 	"unsafe"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -123,4 +122,4 @@ const MaxPermissionBytes = 8192
 
 // ErrNotFound is a key that does not exist in the caller's workspace, or
 // that is revoked where only a live key will do.
-var ErrNotFound = pipeline.ErrKeyNotFound
+var ErrNotFound = access.ErrKeyNotFound

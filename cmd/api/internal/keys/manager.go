@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/audit"
 	auditstore "github.com/unkeyed/ratelimit/services/audit/store"
@@ -37,7 +37,7 @@ type CapacityError struct {
 	Revoked bool
 }
 
-// Exhausted makes e a resource_exhausted failure (pipeline.Exhausted).
+// Exhausted makes e a resource_exhausted failure (failure.Exhausted).
 func (e *CapacityError) Exhausted() bool { return true }
 
 func (e *CapacityError) Error() string {
@@ -67,7 +67,7 @@ func NewManager(store Store, w *audit.Writer) *Manager {
 // Create creates a key in the principal's workspace and returns it with
 // its secret: the only time the secret exists outside its holder.
 func (m *Manager) Create(ctx context.Context, name string, permissions []string, expiresAt time.Time) (Key, string, error) {
-	pr := pipeline.PrincipalOf(ctx)
+	pr := call.PrincipalOf(ctx)
 	if err := authorize(pr); err != nil {
 		return Key{}, "", err
 	}
@@ -105,7 +105,7 @@ func (m *Manager) Create(ctx context.Context, name string, permissions []string,
 // List returns a page of up to limit (1 to MaxListLimit, 0 for 100) keys of
 // the principal's workspace after the id after, and whether more follow.
 func (m *Manager) List(ctx context.Context, after string, limit int) ([]Key, bool, error) {
-	pr := pipeline.PrincipalOf(ctx)
+	pr := call.PrincipalOf(ctx)
 	if err := authorize(pr); err != nil {
 		return nil, false, err
 	}
@@ -125,7 +125,7 @@ func (m *Manager) List(ctx context.Context, after string, limit int) ([]Key, boo
 // Update replaces the permissions of a live key of the principal's
 // workspace.
 func (m *Manager) Update(ctx context.Context, id string, permissions []string) (Key, error) {
-	pr := pipeline.PrincipalOf(ctx)
+	pr := call.PrincipalOf(ctx)
 	if err := authorize(pr); err != nil {
 		return Key{}, err
 	}
@@ -153,7 +153,7 @@ func (m *Manager) Update(ctx context.Context, id string, permissions []string) (
 // Revoke revokes a live key of the principal's workspace. Every process
 // refuses it within its poll interval.
 func (m *Manager) Revoke(ctx context.Context, id string) (Key, error) {
-	pr := pipeline.PrincipalOf(ctx)
+	pr := call.PrincipalOf(ctx)
 	if err := authorize(pr); err != nil {
 		return Key{}, err
 	}
@@ -174,7 +174,7 @@ func (m *Manager) Revoke(ctx context.Context, id string) (Key, error) {
 
 // target returns the key id of the principal's workspace that a change
 // is about, if the principal holds every permission it has.
-func (m *Manager) target(ctx context.Context, pr pipeline.Principal, id string) (Key, error) {
+func (m *Manager) target(ctx context.Context, pr access.Principal, id string) (Key, error) {
 	k, err := m.store.Get(ctx, pr.Workspace, id)
 	if err != nil {
 		return Key{}, err
@@ -186,9 +186,9 @@ func (m *Manager) target(ctx context.Context, pr pipeline.Principal, id string) 
 }
 
 // record writes the audit entry of a change from before to after.
-func (m *Manager) record(ctx context.Context, pr pipeline.Principal, action string, before, after Key) {
+func (m *Manager) record(ctx context.Context, pr access.Principal, action string, before, after Key) {
 	m.audit.Write(ctx, auditstore.Entry{Workspace: pr.Workspace, Actor: pr.KeyID, Action: action, Target: after.ID,
-		Before: auditValue(before), After: auditValue(after), RequestID: pipeline.RequestID(ctx)})
+		Before: auditValue(before), After: auditValue(after), RequestID: call.RequestID(ctx)})
 }
 
 // auditValue is what the audit log shows of a key: never its digest.
@@ -209,23 +209,23 @@ func auditValue(k Key) string {
 // authorize requires keys.manage, of a key: on an open server (no key
 // configured anywhere) every caller holds every permission, and the first
 // key is the operator's to create (api keys create), not any caller's.
-func authorize(pr pipeline.Principal) error {
-	if pr.KeyID == pipeline.OpenKeyID {
-		return &pipeline.DeniedError{Permission: access.ManageKeys,
+func authorize(pr access.Principal) error {
+	if pr.KeyID == access.OpenKeyID {
+		return &access.DeniedError{Permission: access.ManageKeys,
 			Reason: "an open server manages no keys: create the first with api keys create, which writes it to the database"}
 	}
 	if !pr.Permissions.Has(access.ManageKeys) {
-		return &pipeline.DeniedError{Permission: access.ManageKeys}
+		return &access.DeniedError{Permission: access.ManageKeys}
 	}
 	return nil
 }
 
 // grantable requires pr to hold every permission it gives (or every one of
 // a key it changes).
-func grantable(pr pipeline.Principal, permissions []string) error {
+func grantable(pr access.Principal, permissions []string) error {
 	for _, p := range permissions {
 		if !pr.Permissions.Grants(p) {
-			return &pipeline.DeniedError{Permission: p}
+			return &access.DeniedError{Permission: p}
 		}
 	}
 	return nil
@@ -233,7 +233,7 @@ func grantable(pr pipeline.Principal, permissions []string) error {
 
 // checkID refuses an id no key could have.
 func checkID(id string) error {
-	if id == "" || len(id) > MaxIDLength || !pipeline.Printable(id) {
+	if id == "" || len(id) > MaxIDLength || !access.Printable(id) {
 		return &invalid.Error{Field: "key_id", Rule: fmt.Sprintf("must be 1 to %d printable characters", MaxIDLength)}
 	}
 	return nil

@@ -11,8 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/failure"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/audit"
 	auditmem "github.com/unkeyed/ratelimit/services/audit/memstore"
@@ -26,8 +27,8 @@ func actingAs(t *testing.T, ws, keyID string, perms ...string) context.Context {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := pipeline.WithPrincipal(context.Background(), pipeline.Principal{Workspace: ws, Permissions: p, KeyID: keyID})
-	return pipeline.WithRequestID(ctx, "req_test")
+	ctx := call.WithPrincipal(context.Background(), access.Principal{Workspace: ws, Permissions: p, KeyID: keyID})
+	return call.WithRequestID(ctx, "req_test")
 }
 
 func newManager(t *testing.T) (*keys.Manager, *keys.Memory, *auditmem.Store) {
@@ -44,7 +45,7 @@ func newManager(t *testing.T) (*keys.Manager, *keys.Memory, *auditmem.Store) {
 // what its holder holds, and a refusal changes nothing.
 func TestManagerPermissions(t *testing.T) {
 	m, store, log := newManager(t)
-	var de *pipeline.DeniedError
+	var de *access.DeniedError
 	reader := actingAs(t, "ws", "key_reader", "audit.read")
 	if _, _, err := m.Create(reader, "x", []string{"audit.read"}, time.Time{}); !errors.As(err, &de) || de.Permission != "keys.manage" {
 		t.Fatalf("Create without keys.manage: %v", err)
@@ -185,7 +186,7 @@ func TestManagerCap(t *testing.T) {
 	if _, _, err := m.Create(admin, "k", []string{"audit.read"}, time.Time{}); !errors.As(err, &ce) {
 		t.Fatalf("a key past the cap: %v", err)
 	}
-	if f := pipeline.Classify(&keys.CapacityError{Max: 1}); f.Kind != pipeline.KindResourceExhausted {
+	if f := failure.Classify(&keys.CapacityError{Max: 1}); f.Kind != failure.KindResourceExhausted {
 		t.Fatalf("the cap is classified %v, want resource exhausted", f.Kind)
 	}
 	if _, err := m.Revoke(admin, last.ID); err != nil {
@@ -215,8 +216,8 @@ func TestManagerClosesEscalations(t *testing.T) {
 		t.Fatalf("a permission with a tab: %v", err)
 	}
 
-	open := pipeline.WithPrincipal(context.Background(), pipeline.OpenPrincipal())
-	var de *pipeline.DeniedError
+	open := call.WithPrincipal(context.Background(), access.OpenPrincipal())
+	var de *access.DeniedError
 	if _, _, err := m.Create(open, "attacker", []string{"keys.manage"}, time.Time{}); !errors.As(err, &de) ||
 		!strings.Contains(err.Error(), "api keys create") {
 		t.Fatalf("the open server's caller creating a key: %v", err)
@@ -227,7 +228,7 @@ func TestManagerClosesEscalations(t *testing.T) {
 
 	ends := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
 	p, _ := access.Parse([]string{"keys.manage", "ratelimit.*.limit"})
-	temp := pipeline.WithPrincipal(context.Background(), pipeline.Principal{Workspace: "acme", Permissions: p, KeyID: "key_temp", ExpiresAt: ends})
+	temp := call.WithPrincipal(context.Background(), access.Principal{Workspace: "acme", Permissions: p, KeyID: "key_temp", ExpiresAt: ends})
 	for _, asked := range []time.Time{{}, ends.Add(24 * time.Hour)} {
 		k, _, err := m.Create(temp, "persist", []string{"ratelimit.*.limit"}, asked)
 		if err != nil || !k.ExpiresAt.Equal(ends) {

@@ -4,20 +4,20 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 )
 
 // Ring is every key a process knows, from all its sources: the tokens of
 // UNKEY_AUTH_TOKENS, a keys file, and the keys table. It implements
-// [pipeline.Keys]. The file's and the table's sets are swapped in whole,
+// [access.Keys]. The file's and the table's sets are swapped in whole,
 // so a lookup never sees half a reload. It is safe for concurrent use.
 type Ring struct {
-	static pipeline.Tokens
+	static access.Tokens
 	file   atomic.Pointer[Set] // nil: no keys file
 	table  atomic.Pointer[Set] // nil: no table, or not loaded yet
 	// hasTable: the process has a keys table, loaded or not (set by
 	// NewTable, before the ring is in use). Until the table is loaded, a
-	// token no other source knows is answered pipeline.ErrKeysNotLoaded,
+	// token no other source knows is answered access.ErrKeysNotLoaded,
 	// and the API is not open.
 	hasTable bool
 	now      func() time.Time
@@ -27,7 +27,7 @@ type Ring struct {
 type RingOption func(*Ring)
 
 // WithTokens adds the tokens of UNKEY_AUTH_TOKENS.
-func WithTokens(t pipeline.Tokens) RingOption { return func(r *Ring) { r.static = t } }
+func WithTokens(t access.Tokens) RingOption { return func(r *Ring) { r.static = t } }
 
 // WithClock sets the clock expiry is checked against (time.Now).
 func WithClock(now func() time.Time) RingOption { return func(r *Ring) { r.now = now } }
@@ -43,7 +43,7 @@ func NewRing(opts ...RingOption) *Ring {
 }
 
 // Open reports whether no key is configured anywhere, so that every caller
-// is pipeline.OpenPrincipal: no tokens, no keys file, and a keys table
+// is access.OpenPrincipal: no tokens, no keys file, and a keys table
 // (if any) that was read and has never held a key. A table not read yet
 // is not open: the process cannot tell whether keys exist. A revoked key
 // is still a row, so revoking every key does not open the API.
@@ -60,10 +60,10 @@ func (r *Ring) Open() bool {
 
 // Principal returns the principal of token by its digest, looked up in the
 // tokens, the keys file and the keys table in turn. An expired key answers
-// pipeline.ErrExpiredToken; a token nobody knows pipeline.ErrUnknownToken,
-// or pipeline.ErrKeysNotLoaded while the table that might know it has not
+// access.ErrExpiredToken; a token nobody knows access.ErrUnknownToken,
+// or access.ErrKeysNotLoaded while the table that might know it has not
 // been read yet.
-func (r *Ring) Principal(token string) (pipeline.Principal, error) {
+func (r *Ring) Principal(token string) (access.Principal, error) {
 	d := DigestOf(token)
 	if pr, ok := r.static[d]; ok {
 		return pr, nil
@@ -73,14 +73,14 @@ func (r *Ring) Principal(token string) (pipeline.Principal, error) {
 		if s == nil {
 			continue
 		}
-		if pr, err := s.lookup(d, now); err != pipeline.ErrUnknownToken {
+		if pr, err := s.lookup(d, now); err != access.ErrUnknownToken {
 			return pr, err
 		}
 	}
 	if r.hasTable && r.table.Load() == nil {
-		return pipeline.Principal{}, pipeline.ErrKeysNotLoaded
+		return access.Principal{}, access.ErrKeysNotLoaded
 	}
-	return pipeline.Principal{}, pipeline.ErrUnknownToken
+	return access.Principal{}, access.ErrUnknownToken
 }
 
 // setFile puts a keys file's set in force.

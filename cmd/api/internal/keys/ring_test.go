@@ -15,7 +15,6 @@ import (
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/keys/keystest"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 )
 
 // TestRingOpen: the API is open only while no source holds a key; a keys
@@ -24,7 +23,7 @@ func TestRingOpen(t *testing.T) {
 	if !keys.NewRing().Open() {
 		t.Fatal("a ring without sources is not open")
 	}
-	tokens, _ := pipeline.ParseTokens("tok_0123456789abcdef=ws")
+	tokens, _ := access.ParseTokens("tok_0123456789abcdef=ws")
 	if keys.NewRing(keys.WithTokens(tokens)).Open() {
 		t.Fatal("a ring with tokens is open")
 	}
@@ -38,7 +37,7 @@ func TestRingOpen(t *testing.T) {
 	if ring.Open() {
 		t.Fatal("a ring whose table was never read is open")
 	}
-	if _, err := ring.Principal("anything-at-all-12345"); !errors.Is(err, pipeline.ErrKeysNotLoaded) {
+	if _, err := ring.Principal("anything-at-all-12345"); !errors.Is(err, access.ErrKeysNotLoaded) {
 		t.Fatalf("before the table is read: %v, want ErrKeysNotLoaded", err)
 	}
 	store.SetDown(true)
@@ -70,7 +69,7 @@ func TestRingOpen(t *testing.T) {
 func TestRingLookup(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
-	tokens, _ := pipeline.ParseTokens("tok_0123456789abcdef=ws_static")
+	tokens, _ := access.ParseTokens("tok_0123456789abcdef=ws_static")
 	ring := keys.NewRing(keys.WithTokens(tokens), keys.WithClock(func() time.Time { return now }))
 	store := keystest.NewFaulty(keys.NewMemory())
 	table, err := keys.NewTable(store, ring, prometheus.NewRegistry())
@@ -101,14 +100,14 @@ func TestRingLookup(t *testing.T) {
 	if pr, err := ring.Principal("tok_0123456789abcdef"); err != nil || pr.Workspace != "ws_static" {
 		t.Fatalf("static token: %+v, %v", pr, err)
 	}
-	if _, err := ring.Principal(revoked); !errors.Is(err, pipeline.ErrUnknownToken) {
+	if _, err := ring.Principal(revoked); !errors.Is(err, access.ErrUnknownToken) {
 		t.Fatalf("revoked key: %v, want ErrUnknownToken", err)
 	}
 	if _, err := ring.Principal(expiring); err != nil {
 		t.Fatalf("a key before its expiry: %v", err)
 	}
 	now = now.Add(time.Minute)
-	if _, err := ring.Principal(expiring); !errors.Is(err, pipeline.ErrExpiredToken) {
+	if _, err := ring.Principal(expiring); !errors.Is(err, access.ErrExpiredToken) {
 		t.Fatalf("a key at its expiry: %v, want ErrExpiredToken", err)
 	}
 
@@ -162,7 +161,7 @@ func TestKeysFile(t *testing.T) {
 	if !f.Reload() {
 		t.Fatal("a replaced file was not reloaded")
 	}
-	if _, err := ring.Principal(first); !errors.Is(err, pipeline.ErrUnknownToken) {
+	if _, err := ring.Principal(first); !errors.Is(err, access.ErrUnknownToken) {
 		t.Fatalf("a key removed from the file: %v, want ErrUnknownToken", err)
 	}
 	if pr, err := ring.Principal(second); err != nil || !pr.Permissions.Has(access.ReadAudit) {

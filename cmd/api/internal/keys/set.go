@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 )
 
 // Set is an immutable snapshot of the keys of one source, by digest: what
@@ -19,7 +18,7 @@ type Set struct {
 
 // entry is a live key in memory.
 type entry struct {
-	principal pipeline.Principal
+	principal access.Principal
 	expiresAt time.Time // zero: never
 }
 
@@ -39,7 +38,7 @@ func NewSet(keys []Key) (*Set, []error) {
 			continue
 		}
 		s.byDigest[k.Digest] = entry{
-			principal: pipeline.Principal{Workspace: k.Workspace, Permissions: perms, KeyID: k.ID, ExpiresAt: k.ExpiresAt},
+			principal: access.Principal{Workspace: k.Workspace, Permissions: perms, KeyID: k.ID, ExpiresAt: k.ExpiresAt},
 			expiresAt: k.ExpiresAt,
 		}
 	}
@@ -51,13 +50,13 @@ func NewSet(keys []Key) (*Set, []error) {
 func (s *Set) Len() int { return len(s.byDigest) }
 
 // lookup returns the principal of digest at now.
-func (s *Set) lookup(d Digest, now time.Time) (pipeline.Principal, error) {
+func (s *Set) lookup(d Digest, now time.Time) (access.Principal, error) {
 	e, ok := s.byDigest[d]
 	switch {
 	case !ok:
-		return pipeline.Principal{}, pipeline.ErrUnknownToken
+		return access.Principal{}, access.ErrUnknownToken
 	case !e.expiresAt.IsZero() && !now.Before(e.expiresAt):
-		return pipeline.Principal{}, pipeline.ErrExpiredToken
+		return access.Principal{}, access.ErrExpiredToken
 	}
 	return e.principal, nil
 }

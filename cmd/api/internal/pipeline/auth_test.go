@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/failure"
 	"github.com/unkeyed/ratelimit/services/overrides"
 )
 
@@ -19,19 +21,19 @@ func TestPermissions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := WithPrincipal(context.Background(), Principal{Workspace: "ws", Permissions: perms})
-	admin := WithPrincipal(context.Background(), Principal{Workspace: "ws", Permissions: access.All()})
+	ctx := call.WithPrincipal(context.Background(), access.Principal{Workspace: "ws", Permissions: perms})
+	admin := call.WithPrincipal(context.Background(), access.Principal{Workspace: "ws", Permissions: access.All()})
 	other := req("a", 1)
 	other.Namespace = "other"
 
 	denied := func(what string, err error, want string) {
 		t.Helper()
-		var de *DeniedError
+		var de *access.DeniedError
 		if !errors.As(err, &de) || de.Permission != want {
 			t.Errorf("%s: %v, want a denial naming %s", what, err, want)
 			return
 		}
-		if f := Classify(err); f.Kind != KindPermissionDenied || f.Message != "permission denied: this key lacks "+want {
+		if f := failure.Classify(err); f.Kind != failure.KindPermissionDenied || f.Message != "permission denied: this key lacks "+want {
 			t.Errorf("%s: classified %+v", what, f)
 		}
 	}
@@ -86,12 +88,40 @@ func TestPermissions(t *testing.T) {
 	}
 
 	// A malformed namespace is invalid, whatever the key may do.
-	if _, err := p.SetOverride(ctx, overrides.Override{Workspace: "ws", Identifier: "x", Limit: 1, Duration: time.Hour}); Classify(err).Kind != KindInvalidArgument {
+	if _, err := p.SetOverride(ctx, overrides.Override{Workspace: "ws", Identifier: "x", Limit: 1, Duration: time.Hour}); failure.Classify(err).Kind != failure.KindInvalidArgument {
 		t.Errorf("SetOverride without a namespace: %v, want invalid", err)
 	}
 	// A context without a principal may do nothing: the request path
 	// fails closed if an adapter ever forgets to authenticate.
-	if _, err := p.Limit(context.Background(), Call{Request: req("a", 1)}); Classify(err).Kind != KindPermissionDenied {
+	if _, err := p.Limit(context.Background(), Call{Request: req("a", 1)}); failure.Classify(err).Kind != failure.KindPermissionDenied {
 		t.Errorf("Limit without a principal: %v, want a denial", err)
+	}
+}
+
+// TestNamespaceAuthorizesOnce: Namespace refuses a caller that may not
+// decide there, and its Limit decides only in that namespace, without a
+// second check.
+func TestNamespaceAuthorizesOnce(t *testing.T) {
+	p, _ := newPipeline(t)
+	perms, err := access.Parse([]string{"ratelimit.n.limit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := call.WithPrincipal(context.Background(), access.Principal{Workspace: "ws", Permissions: perms})
+	var de *access.DeniedError
+	if _, err := p.Namespace(ctx, "other"); !errors.As(err, &de) || de.Permission != "ratelimit.other.limit" {
+		t.Fatalf("Namespace(other): %v, want a denial", err)
+	}
+	ns, err := p.Namespace(ctx, "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := ns.Limit(ctx, Call{Request: req("a", 1)}); err != nil || !d.Success {
+		t.Fatalf("Limit in the namespace: %+v, %v", d, err)
+	}
+	other := req("a", 1)
+	other.Namespace = "other"
+	if _, err := ns.Limit(ctx, Call{Request: other}); !errors.As(err, &de) {
+		t.Fatalf("Limit in another namespace through it: %v, want a denial", err)
 	}
 }

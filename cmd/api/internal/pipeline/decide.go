@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -25,9 +26,9 @@ const MaxBatchLimit = 1000
 // limiter's own rules.
 type Call struct {
 	// Request's Identifier is the caller's: overrides match it; the
-	// counter is named by CounterIdentifier. Its Workspace is ignored: a
+	// counter is named by CounterIdentifier. Its call.Workspace is ignored: a
 	// call counts in the workspace of the key that made it (see
-	// PrincipalOf), whatever an adapter puts there.
+	// call.PrincipalOf), whatever an adapter puts there.
 	Request ratelimit.Request
 	// MaxIdentifier is the longest identifier accepted, in characters:
 	// ratelimit.MaxNameLength (255) if 0. A longer one is counted under its
@@ -108,12 +109,45 @@ func (p *Pipeline) override(r *ratelimit.Request, identifier string) string {
 // decision. On an error from the limiter the decision still carries the
 // limit and the reset of the request's window.
 func (p *Pipeline) Limit(ctx context.Context, c Call) (Decision, error) {
-	r, err := c.validate(Workspace(ctx))
+	return p.limit(ctx, c, false)
+}
+
+// Namespace is the Limit use case of one call in one namespace, authorized
+// once: an adapter whose request decides many limits in one namespace
+// (Envoy's descriptors of a domain) authorizes the request, not each limit.
+type Namespace struct {
+	p    *Pipeline
+	name string
+}
+
+// Namespace authorizes the call of ctx to decide limits in namespace and
+// returns the use case, or the denial.
+func (p *Pipeline) Namespace(ctx context.Context, namespace string) (*Namespace, error) {
+	if err := call.Authorize(ctx, access.Limit, namespace); err != nil {
+		return nil, err
+	}
+	return &Namespace{p: p, name: namespace}, nil
+}
+
+// Limit is Pipeline.Limit for a call in the namespace, not authorized
+// again. A call that names another namespace is denied.
+func (n *Namespace) Limit(ctx context.Context, c Call) (Decision, error) {
+	if c.Request.Namespace != n.name {
+		return Decision{}, &access.DeniedError{Permission: access.Name(access.Limit, c.Request.Namespace)}
+	}
+	return n.p.limit(ctx, c, true)
+}
+
+// limit is Limit, authorizing c unless authorized says its namespace was.
+func (p *Pipeline) limit(ctx context.Context, c Call, authorized bool) (Decision, error) {
+	r, err := c.validate(call.Workspace(ctx))
 	if err != nil {
 		return Decision{}, err
 	}
-	if err := Authorize(ctx, access.Limit, c.Request.Namespace); err != nil {
-		return Decision{}, err
+	if !authorized {
+		if err := call.Authorize(ctx, access.Limit, c.Request.Namespace); err != nil {
+			return Decision{}, err
+		}
 	}
 	annotate(ctx, c.Request.Namespace, 1)
 	d, err := p.decide(ctx, &r, c.Request.Identifier)
@@ -147,7 +181,7 @@ func annotate(ctx context.Context, namespace string, limits int) {
 // setDecided records a decision as the call's outcome.
 func setDecided(ctx context.Context, passed bool) {
 	if !passed {
-		SetOutcome(ctx, OutcomeDenied)
+		call.SetOutcome(ctx, call.OutcomeDenied)
 	}
 }
 
@@ -197,7 +231,7 @@ func (p *Pipeline) enterBatch(ctx context.Context, workspace string, n int) (fun
 // waits for its workspace's turn and stops between entries once ctx ends;
 // the entries decided by then stay counted.
 func (p *Pipeline) Batch(ctx context.Context, calls []Call) ([]Decision, error) {
-	workspace := Workspace(ctx)
+	workspace := call.Workspace(ctx)
 	reqs, err := validateEach(calls, MaxBatchLimit, workspace)
 	if err != nil {
 		return nil, err
@@ -240,7 +274,7 @@ type MultiDecision struct {
 // counted, or nothing is counted anywhere. A call blocked by an override
 // (limit 0) fails the whole batch; the others are then only checked.
 func (p *Pipeline) Multi(ctx context.Context, calls []Call) (MultiDecision, error) {
-	workspace := Workspace(ctx)
+	workspace := call.Workspace(ctx)
 	reqs, err := validateEach(calls, ratelimit.MaxBatch, workspace)
 	if err != nil {
 		return MultiDecision{}, err

@@ -9,6 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/failure"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -39,7 +41,7 @@ func req(id string, limit int64) ratelimit.Request {
 // override would replace them.
 func TestCallRules(t *testing.T) {
 	p, ov := newPipeline(t)
-	ctx := WithPrincipal(context.Background(), Principal{Workspace: "ws", Permissions: access.All()})
+	ctx := call.WithPrincipal(context.Background(), access.Principal{Workspace: "ws", Permissions: access.All()})
 	if _, err := ov.Set(ctx, overrides.Override{Workspace: "ws", Namespace: "n", Identifier: "o", Limit: 5, Duration: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +74,7 @@ func TestCallRules(t *testing.T) {
 	if err != nil || d.Limit != 5 || d.OverrideID == "" || d.Remaining != 4 {
 		t.Errorf("with an override: %+v, %v", d, err)
 	}
-	if f := Classify(batchError(t, p)); f.Kind != KindInvalidArgument || f.Field != "limits[1].cost" {
+	if f := failure.Classify(batchError(t, p)); f.Kind != failure.KindInvalidArgument || f.Field != "limits[1].cost" {
 		t.Errorf("a batch with a bad entry: %+v", f)
 	}
 }
@@ -83,7 +85,7 @@ func batchError(t *testing.T, p *Pipeline) error {
 	t.Helper()
 	bad := req("b", 1)
 	bad.Cost = -1
-	_, err := p.Batch(WithPrincipal(context.Background(), OpenPrincipal()), []Call{{Request: req("a", 1)}, {Request: bad}})
+	_, err := p.Batch(call.WithPrincipal(context.Background(), access.OpenPrincipal()), []Call{{Request: req("a", 1)}, {Request: bad}})
 	if err == nil {
 		t.Fatal("a batch with a negative cost was decided")
 	}

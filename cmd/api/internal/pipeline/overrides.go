@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/audit"
 	auditstore "github.com/unkeyed/ratelimit/services/audit/store"
@@ -27,7 +28,7 @@ func (p *Pipeline) ListOverrides(ctx context.Context, namespace, cursor string, 
 	if err != nil {
 		return nil, "", &invalid.Error{Field: "cursor", Rule: "must be a cursor from a previous page"}
 	}
-	page, more, err := p.overrides.List(ctx, Workspace(ctx), namespace, string(after), limit)
+	page, more, err := p.overrides.List(ctx, call.Workspace(ctx), namespace, string(after), limit)
 	if err != nil || !more {
 		return page, "", err
 	}
@@ -41,7 +42,7 @@ func (p *Pipeline) SetOverride(ctx context.Context, o overrides.Override) (overr
 	if err := authorizeNamespace(ctx, access.SetOverride, o.Namespace); err != nil {
 		return overrides.Override{}, err
 	}
-	o.Workspace = Workspace(ctx)
+	o.Workspace = call.Workspace(ctx)
 	before, err := p.overrideBefore(ctx, o.Namespace, o.Identifier)
 	if err != nil {
 		return overrides.Override{}, err
@@ -62,7 +63,7 @@ func (p *Pipeline) SetOverride(ctx context.Context, o overrides.Override) (overr
 // entry: nil if there is none, or if it does not validate (the change
 // will then be refused naming why).
 func (p *Pipeline) overrideBefore(ctx context.Context, namespace, identifier string) (*overrides.Override, error) {
-	o, err := p.overrides.Get(ctx, Workspace(ctx), namespace, identifier)
+	o, err := p.overrides.Get(ctx, call.Workspace(ctx), namespace, identifier)
 	var ve *invalid.Error
 	switch {
 	case errors.Is(err, overrides.ErrNotFound) || errors.As(err, &ve):
@@ -78,10 +79,10 @@ func (p *Pipeline) recordOverride(ctx context.Context, action, namespace, identi
 	if p.audit == nil {
 		return
 	}
-	pr := PrincipalOf(ctx)
+	pr := call.PrincipalOf(ctx)
 	p.audit.Write(ctx, auditstore.Entry{Workspace: pr.Workspace, Actor: pr.KeyID, Action: action,
 		Target: audit.OverrideTarget(namespace, identifier), Before: overrideValue(before), After: overrideValue(after),
-		RequestID: RequestID(ctx)})
+		RequestID: call.RequestID(ctx)})
 }
 
 // overrideValue is what the audit log shows of an override.
@@ -98,7 +99,7 @@ func (p *Pipeline) GetOverride(ctx context.Context, namespace, identifier string
 	if err := authorizeNamespace(ctx, access.ReadOverride, namespace); err != nil {
 		return overrides.Override{}, err
 	}
-	return p.overrides.Get(ctx, Workspace(ctx), namespace, identifier)
+	return p.overrides.Get(ctx, call.Workspace(ctx), namespace, identifier)
 }
 
 // DeleteOverride deletes the override of identifier in the caller's
@@ -112,7 +113,7 @@ func (p *Pipeline) DeleteOverride(ctx context.Context, namespace, identifier str
 	if err != nil {
 		return err
 	}
-	if err := p.overrides.Delete(ctx, Workspace(ctx), namespace, identifier); err != nil {
+	if err := p.overrides.Delete(ctx, call.Workspace(ctx), namespace, identifier); err != nil {
 		return err
 	}
 	p.recordOverride(ctx, audit.OverrideDelete, namespace, identifier, before, nil)
@@ -126,7 +127,7 @@ func authorizeNamespace(ctx context.Context, action access.Action, namespace str
 	if err := ratelimit.CheckName("namespace", namespace, ratelimit.MaxNameLength); err != nil {
 		return err
 	}
-	return Authorize(ctx, action, namespace)
+	return call.Authorize(ctx, action, namespace)
 }
 
 // Milliseconds converts a duration in ms from the API. One outside the

@@ -27,7 +27,6 @@ import (
 type Pipeline struct {
 	limiter   *ratelimit.Service
 	overrides *overrides.Registry
-	keys      Keys
 	audit     *audit.Writer // nil: changes are not recorded
 	metrics   *metrics
 	batches   *batchGate // nil: batches are not gated
@@ -45,10 +44,6 @@ type Pipeline struct {
 
 // Option configures a Pipeline.
 type Option func(*Pipeline)
-
-// WithKeys sets the keys bearer tokens are checked against; without any
-// (or while k is open), every caller is OpenPrincipal.
-func WithKeys(k Keys) Option { return func(p *Pipeline) { p.keys = k } }
 
 // WithAudit records every change of an override with w.
 func WithAudit(w *audit.Writer) Option { return func(p *Pipeline) { p.audit = w } }
@@ -88,7 +83,7 @@ func New(limiter *ratelimit.Service, ov *overrides.Registry, reg prometheus.Regi
 	if err != nil {
 		return nil, err
 	}
-	p := &Pipeline{limiter: limiter, overrides: ov, keys: Tokens{}, metrics: m, now: time.Now,
+	p := &Pipeline{limiter: limiter, overrides: ov, metrics: m, now: time.Now,
 		logger: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(p)

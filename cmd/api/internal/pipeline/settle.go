@@ -3,10 +3,10 @@ package pipeline
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/reservation"
 	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
@@ -20,17 +20,6 @@ const (
 	settleRepeated   = "repeated"
 	settleUnrecorded = "unrecorded"
 )
-
-// SettledError answers a reservation settled before: it gives back nothing
-// more and counts nothing more.
-type SettledError struct {
-	// Cost is what the first settle said was spent.
-	Cost int64
-}
-
-func (e *SettledError) Error() string {
-	return fmt.Sprintf("reservation: already settled (at cost %d); a reservation settles once", e.Cost)
-}
 
 // SettleDecision is the answer to Settle.
 type SettleDecision struct {
@@ -58,10 +47,6 @@ func (p *Pipeline) reserve(ctx context.Context, r *ratelimit.Request, resp ratel
 		Reserved:   r.Cost,
 	})
 }
-
-// ErrReservationsUnavailable answers a settle this process cannot verify
-// yet: the secret the processes share could not be read.
-var ErrReservationsUnavailable = errors.New("reservations unavailable: the shared reservation secret cannot be read yet (MySQL or Redis is down); try again")
 
 // scopeName words a ledger scope for a caller.
 func scopeName(scope string) string {
@@ -97,9 +82,9 @@ func (p *Pipeline) Settle(ctx context.Context, token string, cost *int64) (Settl
 	}
 	t, err := p.keyring.Open(ctx, token)
 	if errors.Is(err, reservation.ErrSecretUnavailable) {
-		return SettleDecision{}, ErrReservationsUnavailable
+		return SettleDecision{}, reservation.ErrUnavailable
 	}
-	if err != nil || t.Workspace != Workspace(ctx) {
+	if err != nil || t.Workspace != call.Workspace(ctx) {
 		return SettleDecision{}, invalidReservation
 	}
 	if t.Scope != p.scope {
@@ -107,7 +92,7 @@ func (p *Pipeline) Settle(ctx context.Context, token string, cost *int64) (Settl
 			"cannot record its settlement (" + scopeName(t.Scope) + "): settle it there, or give the processes MySQL, " +
 			"which every region shares"}
 	}
-	if err := Authorize(ctx, access.Limit, t.Namespace); err != nil {
+	if err := call.Authorize(ctx, access.Limit, t.Namespace); err != nil {
 		return SettleDecision{}, err
 	}
 	annotate(ctx, t.Namespace, 1)
@@ -124,7 +109,7 @@ func (p *Pipeline) Settle(ctx context.Context, token string, cost *int64) (Settl
 		result = settleUnrecorded
 	case !first:
 		p.metrics.settlements.WithLabelValues(settleRepeated).Inc()
-		return SettleDecision{}, &SettledError{Cost: firstCost}
+		return SettleDecision{}, &reservation.SettledError{Cost: firstCost}
 	case *cost < t.Reserved:
 		result = settleRefunded
 		out.Refunded, err = p.limiter.Refund(ctx, ratelimit.Refund{Workspace: t.Workspace, Namespace: t.Namespace,

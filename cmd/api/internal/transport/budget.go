@@ -5,7 +5,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/failure"
 )
 
 // Budget bounds the bytes of request messages being read and decompressed
@@ -29,10 +29,10 @@ const DefaultBudget = 64 << 20
 func NewBudget(max int64) *Budget { return &Budget{max: max} }
 
 // ErrBusy refuses a request for want of decode budget. It is
-// [pipeline.ErrBusy], so every adapter answers it as it answers the other
+// [failure.ErrBusy], so every adapter answers it as it answers the other
 // caps (resource_exhausted, HTTP 429), inside a Connect error of that code
 // so that connect-go hands it to the client as it is.
-var ErrBusy = connect.NewError(connect.CodeResourceExhausted, pipeline.ErrBusy)
+var ErrBusy = connect.NewError(connect.CodeResourceExhausted, failure.ErrBusy)
 
 // take reserves n bytes, or reports that the budget is spent.
 func (b *Budget) take(n int64) bool {

@@ -10,13 +10,14 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/failure"
 )
 
-// Failure is an error sorted for a caller: the pipeline's classification,
+// Failure is an error sorted for a caller: failure.Classify's answer,
 // and for an internal error the request id it was logged under.
 type Failure struct {
-	pipeline.Failure
+	failure.Failure
 	// RequestID is set for KindInternal: the log has the error under it,
 	// and the caller is told only [InternalMessage] of it.
 	RequestID string
@@ -39,13 +40,13 @@ func (e *loggedError) Unwrap() error { return e.err }
 // itself and is not logged, so that what a client sends cannot fill the
 // log.
 func (l *Layer) Classify(ctx context.Context, where, requestID string, err error) Failure {
-	pipeline.SetOutcome(ctx, pipeline.OutcomeError)
+	call.SetOutcome(ctx, call.OutcomeError)
 	var logged *loggedError
 	if errors.As(err, &logged) {
-		return Failure{Failure: pipeline.Failure{Kind: pipeline.KindInternal, Err: logged.err}, RequestID: logged.id}
+		return Failure{Failure: failure.Failure{Kind: failure.KindInternal, Err: logged.err}, RequestID: logged.id}
 	}
-	f := Failure{Failure: pipeline.Classify(err)}
-	if f.Kind != pipeline.KindInternal {
+	f := Failure{Failure: failure.Classify(err)}
+	if f.Kind != failure.KindInternal {
 		return f
 	}
 	if requestID == "" {
@@ -69,20 +70,20 @@ func InternalMessage(requestID string) string {
 	return "internal error: the request could not be completed; the server log has the detail under request id " + requestID
 }
 
-// grpcCodes are the gRPC codes of the pipeline's kinds: Connect's codes
+// grpcCodes are the gRPC codes of the failure kinds: Connect's codes
 // are the same numbers, so the Connect adapter and Envoy's rate limit
 // service on connect-go and grpc-go all answer by this table.
 var grpcCodes = [...]connect.Code{
-	pipeline.KindInternal:          connect.CodeInternal,
-	pipeline.KindInvalidArgument:   connect.CodeInvalidArgument,
-	pipeline.KindUnauthenticated:   connect.CodeUnauthenticated,
-	pipeline.KindNotFound:          connect.CodeNotFound,
-	pipeline.KindResourceExhausted: connect.CodeResourceExhausted,
-	pipeline.KindCanceled:          connect.CodeCanceled,
-	pipeline.KindDeadlineExceeded:  connect.CodeDeadlineExceeded,
-	pipeline.KindPermissionDenied:  connect.CodePermissionDenied,
-	pipeline.KindUnavailable:       connect.CodeUnavailable,
-	pipeline.KindConflict:          connect.CodeAlreadyExists,
+	failure.KindInternal:          connect.CodeInternal,
+	failure.KindInvalidArgument:   connect.CodeInvalidArgument,
+	failure.KindUnauthenticated:   connect.CodeUnauthenticated,
+	failure.KindNotFound:          connect.CodeNotFound,
+	failure.KindResourceExhausted: connect.CodeResourceExhausted,
+	failure.KindCanceled:          connect.CodeCanceled,
+	failure.KindDeadlineExceeded:  connect.CodeDeadlineExceeded,
+	failure.KindPermissionDenied:  connect.CodePermissionDenied,
+	failure.KindUnavailable:       connect.CodeUnavailable,
+	failure.KindConflict:          connect.CodeAlreadyExists,
 }
 
 // ConnectError returns err, the failure of a call to procedure, as the
@@ -91,7 +92,7 @@ var grpcCodes = [...]connect.Code{
 // [InternalMessage], and its request id in the Request-Id header too.
 func (l *Layer) ConnectError(ctx context.Context, procedure string, err error) *connect.Error {
 	f := l.Classify(ctx, procedure, "", err)
-	if f.Kind == pipeline.KindInternal {
+	if f.Kind == failure.KindInternal {
 		ce := connect.NewError(connect.CodeInternal, errors.New(InternalMessage(f.RequestID)))
 		ce.Meta().Set("Request-Id", f.RequestID)
 		return ce
@@ -112,7 +113,7 @@ func (l *Layer) ConnectRenderer() Renderer {
 // Connect's shape, {"code": "invalid_argument", "message": msg}: what every
 // JSON route answers, so that a client never meets an empty or plain-text
 // error.
-func WriteJSONError(w http.ResponseWriter, status int, kind pipeline.Kind, msg string) {
+func WriteJSONError(w http.ResponseWriter, status int, kind failure.Kind, msg string) {
 	writeJSONErrorCode(w, status, grpcCodes[kind], msg)
 }
 

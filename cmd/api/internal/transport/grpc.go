@@ -11,6 +11,9 @@ import (
 
 	"golang.org/x/net/netutil"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
+
 	"connectrpc.com/connect"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -18,8 +21,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 )
 
 // The main port serves gRPC through connect-go on net/http's HTTP/2
@@ -101,19 +102,19 @@ func (l *Layer) grpcTap(within time.Duration) tap.ServerInHandle {
 			if v := info.Header.Get("authorization"); len(v) > 0 {
 				authorization = v[0]
 			}
-			ctx = pipeline.WithCall(ctx, time.Now())
+			ctx = call.WithCall(ctx, time.Now())
 			// A method the server does not serve gets no span: grpc-go
 			// answers it without our interceptor, which ends spans.
 			if method := l.grpc.name(info.FullMethodName); l.tracing != nil && method != "unknown" {
 				ctx, _ = l.tracing.startSpan(ctx, method, mdCarrier(info.Header))
 			}
-			pr, err := l.pipeline.Authenticate(authorization)
+			pr, err := access.Authenticate(l.keys, authorization)
 			if err != nil {
 				ce := l.ConnectError(ctx, info.FullMethodName, err)
 				l.observeGRPC(ctx, info.FullMethodName)
 				return nil, grpcStatus(ce)
 			}
-			ctx = pipeline.WithPrincipal(ctx, pr)
+			ctx = call.WithPrincipal(ctx, pr)
 			ctx, cancel := context.WithTimeout(ctx, within)
 			return context.WithValue(ctx, streamCancel{}, cancel), nil
 		}

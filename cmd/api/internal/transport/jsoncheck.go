@@ -17,7 +17,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/failure"
 	"github.com/unkeyed/ratelimit/internal/invalid"
 )
 
@@ -331,7 +331,7 @@ var decodeErrors sync.Map // proto message pointer -> error
 func refused(msg any, err error) { decodeErrors.Store(msg, err) }
 
 // decodeFailures is the interceptor that answers a refused request with its
-// failure, classified as any failure of the pipeline.
+// failure, classified as any failure of a request (failure.Classify).
 type decodeFailures struct{ l *Layer }
 
 func (d decodeFailures) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
@@ -362,7 +362,7 @@ func RequireContentType(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && !connectContentType(r.Header.Get("Content-Type")) {
 			w.Header().Set("Accept-Post", "application/json, application/proto, application/grpc, application/grpc+proto, application/grpc+json, application/grpc-web, application/grpc-web+proto, application/grpc-web+json")
-			WriteJSONError(w, http.StatusUnsupportedMediaType, pipeline.KindInvalidArgument,
+			WriteJSONError(w, http.StatusUnsupportedMediaType, failure.KindInvalidArgument,
 				fmt.Sprintf("content-type: must be %s; got %q (curl: -H 'content-type: application/json')", connectContentTypes, r.Header.Get("Content-Type")))
 			return
 		}

@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 )
 
 // LatencyBuckets are the bounds of unkey_request_duration_seconds: a warm
@@ -40,7 +40,7 @@ func newLatency(reg prometheus.Registerer) (*prometheus.HistogramVec, error) {
 
 // timed measures next, a route serving methods (the last segments of its
 // paths), into the latency histogram, and carries the call's state (see
-// pipeline.WithCall) for the steps behind it to fill in.
+// call.WithCall) for the steps behind it to fill in.
 func (l *Layer) timed(methods []string, next http.Handler) http.Handler {
 	if l.latency == nil {
 		return next
@@ -55,17 +55,17 @@ func (l *Layer) timed(methods []string, next http.Handler) http.Handler {
 		if !known[method] {
 			method = "unknown"
 		}
-		ctx := pipeline.WithCall(r.Context(), start)
+		ctx := call.WithCall(r.Context(), start)
 		var span trace.Span
 		if l.tracing != nil {
 			ctx, span = l.tracing.startSpan(ctx, method, propagation.HeaderCarrier(r.Header))
 		}
 		next.ServeHTTP(w, r.WithContext(ctx))
-		outcome := pipeline.OutcomeOf(ctx)
+		outcome := call.OutcomeOf(ctx)
 		if method == "unknown" {
 			// A path that names no method of the route was refused
 			// (KnownMethods answers it, without the pipeline).
-			outcome = pipeline.OutcomeError
+			outcome = call.OutcomeError
 		}
 		protocol := protocolOf(r)
 		l.latency.WithLabelValues(protocol, method, outcome.String()).Observe(time.Since(start).Seconds())
@@ -93,13 +93,13 @@ func protocolOf(r *http.Request) string {
 // observeGRPC measures a call of the grpc-go port that began at the start
 // its tap recorded, and ends its span.
 func (l *Layer) observeGRPC(ctx context.Context, fullMethod string) {
-	start := pipeline.CallStart(ctx)
+	start := call.CallStart(ctx)
 	if start.IsZero() {
 		return
 	}
-	method, outcome := l.grpc.name(fullMethod), pipeline.OutcomeOf(ctx)
+	method, outcome := l.grpc.name(fullMethod), call.OutcomeOf(ctx)
 	if method == "unknown" {
-		outcome = pipeline.OutcomeError
+		outcome = call.OutcomeError
 	}
 	if l.latency != nil {
 		l.latency.WithLabelValues("grpc", method, outcome.String()).Observe(time.Since(start).Seconds())

@@ -7,26 +7,27 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 )
 
-// Layer is the shared HTTP layer of one server: the pipeline that
-// authenticates callers, the decode budget of its requests and the log of
+// Layer is the shared HTTP layer of one server: the keys that
+// authenticate callers, the decode budget of its requests and the log of
 // its failures.
 type Layer struct {
-	pipeline *pipeline.Pipeline
-	budget   *Budget
-	logger   *slog.Logger
-	latency  *prometheus.HistogramVec // nil: calls are not timed
-	tracing  *tracing                 // nil: tracing is off
-	grpc     grpcMethods              // of the grpc-go server GRPCServer built
+	keys    access.Keys
+	budget  *Budget
+	logger  *slog.Logger
+	latency *prometheus.HistogramVec // nil: calls are not timed
+	tracing *tracing                 // nil: tracing is off
+	grpc    grpcMethods              // of the grpc-go server GRPCServer built
 }
 
-// NewLayer returns the layer of a server deciding on p, reading requests
-// within budget, logging to logger, and timing every call into
+// NewLayer returns the layer of a server authenticating callers by keys,
+// reading requests within budget, logging to logger, and timing every call into
 // unkey_request_duration_seconds; it registers that and
 // unkey_decode_budget_in_use_bytes, the budget's bytes in use, with reg.
-func NewLayer(p *pipeline.Pipeline, budget *Budget, logger *slog.Logger, reg prometheus.Registerer) (*Layer, error) {
+func NewLayer(keys access.Keys, budget *Budget, logger *slog.Logger, reg prometheus.Registerer) (*Layer, error) {
 	latency, err := newLatency(reg)
 	if err != nil {
 		return nil, fmt.Errorf("register latency metric: %w", err)
@@ -37,12 +38,8 @@ func NewLayer(p *pipeline.Pipeline, budget *Budget, logger *slog.Logger, reg pro
 	}, func() float64 { return float64(budget.InUse()) })); err != nil {
 		return nil, fmt.Errorf("register decode budget metric: %w", err)
 	}
-	return &Layer{pipeline: p, budget: budget, logger: logger, latency: latency}, nil
+	return &Layer{keys: keys, budget: budget, logger: logger, latency: latency}, nil
 }
-
-// Pipeline returns the pipeline the layer authenticates with, for the
-// adapters' calls.
-func (l *Layer) Pipeline() *pipeline.Pipeline { return l.pipeline }
 
 // Renderer answers err, the failure of the request r, in an adapter's
 // protocol: a missing or unknown token, a body over the cap or past the
@@ -53,7 +50,7 @@ type Renderer func(w http.ResponseWriter, r *http.Request, err error)
 // Route returns next behind the layer, in this order: a panic is recovered
 // and rendered; the caller is authenticated from its headers before any of
 // the body is read (its principal, the workspace and what it may do, is
-// then in the request's context, see [pipeline.PrincipalOf]); the body is capped at [MaxRequestBytes] and its
+// then in the request's context, see [call.PrincipalOf]); the body is capped at [MaxRequestBytes] and its
 // bytes come out of the decode budget. render answers each failure in
 // next's protocol. The call is timed into unkey_request_duration_seconds
 // under its method, the last segment of its path if it is one of methods.
@@ -63,10 +60,10 @@ func (l *Layer) Route(render Renderer, next http.Handler, methods ...string) htt
 
 // authenticate resolves the caller's principal from its bearer token before
 // any of the request body is read or decoded, so an unauthenticated caller
-// costs a header lookup and a hash (see pipeline.Authenticate).
+// costs a header lookup and a hash (see access.Authenticate).
 func (l *Layer) authenticate(render Renderer, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		pr, err := l.pipeline.Authenticate(r.Header.Get("Authorization"))
+		pr, err := access.Authenticate(l.keys, r.Header.Get("Authorization"))
 		if err != nil {
 			if r.ProtoMajor == 1 {
 				// Otherwise net/http reads what is left of the body
@@ -79,7 +76,7 @@ func (l *Layer) authenticate(render Renderer, next http.Handler) http.Handler {
 		}
 		// The layer's timing put the call's state in the context already:
 		// the principal goes into it, and the request needs no copy.
-		if ctx := pipeline.WithPrincipal(r.Context(), pr); ctx != r.Context() {
+		if ctx := call.WithPrincipal(r.Context(), pr); ctx != r.Context() {
 			r = r.WithContext(ctx)
 		}
 		next.ServeHTTP(w, r)

@@ -18,37 +18,23 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/daemon/daemontest"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/internal/testkit/loopback"
 	"github.com/unkeyed/ratelimit/internal/testkit/poll"
-	"github.com/unkeyed/ratelimit/services/overrides"
-	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
-// newLayer returns a layer on an in-memory limiter and overrides, wired as
-// package daemon wires a process without stores, with the log it writes,
-// for the tests of routes no adapter serves.
+// newLayer returns an open layer (no keys: every caller has every
+// permission) with the log it writes, for the tests of routes no adapter
+// serves.
 func newLayer(t *testing.T) (*transport.Layer, *loopback.Log) {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	limiter, err := ratelimit.New("test", ratelimit.WithRegisterer(reg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ov, err := overrides.New(overrides.WithRegisterer(reg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := pipeline.New(limiter, ov, reg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	log := &loopback.Log{}
-	l, err := transport.NewLayer(p, transport.NewBudget(transport.DefaultBudget), slog.New(slog.NewTextHandler(log, nil)), reg)
+	l, err := transport.NewLayer(access.Tokens{}, transport.NewBudget(transport.DefaultBudget), slog.New(slog.NewTextHandler(log, nil)),
+		prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

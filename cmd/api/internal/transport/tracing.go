@@ -9,7 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 )
 
 // tracing is the layer's tracer, nil while tracing is off.
@@ -35,14 +35,14 @@ func (t *tracing) startSpan(ctx context.Context, name string, carrier propagatio
 // method, outcome and workspace (never its key). The namespace a decision
 // was made in, and how many limits it decided, the pipeline put on the
 // span already, when it decided.
-func endSpan(ctx context.Context, span trace.Span, protocol, method string, outcome pipeline.Outcome) {
+func endSpan(ctx context.Context, span trace.Span, protocol, method string, outcome call.Outcome) {
 	span.SetAttributes(
 		attribute.String("rpc.system", protocol),
 		attribute.String("rpc.method", method),
 		attribute.String("ratelimit.outcome", outcome.String()),
-		attribute.String("ratelimit.workspace", pipeline.Workspace(ctx)),
+		attribute.String("ratelimit.workspace", call.Workspace(ctx)),
 	)
-	if outcome == pipeline.OutcomeError {
+	if outcome == call.OutcomeError {
 		span.SetStatus(otelcodes.Error, "")
 	}
 	span.End()

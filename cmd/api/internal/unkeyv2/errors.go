@@ -7,7 +7,8 @@ import (
 
 	json "github.com/go-json-experiment/json"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/failure"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 )
 
@@ -33,18 +34,18 @@ var problems = [...]struct {
 	status int
 	typ    string
 }{
-	pipeline.KindInternal:          {"Internal Server Error", http.StatusInternalServerError, "application/unexpected_error"},
-	pipeline.KindInvalidArgument:   {"Bad Request", http.StatusBadRequest, "application/invalid_input"},
-	pipeline.KindUnauthenticated:   {"Unauthorized", http.StatusUnauthorized, "authentication/missing"},
-	pipeline.KindNotFound:          {"Not Found", http.StatusNotFound, "data/ratelimit_override_not_found"},
-	pipeline.KindResourceExhausted: {"Too Many Requests", http.StatusTooManyRequests, "application/resource_exhausted"},
+	failure.KindInternal:          {"Internal Server Error", http.StatusInternalServerError, "application/unexpected_error"},
+	failure.KindInvalidArgument:   {"Bad Request", http.StatusBadRequest, "application/invalid_input"},
+	failure.KindUnauthenticated:   {"Unauthorized", http.StatusUnauthorized, "authentication/missing"},
+	failure.KindNotFound:          {"Not Found", http.StatusNotFound, "data/ratelimit_override_not_found"},
+	failure.KindResourceExhausted: {"Too Many Requests", http.StatusTooManyRequests, "application/resource_exhausted"},
 	// A caller gone or out of time does not read the answer; these are
 	// what a proxy in between would see.
-	pipeline.KindCanceled:         {"Client Closed Request", 499, "application/canceled"},
-	pipeline.KindDeadlineExceeded: {"Gateway Timeout", http.StatusGatewayTimeout, "application/timeout"},
-	pipeline.KindPermissionDenied: {"Forbidden", http.StatusForbidden, "authorization/insufficient_permissions"},
-	pipeline.KindUnavailable:      {"Service Unavailable", http.StatusServiceUnavailable, "application/service_unavailable"},
-	pipeline.KindConflict:         {"Conflict", http.StatusConflict, "data/ratelimit_reservation_settled"},
+	failure.KindCanceled:         {"Client Closed Request", 499, "application/canceled"},
+	failure.KindDeadlineExceeded: {"Gateway Timeout", http.StatusGatewayTimeout, "application/timeout"},
+	failure.KindPermissionDenied: {"Forbidden", http.StatusForbidden, "authorization/insufficient_permissions"},
+	failure.KindUnavailable:      {"Service Unavailable", http.StatusServiceUnavailable, "application/service_unavailable"},
+	failure.KindConflict:         {"Conflict", http.StatusConflict, "data/ratelimit_reservation_settled"},
 }
 
 // fail answers err, the failure of the request r, in Unkey's shape under
@@ -59,15 +60,15 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, requestID string,
 	p := problems[f.Kind]
 	e := apiError{Title: p.title, Status: p.status, Type: "https://unkey.com/docs/errors/unkey/" + p.typ, Detail: f.Message}
 	switch f.Kind {
-	case pipeline.KindInternal:
+	case failure.KindInternal:
 		e.Detail = "the request could not be completed; the server log has the detail under this requestId"
-	case pipeline.KindUnauthenticated:
-		if !errors.Is(f.Err, pipeline.ErrMissingToken) {
+	case failure.KindUnauthenticated:
+		if !errors.Is(f.Err, access.ErrMissingToken) {
 			e.Type = "https://unkey.com/docs/errors/unkey/authentication/key_not_found"
 		}
-	case pipeline.KindNotFound:
+	case failure.KindNotFound:
 		e.Detail = "This override does not exist."
-	case pipeline.KindInvalidArgument:
+	case failure.KindInvalidArgument:
 		at := location(f.Field)
 		e.Detail = at + ": " + f.Rule
 		fields := []fieldError{{Location: at, Message: f.Rule}}

@@ -54,7 +54,7 @@ type limitData struct {
 	Reservation string `json:"reservation,omitempty"`
 }
 
-func (h *Handler) limit(ctx context.Context, c *call) (any, error) {
+func (h *Handler) limit(ctx context.Context, c *request) (any, error) {
 	var in limitRequest
 	if err := decode(c.body, &in); err != nil {
 		return nil, err
@@ -83,7 +83,7 @@ type settleData struct {
 	Refunded  int64 `json:"refunded"`
 }
 
-func (h *Handler) settle(ctx context.Context, c *call) (any, error) {
+func (h *Handler) settle(ctx context.Context, c *request) (any, error) {
 	var in settleRequest
 	if err := decode(c.body, &in); err != nil {
 		return nil, err
@@ -117,7 +117,7 @@ type multiLimitData struct {
 // entries are counted before it is decoded, so an oversized one costs no
 // decoding; the pipeline's names of its entries ("limits[2].cost") are
 // the body's ("[2].cost", body[2].cost).
-func (h *Handler) multiLimit(ctx context.Context, c *call) (any, error) {
+func (h *Handler) multiLimit(ctx context.Context, c *request) (any, error) {
 	if transport.JSONValues(c.body, transport.RootArray, ratelimit.MaxBatch) > ratelimit.MaxBatch {
 		return nil, ratelimit.CheckBatchSize("body", ratelimit.MaxBatch+1, ratelimit.MaxBatch)
 	}

@@ -3,6 +3,7 @@ package unkeyv2
 import (
 	"context"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/services/overrides"
 )
@@ -33,12 +34,12 @@ func toOverride(o overrides.Override) override {
 	return override{OverrideID: o.ID, Duration: o.Duration.Milliseconds(), Identifier: o.Identifier, Limit: o.Limit}
 }
 
-func (h *Handler) setOverride(ctx context.Context, c *call) (any, error) {
+func (h *Handler) setOverride(ctx context.Context, c *request) (any, error) {
 	var in setOverrideRequest
 	if err := decode(c.body, &in); err != nil {
 		return nil, err
 	}
-	ctx = pipeline.WithRequestID(ctx, c.requestID)
+	ctx = call.WithRequestID(ctx, c.requestID)
 	o, err := h.pipeline.SetOverride(ctx, overrides.Override{Namespace: in.Namespace,
 		Identifier: in.Identifier, Limit: in.Limit, Duration: pipeline.Milliseconds(in.Duration)})
 	if err != nil {
@@ -49,7 +50,7 @@ func (h *Handler) setOverride(ctx context.Context, c *call) (any, error) {
 	}{o.ID}, nil
 }
 
-func (h *Handler) getOverride(ctx context.Context, c *call) (any, error) {
+func (h *Handler) getOverride(ctx context.Context, c *request) (any, error) {
 	var in overrideKey
 	if err := decode(c.body, &in); err != nil {
 		return nil, err
@@ -61,12 +62,12 @@ func (h *Handler) getOverride(ctx context.Context, c *call) (any, error) {
 	return toOverride(o), nil
 }
 
-func (h *Handler) deleteOverride(ctx context.Context, c *call) (any, error) {
+func (h *Handler) deleteOverride(ctx context.Context, c *request) (any, error) {
 	var in overrideKey
 	if err := decode(c.body, &in); err != nil {
 		return nil, err
 	}
-	ctx = pipeline.WithRequestID(ctx, c.requestID)
+	ctx = call.WithRequestID(ctx, c.requestID)
 	if err := h.pipeline.DeleteOverride(ctx, in.Namespace, in.Identifier); err != nil {
 		return nil, err
 	}
@@ -75,7 +76,7 @@ func (h *Handler) deleteOverride(ctx context.Context, c *call) (any, error) {
 
 // listOverrides answers a page of overrides with Unkey's pagination object
 // beside data: {meta, data: [...], pagination: {cursor, hasMore}}.
-func (h *Handler) listOverrides(ctx context.Context, c *call) (any, error) {
+func (h *Handler) listOverrides(ctx context.Context, c *request) (any, error) {
 	var in struct {
 		Namespace string `json:"namespace"`
 		Cursor    string `json:"cursor"`

@@ -27,12 +27,12 @@ type Handler struct {
 	pipeline *pipeline.Pipeline
 }
 
-// New returns the v2 routes on l's pipeline.
-func New(l *transport.Layer) *Handler { return &Handler{layer: l, pipeline: l.Pipeline()} }
+// New returns the v2 routes deciding on p, behind l.
+func New(l *transport.Layer, p *pipeline.Pipeline) *Handler { return &Handler{layer: l, pipeline: p} }
 
-// call is one authenticated v2 request; its principal is in the request's
+// request is one authenticated v2 request; its principal is in the request's
 // context.
-type call struct {
+type request struct {
 	body []byte
 	// requestID is the answer's meta.requestId, which a change's audit
 	// entry records.
@@ -56,7 +56,7 @@ func (h *Handler) routes() []route {
 // route is one v2 route: its path and what serves it.
 type route struct {
 	path string
-	fn   func(context.Context, *call) (any, error)
+	fn   func(context.Context, *request) (any, error)
 }
 
 // Paths returns the paths of the v2 routes, each served on POST, for the
@@ -85,7 +85,7 @@ func (h *Handler) Codecs() transport.Codecs { return transport.Codecs{} }
 
 // serve reads the body (capped by the layer), runs fn and writes its
 // answer or failure under a new request id.
-func (h *Handler) serve(fn func(context.Context, *call) (any, error)) http.Handler {
+func (h *Handler) serve(fn func(context.Context, *request) (any, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		requestID := transport.NewRequestID()
 		body, err := io.ReadAll(r.Body)
@@ -93,7 +93,7 @@ func (h *Handler) serve(fn func(context.Context, *call) (any, error)) http.Handl
 			h.fail(w, r, requestID, err)
 			return
 		}
-		data, err := fn(r.Context(), &call{body: body, requestID: requestID})
+		data, err := fn(r.Context(), &request{body: body, requestID: requestID})
 		if err != nil {
 			h.fail(w, r, requestID, err)
 			return

@@ -1,10 +1,18 @@
-package pipeline
+// Package failure sorts what went wrong with a request, whatever its
+// protocol, into a [Kind] each adapter maps to its own code or status, with
+// the message the caller is told. It knows the errors of the domain (an
+// invalid argument, a denial, a cap, a settled reservation) and nothing of
+// the layers that answer them: the transport, the pipeline and every
+// adapter import it, and it imports none of them.
+package failure
 
 import (
 	"context"
 	"errors"
 	"fmt"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/reservation"
 	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
@@ -44,15 +52,6 @@ const (
 	KindConflict
 )
 
-// ErrKeyNotFound is a key id that names no key of the caller's workspace
-// (or a revoked one, where only a live key will do).
-var ErrKeyNotFound = errors.New("key not found: this workspace has no live key with this id")
-
-// ErrKeysNotLoaded answers every request of a process whose keys live in
-// MySQL and that has not read them since it started: it cannot tell a
-// key from a guess yet, and an open door is not the answer.
-var ErrKeysNotLoaded = errors.New("keys not loaded yet: this process has not reached the key store since it started; try again")
-
 // Failure is an error classified for a caller.
 type Failure struct {
 	Kind Kind
@@ -65,28 +64,29 @@ type Failure struct {
 	Err error
 }
 
-// Classify sorts err, from any step of the pipeline, the limiter or the
-// overrides, into a Failure.
+// Classify sorts err, from any step of a request (the transport, the
+// pipeline, the limiter, the overrides, keys and reservations), into a
+// Failure.
 func Classify(err error) Failure {
 	var ve *invalid.Error
 	if errors.As(err, &ve) {
 		return Failure{Kind: KindInvalidArgument, Message: ve.Error(), Field: ve.Field, Rule: ve.Rule, Err: err}
 	}
-	if errors.Is(err, ErrMissingToken) || errors.Is(err, ErrUnknownToken) || errors.Is(err, ErrExpiredToken) {
+	if errors.Is(err, access.ErrMissingToken) || errors.Is(err, access.ErrUnknownToken) || errors.Is(err, access.ErrExpiredToken) {
 		return Failure{Kind: KindUnauthenticated, Message: err.Error(), Err: err}
 	}
-	var de *DeniedError
+	var de *access.DeniedError
 	if errors.As(err, &de) {
 		return Failure{Kind: KindPermissionDenied, Message: de.Error(), Err: err}
 	}
-	if errors.Is(err, ErrKeysNotLoaded) || errors.Is(err, ErrReservationsUnavailable) {
+	if errors.Is(err, access.ErrKeysNotLoaded) || errors.Is(err, reservation.ErrUnavailable) {
 		return Failure{Kind: KindUnavailable, Message: err.Error(), Err: err}
 	}
-	var se *SettledError
+	var se *reservation.SettledError
 	if errors.As(err, &se) {
 		return Failure{Kind: KindConflict, Message: se.Error(), Err: err}
 	}
-	if errors.Is(err, ErrKeyNotFound) {
+	if errors.Is(err, access.ErrKeyNotFound) {
 		return Failure{Kind: KindNotFound, Message: err.Error(), Err: err}
 	}
 	if errors.Is(err, overrides.ErrNotFound) {
@@ -133,8 +133,8 @@ func exhaustedMessage(err error) (string, bool) {
 	return "", false
 }
 
-// Exhausted is an error of a package the pipeline does not know (such as
-// a key cap) that is KindResourceExhausted, its message for the caller.
+// Exhausted is an error of a package Classify does not know (such as a
+// key cap) that is KindResourceExhausted, its message for the caller.
 type Exhausted interface {
 	error
 	Exhausted() bool
