@@ -17,19 +17,40 @@ import (
 // holds it: minutes for the last MinuteSpan, hours back to HourSpan (rolled
 // up by the worker), days before.
 type MySQL struct {
+	db  *sql.DB
 	q   *db.Queries
 	now func() time.Time
 }
 
 // NewMySQL returns a store on sqlDB, reading the spans by the clock now.
-func NewMySQL(sqlDB *sql.DB, now func() time.Time) *MySQL { return &MySQL{q: db.New(sqlDB), now: now} }
+func NewMySQL(sqlDB *sql.DB, now func() time.Time) *MySQL {
+	return &MySQL{db: sqlDB, q: db.New(sqlDB), now: now}
+}
 
 // Add implements Store: each bucket's and identifier's counts are added to
-// the row, in chunks of db.AnalyticsBulkMaxRows sorted by key. A chunk that
-// fails after it was applied (a lost answer) is counted again if the caller
-// sends it again: analytics err on the side of counting twice, once in a
-// great while, rather than losing a flush.
+// the row, in chunks of db.AnalyticsBulkMaxRows sorted by key, all in one
+// transaction: a flush that fails (a store that is slow past the caller's
+// deadline, a statement refused) applies nothing, and the caller sends it
+// again. Only a commit whose answer is lost is counted twice when it is
+// sent again: analytics err on the side of counting twice, once in a great
+// while, rather than losing a flush.
 func (m *MySQL) Add(ctx context.Context, buckets []Bucket, top []Entry) error {
+	tx, err := m.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("add analytics: %w", err)
+	}
+	defer tx.Rollback() // after a commit, a no-op
+	if err := addRows(ctx, m.q.WithTx(tx), buckets, top); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("add analytics: commit: %w", err)
+	}
+	return nil
+}
+
+// addRows adds buckets and top with q, in chunks sorted by key.
+func addRows(ctx context.Context, q *db.Queries, buckets []Bucket, top []Entry) error {
 	rows := make([]db.RatelimitAnalytic, len(buckets))
 	for i, b := range buckets {
 		rows[i] = db.RatelimitAnalytic{WorkspaceID: b.Workspace, Namespace: b.Namespace, Granularity: uint8(Minute),
@@ -39,7 +60,7 @@ func (m *MySQL) Add(ctx context.Context, buckets []Bucket, top []Entry) error {
 		return compareBuckets(a.WorkspaceID, a.Namespace, a.Bucket, b.WorkspaceID, b.Namespace, b.Bucket)
 	})
 	for start := 0; start < len(rows); start += db.AnalyticsBulkMaxRows {
-		if err := m.q.AnalyticsAddBuckets(ctx, rows[start:min(start+db.AnalyticsBulkMaxRows, len(rows))]); err != nil {
+		if err := q.AnalyticsAddBuckets(ctx, rows[start:min(start+db.AnalyticsBulkMaxRows, len(rows))]); err != nil {
 			return fmt.Errorf("add analytics buckets: %w", err)
 		}
 	}
@@ -53,7 +74,7 @@ func (m *MySQL) Add(ctx context.Context, buckets []Bucket, top []Entry) error {
 			cmp.Compare(a.Identifier, b.Identifier))
 	})
 	for start := 0; start < len(entries); start += db.AnalyticsBulkMaxRows {
-		if err := m.q.AnalyticsAddTop(ctx, entries[start:min(start+db.AnalyticsBulkMaxRows, len(entries))]); err != nil {
+		if err := q.AnalyticsAddTop(ctx, entries[start:min(start+db.AnalyticsBulkMaxRows, len(entries))]); err != nil {
 			return fmt.Errorf("add analytics identifiers: %w", err)
 		}
 	}

@@ -26,6 +26,11 @@ const (
 	// queueSize bounds the decisions waiting to be counted; more are
 	// dropped and counted in unkey_analytics_dropped_total.
 	queueSize = 1 << 16
+	// minFlushTimeout is the least time a flush gets, however short the
+	// interval: with the interval alone, a 200 ms interval on a loaded
+	// machine timed flushes out one after another, and what they held
+	// reached the store late, or (before Add was one transaction) twice.
+	minFlushTimeout = 2 * time.Second
 	// maxScopes bounds the namespaces (of all workspaces) a process counts
 	// in one flush interval; maxScopesPerWorkspace one workspace's share,
 	// so that one tenant's endless namespaces cannot crowd out the
@@ -158,10 +163,12 @@ func (r *Recorder) Run(ctx context.Context) error {
 		case d := <-r.queue:
 			r.count(d)
 		case <-t.C:
-			// A flush gets an interval at most: a store that hangs holds
-			// back the counting (the queue drops and counts meanwhile),
-			// never the next interval's flush for long.
-			fctx, cancel := context.WithTimeout(ctx, r.every)
+			// A flush gets an interval, and at least minFlushTimeout: a
+			// store that hangs holds back the counting (the queue drops
+			// and counts meanwhile), never the next flushes for long; a
+			// store that is merely slow (a loaded machine, a short
+			// interval) still gets its flush through.
+			fctx, cancel := context.WithTimeout(ctx, max(r.every, minFlushTimeout))
 			r.flush(fctx)
 			cancel()
 		case <-ctx.Done():

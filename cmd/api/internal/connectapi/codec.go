@@ -1,17 +1,39 @@
 package connectapi
 
 import (
+	"google.golang.org/protobuf/reflect/protoreflect"
+
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
+	"github.com/unkeyed/ratelimit/internal/wirecount"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
 // codecs are the services' hooks into the layer's codecs (see
 // [transport.Codecs]): a batch whose encoding holds more entries than its
-// RPC allows is refused before it is decoded, and the Limit call's JSON is
-// read and written without reflection (fastjson.go).
-var codecs = transport.Codecs{Decode: decode, EncodeJSON: encodeJSON}
+// RPC allows is refused before it is decoded, the Limit call's JSON is
+// read and written without reflection (fastjson.go), and a JSON request
+// that leaves out a field its RPC needs is refused naming it.
+var codecs = transport.Codecs{Decode: decode, EncodeJSON: encodeJSON, Required: required}
+
+// requiredFields are the fields, by JSON name, a request of each message
+// must give: what has no meaningful zero.
+var requiredFields = map[protoreflect.FullName][]string{
+	"ratelimit.v1.LimitRequest":          {"namespace", "identifier", "limit", "duration"},
+	"ratelimit.v1.MultiLimitRequest":     {"limits"},
+	"ratelimit.v1.BatchLimitRequest":     {"limits"},
+	"ratelimit.v1.SettleRequest":         {"reservation", "cost"},
+	"ratelimit.v1.SetOverrideRequest":    {"namespace", "identifier", "limit", "duration"},
+	"ratelimit.v1.GetOverrideRequest":    {"namespace", "identifier"},
+	"ratelimit.v1.DeleteOverrideRequest": {"namespace", "identifier"},
+	"ratelimit.v1.ListOverridesRequest":  {"namespace"},
+	"ratelimit.v1.GetRatelimitsRequest":  {"namespace", "from", "to"},
+	"ratelimit.v1.ListNamespacesRequest": {"from", "to"},
+}
+
+// required names the fields a request of the message name must give.
+func required(name protoreflect.FullName) []string { return requiredFields[name] }
 
 // decode reads a Limit call's JSON the fast way, or refuses an oversized
 // batch, or leaves msg to the codec.
@@ -50,9 +72,9 @@ func refuseOversized(data []byte, msg any, json bool) bool {
 	}
 	var n int
 	if json {
-		n = transport.JSONValues(data, transport.MemberArrays, max)
+		n = wirecount.JSONValues(data, wirecount.MemberArrays, max)
 	} else {
-		n = transport.ProtoFields(data, limitsField, max)
+		n = wirecount.ProtoFields(data, limitsField, max)
 	}
 	if n <= max {
 		return false

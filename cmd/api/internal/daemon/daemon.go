@@ -20,6 +20,7 @@ import (
 	"github.com/unkeyed/ratelimit/cmd/api/internal/reservation"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/unkeyv2"
+	"github.com/unkeyed/ratelimit/internal/certs"
 	"github.com/unkeyed/ratelimit/internal/telemetry"
 	"github.com/unkeyed/ratelimit/services/analytics"
 	"github.com/unkeyed/ratelimit/services/audit"
@@ -50,7 +51,7 @@ type Daemon struct {
 	// loads run before the process reports ready.
 	loads []load
 	// tls serves both ports over TLS; nil: cleartext (h2c).
-	tls    *transport.Certificates
+	tls    *certs.Certificates
 	health *grpchealth.StaticChecker
 	ready  atomic.Bool
 	// redis is the region's client, warmed before serving; nil without
@@ -169,7 +170,7 @@ func (d *Daemon) build() error {
 		d.layer.WithTracing(tracing.Provider, tracing.Propagator)
 	}
 	if cfg.TLSCertFile != "" {
-		if d.tls, err = transport.LoadCertificates(transport.TLSFiles{Cert: cfg.TLSCertFile, Key: cfg.TLSKeyFile,
+		if d.tls, err = certs.Load(certs.Files{Cert: cfg.TLSCertFile, Key: cfg.TLSKeyFile,
 			ClientCA: cfg.TLSClientCAFile}, logger, reg); err != nil {
 			return fmt.Errorf("UNKEY_TLS_CERT_FILE, UNKEY_TLS_KEY_FILE, UNKEY_TLS_CLIENT_CA_FILE: %w", err)
 		}

@@ -79,20 +79,7 @@ func (d *Daemon) grpcServer() (*grpc.Server, func()) {
 	if d.tls != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(d.tls.Config())))
 	}
-	var decoders []func(data []byte, msg any, json bool) bool
-	for _, a := range d.adapters {
-		if dec := a.Codecs().Decode; dec != nil {
-			decoders = append(decoders, dec)
-		}
-	}
-	srv := d.layer.GRPCServer(d.limits(), transport.Codecs{Decode: func(data []byte, msg any, json bool) bool {
-		for _, dec := range decoders {
-			if dec(data, msg, json) {
-				return true
-			}
-		}
-		return false
-	}}, opts...)
+	srv := d.layer.GRPCServer(d.limits(), d.grpcCodecs(), opts...)
 	for _, a := range d.adapters {
 		a.RegisterGRPC(srv)
 	}
@@ -109,4 +96,24 @@ func (d *Daemon) grpcServer() (*grpc.Server, func()) {
 func (d *Daemon) limits() transport.Limits {
 	return transport.Limits{ReadTimeout: d.cfg.ReadTimeout, WriteTimeout: d.cfg.WriteTimeout, IdleTimeout: d.cfg.IdleTimeout,
 		MaxHeaderBytes: d.cfg.MaxHeaderBytes, MaxConcurrentStreams: d.cfg.MaxConcurrentStreams}
+}
+
+// grpcCodecs chains the adapters' Decode hooks for the grpc-go port, whose
+// one codec (protobuf only) serves every service: the first that takes a
+// message decodes it.
+func (d *Daemon) grpcCodecs() transport.Codecs {
+	var decoders []func(data []byte, msg any, json bool) bool
+	for _, a := range d.adapters {
+		if dec := a.Codecs().Decode; dec != nil {
+			decoders = append(decoders, dec)
+		}
+	}
+	return transport.Codecs{Decode: func(data []byte, msg any, json bool) bool {
+		for _, dec := range decoders {
+			if dec(data, msg, json) {
+				return true
+			}
+		}
+		return false
+	}}
 }

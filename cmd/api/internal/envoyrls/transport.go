@@ -15,6 +15,7 @@ import (
 	"github.com/unkeyed/ratelimit/cmd/api/internal/failure"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	"github.com/unkeyed/ratelimit/internal/invalid"
+	"github.com/unkeyed/ratelimit/internal/wirecount"
 )
 
 // ServiceName and Procedure name Envoy's rate limit service and its one
@@ -106,7 +107,7 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request, l *transport
 // routes name it (transport.CheckJSON), or the request as a whole; never
 // the decoder's own text.
 func decodeError(body []byte, req *rlsv3.RateLimitRequest) error {
-	if err := transport.CheckJSON(body, req.ProtoReflect().Descriptor()); err != nil {
+	if err := transport.CheckJSON(body, req.ProtoReflect().Descriptor(), nil); err != nil {
 		return err
 	}
 	return &invalid.Error{Field: "body",
@@ -159,7 +160,7 @@ func refuseOversized(data []byte, msg any, json bool) bool {
 	var over bool
 	if json {
 		const most = MaxDescriptors * (MaxEntries + 1)
-		over = transport.JSONValues(data, transport.EveryArray, most) > most
+		over = wirecount.JSONValues(data, wirecount.EveryArray, most) > most
 	} else {
 		over = protoTooLarge(data)
 	}
@@ -187,7 +188,7 @@ func protoTooLarge(data []byte) bool {
 				return false
 			}
 			descriptors++
-			entries += transport.ProtoFields(d, entriesField, MaxEntries+1)
+			entries += wirecount.ProtoFields(d, entriesField, MaxEntries+1)
 			if descriptors > MaxDescriptors || entries > MaxDescriptors*MaxEntries {
 				return true
 			}

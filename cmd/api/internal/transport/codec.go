@@ -25,6 +25,10 @@ type Codecs struct {
 	// EncodeJSON, if set, is given every answer before it is encoded as
 	// JSON, and returns its encoding if it took care of it.
 	EncodeJSON func(msg any) ([]byte, bool)
+	// Required names the fields a JSON request of each of the adapter's
+	// messages must give; one left out (or given as its zero) is refused
+	// naming it. The layer knows no protocol's messages: the adapter says.
+	Required Required
 }
 
 // compressMinBytes is the smallest answer compressed for a client that
@@ -122,17 +126,21 @@ func (j jsonCodec) Unmarshal(data []byte, v any) error {
 	// be missing (or given as its zero), is read again by CheckJSON, to
 	// name the field in the API's words.
 	err := protojson.Unmarshal(data, msg)
-	if err == nil && !maybeMissing(msg.ProtoReflect()) {
+	if err == nil && !j.c.Required.maybeMissing(msg.ProtoReflect()) {
 		return nil
 	}
-	if cerr := CheckJSON(data, msg.ProtoReflect().Descriptor()); cerr != nil {
-		err = cerr
+	generic := &invalid.Error{Field: "body", Rule: "must be a JSON object of the RPC's request; see its fields in the README"}
+	var refusal *invalid.Error
+	if cerr := CheckJSON(data, msg.ProtoReflect().Descriptor(), j.c.Required); cerr != nil {
+		var ok bool
+		if refusal, ok = invalid.As(cerr); !ok {
+			refusal = generic
+		}
 	} else if err != nil {
-		err = &invalid.Error{Field: "body", Rule: "must be a JSON object of the RPC's request; see its fields in the README"}
+		refusal = generic
 	}
-	if err != nil {
-		proto.Reset(msg)
-		refused(v, err)
+	if refusal != nil {
+		refuse(msg, refusal) // for the interceptor: see refusal.go
 	}
 	return nil
 }

@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	"github.com/unkeyed/ratelimit/internal/invalid"
+	"github.com/unkeyed/ratelimit/internal/wirecount"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
@@ -118,7 +118,7 @@ type multiLimitData struct {
 // decoding; the pipeline's names of its entries ("limits[2].cost") are
 // the body's ("[2].cost", body[2].cost).
 func (h *Handler) multiLimit(ctx context.Context, c *request) (any, error) {
-	if transport.JSONValues(c.body, transport.RootArray, ratelimit.MaxBatch) > ratelimit.MaxBatch {
+	if wirecount.JSONValues(c.body, wirecount.RootArray, ratelimit.MaxBatch) > ratelimit.MaxBatch {
 		return nil, ratelimit.CheckBatchSize("body", ratelimit.MaxBatch+1, ratelimit.MaxBatch)
 	}
 	var in []limitRequest

@@ -1,5 +1,5 @@
 //go:build !race
 
-package transport
+package wirecount
 
 const raceEnabled = false

@@ -1,4 +1,7 @@
-package transport
+// Package wirecount counts the entries of an encoded request, protobuf or
+// JSON, without decoding it: what an adapter refuses an oversized batch by
+// before the decoder materialises it.
+package wirecount
 
 import (
 	"bytes"

@@ -1,6 +1,6 @@
 //go:build race
 
-package transport
+package wirecount
 
 // raceEnabled: the race detector makes sync.Pool drop items at random, so
 // pooled code allocates under it.

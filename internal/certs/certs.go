@@ -1,4 +1,7 @@
-package transport
+// Package certs serves a server's TLS certificate from PEM files, read
+// again when they change (cert-manager renews a Secret in place), with the
+// certificate's expiry as a metric; with a client CA, mutual TLS.
+package certs
 
 import (
 	"context"
@@ -15,9 +18,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// TLSFiles names the PEM files of a server's certificate and key and, for
+// Files names the PEM files of a server's certificate and key and, for
 // mutual TLS, of the CA whose certificates its clients must present.
-type TLSFiles struct {
+type Files struct {
 	Cert, Key string
 	// ClientCA, if set, turns on mutual TLS: a client without a
 	// certificate this CA signed fails the handshake.
@@ -29,12 +32,12 @@ type TLSFiles struct {
 // is served to new connections within a second, without a restart.
 const certCheckEvery = time.Second
 
-// Certificates serves the certificate of a TLSFiles to every new
+// Certificates serves the certificate of a Files to every new
 // connection, read again when the files change. A change that does not
 // load (a pair written half, a key that does not match) keeps the last good
 // certificate and is logged. Its methods are safe for concurrent use.
 type Certificates struct {
-	files  TLSFiles
+	files  Files
 	logger *slog.Logger
 	// expiry is the NotAfter of the certificate in force, in unix
 	// seconds, for an alert well before it passes.
@@ -49,12 +52,12 @@ type Certificates struct {
 	seen    string    // what that look found, under looking
 }
 
-// LoadCertificates reads files now, and registers the expiry of the
+// Load reads files now, and registers the expiry of the
 // certificate in force with reg; an error names what is wrong with them. A
 // certificate that has expired is served all the same (clients refuse it;
 // a renewed one is served as soon as it is written), and logged at error
 // level.
-func LoadCertificates(files TLSFiles, logger *slog.Logger, reg prometheus.Registerer) (*Certificates, error) {
+func Load(files Files, logger *slog.Logger, reg prometheus.Registerer) (*Certificates, error) {
 	c := &Certificates{files: files, logger: logger, expiry: prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "unkey_tls_certificate_expiry_timestamp_seconds",
 		Help: "When the server certificate in force expires, in unix seconds: alert well before it passes (clients refuse an expired certificate).",
