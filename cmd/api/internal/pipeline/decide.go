@@ -26,7 +26,7 @@ const MaxBatchLimit = 1000
 // limiter's own rules.
 type Call struct {
 	// Request's Identifier is the caller's: overrides match it; the
-	// counter is named by CounterIdentifier. Its call.Workspace is ignored: a
+	// counter is named by CounterIdentifier. Its Workspace is ignored: a
 	// call counts in the workspace of the key that made it (see
 	// call.PrincipalOf), whatever an adapter puts there.
 	Request ratelimit.Request
