@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
+	"github.com/unkeyed/ratelimit/services/access"
 )
 
 // TestCallState: the state WithCall puts in a context is filled in by

@@ -13,13 +13,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/internal/invalid"
+	"github.com/unkeyed/ratelimit/services/access"
 	"github.com/unkeyed/ratelimit/services/audit"
 	auditmysql "github.com/unkeyed/ratelimit/services/audit/mysqlstore"
+	"github.com/unkeyed/ratelimit/services/keys"
+	keysmysql "github.com/unkeyed/ratelimit/services/keys/mysqlstore"
 )
 
 // keysUsage is the help of the keys subcommands.
@@ -107,8 +107,8 @@ func createKey(ctx context.Context, environ []string, out, logOut io.Writer, wor
 	if err != nil {
 		return err
 	}
-	ctx = call.WithPrincipal(ctx, access.Principal{Workspace: workspace, Permissions: access.All(), KeyID: "cli"})
-	k, secret, err := keys.NewManager(keys.NewMySQL(sqlDB), w).Create(ctx, name, permissions, expiresAt)
+	cli := keys.Actor{Principal: access.Principal{Workspace: workspace, Permissions: access.All(), KeyID: "cli"}}
+	k, secret, err := keys.NewManager(keysmysql.New(sqlDB), w).Create(ctx, cli, name, permissions, expiresAt)
 	if err != nil {
 		return fmt.Errorf("keys create: %w", err)
 	}

@@ -10,12 +10,12 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/daemon/daemontest"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
 	"github.com/unkeyed/ratelimit/internal/testkit/loopback"
+	"github.com/unkeyed/ratelimit/services/access"
 )
 
 const token = "tok_connectapi_0123456789"

@@ -10,11 +10,11 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
 	"github.com/unkeyed/ratelimit/internal/invalid"
+	"github.com/unkeyed/ratelimit/services/keys"
 )
 
 // Keys serves KeyService on a layer, managing keys with a keys.Manager.
@@ -61,7 +61,7 @@ func (h *Keys) CreateKey(ctx context.Context, req *connect.Request[ratelimitv1.C
 		}
 		expires = time.UnixMilli(ms)
 	}
-	k, secret, err := h.manager.Create(ctx, req.Msg.Name, req.Msg.Permissions, expires)
+	k, secret, err := h.manager.Create(ctx, actor(ctx), req.Msg.Name, req.Msg.Permissions, expires)
 	if err != nil {
 		return nil, h.layer.ConnectError(ctx, ratelimitv1connect.KeyServiceCreateKeyProcedure, err)
 	}
@@ -82,7 +82,7 @@ func (h *Keys) ListKeys(ctx context.Context, req *connect.Request[ratelimitv1.Li
 		return nil, h.layer.ConnectError(ctx, ratelimitv1connect.KeyServiceListKeysProcedure,
 			&invalid.Error{Field: "cursor", Rule: "must be a cursor from a previous page"})
 	}
-	page, more, err := h.manager.List(ctx, string(after), int(req.Msg.Limit))
+	page, more, err := h.manager.List(ctx, actor(ctx), string(after), int(req.Msg.Limit))
 	if err != nil {
 		return nil, h.layer.ConnectError(ctx, ratelimitv1connect.KeyServiceListKeysProcedure, err)
 	}
@@ -103,7 +103,7 @@ func (h *Keys) UpdateKey(ctx context.Context, req *connect.Request[ratelimitv1.U
 	}
 	resp := connect.NewResponse(&ratelimitv1.UpdateKeyResponse{})
 	ctx = withRequestID(ctx, resp, transport.NewRequestID())
-	k, err := h.manager.Update(ctx, req.Msg.KeyId, req.Msg.Permissions)
+	k, err := h.manager.Update(ctx, actor(ctx), req.Msg.KeyId, req.Msg.Permissions)
 	if err != nil {
 		return nil, h.layer.ConnectError(ctx, ratelimitv1connect.KeyServiceUpdateKeyProcedure, err)
 	}
@@ -118,7 +118,7 @@ func (h *Keys) RevokeKey(ctx context.Context, req *connect.Request[ratelimitv1.R
 	}
 	resp := connect.NewResponse(&ratelimitv1.RevokeKeyResponse{})
 	ctx = withRequestID(ctx, resp, transport.NewRequestID())
-	k, err := h.manager.Revoke(ctx, req.Msg.KeyId)
+	k, err := h.manager.Revoke(ctx, actor(ctx), req.Msg.KeyId)
 	if err != nil {
 		return nil, h.layer.ConnectError(ctx, ratelimitv1connect.KeyServiceRevokeKeyProcedure, err)
 	}
@@ -137,4 +137,9 @@ func unixMs(t time.Time) int64 {
 		return 0
 	}
 	return t.UnixMilli()
+}
+
+// actor is who makes the call of ctx, as the keys' manager records it.
+func actor(ctx context.Context) keys.Actor {
+	return keys.Actor{Principal: call.PrincipalOf(ctx), RequestID: call.RequestID(ctx)}
 }

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/internal/testkit/poll"
 	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
+	"github.com/unkeyed/ratelimit/services/access"
 	"github.com/unkeyed/ratelimit/services/ratelimit/redisstore"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )

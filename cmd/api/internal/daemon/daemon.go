@@ -15,7 +15,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/connectapi"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/dashboard"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
+	"github.com/unkeyed/ratelimit/services/keys"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/reservation"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"

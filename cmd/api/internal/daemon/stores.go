@@ -12,7 +12,6 @@ import (
 	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/reservation"
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/internal/telemetry"
@@ -20,6 +19,8 @@ import (
 	auditmem "github.com/unkeyed/ratelimit/services/audit/memstore"
 	auditmysql "github.com/unkeyed/ratelimit/services/audit/mysqlstore"
 	auditstore "github.com/unkeyed/ratelimit/services/audit/store"
+	keysmysql "github.com/unkeyed/ratelimit/services/keys/mysqlstore"
+	keysstore "github.com/unkeyed/ratelimit/services/keys/store"
 	overridesmysql "github.com/unkeyed/ratelimit/services/overrides/mysqlstore"
 	overridesstore "github.com/unkeyed/ratelimit/services/overrides/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit/mysqlstore"
@@ -49,7 +50,7 @@ type stores struct {
 	// overrides persist overrides; nil without MySQL (memory).
 	overrides overridesstore.Overrides
 	// keys are the managed keys; nil without MySQL: keys are not managed.
-	keys keys.Store
+	keys keysstore.Store
 	// audit holds the audit log: MySQL's, else this process's memory.
 	audit auditstore.Log
 	// ledger settles each reservation once in the widest scope there is:
@@ -126,7 +127,7 @@ func openStores(cfg Config, logger *slog.Logger, reg prometheus.Registerer, trac
 func (s *stores) useMySQL(sqlDB *sql.DB) {
 	s.global = mysqlstore.New(sqlDB)
 	s.overrides = overridesmysql.New(sqlDB)
-	s.audit, s.keys = auditmysql.New(sqlDB), keys.NewMySQL(sqlDB)
+	s.audit, s.keys = auditmysql.New(sqlDB), keysmysql.New(sqlDB)
 	s.ledger, s.ledgerScope = reservation.NewMySQL(sqlDB), ""
 	a := analytics.NewMySQL(sqlDB, time.Now)
 	s.analytics, s.fleet = a, a

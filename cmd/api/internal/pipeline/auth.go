@@ -3,8 +3,8 @@ package pipeline
 import (
 	"context"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
+	"github.com/unkeyed/ratelimit/services/access"
 )
 
 // authorizeAll is call.Authorize for every call of a batch, before any is

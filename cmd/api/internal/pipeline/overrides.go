@@ -6,9 +6,9 @@ import (
 	"errors"
 	"time"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 	"github.com/unkeyed/ratelimit/internal/invalid"
+	"github.com/unkeyed/ratelimit/services/access"
 	"github.com/unkeyed/ratelimit/services/audit"
 	auditstore "github.com/unkeyed/ratelimit/services/audit/store"
 	"github.com/unkeyed/ratelimit/services/overrides"

@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/net/netutil"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
+	"github.com/unkeyed/ratelimit/services/access"
 
 	"connectrpc.com/connect"
 	"google.golang.org/grpc"

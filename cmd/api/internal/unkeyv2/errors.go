@@ -7,9 +7,9 @@ import (
 
 	json "github.com/go-json-experiment/json"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/failure"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
+	"github.com/unkeyed/ratelimit/services/access"
 )
 
 // apiError is a failure in Unkey's shape.

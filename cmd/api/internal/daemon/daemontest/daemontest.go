@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/daemon"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
+	"github.com/unkeyed/ratelimit/services/keys"
 	"github.com/unkeyed/ratelimit/internal/testkit/poll"
 )
 

@@ -1,4 +1,6 @@
-package keys
+// Package mysqlstore keeps keys in Store's ratelimit_keys, which every
+// process of every region polls.
+package mysqlstore
 
 import (
 	"context"
@@ -11,16 +13,17 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/unkeyed/ratelimit/db"
+	"github.com/unkeyed/ratelimit/services/keys/store"
 )
 
-// MySQL is a Store in MySQL's ratelimit_keys.
-type MySQL struct{ q *db.Queries }
+// Store is a Store in Store's ratelimit_keys.
+type Store struct{ q *db.Queries }
 
-// NewMySQL returns the Store of the database sqlDB.
-func NewMySQL(sqlDB *sql.DB) *MySQL { return &MySQL{q: db.New(sqlDB)} }
+// New returns the store of the database sqlDB.
+func New(sqlDB *sql.DB) *Store { return &Store{q: db.New(sqlDB)} }
 
-// Create implements Store.
-func (m *MySQL) Create(ctx context.Context, k Key) (Key, error) {
+// Create implements store.Store.
+func (m *Store) Create(ctx context.Context, k store.Key) (store.Key, error) {
 	var expires uint64
 	if !k.ExpiresAt.IsZero() {
 		expires = uint64(k.ExpiresAt.UnixMilli())
@@ -29,41 +32,41 @@ func (m *MySQL) Create(ctx context.Context, k Key) (Key, error) {
 		Permissions: strings.Join(k.Permissions, " "), ExpiresAt: expires})
 	var me *mysql.MySQLError
 	if errors.As(err, &me) && me.Number == 1062 { // ER_DUP_ENTRY
-		return Key{}, ErrDuplicate
+		return store.Key{}, store.ErrDuplicate
 	}
 	if err != nil {
-		return Key{}, fmt.Errorf("create key %s: %w", k.ID, err)
+		return store.Key{}, fmt.Errorf("create key %s: %w", k.ID, err)
 	}
 	return m.Get(ctx, k.Workspace, k.ID)
 }
 
-// Get implements Store.
-func (m *MySQL) Get(ctx context.Context, workspace, id string) (Key, error) {
+// Get implements store.Store.
+func (m *Store) Get(ctx context.Context, workspace, id string) (store.Key, error) {
 	r, err := m.q.KeyGet(ctx, db.KeyGetParams{WorkspaceID: workspace, ID: id})
 	if errors.Is(err, sql.ErrNoRows) {
-		return Key{}, ErrNotFound
+		return store.Key{}, store.ErrNotFound
 	}
 	if err != nil {
-		return Key{}, fmt.Errorf("get key %s: %w", id, err)
+		return store.Key{}, fmt.Errorf("get key %s: %w", id, err)
 	}
 	return fromRow(db.KeyAllRow(r)), nil
 }
 
-// List implements Store.
-func (m *MySQL) List(ctx context.Context, workspace, after string, limit int) ([]Key, error) {
+// List implements store.Store.
+func (m *Store) List(ctx context.Context, workspace, after string, limit int) ([]store.Key, error) {
 	rows, err := m.q.KeyList(ctx, db.KeyListParams{WorkspaceID: workspace, After: after, Limit: int32(limit)})
 	if err != nil {
 		return nil, fmt.Errorf("list keys: %w", err)
 	}
-	out := make([]Key, len(rows))
+	out := make([]store.Key, len(rows))
 	for i, r := range rows {
 		out[i] = fromRow(db.KeyAllRow(r))
 	}
 	return out, nil
 }
 
-// Count implements Store.
-func (m *MySQL) Count(ctx context.Context, workspace string) (total, live int64, err error) {
+// Count implements store.Store.
+func (m *Store) Count(ctx context.Context, workspace string) (total, live int64, err error) {
 	r, err := m.q.KeyCount(ctx, workspace)
 	if err != nil {
 		return 0, 0, fmt.Errorf("count keys: %w", err)
@@ -71,59 +74,59 @@ func (m *MySQL) Count(ctx context.Context, workspace string) (total, live int64,
 	return r.Total, r.Live, nil
 }
 
-// SetPermissions implements Store.
-func (m *MySQL) SetPermissions(ctx context.Context, workspace, id string, permissions []string) (Key, error) {
+// SetPermissions implements store.Store.
+func (m *Store) SetPermissions(ctx context.Context, workspace, id string, permissions []string) (store.Key, error) {
 	n, err := m.q.KeyUpdatePermissions(ctx, db.KeyUpdatePermissionsParams{Permissions: strings.Join(permissions, " "),
 		WorkspaceID: workspace, ID: id})
 	return m.changed(ctx, workspace, id, n, err)
 }
 
-// Revoke implements Store.
-func (m *MySQL) Revoke(ctx context.Context, workspace, id string) (Key, error) {
+// Revoke implements store.Store.
+func (m *Store) Revoke(ctx context.Context, workspace, id string) (store.Key, error) {
 	n, err := m.q.KeyRevoke(ctx, db.KeyRevokeParams{WorkspaceID: workspace, ID: id})
 	return m.changed(ctx, workspace, id, n, err)
 }
 
 // changed reads back the key an UPDATE of n rows changed.
-func (m *MySQL) changed(ctx context.Context, workspace, id string, n int64, err error) (Key, error) {
+func (m *Store) changed(ctx context.Context, workspace, id string, n int64, err error) (store.Key, error) {
 	if err != nil {
-		return Key{}, fmt.Errorf("change key %s: %w", id, err)
+		return store.Key{}, fmt.Errorf("change key %s: %w", id, err)
 	}
 	if n == 0 {
-		return Key{}, ErrNotFound
+		return store.Key{}, store.ErrNotFound
 	}
 	return m.Get(ctx, workspace, id)
 }
 
-// Summary implements Store.
-func (m *MySQL) Summary(ctx context.Context) (Summary, error) {
+// Summary implements store.Store.
+func (m *Store) Summary(ctx context.Context) (store.Summary, error) {
 	r, err := m.q.KeySummary(ctx)
 	if err != nil {
-		return Summary{}, fmt.Errorf("sum up keys: %w", err)
+		return store.Summary{}, fmt.Errorf("sum up keys: %w", err)
 	}
-	return Summary{Rows: r.RowCount, Revisions: r.Revisions}, nil
+	return store.Summary{Rows: r.RowCount, Revisions: r.Revisions}, nil
 }
 
-// All implements Store.
-func (m *MySQL) All(ctx context.Context) ([]Key, error) {
+// All implements store.Store.
+func (m *Store) All(ctx context.Context) ([]store.Key, error) {
 	rows, err := m.q.KeyAll(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read keys: %w", err)
 	}
-	out := make([]Key, len(rows))
+	out := make([]store.Key, len(rows))
 	for i, r := range rows {
 		out[i] = fromRow(r)
 	}
 	return out, nil
 }
 
-// Changes implements Store.
-func (m *MySQL) Changes(ctx context.Context, since int64) ([]Key, error) {
+// Changes implements store.Store.
+func (m *Store) Changes(ctx context.Context, since int64) ([]store.Key, error) {
 	rows, err := m.q.KeyChanges(ctx, uint64(max(since, 0)))
 	if err != nil {
 		return nil, fmt.Errorf("read changed keys: %w", err)
 	}
-	out := make([]Key, len(rows))
+	out := make([]store.Key, len(rows))
 	for i, r := range rows {
 		out[i] = fromRow(db.KeyAllRow(r))
 	}
@@ -131,8 +134,8 @@ func (m *MySQL) Changes(ctx context.Context, since int64) ([]Key, error) {
 }
 
 // fromRow converts a row; times are unix ms, 0 for none.
-func fromRow(r db.KeyAllRow) Key {
-	k := Key{ID: r.ID, Workspace: r.WorkspaceID, Name: r.Name, Permissions: strings.Fields(r.Permissions),
+func fromRow(r db.KeyAllRow) store.Key {
+	k := store.Key{ID: r.ID, Workspace: r.WorkspaceID, Name: r.Name, Permissions: strings.Fields(r.Permissions),
 		ExpiresAt: msTime(r.ExpiresAt), RevokedAt: msTime(r.RevokedAt), CreatedAt: msTime(r.CreatedAt), UpdatedAt: msTime(r.UpdatedAt),
 		Revision: int64(r.Revision)}
 	copy(k.Digest[:], r.Digest)

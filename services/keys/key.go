@@ -17,13 +17,17 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/internal/invalid"
+	"github.com/unkeyed/ratelimit/services/access"
+	"github.com/unkeyed/ratelimit/services/keys/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
+// Key is a key as a store keeps it: never its secret (see store.Key).
+type Key = store.Key
+
 // Digest is the SHA-256 of a key's secret: all that is kept of it.
-type Digest [sha256.Size]byte
+type Digest = store.Digest
 
 // DigestOf returns the digest of secret, without copying it: Sum256 only
 // reads its input, and a copy of a secret longer than 32 bytes would cost
@@ -31,9 +35,6 @@ type Digest [sha256.Size]byte
 func DigestOf(secret string) Digest {
 	return sha256.Sum256(unsafe.Slice(unsafe.StringData(secret), len(secret)))
 }
-
-// String returns the digest as the keys file writes it: "sha256:" and hex.
-func (d Digest) String() string { return "sha256:" + hex.EncodeToString(d[:]) }
 
 // SecretPrefix starts every secret this package generates, so that a
 // secret-scanning tool can recognise one that leaked.
@@ -53,25 +54,6 @@ func NewID() string {
 	var b [12]byte
 	rand.Read(b[:])
 	return "key_" + hex.EncodeToString(b[:])
-}
-
-// Key is a key as it is stored: never its secret.
-type Key struct {
-	ID        string
-	Workspace string
-	Name      string
-	Digest    Digest
-	// Permissions are the key's permission names (see package access).
-	Permissions []string
-	// ExpiresAt is when the key stops working; zero: never.
-	ExpiresAt time.Time
-	// RevokedAt is when the key was revoked; zero: it is not.
-	RevokedAt time.Time
-	// CreatedAt and UpdatedAt are by the store's clock.
-	CreatedAt, UpdatedAt time.Time
-	// Revision grows with every change of the key, by the store's clock:
-	// a poll keeps the state with the larger one.
-	Revision int64
 }
 
 // Limits on what a key holds: bounds on what every process keeps in memory.
@@ -121,5 +103,5 @@ func ValidatePermissions(permissions []string) error {
 const MaxPermissionBytes = 8192
 
 // ErrNotFound is a key that does not exist in the caller's workspace, or
-// that is revoked where only a live key will do.
-var ErrNotFound = access.ErrKeyNotFound
+// a revoked one where only a live key will do (see store.ErrNotFound).
+var ErrNotFound = store.ErrNotFound

@@ -12,9 +12,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/keys/keystest"
+	"github.com/unkeyed/ratelimit/services/access"
+	"github.com/unkeyed/ratelimit/services/keys"
+	keysmem "github.com/unkeyed/ratelimit/services/keys/memstore"
+	"github.com/unkeyed/ratelimit/services/keys/storetest"
 )
 
 // TestRingOpen: the API is open only while no source holds a key; a keys
@@ -28,7 +29,7 @@ func TestRingOpen(t *testing.T) {
 		t.Fatal("a ring with tokens is open")
 	}
 
-	store := keystest.NewFaulty(keys.NewMemory())
+	store := storetest.NewFaulty(keysmem.New())
 	ring := keys.NewRing()
 	table, err := keys.NewTable(store, ring, prometheus.NewRegistry())
 	if err != nil {
@@ -71,7 +72,7 @@ func TestRingLookup(t *testing.T) {
 	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 	tokens, _ := access.ParseTokens("tok_0123456789abcdef=ws_static")
 	ring := keys.NewRing(keys.WithTokens(tokens), keys.WithClock(func() time.Time { return now }))
-	store := keystest.NewFaulty(keys.NewMemory())
+	store := storetest.NewFaulty(keysmem.New())
 	table, err := keys.NewTable(store, ring, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)

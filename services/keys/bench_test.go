@@ -7,8 +7,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
+	"github.com/unkeyed/ratelimit/services/access"
+	"github.com/unkeyed/ratelimit/services/keys"
+	keysmem "github.com/unkeyed/ratelimit/services/keys/memstore"
 )
 
 // BenchmarkPrincipal is the cost every request pays to find its key: a
@@ -16,7 +17,7 @@ import (
 // (what UNKEY_AUTH_TOKENS alone was before keys).
 func BenchmarkPrincipal(b *testing.B) {
 	tokens, _ := access.ParseTokens("tok_0123456789abcdef=ws")
-	store := keys.NewMemory()
+	store := keysmem.New()
 	ring := keys.NewRing(keys.WithTokens(tokens))
 	table, err := keys.NewTable(store, ring, prometheus.NewRegistry())
 	if err != nil {

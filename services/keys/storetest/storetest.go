@@ -1,8 +1,8 @@
-// Package keystest has the contract suite every keys.Store runs
-// ([TestStore]: keys.Memory here, keys.MySQL on a real MariaDB) and
+// Package storetest has the contract suite every keys store runs
+// ([TestStore]: memstore's and, on a real MariaDB, mysqlstore's) and
 // [Faulty], which wraps any store with an outage a test switches on, as
 // pebble's errorfs wraps any file system.
-package keystest
+package storetest
 
 import (
 	"context"
@@ -13,21 +13,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
+	"github.com/unkeyed/ratelimit/services/keys"
+	"github.com/unkeyed/ratelimit/services/keys/store"
 )
 
 // ErrDown is every call of a Faulty store that is down.
-var ErrDown = errors.New("keystest: store down")
+var ErrDown = errors.New("storetest: store down")
 
-// Faulty wraps a keys.Store with an outage: while down, every call fails
+// Faulty wraps a store.Store with an outage: while down, every call fails
 // with ErrDown and reaches nothing.
 type Faulty struct {
-	keys.Store
+	store.Store
 	down atomic.Bool
 }
 
 // NewFaulty returns inner, up.
-func NewFaulty(inner keys.Store) *Faulty { return &Faulty{Store: inner} }
+func NewFaulty(inner store.Store) *Faulty { return &Faulty{Store: inner} }
 
 // SetDown switches the outage on or off.
 func (f *Faulty) SetDown(down bool) { f.down.Store(down) }
@@ -39,37 +40,37 @@ func (f *Faulty) fail() error {
 	return nil
 }
 
-// Summary implements keys.Store.
-func (f *Faulty) Summary(ctx context.Context) (keys.Summary, error) {
+// Summary implements store.Store.
+func (f *Faulty) Summary(ctx context.Context) (store.Summary, error) {
 	if err := f.fail(); err != nil {
-		return keys.Summary{}, err
+		return store.Summary{}, err
 	}
 	return f.Store.Summary(ctx)
 }
 
-// All implements keys.Store.
-func (f *Faulty) All(ctx context.Context) ([]keys.Key, error) {
+// All implements store.Store.
+func (f *Faulty) All(ctx context.Context) ([]store.Key, error) {
 	if err := f.fail(); err != nil {
 		return nil, err
 	}
 	return f.Store.All(ctx)
 }
 
-// Create implements keys.Store.
-func (f *Faulty) Create(ctx context.Context, k keys.Key) (keys.Key, error) {
+// Create implements store.Store.
+func (f *Faulty) Create(ctx context.Context, k store.Key) (store.Key, error) {
 	if err := f.fail(); err != nil {
-		return keys.Key{}, err
+		return store.Key{}, err
 	}
 	return f.Store.Create(ctx, k)
 }
 
-// TestStore runs the contract of keys.Store against the stores newStore
+// TestStore runs the contract of store.Store against the stores newStore
 // returns, each empty.
-func TestStore(t *testing.T, newStore func(t *testing.T) keys.Store) {
+func TestStore(t *testing.T, newStore func(t *testing.T) store.Store) {
 	ctx := context.Background()
-	newKey := func(ws, name string, perms ...string) keys.Key {
+	newKey := func(ws, name string, perms ...string) store.Key {
 		_, d := keys.Generate()
-		return keys.Key{ID: keys.NewID(), Workspace: ws, Name: name, Digest: d, Permissions: perms}
+		return store.Key{ID: keys.NewID(), Workspace: ws, Name: name, Digest: d, Permissions: perms}
 	}
 
 	t.Run("CreateGetRevoke", func(t *testing.T) {
@@ -85,7 +86,7 @@ func TestStore(t *testing.T, newStore func(t *testing.T) keys.Store) {
 			!got.ExpiresAt.Equal(expires) || got.CreatedAt.IsZero() || !got.RevokedAt.IsZero() {
 			t.Fatalf("created %+v from %+v", got, k)
 		}
-		if _, err := s.Get(ctx, "other", k.ID); !errors.Is(err, keys.ErrNotFound) {
+		if _, err := s.Get(ctx, "other", k.ID); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("another workspace got the key: %v", err)
 		}
 		if _, err := s.Create(ctx, newKey("ws", "again")); err != nil {
@@ -93,7 +94,7 @@ func TestStore(t *testing.T, newStore func(t *testing.T) keys.Store) {
 		}
 		dup := newKey("ws", "dup")
 		dup.Digest = k.Digest
-		if _, err := s.Create(ctx, dup); !errors.Is(err, keys.ErrDuplicate) {
+		if _, err := s.Create(ctx, dup); !errors.Is(err, store.ErrDuplicate) {
 			t.Fatalf("a second key with the same digest: %v, want ErrDuplicate", err)
 		}
 		if total, live, err := s.Count(ctx, "ws"); err != nil || total != 2 || live != 2 {
@@ -103,10 +104,10 @@ func TestStore(t *testing.T, newStore func(t *testing.T) keys.Store) {
 		if err != nil || revoked.RevokedAt.IsZero() {
 			t.Fatalf("Revoke = %+v, %v", revoked, err)
 		}
-		if _, err := s.Revoke(ctx, "ws", k.ID); !errors.Is(err, keys.ErrNotFound) {
+		if _, err := s.Revoke(ctx, "ws", k.ID); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("revoking twice: %v, want ErrNotFound", err)
 		}
-		if _, err := s.SetPermissions(ctx, "ws", k.ID, []string{"audit.read"}); !errors.Is(err, keys.ErrNotFound) {
+		if _, err := s.SetPermissions(ctx, "ws", k.ID, []string{"audit.read"}); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("changing a revoked key: %v, want ErrNotFound", err)
 		}
 		if total, live, _ := s.Count(ctx, "ws"); total != 2 || live != 1 {
@@ -119,7 +120,7 @@ func TestStore(t *testing.T, newStore func(t *testing.T) keys.Store) {
 
 	t.Run("SummaryChangesWithEveryChange", func(t *testing.T) {
 		s := newStore(t)
-		seen := map[keys.Summary]string{}
+		seen := map[store.Summary]string{}
 		note := func(what string) {
 			t.Helper()
 			sum, err := s.Summary(ctx)

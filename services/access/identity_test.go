@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/services/access"
 )
 
 // TestAuthenticate: with no key every caller is the open principal; with

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
+	"github.com/unkeyed/ratelimit/services/access"
 )
 
 // Set is an immutable snapshot of the keys of one source, by digest: what

@@ -6,30 +6,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/keys/keystest"
 	"github.com/unkeyed/ratelimit/internal/testkit/dbtest"
+	"github.com/unkeyed/ratelimit/services/keys"
+	keysmysql "github.com/unkeyed/ratelimit/services/keys/mysqlstore"
+	"github.com/unkeyed/ratelimit/services/keys/store"
 )
-
-func TestMemory(t *testing.T) {
-	keystest.TestStore(t, func(*testing.T) keys.Store { return keys.NewMemory() })
-}
-
-// TestMySQL runs the contract on a real MariaDB, each subtest on its own
-// emptied table.
-func TestMySQL(t *testing.T) {
-	_, sqlDB := dbtest.Start(t)
-	keystest.TestStore(t, func(t *testing.T) keys.Store {
-		if _, err := sqlDB.Exec("DELETE FROM ratelimit_keys"); err != nil {
-			t.Fatal(err)
-		}
-		return keys.NewMySQL(sqlDB)
-	})
-}
 
 // countingStore counts the reads of every key.
 type countingStore struct {
-	keys.Store
+	store.Store
 	alls int
 }
 
@@ -45,7 +30,7 @@ func (c *countingStore) All(ctx context.Context) ([]keys.Key, error) {
 func TestTableReadsChanges(t *testing.T) {
 	ctx := context.Background()
 	_, sqlDB := dbtest.Start(t)
-	store := &countingStore{Store: keys.NewMySQL(sqlDB)}
+	store := &countingStore{Store: keysmysql.New(sqlDB)}
 	ring := keys.NewRing()
 	table, err := keys.NewTable(store, ring, prometheus.NewRegistry())
 	if err != nil {

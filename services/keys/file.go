@@ -16,8 +16,8 @@ import (
 	json "github.com/go-json-experiment/json"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
 	"github.com/unkeyed/ratelimit/internal/reread"
+	"github.com/unkeyed/ratelimit/services/access"
 )
 
 // MaxFileSize bounds a keys file: a million keys' digests and

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/unkeyed/ratelimit/services/keys/store"
 )
 
 // tableTimeout bounds one read of the table: a poll that takes longer is
@@ -20,20 +22,20 @@ const tableTimeout = 5 * time.Second
 // reading every key.
 const changesLookback = 10 * time.Second
 
-// Table keeps a Ring's keys in step with a Store: it reads the store's
-// Summary every poll interval; when it changed, the keys changed since the
-// latest revision it holds (less changesLookback), and only when those do
+// Table keeps a Ring's keys in step with a store.Store: it reads the
+// store's summary every poll interval; when it changed, the keys changed
+// since the latest revision it holds (less changesLookback), and only when those do
 // not account for the new summary (a change that committed behind a lock
 // with an older revision) every key. A poll that fails keeps the keys last
 // read: a process that cannot reach MySQL goes on with the keys it knew.
 type Table struct {
-	store    Store
+	store    store.Store
 	ring     *Ring
 	interval time.Duration
 	logger   *slog.Logger
 
 	mu   sync.Mutex     // one poll at a time
-	seen Summary        // the summary rows sum up to
+	seen store.Summary  // the summary rows sum up to
 	rows map[string]Key // every key read, revoked ones included, by id; nil before the first load
 
 	failures prometheus.Counter
@@ -53,8 +55,8 @@ func WithTableLogger(l *slog.Logger) TableOption { return func(t *Table) { t.log
 // NewTable returns the poller of store into ring, and makes ring wait for
 // its first load (see Ring.Open). It reads nothing yet: Load and Run do.
 // Call it before the ring is in use.
-func NewTable(store Store, ring *Ring, reg prometheus.Registerer, opts ...TableOption) (*Table, error) {
-	t := &Table{store: store, ring: ring, interval: 2 * time.Second, logger: slog.New(slog.DiscardHandler),
+func NewTable(st store.Store, ring *Ring, reg prometheus.Registerer, opts ...TableOption) (*Table, error) {
+	t := &Table{store: st, ring: ring, interval: 2 * time.Second, logger: slog.New(slog.DiscardHandler),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "unkey_auth_keys_poll_failures_total",
 			Help: "Polls of the keys table that failed; the keys last read stay in force.",
@@ -119,7 +121,7 @@ func (t *Table) Load(ctx context.Context) error {
 // changesLookback) into t.rows, and reports whether the rows then sum up to
 // sum, so that nothing else changed. On an error it reports false: the
 // caller reads every key.
-func (t *Table) applyChanges(ctx context.Context, sum Summary) bool {
+func (t *Table) applyChanges(ctx context.Context, sum store.Summary) bool {
 	var latest int64
 	for _, k := range t.rows {
 		latest = max(latest, k.Revision)
@@ -133,7 +135,7 @@ func (t *Table) applyChanges(ctx context.Context, sum Summary) bool {
 			t.rows[k.ID] = k
 		}
 	}
-	var local Summary
+	var local store.Summary
 	for _, k := range t.rows {
 		local.Rows++
 		local.Revisions ^= k.Revision

@@ -6,11 +6,11 @@ import (
 	"slices"
 	"time"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 	"github.com/unkeyed/ratelimit/internal/invalid"
+	"github.com/unkeyed/ratelimit/services/access"
 	"github.com/unkeyed/ratelimit/services/audit"
 	auditstore "github.com/unkeyed/ratelimit/services/audit/store"
+	"github.com/unkeyed/ratelimit/services/keys/store"
 )
 
 // MaxLivePerWorkspace caps a workspace's keys that are not revoked: a bound
@@ -54,20 +54,29 @@ func (e *CapacityError) Error() string {
 // neither mint a key that does more than its holder nor demote or revoke
 // one that does more.
 type Manager struct {
-	store Store
+	store store.Store
 	audit *audit.Writer
 	now   func() time.Time
 }
 
-// NewManager returns the manager of store, recording changes with w.
-func NewManager(store Store, w *audit.Writer) *Manager {
-	return &Manager{store: store, audit: w, now: time.Now}
+// Actor is who makes a change: the principal whose workspace it is in and
+// whose permissions bound it, and the request that carries it, which the
+// audit log records.
+type Actor struct {
+	Principal access.Principal
+	RequestID string
 }
 
-// Create creates a key in the principal's workspace and returns it with
+// NewManager returns the manager of the keys st keeps, recording changes
+// with w.
+func NewManager(st store.Store, w *audit.Writer) *Manager {
+	return &Manager{store: st, audit: w, now: time.Now}
+}
+
+// Create creates a key in the actor's workspace and returns it with
 // its secret: the only time the secret exists outside its holder.
-func (m *Manager) Create(ctx context.Context, name string, permissions []string, expiresAt time.Time) (Key, string, error) {
-	pr := call.PrincipalOf(ctx)
+func (m *Manager) Create(ctx context.Context, by Actor, name string, permissions []string, expiresAt time.Time) (Key, string, error) {
+	pr := by.Principal
 	if err := authorize(pr); err != nil {
 		return Key{}, "", err
 	}
@@ -98,14 +107,14 @@ func (m *Manager) Create(ctx context.Context, name string, permissions []string,
 	if err != nil {
 		return Key{}, "", err
 	}
-	m.record(ctx, pr, audit.KeyCreate, Key{}, k)
+	m.record(ctx, by, audit.KeyCreate, Key{}, k)
 	return k, secret, nil
 }
 
 // List returns a page of up to limit (1 to MaxListLimit, 0 for 100) keys of
-// the principal's workspace after the id after, and whether more follow.
-func (m *Manager) List(ctx context.Context, after string, limit int) ([]Key, bool, error) {
-	pr := call.PrincipalOf(ctx)
+// the actor's workspace after the id after, and whether more follow.
+func (m *Manager) List(ctx context.Context, by Actor, after string, limit int) ([]Key, bool, error) {
+	pr := by.Principal
 	if err := authorize(pr); err != nil {
 		return nil, false, err
 	}
@@ -122,10 +131,10 @@ func (m *Manager) List(ctx context.Context, after string, limit int) ([]Key, boo
 	return page[:min(len(page), limit)], len(page) > limit, nil
 }
 
-// Update replaces the permissions of a live key of the principal's
+// Update replaces the permissions of a live key of the actor's
 // workspace.
-func (m *Manager) Update(ctx context.Context, id string, permissions []string) (Key, error) {
-	pr := call.PrincipalOf(ctx)
+func (m *Manager) Update(ctx context.Context, by Actor, id string, permissions []string) (Key, error) {
+	pr := by.Principal
 	if err := authorize(pr); err != nil {
 		return Key{}, err
 	}
@@ -146,14 +155,14 @@ func (m *Manager) Update(ctx context.Context, id string, permissions []string) (
 	if err != nil {
 		return Key{}, err
 	}
-	m.record(ctx, pr, audit.KeyUpdate, before, after)
+	m.record(ctx, by, audit.KeyUpdate, before, after)
 	return after, nil
 }
 
-// Revoke revokes a live key of the principal's workspace. Every process
+// Revoke revokes a live key of the actor's workspace. Every process
 // refuses it within its poll interval.
-func (m *Manager) Revoke(ctx context.Context, id string) (Key, error) {
-	pr := call.PrincipalOf(ctx)
+func (m *Manager) Revoke(ctx context.Context, by Actor, id string) (Key, error) {
+	pr := by.Principal
 	if err := authorize(pr); err != nil {
 		return Key{}, err
 	}
@@ -168,11 +177,11 @@ func (m *Manager) Revoke(ctx context.Context, id string) (Key, error) {
 	if err != nil {
 		return Key{}, err
 	}
-	m.record(ctx, pr, audit.KeyRevoke, before, after)
+	m.record(ctx, by, audit.KeyRevoke, before, after)
 	return after, nil
 }
 
-// target returns the key id of the principal's workspace that a change
+// target returns the key id of the actor's workspace that a change
 // is about, if the principal holds every permission it has.
 func (m *Manager) target(ctx context.Context, pr access.Principal, id string) (Key, error) {
 	k, err := m.store.Get(ctx, pr.Workspace, id)
@@ -186,9 +195,9 @@ func (m *Manager) target(ctx context.Context, pr access.Principal, id string) (K
 }
 
 // record writes the audit entry of a change from before to after.
-func (m *Manager) record(ctx context.Context, pr access.Principal, action string, before, after Key) {
-	m.audit.Write(ctx, auditstore.Entry{Workspace: pr.Workspace, Actor: pr.KeyID, Action: action, Target: after.ID,
-		Before: auditValue(before), After: auditValue(after), RequestID: call.RequestID(ctx)})
+func (m *Manager) record(ctx context.Context, by Actor, action string, before, after Key) {
+	m.audit.Write(ctx, auditstore.Entry{Workspace: by.Principal.Workspace, Actor: by.Principal.KeyID, Action: action,
+		Target: after.ID, Before: auditValue(before), After: auditValue(after), RequestID: by.RequestID})
 }
 
 // auditValue is what the audit log shows of a key: never its digest.

@@ -10,30 +10,28 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/access"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/failure"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/keys"
 	"github.com/unkeyed/ratelimit/internal/invalid"
+	"github.com/unkeyed/ratelimit/services/access"
 	"github.com/unkeyed/ratelimit/services/audit"
 	auditmem "github.com/unkeyed/ratelimit/services/audit/memstore"
 	auditstore "github.com/unkeyed/ratelimit/services/audit/store"
+	"github.com/unkeyed/ratelimit/services/keys"
+	keysmem "github.com/unkeyed/ratelimit/services/keys/memstore"
 )
 
-// actingAs returns ctx acting as a key of ws with perms.
-func actingAs(t *testing.T, ws, keyID string, perms ...string) context.Context {
+// actingAs returns the actor of a key of ws with perms.
+func actingAs(t *testing.T, ws, keyID string, perms ...string) keys.Actor {
 	t.Helper()
 	p, err := access.Parse(perms)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := call.WithPrincipal(context.Background(), access.Principal{Workspace: ws, Permissions: p, KeyID: keyID})
-	return call.WithRequestID(ctx, "req_test")
+	return keys.Actor{Principal: access.Principal{Workspace: ws, Permissions: p, KeyID: keyID}, RequestID: "req_test"}
 }
 
-func newManager(t *testing.T) (*keys.Manager, *keys.Memory, *auditmem.Store) {
+func newManager(t *testing.T) (*keys.Manager, *keysmem.Store, *auditmem.Store) {
 	t.Helper()
-	store, log := keys.NewMemory(), auditmem.New(100)
+	store, log := keysmem.New(), auditmem.New(100)
 	w, err := audit.NewWriter(log, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -47,17 +45,17 @@ func TestManagerPermissions(t *testing.T) {
 	m, store, log := newManager(t)
 	var de *access.DeniedError
 	reader := actingAs(t, "ws", "key_reader", "audit.read")
-	if _, _, err := m.Create(reader, "x", []string{"audit.read"}, time.Time{}); !errors.As(err, &de) || de.Permission != "keys.manage" {
+	if _, _, err := m.Create(context.Background(), reader, "x", []string{"audit.read"}, time.Time{}); !errors.As(err, &de) || de.Permission != "keys.manage" {
 		t.Fatalf("Create without keys.manage: %v", err)
 	}
-	if _, _, err := m.List(reader, "", 0); !errors.As(err, &de) || de.Permission != "keys.manage" {
+	if _, _, err := m.List(context.Background(), reader, "", 0); !errors.As(err, &de) || de.Permission != "keys.manage" {
 		t.Fatalf("List without keys.manage: %v", err)
 	}
 	narrow := actingAs(t, "ws", "key_admin", "keys.manage", "ratelimit.api.limit")
-	if _, _, err := m.Create(narrow, "x", []string{"ratelimit.*.limit"}, time.Time{}); !errors.As(err, &de) || de.Permission != "ratelimit.*.limit" {
+	if _, _, err := m.Create(context.Background(), narrow, "x", []string{"ratelimit.*.limit"}, time.Time{}); !errors.As(err, &de) || de.Permission != "ratelimit.*.limit" {
 		t.Fatalf("granting more than held: %v", err)
 	}
-	if _, _, err := m.Create(narrow, "x", []string{"ratelimit.api.set_override"}, time.Time{}); !errors.As(err, &de) || de.Permission != "ratelimit.api.set_override" {
+	if _, _, err := m.Create(context.Background(), narrow, "x", []string{"ratelimit.api.set_override"}, time.Time{}); !errors.As(err, &de) || de.Permission != "ratelimit.api.set_override" {
 		t.Fatalf("granting another action: %v", err)
 	}
 	if all, _ := store.All(context.Background()); len(all) != 0 {
@@ -66,34 +64,34 @@ func TestManagerPermissions(t *testing.T) {
 	if entries, _ := log.List(context.Background(), "ws", auditstore.Filter{}, 0, 10); len(entries) != 0 {
 		t.Fatalf("refused creations were audited: %+v", entries)
 	}
-	k, secret, err := m.Create(narrow, "gateway", []string{"ratelimit.api.limit"}, time.Time{})
+	k, secret, err := m.Create(context.Background(), narrow, "gateway", []string{"ratelimit.api.limit"}, time.Time{})
 	if err != nil || !strings.HasPrefix(secret, keys.SecretPrefix) || k.Digest != keys.DigestOf(secret) {
 		t.Fatalf("Create within what is held: %+v, %v", k, err)
 	}
 	// A narrower manager can neither demote nor revoke a broader key.
-	broad, _, err := m.Create(actingAs(t, "ws", "key_root", "keys.manage", "ratelimit.*.limit"), "broad",
+	broad, _, err := m.Create(context.Background(), actingAs(t, "ws", "key_root", "keys.manage", "ratelimit.*.limit"), "broad",
 		[]string{"keys.manage", "ratelimit.*.limit"}, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Update(narrow, broad.ID, []string{"ratelimit.api.limit"}); !errors.As(err, &de) || de.Permission != "ratelimit.*.limit" {
+	if _, err := m.Update(context.Background(), narrow, broad.ID, []string{"ratelimit.api.limit"}); !errors.As(err, &de) || de.Permission != "ratelimit.*.limit" {
 		t.Fatalf("demoting a broader key: %v", err)
 	}
-	if _, err := m.Revoke(narrow, broad.ID); !errors.As(err, &de) {
+	if _, err := m.Revoke(context.Background(), narrow, broad.ID); !errors.As(err, &de) {
 		t.Fatalf("revoking a broader key: %v", err)
 	}
 	if got, _ := store.Get(context.Background(), "ws", broad.ID); !got.RevokedAt.IsZero() || len(got.Permissions) != 2 {
 		t.Fatalf("the broader key was changed: %+v", got)
 	}
-	if _, err := m.Revoke(narrow, k.ID); err != nil {
+	if _, err := m.Revoke(context.Background(), narrow, k.ID); err != nil {
 		t.Fatalf("revoking a key within what is held: %v", err)
 	}
 	// Another workspace's key manager cannot see or touch it.
 	other := actingAs(t, "other", "key_o", "keys.manage", "ratelimit.*.limit")
-	if _, err := m.Revoke(other, k.ID); !errors.Is(err, keys.ErrNotFound) {
+	if _, err := m.Revoke(context.Background(), other, k.ID); !errors.Is(err, keys.ErrNotFound) {
 		t.Fatalf("revoking another workspace's key: %v, want ErrNotFound", err)
 	}
-	if page, _, err := m.List(other, "", 0); err != nil || len(page) != 0 {
+	if page, _, err := m.List(context.Background(), other, "", 0); err != nil || len(page) != 0 {
 		t.Fatalf("another workspace lists %d keys, %v", len(page), err)
 	}
 }
@@ -115,7 +113,7 @@ func TestManagerValidates(t *testing.T) {
 		{"x", []string{"ratelimit.*.limit"}, time.Now().Add(-time.Second), "expires_at"},
 	} {
 		var ve *invalid.Error
-		if _, _, err := m.Create(admin, tc.name, tc.perms, tc.expires); !errors.As(err, &ve) || ve.Field != tc.field {
+		if _, _, err := m.Create(context.Background(), admin, tc.name, tc.perms, tc.expires); !errors.As(err, &ve) || ve.Field != tc.field {
 			t.Fatalf("Create(%q, %v, %v): %v, want a validation error of %s", tc.name, tc.perms, tc.expires, err, tc.field)
 		}
 	}
@@ -129,17 +127,17 @@ func TestManagerValidates(t *testing.T) {
 func TestManagerAudits(t *testing.T) {
 	m, _, log := newManager(t)
 	admin := actingAs(t, "ws", "key_admin", "keys.manage", "ratelimit.*.limit", "audit.read")
-	k, secret, err := m.Create(admin, "gateway", []string{"ratelimit.*.limit"}, time.Time{})
+	k, secret, err := m.Create(context.Background(), admin, "gateway", []string{"ratelimit.*.limit"}, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Update(admin, k.ID, []string{"ratelimit.*.limit", "audit.read"}); err != nil {
+	if _, err := m.Update(context.Background(), admin, k.ID, []string{"ratelimit.*.limit", "audit.read"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Revoke(admin, k.ID); err != nil {
+	if _, err := m.Revoke(context.Background(), admin, k.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Update(admin, k.ID, []string{"audit.read"}); !errors.Is(err, keys.ErrNotFound) {
+	if _, err := m.Update(context.Background(), admin, k.ID, []string{"audit.read"}); !errors.Is(err, keys.ErrNotFound) {
 		t.Fatalf("changing a revoked key: %v", err)
 	}
 	entries, err := log.List(context.Background(), "ws", auditstore.Filter{Target: k.ID}, 0, 10)
@@ -176,23 +174,23 @@ func TestManagerCap(t *testing.T) {
 	admin := actingAs(t, "ws", "key_admin", "keys.manage", "audit.read")
 	var last keys.Key
 	for range keys.MaxLivePerWorkspace {
-		k, _, err := m.Create(admin, "k", []string{"audit.read"}, time.Time{})
+		k, _, err := m.Create(context.Background(), admin, "k", []string{"audit.read"}, time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		last = k
 	}
 	var ce *keys.CapacityError
-	if _, _, err := m.Create(admin, "k", []string{"audit.read"}, time.Time{}); !errors.As(err, &ce) {
+	if _, _, err := m.Create(context.Background(), admin, "k", []string{"audit.read"}, time.Time{}); !errors.As(err, &ce) {
 		t.Fatalf("a key past the cap: %v", err)
 	}
-	if f := failure.Classify(&keys.CapacityError{Max: 1}); f.Kind != failure.KindResourceExhausted {
-		t.Fatalf("the cap is classified %v, want resource exhausted", f.Kind)
+	if !ce.Exhausted() {
+		t.Fatal("the cap does not say it is a resource exhausted")
 	}
-	if _, err := m.Revoke(admin, last.ID); err != nil {
+	if _, err := m.Revoke(context.Background(), admin, last.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := m.Create(admin, "k", []string{"audit.read"}, time.Time{}); err != nil {
+	if _, _, err := m.Create(context.Background(), admin, "k", []string{"audit.read"}, time.Time{}); err != nil {
 		t.Fatalf("a key after a revocation made room: %v", err)
 	}
 }
@@ -208,17 +206,17 @@ func TestManagerClosesEscalations(t *testing.T) {
 	mgr := actingAs(t, "acme", "key_mgr", "keys.manage", "ratelimit.*.limit")
 	var ve *invalid.Error
 	smuggled := "ratelimit.y.set_override audit.read ratelimit.*.set_override ratelimit.z.limit"
-	if _, _, err := m.Create(mgr, "smuggle", []string{smuggled}, time.Time{}); !errors.As(err, &ve) || ve.Field != "permissions" ||
+	if _, _, err := m.Create(context.Background(), mgr, "smuggle", []string{smuggled}, time.Time{}); !errors.As(err, &ve) || ve.Field != "permissions" ||
 		!strings.Contains(ve.Rule, "white space") {
 		t.Fatalf("a permission with spaces: %v", err)
 	}
-	if _, _, err := m.Create(mgr, "tab", []string{"ratelimit.a\tb.limit"}, time.Time{}); !errors.As(err, &ve) {
+	if _, _, err := m.Create(context.Background(), mgr, "tab", []string{"ratelimit.a\tb.limit"}, time.Time{}); !errors.As(err, &ve) {
 		t.Fatalf("a permission with a tab: %v", err)
 	}
 
-	open := call.WithPrincipal(context.Background(), access.OpenPrincipal())
+	open := keys.Actor{Principal: access.OpenPrincipal()}
 	var de *access.DeniedError
-	if _, _, err := m.Create(open, "attacker", []string{"keys.manage"}, time.Time{}); !errors.As(err, &de) ||
+	if _, _, err := m.Create(context.Background(), open, "attacker", []string{"keys.manage"}, time.Time{}); !errors.As(err, &de) ||
 		!strings.Contains(err.Error(), "api keys create") {
 		t.Fatalf("the open server's caller creating a key: %v", err)
 	}
@@ -228,15 +226,15 @@ func TestManagerClosesEscalations(t *testing.T) {
 
 	ends := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
 	p, _ := access.Parse([]string{"keys.manage", "ratelimit.*.limit"})
-	temp := call.WithPrincipal(context.Background(), access.Principal{Workspace: "acme", Permissions: p, KeyID: "key_temp", ExpiresAt: ends})
+	temp := keys.Actor{Principal: access.Principal{Workspace: "acme", Permissions: p, KeyID: "key_temp", ExpiresAt: ends}}
 	for _, asked := range []time.Time{{}, ends.Add(24 * time.Hour)} {
-		k, _, err := m.Create(temp, "persist", []string{"ratelimit.*.limit"}, asked)
+		k, _, err := m.Create(context.Background(), temp, "persist", []string{"ratelimit.*.limit"}, asked)
 		if err != nil || !k.ExpiresAt.Equal(ends) {
 			t.Fatalf("a key made by one that expires at %v, asked %v: expires %v, %v", ends, asked, k.ExpiresAt, err)
 		}
 	}
 	sooner := time.Now().Add(time.Minute).UTC().Truncate(time.Millisecond)
-	if k, _, err := m.Create(temp, "sooner", []string{"ratelimit.*.limit"}, sooner); err != nil || !k.ExpiresAt.Equal(sooner) {
+	if k, _, err := m.Create(context.Background(), temp, "sooner", []string{"ratelimit.*.limit"}, sooner); err != nil || !k.ExpiresAt.Equal(sooner) {
 		t.Fatalf("a sooner expiry: %v, %v", k.ExpiresAt, err)
 	}
 }

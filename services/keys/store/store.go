@@ -1,12 +1,23 @@
-package keys
+// Package store is the contract between package keys and the stores that
+// keep its keys: [Store], the [Key] it keeps (never a secret, only its
+// [Digest]) and the [Summary] a poll compares. Package storetest holds the
+// suite every store runs and a fault wrapper; memstore and mysqlstore
+// implement it.
+package store
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"time"
+
+	"github.com/unkeyed/ratelimit/services/access"
 )
 
 // Store keeps keys where every process of the fleet reads them: MySQL's
-// ratelimit_keys ([MySQL]), or memory ([Memory]) in tests. A key's secret
+// ratelimit_keys (package mysqlstore), or memory (package memstore) in
+// tests and tools. A key's secret
 // never reaches a store, only its digest.
 type Store interface {
 	// Create stores k, a new key with a unique id and digest, and returns
@@ -41,5 +52,35 @@ type Summary struct {
 	Revisions int64
 }
 
+// ErrNotFound is a key that does not exist in the caller's workspace (or
+// a revoked one, where only a live key will do): access.ErrKeyNotFound,
+// which every protocol answers as not found.
+var ErrNotFound = access.ErrKeyNotFound
+
 // ErrDuplicate is a key whose id or digest the store holds already.
 var ErrDuplicate = errors.New("key exists already")
+
+// Digest is the SHA-256 of a key's secret: all that is kept of it.
+type Digest [sha256.Size]byte
+
+// String returns the digest as the keys file writes it: "sha256:" and hex.
+func (d Digest) String() string { return "sha256:" + hex.EncodeToString(d[:]) }
+
+// Key is a key as it is stored: never its secret.
+type Key struct {
+	ID        string
+	Workspace string
+	Name      string
+	Digest    Digest
+	// Permissions are the key's permission names (see package access).
+	Permissions []string
+	// ExpiresAt is when the key stops working; zero: never.
+	ExpiresAt time.Time
+	// RevokedAt is when the key was revoked; zero: it is not.
+	RevokedAt time.Time
+	// CreatedAt and UpdatedAt are by the store's clock.
+	CreatedAt, UpdatedAt time.Time
+	// Revision grows with every change of the key, by the store's clock:
+	// a poll keeps the state with the larger one.
+	Revision int64
+}
