@@ -15,7 +15,6 @@ import (
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/connectapi"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/dashboard"
-	"github.com/unkeyed/ratelimit/services/keys"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/reservation"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
@@ -24,6 +23,7 @@ import (
 	"github.com/unkeyed/ratelimit/internal/telemetry"
 	"github.com/unkeyed/ratelimit/services/analytics"
 	"github.com/unkeyed/ratelimit/services/audit"
+	"github.com/unkeyed/ratelimit/services/keys"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/daemon"
-	"github.com/unkeyed/ratelimit/services/keys"
 	"github.com/unkeyed/ratelimit/internal/testkit/poll"
+	"github.com/unkeyed/ratelimit/services/keys"
 )
 
 // Server is one API process on loopback.
