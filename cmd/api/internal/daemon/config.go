@@ -9,12 +9,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/reservation"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/internal/envconfig"
 	"github.com/unkeyed/ratelimit/services/access"
 	"github.com/unkeyed/ratelimit/services/ratelimit/redisstore"
+	"github.com/unkeyed/ratelimit/services/reservation"
 )
 
 // Config is the API server's configuration, read from the environment by

@@ -16,7 +16,6 @@ import (
 	"github.com/unkeyed/ratelimit/cmd/api/internal/connectapi"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/dashboard"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/reservation"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/unkeyv2"
 	"github.com/unkeyed/ratelimit/internal/certs"
@@ -26,6 +25,7 @@ import (
 	"github.com/unkeyed/ratelimit/services/keys"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/reservation"
 )
 
 // TracingService is the API's service.name in its spans, unless

@@ -12,7 +12,6 @@ import (
 	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/reservation"
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/internal/telemetry"
 	"github.com/unkeyed/ratelimit/services/analytics"
@@ -26,6 +25,10 @@ import (
 	"github.com/unkeyed/ratelimit/services/ratelimit/mysqlstore"
 	"github.com/unkeyed/ratelimit/services/ratelimit/redisstore"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
+	ledgermem "github.com/unkeyed/ratelimit/services/reservation/memstore"
+	ledgermysql "github.com/unkeyed/ratelimit/services/reservation/mysqlstore"
+	ledgerredis "github.com/unkeyed/ratelimit/services/reservation/redisstore"
+	ledgerstore "github.com/unkeyed/ratelimit/services/reservation/store"
 )
 
 // MySQLConns bounds a process's MySQL pool. Its loops use at most four
@@ -56,7 +59,7 @@ type stores struct {
 	// ledger settles each reservation once in the widest scope there is:
 	// every region with MySQL, the region with Redis alone, else this
 	// process; ledgerScope names it ("" for every region).
-	ledger      reservation.Ledger
+	ledger      ledgerstore.Ledger
 	ledgerScope string
 	// loadSecret reads the shared reservation secret; nil without a store
 	// that can hold it.
@@ -73,7 +76,7 @@ type stores struct {
 func openStores(cfg Config, logger *slog.Logger, reg prometheus.Registerer, tracing *telemetry.Tracing, processID string) (*stores, error) {
 	s := &stores{
 		audit:       auditmem.New(auditmem.DefaultEntries),
-		ledger:      reservation.NewMemory(reservation.DefaultMemoryRecords, time.Now),
+		ledger:      ledgermem.New(ledgermem.DefaultRecords, time.Now),
 		ledgerScope: "process:" + processID,
 	}
 	switch {
@@ -99,8 +102,8 @@ func openStores(cfg Config, logger *slog.Logger, reg prometheus.Registerer, trac
 		}
 		client := s.redis
 		s.regional = regional
-		s.ledger, s.ledgerScope = reservation.NewRedis(client), "region:"+cfg.Region
-		s.loadSecret = func(ctx context.Context) ([]byte, error) { return reservation.RedisSecret(ctx, client) }
+		s.ledger, s.ledgerScope = ledgerredis.New(client), "region:"+cfg.Region
+		s.loadSecret = func(ctx context.Context) ([]byte, error) { return ledgerredis.Secret(ctx, client) }
 	}
 	if cfg.mysql != nil {
 		var traced []otelsql.Option
@@ -128,8 +131,8 @@ func (s *stores) useMySQL(sqlDB *sql.DB) {
 	s.global = mysqlstore.New(sqlDB)
 	s.overrides = overridesmysql.New(sqlDB)
 	s.audit, s.keys = auditmysql.New(sqlDB), keysmysql.New(sqlDB)
-	s.ledger, s.ledgerScope = reservation.NewMySQL(sqlDB), ""
+	s.ledger, s.ledgerScope = ledgermysql.New(sqlDB), ""
 	a := analytics.NewMySQL(sqlDB, time.Now)
 	s.analytics, s.fleet = a, a
-	s.loadSecret = func(ctx context.Context) ([]byte, error) { return reservation.MySQLSecret(ctx, sqlDB) }
+	s.loadSecret = func(ctx context.Context) ([]byte, error) { return ledgermysql.Secret(ctx, sqlDB) }
 }

@@ -11,11 +11,11 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/reservation"
 	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/access"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/reservation"
 )
 
 // Kind is what went wrong with a request, whatever its protocol: each

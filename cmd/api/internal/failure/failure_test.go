@@ -6,12 +6,12 @@ import (
 	"testing"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/failure"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/reservation"
 	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/access"
 	"github.com/unkeyed/ratelimit/services/keys"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/reservation"
 )
 
 // TestClassify: each error of the domain, wrapped as the layers wrap it,

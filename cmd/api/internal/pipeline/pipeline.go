@@ -16,11 +16,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/reservation"
 	"github.com/unkeyed/ratelimit/services/analytics"
 	"github.com/unkeyed/ratelimit/services/audit"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/reservation"
+	ledgermem "github.com/unkeyed/ratelimit/services/reservation/memstore"
+	ledgerstore "github.com/unkeyed/ratelimit/services/reservation/store"
 )
 
 // Pipeline decides requests on a limiter and its overrides.
@@ -34,7 +36,7 @@ type Pipeline struct {
 	// keyring and ledger issue and settle reservations (see settle.go);
 	// scope names where the ledger records settlements.
 	keyring *reservation.Keyring
-	ledger  reservation.Ledger
+	ledger  ledgerstore.Ledger
 	scope   string
 	logger  *slog.Logger
 	// analytics counts every decision by namespace and identifier; nil:
@@ -65,7 +67,7 @@ func WithBatchEntriesInFlight(n int64) Option {
 // more widely than the ledger never lets it settle twice. Without it a
 // pipeline signs with a secret of its own and records in its memory: a
 // reservation settles in the process that issued it only.
-func WithReservations(keyring *reservation.Keyring, ledger reservation.Ledger, scope string) Option {
+func WithReservations(keyring *reservation.Keyring, ledger ledgerstore.Ledger, scope string) Option {
 	return func(p *Pipeline) { p.keyring, p.ledger, p.scope = keyring, ledger, scope }
 }
 
@@ -90,7 +92,7 @@ func New(limiter *ratelimit.Service, ov *overrides.Registry, reg prometheus.Regi
 	}
 	if p.keyring == nil {
 		p.keyring = reservation.NewKeyring(nil, p.logger)
-		p.ledger = reservation.NewMemory(reservation.DefaultMemoryRecords, p.now)
+		p.ledger = ledgermem.New(ledgermem.DefaultRecords, p.now)
 		p.scope = "process:" + reservation.NewProcessID()
 	}
 	return p, nil

@@ -6,10 +6,10 @@ import (
 	"strings"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/reservation"
 	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/access"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/reservation"
 )
 
 // Results of a settle, as metric labels.

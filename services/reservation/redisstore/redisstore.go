@@ -1,4 +1,6 @@
-package reservation
+// Package redisstore records settled reservations in the region's Redis, and
+// keeps there the secret the region signs reservations with.
+package redisstore
 
 import (
 	"context"
@@ -9,19 +11,21 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/unkeyed/ratelimit/services/reservation"
 )
 
-// Redis is a Ledger on the regional Redis: a reservation settles once across
+// Ledger is a store.Ledger on the region's Redis: a reservation settles once across
 // the processes of a region (a region without MySQL shares nothing with
 // others).
-type Redis struct{ client redis.UniversalClient }
+type Ledger struct{ client redis.UniversalClient }
 
-// NewRedis returns a ledger on client.
-func NewRedis(client redis.UniversalClient) *Redis { return &Redis{client: client} }
+// New returns a ledger on client.
+func New(client redis.UniversalClient) *Ledger { return &Ledger{client: client} }
 
-// Claim implements Ledger with SET NX: the first claim sets the key, a later
+// Claim implements store.Ledger with SET NX: the first claim sets the key, a later
 // one reads it.
-func (r *Redis) Claim(ctx context.Context, id [16]byte, _ string, cost int64, expires time.Time) (bool, int64, error) {
+func (r *Ledger) Claim(ctx context.Context, id [16]byte, _ string, cost int64, expires time.Time) (bool, int64, error) {
 	key := "ratelimit:v2:settled:" + hex.EncodeToString(id[:])
 	ok, err := r.client.SetArgs(ctx, key, cost, redis.SetArgs{Mode: "NX", ExpireAt: expires}).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -41,11 +45,11 @@ func (r *Redis) Claim(ctx context.Context, id [16]byte, _ string, cost int64, ex
 	return false, first, nil
 }
 
-// RedisSecret returns the reservation secret the processes of a region
-// share through Redis, storing a new one if there is none yet.
-func RedisSecret(ctx context.Context, client redis.UniversalClient) ([]byte, error) {
+// Secret returns the reservation secret the processes of a region
+// share through Ledger, storing a new one if there is none yet.
+func Secret(ctx context.Context, client redis.UniversalClient) ([]byte, error) {
 	const key = "ratelimit:v2:reservation-secret"
-	if err := client.SetNX(ctx, key, NewSecret(), 0).Err(); err != nil {
+	if err := client.SetNX(ctx, key, reservation.NewSecret(), 0).Err(); err != nil {
 		return nil, fmt.Errorf("store the reservation secret: %w", err)
 	}
 	secret, err := client.Get(ctx, key).Bytes()
