@@ -14,12 +14,14 @@ import (
 
 	"github.com/unkeyed/ratelimit/internal/testkit/dbtest"
 	"github.com/unkeyed/ratelimit/services/analytics"
+	"github.com/unkeyed/ratelimit/services/analytics/memstore"
+	"github.com/unkeyed/ratelimit/services/analytics/mysqlstore"
 )
 
 // BenchmarkRecord is what a decision pays on the request path: a send on
 // the recorder's queue (drained meanwhile by Run).
 func BenchmarkRecord(b *testing.B) {
-	r, err := analytics.NewRecorder(analytics.NewMemory(1_000_000, time.Now), slog.New(slog.DiscardHandler),
+	r, err := analytics.NewRecorder(memstore.New(1_000_000, time.Now), slog.New(slog.DiscardHandler),
 		prometheus.NewRegistry(), analytics.WithFlushInterval(time.Hour))
 	if err != nil {
 		b.Fatal(err)
@@ -113,7 +115,7 @@ func BenchmarkFleetFlush(b *testing.B) {
 	name := "memory"
 	if os.Getenv("ANALYTICS_MARIADB") != "" {
 		_, sqlDB := dbtest.Start(b)
-		store, name = analytics.NewMySQL(sqlDB, time.Now), "mariadb"
+		store, name = mysqlstore.New(sqlDB, time.Now), "mariadb"
 	}
 	rows, heap, took := fleetFlush(b, store, 1_000_000)
 	b.ReportMetric(float64(rows), "rows/flush")

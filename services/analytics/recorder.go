@@ -9,13 +9,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/unkeyed/ratelimit/internal/topk"
+	"github.com/unkeyed/ratelimit/services/analytics/store"
 )
 
 // Tuning of a Recorder.
 const (
 	// DefaultFlushInterval is how often a process adds what it counted to
 	// the store: the most a query lags the decisions by, plus a flush.
-	DefaultFlushInterval = 10 * time.Second
+	DefaultFlushInterval = store.DefaultReportInterval
 	// SketchSize is K of each heavy-hitter sketch, one for denials and one
 	// for traffic per namespace and flush: an identifier with more than
 	// 1/SketchSize of a namespace's denials (or decisions) in a process's

@@ -15,6 +15,8 @@ import (
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/internal/telemetry"
 	"github.com/unkeyed/ratelimit/services/analytics"
+	analyticsmem "github.com/unkeyed/ratelimit/services/analytics/memstore"
+	analyticsmysql "github.com/unkeyed/ratelimit/services/analytics/mysqlstore"
 	auditmem "github.com/unkeyed/ratelimit/services/audit/memstore"
 	auditmysql "github.com/unkeyed/ratelimit/services/audit/mysqlstore"
 	auditstore "github.com/unkeyed/ratelimit/services/audit/store"
@@ -120,7 +122,7 @@ func openStores(cfg Config, logger *slog.Logger, reg prometheus.Registerer, trac
 			"flush", cfg.GlobalFlushInterval, "full_flush", cfg.GlobalFullFlushInterval, "sync", cfg.GlobalSyncInterval)
 	}
 	if s.analytics == nil {
-		a := analytics.NewMemory(analytics.DefaultMemoryRows, time.Now)
+		a := analyticsmem.New(analyticsmem.DefaultRows, time.Now)
 		s.analytics, s.fleet, s.analyticsInMemory = a, a, true
 	}
 	return s, nil
@@ -132,7 +134,7 @@ func (s *stores) useMySQL(sqlDB *sql.DB) {
 	s.overrides = overridesmysql.New(sqlDB)
 	s.audit, s.keys = auditmysql.New(sqlDB), keysmysql.New(sqlDB)
 	s.ledger, s.ledgerScope = ledgermysql.New(sqlDB), ""
-	a := analytics.NewMySQL(sqlDB, time.Now)
+	a := analyticsmysql.New(sqlDB, time.Now)
 	s.analytics, s.fleet = a, a
 	s.loadSecret = func(ctx context.Context) ([]byte, error) { return ledgermysql.Secret(ctx, sqlDB) }
 }

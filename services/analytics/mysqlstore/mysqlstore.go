@@ -1,4 +1,6 @@
-package analytics
+// Package mysqlstore keeps the analytics and the roll call in the tables every
+// process of every region shares.
+package mysqlstore
 
 import (
 	"cmp"
@@ -10,31 +12,33 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/db"
+	"github.com/unkeyed/ratelimit/services/analytics"
+	"github.com/unkeyed/ratelimit/services/analytics/store"
 )
 
-// MySQL is a Store and a Fleet on the analytics tables every region
+// Store is a store.Store and a store.Fleet on the analytics tables every region
 // shares. A query reads each span of time from the finest granularity that
-// holds it: minutes for the last MinuteSpan, hours back to HourSpan (rolled
+// holds it: minutes for the last analytics.MinuteSpan, hours back to analytics.HourSpan (rolled
 // up by the worker), days before.
-type MySQL struct {
+type Store struct {
 	db  *sql.DB
 	q   *db.Queries
 	now func() time.Time
 }
 
-// NewMySQL returns a store on sqlDB, reading the spans by the clock now.
-func NewMySQL(sqlDB *sql.DB, now func() time.Time) *MySQL {
-	return &MySQL{db: sqlDB, q: db.New(sqlDB), now: now}
+// New returns a store on sqlDB, reading the spans by the clock now.
+func New(sqlDB *sql.DB, now func() time.Time) *Store {
+	return &Store{db: sqlDB, q: db.New(sqlDB), now: now}
 }
 
-// Add implements Store: each bucket's and identifier's counts are added to
+// Add implements store.Store: each bucket's and identifier's counts are added to
 // the row, in chunks of db.AnalyticsBulkMaxRows sorted by key, all in one
 // transaction: a flush that fails (a store that is slow past the caller's
 // deadline, a statement refused) applies nothing, and the caller sends it
 // again. Only a commit whose answer is lost is counted twice when it is
 // sent again: analytics err on the side of counting twice, once in a great
 // while, rather than losing a flush.
-func (m *MySQL) Add(ctx context.Context, buckets []Bucket, top []Entry) error {
+func (m *Store) Add(ctx context.Context, buckets []store.Bucket, top []store.Entry) error {
 	tx, err := m.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("add analytics: %w", err)
@@ -50,10 +54,10 @@ func (m *MySQL) Add(ctx context.Context, buckets []Bucket, top []Entry) error {
 }
 
 // addRows adds buckets and top with q, in chunks sorted by key.
-func addRows(ctx context.Context, q *db.Queries, buckets []Bucket, top []Entry) error {
+func addRows(ctx context.Context, q *db.Queries, buckets []store.Bucket, top []store.Entry) error {
 	rows := make([]db.RatelimitAnalytic, len(buckets))
 	for i, b := range buckets {
-		rows[i] = db.RatelimitAnalytic{WorkspaceID: b.Workspace, Namespace: b.Namespace, Granularity: uint8(Minute),
+		rows[i] = db.RatelimitAnalytic{WorkspaceID: b.Workspace, Namespace: b.Namespace, Granularity: uint8(store.Minute),
 			Bucket: b.Start.UnixMilli(), Passed: uint64(max(b.Passed, 0)), Denied: uint64(max(b.Denied, 0))}
 	}
 	slices.SortFunc(rows, func(a, b db.RatelimitAnalytic) int {
@@ -66,7 +70,7 @@ func addRows(ctx context.Context, q *db.Queries, buckets []Bucket, top []Entry) 
 	}
 	entries := make([]db.RatelimitAnalyticsTop, len(top))
 	for i, e := range top {
-		entries[i] = db.RatelimitAnalyticsTop{WorkspaceID: e.Workspace, Namespace: e.Namespace, Granularity: uint8(Minute),
+		entries[i] = db.RatelimitAnalyticsTop{WorkspaceID: e.Workspace, Namespace: e.Namespace, Granularity: uint8(store.Minute),
 			Bucket: e.Start.UnixMilli(), Identifier: e.Identifier, Passed: uint64(max(e.Passed, 0)), Denied: uint64(max(e.Denied, 0))}
 	}
 	slices.SortFunc(entries, func(a, b db.RatelimitAnalyticsTop) int {
@@ -89,18 +93,18 @@ func compareBuckets(wsA, nsA string, bucketA int64, wsB, nsB string, bucketB int
 
 // span is a time range read from one granularity.
 type span struct {
-	g        Granularity
+	g        store.Granularity
 	from, to int64 // unix ms
 }
 
 // spans splits [from, to) into the spans each granularity holds.
-func (m *MySQL) spans(from, to time.Time) []span {
+func (m *Store) spans(from, to time.Time) []span {
 	now := m.now()
-	minuteStart := now.Add(-MinuteSpan).Truncate(time.Hour).UnixMilli()
-	hourStart := now.Add(-HourSpan).Truncate(24 * time.Hour).UnixMilli()
+	minuteStart := now.Add(-analytics.MinuteSpan).Truncate(time.Hour).UnixMilli()
+	hourStart := now.Add(-analytics.HourSpan).Truncate(24 * time.Hour).UnixMilli()
 	f, t := from.UnixMilli(), to.UnixMilli()
 	var out []span
-	for _, s := range []span{{Day, f, min(t, hourStart)}, {Hour, max(f, hourStart), min(t, minuteStart)}, {Minute, max(f, minuteStart), t}} {
+	for _, s := range []span{{store.Day, f, min(t, hourStart)}, {store.Hour, max(f, hourStart), min(t, minuteStart)}, {store.Minute, max(f, minuteStart), t}} {
 		if s.from < s.to {
 			out = append(out, s)
 		}
@@ -108,10 +112,10 @@ func (m *MySQL) spans(from, to time.Time) []span {
 	return out
 }
 
-// Series implements Store.
-func (m *MySQL) Series(ctx context.Context, workspace, namespace string, g Granularity, from, to time.Time) ([]Point, error) {
+// Series implements store.Store.
+func (m *Store) Series(ctx context.Context, workspace, namespace string, g store.Granularity, from, to time.Time) ([]store.Point, error) {
 	size := g.Duration().Milliseconds()
-	sums := map[int64]*Point{}
+	sums := map[int64]*store.Point{}
 	for _, s := range m.spans(from, to) {
 		rows, err := m.q.AnalyticsSeries(ctx, db.AnalyticsSeriesParams{WorkspaceID: workspace, Namespace: namespace,
 			Granularity: uint8(s.g), FromMs: s.from, ToMs: s.to})
@@ -119,16 +123,16 @@ func (m *MySQL) Series(ctx context.Context, workspace, namespace string, g Granu
 			return nil, fmt.Errorf("read analytics: %w", err)
 		}
 		for _, r := range rows {
-			addPoint(sums, r.Bucket/size*size, int64(r.Passed), int64(r.Denied))
+			store.AddPoint(sums, r.Bucket/size*size, int64(r.Passed), int64(r.Denied))
 		}
 	}
-	return sortedPoints(sums), nil
+	return store.SortedPoints(sums), nil
 }
 
-// Top implements Store. Each span is read up to four times n identifiers,
+// Top implements store.Store. Each span is read up to four times n identifiers,
 // so that one named in several spans adds up.
-func (m *MySQL) Top(ctx context.Context, workspace, namespace string, from, to time.Time, n int) ([]Identifier, error) {
-	sums := map[string]*Identifier{}
+func (m *Store) Top(ctx context.Context, workspace, namespace string, from, to time.Time, n int) ([]store.Identifier, error) {
+	sums := map[string]*store.Identifier{}
 	for _, s := range m.spans(from, to) {
 		rows, err := m.q.AnalyticsTop(ctx, db.AnalyticsTopParams{WorkspaceID: workspace, Namespace: namespace,
 			Granularity: uint8(s.g), FromMs: s.from, ToMs: s.to, Limit: int32(4 * n)})
@@ -136,15 +140,15 @@ func (m *MySQL) Top(ctx context.Context, workspace, namespace string, from, to t
 			return nil, fmt.Errorf("read top identifiers: %w", err)
 		}
 		for _, r := range rows {
-			addIdentifier(sums, r.Identifier, r.Passed, r.Denied)
+			store.AddIdentifier(sums, r.Identifier, r.Passed, r.Denied)
 		}
 	}
-	return rank(sums, n), nil
+	return store.Rank(sums, n), nil
 }
 
-// Namespaces implements Store.
-func (m *MySQL) Namespaces(ctx context.Context, workspace string, from, to time.Time, n int) ([]Identifier, error) {
-	sums := map[string]*Identifier{}
+// Namespaces implements store.Store.
+func (m *Store) Namespaces(ctx context.Context, workspace string, from, to time.Time, n int) ([]store.Identifier, error) {
+	sums := map[string]*store.Identifier{}
 	for _, s := range m.spans(from, to) {
 		rows, err := m.q.AnalyticsNamespaces(ctx, db.AnalyticsNamespacesParams{WorkspaceID: workspace,
 			Granularity: uint8(s.g), FromMs: s.from, ToMs: s.to, Limit: int32(4 * n)})
@@ -152,14 +156,14 @@ func (m *MySQL) Namespaces(ctx context.Context, workspace string, from, to time.
 			return nil, fmt.Errorf("read namespaces: %w", err)
 		}
 		for _, r := range rows {
-			addIdentifier(sums, r.Namespace, r.Passed, r.Denied)
+			store.AddIdentifier(sums, r.Namespace, r.Passed, r.Denied)
 		}
 	}
-	return rank(sums, n), nil
+	return store.Rank(sums, n), nil
 }
 
-// Seen implements Fleet.
-func (m *MySQL) Seen(ctx context.Context, p Process) error {
+// Seen implements store.Fleet.
+func (m *Store) Seen(ctx context.Context, p store.Process) error {
 	nodes, err := json.Marshal(p.Breakers)
 	if err != nil {
 		return err
@@ -175,18 +179,18 @@ func (m *MySQL) Seen(ctx context.Context, p Process) error {
 	return nil
 }
 
-// Processes implements Fleet.
-func (m *MySQL) Processes(ctx context.Context, since time.Duration) ([]Process, time.Time, error) {
+// Processes implements store.Fleet.
+func (m *Store) Processes(ctx context.Context, since time.Duration) ([]store.Process, time.Time, error) {
 	cutoff := uint64(max(m.now().Add(-since).UnixMilli(), 0))
 	rows, err := m.q.ProcessesSeenSince(ctx, cutoff)
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("read the processes' roll call: %w", err)
 	}
 	now := m.now()
-	out := make([]Process, len(rows))
+	out := make([]store.Process, len(rows))
 	for i, r := range rows {
 		now = time.UnixMilli(r.NowMs)
-		p := Process{ID: r.ProcessID, Region: r.Region, SeenAt: time.UnixMilli(int64(r.SeenAt)),
+		p := store.Process{ID: r.ProcessID, Region: r.Region, SeenAt: time.UnixMilli(int64(r.SeenAt)),
 			FlushInterval: time.Duration(r.FlushIntervalMs) * time.Millisecond}
 		if r.LastSyncAt > 0 {
 			p.LastSync = time.UnixMilli(int64(r.LastSyncAt))
