@@ -138,31 +138,28 @@ func (w *worker) register(ctx context.Context) error {
 // startCleanup starts the retention schedule (cleanup.DefaultKey) through
 // Restate's ingress, after stopping a schedule under the key it had before
 // (cleanup.LegacyKey), so that a deployment upgraded from then runs one
-// chain. Start and Stop are idempotent: a running schedule is left as it
-// is, a stopped one stays stopped. Each is sent, not called, with an
-// idempotency key: a call that waits behind a run retried during an outage
-// (the object runs one handler at a time) answers the worker at once, and
-// the worker's attempts, and every restart's, are one invocation, not a
-// queue of them.
+// chain. Both are sent, not called: a call that waits behind a run retried
+// during an outage (the object runs one handler at a time) answers the
+// worker at once. Start carries an idempotency key, so that the worker's
+// attempts, and every restart's, are one invocation, not a queue of them: a
+// running schedule is left as it is. Stop carries none: stopping a stopped
+// schedule changes nothing, and every start must stop a legacy chain an old
+// worker (of a rolling upgrade) may have started since the last one, which
+// a Stop deduplicated against the last start's would not.
 func (w *worker) startCleanup(ctx context.Context) {
 	base := strings.TrimSuffix(w.cfg.IngressURL, "/") + "/" + cleanup.ServiceName
 	w.retry(ctx, "stop the schedule under its old key "+cleanup.LegacyKey, func() error {
-		return w.post(ctx, base+"/"+cleanup.LegacyKey+"/Stop/send", nil, "idempotency-key", stopLegacyIdempotencyKey)
+		return w.post(ctx, base+"/"+cleanup.LegacyKey+"/Stop/send", nil)
 	})
 	w.retry(ctx, "start the retention schedule", func() error {
 		return w.post(ctx, base+"/"+cleanup.DefaultKey+"/Start/send", []byte("{}"), "idempotency-key", startIdempotencyKey)
 	})
 }
 
-// startIdempotencyKey and stopLegacyIdempotencyKey make every worker's
-// Start of the schedule, and Stop of the legacy one, one invocation each
-// for as long as restate-server keeps the key (a day by default); a Start
-// after that finds the schedule running and leaves it, a Stop finds the
-// legacy schedule stopped.
-const (
-	startIdempotencyKey      = "worker-start-cleanup"
-	stopLegacyIdempotencyKey = "worker-stop-legacy-cleanup"
-)
+// startIdempotencyKey makes every worker's Start of the schedule one
+// invocation for as long as restate-server keeps the key (a day by
+// default); a Start after that finds the schedule running and leaves it.
+const startIdempotencyKey = "worker-start-cleanup"
 
 func (w *worker) retry(ctx context.Context, what string, f func() error) error {
 	for attempt := 1; ; attempt++ {
