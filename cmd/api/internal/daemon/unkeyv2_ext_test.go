@@ -109,3 +109,18 @@ func TestUnkeySDKWithKeyOverTLS(t *testing.T) {
 		t.Fatal("the SDK script did not finish")
 	}
 }
+
+// between returns the text of s after the first start and before the next
+// end, or fails t.
+func between(t *testing.T, s, start, end string) string {
+	t.Helper()
+	_, after, ok := strings.Cut(s, start)
+	if !ok {
+		t.Fatalf("README.md has no %q", start)
+	}
+	text, _, ok := strings.Cut(after, end)
+	if !ok {
+		t.Fatalf("README.md has no %q after %q", end, start)
+	}
+	return text
+}
