@@ -20,7 +20,7 @@ func TestHelpListsEverySetting(t *testing.T) {
 		t.Fatalf("%d settings: the walk missed fields", n)
 	}
 	if err := envconfig.CheckUsage(usage, daemon.Config{}, []envconfig.Section{telemetry.Settings(daemon.TracingService)},
-		"api migrate", "api rls check", "api keys create", "api keys generate", "api --version"); err != nil {
+		"api migrate", "api rls check", "api keys create", "api keys generate", "api config check", "api --version"); err != nil {
 		t.Error(err)
 	}
 	var b strings.Builder

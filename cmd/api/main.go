@@ -14,6 +14,7 @@
 //	                         UNKEY_RLS_CONFIG would load them, and exit 1 if any is broken
 //	api keys create ...      create a key in MySQL (see api keys for the flags)
 //	api keys generate ...    generate a key for UNKEY_AUTH_KEYS_FILE
+//	api config check         check the settings in the environment and exit
 //	api --version            print the version and the commit (see internal/version)
 //	api --help               the commands and every setting, with its default
 package main
@@ -42,6 +43,8 @@ Usage:
                                        create a key in MySQL (UNKEY_MYSQL_DSN); prints it once
   api keys generate --workspace W --name N --permissions P,...
                                        print a keys-file entry and its key
+  api config check                     check the settings below as serving reads them; exit 1
+                                       naming the first that breaks a rule
   api --version                        print the version and the commit
   api --help                           this text
 `
@@ -55,6 +58,8 @@ func main() {
 		err = command.Migrate(context.Background(), os.Environ(), os.Stdout)
 	case len(args) >= 3 && args[0] == "rls" && args[1] == "check":
 		err = command.RLSCheck(os.Stdout, args[2:])
+	case len(args) == 2 && args[0] == "config" && args[1] == "check":
+		err = command.ConfigCheck(os.Stdout, os.Environ())
 	case len(args) >= 1 && args[0] == "keys":
 		err = command.Keys(context.Background(), os.Environ(), os.Stdout, os.Stderr, args[1:])
 	case len(args) == 1 && (args[0] == "--version" || args[0] == "-version" || args[0] == "version"):

@@ -15,7 +15,7 @@ func TestHelpListsEverySetting(t *testing.T) {
 	if n := len(envconfig.Settings(config{})); n < 8 {
 		t.Fatalf("%d settings: the walk missed fields", n)
 	}
-	if err := envconfig.CheckUsage(usage, config{}, nil, "worker keygen", "worker --version"); err != nil {
+	if err := envconfig.CheckUsage(usage, config{}, nil, "worker keygen", "worker config check", "worker --version"); err != nil {
 		t.Error(err)
 	}
 	if !strings.Contains(usage, "reads no OTEL_* variable") {

@@ -18,6 +18,7 @@
 //	                         restate-server to FILE (unless one is there) and
 //	                         its public key to FILE.pub, and print the public
 //	                         key for UNKEY_RESTATE_IDENTITY_KEYS
+//	worker config check      check the settings in the environment and exit
 //	worker --version         print the version and the commit (see internal/version)
 //	worker --help            the commands and every setting, with its default
 package main
@@ -41,9 +42,11 @@ import (
 const usage = `worker: the rate limiter's Restate worker (see README.md)
 
 Usage:
-  worker                   serve the handlers, register with restate-server, start the cleanup
+  worker                   serve the handlers, register with restate-server, start the schedule
   worker keygen FILE       write a request identity private key for restate-server to FILE
                            (unless one is there) and its public key to FILE.pub
+  worker config check      check the settings below as serving reads them; exit 1 naming
+                           the first that breaks a rule
   worker --version         print the version and the commit
   worker --help            this text
 
@@ -55,6 +58,8 @@ func main() {
 	switch args := os.Args[1:]; {
 	case len(args) == 0:
 		err = run(context.Background(), os.Environ(), os.Stderr)
+	case len(args) == 2 && args[0] == "config" && args[1] == "check":
+		err = configCheck(os.Stdout, os.Environ())
 	case len(args) == 2 && args[0] == "keygen":
 		err = keygen(args[1])
 	case len(args) == 1 && (args[0] == "--version" || args[0] == "-version" || args[0] == "version"):
@@ -68,6 +73,20 @@ func main() {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
 	}
+}
+
+// configCheck reads the settings in environ as serving reads them (the
+// identity key file included) and says, on out, what the worker would do
+// with them; an error names the first setting that breaks a rule. It opens
+// no connection.
+func configCheck(out io.Writer, environ []string) error {
+	cfg, err := loadConfig(environ)
+	if err != nil {
+		return fmt.Errorf("config check: %w", err)
+	}
+	fmt.Fprintf(out, "ok: serves Restate's handlers on %s, registers %s with %s, starts its schedule through %s\n",
+		cfg.WorkerAddr, cfg.WorkerURL, cfg.AdminURL, cfg.IngressURL)
+	return nil
 }
 
 // keygen writes a new request identity private key for restate-server to

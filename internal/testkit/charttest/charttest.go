@@ -14,8 +14,6 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-
-	"github.com/unkeyed/ratelimit/internal/envconfig"
 )
 
 // Container is what chartcheck reports of a rendered container.
@@ -79,16 +77,6 @@ func Renders(t *testing.T) map[string]Render {
 		byName[name] = r
 	}
 	return byName
-}
-
-// EnvNames returns the variables a configuration struct reads (see
-// envconfig.Settings).
-func EnvNames(cfg any) map[string]bool {
-	names := map[string]bool{}
-	for _, s := range envconfig.Settings(cfg) {
-		names[s.Name] = true
-	}
-	return names
 }
 
 // Environ returns a container's environment as NAME=value entries, each

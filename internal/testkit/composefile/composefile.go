@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strconv"
 	"strings"
 
@@ -111,23 +110,6 @@ func (s Service) Environ() []string {
 		out = append(out, k+"="+v)
 	}
 	return out
-}
-
-// EnvNames returns the variable names of the env tags of a config struct.
-func EnvNames(config any) map[string]bool {
-	names := map[string]bool{}
-	t := reflect.TypeOf(config)
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		if tag := f.Tag.Get("env"); tag != "" {
-			names[strings.Split(tag, ",")[0]] = true
-		} else if f.Anonymous && f.Type.Kind() == reflect.Struct {
-			for name := range EnvNames(reflect.Zero(f.Type).Interface()) {
-				names[name] = true
-			}
-		}
-	}
-	return names
 }
 
 // HostIPs returns the host address each port is published on ("" for a

@@ -16,6 +16,7 @@ import (
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/services/access"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
 	"github.com/unkeyed/ratelimit/services/ratelimit/redisstore"
 )
 
@@ -26,6 +27,12 @@ import (
 // which keeps some idle): 15 s leaves the whole shutdown inside
 // Kubernetes' default grace of 30 s.
 const ShutdownTimeout = 15 * time.Second
+
+// StopBudget is the longest a graceful stop takes: ShutdownTimeout for the
+// requests in flight, then the final replay to Redis (at most 500 ms) and
+// the final flush to MySQL (ratelimit.DefaultGlobalFlushTimeout), rounded
+// up. A deployment's grace period must exceed it.
+const StopBudget = ShutdownTimeout + time.Second + ratelimit.DefaultGlobalFlushTimeout
 
 // A Loop is a background task of the process: the limiter's replays,
 // flushes and syncs, the polls of overrides and keys, the rule and key
