@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/unkeyed/ratelimit/internal/envconfig"
 	"github.com/unkeyed/ratelimit/internal/testkit/dbtest"
 	"github.com/unkeyed/ratelimit/internal/testkit/poll"
 	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
@@ -191,4 +192,16 @@ func waitScheduled(t *testing.T, r *testserver.Restate, what string) {
 		out, err := r.Post(r.IngressURL+"/Cleanup/"+cleanup.DefaultKey+"/Status", "")
 		return err == nil && strings.Contains(out, `"scheduled":true`)
 	})
+}
+
+// TestSettingsHaveHelpAndTheirDefaults: every setting has help, and the
+// default --help shows for it is the value the worker uses when its
+// variable is unset. (What the binary prints is held in e2e/TestHelp.)
+func TestSettingsHaveHelpAndTheirDefaults(t *testing.T) {
+	if n := len(envconfig.Settings(config{})); n < 8 {
+		t.Fatalf("%d settings: the walk missed fields", n)
+	}
+	if err := envconfig.CheckUsage("", config{}, nil); err != nil {
+		t.Error(err)
+	}
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
+	"github.com/unkeyed/ratelimit/internal/envconfig"
+	"github.com/unkeyed/ratelimit/internal/telemetry"
 	"github.com/unkeyed/ratelimit/services/access"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
@@ -101,5 +103,18 @@ func TestTokens(t *testing.T) {
 		if _, err := c.tokens.Principal(prefix); err == nil {
 			t.Fatalf("a prefix of a token was accepted: %q", prefix)
 		}
+	}
+}
+
+// TestSettingsHaveHelpAndTheirDefaults: every setting has help, and the
+// default --help shows for it is the value the program uses when its
+// variable is unset, parsed as the program parses it; the OTEL_* section
+// likewise. (What the binary prints is held in e2e/TestHelp.)
+func TestSettingsHaveHelpAndTheirDefaults(t *testing.T) {
+	if n := len(envconfig.Settings(Config{})); n < 30 {
+		t.Fatalf("%d settings: the walk missed fields", n)
+	}
+	if err := envconfig.CheckUsage("", Config{}, []envconfig.Section{telemetry.Settings(TracingService)}); err != nil {
+		t.Error(err)
 	}
 }

@@ -1,11 +1,16 @@
-package daemon_test
+package e2e
 
 import (
+	"fmt"
+	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/unkeyed/ratelimit/internal/testkit/charttest"
+	"github.com/unkeyed/ratelimit/internal/testkit/poll"
+	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 )
 
 // TestClientExamples runs the examples under examples/ (Go on connect-go,
@@ -15,7 +20,18 @@ import (
 // prints the API's message and fails.
 func TestClientExamples(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, "UNKEY_AUTH_TOKENS="+tokA+"=ws_a")
+	const tokA = "tok_examples_0123456789"
+	addr := fmt.Sprint("127.0.0.1:", testserver.FreePort(t))
+	start(t, "api", "UNKEY_REGION=examples", "UNKEY_HTTP_ADDR="+addr, "UNKEY_AUTH_TOKENS="+tokA+"=ws_a")
+	url := "http://" + addr
+	poll.Until(t, 10*time.Second, "the API to report ready", func() bool {
+		resp, err := http.Get(url + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
 	root := charttest.Root()
 	for _, ex := range []struct {
 		name string
@@ -26,7 +42,7 @@ func TestClientExamples(t *testing.T) {
 		{"python", []string{"python3", "examples/python/limit.py"}},
 	} {
 		run := func(token string) (string, error) {
-			args := append(ex.cmd[1:], "--url", ts.url, "--token", token, "--identifier", "ex_"+ex.name+token[:4])
+			args := append(ex.cmd[1:], "--url", url, "--token", token, "--identifier", "ex_"+ex.name+token[:4])
 			cmd := exec.Command(ex.cmd[0], args...)
 			cmd.Dir = root
 			out, err := cmd.CombinedOutput()
