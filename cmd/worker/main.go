@@ -1,8 +1,8 @@
 // Command worker is the Restate service endpoint that hosts the rate
 // limiter's durable background jobs: the retention schedule, which deletes
 // expired window counts, override tombstones, old audit entries, settled
-// reservations' records and old analytics, and rolls the analytics up
-// (workflows/cleanup); and the staged retirement of the legacy
+// reservations' records, old analytics and the roll call of processes long
+// gone, and rolls the analytics up (workflows/cleanup); and the staged retirement of the legacy
 // ratelimit_blocklist table (workflows/blocklistdrain).
 //
 // On start it serves the handlers (h2c), registers itself with the Restate

@@ -150,7 +150,7 @@ func result(l *ratelimitv1.LimitRequest, d pipeline.Decision) *ratelimitv1.Multi
 // authenticated, and so is a POST of a content type connect-go does not
 // take (transport.RequireContentType).
 func route(l *transport.Layer, sd protoreflect.ServiceDescriptor, service http.Handler) http.Handler {
-	return l.Route(l.ConnectRenderer(), transport.KnownMethods(sd, transport.RequireContentType(service)), methodNames(sd)...)
+	return l.Route("", l.ConnectRenderer(), transport.KnownMethods(sd, transport.RequireContentType(service)), methodNames(sd)...)
 }
 
 // methodNames returns the names of a service's methods: the last segments

@@ -43,9 +43,6 @@ type Daemon struct {
 	// layer is the transport every adapter shares.
 	layer    *transport.Layer
 	adapters []Adapter
-	// unkey is also among adapters: the routes answer that names no
-	// service list its paths.
-	unkey *unkeyv2.Handler
 	// loops run from Serve until the servers stopped.
 	loops []Loop
 	// loads run before the process reports ready.
@@ -118,6 +115,9 @@ func (d *Daemon) build() error {
 		return fmt.Errorf("create limiter: %w", err)
 	}
 	d.loops = append(d.loops, d.limiter)
+	if cfg.DebugAddr != "" {
+		d.loops = append(d.loops, debugServer{addr: cfg.DebugAddr, logger: logger})
+	}
 
 	ov, err := newOverrides(cfg, logger, reg, st)
 	if err != nil {
@@ -180,18 +180,17 @@ func (d *Daemon) build() error {
 	if err != nil {
 		return err
 	}
-	d.unkey = unkeyv2.New(d.layer, p)
 	d.adapters = []Adapter{
 		connectapi.New(d.layer, p),
 		connectapi.NewKeys(d.layer, manager),
 		connectapi.NewAudit(d.layer, st.audit),
 		connectapi.NewAnalytics(d.layer, st.analytics, st.fleet, connectapi.AnalyticsProcess{Region: cfg.Region,
 			FlushInterval: cfg.AnalyticsFlushInterval, InMemory: st.analyticsInMemory}),
-		d.unkey,
+		unkeyv2.New(d.layer, p),
 		rls,
 		dashboard.New(),
 	}
-	d.health = grpchealth.NewStaticChecker(services...)
+	d.health = grpchealth.NewStaticChecker(d.services()...)
 	return nil
 }
 

@@ -7,8 +7,10 @@
 //
 // The rules of the root, which keep it readable as the service grows:
 //
-//   - Every protocol is an [Adapter]: it is built from the transport layer,
-//     registers its HTTP routes and its grpc-go services, and names its
+//   - Every protocol is an [Adapter]: it is built from what it serves with
+//     (the transport layer, the pipeline, the domain services it calls),
+//     registers its HTTP routes and its grpc-go services, names them for
+//     health, reflection and the answer to an unknown path, and names its
 //     codec hooks. A new protocol is a package under cmd/api/internal and
 //     one line in [New].
 //   - Every background task is a [Loop]: Run works until its context ends

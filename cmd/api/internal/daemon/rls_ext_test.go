@@ -367,7 +367,7 @@ func TestRLSConfigReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := daemon.New(cfg, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "UNKEY_RLS_CONFIG: "+file) {
-		t.Errorf("newServer with a broken file: %v", err)
+		t.Errorf("daemon.New with a broken file: %v", err)
 	}
 }
 

@@ -15,15 +15,20 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
-	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
 )
 
-// An Adapter serves one protocol over the shared transport layer. Every
-// adapter is built from the layer (and the domain services it calls), and
-// the daemon loops over them on both ports.
+// An Adapter serves one protocol (or a page) over the shared transport
+// layer. Each is built from what it serves with (the layer, the pipeline,
+// the domain services it calls); the daemon loops over them on both ports,
+// and lists what they serve in health, reflection and the answer to a
+// path nobody serves.
 type Adapter interface {
+	// Services names the gRPC services it serves, if any.
+	Services() []string
+	// Routes describes the HTTP routes it serves besides its services'
+	// RPCs ("POST /json"), "" if none.
+	Routes() string
 	// Register serves the adapter's routes on the main port's mux.
 	Register(mux *http.ServeMux)
 	// RegisterGRPC serves its gRPC services on the grpc-go port; an
@@ -35,10 +40,27 @@ type Adapter interface {
 	Codecs() transport.Codecs
 }
 
-// services are the gRPC services the server answers, for health checks,
-// reflection and the answer to a path that names none of them.
-var services = []string{ratelimitv1connect.RatelimitServiceName, ratelimitv1connect.KeyServiceName,
-	ratelimitv1connect.AuditServiceName, ratelimitv1connect.AnalyticsServiceName, envoyrls.ServiceName}
+// services returns the gRPC services the adapters serve, for health
+// checks, reflection and the answer to a path that names none of them.
+func (d *Daemon) services() []string {
+	var names []string
+	for _, a := range d.adapters {
+		names = append(names, a.Services()...)
+	}
+	return names
+}
+
+// routes describes the HTTP routes of the main port besides the services'
+// RPCs: the adapters', then the probes and metrics.
+func (d *Daemon) routes() string {
+	var routes []string
+	for _, a := range d.adapters {
+		if r := a.Routes(); r != "" {
+			routes = append(routes, r)
+		}
+	}
+	return strings.Join(append(routes, "GET /healthz, /readyz, /metrics"), ", ")
+}
 
 // Handler returns the routes of the main port: each adapter's, reflection
 // and health for the gRPC services, the probes and metrics, and a JSON
@@ -48,6 +70,7 @@ func (d *Daemon) Handler() http.Handler {
 	for _, a := range d.adapters {
 		a.Register(mux)
 	}
+	services := d.services()
 	reflector := grpcreflect.NewStaticReflector(services...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
@@ -66,8 +89,7 @@ func (d *Daemon) Handler() http.Handler {
 	// Any other path, or a path above on another HTTP method, is answered
 	// in JSON, saying what the port serves or which method the path takes.
 	mux.Handle("/", transport.NoRoute(mux, slices.Concat(services, []string{grpchealth.HealthV1ServiceName,
-		grpcreflect.ReflectV1ServiceName, grpcreflect.ReflectV1AlphaServiceName}),
-		"POST "+strings.Join(d.unkey.Paths(), ", ")+", POST /json, GET /healthz, /readyz, /metrics, /dashboard"))
+		grpcreflect.ReflectV1ServiceName, grpcreflect.ReflectV1AlphaServiceName}), d.routes()))
 	return mux
 }
 
@@ -84,7 +106,7 @@ func (d *Daemon) grpcServer() (*grpc.Server, func()) {
 		a.RegisterGRPC(srv)
 	}
 	hs := health.NewServer()
-	for _, name := range append(services, "") {
+	for _, name := range append(d.services(), "") {
 		hs.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
 	}
 	healthpb.RegisterHealthServer(srv, hs)

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -36,21 +37,14 @@ func Run(ctx context.Context, environ []string, logOut io.Writer) error {
 	}
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
-		return fmt.Errorf("listen on UNKEY_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
+		return errors.Join(fmt.Errorf("listen on UNKEY_HTTP_ADDR %s: %w", cfg.HTTPAddr, err), d.close())
 	}
 	var grpcLn net.Listener
 	if cfg.GRPCAddr != "" {
 		if grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 			ln.Close()
-			return fmt.Errorf("listen on UNKEY_GRPC_ADDR %s: %w", cfg.GRPCAddr, err)
+			return errors.Join(fmt.Errorf("listen on UNKEY_GRPC_ADDR %s: %w", cfg.GRPCAddr, err), d.close())
 		}
-	}
-	if cfg.DebugAddr != "" {
-		stopDebug, err := serveDebug(cfg.DebugAddr, logger)
-		if err != nil {
-			return err
-		}
-		defer stopDebug()
 	}
 	return d.Serve(ctx, ln, grpcLn)
 }
@@ -65,12 +59,19 @@ func (l RedisLogger) Printf(ctx context.Context, format string, args ...any) {
 	l.Logger.DebugContext(ctx, fmt.Sprintf(format, args...), "component", "go-redis")
 }
 
-// serveDebug serves Go's profiles on addr until the returned function is
-// called.
-func serveDebug(addr string, logger *slog.Logger) (stop func(), err error) {
-	ln, err := net.Listen("tcp", addr)
+// debugServer serves Go's profiles on UNKEY_DEBUG_ADDR: a Loop, started
+// and stopped with the others.
+type debugServer struct {
+	addr   string
+	logger *slog.Logger
+}
+
+// Run serves the profiles until ctx ends, then returns nil; an address it
+// cannot listen on is an error that stops the process.
+func (s debugServer) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.addr)
 	if err != nil {
-		return nil, fmt.Errorf("listen on UNKEY_DEBUG_ADDR %s: %w", addr, err)
+		return fmt.Errorf("listen on UNKEY_DEBUG_ADDR %s: %w", s.addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -78,7 +79,10 @@ func serveDebug(addr string, logger *slog.Logger) (stop func(), err error) {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
-	logger.Info("serving profiles", "addr", ln.Addr().String())
-	return func() { srv.Close() }, nil
+	s.logger.Info("serving profiles", "addr", ln.Addr().String())
+	go func() { <-ctx.Done(); srv.Close() }()
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve profiles: %w", err)
+	}
+	return nil
 }

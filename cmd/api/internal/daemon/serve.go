@@ -129,7 +129,7 @@ func (d *Daemon) Serve(ctx context.Context, ln, grpcLn net.Listener) error {
 	g.Go(func() error {
 		<-gctx.Done() // ctx ended, or a server failed
 		d.ready.Store(false)
-		for _, name := range services {
+		for _, name := range d.services() {
 			d.health.SetStatus(name, grpchealth.StatusNotServing)
 		}
 		d.logger.Info("shutting down")

@@ -33,11 +33,12 @@ import (
 	ledgerstore "github.com/unkeyed/ratelimit/services/reservation/store"
 )
 
-// MySQLConns bounds a process's MySQL pool. Its loops use at most four
-// connections at a time: the limiter's flush and its sync (two loops), the
-// overrides poll and the keys poll; the analytics flush, the roll call, the
-// reservations' ledger, audit writes and override and key writes take one
-// when they run. Five leave room for a slow one.
+// MySQLConns bounds a process's MySQL pool. Its loops use at most five
+// connections at a time: the limiter's flush and its sync, the overrides
+// poll, the keys poll and the analytics flush (with the roll call after
+// it); the reservations' ledger, audit writes and override and key writes
+// take one between them, briefly. Five keep the pool small for a fleet of
+// hundreds of processes: a loop that finds the pool busy waits its turn.
 const MySQLConns = 5
 
 // stores are the process's clients and the stores the configuration names:

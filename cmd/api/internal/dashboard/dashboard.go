@@ -35,6 +35,12 @@ func (Page) Register(mux *http.ServeMux) {
 	mux.Handle("GET /dashboard/", secure(fileServer))
 }
 
+// Services returns none: the page is HTTP only.
+func (Page) Services() []string { return nil }
+
+// Routes names the page.
+func (Page) Routes() string { return "GET /dashboard" }
+
 // RegisterGRPC registers nothing: the page is HTTP only.
 func (Page) RegisterGRPC(*grpc.Server) {}
 

@@ -37,7 +37,7 @@ var codecs = transport.Codecs{Decode: refuseOversized}
 func (s *Service) Register(mux *http.ServeMux) {
 	l := s.layer
 	sd := rlsv3.File_envoy_service_ratelimit_v3_rls_proto.Services().ByName("RateLimitService")
-	mux.Handle("/"+ServiceName+"/", l.Route(l.ConnectRenderer(), transport.KnownMethods(sd, connect.NewUnaryHandler(Procedure,
+	mux.Handle("/"+ServiceName+"/", l.Route("", l.ConnectRenderer(), transport.KnownMethods(sd, connect.NewUnaryHandler(Procedure,
 		func(ctx context.Context, req *connect.Request[rlsv3.RateLimitRequest]) (*connect.Response[rlsv3.RateLimitResponse], error) {
 			resp, err := s.ShouldRateLimit(ctx, req.Msg)
 			if err != nil {
@@ -46,10 +46,16 @@ func (s *Service) Register(mux *http.ServeMux) {
 			return connect.NewResponse(resp), nil
 		}, l.HandlerOptions(codecs)...)), "ShouldRateLimit"))
 	render := func(w http.ResponseWriter, r *http.Request, err error) { writeJSONError(w, l, r, err) }
-	mux.Handle("POST /json", l.Route(render, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("POST /json", l.Route("json", render, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.serveJSON(w, r, l)
 	}), "json"))
 }
+
+// Services returns Envoy's rate limit service.
+func (s *Service) Services() []string { return []string{ServiceName} }
+
+// Routes names envoyproxy/ratelimit's JSON route.
+func (s *Service) Routes() string { return "POST /json" }
 
 // Codecs returns the service's hooks into the layer's codecs.
 func (s *Service) Codecs() transport.Codecs { return codecs }

@@ -1,13 +1,14 @@
-// Package pipeline is the request path every protocol of the API shares,
-// free of any protocol: authenticate, authorize, validate once, apply overrides,
-// decide, record metrics, classify errors. The adapters (Connect and gRPC,
-// Unkey's v2 routes, Envoy's rate limit service) only translate their
-// formats to a Request and a Decision back; a new protocol is a new
-// adapter, not a new copy of these steps.
+// Package pipeline is the use cases every protocol of the API shares, free
+// of any protocol: Limit, Batch, Multi, Settle and the override reads and
+// writes, each authorizing the call's principal, validating once,
+// applying overrides, deciding, recording metrics, analytics and the audit
+// log. The adapters (Connect and gRPC, Unkey's v2 routes, Envoy's rate
+// limit service) only translate their formats to a Call and a Decision
+// back; a new protocol is a new adapter, not a new copy of these steps.
 //
-// The body cap and the decode budget are applied by the HTTP middleware in
-// front of the adapters, since they bound reading, before any format is
-// known.
+// Authentication, the body cap and the decode budget are the transport's,
+// in front of the adapters, since they come before any format is known;
+// the sorting of failures is package failure's.
 package pipeline
 
 import (
@@ -97,7 +98,3 @@ func New(limiter *ratelimit.Service, ov *overrides.Registry, reg prometheus.Regi
 	}
 	return p, nil
 }
-
-// Overrides returns the overrides the pipeline applies, for the adapters'
-// override routes.
-func (p *Pipeline) Overrides() *overrides.Registry { return p.overrides }

@@ -38,10 +38,10 @@ func newLatency(reg prometheus.Registerer) (*prometheus.HistogramVec, error) {
 	return h, nil
 }
 
-// timed measures next, a route serving methods (the last segments of its
-// paths), into the latency histogram, and carries the call's state (see
+// timed measures next, a route of protocol ("" for connect-go's) serving
+// methods (the last segments of its paths), into the latency histogram, and carries the call's state (see
 // call.WithCall) for the steps behind it to fill in.
-func (l *Layer) timed(methods []string, next http.Handler) http.Handler {
+func (l *Layer) timed(protocol string, methods []string, next http.Handler) http.Handler {
 	if l.latency == nil {
 		return next
 	}
@@ -67,21 +67,21 @@ func (l *Layer) timed(methods []string, next http.Handler) http.Handler {
 			// (KnownMethods answers it, without the pipeline).
 			outcome = call.OutcomeError
 		}
-		protocol := protocolOf(r)
-		l.latency.WithLabelValues(protocol, method, outcome.String()).Observe(time.Since(start).Seconds())
+		name := protocol
+		if name == "" {
+			name = connectProtocol(r)
+		}
+		l.latency.WithLabelValues(name, method, outcome.String()).Observe(time.Since(start).Seconds())
 		if span != nil {
-			endSpan(ctx, span, protocol, method, outcome)
+			endSpan(ctx, span, name, method, outcome)
 		}
 	})
 }
 
-// protocolOf names the protocol of a request to the main port.
-func protocolOf(r *http.Request) string {
+// connectProtocol names the protocol of a request to a connect-go route,
+// by its content type: gRPC-Web, gRPC or Connect.
+func connectProtocol(r *http.Request) string {
 	switch ct := r.Header.Get("Content-Type"); {
-	case strings.HasPrefix(r.URL.Path, "/v2/"):
-		return "v2"
-	case r.URL.Path == "/json":
-		return "json"
 	case strings.HasPrefix(ct, "application/grpc-web"):
 		return "grpc-web"
 	case strings.HasPrefix(ct, "application/grpc"):

@@ -53,9 +53,11 @@ type Renderer func(w http.ResponseWriter, r *http.Request, err error)
 // then in the request's context, see [call.PrincipalOf]); the body is capped at [MaxRequestBytes] and its
 // bytes come out of the decode budget. render answers each failure in
 // next's protocol. The call is timed into unkey_request_duration_seconds
-// under its method, the last segment of its path if it is one of methods.
-func (l *Layer) Route(render Renderer, next http.Handler, methods ...string) http.Handler {
-	return l.timed(methods, l.recover(render, l.authenticate(render, limitBody(l.budget, next))))
+// under protocol, the adapter's name for it ("" for connect-go's routes,
+// which are connect, grpc or grpc-web by their content type), and its
+// method, the last segment of its path if it is one of methods.
+func (l *Layer) Route(protocol string, render Renderer, next http.Handler, methods ...string) http.Handler {
+	return l.timed(protocol, methods, l.recover(render, l.authenticate(render, limitBody(l.budget, next))))
 }
 
 // authenticate resolves the caller's principal from its bearer token before

@@ -150,10 +150,10 @@ func TestBodyCap(t *testing.T) {
 func TestRecover(t *testing.T) {
 	l, log := newLayer(t)
 	mux := http.NewServeMux()
-	mux.Handle("/panic", l.Route(l.ConnectRenderer(), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+	mux.Handle("/panic", l.Route("", l.ConnectRenderer(), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 		panic("something broke")
 	})))
-	mux.Handle("/abort", l.Route(l.ConnectRenderer(), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+	mux.Handle("/abort", l.Route("", l.ConnectRenderer(), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 		panic(http.ErrAbortHandler)
 	})))
 	srv := httptest.NewServer(mux)

@@ -73,9 +73,16 @@ func (h *Handler) Paths() []string {
 func (h *Handler) Register(mux *http.ServeMux) {
 	render := func(w http.ResponseWriter, r *http.Request, err error) { h.fail(w, r, "", err) }
 	for _, rt := range h.routes() {
-		mux.Handle("POST "+rt.path, h.layer.Route(render, h.serve(rt.fn), strings.TrimPrefix(rt.path, "/v2/")))
+		mux.Handle("POST "+rt.path, h.layer.Route("v2", render, h.serve(rt.fn), strings.TrimPrefix(rt.path, "/v2/")))
 	}
 }
+
+// Services returns none: Unkey's v2 API is JSON over HTTP only.
+func (h *Handler) Services() []string { return nil }
+
+// Routes names the v2 routes, for the answer to a path the server does not
+// serve.
+func (h *Handler) Routes() string { return "POST " + strings.Join(h.Paths(), ", ") }
 
 // RegisterGRPC registers nothing: Unkey's v2 API is JSON over HTTP only.
 func (h *Handler) RegisterGRPC(*grpc.Server) {}
