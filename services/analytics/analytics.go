@@ -43,4 +43,7 @@ const (
 	DayRetention    = 400 * 24 * time.Hour
 	MinuteSpan      = 24 * time.Hour
 	HourSpan        = 31 * 24 * time.Hour
+	// ProcessRetention is how long the roll call keeps a process that
+	// stopped reporting: a day of gone processes on the dashboard.
+	ProcessRetention = 24 * time.Hour
 )

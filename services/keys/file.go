@@ -123,9 +123,6 @@ type File struct {
 // FileOption configures a File.
 type FileOption func(*File)
 
-// WithFileInterval sets how often the file is read (DefaultFileInterval).
-func WithFileInterval(d time.Duration) FileOption { return func(f *File) { f.interval = d } }
-
 // WithFileLogger sets the logger of reloads and refused files.
 func WithFileLogger(l *slog.Logger) FileOption { return func(f *File) { f.logger = l } }
 

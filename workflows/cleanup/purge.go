@@ -50,8 +50,10 @@ type purgeOf struct {
 	record func(st *Status, n int64)
 }
 
-// purges are the purges of a run at now, in the order the run makes them,
-// each by the retention of the domain that owns the rows: the override
+// purges are the purges of a run at now, in the order the run makes them
+// (the journal's order: a purge added here would reorder the steps of runs
+// in flight; a new one goes at the end of Run instead), each by the
+// retention of the domain that owns the rows: the override
 // tombstones after overrides.TombstoneRetention, the audit entries after
 // the audit retention (audit.Retention unless WithAuditRetention), the
 // records of settled reservations once their tokens have expired.
@@ -129,15 +131,12 @@ func (c *Cleanup) purgeAnalytics(ctx restate.ObjectContext, now int64) (int64, b
 		}
 	}
 	if _, err := restate.Run(ctx, func(rc restate.RunContext) (int64, error) {
-		return c.store.ProcessesPurge(rc, uint64(max(now-processRetention.Milliseconds(), 0)))
+		return c.store.ProcessesPurge(rc, uint64(max(now-analytics.ProcessRetention.Milliseconds(), 0)))
 	}, restate.WithName("purge the roll call")); err != nil {
 		return purged, false, err
 	}
 	return purged, more, nil
 }
-
-// processRetention is how long the roll call keeps a process not seen.
-const processRetention = 24 * time.Hour
 
 // purge removes rows in up to maxBatches batches, each counted in one
 // durable step (count returns the batch's rows and last primary key) and

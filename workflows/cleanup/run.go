@@ -18,7 +18,9 @@ import (
 //
 // The order and names of its steps are its journal: a run of an older
 // worker, replayed by a newer one, must find the same steps in the same
-// order, so a new deletion goes at the end.
+// order. So a new deletion goes at the end of Run, after the analytics'
+// purge; never into the table of purges (purge.go), whose steps come
+// before the roll-up.
 func (c *Cleanup) Run(ctx restate.ObjectContext, req RunRequest) error {
 	chain, err := restate.Get[string](ctx, stateChain)
 	if err != nil {
