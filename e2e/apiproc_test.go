@@ -3,7 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -12,10 +11,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/unkeyed/ratelimit/internal/testkit/loopback"
 	"github.com/unkeyed/ratelimit/internal/testkit/poll"
@@ -93,28 +88,12 @@ func startServer(t testing.TB, environ ...string) *testServer {
 // call posts a Connect JSON request and decodes the JSON answer.
 func (ts *testServer) call(t testing.TB, method, token, body string) (int, map[string]any) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, ts.url+"/ratelimit.v1.RatelimitService/"+method, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := ts.client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	status, raw := loopback.Post(t, ts.url+"/ratelimit.v1.RatelimitService/"+method, token, "application/json", strings.NewReader(body))
 	var out map[string]any
 	if err := json.Unmarshal(raw, &out); err != nil {
-		t.Fatalf("%s answered %d with %q: %v", method, resp.StatusCode, raw, err)
+		t.Fatalf("%s answered %d with %q: %v", method, status, raw, err)
 	}
-	return resp.StatusCode, out
+	return status, out
 }
 
 // lockedWriter is a log destination the process's output goroutine and
@@ -146,43 +125,4 @@ func grepLines(s, substr string) string {
 		}
 	}
 	return strings.Join(out, "\n")
-}
-
-// rlsClient dials addr with grpc-go and Envoy's generated stubs, as an
-// Envoy-based gateway's rate limit client calls the service.
-func rlsClient(t *testing.T, addr string) rlsv3.RateLimitServiceClient {
-	t.Helper()
-	return rlsv3.NewRateLimitServiceClient(loopback.Dial(t, addr))
-}
-
-// desc builds a descriptor from key, value pairs.
-func desc(kv ...string) *rlcommonv3.RateLimitDescriptor {
-	d := &rlcommonv3.RateLimitDescriptor{}
-	for i := 0; i < len(kv); i += 2 {
-		d.Entries = append(d.Entries, &rlcommonv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return d
-}
-
-// withHits sets a descriptor's own hits_addend.
-func withHits(d *rlcommonv3.RateLimitDescriptor, n uint64) *rlcommonv3.RateLimitDescriptor {
-	d.HitsAddend = wrapperspb.UInt64(n)
-	return d
-}
-
-// rlsStatus is what a test expects of one descriptor's status: its code, the
-// limit that applied (0 and "" for none) and what remains of it.
-type rlsStatus struct {
-	over      bool
-	limit     uint32
-	unit      string
-	remaining uint32
-}
-
-func statusOf(s *rlsv3.RateLimitResponse_DescriptorStatus) rlsStatus {
-	got := rlsStatus{over: s.Code == rlsv3.RateLimitResponse_OVER_LIMIT, remaining: s.LimitRemaining}
-	if l := s.CurrentLimit; l != nil {
-		got.limit, got.unit = l.RequestsPerUnit, l.Unit.String()
-	}
-	return got
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/internal/testkit/dbtest"
 	"github.com/unkeyed/ratelimit/internal/testkit/poll"
+	"github.com/unkeyed/ratelimit/internal/testkit/rlscall"
 	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 )
 
@@ -41,12 +42,12 @@ func TestRLSTwoRegions(t *testing.T) {
 		"UNKEY_GLOBAL_FULL_FLUSH_INTERVAL=100ms", "UNKEY_GLOBAL_SYNC_INTERVAL=100ms"}
 	a := startServer(t, append(env, "UNKEY_REGION=eu")...)
 	b := startServer(t, append(env, "UNKEY_REGION=us")...)
-	ca := rlsClient(t, strings.TrimPrefix(a.url, "http://"))
-	cb := rlsClient(t, strings.TrimPrefix(b.url, "http://"))
+	ca := rlscall.Client(t, strings.TrimPrefix(a.url, "http://"))
+	cb := rlscall.Client(t, strings.TrimPrefix(b.url, "http://"))
 	ask := func(c rlsv3.RateLimitServiceClient, hits uint64) rlsStatus {
 		t.Helper()
 		resp, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "api",
-			Descriptors: []*rlcommonv3.RateLimitDescriptor{withHits(desc("user", "alice"), hits)}})
+			Descriptors: []*rlcommonv3.RateLimitDescriptor{rlscall.WithHits(rlscall.Desc("user", "alice"), hits)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,11 +57,11 @@ func TestRLSTwoRegions(t *testing.T) {
 		t.Fatalf("region eu spends 6: %+v", got)
 	}
 	start := time.Now()
-	poll.Until(t, 10*time.Second, "region us to see what eu spent", func() bool { return ask(cb, 0).remaining == 4 })
+	poll.Until(t, 10*time.Second, "region us to see what eu spent", func() bool { return ask(cb, 0).Remaining == 4 })
 	t.Logf("region us saw eu's 6 hits after %v", time.Since(start).Round(time.Millisecond))
 	admitted := 0
 	for range 6 {
-		if !ask(cb, 1).over {
+		if !ask(cb, 1).Over {
 			admitted++
 		}
 	}
@@ -80,7 +81,7 @@ func TestRLSRedisDownUnderLoad(t *testing.T) {
 	r := testserver.StartRedis(t)
 	dir := writeRLSConfig(t, "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1000000}\n")
 	ts := startServer(t, "UNKEY_RLS_CONFIG="+dir, "UNKEY_REDIS_URL="+r.URL(), "UNKEY_GRPC_ADDR=127.0.0.1:0")
-	client := rlsClient(t, ts.grpcAddr)
+	client := rlscall.Client(t, ts.grpcAddr)
 	for _, fault := range []struct {
 		name        string
 		break_, fix func()
@@ -105,7 +106,7 @@ func TestRLSRedisDownUnderLoad(t *testing.T) {
 						ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 						began := time.Now()
 						_, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "api",
-							Descriptors: []*rlcommonv3.RateLimitDescriptor{desc("user", "u"+strconv.Itoa((c*7+i)%50))}})
+							Descriptors: []*rlcommonv3.RateLimitDescriptor{rlscall.Desc("user", "u"+strconv.Itoa((c*7+i)%50))}})
 						took := time.Since(began)
 						cancel()
 						mu.Lock()
@@ -133,4 +134,11 @@ func TestRLSRedisDownUnderLoad(t *testing.T) {
 			}
 		})
 	}
+}
+
+// rlsStatus is rlscall.Status, for the tables of this file.
+type rlsStatus rlscall.Status
+
+func statusOf(s *rlsv3.RateLimitResponse_DescriptorStatus) rlsStatus {
+	return rlsStatus(rlscall.StatusOf(s))
 }

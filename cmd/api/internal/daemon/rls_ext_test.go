@@ -18,55 +18,16 @@ import (
 	"google.golang.org/grpc/metadata"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/daemon"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
 	"github.com/unkeyed/ratelimit/internal/testkit/loopback"
 	"github.com/unkeyed/ratelimit/internal/testkit/poll"
+	"github.com/unkeyed/ratelimit/internal/testkit/rlscall"
 )
 
 // rlsExamples is envoyproxy/ratelimit's README's eleven worked examples.
 const rlsExamples = "../../../../services/rlsconfig/testdata/examples"
-
-// rlsClient dials addr with grpc-go and Envoy's generated stubs, as an
-// Envoy-based gateway's rate limit client calls the service.
-func rlsClient(t *testing.T, addr string) rlsv3.RateLimitServiceClient {
-	t.Helper()
-	return rlsv3.NewRateLimitServiceClient(loopback.Dial(t, addr))
-}
-
-// desc builds a descriptor from key, value pairs.
-func desc(kv ...string) *rlcommonv3.RateLimitDescriptor {
-	d := &rlcommonv3.RateLimitDescriptor{}
-	for i := 0; i < len(kv); i += 2 {
-		d.Entries = append(d.Entries, &rlcommonv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return d
-}
-
-// withHits sets a descriptor's own hits_addend.
-func withHits(d *rlcommonv3.RateLimitDescriptor, n uint64) *rlcommonv3.RateLimitDescriptor {
-	d.HitsAddend = wrapperspb.UInt64(n)
-	return d
-}
-
-// rlsStatus is what a test expects of one descriptor's status: its code, the
-// limit that applied (0 and "" for none) and what remains of it.
-type rlsStatus struct {
-	over      bool
-	limit     uint32
-	unit      string
-	remaining uint32
-}
-
-func statusOf(s *rlsv3.RateLimitResponse_DescriptorStatus) rlsStatus {
-	got := rlsStatus{over: s.Code == rlsv3.RateLimitResponse_OVER_LIMIT, remaining: s.LimitRemaining}
-	if l := s.CurrentLimit; l != nil {
-		got.limit, got.unit = l.RequestsPerUnit, l.Unit.String()
-	}
-	return got
-}
 
 // TestRLSExamples runs the README's eleven examples through a real gRPC
 // client on Envoy's stubs, on both ports that serve gRPC. Each step is a
@@ -87,64 +48,64 @@ func TestRLSExamples(t *testing.T) {
 		steps []step
 	}{
 		{"1 key and value", []step{
-			{"mongo_cps", 0, []*rlcommonv3.RateLimitDescriptor{desc("database", "users"), desc("database", "orders")},
+			{"mongo_cps", 0, []*rlcommonv3.RateLimitDescriptor{rlscall.Desc("database", "users"), rlscall.Desc("database", "orders")},
 				[]rlsStatus{{false, 500, "SECOND", 499}, {}}},
 		}},
 		{"2 nested descriptors, several per request", []step{
-			{"messaging", 4, []*rlcommonv3.RateLimitDescriptor{desc("message_type", "marketing", "to_number", "2061111111"), desc("to_number", "2061111111")},
+			{"messaging", 4, []*rlcommonv3.RateLimitDescriptor{rlscall.Desc("message_type", "marketing", "to_number", "2061111111"), rlscall.Desc("to_number", "2061111111")},
 				[]rlsStatus{{false, 5, "DAY", 1}, {false, 100, "DAY", 96}}},
-			{"messaging", 2, []*rlcommonv3.RateLimitDescriptor{desc("message_type", "marketing", "to_number", "2061111111"), desc("to_number", "2061111111")},
+			{"messaging", 2, []*rlcommonv3.RateLimitDescriptor{rlscall.Desc("message_type", "marketing", "to_number", "2061111111"), rlscall.Desc("to_number", "2061111111")},
 				// Over its limit, the first is counted all the same, as
 				// envoyproxy/ratelimit counts it (nothing remains); the
 				// second is counted on its own.
 				[]rlsStatus{{true, 5, "DAY", 0}, {false, 100, "DAY", 94}}},
-			{"messaging", 0, []*rlcommonv3.RateLimitDescriptor{desc("message_type", "marketing", "to_number", "2062222222")},
+			{"messaging", 0, []*rlcommonv3.RateLimitDescriptor{rlscall.Desc("message_type", "marketing", "to_number", "2062222222")},
 				[]rlsStatus{{false, 5, "DAY", 4}}},
 		}},
 		{"3 most specific match first", []step{
-			{"edge_proxy_per_ip", 0, []*rlcommonv3.RateLimitDescriptor{desc("remote_address", "50.0.0.1"), desc("remote_address", "50.0.0.5")},
+			{"edge_proxy_per_ip", 0, []*rlcommonv3.RateLimitDescriptor{rlscall.Desc("remote_address", "50.0.0.1"), rlscall.Desc("remote_address", "50.0.0.5")},
 				[]rlsStatus{{false, 10, "SECOND", 9}, {true, 0, "SECOND", 0}}},
 		}},
 		{"4 depth must match", []step{
-			{"example4", 0, []*rlcommonv3.RateLimitDescriptor{desc("key", "value"), desc("key", "value", "subkey", "subvalue")},
+			{"example4", 0, []*rlcommonv3.RateLimitDescriptor{rlscall.Desc("key", "value"), rlscall.Desc("key", "value", "subkey", "subvalue")},
 				[]rlsStatus{{}, {false, 300, "SECOND", 299}}},
 		}},
 		{"5 unlimited", []step{
-			{"internal", 0, []*rlcommonv3.RateLimitDescriptor{desc("ldap", "x"), desc("azure", "x")},
+			{"internal", 0, []*rlcommonv3.RateLimitDescriptor{rlscall.Desc("ldap", "x"), rlscall.Desc("azure", "x")},
 				[]rlsStatus{{false, 0, "", maxU32}, {false, 100, "MINUTE", 99}}},
 		}},
 		{"6 shadow mode", []step{
-			{"example6", 11, []*rlcommonv3.RateLimitDescriptor{desc("service", "auth-service", "user", "user-a")},
+			{"example6", 11, []*rlcommonv3.RateLimitDescriptor{rlscall.Desc("service", "auth-service", "user", "user-a")},
 				// Shadow mode answers OK over the limit; the hits count.
 				[]rlsStatus{{false, 10, "SECOND", 0}}},
-			{"example6", 21, []*rlcommonv3.RateLimitDescriptor{desc("service", "auth-service", "user", "user-b")},
+			{"example6", 21, []*rlcommonv3.RateLimitDescriptor{rlscall.Desc("service", "auth-service", "user", "user-b")},
 				[]rlsStatus{{true, 20, "SECOND", 0}}},
 		}},
 		{"7 replaces", []step{
-			{"example7", 6, []*rlcommonv3.RateLimitDescriptor{desc("key_1", "value_1", "user", "bkthomps"), desc("key_2", "value_2", "user", "bkthomps")},
+			{"example7", 6, []*rlcommonv3.RateLimitDescriptor{rlscall.Desc("key_1", "value_1", "user", "bkthomps"), rlscall.Desc("key_2", "value_2", "user", "bkthomps")},
 				[]rlsStatus{{}, {false, 10, "SECOND", 4}}},
 			// The replaced rule counted nothing above: all 5 remain.
-			{"example7", 5, []*rlcommonv3.RateLimitDescriptor{desc("key_1", "value_1", "user", "bkthomps")},
+			{"example7", 5, []*rlcommonv3.RateLimitDescriptor{rlscall.Desc("key_1", "value_1", "user", "bkthomps")},
 				[]rlsStatus{{false, 5, "SECOND", 0}}},
 		}},
 		{"8 detailed metric", []step{
-			{"example8", 0, []*rlcommonv3.RateLimitDescriptor{desc("key1", "unspecified_value"), desc("key1", "value1")},
+			{"example8", 0, []*rlcommonv3.RateLimitDescriptor{rlscall.Desc("key1", "unspecified_value"), rlscall.Desc("key1", "value1")},
 				[]rlsStatus{{false, 10, "MINUTE", 9}, {false, 20, "MINUTE", 19}}},
 		}},
 		{"9 wildcards", []step{
-			{"example9", 0, []*rlcommonv3.RateLimitDescriptor{desc("key1", "valueXYZ"), desc("path", "/api/123/action"),
-				desc("path", "/api/123/other"), desc("route", "/api/v1/resource/123/action")},
+			{"example9", 0, []*rlcommonv3.RateLimitDescriptor{rlscall.Desc("key1", "valueXYZ"), rlscall.Desc("path", "/api/123/action"),
+				rlscall.Desc("path", "/api/123/other"), rlscall.Desc("route", "/api/v1/resource/123/action")},
 				[]rlsStatus{{false, 20, "MINUTE", 19}, {false, 20, "MINUTE", 19}, {}, {false, 20, "MINUTE", 19}}},
 		}},
 		{"10 value to metric", []step{
-			{"example10", 0, []*rlcommonv3.RateLimitDescriptor{desc("route", "api", "http_method", "GET", "subject_id", "123")},
+			{"example10", 0, []*rlcommonv3.RateLimitDescriptor{rlscall.Desc("route", "api", "http_method", "GET", "subject_id", "123")},
 				[]rlsStatus{{false, 60, "MINUTE", 59}}},
 		}},
 		{"11 share threshold", []step{
-			{"example11", 0, []*rlcommonv3.RateLimitDescriptor{withHits(desc("files", "files/a.pdf"), 5), withHits(desc("files", "files/b.csv"), 5),
-				withHits(desc("files_no_share", "files_no_share/a.pdf"), 10)},
+			{"example11", 0, []*rlcommonv3.RateLimitDescriptor{rlscall.WithHits(rlscall.Desc("files", "files/a.pdf"), 5), rlscall.WithHits(rlscall.Desc("files", "files/b.csv"), 5),
+				rlscall.WithHits(rlscall.Desc("files_no_share", "files_no_share/a.pdf"), 10)},
 				[]rlsStatus{{false, 10, "HOUR", 5}, {false, 10, "HOUR", 0}, {false, 10, "HOUR", 0}}},
-			{"example11", 0, []*rlcommonv3.RateLimitDescriptor{desc("files", "files/c.txt"), desc("files_no_share", "files_no_share/b.csv")},
+			{"example11", 0, []*rlcommonv3.RateLimitDescriptor{rlscall.Desc("files", "files/c.txt"), rlscall.Desc("files_no_share", "files_no_share/b.csv")},
 				[]rlsStatus{{true, 10, "HOUR", 0}, {false, 10, "HOUR", 9}}},
 		}},
 	}
@@ -155,7 +116,7 @@ func TestRLSExamples(t *testing.T) {
 		if port == "grpc-go port" {
 			addr = ts.grpcAddr
 		}
-		client := rlsClient(t, addr)
+		client := rlscall.Client(t, addr)
 		for _, ex := range examples {
 			t.Run(port+"/"+ex.name, func(t *testing.T) {
 				for i, st := range ex.steps {
@@ -170,7 +131,7 @@ func TestRLSExamples(t *testing.T) {
 						if got != want {
 							t.Errorf("step %d, descriptor %d: %+v, want %+v", i, j, got, want)
 						}
-						anyOver = anyOver || want.over
+						anyOver = anyOver || want.Over
 					}
 					if (resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT) != anyOver {
 						t.Errorf("step %d: overall %v, want over limit = %v", i, resp.OverallCode, anyOver)
@@ -187,7 +148,7 @@ func TestRLSExamples(t *testing.T) {
 func TestRLSRequest(t *testing.T) {
 	ts := startServer(t, "UNKEY_RLS_CONFIG="+rlsExamples, "UNKEY_GRPC_ADDR=127.0.0.1:0",
 		"UNKEY_AUTH_TOKENS="+tokA+"=ws_a,"+tokB+"=ws_b", "UNKEY_RLS_RESPONSE_HEADERS=true")
-	client := rlsClient(t, ts.grpcAddr)
+	client := rlscall.Client(t, ts.grpcAddr)
 	a := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tokA)
 	b := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tokB)
 	call := func(ctx context.Context, req *rlsv3.RateLimitRequest) *rlsv3.RateLimitResponse {
@@ -199,23 +160,23 @@ func TestRLSRequest(t *testing.T) {
 		return resp
 	}
 	if _, err := client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "messaging",
-		Descriptors: []*rlcommonv3.RateLimitDescriptor{desc("to_number", "1")}}); status.Code(err) != codes.Unauthenticated {
+		Descriptors: []*rlcommonv3.RateLimitDescriptor{rlscall.Desc("to_number", "1")}}); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("no token: %v, want unauthenticated", err)
 	}
 	// An explicit hits_addend of 0 checks without counting; the request's
 	// 0 means 1.
 	resp := call(a, &rlsv3.RateLimitRequest{Domain: "messaging", Descriptors: []*rlcommonv3.RateLimitDescriptor{
-		withHits(desc("to_number", "h"), 0), desc("to_number", "h")}})
-	if statusOf(resp.Statuses[0]).remaining != 100 || statusOf(resp.Statuses[1]).remaining != 99 {
+		rlscall.WithHits(rlscall.Desc("to_number", "h"), 0), rlscall.Desc("to_number", "h")}})
+	if statusOf(resp.Statuses[0]).Remaining != 100 || statusOf(resp.Statuses[1]).Remaining != 99 {
 		t.Errorf("hits_addend 0 then unset: %v", resp.Statuses)
 	}
 	// Counts live in the token's workspace.
-	resp = call(b, &rlsv3.RateLimitRequest{Domain: "messaging", Descriptors: []*rlcommonv3.RateLimitDescriptor{desc("to_number", "h")}})
-	if statusOf(resp.Statuses[0]).remaining != 99 {
+	resp = call(b, &rlsv3.RateLimitRequest{Domain: "messaging", Descriptors: []*rlcommonv3.RateLimitDescriptor{rlscall.Desc("to_number", "h")}})
+	if statusOf(resp.Statuses[0]).Remaining != 99 {
 		t.Errorf("workspace b saw workspace a's count: %v", resp.Statuses[0])
 	}
 	// A descriptor's own limit wins over the file's rule.
-	own := desc("to_number", "own")
+	own := rlscall.Desc("to_number", "own")
 	own.Limit = &rlcommonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: 3} // HOUR
 	resp = call(a, &rlsv3.RateLimitRequest{Domain: "messaging", HitsAddend: 3, Descriptors: []*rlcommonv3.RateLimitDescriptor{own}})
 	if got := statusOf(resp.Statuses[0]); got != (rlsStatus{true, 2, "HOUR", 0}) || resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
@@ -233,15 +194,15 @@ func TestRLSRequest(t *testing.T) {
 		req  *rlsv3.RateLimitRequest
 		want string
 	}{
-		{&rlsv3.RateLimitRequest{Descriptors: []*rlcommonv3.RateLimitDescriptor{desc("a", "b")}}, "domain: must not be empty"},
+		{&rlsv3.RateLimitRequest{Descriptors: []*rlcommonv3.RateLimitDescriptor{rlscall.Desc("a", "b")}}, "domain: must not be empty"},
 		{&rlsv3.RateLimitRequest{Domain: "d"}, "descriptors: must hold 1 to 100 descriptors"},
 		{&rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommonv3.RateLimitDescriptor{{}}}, "descriptors[0].entries: must hold 1 to 32"},
-		{&rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommonv3.RateLimitDescriptor{desc("", "b")}}, "descriptors[0].entries[0].key: must not be empty"},
+		{&rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommonv3.RateLimitDescriptor{rlscall.Desc("", "b")}}, "descriptors[0].entries[0].key: must not be empty"},
 		{&rlsv3.RateLimitRequest{Domain: "d", Descriptors: make([]*rlcommonv3.RateLimitDescriptor, 101)}, "descriptors: must hold 1 to 100"},
 	} {
 		for i := range tc.req.Descriptors {
 			if tc.req.Descriptors[i] == nil {
-				tc.req.Descriptors[i] = desc("k", "v")
+				tc.req.Descriptors[i] = rlscall.Desc("k", "v")
 			}
 		}
 		if _, err := client.ShouldRateLimit(a, tc.req); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
@@ -295,12 +256,12 @@ func (ts *testServer) get(t *testing.T, path string) (int, string) {
 // detailed_metric and value_to_metric bring the request's values in.
 func TestRLSMetricsLabels(t *testing.T) {
 	ts := startServer(t, "UNKEY_RLS_CONFIG="+rlsExamples)
-	client := rlsClient(t, strings.TrimPrefix(ts.url, "http://"))
+	client := rlscall.Client(t, strings.TrimPrefix(ts.url, "http://"))
 	for _, req := range []*rlsv3.RateLimitRequest{
-		{Domain: "example8", Descriptors: []*rlcommonv3.RateLimitDescriptor{desc("key1", "unspecified_value")}},
-		{Domain: "example10", Descriptors: []*rlcommonv3.RateLimitDescriptor{desc("route", "api", "http_method", "GET", "subject_id", "123")}},
-		{Domain: "example9", Descriptors: []*rlcommonv3.RateLimitDescriptor{desc("key1", "value1"), desc("key1", "value2")}},
-		{Domain: "edge_proxy_per_ip", Descriptors: []*rlcommonv3.RateLimitDescriptor{desc("remote_address", "50.0.0.5")}},
+		{Domain: "example8", Descriptors: []*rlcommonv3.RateLimitDescriptor{rlscall.Desc("key1", "unspecified_value")}},
+		{Domain: "example10", Descriptors: []*rlcommonv3.RateLimitDescriptor{rlscall.Desc("route", "api", "http_method", "GET", "subject_id", "123")}},
+		{Domain: "example9", Descriptors: []*rlcommonv3.RateLimitDescriptor{rlscall.Desc("key1", "value1"), rlscall.Desc("key1", "value2")}},
+		{Domain: "edge_proxy_per_ip", Descriptors: []*rlcommonv3.RateLimitDescriptor{rlscall.Desc("remote_address", "50.0.0.5")}},
 	} {
 		if _, err := client.ShouldRateLimit(context.Background(), req); err != nil {
 			t.Fatal(err)
@@ -333,14 +294,14 @@ func TestRLSConfigReload(t *testing.T) {
 	}
 	write("5")
 	ts := startServer(t, "UNKEY_RLS_CONFIG="+dir, "UNKEY_RLS_CONFIG_INTERVAL=100ms")
-	client := rlsClient(t, strings.TrimPrefix(ts.url, "http://"))
+	client := rlscall.Client(t, strings.TrimPrefix(ts.url, "http://"))
 	limitNow := func() uint32 {
 		resp, err := client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "reload",
-			Descriptors: []*rlcommonv3.RateLimitDescriptor{withHits(desc("user", "u"), 0)}})
+			Descriptors: []*rlcommonv3.RateLimitDescriptor{rlscall.WithHits(rlscall.Desc("user", "u"), 0)}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return statusOf(resp.Statuses[0]).limit
+		return statusOf(resp.Statuses[0]).Limit
 	}
 	if l := limitNow(); l != 5 {
 		t.Fatalf("limit = %d, want 5", l)
@@ -396,4 +357,11 @@ func TestRLSJSONEndpoint(t *testing.T) {
 			t.Errorf("%s: %d %s, want %d with %s", tc.body, status, body, tc.status, tc.want)
 		}
 	}
+}
+
+// rlsStatus is rlscall.Status, for the tables of this file.
+type rlsStatus rlscall.Status
+
+func statusOf(s *rlsv3.RateLimitResponse_DescriptorStatus) rlsStatus {
+	return rlsStatus(rlscall.StatusOf(s))
 }

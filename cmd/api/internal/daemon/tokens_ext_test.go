@@ -11,6 +11,8 @@ import (
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/unkeyed/ratelimit/internal/testkit/rlscall"
 )
 
 // aiBudget is an AI gateway's token budget: 1,000 tokens a minute per
@@ -67,7 +69,7 @@ func TestAIGatewayTokenBudget(t *testing.T) {
 				if port == "grpc-go port" {
 					addr = ts.grpcAddr
 				}
-				if got := flow(t, rlsClient(t, addr)); got != tc.want {
+				if got := flow(t, rlscall.Client(t, addr)); got != tc.want {
 					t.Fatalf("UNKEY_RLS_COUNT_OVER_LIMIT=%s: %d LLM calls admitted, want %d", tc.setting, got, tc.want)
 				}
 			}
