@@ -1,11 +1,8 @@
 package e2e
 
 import (
-	"fmt"
 	"net"
 	"net/http"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -13,8 +10,6 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/internal/testkit/charttest"
-	"github.com/unkeyed/ratelimit/internal/testkit/poll"
-	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 )
 
 // TestChart holds the Helm chart, rendered with the minimal and the full
@@ -143,29 +138,10 @@ func stopBudget(t *testing.T, out string) time.Duration {
 // API's, on the binary.
 func probeRoutes(t *testing.T) {
 	t.Helper()
-	addr := fmt.Sprint("127.0.0.1:", testserver.FreePort(t))
-	cmd := exec.Command(filepath.Join(bin, "api"))
-	cmd.Env = []string{"UNKEY_REGION=chart", "UNKEY_HTTP_ADDR=" + addr}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	poll.Until(t, 10*time.Second, "the API to report ready", func() bool {
-		resp, err := http.Get("http://" + addr + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
+	ts := startServer(t, "UNKEY_REGION=chart")
 	for _, path := range []string{"/readyz", "/healthz", "/metrics"} {
-		resp, err := http.Get("http://" + addr + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Errorf("GET %s: %d", path, resp.StatusCode)
+		if status := get(ts.url + path); status != http.StatusOK {
+			t.Errorf("GET %s: %d", path, status)
 		}
 	}
 }

@@ -35,25 +35,28 @@ import (
 // alert watches a metric that does not exist.
 func TestDeployedMetricsAreServed(t *testing.T) {
 	t.Parallel()
-	var api, worker []string
+	var apiMetrics, worker []string
 	for _, name := range deployedMetrics(t) {
 		if strings.HasPrefix(name, "unkey_worker_") {
 			worker = append(worker, name)
 		} else {
-			api = append(api, name)
+			apiMetrics = append(apiMetrics, name)
 		}
 	}
-	if len(worker) == 0 || len(api) == 0 {
-		t.Fatalf("deploy/ names API metrics %v and worker metrics %v: an alert is gone", api, worker)
+	if len(worker) == 0 || len(apiMetrics) == 0 {
+		t.Fatalf("deploy/ names API metrics %v and worker metrics %v: an alert is gone", apiMetrics, worker)
 	}
 	m := testserver.StartMariaDB(t)
 
 	// The worker serves its metrics whether or not restate-server answers.
-	workerAddr := fmt.Sprint("127.0.0.1:", testserver.FreePort(t))
-	start(t, "worker", "UNKEY_MYSQL_DSN="+m.DSN, "UNKEY_WORKER_ADDR="+workerAddr,
-		fmt.Sprint("UNKEY_RESTATE_ADMIN_URL=http://127.0.0.1:", testserver.FreePort(t)),
-		fmt.Sprint("UNKEY_RESTATE_INGRESS_URL=http://127.0.0.1:", testserver.FreePort(t)))
-	waitServed(t, "the worker", http.DefaultClient, "http://"+workerAddr+"/metrics", worker)
+	w := &proc{t: t, name: "worker", log: filepath.Join(t.TempDir(), "worker.log")}
+	w.startOnFreePort(func(port int) []string {
+		return []string{"UNKEY_MYSQL_DSN=" + m.DSN, fmt.Sprint("UNKEY_WORKER_ADDR=127.0.0.1:", port),
+			fmt.Sprint("UNKEY_RESTATE_ADMIN_URL=http://127.0.0.1:", testserver.FreePort(t)),
+			fmt.Sprint("UNKEY_RESTATE_INGRESS_URL=http://127.0.0.1:", testserver.FreePort(t))}
+	})
+	t.Cleanup(w.kill)
+	waitServed(t, "the worker", http.DefaultClient, fmt.Sprint("http://127.0.0.1:", w.port, "/metrics"), worker)
 
 	r := testserver.StartRedis(t)
 	dir := t.TempDir()
@@ -70,10 +73,16 @@ func TestDeployedMetricsAreServed(t *testing.T) {
 	os.WriteFile(keysFile, []byte(`{"keys":[`+strings.SplitN(string(entry), "\n", 2)[0]+`]}`), 0o600)
 	const token = "tok_deploy_0123456789"
 	httpAddr, grpcAddr := fmt.Sprint("127.0.0.1:", testserver.FreePort(t)), fmt.Sprint("127.0.0.1:", testserver.FreePort(t))
-	start(t, "api", "UNKEY_REGION=deploy", "UNKEY_HTTP_ADDR="+httpAddr, "UNKEY_GRPC_ADDR="+grpcAddr,
-		"UNKEY_REDIS_URL="+r.URL(), "UNKEY_MYSQL_DSN="+m.DSN, "UNKEY_RLS_CONFIG="+rules,
-		"UNKEY_AUTH_TOKENS="+token+"=ws_a", "UNKEY_AUTH_KEYS_FILE="+keysFile, "UNKEY_TLS_CERT_FILE="+certFile, "UNKEY_TLS_KEY_FILE="+keyFile,
-		"UNKEY_GLOBAL_SYNC_INTERVAL=100ms")
+	// Over TLS, which proc's readiness check does not speak: started here.
+	api := exec.Command(filepath.Join(bin, "api"))
+	api.Env = []string{"UNKEY_REGION=deploy", "UNKEY_HTTP_ADDR=" + httpAddr, "UNKEY_GRPC_ADDR=" + grpcAddr,
+		"UNKEY_REDIS_URL=" + r.URL(), "UNKEY_MYSQL_DSN=" + m.DSN, "UNKEY_RLS_CONFIG=" + rules,
+		"UNKEY_AUTH_TOKENS=" + token + "=ws_a", "UNKEY_AUTH_KEYS_FILE=" + keysFile, "UNKEY_TLS_CERT_FILE=" + certFile, "UNKEY_TLS_KEY_FILE=" + keyFile,
+		"UNKEY_GLOBAL_SYNC_INTERVAL=100ms"}
+	if err := api.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { api.Process.Kill(); api.Wait() })
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca.PEM)
 	tlsConfig := &tls.Config{RootCAs: pool}
@@ -100,8 +109,8 @@ func TestDeployedMetricsAreServed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitServed(t, "the API", https, "https://"+httpAddr+"/metrics", api)
-	t.Logf("%d metrics named by deploy/, all served", len(api)+len(worker))
+	waitServed(t, "the API", https, "https://"+httpAddr+"/metrics", apiMetrics)
+	t.Logf("%d metrics named by deploy/, all served", len(apiMetrics)+len(worker))
 }
 
 // deployedMetrics returns the metrics deploy/prometheus and deploy/grafana
@@ -131,17 +140,6 @@ func deployedMetrics(t *testing.T) []string {
 		}
 	}
 	return names
-}
-
-// start runs the binary name with environ alone until the test ends.
-func start(t *testing.T, name string, environ ...string) {
-	t.Helper()
-	cmd := exec.Command(filepath.Join(bin, name))
-	cmd.Env = environ
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 }
 
 // waitServed waits until url's metrics name every one of want (the first

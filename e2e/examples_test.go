@@ -1,16 +1,11 @@
 package e2e
 
 import (
-	"fmt"
-	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/unkeyed/ratelimit/internal/testkit/charttest"
-	"github.com/unkeyed/ratelimit/internal/testkit/poll"
-	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 )
 
 // TestClientExamples runs the examples under examples/ (Go on connect-go,
@@ -21,17 +16,7 @@ import (
 func TestClientExamples(t *testing.T) {
 	t.Parallel()
 	const tokA = "tok_examples_0123456789"
-	addr := fmt.Sprint("127.0.0.1:", testserver.FreePort(t))
-	start(t, "api", "UNKEY_REGION=examples", "UNKEY_HTTP_ADDR="+addr, "UNKEY_AUTH_TOKENS="+tokA+"=ws_a")
-	url := "http://" + addr
-	poll.Until(t, 10*time.Second, "the API to report ready", func() bool {
-		resp, err := http.Get(url + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
+	url := startServer(t, "UNKEY_REGION=examples", "UNKEY_AUTH_TOKENS="+tokA+"=ws_a").url
 	root := charttest.Root()
 	for _, ex := range []struct {
 		name string

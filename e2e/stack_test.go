@@ -57,6 +57,8 @@ type proc struct {
 	cmd    *exec.Cmd
 	done   chan struct{}
 	log    string
+	// exited is how the process ended, once done is closed.
+	exited error
 }
 
 func (p *proc) url() string { return "http://127.0.0.1:" + strconv.Itoa(p.port) }
@@ -104,7 +106,7 @@ func (p *proc) tryStart() error {
 		return err
 	}
 	p.done = make(chan struct{})
-	go func() { p.cmd.Wait(); out.Close(); close(p.done) }()
+	go func() { p.exited = p.cmd.Wait(); out.Close(); close(p.done) }()
 	ready := func() bool { return get(p.url()+"/readyz") == http.StatusOK }
 	if p.region == "" { // the worker serves h2c only: ready once it listens
 		ready = func() bool {
@@ -132,6 +134,13 @@ func (p *proc) tryStart() error {
 
 // kill kills the process at once (SIGKILL).
 func (p *proc) kill() { p.signal(syscall.SIGKILL) }
+
+// stop stops the process with SIGTERM, a graceful stop, and returns how it
+// exited.
+func (p *proc) stop() error {
+	p.signal(syscall.SIGTERM)
+	return p.exited
+}
 
 func (p *proc) signal(sig syscall.Signal) {
 	if p.cmd == nil || p.cmd.Process == nil {
