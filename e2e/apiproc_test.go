@@ -62,9 +62,8 @@ func startServer(t *testing.T, environ ...string) *testServer {
 		}
 	})
 	ts.client = &http.Client{Timeout: 10 * time.Second}
-	var protocols http.Protocols
-	protocols.SetUnencryptedHTTP2(true)
-	ts.h2c = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Protocols: &protocols}}
+	ts.h2c = loopback.H2C()
+	ts.h2c.Timeout = 10 * time.Second
 	return ts
 }
 
@@ -77,15 +76,4 @@ func (ts *testServer) call(t testing.TB, method, token, body string) (int, map[s
 		t.Fatalf("%s answered %d with %q: %v", method, status, raw, err)
 	}
 	return status, out
-}
-
-// grepLines returns the lines of s that hold substr.
-func grepLines(s, substr string) string {
-	var out []string
-	for _, line := range strings.Split(s, "\n") {
-		if strings.Contains(line, substr) {
-			out = append(out, line)
-		}
-	}
-	return strings.Join(out, "\n")
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/unkeyed/ratelimit/internal/testkit/loopback"
 	"github.com/unkeyed/ratelimit/internal/testkit/poll"
 	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 	"github.com/unkeyed/ratelimit/services/access"
@@ -201,10 +202,10 @@ func TestRedisClusterMasterLost(t *testing.T) {
 		metrics = r.procs[0].metrics(t)
 		return strings.Contains(metrics, `unkey_ratelimit_origin_breaker_state{node="`+dead.Addr+`"} 2`)
 	}) {
-		t.Fatalf("the dead master's breaker is not reported open:\n%s", grepLines(metrics, "breaker_state"))
+		t.Fatalf("the dead master's breaker is not reported open:\n%s", loopback.Lines(metrics, "breaker_state"))
 	}
-	if states := grepLines(metrics, "breaker_state{"); strings.Count(states, "\n") != 2 || strings.Count(states, `"} 0`) != 2 {
-		t.Fatalf("want the healthy masters' breakers reported closed:\n%s", grepLines(metrics, "breaker_state"))
+	if states := loopback.Lines(metrics, "breaker_state{"); strings.Count(states, "\n") != 2 || strings.Count(states, `"} 0`) != 2 {
+		t.Fatalf("want the healthy masters' breakers reported closed:\n%s", loopback.Lines(metrics, "breaker_state"))
 	}
 }
 

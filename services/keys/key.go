@@ -10,12 +10,10 @@ package keys
 
 import (
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"time"
-	"unsafe"
 
 	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/access"
@@ -29,12 +27,9 @@ type Key = store.Key
 // Digest is the SHA-256 of a key's secret: all that is kept of it.
 type Digest = store.Digest
 
-// DigestOf returns the digest of secret, without copying it: Sum256 only
-// reads its input, and a copy of a secret longer than 32 bytes would cost
-// every request an allocation.
-func DigestOf(secret string) Digest {
-	return sha256.Sum256(unsafe.Slice(unsafe.StringData(secret), len(secret)))
-}
+// DigestOf returns the digest of secret (see access.TokenDigest: what a
+// request's token is looked up by).
+func DigestOf(secret string) Digest { return Digest(access.TokenDigest(secret)) }
 
 // SecretPrefix starts every secret this package generates, so that a
 // secret-scanning tool can recognise one that leaked.

@@ -38,3 +38,10 @@ func TestLog(t *testing.T) {
 		t.Fatalf("%d lines, want 4", got)
 	}
 }
+
+// TestLines: only the lines that hold the string, in order.
+func TestLines(t *testing.T) {
+	if got := loopback.Lines("a_x 1\nb 2\nc_x 3", "_x"); got != "a_x 1\nc_x 3" {
+		t.Fatalf("%q", got)
+	}
+}

@@ -63,8 +63,8 @@ func CallStart(ctx context.Context) time.Time {
 }
 
 // WithPrincipal returns ctx carrying the principal access.Authenticate
-// resolved,
-// for the handlers behind an adapter's authenticating middleware.
+// resolved, for the handlers behind an adapter's authenticating
+// middleware.
 func WithPrincipal(ctx context.Context, pr access.Principal) context.Context {
 	if st, ok := ctx.Value(stateKey{}).(*callState); ok {
 		st.principal = pr

@@ -13,7 +13,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/access"
 	"github.com/unkeyed/ratelimit/services/audit"
@@ -88,15 +87,7 @@ type created struct {
 // createKey writes a key straight to MySQL, recording it in the audit log
 // as made by the actor "cli".
 func createKey(ctx context.Context, environ []string, out, logOut io.Writer, workspace, name string, permissions []string, expiresAt time.Time) error {
-	dsn := lookupEnv(environ, "UNKEY_MYSQL_DSN")
-	if dsn == "" {
-		return fmt.Errorf("keys create: UNKEY_MYSQL_DSN is not set; without MySQL, use api keys generate and UNKEY_AUTH_KEYS_FILE")
-	}
-	cfg, err := cmdutil.ParseMySQLDSN(dsn)
-	if err != nil {
-		return fmt.Errorf("keys create: %w", err)
-	}
-	sqlDB, err := cmdutil.OpenMySQL(cfg, 1)
+	sqlDB, _, err := openMySQL(environ, "keys create", "; without MySQL, use api keys generate and UNKEY_AUTH_KEYS_FILE")
 	if err != nil {
 		return err
 	}
@@ -126,15 +117,4 @@ func generateKey(out io.Writer, workspace, name string, permissions []string, ex
 		return err
 	}
 	return enc.Encode(created{KeyID: entry.ID, Key: secret})
-}
-
-// lookupEnv returns the last value of name in environ.
-func lookupEnv(environ []string, name string) string {
-	var v string
-	for _, kv := range environ {
-		if rest, ok := strings.CutPrefix(kv, name+"="); ok {
-			v = rest
-		}
-	}
-	return v
 }

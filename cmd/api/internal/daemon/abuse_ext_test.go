@@ -347,18 +347,8 @@ func TestWindowCapPerWorkspace(t *testing.T) {
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if !strings.Contains(string(metrics), `unkey_ratelimit_windows_rejected_total{source="request"} 3`) {
-		t.Fatalf("metrics lack the two rejected windows:\n%s", grepLines(string(metrics), "windows_"))
+		t.Fatalf("metrics lack the two rejected windows:\n%s", loopback.Lines(string(metrics), "windows_"))
 	}
-}
-
-func grepLines(s, substr string) string {
-	var out []string
-	for _, line := range strings.Split(s, "\n") {
-		if strings.Contains(line, substr) {
-			out = append(out, line)
-		}
-	}
-	return strings.Join(out, "\n")
 }
 
 // TestJunkConnectionsDoNotFloodTheLog: 300 connections that open HTTP/2

@@ -72,7 +72,7 @@ type Config struct {
 	// every two cores.
 	BatchEntriesInFlightPerWorkspace int64 `env:"UNKEY_BATCH_ENTRIES_IN_FLIGHT_PER_WORKSPACE" envDefault:"0" help:"the most batch entries one workspace may have being decided at once; 0: a full BatchLimit for every two cores"`
 	// OverridesPollInterval is how often the process reads other processes'
-	// override changes from MySQL.
+	// override and key changes from MySQL.
 	OverridesPollInterval time.Duration `env:"UNKEY_OVERRIDES_POLL_INTERVAL" envDefault:"2s" help:"how often the process reads override and key changes from MySQL: 100ms to 1h"`
 
 	// The global counters' schedule: how often the process publishes the

@@ -185,7 +185,7 @@ func (d *Daemon) build() error {
 		connectapi.NewKeys(d.layer, manager),
 		connectapi.NewAudit(d.layer, st.audit),
 		connectapi.NewAnalytics(d.layer, st.analytics, st.fleet, connectapi.AnalyticsProcess{Region: cfg.Region,
-			FlushInterval: cfg.AnalyticsFlushInterval, InMemory: st.analyticsInMemory}),
+			FlushInterval: cfg.AnalyticsFlushInterval, InMemory: cfg.mysql == nil}),
 		unkeyv2.New(d.layer, p),
 		rls,
 		dashboard.New(),

@@ -22,10 +22,8 @@ import (
 
 // ShutdownTimeout bounds how long in-flight requests may take to finish
 // after SIGTERM. Decisions take microseconds; the bound only matters for
-// stuck clients. After it the limiter replays to Redis (at most 500 ms) and
-// flushes to MySQL once more (at most 10 s on a connection of the pool,
-// which keeps some idle): 15 s leaves the whole shutdown inside
-// Kubernetes' default grace of 30 s.
+// stuck clients. The limiter's final replay and flush come after it: see
+// StopBudget, which a deployment's grace period must exceed.
 const ShutdownTimeout = 15 * time.Second
 
 // StopBudget is the longest a graceful stop takes: ShutdownTimeout for the

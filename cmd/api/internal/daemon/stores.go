@@ -67,11 +67,9 @@ type stores struct {
 	// loadSecret reads the shared reservation secret; nil without a store
 	// that can hold it.
 	loadSecret func(context.Context) ([]byte, error)
-	// analytics and fleet: MySQL's, else this process's memory
-	// (analyticsInMemory).
-	analytics         analytics.Store
-	fleet             analytics.Fleet
-	analyticsInMemory bool
+	// analytics and fleet: MySQL's, else this process's memory.
+	analytics analytics.Store
+	fleet     analytics.Fleet
 }
 
 // openStores opens what cfg names. processID scopes a ledger that only this
@@ -124,7 +122,7 @@ func openStores(cfg Config, logger *slog.Logger, reg prometheus.Registerer, trac
 	}
 	if s.analytics == nil {
 		a := analyticsmem.New(analyticsmem.DefaultRows, time.Now)
-		s.analytics, s.fleet, s.analyticsInMemory = a, a, true
+		s.analytics, s.fleet = a, a
 	}
 	return s, nil
 }

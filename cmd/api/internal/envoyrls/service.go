@@ -352,7 +352,7 @@ func checkIdentifier(id string) error {
 }
 
 // decide decides one planned descriptor.
-func (s *Service) decide(ctx context.Context, ns *pipeline.Namespace, domain string, p *plan, now time.Time) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
+func (s *Service) decide(ctx context.Context, ns pipeline.Namespace, domain string, p *plan, now time.Time) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
 	if p.unlimited {
 		s.metrics.hits(domain, p.metric, p.cost)
 		s.metrics.within(domain, p.metric, p.cost)
@@ -365,14 +365,14 @@ func (s *Service) decide(ctx context.Context, ns *pipeline.Namespace, domain str
 	// long one is counted under its digest); an operator's rule may have a
 	// year's window and a limit of 0 that blocks, a request's own limit
 	// not (see plan.fromRequest).
-	call := pipeline.Call{
-		Request: ratelimit.Request{Namespace: rlsconfig.NamespacePrefix + domain, Identifier: p.identifier,
+	c := pipeline.Call{
+		Request: ratelimit.Request{Namespace: ns.Name(), Identifier: p.identifier,
 			Limit: p.limit, Duration: p.unit.Duration(), Cost: p.cost, Report: !s.uncountedOverLimit},
 		MaxIdentifier: MaxIdentifier, MaxDuration: ratelimit.MaxWindow, ZeroLimit: true}
 	if p.fromRequest {
-		call.MaxDuration, call.ZeroLimit = ratelimit.MaxDuration, false
+		c.MaxDuration, c.ZeroLimit = ratelimit.MaxDuration, false
 	}
-	d, err := ns.Limit(ctx, call)
+	d, err := ns.Limit(ctx, c)
 	var capacity *ratelimit.CapacityError
 	if err != nil && !errors.As(err, &capacity) {
 		return nil, err

@@ -121,17 +121,21 @@ type Namespace struct {
 }
 
 // Namespace authorizes the call of ctx to decide limits in namespace and
-// returns the use case, or the denial.
-func (p *Pipeline) Namespace(ctx context.Context, namespace string) (*Namespace, error) {
+// returns the use case, or the denial. It is a value: a request's
+// authorization costs no allocation.
+func (p *Pipeline) Namespace(ctx context.Context, namespace string) (Namespace, error) {
 	if err := call.Authorize(ctx, access.Limit, namespace); err != nil {
-		return nil, err
+		return Namespace{}, err
 	}
-	return &Namespace{p: p, name: namespace}, nil
+	return Namespace{p: p, name: namespace}, nil
 }
+
+// Name returns the namespace, for the calls made in it.
+func (n Namespace) Name() string { return n.name }
 
 // Limit is Pipeline.Limit for a call in the namespace, not authorized
 // again. A call that names another namespace is denied.
-func (n *Namespace) Limit(ctx context.Context, c Call) (Decision, error) {
+func (n Namespace) Limit(ctx context.Context, c Call) (Decision, error) {
 	if c.Request.Namespace != n.name {
 		return Decision{}, &access.DeniedError{Permission: access.Name(access.Limit, c.Request.Namespace)}
 	}

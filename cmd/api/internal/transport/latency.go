@@ -39,8 +39,9 @@ func newLatency(reg prometheus.Registerer) (*prometheus.HistogramVec, error) {
 }
 
 // timed measures next, a route of protocol ("" for connect-go's) serving
-// methods (the last segments of its paths), into the latency histogram, and carries the call's state (see
-// call.WithCall) for the steps behind it to fill in.
+// methods (the last segments of its paths), into the latency histogram,
+// and carries the call's state (see call.WithCall) for the steps behind it
+// to fill in.
 func (l *Layer) timed(protocol string, methods []string, next http.Handler) http.Handler {
 	if l.latency == nil {
 		return next
