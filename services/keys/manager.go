@@ -101,6 +101,9 @@ func (m *Manager) Create(ctx context.Context, by Actor, name string, permissions
 	if !pr.ExpiresAt.IsZero() && (expiresAt.IsZero() || expiresAt.After(pr.ExpiresAt)) {
 		expiresAt = pr.ExpiresAt
 	}
+	if err := m.audit.Admit(pr.Workspace); err != nil {
+		return Key{}, "", err
+	}
 	secret, digest := Generate()
 	k, err := m.store.Create(ctx, Key{ID: NewID(), Workspace: pr.Workspace, Name: name, Digest: digest,
 		Permissions: dedupe(permissions), ExpiresAt: expiresAt.UTC().Truncate(time.Millisecond)})
@@ -151,6 +154,15 @@ func (m *Manager) Update(ctx context.Context, by Actor, id string, permissions [
 	if err != nil {
 		return Key{}, err
 	}
+	if err := widenable(pr, before, permissions); err != nil {
+		return Key{}, err
+	}
+	if slices.Equal(before.Permissions, dedupe(permissions)) {
+		return before, nil // nothing changes, and nothing is recorded
+	}
+	if err := m.audit.Admit(pr.Workspace); err != nil {
+		return Key{}, err
+	}
 	after, err := m.store.SetPermissions(ctx, pr.Workspace, id, dedupe(permissions))
 	if err != nil {
 		return Key{}, err
@@ -171,6 +183,9 @@ func (m *Manager) Revoke(ctx context.Context, by Actor, id string) (Key, error) 
 	}
 	before, err := m.target(ctx, pr, id)
 	if err != nil {
+		return Key{}, err
+	}
+	if err := m.audit.Admit(pr.Workspace); err != nil {
 		return Key{}, err
 	}
 	after, err := m.store.Revoke(ctx, pr.Workspace, id)
@@ -235,6 +250,27 @@ func grantable(pr access.Principal, permissions []string) error {
 	for _, p := range permissions {
 		if !pr.Permissions.Grants(p) {
 			return &access.DeniedError{Permission: p}
+		}
+	}
+	return nil
+}
+
+// widenable refuses an expiring principal adding a permission to a key
+// that outlives it: the key would carry the access past the principal's
+// expiry, as a key it created cannot (Create caps the expiry). Taking
+// permissions away, or changing a key that expires no later, is allowed.
+func widenable(pr access.Principal, target Key, permissions []string) error {
+	if pr.ExpiresAt.IsZero() || (!target.ExpiresAt.IsZero() && !target.ExpiresAt.After(pr.ExpiresAt)) {
+		return nil
+	}
+	has, err := access.Parse(target.Permissions)
+	if err != nil {
+		return err
+	}
+	for _, p := range permissions {
+		if !has.Grants(p) {
+			return &access.DeniedError{Permission: p, Reason: "an expiring key cannot add a permission to a key that outlives it: " +
+				"create a key instead (it expires with this one at the latest)"}
 		}
 	}
 	return nil

@@ -32,7 +32,9 @@ func actingAs(t *testing.T, ws, keyID string, perms ...string) keys.Actor {
 func newManager(t *testing.T) (*keys.Manager, *keysmem.Store, *auditmem.Store) {
 	t.Helper()
 	store, log := keysmem.New(), auditmem.New(100)
-	w, err := audit.NewWriter(log, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	// The rate of changes is the daemon's test's (TestAuditKeepsChangesAtABoundedRate);
+	// these tests make thousands at once.
+	w, err := audit.NewWriter(log, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), audit.WithChangesPerSecond(1e5))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +236,31 @@ func TestManagerClosesEscalations(t *testing.T) {
 		}
 	}
 	sooner := time.Now().Add(time.Minute).UTC().Truncate(time.Millisecond)
-	if k, _, err := m.Create(context.Background(), temp, "sooner", []string{"ratelimit.*.limit"}, sooner); err != nil || !k.ExpiresAt.Equal(sooner) {
-		t.Fatalf("a sooner expiry: %v, %v", k.ExpiresAt, err)
+	shortLived, _, err := m.Create(context.Background(), temp, "sooner", []string{"ratelimit.a.limit"}, sooner)
+	if err != nil || !shortLived.ExpiresAt.Equal(sooner) {
+		t.Fatalf("a sooner expiry: %v, %v", shortLived.ExpiresAt, err)
+	}
+
+	// UpdateKey: before, the expiring key widened a key that never expires
+	// to every permission it held, which outlived it.
+	admin := actingAs(t, "acme", "key_admin", "keys.manage", "ratelimit.*.limit")
+	permanent, _, err := m.Create(context.Background(), admin, "permanent", []string{"ratelimit.a.limit", "ratelimit.b.limit"}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Update(context.Background(), temp, permanent.ID, []string{"keys.manage", "ratelimit.*.limit"}); !errors.As(err, &de) ||
+		!strings.Contains(err.Error(), "outlives it") {
+		t.Fatalf("an expiring key widening a permanent one: %v, want permission_denied", err)
+	}
+	if k, _ := store.Get(context.Background(), "acme", permanent.ID); len(k.Permissions) != 2 {
+		t.Fatalf("a refused update changed the key: %v", k.Permissions)
+	}
+	// Narrowing a key that outlives it, and widening one that expires
+	// first, are allowed.
+	if k, err := m.Update(context.Background(), temp, permanent.ID, []string{"ratelimit.a.limit"}); err != nil || len(k.Permissions) != 1 {
+		t.Fatalf("an expiring key narrowing a permanent one: %v, %v", k.Permissions, err)
+	}
+	if k, err := m.Update(context.Background(), temp, shortLived.ID, []string{"ratelimit.*.limit"}); err != nil || k.Permissions[0] != "ratelimit.*.limit" {
+		t.Fatalf("an expiring key widening one that expires first: %v, %v", k.Permissions, err)
 	}
 }

@@ -69,7 +69,7 @@ func newHandler(t testing.TB) (*connectapi.Handler, *ratelimit.Service, *overrid
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := transport.NewLayer(access.Tokens{}, transport.NewBudget(transport.DefaultBudget), slog.New(slog.DiscardHandler), reg)
+	l, err := transport.NewLayer(access.Tokens{}, transport.NewBudget(transport.DefaultBudget, transport.DefaultShare), slog.New(slog.DiscardHandler), reg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,15 @@ type Config struct {
 	// once; more wait to be accepted. Envoy multiplexes its calls over a
 	// few HTTP/2 connections.
 	GRPCMaxConnections int `env:"UNKEY_GRPC_MAX_CONNECTIONS" envDefault:"1000" help:"the most connections the grpc-go port holds at once: 1 to 1000000"`
+	// GRPCUnreadPerWorkspace bounds the calls of one workspace on the
+	// grpc-go port whose message has not all arrived: what one key's
+	// unfinished messages may hold there is this many times 1 MiB at
+	// most, each for at most UNKEY_HTTP_READ_TIMEOUT.
+	GRPCUnreadPerWorkspace int `env:"UNKEY_GRPC_UNREAD_PER_WORKSPACE" envDefault:"64" help:"the most calls of one workspace on the grpc-go port whose message has not all arrived; past it a call is answered busy: 1 to 100000"`
+	// HTTPMaxConnections bounds the connections the main port holds at
+	// once; more wait to be accepted. Keep it under the process's file
+	// descriptor limit (ulimit -n), less what the stores' clients need.
+	HTTPMaxConnections int `env:"UNKEY_HTTP_MAX_CONNECTIONS" envDefault:"10000" help:"the most connections the main port holds at once; keep it under ulimit -n: 1 to 1000000"`
 	// DebugAddr, if set, serves Go's profiles (/debug/pprof/) there. Keep it
 	// on loopback: profiles show the process's internals.
 	DebugAddr string `env:"UNKEY_DEBUG_ADDR" help:"where to serve Go's profiles (/debug/pprof/); keep it on loopback; empty: not served"`
@@ -123,6 +132,14 @@ type Config struct {
 	// and decoded at once, across every client and both ports (see
 	// transport.Budget): what bounds the heap requests can take.
 	DecodeBudgetBytes int64 `env:"UNKEY_DECODE_BUDGET_BYTES" envDefault:"67108864" help:"the most bytes of requests being read and decoded at once, all clients together; past it a request is answered busy: 1048576 to 17179869184"`
+	// DecodeShareBytes bounds what one workspace holds of the decode
+	// budget, so that one key's stalled bodies leave the rest to others.
+	DecodeShareBytes int64 `env:"UNKEY_DECODE_BUDGET_SHARE_BYTES" envDefault:"16777216" help:"the most bytes of the decode budget one workspace holds at once; past it its request is answered busy: 1048576 to UNKEY_DECODE_BUDGET_BYTES"`
+
+	// AuditChangesPerSecond bounds a workspace's audited changes (keys and
+	// overrides): past it a change is refused, resource_exhausted, so that
+	// the audit log grows at most at this rate per workspace.
+	AuditChangesPerSecond float64 `env:"UNKEY_AUDIT_CHANGES_PER_SECOND" envDefault:"10" help:"the most audited changes (keys, overrides) a workspace makes a second, 20 times as many at once; past it a change is refused: 0.01 to 10000"`
 
 	// Derived by LoadConfig.
 	tokens access.Tokens
@@ -198,6 +215,19 @@ func LoadConfig(environ []string) (Config, error) {
 	if c.DecodeBudgetBytes < transport.MaxRequestBytes || c.DecodeBudgetBytes > 16<<30 {
 		return Config{}, fmt.Errorf("UNKEY_DECODE_BUDGET_BYTES: must be between %d (one request of the largest size) and %d, got %d",
 			transport.MaxRequestBytes, int64(16<<30), c.DecodeBudgetBytes)
+	}
+	if c.DecodeShareBytes < transport.MaxRequestBytes || c.DecodeShareBytes > c.DecodeBudgetBytes {
+		return Config{}, fmt.Errorf("UNKEY_DECODE_BUDGET_SHARE_BYTES: must be between %d (one request of the largest size) and UNKEY_DECODE_BUDGET_BYTES (%d), got %d",
+			transport.MaxRequestBytes, c.DecodeBudgetBytes, c.DecodeShareBytes)
+	}
+	if c.GRPCUnreadPerWorkspace < 1 || c.GRPCUnreadPerWorkspace > 100_000 {
+		return Config{}, fmt.Errorf("UNKEY_GRPC_UNREAD_PER_WORKSPACE: must be between 1 and 100000, got %d", c.GRPCUnreadPerWorkspace)
+	}
+	if c.HTTPMaxConnections < 1 || c.HTTPMaxConnections > 1_000_000 {
+		return Config{}, fmt.Errorf("UNKEY_HTTP_MAX_CONNECTIONS: must be between 1 and 1000000, got %d", c.HTTPMaxConnections)
+	}
+	if !(c.AuditChangesPerSecond >= 0.01 && c.AuditChangesPerSecond <= 10_000) {
+		return Config{}, fmt.Errorf("UNKEY_AUDIT_CHANGES_PER_SECOND: must be between 0.01 and 10000, got %v", c.AuditChangesPerSecond)
 	}
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		return Config{}, fmt.Errorf("UNKEY_TLS_CERT_FILE and UNKEY_TLS_KEY_FILE: must be set together, or neither")

@@ -132,7 +132,7 @@ func (d *Daemon) build() error {
 	}
 	d.open = ring.Open
 
-	auditWriter, err := audit.NewWriter(st.audit, logger, reg)
+	auditWriter, err := audit.NewWriter(st.audit, logger, reg, audit.WithChangesPerSecond(cfg.AuditChangesPerSecond))
 	if err != nil {
 		return fmt.Errorf("register audit metrics: %w", err)
 	}
@@ -163,7 +163,7 @@ func (d *Daemon) build() error {
 	if err != nil {
 		return fmt.Errorf("register api metrics: %w", err)
 	}
-	if d.layer, err = transport.NewLayer(ring, transport.NewBudget(cfg.DecodeBudgetBytes), logger, reg); err != nil {
+	if d.layer, err = transport.NewLayer(ring, transport.NewBudget(cfg.DecodeBudgetBytes, cfg.DecodeShareBytes), logger, reg); err != nil {
 		return err
 	}
 	if tracing.On {

@@ -71,10 +71,19 @@ func (d *Daemon) Handler() http.Handler {
 		a.Register(mux)
 	}
 	services := d.services()
+	// Health checks and reflection need no token, so they get the layer's
+	// bounds for what a caller nobody knows may send: a small body and
+	// gzip capped alike, out of one share of the decode budget.
+	open := d.layer.OpenHandlerOptions()
 	reflector := grpcreflect.NewStaticReflector(services...)
-	mux.Handle(grpcreflect.NewHandlerV1(reflector))
-	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
-	mux.Handle(grpchealth.NewHandler(d.health))
+	for _, route := range []func() (string, http.Handler){
+		func() (string, http.Handler) { return grpcreflect.NewHandlerV1(reflector, open...) },
+		func() (string, http.Handler) { return grpcreflect.NewHandlerV1Alpha(reflector, open...) },
+		func() (string, http.Handler) { return grpchealth.NewHandler(d.health, open...) },
+	} {
+		path, h := route()
+		mux.Handle(path, d.layer.Open(h))
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
@@ -117,7 +126,8 @@ func (d *Daemon) grpcServer() (*grpc.Server, func()) {
 // limits are the bounds on what one client may hold of either port.
 func (d *Daemon) limits() transport.Limits {
 	return transport.Limits{ReadTimeout: d.cfg.ReadTimeout, WriteTimeout: d.cfg.WriteTimeout, IdleTimeout: d.cfg.IdleTimeout,
-		MaxHeaderBytes: d.cfg.MaxHeaderBytes, MaxConcurrentStreams: d.cfg.MaxConcurrentStreams}
+		MaxHeaderBytes: d.cfg.MaxHeaderBytes, MaxConcurrentStreams: d.cfg.MaxConcurrentStreams,
+		UnreadPerWorkspace: d.cfg.GRPCUnreadPerWorkspace}
 }
 
 // grpcCodecs chains the adapters' Decode hooks for the grpc-go port, whose

@@ -93,6 +93,7 @@ func (d *Daemon) Serve(ctx context.Context, ln, grpcLn net.Listener) error {
 		cancel()
 	}
 	g.Go(func() error {
+		ln := transport.LimitListener(ln, d.cfg.HTTPMaxConnections)
 		serve := func() error { return srv.Serve(ln) }
 		if d.tls != nil {
 			srv.TLSConfig = d.tls.Config()

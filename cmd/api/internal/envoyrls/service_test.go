@@ -46,7 +46,7 @@ func newServiceOn(t *testing.T, limiter *ratelimit.Service, yaml string, reg *pr
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := transport.NewLayer(access.Tokens{}, transport.NewBudget(transport.DefaultBudget), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	l, err := transport.NewLayer(access.Tokens{}, transport.NewBudget(transport.DefaultBudget, transport.DefaultShare), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,6 +47,14 @@ func (p *Pipeline) SetOverride(ctx context.Context, o overrides.Override) (overr
 	if err != nil {
 		return overrides.Override{}, err
 	}
+	if before != nil && before.Limit == o.Limit && before.Duration == o.Duration {
+		// Setting what is set changes nothing: nothing is written, and the
+		// audit log keeps changes, not requests.
+		return *before, nil
+	}
+	if err := p.admitChange(ctx); err != nil {
+		return overrides.Override{}, err
+	}
 	after, err := p.overrides.Set(ctx, o)
 	if err != nil {
 		return overrides.Override{}, err
@@ -72,6 +80,15 @@ func (p *Pipeline) overrideBefore(ctx context.Context, namespace, identifier str
 		return nil, err
 	}
 	return &o, nil
+}
+
+// admitChange takes an audited change of the caller's workspace's rate
+// (see audit.Writer.Admit), before the change is made.
+func (p *Pipeline) admitChange(ctx context.Context) error {
+	if p.audit == nil {
+		return nil
+	}
+	return p.audit.Admit(call.Workspace(ctx))
 }
 
 // recordOverride writes the audit entry of an override's change.
@@ -112,6 +129,11 @@ func (p *Pipeline) DeleteOverride(ctx context.Context, namespace, identifier str
 	before, err := p.overrideBefore(ctx, namespace, identifier)
 	if err != nil {
 		return err
+	}
+	if before != nil {
+		if err := p.admitChange(ctx); err != nil {
+			return err
+		}
 	}
 	if err := p.overrides.Delete(ctx, call.Workspace(ctx), namespace, identifier); err != nil {
 		return err

@@ -49,7 +49,7 @@ const compressMinBytes = 1024
 func (l *Layer) HandlerOptions(c Codecs) []connect.HandlerOption {
 	return []connect.HandlerOption{
 		connect.WithCompression("gzip",
-			func() connect.Decompressor { return &cappedGzip{lease: lease{budget: l.budget}} },
+			func() connect.Decompressor { return &cappedGzip{max: MaxRequestBytes, lease: lease{budget: l.budget}} },
 			func() connect.Compressor { return gzip.NewWriter(nil) }),
 		connect.WithCompressMinBytes(compressMinBytes),
 		connect.WithCodec(protoCodec{c}),

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/net/netutil"
 
@@ -51,7 +52,7 @@ func (l *Layer) GRPCServer(lim Limits, c Codecs, opts ...grpc.ServerOption) *grp
 		grpc.MaxHeaderListSize(uint32(lim.MaxHeaderBytes)),
 		grpc.ConnectionTimeout(lim.ReadTimeout),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: lim.IdleTimeout}),
-		grpc.InTapHandle(l.grpcTap(lim.ReadTimeout + lim.WriteTimeout)),
+		grpc.InTapHandle(l.grpcTap(lim, lim.ReadTimeout+lim.WriteTimeout)),
 		grpc.ChainUnaryInterceptor(l.grpcFailures),
 	}, opts...)...)
 	l.grpc.server = srv
@@ -91,11 +92,21 @@ func (g *grpcMethods) name(fullMethod string) string {
 // grpcFailures to release it when the call ends.
 type streamCancel struct{}
 
+// streamUnread carries the *unread of a stream, for grpcFailures to mark
+// its message arrived.
+type streamUnread struct{}
+
+// errReceiveTimeout ends a stream whose message has not all arrived within
+// the read timeout.
+var errReceiveTimeout = errors.New("the request message did not arrive within the read timeout")
+
 // grpcTap returns the handle that authenticates a stream from its headers
 // as it opens, as the layer does on the main port (Envoy sends a token
 // when its grpc_service has initial_metadata), and gives it a deadline of
-// within.
-func (l *Layer) grpcTap(within time.Duration) tap.ServerInHandle {
+// within for the whole call and of lim.ReadTimeout for its message to
+// arrive. A workspace with lim.UnreadPerWorkspace streams whose message
+// has not arrived yet is refused more, resource_exhausted "server busy".
+func (l *Layer) grpcTap(lim Limits, within time.Duration) tap.ServerInHandle {
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
 		if !grpcOpen(info.FullMethodName) {
 			var authorization string
@@ -116,9 +127,75 @@ func (l *Layer) grpcTap(within time.Duration) tap.ServerInHandle {
 			}
 			ctx = call.WithPrincipal(ctx, pr)
 			ctx, cancel := context.WithTimeout(ctx, within)
-			return context.WithValue(ctx, streamCancel{}, cancel), nil
+			ctx = context.WithValue(ctx, streamCancel{}, cancel)
+			if lim.UnreadPerWorkspace > 0 {
+				u, ok := l.unread.open(ctx, pr.Workspace, lim.UnreadPerWorkspace, lim.ReadTimeout, cancel)
+				if !ok {
+					cancel()
+					l.observeGRPC(ctx, info.FullMethodName)
+					return nil, grpcStatus(ErrBusy)
+				}
+				ctx = context.WithValue(ctx, streamUnread{}, u)
+			}
+			return ctx, nil
 		}
 		return ctx, nil // health checks may watch for long
+	}
+}
+
+// unreadStreams counts, per workspace, the streams of the grpc-go port
+// whose message has not all arrived. Workspaces come from the keys, so the
+// map is as small as the key set.
+type unreadStreams struct{ counts sync.Map } // string → *atomic.Int64
+
+// unread is one stream's place in its workspace's count, given back once:
+// when its message arrives, when the stream ends, or when the read
+// timeout ends the stream first.
+type unread struct {
+	count *atomic.Int64
+	done  atomic.Bool
+	timer *time.Timer
+	stop  func() bool // stops the release at the stream's end
+}
+
+// open counts a stream of workspace whose context is ctx, unless the
+// workspace has max unread already; cancel ends the stream if its message
+// has not arrived within timeout.
+func (s *unreadStreams) open(ctx context.Context, workspace string, max int, timeout time.Duration, cancel context.CancelFunc) (*unread, bool) {
+	c, ok := s.counts.Load(workspace)
+	if !ok {
+		c, _ = s.counts.LoadOrStore(workspace, new(atomic.Int64))
+	}
+	count := c.(*atomic.Int64)
+	if count.Add(1) > int64(max) {
+		count.Add(-1)
+		return nil, false
+	}
+	u := &unread{count: count}
+	u.timer = time.AfterFunc(timeout, func() {
+		if u.release() {
+			cancel()
+		}
+	})
+	u.stop = context.AfterFunc(ctx, func() { u.release() })
+	return u, true
+}
+
+// release gives the stream's place back, and reports whether this call did.
+func (u *unread) release() bool {
+	if !u.done.CompareAndSwap(false, true) {
+		return false
+	}
+	u.count.Add(-1)
+	return true
+}
+
+// arrived marks the stream's message arrived: its place is given back and
+// its receive deadline no longer applies.
+func (u *unread) arrived() {
+	if u.release() {
+		u.timer.Stop()
+		u.stop()
 	}
 }
 
@@ -136,6 +213,9 @@ func (l *Layer) grpcFailures(ctx context.Context, req any, info *grpc.UnaryServe
 	if cancel, ok := ctx.Value(streamCancel{}).(context.CancelFunc); ok {
 		defer cancel() // the stream's deadline is no longer needed
 	}
+	if u, ok := ctx.Value(streamUnread{}).(*unread); ok {
+		u.arrived()
+	}
 	defer l.observeGRPC(ctx, info.FullMethod)
 	defer func() {
 		if p := recover(); p != nil {
@@ -143,17 +223,19 @@ func (l *Layer) grpcFailures(ctx context.Context, req any, info *grpc.UnaryServe
 		}
 	}()
 	// The decode budget, as on the main port: the decoded message holds its
-	// size of the budget until its answer, and a message past the budget
-	// is refused as busy. grpc-go reads a message whole before any hook
-	// runs, so here the budget bounds what messages being handled hold;
-	// what the transport holds before is bounded by the connection cap,
-	// the streams per connection, the message cap and the stream deadline.
+	// size of the budget, and of its workspace's share, until its answer,
+	// and a message past either is refused as busy. grpc-go reads a
+	// message whole before any hook runs, so here the budget bounds what
+	// messages being handled hold; what the transport holds before is
+	// bounded per workspace by the unread streams it may have, the message
+	// cap and the read timeout.
 	if m, ok := req.(proto.Message); ok && l.budget != nil {
 		n := int64(proto.Size(m))
-		if !l.budget.take(n) {
+		share := l.budget.shareOf(call.Workspace(ctx))
+		if !l.budget.take(share, n) {
 			return nil, grpcStatus(ErrBusy)
 		}
-		defer l.budget.give(n)
+		defer l.budget.give(share, n)
 	}
 	resp, err = next(ctx, req)
 	if err == nil {

@@ -21,6 +21,7 @@ type Layer struct {
 	latency *prometheus.HistogramVec // nil: calls are not timed
 	tracing *tracing                 // nil: tracing is off
 	grpc    grpcMethods              // of the grpc-go server GRPCServer built
+	unread  unreadStreams            // of the grpc-go port, per workspace
 }
 
 // NewLayer returns the layer of a server authenticating callers by keys,
@@ -76,6 +77,7 @@ func (l *Layer) authenticate(render Renderer, next http.Handler) http.Handler {
 			render(w, r, err)
 			return
 		}
+		trustConn(r.Context())
 		// The layer's timing put the call's state in the context already:
 		// the principal goes into it, and the request needs no copy.
 		if ctx := call.WithPrincipal(r.Context(), pr); ctx != r.Context() {

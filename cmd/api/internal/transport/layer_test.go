@@ -33,7 +33,7 @@ import (
 func newLayer(t *testing.T) (*transport.Layer, *loopback.Log) {
 	t.Helper()
 	log := &loopback.Log{}
-	l, err := transport.NewLayer(access.Tokens{}, transport.NewBudget(transport.DefaultBudget), slog.New(slog.NewTextHandler(log, nil)),
+	l, err := transport.NewLayer(access.Tokens{}, transport.NewBudget(transport.DefaultBudget, transport.DefaultShare), slog.New(slog.NewTextHandler(log, nil)),
 		prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +74,7 @@ func post(t *testing.T, url, contentType string, body io.Reader) (int, string) {
 // again; unkey_decode_budget_in_use_bytes says what is held.
 func TestDecodeBudgetIsShared(t *testing.T) {
 	const budget = transport.MaxRequestBytes // the smallest the server takes
-	s := daemontest.Start(t, nil, fmt.Sprint("UNKEY_DECODE_BUDGET_BYTES=", budget), "UNKEY_GRPC_ADDR=127.0.0.1:0")
+	s := daemontest.Start(t, nil, fmt.Sprint("UNKEY_DECODE_BUDGET_BYTES=", budget), fmt.Sprint("UNKEY_DECODE_BUDGET_SHARE_BYTES=", budget), "UNKEY_GRPC_ADDR=127.0.0.1:0")
 	url, grpcAddr := s.URL, s.GRPCAddr
 	// A request that sends all but 100 bytes of the budget and waits holds
 	// them.

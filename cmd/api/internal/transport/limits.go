@@ -30,13 +30,25 @@ type Limits struct {
 	// MaxConcurrentStreams bounds the HTTP/2 streams one connection may
 	// have open at once.
 	MaxConcurrentStreams int
+	// UnreadPerWorkspace bounds the calls of one workspace on the grpc-go
+	// port whose message has not all arrived (0: no bound). grpc-go
+	// buffers a message whole before any hook of the layer sees it, so
+	// this, the message cap and ReadTimeout are what bound the memory one
+	// key's unfinished messages hold there.
+	UnreadPerWorkspace int
 }
 
 // HTTPServer returns an HTTP server for handler with l's bounds, speaking
-// HTTP/1.1 and h2c (HTTP/2 without TLS, for gRPC clients).
+// HTTP/1.1 and h2c (HTTP/2 without TLS, for gRPC clients). A connection
+// that has carried no authenticated request of a [Layer] route is closed
+// after ReadTimeout (see conns.go); the caller caps the connections (see
+// LimitListener).
 func (l Limits) HTTPServer(handler http.Handler) *http.Server {
+	conns := &connStates{deadline: l.ReadTimeout}
 	return &http.Server{
 		Handler:        handler,
+		ConnContext:    conns.connContext,
+		ConnState:      conns.connState,
 		Protocols:      cmdutil.Protocols(),
 		ReadTimeout:    l.ReadTimeout,
 		WriteTimeout:   l.WriteTimeout,
