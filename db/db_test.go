@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -370,5 +371,42 @@ func TestSyncChanged(t *testing.T) {
 	all, err := q.WindowCountsSyncChanged(ctx, WindowCountsSyncChangedParams{Region: "us", Since: 0, Now: 600_000})
 	if err != nil || len(all) != 2 {
 		t.Fatalf("changed since 0: %+v, %v; want both cells", all, err)
+	}
+}
+
+// TestEveryTextColumnIsNoPad: after Migrate, every text column of every
+// table compares byte for byte. Before, the analytics, roll call, audit
+// log, keys and secrets tables kept PAD SPACE: a key allowed namespace
+// "sec" read the analytics of "sec " and ListNamespaces merged the two.
+func TestEveryTextColumnIsNoPad(t *testing.T) {
+	db := openTestDB(t)
+	rows, err := db.Query(`SELECT TABLE_NAME, COLUMN_NAME, COLLATION_NAME FROM information_schema.COLUMNS
+		WHERE TABLE_SCHEMA = DATABASE() AND DATA_TYPE IN ('char', 'varchar') ORDER BY TABLE_NAME, COLUMN_NAME`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var table, column, collation string
+		if err := rows.Scan(&table, &column, &collation); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if !slices.Contains(noPadCollations, collation) {
+			t.Errorf("%s.%s is %s, want a NO PAD collation (%v)", table, column, collation, noPadCollations)
+		}
+	}
+	if n < 20 {
+		t.Fatalf("%d text columns, want every table's", n)
+	}
+	// The analytics tell "sec" and "sec " apart.
+	if _, err := db.Exec(`INSERT INTO ratelimit_analytics (workspace_id, namespace, granularity, bucket, passed, denied)
+		VALUES ('ws', 'sec', 1, 0, 1, 0), ('ws', 'sec ', 1, 0, 5, 0)`); err != nil {
+		t.Fatalf("namespaces differing in a trailing space: %v", err)
+	}
+	var passed int64
+	if err := db.QueryRow(`SELECT SUM(passed) FROM ratelimit_analytics WHERE workspace_id = 'ws' AND namespace = 'sec'`).Scan(&passed); err != nil || passed != 1 {
+		t.Fatalf("namespace 'sec' reads %d passed (%v), want its own 1", passed, err)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -16,8 +18,11 @@ import (
 // share a row and spend each other's budget.
 var noPadCollations = []string{"utf8mb4_nopad_bin", "utf8mb4_0900_bin"}
 
-// textColumns are the key columns that must compare byte for byte, with
-// their definitions.
+// textColumns are the text columns that must compare byte for byte, with
+// their definitions: every one a query looks rows up or groups them by.
+// Under PAD SPACE a key allowed the namespace "sec" read the analytics of
+// "sec " (which it could not ask for directly), and the two were merged
+// in one bucket.
 var textColumns = map[string][]columnDef{
 	"ratelimit_window_counts": {
 		{"workspace_id", "varchar(191)"}, {"namespace", "varchar(255)"},
@@ -28,7 +33,19 @@ var textColumns = map[string][]columnDef{
 	},
 	"ratelimit_overrides": {
 		{"workspace_id", "varchar(191)"}, {"namespace", "varchar(255)"}, {"identifier", "varchar(255)"},
+		{"id", "varchar(64)"},
 	},
+	"ratelimit_analytics": {{"workspace_id", "varchar(191)"}, {"namespace", "varchar(255)"}},
+	"ratelimit_analytics_top": {
+		{"workspace_id", "varchar(191)"}, {"namespace", "varchar(255)"}, {"identifier", "varchar(255)"},
+	},
+	"ratelimit_processes": {{"process_id", "varchar(64)"}, {"region", "varchar(48)"}},
+	"ratelimit_audit_log": {
+		{"workspace_id", "varchar(191)"}, {"actor_key_id", "varchar(64)"}, {"action", "varchar(32)"},
+		{"target", "varchar(1024)"}, {"request_id", "varchar(64)"},
+	},
+	"ratelimit_keys":    {{"id", "varchar(64)"}, {"workspace_id", "varchar(191)"}, {"name", "varchar(255)"}},
+	"ratelimit_secrets": {{"name", "varchar(64)"}},
 }
 
 type columnDef struct{ name, typ string }
@@ -72,7 +89,7 @@ func upgrade(ctx context.Context, db execer) error {
 	if err != nil {
 		return err
 	}
-	for _, table := range []string{"ratelimit_window_counts", "ratelimit_blocklist", "ratelimit_overrides"} {
+	for _, table := range slices.Sorted(maps.Keys(textColumns)) {
 		if err := setCollation(ctx, db, table, collation); err != nil {
 			return err
 		}

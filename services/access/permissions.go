@@ -4,7 +4,8 @@
 //
 // A permission is either per namespace, "ratelimit.<namespace>.<action>"
 // (the namespace "*" standing for every namespace), or one of the
-// workspace-wide [ManageKeys] and [ReadAudit]. An Envoy domain D is the
+// workspace-wide [ManageKeys] and [ReadAudit], or the operator's
+// [ReadStatus]. An Envoy domain D is the
 // namespace "envoy:D". Namespaces may hold dots ("api.requests"): the action
 // is what follows the last one.
 package access
@@ -61,6 +62,10 @@ const (
 	ManageKeys = "keys.manage"
 	// ReadAudit allows reading the workspace's audit log.
 	ReadAudit = "audit.read"
+	// ReadStatus allows reading the fleet's status (GetStatus): every
+	// process, its region and its Redis nodes' addresses, which are the
+	// operator's, not a tenant's.
+	ReadStatus = "status.read"
 )
 
 // AnyNamespace is the namespace of a permission that holds in every
@@ -77,6 +82,7 @@ type Permissions struct {
 	all        bool              // every permission: a token of UNKEY_AUTH_TOKENS
 	manageKeys bool              // ManageKeys
 	readAudit  bool              // ReadAudit
+	readStatus bool              // ReadStatus
 	anyNS      Action            // actions in every namespace
 	namespaces map[string]Action // actions in one namespace
 }
@@ -106,6 +112,9 @@ func Parse(names []string) (Permissions, error) {
 		case ReadAudit:
 			p.readAudit = true
 			continue
+		case ReadStatus:
+			p.readStatus = true
+			continue
 		}
 		ns, action, err := parseNamespaced(name)
 		if err != nil {
@@ -128,7 +137,7 @@ func parseNamespaced(name string) (string, Action, error) {
 	rest, ok := strings.CutPrefix(name, "ratelimit.")
 	cut := strings.LastIndexByte(rest, '.')
 	if !ok || cut < 0 {
-		return "", 0, fmt.Errorf("must be %q, %q or ratelimit.<namespace>.<action>", ManageKeys, ReadAudit)
+		return "", 0, fmt.Errorf("must be %q, %q, %q or ratelimit.<namespace>.<action>", ManageKeys, ReadAudit, ReadStatus)
 	}
 	ns, actionName := rest[:cut], rest[cut+1:]
 	i := slices.Index(actionNames[:], actionName)
@@ -151,14 +160,16 @@ func (p Permissions) Allows(action Action, namespace string) bool {
 	return p.namespaces[namespace]&action == action
 }
 
-// Has reports whether p holds the workspace-wide permission name
-// ([ManageKeys] or [ReadAudit]).
+// Has reports whether p holds the permission name that is not a
+// namespace's ([ManageKeys], [ReadAudit] or [ReadStatus]).
 func (p Permissions) Has(name string) bool {
 	switch name {
 	case ManageKeys:
 		return p.all || p.manageKeys
 	case ReadAudit:
 		return p.all || p.readAudit
+	case ReadStatus:
+		return p.all || p.readStatus
 	}
 	return false
 }
@@ -173,7 +184,7 @@ func Name(action Action, namespace string) string {
 // set from [All] lists every permission in every namespace.
 func (p Permissions) Names() []string {
 	if p.all {
-		p = Permissions{manageKeys: true, readAudit: true, anyNS: allActions}
+		p = Permissions{manageKeys: true, readAudit: true, readStatus: true, anyNS: allActions}
 	}
 	var names []string
 	if p.manageKeys {
@@ -181,6 +192,9 @@ func (p Permissions) Names() []string {
 	}
 	if p.readAudit {
 		names = append(names, ReadAudit)
+	}
+	if p.readStatus {
+		names = append(names, ReadStatus)
 	}
 	add := func(ns string, actions Action) {
 		for i := range actionNames {
@@ -202,7 +216,7 @@ func (p Permissions) Names() []string {
 // namespace, "ratelimit.api.limit" if p allows limit in api. A name that is
 // not a permission is not held.
 func (p Permissions) Grants(name string) bool {
-	if name == ManageKeys || name == ReadAudit {
+	if name == ManageKeys || name == ReadAudit || name == ReadStatus {
 		return p.Has(name)
 	}
 	ns, action, err := parseNamespaced(name)

@@ -176,8 +176,14 @@ func (h *Analytics) ListNamespaces(ctx context.Context, req *connect.Request[rat
 // live or gone (analytics.Process.Live).
 const statusWindow = 5 * time.Minute
 
-// GetStatus implements AnalyticsService.GetStatus.
+// GetStatus implements AnalyticsService.GetStatus. The fleet's processes,
+// regions and Redis addresses are the operator's: a key needs
+// status.read, which a tenant's key holds only if given.
 func (h *Analytics) GetStatus(ctx context.Context, _ *connect.Request[ratelimitv1.GetStatusRequest]) (*connect.Response[ratelimitv1.GetStatusResponse], error) {
+	if !call.PrincipalOf(ctx).Permissions.Has(access.ReadStatus) {
+		return nil, h.layer.ConnectError(ctx, ratelimitv1connect.AnalyticsServiceGetStatusProcedure,
+			&access.DeniedError{Permission: access.ReadStatus})
+	}
 	procs, now, err := h.fleet.Processes(ctx, statusWindow)
 	if err != nil {
 		return nil, h.layer.ConnectError(ctx, ratelimitv1connect.AnalyticsServiceGetStatusProcedure, err)

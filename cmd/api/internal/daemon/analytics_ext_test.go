@@ -125,8 +125,9 @@ func TestAnalyticsNeedsItsPermission(t *testing.T) {
 	path := filepath.Join(dir, "keys.json")
 	_, limiter, out1 := cliKey(t, nil, "generate", "--workspace", "ws_a", "--name", "limiter", "--permissions", "ratelimit.sms.limit")
 	_, reader, out2 := cliKey(t, nil, "generate", "--workspace", "ws_a", "--name", "reader", "--permissions", "ratelimit.sms.read_analytics")
+	_, operator, out3 := cliKey(t, nil, "generate", "--workspace", "ops", "--name", "operator", "--permissions", "status.read")
 	entry := func(out string) string { return strings.SplitN(out, "\n", 2)[0] }
-	if err := os.WriteFile(path, []byte(`{"keys":[`+entry(out1)+`,`+entry(out2)+`]}`), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(`{"keys":[`+entry(out1)+`,`+entry(out2)+`,`+entry(out3)+`]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ts := startServer(t, "UNKEY_AUTH_KEYS_FILE="+path, "UNKEY_ANALYTICS_FLUSH_INTERVAL=100ms")
@@ -152,8 +153,16 @@ func TestAnalyticsNeedsItsPermission(t *testing.T) {
 		len(out["namespaces"].([]any)) != 1 || out["withheld"] != float64(0) {
 		t.Errorf("ListNamespaces with read_analytics: %d %v, want sms listed, none withheld", status, out)
 	}
+	// The fleet's status is the operator's: before, any key read every
+	// process's id, region and Redis addresses.
+	for _, key := range []string{limiter, reader} {
+		if status, out, _ := ts.rpc(t, "AnalyticsService", "GetStatus", key, `{}`); status != 403 ||
+			!strings.Contains(fmt.Sprint(out["message"]), "status.read") || out["processes"] != nil {
+			t.Errorf("GetStatus with a tenant's key: %d %v, want 403 naming status.read", status, out)
+		}
+	}
 	// Without MySQL, the status says the analytics are this process's own.
-	if status, out, _ := ts.rpc(t, "AnalyticsService", "GetStatus", limiter, `{}`); status != 200 ||
+	if status, out, _ := ts.rpc(t, "AnalyticsService", "GetStatus", operator, `{}`); status != 200 ||
 		out["analyticsInMemory"] != true || out["flushIntervalMs"] != "100" {
 		t.Errorf("GetStatus without MySQL: %d %v, want the analytics in memory, flushed every 100 ms", status, out)
 	}
