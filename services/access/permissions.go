@@ -160,6 +160,20 @@ func (p Permissions) Allows(action Action, namespace string) bool {
 	return p.namespaces[namespace]&action == action
 }
 
+// AllowsSome reports whether p allows action in at least one namespace:
+// whether a call that lists what the key may see could show it anything.
+func (p Permissions) AllowsSome(action Action) bool {
+	if p.all || p.anyNS&action == action {
+		return true
+	}
+	for _, actions := range p.namespaces {
+		if actions&action == action {
+			return true
+		}
+	}
+	return false
+}
+
 // Has reports whether p holds the permission name that is not a
 // namespace's ([ManageKeys], [ReadAudit] or [ReadStatus]).
 func (p Permissions) Has(name string) bool {

@@ -58,11 +58,19 @@ func TestZeroAndAll(t *testing.T) {
 			t.Errorf("All() refuses %v", a)
 		}
 	}
-	if none.Has(access.ManageKeys) || !all.Has(access.ManageKeys) || !all.Has(access.ReadAudit) {
-		t.Error("workspace-wide permissions: zero must hold none, All() both")
+	if none.Has(access.ManageKeys) || none.Has(access.ReadStatus) || !all.Has(access.ManageKeys) || !all.Has(access.ReadAudit) ||
+		!all.Has(access.ReadStatus) {
+		t.Error("permissions of no namespace: zero must hold none, All() every one")
 	}
-	if got := len(all.Names()); got != 7 {
-		t.Errorf("All().Names() has %d entries, want 7: %v", got, all.Names())
+	if got := len(all.Names()); got != 8 {
+		t.Errorf("All().Names() has %d entries, want 8: %v", got, all.Names())
+	}
+	if status, _ := access.Parse([]string{"status.read"}); !status.Has(access.ReadStatus) || status.Has(access.ReadAudit) ||
+		status.AllowsSome(access.ReadAnalytics) {
+		t.Error("status.read alone: must hold it and nothing else")
+	}
+	if one, _ := access.Parse([]string{"ratelimit.x.read_analytics"}); !one.AllowsSome(access.ReadAnalytics) || one.AllowsSome(access.Limit) {
+		t.Error("AllowsSome: read_analytics of one namespace allows it in some, and nothing else")
 	}
 }
 

@@ -34,7 +34,7 @@ func (s *Registry) load(ctx context.Context) error {
 			return fmt.Errorf("load overrides: stopped after %d: %w", rows, err)
 		}
 		pageCtx, cancel := context.WithTimeout(ctx, storeTimeout)
-		page, last, err := s.store.Page(pageCtx, after, loadPageSize)
+		page, last, err := s.pollStore.Page(pageCtx, after, loadPageSize)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("load overrides after %d: %w", rows, err)
@@ -80,7 +80,7 @@ func (s *Registry) applyAll(changes []Change, gen uint32) {
 func (s *Registry) revision(ctx context.Context) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, clockTimeout)
 	defer cancel()
-	return s.store.Revision(ctx)
+	return s.pollStore.Revision(ctx)
 }
 
 // Run polls the store for changes every poll interval until ctx is done,
@@ -129,7 +129,7 @@ func (s *Registry) Refresh(ctx context.Context) error {
 	}
 	pollCtx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
-	changes, err := s.store.Changes(pollCtx, since)
+	changes, err := s.pollStore.Changes(pollCtx, since)
 	if err != nil {
 		return fmt.Errorf("poll overrides: %w", err)
 	}

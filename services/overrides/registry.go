@@ -76,14 +76,17 @@ const (
 // Registry holds every override in memory for [Registry.Lookup] and writes
 // through to its store. Its methods are safe for concurrent use.
 type Registry struct {
-	store   store.Overrides // the fleet's (MySQL), or this process's memory
-	clock   ratelimit.Clock
-	logger  *slog.Logger
-	poll    time.Duration
-	maxPer  int64
-	maxPat  int
-	metrics *metrics
-	idx     *index
+	store store.Overrides // the fleet's (MySQL), or this process's memory
+	// pollStore is what the load and the polls read: store, or the same
+	// table through connections no caller's request can take.
+	pollStore store.Overrides
+	clock     ratelimit.Clock
+	logger    *slog.Logger
+	poll      time.Duration
+	maxPer    int64
+	maxPat    int
+	metrics   *metrics
+	idx       *index
 
 	// mu serializes loads and polls, and guards what follows.
 	mu sync.Mutex
@@ -110,6 +113,11 @@ type Option func(*Registry)
 // WithStore keeps overrides in st, shared by the fleet, instead of this
 // process's memory (a [memstore.Store]).
 func WithStore(st store.Overrides) Option { return func(s *Registry) { s.store = st } }
+
+// WithPollStore has the load and the polls read st instead of the store of
+// [WithStore]: the same table through a pool of its own, so that callers'
+// changes and reads, however slow, never hold the polls back.
+func WithPollStore(st store.Overrides) Option { return func(s *Registry) { s.pollStore = st } }
 
 // WithClock sets the clock of the in-memory store that keeps overrides
 // without [WithStore]. A store given stamps changes by its own clock.
@@ -176,6 +184,9 @@ func New(opts ...Option) (*Registry, error) {
 	}
 	if s.store == nil {
 		s.store = memstore.New(memstore.WithClock(s.clock))
+	}
+	if s.pollStore == nil {
+		s.pollStore = s.store
 	}
 	if err := s.metrics.register(s.idx); err != nil {
 		return nil, fmt.Errorf("register override metrics: %w", err)

@@ -2,7 +2,9 @@ package connectapi
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -25,6 +27,52 @@ type Analytics struct {
 	store analytics.Store
 	fleet analytics.Fleet
 	self  AnalyticsProcess
+	// queries holds each workspace's queries in flight, at most
+	// QueriesPerWorkspace. Workspaces come from the keys.
+	queries sync.Map // string → chan struct{}
+}
+
+// QueriesPerWorkspace is the most analytics queries (GetRatelimits,
+// ListNamespaces) one workspace has running at once in a process; more
+// wait their turn, up to QueryTimeout. MySQL's requests pool is five
+// connections: one tenant's slow queries leave the others three.
+const QueriesPerWorkspace = 2
+
+// QueryTimeout bounds one analytics query, its wait for a turn included:
+// a query of months of a busy tenant's rows is cancelled instead of
+// holding a connection for minutes.
+const QueryTimeout = 5 * time.Second
+
+// QueriesBusyError refuses an analytics query whose workspace had
+// QueriesPerWorkspace running for all of QueryTimeout.
+type QueriesBusyError struct{}
+
+func (QueriesBusyError) Error() string {
+	return fmt.Sprintf("too many analytics queries of this workspace at once: at most %d run at a time in a process, "+
+		"and this one waited %s for its turn; try again", QueriesPerWorkspace, QueryTimeout)
+}
+
+// Exhausted marks the error a cap's refusal (resource_exhausted).
+func (QueriesBusyError) Exhausted() bool { return true }
+
+// query runs f, a query of the caller's workspace, within QueryTimeout
+// and its workspace's turn.
+func (h *Analytics) query(ctx context.Context, f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, QueryTimeout)
+	defer cancel()
+	ws := call.Workspace(ctx)
+	g, ok := h.queries.Load(ws)
+	if !ok {
+		g, _ = h.queries.LoadOrStore(ws, make(chan struct{}, QueriesPerWorkspace))
+	}
+	turn := g.(chan struct{})
+	select {
+	case turn <- struct{}{}:
+	case <-ctx.Done():
+		return QueriesBusyError{}
+	}
+	defer func() { <-turn }()
+	return f(ctx)
 }
 
 var _ ratelimitv1connect.AnalyticsServiceHandler = (*Analytics)(nil)
@@ -116,12 +164,15 @@ func (h *Analytics) getRatelimits(ctx context.Context, m *ratelimitv1.GetRatelim
 		return nil, err
 	}
 	ws := call.Workspace(ctx)
-	series, err := h.store.Series(ctx, ws, m.GetNamespace(), g, time.UnixMilli(from), time.UnixMilli(to))
-	if err != nil {
-		return nil, err
-	}
-	named, err := h.store.Top(ctx, ws, m.GetNamespace(), time.UnixMilli(from), time.UnixMilli(to), top)
-	if err != nil {
+	var series []analytics.Point
+	var named []analytics.Identifier
+	if err := h.query(ctx, func(ctx context.Context) (err error) {
+		if series, err = h.store.Series(ctx, ws, m.GetNamespace(), g, time.UnixMilli(from), time.UnixMilli(to)); err != nil {
+			return err
+		}
+		named, err = h.store.Top(ctx, ws, m.GetNamespace(), time.UnixMilli(from), time.UnixMilli(to), top)
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	out := &ratelimitv1.GetRatelimitsResponse{Series: make([]*ratelimitv1.RatelimitPoint, len(series)),
@@ -148,11 +199,21 @@ func (h *Analytics) ListNamespaces(ctx context.Context, req *connect.Request[rat
 	case to <= from || to-from > analytics.DayRetention.Milliseconds():
 		err = &invalid.Error{Field: "to", Rule: "must be after from, by at most 400 days"}
 	}
+	if err == nil && !call.PrincipalOf(ctx).Permissions.AllowsSome(access.ReadAnalytics) {
+		// Authorized before any query: a key that may read no namespace's
+		// analytics costs the database nothing.
+		err = &access.DeniedError{Permission: access.Name(access.ReadAnalytics, "<namespace>"),
+			Reason: "ListNamespaces lists the namespaces whose analytics a key may read, and this key lacks " +
+				access.Name(access.ReadAnalytics, "<namespace>") + " for every namespace"}
+	}
 	var names []analytics.Identifier
 	if err == nil {
 		// Read more than are answered: those the caller may not read are
 		// left out.
-		names, err = h.store.Namespaces(ctx, call.Workspace(ctx), time.UnixMilli(from), time.UnixMilli(to), 10*maxNamespaces)
+		err = h.query(ctx, func(ctx context.Context) (err error) {
+			names, err = h.store.Namespaces(ctx, call.Workspace(ctx), time.UnixMilli(from), time.UnixMilli(to), 10*maxNamespaces)
+			return err
+		})
 	}
 	if err != nil {
 		return nil, h.layer.ConnectError(ctx, ratelimitv1connect.AnalyticsServiceListNamespacesProcedure, err)

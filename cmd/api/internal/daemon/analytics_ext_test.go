@@ -126,8 +126,9 @@ func TestAnalyticsNeedsItsPermission(t *testing.T) {
 	_, limiter, out1 := cliKey(t, nil, "generate", "--workspace", "ws_a", "--name", "limiter", "--permissions", "ratelimit.sms.limit")
 	_, reader, out2 := cliKey(t, nil, "generate", "--workspace", "ws_a", "--name", "reader", "--permissions", "ratelimit.sms.read_analytics")
 	_, operator, out3 := cliKey(t, nil, "generate", "--workspace", "ops", "--name", "operator", "--permissions", "status.read")
+	_, other, out4 := cliKey(t, nil, "generate", "--workspace", "ws_a", "--name", "other", "--permissions", "ratelimit.other.read_analytics")
 	entry := func(out string) string { return strings.SplitN(out, "\n", 2)[0] }
-	if err := os.WriteFile(path, []byte(`{"keys":[`+entry(out1)+`,`+entry(out2)+`,`+entry(out3)+`]}`), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(`{"keys":[`+entry(out1)+`,`+entry(out2)+`,`+entry(out3)+`,`+entry(out4)+`]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ts := startServer(t, "UNKEY_AUTH_KEYS_FILE="+path, "UNKEY_ANALYTICS_FLUSH_INTERVAL=100ms")
@@ -145,9 +146,15 @@ func TestAnalyticsNeedsItsPermission(t *testing.T) {
 	// many it left out, never their names.
 	now := time.Now().UnixMilli()
 	span := fmt.Sprintf(`{"from":%d,"to":%d}`, now-3_600_000, now+60_000)
-	if status, out, _ := ts.rpc(t, "AnalyticsService", "ListNamespaces", limiter, span); status != 200 ||
+	if status, out, _ := ts.rpc(t, "AnalyticsService", "ListNamespaces", other, span); status != 200 ||
 		len(out["namespaces"].([]any)) != 0 || out["withheld"] != float64(1) {
-		t.Errorf("ListNamespaces without read_analytics: %d %v, want none listed, one withheld", status, out)
+		t.Errorf("ListNamespaces with read_analytics of another namespace: %d %v, want none listed, one withheld", status, out)
+	}
+	// A key that may read no namespace's analytics is refused before any
+	// query: before, it cost the database a scan of the workspace's rows.
+	if status, out, _ := ts.rpc(t, "AnalyticsService", "ListNamespaces", limiter, span); status != 403 ||
+		!strings.Contains(fmt.Sprint(out["message"]), "read_analytics") {
+		t.Errorf("ListNamespaces without read_analytics: %d %v, want 403 naming it", status, out)
 	}
 	if status, out, _ := ts.rpc(t, "AnalyticsService", "ListNamespaces", reader, span); status != 200 ||
 		len(out["namespaces"].([]any)) != 1 || out["withheld"] != float64(0) {

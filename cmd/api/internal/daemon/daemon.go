@@ -184,7 +184,7 @@ func (d *Daemon) build() error {
 		connectapi.New(d.layer, p),
 		connectapi.NewKeys(d.layer, manager),
 		connectapi.NewAudit(d.layer, st.audit),
-		connectapi.NewAnalytics(d.layer, st.analytics, st.fleet, connectapi.AnalyticsProcess{Region: cfg.Region,
+		connectapi.NewAnalytics(d.layer, st.analyticsQueries, st.fleetQueries, connectapi.AnalyticsProcess{Region: cfg.Region,
 			FlushInterval: cfg.AnalyticsFlushInterval, InMemory: cfg.mysql == nil}),
 		unkeyv2.New(d.layer, p),
 		rls,
@@ -201,7 +201,7 @@ func newOverrides(cfg Config, logger *slog.Logger, reg prometheus.Registerer, st
 		overrides.WithMaxPerWorkspace(cfg.MaxOverridesPerWorkspace),
 		overrides.WithMaxPatternsPerNamespace(cfg.MaxOverridePatternsPerNamespace), overrides.WithRegisterer(reg)}
 	if st.overrides != nil {
-		opts = append(opts, overrides.WithStore(st.overrides))
+		opts = append(opts, overrides.WithStore(st.overrides), overrides.WithPollStore(st.overridesPoll))
 	}
 	return overrides.New(opts...)
 }
@@ -219,7 +219,7 @@ func (d *Daemon) newKeys(cfg Config, st *stores) (*keys.Ring, error) {
 		d.loops = append(d.loops, file)
 	}
 	if st.keys != nil {
-		table, err := keys.NewTable(st.keys, ring, d.registry, keys.WithPollInterval(cfg.OverridesPollInterval),
+		table, err := keys.NewTable(st.keysPoll, ring, d.registry, keys.WithPollInterval(cfg.OverridesPollInterval),
 			keys.WithTableLogger(d.logger))
 		if err != nil {
 			return nil, err

@@ -314,9 +314,11 @@ func TestDashboardInChromium(t *testing.T) {
 			t.Errorf("visit %d: the page reports %q, script errors %v", i, v.Error, v.Errors)
 		}
 	}
-	// The calls refused: ListOverrides without read_override; both the
-	// page's first calls without a key, or with one the API does not know.
-	for i, want := range [][]string{nil, nil, nil, {"403"}, {"401", "401"}, {"401", "401"}} {
+	// The calls refused: ListNamespaces without read_analytics in any
+	// namespace; GetStatus without status.read; ListOverrides without
+	// read_override; both the page's first calls without a key, or with
+	// one the API does not know.
+	for i, want := range [][]string{nil, nil, {"403", "403"}, {"403", "403"}, {"401", "401"}, {"401", "401"}} {
 		if !slices.Equal(views[i].Refused, want) {
 			t.Errorf("visit %d: the API refused calls with %v, want %v", i, views[i].Refused, want)
 		}
@@ -385,7 +387,7 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Errorf("a workspace with no decisions: %v, notes %q; want none and when they appear", other.Namespaces, notes(other))
 	}
 	if len(noRead.Namespaces) != 0 || len(noRead.Notices) != 1 ||
-		!strings.HasPrefix(noRead.Notices[0], "Your key may not read the analytics of the 2 namespaces with decisions in the last hour.") ||
+		!strings.HasPrefix(noRead.Notices[0], "Your key may not read the analytics of any namespace.") ||
 		!strings.Contains(noRead.Notices[0], "needs the permission ratelimit.<namespace>.read_analytics (ratelimit.*.read_analytics for every namespace)") {
 		t.Errorf("a key without read_analytics: %v, notes %q; want none and the permission they need", noRead.Namespaces, notes(noRead))
 	}
@@ -393,6 +395,9 @@ func TestDashboardInChromium(t *testing.T) {
 		!strings.HasPrefix(oneRead.Notices[0], "1 more namespace has decisions in the last hour that your key may not read") ||
 		!strings.Contains(oneRead.Notices[0], "ratelimit.<namespace>.read_analytics") {
 		t.Errorf("a key that may read api.requests only: %v, notes %q; want it and a note of the one withheld", oneRead.Namespaces, notes(oneRead))
+	}
+	if len(noRead.Processes) != 1 || !strings.Contains(fmt.Sprint(noRead.Processes[0]), "Not shown: the fleet's status needs status.read") {
+		t.Errorf("the fleet shown to a key without status.read: %v, want why not", noRead.Processes)
 	}
 	if len(oneRead.Overrides) != 1 || oneRead.Overrides[0][0] !=
 		"Not shown: listing a namespace's overrides needs ratelimit.api.requests.read_override, which this key lacks." {

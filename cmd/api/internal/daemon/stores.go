@@ -33,12 +33,15 @@ import (
 	ledgerstore "github.com/unkeyed/ratelimit/services/reservation/store"
 )
 
-// MySQLConns bounds a process's MySQL pool. Its loops use at most five
-// connections at a time: the limiter's flush and its sync, the overrides
-// poll, the keys poll and the analytics flush (with the roll call after
-// it); the reservations' ledger, audit writes and override and key writes
-// take one between them, briefly. Five keep the pool small for a fleet of
-// hundreds of processes: a loop that finds the pool busy waits its turn.
+// MySQLConns bounds each of a process's two MySQL pools. The loops' pool
+// serves the limiter's flush and its sync, the overrides poll, the keys
+// poll and the analytics flush (with the roll call after it): five
+// connections, one each. The requests' pool serves what callers ask of
+// MySQL: the analytics' queries, the audit log, keys, overrides and the
+// reservations' ledger. No caller's query, however slow, takes a
+// connection a loop needs: with one pool, six slow analytics queries of
+// one tenant held another tenant's revoked key in force for 56.7 s. Five
+// each keep the pools small for a fleet of hundreds of processes.
 const MySQLConns = 5
 
 // stores are the process's clients and the stores the configuration names:
@@ -54,9 +57,11 @@ type stores struct {
 	// global is the limiter's global store; nil without MySQL.
 	global store.Global
 	// overrides persist overrides; nil without MySQL (memory).
-	overrides overridesstore.Overrides
+	// overridesPoll is the same table through the loops' pool.
+	overrides, overridesPoll overridesstore.Overrides
 	// keys are the managed keys; nil without MySQL: keys are not managed.
-	keys keysstore.Store
+	// keysPoll is the same table through the loops' pool.
+	keys, keysPoll keysstore.Store
 	// audit holds the audit log: MySQL's, else this process's memory.
 	audit auditstore.Log
 	// ledger settles each reservation once in the widest scope there is:
@@ -67,9 +72,13 @@ type stores struct {
 	// loadSecret reads the shared reservation secret; nil without a store
 	// that can hold it.
 	loadSecret func(context.Context) ([]byte, error)
-	// analytics and fleet: MySQL's, else this process's memory.
-	analytics analytics.Store
-	fleet     analytics.Fleet
+	// analytics and fleet: MySQL's, else this process's memory, as the
+	// loops write them; analyticsQueries and fleetQueries as callers read
+	// them (through the requests' pool).
+	analytics        analytics.Store
+	fleet            analytics.Fleet
+	analyticsQueries analytics.Store
+	fleetQueries     analytics.Fleet
 }
 
 // openStores opens what cfg names. processID scopes a ledger that only this
@@ -111,29 +120,40 @@ func openStores(cfg Config, logger *slog.Logger, reg prometheus.Registerer, trac
 		if tracing.On {
 			traced = append(traced, otelsql.WithTracerProvider(tracing.Provider))
 		}
-		sqlDB, err := cmdutil.OpenMySQL(cfg.mysql, MySQLConns, traced...)
+		loops, err := cmdutil.OpenMySQL(cfg.mysql, MySQLConns, traced...)
 		if err != nil {
 			return s, err
 		}
-		s.closers = append(s.closers, sqlDB.Close)
-		s.useMySQL(sqlDB)
+		s.closers = append(s.closers, loops.Close)
+		requests, err := cmdutil.OpenMySQL(cfg.mysql, MySQLConns, traced...)
+		if err != nil {
+			return s, err
+		}
+		s.closers = append(s.closers, requests.Close)
+		s.useMySQL(loops, requests)
 		logger.Info("global counters configured", "mysql", cfg.mysql.Addr, "database", cfg.mysql.DBName,
 			"flush", cfg.GlobalFlushInterval, "full_flush", cfg.GlobalFullFlushInterval, "sync", cfg.GlobalSyncInterval)
 	}
 	if s.analytics == nil {
 		a := analyticsmem.New(analyticsmem.DefaultRows, time.Now)
 		s.analytics, s.fleet = a, a
+		s.analyticsQueries, s.fleetQueries = a, a
 	}
 	return s, nil
 }
 
-// useMySQL puts MySQL's stores in place of memory's, and of Redis's ledger.
-func (s *stores) useMySQL(sqlDB *sql.DB) {
-	s.global = mysqlstore.New(sqlDB)
-	s.overrides = overridesmysql.New(sqlDB)
-	s.audit, s.keys = auditmysql.New(sqlDB), keysmysql.New(sqlDB)
-	s.ledger, s.ledgerScope = ledgermysql.New(sqlDB), ""
-	a := analyticsmysql.New(sqlDB, time.Now)
+// useMySQL puts MySQL's stores in place of memory's, and of Redis's ledger:
+// what the loops read and write through loops, what callers ask through
+// requests.
+func (s *stores) useMySQL(loops, requests *sql.DB) {
+	s.global = mysqlstore.New(loops)
+	s.overrides, s.overridesPoll = overridesmysql.New(requests), overridesmysql.New(loops)
+	s.audit = auditmysql.New(requests)
+	s.keys, s.keysPoll = keysmysql.New(requests), keysmysql.New(loops)
+	s.ledger, s.ledgerScope = ledgermysql.New(requests), ""
+	a := analyticsmysql.New(loops, time.Now)
 	s.analytics, s.fleet = a, a
-	s.loadSecret = func(ctx context.Context) ([]byte, error) { return ledgermysql.Secret(ctx, sqlDB) }
+	q := analyticsmysql.New(requests, time.Now)
+	s.analyticsQueries, s.fleetQueries = q, q
+	s.loadSecret = func(ctx context.Context) ([]byte, error) { return ledgermysql.Secret(ctx, requests) }
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
+	"github.com/unkeyed/ratelimit/internal/testkit/dbtest"
 	"github.com/unkeyed/ratelimit/internal/testkit/loopback"
 	"github.com/unkeyed/ratelimit/internal/testkit/poll"
 )
@@ -376,4 +377,88 @@ func TestAuditKeepsChangesAtABoundedRate(t *testing.T) {
 	if code, out := ts.call(t, "SetOverride", tokB, `{"namespace":"api","identifier":"b","limit":5,"duration":60000}`); code != http.StatusOK {
 		t.Fatalf("B's SetOverride while A is at its rate: %d %v", code, out)
 	}
+}
+
+// TestSlowQueriesLeaveTheLoopsTheirConnections: one tenant's slow
+// analytics queries cannot hold back the loops or the other tenants'
+// calls. Before, one pool of five connections served both: six slow calls
+// of A's held a revoked key of B's in force for 56.7 s, B's SetOverride
+// took over 60 s, and an override set on another process was not applied
+// after 90 s. Here A's queries are stuck behind a lock on the analytics
+// tables; B's SetOverride on the same process answers at once, an
+// override B sets on the other process is applied by this one's poll, and
+// A's queries end at their timeout, two at a time.
+func TestSlowQueriesLeaveTheLoopsTheirConnections(t *testing.T) {
+	t.Parallel()
+	m, sqlDB := dbtest.Start(t)
+	start := func() *testServer {
+		return startServer(t, "UNKEY_MYSQL_DSN="+m.DSN, "UNKEY_AUTH_TOKENS="+tokA+"=ws_a,"+tokB+"=ws_b",
+			"UNKEY_OVERRIDES_POLL_INTERVAL=200ms", "UNKEY_ANALYTICS_FLUSH_INTERVAL=200ms")
+	}
+	p1, p2 := start(), start()
+
+	lock, err := sqlDB.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if _, err := lock.ExecContext(context.Background(), "LOCK TABLES ratelimit_analytics WRITE, ratelimit_analytics_top WRITE"); err != nil {
+		t.Fatal(err)
+	}
+	unlocked := false
+	unlock := func() {
+		if !unlocked {
+			lock.ExecContext(context.Background(), "UNLOCK TABLES")
+			unlocked = true
+		}
+	}
+	defer unlock()
+
+	// A's six queries, stuck.
+	now := time.Now().UnixMilli()
+	var wg sync.WaitGroup
+	statuses := make(chan int, 6)
+	for range 6 {
+		wg.Go(func() {
+			req, _ := http.NewRequest(http.MethodPost, p1.url+"/ratelimit.v1.AnalyticsService/GetRatelimits",
+				strings.NewReader(fmt.Sprintf(`{"namespace":"n","from":%d,"to":%d}`, now-3_600_000, now)))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+tokA)
+			resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
+			if err != nil {
+				statuses <- 0
+				return
+			}
+			resp.Body.Close()
+			statuses <- resp.StatusCode
+		})
+	}
+	time.Sleep(300 * time.Millisecond) // the queries reach MySQL
+
+	began := time.Now()
+	if code, out := p1.call(t, "SetOverride", tokB, `{"namespace":"api","identifier":"b1","limit":5,"duration":60000}`); code != http.StatusOK {
+		t.Fatalf("B's SetOverride with A's queries stuck: %d %v", code, out)
+	}
+	t.Logf("B's SetOverride on the process with A's queries stuck: %v", time.Since(began).Round(time.Millisecond))
+	if took := time.Since(began); took > 3*time.Second {
+		t.Fatalf("B's SetOverride took %v with A's queries stuck", took)
+	}
+	// An override set on the other process is applied by this one's poll.
+	if code, out := p2.call(t, "SetOverride", tokB, `{"namespace":"api","identifier":"b2","limit":1,"duration":2592000000}`); code != http.StatusOK {
+		t.Fatalf("B's SetOverride on the other process: %d %v", code, out)
+	}
+	began = time.Now()
+	poll.Until(t, 3*time.Second, "the other process's override to apply here", func() bool {
+		_, out := p1.call(t, "Limit", tokB, `{"namespace":"api","identifier":"b2","limit":100,"duration":2592000000,"cost":0}`)
+		return out["limit"] == "1"
+	})
+	t.Logf("an override set on the other process applied here after %v", time.Since(began).Round(time.Millisecond))
+	wg.Wait()
+	close(statuses)
+	for code := range statuses {
+		if code != http.StatusTooManyRequests && code != http.StatusGatewayTimeout && code != http.StatusInternalServerError {
+			t.Errorf("A's stuck query answered %d, want it ended at its timeout", code)
+		}
+	}
+	t.Logf("A's six stuck queries ended %v after they began", time.Since(began).Round(100*time.Millisecond))
 }

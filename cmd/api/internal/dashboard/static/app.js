@@ -399,8 +399,14 @@ function renderFleet(st) {
   fill("redis", [...nodes].sort().map(([addr, n]) => [addr, { cls: n.state === "open" ? "open" : "closed", text: n.state }, n.by]));
 }
 
-function clearFleet() {
+// clearFleet empties the fleet's tables, saying why when the key may not
+// read the fleet's status (err, GetStatus's refusal).
+function clearFleet(err) {
   for (const id of ["regions", "processes", "redis"]) fill(id, []);
+  if (err && err.code === "permission_denied") {
+    fill("processes", [[{ cls: "why", text: "Not shown: the fleet's status needs status.read, the operator's permission, which this key lacks." },
+      "", ""]]);
+  }
 }
 
 // explain adds the notices that say what the view holds and, when it holds
@@ -454,8 +460,19 @@ async function load() {
       }
       return;
     }
-    if (names.status === "rejected") throw names.reason;
     const st = status.status === "fulfilled" ? status.value : null;
+    if (names.status === "rejected" && names.reason.code === "permission_denied") {
+      // The API refuses ListNamespaces to a key that may read no
+      // namespace's analytics, before it looks at any.
+      fill("namespaces", []);
+      clearNamespace();
+      if (st) renderFleet(st); else clearFleet(status.reason);
+      notice("warn", "Your key may not read the analytics of any namespace. Reading a namespace's analytics needs the permission ",
+        { code: "ratelimit.<namespace>.read_analytics" }, " (", { code: "ratelimit.*.read_analytics" },
+        " for every namespace): ask whoever manages your keys to grant it.");
+      return;
+    }
+    if (names.status === "rejected") throw names.reason;
     const list = names.value.namespaces || [];
     explain(list, num(names.value.withheld), st);
     const tbody = fill("namespaces", list.map((n) => [n.namespace, num(n.passed), num(n.denied)]));
@@ -468,10 +485,10 @@ async function load() {
     });
     const next = list.find((n) => n.namespace === selected) ? selected : list.length ? list[0].namespace : null;
     if (st) renderFleet(st);
-    else clearFleet();
+    else clearFleet(status.reason);
     if (next) await loadNamespace(next);
     else clearNamespace();
-    if (!st) throw status.reason;
+    if (!st && status.reason.code !== "permission_denied") throw status.reason;
   } catch (e) {
     show(e);
   } finally {
