@@ -9,6 +9,41 @@ import (
 	"context"
 )
 
+const analyticsBatchClaim = `-- name: AnalyticsBatchClaim :execrows
+INSERT IGNORE INTO ratelimit_analytics_batches (id, created_at) VALUES (?, ?)
+`
+
+type AnalyticsBatchClaimParams struct {
+	ID        string
+	CreatedAt uint64
+}
+
+// AnalyticsBatchClaim records batch id as added at created_at (unix ms):
+// one row affected the first time, none when it was added before.
+func (q *Queries) AnalyticsBatchClaim(ctx context.Context, arg AnalyticsBatchClaimParams) (int64, error) {
+	result, err := q.db.ExecContext(ctx, analyticsBatchClaim, arg.ID, arg.CreatedAt)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
+const analyticsBatchesPurge = `-- name: AnalyticsBatchesPurge :exec
+DELETE FROM ratelimit_analytics_batches WHERE created_at < ? LIMIT ?
+`
+
+type AnalyticsBatchesPurgeParams struct {
+	Cutoff uint64
+	Limit  int32
+}
+
+// AnalyticsBatchesPurge deletes up to limit batch ids recorded before
+// cutoff (unix ms).
+func (q *Queries) AnalyticsBatchesPurge(ctx context.Context, arg AnalyticsBatchesPurgeParams) error {
+	_, err := q.db.ExecContext(ctx, analyticsBatchesPurge, arg.Cutoff, arg.Limit)
+	return err
+}
+
 const analyticsNamespaces = `-- name: AnalyticsNamespaces :many
 SELECT namespace, CAST(SUM(passed) AS SIGNED) AS passed, CAST(SUM(denied) AS SIGNED) AS denied
 FROM ratelimit_analytics

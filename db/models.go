@@ -14,6 +14,11 @@ type RatelimitAnalytic struct {
 	Denied      uint64
 }
 
+type RatelimitAnalyticsBatch struct {
+	ID        string
+	CreatedAt uint64
+}
+
 type RatelimitAnalyticsTop struct {
 	Pk          uint64
 	WorkspaceID string

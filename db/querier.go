@@ -9,6 +9,12 @@ import (
 )
 
 type Querier interface {
+	// AnalyticsBatchClaim records batch id as added at created_at (unix ms):
+	// one row affected the first time, none when it was added before.
+	AnalyticsBatchClaim(ctx context.Context, arg AnalyticsBatchClaimParams) (int64, error)
+	// AnalyticsBatchesPurge deletes up to limit batch ids recorded before
+	// cutoff (unix ms).
+	AnalyticsBatchesPurge(ctx context.Context, arg AnalyticsBatchesPurgeParams) error
 	// AnalyticsNamespaces returns a workspace's namespaces with decisions in
 	// the buckets of one granularity in [from, to), with their totals, the
 	// most denied first.

@@ -39,7 +39,8 @@ var textColumns = map[string][]columnDef{
 	"ratelimit_analytics_top": {
 		{"workspace_id", "varchar(191)"}, {"namespace", "varchar(255)"}, {"identifier", "varchar(255)"},
 	},
-	"ratelimit_processes": {{"process_id", "varchar(64)"}, {"region", "varchar(48)"}},
+	"ratelimit_processes":         {{"process_id", "varchar(64)"}, {"region", "varchar(48)"}},
+	"ratelimit_analytics_batches": {{"id", "varchar(64)"}},
 	"ratelimit_audit_log": {
 		{"workspace_id", "varchar(191)"}, {"actor_key_id", "varchar(64)"}, {"action", "varchar(32)"},
 		{"target", "varchar(1024)"}, {"request_id", "varchar(64)"},

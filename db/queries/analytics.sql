@@ -70,3 +70,13 @@ WHERE workspace_id = ? AND granularity = ? AND bucket >= sqlc.arg(from_ms) AND b
 GROUP BY namespace
 ORDER BY SUM(denied) DESC, SUM(passed) DESC, namespace
 LIMIT ?;
+
+-- name: AnalyticsBatchClaim :execrows
+-- AnalyticsBatchClaim records batch id as added at created_at (unix ms):
+-- one row affected the first time, none when it was added before.
+INSERT IGNORE INTO ratelimit_analytics_batches (id, created_at) VALUES (?, ?);
+
+-- name: AnalyticsBatchesPurge :exec
+-- AnalyticsBatchesPurge deletes up to limit batch ids recorded before
+-- cutoff (unix ms).
+DELETE FROM ratelimit_analytics_batches WHERE created_at < sqlc.arg(cutoff) LIMIT ?;

@@ -53,3 +53,14 @@ CREATE TABLE IF NOT EXISTS `ratelimit_processes` (
     CONSTRAINT `ratelimit_processes_pk` PRIMARY KEY (`process_id`),
     INDEX `processes_seen_at_idx` (`seen_at`)
 ) DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
+-- ratelimit_analytics_batches names the analytics batches added, each in
+-- the transaction that added its rows: a batch sent again (its answer was
+-- lost, though its commit may not have been) finds its id and adds nothing.
+-- created_at is unix ms; each add deletes some of those over an hour old.
+CREATE TABLE IF NOT EXISTS `ratelimit_analytics_batches` (
+    `id` varchar(64) NOT NULL,
+    `created_at` bigint unsigned NOT NULL,
+    CONSTRAINT `ratelimit_analytics_batches_pk` PRIMARY KEY (`id`),
+    INDEX `analytics_batches_created_at_idx` (`created_at`)
+) DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

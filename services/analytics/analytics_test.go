@@ -168,12 +168,12 @@ type failingStore struct {
 	tries atomic.Int64
 }
 
-func (f *failingStore) Add(ctx context.Context, b []analytics.Bucket, e []analytics.Entry) error {
+func (f *failingStore) Add(ctx context.Context, batch string, b []analytics.Bucket, e []analytics.Entry) error {
 	f.tries.Add(1)
 	if f.down.Load() {
 		return errors.New("dial tcp: connection refused")
 	}
-	return f.Store.Add(ctx, b, e)
+	return f.Store.Add(ctx, batch, b, e)
 }
 
 // TestRecorderResendsAfterAFailedFlush: what a flush could not add is sent

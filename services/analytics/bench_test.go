@@ -53,11 +53,11 @@ type countingStore struct {
 	buckets, top int
 }
 
-func (c *countingStore) Add(ctx context.Context, buckets []analytics.Bucket, top []analytics.Entry) error {
+func (c *countingStore) Add(ctx context.Context, batch string, buckets []analytics.Bucket, top []analytics.Entry) error {
 	c.buckets += len(buckets)
 	c.top += len(top)
 	if c.Store != nil {
-		return c.Store.Add(ctx, buckets, top)
+		return c.Store.Add(ctx, batch, buckets, top)
 	}
 	return nil
 }

@@ -2,6 +2,8 @@ package analytics
 
 import (
 	"context"
+	"crypto/rand"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -42,7 +44,22 @@ const (
 	// maxPending bounds the rows kept for the next flush when the store
 	// failed.
 	maxPending = 200_000
+	// maxBatchRows bounds the rows of one Add (buckets and named
+	// identifiers together): a flush is sent as batches of at most this
+	// many, each its own transaction under its own id, so that one
+	// tenant's many namespaces make more batches, not one that times out
+	// and is sent again whole with everyone's rows.
+	maxBatchRows = 5_000
 )
+
+// batch is one Add of a flush, kept with its id until the store took it.
+type batch struct {
+	id      string
+	buckets []Bucket
+	top     []Entry
+}
+
+func (b batch) rows() int { return len(b.buckets) + len(b.top) }
 
 // decision is one decision waiting to be counted.
 type decision struct {
@@ -81,10 +98,13 @@ type Recorder struct {
 	droppedQueue, droppedScopes, droppedStore prometheus.Counter
 
 	// Owned by Run.
-	tallies  map[scopeMinute]*tally
-	perWS    map[string]int
-	pendingB []Bucket
-	pendingT []Entry
+	tallies map[scopeMinute]*tally
+	perWS   map[string]int
+	pending []batch // sent and failed, oldest first: sent again first
+	// prefix and seq name the batches: random to the process, then
+	// counting.
+	prefix string
+	seq    int64
 }
 
 // RecorderOption configures a Recorder.
@@ -113,7 +133,7 @@ func WithClock(now func() time.Time) RecorderOption { return func(r *Recorder) {
 // with reg. It starts nothing: Run counts and flushes.
 func NewRecorder(store Store, logger *slog.Logger, reg prometheus.Registerer, opts ...RecorderOption) (*Recorder, error) {
 	r := &Recorder{store: store, now: time.Now, logger: logger, every: DefaultFlushInterval,
-		queue: make(chan decision, queueSize)}
+		queue: make(chan decision, queueSize), prefix: rand.Text()[:16]}
 	for _, o := range opts {
 		o(r)
 	}
@@ -213,30 +233,42 @@ func (r *Recorder) count(d decision) {
 	}
 }
 
-// flush adds what was counted since the last flush to the store, with what
-// a failed flush left, and records the roll call.
+// flush adds what was counted since the last flush to the store, after
+// the batches a failed flush left (under their ids, so that one whose
+// answer was lost is not added twice), and records the roll call.
 func (r *Recorder) flush(ctx context.Context) {
-	buckets, top := r.pendingB, r.pendingT
+	batches := r.pending
+	var cur batch
+	emit := func() {
+		if cur.rows() > 0 {
+			r.seq++
+			cur.id = fmt.Sprintf("%s-%d", r.prefix, r.seq)
+			batches = append(batches, cur)
+			cur = batch{}
+		}
+	}
 	for k, t := range r.tallies {
 		start := time.UnixMilli(k.minute)
-		buckets = append(buckets, Bucket{Workspace: k.workspace, Namespace: k.namespace, Start: start,
+		top := named(t)
+		if cur.rows()+1+len(top) > maxBatchRows {
+			emit()
+		}
+		cur.buckets = append(cur.buckets, Bucket{Workspace: k.workspace, Namespace: k.namespace, Start: start,
 			Passed: t.passed, Denied: t.denied})
-		for _, it := range named(t) {
-			top = append(top, Entry{Bucket: Bucket{Workspace: k.workspace, Namespace: k.namespace, Start: start,
+		for _, it := range top {
+			cur.top = append(cur.top, Entry{Bucket: Bucket{Workspace: k.workspace, Namespace: k.namespace, Start: start,
 				Passed: it.Passed, Denied: it.Denied}, Identifier: it.Identifier})
 		}
 	}
+	emit()
 	r.reset()
-	r.pendingB, r.pendingT = nil, nil
-	if len(buckets) > 0 {
-		if err := r.store.Add(ctx, buckets, top); err != nil {
+	r.pending = nil
+	for i, b := range batches {
+		if err := r.store.Add(ctx, b.id, b.buckets, b.top); err != nil {
 			r.failures.Inc()
-			r.logger.WarnContext(ctx, "add analytics: sent again with the next flush", "error", err, "buckets", len(buckets))
-			if len(buckets)+len(top) <= maxPending {
-				r.pendingB, r.pendingT = buckets, top
-			} else {
-				r.droppedStore.Add(float64(sumDecisions(buckets)))
-			}
+			r.logger.WarnContext(ctx, "add analytics: sent again with the next flush", "error", err, "batches", len(batches)-i)
+			r.keep(batches[i:])
+			break
 		}
 	}
 	if r.fleet != nil {
@@ -246,6 +278,22 @@ func (r *Recorder) flush(ctx context.Context) {
 			r.logger.WarnContext(ctx, "record the roll call", "error", err)
 		}
 	}
+}
+
+// keep holds batches for the next flush, the newest maxPending rows of
+// them; older ones are dropped and counted.
+func (r *Recorder) keep(batches []batch) {
+	rows := 0
+	for i := len(batches) - 1; i >= 0; i-- {
+		if rows += batches[i].rows(); rows > maxPending {
+			for _, b := range batches[:i+1] {
+				r.droppedStore.Add(float64(sumDecisions(b.buckets)))
+			}
+			batches = batches[i+1:]
+			break
+		}
+	}
+	r.pending = batches
 }
 
 func sumDecisions(bs []Bucket) int64 {

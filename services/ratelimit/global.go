@@ -235,9 +235,14 @@ func (g *globalTier) markFor(w *window, c *cell) int64 {
 // replayed at least once a full flush interval is marked again meanwhile.
 func (g *globalTier) idleAfter() time.Duration { return 2*g.every.fullFlush + g.every.flush }
 
-// maxIdlePerFlush bounds the idle cells one full flush publishes: the rest
-// wait for the next.
-const maxIdlePerFlush = 1000
+// maxIdlePerFlush is how many idle cells one round of a full flush reads
+// from the index; maxIdleRounds bounds the rounds of one flush (the rest
+// wait for the next): up to 100,000 cells a flush, 10,000 a second per
+// process at the default full flush interval.
+const (
+	maxIdlePerFlush = 1000
+	maxIdleRounds   = 100
+)
 
 // floor is the count of a cell of limit and window durationMs
 // from which a region publishes it: a twentieth of the limit for windows of

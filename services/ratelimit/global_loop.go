@@ -214,20 +214,37 @@ func (g *globalTier) publishCounted(ctx context.Context, full bool) {
 // others are dropped from the index once published (or found expired or
 // empty). Marks carry the marking process's clock, the cut-off this
 // process's: clocks apart by seconds only shift idleAfter by as much.
+//
+// The index fills at the rate new cells are marked (a caller may make one a
+// request), so a flush drains it in batches of maxIdlePerFlush until a
+// batch comes back short, up to maxIdleRounds of them within the flush's
+// timeout: at one batch a flush, 300,000 one-request windows left 269,130
+// marks behind long after their cells expired.
 func (g *globalTier) publishIdle(ctx context.Context) {
 	if g.unpublished == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.every.flushTimeout)
 	defer cancel()
+	for range maxIdleRounds {
+		if n := g.publishIdleBatch(ctx); n < maxIdlePerFlush || ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// publishIdleBatch publishes one batch of idle cells, and returns how many
+// the index gave (0 after an error that left nothing to do).
+func (g *globalTier) publishIdleBatch(ctx context.Context) int {
 	now := g.clock.Now()
 	idle, err := g.unpublished.Idle(ctx, now.Add(-g.idleAfter()), maxIdlePerFlush)
 	if err != nil {
 		g.logger.Warn("read idle cells from the regional store", "error", err, "read", len(idle))
 	}
 	if len(idle) == 0 {
-		return
+		return 0
 	}
+	read := len(idle)
 	nowMs := now.UnixMilli()
 	var counts []store.CellCount
 	done := idle[:0]
@@ -253,12 +270,17 @@ func (g *globalTier) publishIdle(ctx context.Context) {
 		if err != nil {
 			g.metrics.globalWriteErrors.Inc()
 			g.logger.Warn("publish idle cells", "error", err, "written", written, "of", len(counts))
-			return // kept in the index: the next full flush tries again
+			return 0 // kept in the index: the next full flush tries again
 		}
 	}
 	if err := g.unpublished.Forget(ctx, done); err != nil {
 		g.logger.Warn("drop published cells from the regional store's index", "error", err)
+		return 0
 	}
+	if len(done) == 0 {
+		return 0 // every cell's node failed: nothing drained, no point in another round
+	}
+	return read
 }
 
 // flushCandidate returns what to publish of c, a cell of w, at now (unix

@@ -24,6 +24,9 @@ type Store struct {
 	buckets   map[memKey]*store.Point
 	top       map[memTopKey]*store.Identifier
 	processes map[string]store.Process
+	// batches are the batch ids added, with when: an hour of them, so a
+	// batch sent again is not added twice.
+	batches map[string]time.Time
 }
 
 type memKey struct {
@@ -45,14 +48,20 @@ const DefaultRows = 500_000
 // New returns an empty store of at most maxRows rows on the clock now.
 func New(maxRows int, now func() time.Time) *Store {
 	return &Store{now: now, maxRows: maxRows, buckets: map[memKey]*store.Point{}, top: map[memTopKey]*store.Identifier{},
-		processes: map[string]store.Process{}}
+		processes: map[string]store.Process{}, batches: map[string]time.Time{}}
 }
 
-// Add implements store.Store.
-func (m *Store) Add(_ context.Context, buckets []store.Bucket, top []store.Entry) error {
+// Add implements store.Store. A batch is recorded as added even when the
+// store is full and refuses some of its rows: sending it again would add
+// the others twice.
+func (m *Store) Add(_ context.Context, batch string, buckets []store.Bucket, top []store.Entry) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.expire()
+	if _, dup := m.batches[batch]; dup {
+		return nil
+	}
+	m.batches[batch] = m.now()
 	full := false
 	for _, b := range buckets {
 		k := memKey{b.Workspace, b.Namespace, b.Start.UnixMilli()}
@@ -92,6 +101,11 @@ func (m *Store) rows() int { return len(m.buckets) + len(m.top) }
 
 // expire drops the minutes past analytics.MinuteRetention.
 func (m *Store) expire() {
+	for id, at := range m.batches {
+		if m.now().Sub(at) > time.Hour {
+			delete(m.batches, id)
+		}
+	}
 	cutoff := m.now().Add(-analytics.MinuteRetention).UnixMilli()
 	for k := range m.buckets {
 		if k.minute < cutoff {

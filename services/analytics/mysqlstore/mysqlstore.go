@@ -33,18 +33,30 @@ func New(sqlDB *sql.DB, now func() time.Time) *Store {
 
 // Add implements store.Store: each bucket's and identifier's counts are added to
 // the row, in chunks of db.AnalyticsBulkMaxRows sorted by key, all in one
-// transaction: a flush that fails (a store that is slow past the caller's
-// deadline, a statement refused) applies nothing, and the caller sends it
-// again. Only a commit whose answer is lost is counted twice when it is
-// sent again: analytics err on the side of counting twice, once in a great
-// while, rather than losing a flush.
-func (m *Store) Add(ctx context.Context, buckets []store.Bucket, top []store.Entry) error {
+// transaction with the batch's id: a flush that fails (a store that is
+// slow past the caller's deadline, a statement refused) applies nothing,
+// and one whose commit's answer was lost finds its id when it is sent
+// again, and adds nothing. Each add also deletes up to 100 batch ids over
+// an hour old, so that the table holds about an hour of flushes.
+func (m *Store) Add(ctx context.Context, batch string, buckets []store.Bucket, top []store.Entry) error {
 	tx, err := m.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("add analytics: %w", err)
 	}
 	defer tx.Rollback() // after a commit, a no-op
-	if err := addRows(ctx, m.q.WithTx(tx), buckets, top); err != nil {
+	q := m.q.WithTx(tx)
+	now := m.now().UnixMilli()
+	first, err := q.AnalyticsBatchClaim(ctx, db.AnalyticsBatchClaimParams{ID: batch, CreatedAt: uint64(now)})
+	if err != nil {
+		return fmt.Errorf("add analytics: record batch %s: %w", batch, err)
+	}
+	if first == 0 {
+		return nil // added before: its answer was lost
+	}
+	if err := q.AnalyticsBatchesPurge(ctx, db.AnalyticsBatchesPurgeParams{Cutoff: uint64(now - time.Hour.Milliseconds()), Limit: 100}); err != nil {
+		return fmt.Errorf("add analytics: purge old batch ids: %w", err)
+	}
+	if err := addRows(ctx, q, buckets, top); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {

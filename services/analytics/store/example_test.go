@@ -19,8 +19,8 @@ func ExampleStore() {
 	b := func(passed, denied int64) store.Bucket {
 		return store.Bucket{Workspace: "acme", Namespace: "api", Start: minute, Passed: passed, Denied: denied}
 	}
-	s.Add(ctx, []store.Bucket{b(10, 2)}, []store.Entry{{Bucket: b(3, 2), Identifier: "alice"}, {Bucket: b(7, 0), Identifier: "bob"}})
-	s.Add(ctx, []store.Bucket{b(5, 1)}, []store.Entry{{Bucket: b(0, 1), Identifier: "alice"}})
+	s.Add(ctx, "process-a-1", []store.Bucket{b(10, 2)}, []store.Entry{{Bucket: b(3, 2), Identifier: "alice"}, {Bucket: b(7, 0), Identifier: "bob"}})
+	s.Add(ctx, "process-b-1", []store.Bucket{b(5, 1)}, []store.Entry{{Bucket: b(0, 1), Identifier: "alice"}})
 	series, _ := s.Series(ctx, "acme", "api", store.Minute, minute, minute.Add(time.Minute))
 	fmt.Println("passed", series[0].Passed, "denied", series[0].Denied)
 	top, _ := s.Top(ctx, "acme", "api", minute, minute.Add(time.Minute), 10)

@@ -73,8 +73,11 @@ type Identifier struct {
 // those).
 type Store interface {
 	// Add adds minute buckets and named identifiers to what the store
-	// holds.
-	Add(ctx context.Context, buckets []Bucket, top []Entry) error
+	// holds, once per batch: a second Add of the same batch id (a flush
+	// sent again because the answer to the first was lost, though it may
+	// have been applied) changes nothing and returns nil. A batch id names
+	// one process's flush; a store remembers it for at least an hour.
+	Add(ctx context.Context, batch string, buckets []Bucket, top []Entry) error
 	// Series returns the buckets of g of a namespace in [from, to), oldest
 	// first, those with no decision left out.
 	Series(ctx context.Context, workspace, namespace string, g Granularity, from, to time.Time) ([]Point, error)

@@ -30,12 +30,17 @@ func TestStore(t *testing.T, s store.Store) {
 	e := func(minute int, id string, passed, denied int64) store.Entry {
 		return store.Entry{Bucket: b("ws", "api", minute, passed, denied), Identifier: id}
 	}
-	if err := s.Add(ctx, []store.Bucket{b("ws", "api", 0, 10, 2), b("ws", "api", 1, 5, 0), b("ws", "other", 0, 7, 7), b("ws2", "api", 0, 1, 1)},
-		[]store.Entry{e(0, "alice", 3, 2), e(0, "bob", 7, 0), e(1, "bob", 5, 0)}); err != nil {
+	first := []store.Bucket{b("ws", "api", 0, 10, 2), b("ws", "api", 1, 5, 0), b("ws", "other", 0, 7, 7), b("ws2", "api", 0, 1, 1)}
+	firstTop := []store.Entry{e(0, "alice", 3, 2), e(0, "bob", 7, 0), e(1, "bob", 5, 0)}
+	if err := s.Add(ctx, "p1-1", first, firstTop); err != nil {
+		t.Fatal(err)
+	}
+	// The same batch sent again (its answer lost) adds nothing.
+	if err := s.Add(ctx, "p1-1", first, firstTop); err != nil {
 		t.Fatal(err)
 	}
 	// A second process adds to the same minute.
-	if err := s.Add(ctx, []store.Bucket{b("ws", "api", 0, 1, 3)}, []store.Entry{e(0, "alice", 0, 3), e(0, "carol", 1, 0)}); err != nil {
+	if err := s.Add(ctx, "p2-1", []store.Bucket{b("ws", "api", 0, 1, 3)}, []store.Entry{e(0, "alice", 0, 3), e(0, "carol", 1, 0)}); err != nil {
 		t.Fatal(err)
 	}
 	series, err := s.Series(ctx, "ws", "api", store.Minute, m(0), m(60))
