@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"fmt"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/unkeyed/ratelimit/internal/invalid"
@@ -102,12 +103,12 @@ func CheckNotReserve(reserve bool) error {
 }
 
 // CheckName returns a [*invalid.Error] naming field unless s is a name of
-// 1 to maxChars characters of valid UTF-8 without control characters (see
-// [IsControl]), or nil.
+// 1 to maxChars characters of valid UTF-8 without control or format
+// characters (see [IsControl] and [IsFormat]), or nil.
 func CheckName(field, s string, maxChars int) error {
 	if !validName(s, maxChars) {
 		return &invalid.Error{Field: field,
-			Rule: fmt.Sprintf("must be 1 to %d characters of valid UTF-8 without control characters", maxChars)}
+			Rule: fmt.Sprintf("must be 1 to %d characters of valid UTF-8 without control or format characters", maxChars)}
 	}
 	return nil
 }
@@ -160,8 +161,19 @@ func CheckBatchSize(field string, n, max int) error {
 // log line.
 func IsControl(r rune) bool { return r < 0x20 || (r >= 0x7f && r < 0xa0) }
 
+// IsFormat reports whether r is a Unicode format character (category Cf)
+// that a name may not hold: the bidirectional overrides and isolates
+// (U+202A–U+202E, U+2066–U+2069, U+200E, U+200F, U+061C), which made
+// "…txt.exe" read "exe.txt" on the dashboard, and the invisible ones
+// (U+200B, U+2060–U+2064, U+FEFF, U+00AD, tags), which make two names
+// look alike. The joiners U+200C and U+200D are allowed: Persian and Indic
+// names and emoji sequences need them, and they reorder nothing.
+func IsFormat(r rune) bool {
+	return r >= 0xad && r != 0x200c && r != 0x200d && unicode.Is(unicode.Cf, r)
+}
+
 // validName reports whether s is 1 to maxChars characters of valid UTF-8
-// without control characters.
+// without control or format characters.
 func validName(s string, maxChars int) bool {
 	if len(s) == 0 {
 		return false
@@ -188,7 +200,7 @@ func validName(s string, maxChars int) bool {
 				return false
 			}
 		}
-		if IsControl(c) {
+		if IsControl(c) || IsFormat(c) {
 			return false
 		}
 		n++

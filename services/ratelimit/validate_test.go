@@ -11,7 +11,7 @@ import (
 )
 
 func TestValidate(t *testing.T) {
-	const nameRule = "must be 1 to 255 characters of valid UTF-8 without control characters"
+	const nameRule = "must be 1 to 255 characters of valid UTF-8 without control or format characters"
 	ok := Request{Workspace: "ws", Namespace: "ns", Identifier: "id", Limit: 10, Duration: time.Second, Cost: 1}
 	cases := []struct {
 		name   string
@@ -26,6 +26,13 @@ func TestValidate(t *testing.T) {
 		{"namespace with DEL", func(r *Request) { r.Namespace = "a\x7fb" }, "namespace", nameRule},
 		{"namespace with C1 control", func(r *Request) { r.Namespace = "é\u0085" }, "namespace", nameRule},
 		{"namespace not UTF-8", func(r *Request) { r.Namespace = "a\xffb" }, "namespace", nameRule},
+		// Format characters: before, U+202E rendered "…txt.exe" as
+		// "exe.txt" on the dashboard.
+		{"identifier with a right-to-left override", func(r *Request) { r.Identifier = "invoice\u202etxt.exe" }, "identifier", nameRule},
+		{"identifier with a zero-width space", func(r *Request) { r.Identifier = "ad\u200bmin" }, "identifier", nameRule},
+		{"identifier with a byte-order mark", func(r *Request) { r.Identifier = "\ufeffadmin" }, "identifier", nameRule},
+		{"namespace with a soft hyphen", func(r *Request) { r.Namespace = "a\u00adb" }, "namespace", nameRule},
+		{"namespace with a left-to-right isolate", func(r *Request) { r.Namespace = "a\u2066b" }, "namespace", nameRule},
 		{"empty identifier", func(r *Request) { r.Identifier = "" }, "identifier", nameRule},
 		{"identifier with newline", func(r *Request) { r.Identifier = "user\n42" }, "identifier", nameRule},
 		{"identifier not UTF-8", func(r *Request) { r.Identifier = "ü\xc3" }, "identifier", nameRule},
@@ -58,6 +65,9 @@ func TestValidate(t *testing.T) {
 		ok,
 		{Namespace: strings.Repeat("n", 255), Identifier: strings.Repeat("é", 255), Limit: MaxLimit, Duration: MaxDuration, Cost: MaxCost},
 		{Namespace: "日本語", Identifier: "🙂", Limit: 1, Duration: MinDuration, Cost: 0},
+		// The joiners: a family emoji (U+200D) and a Persian name (U+200C).
+		{Namespace: "ns", Identifier: "👨\u200d👩\u200d👧", Limit: 1, Duration: MinDuration},
+		{Namespace: "ns", Identifier: "می\u200cخواهم", Limit: 1, Duration: MinDuration},
 	} {
 		if err := good.Validate(); err != nil {
 			t.Fatalf("Validate(%.40q…) = %v, want nil", good.Namespace, err)

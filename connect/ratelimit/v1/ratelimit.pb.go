@@ -26,10 +26,10 @@ const (
 type LimitRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Namespace groups limits of one kind, such as "sms.sign_up": 1 to 255
-	// characters of valid UTF-8 without control characters.
+	// characters of valid UTF-8 without control or format characters.
 	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	// Identifier is who is limited, such as a user or an IP address: 1 to 255
-	// characters of valid UTF-8 without control characters.
+	// characters of valid UTF-8 without control or format characters.
 	Identifier string `protobuf:"bytes,2,opt,name=identifier,proto3" json:"identifier,omitempty"`
 	// Limit is how many units may be spent per duration: 1 to 2^53.
 	Limit int64 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`

@@ -310,7 +310,7 @@ func TestBearerSchemeAnyCase(t *testing.T) {
 
 func TestValidationOverTheAPI(t *testing.T) {
 	ts := startServer(t)
-	const name = "must be 1 to 255 characters of valid UTF-8 without control characters"
+	const name = "must be 1 to 255 characters of valid UTF-8 without control or format characters"
 	long := strings.Repeat("x", 256)
 	cases := []struct{ method, body, message string }{
 		{"Limit", `{"identifier":"i","limit":1,"duration":1000}`, "namespace: missing: LimitRequest needs it"},

@@ -462,3 +462,37 @@ func TestSlowQueriesLeaveTheLoopsTheirConnections(t *testing.T) {
 	}
 	t.Logf("A's six stuck queries ended %v after they began", time.Since(began).Round(100*time.Millisecond))
 }
+
+// TestCrossSiteRequestsAreRefused: a web page may send text/plain or a
+// form to any site without a CORS preflight; JSON it may not. Before, an
+// open server's v2 routes and /json took text/plain: a page could set
+// overrides on make run from a visitor's browser. Now every route takes
+// only the content types the Connect routes take, and nothing changes.
+func TestCrossSiteRequestsAreRefused(t *testing.T) {
+	ts := startServer(t)
+	for _, ct := range []string{"text/plain", "text/plain;charset=UTF-8", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", ""} {
+		for _, c := range []struct{ path, body string }{
+			{"/v2/ratelimit.setOverride", `{"namespace":"n","identifier":"victim","limit":0,"duration":60000}`},
+			{"/json", `{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}],"hitsAddend":1000}`},
+			{"/ratelimit.v1.RatelimitService/SetOverride", `{"namespace":"n","identifier":"victim","limit":0,"duration":60000}`},
+		} {
+			req, _ := http.NewRequest(http.MethodPost, ts.url+c.path, strings.NewReader(c.body))
+			if ct != "" {
+				req.Header.Set("Content-Type", ct)
+			}
+			req.Header.Set("Origin", "https://evil.example")
+			resp, err := ts.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode < 400 || !strings.Contains(string(raw), "content-type") {
+				t.Errorf("%s as %q: %d %s, want it refused naming content-type", c.path, ct, resp.StatusCode, raw)
+			}
+		}
+	}
+	if code, out := ts.call(t, "GetOverride", "", `{"namespace":"n","identifier":"victim"}`); code != http.StatusNotFound {
+		t.Fatalf("after the refused requests: GetOverride %d %v, want no override", code, out)
+	}
+}

@@ -79,6 +79,10 @@ func (g grpcService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRe
 // RateLimitRequest in protobuf's JSON mapping, answered with the
 // RateLimitResponse, status 200 if it is OK and 429 if over the limit.
 func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request, l *transport.Layer) {
+	if err := transport.CheckJSONContentType(r); err != nil {
+		writeJSONError(w, l, r, err)
+		return
+	}
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		writeJSONError(w, l, r, err)

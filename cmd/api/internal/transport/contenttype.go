@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/failure"
+	"github.com/unkeyed/ratelimit/internal/invalid"
 )
 
 // connectContentTypes are the content types connect-go serves a Connect,
@@ -39,4 +40,23 @@ func connectContentType(ct string) bool {
 		return true
 	}
 	return false
+}
+
+// CheckJSONContentType refuses a request to a JSON route (Unkey's v2,
+// envoyproxy/ratelimit's /json) whose content type is not
+// application/json, as the Connect routes refuse one: a web page may
+// send text/plain or a form to any site without asking (a "simple"
+// request), but JSON only after a CORS preflight, which this API never
+// grants. Without it, a page could set overrides on an open server (make
+// run) from a visitor's browser.
+func CheckJSONContentType(r *http.Request) error {
+	ct := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Type")))
+	if base, _, ok := strings.Cut(ct, ";"); ok {
+		ct = strings.TrimSpace(base)
+	}
+	if ct == "application/json" {
+		return nil
+	}
+	return &invalid.Error{Field: "content-type", Rule: fmt.Sprintf("must be application/json, got %q (curl: -H 'content-type: application/json')",
+		r.Header.Get("Content-Type"))}
 }

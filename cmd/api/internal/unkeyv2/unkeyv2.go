@@ -95,6 +95,10 @@ func (h *Handler) Codecs() transport.Codecs { return transport.Codecs{} }
 func (h *Handler) serve(fn func(context.Context, *request) (any, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		requestID := transport.NewRequestID()
+		if err := transport.CheckJSONContentType(r); err != nil {
+			h.fail(w, r, requestID, err)
+			return
+		}
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
 			h.fail(w, r, requestID, err)

@@ -21,7 +21,7 @@ export const file_ratelimit_v1_ratelimit: GenFile = /*@__PURE__*/
 export type LimitRequest = Message<"ratelimit.v1.LimitRequest"> & {
   /**
    * Namespace groups limits of one kind, such as "sms.sign_up": 1 to 255
-   * characters of valid UTF-8 without control characters.
+   * characters of valid UTF-8 without control or format characters.
    *
    * @generated from field: string namespace = 1;
    */
@@ -29,7 +29,7 @@ export type LimitRequest = Message<"ratelimit.v1.LimitRequest"> & {
 
   /**
    * Identifier is who is limited, such as a user or an IP address: 1 to 255
-   * characters of valid UTF-8 without control characters.
+   * characters of valid UTF-8 without control or format characters.
    *
    * @generated from field: string identifier = 2;
    */
