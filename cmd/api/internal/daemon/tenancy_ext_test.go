@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -494,5 +495,55 @@ func TestCrossSiteRequestsAreRefused(t *testing.T) {
 	}
 	if code, out := ts.call(t, "GetOverride", "", `{"namespace":"n","identifier":"victim"}`); code != http.StatusNotFound {
 		t.Fatalf("after the refused requests: GetOverride %d %v, want no override", code, out)
+	}
+}
+
+// counterValue returns the counter name{reason=reason} off reg (0 if none).
+func counterValue(t *testing.T, reg interface {
+	Gather() ([]*dto.MetricFamily, error)
+}, name, reason string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == reason {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// TestFailedAuthenticationsAreCounted: before, 8,060 bad keys a second
+// went unseen; now each refusal counts in unkey_auth_failures_total by
+// reason, on both ports.
+func TestFailedAuthenticationsAreCounted(t *testing.T) {
+	ts := startServer(t, "UNKEY_AUTH_TOKENS="+tokA+"=ws_a", "UNKEY_GRPC_ADDR=127.0.0.1:0")
+	for i := range 30 {
+		ts.call(t, "Limit", fmt.Sprintf("tok_guess_%016d", i), `{"namespace":"n","identifier":"i","limit":1,"duration":60000}`)
+	}
+	for range 5 {
+		ts.call(t, "Limit", "", `{"namespace":"n","identifier":"i","limit":1,"duration":60000}`)
+	}
+	conn := loopback.Dial(t, ts.grpcAddr)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer tok_guess_grpc_0123456789")
+	for range 10 {
+		conn.Invoke(ctx, "/ratelimit.v1.RatelimitService/Limit", &ratelimitv1.LimitRequest{Namespace: "n", Identifier: "i",
+			Limit: 1, Duration: 60000}, new(ratelimitv1.LimitResponse))
+	}
+	reg := ts.srv.Registry()
+	if got := counterValue(t, reg, "unkey_auth_failures_total", "unknown"); got != 40 {
+		t.Errorf("unknown tokens counted %v, want 40 (30 on the main port, 10 on the grpc-go port)", got)
+	}
+	if got := counterValue(t, reg, "unkey_auth_failures_total", "missing"); got != 5 {
+		t.Errorf("missing tokens counted %v, want 5", got)
 	}
 }

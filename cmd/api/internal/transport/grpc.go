@@ -119,7 +119,7 @@ func (l *Layer) grpcTap(lim Limits, within time.Duration) tap.ServerInHandle {
 			if method := l.grpc.name(info.FullMethodName); l.tracing != nil && method != "unknown" {
 				ctx, _ = l.tracing.startSpan(ctx, method, mdCarrier(info.Header))
 			}
-			pr, err := access.Authenticate(l.keys, authorization)
+			pr, err := l.authenticated(access.Authenticate(l.keys, authorization))
 			if err != nil {
 				ce := l.ConnectError(ctx, info.FullMethodName, err)
 				l.observeGRPC(ctx, info.FullMethodName)

@@ -22,6 +22,8 @@ type Layer struct {
 	tracing *tracing                 // nil: tracing is off
 	grpc    grpcMethods              // of the grpc-go server GRPCServer built
 	unread  unreadStreams            // of the grpc-go port, per workspace
+	// authFailures count refused tokens by reason, on both ports.
+	authFailures authFailures
 }
 
 // NewLayer returns the layer of a server authenticating callers by keys,
@@ -39,7 +41,11 @@ func NewLayer(keys access.Keys, budget *Budget, logger *slog.Logger, reg prometh
 	}, func() float64 { return float64(budget.InUse()) })); err != nil {
 		return nil, fmt.Errorf("register decode budget metric: %w", err)
 	}
-	return &Layer{keys: keys, budget: budget, logger: logger, latency: latency}, nil
+	l := &Layer{keys: keys, budget: budget, logger: logger, latency: latency}
+	if err := l.authFailures.register(reg); err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // Renderer answers err, the failure of the request r, in an adapter's
@@ -66,7 +72,7 @@ func (l *Layer) Route(protocol string, render Renderer, next http.Handler, metho
 // costs a header lookup and a hash (see access.Authenticate).
 func (l *Layer) authenticate(render Renderer, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		pr, err := access.Authenticate(l.keys, r.Header.Get("Authorization"))
+		pr, err := l.authenticated(access.Authenticate(l.keys, r.Header.Get("Authorization")))
 		if err != nil {
 			if r.ProtoMajor == 1 {
 				// Otherwise net/http reads what is left of the body
