@@ -54,9 +54,10 @@ func (e *CapacityError) Error() string {
 // neither mint a key that does more than its holder nor demote or revoke
 // one that does more.
 type Manager struct {
-	store store.Store
-	audit *audit.Writer
-	now   func() time.Time
+	store   store.Store
+	audit   *audit.Writer
+	now     func() time.Time
+	applied func(Key) // see WithApplied
 }
 
 // Actor is who makes a change: the principal whose workspace it is in and
@@ -67,10 +68,22 @@ type Actor struct {
 	RequestID string
 }
 
+// A ManagerOption configures a Manager.
+type ManagerOption func(*Manager)
+
+// WithApplied has the manager hand every key it created, changed or
+// revoked to apply once the store holds it: [Table.Apply], so that the
+// process that made a change is the first to enforce it.
+func WithApplied(apply func(Key)) ManagerOption { return func(m *Manager) { m.applied = apply } }
+
 // NewManager returns the manager of the keys st keeps, recording changes
 // with w.
-func NewManager(st store.Store, w *audit.Writer) *Manager {
-	return &Manager{store: st, audit: w, now: time.Now}
+func NewManager(st store.Store, w *audit.Writer, opts ...ManagerOption) *Manager {
+	m := &Manager{store: st, audit: w, now: time.Now, applied: func(Key) {}}
+	for _, o := range opts {
+		o(m)
+	}
+	return m
 }
 
 // Create creates a key in the actor's workspace and returns it with
@@ -110,6 +123,7 @@ func (m *Manager) Create(ctx context.Context, by Actor, name string, permissions
 	if err != nil {
 		return Key{}, "", err
 	}
+	m.applied(k)
 	m.record(ctx, by, audit.KeyCreate, Key{}, k)
 	return k, secret, nil
 }
@@ -167,6 +181,7 @@ func (m *Manager) Update(ctx context.Context, by Actor, id string, permissions [
 	if err != nil {
 		return Key{}, err
 	}
+	m.applied(after)
 	m.record(ctx, by, audit.KeyUpdate, before, after)
 	return after, nil
 }
@@ -192,6 +207,7 @@ func (m *Manager) Revoke(ctx context.Context, by Actor, id string) (Key, error) 
 	if err != nil {
 		return Key{}, err
 	}
+	m.applied(after)
 	m.record(ctx, by, audit.KeyRevoke, before, after)
 	return after, nil
 }

@@ -2,6 +2,7 @@ package keys
 
 import (
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/unkeyed/ratelimit/services/access"
@@ -43,6 +44,35 @@ func NewSet(keys []Key) (*Set, []error) {
 		}
 	}
 	return s, errs
+}
+
+// with returns a copy of s with changed, keys that changed since s was
+// made, in force: each replaces the key of its digest (a revoked one
+// leaves it out), and only it is parsed, so that a change of one key costs
+// a copy of the map, not a parse of every key's permissions. added counts
+// the keys among changed that s's source did not hold before.
+func (s *Set) with(changed []Key, added int) (*Set, []error) {
+	next := &Set{byDigest: maps.Clone(s.byDigest), rows: s.rows + added}
+	if next.byDigest == nil {
+		next.byDigest = map[Digest]entry{}
+	}
+	var errs []error
+	for _, k := range changed {
+		delete(next.byDigest, k.Digest)
+		if !k.RevokedAt.IsZero() {
+			continue
+		}
+		perms, err := access.Parse(k.Permissions)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("key %s: %w", k.ID, err))
+			continue
+		}
+		next.byDigest[k.Digest] = entry{
+			principal: access.Principal{Workspace: k.Workspace, Permissions: perms, KeyID: k.ID, ExpiresAt: k.ExpiresAt},
+			expiresAt: k.ExpiresAt,
+		}
+	}
+	return next, errs
 }
 
 // Len returns the number of live keys in s (expired ones included: expiry

@@ -34,9 +34,10 @@ type Table struct {
 	interval time.Duration
 	logger   *slog.Logger
 
-	mu   sync.Mutex     // one poll at a time
+	mu   sync.Mutex     // one poll (or Apply) at a time
 	seen store.Summary  // the summary rows sum up to
 	rows map[string]Key // every key read, revoked ones included, by id; nil before the first load
+	set  *Set           // what rows hold, in force in the ring
 
 	failures prometheus.Counter
 	keys     prometheus.Gauge
@@ -91,7 +92,13 @@ func (t *Table) Load(ctx context.Context) error {
 	if t.rows != nil && sum == t.seen {
 		return nil
 	}
-	if t.rows == nil || !t.applyChanges(ctx, sum) {
+	changed, ok := []Key(nil), false
+	if t.rows != nil {
+		changed, ok = t.applyChanges(ctx, sum)
+	}
+	if ok {
+		t.put(changed)
+	} else {
 		all, err := t.store.All(ctx)
 		if err != nil {
 			return fmt.Errorf("poll keys: %w", err)
@@ -100,17 +107,9 @@ func (t *Table) Load(ctx context.Context) error {
 		for _, k := range all {
 			t.rows[k.ID] = k
 		}
+		set, errs := NewSet(all)
+		t.use(set, errs)
 	}
-	all := make([]Key, 0, len(t.rows))
-	for _, k := range t.rows {
-		all = append(all, k)
-	}
-	set, errs := NewSet(all)
-	for _, err := range errs {
-		t.logger.Error("keys table: a key is left out", "error", err)
-	}
-	t.ring.setTable(set)
-	t.keys.Set(float64(set.Len()))
 	// The summary read before the keys: a change in between is read
 	// again by the next poll, never missed.
 	t.seen = sum
@@ -118,29 +117,80 @@ func (t *Table) Load(ctx context.Context) error {
 }
 
 // applyChanges reads the keys changed since the latest revision held (less
-// changesLookback) into t.rows, and reports whether the rows then sum up to
-// sum, so that nothing else changed. On an error it reports false: the
-// caller reads every key.
-func (t *Table) applyChanges(ctx context.Context, sum store.Summary) bool {
+// changesLookback), and returns those newer than the rows hold, and
+// whether the rows with them sum up to sum, so that nothing else changed.
+// On an error it reports false: the caller reads every key.
+func (t *Table) applyChanges(ctx context.Context, sum store.Summary) ([]Key, bool) {
 	var latest int64
 	for _, k := range t.rows {
 		latest = max(latest, k.Revision)
 	}
-	changed, err := t.store.Changes(ctx, latest-changesLookback.Microseconds())
+	read, err := t.store.Changes(ctx, latest-changesLookback.Microseconds())
 	if err != nil {
-		return false
+		return nil, false
 	}
-	for _, k := range changed {
-		if old, ok := t.rows[k.ID]; !ok || k.Revision >= old.Revision {
-			t.rows[k.ID] = k
-		}
-	}
-	var local store.Summary
+	var changed []Key
+	local := store.Summary{Rows: int64(len(t.rows))}
 	for _, k := range t.rows {
-		local.Rows++
 		local.Revisions ^= k.Revision
 	}
-	return local == sum
+	for _, k := range read {
+		old, held := t.rows[k.ID]
+		if held && k.Revision <= old.Revision {
+			continue
+		}
+		changed = append(changed, k)
+		if held {
+			local.Revisions ^= old.Revision
+		} else {
+			local.Rows++
+		}
+		local.Revisions ^= k.Revision
+	}
+	return changed, local == sum
+}
+
+// put puts changed keys in t.rows and in force, parsing only them.
+func (t *Table) put(changed []Key) {
+	if len(changed) == 0 {
+		return
+	}
+	added := 0
+	for _, k := range changed {
+		if _, held := t.rows[k.ID]; !held {
+			added++
+		}
+		t.rows[k.ID] = k
+	}
+	set, errs := t.set.with(changed, added)
+	t.use(set, errs)
+}
+
+// use puts set in force.
+func (t *Table) use(set *Set, errs []error) {
+	for _, err := range errs {
+		t.logger.Error("keys table: a key is left out", "error", err)
+	}
+	t.set = set
+	t.ring.setTable(set)
+	t.keys.Set(float64(set.Len()))
+}
+
+// Apply puts k, a key this process just created, changed or revoked in
+// the store, in force at once, rather than at the next poll: the caller
+// that revoked a key expects it refused by the process that answered. A
+// k older than the one held changes nothing; before the first load,
+// nothing either (the load reads it).
+func (t *Table) Apply(k Key) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.rows == nil {
+		return
+	}
+	if old, held := t.rows[k.ID]; held && k.Revision <= old.Revision {
+		return
+	}
+	t.put([]Key{k})
 }
 
 // Run polls every interval until ctx ends.

@@ -2,12 +2,15 @@ package keys_test
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/unkeyed/ratelimit/internal/testkit/dbtest"
 	"github.com/unkeyed/ratelimit/services/keys"
+	keysmem "github.com/unkeyed/ratelimit/services/keys/memstore"
 	keysmysql "github.com/unkeyed/ratelimit/services/keys/mysqlstore"
 	"github.com/unkeyed/ratelimit/services/keys/store"
 )
@@ -63,5 +66,48 @@ func TestTableReadsChanges(t *testing.T) {
 	}
 	if _, err := ring.Principal(secretA); err == nil {
 		t.Fatal("the late revocation was missed")
+	}
+}
+
+// TestTableParsesOnlyTheChangedKey: a poll that reads one changed key
+// parses that key only. Before, every change re-parsed the whole key set:
+// one key changed 12 times a second took every idle process from 2 % to
+// 18 % of a core. Here 5,000 keys of 20 permissions each; one change's poll
+// allocates what one key's parse and a copy of the map take, not 5,000
+// parses.
+func TestTableParsesOnlyTheChangedKey(t *testing.T) {
+	ctx := context.Background()
+	st := keysmem.New()
+	ring := keys.NewRing()
+	table, err := keys.NewTable(st, ring, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	perms := make([]string, 20)
+	for i := range perms {
+		perms[i] = fmt.Sprintf("ratelimit.namespace_%d.limit", i)
+	}
+	for i := range 5000 {
+		_, d := keys.Generate()
+		if _, err := st.Create(ctx, keys.Key{ID: fmt.Sprint("key_", i), Workspace: "ws", Name: "k", Digest: d, Permissions: perms}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := table.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	for round := range 3 {
+		if _, err := st.SetPermissions(ctx, "ws", "key_7", perms[:round+1]); err != nil {
+			t.Fatal(err)
+		}
+		runtime.ReadMemStats(&before)
+		if err := table.Load(ctx); err != nil {
+			t.Fatal(err)
+		}
+		runtime.ReadMemStats(&after)
+		if n := after.Mallocs - before.Mallocs; n > 1000 {
+			t.Fatalf("a poll after one key's change allocated %d times, want a few (one key parsed)", n)
+		}
 	}
 }

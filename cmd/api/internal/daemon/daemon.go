@@ -126,7 +126,7 @@ func (d *Daemon) build() error {
 	d.loads = append(d.loads, load{ov, "load overrides: serving without them until a poll loads them"})
 	d.loops = append(d.loops, ov)
 
-	ring, err := d.newKeys(cfg, st)
+	ring, table, err := d.newKeys(cfg, st)
 	if err != nil {
 		return err
 	}
@@ -138,7 +138,9 @@ func (d *Daemon) build() error {
 	}
 	var manager *keys.Manager // nil without MySQL: keys are not managed
 	if st.keys != nil {
-		manager = keys.NewManager(st.keys, auditWriter)
+		// A change made here is in force here at once; the other
+		// processes read it at their next poll.
+		manager = keys.NewManager(st.keys, auditWriter, keys.WithApplied(table.Apply))
 	}
 	recorder, err := analytics.NewRecorder(st.analytics, logger, reg, analytics.WithFlushInterval(cfg.AnalyticsFlushInterval),
 		analytics.WithRollCall(st.fleet, func() analytics.Process {
@@ -207,22 +209,25 @@ func newOverrides(cfg Config, logger *slog.Logger, reg prometheus.Registerer, st
 }
 
 // newKeys builds the ring of keys the API authenticates with: the tokens
-// of UNKEY_AUTH_TOKENS, the keys file's and the keys table's, each source
-// with the loop that follows its changes.
-func (d *Daemon) newKeys(cfg Config, st *stores) (*keys.Ring, error) {
+// of UNKEY_AUTH_TOKENS, the keys file's and the keys table's (returned
+// too; nil without MySQL), each source with the loop that follows its
+// changes.
+func (d *Daemon) newKeys(cfg Config, st *stores) (*keys.Ring, *keys.Table, error) {
 	ring := keys.NewRing(keys.WithTokens(cfg.tokens))
 	if cfg.AuthKeysFile != "" {
 		file, err := keys.NewFile(cfg.AuthKeysFile, ring, keys.WithFileLogger(d.logger), keys.WithFileRegisterer(d.registry))
 		if err != nil {
-			return nil, fmt.Errorf("UNKEY_AUTH_KEYS_FILE: %w", err)
+			return nil, nil, fmt.Errorf("UNKEY_AUTH_KEYS_FILE: %w", err)
 		}
 		d.loops = append(d.loops, file)
 	}
+	var table *keys.Table
 	if st.keys != nil {
-		table, err := keys.NewTable(st.keysPoll, ring, d.registry, keys.WithPollInterval(cfg.OverridesPollInterval),
+		var err error
+		table, err = keys.NewTable(st.keysPoll, ring, d.registry, keys.WithPollInterval(cfg.OverridesPollInterval),
 			keys.WithTableLogger(d.logger))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		// A process that cannot read the keys answers unavailable to tokens
 		// no other source knows until a poll does: it cannot tell a key
@@ -230,7 +235,7 @@ func (d *Daemon) newKeys(cfg Config, st *stores) (*keys.Ring, error) {
 		d.loads = append(d.loads, load{table, "load keys: tokens only the keys table knows are answered unavailable until a poll loads them"})
 		d.loops = append(d.loops, table)
 	}
-	return ring, nil
+	return ring, table, nil
 }
 
 // reservationKeyring returns the keys that sign reservation tokens:

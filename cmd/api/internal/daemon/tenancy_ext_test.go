@@ -547,3 +547,37 @@ func TestFailedAuthenticationsAreCounted(t *testing.T) {
 		t.Errorf("missing tokens counted %v, want 5", got)
 	}
 }
+
+// TestKeysAreInForceAtOnceWhereTheyChange: a key created, narrowed or
+// revoked through a process is in force on that process at once; the
+// others read it at their next poll. Before, the process itself waited
+// for its poll too: 1.7 s measured, and 237 ms of calls accepted after a
+// revocation. Here the poll is an hour away.
+func TestKeysAreInForceAtOnceWhereTheyChange(t *testing.T) {
+	t.Parallel()
+	m, _ := dbtest.Start(t)
+	env := []string{"UNKEY_MYSQL_DSN=" + m.DSN, "UNKEY_OVERRIDES_POLL_INTERVAL=1h"}
+	_, admin, _ := cliKey(t, env, "create", "--workspace", "ws_k", "--name", "admin", "--permissions", "keys.manage, ratelimit.*.limit")
+	ts := startServer(t, env...)
+	body := `{"namespace":"api","identifier":"g","limit":5,"duration":60000,"cost":0}`
+	status, created, _ := ts.rpc(t, "KeyService", "CreateKey", admin, `{"name":"gateway","permissions":["ratelimit.api.limit"]}`)
+	if status != 200 {
+		t.Fatalf("CreateKey: %d %v", status, created)
+	}
+	id, key := created["keyId"].(string), created["key"].(string)
+	if status, out := ts.call(t, "Limit", key, body); status != 200 {
+		t.Fatalf("the new key on the process that made it, at once: %d %v", status, out)
+	}
+	if status, out, _ := ts.rpc(t, "KeyService", "UpdateKey", admin, fmt.Sprintf(`{"keyId":%q,"permissions":["ratelimit.other.limit"]}`, id)); status != 200 {
+		t.Fatalf("UpdateKey: %d %v", status, out)
+	}
+	if status, out := ts.call(t, "Limit", key, body); status != 403 {
+		t.Fatalf("the narrowed key in its old namespace, at once: %d %v, want 403", status, out)
+	}
+	if status, out, _ := ts.rpc(t, "KeyService", "RevokeKey", admin, fmt.Sprintf(`{"keyId":%q}`, id)); status != 200 {
+		t.Fatalf("RevokeKey: %d %v", status, out)
+	}
+	if status, out := ts.call(t, "Limit", key, `{"namespace":"other","identifier":"g","limit":5,"duration":60000}`); status != 401 {
+		t.Fatalf("the revoked key, at once: %d %v, want 401", status, out)
+	}
+}
