@@ -22,8 +22,10 @@ type Keyring struct {
 	local  *Signer
 
 	shared atomic.Pointer[Signer]
-	mu     sync.Mutex // held while loading (tried, never waited for)
-	next   time.Time  // the next load may start then
+	mu     sync.Mutex
+	// loading is closed when the load in progress ends; nil when none is.
+	loading chan struct{}
+	next    time.Time // the next load may start then
 }
 
 // Load timing: a request waits at most loadTimeout for the shared secret,
@@ -53,34 +55,61 @@ func StaticKeyring(secret []byte) (*Keyring, error) {
 	return k, nil
 }
 
-// signer returns the shared signer, loading it if it is not loaded yet, no
-// load failed within retryInterval and no other call is loading it, or nil.
+// signer returns the shared signer, loading it if it is not loaded yet
+// and no load failed within retryInterval, or nil. A call that finds a
+// load in progress waits for it (within loadTimeout): on a fresh process,
+// concurrent first calls would otherwise sign with the process's own
+// secret, whose tokens the other processes refuse, and open theirs as
+// unavailable.
 func (k *Keyring) signer(ctx context.Context) *Signer {
 	if s := k.shared.Load(); s != nil || k.load == nil {
 		return s
 	}
-	// One caller loads; the others, meanwhile, use the process's own
-	// secret rather than queue behind a store that may take a second.
-	if !k.mu.TryLock() {
-		return nil
-	}
-	defer k.mu.Unlock()
-	if s := k.shared.Load(); s != nil || k.now().Before(k.next) {
+	k.mu.Lock()
+	if s := k.shared.Load(); s != nil {
+		k.mu.Unlock()
 		return s
 	}
+	if ch := k.loading; ch != nil {
+		k.mu.Unlock()
+		wait := time.NewTimer(loadTimeout)
+		defer wait.Stop()
+		select {
+		case <-ch:
+		case <-wait.C:
+		case <-ctx.Done():
+		}
+		return k.shared.Load()
+	}
+	if k.now().Before(k.next) {
+		k.mu.Unlock()
+		return nil
+	}
+	done := make(chan struct{})
+	k.loading = done
+	k.mu.Unlock()
+
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), loadTimeout)
 	defer cancel()
 	secret, err := k.load(ctx)
+	var s *Signer
 	if err == nil {
-		var s *Signer
 		if s, err = NewSigner(secret); err == nil {
 			k.shared.Store(s)
-			return s
 		}
 	}
-	k.next = k.now().Add(retryInterval)
-	k.logger.WarnContext(ctx, "load the shared reservation secret: reservations are signed with this process's own until it loads", "error", err)
-	return nil
+	k.mu.Lock()
+	k.loading = nil
+	if err != nil {
+		k.next = k.now().Add(retryInterval)
+	}
+	k.mu.Unlock()
+	close(done)
+	if err != nil {
+		k.logger.WarnContext(ctx, "load the shared reservation secret: reservations are signed with this process's own until it loads", "error", err)
+		return nil
+	}
+	return s
 }
 
 // Sign returns t as a token, signed with the shared secret if it can be

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -90,5 +91,51 @@ func TestKeyringFallsBackToItsOwnSecret(t *testing.T) {
 	sharedToken := c.Sign(ctx, token())
 	if _, err := b.Open(ctx, sharedToken); err != nil {
 		t.Fatalf("a token signed with the shared secret does not open elsewhere: %v", err)
+	}
+}
+
+// TestFreshKeyringWaitsForTheLoadInProgress: the first calls of a fresh
+// process wait for the shared secret one of them is loading. Before, one
+// call loaded and the others signed with the process's own secret (which
+// the other processes refuse) or opened tokens as unavailable: 5 of 10
+// concurrent settles on a fresh process were answered 503.
+func TestFreshKeyringWaitsForTheLoadInProgress(t *testing.T) {
+	shared := reservation.NewSecret()
+	release := make(chan struct{})
+	var loads atomic.Int64
+	k := reservation.NewKeyring(func(context.Context) ([]byte, error) {
+		loads.Add(1)
+		<-release // a store that takes a while to answer
+		return shared, nil
+	}, slog.New(slog.DiscardHandler))
+	other, _ := reservation.StaticKeyring(shared)
+	issued := other.Sign(context.Background(), token())
+
+	var wg sync.WaitGroup
+	tokens := make([]string, 10)
+	opened := make([]error, 10)
+	for i := range 10 {
+		wg.Go(func() {
+			if i%2 == 0 {
+				tokens[i] = k.Sign(context.Background(), token())
+			} else {
+				_, opened[i] = k.Open(context.Background(), issued)
+			}
+		})
+	}
+	time.Sleep(50 * time.Millisecond) // every call has begun
+	close(release)
+	wg.Wait()
+	for i := range 10 {
+		if i%2 == 0 {
+			if _, err := other.Open(context.Background(), tokens[i]); err != nil {
+				t.Errorf("call %d signed with a secret the other processes refuse: %v", i, err)
+			}
+		} else if opened[i] != nil {
+			t.Errorf("call %d could not open another process's token: %v", i, opened[i])
+		}
+	}
+	if loads.Load() != 1 {
+		t.Fatalf("%d loads, want 1", loads.Load())
 	}
 }
