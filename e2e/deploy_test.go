@@ -73,12 +73,13 @@ func TestDeployedMetricsAreServed(t *testing.T) {
 	os.WriteFile(keysFile, []byte(`{"keys":[`+strings.SplitN(string(entry), "\n", 2)[0]+`]}`), 0o600)
 	const token = "tok_deploy_0123456789"
 	httpAddr, grpcAddr := fmt.Sprint("127.0.0.1:", testserver.FreePort(t)), fmt.Sprint("127.0.0.1:", testserver.FreePort(t))
+	metricsAddr := fmt.Sprint("127.0.0.1:", testserver.FreePort(t)) // as the chart serves them: on their own port
 	// Over TLS, which proc's readiness check does not speak: started here.
 	api := exec.Command(filepath.Join(bin, "api"))
 	api.Env = []string{"UNKEY_REGION=deploy", "UNKEY_HTTP_ADDR=" + httpAddr, "UNKEY_GRPC_ADDR=" + grpcAddr,
 		"UNKEY_REDIS_URL=" + r.URL(), "UNKEY_MYSQL_DSN=" + m.DSN, "UNKEY_RLS_CONFIG=" + rules,
 		"UNKEY_AUTH_TOKENS=" + token + "=ws_a", "UNKEY_AUTH_KEYS_FILE=" + keysFile, "UNKEY_TLS_CERT_FILE=" + certFile, "UNKEY_TLS_KEY_FILE=" + keyFile,
-		"UNKEY_GLOBAL_SYNC_INTERVAL=100ms"}
+		"UNKEY_GLOBAL_SYNC_INTERVAL=100ms", "UNKEY_METRICS_ADDR=" + metricsAddr}
 	if err := api.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func TestDeployedMetricsAreServed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitServed(t, "the API", https, "https://"+httpAddr+"/metrics", apiMetrics)
+	waitServed(t, "the API", http.DefaultClient, "http://"+metricsAddr+"/metrics", apiMetrics)
 	t.Logf("%d metrics named by deploy/, all served", len(apiMetrics)+len(worker))
 }
 

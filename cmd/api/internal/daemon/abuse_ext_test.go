@@ -340,14 +340,9 @@ func TestWindowCapPerWorkspace(t *testing.T) {
 	if _, out := ts.call(t, "Limit", tokB, body("one-too-many")); out["success"] != true {
 		t.Fatalf("another workspace: %v, want it unaffected", out)
 	}
-	resp, err := ts.client.Get(ts.url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metrics, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(metrics), `unkey_ratelimit_windows_rejected_total{source="request"} 3`) {
-		t.Fatalf("metrics lack the two rejected windows:\n%s", loopback.Lines(string(metrics), "windows_"))
+	_, metrics := ts.get(t, "/metrics")
+	if !strings.Contains(metrics, `unkey_ratelimit_windows_rejected_total{source="request"} 3`) {
+		t.Fatalf("metrics lack the two rejected windows:\n%s", loopback.Lines(metrics, "windows_"))
 	}
 }
 

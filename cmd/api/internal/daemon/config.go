@@ -42,6 +42,10 @@ type Config struct {
 	// DebugAddr, if set, serves Go's profiles (/debug/pprof/) there. Keep it
 	// on loopback: profiles show the process's internals.
 	DebugAddr string `env:"UNKEY_DEBUG_ADDR" help:"where to serve Go's profiles (/debug/pprof/); keep it on loopback; empty: not served"`
+	// MetricsAddr, if set, serves /metrics there, without a token, instead
+	// of on the API's port (where, once keys exist, it needs a key with
+	// status.read). Keep it on the network only Prometheus reaches.
+	MetricsAddr string `env:"UNKEY_METRICS_ADDR" help:"where to serve /metrics without a token, instead of on the API's port (where it needs a key with status.read once keys exist); keep it where only Prometheus reaches; empty: on the API's port"`
 	// TLSCertFile and TLSKeyFile, if set, serve both ports over TLS (HTTP/2
 	// and HTTP/1.1 by ALPN), the files read again when they change;
 	// TLSClientCAFile turns on mutual TLS.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -116,7 +117,12 @@ func (d *Daemon) build() error {
 	}
 	d.loops = append(d.loops, d.limiter)
 	if cfg.DebugAddr != "" {
-		d.loops = append(d.loops, debugServer{addr: cfg.DebugAddr, logger: logger})
+		d.loops = append(d.loops, debugServer(cfg.DebugAddr, logger))
+	}
+	if cfg.MetricsAddr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", d.metricsHandler())
+		d.loops = append(d.loops, sideServer{setting: "UNKEY_METRICS_ADDR", addr: cfg.MetricsAddr, what: "metrics", handler: mux, logger: logger})
 	}
 
 	ov, err := newOverrides(cfg, logger, reg, st)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -241,9 +242,13 @@ func TestRLSRequest(t *testing.T) {
 }
 
 // get fetches path from the main port.
+// get GETs path with tokA's key, which a server with UNKEY_AUTH_TOKENS
+// takes for its metrics and an open one ignores.
 func (ts *testServer) get(t *testing.T, path string) (int, string) {
 	t.Helper()
-	resp, err := ts.client.Get(ts.url + path)
+	req, _ := http.NewRequest(http.MethodGet, ts.url+path, nil)
+	req.Header.Set("Authorization", "Bearer "+tokA)
+	resp, err := ts.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

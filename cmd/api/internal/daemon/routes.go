@@ -15,6 +15,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/failure"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 )
 
@@ -94,12 +95,24 @@ func (d *Daemon) Handler() http.Handler {
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(d.registry, promhttp.HandlerOpts{Registry: d.registry}))
+	if d.cfg.MetricsAddr == "" {
+		mux.Handle("GET /metrics", d.layer.Operator(d.metricsHandler()))
+	} else {
+		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+			transport.WriteJSONError(w, http.StatusNotFound, failure.KindNotFound,
+				"this process serves its metrics on its own address (UNKEY_METRICS_ADDR), not on the API's port")
+		})
+	}
 	// Any other path, or a path above on another HTTP method, is answered
 	// in JSON, saying what the port serves or which method the path takes.
 	mux.Handle("/", transport.NoRoute(mux, slices.Concat(services, []string{grpchealth.HealthV1ServiceName,
 		grpcreflect.ReflectV1ServiceName, grpcreflect.ReflectV1AlphaServiceName}), d.routes()))
 	return mux
+}
+
+// metricsHandler serves the process's metrics in Prometheus's format.
+func (d *Daemon) metricsHandler() http.Handler {
+	return promhttp.HandlerFor(d.registry, promhttp.HandlerOpts{Registry: d.registry})
 }
 
 // grpcServer returns the grpc-go server of UNKEY_GRPC_ADDR, with every

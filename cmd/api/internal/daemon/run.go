@@ -59,30 +59,37 @@ func (l RedisLogger) Printf(ctx context.Context, format string, args ...any) {
 	l.Logger.DebugContext(ctx, fmt.Sprintf(format, args...), "component", "go-redis")
 }
 
-// debugServer serves Go's profiles on UNKEY_DEBUG_ADDR: a Loop, started
-// and stopped with the others.
-type debugServer struct {
-	addr   string
-	logger *slog.Logger
+// sideServer serves an operator's routes on an address of their own (Go's
+// profiles on UNKEY_DEBUG_ADDR, the metrics on UNKEY_METRICS_ADDR): a
+// Loop, started and stopped with the others.
+type sideServer struct {
+	setting, addr, what string // the variable that names addr, and what is served
+	handler             http.Handler
+	logger              *slog.Logger
 }
 
-// Run serves the profiles until ctx ends, then returns nil; an address it
-// cannot listen on is an error that stops the process.
-func (s debugServer) Run(ctx context.Context) error {
-	ln, err := net.Listen("tcp", s.addr)
-	if err != nil {
-		return fmt.Errorf("listen on UNKEY_DEBUG_ADDR %s: %w", s.addr, err)
-	}
+// debugServer serves Go's profiles on addr.
+func debugServer(addr string, logger *slog.Logger) sideServer {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	s.logger.Info("serving profiles", "addr", ln.Addr().String())
+	return sideServer{setting: "UNKEY_DEBUG_ADDR", addr: addr, what: "profiles", handler: mux, logger: logger}
+}
+
+// Run serves until ctx ends, then returns nil; an address it cannot
+// listen on is an error that stops the process.
+func (s sideServer) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s %s: %w", s.setting, s.addr, err)
+	}
+	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
+	s.logger.Info("serving "+s.what, "addr", ln.Addr().String())
 	go func() { <-ctx.Done(); srv.Close() }()
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve profiles: %w", err)
+		return fmt.Errorf("serve %s: %w", s.what, err)
 	}
 	return nil
 }

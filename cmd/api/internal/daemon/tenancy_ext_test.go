@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -26,6 +28,7 @@ import (
 	"github.com/unkeyed/ratelimit/internal/testkit/dbtest"
 	"github.com/unkeyed/ratelimit/internal/testkit/loopback"
 	"github.com/unkeyed/ratelimit/internal/testkit/poll"
+	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 )
 
 // Tests of what one tenant's key (or a caller without one) can take of
@@ -579,5 +582,55 @@ func TestKeysAreInForceAtOnceWhereTheyChange(t *testing.T) {
 	}
 	if status, out := ts.call(t, "Limit", key, `{"namespace":"other","identifier":"g","limit":5,"duration":60000}`); status != 401 {
 		t.Fatalf("the revoked key, at once: %d %v, want 401", status, out)
+	}
+}
+
+// TestMetricsAreTheOperators: the metrics carry every tenant's Envoy
+// descriptor values (detailed_metric) and rule names. Before, /metrics
+// answered anyone on the API's port. Now, once keys exist, it needs a key
+// with status.read there, or it is served on UNKEY_METRICS_ADDR, a port of
+// its own, and not on the API's.
+func TestMetricsAreTheOperators(t *testing.T) {
+	keysFile := filepath.Join(t.TempDir(), "keys.json")
+	_, limiter, entry := cliKey(t, nil, "generate", "--workspace", "ws_a", "--name", "limiter", "--permissions", "ratelimit.*.limit")
+	if err := os.WriteFile(keysFile, []byte(`{"keys":[`+strings.SplitN(entry, "\n", 2)[0]+`]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, "UNKEY_AUTH_TOKENS="+tokA+"=ws_a", "UNKEY_AUTH_KEYS_FILE="+keysFile)
+	scrape := func(url, token string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(raw)
+	}
+	if status, body := scrape(ts.url+"/metrics", ""); status != http.StatusUnauthorized {
+		t.Errorf("/metrics without a key: %d %.100s, want 401", status, body)
+	}
+	if status, body := scrape(ts.url+"/metrics", limiter); status != http.StatusForbidden || !strings.Contains(body, "status.read") {
+		t.Errorf("/metrics with a tenant's key: %d %.100s, want 403 naming status.read", status, body)
+	}
+	if status, body := scrape(ts.url+"/metrics", tokA); status != http.StatusOK || !strings.Contains(body, "unkey_ratelimit_windows_active") {
+		t.Errorf("/metrics with the operator's token: %d %.100s", status, body)
+	}
+
+	addr := fmt.Sprint("127.0.0.1:", testserver.FreePort(t))
+	own := startServer(t, "UNKEY_AUTH_TOKENS="+tokA+"=ws_a", "UNKEY_METRICS_ADDR="+addr)
+	poll.Until(t, 5*time.Second, "the metrics on their own address", func() bool {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	if status, body := scrape(own.url+"/metrics", tokA); status != http.StatusNotFound || !strings.Contains(body, "UNKEY_METRICS_ADDR") {
+		t.Errorf("/metrics on the API's port with UNKEY_METRICS_ADDR set: %d %.100s, want 404 naming it", status, body)
 	}
 }

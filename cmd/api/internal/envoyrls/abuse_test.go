@@ -3,6 +3,7 @@ package envoyrls
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -134,5 +135,58 @@ func TestRequestBounds(t *testing.T) {
 	}
 	if n := limiter.ActiveWindows(); n != 0 {
 		t.Fatalf("the refused requests created %d windows, want none counted", n)
+	}
+}
+
+// TestMetricSeriesAreSharedFairly: a rule's labels of request values are
+// bounded per workspace. Before, the 100 values of a detailed_metric rule
+// were one pool: workspace A's fresh values took it, and B's then went to
+// the overflow label. Now A's 150 values take A's 100, and B's 5 values
+// have their own labels.
+func TestMetricSeriesAreSharedFairly(t *testing.T) {
+	s, reg, _ := newBounded(t, `
+domain: d
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 100}
+`, 1<<20)
+	send := func(workspace, value string) {
+		ctx := call.WithPrincipal(context.Background(), access.Principal{Workspace: workspace, Permissions: access.All(), KeyID: "k"})
+		if _, err := s.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d",
+			Descriptors: []*rlcommonv3.RateLimitDescriptor{descriptor("user", value)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 150 {
+		send("ws_a", fmt.Sprint("a_", i))
+	}
+	for i := range 5 {
+		send("ws_b", fmt.Sprint("b_", i))
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	labelled := map[string]bool{}
+	for _, mf := range mfs {
+		if mf.GetName() != "unkey_rls_hits_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "rule" {
+					labelled[l.GetValue()] = true
+				}
+			}
+		}
+	}
+	for i := range 5 {
+		if want := fmt.Sprint("d.user_b_", i); !labelled[want] {
+			t.Errorf("B's value b_%d has no label of its own (labels: %d)", i, len(labelled))
+		}
+	}
+	if !labelled["d.user_overflow"] || labelled["d.user_a_149"] {
+		t.Errorf("A's values past its 100: want them in d.user_overflow")
 	}
 }

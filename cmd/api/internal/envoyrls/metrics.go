@@ -21,10 +21,19 @@ type metrics struct {
 	// is near it (UNKEY_RLS_NEAR_LIMIT_RATIO, 0.8 as in envoyproxy/ratelimit).
 	nearRatio float64
 
-	// seriesMu guards series: per rule, the labels with the request's
-	// values already in use (at most maxSeriesPerRule).
+	// seriesMu guards series and perRule: per rule and workspace, the
+	// labels with the request's values already in use (at most
+	// maxSeriesPerRule), and per rule how many in all (at most
+	// maxSeriesPerRuleAll).
 	seriesMu sync.Mutex
-	series   map[*rlsconfig.Rule]map[string]struct{}
+	series   map[ruleWorkspace]map[string]struct{}
+	perRule  map[*rlsconfig.Rule]int
+}
+
+// ruleWorkspace is a rule as one workspace's calls use it.
+type ruleWorkspace struct {
+	rule      *rlsconfig.Rule
+	workspace string
 }
 
 // descriptorLimitMetric is the rule label of every descriptor-level limit.
@@ -32,17 +41,21 @@ const descriptorLimitMetric = "descriptor_limit"
 
 // Bounds of the labels a request's values make (detailed_metric,
 // value_to_metric): a rule's label takes at most maxSeriesPerRule distinct
-// values, then its overflow label, and no label is longer than
+// values of each workspace's calls, and maxSeriesPerRuleAll of every
+// workspace's together, then its overflow label; no label is longer than
 // maxLabelBytes. Series then grow with the operator's files, not with what
-// callers send.
+// callers send, and one workspace's values cannot push another's into the
+// overflow.
 const (
-	maxSeriesPerRule = 100
-	maxLabelBytes    = 256
+	maxSeriesPerRule    = 100
+	maxSeriesPerRuleAll = 1000
+	maxLabelBytes       = 256
 )
 
-// label returns the rule label of p's hits: the rule's path, or the label
-// with the request's values its file asks for, within the bounds above.
-func (m *metrics) label(p *plan) string {
+// label returns the rule label of p's hits, a call of workspace: the
+// rule's path, or the label with the request's values its file asks for,
+// within the bounds above.
+func (m *metrics) label(p *plan, workspace string) string {
 	if p.rule == nil || p.metric == p.rule.Path {
 		return p.metric
 	}
@@ -52,18 +65,20 @@ func (m *metrics) label(p *plan) string {
 	}
 	m.seriesMu.Lock()
 	defer m.seriesMu.Unlock()
-	seen := m.series[p.rule]
+	k := ruleWorkspace{p.rule, workspace}
+	seen := m.series[k]
 	if _, ok := seen[l]; ok {
 		return l
 	}
-	if len(seen) >= maxSeriesPerRule {
+	if len(seen) >= maxSeriesPerRule || m.perRule[p.rule] >= maxSeriesPerRuleAll {
 		return p.rule.Path + "_overflow"
 	}
 	if seen == nil {
 		seen = map[string]struct{}{}
-		m.series[p.rule] = seen
+		m.series[k] = seen
 	}
 	seen[l] = struct{}{}
+	m.perRule[p.rule]++
 	return l
 }
 
@@ -80,7 +95,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		globalShadow: prometheus.NewCounter(prometheus.CounterOpts{Name: "unkey_rls_global_shadow_mode_total",
 			Help: "Requests over a limit answered OK because UNKEY_RLS_SHADOW_MODE is on."}),
 		nearRatio: 0.8,
-		series:    map[*rlsconfig.Rule]map[string]struct{}{},
+		series:    map[ruleWorkspace]map[string]struct{}{},
+		perRule:   map[*rlsconfig.Rule]int{},
 	}
 	for _, c := range []prometheus.Collector{m.total, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode, m.globalShadow} {
 		if err := reg.Register(c); err != nil {

@@ -377,7 +377,7 @@ func (s *Service) decide(ctx context.Context, ns pipeline.Namespace, domain stri
 	if err != nil && !errors.As(err, &capacity) {
 		return nil, err
 	}
-	p.metric = s.metrics.label(p)
+	p.metric = s.metrics.label(p, call.Workspace(ctx))
 	s.metrics.hits(domain, p.metric, p.cost)
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{
 		Code: rlsv3.RateLimitResponse_OK,

@@ -121,6 +121,6 @@ func grpcCode(err error) codes.Code { return status.Code(err) }
 // "").
 func postJSON(t *testing.T, url, token, body string) (int, string) {
 	t.Helper()
-	status, raw := loopback.Post(t, url+"/json", token, "", strings.NewReader(body))
+	status, raw := loopback.Post(t, url+"/json", token, "application/json", strings.NewReader(body))
 	return status, string(raw)
 }
