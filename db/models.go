@@ -90,10 +90,11 @@ type RatelimitProcess struct {
 }
 
 type RatelimitReservationSettlement struct {
-	Pk        uint64
-	ID        []byte
-	Cost      uint64
-	ExpiresAt uint64
+	Pk          uint64
+	ID          []byte
+	Cost        uint64
+	ExpiresAt   uint64
+	WorkspaceID string
 }
 
 type RatelimitSecret struct {

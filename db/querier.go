@@ -158,12 +158,15 @@ type Querier interface {
 	SecretGet(ctx context.Context, name string) ([]byte, error)
 	// SecretInsert stores secret under name unless one is stored already.
 	SecretInsert(ctx context.Context, arg SecretInsertParams) error
-	// SettlementClaim records that reservation id was settled at cost: one row
-	// affected for the first settle, none when the reservation was settled
-	// before (then SettlementCost says at what cost).
+	// SettlementClaim records that reservation id of workspace_id was settled
+	// at cost: one row affected for the first settle, none when the
+	// reservation was settled before (then SettlementCost says at what cost).
 	SettlementClaim(ctx context.Context, arg SettlementClaimParams) (int64, error)
 	// SettlementCost returns the cost a reservation was first settled at.
 	SettlementCost(ctx context.Context, id []byte) (uint64, error)
+	// SettlementsLive counts a workspace's settlements not yet expired at now
+	// (unix ms).
+	SettlementsLive(ctx context.Context, arg SettlementsLiveParams) (int64, error)
 	// SettlementsPurge deletes the batch SettlementsPurgeBatch counted.
 	SettlementsPurge(ctx context.Context, arg SettlementsPurgeParams) (int64, error)
 	// SettlementsPurgeBatch counts the first limit settlements, by primary

@@ -37,20 +37,26 @@ func (q *Queries) SecretInsert(ctx context.Context, arg SecretInsertParams) erro
 }
 
 const settlementClaim = `-- name: SettlementClaim :execrows
-INSERT IGNORE INTO ratelimit_reservation_settlements (id, cost, expires_at) VALUES (?, ?, ?)
+INSERT IGNORE INTO ratelimit_reservation_settlements (id, cost, expires_at, workspace_id) VALUES (?, ?, ?, ?)
 `
 
 type SettlementClaimParams struct {
-	ID        []byte
-	Cost      uint64
-	ExpiresAt uint64
+	ID          []byte
+	Cost        uint64
+	ExpiresAt   uint64
+	WorkspaceID string
 }
 
-// SettlementClaim records that reservation id was settled at cost: one row
-// affected for the first settle, none when the reservation was settled
-// before (then SettlementCost says at what cost).
+// SettlementClaim records that reservation id of workspace_id was settled
+// at cost: one row affected for the first settle, none when the
+// reservation was settled before (then SettlementCost says at what cost).
 func (q *Queries) SettlementClaim(ctx context.Context, arg SettlementClaimParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, settlementClaim, arg.ID, arg.Cost, arg.ExpiresAt)
+	result, err := q.db.ExecContext(ctx, settlementClaim,
+		arg.ID,
+		arg.Cost,
+		arg.ExpiresAt,
+		arg.WorkspaceID,
+	)
 	if err != nil {
 		return 0, err
 	}
@@ -67,6 +73,25 @@ func (q *Queries) SettlementCost(ctx context.Context, id []byte) (uint64, error)
 	var cost uint64
 	err := row.Scan(&cost)
 	return cost, err
+}
+
+const settlementsLive = `-- name: SettlementsLive :one
+SELECT CAST(COUNT(*) AS SIGNED) FROM ratelimit_reservation_settlements
+WHERE workspace_id = ? AND expires_at > ?
+`
+
+type SettlementsLiveParams struct {
+	WorkspaceID string
+	Now         uint64
+}
+
+// SettlementsLive counts a workspace's settlements not yet expired at now
+// (unix ms).
+func (q *Queries) SettlementsLive(ctx context.Context, arg SettlementsLiveParams) (int64, error) {
+	row := q.db.QueryRowContext(ctx, settlementsLive, arg.WorkspaceID, arg.Now)
+	var column_1 int64
+	err := row.Scan(&column_1)
+	return column_1, err
 }
 
 const settlementsPurge = `-- name: SettlementsPurge :execrows

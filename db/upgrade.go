@@ -45,8 +45,9 @@ var textColumns = map[string][]columnDef{
 		{"workspace_id", "varchar(191)"}, {"actor_key_id", "varchar(64)"}, {"action", "varchar(32)"},
 		{"target", "varchar(1024)"}, {"request_id", "varchar(64)"},
 	},
-	"ratelimit_keys":    {{"id", "varchar(64)"}, {"workspace_id", "varchar(191)"}, {"name", "varchar(255)"}},
-	"ratelimit_secrets": {{"name", "varchar(64)"}},
+	"ratelimit_keys":                    {{"id", "varchar(64)"}, {"workspace_id", "varchar(191)"}, {"name", "varchar(255)"}},
+	"ratelimit_secrets":                 {{"name", "varchar(64)"}},
+	"ratelimit_reservation_settlements": {{"workspace_id", "varchar(191)"}},
 }
 
 type columnDef struct{ name, typ string }
@@ -79,6 +80,14 @@ func upgrade(ctx context.Context, db execer) error {
 		return err
 	}
 	if err := addIndex(ctx, db, "ratelimit_overrides", "overrides_deleted_at_idx", "deleted_at"); err != nil {
+		return err
+	}
+	// Settlements name their workspace, counted against its cap: '' in
+	// rows of an earlier version, which expire within a day.
+	if err := addColumn(ctx, db, "ratelimit_reservation_settlements", "workspace_id", "varchar(191) NOT NULL DEFAULT ''"); err != nil {
+		return err
+	}
+	if err := addIndex(ctx, db, "ratelimit_reservation_settlements", "settlements_workspace_idx", "workspace_id", "expires_at"); err != nil {
 		return err
 	}
 	// The roll call says how often each process reports: 0 for the rows
@@ -114,9 +123,9 @@ func addColumn(ctx context.Context, db execer, table, column, def string) error 
 	return nil
 }
 
-// addIndex adds index on column to table unless an index of that name is
+// addIndex adds index on columns to table unless an index of that name is
 // there.
-func addIndex(ctx context.Context, db execer, table, index, column string) error {
+func addIndex(ctx context.Context, db execer, table, index string, columns ...string) error {
 	var n int
 	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.STATISTICS
 		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND INDEX_NAME = ?`, table, index).Scan(&n); err != nil {
@@ -125,7 +134,7 @@ func addIndex(ctx context.Context, db execer, table, index, column string) error
 	if n > 0 {
 		return nil
 	}
-	if _, err := db.ExecContext(ctx, fmt.Sprintf("ALTER TABLE `%s` ADD INDEX `%s` (`%s`)", table, index, column)); err != nil {
+	if _, err := db.ExecContext(ctx, fmt.Sprintf("ALTER TABLE `%s` ADD INDEX `%s` (`%s`)", table, index, strings.Join(columns, "`, `"))); err != nil {
 		return fmt.Errorf("add index %s.%s: %w", table, index, err)
 	}
 	return nil

@@ -1,8 +1,14 @@
 -- name: SettlementClaim :execrows
--- SettlementClaim records that reservation id was settled at cost: one row
--- affected for the first settle, none when the reservation was settled
--- before (then SettlementCost says at what cost).
-INSERT IGNORE INTO ratelimit_reservation_settlements (id, cost, expires_at) VALUES (?, ?, ?);
+-- SettlementClaim records that reservation id of workspace_id was settled
+-- at cost: one row affected for the first settle, none when the
+-- reservation was settled before (then SettlementCost says at what cost).
+INSERT IGNORE INTO ratelimit_reservation_settlements (id, cost, expires_at, workspace_id) VALUES (?, ?, ?, ?);
+
+-- name: SettlementsLive :one
+-- SettlementsLive counts a workspace's settlements not yet expired at now
+-- (unix ms).
+SELECT CAST(COUNT(*) AS SIGNED) FROM ratelimit_reservation_settlements
+WHERE workspace_id = ? AND expires_at > sqlc.arg(now);
 
 -- name: SettlementCost :one
 -- SettlementCost returns the cost a reservation was first settled at.

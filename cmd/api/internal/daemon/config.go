@@ -140,6 +140,11 @@ type Config struct {
 	// budget, so that one key's stalled bodies leave the rest to others.
 	DecodeShareBytes int64 `env:"UNKEY_DECODE_BUDGET_SHARE_BYTES" envDefault:"16777216" help:"the most bytes of the decode budget one workspace holds at once; past it its request is answered busy: 1048576 to UNKEY_DECODE_BUDGET_BYTES"`
 
+	// MaxSettlementsPerWorkspace bounds a workspace's live settlements in
+	// MySQL (kept until their reservation could no longer be settled, up
+	// to a day): past it a settle goes on unrecorded.
+	MaxSettlementsPerWorkspace int64 `env:"UNKEY_MAX_SETTLEMENTS_PER_WORKSPACE" envDefault:"1000000" help:"the most live reservation settlements (kept up to a day) one workspace holds in MySQL; past it a settle goes on unrecorded, giving nothing back: at least 1"`
+
 	// AuditChangesPerSecond bounds a workspace's audited changes (keys and
 	// overrides): past it a change is refused, resource_exhausted, so that
 	// the audit log grows at most at this rate per workspace.
@@ -229,6 +234,9 @@ func LoadConfig(environ []string) (Config, error) {
 	}
 	if c.HTTPMaxConnections < 1 || c.HTTPMaxConnections > 1_000_000 {
 		return Config{}, fmt.Errorf("UNKEY_HTTP_MAX_CONNECTIONS: must be between 1 and 1000000, got %d", c.HTTPMaxConnections)
+	}
+	if c.MaxSettlementsPerWorkspace < 1 {
+		return Config{}, fmt.Errorf("UNKEY_MAX_SETTLEMENTS_PER_WORKSPACE: must be at least 1, got %d", c.MaxSettlementsPerWorkspace)
 	}
 	if !(c.AuditChangesPerSecond >= 0.01 && c.AuditChangesPerSecond <= 10_000) {
 		return Config{}, fmt.Errorf("UNKEY_AUDIT_CHANGES_PER_SECOND: must be between 0.01 and 10000, got %v", c.AuditChangesPerSecond)

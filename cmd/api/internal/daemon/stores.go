@@ -130,7 +130,7 @@ func openStores(cfg Config, logger *slog.Logger, reg prometheus.Registerer, trac
 			return s, err
 		}
 		s.closers = append(s.closers, requests.Close)
-		s.useMySQL(loops, requests)
+		s.useMySQL(loops, requests, cfg.MaxSettlementsPerWorkspace)
 		logger.Info("global counters configured", "mysql", cfg.mysql.Addr, "database", cfg.mysql.DBName,
 			"flush", cfg.GlobalFlushInterval, "full_flush", cfg.GlobalFullFlushInterval, "sync", cfg.GlobalSyncInterval)
 	}
@@ -144,13 +144,13 @@ func openStores(cfg Config, logger *slog.Logger, reg prometheus.Registerer, trac
 
 // useMySQL puts MySQL's stores in place of memory's, and of Redis's ledger:
 // what the loops read and write through loops, what callers ask through
-// requests.
-func (s *stores) useMySQL(loops, requests *sql.DB) {
+// requests; a workspace keeps at most maxSettlements live settlements.
+func (s *stores) useMySQL(loops, requests *sql.DB, maxSettlements int64) {
 	s.global = mysqlstore.New(loops)
 	s.overrides, s.overridesPoll = overridesmysql.New(requests), overridesmysql.New(loops)
 	s.audit = auditmysql.New(requests)
 	s.keys, s.keysPoll = keysmysql.New(requests), keysmysql.New(loops)
-	s.ledger, s.ledgerScope = ledgermysql.New(requests), ""
+	s.ledger, s.ledgerScope = ledgermysql.New(requests, ledgermysql.WithMaxPerWorkspace(maxSettlements)), ""
 	a := analyticsmysql.New(loops, time.Now)
 	s.analytics, s.fleet = a, a
 	q := analyticsmysql.New(requests, time.Now)
