@@ -96,10 +96,6 @@ type streamCancel struct{}
 // its message arrived.
 type streamUnread struct{}
 
-// errReceiveTimeout ends a stream whose message has not all arrived within
-// the read timeout.
-var errReceiveTimeout = errors.New("the request message did not arrive within the read timeout")
-
 // grpcTap returns the handle that authenticates a stream from its headers
 // as it opens, as the layer does on the main port (Envoy sends a token
 // when its grpc_service has initial_metadata), and gives it a deadline of
