@@ -27,23 +27,7 @@ type entry struct {
 // permissions do not parse (a row written by a newer version, or edited by
 // hand) is left out and reported in the errors; the others are in the set.
 func NewSet(keys []Key) (*Set, []error) {
-	s := &Set{byDigest: make(map[Digest]entry, len(keys)), rows: len(keys)}
-	var errs []error
-	for _, k := range keys {
-		if !k.RevokedAt.IsZero() {
-			continue
-		}
-		perms, err := access.Parse(k.Permissions)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("key %s: %w", k.ID, err))
-			continue
-		}
-		s.byDigest[k.Digest] = entry{
-			principal: access.Principal{Workspace: k.Workspace, Permissions: perms, KeyID: k.ID, ExpiresAt: k.ExpiresAt},
-			expiresAt: k.ExpiresAt,
-		}
-	}
-	return s, errs
+	return (&Set{}).with(keys, len(keys))
 }
 
 // with returns a copy of s with changed, keys that changed since s was
@@ -53,8 +37,8 @@ func NewSet(keys []Key) (*Set, []error) {
 // the keys among changed that s's source did not hold before.
 func (s *Set) with(changed []Key, added int) (*Set, []error) {
 	next := &Set{byDigest: maps.Clone(s.byDigest), rows: s.rows + added}
-	if next.byDigest == nil {
-		next.byDigest = map[Digest]entry{}
+	if next.byDigest == nil { // the empty set NewSet starts from
+		next.byDigest = make(map[Digest]entry, len(changed))
 	}
 	var errs []error
 	for _, k := range changed {
