@@ -52,6 +52,10 @@ var textColumns = map[string][]columnDef{
 
 type columnDef struct{ name, typ string }
 
+// columnDefaults are the defaults of textColumns that have one, by
+// "table.column": a MODIFY must repeat a column's default or drop it.
+var columnDefaults = map[string]string{"ratelimit_reservation_settlements.workspace_id": "DEFAULT ''"}
+
 // upgrade brings tables that an earlier version created up to the schema in
 // schema/: CREATE TABLE IF NOT EXISTS leaves an existing table as it is.
 // Each step looks at information_schema first and changes only what differs,
@@ -181,7 +185,8 @@ func setCollation(ctx context.Context, db execer, table, collation string) error
 	var modify []string
 	for _, c := range textColumns[table] {
 		if coll, ok := current[c.name]; ok && coll != collation {
-			modify = append(modify, fmt.Sprintf("MODIFY `%s` %s CHARACTER SET utf8mb4 COLLATE %s NOT NULL", c.name, c.typ, collation))
+			modify = append(modify, strings.TrimSpace(fmt.Sprintf("MODIFY `%s` %s CHARACTER SET utf8mb4 COLLATE %s NOT NULL %s",
+				c.name, c.typ, collation, columnDefaults[table+"."+c.name])))
 		}
 	}
 	if len(modify) == 0 {
