@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -27,9 +28,11 @@ type connStates struct {
 
 // connState is one connection's standing.
 type connState struct {
-	conn    net.Conn // as accepted: closing it closes a TLS connection too
+	conn net.Conn // as accepted: closing it closes a TLS connection too
+	// trusted is read without the lock by every request (set once, under
+	// it): a trusted connection's requests take no lock.
+	trusted atomic.Bool
 	mu      sync.Mutex
-	trusted bool
 	active  bool // a request of it is being answered
 	expired bool // its deadline passed while untrusted
 	timer   *time.Timer
@@ -62,7 +65,7 @@ func (s *connStates) connState(c net.Conn, state http.ConnState) {
 	case http.StateIdle:
 		st.mu.Lock()
 		st.active = false
-		closing := st.expired && !st.trusted
+		closing := st.expired && !st.trusted.Load()
 		st.mu.Unlock()
 		if closing {
 			st.conn.Close()
@@ -78,7 +81,7 @@ func (s *connStates) connState(c net.Conn, state http.ConnState) {
 func (st *connState) expire() {
 	st.mu.Lock()
 	st.expired = true
-	closing := !st.trusted && !st.active
+	closing := !st.trusted.Load() && !st.active
 	st.mu.Unlock()
 	if closing {
 		st.conn.Close()
@@ -89,12 +92,12 @@ func (st *connState) expire() {
 // trusted: it then lives by the idle timeout alone.
 func trustConn(ctx context.Context) {
 	st, ok := ctx.Value(connStateKey{}).(*connState)
-	if !ok {
+	if !ok || st.trusted.Load() {
 		return
 	}
 	st.mu.Lock()
-	if !st.trusted {
-		st.trusted = true
+	if !st.trusted.Load() {
+		st.trusted.Store(true)
 		st.timer.Stop()
 	}
 	st.mu.Unlock()
