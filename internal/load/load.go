@@ -127,7 +127,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		metricsURLs = o.URLs
 	}
 	metricsClient := &http.Client{Timeout: 5 * time.Second}
-	cpuBefore, cpuOK := serversCPU(ctx, metricsClient, metricsURLs)
+	cpuBefore, cpuOK := serversCPU(ctx, metricsClient, metricsURLs, o.Token)
 	// The run stops starting requests at the deadline and lets those under
 	// way finish, so that stopping never shows up as failures.
 	deadline := time.Now().Add(o.MaxDuration)
@@ -191,7 +191,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		res.P50, res.P99, res.P999, res.Max = done[n*50/100], done[n*99/100], done[n*999/1000], done[n-1]
 	}
 	res.Throughput = float64(res.Requests) / res.Elapsed.Seconds()
-	if cpuAfter, ok := serversCPU(ctx, metricsClient, metricsURLs); ok && cpuOK && res.Requests > 0 {
+	if cpuAfter, ok := serversCPU(ctx, metricsClient, metricsURLs, o.Token); ok && cpuOK && res.Requests > 0 {
 		res.ServerCPU = cpuAfter - cpuBefore
 		res.CPUPerCall = res.ServerCPU / time.Duration(res.Requests)
 	}
@@ -291,13 +291,17 @@ func (c *rlsClient) limit(ctx context.Context, req *connect.Request[ratelimitv1.
 }
 
 // serversCPU sums process_cpu_seconds_total over the /metrics of every
-// URL, and reports whether each answered.
-func serversCPU(ctx context.Context, hc *http.Client, urls []string) (time.Duration, bool) {
+// URL, read with token (a server with keys serves its metrics to a key
+// with status.read), and reports whether each answered.
+func serversCPU(ctx context.Context, hc *http.Client, urls []string, token string) (time.Duration, bool) {
 	var sum float64
 	for _, u := range urls {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSpace(u)+"/metrics", nil)
 		if err != nil {
 			return 0, false
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
 		}
 		resp, err := hc.Do(req)
 		if err != nil {

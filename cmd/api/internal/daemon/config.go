@@ -33,7 +33,7 @@ type Config struct {
 	// GRPCUnreadPerWorkspace bounds the calls of one workspace on the
 	// grpc-go port whose message has not all arrived: what one key's
 	// unfinished messages may hold there is this many times 1 MiB at
-	// most, each for at most UNKEY_HTTP_READ_TIMEOUT.
+	// most, each for at most the call's deadline.
 	GRPCUnreadPerWorkspace int `env:"UNKEY_GRPC_UNREAD_PER_WORKSPACE" envDefault:"64" help:"the most calls of one workspace on the grpc-go port whose message has not all arrived; past it a call is answered busy: 1 to 100000"`
 	// HTTPMaxConnections bounds the connections the main port holds at
 	// once; more wait to be accepted. Keep it under the process's file

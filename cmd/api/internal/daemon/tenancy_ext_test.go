@@ -188,11 +188,12 @@ func TestDecodeBudgetIsFair(t *testing.T) {
 // streams of one key declaring 1 MiB and stalling held 901 MB until their
 // 25 s deadline. Now a workspace has at most
 // UNKEY_GRPC_UNREAD_PER_WORKSPACE (8 here) streams whose message has not
-// arrived, each ended at the read timeout: A's 40 are refused but 8, which
-// end within the timeout, and B decides meanwhile.
+// arrived: A's 40 are refused but 8, which end at the call's deadline (the
+// read and write timeouts, 1 s here), and B decides meanwhile.
 func TestGRPCUnreadStreamsPerWorkspace(t *testing.T) {
 	ts := startServer(t, "UNKEY_AUTH_TOKENS="+tokA+"=ws_a,"+tokB+"=ws_b", "UNKEY_GRPC_ADDR=127.0.0.1:0",
-		"UNKEY_GRPC_UNREAD_PER_WORKSPACE=8", "UNKEY_HTTP_READ_TIMEOUT=1s", "UNKEY_HTTP2_MAX_CONCURRENT_STREAMS=100")
+		"UNKEY_GRPC_UNREAD_PER_WORKSPACE=8", "UNKEY_HTTP_READ_TIMEOUT=500ms", "UNKEY_HTTP_WRITE_TIMEOUT=500ms",
+		"UNKEY_HTTP2_MAX_CONCURRENT_STREAMS=100")
 	c := grpcStream(t, ts.grpcAddr, tokA) // stream 1, stalled
 	for id := uint32(3); id < 80; id += 2 {
 		c.openGRPCStream(t, id, tokA)
@@ -241,7 +242,7 @@ func TestGRPCUnreadStreamsPerWorkspace(t *testing.T) {
 		t.Fatalf("%d of A's 40 stalled streams were refused at once, want 32 (8 may be unread)", early)
 	}
 	if len(ended) != 40 {
-		t.Fatalf("%d of A's 40 stalled streams ended within 5 s, want all (the read timeout is 1 s)", len(ended))
+		t.Fatalf("%d of A's 40 stalled streams ended within 5 s, want all (their deadline is 1 s)", len(ended))
 	}
 }
 

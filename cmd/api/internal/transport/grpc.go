@@ -99,9 +99,9 @@ type streamUnread struct{}
 // grpcTap returns the handle that authenticates a stream from its headers
 // as it opens, as the layer does on the main port (Envoy sends a token
 // when its grpc_service has initial_metadata), and gives it a deadline of
-// within for the whole call and of lim.ReadTimeout for its message to
-// arrive. A workspace with lim.UnreadPerWorkspace streams whose message
-// has not arrived yet is refused more, resource_exhausted "server busy".
+// within for the whole call. A workspace with lim.UnreadPerWorkspace
+// streams whose message has not arrived yet is refused more,
+// resource_exhausted "server busy".
 func (l *Layer) grpcTap(lim Limits, within time.Duration) tap.ServerInHandle {
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
 		if !grpcOpen(info.FullMethodName) {
@@ -125,7 +125,7 @@ func (l *Layer) grpcTap(lim Limits, within time.Duration) tap.ServerInHandle {
 			ctx, cancel := context.WithTimeout(ctx, within)
 			ctx = context.WithValue(ctx, streamCancel{}, cancel)
 			if lim.UnreadPerWorkspace > 0 {
-				u, ok := l.unread.open(ctx, pr.Workspace, lim.UnreadPerWorkspace, lim.ReadTimeout, cancel)
+				u, ok := l.unread.open(ctx, pr.Workspace, lim.UnreadPerWorkspace)
 				if !ok {
 					cancel()
 					l.observeGRPC(ctx, info.FullMethodName)
@@ -145,19 +145,17 @@ func (l *Layer) grpcTap(lim Limits, within time.Duration) tap.ServerInHandle {
 type unreadStreams struct{ counts sync.Map } // string → *atomic.Int64
 
 // unread is one stream's place in its workspace's count, given back once:
-// when its message arrives, when the stream ends, or when the read
-// timeout ends the stream first.
+// when its message arrives, or when the stream ends first (its deadline,
+// or the client's reset).
 type unread struct {
 	count *atomic.Int64
 	done  atomic.Bool
-	timer *time.Timer
 	stop  func() bool // stops the release at the stream's end
 }
 
 // open counts a stream of workspace whose context is ctx, unless the
-// workspace has max unread already; cancel ends the stream if its message
-// has not arrived within timeout.
-func (s *unreadStreams) open(ctx context.Context, workspace string, max int, timeout time.Duration, cancel context.CancelFunc) (*unread, bool) {
+// workspace has max unread already.
+func (s *unreadStreams) open(ctx context.Context, workspace string, max int) (*unread, bool) {
 	c, ok := s.counts.Load(workspace)
 	if !ok {
 		c, _ = s.counts.LoadOrStore(workspace, new(atomic.Int64))
@@ -168,11 +166,6 @@ func (s *unreadStreams) open(ctx context.Context, workspace string, max int, tim
 		return nil, false
 	}
 	u := &unread{count: count}
-	u.timer = time.AfterFunc(timeout, func() {
-		if u.release() {
-			cancel()
-		}
-	})
 	u.stop = context.AfterFunc(ctx, func() { u.release() })
 	return u, true
 }
@@ -186,11 +179,9 @@ func (u *unread) release() bool {
 	return true
 }
 
-// arrived marks the stream's message arrived: its place is given back and
-// its receive deadline no longer applies.
+// arrived marks the stream's message arrived: its place is given back.
 func (u *unread) arrived() {
 	if u.release() {
-		u.timer.Stop()
 		u.stop()
 	}
 }
@@ -224,7 +215,7 @@ func (l *Layer) grpcFailures(ctx context.Context, req any, info *grpc.UnaryServe
 	// message whole before any hook runs, so here the budget bounds what
 	// messages being handled hold; what the transport holds before is
 	// bounded per workspace by the unread streams it may have, the message
-	// cap and the read timeout.
+	// cap and the call's deadline.
 	if m, ok := req.(proto.Message); ok && l.budget != nil {
 		n := int64(proto.Size(m))
 		share := l.budget.shareOf(call.Workspace(ctx))

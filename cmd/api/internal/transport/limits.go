@@ -33,8 +33,9 @@ type Limits struct {
 	// UnreadPerWorkspace bounds the calls of one workspace on the grpc-go
 	// port whose message has not all arrived (0: no bound). grpc-go
 	// buffers a message whole before any hook of the layer sees it, so
-	// this, the message cap and ReadTimeout are what bound the memory one
-	// key's unfinished messages hold there.
+	// this, the message cap and the call's deadline (ReadTimeout and
+	// WriteTimeout together) are what bound the memory one key's
+	// unfinished messages hold there.
 	UnreadPerWorkspace int
 }
 
