@@ -55,9 +55,15 @@ const (
 // batch is one Add of a flush, kept with its id until the store took it.
 type batch struct {
 	id      string
+	made    time.Time
 	buckets []Bucket
 	top     []Entry
 }
+
+// maxPendingAge bounds how long a failed batch is sent again: a store
+// remembers batch ids for an hour, and one whose answer was lost must not
+// be added again once its id is forgotten.
+const maxPendingAge = 50 * time.Minute
 
 func (b batch) rows() int { return len(b.buckets) + len(b.top) }
 
@@ -242,7 +248,7 @@ func (r *Recorder) flush(ctx context.Context) {
 	emit := func() {
 		if cur.rows() > 0 {
 			r.seq++
-			cur.id = fmt.Sprintf("%s-%d", r.prefix, r.seq)
+			cur.id, cur.made = fmt.Sprintf("%s-%d", r.prefix, r.seq), r.now()
 			batches = append(batches, cur)
 			cur = batch{}
 		}
@@ -281,8 +287,12 @@ func (r *Recorder) flush(ctx context.Context) {
 }
 
 // keep holds batches for the next flush, the newest maxPending rows of
-// them; older ones are dropped and counted.
+// them made within maxPendingAge; older ones are dropped and counted.
 func (r *Recorder) keep(batches []batch) {
+	for len(batches) > 0 && r.now().Sub(batches[0].made) > maxPendingAge {
+		r.droppedStore.Add(float64(sumDecisions(batches[0].buckets)))
+		batches = batches[1:]
+	}
 	rows := 0
 	for i := len(batches) - 1; i >= 0; i-- {
 		if rows += batches[i].rows(); rows > maxPending {

@@ -89,22 +89,28 @@ func (k *Keyring) signer(ctx context.Context) *Signer {
 	k.loading = done
 	k.mu.Unlock()
 
+	err := errors.New("the load panicked")
+	defer func() {
+		// Whatever happened (a load that panics too), the waiters are let
+		// go and a failure waits retryInterval.
+		k.mu.Lock()
+		k.loading = nil
+		if err != nil {
+			k.next = k.now().Add(retryInterval)
+		}
+		k.mu.Unlock()
+		close(done)
+	}()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), loadTimeout)
 	defer cancel()
-	secret, err := k.load(ctx)
+	var secret []byte
+	secret, err = k.load(ctx)
 	var s *Signer
 	if err == nil {
 		if s, err = NewSigner(secret); err == nil {
 			k.shared.Store(s)
 		}
 	}
-	k.mu.Lock()
-	k.loading = nil
-	if err != nil {
-		k.next = k.now().Add(retryInterval)
-	}
-	k.mu.Unlock()
-	close(done)
 	if err != nil {
 		k.logger.WarnContext(ctx, "load the shared reservation secret: reservations are signed with this process's own until it loads", "error", err)
 		return nil

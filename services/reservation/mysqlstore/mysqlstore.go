@@ -30,8 +30,9 @@ type Ledger struct {
 // liveCount is what a ledger knows of a workspace's live settlements: the
 // count it read at checked, plus those it added since.
 type liveCount struct {
-	n       int64
-	checked time.Time
+	n        int64
+	checked  time.Time
+	counting bool // a caller is counting again
 }
 
 // Refresh intervals of a workspace's count: every recountEvery as a rule,
@@ -108,6 +109,16 @@ func (m *Ledger) admit(ctx context.Context, workspace string) error {
 	now := m.now()
 	full := c.n >= m.max
 	stale := c.checked.IsZero() || now.Sub(c.checked) >= recountEvery || (full && now.Sub(c.checked) >= recountFull)
+	if stale && !c.checked.IsZero() {
+		// One caller counts; the others go by the count they have, so
+		// that a busy workspace costs one count per interval, not one
+		// per concurrent settle.
+		c.checked = now
+		stale = !c.counting
+		c.counting = true
+	} else if stale {
+		c.counting = true
+	}
 	m.mu.Unlock()
 	if !stale {
 		if full {
@@ -116,12 +127,15 @@ func (m *Ledger) admit(ctx context.Context, workspace string) error {
 		return nil
 	}
 	n, err := m.q.SettlementsLive(ctx, db.SettlementsLiveParams{WorkspaceID: workspace, Now: uint64(now.UnixMilli())})
+	m.mu.Lock()
+	c.counting = false
+	if err == nil {
+		c.n, c.checked = n, now
+	}
+	m.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("count live settlements: %w", err)
 	}
-	m.mu.Lock()
-	c.n, c.checked = n, now
-	m.mu.Unlock()
 	if n >= m.max {
 		return ErrFull
 	}

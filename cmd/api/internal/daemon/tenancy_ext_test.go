@@ -246,15 +246,76 @@ func TestGRPCUnreadStreamsPerWorkspace(t *testing.T) {
 	}
 }
 
+// TestGRPCOpenMethodsAreBounded: health checks and reflection on the
+// grpc-go port need no token; before, their streams had no count and no
+// deadline (a caller nobody knows could stall 1 MiB messages on every
+// stream of every connection). Now they share one count of unread
+// messages (8 here) and the call's deadline: of 20 stalled health checks,
+// 12 are refused at once and the rest end at the deadline; a health check
+// still answers.
+func TestGRPCOpenMethodsAreBounded(t *testing.T) {
+	ts := startServer(t, "UNKEY_AUTH_TOKENS="+tokA+"=ws_a", "UNKEY_GRPC_ADDR=127.0.0.1:0",
+		"UNKEY_GRPC_UNREAD_PER_WORKSPACE=8", "UNKEY_HTTP_READ_TIMEOUT=500ms", "UNKEY_HTTP_WRITE_TIMEOUT=500ms")
+	c := grpcStream(t, ts.grpcAddr, tokA) // stream 1, A's: another count
+	for id := uint32(3); id < 43; id += 2 {
+		c.openGRPCStreamTo(t, id, "/grpc.health.v1.Health/Check", "")
+	}
+	start := time.Now()
+	ended := map[uint32]time.Duration{}
+	c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for len(ended) < 20 {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			break
+		}
+		id := f.Header().StreamID
+		if id < 3 {
+			continue
+		}
+		switch f := f.(type) {
+		case *http2.RSTStreamFrame:
+			ended[id] = time.Since(start)
+		case *http2.HeadersFrame:
+			if f.StreamEnded() {
+				ended[id] = time.Since(start)
+			}
+		}
+	}
+	early := 0
+	for _, d := range ended {
+		if d < 300*time.Millisecond {
+			early++
+		}
+	}
+	t.Logf("20 stalled health checks without a token: %d refused at once, %d ended within 5 s", early, len(ended))
+	if early < 12 || len(ended) != 20 {
+		t.Fatalf("%d refused at once and %d ended of 20 stalled health checks, want 12 at once and all", early, len(ended))
+	}
+	conn := loopback.Dial(t, ts.grpcAddr)
+	if err := conn.Invoke(context.Background(), "/grpc.health.v1.Health/Check", new(healthpb.HealthCheckRequest), new(healthpb.HealthCheckResponse)); err != nil {
+		t.Fatalf("a health check after: %v", err)
+	}
+}
+
 // openGRPCStream opens stream id on c as grpcStream opens stream 1: a
 // Limit call with token that declares a 1 MiB message and sends 5 bytes.
 func (c *h2Conn) openGRPCStream(t *testing.T, id uint32, token string) {
 	t.Helper()
+	c.openGRPCStreamTo(t, id, "/ratelimit.v1.RatelimitService/Limit", token)
+}
+
+// openGRPCStreamTo is openGRPCStream of a call of path, with token unless
+// it is empty.
+func (c *h2Conn) openGRPCStreamTo(t *testing.T, id uint32, path, token string) {
+	t.Helper()
 	var buf bytes.Buffer
 	enc := hpack.NewEncoder(&buf)
-	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "x"},
-		{":path", "/ratelimit.v1.RatelimitService/Limit"}, {"content-type", "application/grpc"}, {"te", "trailers"},
-		{"authorization", "Bearer " + token}} {
+	fields := [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "x"},
+		{":path", path}, {"content-type", "application/grpc"}, {"te", "trailers"}}
+	if token != "" {
+		fields = append(fields, [2]string{"authorization", "Bearer " + token})
+	}
+	for _, f := range fields {
 		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
 	}
 	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: buf.Bytes(), EndHeaders: true}); err != nil {

@@ -11,7 +11,9 @@ import (
 
 // A connection is trusted once it carries an authenticated request. Until
 // then it is closed after the read timeout from its accept, once no
-// request of it is being answered: without a deadline of its own, an
+// request of it is being answered (a moment after its last answer, so that
+// the answer is flushed first), and at the latest after the read and write
+// timeouts more, answering or not: without a deadline of its own, an
 // HTTP/2 connection that never opens a stream (or one that only ever sends
 // requests without a token) lives for the idle timeout, and twenty
 // thousand of them take the process's file descriptors from every tenant.
@@ -22,9 +24,15 @@ import (
 // yet, by remote address (a TLS connection is reported to the hooks
 // wrapped and unwrapped; its address is the same).
 type connStates struct {
-	deadline time.Duration
-	conns    sync.Map // remote address → *connState
+	deadline time.Duration // from the accept
+	grace    time.Duration // more, for the requests in flight at the deadline
+	conns    sync.Map      // remote address → *connState
 }
+
+// closeDelay is how long after its last answer an expired connection is
+// closed: HTTP/2 reports a connection idle before its last frames are
+// flushed.
+const closeDelay = 100 * time.Millisecond
 
 // connState is one connection's standing.
 type connState struct {
@@ -32,6 +40,7 @@ type connState struct {
 	// trusted is read without the lock by every request (set once, under
 	// it): a trusted connection's requests take no lock.
 	trusted atomic.Bool
+	grace   time.Duration
 	mu      sync.Mutex
 	active  bool // a request of it is being answered
 	expired bool // its deadline passed while untrusted
@@ -42,7 +51,7 @@ type connStateKey struct{}
 
 // connContext records a new connection and starts its deadline.
 func (s *connStates) connContext(ctx context.Context, c net.Conn) context.Context {
-	st := &connState{conn: c}
+	st := &connState{conn: c, grace: s.grace}
 	st.timer = time.AfterFunc(s.deadline, st.expire)
 	s.conns.Store(c.RemoteAddr().String(), st)
 	return context.WithValue(ctx, connStateKey{}, st)
@@ -65,27 +74,46 @@ func (s *connStates) connState(c net.Conn, state http.ConnState) {
 	case http.StateIdle:
 		st.mu.Lock()
 		st.active = false
-		closing := st.expired && !st.trusted.Load()
-		st.mu.Unlock()
-		if closing {
-			st.conn.Close()
+		if st.expired && !st.trusted.Load() {
+			st.closeSoon()
 		}
+		st.mu.Unlock()
 	case http.StateClosed, http.StateHijacked:
 		st.timer.Stop()
 		s.conns.CompareAndDelete(addr, st)
 	}
 }
 
-// expire closes the connection if it is still untrusted and answering
-// nothing, or marks it for closing when it is.
+// expire closes the connection if it is still untrusted: soon if it is
+// answering nothing, else once it is, or when its grace ends (this is
+// called again then), answering or not: a caller without a key cannot
+// keep a connection by keeping a slow request on it.
 func (st *connState) expire() {
 	st.mu.Lock()
-	st.expired = true
-	closing := !st.trusted.Load() && !st.active
-	st.mu.Unlock()
-	if closing {
+	defer st.mu.Unlock()
+	switch {
+	case st.trusted.Load():
+	case st.expired:
 		st.conn.Close()
+	case st.active:
+		st.expired = true
+		st.timer.Reset(st.grace)
+	default:
+		st.expired = true
+		st.closeSoon()
 	}
+}
+
+// closeSoon closes the connection after closeDelay unless it is trusted
+// or answering by then. It is called with st.mu held.
+func (st *connState) closeSoon() {
+	time.AfterFunc(closeDelay, func() {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		if !st.trusted.Load() && !st.active {
+			st.conn.Close()
+		}
+	})
 }
 
 // trustConn marks the connection of the request whose context is ctx

@@ -93,7 +93,7 @@ func (g *grpcMethods) name(fullMethod string) string {
 type streamCancel struct{}
 
 // streamUnread carries the *unread of a stream, for grpcFailures to mark
-// its message arrived.
+// its message arrived (a stream of reflection is counted until it ends).
 type streamUnread struct{}
 
 // grpcTap returns the handle that authenticates a stream from its headers
@@ -135,7 +135,24 @@ func (l *Layer) grpcTap(lim Limits, within time.Duration) tap.ServerInHandle {
 			}
 			return ctx, nil
 		}
-		return ctx, nil // health checks may watch for long
+		// Health checks and reflection need no token, but callers nobody
+		// knows share one count of unread messages and get the call's
+		// deadline, as a workspace's calls do; a health watch may watch
+		// for as long as it likes once it has sent its request.
+		if info.FullMethodName == "/grpc.health.v1.Health/Watch" {
+			return ctx, nil
+		}
+		ctx, cancel := context.WithTimeout(ctx, within)
+		ctx = context.WithValue(ctx, streamCancel{}, cancel)
+		if lim.UnreadPerWorkspace > 0 {
+			u, ok := l.unread.open(ctx, "", lim.UnreadPerWorkspace)
+			if !ok {
+				cancel()
+				return nil, grpcStatus(ErrBusy)
+			}
+			ctx = context.WithValue(ctx, streamUnread{}, u)
+		}
+		return ctx, nil
 	}
 }
 

@@ -37,7 +37,7 @@ func NewLayer(keys access.Keys, budget *Budget, logger *slog.Logger, reg prometh
 	}
 	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "unkey_decode_budget_in_use_bytes",
-		Help: "Bytes of request messages being read and decoded now, all clients and both ports together; at UNKEY_DECODE_BUDGET_BYTES a request is answered busy.",
+		Help: "Bytes of request messages being read or decompressed now (on the grpc-go port, being handled), all clients and both ports together; at UNKEY_DECODE_BUDGET_BYTES a request is answered busy.",
 	}, func() float64 { return float64(budget.InUse()) })); err != nil {
 		return nil, fmt.Errorf("register decode budget metric: %w", err)
 	}

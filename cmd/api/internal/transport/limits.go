@@ -42,10 +42,11 @@ type Limits struct {
 // HTTPServer returns an HTTP server for handler with l's bounds, speaking
 // HTTP/1.1 and h2c (HTTP/2 without TLS, for gRPC clients). A connection
 // that has carried no authenticated request of a [Layer] route is closed
-// after ReadTimeout (see conns.go); the caller caps the connections (see
-// LimitListener).
+// after ReadTimeout once it answers nothing, and at the latest
+// ReadTimeout and WriteTimeout after that (see conns.go); the caller caps
+// the connections (see LimitListener).
 func (l Limits) HTTPServer(handler http.Handler) *http.Server {
-	conns := &connStates{deadline: l.ReadTimeout}
+	conns := &connStates{deadline: l.ReadTimeout, grace: l.ReadTimeout + l.WriteTimeout}
 	return &http.Server{
 		Handler:        handler,
 		ConnContext:    conns.connContext,
