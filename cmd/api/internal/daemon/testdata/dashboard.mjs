@@ -63,7 +63,12 @@ async function visit(page, key, shot) {
   await page.goto(spec.base + "/dashboard");
   await loaded(page);
   if (key) {
-    // The first load, without the key, is refused: only what follows counts.
+    // The first load, without the key, is refused (its two calls, where the
+    // API needs a key): only what follows counts. Chromium reports a refusal
+    // on its console after the page has seen it, late on a loaded machine,
+    // so its two reports are awaited (for at most 5 s) before they are
+    // dropped.
+    for (const until = Date.now() + 5000; refused.length < 2 && Date.now() < until;) await page.waitForTimeout(50);
     errors.length = refused.length = 0;
     await page.fill("#key", key);
     await page.evaluate(() => { delete document.body.dataset.loaded; });
