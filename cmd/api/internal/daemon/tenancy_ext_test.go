@@ -199,38 +199,19 @@ func TestGRPCUnreadStreamsPerWorkspace(t *testing.T) {
 		c.openGRPCStream(t, id, tokA)
 	}
 	// Read the answers: a refused stream ends at once.
-	start := time.Now()
-	ended := map[uint32]time.Duration{}
-	c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	for len(ended) < 40 {
-		f, err := c.fr.ReadFrame()
-		if err != nil {
-			break
+	ended := c.streamEnds(t, 40, 1, 5*time.Second, func(n int) {
+		if n != 32 {
+			return
 		}
-		id := f.Header().StreamID
-		switch f := f.(type) {
-		case *http2.RSTStreamFrame:
-			ended[id] = time.Since(start)
-		case *http2.HeadersFrame:
-			if f.StreamEnded() {
-				ended[id] = time.Since(start)
-			}
-		case *http2.DataFrame:
-			if f.StreamEnded() {
-				ended[id] = time.Since(start)
-			}
+		// B decides while A holds its eight.
+		conn := loopback.Dial(t, ts.grpcAddr)
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tokB)
+		out := new(ratelimitv1.LimitResponse)
+		if err := conn.Invoke(ctx, "/ratelimit.v1.RatelimitService/Limit", &ratelimitv1.LimitRequest{Namespace: "b",
+			Identifier: "x", Limit: 10, Duration: 60000}, out); err != nil || !out.Success {
+			t.Fatalf("B's call with A's streams held: %v, %v", out, err)
 		}
-		if len(ended) == 32 {
-			// B decides while A holds its eight.
-			conn := loopback.Dial(t, ts.grpcAddr)
-			ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tokB)
-			out := new(ratelimitv1.LimitResponse)
-			if err := conn.Invoke(ctx, "/ratelimit.v1.RatelimitService/Limit", &ratelimitv1.LimitRequest{Namespace: "b",
-				Identifier: "x", Limit: 10, Duration: 60000}, out); err != nil || !out.Success {
-				t.Fatalf("B's call with A's streams held: %v, %v", out, err)
-			}
-		}
-	}
+	})
 	early := 0
 	for _, d := range ended {
 		if d < 500*time.Millisecond {
@@ -260,27 +241,7 @@ func TestGRPCOpenMethodsAreBounded(t *testing.T) {
 	for id := uint32(3); id < 43; id += 2 {
 		c.openGRPCStreamTo(t, id, "/grpc.health.v1.Health/Check", "")
 	}
-	start := time.Now()
-	ended := map[uint32]time.Duration{}
-	c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	for len(ended) < 20 {
-		f, err := c.fr.ReadFrame()
-		if err != nil {
-			break
-		}
-		id := f.Header().StreamID
-		if id < 3 {
-			continue
-		}
-		switch f := f.(type) {
-		case *http2.RSTStreamFrame:
-			ended[id] = time.Since(start)
-		case *http2.HeadersFrame:
-			if f.StreamEnded() {
-				ended[id] = time.Since(start)
-			}
-		}
-	}
+	ended := c.streamEnds(t, 20, 3, 5*time.Second, nil)
 	early := 0
 	for _, d := range ended {
 		if d < 300*time.Millisecond {
@@ -295,6 +256,48 @@ func TestGRPCOpenMethodsAreBounded(t *testing.T) {
 	if err := conn.Invoke(context.Background(), "/grpc.health.v1.Health/Check", new(healthpb.HealthCheckRequest), new(healthpb.HealthCheckResponse)); err != nil {
 		t.Fatalf("a health check after: %v", err)
 	}
+}
+
+// streamEnds reads c's frames until n of its streams numbered first or
+// above have ended (an answer that ends the stream, or a reset), or for at
+// most within, and returns when each ended, from the call; each (if not
+// nil) is told the count after every stream that ends.
+func (c *h2Conn) streamEnds(t *testing.T, n int, first uint32, within time.Duration, each func(int)) map[uint32]time.Duration {
+	t.Helper()
+	start := time.Now()
+	ended := map[uint32]time.Duration{}
+	c.conn.SetReadDeadline(start.Add(within))
+	for len(ended) < n {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			break
+		}
+		id := f.Header().StreamID
+		if id < first {
+			continue
+		}
+		switch f := f.(type) {
+		case *http2.RSTStreamFrame:
+		case *http2.HeadersFrame:
+			if !f.StreamEnded() {
+				continue
+			}
+		case *http2.DataFrame:
+			if !f.StreamEnded() {
+				continue
+			}
+		default:
+			continue
+		}
+		if _, seen := ended[id]; seen {
+			continue
+		}
+		ended[id] = time.Since(start)
+		if each != nil {
+			each(len(ended))
+		}
+	}
+	return ended
 }
 
 // openGRPCStream opens stream id on c as grpcStream opens stream 1: a

@@ -39,8 +39,11 @@ import (
 // when it opens, before any of its message is read (a stream without a
 // known token is refused there, costing no goroutine or buffer), and a call
 // must end within the read and write timeouts together, so that a client
-// that sends its message slowly holds nothing for long. Health checks and
-// reflection need no token. The adapters register their services on it;
+// that sends its message slowly holds nothing for long; a workspace has at
+// most lim.UnreadPerWorkspace calls whose message has not arrived. Health
+// checks and reflection need no token: their callers share one such count
+// and the same deadline (a health watch excepted). The adapters register
+// their services on it;
 // the caller caps its connections (see LimitListener), and opts add to the
 // server's (its TLS credentials).
 func (l *Layer) GRPCServer(lim Limits, c Codecs, opts ...grpc.ServerOption) *grpc.Server {
