@@ -13,6 +13,7 @@ package rlsconfig
 import (
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -34,13 +35,15 @@ type Rule struct {
 	// joined by dots, such as "messaging.message_type_marketing.to_number".
 	// It is a bounded label: one per rule of the file.
 	Path string
-	// RequestsPerUnit is the limit; 0 is always over it.
-	RequestsPerUnit uint32
-	Unit            Unit
+	// Limits are the rule's limits: its rate_limit block's, then those of
+	// its rate_limits list, each counted in its own window. A hit is over
+	// the rule when it is over any of them. Empty for an unlimited rule.
+	Limits []Limit
 	// Unlimited rules are never counted: their answer is always OK.
 	Unlimited bool
 	// Name and Replaces: a matched rule whose Name another matched rule of
-	// the same request replaces is dropped from that request.
+	// the same request replaces is dropped from that request. Name is the
+	// rate_limit block's.
 	Name     string
 	Replaces []string
 	// ShadowMode rules are counted and reported, but their answer is
@@ -158,8 +161,8 @@ func (c *Config) compile(parent *node, path string, descriptors []fileDescriptor
 		if d.ShareThreshold && n.wildcard == nil {
 			return fmt.Errorf("%s: share_threshold can only be used with a wildcard value (one with a '*')", here)
 		}
-		if rl := d.RateLimit; rl != nil {
-			r, err := compileRule(here, d, rl)
+		if d.RateLimit != nil || len(d.RateLimits) > 0 {
+			r, err := compileRule(here, d)
 			if err != nil {
 				return err
 			}
@@ -173,9 +176,8 @@ func (c *Config) compile(parent *node, path string, descriptors []fileDescriptor
 	return nil
 }
 
-func compileRule(path string, d fileDescriptor, rl *fileRateLimit) (*Rule, error) {
-	r := &Rule{Path: path, Unlimited: rl.Unlimited, Name: rl.Name, ShadowMode: d.ShadowMode, DetailedMetric: d.DetailedMetric,
-		QuotaMode: d.QuotaMode}
+func compileRule(path string, d fileDescriptor) (*Rule, error) {
+	r := &Rule{Path: path, ShadowMode: d.ShadowMode, DetailedMetric: d.DetailedMetric, QuotaMode: d.QuotaMode}
 	if d.Metadata != nil {
 		md, err := structpb.NewStruct(d.Metadata)
 		if err != nil {
@@ -183,30 +185,88 @@ func compileRule(path string, d fileDescriptor, rl *fileRateLimit) (*Rule, error
 		}
 		r.Metadata = md
 	}
-	unit, ok := parseUnit(rl.Unit)
-	switch {
-	case rl.Unlimited && rl.Unit != "":
-		return nil, fmt.Errorf("%s: rate_limit.unit: must not be given when unlimited is true", path)
-	case rl.Unlimited && rl.RequestsPerUnit != nil:
-		return nil, fmt.Errorf("%s: rate_limit.requests_per_unit: must not be given when unlimited is true", path)
-	case !rl.Unlimited && !ok:
-		return nil, fmt.Errorf("%s: rate_limit.unit: %q is not one of second, minute, hour, day, week, month, year", path, rl.Unit)
-	}
-	r.Unit = unit
-	if rl.RequestsPerUnit != nil {
-		r.RequestsPerUnit = *rl.RequestsPerUnit
-	}
-	for _, rep := range rl.Replaces {
-		switch rep.Name {
-		case "":
-			return nil, fmt.Errorf("%s: rate_limit.replaces: an entry has no name", path)
-		case rl.Name:
-			return nil, fmt.Errorf("%s: rate_limit.replaces: must not name the rule itself (%q)", path, rl.Name)
+	if rl := d.RateLimit; rl != nil {
+		r.Unlimited, r.Name = rl.Unlimited, rl.Name
+		switch {
+		case rl.Unlimited && rl.Unit != "":
+			return nil, fmt.Errorf("%s: rate_limit.unit: must not be given when unlimited is true", path)
+		case rl.Unlimited && rl.RequestsPerUnit != nil:
+			return nil, fmt.Errorf("%s: rate_limit.requests_per_unit: must not be given when unlimited is true", path)
+		case rl.Unlimited && rl.UnitMultiplier != nil:
+			return nil, fmt.Errorf("%s: rate_limit.unit_multiplier: must not be given when unlimited is true", path)
+		case rl.Unlimited && len(d.RateLimits) > 0:
+			return nil, fmt.Errorf("%s: rate_limits: must not be given when rate_limit.unlimited is true", path)
 		}
-		r.Replaces = append(r.Replaces, rep.Name)
+		if !rl.Unlimited {
+			l, err := compileLimit(path+": rate_limit", rl.fileLimit)
+			if err != nil {
+				return nil, err
+			}
+			l.Name = rl.Name
+			r.Limits = append(r.Limits, l)
+		}
+		for _, rep := range rl.Replaces {
+			switch rep.Name {
+			case "":
+				return nil, fmt.Errorf("%s: rate_limit.replaces: an entry has no name", path)
+			case rl.Name:
+				return nil, fmt.Errorf("%s: rate_limit.replaces: must not name the rule itself (%q)", path, rl.Name)
+			}
+			r.Replaces = append(r.Replaces, rep.Name)
+		}
+	}
+	for i, fl := range d.RateLimits {
+		l, err := compileLimit(fmt.Sprintf("%s: rate_limits[%d]", path, i), fl)
+		if err != nil {
+			return nil, err
+		}
+		r.Limits = append(r.Limits, l)
+	}
+	if len(r.Limits) > MaxLimitsPerRule {
+		return nil, fmt.Errorf("%s: rate_limits: a descriptor holds at most %d limits, has %d", path, MaxLimitsPerRule, len(r.Limits))
+	}
+	// Each limit is its own window, and a window is named by the
+	// descriptor and its length: two limits of one length would count
+	// in one window.
+	for i, l := range r.Limits {
+		for _, prev := range r.Limits[:i] {
+			if prev.Duration() == l.Duration() {
+				return nil, fmt.Errorf("%s: rate_limits: two limits span %s; each limit of a descriptor needs its own length of window",
+					path, l.Duration())
+			}
+		}
 	}
 	return r, nil
 }
+
+// compileLimit reads one limit (of rate_limit or of rate_limits), where
+// names it in errors.
+func compileLimit(where string, fl fileLimit) (Limit, error) {
+	unit, ok := parseUnit(fl.Unit)
+	if !ok {
+		return Limit{}, fmt.Errorf("%s.unit: %q is not one of second, minute, hour, day, week, month, year", where, fl.Unit)
+	}
+	l := Limit{Unit: unit, UnitMultiplier: 1, Name: fl.Name}
+	if fl.RequestsPerUnit != nil {
+		l.RequestsPerUnit = *fl.RequestsPerUnit
+	}
+	if fl.UnitMultiplier != nil {
+		l.UnitMultiplier = *fl.UnitMultiplier
+		if max := uint32(maxWindow / unit.Duration()); l.UnitMultiplier < 1 || l.UnitMultiplier > max {
+			return Limit{}, fmt.Errorf("%s.unit_multiplier: must be 1 to %d for unit %s (a window spans at most %d days)",
+				where, max, strings.ToLower(unit.String()), maxWindow/(24*time.Hour))
+		}
+	}
+	return l, nil
+}
+
+// MaxLimitsPerRule bounds the limits of one descriptor (rate_limit and
+// rate_limits together): each is a window a hit is counted in.
+const MaxLimitsPerRule = 16
+
+// maxWindow is the longest window a limit may span: a unit times its
+// multiplier, as long as the limiter's longest window (a year's rule).
+const maxWindow = ratelimit.MaxWindow
 
 // Domains returns the number of domains and of rules.
 func (c *Config) Domains() (domains, rules int) { return len(c.domains), c.rules }

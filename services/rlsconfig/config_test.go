@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func entries(kv ...string) []Entry {
@@ -79,10 +80,10 @@ func TestExamples(t *testing.T) {
 			if metric == "" {
 				metric = tc.want.path
 			}
-			if m.Rule.RequestsPerUnit != tc.want.limit || m.Rule.Unit != tc.want.unit || m.Rule.Path != tc.want.path ||
+			if ruleLimit(m.Rule).RequestsPerUnit != tc.want.limit || ruleLimit(m.Rule).Unit != tc.want.unit || m.Rule.Path != tc.want.path ||
 				m.Metric != metric || m.Identifier != tc.want.id {
 				t.Errorf("Match = {%d %v %q metric %q id %q}, want {%d %v %q metric %q id %q}",
-					m.Rule.RequestsPerUnit, m.Rule.Unit, m.Rule.Path, m.Metric, m.Identifier,
+					ruleLimit(m.Rule).RequestsPerUnit, ruleLimit(m.Rule).Unit, m.Rule.Path, m.Metric, m.Identifier,
 					tc.want.limit, tc.want.unit, tc.want.path, metric, tc.want.id)
 			}
 		})
@@ -168,6 +169,18 @@ func TestLoadErrors(t *testing.T) {
 		{"share without wildcard", "domain: d\ndescriptors:\n  - key: a\n    value: b\n    share_threshold: true\n", "share_threshold can only be used with a wildcard"},
 		{"negative limit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: -1}\n", "bad.yaml: "},
 		{"long domain", "domain: " + strings.Repeat("d", 250) + "\n", "domain: must be 1 to 249 bytes"},
+		{"same window twice", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 1}\n    rate_limits: [{unit: second, requests_per_unit: 60, unit_multiplier: 60}]\n",
+			"d.a: rate_limits: two limits span 1m0s"},
+		{"multiplier 0", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 1, unit_multiplier: 0}\n",
+			"d.a: rate_limit.unit_multiplier: must be 1 to 527040 for unit minute"},
+		{"window over a year", "domain: d\ndescriptors:\n  - key: a\n    rate_limits: [{unit: month, requests_per_unit: 1, unit_multiplier: 13}]\n",
+			"d.a: rate_limits[0].unit_multiplier: must be 1 to 12 for unit month (a window spans at most 366 days)"},
+		{"unknown key in rate_limits", "domain: d\ndescriptors:\n  - key: a\n    rate_limits: [{unit: minute, requests_per_unit: 1, unlimited: true}]\n",
+			"field unlimited not found"},
+		{"unlimited with more limits", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true}\n    rate_limits: [{unit: minute, requests_per_unit: 1}]\n",
+			"d.a: rate_limits: must not be given when rate_limit.unlimited is true"},
+		{"rate_limits without unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limits: [{requests_per_unit: 1}]\n",
+			`d.a: rate_limits[0].unit: "" is not one of`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Load(File{Name: "bad.yaml", Data: []byte(tc.yaml)})
@@ -223,5 +236,53 @@ func TestWildcardMatch(t *testing.T) {
 		if got := wildcardMatch(strings.Split(tc.pattern, "*"), tc.value); got != tc.want {
 			t.Errorf("wildcardMatch(%q, %q) = %v, want %v", tc.pattern, tc.value, got, tc.want)
 		}
+	}
+}
+
+// ruleLimit is a rule's first limit, or none for an unlimited rule.
+func ruleLimit(r *Rule) Limit {
+	if len(r.Limits) == 0 {
+		return Limit{}
+	}
+	return r.Limits[0]
+}
+
+// TestSeveralLimits reads a descriptor with rate_limit and rate_limits
+// beside it, with multipliers: every limit in order, each its own window.
+func TestSeveralLimits(t *testing.T) {
+	c, err := Load(File{Name: "l.yaml", Data: []byte(`domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 10, name: burst}
+    rate_limits:
+      - {unit: minute, unit_multiplier: 5, requests_per_unit: 100}
+      - {unit: day, requests_per_unit: 1000, name: daily}
+  - key: plan
+    rate_limits:
+      - {unit: month, unit_multiplier: 3, requests_per_unit: 9000}
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := c.Match("api", entries("user", "u1"))
+	if !ok {
+		t.Fatal("user: no match")
+	}
+	want := []struct {
+		limit uint32
+		d     time.Duration
+		name  string
+	}{{10, time.Second, "burst"}, {100, 5 * time.Minute, ""}, {1000, 24 * time.Hour, "daily"}}
+	if len(m.Rule.Limits) != len(want) || m.Rule.Name != "burst" {
+		t.Fatalf("limits %+v (rule name %q), want %+v", m.Rule.Limits, m.Rule.Name, want)
+	}
+	for i, w := range want {
+		if l := m.Rule.Limits[i]; l.RequestsPerUnit != w.limit || l.Duration() != w.d || l.Name != w.name {
+			t.Errorf("limit %d = %+v (%s), want %+v", i, l, l.Duration(), w)
+		}
+	}
+	m, ok = c.Match("api", entries("plan", "pro"))
+	if !ok || len(m.Rule.Limits) != 1 || m.Rule.Limits[0].Duration() != 90*24*time.Hour || m.Rule.Name != "" {
+		t.Fatalf("plan: %+v, %v; want one limit of 90 days", m.Rule, ok)
 	}
 }

@@ -21,9 +21,12 @@ type fileRoot struct {
 }
 
 type fileDescriptor struct {
-	Key            string           `yaml:"key"`
-	Value          string           `yaml:"value"`
-	RateLimit      *fileRateLimit   `yaml:"rate_limit"`
+	Key       string         `yaml:"key"`
+	Value     string         `yaml:"value"`
+	RateLimit *fileRateLimit `yaml:"rate_limit"`
+	// RateLimits are more limits of the descriptor, each its own window
+	// (this service's addition to the format).
+	RateLimits     []fileLimit      `yaml:"rate_limits"`
 	Descriptors    []fileDescriptor `yaml:"descriptors"`
 	ShadowMode     bool             `yaml:"shadow_mode"`
 	DetailedMetric bool             `yaml:"detailed_metric"`
@@ -36,11 +39,19 @@ type fileDescriptor struct {
 }
 
 type fileRateLimit struct {
-	Unit            string        `yaml:"unit"`
-	RequestsPerUnit *uint32       `yaml:"requests_per_unit"`
-	Unlimited       bool          `yaml:"unlimited"`
-	Name            string        `yaml:"name"`
-	Replaces        []fileReplace `yaml:"replaces"`
+	fileLimit `yaml:",inline"`
+	Unlimited bool          `yaml:"unlimited"`
+	Replaces  []fileReplace `yaml:"replaces"`
+}
+
+// fileLimit is one limit: rate_limit's, or an entry of rate_limits.
+type fileLimit struct {
+	Unit            string  `yaml:"unit"`
+	RequestsPerUnit *uint32 `yaml:"requests_per_unit"`
+	// UnitMultiplier (this service's addition, as Envoy's proposed field
+	// names it) makes the window that many units: 5 minutes.
+	UnitMultiplier *uint32 `yaml:"unit_multiplier"`
+	Name           string  `yaml:"name"`
 }
 
 type fileReplace struct {

@@ -49,7 +49,7 @@ func TestOnlyRegularFilesAreRead(t *testing.T) {
 	if !src.Reload() {
 		t.Fatal("the edit after the FIFO went was not applied")
 	}
-	if r, ok := src.Config().Match("d", []Entry{{Key: "k", Value: "v"}}); !ok || r.Rule.RequestsPerUnit != 7 {
+	if r, ok := src.Config().Match("d", []Entry{{Key: "k", Value: "v"}}); !ok || r.Rule.Limits[0].RequestsPerUnit != 7 {
 		t.Fatalf("after the edit: %+v, %v", r, ok)
 	}
 
@@ -96,7 +96,7 @@ func TestConfigMapLayout(t *testing.T) {
 	if !src.Reload() {
 		t.Fatal("the swapped ConfigMap was not reloaded")
 	}
-	if r, ok := src.Config().Match("d", []Entry{{Key: "k", Value: "v"}}); !ok || r.Rule.RequestsPerUnit != 9 {
+	if r, ok := src.Config().Match("d", []Entry{{Key: "k", Value: "v"}}); !ok || r.Rule.Limits[0].RequestsPerUnit != 9 {
 		t.Fatalf("after the swap: %+v, %v", r, ok)
 	}
 }

@@ -275,13 +275,13 @@ func validate(req *rlsv3.RateLimitRequest) error {
 
 // plan is what a descriptor is decided by.
 type plan struct {
-	rule       *rlsconfig.Rule // nil for a descriptor-level limit
-	counted    bool            // false: answered OK without a counter
-	unlimited  bool
-	shadow     bool
-	limit      int64
-	unit       rlsconfig.Unit
-	name       string // the rule's name, echoed in current_limit
+	rule      *rlsconfig.Rule // nil for a descriptor-level limit
+	counted   bool            // false: answered OK without a counter
+	unlimited bool
+	shadow    bool
+	// limits are the descriptor's limits, each its own window: one for a
+	// descriptor-level limit, the rule's otherwise.
+	limits     []rlsconfig.Limit
 	identifier string
 	metric     string
 	cost       int64
@@ -325,8 +325,8 @@ func (s *Service) plan(cfg *rlsconfig.Config, req *rlsv3.RateLimitRequest, d *rl
 		}
 		// One fixed label for every request-supplied limit: a client
 		// chooses its keys as freely as its values.
-		return plan{counted: true, limit: int64(l.RequestsPerUnit), unit: unit, identifier: id,
-			metric: descriptorLimitMetric, cost: cost, fromRequest: true}, nil
+		return plan{counted: true, limits: []rlsconfig.Limit{{RequestsPerUnit: l.RequestsPerUnit, Unit: unit, UnitMultiplier: 1}},
+			identifier: id, metric: descriptorLimitMetric, cost: cost, fromRequest: true}, nil
 	}
 	m, ok := cfg.Match(req.Domain, entries)
 	if !ok {
@@ -336,8 +336,8 @@ func (s *Service) plan(cfg *rlsconfig.Config, req *rlsv3.RateLimitRequest, d *rl
 		return plan{}, err
 	}
 	r := m.Rule
-	return plan{rule: r, counted: !r.Unlimited, unlimited: r.Unlimited, shadow: r.ShadowMode, limit: int64(r.RequestsPerUnit),
-		unit: r.Unit, name: r.Name, identifier: m.Identifier, metric: m.Metric, cost: cost}, nil
+	return plan{rule: r, counted: !r.Unlimited, unlimited: r.Unlimited, shadow: r.ShadowMode, limits: r.Limits,
+		identifier: m.Identifier, metric: m.Metric, cost: cost}, nil
 }
 
 // checkIdentifier refuses a descriptor whose counter name is longer than
@@ -361,28 +361,16 @@ func (s *Service) decide(ctx context.Context, ns pipeline.Namespace, domain stri
 	if !p.counted {
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, nil
 	}
-	// The counter's name is the adapter's, built from the descriptor (a
-	// long one is counted under its digest); an operator's rule may have a
-	// year's window and a limit of 0 that blocks, a request's own limit
-	// not (see plan.fromRequest).
-	c := pipeline.Call{
-		Request: ratelimit.Request{Namespace: ns.Name(), Identifier: p.identifier,
-			Limit: p.limit, Duration: p.unit.Duration(), Cost: p.cost, Report: !s.uncountedOverLimit},
-		MaxIdentifier: MaxIdentifier, MaxDuration: ratelimit.MaxWindow, ZeroLimit: true}
-	if p.fromRequest {
-		c.MaxDuration, c.ZeroLimit = ratelimit.MaxDuration, false
-	}
-	d, err := ns.Limit(ctx, c)
-	var capacity *ratelimit.CapacityError
-	if err != nil && !errors.As(err, &capacity) {
+	d, capacity, err := s.limit(ctx, ns, p)
+	if err != nil {
 		return nil, err
 	}
 	p.metric = s.metrics.label(p, call.Workspace(ctx))
 	s.metrics.hits(domain, p.metric, p.cost)
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{
 		Code: rlsv3.RateLimitResponse_OK,
-		CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: p.name, RequestsPerUnit: uint32(min(d.Limit, math.MaxUint32)),
-			Unit: rlsv3.RateLimitResponse_RateLimit_Unit(rlsconfig.UnitOf(d.Duration))},
+		CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: d.name, RequestsPerUnit: uint32(min(d.Limit, math.MaxUint32)),
+			Unit: rlsv3.RateLimitResponse_RateLimit_Unit(d.unit)},
 		LimitRemaining:     uint32(min(max(d.Remaining, 0), math.MaxUint32)),
 		DurationUntilReset: durationpb.New(max(d.Reset.Sub(now), 0)),
 	}
@@ -409,4 +397,100 @@ func (s *Service) decide(ctx context.Context, ns pipeline.Namespace, domain stri
 		}
 	}
 	return st, nil
+}
+
+// limitDecision is the decision of one of a descriptor's limits.
+type limitDecision struct {
+	pipeline.Decision
+	name string
+	unit rlsconfig.Unit
+}
+
+// limit decides p's limits, each in its own window, and returns the
+// tightest decision: the first denied, else the one with the least
+// remaining. capacity is set when the workspace could not hold a window
+// (the decision is then over its limit). With several limits, a hit is
+// counted in every window where hits over the limit are counted (as
+// envoyproxy/ratelimit counts each descriptor), and all or nothing
+// otherwise.
+func (s *Service) limit(ctx context.Context, ns pipeline.Namespace, p *plan) (limitDecision, *ratelimit.CapacityError, error) {
+	calls := make([]pipeline.Call, len(p.limits))
+	for i, l := range p.limits {
+		// The counter's name is the adapter's, built from the descriptor
+		// (a long one is counted under its digest); an operator's rule
+		// may have a year's window and a limit of 0 that blocks, a
+		// request's own limit not (see plan.fromRequest).
+		calls[i] = pipeline.Call{
+			Request: ratelimit.Request{Namespace: ns.Name(), Identifier: p.identifier,
+				Limit: int64(l.RequestsPerUnit), Duration: l.Duration(), Cost: p.cost, Report: !s.uncountedOverLimit},
+			MaxIdentifier: MaxIdentifier, MaxDuration: ratelimit.MaxWindow, ZeroLimit: true}
+		if p.fromRequest {
+			calls[i].MaxDuration, calls[i].ZeroLimit = ratelimit.MaxDuration, false
+		}
+	}
+	if len(calls) > 1 && ns.Overridden(ctx, p.identifier) {
+		// The override's limit and window replace the rule's: one
+		// window, counted once.
+		calls = calls[:1]
+	}
+	var capacity *ratelimit.CapacityError
+	if len(calls) > 1 && s.uncountedOverLimit {
+		m, err := ns.Multi(ctx, calls)
+		if err != nil && !errors.As(err, &capacity) {
+			return limitDecision{}, nil, err
+		}
+		if len(m.Results) == 0 {
+			// The workspace could not hold the windows: over, counted
+			// nowhere.
+			l := p.limits[0]
+			return limitDecision{Decision: pipeline.Decision{Response: ratelimit.Response{Limit: int64(l.RequestsPerUnit)},
+				Duration: l.Duration()}, name: l.Name, unit: unitOf(l, l.Duration())}, capacity, nil
+		}
+		best := -1
+		for i, d := range m.Results {
+			if best < 0 || tighter(d, m.Results[best]) {
+				best = i
+			}
+		}
+		d := m.Results[best]
+		if !m.Passed {
+			d.Success = false
+		}
+		return limitDecision{Decision: d, name: p.limits[best].Name, unit: unitOf(p.limits[best], d.Duration)}, capacity, nil
+	}
+	var out limitDecision
+	for i := range calls {
+		d, err := ns.Limit(ctx, calls[i])
+		var c *ratelimit.CapacityError
+		if err != nil && !errors.As(err, &c) {
+			return limitDecision{}, nil, err
+		}
+		if c != nil {
+			capacity = c
+		}
+		if i == 0 || tighter(d, out.Decision) {
+			out = limitDecision{Decision: d, name: p.limits[i].Name, unit: unitOf(p.limits[i], d.Duration)}
+		}
+	}
+	return out, capacity, nil
+}
+
+// tighter reports whether a is closer to its limit than b: denied, or
+// with less remaining.
+func tighter(a, b pipeline.Decision) bool {
+	if a.Success != b.Success {
+		return !a.Success
+	}
+	return a.Remaining < b.Remaining
+}
+
+// unitOf is the unit Envoy's current_limit names for l, decided in a
+// window of length applied: l's unit, when the window is one of it; else
+// the unit the window spans exactly (60 seconds: MINUTE; an override's
+// window), else UNKNOWN, as Envoy's field has no multiplier.
+func unitOf(l rlsconfig.Limit, applied time.Duration) rlsconfig.Unit {
+	if applied == l.Unit.Duration() {
+		return l.Unit
+	}
+	return rlsconfig.UnitOf(applied)
 }

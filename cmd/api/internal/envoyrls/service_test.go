@@ -105,3 +105,88 @@ func TestGlobalShadowMode(t *testing.T) {
 		}
 	}
 }
+
+// TestSeveralLimits: "2 a second and 5 per 5 minutes" on one descriptor.
+// Each limit is its own window; the descriptor is over when any is, and
+// current_limit names the tightest. Counting hits over the limit (the
+// default), every window counts every hit; without, a hit is counted in
+// all or in none.
+func TestSeveralLimits(t *testing.T) {
+	const rules = `domain: d
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 2, name: burst}
+    rate_limits:
+      - {unit: minute, unit_multiplier: 5, requests_per_unit: 5, name: five_minutes}
+`
+	type want struct {
+		code      rlsv3.RateLimitResponse_Code
+		limit     uint32
+		name      string
+		unit      rlsv3.RateLimitResponse_RateLimit_Unit
+		remaining uint32
+	}
+	const (
+		ok    = rlsv3.RateLimitResponse_OK
+		over  = rlsv3.RateLimitResponse_OVER_LIMIT
+		sec   = rlsv3.RateLimitResponse_RateLimit_SECOND
+		fiveM = rlsv3.RateLimitResponse_RateLimit_UNKNOWN // Envoy's unit has no multiplier
+	)
+	for _, tc := range []struct {
+		name    string
+		counted bool
+		// steps: a hit, after advancing the clock by the step's wait.
+		steps []struct {
+			wait time.Duration
+			want want
+		}
+	}{
+		{"over-limit hits counted", true, []struct {
+			wait time.Duration
+			want want
+		}{
+			{0, want{ok, 2, "burst", sec, 1}},
+			{0, want{ok, 2, "burst", sec, 0}},
+			{0, want{over, 2, "burst", sec, 0}},             // counted in the 5 minutes too: 3 of 5
+			{2 * time.Second, want{ok, 2, "burst", sec, 1}}, // 4 of 5: a tie goes to the first
+			{0, want{ok, 2, "burst", sec, 0}},               // 5 of 5
+			{0, want{over, 2, "burst", sec, 0}},             // both over
+			{2 * time.Second, want{over, 5, "five_minutes", fiveM, 0}},
+		}},
+		{"only admitted hits counted", false, []struct {
+			wait time.Duration
+			want want
+		}{
+			{0, want{ok, 2, "burst", sec, 1}},
+			{0, want{ok, 2, "burst", sec, 0}},
+			{0, want{over, 2, "burst", sec, 0}}, // counted nowhere: 2 of 5
+			{2 * time.Second, want{ok, 2, "burst", sec, 1}},
+			{0, want{ok, 2, "burst", sec, 0}},
+			{0, want{over, 2, "burst", sec, 0}}, // counted nowhere: 4 of 5
+			{2 * time.Second, want{ok, 5, "five_minutes", fiveM, 0}},
+			{0, want{over, 5, "five_minutes", fiveM, 0}},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := &manualClock{now: time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)}
+			limiter, err := ratelimit.New("test", ratelimit.WithClock(clock))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, _ := newServiceOn(t, limiter, rules, prometheus.NewRegistry(), WithOverLimitHitsCounted(tc.counted), WithClock(clock.Now))
+			ctx := call.WithPrincipal(context.Background(), access.OpenPrincipal())
+			for i, step := range tc.steps {
+				clock.advance(step.wait)
+				resp, err := s.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: one("user", "u1")})
+				if err != nil {
+					t.Fatal(err)
+				}
+				st := resp.Statuses[0]
+				got := want{st.Code, st.CurrentLimit.GetRequestsPerUnit(), st.CurrentLimit.GetName(), st.CurrentLimit.GetUnit(), st.LimitRemaining}
+				if got != step.want || resp.OverallCode != step.want.code {
+					t.Errorf("hit %d: %+v (overall %v), want %+v", i+1, got, resp.OverallCode, step.want)
+				}
+			}
+		})
+	}
+}

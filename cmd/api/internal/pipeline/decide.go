@@ -142,6 +142,26 @@ func (n Namespace) Limit(ctx context.Context, c Call) (Decision, error) {
 	return n.p.limit(ctx, c, true)
 }
 
+// Multi is Pipeline.Multi for calls in the namespace: all admitted and
+// counted, or nothing counted. A call that names another namespace is
+// denied.
+func (n Namespace) Multi(ctx context.Context, calls []Call) (MultiDecision, error) {
+	for i := range calls {
+		if calls[i].Request.Namespace != n.name {
+			return MultiDecision{}, &access.DeniedError{Permission: access.Name(access.Limit, calls[i].Request.Namespace)}
+		}
+	}
+	return n.p.Multi(ctx, calls)
+}
+
+// Overridden reports whether an override of the call's workspace applies
+// to identifier (as the caller sent it) in the namespace: it then replaces
+// every limit an adapter would decide for it with its one.
+func (n Namespace) Overridden(ctx context.Context, identifier string) bool {
+	_, ok := n.p.overrides.Lookup(call.Workspace(ctx), n.name, identifier)
+	return ok
+}
+
 // limit is Limit, authorizing c unless authorized says its namespace was.
 func (p *Pipeline) limit(ctx context.Context, c Call, authorized bool) (Decision, error) {
 	r, err := c.validate(call.Workspace(ctx))
