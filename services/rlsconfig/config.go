@@ -95,24 +95,40 @@ const NamespacePrefix = "envoy:"
 // where it can, the descriptor; nothing of a broken set of files is used.
 // Two files may not define the same domain.
 func Load(files ...File) (*Config, error) {
-	c := &Config{domains: map[string]*node{}}
-	origin := map[string]string{}
-	for _, f := range files {
+	sources := make([]source, len(files))
+	for i, f := range files {
 		roots, err := parseFile(f)
 		if err != nil {
 			return nil, err
 		}
-		for _, root := range roots {
+		sources[i] = source{name: f.Name, roots: roots}
+	}
+	return compileSources(sources)
+}
+
+// source is the domains of one file or one xDS resource, named for errors.
+type source struct {
+	name  string
+	roots []fileRoot
+}
+
+// compileSources compiles the domains of sources into one configuration;
+// a domain may be defined once.
+func compileSources(sources []source) (*Config, error) {
+	c := &Config{domains: map[string]*node{}}
+	origin := map[string]string{}
+	for _, src := range sources {
+		for _, root := range src.roots {
 			if err := checkDomain(root.Domain); err != nil {
-				return nil, fmt.Errorf("%s: %w", f.Name, err)
+				return nil, fmt.Errorf("%s: %w", src.name, err)
 			}
 			if prev, ok := origin[root.Domain]; ok {
-				return nil, fmt.Errorf("%s: domain %q is already defined in %s", f.Name, root.Domain, prev)
+				return nil, fmt.Errorf("%s: domain %q is already defined in %s", src.name, root.Domain, prev)
 			}
-			origin[root.Domain] = f.Name
+			origin[root.Domain] = src.name
 			d := &node{exact: map[entry]*node{}}
 			if err := c.compile(d, root.Domain, root.Descriptors); err != nil {
-				return nil, fmt.Errorf("%s: %w", f.Name, err)
+				return nil, fmt.Errorf("%s: %w", src.name, err)
 			}
 			c.domains[root.Domain] = d
 		}

@@ -1,0 +1,204 @@
+package rlsconfig_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/unkeyed/ratelimit/internal/testkit/poll"
+	"github.com/unkeyed/ratelimit/internal/testkit/xdsserver"
+	"github.com/unkeyed/ratelimit/services/rlsconfig"
+)
+
+// Units of the xDS type beyond the four its Go enum names.
+const (
+	unitMonth = rlsconfv3.RateLimitUnit(5)
+	unitYear  = rlsconfv3.RateLimitUnit(6)
+	unitWeek  = rlsconfv3.RateLimitUnit(7)
+)
+
+func limit(n uint32, unit rlsconfv3.RateLimitUnit) *rlsconfv3.RateLimitPolicy {
+	return &rlsconfv3.RateLimitPolicy{RequestsPerUnit: n, Unit: unit}
+}
+
+// gatewayConfig is a listener's rules as Envoy Gateway's translator writes
+// them: the route's descriptor (key and value its name, with '/' and '*'),
+// nested rule-N-match-M levels, a distinct match (a key without a value),
+// shadow mode on a rule's whole chain, and units past DAY.
+func gatewayConfig(domain string, perMonth uint32) *rlsconfv3.RateLimitConfig {
+	route := "httproute/default/backend/rule/0/match/0/*"
+	return &rlsconfv3.RateLimitConfig{Name: domain, Domain: domain, Descriptors: []*rlsconfv3.RateLimitDescriptor{{
+		Key: route, Value: route,
+		Descriptors: []*rlsconfv3.RateLimitDescriptor{
+			{Key: "rule-0-match-0", Value: "rule-0-match-0", Descriptors: []*rlsconfv3.RateLimitDescriptor{
+				{Key: "rule-0-match-1", Value: "rule-0-match-1", RateLimit: limit(5, rlsconfv3.RateLimitUnit_SECOND)}}},
+			{Key: "rule-1-match-0", RateLimit: limit(perMonth, unitMonth)},
+			{Key: "rule-2-match-0", ShadowMode: true, Descriptors: []*rlsconfv3.RateLimitDescriptor{
+				{Key: "masked_remote_address", Value: "0.0.0.0/0", ShadowMode: true, RateLimit: limit(1, unitYear)}}},
+			{Key: "rule-3-match-0", Value: "internal", RateLimit: &rlsconfv3.RateLimitPolicy{Unlimited: true}},
+			{Key: "rule-4-match-0", RateLimit: limit(7, unitWeek)},
+		},
+	}}}
+}
+
+func TestLoadXDS(t *testing.T) {
+	c, err := rlsconfig.LoadXDS(gatewayConfig("default/eg/http", 1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	route := "httproute/default/backend/rule/0/match/0/*"
+	at := func(kv ...string) []rlsconfig.Entry {
+		es := []rlsconfig.Entry{{Key: route, Value: route}}
+		for i := 0; i < len(kv); i += 2 {
+			es = append(es, rlsconfig.Entry{Key: kv[i], Value: kv[i+1]})
+		}
+		return es
+	}
+	for _, tc := range []struct {
+		name      string
+		entries   []rlsconfig.Entry
+		limit     uint32
+		window    time.Duration
+		shadow    bool
+		unlimited bool
+	}{
+		{"nested matches", at("rule-0-match-0", "rule-0-match-0", "rule-0-match-1", "rule-0-match-1"), 5, time.Second, false, false},
+		{"distinct, a month", at("rule-1-match-0", "tenant-a"), 1000, 30 * 24 * time.Hour, false, false},
+		{"shadow, a year", at("rule-2-match-0", "x", "masked_remote_address", "0.0.0.0/0"), 1, 365 * 24 * time.Hour, true, false},
+		{"unlimited", at("rule-3-match-0", "internal"), 0, 0, false, true},
+		{"a week", at("rule-4-match-0", "x"), 7, 7 * 24 * time.Hour, false, false},
+	} {
+		m, ok := c.Match("default/eg/http", tc.entries)
+		if !ok {
+			t.Errorf("%s: no match", tc.name)
+			continue
+		}
+		r := m.Rule
+		if r.Unlimited != tc.unlimited || r.ShadowMode != tc.shadow {
+			t.Errorf("%s: unlimited %v, shadow %v", tc.name, r.Unlimited, r.ShadowMode)
+		}
+		if !tc.unlimited && (len(r.Limits) != 1 || r.Limits[0].RequestsPerUnit != tc.limit || r.Limits[0].Duration() != tc.window) {
+			t.Errorf("%s: limits %+v, want %d per %s", tc.name, r.Limits, tc.limit, tc.window)
+		}
+	}
+	if _, ok := c.Match("default/eg/http", at("rule-0-match-0", "rule-0-match-0")); ok {
+		t.Error("a level without a limit matched")
+	}
+}
+
+func TestLoadXDSErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		configs []*rlsconfv3.RateLimitConfig
+		want    string
+	}{
+		{"no unit", []*rlsconfv3.RateLimitConfig{{Name: "a", Domain: "d", Descriptors: []*rlsconfv3.RateLimitDescriptor{
+			{Key: "k", RateLimit: limit(1, rlsconfv3.RateLimitUnit_UNKNOWN)}}}},
+			`xds resource "a": d.k: rate_limit.unit: "" is not one of`},
+		{"unknown unit", []*rlsconfv3.RateLimitConfig{{Name: "a", Domain: "d", Descriptors: []*rlsconfv3.RateLimitDescriptor{
+			{Key: "k", RateLimit: limit(1, 9)}}}},
+			`xds resource "a": d.k: rate_limit.unit: "9" is not one of`},
+		{"unit with unlimited", []*rlsconfv3.RateLimitConfig{{Name: "a", Domain: "d", Descriptors: []*rlsconfv3.RateLimitDescriptor{
+			{Key: "k", RateLimit: &rlsconfv3.RateLimitPolicy{Unlimited: true, Unit: rlsconfv3.RateLimitUnit_SECOND}}}}},
+			"must not be given when unlimited"},
+		{"duplicate descriptor", []*rlsconfv3.RateLimitConfig{{Name: "a", Domain: "d", Descriptors: []*rlsconfv3.RateLimitDescriptor{
+			{Key: "k"}, {Key: "k"}}}}, `xds resource "a": d.k: duplicate descriptor`},
+		{"duplicate domain", []*rlsconfv3.RateLimitConfig{gatewayConfig("d", 1), gatewayConfig("d", 2)},
+			`xds resource "d": domain "d" is already defined in xds resource "d"`},
+		{"empty domain", []*rlsconfv3.RateLimitConfig{{Name: "a"}}, `xds resource "a": domain: must not be empty`},
+	} {
+		if _, err := rlsconfig.LoadXDS(tc.configs...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: LoadXDS = %v, want an error containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestXDSSource runs the source against go-control-plane's management
+// server: the first snapshot in force and acknowledged; a broken one
+// refused with its error while the last good rules stay; the server killed
+// (the rules stay) and back with a new snapshot, reconnected and in force.
+func TestXDSSource(t *testing.T) {
+	srv := xdsserver.Start(t, "envoy-ratelimit")
+	reg := prometheus.NewRegistry()
+	src, err := rlsconfig.NewXDSSource(srv.Addr(), "envoy-ratelimit", rlsconfig.WithXDSRegisterer(reg),
+		rlsconfig.WithXDSBackoff(20*time.Millisecond, 200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { src.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	if d, _ := src.Config().Domains(); d != 0 || src.Loaded() {
+		t.Fatalf("before any snapshot: %d domains, loaded %v", d, src.Loaded())
+	}
+	monthly := func() uint32 {
+		m, ok := src.Config().Match("eg", []rlsconfig.Entry{{Key: "httproute/default/backend/rule/0/match/0/*",
+			Value: "httproute/default/backend/rule/0/match/0/*"}, {Key: "rule-1-match-0", Value: "t"}})
+		if !ok {
+			return 0
+		}
+		return m.Rule.Limits[0].RequestsPerUnit
+	}
+	v1 := srv.Push(gatewayConfig("eg", 100))
+	select {
+	case <-src.FirstLoad():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first snapshot was not loaded")
+	}
+	if monthly() != 100 {
+		t.Fatalf("after version %s: monthly limit %d, want 100", v1, monthly())
+	}
+	poll.Until(t, 5*time.Second, "the ACK of version 1", func() bool { return hasReply(srv, v1, "") })
+
+	bad := gatewayConfig("eg", 200)
+	bad.Descriptors = append(bad.Descriptors, bad.Descriptors[0]) // a duplicate descriptor
+	v2 := srv.Push(bad)
+	poll.Until(t, 5*time.Second, "the NACK of version 2", func() bool {
+		for _, r := range srv.Replies() {
+			if r.Version == v1 && strings.Contains(r.Error, "duplicate descriptor") {
+				return true
+			}
+		}
+		return false
+	})
+	if monthly() != 100 || testutil.ToFloat64(src.LoadsCounter("error")) != 1 {
+		t.Fatalf("after the refused version %s: monthly %d, %v errors", v2, monthly(), testutil.ToFloat64(src.LoadsCounter("error")))
+	}
+
+	v3 := srv.Push(gatewayConfig("eg", 300))
+	poll.Until(t, 5*time.Second, "version 3 in force", func() bool { return monthly() == 300 && hasReply(srv, v3, "") })
+
+	srv.Stop()
+	time.Sleep(300 * time.Millisecond) // several failed reconnections
+	if monthly() != 300 {
+		t.Fatalf("with the server away the rules changed: monthly %d", monthly())
+	}
+	v4 := srv.Push(gatewayConfig("eg", 400))
+	srv.Restart()
+	start := time.Now()
+	poll.Until(t, 5*time.Second, "version 4 in force after the server came back", func() bool {
+		return monthly() == 400 && hasReply(srv, v4, "")
+	})
+	t.Logf("reconnected and version %s in force %s after the server came back", v4, time.Since(start).Round(time.Millisecond))
+	for _, n := range srv.Nodes() {
+		if n != "envoy-ratelimit" {
+			t.Errorf("a stream named node %q", n)
+		}
+	}
+}
+
+func hasReply(srv *xdsserver.Server, version, errSubstring string) bool {
+	for _, r := range srv.Replies() {
+		if r.Version == version && (errSubstring == "" && r.Error == "" || errSubstring != "" && strings.Contains(r.Error, errSubstring)) {
+			return true
+		}
+	}
+	return false
+}

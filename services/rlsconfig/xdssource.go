@@ -1,0 +1,266 @@
+package rlsconfig
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// MaxXDSBytes bounds one response of the management server: every
+// domain's rules, as one message.
+const MaxXDSBytes = 16 << 20
+
+// XDSSource holds the configuration a management server pushes over xDS
+// (State of the World, on the aggregated stream, of the type
+// RateLimitConfig), as envoyproxy/ratelimit's GRPC_XDS_SOTW source does:
+// each response holds every domain, and replaces the configuration in force
+// as one step once it compiles (it is then acknowledged); one that does
+// not is refused with its error (a NACK) and the last good configuration
+// stays. While the server is away the last good configuration stays in
+// force, and the stream is opened again after a backoff.
+type XDSSource struct {
+	server string
+	node   *corev3.Node
+	creds  func() (credentials.TransportCredentials, error)
+	logger *slog.Logger
+	reg    prometheus.Registerer
+	// backoff is the wait after a failed stream: from minBackoff, doubled
+	// each failure up to maxBackoff, with jitter; a response resets it.
+	minBackoff, maxBackoff time.Duration
+
+	current atomic.Pointer[Config]
+	loaded  atomic.Bool
+	// firstLoad is closed when the first configuration is in force.
+	firstLoad chan struct{}
+
+	loads     *prometheus.CounterVec
+	connected prometheus.Gauge
+}
+
+// XDSOption configures an XDSSource.
+type XDSOption func(*XDSSource)
+
+// WithXDSCredentials sets the transport credentials of the connection to
+// the management server, made again at each connection (so that rotated
+// certificate files are read): insecure (plain HTTP/2) without it.
+func WithXDSCredentials(f func() (credentials.TransportCredentials, error)) XDSOption {
+	return func(s *XDSSource) { s.creds = f }
+}
+
+// WithXDSBackoff sets the wait after a failed stream: min first, doubled
+// up to max (250ms and 2s: a server that is back is reconnected to within
+// about two seconds).
+func WithXDSBackoff(min, max time.Duration) XDSOption {
+	return func(s *XDSSource) { s.minBackoff, s.maxBackoff = min, max }
+}
+
+// WithXDSLogger sets the logger of loads, refusals and reconnections.
+func WithXDSLogger(l *slog.Logger) XDSOption { return func(s *XDSSource) { s.logger = l } }
+
+// WithXDSRegisterer registers the source's metrics with reg.
+func WithXDSRegisterer(reg prometheus.Registerer) XDSOption {
+	return func(s *XDSSource) { s.reg = reg }
+}
+
+// NewXDSSource returns the source of the rules server (host:port) pushes to
+// the node nodeID. It starts nothing: Run connects. Until the first
+// configuration arrives, Config is the empty one (no rule applies).
+func NewXDSSource(server, nodeID string, opts ...XDSOption) (*XDSSource, error) {
+	if server == "" {
+		return nil, errors.New("xds: the management server's address must not be empty")
+	}
+	s := &XDSSource{server: server, node: &corev3.Node{Id: nodeID}, logger: slog.New(slog.DiscardHandler),
+		creds:      func() (credentials.TransportCredentials, error) { return insecure.NewCredentials(), nil },
+		minBackoff: 250 * time.Millisecond, maxBackoff: 2 * time.Second, firstLoad: make(chan struct{})}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.reg == nil {
+		s.reg = prometheus.NewRegistry()
+	}
+	empty, err := Load()
+	if err != nil {
+		return nil, err
+	}
+	s.current.Store(empty)
+	s.loads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "unkey_rls_config_loads_total",
+		Help: "Rate limit configurations received that were compiled, by result: ok (in force now) or error (refused; the last good configuration stays).",
+	}, []string{"result"})
+	s.connected = prometheus.NewGauge(prometheus.GaugeOpts{Name: "unkey_rls_xds_connected",
+		Help: "1 while the stream to the xDS management server is open, 0 while it is being opened again."})
+	rules := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "unkey_rls_config_rules", Help: "Rules of the rate limit configuration in force."},
+		func() float64 {
+			_, n := s.Config().Domains()
+			return float64(n)
+		})
+	for _, c := range []prometheus.Collector{s.loads, s.connected, rules} {
+		if err := s.reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Config returns the configuration in force. It never returns nil.
+func (s *XDSSource) Config() *Config { return s.current.Load() }
+
+// Loaded reports whether a configuration from the server is in force.
+func (s *XDSSource) Loaded() bool { return s.loaded.Load() }
+
+// FirstLoad is closed once the first configuration is in force.
+func (s *XDSSource) FirstLoad() <-chan struct{} { return s.firstLoad }
+
+// Run keeps a stream to the management server open until ctx ends, and
+// puts in force every configuration it pushes that compiles.
+func (s *XDSSource) Run(ctx context.Context) error {
+	wait := s.minBackoff
+	for ctx.Err() == nil {
+		got, err := s.stream(ctx)
+		s.connected.Set(0)
+		if ctx.Err() != nil {
+			break
+		}
+		if got {
+			wait = s.minBackoff
+		}
+		s.logger.Warn("xds: the stream to the management server ended; the rules in force stay", "server", s.server,
+			"error", err, "retry_in", wait.Round(time.Millisecond))
+		// Jitter of up to a fifth, so that the processes of a fleet do
+		// not reconnect at once.
+		t := time.NewTimer(wait + rand.N(wait/5+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+		wait = min(2*wait, s.maxBackoff)
+	}
+	return nil
+}
+
+// stream opens one connection and stream and reads responses until either
+// fails; got reports whether a response arrived. Each stream starts from
+// no version, so that a server that restarted numbering its versions
+// anew sends what it has.
+func (s *XDSSource) stream(ctx context.Context) (got bool, err error) {
+	creds, err := s.creds()
+	if err != nil {
+		return false, fmt.Errorf("xds credentials: %w", err)
+	}
+	conn, err := grpc.NewClient(s.server, grpc.WithTransportCredentials(creds),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxXDSBytes)))
+	if err != nil {
+		return false, fmt.Errorf("xds connect to %s: %w", s.server, err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		return false, fmt.Errorf("xds stream to %s: %w", s.server, err)
+	}
+	req := &discoveryv3.DiscoveryRequest{Node: s.node, TypeUrl: resource.RateLimitConfigType}
+	if err := stream.Send(req); err != nil {
+		return false, fmt.Errorf("xds request to %s: %w", s.server, err)
+	}
+	var acked string // the version in force from this stream
+	// refused and refusedErr are the last version refused and why: a
+	// server that sends it again (go-control-plane's cache answers a
+	// refusal with the version it holds) is refused again, without
+	// compiling it again, after a wait that doubles each time up to
+	// maxBackoff, so that the two do not loop at network speed.
+	var refused string
+	var refusedErr error
+	wait := s.minBackoff
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return got, fmt.Errorf("xds receive from %s: %w", s.server, err)
+		}
+		if !got {
+			s.connected.Set(1)
+			got = true
+		}
+		reply := &discoveryv3.DiscoveryRequest{Node: s.node, TypeUrl: resource.RateLimitConfigType, ResponseNonce: resp.GetNonce()}
+		var c *Config
+		switch {
+		case resp.GetTypeUrl() != resource.RateLimitConfigType:
+			err = fmt.Errorf("type %q: this client asks for %s only", resp.GetTypeUrl(), resource.RateLimitConfigType)
+		case refusedErr != nil && resp.GetVersionInfo() == refused:
+			err = refusedErr
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return got, ctx.Err()
+			case <-t.C:
+			}
+			wait = min(2*wait, s.maxBackoff)
+		default:
+			c, err = decodeXDS(resp.GetResources())
+			if err != nil {
+				refused, refusedErr, wait = resp.GetVersionInfo(), err, s.minBackoff
+				s.loads.WithLabelValues("error").Inc()
+				s.logger.Error("xds: rate limit config refused; the last good config stays in force", "server", s.server,
+					"version", resp.GetVersionInfo(), "error", err)
+			}
+		}
+		if err != nil {
+			reply.VersionInfo = acked
+			reply.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
+		} else {
+			acked, refused, refusedErr = resp.GetVersionInfo(), "", nil
+			reply.VersionInfo = acked
+			s.current.Store(c)
+			s.loads.WithLabelValues("ok").Inc()
+			if !s.loaded.Swap(true) {
+				close(s.firstLoad)
+			}
+			domains, rules := c.Domains()
+			s.logger.Info("xds: rate limit config in force", "server", s.server, "version", acked, "domains", domains, "rules", rules)
+		}
+		if err := stream.Send(reply); err != nil {
+			return got, fmt.Errorf("xds reply to %s: %w", s.server, err)
+		}
+	}
+}
+
+// decodeXDS compiles a response's resources.
+func decodeXDS(resources []*anypb.Any) (*Config, error) {
+	configs := make([]*rlsconfv3.RateLimitConfig, len(resources))
+	for i, r := range resources {
+		rc := &rlsconfv3.RateLimitConfig{}
+		if r.GetTypeUrl() != resource.RateLimitConfigType {
+			return nil, fmt.Errorf("resources[%d]: type %q: must be %s", i, r.GetTypeUrl(), resource.RateLimitConfigType)
+		}
+		if err := r.UnmarshalTo(rc); err != nil {
+			return nil, fmt.Errorf("resources[%d]: %w", i, err)
+		}
+		configs[i] = rc
+	}
+	return LoadXDS(configs...)
+}
+
+// LoadsCounter returns the counter of loads with result ok or error.
+func (s *XDSSource) LoadsCounter(result string) prometheus.Counter {
+	return s.loads.WithLabelValues(result)
+}
