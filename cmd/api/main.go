@@ -17,6 +17,10 @@
 //	api config check         check the settings in the environment and exit
 //	api --version            print the version and the commit (see internal/version)
 //	api --help               the commands and every setting, with its default
+//
+// Started as ratelimit (the image's /bin/ratelimit), it serves with
+// envoyproxy/ratelimit's environment read into its settings (package
+// upstreamenv): the image Envoy Gateway deploys.
 package main
 
 import (
@@ -24,9 +28,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/command"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/daemon"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/upstreamenv"
 	"github.com/unkeyed/ratelimit/internal/envconfig"
 	"github.com/unkeyed/ratelimit/internal/telemetry"
 	"github.com/unkeyed/ratelimit/internal/version"
@@ -52,6 +58,13 @@ Usage:
 func main() {
 	var err error
 	switch args := os.Args[1:]; {
+	case len(args) == 0 && filepath.Base(os.Args[0]) == "ratelimit":
+		// The image's /bin/ratelimit, where envoyproxy/ratelimit was
+		// deployed: its environment, read into this service's settings.
+		var environ []string
+		if environ, err = upstreamenv.Translate(os.Environ()); err == nil {
+			err = daemon.Run(context.Background(), environ, os.Stderr)
+		}
 	case len(args) == 0:
 		err = daemon.Run(context.Background(), os.Environ(), os.Stderr)
 	case len(args) == 1 && args[0] == "migrate":

@@ -23,6 +23,10 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
+// ErrNoConfig answers a request for rules before the management server
+// sent any (where the process may not answer without them).
+var ErrNoConfig = errors.New("no rate limit configuration yet: the xDS management server has sent none")
+
 // MaxXDSBytes bounds one response of the management server: every
 // domain's rules, as one message.
 const MaxXDSBytes = 16 << 20

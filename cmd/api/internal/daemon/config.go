@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -52,6 +53,13 @@ type Config struct {
 	TLSCertFile     string `env:"UNKEY_TLS_CERT_FILE" help:"PEM certificate (with its chain): both ports speak TLS only; set with UNKEY_TLS_KEY_FILE"`
 	TLSKeyFile      string `env:"UNKEY_TLS_KEY_FILE" help:"PEM key of UNKEY_TLS_CERT_FILE"`
 	TLSClientCAFile string `env:"UNKEY_TLS_CLIENT_CA_FILE" help:"PEM CA certificates: mutual TLS; needs the two above"`
+	// GRPCTLSCertFile and its key, if set, serve the grpc-go port over TLS
+	// with this certificate instead (mutual with GRPCTLSClientCAFile),
+	// whether or not the main port speaks TLS: Envoy's calls over TLS
+	// while the kubelet's health checks stay plain HTTP.
+	GRPCTLSCertFile     string `env:"UNKEY_GRPC_TLS_CERT_FILE" help:"PEM certificate of the grpc-go port alone (instead of UNKEY_TLS_CERT_FILE); set with UNKEY_GRPC_TLS_KEY_FILE"`
+	GRPCTLSKeyFile      string `env:"UNKEY_GRPC_TLS_KEY_FILE" help:"PEM key of UNKEY_GRPC_TLS_CERT_FILE"`
+	GRPCTLSClientCAFile string `env:"UNKEY_GRPC_TLS_CLIENT_CA_FILE" help:"PEM CA certificates: mutual TLS on the grpc-go port; needs the two above"`
 	RedisURL        string `env:"UNKEY_REDIS_URL" help:"the region's Redis: redis://, rediss://, redis+cluster://host:port[,host:port...]; empty: no regional store"`
 	MySQLDSN        string `env:"UNKEY_MYSQL_DSN" help:"the MySQL (8.0.17+) or MariaDB (10.6+) every region shares, user:password@tcp(host:3306)/db; empty: no global counters"`
 	AuthTokens      string `env:"UNKEY_AUTH_TOKENS" help:"comma-separated token=workspace_id entries with every permission; tokens at least 16 characters; with no keys anywhere the API is open"`
@@ -111,6 +119,20 @@ type Config struct {
 	RLSConfig         string        `env:"UNKEY_RLS_CONFIG" help:"envoyproxy/ratelimit's rule files: a .yaml file or a directory of them; empty: every descriptor answered OK"`
 	RLSConfigInterval time.Duration `env:"UNKEY_RLS_CONFIG_INTERVAL" envDefault:"1s" help:"how often the rule files are read for changes: 100ms to 1h"`
 	RLSShadowMode     bool          `env:"UNKEY_RLS_SHADOW_MODE" help:"answer OK to every ShouldRateLimit, counting as usual"`
+	// RLSXDSServer, if set, takes the rules from an xDS management server
+	// (State of the World, RateLimitConfig resources, as envoyproxy/
+	// ratelimit's GRPC_XDS_SOTW and Envoy Gateway's runner) instead of
+	// files: the two are exclusive. Until the first configuration arrives
+	// the process is not ready and ShouldRateLimit is answered
+	// unavailable, unless RLSStartWithoutConfig lets it answer OK.
+	RLSXDSServer          string `env:"UNKEY_RLS_XDS_SERVER" help:"an xDS management server (host:port) that pushes the rules (RateLimitConfig, State of the World); exclusive with UNKEY_RLS_CONFIG"`
+	RLSXDSNodeID          string `env:"UNKEY_RLS_XDS_NODE_ID" envDefault:"default" help:"the node id this process gives the xDS management server (Envoy Gateway pushes to envoy-ratelimit)"`
+	RLSXDSTLS             bool   `env:"UNKEY_RLS_XDS_TLS" help:"speak TLS to the xDS management server"`
+	RLSXDSCAFile          string `env:"UNKEY_RLS_XDS_CA_FILE" help:"PEM CA certificates the xDS server's certificate must chain to; empty: the system's"`
+	RLSXDSCertFile        string `env:"UNKEY_RLS_XDS_CERT_FILE" help:"PEM client certificate for mutual TLS to the xDS server; set with UNKEY_RLS_XDS_KEY_FILE"`
+	RLSXDSKeyFile         string `env:"UNKEY_RLS_XDS_KEY_FILE" help:"PEM key of UNKEY_RLS_XDS_CERT_FILE"`
+	RLSXDSServerName      string `env:"UNKEY_RLS_XDS_SERVER_NAME" help:"the name the xDS server's certificate must carry; empty: the host of UNKEY_RLS_XDS_SERVER"`
+	RLSStartWithoutConfig bool   `env:"UNKEY_RLS_START_WITHOUT_CONFIG" help:"with UNKEY_RLS_XDS_SERVER: ready, and every ShouldRateLimit answered OK, before the first rules arrive"`
 	// RLSCountOverLimit counts a hit over its limit, as envoyproxy/
 	// ratelimit does (an AI gateway's usage report must spend the budget
 	// it crosses); false counts only admitted hits.
@@ -246,6 +268,40 @@ func LoadConfig(environ []string) (Config, error) {
 	}
 	if c.TLSClientCAFile != "" && c.TLSCertFile == "" {
 		return Config{}, fmt.Errorf("UNKEY_TLS_CLIENT_CA_FILE: needs UNKEY_TLS_CERT_FILE and UNKEY_TLS_KEY_FILE: mutual TLS is TLS")
+	}
+	if (c.GRPCTLSCertFile == "") != (c.GRPCTLSKeyFile == "") {
+		return Config{}, fmt.Errorf("UNKEY_GRPC_TLS_CERT_FILE and UNKEY_GRPC_TLS_KEY_FILE: must be set together, or neither")
+	}
+	if c.GRPCTLSClientCAFile != "" && c.GRPCTLSCertFile == "" {
+		return Config{}, fmt.Errorf("UNKEY_GRPC_TLS_CLIENT_CA_FILE: needs UNKEY_GRPC_TLS_CERT_FILE and UNKEY_GRPC_TLS_KEY_FILE: mutual TLS is TLS")
+	}
+	if c.GRPCTLSCertFile != "" && c.GRPCAddr == "" {
+		return Config{}, fmt.Errorf("UNKEY_GRPC_TLS_CERT_FILE: needs UNKEY_GRPC_ADDR, the port it serves")
+	}
+	if c.RLSXDSServer != "" && c.RLSConfig != "" {
+		return Config{}, fmt.Errorf("UNKEY_RLS_XDS_SERVER and UNKEY_RLS_CONFIG: the rules come from files or from xDS, not both")
+	}
+	if c.RLSXDSServer == "" {
+		for _, v := range []struct {
+			name string
+			set  bool
+		}{{"UNKEY_RLS_XDS_TLS", c.RLSXDSTLS}, {"UNKEY_RLS_XDS_CA_FILE", c.RLSXDSCAFile != ""}, {"UNKEY_RLS_XDS_CERT_FILE", c.RLSXDSCertFile != ""},
+			{"UNKEY_RLS_XDS_SERVER_NAME", c.RLSXDSServerName != ""}, {"UNKEY_RLS_START_WITHOUT_CONFIG", c.RLSStartWithoutConfig}} {
+			if v.set {
+				return Config{}, fmt.Errorf("%s: needs UNKEY_RLS_XDS_SERVER", v.name)
+			}
+		}
+	}
+	if (c.RLSXDSCertFile == "") != (c.RLSXDSKeyFile == "") {
+		return Config{}, fmt.Errorf("UNKEY_RLS_XDS_CERT_FILE and UNKEY_RLS_XDS_KEY_FILE: must be set together, or neither")
+	}
+	if !c.RLSXDSTLS && (c.RLSXDSCAFile != "" || c.RLSXDSCertFile != "" || c.RLSXDSServerName != "") {
+		return Config{}, fmt.Errorf("UNKEY_RLS_XDS_CA_FILE, UNKEY_RLS_XDS_CERT_FILE and UNKEY_RLS_XDS_SERVER_NAME: need UNKEY_RLS_XDS_TLS=true")
+	}
+	if c.RLSXDSServer != "" {
+		if _, _, err := net.SplitHostPort(c.RLSXDSServer); err != nil {
+			return Config{}, fmt.Errorf("UNKEY_RLS_XDS_SERVER: must be host:port, got %q", c.RLSXDSServer)
+		}
 	}
 	if strings.Contains(c.RedisURL, "+cluster://") {
 		opts, err := redisstore.ClusterOptions(c.RedisURL)

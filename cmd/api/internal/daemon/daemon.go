@@ -50,8 +50,14 @@ type Daemon struct {
 	loads []load
 	// tls serves both ports over TLS; nil: cleartext (h2c).
 	tls    *certs.Certificates
-	health *grpchealth.StaticChecker
-	ready  atomic.Bool
+	// grpcTLS serves the grpc-go port over TLS instead of tls, where
+	// UNKEY_GRPC_TLS_CERT_FILE is set.
+	grpcTLS *certs.Certificates
+	health  *grpchealth.StaticChecker
+	ready   atomic.Bool
+	// readyChecks must all pass, besides ready, for the process to report
+	// ready: what it waits for while it already serves.
+	readyChecks []readyCheck
 	// redis is the region's client, warmed before serving; nil without
 	// UNKEY_REDIS_URL.
 	redis redis.UniversalClient
@@ -177,10 +183,17 @@ func (d *Daemon) build() error {
 	if tracing.On {
 		d.layer.WithTracing(tracing.Provider, tracing.Propagator)
 	}
+	// The certificates' expiry gauges are told apart by the listener.
 	if cfg.TLSCertFile != "" {
 		if d.tls, err = certs.Load(certs.Files{Cert: cfg.TLSCertFile, Key: cfg.TLSKeyFile,
-			ClientCA: cfg.TLSClientCAFile}, logger, reg); err != nil {
+			ClientCA: cfg.TLSClientCAFile}, logger, prometheus.WrapRegistererWith(prometheus.Labels{"listener": "api"}, reg)); err != nil {
 			return fmt.Errorf("UNKEY_TLS_CERT_FILE, UNKEY_TLS_KEY_FILE, UNKEY_TLS_CLIENT_CA_FILE: %w", err)
+		}
+	}
+	if cfg.GRPCTLSCertFile != "" {
+		if d.grpcTLS, err = certs.Load(certs.Files{Cert: cfg.GRPCTLSCertFile, Key: cfg.GRPCTLSKeyFile,
+			ClientCA: cfg.GRPCTLSClientCAFile}, logger, prometheus.WrapRegistererWith(prometheus.Labels{"listener": "grpc"}, reg)); err != nil {
+			return fmt.Errorf("UNKEY_GRPC_TLS_CERT_FILE, UNKEY_GRPC_TLS_KEY_FILE, UNKEY_GRPC_TLS_CLIENT_CA_FILE: %w", err)
 		}
 	}
 
@@ -266,7 +279,27 @@ func (d *Daemon) Limiter() *ratelimit.Service { return d.limiter }
 // Ready reports whether the process takes traffic: from the end of the
 // loads before serving until the shutdown begins (what GET /readyz
 // answers).
-func (d *Daemon) Ready() bool { return d.ready.Load() }
+func (d *Daemon) Ready() bool { return d.notReady() == "" }
+
+// readyCheck is something the process waits for before it reports ready,
+// named for the answer of /readyz.
+type readyCheck struct {
+	what string
+	ok   func() bool
+}
+
+// notReady returns what the process waits for, "" when it is ready.
+func (d *Daemon) notReady() string {
+	if !d.ready.Load() {
+		return "not ready"
+	}
+	for _, c := range d.readyChecks {
+		if !c.ok() {
+			return "not ready: waiting for " + c.what
+		}
+	}
+	return ""
+}
 
 // closer is one thing to close after the loops stopped, named for the
 // error that reports its failure.

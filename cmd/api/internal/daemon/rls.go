@@ -1,7 +1,13 @@
 package daemon
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"net"
+	"os"
+
+	"google.golang.org/grpc/credentials"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
@@ -10,14 +16,18 @@ import (
 
 // newRLS builds Envoy's rate limit service of cfg: its rules from
 // UNKEY_RLS_CONFIG (refusing to start on a broken file, and following the
-// file's changes in a loop), or none.
+// file's changes in a loop), from an xDS management server
+// (UNKEY_RLS_XDS_SERVER, a loop that keeps its stream open), or none.
 func (d *Daemon) newRLS(cfg Config, p *pipeline.Pipeline) (*envoyrls.Service, error) {
 	empty, err := rlsconfig.Load()
 	if err != nil {
 		return nil, err
 	}
 	current := func() *rlsconfig.Config { return empty }
-	if cfg.RLSConfig != "" {
+	opts := []envoyrls.Option{envoyrls.WithShadowMode(cfg.RLSShadowMode), envoyrls.WithNearLimitRatio(cfg.RLSNearLimitRatio),
+		envoyrls.WithOverLimitHitsCounted(cfg.RLSCountOverLimit), envoyrls.WithDynamicMetadata(cfg.RLSResponseDynamicMetadata)}
+	switch {
+	case cfg.RLSConfig != "":
 		src, err := rlsconfig.NewSource(cfg.RLSConfig, rlsconfig.WithInterval(cfg.RLSConfigInterval),
 			rlsconfig.WithLogger(d.logger), rlsconfig.WithRegisterer(d.registry))
 		if err != nil {
@@ -28,12 +38,59 @@ func (d *Daemon) newRLS(cfg Config, p *pipeline.Pipeline) (*envoyrls.Service, er
 		domains, rules := src.Config().Domains()
 		d.logger.Info("envoy rate limit service configured", "path", cfg.RLSConfig, "domains", domains, "rules", rules,
 			"shadow_mode", cfg.RLSShadowMode)
+	case cfg.RLSXDSServer != "":
+		xopts := []rlsconfig.XDSOption{rlsconfig.WithXDSLogger(d.logger), rlsconfig.WithXDSRegisterer(d.registry)}
+		if cfg.RLSXDSTLS {
+			xopts = append(xopts, rlsconfig.WithXDSCredentials(func() (credentials.TransportCredentials, error) { return xdsTLS(cfg) }))
+			if _, err := xdsTLS(cfg); err != nil { // files that cannot be read stop the start
+				return nil, err
+			}
+		}
+		src, err := rlsconfig.NewXDSSource(cfg.RLSXDSServer, cfg.RLSXDSNodeID, xopts...)
+		if err != nil {
+			return nil, fmt.Errorf("UNKEY_RLS_XDS_SERVER: %w", err)
+		}
+		current = src.Config
+		d.loops = append(d.loops, src)
+		if !cfg.RLSStartWithoutConfig {
+			opts = append(opts, envoyrls.WithRulesLoaded(src.Loaded))
+			d.readyChecks = append(d.readyChecks, readyCheck{what: "the first rate limit configuration from " + cfg.RLSXDSServer,
+				ok: src.Loaded})
+		}
+		d.logger.Info("envoy rate limit service takes its rules over xDS", "server", cfg.RLSXDSServer, "node_id", cfg.RLSXDSNodeID,
+			"tls", cfg.RLSXDSTLS, "start_without_config", cfg.RLSStartWithoutConfig, "shadow_mode", cfg.RLSShadowMode)
 	}
-	opts := []envoyrls.Option{envoyrls.WithShadowMode(cfg.RLSShadowMode), envoyrls.WithNearLimitRatio(cfg.RLSNearLimitRatio),
-		envoyrls.WithOverLimitHitsCounted(cfg.RLSCountOverLimit), envoyrls.WithDynamicMetadata(cfg.RLSResponseDynamicMetadata)}
 	if cfg.RLSResponseHeaders {
 		opts = append(opts, envoyrls.WithResponseHeaders(envoyrls.Headers{Limit: cfg.RLSLimitHeader,
 			Remaining: cfg.RLSRemainingHeader, Reset: cfg.RLSResetHeader}))
 	}
 	return envoyrls.New(d.layer, p, current, d.registry, opts...)
+}
+
+// xdsTLS returns the TLS credentials of the connection to the xDS server,
+// its files read now: the CA (the system's without one), the client
+// certificate for mutual TLS, the name the server's certificate carries.
+func xdsTLS(cfg Config) (credentials.TransportCredentials, error) {
+	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: cfg.RLSXDSServerName}
+	if c.ServerName == "" {
+		c.ServerName, _, _ = net.SplitHostPort(cfg.RLSXDSServer)
+	}
+	if cfg.RLSXDSCAFile != "" {
+		pem, err := os.ReadFile(cfg.RLSXDSCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("UNKEY_RLS_XDS_CA_FILE: %w", err)
+		}
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("UNKEY_RLS_XDS_CA_FILE: %s holds no PEM certificate", cfg.RLSXDSCAFile)
+		}
+	}
+	if cfg.RLSXDSCertFile != "" {
+		pair, err := tls.LoadX509KeyPair(cfg.RLSXDSCertFile, cfg.RLSXDSKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("UNKEY_RLS_XDS_CERT_FILE, UNKEY_RLS_XDS_KEY_FILE: %w", err)
+		}
+		c.Certificates = []tls.Certificate{pair}
+	}
+	return credentials.NewTLS(c), nil
 }

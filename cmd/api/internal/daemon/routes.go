@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"slices"
@@ -60,7 +61,7 @@ func (d *Daemon) routes() string {
 			routes = append(routes, r)
 		}
 	}
-	return strings.Join(append(routes, "GET /healthz, /readyz, /metrics"), ", ")
+	return strings.Join(append(routes, "GET /healthz, /readyz, /healthcheck, /metrics"), ", ")
 }
 
 // Handler returns the routes of the main port: each adapter's, reflection
@@ -88,13 +89,17 @@ func (d *Daemon) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !d.ready.Load() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
+	ready := func(w http.ResponseWriter, _ *http.Request) {
+		if why := d.notReady(); why != "" {
+			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ready")
-	})
+	}
+	mux.HandleFunc("GET /readyz", ready)
+	// envoyproxy/ratelimit's health check, where Envoy Gateway's probes
+	// look: the same answer.
+	mux.HandleFunc("GET /healthcheck", ready)
 	if d.cfg.MetricsAddr == "" {
 		mux.Handle("GET /metrics", d.layer.Operator(d.metricsHandler()))
 	} else {
@@ -120,8 +125,8 @@ func (d *Daemon) metricsHandler() http.Handler {
 // it not serving at shutdown.
 func (d *Daemon) grpcServer() (*grpc.Server, func()) {
 	var opts []grpc.ServerOption
-	if d.tls != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(d.tls.Config())))
+	if c := cmp.Or(d.grpcTLS, d.tls); c != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(c.Config())))
 	}
 	srv := d.layer.GRPCServer(d.limits(), d.grpcCodecs(), opts...)
 	for _, a := range d.adapters {

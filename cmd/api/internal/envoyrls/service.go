@@ -78,7 +78,10 @@ type Service struct {
 	uncountedOverLimit bool
 	// dynamicMetadata answers Envoy's dynamic metadata (see metadata.go).
 	dynamicMetadata bool
-	now             func() time.Time
+	// loaded, if set, reports whether the rules have arrived: until they
+	// have, a request is answered rlsconfig.ErrNoConfig.
+	loaded func() bool
+	now    func() time.Time
 }
 
 // Headers are the names of the headers Envoy adds to its response: the
@@ -111,6 +114,12 @@ func WithOverLimitHitsCounted(on bool) Option { return func(s *Service) { s.unco
 // descriptors, the hits addend, and the merged metadata of the rules that
 // were not over their limits (see dynamicMetadata).
 func WithDynamicMetadata(on bool) Option { return func(s *Service) { s.dynamicMetadata = on } }
+
+// WithRulesLoaded makes every request wait for rules: until loaded reports
+// true (the first configuration from xDS arrived), it is answered
+// unavailable (rlsconfig.ErrNoConfig), where without the option it is
+// decided by the rules in force, none at first: OK.
+func WithRulesLoaded(loaded func() bool) Option { return func(s *Service) { s.loaded = loaded } }
 
 // WithNearLimitRatio sets the share of a limit past which a hit counts as
 // near it (0.8).
@@ -145,6 +154,9 @@ var ErrBounds = &invalid.Error{Field: "descriptors",
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if err := validate(req); err != nil {
 		return nil, err
+	}
+	if s.loaded != nil && !s.loaded() {
+		return nil, rlsconfig.ErrNoConfig
 	}
 	// One authorization for the request: every descriptor is decided in
 	// the domain's namespace.

@@ -16,6 +16,7 @@ import (
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 	"github.com/unkeyed/ratelimit/services/reservation"
+	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
 
 // Kind is what went wrong with a request, whatever its protocol: each
@@ -45,7 +46,8 @@ const (
 	// request needs; the message names it.
 	KindPermissionDenied
 	// KindUnavailable is a request the process cannot answer yet: its
-	// keys have not been loaded since it started.
+	// keys, or the rules of Envoy's protocol from xDS, have not been
+	// loaded since it started.
 	KindUnavailable
 	// KindConflict is a request that repeats what was done once and may
 	// be done only once: a reservation settled before.
@@ -79,7 +81,7 @@ func Classify(err error) Failure {
 	if errors.As(err, &de) {
 		return Failure{Kind: KindPermissionDenied, Message: de.Error(), Err: err}
 	}
-	if errors.Is(err, access.ErrKeysNotLoaded) || errors.Is(err, reservation.ErrUnavailable) {
+	if errors.Is(err, access.ErrKeysNotLoaded) || errors.Is(err, reservation.ErrUnavailable) || errors.Is(err, rlsconfig.ErrNoConfig) {
 		return Failure{Kind: KindUnavailable, Message: err.Error(), Err: err}
 	}
 	var se *reservation.SettledError

@@ -1,0 +1,357 @@
+// Package upstreamenv reads envoyproxy/ratelimit's environment into this
+// service's settings, so that the image runs where that one was deployed
+// (Envoy Gateway and Envoy AI Gateway deploy it, and let a user change
+// only its image): api started as "ratelimit" (/bin/ratelimit) reads
+// them. Each variable maps onto an UNKEY_* setting, which wins where both
+// are given; envoyproxy/ratelimit's defaults apply where they decide what
+// a deployment relies on (the ports 8080 and 8081, the rule directory, the
+// xDS server's address). A variable this service cannot honour (statsd, a
+// memcache or Redis Sentinel backend, a Unix socket) stops the start with
+// an error naming it, never a silent difference; the ones that tune what
+// this service does otherwise (pool sizes, pipelining, local cache sizes)
+// have no effect.
+package upstreamenv
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+)
+
+// Translate returns environ with the UNKEY_* (and OTEL_*) settings that
+// envoyproxy/ratelimit's variables in it mean, each added where environ
+// does not set it already. An error names the variable and why.
+func Translate(environ []string) ([]string, error) {
+	env := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	t := translation{env: env}
+	for _, step := range []func() error{t.refused, t.listeners, t.grpcTLS, t.rules, t.redis, t.metrics, t.logs, t.tracing, t.envoy} {
+		if err := step(); err != nil {
+			return nil, err
+		}
+	}
+	if _, ok := env["UNKEY_REGION"]; !ok {
+		t.set("UNKEY_REGION", "default")
+	}
+	return append(append([]string(nil), environ...), t.add...), nil
+}
+
+type translation struct {
+	env map[string]string
+	add []string // the settings added, k=v
+}
+
+func has(env map[string]string, k string) bool { _, ok := env[k]; return ok }
+
+// get returns the variable, or def where it is not set or empty.
+func (t *translation) get(k, def string) string {
+	if v := t.env[k]; v != "" {
+		return v
+	}
+	return def
+}
+
+// set adds setting k=v unless environ sets k itself.
+func (t *translation) set(k, v string) {
+	if has(t.env, k) {
+		return
+	}
+	t.env[k] = v
+	t.add = append(t.add, k+"="+v)
+}
+
+// flag reads a boolean variable as envoyproxy/ratelimit's settings do
+// (strconv.ParseBool), false where it is not set.
+func (t *translation) flag(k string) (bool, error) {
+	v := t.env[k]
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%s: must be true or false, got %q", k, v)
+	}
+	return b, nil
+}
+
+// refused stops at a variable this service cannot honour.
+func (t *translation) refused() error {
+	for _, r := range []struct{ name, why string }{
+		{"USE_STATSD", "this service publishes its metrics to Prometheus (USE_PROMETHEUS), not to statsd"},
+		{"USE_DOG_STATSD", "this service publishes its metrics to Prometheus (USE_PROMETHEUS), not to DogStatsD"},
+		{"REDIS_PERSECOND", "one Redis serves every window here; per-second limits cannot have a Redis of their own"},
+		{"MERGE_DOMAIN_CONFIG", "a domain is defined once here; configurations of one domain are not merged"},
+		{"QUOTA_MODE", "quota mode is a rule's here (quota_mode on its descriptor), not the whole service's"},
+	} {
+		on, err := t.flag(r.name)
+		if err != nil {
+			return err
+		}
+		if on {
+			return fmt.Errorf("%s=true: not supported: %s", r.name, r.why)
+		}
+	}
+	for _, r := range []struct{ name, why string }{
+		{"GRPC_UDS", "the gRPC server listens on TCP (GRPC_HOST, GRPC_PORT)"},
+		{"GRPC_CLIENT_TLS_SAN", "a client certificate is checked against its CA (GRPC_SERVER_TLS_CA_CERT), not a name"},
+		{"CONFIG_GRPC_XDS_NODE_METADATA", "the xDS node is named by CONFIG_GRPC_XDS_NODE_ID alone"},
+		{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "the xDS stream carries no headers of its own"},
+		{"REDIS_TLS_CLIENT_CERT", "the Redis client presents no certificate; use a password (REDIS_AUTH) over TLS"},
+		{"REDIS_TLS_CACERT", "the Redis server's certificate is checked against the system's CAs"},
+		{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "the Redis server's certificate is always checked"},
+		{"REDIS_SENTINEL_AUTH", "Redis Sentinel is not supported (REDIS_TYPE single or cluster)"},
+	} {
+		if t.env[r.name] != "" && t.env[r.name] != "false" {
+			return fmt.Errorf("%s: not supported: %s", r.name, r.why)
+		}
+	}
+	if b := strings.ToLower(t.get("BACKEND_TYPE", "redis")); b != "redis" {
+		return fmt.Errorf("BACKEND_TYPE=%s: not supported: the counters live in local memory, shared through Redis (and MySQL across regions)", b)
+	}
+	return nil
+}
+
+// addr joins a host variable and a port variable, checking the port.
+func (t *translation) addr(hostVar, hostDef, portVar, portDef string) (string, error) {
+	port := t.get(portVar, portDef)
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return "", fmt.Errorf("%s: must be a port number (0 to 65535), got %q", portVar, port)
+	}
+	return net.JoinHostPort(t.get(hostVar, hostDef), port), nil
+}
+
+// listeners: the HTTP port (health check, /json, the API), the gRPC port
+// Envoy calls, the debug port where one is asked for.
+func (t *translation) listeners() error {
+	a, err := t.addr("HOST", "0.0.0.0", "PORT", "8080")
+	if err != nil {
+		return err
+	}
+	t.set("UNKEY_HTTP_ADDR", a)
+	if a, err = t.addr("GRPC_HOST", "0.0.0.0", "GRPC_PORT", "8081"); err != nil {
+		return err
+	}
+	t.set("UNKEY_GRPC_ADDR", a)
+	if t.env["DEBUG_PORT"] != "" {
+		if a, err = t.addr("DEBUG_HOST", "0.0.0.0", "DEBUG_PORT", "6070"); err != nil {
+			return err
+		}
+		t.set("UNKEY_DEBUG_ADDR", a)
+	}
+	return nil
+}
+
+// grpcTLS: TLS on the gRPC port alone, mutual where a client CA is given.
+// Envoy Gateway names its CA GRPC_SERVER_TLS_CA_CERT (which envoyproxy/
+// ratelimit does not read, so that any TLS client is accepted there);
+// here it is the client CA, as Envoy Gateway means it.
+func (t *translation) grpcTLS() error {
+	on, err := t.flag("GRPC_SERVER_USE_TLS")
+	if err != nil || !on {
+		return err
+	}
+	cert, key := t.env["GRPC_SERVER_TLS_CERT"], t.env["GRPC_SERVER_TLS_KEY"]
+	if cert == "" || key == "" {
+		return fmt.Errorf("GRPC_SERVER_USE_TLS=true: needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY")
+	}
+	t.set("UNKEY_GRPC_TLS_CERT_FILE", cert)
+	t.set("UNKEY_GRPC_TLS_KEY_FILE", key)
+	if ca := t.get("GRPC_SERVER_TLS_CA_CERT", t.env["GRPC_CLIENT_TLS_CACERT"]); ca != "" {
+		t.set("UNKEY_GRPC_TLS_CLIENT_CA_FILE", ca)
+	}
+	return nil
+}
+
+// rules: files under the runtime directory, or xDS.
+func (t *translation) rules() error {
+	switch typ := strings.ToUpper(t.get("CONFIG_TYPE", "FILE")); typ {
+	case "FILE":
+		dir := path.Join(t.get("RUNTIME_ROOT", "/srv/runtime_data/current"), t.env["RUNTIME_SUBDIRECTORY"],
+			t.get("RUNTIME_APPDIRECTORY", "config"))
+		t.set("UNKEY_RLS_CONFIG", dir)
+	case "GRPC_XDS_SOTW":
+		t.set("UNKEY_RLS_XDS_SERVER", t.get("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000"))
+		t.set("UNKEY_RLS_XDS_NODE_ID", t.get("CONFIG_GRPC_XDS_NODE_ID", "default"))
+		tls, err := t.flag("CONFIG_GRPC_XDS_SERVER_USE_TLS")
+		if err != nil {
+			return err
+		}
+		if tls {
+			t.set("UNKEY_RLS_XDS_TLS", "true")
+			for _, m := range [][2]string{{"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "UNKEY_RLS_XDS_CA_FILE"},
+				{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "UNKEY_RLS_XDS_CERT_FILE"}, {"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "UNKEY_RLS_XDS_KEY_FILE"},
+				{"CONFIG_GRPC_XDS_SERVER_TLS_SAN", "UNKEY_RLS_XDS_SERVER_NAME"}} {
+				if v := t.env[m[0]]; v != "" {
+					t.set(m[1], v)
+				}
+			}
+		}
+		force, err := t.flag("FORCE_START_WITHOUT_INITIAL_CONFIG")
+		if err != nil {
+			return err
+		}
+		if force {
+			t.set("UNKEY_RLS_START_WITHOUT_CONFIG", "true")
+		}
+	default:
+		return fmt.Errorf("CONFIG_TYPE=%s: must be FILE or GRPC_XDS_SOTW", typ)
+	}
+	return nil
+}
+
+// redis: REDIS_URL is host:port (a comma-separated list for a cluster),
+// over TCP, with TLS and a password or user:password where given.
+func (t *translation) redis() error {
+	u := t.env["REDIS_URL"]
+	if u == "" {
+		return nil
+	}
+	if s := strings.ToLower(t.get("REDIS_SOCKET_TYPE", "unix")); s != "tcp" {
+		return fmt.Errorf("REDIS_SOCKET_TYPE=%s: not supported: Redis is reached over TCP (REDIS_SOCKET_TYPE=tcp, REDIS_URL=host:port)", s)
+	}
+	tls, err := t.flag("REDIS_TLS")
+	if err != nil {
+		return err
+	}
+	scheme := "redis"
+	if tls {
+		scheme = "rediss"
+	}
+	switch typ := strings.ToLower(t.get("REDIS_TYPE", "single")); typ {
+	case "single":
+	case "cluster":
+		scheme += "+cluster"
+	default:
+		return fmt.Errorf("REDIS_TYPE=%s: not supported: single or cluster (Redis Sentinel is not)", typ)
+	}
+	hosts := strings.Split(u, ",")
+	for _, h := range hosts {
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			return fmt.Errorf("REDIS_URL: must be host:port (a comma-separated list for a cluster), got %q", u)
+		}
+	}
+	if len(hosts) > 1 && !strings.HasSuffix(scheme, "+cluster") {
+		return fmt.Errorf("REDIS_URL: several hosts need REDIS_TYPE=cluster, got %q", u)
+	}
+	userinfo := ""
+	if auth := t.env["REDIS_AUTH"]; auth != "" {
+		if user, pass, ok := strings.Cut(auth, ":"); ok {
+			userinfo = url.UserPassword(user, pass).String() + "@"
+		} else {
+			userinfo = url.UserPassword("", auth).String() + "@"
+		}
+	}
+	t.set("UNKEY_REDIS_URL", scheme+"://"+userinfo+strings.Join(hosts, ","))
+	return nil
+}
+
+// metrics: Prometheus on its own address, as there.
+func (t *translation) metrics() error {
+	on, err := t.flag("USE_PROMETHEUS")
+	if err != nil || !on {
+		return err
+	}
+	if p := t.get("PROMETHEUS_PATH", "/metrics"); p != "/metrics" {
+		return fmt.Errorf("PROMETHEUS_PATH=%s: not supported: the metrics are served at /metrics", p)
+	}
+	addr := t.get("PROMETHEUS_ADDR", ":9090")
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("PROMETHEUS_ADDR: must be [host]:port, got %q", addr)
+	}
+	t.set("UNKEY_METRICS_ADDR", addr)
+	return nil
+}
+
+// logs: envoyproxy/ratelimit's levels (logrus's) onto slog's four.
+func (t *translation) logs() error {
+	if v := t.env["LOG_LEVEL"]; v != "" {
+		level, ok := map[string]string{"trace": "debug", "debug": "debug", "info": "info", "warn": "warn", "warning": "warn",
+			"error": "error", "fatal": "error", "panic": "error"}[strings.ToLower(v)]
+		if !ok {
+			return fmt.Errorf("LOG_LEVEL: must be trace, debug, info, warn, error, fatal or panic, got %q", v)
+		}
+		t.set("UNKEY_LOG_LEVEL", level)
+	}
+	if v := strings.ToLower(t.env["LOG_FORMAT"]); v != "" {
+		if v != "json" && v != "text" {
+			return fmt.Errorf("LOG_FORMAT: must be json or text, got %q", t.env["LOG_FORMAT"])
+		}
+		t.set("UNKEY_LOG_FORMAT", v)
+	}
+	return nil
+}
+
+// tracing: TRACING_* onto OpenTelemetry's standard variables, which this
+// service reads; without TRACING_ENABLED nothing is traced, as there.
+func (t *translation) tracing() error {
+	on, err := t.flag("TRACING_ENABLED")
+	if err != nil {
+		return err
+	}
+	if !on {
+		t.set("OTEL_TRACES_EXPORTER", "none")
+		return nil
+	}
+	t.set("OTEL_SERVICE_NAME", t.get("TRACING_SERVICE_NAME", "RateLimit"))
+	var attrs []string
+	for _, m := range [][2]string{{"TRACING_SERVICE_NAMESPACE", "service.namespace"}, {"TRACING_SERVICE_INSTANCE_ID", "service.instance.id"}} {
+		if v := t.env[m[0]]; v != "" {
+			attrs = append(attrs, m[1]+"="+url.QueryEscape(v))
+		}
+	}
+	if len(attrs) > 0 {
+		t.set("OTEL_RESOURCE_ATTRIBUTES", strings.Join(attrs, ","))
+	}
+	if r := t.env["TRACING_SAMPLING_RATE"]; r != "" {
+		if f, err := strconv.ParseFloat(r, 64); err != nil || f < 0 || f > 1 {
+			return fmt.Errorf("TRACING_SAMPLING_RATE: must be a number from 0 to 1, got %q", r)
+		}
+		t.set("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+		t.set("OTEL_TRACES_SAMPLER_ARG", r)
+	}
+	switch p := strings.ToLower(t.get("TRACING_EXPORTER_PROTOCOL", "http")); p {
+	case "http":
+		t.set("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	case "grpc":
+		t.set("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+	default:
+		return fmt.Errorf("TRACING_EXPORTER_PROTOCOL: must be http or grpc, got %q", p)
+	}
+	t.set("OTEL_TRACES_EXPORTER", "otlp")
+	return nil
+}
+
+// envoy: the rate limit service's own behaviour.
+func (t *translation) envoy() error {
+	for _, m := range [][2]string{{"SHADOW_MODE", "UNKEY_RLS_SHADOW_MODE"}, {"LIMIT_RESPONSE_HEADERS_ENABLED", "UNKEY_RLS_RESPONSE_HEADERS"},
+		{"RESPONSE_DYNAMIC_METADATA", "UNKEY_RLS_RESPONSE_DYNAMIC_METADATA"}} {
+		on, err := t.flag(m[0])
+		if err != nil {
+			return err
+		}
+		if on {
+			t.set(m[1], "true")
+		}
+	}
+	stop, err := t.flag("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
+	if err != nil {
+		return err
+	}
+	if stop {
+		t.set("UNKEY_RLS_COUNT_OVER_LIMIT", "false")
+	}
+	for _, m := range [][2]string{{"NEAR_LIMIT_RATIO", "UNKEY_RLS_NEAR_LIMIT_RATIO"}, {"LIMIT_LIMIT_HEADER", "UNKEY_RLS_LIMIT_HEADER"},
+		{"LIMIT_REMAINING_HEADER", "UNKEY_RLS_REMAINING_HEADER"}, {"LIMIT_RESET_HEADER", "UNKEY_RLS_RESET_HEADER"}} {
+		if v := t.env[m[0]]; v != "" {
+			t.set(m[1], v)
+		}
+	}
+	return nil
+}
