@@ -60,9 +60,9 @@ type Config struct {
 	GRPCTLSCertFile     string `env:"UNKEY_GRPC_TLS_CERT_FILE" help:"PEM certificate of the grpc-go port alone (instead of UNKEY_TLS_CERT_FILE); set with UNKEY_GRPC_TLS_KEY_FILE"`
 	GRPCTLSKeyFile      string `env:"UNKEY_GRPC_TLS_KEY_FILE" help:"PEM key of UNKEY_GRPC_TLS_CERT_FILE"`
 	GRPCTLSClientCAFile string `env:"UNKEY_GRPC_TLS_CLIENT_CA_FILE" help:"PEM CA certificates: mutual TLS on the grpc-go port; needs the two above"`
-	RedisURL        string `env:"UNKEY_REDIS_URL" help:"the region's Redis: redis://, rediss://, redis+cluster://host:port[,host:port...]; empty: no regional store"`
-	MySQLDSN        string `env:"UNKEY_MYSQL_DSN" help:"the MySQL (8.0.17+) or MariaDB (10.6+) every region shares, user:password@tcp(host:3306)/db; empty: no global counters"`
-	AuthTokens      string `env:"UNKEY_AUTH_TOKENS" help:"comma-separated token=workspace_id entries with every permission; tokens at least 16 characters; with no keys anywhere the API is open"`
+	RedisURL            string `env:"UNKEY_REDIS_URL" help:"the region's Redis: redis://, rediss://, redis+cluster://host:port[,host:port...]; empty: no regional store"`
+	MySQLDSN            string `env:"UNKEY_MYSQL_DSN" help:"the MySQL (8.0.17+) or MariaDB (10.6+) every region shares, user:password@tcp(host:3306)/db; empty: no global counters"`
+	AuthTokens          string `env:"UNKEY_AUTH_TOKENS" help:"comma-separated token=workspace_id entries with every permission; tokens at least 16 characters; with no keys anywhere the API is open"`
 	// AuthKeysFile names a file of keys (digests, workspaces and
 	// permissions; see package keys), read again when it changes.
 	AuthKeysFile string `env:"UNKEY_AUTH_KEYS_FILE" help:"a JSON file of key digests, workspaces and permissions, read again every second"`

@@ -49,7 +49,7 @@ type Daemon struct {
 	// loads run before the process reports ready.
 	loads []load
 	// tls serves both ports over TLS; nil: cleartext (h2c).
-	tls    *certs.Certificates
+	tls *certs.Certificates
 	// grpcTLS serves the grpc-go port over TLS instead of tls, where
 	// UNKEY_GRPC_TLS_CERT_FILE is set.
 	grpcTLS *certs.Certificates
