@@ -35,6 +35,11 @@ type Rule struct {
 	// joined by dots, such as "messaging.message_type_marketing.to_number".
 	// It is a bounded label: one per rule of the file.
 	Path string
+	// Keys are the names of the rule's first two levels (key, or
+	// key_value where the file gives a value; "" where there is no
+	// second), as envoyproxy/ratelimit's Prometheus names label its
+	// statistics: key1 and key2.
+	Keys [2]string
 	// Limits are the rule's limits: its rate_limit block's, then those of
 	// its rate_limits list, each counted in its own window. A hit is over
 	// the rule when it is over any of them. Empty for an unlimited rule.
@@ -127,7 +132,7 @@ func compileSources(sources []source) (*Config, error) {
 			}
 			origin[root.Domain] = src.name
 			d := &node{exact: map[entry]*node{}}
-			if err := c.compile(d, root.Domain, root.Descriptors); err != nil {
+			if err := c.compile(d, root.Domain, nil, root.Descriptors); err != nil {
 				return nil, fmt.Errorf("%s: %w", src.name, err)
 			}
 			c.domains[root.Domain] = d
@@ -146,8 +151,9 @@ func checkDomain(domain string) error {
 	return nil
 }
 
-// compile adds descriptors as children of parent, whose path is path.
-func (c *Config) compile(parent *node, path string, descriptors []fileDescriptor) error {
+// compile adds descriptors as children of parent, whose path is path and
+// whose levels are named levels.
+func (c *Config) compile(parent *node, path string, levels []string, descriptors []fileDescriptor) error {
 	for _, d := range descriptors {
 		if d.Key == "" {
 			return fmt.Errorf("%s: a descriptor has an empty key", path)
@@ -182,10 +188,11 @@ func (c *Config) compile(parent *node, path string, descriptors []fileDescriptor
 			if err != nil {
 				return err
 			}
+			r.Keys = metricKeys(append(levels, name))
 			n.rule = r
 			c.rules++
 		}
-		if err := c.compile(n, here, d.Descriptors); err != nil {
+		if err := c.compile(n, here, append(levels[:len(levels):len(levels)], name), d.Descriptors); err != nil {
 			return err
 		}
 	}
@@ -283,6 +290,13 @@ const MaxLimitsPerRule = 16
 // maxWindow is the longest window a limit may span: a unit times its
 // multiplier, as long as the limiter's longest window (a year's rule).
 const maxWindow = ratelimit.MaxWindow
+
+// metricKeys returns the first two of levels.
+func metricKeys(levels []string) [2]string {
+	var k [2]string
+	copy(k[:], levels)
+	return k
+}
 
 // Domains returns the number of domains and of rules.
 func (c *Config) Domains() (domains, rules int) { return len(c.domains), c.rules }

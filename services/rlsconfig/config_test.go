@@ -286,3 +286,27 @@ descriptors:
 		t.Fatalf("plan: %+v, %v; want one limit of 90 days", m.Rule, ok)
 	}
 }
+
+// TestMetricKeys: a rule's first two levels label envoyproxy/ratelimit's
+// Prometheus names (key1, key2); with detailed_metric, the request's values.
+func TestMetricKeys(t *testing.T) {
+	c, err := LoadPath("testdata/examples")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		domain  string
+		entries []Entry
+		want    [2]string
+	}{
+		{"messaging", entries("message_type", "marketing", "to_number", "2061111111"), [2]string{"message_type_marketing", "to_number"}},
+		{"mongo_cps", entries("database", "users"), [2]string{"database_users", ""}},
+		{"example8", entries("key1", "unspecified_value"), [2]string{"key1_unspecified_value", ""}},
+		{"example4", entries("key", "value", "subkey", "subvalue"), [2]string{"key_value", "subkey"}},
+	} {
+		m, ok := c.Match(tc.domain, tc.entries)
+		if !ok || m.MetricKeys != tc.want {
+			t.Errorf("%s %v: keys %q (match %v), want %q", tc.domain, tc.entries, m.MetricKeys, ok, tc.want)
+		}
+	}
+}

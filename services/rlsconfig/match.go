@@ -21,6 +21,9 @@ type Match struct {
 	// values where the rule asks for them (detailed_metric on the rule,
 	// value_to_metric on a level).
 	Metric string
+	// MetricKeys are Metric's first two levels (Rule.Keys, or with the
+	// request's values where Metric has them).
+	MetricKeys [2]string
 }
 
 // Match finds the rule for a descriptor of domain, as envoyproxy/ratelimit
@@ -55,7 +58,9 @@ func (c *Config) Match(domain string, entries []Entry) (Match, bool) {
 	if rule == nil {
 		return Match{}, false
 	}
-	return Match{Rule: rule, Identifier: identifier(entries, path), Metric: metric(domain, rule, entries, path)}, true
+	m := Match{Rule: rule, Identifier: identifier(entries, path), MetricKeys: rule.Keys}
+	m.Metric = metric(domain, rule, entries, path, &m.MetricKeys)
+	return m, true
 }
 
 // child finds the node of e among n's children.
@@ -154,11 +159,12 @@ func writeEscaped(b *strings.Builder, s string) {
 }
 
 // metric returns the metrics label of a match: the rule's path, unless the
-// rule or a level asks for the request's values. With detailed_metric,
+// rule or a level asks for the request's values, and sets keys to the
+// label's first two levels then. With detailed_metric,
 // every level is written with the request's value (a shared wildcard with
 // its pattern); with value_to_metric on a level matched by its key alone or
 // by a wildcard, that level is written with the request's value.
-func metric(domain string, rule *Rule, entries []Entry, path []*node) string {
+func metric(domain string, rule *Rule, entries []Entry, path []*node, keys *[2]string) string {
 	detailed := rule.DetailedMetric
 	if !detailed {
 		toMetric := false
@@ -174,6 +180,7 @@ func metric(domain string, rule *Rule, entries []Entry, path []*node) string {
 	for i, e := range entries {
 		n := path[i]
 		b.WriteByte('.')
+		start := b.Len()
 		b.WriteString(e.Key)
 		value := ""
 		switch {
@@ -187,6 +194,9 @@ func metric(domain string, rule *Rule, entries []Entry, path []*node) string {
 		if value != "" {
 			b.WriteByte('_')
 			b.WriteString(value)
+		}
+		if i < len(keys) {
+			keys[i] = b.String()[start:]
 		}
 	}
 	return b.String()

@@ -41,7 +41,7 @@ type Source struct {
 	seen   [sha256.Size]byte
 	looked string
 
-	loads *prometheus.CounterVec
+	loads *loadCounters
 }
 
 // Option configures a Source.
@@ -67,10 +67,7 @@ func NewSource(path string, opts ...Option) (*Source, error) {
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
 	}
-	s.loads = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "unkey_rls_config_loads_total",
-		Help: "Reads of the rate limit configuration files that found a change, by result: ok (in force now) or error (refused; the last good configuration stays).",
-	}, []string{"result"})
+	s.loads = newLoadCounters("Reads of the rate limit configuration files that found a change, by result: ok (in force now) or error (refused; the last good configuration stays).")
 	rules := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "unkey_rls_config_rules",
 		Help: "Rules of the rate limit configuration in force.",
@@ -78,7 +75,7 @@ func NewSource(path string, opts ...Option) (*Source, error) {
 		_, n := s.Config().Domains()
 		return float64(n)
 	})
-	for _, c := range []prometheus.Collector{s.loads, rules} {
+	for _, c := range append(s.loads.collectors(), rules) {
 		if err := s.reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -93,7 +90,7 @@ func NewSource(path string, opts ...Option) (*Source, error) {
 	}
 	s.current.Store(c)
 	s.seen = fingerprint(files)
-	s.loads.WithLabelValues("ok").Inc()
+	s.loads.ok()
 	return s, nil
 }
 
@@ -134,12 +131,12 @@ func (s *Source) Reload() bool {
 	s.seen = fp
 	c, err := Load(files...)
 	if err != nil {
-		s.loads.WithLabelValues("error").Inc()
+		s.loads.failed()
 		s.logger.Error("rate limit config refused; the last good config stays in force", "path", s.path, "error", err)
 		return false
 	}
 	s.current.Store(c)
-	s.loads.WithLabelValues("ok").Inc()
+	s.loads.ok()
 	domains, rules := c.Domains()
 	s.logger.Info("rate limit config reloaded", "path", s.path, "domains", domains, "rules", rules)
 	return true

@@ -54,7 +54,7 @@ type XDSSource struct {
 	// firstLoad is closed when the first configuration is in force.
 	firstLoad chan struct{}
 
-	loads     *prometheus.CounterVec
+	loads     *loadCounters
 	connected prometheus.Gauge
 }
 
@@ -104,10 +104,7 @@ func NewXDSSource(server, nodeID string, opts ...XDSOption) (*XDSSource, error) 
 		return nil, err
 	}
 	s.current.Store(empty)
-	s.loads = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "unkey_rls_config_loads_total",
-		Help: "Rate limit configurations received that were compiled, by result: ok (in force now) or error (refused; the last good configuration stays).",
-	}, []string{"result"})
+	s.loads = newLoadCounters("Rate limit configurations received that were compiled, by result: ok (in force now) or error (refused; the last good configuration stays).")
 	s.connected = prometheus.NewGauge(prometheus.GaugeOpts{Name: "unkey_rls_xds_connected",
 		Help: "1 while the stream to the xDS management server is open, 0 while it is being opened again."})
 	rules := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "unkey_rls_config_rules", Help: "Rules of the rate limit configuration in force."},
@@ -115,7 +112,7 @@ func NewXDSSource(server, nodeID string, opts ...XDSOption) (*XDSSource, error) 
 			_, n := s.Config().Domains()
 			return float64(n)
 		})
-	for _, c := range []prometheus.Collector{s.loads, s.connected, rules} {
+	for _, c := range append(s.loads.collectors(), s.connected, rules) {
 		if err := s.reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -223,7 +220,7 @@ func (s *XDSSource) stream(ctx context.Context) (got bool, err error) {
 			c, err = decodeXDS(resp.GetResources())
 			if err != nil {
 				refused, refusedErr, wait = resp.GetVersionInfo(), err, s.minBackoff
-				s.loads.WithLabelValues("error").Inc()
+				s.loads.failed()
 				s.logger.Error("xds: rate limit config refused; the last good config stays in force", "server", s.server,
 					"version", resp.GetVersionInfo(), "error", err)
 			}
@@ -235,7 +232,7 @@ func (s *XDSSource) stream(ctx context.Context) (got bool, err error) {
 			acked, refused, refusedErr = resp.GetVersionInfo(), "", nil
 			reply.VersionInfo = acked
 			s.current.Store(c)
-			s.loads.WithLabelValues("ok").Inc()
+			s.loads.ok()
 			if !s.loaded.Swap(true) {
 				close(s.firstLoad)
 			}
@@ -266,5 +263,5 @@ func decodeXDS(resources []*anypb.Any) (*Config, error) {
 
 // LoadsCounter returns the counter of loads with result ok or error.
 func (s *XDSSource) LoadsCounter(result string) prometheus.Counter {
-	return s.loads.WithLabelValues(result)
+	return s.loads.ours.WithLabelValues(result)
 }

@@ -65,20 +65,26 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
+	checked := 0
 	for _, mf := range mfs {
-		if mf.GetName() != "unkey_rls_hits_total" {
+		// This service's names, and envoyproxy/ratelimit's beside them.
+		if mf.GetName() != "unkey_rls_hits_total" && mf.GetName() != "ratelimit_service_rate_limit_total_hits" {
 			continue
 		}
+		checked++
 		if n := len(mf.GetMetric()); n > maxSeriesPerRule+2 {
-			t.Fatalf("%d series of unkey_rls_hits_total after 300 requests, want at most %d", n, maxSeriesPerRule+2)
+			t.Fatalf("%d series of %s after 300 requests, want at most %d", n, mf.GetName(), maxSeriesPerRule+2)
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
 				if len(l.GetValue()) > maxLabelBytes+len("…") {
-					t.Fatalf("a label of %d bytes", len(l.GetValue()))
+					t.Fatalf("%s: a label of %d bytes", mf.GetName(), len(l.GetValue()))
 				}
 			}
 		}
+	}
+	if checked != 2 {
+		t.Fatalf("%d of the two hit counters found", checked)
 	}
 }
 
@@ -168,18 +174,24 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	labelled := map[string]bool{}
+	labelled, key1 := map[string]bool{}, map[string]bool{}
 	for _, mf := range mfs {
-		if mf.GetName() != "unkey_rls_hits_total" {
-			continue
-		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "rule" {
+				switch {
+				case mf.GetName() == "unkey_rls_hits_total" && l.GetName() == "rule":
 					labelled[l.GetValue()] = true
+				case mf.GetName() == "ratelimit_service_rate_limit_total_hits" && l.GetName() == "key1":
+					key1[l.GetValue()] = true
 				}
 			}
 		}
+	}
+	// envoyproxy/ratelimit's names, bounded alike: past the bound, the
+	// rule's own level.
+	if len(key1) != len(labelled) || !key1["user_b_4"] || !key1["user"] || key1["user_a_149"] {
+		t.Errorf("key1 of ratelimit_service_rate_limit_total_hits: %d values (user_b_4 %v, user %v, user_a_149 %v), want %d as the rule label",
+			len(key1), key1["user_b_4"], key1["user"], key1["user_a_149"], len(labelled))
 	}
 	for i := range 5 {
 		if want := fmt.Sprint("d.user_b_", i); !labelled[want] {

@@ -16,7 +16,12 @@ import (
 // value_to_metric) put the request's values into it, as their authors ask.
 type metrics struct {
 	total, overLimit, nearLimit, withinLimit, shadowMode *prometheus.CounterVec
-	globalShadow                                         prometheus.Counter
+	// upstream are the same counts under envoyproxy/ratelimit's names and
+	// labels (ratelimit_service_rate_limit_*, by domain, key1 and key2, as
+	// its statsd mapping to Prometheus publishes them), which Envoy
+	// Gateway's dashboards query.
+	upstream     [5]*prometheus.CounterVec
+	globalShadow prometheus.Counter
 	// nearRatio: a hit that leaves less than (1 - nearRatio) of the limit
 	// is near it (UNKEY_RLS_NEAR_LIMIT_RATIO, 0.8 as in envoyproxy/ratelimit).
 	nearRatio float64
@@ -52,33 +57,40 @@ const (
 	maxLabelBytes       = 256
 )
 
-// label returns the rule label of p's hits, a call of workspace: the
-// rule's path, or the label with the request's values its file asks for,
-// within the bounds above.
-func (m *metrics) label(p *plan, workspace string) string {
+// label sets p's labels for a call of workspace: the rule's path and
+// levels, or the labels with the request's values its file asks for,
+// within the bounds above (past them, the rule's path with "_overflow",
+// and its levels).
+func (m *metrics) label(p *plan, workspace string) {
 	if p.rule == nil || p.metric == p.rule.Path {
-		return p.metric
+		return
 	}
-	l := p.metric
-	if len(l) > maxLabelBytes {
-		l = strings.ToValidUTF8(l[:maxLabelBytes], "") + "…"
-	}
+	l := truncateLabel(p.metric)
 	m.seriesMu.Lock()
 	defer m.seriesMu.Unlock()
 	k := ruleWorkspace{p.rule, workspace}
 	seen := m.series[k]
-	if _, ok := seen[l]; ok {
-		return l
+	if _, ok := seen[l]; !ok {
+		if len(seen) >= maxSeriesPerRule || m.perRule[p.rule] >= maxSeriesPerRuleAll {
+			p.metric, p.keys = p.rule.Path+"_overflow", p.rule.Keys
+			return
+		}
+		if seen == nil {
+			seen = map[string]struct{}{}
+			m.series[k] = seen
+		}
+		seen[l] = struct{}{}
+		m.perRule[p.rule]++
 	}
-	if len(seen) >= maxSeriesPerRule || m.perRule[p.rule] >= maxSeriesPerRuleAll {
-		return p.rule.Path + "_overflow"
+	// The keys are parts of the label: bounded with it.
+	p.metric, p.keys = l, [2]string{truncateLabel(p.keys[0]), truncateLabel(p.keys[1])}
+}
+
+// truncateLabel cuts a label to maxLabelBytes, marking the cut.
+func truncateLabel(l string) string {
+	if len(l) > maxLabelBytes {
+		return strings.ToValidUTF8(l[:maxLabelBytes], "") + "…"
 	}
-	if seen == nil {
-		seen = map[string]struct{}{}
-		m.series[k] = seen
-	}
-	seen[l] = struct{}{}
-	m.perRule[p.rule]++
 	return l
 }
 
@@ -98,7 +110,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		series:    map[ruleWorkspace]map[string]struct{}{},
 		perRule:   map[*rlsconfig.Rule]int{},
 	}
-	for _, c := range []prometheus.Collector{m.total, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode, m.globalShadow} {
+	for i, stat := range [][2]string{{"total_hits", "unkey_rls_hits_total"}, {"over_limit", "unkey_rls_over_limit_total"},
+		{"near_limit", "unkey_rls_near_limit_total"}, {"within_limit", "unkey_rls_within_limit_total"},
+		{"shadow_mode", "unkey_rls_shadow_mode_total"}} {
+		m.upstream[i] = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_rate_limit_" + stat[0],
+			Help: "envoyproxy/ratelimit's " + stat[0] + " statistic, in hits, by domain and the rule's first two levels (key1, key2): " +
+				"the count of " + stat[1] + " under envoyproxy/ratelimit's name."}, []string{"domain", "key1", "key2"})
+	}
+	for _, c := range []prometheus.Collector{m.total, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode, m.globalShadow,
+		m.upstream[0], m.upstream[1], m.upstream[2], m.upstream[3], m.upstream[4]} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -106,20 +126,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) hits(domain, rule string, n int64) {
-	m.total.WithLabelValues(domain, rule).Add(float64(n))
+// The counts of p's hits, in domain, under both names.
+func (m *metrics) hits(domain string, p *plan)   { m.add(m.total, 0, domain, p) }
+func (m *metrics) over(domain string, p *plan)   { m.add(m.overLimit, 1, domain, p) }
+func (m *metrics) near(domain string, p *plan)   { m.add(m.nearLimit, 2, domain, p) }
+func (m *metrics) within(domain string, p *plan) { m.add(m.withinLimit, 3, domain, p) }
+func (m *metrics) shadowHits(domain string, p *plan) {
+	m.add(m.shadowMode, 4, domain, p)
 }
-func (m *metrics) over(domain, rule string, n int64) {
-	m.overLimit.WithLabelValues(domain, rule).Add(float64(n))
-}
-func (m *metrics) near(domain, rule string, n int64) {
-	m.nearLimit.WithLabelValues(domain, rule).Add(float64(n))
-}
-func (m *metrics) within(domain, rule string, n int64) {
-	m.withinLimit.WithLabelValues(domain, rule).Add(float64(n))
-}
-func (m *metrics) shadowHits(domain, rule string, n int64) {
-	m.shadowMode.WithLabelValues(domain, rule).Add(float64(n))
+
+func (m *metrics) add(ours *prometheus.CounterVec, upstream int, domain string, p *plan) {
+	ours.WithLabelValues(domain, p.metric).Add(float64(p.cost))
+	m.upstream[upstream].WithLabelValues(domain, p.keys[0], p.keys[1]).Add(float64(p.cost))
 }
 
 // isNear reports whether remaining is under (1 - nearRatio) of limit.

@@ -295,8 +295,12 @@ type plan struct {
 	// descriptor-level limit, the rule's otherwise.
 	limits     []rlsconfig.Limit
 	identifier string
-	metric     string
-	cost       int64
+	// metric and keys label the descriptor's statistics: this service's
+	// rule label, and envoyproxy/ratelimit's key1 and key2 (see
+	// metrics.label).
+	metric string
+	keys   [2]string
+	cost   int64
 	// fromRequest marks a limit the request carries (a descriptor-level
 	// limit): bounded as Limit's are, a window of at most 30 days and a
 	// limit of at least 1, where the operator's rules may use a year's
@@ -338,7 +342,7 @@ func (s *Service) plan(cfg *rlsconfig.Config, req *rlsv3.RateLimitRequest, d *rl
 		// One fixed label for every request-supplied limit: a client
 		// chooses its keys as freely as its values.
 		return plan{counted: true, limits: []rlsconfig.Limit{{RequestsPerUnit: l.RequestsPerUnit, Unit: unit, UnitMultiplier: 1}},
-			identifier: id, metric: descriptorLimitMetric, cost: cost, fromRequest: true}, nil
+			identifier: id, metric: descriptorLimitMetric, keys: [2]string{descriptorLimitMetric}, cost: cost, fromRequest: true}, nil
 	}
 	m, ok := cfg.Match(req.Domain, entries)
 	if !ok {
@@ -349,7 +353,7 @@ func (s *Service) plan(cfg *rlsconfig.Config, req *rlsv3.RateLimitRequest, d *rl
 	}
 	r := m.Rule
 	return plan{rule: r, counted: !r.Unlimited, unlimited: r.Unlimited, shadow: r.ShadowMode, limits: r.Limits,
-		identifier: m.Identifier, metric: m.Metric, cost: cost}, nil
+		identifier: m.Identifier, metric: m.Metric, keys: m.MetricKeys, cost: cost}, nil
 }
 
 // checkIdentifier refuses a descriptor whose counter name is longer than
@@ -366,8 +370,8 @@ func checkIdentifier(id string) error {
 // decide decides one planned descriptor.
 func (s *Service) decide(ctx context.Context, ns pipeline.Namespace, domain string, p *plan, now time.Time) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
 	if p.unlimited {
-		s.metrics.hits(domain, p.metric, p.cost)
-		s.metrics.within(domain, p.metric, p.cost)
+		s.metrics.hits(domain, p)
+		s.metrics.within(domain, p)
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}, nil
 	}
 	if !p.counted {
@@ -377,8 +381,8 @@ func (s *Service) decide(ctx context.Context, ns pipeline.Namespace, domain stri
 	if err != nil {
 		return nil, err
 	}
-	p.metric = s.metrics.label(p, call.Workspace(ctx))
-	s.metrics.hits(domain, p.metric, p.cost)
+	s.metrics.label(p, call.Workspace(ctx))
+	s.metrics.hits(domain, p)
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{
 		Code: rlsv3.RateLimitResponse_OK,
 		CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: d.name, RequestsPerUnit: uint32(min(d.Limit, math.MaxUint32)),
@@ -395,17 +399,17 @@ func (s *Service) decide(ctx context.Context, ns pipeline.Namespace, domain stri
 		// whose call fails, with failure_mode_deny off).
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		st.LimitRemaining = 0
-		s.metrics.over(domain, p.metric, p.cost)
+		s.metrics.over(domain, p)
 	case !d.Success && p.shadow:
-		s.metrics.over(domain, p.metric, p.cost)
-		s.metrics.shadowHits(domain, p.metric, p.cost)
+		s.metrics.over(domain, p)
+		s.metrics.shadowHits(domain, p)
 	case !d.Success:
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-		s.metrics.over(domain, p.metric, p.cost)
+		s.metrics.over(domain, p)
 	default:
-		s.metrics.within(domain, p.metric, p.cost)
+		s.metrics.within(domain, p)
 		if s.metrics.isNear(d.Limit, d.Remaining) {
-			s.metrics.near(domain, p.metric, p.cost)
+			s.metrics.near(domain, p)
 		}
 	}
 	return st, nil
