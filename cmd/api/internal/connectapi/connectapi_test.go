@@ -81,6 +81,13 @@ func TestLimitInEveryProtocol(t *testing.T) {
 		if err != nil || !resp.Msg.Success || resp.Msg.Remaining != int64(4-i) || resp.Msg.Limit != 5 {
 			t.Fatalf("call %d: %v, %v; want success with %d remaining", i, resp, err, 4-i)
 		}
+		// The IETF's fields, on the main port's protocols (HTTP).
+		if i < 4 {
+			policy, limit := resp.Header().Get("RateLimit-Policy"), resp.Header().Get("RateLimit")
+			if policy != `"ns";q=5;w=60` || !strings.HasPrefix(limit, fmt.Sprintf(`"ns";r=%d;t=`, 4-i)) {
+				t.Errorf("call %d: RateLimit-Policy %q, RateLimit %q", i, policy, limit)
+			}
+		}
 	}
 	resp, err := clients[0].Limit(context.Background(), connect.NewRequest(limitReq("user_1", 5)))
 	if err != nil || resp.Msg.Success || resp.Msg.Remaining != 0 || resp.Msg.RetryAfter <= 0 || resp.Msg.Reset_ == 0 {

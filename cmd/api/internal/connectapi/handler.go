@@ -10,6 +10,7 @@ package connectapi
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -18,6 +19,7 @@ import (
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
+	"github.com/unkeyed/ratelimit/internal/ratelimitheader"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
@@ -50,7 +52,7 @@ func (h *Handler) Limit(ctx context.Context, req *connect.Request[ratelimitv1.Li
 	if err != nil {
 		return nil, h.fail(ctx, ratelimitv1connect.RatelimitServiceLimitProcedure, err)
 	}
-	return connect.NewResponse(&ratelimitv1.LimitResponse{
+	res := connect.NewResponse(&ratelimitv1.LimitResponse{
 		Success:     d.Success,
 		Limit:       d.Limit,
 		Remaining:   d.Remaining,
@@ -58,7 +60,13 @@ func (h *Handler) Limit(ctx context.Context, req *connect.Request[ratelimitv1.Li
 		RetryAfter:  d.RetryAfter.Milliseconds(),
 		OverrideId:  d.OverrideID,
 		Reservation: d.Reservation,
-	}), nil
+	})
+	// The IETF's fields, for an application to copy onto its own answer
+	// (gRPC carries them as header metadata).
+	header := res.Header()
+	header[ratelimitheader.PolicyField] = []string{ratelimitheader.Policy(req.Msg.GetNamespace(), d.Limit, d.Duration)}
+	header[ratelimitheader.LimitField] = []string{ratelimitheader.Limit(req.Msg.GetNamespace(), d.Remaining, time.Until(d.Reset))}
+	return res, nil
 }
 
 // Settle implements RatelimitService.Settle.

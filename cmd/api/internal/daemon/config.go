@@ -143,9 +143,13 @@ type Config struct {
 	RLSResponseDynamicMetadata bool    `env:"UNKEY_RLS_RESPONSE_DYNAMIC_METADATA" help:"answer Envoy's dynamic metadata with every ShouldRateLimit"`
 	RLSNearLimitRatio          float64 `env:"UNKEY_RLS_NEAR_LIMIT_RATIO" envDefault:"0.8" help:"the share of a limit past which a hit counts as near it: strictly between 0 and 1"`
 	RLSResponseHeaders         bool    `env:"UNKEY_RLS_RESPONSE_HEADERS" help:"add the limit, remaining and reset headers to ShouldRateLimit answers"`
-	RLSLimitHeader             string  `env:"UNKEY_RLS_LIMIT_HEADER" envDefault:"RateLimit-Limit" help:"the limit header's name: a valid HTTP header name"`
-	RLSRemainingHeader         string  `env:"UNKEY_RLS_REMAINING_HEADER" envDefault:"RateLimit-Remaining" help:"the remaining header's name: a valid HTTP header name"`
-	RLSResetHeader             string  `env:"UNKEY_RLS_RESET_HEADER" envDefault:"RateLimit-Reset" help:"the reset header's name: a valid HTTP header name"`
+	// RLSIETFHeaders adds the IETF's RateLimit-Policy and RateLimit
+	// fields to ShouldRateLimit answers (beside the three above, or
+	// instead where RLSResponseHeaders is off).
+	RLSIETFHeaders     bool   `env:"UNKEY_RLS_IETF_HEADERS" help:"add the IETF's RateLimit-Policy and RateLimit fields (draft-ietf-httpapi-ratelimit-headers) to ShouldRateLimit answers"`
+	RLSLimitHeader     string `env:"UNKEY_RLS_LIMIT_HEADER" envDefault:"RateLimit-Limit" help:"the limit header's name: a valid HTTP header name"`
+	RLSRemainingHeader string `env:"UNKEY_RLS_REMAINING_HEADER" envDefault:"RateLimit-Remaining" help:"the remaining header's name: a valid HTTP header name"`
+	RLSResetHeader     string `env:"UNKEY_RLS_RESET_HEADER" envDefault:"RateLimit-Reset" help:"the reset header's name: a valid HTTP header name"`
 
 	// Bounds on what one client may hold of the server; see
 	// transport.Limits.

@@ -23,11 +23,13 @@
 package envoyrls
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -41,6 +43,7 @@ import (
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	"github.com/unkeyed/ratelimit/internal/invalid"
+	"github.com/unkeyed/ratelimit/internal/ratelimitheader"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
@@ -72,6 +75,8 @@ type Service struct {
 	shadow bool
 	// headers, if set, names the response headers to add.
 	headers *Headers
+	// ietf adds the IETF's RateLimit-Policy and RateLimit fields.
+	ietf bool
 	// uncountedOverLimit: a hit over its limit is not counted (this
 	// service's behaviour before usage reports; envoyproxy/ratelimit counts
 	// it).
@@ -101,6 +106,14 @@ func WithShadowMode(on bool) Option { return func(s *Service) { s.shadow = on } 
 // WithResponseHeaders adds the headers named h to every answer whose
 // descriptors had a limit.
 func WithResponseHeaders(h Headers) Option { return func(s *Service) { s.headers = &h } }
+
+// WithIETFHeaders adds to every answer whose descriptors had a limit the
+// fields the IETF is standardising (draft-ietf-httpapi-ratelimit-headers):
+// RateLimit-Policy, each limited descriptor's quota and window, and
+// RateLimit, what remains of it and when it resets, each item named after
+// the rule (its limit's name, else its name, else its path). Beside the
+// headers of WithResponseHeaders, or instead of them.
+func WithIETFHeaders(on bool) Option { return func(s *Service) { s.ietf = on } }
 
 // WithOverLimitHitsCounted sets whether a hit over its limit is counted,
 // as envoyproxy/ratelimit counts it (true, the default): an AI gateway's
@@ -234,13 +247,16 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
 		s.metrics.globalShadow.Inc()
 	}
+	if s.ietf && closest >= 0 {
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, ietfHeaders(plans, resp.Statuses)...)
+	}
 	if s.headers != nil && closest >= 0 {
 		st := resp.Statuses[closest]
-		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, []*corev3.HeaderValue{
 			{Key: s.headers.Limit, Value: strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10)},
 			{Key: s.headers.Remaining, Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
 			{Key: s.headers.Reset, Value: strconv.FormatInt(ceilSeconds(st.DurationUntilReset.AsDuration()), 10)},
-		}
+		}...)
 	}
 	return resp, nil
 }
@@ -301,6 +317,10 @@ type plan struct {
 	metric string
 	keys   [2]string
 	cost   int64
+	// policy and window are the limit that decided, once decided: its
+	// name in the IETF's fields, and its window.
+	policy string
+	window time.Duration
 	// fromRequest marks a limit the request carries (a descriptor-level
 	// limit): bounded as Limit's are, a window of at most 30 days and a
 	// limit of at least 1, where the operator's rules may use a year's
@@ -380,6 +400,10 @@ func (s *Service) decide(ctx context.Context, ns pipeline.Namespace, domain stri
 	d, capacity, err := s.limit(ctx, ns, p)
 	if err != nil {
 		return nil, err
+	}
+	p.window, p.policy = d.Duration, descriptorLimitMetric
+	if p.rule != nil {
+		p.policy = cmp.Or(d.name, p.rule.Name, p.rule.Path)
 	}
 	s.metrics.label(p, call.Workspace(ctx))
 	s.metrics.hits(domain, p)
@@ -509,4 +533,25 @@ func unitOf(l rlsconfig.Limit, applied time.Duration) rlsconfig.Unit {
 		return l.Unit
 	}
 	return rlsconfig.UnitOf(applied)
+}
+
+// ietfHeaders returns the IETF's two fields for the limited descriptors
+// of a request: one item each, in request order.
+func ietfHeaders(plans []plan, statuses []*rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
+	var policies, limits []string
+	for i := range plans {
+		p, st := &plans[i], statuses[i]
+		if !p.counted || p.unlimited || st.CurrentLimit == nil {
+			continue
+		}
+		policies = append(policies, ratelimitheader.Policy(p.policy, int64(st.CurrentLimit.RequestsPerUnit), p.window))
+		limits = append(limits, ratelimitheader.Limit(p.policy, int64(st.LimitRemaining), st.DurationUntilReset.AsDuration()))
+	}
+	if len(policies) == 0 {
+		return nil
+	}
+	return []*corev3.HeaderValue{
+		{Key: ratelimitheader.PolicyField, Value: strings.Join(policies, ", ")},
+		{Key: ratelimitheader.LimitField, Value: strings.Join(limits, ", ")},
+	}
 }

@@ -2,7 +2,9 @@ package envoyrls
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -188,5 +190,60 @@ descriptors:
 				}
 			}
 		})
+	}
+}
+
+// TestIETFHeaders: RateLimit-Policy and RateLimit name each limited
+// descriptor's rule (its limit's name, its name, else its path), with the
+// window of the limit that decided (a multiple of a unit included); an
+// unlimited descriptor has no item. Beside the old trio when both are on.
+func TestIETFHeaders(t *testing.T) {
+	const rules = `domain: d
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 10, name: per_user}
+  - key: plan
+    rate_limits: [{unit: minute, unit_multiplier: 5, requests_per_unit: 100}]
+  - key: internal
+    rate_limit: {unlimited: true}
+`
+	req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommonv3.RateLimitDescriptor{
+		one("user", "u")[0], one("plan", "p")[0], one("internal", "x")[0]}}
+	ctx := call.WithPrincipal(context.Background(), access.OpenPrincipal())
+	for _, tc := range []struct {
+		name  string
+		opts  []Option
+		names []string
+	}{
+		{"IETF", []Option{WithIETFHeaders(true)}, []string{"RateLimit-Policy", "RateLimit"}},
+		{"both", []Option{WithIETFHeaders(true), WithResponseHeaders(DefaultHeaders)},
+			[]string{"RateLimit-Policy", "RateLimit", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"}},
+		{"neither", nil, nil},
+	} {
+		s, _ := newService(t, rules, tc.opts...)
+		resp, err := s.ShouldRateLimit(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		var names []string
+		for _, h := range resp.ResponseHeadersToAdd {
+			got[h.Key] = h.Value
+			names = append(names, h.Key)
+		}
+		if !slices.Equal(names, tc.names) {
+			t.Fatalf("%s: headers %v, want %v", tc.name, names, tc.names)
+		}
+		if tc.names == nil {
+			continue
+		}
+		if p := got["RateLimit-Policy"]; p != `"per_user";q=10;w=60, "d.plan";q=100;w=300` {
+			t.Errorf("%s: RateLimit-Policy %q", tc.name, p)
+		}
+		l := got["RateLimit"]
+		var t1, t2 int
+		if n, _ := fmt.Sscanf(l, `"per_user";r=9;t=%d, "d.plan";r=99;t=%d`, &t1, &t2); n != 2 || t1 < 1 || t1 > 60 || t2 < 1 || t2 > 300 {
+			t.Errorf("%s: RateLimit %q", tc.name, l)
+		}
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/internal/invalid"
+	"github.com/unkeyed/ratelimit/internal/ratelimitheader"
 	"github.com/unkeyed/ratelimit/internal/wirecount"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -63,6 +65,9 @@ func (h *Handler) limit(ctx context.Context, c *request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The IETF's fields, for an application to copy onto its own answer.
+	c.header[ratelimitheader.PolicyField] = []string{ratelimitheader.Policy(in.Namespace, d.Limit, d.Duration)}
+	c.header[ratelimitheader.LimitField] = []string{ratelimitheader.Limit(in.Namespace, d.Remaining, time.Until(d.Reset))}
 	return &limitData{Limit: d.Limit, Remaining: d.Remaining, Reset: d.Reset.UnixMilli(),
 		Success: d.Success, OverrideID: d.OverrideID, Reservation: d.Reservation}, nil
 }

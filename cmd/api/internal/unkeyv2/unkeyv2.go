@@ -34,6 +34,8 @@ func New(l *transport.Layer, p *pipeline.Pipeline) *Handler { return &Handler{la
 // context.
 type request struct {
 	body []byte
+	// header is the answer's: a route may add fields to it.
+	header http.Header
 	// requestID is the answer's meta.requestId, which a change's audit
 	// entry records.
 	requestID string
@@ -104,7 +106,7 @@ func (h *Handler) serve(fn func(context.Context, *request) (any, error)) http.Ha
 			h.fail(w, r, requestID, err)
 			return
 		}
-		data, err := fn(r.Context(), &request{body: body, requestID: requestID})
+		data, err := fn(r.Context(), &request{body: body, header: w.Header(), requestID: requestID})
 		if err != nil {
 			h.fail(w, r, requestID, err)
 			return

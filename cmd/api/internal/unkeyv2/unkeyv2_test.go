@@ -2,6 +2,7 @@ package unkeyv2_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -211,5 +212,33 @@ func TestAnswers(t *testing.T) {
 	_, out = call("/v2/ratelimit.limit", tokA, `{"namespace":"n","identifier":"u","limit":0,"duration":60000}`)
 	if e := out["error"].(map[string]any); e["detail"] != "body.limit: must be between 1 and 9007199254740992" {
 		t.Errorf("the detail of a bad limit: %v", e)
+	}
+}
+
+// TestIETFFields: a limit's answer carries RateLimit-Policy and RateLimit,
+// for the application to copy onto its own.
+func TestIETFFields(t *testing.T) {
+	ts := serve(t)
+	for i, want := range []string{`"sms.send";r=1;t=`, `"sms.send";r=0;t=`, `"sms.send";r=0;t=`} {
+		req, err := http.NewRequest(http.MethodPost, ts.url+"/v2/ratelimit.limit",
+			strings.NewReader(`{"namespace":"sms.send","identifier":"u","limit":2,"duration":90000}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tokA)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		policy, limit := resp.Header.Get("RateLimit-Policy"), resp.Header.Get("RateLimit")
+		if resp.StatusCode != 200 || policy != `"sms.send";q=2;w=90` || !strings.HasPrefix(limit, want) {
+			t.Errorf("call %d: %d, RateLimit-Policy %q, RateLimit %q; want %q…", i, resp.StatusCode, policy, limit, want)
+		}
+		var reset int
+		if _, err := fmt.Sscanf(limit[len(want):], "%d", &reset); err != nil || reset < 1 || reset > 90 {
+			t.Errorf("call %d: t=%d (%v), want 1 to 90 seconds", i, reset, err)
+		}
 	}
 }
