@@ -59,6 +59,10 @@ type proc struct {
 	log    string
 	// exited is how the process ended, once done is closed.
 	exited error
+	// binary, if set, is the program run instead of bin/api or
+	// bin/worker; noWait starts it without waiting for it to be ready.
+	binary string
+	noWait bool
 }
 
 func (p *proc) url() string { return "http://127.0.0.1:" + strconv.Itoa(p.port) }
@@ -100,6 +104,9 @@ func (p *proc) tryStart() error {
 		name = "worker"
 	}
 	p.cmd = exec.Command(filepath.Join(bin, name))
+	if p.binary != "" {
+		p.cmd = exec.Command(p.binary)
+	}
 	p.cmd.Env = append(os.Environ(), p.env...)
 	p.cmd.Stdout, p.cmd.Stderr = out, out
 	if err := p.cmd.Start(); err != nil {
@@ -108,6 +115,9 @@ func (p *proc) tryStart() error {
 	p.done = make(chan struct{})
 	go func() { p.exited = p.cmd.Wait(); out.Close(); close(p.done) }()
 	ready := func() bool { return get(p.url()+"/readyz") == http.StatusOK }
+	if p.noWait { // up once it answers at all
+		ready = func() bool { return get(p.url()+"/healthz") == http.StatusOK }
+	}
 	if p.region == "" { // the worker serves h2c only: ready once it listens
 		ready = func() bool {
 			conn, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(p.port), 100*time.Millisecond)

@@ -53,17 +53,31 @@ func (ca *CA) Issue(t testing.TB, dir string, serial int64, client bool) (certFi
 // one that expired, or is not valid yet.
 func (ca *CA) IssueValid(t testing.TB, dir string, serial int64, client bool, notBefore, notAfter time.Time) (certFile, keyFile string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
 	usage := x509.ExtKeyUsageServerAuth
 	if client {
 		usage = x509.ExtKeyUsageClientAuth
 	}
+	return ca.issue(t, dir, serial, notBefore, notAfter, usage)
+}
+
+// IssueServerAndClient is Issue for one certificate a process presents
+// both as a server and as a client (as Envoy Gateway's rate limit
+// deployment does: to Envoy, and to the xDS server).
+func (ca *CA) IssueServerAndClient(t testing.TB, dir string, serial int64) (certFile, keyFile string) {
+	t.Helper()
+	return ca.issue(t, dir, serial, time.Now().Add(-time.Hour), time.Now().Add(time.Hour),
+		x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
+}
+
+func (ca *CA) issue(t testing.TB, dir string, serial int64, notBefore, notAfter time.Time, usages ...x509.ExtKeyUsage) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "127.0.0.1"},
 		NotBefore: notBefore, NotAfter: notAfter, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		ExtKeyUsage: []x509.ExtKeyUsage{usage}, KeyUsage: x509.KeyUsageDigitalSignature}
+		ExtKeyUsage: usages, KeyUsage: x509.KeyUsageDigitalSignature}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
 		t.Fatal(err)
@@ -98,4 +112,11 @@ func (ca *CA) ServerFiles(t testing.TB, dir string) (certFile, keyFile, caFile s
 		t.Fatal(err)
 	}
 	return certFile, keyFile, caFile
+}
+
+// Pool returns a pool holding the CA's certificate.
+func (ca *CA) Pool() *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AddCert(ca.cert)
+	return p
 }
