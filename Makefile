@@ -129,11 +129,12 @@ binaries: ## build/bin/api and worker (or BIN_DIR=…): the images' static linux
 		GOOS=linux GOARCH=amd64 $(GOBUILD) -o $(BIN_DIR)/$$b ./cmd/$$b || exit 1; \
 	done
 
-image: binaries ## build/images/api.tar and worker.tar: OCI images of the static binaries, without Docker
+image: binaries ## build/images/api.tar and worker.tar: OCI images of the static binaries, without Docker (the API's also as /bin/ratelimit, for Envoy Gateway)
 	mkdir -p build/images
 	for b in api worker; do \
+		link=; [ $$b = api ] && link=bin/ratelimit; \
 		(cd tools && SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./imagebuild -binary $(abspath $(BIN_DIR))/$$b -name $$b \
-			-tag ratelimit-$$b:$(IMAGE_TAG) -out ../build/images/$$b.tar) || exit 1; \
+			-link "$$link" -tag ratelimit-$$b:$(IMAGE_TAG) -out ../build/images/$$b.tar) || exit 1; \
 	done
 
 # The generated code's digest (scripts/generated-sum.sh): make generate

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"strconv"
 	"time"
 
@@ -34,12 +35,13 @@ func main() {
 	bin := flag.String("name", "", "its name in the image: /NAME, the entrypoint")
 	tag := flag.String("tag", "", "the image's reference in the tarball, e.g. ratelimit-api:dev")
 	out := flag.String("out", "", "the tarball to write")
+	link := flag.String("link", "", "another path of the binary in the image (a symbolic link), e.g. bin/ratelimit; empty: none")
 	flag.Parse()
 	if *binary == "" || *bin == "" || *tag == "" || *out == "" {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := build(*binary, *bin, *tag, *out); err != nil {
+	if err := build(*binary, *bin, *tag, *out, *link); err != nil {
 		fmt.Fprintln(os.Stderr, "imagebuild:", err)
 		os.Exit(1)
 	}
@@ -58,7 +60,7 @@ func epoch() (time.Time, error) {
 	return time.Unix(n, 0).UTC(), nil
 }
 
-func build(binary, bin, tag, out string) error {
+func build(binary, bin, tag, out, link string) error {
 	when, err := epoch()
 	if err != nil {
 		return err
@@ -85,7 +87,18 @@ func build(binary, bin, tag, out string) error {
 	if err != nil {
 		return err
 	}
-	app, err := layer(when, []entry{{name: bin, data: exe, mode: 0o755}})
+	files := []entry{{name: bin, data: exe, mode: 0o755}}
+	if link != "" {
+		// The binary under another name too: the API's image is run as
+		// /bin/ratelimit where envoyproxy/ratelimit's was (Envoy
+		// Gateway's deployment sets that command), and serves with that
+		// service's environment when started by that name.
+		if dir := path.Dir(link); dir != "." {
+			files = append(files, entry{name: dir + "/", dir: true, mode: 0o755})
+		}
+		files = append(files, entry{name: link, linkTo: "/" + bin, mode: 0o777})
+	}
+	app, err := layer(when, files)
 	if err != nil {
 		return err
 	}
@@ -131,8 +144,10 @@ type entry struct {
 	name string
 	data []byte
 	dir  bool
-	mode int64
-	uid  int
+	// linkTo makes the entry a symbolic link to that path.
+	linkTo string
+	mode   int64
+	uid    int
 }
 
 // layer returns an uncompressed-then-gzipped layer of entries, in order,
@@ -143,9 +158,12 @@ func layer(when time.Time, entries []entry) (v1.Layer, error) {
 	for _, e := range entries {
 		h := &tar.Header{Name: e.name, Mode: e.mode, ModTime: when, AccessTime: when, ChangeTime: when,
 			Uid: e.uid, Gid: e.uid, Format: tar.FormatPAX}
-		if e.dir {
+		switch {
+		case e.dir:
 			h.Typeflag = tar.TypeDir
-		} else {
+		case e.linkTo != "":
+			h.Typeflag, h.Linkname = tar.TypeSymlink, e.linkTo
+		default:
 			h.Typeflag, h.Size = tar.TypeReg, int64(len(e.data))
 		}
 		if err := tw.WriteHeader(h); err != nil {
