@@ -3,6 +3,7 @@ package envoyrls
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -32,12 +33,29 @@ type metrics struct {
 	// maxSeriesPerRuleAll).
 	seriesMu sync.Mutex
 	series   map[ruleWorkspace]map[string]struct{}
-	perRule  map[*rlsconfig.Rule]int
+	perRule  map[string]int
+
+	// counters holds, per rule of the configuration in force, the ten
+	// counters of its own label, so that a hit of a rule with a fixed
+	// label (most) adds to them without hashing its labels; a new
+	// configuration starts a new cache.
+	counters atomic.Pointer[counterCache]
 }
 
-// ruleWorkspace is a rule as one workspace's calls use it.
+// counterCache is the counters of one configuration's rules.
+type counterCache struct {
+	config *rlsconfig.Config
+	rules  sync.Map // *rlsconfig.Rule → *ruleCounters
+}
+
+// ruleCounters are a rule's counters by statistic (hits, over, near,
+// within, shadow), under both names.
+type ruleCounters struct{ ours, upstream [5]prometheus.Counter }
+
+// ruleWorkspace is a rule (by its path, which names it across reloads) as
+// one workspace's calls use it.
 type ruleWorkspace struct {
-	rule      *rlsconfig.Rule
+	rule      string
 	workspace string
 }
 
@@ -68,10 +86,10 @@ func (m *metrics) label(p *plan, workspace string) {
 	l := truncateLabel(p.metric)
 	m.seriesMu.Lock()
 	defer m.seriesMu.Unlock()
-	k := ruleWorkspace{p.rule, workspace}
+	k := ruleWorkspace{p.rule.Path, workspace}
 	seen := m.series[k]
 	if _, ok := seen[l]; !ok {
-		if len(seen) >= maxSeriesPerRule || m.perRule[p.rule] >= maxSeriesPerRuleAll {
+		if len(seen) >= maxSeriesPerRule || m.perRule[p.rule.Path] >= maxSeriesPerRuleAll {
 			p.metric, p.keys = p.rule.Path+"_overflow", p.rule.Keys
 			return
 		}
@@ -80,7 +98,7 @@ func (m *metrics) label(p *plan, workspace string) {
 			m.series[k] = seen
 		}
 		seen[l] = struct{}{}
-		m.perRule[p.rule]++
+		m.perRule[p.rule.Path]++
 	}
 	// The keys are parts of the label: bounded with it.
 	p.metric, p.keys = l, [2]string{truncateLabel(p.keys[0]), truncateLabel(p.keys[1])}
@@ -108,7 +126,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Requests over a limit answered OK because UNKEY_RLS_SHADOW_MODE is on."}),
 		nearRatio: 0.8,
 		series:    map[ruleWorkspace]map[string]struct{}{},
-		perRule:   map[*rlsconfig.Rule]int{},
+		perRule:   map[string]int{},
 	}
 	for i, stat := range [][2]string{{"total_hits", "unkey_rls_hits_total"}, {"over_limit", "unkey_rls_over_limit_total"},
 		{"near_limit", "unkey_rls_near_limit_total"}, {"within_limit", "unkey_rls_within_limit_total"},
@@ -127,17 +145,55 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 }
 
 // The counts of p's hits, in domain, under both names.
-func (m *metrics) hits(domain string, p *plan)   { m.add(m.total, 0, domain, p) }
-func (m *metrics) over(domain string, p *plan)   { m.add(m.overLimit, 1, domain, p) }
-func (m *metrics) near(domain string, p *plan)   { m.add(m.nearLimit, 2, domain, p) }
-func (m *metrics) within(domain string, p *plan) { m.add(m.withinLimit, 3, domain, p) }
+func (m *metrics) hits(domain string, p *plan)   { m.add(0, domain, p) }
+func (m *metrics) over(domain string, p *plan)   { m.add(1, domain, p) }
+func (m *metrics) near(domain string, p *plan)   { m.add(2, domain, p) }
+func (m *metrics) within(domain string, p *plan) { m.add(3, domain, p) }
 func (m *metrics) shadowHits(domain string, p *plan) {
-	m.add(m.shadowMode, 4, domain, p)
+	m.add(4, domain, p)
 }
 
-func (m *metrics) add(ours *prometheus.CounterVec, upstream int, domain string, p *plan) {
-	ours.WithLabelValues(domain, p.metric).Add(float64(p.cost))
-	m.upstream[upstream].WithLabelValues(domain, p.keys[0], p.keys[1]).Add(float64(p.cost))
+// vecs are this service's counters by statistic, in ruleCounters' order.
+func (m *metrics) vecs() [5]*prometheus.CounterVec {
+	return [5]*prometheus.CounterVec{m.total, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode}
+}
+
+func (m *metrics) add(stat int, domain string, p *plan) {
+	n := float64(p.cost)
+	if c := m.cached(domain, p); c != nil {
+		c.ours[stat].Add(n)
+		c.upstream[stat].Add(n)
+		return
+	}
+	m.vecs()[stat].WithLabelValues(domain, p.metric).Add(n)
+	m.upstream[stat].WithLabelValues(domain, p.keys[0], p.keys[1]).Add(n)
+}
+
+// inForce starts a new cache of counters when cfg is not the
+// configuration the cache is of.
+func (m *metrics) inForce(cfg *rlsconfig.Config) {
+	if c := m.counters.Load(); c == nil || c.config != cfg {
+		m.counters.Store(&counterCache{config: cfg})
+	}
+}
+
+// cached returns the counters of p's rule, where p is labelled by its
+// rule alone (not by the request's values), else nil.
+func (m *metrics) cached(domain string, p *plan) *ruleCounters {
+	cache := m.counters.Load()
+	if p.rule == nil || p.metric != p.rule.Path || cache == nil {
+		return nil
+	}
+	if c, ok := cache.rules.Load(p.rule); ok {
+		return c.(*ruleCounters)
+	}
+	c := &ruleCounters{}
+	for i, v := range m.vecs() {
+		c.ours[i] = v.WithLabelValues(domain, p.metric)
+		c.upstream[i] = m.upstream[i].WithLabelValues(domain, p.keys[0], p.keys[1])
+	}
+	actual, _ := cache.rules.LoadOrStore(p.rule, c)
+	return actual.(*ruleCounters)
 }
 
 // isNear reports whether remaining is under (1 - nearRatio) of limit.

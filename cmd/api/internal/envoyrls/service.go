@@ -178,6 +178,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		return nil, err
 	}
 	cfg := s.config()
+	s.metrics.inForce(cfg)
 	n := len(req.Descriptors)
 	plans := make([]plan, n)
 	replaced := map[string]bool{}
@@ -454,7 +455,11 @@ type limitDecision struct {
 // envoyproxy/ratelimit counts each descriptor), and all or nothing
 // otherwise.
 func (s *Service) limit(ctx context.Context, ns pipeline.Namespace, p *plan) (limitDecision, *ratelimit.CapacityError, error) {
-	calls := make([]pipeline.Call, len(p.limits))
+	var one [1]pipeline.Call // most descriptors have one limit: no allocation
+	calls := one[:]
+	if len(p.limits) > 1 {
+		calls = make([]pipeline.Call, len(p.limits))
+	}
 	for i, l := range p.limits {
 		// The counter's name is the adapter's, built from the descriptor
 		// (a long one is counted under its digest); an operator's rule
