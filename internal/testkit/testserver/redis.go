@@ -56,6 +56,16 @@ func StartRedisTLS(t testing.TB, certFile, keyFile, caFile string, client *tls.C
 	})
 }
 
+// StartRedisMutualTLS is StartRedisTLS for a server that refuses a client
+// without a certificate caFile's CA signed; client must present one.
+func StartRedisMutualTLS(t testing.TB, certFile, keyFile, caFile string, client *tls.Config) *Redis {
+	t.Helper()
+	return startRedisWith(t, client, func(string) []string {
+		return []string{"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-ca-cert-file", caFile,
+			"--tls-auth-clients", "yes"}
+	})
+}
+
 func startRedisWith(t testing.TB, client *tls.Config, extra func(dir string) []string) *Redis {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")

@@ -1,8 +1,11 @@
 package daemon
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -61,8 +64,14 @@ type Config struct {
 	GRPCTLSKeyFile      string `env:"UNKEY_GRPC_TLS_KEY_FILE" help:"PEM key of UNKEY_GRPC_TLS_CERT_FILE"`
 	GRPCTLSClientCAFile string `env:"UNKEY_GRPC_TLS_CLIENT_CA_FILE" help:"PEM CA certificates: mutual TLS on the grpc-go port; needs the two above"`
 	RedisURL            string `env:"UNKEY_REDIS_URL" help:"the region's Redis: redis://, rediss://, redis+cluster://host:port[,host:port...]; empty: no regional store"`
-	MySQLDSN            string `env:"UNKEY_MYSQL_DSN" help:"the MySQL (8.0.17+) or MariaDB (10.6+) every region shares, user:password@tcp(host:3306)/db; empty: no global counters"`
-	AuthTokens          string `env:"UNKEY_AUTH_TOKENS" help:"comma-separated token=workspace_id entries with every permission; tokens at least 16 characters; with no keys anywhere the API is open"`
+	// RedisTLSCAFile and the client certificate, for a Redis over TLS
+	// (rediss://) whose certificate a private CA signed, or that asks
+	// its clients for one; read at start.
+	RedisTLSCAFile   string `env:"UNKEY_REDIS_TLS_CA_FILE" help:"PEM CA certificates the Redis server's certificate must chain to (a rediss:// URL); empty: the system's"`
+	RedisTLSCertFile string `env:"UNKEY_REDIS_TLS_CERT_FILE" help:"PEM client certificate for Redis over mutual TLS (a rediss:// URL); set with UNKEY_REDIS_TLS_KEY_FILE"`
+	RedisTLSKeyFile  string `env:"UNKEY_REDIS_TLS_KEY_FILE" help:"PEM key of UNKEY_REDIS_TLS_CERT_FILE"`
+	MySQLDSN         string `env:"UNKEY_MYSQL_DSN" help:"the MySQL (8.0.17+) or MariaDB (10.6+) every region shares, user:password@tcp(host:3306)/db; empty: no global counters"`
+	AuthTokens       string `env:"UNKEY_AUTH_TOKENS" help:"comma-separated token=workspace_id entries with every permission; tokens at least 16 characters; with no keys anywhere the API is open"`
 	// AuthKeysFile names a file of keys (digests, workspaces and
 	// permissions; see package keys), read again when it changes.
 	AuthKeysFile string `env:"UNKEY_AUTH_KEYS_FILE" help:"a JSON file of key digests, workspaces and permissions, read again every second"`
@@ -320,6 +329,9 @@ func LoadConfig(environ []string) (Config, error) {
 		}
 		c.redis = opts
 	}
+	if err := c.redisTLS(); err != nil {
+		return Config{}, err
+	}
 	if c.MySQLDSN != "" {
 		dsn, err := cmdutil.ParseMySQLDSN(c.MySQLDSN)
 		if err != nil {
@@ -345,4 +357,43 @@ func (c Config) batchEntriesInFlight() int64 {
 		return c.BatchEntriesInFlightPerWorkspace
 	}
 	return pipeline.DefaultBatchEntriesInFlight()
+}
+
+// redisTLS adds the CA and the client certificate of UNKEY_REDIS_TLS_* to
+// the Redis client's TLS configuration, which a rediss:// URL makes.
+func (c *Config) redisTLS() error {
+	if c.RedisTLSCAFile == "" && c.RedisTLSCertFile == "" && c.RedisTLSKeyFile == "" {
+		return nil
+	}
+	var tc *tls.Config
+	switch {
+	case c.redis != nil:
+		tc = c.redis.TLSConfig
+	case c.redisCluster != nil:
+		tc = c.redisCluster.TLSConfig
+	}
+	if tc == nil {
+		return fmt.Errorf("UNKEY_REDIS_TLS_CA_FILE, UNKEY_REDIS_TLS_CERT_FILE, UNKEY_REDIS_TLS_KEY_FILE: need a rediss:// or rediss+cluster:// UNKEY_REDIS_URL")
+	}
+	if (c.RedisTLSCertFile == "") != (c.RedisTLSKeyFile == "") {
+		return fmt.Errorf("UNKEY_REDIS_TLS_CERT_FILE and UNKEY_REDIS_TLS_KEY_FILE: must be set together, or neither")
+	}
+	if c.RedisTLSCAFile != "" {
+		pem, err := os.ReadFile(c.RedisTLSCAFile)
+		if err != nil {
+			return fmt.Errorf("UNKEY_REDIS_TLS_CA_FILE: %w", err)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("UNKEY_REDIS_TLS_CA_FILE: %s holds no PEM certificate", c.RedisTLSCAFile)
+		}
+	}
+	if c.RedisTLSCertFile != "" {
+		pair, err := tls.LoadX509KeyPair(c.RedisTLSCertFile, c.RedisTLSKeyFile)
+		if err != nil {
+			return fmt.Errorf("UNKEY_REDIS_TLS_CERT_FILE, UNKEY_REDIS_TLS_KEY_FILE: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{pair}
+	}
+	return nil
 }

@@ -238,3 +238,29 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("no gauge %s", name)
 	return 0
 }
+
+// TestRedisOverMutualTLS: a Redis that speaks TLS only, with a certificate
+// of a private CA, and refuses clients without one of its own: the process
+// reaches it with UNKEY_REDIS_TLS_CA_FILE and its client certificate, and
+// its windows are written there.
+func TestRedisOverMutualTLS(t *testing.T) {
+	ca := testserver.NewCA(t)
+	certFile, keyFile, caFile := ca.ServerFiles(t, t.TempDir())
+	clientCert, clientKey := ca.Issue(t, t.TempDir(), 301, true)
+	pair, err := tls.LoadX509KeyPair(clientCert, clientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := testserver.StartRedisMutualTLS(t, certFile, keyFile, caFile, &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{pair}})
+	ts := startServer(t, "UNKEY_REDIS_URL=rediss://"+r.Addr, "UNKEY_REDIS_TLS_CA_FILE="+caFile,
+		"UNKEY_REDIS_TLS_CERT_FILE="+clientCert, "UNKEY_REDIS_TLS_KEY_FILE="+clientKey)
+	for range 3 {
+		if status, out := ts.call(t, "Limit", "", `{"namespace":"tls","identifier":"u","limit":10,"duration":60000}`); status != 200 {
+			t.Fatalf("Limit: %d %v", status, out)
+		}
+	}
+	poll.Until(t, 10*time.Second, "the window written to the Redis over mutual TLS", func() bool {
+		n, err := r.Do("DBSIZE")
+		return err == nil && n != "0" && n != ""
+	})
+}

@@ -103,9 +103,7 @@ func (t *translation) refused() error {
 		{"GRPC_CLIENT_TLS_SAN", "a client certificate is checked against its CA (GRPC_SERVER_TLS_CA_CERT), not a name"},
 		{"CONFIG_GRPC_XDS_NODE_METADATA", "the xDS node is named by CONFIG_GRPC_XDS_NODE_ID alone"},
 		{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "the xDS stream carries no headers of its own"},
-		{"REDIS_TLS_CLIENT_CERT", "the Redis client presents no certificate; use a password (REDIS_AUTH) over TLS"},
-		{"REDIS_TLS_CACERT", "the Redis server's certificate is checked against the system's CAs"},
-		{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "the Redis server's certificate is always checked"},
+		{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "the Redis server's certificate is always checked, its name included"},
 		{"REDIS_SENTINEL_AUTH", "Redis Sentinel is not supported (REDIS_TYPE single or cluster)"},
 	} {
 		if t.env[r.name] != "" && t.env[r.name] != "false" {
@@ -249,6 +247,15 @@ func (t *translation) redis() error {
 		}
 	}
 	t.set("UNKEY_REDIS_URL", scheme+"://"+userinfo+strings.Join(hosts, ","))
+	for _, m := range [][2]string{{"REDIS_TLS_CACERT", "UNKEY_REDIS_TLS_CA_FILE"}, {"REDIS_TLS_CLIENT_CERT", "UNKEY_REDIS_TLS_CERT_FILE"},
+		{"REDIS_TLS_CLIENT_KEY", "UNKEY_REDIS_TLS_KEY_FILE"}} {
+		if v := t.env[m[0]]; v != "" {
+			if !tls {
+				return fmt.Errorf("%s: needs REDIS_TLS=true", m[0])
+			}
+			t.set(m[1], v)
+		}
+	}
 	return nil
 }
 

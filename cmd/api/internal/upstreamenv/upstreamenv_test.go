@@ -79,11 +79,13 @@ func TestUnkeySettingsWin(t *testing.T) {
 
 func TestDefaultsAndMappings(t *testing.T) {
 	got := added(t, []string{"PORT=9000", "REDIS_SOCKET_TYPE=tcp", "REDIS_TYPE=cluster", "REDIS_URL=a:7000,b:7001", "REDIS_TLS=true",
+		"REDIS_TLS_CLIENT_CERT=/redis-certs/tls.crt", "REDIS_TLS_CLIENT_KEY=/redis-certs/tls.key",
 		"REDIS_AUTH=user:p@ss", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true", "LIMIT_RESPONSE_HEADERS_ENABLED=true", "DEBUG_PORT=6070",
 		"LOG_LEVEL=WARN", "LOG_FORMAT=text"})
 	for k, v := range map[string]string{
 		"UNKEY_HTTP_ADDR": "0.0.0.0:9000", "UNKEY_GRPC_ADDR": "0.0.0.0:8081", "UNKEY_DEBUG_ADDR": "0.0.0.0:6070",
 		"UNKEY_RLS_CONFIG": "/srv/runtime_data/current/config", "UNKEY_REDIS_URL": "rediss+cluster://user:p%40ss@a:7000,b:7001",
+		"UNKEY_REDIS_TLS_CERT_FILE": "/redis-certs/tls.crt", "UNKEY_REDIS_TLS_KEY_FILE": "/redis-certs/tls.key",
 		"UNKEY_RLS_COUNT_OVER_LIMIT": "false", "UNKEY_RLS_RESPONSE_HEADERS": "true", "UNKEY_LOG_LEVEL": "warn", "UNKEY_LOG_FORMAT": "text",
 		"OTEL_TRACES_EXPORTER": "none",
 	} {
@@ -109,7 +111,8 @@ func TestRefused(t *testing.T) {
 		{"SHADOW_MODE=yes", `SHADOW_MODE: must be true or false, got "yes"`},
 		{"PROMETHEUS_PATH=/stats", "PROMETHEUS_PATH=/stats: not supported"},
 		{"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_USE_TLS=true: needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"},
-		{"REDIS_TLS_CLIENT_CERT=/c", "REDIS_TLS_CLIENT_CERT: not supported"},
+		{"REDIS_TLS_CLIENT_CERT=/c", "REDIS_TLS_CLIENT_CERT: needs REDIS_TLS=true"},
+		{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: not supported"},
 	} {
 		// Redis and Prometheus on, where the variable tried does not say.
 		env := []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=r:6379", "USE_PROMETHEUS=true", tc.env}
