@@ -102,12 +102,7 @@ func TestImage(t *testing.T) {
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	poll.Until(t, 20*time.Second, "the image's binary to answer /readyz", func() bool {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", port))
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
+		return get(fmt.Sprintf("http://127.0.0.1:%d/readyz", port)) == http.StatusOK
 	})
 
 	// As Envoy Gateway runs it: /bin/ratelimit, envoyproxy/ratelimit's
@@ -127,12 +122,7 @@ func TestImage(t *testing.T) {
 	}
 	t.Cleanup(func() { rl.Process.Kill(); rl.Wait() })
 	poll.Until(t, 20*time.Second, "/bin/ratelimit to answer /healthcheck", func() bool {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthcheck", port))
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
+		return get(fmt.Sprintf("http://127.0.0.1:%d/healthcheck", port)) == http.StatusOK
 	})
 }
 

@@ -22,25 +22,30 @@ const (
 // Policy returns the RateLimit-Policy item of policy name: its quota in a
 // window (whole seconds, at least 1), `"name";q=100;w=60`.
 func Policy(name string, quota int64, window time.Duration) string {
-	var b strings.Builder
-	writeName(&b, name)
-	b.WriteString(";q=")
-	b.WriteString(strconv.FormatInt(max(quota, 0), 10))
-	b.WriteString(";w=")
-	b.WriteString(strconv.FormatInt(max(ceilSeconds(window), 1), 10))
-	return b.String()
+	return item(name, "q", max(quota, 0), "w", max(ceilSeconds(window), 1))
 }
 
 // Limit returns the RateLimit item of policy name: what remains of its
 // quota and the seconds until its window resets (rounded up),
 // `"name";r=42;t=17`.
 func Limit(name string, remaining int64, reset time.Duration) string {
+	return item(name, "r", max(remaining, 0), "t", max(ceilSeconds(reset), 0))
+}
+
+// item writes name as a Structured Field string with two integer
+// parameters.
+func item(name, k1 string, v1 int64, k2 string, v2 int64) string {
 	var b strings.Builder
 	writeName(&b, name)
-	b.WriteString(";r=")
-	b.WriteString(strconv.FormatInt(max(remaining, 0), 10))
-	b.WriteString(";t=")
-	b.WriteString(strconv.FormatInt(max(ceilSeconds(reset), 0), 10))
+	for _, p := range [2]struct {
+		k string
+		v int64
+	}{{k1, v1}, {k2, v2}} {
+		b.WriteByte(';')
+		b.WriteString(p.k)
+		b.WriteByte('=')
+		b.WriteString(strconv.FormatInt(p.v, 10))
+	}
 	return b.String()
 }
 

@@ -155,25 +155,18 @@ func TestXDSSource(t *testing.T) {
 	if monthly() != 100 {
 		t.Fatalf("after version %s: monthly limit %d, want 100", v1, monthly())
 	}
-	poll.Until(t, 5*time.Second, "the ACK of version 1", func() bool { return hasReply(srv, v1, "") })
+	poll.Until(t, 5*time.Second, "the ACK of version 1", func() bool { return srv.Acknowledged(v1) })
 
 	bad := gatewayConfig("eg", 200)
 	bad.Descriptors = append(bad.Descriptors, bad.Descriptors[0]) // a duplicate descriptor
 	v2 := srv.Push(bad)
-	poll.Until(t, 5*time.Second, "the NACK of version 2", func() bool {
-		for _, r := range srv.Replies() {
-			if r.Version == v1 && strings.Contains(r.Error, "duplicate descriptor") {
-				return true
-			}
-		}
-		return false
-	})
+	poll.Until(t, 5*time.Second, "the NACK of version 2", func() bool { return srv.Refused(v1, "duplicate descriptor") })
 	if monthly() != 100 || testutil.ToFloat64(src.LoadsCounter("error")) != 1 {
 		t.Fatalf("after the refused version %s: monthly %d, %v errors", v2, monthly(), testutil.ToFloat64(src.LoadsCounter("error")))
 	}
 
 	v3 := srv.Push(gatewayConfig("eg", 300))
-	poll.Until(t, 5*time.Second, "version 3 in force", func() bool { return monthly() == 300 && hasReply(srv, v3, "") })
+	poll.Until(t, 5*time.Second, "version 3 in force", func() bool { return monthly() == 300 && srv.Acknowledged(v3) })
 
 	srv.Stop()
 	time.Sleep(300 * time.Millisecond) // several failed reconnections
@@ -184,7 +177,7 @@ func TestXDSSource(t *testing.T) {
 	srv.Restart()
 	start := time.Now()
 	poll.Until(t, 5*time.Second, "version 4 in force after the server came back", func() bool {
-		return monthly() == 400 && hasReply(srv, v4, "")
+		return monthly() == 400 && srv.Acknowledged(v4)
 	})
 	t.Logf("reconnected and version %s in force %s after the server came back", v4, time.Since(start).Round(time.Millisecond))
 	for _, n := range srv.Nodes() {
@@ -192,13 +185,4 @@ func TestXDSSource(t *testing.T) {
 			t.Errorf("a stream named node %q", n)
 		}
 	}
-}
-
-func hasReply(srv *xdsserver.Server, version, errSubstring string) bool {
-	for _, r := range srv.Replies() {
-		if r.Version == version && (errSubstring == "" && r.Error == "" || errSubstring != "" && strings.Contains(r.Error, errSubstring)) {
-			return true
-		}
-	}
-	return false
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -131,6 +132,27 @@ func (s *Server) Replies() []Reply {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]Reply(nil), s.replies...)
+}
+
+// Refused reports whether a client refused a response (a NACK) while it
+// had version in force, with an error containing substring.
+func (s *Server) Refused(version, substring string) bool {
+	for _, r := range s.Replies() {
+		if r.Version == version && r.Error != "" && strings.Contains(r.Error, substring) {
+			return true
+		}
+	}
+	return false
+}
+
+// Acknowledged reports whether a client acknowledged version.
+func (s *Server) Acknowledged(version string) bool {
+	for _, r := range s.Replies() {
+		if r.Version == version && r.Error == "" {
+			return true
+		}
+	}
+	return false
 }
 
 // Nodes returns the node ids of the streams opened so far.

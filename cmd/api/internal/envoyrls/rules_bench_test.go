@@ -2,7 +2,6 @@ package envoyrls
 
 import (
 	"context"
-	"log/slog"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -13,10 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
-	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	"github.com/unkeyed/ratelimit/services/access"
-	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
@@ -67,23 +63,7 @@ func BenchmarkShouldRateLimitRules(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			ov, err := overrides.New()
-			if err != nil {
-				b.Fatal(err)
-			}
-			p, err := pipeline.New(limiter, ov, prometheus.NewRegistry())
-			if err != nil {
-				b.Fatal(err)
-			}
-			l, err := transport.NewLayer(access.Tokens{}, transport.NewBudget(transport.DefaultBudget, transport.DefaultShare),
-				slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-			if err != nil {
-				b.Fatal(err)
-			}
-			s, err := New(l, p, func() *rlsconfig.Config { return src.cfg }, prometheus.NewRegistry())
-			if err != nil {
-				b.Fatal(err)
-			}
+			s, _ := newServiceWith(b, limiter, src.cfg, prometheus.NewRegistry())
 			reqs := make([]*rlsv3.RateLimitRequest, 1000)
 			for i := range reqs {
 				n := strconv.Itoa(i)

@@ -36,15 +36,22 @@ func newService(t *testing.T, yaml string, opts ...Option) (*Service, *overrides
 // the rules of yaml and its metrics registered with reg.
 func newServiceOn(t *testing.T, limiter *ratelimit.Service, yaml string, reg *prometheus.Registry, opts ...Option) (*Service, *overrides.Registry) {
 	t.Helper()
+	cfg, err := rlsconfig.Load(rlsconfig.File{Name: "test.yaml", Data: []byte(yaml)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newServiceWith(t, limiter, cfg, reg, opts...)
+}
+
+// newServiceWith returns the adapter on limiter and in-memory overrides,
+// with the rules of cfg and its metrics registered with reg.
+func newServiceWith(t testing.TB, limiter *ratelimit.Service, cfg *rlsconfig.Config, reg *prometheus.Registry, opts ...Option) (*Service, *overrides.Registry) {
+	t.Helper()
 	ov, err := overrides.New()
 	if err != nil {
 		t.Fatal(err)
 	}
 	p, err := pipeline.New(limiter, ov, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := rlsconfig.Load(rlsconfig.File{Name: "test.yaml", Data: []byte(yaml)})
 	if err != nil {
 		t.Fatal(err)
 	}
