@@ -84,7 +84,7 @@ func TestUnknownMethodsAndPaths(t *testing.T) {
 	}
 	for _, served := range []string{`no route for POST "/nope"`, "ratelimit.v1.RatelimitService", "ratelimit.v1.KeyService",
 		"ratelimit.v1.AuditService", "ratelimit.v1.AnalyticsService", "envoy.service.ratelimit.v3.RateLimitService",
-		"POST /v2/ratelimit.limit, /v2/ratelimit.multiLimit", "POST /json", "GET /dashboard", "GET /healthz, /readyz, /metrics"} {
+		"POST /v2/ratelimit.limit, /v2/ratelimit.multiLimit", "POST /json", "GET /dashboard", "GET /healthz, /readyz, /healthcheck, /metrics"} {
 		if !strings.Contains(out.Message, served) {
 			t.Errorf("POST /nope: %q does not name %q", out.Message, served)
 		}
