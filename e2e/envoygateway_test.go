@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,8 +19,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/unkeyed/ratelimit/internal/testkit/loopback"
 	"github.com/unkeyed/ratelimit/internal/testkit/poll"
 	"github.com/unkeyed/ratelimit/internal/testkit/rlscall"
 	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
@@ -246,14 +249,15 @@ func TestBehindEnvoyGateway(t *testing.T) {
 	// Prometheus on its own address, with envoyproxy/ratelimit's names as
 	// Envoy Gateway's dashboards query them.
 	metrics := getBody(t, "http://127.0.0.1:"+strconv.Itoa(metricsPort)+"/metrics")
+	key1 := regexp.QuoteMeta(`key1="` + route + `_` + route + `"`)
 	for _, want := range []string{
-		`ratelimit_service_rate_limit_total_hits{domain="default/eg/http",key1="` + route + `_` + route + `",key2="rule-0-match-0"}`,
-		`ratelimit_service_rate_limit_over_limit{domain="default/eg/http",key1="` + route + `_` + route + `",key2="rule-0-match-0"} 1`,
-		`ratelimit_service_rate_limit_shadow_mode{domain="default/eg/http",key1="` + route + `_` + route + `",key2="rule-2-match-0_rule-2-match-0"} 1`,
-		"ratelimit_service_config_load_error 1",
+		`ratelimit_service_rate_limit_total_hits\{domain="default/eg/http",` + key1 + `,key2="rule-0-match-0"\} [1-9]`,
+		`ratelimit_service_rate_limit_over_limit\{domain="default/eg/http",` + key1 + `,key2="rule-0-match-0"\} [1-9]`,
+		`ratelimit_service_rate_limit_shadow_mode\{domain="default/eg/http",` + key1 + `,key2="rule-2-match-0_rule-2-match-0"\} 1\n`,
+		`ratelimit_service_config_load_error 1\n`,
 	} {
-		if !strings.Contains(metrics, want) {
-			t.Errorf("/metrics lacks %s", want)
+		if !regexp.MustCompile(want).MatchString(metrics) {
+			t.Errorf("/metrics has nothing matching %s", want)
 		}
 	}
 }
@@ -296,13 +300,34 @@ func TestWithoutForceStart(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "waiting for the first rate limit configuration from "+xds.Addr()) {
 		t.Fatalf("GET /healthcheck before any rules: %d %q", resp.StatusCode, body)
 	}
-	envoy := rlscall.Client(t, "127.0.0.1:"+strconv.Itoa(grpcPort))
+	conn := loopback.Dial(t, "127.0.0.1:"+strconv.Itoa(grpcPort))
+	envoy := rlsv3.NewRateLimitServiceClient(conn)
 	if _, err := envoy.ShouldRateLimit(context.Background(), userRequest("eg", "alice")); status.Code(err) != codes.Unavailable ||
 		!strings.Contains(err.Error(), "no rate limit configuration yet") {
 		t.Fatalf("ShouldRateLimit before any rules: %v, want unavailable", err)
 	}
+	// gRPC health checks say the same, on the gRPC port and the main one.
+	health := func() [2]healthpb.HealthCheckResponse_ServingStatus {
+		var out [2]healthpb.HealthCheckResponse_ServingStatus
+		for i, c := range []*grpc.ClientConn{conn, loopback.Dial(t, strings.TrimPrefix(p.url(), "http://"))} {
+			resp, err := healthpb.NewHealthClient(c).Check(context.Background(), &healthpb.HealthCheckRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[i] = resp.Status
+		}
+		return out
+	}
+	notServing := healthpb.HealthCheckResponse_NOT_SERVING
+	if got := health(); got != [2]healthpb.HealthCheckResponse_ServingStatus{notServing, notServing} {
+		t.Fatalf("gRPC health before any rules: %v, want NOT_SERVING on both ports", got)
+	}
 	xds.Push(gatewayRules("eg", 2))
 	poll.Until(t, 5*time.Second, "ready once the rules arrived", func() bool { return get(p.url()+"/healthcheck") == http.StatusOK })
+	serving := healthpb.HealthCheckResponse_SERVING
+	poll.Until(t, 5*time.Second, "gRPC health serving on both ports", func() bool {
+		return health() == [2]healthpb.HealthCheckResponse_ServingStatus{serving, serving}
+	})
 	r, err := envoy.ShouldRateLimit(context.Background(), userRequest("eg", "alice"))
 	if err != nil || statusOf(r.Statuses[0]) != (rlsStatus{false, 2, "MINUTE", 1}) {
 		t.Fatalf("after the rules: %v, %v", r, err)

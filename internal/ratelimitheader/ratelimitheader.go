@@ -32,9 +32,15 @@ func Limit(name string, remaining int64, reset time.Duration) string {
 	return item(name, "r", max(remaining, 0), "t", max(ceilSeconds(reset), 0))
 }
 
+// maxInteger is the largest Structured Field integer: 15 digits. A quota
+// or a remainder past it (this service's limits go to 2^53) is written as
+// it, so that a strict parser does not refuse the whole field.
+const maxInteger = 999_999_999_999_999
+
 // item writes name as a Structured Field string with two integer
-// parameters.
+// parameters, each at most maxInteger.
 func item(name, k1 string, v1 int64, k2 string, v2 int64) string {
+	v1, v2 = min(v1, maxInteger), min(v2, maxInteger)
 	var b strings.Builder
 	writeName(&b, name)
 	for _, p := range [2]struct {

@@ -16,6 +16,8 @@ func TestFields(t *testing.T) {
 		{ratelimitheader.Limit("x", -3, -time.Second), `"x";r=0;t=0`},
 		{ratelimitheader.Policy(`a"b\c%d`, 1, time.Hour), `"a\"b\\c%25d";q=1;w=3600`},
 		{ratelimitheader.Policy("ünï\x00", 1, time.Second), `"%C3%BCn%C3%AF%00";q=1;w=1`},
+		{ratelimitheader.Policy("big", 1<<53, time.Second), `"big";q=999999999999999;w=1`},
+		{ratelimitheader.Limit("big", 1<<53-1, time.Second), `"big";r=999999999999999;t=1`},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("got %s, want %s", tc.got, tc.want)

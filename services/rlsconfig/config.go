@@ -13,6 +13,7 @@ package rlsconfig
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -26,6 +27,24 @@ import (
 type Config struct {
 	domains map[string]*node
 	rules   int
+	// paths holds every rule's path.
+	paths map[string]struct{}
+	// seq orders the configurations of a process: a later one compiled
+	// later (see Newer).
+	seq uint64
+}
+
+// compiled numbers the configurations a process compiles, in order.
+var compiled atomic.Uint64
+
+// Newer reports whether c was compiled after other.
+func (c *Config) Newer(other *Config) bool { return c.seq > other.seq }
+
+// HasRule reports whether a rule of the configuration has path (see
+// Rule.Path).
+func (c *Config) HasRule(path string) bool {
+	_, ok := c.paths[path]
+	return ok
 }
 
 // Rule is one rate_limit block of the configuration.
@@ -120,7 +139,7 @@ type source struct {
 // compileSources compiles the domains of sources into one configuration;
 // a domain may be defined once.
 func compileSources(sources []source) (*Config, error) {
-	c := &Config{domains: map[string]*node{}}
+	c := &Config{domains: map[string]*node{}, paths: map[string]struct{}{}, seq: compiled.Add(1)}
 	origin := map[string]string{}
 	for _, src := range sources {
 		for _, root := range src.roots {
@@ -189,6 +208,7 @@ func (c *Config) compile(parent *node, path string, levels []string, descriptors
 				return err
 			}
 			r.Keys = metricKeys(append(levels, name))
+			c.paths[here] = struct{}{}
 			n.rule = r
 			c.rules++
 		}

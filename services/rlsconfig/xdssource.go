@@ -27,6 +27,10 @@ import (
 // sent any (where the process may not answer without them).
 var ErrNoConfig = errors.New("no rate limit configuration yet: the xDS management server has sent none")
 
+// xdsKeepalive is how often the stream's connection is pinged while it is
+// quiet: past grpc-go servers' default minimum of 5 minutes.
+const xdsKeepalive = 6 * time.Minute
+
 // MaxXDSBytes bounds one response of the management server: every
 // domain's rules, as one message.
 const MaxXDSBytes = 16 << 20
@@ -106,7 +110,7 @@ func NewXDSSource(server, nodeID string, opts ...XDSOption) (*XDSSource, error) 
 	s.current.Store(empty)
 	s.loads = newLoadCounters("Rate limit configurations received that were compiled, by result: ok (in force now) or error (refused; the last good configuration stays).")
 	s.connected = prometheus.NewGauge(prometheus.GaugeOpts{Name: "unkey_rls_xds_connected",
-		Help: "1 while the stream to the xDS management server is open, 0 while it is being opened again."})
+		Help: "1 while the stream to the xDS management server is open (its first request sent), 0 while it is being opened again."})
 	rules := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "unkey_rls_config_rules", Help: "Rules of the rate limit configuration in force."},
 		func() float64 {
 			_, n := s.Config().Domains()
@@ -166,8 +170,12 @@ func (s *XDSSource) stream(ctx context.Context) (got bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("xds credentials: %w", err)
 	}
+	// Keepalive pings find a server that vanished without closing the
+	// connection; no more often than a grpc-go server allows by default
+	// (one every 5 minutes: Envoy Gateway's runner sets no policy), or it
+	// closes the connection as too many pings.
 	conn, err := grpc.NewClient(s.server, grpc.WithTransportCredentials(creds),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: xdsKeepalive, Timeout: 20 * time.Second}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxXDSBytes)))
 	if err != nil {
 		return false, fmt.Errorf("xds connect to %s: %w", s.server, err)
@@ -183,7 +191,8 @@ func (s *XDSSource) stream(ctx context.Context) (got bool, err error) {
 	if err := stream.Send(req); err != nil {
 		return false, fmt.Errorf("xds request to %s: %w", s.server, err)
 	}
-	var acked string // the version in force from this stream
+	s.connected.Set(1) // open, whether or not the server has rules for this node yet
+	var acked string   // the version in force from this stream
 	// refused and refusedErr are the last version refused and why: a
 	// server that sends it again (go-control-plane's cache answers a
 	// refusal with the version it holds) is refused again, without
@@ -197,10 +206,7 @@ func (s *XDSSource) stream(ctx context.Context) (got bool, err error) {
 		if err != nil {
 			return got, fmt.Errorf("xds receive from %s: %w", s.server, err)
 		}
-		if !got {
-			s.connected.Set(1)
-			got = true
-		}
+		got = true
 		reply := &discoveryv3.DiscoveryRequest{Node: s.node, TypeUrl: resource.RateLimitConfigType, ResponseNonce: resp.GetNonce()}
 		var c *Config
 		switch {

@@ -286,6 +286,8 @@ func (d *Daemon) Ready() bool { return d.notReady() == "" }
 type readyCheck struct {
 	what string
 	ok   func() bool
+	// wait is closed once ok reports true for good.
+	wait <-chan struct{}
 }
 
 // notReady returns what the process waits for, "" when it is ready.

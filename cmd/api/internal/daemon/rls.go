@@ -56,7 +56,7 @@ func (d *Daemon) newRLS(cfg Config, p *pipeline.Pipeline) (*envoyrls.Service, er
 		if !cfg.RLSStartWithoutConfig {
 			opts = append(opts, envoyrls.WithRulesLoaded(src.Loaded))
 			d.readyChecks = append(d.readyChecks, readyCheck{what: "the first rate limit configuration from " + cfg.RLSXDSServer,
-				ok: src.Loaded})
+				ok: src.Loaded, wait: src.FirstLoad()})
 		}
 		d.logger.Info("envoy rate limit service takes its rules over xDS", "server", cfg.RLSXDSServer, "node_id", cfg.RLSXDSNodeID,
 			"tls", cfg.RLSXDSTLS, "start_without_config", cfg.RLSStartWithoutConfig, "shadow_mode", cfg.RLSShadowMode)

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -81,7 +82,7 @@ func (d *Daemon) Handler() http.Handler {
 	for _, route := range []func() (string, http.Handler){
 		func() (string, http.Handler) { return grpcreflect.NewHandlerV1(reflector, open...) },
 		func() (string, http.Handler) { return grpcreflect.NewHandlerV1Alpha(reflector, open...) },
-		func() (string, http.Handler) { return grpchealth.NewHandler(d.health, open...) },
+		func() (string, http.Handler) { return grpchealth.NewHandler(readyHealth{d, d.health}, open...) },
 	} {
 		path, h := route()
 		mux.Handle(path, d.layer.Open(h))
@@ -123,7 +124,7 @@ func (d *Daemon) metricsHandler() http.Handler {
 // grpcServer returns the grpc-go server of UNKEY_GRPC_ADDR, with every
 // adapter's services, health and reflection, and the function that marks
 // it not serving at shutdown.
-func (d *Daemon) grpcServer() (*grpc.Server, func()) {
+func (d *Daemon) grpcServer() (*grpc.Server, *health.Server) {
 	var opts []grpc.ServerOption
 	if c := cmp.Or(d.grpcTLS, d.tls); c != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(c.Config())))
@@ -132,13 +133,50 @@ func (d *Daemon) grpcServer() (*grpc.Server, func()) {
 	for _, a := range d.adapters {
 		a.RegisterGRPC(srv)
 	}
+	// Serving once the process is ready: at once, or once what it waits
+	// for (the first rules from xDS) has arrived (see serveWhenReady).
 	hs := health.NewServer()
+	status := healthpb.HealthCheckResponse_SERVING
+	if len(d.readyChecks) > 0 {
+		status = healthpb.HealthCheckResponse_NOT_SERVING
+	}
 	for _, name := range append(d.services(), "") {
-		hs.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+		hs.SetServingStatus(name, status)
 	}
 	healthpb.RegisterHealthServer(srv, hs)
 	reflection.Register(srv)
-	return srv, hs.Shutdown
+	return srv, hs
+}
+
+// serveWhenReady marks hs serving once every ready check has passed,
+// unless ctx ends first.
+func (d *Daemon) serveWhenReady(ctx context.Context, hs *health.Server) {
+	for _, c := range d.readyChecks {
+		select {
+		case <-c.wait:
+		case <-ctx.Done():
+			return
+		}
+	}
+	for _, name := range append(d.services(), "") {
+		hs.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+	}
+}
+
+// readyHealth answers the main port's gRPC health checks: not serving
+// while the process is not ready (starting, waiting for its first rules,
+// shutting down), else as checker says.
+type readyHealth struct {
+	d *Daemon
+	grpchealth.Checker
+}
+
+// Check answers a health check.
+func (h readyHealth) Check(ctx context.Context, req *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
+	if h.d.notReady() != "" {
+		return &grpchealth.CheckResponse{Status: grpchealth.StatusNotServing}, nil
+	}
+	return h.Checker.Check(ctx, req)
 }
 
 // limits are the bounds on what one client may hold of either port.

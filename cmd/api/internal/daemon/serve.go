@@ -110,9 +110,10 @@ func (d *Daemon) Serve(ctx context.Context, ln, grpcLn net.Listener) error {
 	})
 	var grpcSrv *grpc.Server
 	if grpcLn != nil {
-		g2, stopHealth := d.grpcServer()
+		g2, hs := d.grpcServer()
 		grpcSrv = g2
-		defer stopHealth()
+		defer hs.Shutdown()
+		go d.serveWhenReady(gctx, hs)
 		limited := transport.LimitListener(grpcLn, d.cfg.GRPCMaxConnections)
 		g.Go(func() error {
 			if err := g2.Serve(limited); err != nil {

@@ -5,16 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/access"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
 
 // newBounded returns the adapter on a limiter of at most maxWindows windows
@@ -200,5 +203,96 @@ descriptors:
 	}
 	if !labelled["d.user_overflow"] || labelled["d.user_a_149"] {
 		t.Errorf("A's values past its 100: want them in d.user_overflow")
+	}
+}
+
+// seriesOf counts the series of the metric name in reg.
+func seriesOf(t *testing.T, reg *prometheus.Registry, name string) int {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return len(mf.GetMetric())
+		}
+	}
+	return 0
+}
+
+// TestSeriesBoundCountsEveryLabel: with a first value longer than a label
+// (every request's rule label cut to the same 256 bytes) and a second value
+// new each time, the series are bounded by what all three labels make
+// together (before: the cut rule label was seen once, and key2 made a
+// series per request, 3,001 of 3,000 requests).
+func TestSeriesBoundCountsEveryLabel(t *testing.T) {
+	s, reg, _ := newBounded(t, `
+domain: d
+descriptors:
+  - key: tenant
+    descriptors:
+      - key: user
+        detailed_metric: true
+        rate_limit: {unit: hour, requests_per_unit: 100}
+`, 1<<20)
+	ctx := call.WithPrincipal(context.Background(), access.OpenPrincipal())
+	long := strings.Repeat("t", 400)
+	for i := range 300 {
+		if _, err := s.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommonv3.RateLimitDescriptor{
+			descriptor("tenant", long, "user", fmt.Sprint("u", i))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := seriesOf(t, reg, "ratelimit_service_rate_limit_total_hits"); n > maxSeriesPerRule+1 {
+		t.Fatalf("%d series of ratelimit_service_rate_limit_total_hits after 300 requests, want at most %d", n, maxSeriesPerRule+1)
+	}
+}
+
+// TestRemovedRulesTakeTheirSeries: once a reload drops a rule, its series
+// (its own and those of the request's values, under both names) leave
+// /metrics; a rule that stays keeps its own, and counts on.
+func TestRemovedRulesTakeTheirSeries(t *testing.T) {
+	load := func(yaml string) *rlsconfig.Config {
+		c, err := rlsconfig.Load(rlsconfig.File{Name: "r.yaml", Data: []byte(yaml)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	both := load("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 9}\n" +
+		"  - key: b\n    detailed_metric: true\n    rate_limit: {unit: hour, requests_per_unit: 9}\n")
+	onlyA := load("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 9}\n")
+	var current atomic.Pointer[rlsconfig.Config]
+	current.Store(both)
+	limiter, err := ratelimit.New("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	s, _ := newServiceWith(t, limiter, both, reg)
+	s.config = current.Load
+	ctx := call.WithPrincipal(context.Background(), access.OpenPrincipal())
+	ask := func(key, value string) {
+		t.Helper()
+		if _, err := s.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommonv3.RateLimitDescriptor{
+			descriptor(key, value)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ask("a", "1")
+	for i := range 5 {
+		ask("b", fmt.Sprint(i))
+	}
+	if ours, theirs := seriesOf(t, reg, "unkey_rls_hits_total"), seriesOf(t, reg, "ratelimit_service_rate_limit_total_hits"); ours != 6 || theirs != 6 {
+		t.Fatalf("before the reload: %d and %d series, want 6 of each (a's, and b's five values)", ours, theirs)
+	}
+	current.Store(onlyA)
+	ask("a", "2")
+	if ours, theirs := seriesOf(t, reg, "unkey_rls_hits_total"), seriesOf(t, reg, "ratelimit_service_rate_limit_total_hits"); ours != 1 || theirs != 1 {
+		t.Fatalf("after the reload: %d and %d series, want a's alone", ours, theirs)
+	}
+	if v := testutil.ToFloat64(s.metrics.total.WithLabelValues("d", "d.a")); v != 2 {
+		t.Fatalf("a's hits: %v, want 2 (the series kept)", v)
 	}
 }

@@ -27,22 +27,35 @@ type metrics struct {
 	// is near it (UNKEY_RLS_NEAR_LIMIT_RATIO, 0.8 as in envoyproxy/ratelimit).
 	nearRatio float64
 
-	// seriesMu guards series and perRule: per rule and workspace, the
-	// labels with the request's values already in use (at most
-	// maxSeriesPerRule), and per rule how many in all (at most
-	// maxSeriesPerRuleAll).
+	// seriesMu guards rules: by rule path (which names a rule across
+	// reloads), the series the rule has made.
 	seriesMu sync.Mutex
-	series   map[ruleWorkspace]map[string]struct{}
-	perRule  map[string]int
+	rules    map[string]*ruleSeries
 
-	// counters holds, per rule of the configuration in force, the ten
-	// counters of its own label, so that a hit of a rule with a fixed
-	// label (most) adds to them without hashing its labels; a new
-	// configuration starts a new cache.
+	// counters is the cache of the newest configuration seen (see
+	// cacheFor).
 	counters atomic.Pointer[counterCache]
 }
 
-// counterCache is the counters of one configuration's rules.
+// seriesLabels are one series' labels under both names: domain and rule,
+// domain, key1 and key2.
+type seriesLabels struct{ domain, rule, key1, key2 string }
+
+// ruleSeries are the series of one rule.
+type ruleSeries struct {
+	// all holds every series the rule made: its own, and those with the
+	// request's values.
+	all map[seriesLabels]struct{}
+	// valued counts those of all with the request's values (at most
+	// maxSeriesPerRuleAll); workspaces holds them by the workspace whose
+	// calls made them (at most maxSeriesPerRule each).
+	valued     int
+	workspaces map[string]map[seriesLabels]struct{}
+}
+
+// counterCache holds, per rule of one configuration, the ten counters of
+// its own labels, so that a hit of a rule labelled by its path (most)
+// adds to them without hashing its labels.
 type counterCache struct {
 	config *rlsconfig.Config
 	rules  sync.Map // *rlsconfig.Rule → *ruleCounters
@@ -52,56 +65,64 @@ type counterCache struct {
 // within, shadow), under both names.
 type ruleCounters struct{ ours, upstream [5]prometheus.Counter }
 
-// ruleWorkspace is a rule (by its path, which names it across reloads) as
-// one workspace's calls use it.
-type ruleWorkspace struct {
-	rule      string
-	workspace string
-}
-
 // descriptorLimitMetric is the rule label of every descriptor-level limit.
 const descriptorLimitMetric = "descriptor_limit"
 
 // Bounds of the labels a request's values make (detailed_metric,
-// value_to_metric): a rule's label takes at most maxSeriesPerRule distinct
-// values of each workspace's calls, and maxSeriesPerRuleAll of every
-// workspace's together, then its overflow label; no label is longer than
-// maxLabelBytes. Series then grow with the operator's files, not with what
+// value_to_metric): a rule takes at most maxSeriesPerRule distinct series
+// of each workspace's calls, and maxSeriesPerRuleAll of every workspace's
+// together, then its overflow label; no label is longer than
+// maxLabelBytes. Series then grow with the operator's rules, not with what
 // callers send, and one workspace's values cannot push another's into the
-// overflow.
+// overflow. A rule that leaves the configuration takes its series with it.
 const (
 	maxSeriesPerRule    = 100
 	maxSeriesPerRuleAll = 1000
 	maxLabelBytes       = 256
 )
 
-// label sets p's labels for a call of workspace: the rule's path and
-// levels, or the labels with the request's values its file asks for,
+// rule returns the series of the rule at path, under seriesMu.
+func (m *metrics) rule(path string) *ruleSeries {
+	rs := m.rules[path]
+	if rs == nil {
+		rs = &ruleSeries{all: map[seriesLabels]struct{}{}, workspaces: map[string]map[seriesLabels]struct{}{}}
+		m.rules[path] = rs
+	}
+	return rs
+}
+
+// label sets p's labels for a call of workspace in domain: the rule's path
+// and levels, or the labels with the request's values its file asks for,
 // within the bounds above (past them, the rule's path with "_overflow",
-// and its levels).
-func (m *metrics) label(p *plan, workspace string) {
+// and its levels). The bound counts series, all three labels together.
+func (m *metrics) label(domain string, p *plan, workspace string) {
 	if p.rule == nil || p.metric == p.rule.Path {
 		return
 	}
-	l := truncateLabel(p.metric)
+	sl := seriesLabels{domain: domain, rule: truncateLabel(p.metric), key1: truncateLabel(p.keys[0]), key2: truncateLabel(p.keys[1])}
 	m.seriesMu.Lock()
 	defer m.seriesMu.Unlock()
-	k := ruleWorkspace{p.rule.Path, workspace}
-	seen := m.series[k]
-	if _, ok := seen[l]; !ok {
-		if len(seen) >= maxSeriesPerRule || m.perRule[p.rule.Path] >= maxSeriesPerRuleAll {
-			p.metric, p.keys = p.rule.Path+"_overflow", p.rule.Keys
+	rs := m.rule(p.rule.Path)
+	ws := rs.workspaces[workspace]
+	if _, ok := ws[sl]; !ok {
+		_, known := rs.all[sl]
+		if len(ws) >= maxSeriesPerRule || (!known && rs.valued >= maxSeriesPerRuleAll) {
+			sl = seriesLabels{domain: domain, rule: p.rule.Path + "_overflow", key1: p.rule.Keys[0], key2: p.rule.Keys[1]}
+			rs.all[sl] = struct{}{}
+			p.metric, p.keys = sl.rule, [2]string{sl.key1, sl.key2}
 			return
 		}
-		if seen == nil {
-			seen = map[string]struct{}{}
-			m.series[k] = seen
+		if ws == nil {
+			ws = map[seriesLabels]struct{}{}
+			rs.workspaces[workspace] = ws
 		}
-		seen[l] = struct{}{}
-		m.perRule[p.rule.Path]++
+		ws[sl] = struct{}{}
+		if !known {
+			rs.all[sl] = struct{}{}
+			rs.valued++
+		}
 	}
-	// The keys are parts of the label: bounded with it.
-	p.metric, p.keys = l, [2]string{truncateLabel(p.keys[0]), truncateLabel(p.keys[1])}
+	p.metric, p.keys = sl.rule, [2]string{sl.key1, sl.key2}
 }
 
 // truncateLabel cuts a label to maxLabelBytes, marking the cut.
@@ -125,8 +146,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		globalShadow: prometheus.NewCounter(prometheus.CounterOpts{Name: "unkey_rls_global_shadow_mode_total",
 			Help: "Requests over a limit answered OK because UNKEY_RLS_SHADOW_MODE is on."}),
 		nearRatio: 0.8,
-		series:    map[ruleWorkspace]map[string]struct{}{},
-		perRule:   map[string]int{},
+		rules:     map[string]*ruleSeries{},
 	}
 	for i, stat := range [][2]string{{"total_hits", "unkey_rls_hits_total"}, {"over_limit", "unkey_rls_over_limit_total"},
 		{"near_limit", "unkey_rls_near_limit_total"}, {"within_limit", "unkey_rls_within_limit_total"},
@@ -169,22 +189,71 @@ func (m *metrics) add(stat int, domain string, p *plan) {
 	m.upstream[stat].WithLabelValues(domain, p.keys[0], p.keys[1]).Add(n)
 }
 
-// inForce starts a new cache of counters when cfg is not the
-// configuration the cache is of.
-func (m *metrics) inForce(cfg *rlsconfig.Config) {
-	if c := m.counters.Load(); c == nil || c.config != cfg {
-		m.counters.Store(&counterCache{config: cfg})
+// cacheFor returns the counter cache of cfg, the configuration a request
+// read. The newest configuration seen has the cache; the first request
+// that reads a newer one starts its cache and drops the series of the
+// rules it no longer has. A request that read an older one (a reload
+// happened meanwhile) gets a cache of its own, kept for that request.
+func (m *metrics) cacheFor(cfg *rlsconfig.Config) *counterCache {
+	for {
+		c := m.counters.Load()
+		if c != nil && c.config == cfg {
+			return c
+		}
+		if c != nil && c.config.Newer(cfg) {
+			return &counterCache{config: cfg}
+		}
+		next := &counterCache{config: cfg}
+		if m.counters.CompareAndSwap(c, next) {
+			if c != nil {
+				m.prune(cfg)
+			}
+			return next
+		}
 	}
 }
 
-// cached returns the counters of p's rule, where p is labelled by its
-// rule alone (not by the request's values), else nil.
+// prune drops the series of the rules cfg no longer has, keeping any
+// series a remaining rule also uses.
+func (m *metrics) prune(cfg *rlsconfig.Config) {
+	m.seriesMu.Lock()
+	defer m.seriesMu.Unlock()
+	kept := map[seriesLabels]bool{} // a remaining rule's, by its labels under each name
+	var gone []seriesLabels
+	for path, rs := range m.rules {
+		for sl := range rs.all {
+			if cfg.HasRule(path) {
+				kept[seriesLabels{domain: sl.domain, rule: sl.rule}] = true
+				kept[seriesLabels{domain: sl.domain, key1: sl.key1, key2: sl.key2}] = true
+			} else {
+				gone = append(gone, sl)
+			}
+		}
+		if !cfg.HasRule(path) {
+			delete(m.rules, path)
+		}
+	}
+	for _, sl := range gone {
+		if !kept[seriesLabels{domain: sl.domain, rule: sl.rule}] {
+			for _, v := range m.vecs() {
+				v.DeleteLabelValues(sl.domain, sl.rule)
+			}
+		}
+		if !kept[seriesLabels{domain: sl.domain, key1: sl.key1, key2: sl.key2}] {
+			for _, v := range m.upstream {
+				v.DeleteLabelValues(sl.domain, sl.key1, sl.key2)
+			}
+		}
+	}
+}
+
+// cached returns the counters of p's rule from p's cache, where p is
+// labelled by its rule alone (not by the request's values), else nil.
 func (m *metrics) cached(domain string, p *plan) *ruleCounters {
-	cache := m.counters.Load()
-	if p.rule == nil || p.metric != p.rule.Path || cache == nil {
+	if p.rule == nil || p.metric != p.rule.Path || p.cache == nil {
 		return nil
 	}
-	if c, ok := cache.rules.Load(p.rule); ok {
+	if c, ok := p.cache.rules.Load(p.rule); ok {
 		return c.(*ruleCounters)
 	}
 	c := &ruleCounters{}
@@ -192,7 +261,10 @@ func (m *metrics) cached(domain string, p *plan) *ruleCounters {
 		c.ours[i] = v.WithLabelValues(domain, p.metric)
 		c.upstream[i] = m.upstream[i].WithLabelValues(domain, p.keys[0], p.keys[1])
 	}
-	actual, _ := cache.rules.LoadOrStore(p.rule, c)
+	m.seriesMu.Lock()
+	m.rule(p.rule.Path).all[seriesLabels{domain: domain, rule: p.metric, key1: p.keys[0], key2: p.keys[1]}] = struct{}{}
+	m.seriesMu.Unlock()
+	actual, _ := p.cache.rules.LoadOrStore(p.rule, c)
 	return actual.(*ruleCounters)
 }
 

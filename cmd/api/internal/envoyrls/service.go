@@ -178,7 +178,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		return nil, err
 	}
 	cfg := s.config()
-	s.metrics.inForce(cfg)
+	cache := s.metrics.cacheFor(cfg)
 	n := len(req.Descriptors)
 	plans := make([]plan, n)
 	replaced := map[string]bool{}
@@ -187,6 +187,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		if err != nil {
 			return nil, invalid.InEntry("descriptors", i, err)
 		}
+		p.cache = cache
 		plans[i] = p
 		if p.rule != nil {
 			for _, name := range p.rule.Replaces {
@@ -248,7 +249,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
 		s.metrics.globalShadow.Inc()
 	}
-	if s.ietf && closest >= 0 {
+	if s.ietf {
+		// Every limited descriptor, quotas spent included.
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, ietfHeaders(plans, resp.Statuses)...)
 	}
 	if s.headers != nil && closest >= 0 {
@@ -317,7 +319,9 @@ type plan struct {
 	// metrics.label).
 	metric string
 	keys   [2]string
-	cost   int64
+	// cache holds the counters of the configuration the request read.
+	cache *counterCache
+	cost  int64
 	// policy and window are the limit that decided, once decided: its
 	// name in the IETF's fields, and its window.
 	policy string
@@ -403,10 +407,13 @@ func (s *Service) decide(ctx context.Context, ns pipeline.Namespace, domain stri
 		return nil, err
 	}
 	p.window, p.policy = d.Duration, descriptorLimitMetric
+	if d.OverrideID != "" {
+		d.name = "" // the override decided, not the limit of that name
+	}
 	if p.rule != nil {
 		p.policy = cmp.Or(d.name, p.rule.Name, p.rule.Path)
 	}
-	s.metrics.label(p, call.Workspace(ctx))
+	s.metrics.label(domain, p, call.Workspace(ctx))
 	s.metrics.hits(domain, p)
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{
 		Code: rlsv3.RateLimitResponse_OK,

@@ -206,9 +206,25 @@ func (t *translation) rules() error {
 
 // redis: REDIS_URL is host:port (a comma-separated list for a cluster),
 // over TCP, with TLS and a password or user:password where given.
+//
+// Without REDIS_URL there is no Redis (envoyproxy/ratelimit would dial its
+// default Unix socket): each process then counts alone, unless
+// UNKEY_REDIS_URL names one. What asks for a Redis this service cannot
+// reach stops the start even then.
 func (t *translation) redis() error {
 	u := t.env["REDIS_URL"]
+	if s := strings.ToLower(t.env["REDIS_SOCKET_TYPE"]); s != "" && s != "tcp" {
+		return fmt.Errorf("REDIS_SOCKET_TYPE=%s: not supported: Redis is reached over TCP (REDIS_SOCKET_TYPE=tcp, REDIS_URL=host:port)", s)
+	}
+	if typ := strings.ToLower(t.env["REDIS_TYPE"]); typ != "" && typ != "single" && typ != "cluster" {
+		return fmt.Errorf("REDIS_TYPE=%s: not supported: single or cluster (Redis Sentinel is not)", typ)
+	}
 	if u == "" {
+		for _, k := range []string{"REDIS_TLS", "REDIS_AUTH", "REDIS_TLS_CACERT", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY"} {
+			if v := t.env[k]; v != "" && v != "false" {
+				return fmt.Errorf("%s: needs REDIS_URL (host:port): without it there is no Redis", k)
+			}
+		}
 		return nil
 	}
 	if s := strings.ToLower(t.get("REDIS_SOCKET_TYPE", "unix")); s != "tcp" {
@@ -222,12 +238,8 @@ func (t *translation) redis() error {
 	if tls {
 		scheme = "rediss"
 	}
-	switch typ := strings.ToLower(t.get("REDIS_TYPE", "single")); typ {
-	case "single":
-	case "cluster":
+	if strings.ToLower(t.env["REDIS_TYPE"]) == "cluster" {
 		scheme += "+cluster"
-	default:
-		return fmt.Errorf("REDIS_TYPE=%s: not supported: single or cluster (Redis Sentinel is not)", typ)
 	}
 	hosts := strings.Split(u, ",")
 	for _, h := range hosts {
@@ -310,7 +322,7 @@ func (t *translation) tracing() error {
 	var attrs []string
 	for _, m := range [][2]string{{"TRACING_SERVICE_NAMESPACE", "service.namespace"}, {"TRACING_SERVICE_INSTANCE_ID", "service.instance.id"}} {
 		if v := t.env[m[0]]; v != "" {
-			attrs = append(attrs, m[1]+"="+url.QueryEscape(v))
+			attrs = append(attrs, m[1]+"="+escapeAttribute(v))
 		}
 	}
 	if len(attrs) > 0 {
@@ -361,4 +373,23 @@ func (t *translation) envoy() error {
 		}
 	}
 	return nil
+}
+
+// escapeAttribute percent-encodes a value of OTEL_RESOURCE_ATTRIBUTES:
+// every byte but the unreserved ones (letters, digits, '-', '.', '_',
+// '~'), so that ',' and '=' do not split it and a space stays a space.
+func escapeAttribute(v string) string {
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hex[c>>4])
+		b.WriteByte(hex[c&15])
+	}
+	return b.String()
 }

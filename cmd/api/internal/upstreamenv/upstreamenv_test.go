@@ -20,7 +20,7 @@ var gatewayEnv = []string{
 	"CONFIG_GRPC_XDS_SERVER_TLS_CACERT=/certs/ca.crt", "FORCE_START_WITHOUT_INITIAL_CONFIG=true",
 	"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=redis.redis-system.svc.cluster.local:6379",
 	"USE_PROMETHEUS=true", "PROMETHEUS_ADDR=:19001", "PROMETHEUS_MAPPER_YAML=/etc/statsd-exporter/conf.yaml",
-	"TRACING_ENABLED=true", "TRACING_SERVICE_NAME=envoy-ratelimit", "TRACING_SERVICE_NAMESPACE=envoy-gateway-system",
+	"TRACING_ENABLED=true", "TRACING_SERVICE_NAME=envoy-ratelimit", "TRACING_SERVICE_NAMESPACE=envoy gateway,system",
 	"TRACING_SERVICE_INSTANCE_ID=envoy-ratelimit-7d9c", "TRACING_SAMPLING_RATE=1.0", "OTEL_EXPORTER_OTLP_ENDPOINT=http://otel:4318",
 }
 
@@ -51,7 +51,7 @@ func TestEnvoyGatewayEnvironment(t *testing.T) {
 		"UNKEY_RLS_START_WITHOUT_CONFIG": "true",
 		"UNKEY_REDIS_URL":                "redis://redis.redis-system.svc.cluster.local:6379",
 		"UNKEY_METRICS_ADDR":             ":19001", "UNKEY_LOG_LEVEL": "info",
-		"OTEL_SERVICE_NAME": "envoy-ratelimit", "OTEL_RESOURCE_ATTRIBUTES": "service.namespace=envoy-gateway-system,service.instance.id=envoy-ratelimit-7d9c",
+		"OTEL_SERVICE_NAME": "envoy-ratelimit", "OTEL_RESOURCE_ATTRIBUTES": "service.namespace=envoy%20gateway%2Csystem,service.instance.id=envoy-ratelimit-7d9c",
 		"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "1.0", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
 		"OTEL_TRACES_EXPORTER": "otlp", "UNKEY_REGION": "default",
 	}
@@ -118,6 +118,17 @@ func TestRefused(t *testing.T) {
 		env := []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=r:6379", "USE_PROMETHEUS=true", tc.env}
 		if _, err := upstreamenv.Translate(env); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: Translate = %v, want an error containing %q", tc.env, err, tc.want)
+		}
+	}
+	// Without REDIS_URL, what asks for a Redis stops the start all the same.
+	for _, tc := range []struct{ env, want string }{
+		{"REDIS_TYPE=sentinel", "REDIS_TYPE=sentinel: not supported"},
+		{"REDIS_SOCKET_TYPE=unix", "REDIS_SOCKET_TYPE=unix: not supported"},
+		{"REDIS_TLS=true", "REDIS_TLS: needs REDIS_URL"},
+		{"REDIS_AUTH=secret", "REDIS_AUTH: needs REDIS_URL"},
+	} {
+		if _, err := upstreamenv.Translate([]string{tc.env}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s without REDIS_URL: Translate = %v, want an error containing %q", tc.env, err, tc.want)
 		}
 	}
 }
