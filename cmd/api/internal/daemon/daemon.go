@@ -286,7 +286,8 @@ func (d *Daemon) Ready() bool { return d.notReady() == "" }
 type readyCheck struct {
 	what string
 	ok   func() bool
-	// wait is closed once ok reports true for good.
+	// wait is closed once ok reports true for good; it must be set (the
+	// grpc-go port's health waits on it).
 	wait <-chan struct{}
 }
 

@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/grpchealth"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
@@ -109,9 +110,10 @@ func (d *Daemon) Serve(ctx context.Context, ln, grpcLn net.Listener) error {
 		return nil
 	})
 	var grpcSrv *grpc.Server
+	var grpcHealth *health.Server
 	if grpcLn != nil {
 		g2, hs := d.grpcServer()
-		grpcSrv = g2
+		grpcSrv, grpcHealth = g2, hs
 		defer hs.Shutdown()
 		go d.serveWhenReady(gctx, hs)
 		limited := transport.LimitListener(grpcLn, d.cfg.GRPCMaxConnections)
@@ -131,6 +133,11 @@ func (d *Daemon) Serve(ctx context.Context, ln, grpcLn net.Listener) error {
 		d.ready.Store(false)
 		for _, name := range d.services() {
 			d.health.SetStatus(name, grpchealth.StatusNotServing)
+		}
+		if grpcHealth != nil {
+			// Not serving from now on, on the grpc-go port too, while
+			// its calls drain: Shutdown ignores a later SERVING.
+			grpcHealth.Shutdown()
 		}
 		d.logger.Info("shutting down")
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)

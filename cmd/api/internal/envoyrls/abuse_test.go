@@ -295,4 +295,31 @@ func TestRemovedRulesTakeTheirSeries(t *testing.T) {
 	if v := testutil.ToFloat64(s.metrics.total.WithLabelValues("d", "d.a")); v != 2 {
 		t.Fatalf("a's hits: %v, want 2 (the series kept)", v)
 	}
+	// A request that read the configuration before the reload, decided
+	// after it: b's series stay gone.
+	s.config = func() *rlsconfig.Config { return both }
+	ask("b", "9")
+	ask("b", "1")
+	if ours, theirs := seriesOf(t, reg, "unkey_rls_hits_total"), seriesOf(t, reg, "ratelimit_service_rate_limit_total_hits"); ours != 1 || theirs != 1 {
+		t.Fatalf("after a request on the older configuration: %d and %d series, want a's alone", ours, theirs)
+	}
+}
+
+// TestUnlimitedRulesAreBoundedToo: an unlimited rule with detailed_metric
+// labels its hits within the same bounds (before: a series a value, each
+// label as long as the request's, 3,000 of 3,000 requests).
+func TestUnlimitedRulesAreBoundedToo(t *testing.T) {
+	s, reg, _ := newBounded(t, "domain: d\ndescriptors:\n  - key: user\n    detailed_metric: true\n    rate_limit: {unlimited: true}\n", 1<<20)
+	ctx := call.WithPrincipal(context.Background(), access.OpenPrincipal())
+	for i := range 300 {
+		if _, err := s.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommonv3.RateLimitDescriptor{
+			descriptor("user", strings.Repeat("v", 900)+fmt.Sprint(i))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"unkey_rls_hits_total", "ratelimit_service_rate_limit_total_hits"} {
+		if n := seriesOf(t, reg, name); n > maxSeriesPerRule+1 {
+			t.Errorf("%d series of %s, want at most %d", n, name, maxSeriesPerRule+1)
+		}
+	}
 }

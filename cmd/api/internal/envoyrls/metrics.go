@@ -28,9 +28,13 @@ type metrics struct {
 	nearRatio float64
 
 	// seriesMu guards rules: by rule path (which names a rule across
-	// reloads), the series the rule has made.
+	// reloads), the series the rule has made; and pruned, the newest
+	// configuration whose removed rules' series were dropped (nil before
+	// the first): a request on an older configuration adds nothing to the
+	// series of a rule pruned has not (see unseen).
 	seriesMu sync.Mutex
 	rules    map[string]*ruleSeries
+	pruned   *rlsconfig.Config
 
 	// counters is the cache of the newest configuration seen (see
 	// cacheFor).
@@ -102,6 +106,9 @@ func (m *metrics) label(domain string, p *plan, workspace string) {
 	sl := seriesLabels{domain: domain, rule: truncateLabel(p.metric), key1: truncateLabel(p.keys[0]), key2: truncateLabel(p.keys[1])}
 	m.seriesMu.Lock()
 	defer m.seriesMu.Unlock()
+	if m.unseen(p) {
+		return
+	}
 	rs := m.rule(p.rule.Path)
 	ws := rs.workspaces[workspace]
 	if _, ok := ws[sl]; !ok {
@@ -180,7 +187,11 @@ func (m *metrics) vecs() [5]*prometheus.CounterVec {
 
 func (m *metrics) add(stat int, domain string, p *plan) {
 	n := float64(p.cost)
-	if c := m.cached(domain, p); c != nil {
+	c := m.cached(domain, p)
+	if p.silent {
+		return
+	}
+	if c != nil {
 		c.ours[stat].Add(n)
 		c.upstream[stat].Add(n)
 		return
@@ -191,9 +202,9 @@ func (m *metrics) add(stat int, domain string, p *plan) {
 
 // cacheFor returns the counter cache of cfg, the configuration a request
 // read. The newest configuration seen has the cache; the first request
-// that reads a newer one starts its cache and drops the series of the
-// rules it no longer has. A request that read an older one (a reload
-// happened meanwhile) gets a cache of its own, kept for that request.
+// that reads a newer one drops the series of the rules it no longer has,
+// then publishes its cache. A request that read an older one (a reload
+// happened meanwhile) gets a cache of its own, for that request.
 func (m *metrics) cacheFor(cfg *rlsconfig.Config) *counterCache {
 	for {
 		c := m.counters.Load()
@@ -203,35 +214,38 @@ func (m *metrics) cacheFor(cfg *rlsconfig.Config) *counterCache {
 		if c != nil && c.config.Newer(cfg) {
 			return &counterCache{config: cfg}
 		}
+		m.prune(cfg)
 		next := &counterCache{config: cfg}
 		if m.counters.CompareAndSwap(c, next) {
-			if c != nil {
-				m.prune(cfg)
-			}
 			return next
 		}
 	}
 }
 
 // prune drops the series of the rules cfg no longer has, keeping any
-// series a remaining rule also uses.
+// series a remaining rule also uses, unless a configuration as new was
+// pruned already.
 func (m *metrics) prune(cfg *rlsconfig.Config) {
 	m.seriesMu.Lock()
 	defer m.seriesMu.Unlock()
+	if m.pruned != nil && !cfg.Newer(m.pruned) {
+		return
+	}
+	m.pruned = cfg
 	kept := map[seriesLabels]bool{} // a remaining rule's, by its labels under each name
 	var gone []seriesLabels
 	for path, rs := range m.rules {
-		for sl := range rs.all {
-			if cfg.HasRule(path) {
+		if cfg.HasRule(path) {
+			for sl := range rs.all {
 				kept[seriesLabels{domain: sl.domain, rule: sl.rule}] = true
 				kept[seriesLabels{domain: sl.domain, key1: sl.key1, key2: sl.key2}] = true
-			} else {
-				gone = append(gone, sl)
 			}
+			continue
 		}
-		if !cfg.HasRule(path) {
-			delete(m.rules, path)
+		for sl := range rs.all {
+			gone = append(gone, sl)
 		}
+		delete(m.rules, path)
 	}
 	for _, sl := range gone {
 		if !kept[seriesLabels{domain: sl.domain, rule: sl.rule}] {
@@ -247,8 +261,21 @@ func (m *metrics) prune(cfg *rlsconfig.Config) {
 	}
 }
 
+// unseen reports, under seriesMu, whether p's rule is gone from the newest
+// configuration pruned: a request that read an older one then counts its
+// hits in no series, rather than bring back a removed rule's.
+func (m *metrics) unseen(p *plan) bool {
+	if m.pruned == nil || m.pruned.HasRule(p.rule.Path) {
+		return false
+	}
+	p.silent = true
+	return true
+}
+
 // cached returns the counters of p's rule from p's cache, where p is
 // labelled by its rule alone (not by the request's values), else nil.
+// The counters are made and the rule's series recorded in one step under
+// seriesMu, so that a prune sees either both or neither.
 func (m *metrics) cached(domain string, p *plan) *ruleCounters {
 	if p.rule == nil || p.metric != p.rule.Path || p.cache == nil {
 		return nil
@@ -256,14 +283,17 @@ func (m *metrics) cached(domain string, p *plan) *ruleCounters {
 	if c, ok := p.cache.rules.Load(p.rule); ok {
 		return c.(*ruleCounters)
 	}
+	m.seriesMu.Lock()
+	defer m.seriesMu.Unlock()
+	if m.unseen(p) {
+		return nil
+	}
 	c := &ruleCounters{}
 	for i, v := range m.vecs() {
 		c.ours[i] = v.WithLabelValues(domain, p.metric)
 		c.upstream[i] = m.upstream[i].WithLabelValues(domain, p.keys[0], p.keys[1])
 	}
-	m.seriesMu.Lock()
 	m.rule(p.rule.Path).all[seriesLabels{domain: domain, rule: p.metric, key1: p.keys[0], key2: p.keys[1]}] = struct{}{}
-	m.seriesMu.Unlock()
 	actual, _ := p.cache.rules.LoadOrStore(p.rule, c)
 	return actual.(*ruleCounters)
 }

@@ -319,9 +319,12 @@ type plan struct {
 	// metrics.label).
 	metric string
 	keys   [2]string
-	// cache holds the counters of the configuration the request read.
-	cache *counterCache
-	cost  int64
+	// cache holds the counters of the configuration the request read;
+	// silent is set when its rule has left the configuration since: its
+	// hits are then counted in no series (see metrics.unseen).
+	cache  *counterCache
+	silent bool
+	cost   int64
 	// policy and window are the limit that decided, once decided: its
 	// name in the IETF's fields, and its window.
 	policy string
@@ -395,6 +398,8 @@ func checkIdentifier(id string) error {
 // decide decides one planned descriptor.
 func (s *Service) decide(ctx context.Context, ns pipeline.Namespace, domain string, p *plan, now time.Time) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
 	if p.unlimited {
+		// Labelled within the bounds, as every counted hit is.
+		s.metrics.label(domain, p, call.Workspace(ctx))
 		s.metrics.hits(domain, p)
 		s.metrics.within(domain, p)
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}, nil

@@ -220,8 +220,15 @@ func (t *translation) redis() error {
 		return fmt.Errorf("REDIS_TYPE=%s: not supported: single or cluster (Redis Sentinel is not)", typ)
 	}
 	if u == "" {
-		for _, k := range []string{"REDIS_TLS", "REDIS_AUTH", "REDIS_TLS_CACERT", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY"} {
-			if v := t.env[k]; v != "" && v != "false" {
+		tls, err := t.flag("REDIS_TLS")
+		if err != nil {
+			return err
+		}
+		if tls {
+			return fmt.Errorf("REDIS_TLS=true: needs REDIS_URL (host:port): without it there is no Redis")
+		}
+		for _, k := range []string{"REDIS_AUTH", "REDIS_TLS_CACERT", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY"} {
+			if t.env[k] != "" {
 				return fmt.Errorf("%s: needs REDIS_URL (host:port): without it there is no Redis", k)
 			}
 		}

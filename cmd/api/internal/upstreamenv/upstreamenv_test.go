@@ -99,6 +99,9 @@ func TestDefaultsAndMappings(t *testing.T) {
 }
 
 func TestRefused(t *testing.T) {
+	if _, err := upstreamenv.Translate([]string{"REDIS_TLS=FALSE"}); err != nil {
+		t.Errorf("REDIS_TLS=FALSE without REDIS_URL: %v, want no error", err)
+	}
 	for _, tc := range []struct{ env, want string }{
 		{"USE_STATSD=true", "USE_STATSD=true: not supported"},
 		{"BACKEND_TYPE=memcache", "BACKEND_TYPE=memcache: not supported"},
@@ -124,7 +127,7 @@ func TestRefused(t *testing.T) {
 	for _, tc := range []struct{ env, want string }{
 		{"REDIS_TYPE=sentinel", "REDIS_TYPE=sentinel: not supported"},
 		{"REDIS_SOCKET_TYPE=unix", "REDIS_SOCKET_TYPE=unix: not supported"},
-		{"REDIS_TLS=true", "REDIS_TLS: needs REDIS_URL"},
+		{"REDIS_TLS=true", "REDIS_TLS=true: needs REDIS_URL"},
 		{"REDIS_AUTH=secret", "REDIS_AUTH: needs REDIS_URL"},
 	} {
 		if _, err := upstreamenv.Translate([]string{tc.env}); err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -20,7 +20,9 @@ function check(cond, what, got) {
 check(serverURL.startsWith("https://"), "the base URL is https", serverURL);
 const unkey = new Unkey({ serverURL, rootKey });
 
-const first = await unkey.ratelimit.limit({ namespace: "sdk", identifier: "tls_user", limit: 2, duration: 60000 });
+// 30-day windows, as every test against the real clock: a minute's would
+// weigh the first call down once the minute turns between it and the last.
+const first = await unkey.ratelimit.limit({ namespace: "sdk", identifier: "tls_user", limit: 2, duration: 2592000000 });
 check(first.data.success === true && first.data.remaining === 1, "limit over https with the key", first.data);
 
 async function refused(what, call, permission) {
@@ -41,11 +43,11 @@ await refused("deleteOverride", () => unkey.ratelimit.deleteOverride({ namespace
 await refused("limit in another namespace", () => unkey.ratelimit.limit({ namespace: "billing", identifier: "x", limit: 1, duration: 60000 }),
   "ratelimit.billing.limit");
 await refused("multiLimit naming another namespace", () => unkey.ratelimit.multiLimit([
-  { namespace: "sdk", identifier: "tls_user", limit: 2, duration: 60000 },
+  { namespace: "sdk", identifier: "tls_user", limit: 2, duration: 2592000000 },
   { namespace: "billing", identifier: "x", limit: 1, duration: 60000 },
 ]), "ratelimit.billing.limit");
 
-const after = await unkey.ratelimit.limit({ namespace: "sdk", identifier: "tls_user", limit: 2, duration: 60000, cost: 0 });
+const after = await unkey.ratelimit.limit({ namespace: "sdk", identifier: "tls_user", limit: 2, duration: 2592000000, cost: 0 });
 check(after.data.remaining === 1, "nothing refused was counted", after.data);
 const page = await unkey.ratelimit.listOverrides({ namespace: "sdk" });
 const listed = page.result ?? page;
