@@ -57,22 +57,25 @@ Usage:
 
 func main() {
 	var err error
-	switch args := os.Args[1:]; {
-	case len(args) == 0 && filepath.Base(os.Args[0]) == "ratelimit":
+	environ := os.Environ()
+	if filepath.Base(os.Args[0]) == "ratelimit" {
 		// The image's /bin/ratelimit, where envoyproxy/ratelimit was
-		// deployed: its environment, read into this service's settings.
-		var environ []string
-		if environ, err = upstreamenv.Translate(os.Environ()); err == nil {
-			err = daemon.Run(context.Background(), environ, os.Stderr)
+		// deployed: its environment, read into this service's settings
+		// (for serving and for config check alike).
+		if environ, err = upstreamenv.Translate(environ); err != nil {
+			fmt.Fprintln(os.Stderr, "ratelimit:", err)
+			os.Exit(1)
 		}
+	}
+	switch args := os.Args[1:]; {
 	case len(args) == 0:
-		err = daemon.Run(context.Background(), os.Environ(), os.Stderr)
+		err = daemon.Run(context.Background(), environ, os.Stderr)
 	case len(args) == 1 && args[0] == "migrate":
 		err = command.Migrate(context.Background(), os.Environ(), os.Stdout)
 	case len(args) >= 3 && args[0] == "rls" && args[1] == "check":
 		err = command.RLSCheck(os.Stdout, args[2:])
 	case len(args) == 2 && args[0] == "config" && args[1] == "check":
-		err = command.ConfigCheck(os.Stdout, os.Environ())
+		err = command.ConfigCheck(os.Stdout, environ)
 	case len(args) >= 1 && args[0] == "keys":
 		err = command.Keys(context.Background(), os.Environ(), os.Stdout, os.Stderr, args[1:])
 	case len(args) == 1 && (args[0] == "--version" || args[0] == "-version" || args[0] == "version"):
