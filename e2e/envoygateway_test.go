@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -444,5 +445,26 @@ func TestBehindEnvoyAIGateway(t *testing.T) {
 	report("default/azure", 60) // azure's spent too
 	if got := request(); got != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("with every quota spent: %v, want OVER_LIMIT", got)
+	}
+}
+
+// TestRatelimitConfigCheck: ratelimit config check reads envoyproxy/
+// ratelimit's environment as serving does, and names a variable it cannot
+// honour.
+func TestRatelimitConfigCheck(t *testing.T) {
+	t.Parallel()
+	bin := ratelimitBinary(t)
+	run := func(env ...string) (string, error) {
+		cmd := exec.Command(bin, "config", "check")
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := run("PORT=9000", "GRPC_PORT=9001", "USE_STATSD=false", "CONFIG_TYPE=GRPC_XDS_SOTW")
+	if err != nil || !strings.Contains(out, "region default, HTTP on 0.0.0.0:9000, gRPC (grpc-go) 0.0.0.0:9001") {
+		t.Fatalf("config check: %v\n%s", err, out)
+	}
+	if out, err := run("USE_STATSD=true"); err == nil || !strings.Contains(out, "USE_STATSD=true: not supported") {
+		t.Fatalf("config check with USE_STATSD=true: %v\n%s", err, out)
 	}
 }
