@@ -173,10 +173,11 @@ type readyHealth struct {
 
 // Check answers a health check.
 func (h readyHealth) Check(ctx context.Context, req *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
-	if h.d.notReady() != "" {
-		return &grpchealth.CheckResponse{Status: grpchealth.StatusNotServing}, nil
+	resp, err := h.Checker.Check(ctx, req) // an unknown service stays not found
+	if err == nil && h.d.notReady() != "" {
+		resp.Status = grpchealth.StatusNotServing
 	}
-	return h.Checker.Check(ctx, req)
+	return resp, err
 }
 
 // limits are the bounds on what one client may hold of either port.
