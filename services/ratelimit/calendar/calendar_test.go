@@ -1,0 +1,109 @@
+package calendar_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
+)
+
+func must(t *testing.T, unit calendar.Unit, zone string) calendar.Period {
+	t.Helper()
+	p, err := calendar.New(unit, zone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestPeriodLengths: the periods of the wall clock, across the changes of
+// Berlin's clocks (a day of 23 and one of 25 hours), February in a common
+// and a leap year, and the years themselves.
+func TestPeriodLengths(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		unit  calendar.Unit
+		zone  string
+		at    time.Time
+		start time.Time
+		hours float64
+	}{
+		{calendar.Day, "Europe/Berlin", time.Date(2026, 3, 29, 12, 0, 0, 0, berlin), time.Date(2026, 3, 29, 0, 0, 0, 0, berlin), 23},
+		{calendar.Day, "Europe/Berlin", time.Date(2026, 10, 25, 23, 59, 0, 0, berlin), time.Date(2026, 10, 25, 0, 0, 0, 0, berlin), 25},
+		{calendar.Day, "Europe/Berlin", time.Date(2026, 10, 26, 0, 0, 0, 0, berlin), time.Date(2026, 10, 26, 0, 0, 0, 0, berlin), 24},
+		{calendar.Day, "", time.Date(2026, 3, 29, 12, 0, 0, 0, time.UTC), time.Date(2026, 3, 29, 0, 0, 0, 0, time.UTC), 24},
+		{calendar.Month, "Europe/Berlin", time.Date(2026, 2, 14, 9, 0, 0, 0, berlin), time.Date(2026, 2, 1, 0, 0, 0, 0, berlin), 28 * 24},
+		{calendar.Month, "Europe/Berlin", time.Date(2028, 2, 29, 23, 0, 0, 0, berlin), time.Date(2028, 2, 1, 0, 0, 0, 0, berlin), 29 * 24},
+		{calendar.Month, "Europe/Berlin", time.Date(2026, 3, 31, 0, 0, 0, 0, berlin), time.Date(2026, 3, 1, 0, 0, 0, 0, berlin), 31*24 - 1},
+		{calendar.Year, "", time.Date(2028, 7, 1, 0, 0, 0, 0, time.UTC), time.Date(2028, 1, 1, 0, 0, 0, 0, time.UTC), 366 * 24},
+		{calendar.Year, "Europe/Berlin", time.Date(2026, 12, 31, 23, 59, 59, 0, berlin), time.Date(2026, 1, 1, 0, 0, 0, 0, berlin), 365 * 24},
+		// 2026-01-01 is a Thursday: its week began on Monday 2025-12-29.
+		{calendar.Week, "", time.Date(2026, 1, 1, 8, 0, 0, 0, time.UTC), time.Date(2025, 12, 29, 0, 0, 0, 0, time.UTC), 7 * 24},
+		{calendar.Week, "Europe/Berlin", time.Date(2026, 3, 29, 23, 0, 0, 0, berlin), time.Date(2026, 3, 23, 0, 0, 0, 0, berlin), 7*24 - 1},
+	} {
+		p := must(t, tc.unit, tc.zone)
+		_, start, end := p.Bounds(tc.at)
+		if !start.Equal(tc.start) || end.Sub(start).Hours() != tc.hours {
+			t.Errorf("%s in %q at %s: %s to %s (%v h), want from %s, %v h", tc.unit, tc.zone, tc.at, start, end, end.Sub(start).Hours(), tc.start, tc.hours)
+		}
+		if tc.at.Before(start) || !tc.at.Before(end) {
+			t.Errorf("%s at %s: not within %s to %s", tc.unit, tc.at, start, end)
+		}
+	}
+}
+
+// TestIndexesAreConsecutive: walking an hour at a time through four years
+// (two changes of the clocks a year, a leap year), a period's index grows
+// by one exactly when its start is passed, and each instant lies in its
+// period's bounds.
+func TestIndexesAreConsecutive(t *testing.T) {
+	for _, zone := range []string{"", "Europe/Berlin", "America/Santiago", "Australia/Lord_Howe", "Pacific/Kiritimati"} {
+		for _, unit := range []calendar.Unit{calendar.Day, calendar.Week, calendar.Month, calendar.Year} {
+			p := must(t, unit, zone)
+			t0 := time.Date(2025, 12, 25, 0, 0, 0, 0, time.UTC)
+			prev, _, _ := p.Bounds(t0)
+			for at := t0; at.Before(t0.AddDate(4, 0, 0)); at = at.Add(time.Hour) {
+				i, start, end := p.Bounds(at)
+				if at.Before(start) || !at.Before(end) {
+					t.Fatalf("%s in %q: %s is not within its period %d, %s to %s", unit, zone, at, i, start, end)
+				}
+				if i != prev && i != prev+1 {
+					t.Fatalf("%s in %q: index %d after %d at %s", unit, zone, i, prev, at)
+				}
+				if p.Index(start) != i || p.Index(end.Add(-time.Nanosecond)) != i || p.Index(end) != i+1 {
+					t.Fatalf("%s in %q: period %d, %s to %s, does not index its own instants", unit, zone, i, start, end)
+				}
+				prev = i
+			}
+		}
+	}
+}
+
+func TestNewRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		unit calendar.Unit
+		zone string
+		want string
+	}{
+		{0, "", "unit: must be day, week, month or year"},
+		{calendar.Day, "Mars/Olympus_Mons", `time_zone: "Mars/Olympus_Mons" is not a time zone`},
+		{calendar.Day, "Local", `time_zone: "Local" is not a time zone`},
+		{calendar.Day, strings.Repeat("x", 65), "time_zone: must be at most 64 bytes"},
+	} {
+		if _, err := calendar.New(tc.unit, tc.zone); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%v, %q) = %v, want an error containing %q", tc.unit, tc.zone, err, tc.want)
+		}
+	}
+}
+
+func Example() {
+	month, _ := calendar.New(calendar.Month, "Europe/Berlin")
+	_, start, reset := month.Bounds(time.Date(2026, 2, 14, 9, 30, 0, 0, time.UTC))
+	fmt.Println(start, "until", reset)
+	// Output: 2026-02-01 00:00:00 +0100 CET until 2026-03-01 00:00:00 +0100 CET
+}
