@@ -360,14 +360,5 @@ func redisKeyOf(namespace, identifier string) string {
 // metrics returns the process's /metrics page.
 func (ts *testServer) metrics(t *testing.T) string {
 	t.Helper()
-	resp, err := ts.client.Get(ts.url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
+	return getBody(t, ts.url+"/metrics")
 }

@@ -263,21 +263,6 @@ func TestBehindEnvoyGateway(t *testing.T) {
 	}
 }
 
-// getBody GETs url and returns its body; any status but 200 fails.
-func getBody(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
-	}
-	return string(b)
-}
-
 // TestWithoutForceStart: without FORCE_START_WITHOUT_INITIAL_CONFIG the
 // process is not ready, and ShouldRateLimit is answered unavailable, until
 // the first rules arrive; /healthcheck says what it waits for.

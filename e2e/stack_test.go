@@ -6,6 +6,7 @@ package e2e
 import (
 	"database/sql"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -60,7 +61,8 @@ type proc struct {
 	// exited is how the process ended, once done is closed.
 	exited error
 	// binary, if set, is the program run instead of bin/api or
-	// bin/worker; noWait starts it without waiting for it to be ready.
+	// bin/worker; noWait waits only until it answers /healthz, not until
+	// it is ready.
 	binary string
 	noWait bool
 }
@@ -247,4 +249,19 @@ func get(url string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// getBody GETs url and returns its body; any status but 200 fails.
+func getBody(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	return string(b)
 }

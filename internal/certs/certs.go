@@ -173,15 +173,25 @@ func (c *Certificates) load() (*tls.Config, error) {
 		Certificates: []tls.Certificate{pair},
 	}
 	if c.files.ClientCA != "" {
-		pem, err := os.ReadFile(c.files.ClientCA)
+		pool, err := ReadPool(c.files.ClientCA)
 		if err != nil {
 			return nil, fmt.Errorf("read the client CA: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("the client CA file %s holds no PEM certificate", c.files.ClientCA)
 		}
 		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}
 	return cfg, nil
+}
+
+// ReadPool reads the PEM certificates of file, CAs to trust, into a pool.
+// A file without one is an error: trusting nobody is never meant.
+func ReadPool(file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", file)
+	}
+	return pool, nil
 }

@@ -8,6 +8,7 @@
 package ratelimitheader
 
 import (
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -54,6 +55,20 @@ func item(name, k1 string, v1 int64, k2 string, v2 int64) string {
 	}
 	return b.String()
 }
+
+// Set sets both fields of policy name on h: its quota in a window, what
+// remains of it and the time until it resets. Both share one allocation of
+// their values: they are set on every limit's answer.
+func Set(h http.Header, name string, quota int64, window time.Duration, remaining int64, reset time.Duration) {
+	values := [2]string{Policy(name, quota, window), Limit(name, remaining, reset)}
+	h[canonicalPolicy], h[canonicalLimit] = values[0:1:1], values[1:2:2]
+}
+
+// The fields' names as http.Header keys them.
+var (
+	canonicalPolicy = http.CanonicalHeaderKey(PolicyField)
+	canonicalLimit  = http.CanonicalHeaderKey(LimitField)
+)
 
 // ceilSeconds is d in whole seconds, rounded up.
 func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }

@@ -2,6 +2,7 @@ package ratelimitheader_test
 
 import (
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -31,4 +32,15 @@ func Example() {
 	// Output:
 	// RateLimit-Policy: "sms.send";q=10;w=60
 	// RateLimit: "sms.send";r=3;t=42
+}
+
+func TestSet(t *testing.T) {
+	h := http.Header{}
+	ratelimitheader.Set(h, "api", 100, time.Minute, 42, 17*time.Second)
+	if got := h.Values("RateLimit-Policy"); len(got) != 1 || got[0] != `"api";q=100;w=60` {
+		t.Errorf("RateLimit-Policy %q", got)
+	}
+	if got := h.Values("RateLimit"); len(got) != 1 || got[0] != `"api";r=42;t=17` {
+		t.Errorf("RateLimit %q", got)
+	}
 }

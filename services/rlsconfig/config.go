@@ -1,13 +1,16 @@
 // Package rlsconfig reads the rate limit configuration of Envoy's rate limit
-// service in envoyproxy/ratelimit's YAML format and finds the rule that
-// applies to a request's descriptor. It knows nothing of the wire protocol
+// service in envoyproxy/ratelimit's formats — its YAML files (Source), or
+// the RateLimitConfig resources an xDS management server pushes
+// (XDSSource) — and finds the rule that applies to a request's
+// descriptor. It knows nothing of the wire protocol
 // or of the counters: an adapter maps a match to a limiter request.
 //
 // Glossary, in the format's own words:
 //   - domain: a set of rules, named by the request.
 //   - descriptor: a list of entries (key and value) sent by Envoy; the
 //     configuration's descriptors form a tree, one level per entry.
-//   - rule: a descriptor of the configuration with a rate_limit block.
+//   - rule: a descriptor of the configuration with a rate_limit block (or,
+//     in a file, a rate_limits list).
 package rlsconfig
 
 import (
@@ -22,8 +25,8 @@ import (
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
-// Config is a set of domains compiled from configuration files. It does not
-// change once built; a reload builds a new one.
+// Config is a set of domains compiled from configuration files or xDS
+// resources. It does not change once built; a reload builds a new one.
 type Config struct {
 	domains map[string]*node
 	rules   int
@@ -47,12 +50,13 @@ func (c *Config) HasRule(path string) bool {
 	return ok
 }
 
-// Rule is one rate_limit block of the configuration.
+// Rule is the limits of one descriptor of the configuration: its
+// rate_limit block and, in a file, its rate_limits list.
 type Rule struct {
 	// Path names the rule as envoyproxy/ratelimit's statistics do: the
 	// domain, then each level's key (with its value if the file gives one),
 	// joined by dots, such as "messaging.message_type_marketing.to_number".
-	// It is a bounded label: one per rule of the file.
+	// It is a bounded label: one per rule of the configuration.
 	Path string
 	// Keys are the names of the rule's first two levels (key, or
 	// key_value where the file gives a value; "" where there is no
@@ -295,9 +299,10 @@ func compileLimit(where string, fl fileLimit) (Limit, error) {
 	}
 	if fl.UnitMultiplier != nil {
 		l.UnitMultiplier = *fl.UnitMultiplier
-		if max := uint32(maxWindow / unit.Duration()); l.UnitMultiplier < 1 || l.UnitMultiplier > max {
+		// A window spans at most the limiter's longest, a year's rule.
+		if max := uint32(ratelimit.MaxWindow / unit.Duration()); l.UnitMultiplier < 1 || l.UnitMultiplier > max {
 			return Limit{}, fmt.Errorf("%s.unit_multiplier: must be 1 to %d for unit %s (a window spans at most %d days)",
-				where, max, strings.ToLower(unit.String()), maxWindow/(24*time.Hour))
+				where, max, strings.ToLower(unit.String()), ratelimit.MaxWindow/(24*time.Hour))
 		}
 	}
 	return l, nil
@@ -306,10 +311,6 @@ func compileLimit(where string, fl fileLimit) (Limit, error) {
 // MaxLimitsPerRule bounds the limits of one descriptor (rate_limit and
 // rate_limits together): each is a window a hit is counted in.
 const MaxLimitsPerRule = 16
-
-// maxWindow is the longest window a limit may span: a unit times its
-// multiplier, as long as the limiter's longest window (a year's rule).
-const maxWindow = ratelimit.MaxWindow
 
 // metricKeys returns the first two of levels.
 func metricKeys(levels []string) [2]string {

@@ -159,11 +159,11 @@ func writeEscaped(b *strings.Builder, s string) {
 }
 
 // metric returns the metrics label of a match: the rule's path, unless the
-// rule or a level asks for the request's values, and sets keys to the
-// label's first two levels then. With detailed_metric,
-// every level is written with the request's value (a shared wildcard with
-// its pattern); with value_to_metric on a level matched by its key alone or
-// by a wildcard, that level is written with the request's value.
+// rule or a level asks for the request's values, and then sets keys to the
+// label's first two levels. With detailed_metric, every level is written
+// with the request's value (a shared wildcard with its pattern); with
+// value_to_metric on a level matched by its key alone or by a wildcard,
+// that level is written with the request's value.
 func metric(domain string, rule *Rule, entries []Entry, path []*node, keys *[2]string) string {
 	detailed := rule.DetailedMetric
 	if !detailed {

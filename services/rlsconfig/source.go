@@ -67,18 +67,10 @@ func NewSource(path string, opts ...Option) (*Source, error) {
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
 	}
-	s.loads = newLoadCounters("Reads of the rate limit configuration files that found a change, by result: ok (in force now) or error (refused; the last good configuration stays).")
-	rules := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "unkey_rls_config_rules",
-		Help: "Rules of the rate limit configuration in force.",
-	}, func() float64 {
-		_, n := s.Config().Domains()
-		return float64(n)
-	})
-	for _, c := range append(s.loads.collectors(), rules) {
-		if err := s.reg.Register(c); err != nil {
-			return nil, err
-		}
+	var err error
+	s.loads, err = registerLoads(s.reg, "Reads of the rate limit configuration files that found a change, by result: ok (in force now) or error (refused; the last good configuration stays).", s.Config)
+	if err != nil {
+		return nil, err
 	}
 	files, err := ReadPath(path)
 	if err != nil {

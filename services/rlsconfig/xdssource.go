@@ -108,18 +108,13 @@ func NewXDSSource(server, nodeID string, opts ...XDSOption) (*XDSSource, error) 
 		return nil, err
 	}
 	s.current.Store(empty)
-	s.loads = newLoadCounters("Rate limit configurations received that were compiled, by result: ok (in force now) or error (refused; the last good configuration stays).")
+	if s.loads, err = registerLoads(s.reg, "Rate limit configurations received that were compiled, by result: ok (in force now) or error (refused; the last good configuration stays).", s.Config); err != nil {
+		return nil, err
+	}
 	s.connected = prometheus.NewGauge(prometheus.GaugeOpts{Name: "unkey_rls_xds_connected",
 		Help: "1 while the stream to the xDS management server is open (its first request sent), 0 while it is being opened again."})
-	rules := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "unkey_rls_config_rules", Help: "Rules of the rate limit configuration in force."},
-		func() float64 {
-			_, n := s.Config().Domains()
-			return float64(n)
-		})
-	for _, c := range append(s.loads.collectors(), s.connected, rules) {
-		if err := s.reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := s.reg.Register(s.connected); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -150,12 +145,7 @@ func (s *XDSSource) Run(ctx context.Context) error {
 			"error", err, "retry_in", wait.Round(time.Millisecond))
 		// Jitter of up to a fifth, so that the processes of a fleet do
 		// not reconnect at once.
-		t := time.NewTimer(wait + rand.N(wait/5+1))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C:
-		}
+		sleep(ctx, wait+rand.N(wait/5+1))
 		wait = min(2*wait, s.maxBackoff)
 	}
 	return nil
@@ -214,12 +204,8 @@ func (s *XDSSource) stream(ctx context.Context) (got bool, err error) {
 			err = fmt.Errorf("type %q: this client asks for %s only", resp.GetTypeUrl(), resource.RateLimitConfigType)
 		case refusedErr != nil && resp.GetVersionInfo() == refused:
 			err = refusedErr
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return got, ctx.Err()
-			case <-t.C:
+			if err := sleep(ctx, wait); err != nil {
+				return got, err
 			}
 			wait = min(2*wait, s.maxBackoff)
 		default:
@@ -267,7 +253,14 @@ func decodeXDS(resources []*anypb.Any) (*Config, error) {
 	return LoadXDS(configs...)
 }
 
-// LoadsCounter returns the counter of loads with result ok or error.
-func (s *XDSSource) LoadsCounter(result string) prometheus.Counter {
-	return s.loads.ours.WithLabelValues(result)
+// sleep waits for d, or until ctx ends, whose error it then returns.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

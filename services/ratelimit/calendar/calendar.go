@@ -79,12 +79,6 @@ func New(unit Unit, timeZone string) (Period, error) {
 	return Period{unit: unit, location: loc}, nil
 }
 
-// Unit returns the period's unit.
-func (p Period) Unit() Unit { return p.unit }
-
-// TimeZone returns the name of the period's time zone.
-func (p Period) TimeZone() string { return p.location.String() }
-
 // Index returns the number of the period holding t: consecutive periods
 // have consecutive indexes (days, weeks, months or years since those of
 // 1970-01-01 in the zone, counted on its calendar).

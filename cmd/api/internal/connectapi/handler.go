@@ -63,9 +63,7 @@ func (h *Handler) Limit(ctx context.Context, req *connect.Request[ratelimitv1.Li
 	})
 	// The IETF's fields, for an application to copy onto its own answer
 	// (gRPC carries them as header metadata).
-	header := res.Header()
-	header[ratelimitheader.PolicyField] = []string{ratelimitheader.Policy(req.Msg.GetNamespace(), d.Limit, d.Duration)}
-	header[ratelimitheader.LimitField] = []string{ratelimitheader.Limit(req.Msg.GetNamespace(), d.Remaining, time.Until(d.Reset))}
+	ratelimitheader.Set(res.Header(), req.Msg.GetNamespace(), d.Limit, d.Duration, d.Remaining, time.Until(d.Reset))
 	return res, nil
 }
 

@@ -2,10 +2,8 @@ package daemon
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net"
-	"os"
 	"strings"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
+	"github.com/unkeyed/ratelimit/internal/certs"
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/internal/envconfig"
 	"github.com/unkeyed/ratelimit/services/access"
@@ -379,14 +378,11 @@ func (c *Config) redisTLS() error {
 		return fmt.Errorf("UNKEY_REDIS_TLS_CERT_FILE and UNKEY_REDIS_TLS_KEY_FILE: must be set together, or neither")
 	}
 	if c.RedisTLSCAFile != "" {
-		pem, err := os.ReadFile(c.RedisTLSCAFile)
+		pool, err := certs.ReadPool(c.RedisTLSCAFile)
 		if err != nil {
 			return fmt.Errorf("UNKEY_REDIS_TLS_CA_FILE: %w", err)
 		}
-		tc.RootCAs = x509.NewCertPool()
-		if !tc.RootCAs.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("UNKEY_REDIS_TLS_CA_FILE: %s holds no PEM certificate", c.RedisTLSCAFile)
-		}
+		tc.RootCAs = pool
 	}
 	if c.RedisTLSCertFile != "" {
 		pair, err := tls.LoadX509KeyPair(c.RedisTLSCertFile, c.RedisTLSKeyFile)

@@ -285,10 +285,18 @@ func (d *Daemon) Ready() bool { return d.notReady() == "" }
 // named for the answer of /readyz.
 type readyCheck struct {
 	what string
-	ok   func() bool
-	// wait is closed once ok reports true for good; it must be set (the
-	// grpc-go port's health waits on it).
-	wait <-chan struct{}
+	// done is closed once what it waits for is there, for good.
+	done <-chan struct{}
+}
+
+// passed reports whether c's wait is over.
+func (c readyCheck) passed() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // notReady returns what the process waits for, "" when it is ready.
@@ -297,7 +305,7 @@ func (d *Daemon) notReady() string {
 		return "not ready"
 	}
 	for _, c := range d.readyChecks {
-		if !c.ok() {
+		if !c.passed() {
 			return "not ready: waiting for " + c.what
 		}
 	}

@@ -2,15 +2,14 @@ package daemon
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net"
-	"os"
 
 	"google.golang.org/grpc/credentials"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/internal/certs"
 	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
 
@@ -56,7 +55,7 @@ func (d *Daemon) newRLS(cfg Config, p *pipeline.Pipeline) (*envoyrls.Service, er
 		if !cfg.RLSStartWithoutConfig {
 			opts = append(opts, envoyrls.WithRulesLoaded(src.Loaded))
 			d.readyChecks = append(d.readyChecks, readyCheck{what: "the first rate limit configuration from " + cfg.RLSXDSServer,
-				ok: src.Loaded, wait: src.FirstLoad()})
+				done: src.FirstLoad()})
 		}
 		d.logger.Info("envoy rate limit service takes its rules over xDS", "server", cfg.RLSXDSServer, "node_id", cfg.RLSXDSNodeID,
 			"tls", cfg.RLSXDSTLS, "start_without_config", cfg.RLSStartWithoutConfig, "shadow_mode", cfg.RLSShadowMode)
@@ -77,14 +76,11 @@ func xdsTLS(cfg Config) (credentials.TransportCredentials, error) {
 		c.ServerName, _, _ = net.SplitHostPort(cfg.RLSXDSServer)
 	}
 	if cfg.RLSXDSCAFile != "" {
-		pem, err := os.ReadFile(cfg.RLSXDSCAFile)
+		pool, err := certs.ReadPool(cfg.RLSXDSCAFile)
 		if err != nil {
 			return nil, fmt.Errorf("UNKEY_RLS_XDS_CA_FILE: %w", err)
 		}
-		c.RootCAs = x509.NewCertPool()
-		if !c.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("UNKEY_RLS_XDS_CA_FILE: %s holds no PEM certificate", cfg.RLSXDSCAFile)
-		}
+		c.RootCAs = pool
 	}
 	if cfg.RLSXDSCertFile != "" {
 		pair, err := tls.LoadX509KeyPair(cfg.RLSXDSCertFile, cfg.RLSXDSKeyFile)

@@ -153,7 +153,7 @@ func (d *Daemon) grpcServer() (*grpc.Server, *health.Server) {
 func (d *Daemon) serveWhenReady(ctx context.Context, hs *health.Server) {
 	for _, c := range d.readyChecks {
 		select {
-		case <-c.wait:
+		case <-c.done:
 		case <-ctx.Done():
 			return
 		}

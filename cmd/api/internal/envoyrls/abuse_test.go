@@ -292,7 +292,7 @@ func TestRemovedRulesTakeTheirSeries(t *testing.T) {
 	if ours, theirs := seriesOf(t, reg, "unkey_rls_hits_total"), seriesOf(t, reg, "ratelimit_service_rate_limit_total_hits"); ours != 1 || theirs != 1 {
 		t.Fatalf("after the reload: %d and %d series, want a's alone", ours, theirs)
 	}
-	if v := testutil.ToFloat64(s.metrics.total.WithLabelValues("d", "d.a")); v != 2 {
+	if v := testutil.ToFloat64(s.metrics.ours[statHits].WithLabelValues("d", "d.a")); v != 2 {
 		t.Fatalf("a's hits: %v, want 2 (the series kept)", v)
 	}
 	// A request that read the configuration before the reload, decided

@@ -13,16 +13,17 @@ import (
 // metrics are the statistics envoyproxy/ratelimit's users look for, per
 // domain and rule, counted in hits (a request's hits_addend). The rule
 // label is the rule's path in the configuration, so there is one series
-// per rule of the files; only rules with detailed_metric (or levels with
-// value_to_metric) put the request's values into it, as their authors ask.
+// per rule of the configuration; only rules with detailed_metric (or
+// levels with value_to_metric) put the request's values into it, as their
+// authors ask.
 type metrics struct {
-	total, overLimit, nearLimit, withinLimit, shadowMode *prometheus.CounterVec
-	// upstream are the same counts under envoyproxy/ratelimit's names and
-	// labels (ratelimit_service_rate_limit_*, by domain, key1 and key2, as
-	// its statsd mapping to Prometheus publishes them), which Envoy
-	// Gateway's dashboards query.
-	upstream     [5]*prometheus.CounterVec
-	globalShadow prometheus.Counter
+	// ours are the counts by statistic, by domain and rule; upstream the
+	// same counts under envoyproxy/ratelimit's names and labels
+	// (ratelimit_service_rate_limit_*, by domain, key1 and key2, as its
+	// statsd mapping to Prometheus publishes them), which Envoy Gateway's
+	// dashboards query.
+	ours, upstream [stats]*prometheus.CounterVec
+	globalShadow   prometheus.Counter
 	// nearRatio: a hit that leaves less than (1 - nearRatio) of the limit
 	// is near it (UNKEY_RLS_NEAR_LIMIT_RATIO, 0.8 as in envoyproxy/ratelimit).
 	nearRatio float64
@@ -65,9 +66,18 @@ type counterCache struct {
 	rules  sync.Map // *rlsconfig.Rule → *ruleCounters
 }
 
-// ruleCounters are a rule's counters by statistic (hits, over, near,
-// within, shadow), under both names.
-type ruleCounters struct{ ours, upstream [5]prometheus.Counter }
+// The statistics, in the order of metrics.ours and metrics.upstream.
+const (
+	statHits = iota
+	statOver
+	statNear
+	statWithin
+	statShadow
+	stats
+)
+
+// ruleCounters are a rule's counters by statistic, under both names.
+type ruleCounters struct{ ours, upstream [stats]prometheus.Counter }
 
 // descriptorLimitMetric is the rule label of every descriptor-level limit.
 const descriptorLimitMetric = "descriptor_limit"
@@ -141,29 +151,27 @@ func truncateLabel(l string) string {
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	vec := func(name, help string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"domain", "rule"})
-	}
 	m := &metrics{
-		total:       vec("unkey_rls_hits_total", "Hits of descriptors that matched a rule of Envoy's rate limit service, by domain and rule."),
-		overLimit:   vec("unkey_rls_over_limit_total", "Hits over their rule's limit (shadow-mode rules included)."),
-		nearLimit:   vec("unkey_rls_near_limit_total", "Hits within their rule's limit that left less than 1 - UNKEY_RLS_NEAR_LIMIT_RATIO of it."),
-		withinLimit: vec("unkey_rls_within_limit_total", "Hits within their rule's limit."),
-		shadowMode:  vec("unkey_rls_shadow_mode_total", "Hits over the limit of a shadow_mode rule, answered OK."),
 		globalShadow: prometheus.NewCounter(prometheus.CounterOpts{Name: "unkey_rls_global_shadow_mode_total",
 			Help: "Requests over a limit answered OK because UNKEY_RLS_SHADOW_MODE is on."}),
 		nearRatio: 0.8,
 		rules:     map[string]*ruleSeries{},
 	}
-	for i, stat := range [][2]string{{"total_hits", "unkey_rls_hits_total"}, {"over_limit", "unkey_rls_over_limit_total"},
-		{"near_limit", "unkey_rls_near_limit_total"}, {"within_limit", "unkey_rls_within_limit_total"},
-		{"shadow_mode", "unkey_rls_shadow_mode_total"}} {
-		m.upstream[i] = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_rate_limit_" + stat[0],
-			Help: "envoyproxy/ratelimit's " + stat[0] + " statistic, in hits, by domain and the rule's first two levels (key1, key2): " +
-				"the count of " + stat[1] + " under envoyproxy/ratelimit's name."}, []string{"domain", "key1", "key2"})
+	collectors := []prometheus.Collector{m.globalShadow}
+	for i, stat := range [stats]struct{ ours, help, upstream string }{
+		statHits:   {"unkey_rls_hits_total", "Hits of descriptors that matched a rule of Envoy's rate limit service, by domain and rule.", "total_hits"},
+		statOver:   {"unkey_rls_over_limit_total", "Hits over their rule's limit (shadow-mode rules included).", "over_limit"},
+		statNear:   {"unkey_rls_near_limit_total", "Hits within their rule's limit that left less than 1 - UNKEY_RLS_NEAR_LIMIT_RATIO of it.", "near_limit"},
+		statWithin: {"unkey_rls_within_limit_total", "Hits within their rule's limit.", "within_limit"},
+		statShadow: {"unkey_rls_shadow_mode_total", "Hits over the limit of a shadow_mode rule, answered OK.", "shadow_mode"},
+	} {
+		m.ours[i] = prometheus.NewCounterVec(prometheus.CounterOpts{Name: stat.ours, Help: stat.help}, []string{"domain", "rule"})
+		m.upstream[i] = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_rate_limit_" + stat.upstream,
+			Help: "envoyproxy/ratelimit's " + stat.upstream + " statistic, in hits, by domain and the rule's first two levels (key1, key2): " +
+				"the count of " + stat.ours + " under envoyproxy/ratelimit's name."}, []string{"domain", "key1", "key2"})
+		collectors = append(collectors, m.ours[i], m.upstream[i])
 	}
-	for _, c := range []prometheus.Collector{m.total, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode, m.globalShadow,
-		m.upstream[0], m.upstream[1], m.upstream[2], m.upstream[3], m.upstream[4]} {
+	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -172,18 +180,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 }
 
 // The counts of p's hits, in domain, under both names.
-func (m *metrics) hits(domain string, p *plan)   { m.add(0, domain, p) }
-func (m *metrics) over(domain string, p *plan)   { m.add(1, domain, p) }
-func (m *metrics) near(domain string, p *plan)   { m.add(2, domain, p) }
-func (m *metrics) within(domain string, p *plan) { m.add(3, domain, p) }
-func (m *metrics) shadowHits(domain string, p *plan) {
-	m.add(4, domain, p)
-}
-
-// vecs are this service's counters by statistic, in ruleCounters' order.
-func (m *metrics) vecs() [5]*prometheus.CounterVec {
-	return [5]*prometheus.CounterVec{m.total, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode}
-}
+func (m *metrics) hits(domain string, p *plan)       { m.add(statHits, domain, p) }
+func (m *metrics) over(domain string, p *plan)       { m.add(statOver, domain, p) }
+func (m *metrics) near(domain string, p *plan)       { m.add(statNear, domain, p) }
+func (m *metrics) within(domain string, p *plan)     { m.add(statWithin, domain, p) }
+func (m *metrics) shadowHits(domain string, p *plan) { m.add(statShadow, domain, p) }
 
 func (m *metrics) add(stat int, domain string, p *plan) {
 	n := float64(p.cost)
@@ -196,7 +197,7 @@ func (m *metrics) add(stat int, domain string, p *plan) {
 		c.upstream[stat].Add(n)
 		return
 	}
-	m.vecs()[stat].WithLabelValues(domain, p.metric).Add(n)
+	m.ours[stat].WithLabelValues(domain, p.metric).Add(n)
 	m.upstream[stat].WithLabelValues(domain, p.keys[0], p.keys[1]).Add(n)
 }
 
@@ -249,7 +250,7 @@ func (m *metrics) prune(cfg *rlsconfig.Config) {
 	}
 	for _, sl := range gone {
 		if !kept[seriesLabels{domain: sl.domain, rule: sl.rule}] {
-			for _, v := range m.vecs() {
+			for _, v := range m.ours {
 				v.DeleteLabelValues(sl.domain, sl.rule)
 			}
 		}
@@ -289,7 +290,7 @@ func (m *metrics) cached(domain string, p *plan) *ruleCounters {
 		return nil
 	}
 	c := &ruleCounters{}
-	for i, v := range m.vecs() {
+	for i, v := range m.ours {
 		c.ours[i] = v.WithLabelValues(domain, p.metric)
 		c.upstream[i] = m.upstream[i].WithLabelValues(domain, p.keys[0], p.keys[1])
 	}

@@ -3,16 +3,18 @@
 // request pipeline: Envoy, Istio, Envoy Gateway and the other gateways
 // built on Envoy call ShouldRateLimit once per request with the
 // descriptors their route produces. The rules come from envoyproxy/
-// ratelimit's YAML files (package rlsconfig). What differs: windows slide
+// ratelimit's YAML files or its xDS resources (package rlsconfig); a
+// descriptor may carry several limits. What differs: windows slide
 // instead of resetting on the clock, and the counters converge through
 // Redis and MySQL like every other. As there, a hit is counted whether or
 // not it is over its limit (WithOverLimitHitsCounted turns that off).
 //
 // Counters: a descriptor of domain D is counted in namespace "envoy:D"
 // under the identifier rlsconfig gives (its entries as key=value,
-// comma-joined and escaped), with the rule's unit as its duration. An
-// override set on that namespace and identifier (or a pattern) replaces
-// the rule's limit, as for any other counter.
+// comma-joined and escaped), in a window per limit of the rule (its unit
+// times its multiplier). An override set on that namespace and identifier
+// (or a pattern) replaces the rule's limits with its one, as for any other
+// counter.
 //
 // The service is served on three transports (transport.go): gRPC,
 // gRPC-Web and Connect through connect-go on the main port, gRPC through
@@ -468,7 +470,7 @@ type limitDecision struct {
 // otherwise.
 func (s *Service) limit(ctx context.Context, ns pipeline.Namespace, p *plan) (limitDecision, *ratelimit.CapacityError, error) {
 	var one [1]pipeline.Call // most descriptors have one limit: no allocation
-	calls := one[:]
+	calls := one[:min(len(p.limits), 1)]
 	if len(p.limits) > 1 {
 		calls = make([]pipeline.Call, len(p.limits))
 	}

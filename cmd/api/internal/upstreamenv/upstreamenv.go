@@ -37,9 +37,7 @@ func Translate(environ []string) ([]string, error) {
 			return nil, err
 		}
 	}
-	if _, ok := env["UNKEY_REGION"]; !ok {
-		t.set("UNKEY_REGION", "default")
-	}
+	t.set("UNKEY_REGION", "default")
 	return append(append([]string(nil), environ...), t.add...), nil
 }
 
@@ -213,17 +211,19 @@ func (t *translation) rules() error {
 // reach stops the start even then.
 func (t *translation) redis() error {
 	u := t.env["REDIS_URL"]
-	if s := strings.ToLower(t.env["REDIS_SOCKET_TYPE"]); s != "" && s != "tcp" {
-		return fmt.Errorf("REDIS_SOCKET_TYPE=%s: not supported: Redis is reached over TCP (REDIS_SOCKET_TYPE=tcp, REDIS_URL=host:port)", s)
+	// Unix (the default) is refused where it is asked for, and where a
+	// REDIS_URL would be reached by it.
+	if socket := strings.ToLower(t.get("REDIS_SOCKET_TYPE", "unix")); socket != "tcp" && (u != "" || t.env["REDIS_SOCKET_TYPE"] != "") {
+		return fmt.Errorf("REDIS_SOCKET_TYPE=%s: not supported: Redis is reached over TCP (REDIS_SOCKET_TYPE=tcp, REDIS_URL=host:port)", socket)
 	}
 	if typ := strings.ToLower(t.env["REDIS_TYPE"]); typ != "" && typ != "single" && typ != "cluster" {
 		return fmt.Errorf("REDIS_TYPE=%s: not supported: single or cluster (Redis Sentinel is not)", typ)
 	}
+	tls, err := t.flag("REDIS_TLS")
+	if err != nil {
+		return err
+	}
 	if u == "" {
-		tls, err := t.flag("REDIS_TLS")
-		if err != nil {
-			return err
-		}
 		if tls {
 			return fmt.Errorf("REDIS_TLS=true: needs REDIS_URL (host:port): without it there is no Redis")
 		}
@@ -233,13 +233,6 @@ func (t *translation) redis() error {
 			}
 		}
 		return nil
-	}
-	if s := strings.ToLower(t.get("REDIS_SOCKET_TYPE", "unix")); s != "tcp" {
-		return fmt.Errorf("REDIS_SOCKET_TYPE=%s: not supported: Redis is reached over TCP (REDIS_SOCKET_TYPE=tcp, REDIS_URL=host:port)", s)
-	}
-	tls, err := t.flag("REDIS_TLS")
-	if err != nil {
-		return err
 	}
 	scheme := "redis"
 	if tls {
