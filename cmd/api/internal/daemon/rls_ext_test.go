@@ -354,6 +354,7 @@ func TestRLSJSONEndpoint(t *testing.T) {
 			`"overallCode":"OVER_LIMIT"`},
 		{`{"domain":"edge_proxy_per_ip","descriptors":[]}`, 400, "descriptors: must hold 1 to 100"},
 		{`{"domain":`, 400, `{"code":"invalid_argument","message":"domain: must be valid JSON"}`},
+		{`{"domain":"d","bogus":1,"descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`, 400, `{"code":"invalid_argument","message":"bogus: unknown field`},
 		{`{"domain":"d","descriptors":[{"limit":{"unit":"FORTNIGHT"}}]}`, 400, `{"code":"invalid_argument","message":"body: must be a RateLimitRequest in protobuf's JSON mapping (see envoy.service.ratelimit.v3)"}`},
 	} {
 		status, body := ts.post(t, "/json", "", strings.NewReader(tc.body), "Content-Type", "application/json")
