@@ -10,17 +10,21 @@ import (
 // answers it on its clock without holding a window for the key: a blocked
 // identifier costs no memory however many a caller makes up.
 
-// blocked returns the answer to a request of duration d that a limit of 0
-// blocks at now (unix ms): denied, nothing left, reset at the end of the
-// current fixed window. No wait helps, so RetryAfter is zero.
-func blocked(d time.Duration, now int64) Response {
-	return Response{Reset: resetAt(d, now)}
+// blocked returns the answer to req, which a limit of 0 blocks, at now
+// (unix ms): denied, nothing left, reset at the end of the current fixed
+// window (or calendar period). No wait helps, so RetryAfter is zero.
+func blocked(req *Request, now int64) Response {
+	return Response{Reset: resetAt(req, now), Algorithm: specOf(req).algorithm}
 }
 
-// resetAt returns the end of the fixed window of duration d that holds now
-// (unix ms): the reset of a decision at now.
-func resetAt(d time.Duration, now int64) time.Time {
-	dur := d.Milliseconds()
+// resetAt returns the end of the fixed window (or calendar period) of req
+// that holds now (unix ms): the reset of a decision at now.
+func resetAt(req *Request, now int64) time.Time {
+	if !req.Calendar.IsZero() {
+		_, _, end := req.Calendar.At(now)
+		return time.UnixMilli(end)
+	}
+	dur := req.Duration.Milliseconds()
 	return time.UnixMilli((now/dur + 1) * dur)
 }
 
@@ -44,7 +48,7 @@ func (s *Service) decideBlocked(ctx context.Context, reqs []Request) (MultiRespo
 	var at []int
 	for i, r := range reqs {
 		if r.Limit == 0 {
-			out.Results[i] = blocked(r.Duration, now)
+			out.Results[i] = blocked(&r, now)
 			continue
 		}
 		r.Cost = 0

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
@@ -288,7 +289,7 @@ func (g *globalTier) publishIdleBatch(ctx context.Context) int {
 // sharing and grew since the store last held it; for a prompt flush, if it
 // was never published or grew by at least a flush step.
 func (g *globalTier) flushCandidate(w *window, c *cell, now int64, prompt bool) (flushCandidate, bool) {
-	if c == nil || c.seq() < now/w.durationMs-1 {
+	if c == nil || c.seq() < w.seqOf(now)-1 {
 		return flushCandidate{}, false
 	}
 	limit := w.limit.Load()
@@ -389,12 +390,21 @@ func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
 	if durMs <= 0 {
 		return false
 	}
-	if row.Key.Sequence > now/durMs+1 {
+	if row.Key.Sequence > store.LatestSequence(durMs, now) {
 		g.metrics.globalRowsFuture.Inc()
 		return false
 	}
 	k := windowKey{workspace: row.Key.Workspace, namespace: row.Key.Namespace, identifier: row.Key.Identifier,
 		durationMs: durMs, refunds: row.Key.Refunds}
+	if calendar.IsCode(durMs) {
+		// A calendar's zone is not in the row: only a window a request
+		// made, which knows it, takes the row.
+		w := g.windows.find(&k)
+		if w == nil {
+			return false
+		}
+		k.period = periodOf(w)
+	}
 	var main *window
 	if k.refunds {
 		if main = g.reserve(&k, row.Key.Sequence); main == nil {
@@ -403,7 +413,7 @@ func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
 	}
 	w := g.windows.find(&k)
 	if w == nil {
-		if !k.refunds && (row.Others <= 0 || row.Others < g.floor(row.OthersLimit, durMs)) {
+		if !k.refunds && (row.Others <= 0 || row.Others < g.floor(row.OthersLimit, durMs)) || calendar.IsCode(durMs) {
 			return false
 		}
 		var created bool

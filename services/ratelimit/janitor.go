@@ -67,7 +67,7 @@ func (t *windowTable) evictIdle(now time.Time) int {
 // evict marks w evicted if it is idle at now (unix ms) and reports whether it
 // did.
 func (w *window) evict(now int64) bool {
-	seq := now / w.durationMs
+	seq := w.seqOf(now)
 	if !w.idle(seq) {
 		return false
 	}

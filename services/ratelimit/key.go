@@ -1,6 +1,10 @@
 package ratelimit
 
-import "hash/maphash"
+import (
+	"hash/maphash"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
+)
 
 // windowKey identifies one sliding window: every cell of one limit of one
 // identifier. Duration is part of the key because the same identifier may be
@@ -13,6 +17,10 @@ type windowKey struct {
 	// refunds names the window that holds the key's refunds (see
 	// Service.Refund) rather than the key's own.
 	refunds bool
+	// period is the calendar of a window whose cells are calendar periods
+	// (durationMs is then its code, which hash and equality use): what a
+	// new window needs to find its cells.
+	period calendar.Period
 }
 
 // hash hashes every part separately and mixes the results, so that parts can

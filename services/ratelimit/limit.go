@@ -22,6 +22,7 @@ const maxEvictionRetries = 8
 
 // decision is the outcome of evaluating one request against one window.
 type decision struct {
+	algorithm  Algorithm
 	success    bool
 	limit      int64
 	remaining  int64
@@ -36,6 +37,7 @@ func (d *decision) response() Response {
 		Remaining:  d.remaining,
 		Reset:      time.UnixMilli(d.resetMs),
 		RetryAfter: time.Duration(d.retryAfter) * time.Millisecond,
+		Algorithm:  d.algorithm,
 	}
 }
 
@@ -63,30 +65,26 @@ func (s *Service) Limit(ctx context.Context, req Request) (Response, error) {
 // window's reset, for the answer.
 func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 	if req.Limit == 0 {
-		return blocked(req.Duration, s.clock.Now().UnixMilli()), nil
+		return blocked(&req, s.clock.Now().UnixMilli()), nil
 	}
-	key := windowKey{
-		workspace:  req.Workspace,
-		namespace:  req.Namespace,
-		identifier: req.Identifier,
-		durationMs: req.Duration.Milliseconds(),
-	}
+	key := keyOf(&req)
+	sp := specOf(&req)
 	now := s.clock.Now().UnixMilli()
 	var d decision
 	for range maxEvictionRetries {
 		w, err := s.windows.forRequest(&key)
 		if err != nil {
-			return Response{Limit: req.Limit, Reset: resetAt(req.Duration, now)}, err
+			return Response{Limit: req.Limit, Reset: resetAt(&req, now), Algorithm: sp.algorithm}, err
 		}
 		w.observeLimit(req.Limit)
 		s.regional.prepare(ctx, w, now)
 		var cur *cell
 		var counted bool
-		d, cur, counted = s.decide(w, now, req.Limit, req.Cost, req.Report, false)
+		d, cur, counted = s.decide(w, now, sp, req.Cost, req.Report, false)
 		if counted && w.evicted() {
 			// The janitor is removing w: take the count back and decide
 			// again on the window that replaces it.
-			cur.count.Add(-req.Cost)
+			w.takeBack(cur, sp, req.Cost)
 			runtime.Gosched()
 			continue
 		}
@@ -107,26 +105,33 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 	return d.response(), nil
 }
 
-// decide evaluates a request of cost against limit in window w at now (unix
-// ms) and, on success with cost > 0, adds cost to the current cell by
-// compare-and-swap. A report (see Request.Report) adds cost whatever the
-// verdict, and is judged with it counted. With speculative set the
-// increment is also recorded as uncommitted, for a batch that may still
-// roll back (never a report). It returns the current cell and whether it
-// counted cost into it.
-func (s *Service) decide(w *window, now, limit, cost int64, report, speculative bool) (decision, *cell, bool) {
-	dur := w.durationMs
-	seq := now / dur
+// decide evaluates a request of cost against sp in window w at now (unix
+// ms) and, on success with cost > 0, counts cost into the current cell. A
+// report (see Request.Report) counts cost whatever the verdict, and is
+// judged with it counted. With speculative set the increment is also
+// recorded as uncommitted, for a batch that may still roll back (never a
+// report). It returns the current cell and whether it counted cost into it.
+func (s *Service) decide(w *window, now int64, sp spec, cost int64, report, speculative bool) (decision, *cell, bool) {
 	hydrated := s.regional == nil
+	seq, start, end := w.seqAt(now)
 	cur, prev, newer := w.cellsAt(seq, hydrated)
 	for cur == nil {
 		// Another request already moved this window past our clock
 		// reading: decide at the start of its window, the strictest
 		// moment of that window.
-		seq, now = newer, newer*dur
+		seq, now = newer, w.startOf(newer)
+		seq, start, end = w.seqAt(now)
 		cur, prev, newer = w.cellsAt(seq, hydrated)
 	}
-	elapsed := now - seq*dur
+	if sp.algorithm == TokenBucket {
+		return w.decideBucket(now, start, sp, cur, prev, cost, report, speculative)
+	}
+	if sp.algorithm == FixedWindow {
+		// Only the current window counts.
+		prev = nil
+	}
+	dur := end - start
+	elapsed := now - start
 	curGlobal := cur.global.Load()
 	var prevGlobal int64
 	flags := cur.flags.Load()
@@ -139,9 +144,12 @@ func (s *Service) decide(w *window, now, limit, cost int64, report, speculative 
 		// were given back to (totals are clamped at zero below).
 		curRefunds, prevRefunds := s.refundsAt(w, seq)
 		curGlobal -= curRefunds
-		prevGlobal -= prevRefunds
+		if prev != nil {
+			prevGlobal -= prevRefunds
+		}
 	}
-	d := decision{limit: limit, resetMs: (seq + 1) * dur}
+	d := decision{algorithm: sp.algorithm, limit: sp.limit, resetMs: end}
+	limit := sp.limit
 	if report && cost > 0 {
 		// Spent already: counted whatever the verdict, up to maxCount, so
 		// that reports without end never wrap the counter.
@@ -157,7 +165,7 @@ func (s *Service) decide(w *window, now, limit, cost int64, report, speculative 
 		d.remaining = min(max(0, limit-effective), limit)
 		if !d.success {
 			// When a check (cost 0) would pass again.
-			d.retryAfter = retryAfter(elapsed, dur, curTotal, prevTotal, limit, 0)
+			d.retryAfter = sp.retryAfter(elapsed, dur, curTotal, prevTotal, 0)
 		}
 		return d, cur, true
 	}
@@ -172,7 +180,7 @@ func (s *Service) decide(w *window, now, limit, cost int64, report, speculative 
 		effective := curTotal + weighted(prevTotal, elapsed, dur) + cost
 		if cost > limit || effective > limit {
 			d.remaining = min(max(0, limit-(effective-cost)), limit)
-			d.retryAfter = retryAfter(elapsed, dur, curTotal, prevTotal, limit, cost)
+			d.retryAfter = sp.retryAfter(elapsed, dur, curTotal, prevTotal, cost)
 			return d, cur, false
 		}
 		d.success = true

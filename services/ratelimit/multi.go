@@ -23,6 +23,7 @@ type MultiResponse struct {
 type counted struct {
 	w     *window
 	c     *cell
+	sp    spec
 	cost  int64
 	index int
 }
@@ -49,8 +50,8 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 		return s.decideBlocked(ctx, reqs)
 	}
 	keys := make([]windowKey, len(reqs))
-	for i, r := range reqs {
-		keys[i] = windowKey{workspace: r.Workspace, namespace: r.Namespace, identifier: r.Identifier, durationMs: r.Duration.Milliseconds()}
+	for i := range reqs {
+		keys[i] = keyOf(&reqs[i])
 	}
 	now := s.clock.Now().UnixMilli()
 	results := make([]Response, len(reqs))
@@ -71,11 +72,12 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 		applied = applied[:0]
 		passed := true
 		for i, w := range windows {
-			d, c, ok := s.decide(w, now, reqs[i].Limit, reqs[i].Cost, false, true)
+			sp := specOf(&reqs[i])
+			d, c, ok := s.decide(w, now, sp, reqs[i].Cost, false, true)
 			results[i], curs[i], decisions[i] = d.response(), c, d
 			passed = passed && d.success
 			if ok {
-				applied = append(applied, counted{w: w, c: c, cost: reqs[i].Cost, index: i})
+				applied = append(applied, counted{w: w, c: c, sp: sp, cost: reqs[i].Cost, index: i})
 			}
 		}
 		evicted := false
@@ -95,6 +97,9 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 		for i := len(applied) - 1; i >= 0; i-- {
 			a := applied[i]
 			a.w.rollback(a.c, a.cost)
+			if a.sp.algorithm == TokenBucket {
+				a.w.returnTokens(a.c, a.sp, a.cost)
+			}
 		}
 		if !evicted {
 			// Nothing was counted: each result's remaining is what is left
@@ -102,7 +107,11 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 			// it saw, its own and those of earlier entries on its cell.
 			for _, a := range applied {
 				for i := a.index; i < len(results); i++ {
-					if curs[i] == a.c {
+					switch {
+					case curs[i] != a.c:
+					case results[i].Algorithm == TokenBucket:
+						results[i].Remaining += a.cost // tokens held before it, at most the burst
+					default:
 						results[i].Remaining = min(results[i].Limit, results[i].Remaining+a.cost)
 					}
 				}

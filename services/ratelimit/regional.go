@@ -173,7 +173,7 @@ func isPartial(err error) bool {
 // than freshnessInterval is refreshed in the background while this request
 // decides from memory.
 func (r *regionalTier) prepareWindow(ctx context.Context, w *window, now int64) {
-	cur, _ := w.cellAt(now/w.durationMs, false)
+	cur, _ := w.cellAt(w.seqOf(now), false)
 	if cur == nil {
 		return // a stale clock reading: decide handles it
 	}
@@ -206,7 +206,7 @@ func (r *regionalTier) prepareBatchWindows(ctx context.Context, ws []*window, no
 	var toRead []*window
 	op := opStrict
 	for _, w := range ws {
-		cur, _ := w.cellAt(now/w.durationMs, false)
+		cur, _ := w.cellAt(w.seqOf(now), false)
 		if cur == nil {
 			continue
 		}
@@ -249,7 +249,7 @@ func (r *regionalTier) hydrate(ctx context.Context, w *window, cur *cell, op str
 	r.flight.Do(key, func() (any, error) {
 		if cur.flags.Load()&cellHydrated == 0 {
 			w.refreshedAt.Store(r.clock.Now().UnixMilli())
-			r.refreshNow(ctx, []*window{w}, cur.seq()*w.durationMs, op)
+			r.refreshNow(ctx, []*window{w}, w.startOf(cur.seq()), op)
 		}
 		return nil, nil
 	})
@@ -264,7 +264,7 @@ func (r *regionalTier) refreshNow(ctx context.Context, ws []*window, now int64, 
 		r.queueRefresh(w)
 	}
 	for _, w := range ws {
-		if cur, _ := w.cellAt(now/w.durationMs, false); cur != nil {
+		if cur, _ := w.cellAt(w.seqOf(now), false); cur != nil {
 			cur.flags.Or(cellHydrated)
 		}
 	}
@@ -277,13 +277,13 @@ func (r *regionalTier) refreshNow(ctx context.Context, ws []*window, now int64, 
 func (r *regionalTier) refresh(ctx context.Context, ws []*window, now int64, op string, timeout time.Duration) (failed []*window) {
 	keys := make([]store.CellKey, 0, 2*len(ws))
 	for _, w := range ws {
-		seq := now / w.durationMs
+		seq := w.seqOf(now)
 		keys = append(keys, w.cellKey(seq), w.cellKey(seq-1))
 	}
 	// The refunds of reserved cells are read in the same round trip.
 	refunds := r.refundsToRead(ws, now)
 	for _, rw := range refunds {
-		seq := now / rw.durationMs
+		seq := rw.seqOf(now)
 		keys = append(keys, rw.cellKey(seq), rw.cellKey(seq-1))
 	}
 	counts, err := r.call(ctx, op, timeout, func(ctx context.Context) ([]int64, error) {
@@ -298,7 +298,7 @@ func (r *regionalTier) refresh(ctx context.Context, ws []*window, now int64, op 
 			failed = append(failed, w)
 			continue
 		}
-		seq := now / w.durationMs
+		seq := w.seqOf(now)
 		r.merge(w, seq, cur)
 		r.merge(w, seq-1, prev)
 		if c, _ := w.cellAt(seq, false); c != nil {
@@ -307,7 +307,7 @@ func (r *regionalTier) refresh(ctx context.Context, ws []*window, now int64, op 
 	}
 	counts = counts[2*len(ws):]
 	for i, rw := range refunds {
-		seq := now / rw.durationMs
+		seq := rw.seqOf(now)
 		if cur := counts[2*i]; cur >= 0 {
 			r.merge(rw, seq, cur)
 		}
@@ -324,7 +324,7 @@ func (r *regionalTier) refresh(ctx context.Context, ws []*window, now int64, op 
 func (r *regionalTier) refundsToRead(ws []*window, now int64) []*window {
 	var out []*window
 	for _, w := range ws {
-		seq := now / w.durationMs
+		seq := w.seqOf(now)
 		reserved := false
 		for i := range w.cells {
 			if c := w.cells[i].Load(); c != nil && c.seq() >= seq-1 && c.flags.Load()&cellReserved != 0 {
@@ -377,7 +377,7 @@ func (r *regionalTier) afterDecideWindow(w *window, cur *cell, now int64, d *dec
 	if d.success && float64(d.remaining) > strictHeadroom*float64(d.limit) {
 		return
 	}
-	until := now + w.durationMs
+	until := now + w.strictSpan(now)
 	for {
 		old := w.strictUntil.Load()
 		if until <= old {

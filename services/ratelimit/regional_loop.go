@@ -48,12 +48,12 @@ func (r *regionalTier) replay(ctx context.Context) {
 		if delta == 0 && !reseed {
 			continue
 		}
-		if it.c.seq() < now/it.w.durationMs-1 {
+		if it.c.seq() < it.w.seqOf(now)-1 {
 			// The cell can no longer affect any decision anywhere.
 			r.metrics.replayExpired.Add(float64(delta))
 			continue
 		}
-		expires := store.ExpiresAt(it.c.seq(), it.w.durationMs)
+		expires := it.w.expiresAt(it.c.seq())
 		inc := store.Increment{
 			Key:   it.w.cellKey(it.c.seq()),
 			Delta: delta,
@@ -105,7 +105,7 @@ func (r *regionalTier) refreshStale(ctx context.Context) {
 	}
 	now := r.clock.Now().UnixMilli()
 	for _, w := range r.refresh(ctx, ws, now, opStale, backgroundTimeout) {
-		if !w.idle(now / w.durationMs) {
+		if !w.idle(w.seqOf(now)) {
 			r.queueRefresh(w)
 		}
 	}

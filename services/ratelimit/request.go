@@ -1,6 +1,10 @@
 package ratelimit
 
-import "time"
+import (
+	"time"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
+)
 
 // Request asks whether Identifier may spend Cost units of Limit per Duration
 // in Namespace. Workspace partitions every counter: requests of two
@@ -11,9 +15,21 @@ type Request struct {
 	Identifier string
 	// Limit is the number of units allowed per Duration, 1 to [MaxLimit].
 	Limit int64
-	// Duration is the length of the sliding window, from [MinDuration] to
-	// [MaxDuration]. It is used in whole milliseconds.
+	// Duration is the length of the window (of the refill of Limit, for a
+	// token bucket), from [MinDuration] to [MaxDuration]. It is used in
+	// whole milliseconds. It is zero with a Calendar.
 	Duration time.Duration
+	// Algorithm is how the limit counts: a sliding window (the zero
+	// value), a fixed window or a token bucket.
+	Algorithm Algorithm
+	// Burst is a token bucket's capacity, 1 to [MaxLimit]; 0 means Limit.
+	// Other models have none.
+	Burst int64
+	// Calendar, when not zero, makes the limit a fixed window whose
+	// windows are the calendar's periods (days, weeks, months or years on
+	// a time zone's clock) instead of Duration: Limit a period, reset at
+	// the next period's start. Algorithm is then a fixed window.
+	Calendar calendar.Period
 	// Cost is what this request spends, 0 to [MaxCost]. Cost 0 never counts:
 	// it asks whether one more request would still fit.
 	Cost int64
@@ -40,14 +56,20 @@ type Response struct {
 	Success bool
 	// Limit repeats the request's limit.
 	Limit int64
-	// Remaining is how many units are left in the sliding window after this
+	// Remaining is how many units are left in the window after this
 	// decision: limit - effective on success, limit - (effective - cost) on
-	// denial, never below zero.
+	// denial, never below zero. For a token bucket it is the tokens the
+	// bucket holds, at most its burst.
 	Remaining int64
-	// Reset is the end of the current fixed window.
+	// Reset is the end of the current fixed window (or calendar period);
+	// for a token bucket, when it will be full again if nothing else is
+	// taken.
 	Reset time.Time
 	// RetryAfter is how long until a request of the same cost would pass if
 	// no other traffic arrived. It is zero on success and when no wait can
-	// help (cost above the limit).
+	// help (cost above the limit, or above a bucket's burst).
 	RetryAfter time.Duration
+	// Algorithm is the model that decided: the request's, and a fixed
+	// window for a calendar.
+	Algorithm Algorithm
 }

@@ -40,13 +40,46 @@ func (r *Request) Validate() error {
 	if err := CheckLimit("limit", r.Limit, false); err != nil {
 		return err
 	}
-	if err := CheckDuration("duration", r.Duration, MaxDuration); err != nil {
+	if err := CheckModel(r, MaxDuration); err != nil {
 		return err
 	}
 	if err := CheckCost("cost", r.Cost); err != nil {
 		return err
 	}
 	return CheckReserve(r.Reserve, r.Report, r.Cost)
+}
+
+// CheckModel checks r's model: its algorithm, its burst (a token bucket's
+// alone), and either a duration up to max or a calendar (a window model's
+// alone), never both.
+func CheckModel(r *Request, max time.Duration) error {
+	if r.Algorithm > TokenBucket {
+		return &invalid.Error{Field: "algorithm", Rule: "must be sliding_window, fixed_window or token_bucket"}
+	}
+	if r.Algorithm == TokenBucket {
+		if r.Burst < 0 || r.Burst > MaxLimit {
+			return &invalid.Error{Field: "burst", Rule: fmt.Sprintf("must be between 1 and %d (0: the limit)", int64(MaxLimit))}
+		}
+		if r.Reserve {
+			// A bucket takes what it sees counted, never what is given
+			// back: a refund would return no tokens.
+			return &invalid.Error{Field: "reserve", Rule: "must be false with algorithm token_bucket: reserve on a sliding or fixed window"}
+		}
+	} else if r.Burst != 0 {
+		return &invalid.Error{Field: "burst", Rule: "must be unset but with algorithm token_bucket"}
+	}
+	if r.Calendar.IsZero() {
+		return CheckDuration("duration", r.Duration, max)
+	}
+	switch {
+	case r.Algorithm == TokenBucket:
+		return &invalid.Error{Field: "calendar", Rule: "must be unset with algorithm token_bucket: a calendar's periods are fixed windows"}
+	case r.Duration != 0:
+		return &invalid.Error{Field: "duration", Rule: "must be omitted with a calendar, whose periods are the windows"}
+	case r.Reserve:
+		return &invalid.Error{Field: "reserve", Rule: "must be false with a calendar: reserve on a sliding or fixed window of a duration"}
+	}
+	return nil
 }
 
 // CheckReserve refuses a request that is both a reservation and a report

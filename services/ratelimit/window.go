@@ -6,6 +6,7 @@ import (
 	"time"
 	"unique"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
@@ -45,6 +46,9 @@ type window struct {
 	// A reader that sees none in progress before, and the same number begun
 	// after, reading both counters has a consistent pair. See committed.
 	state atomic.Uint64
+	// bucket is a token bucket's state, for a key decided as one (nil
+	// until then).
+	bucket atomic.Pointer[bucket]
 }
 
 const (
@@ -64,13 +68,16 @@ type windowScope struct {
 	workspace string
 	namespace string
 	refunds   bool
+	// period is the calendar whose periods are the window's cells, or the
+	// zero Period for cells of durationMs.
+	period calendar.Period
 }
 
 // newWindow returns an empty window for k. It copies the identifier so the
 // window does not pin the request buffer it was decoded from.
 func newWindow(k *windowKey) *window {
 	return &window{
-		scope:      unique.Make(windowScope{workspace: k.workspace, namespace: k.namespace, refunds: k.refunds}),
+		scope:      unique.Make(windowScope{workspace: k.workspace, namespace: k.namespace, refunds: k.refunds, period: k.period}),
 		identifier: strings.Clone(k.identifier),
 		durationMs: k.durationMs,
 	}
@@ -89,7 +96,7 @@ func (w *window) is(k *windowKey) bool {
 func (w *window) key() windowKey {
 	sc := w.scope.Value()
 	return windowKey{workspace: sc.workspace, namespace: sc.namespace, identifier: w.identifier,
-		durationMs: w.durationMs, refunds: sc.refunds}
+		durationMs: w.durationMs, refunds: sc.refunds, period: sc.period}
 }
 
 // holdsRefunds reports whether w holds the refunds of its key rather than

@@ -13,6 +13,9 @@ package calendar
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"sync"
+	"sync/atomic"
 	"time"
 	_ "time/tzdata" // time zones in a binary on a system without its database (a distroless image)
 )
@@ -48,10 +51,38 @@ func (u Unit) String() string {
 const MaxTimeZoneLength = 64
 
 // Period is a calendar unit in a time zone. Its zero value is not valid:
-// make one with New.
+// make one with New. Periods are comparable: two of the same unit and zone
+// are equal, whichever call to New made them.
 type Period struct {
+	s *period
+}
+
+// period is what New shares between every Period of one unit and zone: the
+// zone, the period's code, and the bounds of the period last asked for, so
+// that a limiter deciding many keys of one calendar computes the wall clock
+// once a period rather than once a decision.
+type period struct {
 	unit     Unit
+	zone     string
 	location *time.Location
+	code     int64
+	last     atomic.Pointer[bounds]
+}
+
+// bounds is one period: its index and its first instant and the next
+// period's, in unix ms.
+type bounds struct {
+	index, startMs, endMs int64
+}
+
+// periods holds every Period New made, by unit and zone: at most four units
+// times the zones of the IANA database (about 600), since New refuses any
+// other name before it stores one.
+var periods sync.Map // periodName -> *period
+
+type periodName struct {
+	unit Unit
+	zone string
 }
 
 // ErrUnit is the error of a unit that is not one of Day, Week, Month and
@@ -60,10 +91,17 @@ var ErrUnit = errors.New("must be day, week, month or year")
 
 // New returns the periods of unit in the IANA time zone named timeZone
 // ("Europe/Berlin"; "" or "UTC" for UTC). An unknown zone is an error
-// that names it.
+// that names it. The zone is loaded once per process: later calls for the
+// same unit and zone return the same Period without reading the database.
 func New(unit Unit, timeZone string) (Period, error) {
 	if unit < Day || unit > Year {
 		return Period{}, fmt.Errorf("unit: %w, got %d", ErrUnit, int(unit))
+	}
+	if timeZone == "UTC" {
+		timeZone = ""
+	}
+	if p, ok := periods.Load(periodName{unit, timeZone}); ok {
+		return Period{p.(*period)}, nil
 	}
 	if len(timeZone) > MaxTimeZoneLength {
 		return Period{}, fmt.Errorf("time_zone: must be at most %d bytes, got %d", MaxTimeZoneLength, len(timeZone))
@@ -76,15 +114,84 @@ func New(unit Unit, timeZone string) (Period, error) {
 		}
 		loc = l
 	}
-	return Period{unit: unit, location: loc}, nil
+	p := &period{unit: unit, zone: timeZone, location: loc, code: code(unit, timeZone)}
+	actual, _ := periods.LoadOrStore(periodName{unit, timeZone}, p)
+	return Period{actual.(*period)}, nil
+}
+
+// IsZero reports whether p is the zero Period: no calendar.
+func (p Period) IsZero() bool { return p.s == nil }
+
+// Unit returns p's unit.
+func (p Period) Unit() Unit { return p.s.unit }
+
+// TimeZone returns the name of p's zone, "" for UTC.
+func (p Period) TimeZone() string { return p.s.zone }
+
+// Code returns the number that stands for p's periods where a fixed
+// window's length in milliseconds would (the stores' keys and rows): at
+// least [MinCode], so never a length, and the same in every process for
+// the same unit and zone. See [LatestEnd].
+func (p Period) Code() int64 { return p.s.code }
+
+// MinCode is the least [Period.Code]: 2^40 ms is 34 years, longer than
+// any window, and every code is under 2^41 ms, which a time.Duration still
+// holds.
+const MinCode = 1 << 40
+
+// code is MinCode, the unit in bits 37 to 39 and 37 bits of a hash of the
+// zone's name: two zones share a code with a chance of one in 10^11 a
+// pair, and then only keys named alike in both would share counts.
+func code(unit Unit, zone string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(zone))
+	return MinCode | int64(unit)<<37 | int64(h.Sum64()&(1<<37-1))
+}
+
+// IsCode reports whether ms is a Period's code rather than a length.
+func IsCode(ms int64) bool { return ms >= MinCode }
+
+// UnitOfCode returns the unit of a Period's code.
+func UnitOfCode(code int64) Unit { return Unit(code >> 37 & 7) }
+
+// At returns the period holding the instant of unix ms now: its index,
+// its start and the next period's start (its reset), in unix ms. A call
+// within the period asked for last costs two comparisons.
+func (p Period) At(now int64) (index, startMs, endMs int64) {
+	if b := p.s.last.Load(); b != nil && now >= b.startMs && now < b.endMs {
+		return b.index, b.startMs, b.endMs
+	}
+	i, start, end := p.Bounds(time.UnixMilli(now))
+	b := &bounds{index: i, startMs: start.UnixMilli(), endMs: end.UnixMilli()}
+	p.s.last.Store(b)
+	return b.index, b.startMs, b.endMs
+}
+
+// LatestEnd returns, in unix ms, an instant no earlier than the end of
+// the period of index i of the unit the code names, whatever its zone:
+// the end of that period in UTC and a day more (no zone's clock is a day
+// off UTC). Stores keep a cell of the period until then without knowing
+// its zone.
+func LatestEnd(code int64, i int64) int64 {
+	p, _ := New(UnitOfCode(code), "")
+	return p.Start(i+1).UnixMilli() + 24*time.Hour.Milliseconds()
+}
+
+// EarliestIndex returns an index no greater than that of the period
+// holding unix ms now in the unit the code names, whatever its zone: the
+// UTC index less one.
+func EarliestIndex(code int64, now int64) int64 {
+	p, _ := New(UnitOfCode(code), "")
+	i, _, _ := p.At(now)
+	return i - 1
 }
 
 // Index returns the number of the period holding t: consecutive periods
 // have consecutive indexes (days, weeks, months or years since those of
 // 1970-01-01 in the zone, counted on its calendar).
 func (p Period) Index(t time.Time) int64 {
-	y, m, d := t.In(p.location).Date()
-	switch p.unit {
+	y, m, d := t.In(p.s.location).Date()
+	switch p.s.unit {
 	case Day:
 		return days(y, m, d)
 	case Week:
@@ -101,7 +208,7 @@ func (p Period) Index(t time.Time) int64 {
 // day's midnight on the zone's clock (or the first instant of that day
 // where the clocks skip midnight).
 func (p Period) Start(i int64) time.Time {
-	switch p.unit {
+	switch p.s.unit {
 	case Day:
 		return p.midnight(civil(i))
 	case Week:
@@ -123,12 +230,12 @@ func (p Period) Bounds(t time.Time) (index int64, start, end time.Time) {
 
 // midnight is the first instant of a local date.
 func (p Period) midnight(y int, m time.Month, d int) time.Time {
-	t := time.Date(y, m, d, 0, 0, 0, 0, p.location)
+	t := time.Date(y, m, d, 0, 0, 0, 0, p.s.location)
 	if t.Day() != d {
 		// Midnight did not exist (the clocks skipped it, forward from
 		// 23:xx): time.Date normalised into the day before. The day starts
 		// at its first instant, found from noon.
-		t = time.Date(y, m, d, 12, 0, 0, 0, p.location)
+		t = time.Date(y, m, d, 12, 0, 0, 0, p.s.location)
 		for back := t.Add(-time.Hour); back.Day() == d; back = back.Add(-time.Hour) {
 			t = back
 		}

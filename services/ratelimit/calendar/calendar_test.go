@@ -107,3 +107,47 @@ func Example() {
 	fmt.Println(start, "until", reset)
 	// Output: 2026-02-01 00:00:00 +0100 CET until 2026-03-01 00:00:00 +0100 CET
 }
+
+// TestCodes: a Period's code is the same for the same unit and zone, apart
+// for others, never a window's length, held by a time.Duration of
+// milliseconds, and names its unit; LatestEnd and EarliestIndex bound the
+// period of any zone from the code alone, zones 14 hours ahead of UTC and
+// 11 behind included.
+func TestCodes(t *testing.T) {
+	zones := []string{"", "Europe/Berlin", "America/Santiago", "Pacific/Kiritimati", "Pacific/Pago_Pago",
+		"Asia/Kolkata", "Australia/Lord_Howe", "America/St_Johns", "Asia/Kathmandu"}
+	seen := map[int64]string{}
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, unit := range []calendar.Unit{calendar.Day, calendar.Week, calendar.Month, calendar.Year} {
+		for _, zone := range zones {
+			p, err := calendar.New(unit, zone)
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, _ := calendar.New(unit, zone)
+			if p != again {
+				t.Fatalf("%v %q: two calls made two Periods", unit, zone)
+			}
+			c := p.Code()
+			if other, dup := seen[c]; dup {
+				t.Fatalf("%v %q has the code of %s", unit, zone, other)
+			}
+			seen[c] = unit.String() + " " + zone
+			if !calendar.IsCode(c) || calendar.IsCode(366*24*3600*1000) || calendar.UnitOfCode(c) != unit ||
+				time.Duration(c)*time.Millisecond/time.Millisecond != time.Duration(c) {
+				t.Fatalf("%v %q: code %d", unit, zone, c)
+			}
+			for at := start; at.Before(start.AddDate(1, 0, 0)); at = at.Add(31 * time.Hour) {
+				i, s, e := p.At(at.UnixMilli())
+				wi, ws, we := p.Bounds(at)
+				if i != wi || s != ws.UnixMilli() || e != we.UnixMilli() {
+					t.Fatalf("%v %q at %v: At %d %d %d, Bounds %d %v %v", unit, zone, at, i, s, e, wi, ws, we)
+				}
+				if calendar.LatestEnd(c, i) < e || calendar.EarliestIndex(c, at.UnixMilli()) > i {
+					t.Fatalf("%v %q at %v: LatestEnd %d before the end %d, or EarliestIndex %d after %d",
+						unit, zone, at, calendar.LatestEnd(c, i), e, calendar.EarliestIndex(c, at.UnixMilli()), i)
+				}
+			}
+		}
+	}
+}

@@ -3,6 +3,8 @@ package store
 import (
 	"cmp"
 	"time"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
 )
 
 // CellKey names one window cell: one key in one fixed window.
@@ -52,8 +54,26 @@ func compareBool(a, b bool) int {
 // ExpiresAt is when a cell of sequence and a window of durationMs ms can no
 // longer affect any decision, in unix ms: the end of the window after its
 // own, the last in which the sliding window weighs it. Stores keep a cell
-// until then, and may drop it after.
-func ExpiresAt(sequence, durationMs int64) int64 { return (sequence + 2) * durationMs }
+// until then, and may drop it after. A durationMs that is a calendar's code
+// (see calendar.Period.Code) names a calendar period, which counts only in
+// itself: it expires when it ends, on any zone's clock.
+func ExpiresAt(sequence, durationMs int64) int64 {
+	if calendar.IsCode(durationMs) {
+		return calendar.LatestEnd(durationMs, sequence)
+	}
+	return (sequence + 2) * durationMs
+}
+
+// LatestSequence returns the latest sequence of a window of durationMs (or
+// a calendar's code) that a healthy clock can be in at now (unix ms): the
+// current one and the next, which a clock a little ahead is in. A global
+// store's row past it is ignored.
+func LatestSequence(durationMs, now int64) int64 {
+	if calendar.IsCode(durationMs) {
+		return calendar.EarliestIndex(durationMs, now) + 3
+	}
+	return now/durationMs + 1
+}
 
 // ExpiresAt is [ExpiresAt] of k.
 func (k *CellKey) ExpiresAt() int64 { return ExpiresAt(k.Sequence, k.Duration.Milliseconds()) }

@@ -79,7 +79,7 @@ func (c *Call) validate(workspace string) (ratelimit.Request, error) {
 	if err := ratelimit.CheckLimit("limit", r.Limit, c.ZeroLimit); err != nil {
 		return ratelimit.Request{}, err
 	}
-	if err := ratelimit.CheckDuration("duration", r.Duration, maxDuration); err != nil {
+	if err := ratelimit.CheckModel(&r, maxDuration); err != nil {
 		return ratelimit.Request{}, err
 	}
 	if err := ratelimit.CheckCost("cost", r.Cost); err != nil {
@@ -93,13 +93,17 @@ func (c *Call) validate(workspace string) (ratelimit.Request, error) {
 }
 
 // override replaces r's limit and duration by those of the override that
-// matches identifier (as the caller sent it), and returns its id.
+// matches identifier (as the caller sent it), and returns its id. A
+// calendar's periods stay: its limit alone is replaced.
 func (p *Pipeline) override(r *ratelimit.Request, identifier string) string {
 	o, ok := p.overrides.Lookup(r.Workspace, r.Namespace, identifier)
 	if !ok {
 		return ""
 	}
-	r.Limit, r.Duration = o.Limit, o.Duration
+	r.Limit = o.Limit
+	if r.Calendar.IsZero() {
+		r.Duration = o.Duration
+	}
 	return o.ID
 }
 

@@ -1,0 +1,136 @@
+package ratelimit
+
+import (
+	"fmt"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
+)
+
+// Algorithm is how a limit counts what it admits. Every model keeps the
+// same state in the stores, the admitted cost of each fixed period of the
+// key (its cells), so that every one of them is shared across the
+// processes of a region and across regions by the same grow-only counts.
+type Algorithm uint8
+
+// The models.
+const (
+	// SlidingWindow weighs the previous fixed window by how much of it the
+	// sliding window still overlaps (see the package's documentation):
+	// at most limit in any window of duration, approximately.
+	SlidingWindow Algorithm = iota
+	// FixedWindow counts each fixed window of duration (or each calendar
+	// period, with [Request.Calendar]) from zero: at most limit in each,
+	// reset at its end. It counts as envoyproxy/ratelimit and limitador do.
+	FixedWindow
+	// TokenBucket is a bucket of [Request.Burst] tokens refilled at limit
+	// per duration, decided as the generic cell rate algorithm (GCRA)
+	// does: a request of cost takes cost tokens if the bucket holds them.
+	// For every interval [s, t] it admits at most burst + rate·(t−s).
+	TokenBucket
+)
+
+// String names the model as the API does.
+func (a Algorithm) String() string {
+	switch a {
+	case SlidingWindow:
+		return "sliding_window"
+	case FixedWindow:
+		return "fixed_window"
+	case TokenBucket:
+		return "token_bucket"
+	}
+	return fmt.Sprintf("Algorithm(%d)", int(a))
+}
+
+// spec is what one decision needs of its request's limit: the model and
+// its numbers.
+type spec struct {
+	algorithm Algorithm
+	limit     int64
+	// burst is a token bucket's capacity (the request's Burst, or limit).
+	burst int64
+}
+
+// specOf returns req's spec.
+func specOf(req *Request) spec {
+	s := spec{algorithm: req.Algorithm, limit: req.Limit, burst: req.Burst}
+	if !req.Calendar.IsZero() {
+		s.algorithm = FixedWindow
+	}
+	if s.burst == 0 {
+		s.burst = s.limit
+	}
+	return s
+}
+
+// keyOf returns the key of req's window. A calendar's periods are named by
+// their code where a fixed window's length would be.
+func keyOf(req *Request) windowKey {
+	k := windowKey{workspace: req.Workspace, namespace: req.Namespace, identifier: req.Identifier,
+		durationMs: req.Duration.Milliseconds()}
+	if !req.Calendar.IsZero() {
+		k.durationMs = req.Calendar.Code()
+		k.period = req.Calendar
+	}
+	return k
+}
+
+// periodOf returns the calendar of a window, or the zero Period for a
+// window of fixed length.
+func periodOf(w *window) calendar.Period { return w.scope.Value().period }
+
+// seqAt returns the fixed window (or calendar period) of w holding now
+// (unix ms), its start and its end.
+func (w *window) seqAt(now int64) (seq, start, end int64) {
+	if !calendar.IsCode(w.durationMs) {
+		seq = now / w.durationMs
+		return seq, seq * w.durationMs, (seq + 1) * w.durationMs
+	}
+	return periodOf(w).At(now)
+}
+
+// seqOf returns the sequence of w's cell holding now (unix ms).
+func (w *window) seqOf(now int64) int64 {
+	if !calendar.IsCode(w.durationMs) {
+		return now / w.durationMs
+	}
+	seq, _, _ := periodOf(w).At(now)
+	return seq
+}
+
+// expiresAt returns when w's cell seq can no longer affect a decision, in
+// unix ms (see store.ExpiresAt).
+func (w *window) expiresAt(seq int64) int64 { return store.ExpiresAt(seq, w.durationMs) }
+
+// strictSpan returns how long after now a key that denied, or admitted
+// near its limit, stays strict: a window's length, and for a calendar the
+// rest of the current period.
+func (w *window) strictSpan(now int64) int64 {
+	if !calendar.IsCode(w.durationMs) {
+		return w.durationMs
+	}
+	_, _, end := periodOf(w).At(now)
+	return end - now
+}
+
+// startOf returns the first instant of w's cell seq, in unix ms.
+func (w *window) startOf(seq int64) int64 {
+	if !calendar.IsCode(w.durationMs) {
+		return seq * w.durationMs
+	}
+	return periodOf(w).Start(seq).UnixMilli()
+}
+
+// retryAfter returns how many ms after now a request of cost would pass in
+// a window model if no other traffic arrived (see the package function):
+// for a fixed window, its end, since the next one starts from zero.
+func (sp spec) retryAfter(elapsed, dur, cur, prev, cost int64) int64 {
+	if sp.algorithm == FixedWindow {
+		if cost > sp.limit {
+			return 0
+		}
+		return dur - elapsed
+	}
+	return retryAfter(elapsed, dur, cur, prev, sp.limit, cost)
+}

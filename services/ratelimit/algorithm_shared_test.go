@@ -1,0 +1,100 @@
+package ratelimit
+
+import (
+	"testing"
+	"time"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
+	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
+)
+
+// models returns one request of each model on id, of limit a minute (a
+// bucket of limit a minute with a burst of limit; a calendar day).
+func models(t *testing.T, id string, limit int64) map[string]Request {
+	t.Helper()
+	day, err := calendar.New(calendar.Day, "Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sliding := req(id+"-sliding", limit, time.Minute, 1)
+	fixed := req(id+"-fixed", limit, time.Minute, 1)
+	fixed.Algorithm = FixedWindow
+	bucket := req(id+"-bucket", limit, time.Minute, 1)
+	bucket.Algorithm = TokenBucket
+	cal := Request{Workspace: "ws", Namespace: "ns", Identifier: id + "-calendar", Limit: limit, Cost: 1, Calendar: day}
+	return map[string]Request{"sliding": sliding, "fixed": fixed, "bucket": bucket, "calendar": cal}
+}
+
+// TestModelsConvergeThroughTheRegion: what process A admitted reaches B
+// through the regional store, for every model: B, which has not seen the
+// key, admits only the rest.
+func TestModelsConvergeThroughTheRegion(t *testing.T) {
+	for name, rq := range models(t, "user", 10) {
+		t.Run(name, func(t *testing.T) {
+			o := storetest.NewMemRegional()
+			clock := newFakeClock(1_700_000_010_000)
+			a, b := newRegional(t, o, clock), newRegional(t, o, clock)
+			for i := range 6 {
+				if !mustLimit(t, a.Service, rq).Success {
+					t.Fatalf("A denied request %d of 10", i)
+				}
+			}
+			a.tick()
+			admitted := 0
+			for range 10 {
+				if mustLimit(t, b.Service, rq).Success {
+					admitted++
+				}
+			}
+			if admitted != 4 {
+				t.Fatalf("B admitted %d after A took 6 of 10, want 4", admitted)
+			}
+			b.tick()
+			// A, warm and strict near the limit, learns of B's.
+			clock.Advance(2 * time.Second)
+			a.tick()
+			if resp := mustLimit(t, a.Service, rq); resp.Success {
+				t.Fatalf("A admitted after B took the rest: %+v", resp)
+			}
+		})
+	}
+}
+
+// TestModelsConvergeAcrossRegions: what region A admitted reaches region B
+// through the global store's grow-only counts, for every model.
+func TestModelsConvergeAcrossRegions(t *testing.T) {
+	for name, rq := range models(t, "user", 10) {
+		t.Run(name, func(t *testing.T) {
+			mem := storetest.NewMemGlobal()
+			clock := newFakeClock(1_700_000_010_000)
+			a, b := newRegion(t, "a", mem, clock), newRegion(t, "b", mem, clock)
+			// B holds the key (a calendar's zone is known only where a
+			// request brought it).
+			if !mustLimit(t, b.Service, rq).Success {
+				t.Fatal("B denied its first request")
+			}
+			b.flush()
+			for i := range 6 {
+				if !mustLimit(t, a.Service, rq).Success {
+					t.Fatalf("A denied request %d", i)
+				}
+			}
+			a.flush()
+			b.sync()
+			admitted := 0
+			for range 10 {
+				if mustLimit(t, b.Service, rq).Success {
+					admitted++
+				}
+			}
+			if admitted != 3 {
+				t.Fatalf("B admitted %d after A took 6 and B 1 of 10, want 3", admitted)
+			}
+			b.flush()
+			a.sync()
+			if resp := mustLimit(t, a.Service, rq); resp.Success {
+				t.Fatalf("A admitted after B took the rest: %+v", resp)
+			}
+		})
+	}
+}
