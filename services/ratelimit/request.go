@@ -73,3 +73,13 @@ type Response struct {
 	// window for a calendar.
 	Algorithm Algorithm
 }
+
+// Window returns the length of the window a decision of r with reset
+// applied: Duration, or the calendar period that ends at reset.
+func (r *Request) Window(reset time.Time) time.Duration {
+	if r.Calendar.IsZero() {
+		return r.Duration
+	}
+	_, start, end := r.Calendar.At(reset.UnixMilli() - 1)
+	return time.Duration(end-start) * time.Millisecond
+}

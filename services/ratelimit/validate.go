@@ -2,11 +2,13 @@ package ratelimit
 
 import (
 	"fmt"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/unkeyed/ratelimit/internal/invalid"
+	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
 )
 
 // Bounds of a valid [Request]. Names and identifiers fit the 255-character
@@ -49,6 +51,30 @@ func (r *Request) Validate() error {
 	return CheckReserve(r.Reserve, r.Report, r.Cost)
 }
 
+// NewCalendar returns the periods of unit in the IANA time zone named
+// zone ("" or "UTC" for UTC), or a [*invalid.Error] naming calendar.unit
+// or calendar.time_zone.
+func NewCalendar(unit calendar.Unit, zone string) (calendar.Period, error) {
+	if unit < calendar.Day || unit > calendar.Year {
+		return calendar.Period{}, &invalid.Error{Field: "calendar.unit", Rule: "must be day, week, month or year"}
+	}
+	p, err := calendar.New(unit, zone)
+	if err != nil {
+		return calendar.Period{}, &invalid.Error{Field: "calendar.time_zone",
+			Rule: fmt.Sprintf("must be a time zone of the IANA database (such as Europe/Berlin), or empty for UTC, got %q", truncate(zone, calendar.MaxTimeZoneLength))}
+	}
+	return p, nil
+}
+
+// truncate returns s cut to at most n bytes, for a message that quotes a
+// caller's value.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
+}
+
 // CheckModel checks r's model: its algorithm, its burst (a token bucket's
 // alone), and either a duration up to max or a calendar (a window model's
 // alone), never both.
@@ -69,6 +95,9 @@ func CheckModel(r *Request, max time.Duration) error {
 		return &invalid.Error{Field: "burst", Rule: "must be unset but with algorithm token_bucket"}
 	}
 	if r.Calendar.IsZero() {
+		if r.Duration == 0 {
+			return &invalid.Error{Field: "duration", Rule: "missing: a limit needs the length of its window in milliseconds, or a calendar"}
+		}
 		return CheckDuration("duration", r.Duration, max)
 	}
 	switch {

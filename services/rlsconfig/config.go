@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
 )
 
 // Config is a set of domains compiled from configuration files or xDS
@@ -241,6 +242,8 @@ func compileRule(path string, d fileDescriptor) (*Rule, error) {
 			return nil, fmt.Errorf("%s: rate_limit.requests_per_unit: must not be given when unlimited is true", path)
 		case rl.Unlimited && rl.UnitMultiplier != nil:
 			return nil, fmt.Errorf("%s: rate_limit.unit_multiplier: must not be given when unlimited is true", path)
+		case rl.Unlimited && (rl.Algorithm != "" || rl.Burst != nil || rl.Calendar != nil):
+			return nil, fmt.Errorf("%s: rate_limit: algorithm, burst and calendar must not be given when unlimited is true", path)
 		case rl.Unlimited && len(d.RateLimits) > 0:
 			return nil, fmt.Errorf("%s: rate_limits: must not be given when rate_limit.unlimited is true", path)
 		}
@@ -277,9 +280,9 @@ func compileRule(path string, d fileDescriptor) (*Rule, error) {
 	// in one window.
 	for i, l := range r.Limits {
 		for _, prev := range r.Limits[:i] {
-			if prev.Duration() == l.Duration() {
+			if prev.window() == l.window() {
 				return nil, fmt.Errorf("%s: rate_limits: two limits span %s; each limit of a descriptor needs its own length of window",
-					path, l.Duration())
+					path, l.describe())
 			}
 		}
 	}
@@ -289,14 +292,44 @@ func compileRule(path string, d fileDescriptor) (*Rule, error) {
 // compileLimit reads one limit (of rate_limit or of rate_limits), where
 // names it in errors.
 func compileLimit(where string, fl fileLimit) (Limit, error) {
+	l := Limit{UnitMultiplier: 1, Name: fl.Name}
+	if fl.RequestsPerUnit != nil {
+		l.RequestsPerUnit = *fl.RequestsPerUnit
+	}
+	alg, ok := algorithms[strings.ToLower(fl.Algorithm)]
+	if !ok {
+		return Limit{}, fmt.Errorf("%s.algorithm: %q is not one of sliding_window, fixed_window, token_bucket", where, fl.Algorithm)
+	}
+	l.Algorithm = alg
+	if fl.Burst != nil {
+		if alg != ratelimit.TokenBucket || *fl.Burst < 1 {
+			return Limit{}, fmt.Errorf("%s.burst: must be at least 1, and only with algorithm token_bucket", where)
+		}
+		l.Burst = int64(*fl.Burst)
+	}
+	if c := fl.Calendar; c != nil {
+		switch {
+		case fl.Unit != "" || fl.UnitMultiplier != nil:
+			return Limit{}, fmt.Errorf("%s.calendar: must be given without unit and unit_multiplier: its periods are the windows", where)
+		case alg == ratelimit.TokenBucket:
+			return Limit{}, fmt.Errorf("%s.calendar: must not be given with algorithm token_bucket: a calendar's periods are fixed windows", where)
+		}
+		unit, ok := calendarUnits[strings.ToLower(c.Unit)]
+		if !ok {
+			return Limit{}, fmt.Errorf("%s.calendar.unit: %q is not one of day, week, month, year", where, c.Unit)
+		}
+		p, err := ratelimit.NewCalendar(unit.calendar, c.TimeZone)
+		if err != nil {
+			return Limit{}, fmt.Errorf("%s.%w", where, err)
+		}
+		l.Calendar, l.Unit, l.Algorithm = p, unit.envoy, ratelimit.FixedWindow
+		return l, nil
+	}
 	unit, ok := parseUnit(fl.Unit)
 	if !ok {
 		return Limit{}, fmt.Errorf("%s.unit: %q is not one of second, minute, hour, day, week, month, year", where, fl.Unit)
 	}
-	l := Limit{Unit: unit, UnitMultiplier: 1, Name: fl.Name}
-	if fl.RequestsPerUnit != nil {
-		l.RequestsPerUnit = *fl.RequestsPerUnit
-	}
+	l.Unit = unit
 	if fl.UnitMultiplier != nil {
 		l.UnitMultiplier = *fl.UnitMultiplier
 		// A window spans at most the limiter's longest, a year's rule.
@@ -306,6 +339,22 @@ func compileLimit(where string, fl fileLimit) (Limit, error) {
 		}
 	}
 	return l, nil
+}
+
+// algorithms are the models a limit may name, by their YAML spelling.
+var algorithms = map[string]ratelimit.Algorithm{
+	"": ratelimit.SlidingWindow, "sliding_window": ratelimit.SlidingWindow,
+	"fixed_window": ratelimit.FixedWindow, "token_bucket": ratelimit.TokenBucket,
+}
+
+// calendarUnits are a calendar's units, by their YAML spelling, with the
+// Envoy unit that names each in current_limit.
+var calendarUnits = map[string]struct {
+	calendar calendar.Unit
+	envoy    Unit
+}{
+	"day": {calendar.Day, UnitDay}, "week": {calendar.Week, UnitWeek},
+	"month": {calendar.Month, UnitMonth}, "year": {calendar.Year, UnitYear},
 }
 
 // MaxLimitsPerRule bounds the limits of one descriptor (rate_limit and

@@ -52,6 +52,20 @@ type fileLimit struct {
 	// names it) makes the window that many units: 5 minutes.
 	UnitMultiplier *uint32 `yaml:"unit_multiplier"`
 	Name           string  `yaml:"name"`
+	// Algorithm, Burst and Calendar choose the limit's model (this
+	// service's additions): sliding_window (the default), fixed_window
+	// or token_bucket with its burst; a calendar's periods in place of
+	// unit.
+	Algorithm string        `yaml:"algorithm"`
+	Burst     *uint32       `yaml:"burst"`
+	Calendar  *fileCalendar `yaml:"calendar"`
+}
+
+// fileCalendar names calendar periods: a unit (day, week, month, year) on
+// a time zone's clock, UTC when none.
+type fileCalendar struct {
+	Unit     string `yaml:"unit"`
+	TimeZone string `yaml:"time_zone"`
 }
 
 type fileReplace struct {

@@ -21,6 +21,126 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Algorithm is how a limit counts what it admits.
+type Algorithm int32
+
+const (
+	// ALGORITHM_SLIDING_WINDOW weighs the previous fixed window by how much
+	// of it the sliding window still overlaps: about limit in any window of
+	// duration. The default.
+	Algorithm_ALGORITHM_SLIDING_WINDOW Algorithm = 0
+	// ALGORITHM_FIXED_WINDOW counts each fixed window of duration (or each
+	// calendar period) from zero: limit in each, reset at its end.
+	Algorithm_ALGORITHM_FIXED_WINDOW Algorithm = 1
+	// ALGORITHM_TOKEN_BUCKET is a bucket of burst tokens refilled at limit
+	// per duration: over any interval of t milliseconds it admits at most
+	// burst + limit * t / duration.
+	Algorithm_ALGORITHM_TOKEN_BUCKET Algorithm = 2
+)
+
+// Enum value maps for Algorithm.
+var (
+	Algorithm_name = map[int32]string{
+		0: "ALGORITHM_SLIDING_WINDOW",
+		1: "ALGORITHM_FIXED_WINDOW",
+		2: "ALGORITHM_TOKEN_BUCKET",
+	}
+	Algorithm_value = map[string]int32{
+		"ALGORITHM_SLIDING_WINDOW": 0,
+		"ALGORITHM_FIXED_WINDOW":   1,
+		"ALGORITHM_TOKEN_BUCKET":   2,
+	}
+)
+
+func (x Algorithm) Enum() *Algorithm {
+	p := new(Algorithm)
+	*p = x
+	return p
+}
+
+func (x Algorithm) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Algorithm) Descriptor() protoreflect.EnumDescriptor {
+	return file_ratelimit_v1_ratelimit_proto_enumTypes[0].Descriptor()
+}
+
+func (Algorithm) Type() protoreflect.EnumType {
+	return &file_ratelimit_v1_ratelimit_proto_enumTypes[0]
+}
+
+func (x Algorithm) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Algorithm.Descriptor instead.
+func (Algorithm) EnumDescriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{0}
+}
+
+// CalendarUnit is the length of a calendar period.
+type CalendarUnit int32
+
+const (
+	// CALENDAR_UNIT_UNSPECIFIED is refused.
+	CalendarUnit_CALENDAR_UNIT_UNSPECIFIED CalendarUnit = 0
+	// CALENDAR_UNIT_DAY is from midnight to midnight: 23 or 25 hours where
+	// the clocks change.
+	CalendarUnit_CALENDAR_UNIT_DAY CalendarUnit = 1
+	// CALENDAR_UNIT_WEEK is from Monday's midnight (ISO 8601).
+	CalendarUnit_CALENDAR_UNIT_WEEK CalendarUnit = 2
+	// CALENDAR_UNIT_MONTH is from the 1st's midnight.
+	CalendarUnit_CALENDAR_UNIT_MONTH CalendarUnit = 3
+	// CALENDAR_UNIT_YEAR is from January 1st's midnight.
+	CalendarUnit_CALENDAR_UNIT_YEAR CalendarUnit = 4
+)
+
+// Enum value maps for CalendarUnit.
+var (
+	CalendarUnit_name = map[int32]string{
+		0: "CALENDAR_UNIT_UNSPECIFIED",
+		1: "CALENDAR_UNIT_DAY",
+		2: "CALENDAR_UNIT_WEEK",
+		3: "CALENDAR_UNIT_MONTH",
+		4: "CALENDAR_UNIT_YEAR",
+	}
+	CalendarUnit_value = map[string]int32{
+		"CALENDAR_UNIT_UNSPECIFIED": 0,
+		"CALENDAR_UNIT_DAY":         1,
+		"CALENDAR_UNIT_WEEK":        2,
+		"CALENDAR_UNIT_MONTH":       3,
+		"CALENDAR_UNIT_YEAR":        4,
+	}
+)
+
+func (x CalendarUnit) Enum() *CalendarUnit {
+	p := new(CalendarUnit)
+	*p = x
+	return p
+}
+
+func (x CalendarUnit) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CalendarUnit) Descriptor() protoreflect.EnumDescriptor {
+	return file_ratelimit_v1_ratelimit_proto_enumTypes[1].Descriptor()
+}
+
+func (CalendarUnit) Type() protoreflect.EnumType {
+	return &file_ratelimit_v1_ratelimit_proto_enumTypes[1]
+}
+
+func (x CalendarUnit) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CalendarUnit.Descriptor instead.
+func (CalendarUnit) EnumDescriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{1}
+}
+
 // LimitRequest asks whether identifier may spend cost units of limit per
 // duration in namespace.
 type LimitRequest struct {
@@ -33,8 +153,9 @@ type LimitRequest struct {
 	Identifier string `protobuf:"bytes,2,opt,name=identifier,proto3" json:"identifier,omitempty"`
 	// Limit is how many units may be spent per duration: 1 to 2^53.
 	Limit int64 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
-	// Duration is the length of the sliding window in milliseconds: 1,000 to
-	// 2,592,000,000 (30 days).
+	// Duration is the length of the window in milliseconds (for a token
+	// bucket, of the refill of limit): 1,000 to 2,592,000,000 (30 days).
+	// Omitted with a calendar, whose periods are the windows.
 	Duration int64 `protobuf:"varint,4,opt,name=duration,proto3" json:"duration,omitempty"`
 	// Cost is what this request spends: 0 to 2^53, 1 when absent. Cost 0 never
 	// counts; it asks whether one more unit would still fit.
@@ -50,8 +171,19 @@ type LimitRequest struct {
 	// tokens, say), counted all or nothing like any cost, and an admitted
 	// reservation answers a reservation token to Settle with the real cost
 	// when the call ends. Until it is settled, the estimate stays spent. Not
-	// allowed with report, nor in a MultiLimit or BatchLimit.
-	Reserve       bool `protobuf:"varint,7,opt,name=reserve,proto3" json:"reserve,omitempty"`
+	// allowed with report, nor in a MultiLimit or BatchLimit, nor with a
+	// token bucket or a calendar.
+	Reserve bool `protobuf:"varint,7,opt,name=reserve,proto3" json:"reserve,omitempty"`
+	// Algorithm is how the limit counts: a sliding window when unset.
+	Algorithm Algorithm `protobuf:"varint,8,opt,name=algorithm,proto3,enum=ratelimit.v1.Algorithm" json:"algorithm,omitempty"`
+	// Burst is a token bucket's capacity, 1 to 2^53; limit when unset. Only
+	// with ALGORITHM_TOKEN_BUCKET.
+	Burst int64 `protobuf:"varint,9,opt,name=burst,proto3" json:"burst,omitempty"`
+	// Calendar makes the windows calendar periods on a time zone's clock
+	// (days, ISO weeks, months, years): limit a period, reset at the next
+	// one's start. A fixed window: algorithm is then unset or
+	// ALGORITHM_FIXED_WINDOW, and duration omitted.
+	Calendar      *Calendar `protobuf:"bytes,10,opt,name=calendar,proto3" json:"calendar,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -135,6 +267,84 @@ func (x *LimitRequest) GetReserve() bool {
 	return false
 }
 
+func (x *LimitRequest) GetAlgorithm() Algorithm {
+	if x != nil {
+		return x.Algorithm
+	}
+	return Algorithm_ALGORITHM_SLIDING_WINDOW
+}
+
+func (x *LimitRequest) GetBurst() int64 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+func (x *LimitRequest) GetCalendar() *Calendar {
+	if x != nil {
+		return x.Calendar
+	}
+	return nil
+}
+
+// Calendar names calendar periods: a unit on a time zone's clock.
+type Calendar struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unit is the period: a day, an ISO week (from Monday), a month or a
+	// year.
+	Unit CalendarUnit `protobuf:"varint,1,opt,name=unit,proto3,enum=ratelimit.v1.CalendarUnit" json:"unit,omitempty"`
+	// TimeZone is an IANA time zone, such as "Europe/Berlin"; UTC when
+	// empty.
+	TimeZone      string `protobuf:"bytes,2,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Calendar) Reset() {
+	*x = Calendar{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Calendar) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Calendar) ProtoMessage() {}
+
+func (x *Calendar) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Calendar.ProtoReflect.Descriptor instead.
+func (*Calendar) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Calendar) GetUnit() CalendarUnit {
+	if x != nil {
+		return x.Unit
+	}
+	return CalendarUnit_CALENDAR_UNIT_UNSPECIFIED
+}
+
+func (x *Calendar) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
+}
+
 // LimitResponse is the decision for one LimitRequest.
 type LimitResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -142,10 +352,11 @@ type LimitResponse struct {
 	Success bool `protobuf:"varint,1,opt,name=success,proto3" json:"success,omitempty"`
 	// Limit repeats the request's limit.
 	Limit int64 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
-	// Remaining is how many units are left in the sliding window after this
-	// decision, never below zero.
+	// Remaining is how many units are left in the window after this
+	// decision, never below zero; for a token bucket, the tokens it holds.
 	Remaining int64 `protobuf:"varint,3,opt,name=remaining,proto3" json:"remaining,omitempty"`
-	// Reset is the end of the current fixed window, in unix milliseconds.
+	// Reset is the end of the current fixed window (or calendar period), in
+	// unix milliseconds; for a token bucket, when it is full again.
 	Reset_ int64 `protobuf:"varint,4,opt,name=reset,proto3" json:"reset,omitempty"`
 	// RetryAfter is how many milliseconds until a request of the same cost
 	// would pass if no other traffic arrived; 0 on success, and when no wait
@@ -157,14 +368,16 @@ type LimitResponse struct {
 	// Reservation is the token of an admitted reservation (reserve: true), to
 	// pass to Settle; empty otherwise. Opaque and signed: a changed one is
 	// refused.
-	Reservation   string `protobuf:"bytes,7,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	Reservation string `protobuf:"bytes,7,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	// Algorithm is the model that decided.
+	Algorithm     Algorithm `protobuf:"varint,8,opt,name=algorithm,proto3,enum=ratelimit.v1.Algorithm" json:"algorithm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LimitResponse) Reset() {
 	*x = LimitResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[1]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -176,7 +389,7 @@ func (x *LimitResponse) String() string {
 func (*LimitResponse) ProtoMessage() {}
 
 func (x *LimitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[1]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -189,7 +402,7 @@ func (x *LimitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitResponse.ProtoReflect.Descriptor instead.
 func (*LimitResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{1}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *LimitResponse) GetSuccess() bool {
@@ -241,6 +454,13 @@ func (x *LimitResponse) GetReservation() string {
 	return ""
 }
 
+func (x *LimitResponse) GetAlgorithm() Algorithm {
+	if x != nil {
+		return x.Algorithm
+	}
+	return Algorithm_ALGORITHM_SLIDING_WINDOW
+}
+
 // SettleRequest settles a reservation.
 type SettleRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -256,7 +476,7 @@ type SettleRequest struct {
 
 func (x *SettleRequest) Reset() {
 	*x = SettleRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[2]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -268,7 +488,7 @@ func (x *SettleRequest) String() string {
 func (*SettleRequest) ProtoMessage() {}
 
 func (x *SettleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[2]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -281,7 +501,7 @@ func (x *SettleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleRequest.ProtoReflect.Descriptor instead.
 func (*SettleRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{2}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SettleRequest) GetReservation() string {
@@ -321,7 +541,7 @@ type SettleResponse struct {
 
 func (x *SettleResponse) Reset() {
 	*x = SettleResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[3]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -333,7 +553,7 @@ func (x *SettleResponse) String() string {
 func (*SettleResponse) ProtoMessage() {}
 
 func (x *SettleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[3]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -346,7 +566,7 @@ func (x *SettleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleResponse.ProtoReflect.Descriptor instead.
 func (*SettleResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{3}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SettleResponse) GetSuccess() bool {
@@ -396,7 +616,7 @@ type MultiLimitRequest struct {
 
 func (x *MultiLimitRequest) Reset() {
 	*x = MultiLimitRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[4]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -408,7 +628,7 @@ func (x *MultiLimitRequest) String() string {
 func (*MultiLimitRequest) ProtoMessage() {}
 
 func (x *MultiLimitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[4]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -421,7 +641,7 @@ func (x *MultiLimitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiLimitRequest.ProtoReflect.Descriptor instead.
 func (*MultiLimitRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{4}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *MultiLimitRequest) GetLimits() []*LimitRequest {
@@ -445,7 +665,7 @@ type MultiLimitResponse struct {
 
 func (x *MultiLimitResponse) Reset() {
 	*x = MultiLimitResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -457,7 +677,7 @@ func (x *MultiLimitResponse) String() string {
 func (*MultiLimitResponse) ProtoMessage() {}
 
 func (x *MultiLimitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -470,7 +690,7 @@ func (x *MultiLimitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiLimitResponse.ProtoReflect.Descriptor instead.
 func (*MultiLimitResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{5}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *MultiLimitResponse) GetPassed() bool {
@@ -498,7 +718,7 @@ type BatchLimitRequest struct {
 
 func (x *BatchLimitRequest) Reset() {
 	*x = BatchLimitRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -510,7 +730,7 @@ func (x *BatchLimitRequest) String() string {
 func (*BatchLimitRequest) ProtoMessage() {}
 
 func (x *BatchLimitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -523,7 +743,7 @@ func (x *BatchLimitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchLimitRequest.ProtoReflect.Descriptor instead.
 func (*BatchLimitRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{6}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BatchLimitRequest) GetLimits() []*LimitRequest {
@@ -546,7 +766,7 @@ type BatchLimitResponse struct {
 
 func (x *BatchLimitResponse) Reset() {
 	*x = BatchLimitResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +778,7 @@ func (x *BatchLimitResponse) String() string {
 func (*BatchLimitResponse) ProtoMessage() {}
 
 func (x *BatchLimitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +791,7 @@ func (x *BatchLimitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchLimitResponse.ProtoReflect.Descriptor instead.
 func (*BatchLimitResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{7}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *BatchLimitResponse) GetResults() []*MultiLimitResult {
@@ -605,14 +825,16 @@ type MultiLimitResult struct {
 	RetryAfter int64 `protobuf:"varint,7,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	// OverrideId names the override whose limit and duration decided this
 	// limit; empty when none applied.
-	OverrideId    string `protobuf:"bytes,8,opt,name=override_id,json=overrideId,proto3" json:"override_id,omitempty"`
+	OverrideId string `protobuf:"bytes,8,opt,name=override_id,json=overrideId,proto3" json:"override_id,omitempty"`
+	// Algorithm is the model that decided this limit.
+	Algorithm     Algorithm `protobuf:"varint,9,opt,name=algorithm,proto3,enum=ratelimit.v1.Algorithm" json:"algorithm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MultiLimitResult) Reset() {
 	*x = MultiLimitResult{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -624,7 +846,7 @@ func (x *MultiLimitResult) String() string {
 func (*MultiLimitResult) ProtoMessage() {}
 
 func (x *MultiLimitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -637,7 +859,7 @@ func (x *MultiLimitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiLimitResult.ProtoReflect.Descriptor instead.
 func (*MultiLimitResult) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{8}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *MultiLimitResult) GetNamespace() string {
@@ -696,6 +918,13 @@ func (x *MultiLimitResult) GetOverrideId() string {
 	return ""
 }
 
+func (x *MultiLimitResult) GetAlgorithm() Algorithm {
+	if x != nil {
+		return x.Algorithm
+	}
+	return Algorithm_ALGORITHM_SLIDING_WINDOW
+}
+
 // Override replaces the limit and duration of the requests whose identifier
 // it matches. A request takes the override of its exact identifier, else the
 // most specific matching pattern: most characters besides *, then fewest *,
@@ -720,7 +949,7 @@ type Override struct {
 
 func (x *Override) Reset() {
 	*x = Override{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -732,7 +961,7 @@ func (x *Override) String() string {
 func (*Override) ProtoMessage() {}
 
 func (x *Override) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -745,7 +974,7 @@ func (x *Override) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Override.ProtoReflect.Descriptor instead.
 func (*Override) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{9}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Override) GetId() string {
@@ -800,7 +1029,7 @@ type SetOverrideRequest struct {
 
 func (x *SetOverrideRequest) Reset() {
 	*x = SetOverrideRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -812,7 +1041,7 @@ func (x *SetOverrideRequest) String() string {
 func (*SetOverrideRequest) ProtoMessage() {}
 
 func (x *SetOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -825,7 +1054,7 @@ func (x *SetOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetOverrideRequest.ProtoReflect.Descriptor instead.
 func (*SetOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{10}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SetOverrideRequest) GetNamespace() string {
@@ -868,7 +1097,7 @@ type SetOverrideResponse struct {
 
 func (x *SetOverrideResponse) Reset() {
 	*x = SetOverrideResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +1109,7 @@ func (x *SetOverrideResponse) String() string {
 func (*SetOverrideResponse) ProtoMessage() {}
 
 func (x *SetOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +1122,7 @@ func (x *SetOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetOverrideResponse.ProtoReflect.Descriptor instead.
 func (*SetOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{11}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SetOverrideResponse) GetOverride() *Override {
@@ -916,7 +1145,7 @@ type GetOverrideRequest struct {
 
 func (x *GetOverrideRequest) Reset() {
 	*x = GetOverrideRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -928,7 +1157,7 @@ func (x *GetOverrideRequest) String() string {
 func (*GetOverrideRequest) ProtoMessage() {}
 
 func (x *GetOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -941,7 +1170,7 @@ func (x *GetOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOverrideRequest.ProtoReflect.Descriptor instead.
 func (*GetOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{12}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetOverrideRequest) GetNamespace() string {
@@ -969,7 +1198,7 @@ type GetOverrideResponse struct {
 
 func (x *GetOverrideResponse) Reset() {
 	*x = GetOverrideResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -981,7 +1210,7 @@ func (x *GetOverrideResponse) String() string {
 func (*GetOverrideResponse) ProtoMessage() {}
 
 func (x *GetOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -994,7 +1223,7 @@ func (x *GetOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOverrideResponse.ProtoReflect.Descriptor instead.
 func (*GetOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{13}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetOverrideResponse) GetOverride() *Override {
@@ -1019,7 +1248,7 @@ type ListOverridesRequest struct {
 
 func (x *ListOverridesRequest) Reset() {
 	*x = ListOverridesRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +1260,7 @@ func (x *ListOverridesRequest) String() string {
 func (*ListOverridesRequest) ProtoMessage() {}
 
 func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +1273,7 @@ func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesRequest.ProtoReflect.Descriptor instead.
 func (*ListOverridesRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{14}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListOverridesRequest) GetNamespace() string {
@@ -1081,7 +1310,7 @@ type ListOverridesResponse struct {
 
 func (x *ListOverridesResponse) Reset() {
 	*x = ListOverridesResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[15]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1093,7 +1322,7 @@ func (x *ListOverridesResponse) String() string {
 func (*ListOverridesResponse) ProtoMessage() {}
 
 func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[15]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1106,7 +1335,7 @@ func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesResponse.ProtoReflect.Descriptor instead.
 func (*ListOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{15}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListOverridesResponse) GetOverrides() []*Override {
@@ -1136,7 +1365,7 @@ type DeleteOverrideRequest struct {
 
 func (x *DeleteOverrideRequest) Reset() {
 	*x = DeleteOverrideRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[16]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1148,7 +1377,7 @@ func (x *DeleteOverrideRequest) String() string {
 func (*DeleteOverrideRequest) ProtoMessage() {}
 
 func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[16]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1161,7 +1390,7 @@ func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideRequest.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{16}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeleteOverrideRequest) GetNamespace() string {
@@ -1187,7 +1416,7 @@ type DeleteOverrideResponse struct {
 
 func (x *DeleteOverrideResponse) Reset() {
 	*x = DeleteOverrideResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[17]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1199,7 +1428,7 @@ func (x *DeleteOverrideResponse) String() string {
 func (*DeleteOverrideResponse) ProtoMessage() {}
 
 func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[17]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1212,14 +1441,14 @@ func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideResponse.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{17}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{18}
 }
 
 var File_ratelimit_v1_ratelimit_proto protoreflect.FileDescriptor
 
 const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\"\xd2\x01\n" +
+	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\"\xd3\x02\n" +
 	"\fLimitRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1e\n" +
 	"\n" +
@@ -1229,8 +1458,15 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\bduration\x18\x04 \x01(\x03R\bduration\x12\x17\n" +
 	"\x04cost\x18\x05 \x01(\x03H\x00R\x04cost\x88\x01\x01\x12\x16\n" +
 	"\x06report\x18\x06 \x01(\bR\x06report\x12\x18\n" +
-	"\areserve\x18\a \x01(\bR\areserveB\a\n" +
-	"\x05_cost\"\xd7\x01\n" +
+	"\areserve\x18\a \x01(\bR\areserve\x125\n" +
+	"\talgorithm\x18\b \x01(\x0e2\x17.ratelimit.v1.AlgorithmR\talgorithm\x12\x14\n" +
+	"\x05burst\x18\t \x01(\x03R\x05burst\x122\n" +
+	"\bcalendar\x18\n" +
+	" \x01(\v2\x16.ratelimit.v1.CalendarR\bcalendarB\a\n" +
+	"\x05_cost\"W\n" +
+	"\bCalendar\x12.\n" +
+	"\x04unit\x18\x01 \x01(\x0e2\x1a.ratelimit.v1.CalendarUnitR\x04unit\x12\x1b\n" +
+	"\ttime_zone\x18\x02 \x01(\tR\btimeZone\"\x8e\x02\n" +
 	"\rLimitResponse\x12\x18\n" +
 	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -1240,7 +1476,8 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"retryAfter\x12\x1f\n" +
 	"\voverride_id\x18\x06 \x01(\tR\n" +
 	"overrideId\x12 \n" +
-	"\vreservation\x18\a \x01(\tR\vreservation\"S\n" +
+	"\vreservation\x18\a \x01(\tR\vreservation\x125\n" +
+	"\talgorithm\x18\b \x01(\x0e2\x17.ratelimit.v1.AlgorithmR\talgorithm\"S\n" +
 	"\rSettleRequest\x12 \n" +
 	"\vreservation\x18\x01 \x01(\tR\vreservation\x12\x17\n" +
 	"\x04cost\x18\x02 \x01(\x03H\x00R\x04cost\x88\x01\x01B\a\n" +
@@ -1259,7 +1496,7 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x11BatchLimitRequest\x122\n" +
 	"\x06limits\x18\x01 \x03(\v2\x1a.ratelimit.v1.LimitRequestR\x06limits\"N\n" +
 	"\x12BatchLimitResponse\x128\n" +
-	"\aresults\x18\x01 \x03(\v2\x1e.ratelimit.v1.MultiLimitResultR\aresults\"\xf6\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x1e.ratelimit.v1.MultiLimitResultR\aresults\"\xad\x02\n" +
 	"\x10MultiLimitResult\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1e\n" +
 	"\n" +
@@ -1272,7 +1509,8 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\vretry_after\x18\a \x01(\x03R\n" +
 	"retryAfter\x12\x1f\n" +
 	"\voverride_id\x18\b \x01(\tR\n" +
-	"overrideId\"\x8a\x01\n" +
+	"overrideId\x125\n" +
+	"\talgorithm\x18\t \x01(\x0e2\x17.ratelimit.v1.AlgorithmR\talgorithm\"\x8a\x01\n" +
 	"\bOverride\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1e\n" +
@@ -1309,7 +1547,17 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\n" +
 	"identifier\x18\x02 \x01(\tR\n" +
 	"identifier\"\x18\n" +
-	"\x16DeleteOverrideResponse2\xaa\x05\n" +
+	"\x16DeleteOverrideResponse*a\n" +
+	"\tAlgorithm\x12\x1c\n" +
+	"\x18ALGORITHM_SLIDING_WINDOW\x10\x00\x12\x1a\n" +
+	"\x16ALGORITHM_FIXED_WINDOW\x10\x01\x12\x1a\n" +
+	"\x16ALGORITHM_TOKEN_BUCKET\x10\x02*\x8d\x01\n" +
+	"\fCalendarUnit\x12\x1d\n" +
+	"\x19CALENDAR_UNIT_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11CALENDAR_UNIT_DAY\x10\x01\x12\x16\n" +
+	"\x12CALENDAR_UNIT_WEEK\x10\x02\x12\x17\n" +
+	"\x13CALENDAR_UNIT_MONTH\x10\x03\x12\x16\n" +
+	"\x12CALENDAR_UNIT_YEAR\x10\x042\xaa\x05\n" +
 	"\x10RatelimitService\x12B\n" +
 	"\x05Limit\x12\x1a.ratelimit.v1.LimitRequest\x1a\x1b.ratelimit.v1.LimitResponse\"\x00\x12Q\n" +
 	"\n" +
@@ -1335,56 +1583,65 @@ func file_ratelimit_v1_ratelimit_proto_rawDescGZIP() []byte {
 	return file_ratelimit_v1_ratelimit_proto_rawDescData
 }
 
-var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_ratelimit_v1_ratelimit_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_ratelimit_v1_ratelimit_proto_goTypes = []any{
-	(*LimitRequest)(nil),           // 0: ratelimit.v1.LimitRequest
-	(*LimitResponse)(nil),          // 1: ratelimit.v1.LimitResponse
-	(*SettleRequest)(nil),          // 2: ratelimit.v1.SettleRequest
-	(*SettleResponse)(nil),         // 3: ratelimit.v1.SettleResponse
-	(*MultiLimitRequest)(nil),      // 4: ratelimit.v1.MultiLimitRequest
-	(*MultiLimitResponse)(nil),     // 5: ratelimit.v1.MultiLimitResponse
-	(*BatchLimitRequest)(nil),      // 6: ratelimit.v1.BatchLimitRequest
-	(*BatchLimitResponse)(nil),     // 7: ratelimit.v1.BatchLimitResponse
-	(*MultiLimitResult)(nil),       // 8: ratelimit.v1.MultiLimitResult
-	(*Override)(nil),               // 9: ratelimit.v1.Override
-	(*SetOverrideRequest)(nil),     // 10: ratelimit.v1.SetOverrideRequest
-	(*SetOverrideResponse)(nil),    // 11: ratelimit.v1.SetOverrideResponse
-	(*GetOverrideRequest)(nil),     // 12: ratelimit.v1.GetOverrideRequest
-	(*GetOverrideResponse)(nil),    // 13: ratelimit.v1.GetOverrideResponse
-	(*ListOverridesRequest)(nil),   // 14: ratelimit.v1.ListOverridesRequest
-	(*ListOverridesResponse)(nil),  // 15: ratelimit.v1.ListOverridesResponse
-	(*DeleteOverrideRequest)(nil),  // 16: ratelimit.v1.DeleteOverrideRequest
-	(*DeleteOverrideResponse)(nil), // 17: ratelimit.v1.DeleteOverrideResponse
+	(Algorithm)(0),                 // 0: ratelimit.v1.Algorithm
+	(CalendarUnit)(0),              // 1: ratelimit.v1.CalendarUnit
+	(*LimitRequest)(nil),           // 2: ratelimit.v1.LimitRequest
+	(*Calendar)(nil),               // 3: ratelimit.v1.Calendar
+	(*LimitResponse)(nil),          // 4: ratelimit.v1.LimitResponse
+	(*SettleRequest)(nil),          // 5: ratelimit.v1.SettleRequest
+	(*SettleResponse)(nil),         // 6: ratelimit.v1.SettleResponse
+	(*MultiLimitRequest)(nil),      // 7: ratelimit.v1.MultiLimitRequest
+	(*MultiLimitResponse)(nil),     // 8: ratelimit.v1.MultiLimitResponse
+	(*BatchLimitRequest)(nil),      // 9: ratelimit.v1.BatchLimitRequest
+	(*BatchLimitResponse)(nil),     // 10: ratelimit.v1.BatchLimitResponse
+	(*MultiLimitResult)(nil),       // 11: ratelimit.v1.MultiLimitResult
+	(*Override)(nil),               // 12: ratelimit.v1.Override
+	(*SetOverrideRequest)(nil),     // 13: ratelimit.v1.SetOverrideRequest
+	(*SetOverrideResponse)(nil),    // 14: ratelimit.v1.SetOverrideResponse
+	(*GetOverrideRequest)(nil),     // 15: ratelimit.v1.GetOverrideRequest
+	(*GetOverrideResponse)(nil),    // 16: ratelimit.v1.GetOverrideResponse
+	(*ListOverridesRequest)(nil),   // 17: ratelimit.v1.ListOverridesRequest
+	(*ListOverridesResponse)(nil),  // 18: ratelimit.v1.ListOverridesResponse
+	(*DeleteOverrideRequest)(nil),  // 19: ratelimit.v1.DeleteOverrideRequest
+	(*DeleteOverrideResponse)(nil), // 20: ratelimit.v1.DeleteOverrideResponse
 }
 var file_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
-	0,  // 0: ratelimit.v1.MultiLimitRequest.limits:type_name -> ratelimit.v1.LimitRequest
-	8,  // 1: ratelimit.v1.MultiLimitResponse.results:type_name -> ratelimit.v1.MultiLimitResult
-	0,  // 2: ratelimit.v1.BatchLimitRequest.limits:type_name -> ratelimit.v1.LimitRequest
-	8,  // 3: ratelimit.v1.BatchLimitResponse.results:type_name -> ratelimit.v1.MultiLimitResult
-	9,  // 4: ratelimit.v1.SetOverrideResponse.override:type_name -> ratelimit.v1.Override
-	9,  // 5: ratelimit.v1.GetOverrideResponse.override:type_name -> ratelimit.v1.Override
-	9,  // 6: ratelimit.v1.ListOverridesResponse.overrides:type_name -> ratelimit.v1.Override
-	0,  // 7: ratelimit.v1.RatelimitService.Limit:input_type -> ratelimit.v1.LimitRequest
-	4,  // 8: ratelimit.v1.RatelimitService.MultiLimit:input_type -> ratelimit.v1.MultiLimitRequest
-	6,  // 9: ratelimit.v1.RatelimitService.BatchLimit:input_type -> ratelimit.v1.BatchLimitRequest
-	2,  // 10: ratelimit.v1.RatelimitService.Settle:input_type -> ratelimit.v1.SettleRequest
-	10, // 11: ratelimit.v1.RatelimitService.SetOverride:input_type -> ratelimit.v1.SetOverrideRequest
-	12, // 12: ratelimit.v1.RatelimitService.GetOverride:input_type -> ratelimit.v1.GetOverrideRequest
-	14, // 13: ratelimit.v1.RatelimitService.ListOverrides:input_type -> ratelimit.v1.ListOverridesRequest
-	16, // 14: ratelimit.v1.RatelimitService.DeleteOverride:input_type -> ratelimit.v1.DeleteOverrideRequest
-	1,  // 15: ratelimit.v1.RatelimitService.Limit:output_type -> ratelimit.v1.LimitResponse
-	5,  // 16: ratelimit.v1.RatelimitService.MultiLimit:output_type -> ratelimit.v1.MultiLimitResponse
-	7,  // 17: ratelimit.v1.RatelimitService.BatchLimit:output_type -> ratelimit.v1.BatchLimitResponse
-	3,  // 18: ratelimit.v1.RatelimitService.Settle:output_type -> ratelimit.v1.SettleResponse
-	11, // 19: ratelimit.v1.RatelimitService.SetOverride:output_type -> ratelimit.v1.SetOverrideResponse
-	13, // 20: ratelimit.v1.RatelimitService.GetOverride:output_type -> ratelimit.v1.GetOverrideResponse
-	15, // 21: ratelimit.v1.RatelimitService.ListOverrides:output_type -> ratelimit.v1.ListOverridesResponse
-	17, // 22: ratelimit.v1.RatelimitService.DeleteOverride:output_type -> ratelimit.v1.DeleteOverrideResponse
-	15, // [15:23] is the sub-list for method output_type
-	7,  // [7:15] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	0,  // 0: ratelimit.v1.LimitRequest.algorithm:type_name -> ratelimit.v1.Algorithm
+	3,  // 1: ratelimit.v1.LimitRequest.calendar:type_name -> ratelimit.v1.Calendar
+	1,  // 2: ratelimit.v1.Calendar.unit:type_name -> ratelimit.v1.CalendarUnit
+	0,  // 3: ratelimit.v1.LimitResponse.algorithm:type_name -> ratelimit.v1.Algorithm
+	2,  // 4: ratelimit.v1.MultiLimitRequest.limits:type_name -> ratelimit.v1.LimitRequest
+	11, // 5: ratelimit.v1.MultiLimitResponse.results:type_name -> ratelimit.v1.MultiLimitResult
+	2,  // 6: ratelimit.v1.BatchLimitRequest.limits:type_name -> ratelimit.v1.LimitRequest
+	11, // 7: ratelimit.v1.BatchLimitResponse.results:type_name -> ratelimit.v1.MultiLimitResult
+	0,  // 8: ratelimit.v1.MultiLimitResult.algorithm:type_name -> ratelimit.v1.Algorithm
+	12, // 9: ratelimit.v1.SetOverrideResponse.override:type_name -> ratelimit.v1.Override
+	12, // 10: ratelimit.v1.GetOverrideResponse.override:type_name -> ratelimit.v1.Override
+	12, // 11: ratelimit.v1.ListOverridesResponse.overrides:type_name -> ratelimit.v1.Override
+	2,  // 12: ratelimit.v1.RatelimitService.Limit:input_type -> ratelimit.v1.LimitRequest
+	7,  // 13: ratelimit.v1.RatelimitService.MultiLimit:input_type -> ratelimit.v1.MultiLimitRequest
+	9,  // 14: ratelimit.v1.RatelimitService.BatchLimit:input_type -> ratelimit.v1.BatchLimitRequest
+	5,  // 15: ratelimit.v1.RatelimitService.Settle:input_type -> ratelimit.v1.SettleRequest
+	13, // 16: ratelimit.v1.RatelimitService.SetOverride:input_type -> ratelimit.v1.SetOverrideRequest
+	15, // 17: ratelimit.v1.RatelimitService.GetOverride:input_type -> ratelimit.v1.GetOverrideRequest
+	17, // 18: ratelimit.v1.RatelimitService.ListOverrides:input_type -> ratelimit.v1.ListOverridesRequest
+	19, // 19: ratelimit.v1.RatelimitService.DeleteOverride:input_type -> ratelimit.v1.DeleteOverrideRequest
+	4,  // 20: ratelimit.v1.RatelimitService.Limit:output_type -> ratelimit.v1.LimitResponse
+	8,  // 21: ratelimit.v1.RatelimitService.MultiLimit:output_type -> ratelimit.v1.MultiLimitResponse
+	10, // 22: ratelimit.v1.RatelimitService.BatchLimit:output_type -> ratelimit.v1.BatchLimitResponse
+	6,  // 23: ratelimit.v1.RatelimitService.Settle:output_type -> ratelimit.v1.SettleResponse
+	14, // 24: ratelimit.v1.RatelimitService.SetOverride:output_type -> ratelimit.v1.SetOverrideResponse
+	16, // 25: ratelimit.v1.RatelimitService.GetOverride:output_type -> ratelimit.v1.GetOverrideResponse
+	18, // 26: ratelimit.v1.RatelimitService.ListOverrides:output_type -> ratelimit.v1.ListOverridesResponse
+	20, // 27: ratelimit.v1.RatelimitService.DeleteOverride:output_type -> ratelimit.v1.DeleteOverrideResponse
+	20, // [20:28] is the sub-list for method output_type
+	12, // [12:20] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_ratelimit_v1_ratelimit_proto_init() }
@@ -1393,19 +1650,20 @@ func file_ratelimit_v1_ratelimit_proto_init() {
 		return
 	}
 	file_ratelimit_v1_ratelimit_proto_msgTypes[0].OneofWrappers = []any{}
-	file_ratelimit_v1_ratelimit_proto_msgTypes[2].OneofWrappers = []any{}
+	file_ratelimit_v1_ratelimit_proto_msgTypes[3].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ratelimit_v1_ratelimit_proto_rawDesc), len(file_ratelimit_v1_ratelimit_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   18,
+			NumEnums:      2,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_ratelimit_v1_ratelimit_proto_goTypes,
 		DependencyIndexes: file_ratelimit_v1_ratelimit_proto_depIdxs,
+		EnumInfos:         file_ratelimit_v1_ratelimit_proto_enumTypes,
 		MessageInfos:      file_ratelimit_v1_ratelimit_proto_msgTypes,
 	}.Build()
 	File_ratelimit_v1_ratelimit_proto = out.File

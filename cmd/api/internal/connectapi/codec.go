@@ -20,7 +20,7 @@ var codecs = transport.Codecs{Decode: decode, EncodeJSON: encodeJSON, Required: 
 // requiredFields are the fields, by JSON name, a request of each message
 // must give: what has no meaningful zero.
 var requiredFields = map[protoreflect.FullName][]string{
-	"ratelimit.v1.LimitRequest":          {"namespace", "identifier", "limit", "duration"},
+	"ratelimit.v1.LimitRequest":          {"namespace", "identifier", "limit"}, // duration: not with a calendar
 	"ratelimit.v1.MultiLimitRequest":     {"limits"},
 	"ratelimit.v1.BatchLimitRequest":     {"limits"},
 	"ratelimit.v1.SettleRequest":         {"reservation", "cost"},

@@ -53,7 +53,9 @@ func appendLimitResponse(b []byte, m *ratelimitv1.LimitResponse) []byte {
 	b = appendJSONString(b, m.OverrideId)
 	b = append(b, `,"reservation":`...)
 	b = appendJSONString(b, m.Reservation)
-	return append(b, '}')
+	b = append(b, `,"algorithm":"`...)
+	b = append(b, m.Algorithm.String()...)
+	return append(b, `"}`...)
 }
 
 // parsePlainLimit parses a limit request the way nearly every caller sends

@@ -93,7 +93,13 @@ func FuzzLimitRequest(f *testing.F) {
 		if err := codec.Unmarshal(body, &msg); err != nil {
 			return
 		}
-		req := toRequest(&msg)
+		req, err := toRequest(&msg)
+		if err != nil {
+			if _, ok := invalid.As(err); !ok {
+				t.Fatalf("toRequest returned %v, want a validation error", err)
+			}
+			return
+		}
 		req.Workspace = "ws"
 		resp, err := limiter.Limit(context.Background(), req)
 		if err != nil {

@@ -19,8 +19,10 @@ import (
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
+	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/internal/ratelimitheader"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
 )
 
 // Handler serves RatelimitService on a layer's pipeline.
@@ -48,7 +50,11 @@ func (h *Handler) fail(ctx context.Context, procedure string, err error) error {
 
 // Limit implements RatelimitService.Limit.
 func (h *Handler) Limit(ctx context.Context, req *connect.Request[ratelimitv1.LimitRequest]) (*connect.Response[ratelimitv1.LimitResponse], error) {
-	d, err := h.pipeline.Limit(ctx, pipeline.Call{Request: toRequest(req.Msg)})
+	r, err := toRequest(req.Msg)
+	if err != nil {
+		return nil, h.fail(ctx, ratelimitv1connect.RatelimitServiceLimitProcedure, err)
+	}
+	d, err := h.pipeline.Limit(ctx, pipeline.Call{Request: r})
 	if err != nil {
 		return nil, h.fail(ctx, ratelimitv1connect.RatelimitServiceLimitProcedure, err)
 	}
@@ -60,6 +66,7 @@ func (h *Handler) Limit(ctx context.Context, req *connect.Request[ratelimitv1.Li
 		RetryAfter:  d.RetryAfter.Milliseconds(),
 		OverrideId:  d.OverrideID,
 		Reservation: d.Reservation,
+		Algorithm:   ratelimitv1.Algorithm(d.Algorithm),
 	})
 	// The IETF's fields, for an application to copy onto its own answer
 	// (gRPC carries them as header metadata).
@@ -84,7 +91,11 @@ func (h *Handler) Settle(ctx context.Context, req *connect.Request[ratelimitv1.S
 
 // MultiLimit implements RatelimitService.MultiLimit.
 func (h *Handler) MultiLimit(ctx context.Context, req *connect.Request[ratelimitv1.MultiLimitRequest]) (*connect.Response[ratelimitv1.MultiLimitResponse], error) {
-	m, err := h.pipeline.Multi(ctx, calls(req.Msg.Limits))
+	cs, err := calls(req.Msg.Limits)
+	if err != nil {
+		return nil, h.fail(ctx, ratelimitv1connect.RatelimitServiceMultiLimitProcedure, err)
+	}
+	m, err := h.pipeline.Multi(ctx, cs)
 	if err != nil {
 		return nil, h.fail(ctx, ratelimitv1connect.RatelimitServiceMultiLimitProcedure, err)
 	}
@@ -99,7 +110,11 @@ func (h *Handler) MultiLimit(ctx context.Context, req *connect.Request[ratelimit
 // and counted on its own, as a Limit call would be, in one round trip (see
 // pipeline.Batch).
 func (h *Handler) BatchLimit(ctx context.Context, req *connect.Request[ratelimitv1.BatchLimitRequest]) (*connect.Response[ratelimitv1.BatchLimitResponse], error) {
-	ds, err := h.pipeline.Batch(ctx, calls(req.Msg.Limits))
+	cs, err := calls(req.Msg.Limits)
+	if err != nil {
+		return nil, h.fail(ctx, ratelimitv1connect.RatelimitServiceBatchLimitProcedure, err)
+	}
+	ds, err := h.pipeline.Batch(ctx, cs)
 	if err != nil {
 		return nil, h.fail(ctx, ratelimitv1connect.RatelimitServiceBatchLimitProcedure, err)
 	}
@@ -110,13 +125,14 @@ func (h *Handler) BatchLimit(ctx context.Context, req *connect.Request[ratelimit
 	return connect.NewResponse(out), nil
 }
 
-// toRequest converts an API request. An absent cost means 1.
-func toRequest(m *ratelimitv1.LimitRequest) ratelimit.Request {
+// toRequest converts an API request. An absent cost means 1. A calendar
+// that names no unit or zone of the database is refused naming its field.
+func toRequest(m *ratelimitv1.LimitRequest) (ratelimit.Request, error) {
 	cost := int64(1)
 	if m != nil && m.Cost != nil {
 		cost = *m.Cost
 	}
-	return ratelimit.Request{
+	r := ratelimit.Request{
 		Namespace:  m.GetNamespace(),
 		Identifier: m.GetIdentifier(),
 		Limit:      m.GetLimit(),
@@ -124,16 +140,31 @@ func toRequest(m *ratelimitv1.LimitRequest) ratelimit.Request {
 		Cost:       cost,
 		Report:     m.GetReport(),
 		Reserve:    m.GetReserve(),
+		Algorithm:  ratelimit.Algorithm(min(m.GetAlgorithm(), 255)),
+		Burst:      m.GetBurst(),
 	}
+	if c := m.GetCalendar(); c != nil {
+		p, err := ratelimit.NewCalendar(calendar.Unit(c.GetUnit()), c.GetTimeZone())
+		if err != nil {
+			return ratelimit.Request{}, err
+		}
+		r.Calendar = p
+	}
+	return r, nil
 }
 
-// calls converts the requests of a batch.
-func calls(limits []*ratelimitv1.LimitRequest) []pipeline.Call {
+// calls converts the requests of a batch, naming a refused one by its
+// place ("limits[2].calendar.unit").
+func calls(limits []*ratelimitv1.LimitRequest) ([]pipeline.Call, error) {
 	out := make([]pipeline.Call, len(limits))
 	for i, l := range limits {
-		out[i] = pipeline.Call{Request: toRequest(l)}
+		r, err := toRequest(l)
+		if err != nil {
+			return nil, invalid.InEntry("limits", i, err)
+		}
+		out[i] = pipeline.Call{Request: r}
 	}
-	return out
+	return out, nil
 }
 
 // result answers one entry of a batch, repeating its key as sent.
@@ -147,6 +178,7 @@ func result(l *ratelimitv1.LimitRequest, d pipeline.Decision) *ratelimitv1.Multi
 		Reset_:     d.Reset.UnixMilli(),
 		RetryAfter: d.RetryAfter.Milliseconds(),
 		OverrideId: d.OverrideID,
+		Algorithm:  ratelimitv1.Algorithm(d.Algorithm),
 	}
 }
 

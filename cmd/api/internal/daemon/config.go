@@ -145,6 +145,10 @@ type Config struct {
 	// ratelimit does (an AI gateway's usage report must spend the budget
 	// it crosses); false counts only admitted hits.
 	RLSCountOverLimit bool `env:"UNKEY_RLS_COUNT_OVER_LIMIT" envDefault:"true" help:"count a hit over its limit, as envoyproxy/ratelimit does; false counts only admitted hits"`
+	// RLSFixedWindows decides every Envoy rule as a fixed window, as
+	// envoyproxy/ratelimit counts, whatever its algorithm: the same counts
+	// as that service during a migration.
+	RLSFixedWindows bool `env:"UNKEY_RLS_FIXED_WINDOWS" help:"decide every Envoy rule as a fixed window, whatever its algorithm: envoyproxy/ratelimit's counts exactly, for a migration"`
 	// RLSResponseDynamicMetadata answers Envoy's dynamic metadata with
 	// every ShouldRateLimit (envoyproxy/ratelimit's
 	// RESPONSE_DYNAMIC_METADATA).

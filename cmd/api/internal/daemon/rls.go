@@ -25,7 +25,7 @@ func (d *Daemon) newRLS(cfg Config, p *pipeline.Pipeline) (*envoyrls.Service, er
 	current := func() *rlsconfig.Config { return empty }
 	opts := []envoyrls.Option{envoyrls.WithShadowMode(cfg.RLSShadowMode), envoyrls.WithNearLimitRatio(cfg.RLSNearLimitRatio),
 		envoyrls.WithOverLimitHitsCounted(cfg.RLSCountOverLimit), envoyrls.WithDynamicMetadata(cfg.RLSResponseDynamicMetadata),
-		envoyrls.WithIETFHeaders(cfg.RLSIETFHeaders)}
+		envoyrls.WithIETFHeaders(cfg.RLSIETFHeaders), envoyrls.WithFixedWindows(cfg.RLSFixedWindows)}
 	switch {
 	case cfg.RLSConfig != "":
 		src, err := rlsconfig.NewSource(cfg.RLSConfig, rlsconfig.WithInterval(cfg.RLSConfigInterval),

@@ -321,9 +321,9 @@ func TestValidationOverTheAPI(t *testing.T) {
 		// What a newcomer meets first: a wrong type, a typo, an empty body,
 		// a missing field, a wrong type deep in a batch.
 		{"Limit", `{"namespace":"n","identifier":"i","limit":"two","duration":1000}`, `limit: must be an integer, got "two"`},
-		{"Limit", `{"namespace":"n","identifier":"i","limit":1,"duration":1000,"cots":5}`, "cots: unknown field: LimitRequest has namespace, identifier, limit, duration, cost, report, reserve"},
+		{"Limit", `{"namespace":"n","identifier":"i","limit":1,"duration":1000,"cots":5}`, "cots: unknown field: LimitRequest has namespace, identifier, limit, duration, cost, report, reserve, algorithm, burst, calendar"},
 		{"Limit", ``, "body: missing: the request, a JSON object"},
-		{"Limit", `{"namespace":"n","identifier":"i","limit":1}`, "duration: missing: LimitRequest needs it"},
+		{"Limit", `{"namespace":"n","identifier":"i","limit":1}`, "duration: missing: a limit needs the length of its window in milliseconds, or a calendar"},
 		{"Limit", `{"namespace":"n","identifier":"i","limit":1,"duration":1000,"report":"yes"}`, "report: must be true or false"},
 		{"MultiLimit", `{"limits":[{"namespace":"n","identifier":"i","limit":1,"duration":1000},{"namespace":"n","identifier":"i","limit":1,"duration":1000,"cost":"x"}]}`, `limits[1].cost: must be an integer, got "x"`},
 		{"SetOverride", `{"namespace":"n","identifier":"i","limit":1}`, "duration: missing: SetOverrideRequest needs it"},

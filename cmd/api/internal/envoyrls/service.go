@@ -83,6 +83,9 @@ type Service struct {
 	// service's behaviour before usage reports; envoyproxy/ratelimit counts
 	// it).
 	uncountedOverLimit bool
+	// fixedWindows decides every rule as a fixed window (see
+	// WithFixedWindows).
+	fixedWindows bool
 	// dynamicMetadata answers Envoy's dynamic metadata (see metadata.go).
 	dynamicMetadata bool
 	// loaded, if set, reports whether the rules have arrived: until they
@@ -123,6 +126,12 @@ func WithIETFHeaders(on bool) Option { return func(s *Service) { s.ietf = on } }
 // spends the budget even when it crosses it, and the next request's check
 // is refused. With false a denied hit counts nothing, as a Limit call's.
 func WithOverLimitHitsCounted(on bool) Option { return func(s *Service) { s.uncountedOverLimit = !on } }
+
+// WithFixedWindows, on, decides every limit as a fixed window of its
+// length, whatever algorithm its rule names (a calendar's periods stay
+// its windows): a counter per window, as envoyproxy/ratelimit counts, for
+// the same answers as that service during a migration.
+func WithFixedWindows(on bool) Option { return func(s *Service) { s.fixedWindows = on } }
 
 // WithDynamicMetadata answers every request with Envoy's dynamic metadata,
 // as envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA: the domain, the
@@ -481,8 +490,14 @@ func (s *Service) limit(ctx context.Context, ns pipeline.Namespace, p *plan) (li
 		// request's own limit not (see plan.fromRequest).
 		calls[i] = pipeline.Call{
 			Request: ratelimit.Request{Namespace: ns.Name(), Identifier: p.identifier,
-				Limit: int64(l.RequestsPerUnit), Duration: l.Duration(), Cost: p.cost, Report: !s.uncountedOverLimit},
+				Limit: int64(l.RequestsPerUnit), Duration: l.Duration(), Cost: p.cost, Report: !s.uncountedOverLimit,
+				Algorithm: l.Algorithm, Burst: l.Burst, Calendar: l.Calendar},
 			MaxIdentifier: MaxIdentifier, MaxDuration: ratelimit.MaxWindow, ZeroLimit: true}
+		if s.fixedWindows {
+			// envoyproxy/ratelimit's counts, exactly: a counter per
+			// window of the rule's length.
+			calls[i].Request.Algorithm, calls[i].Request.Burst = ratelimit.FixedWindow, 0
+		}
 		if p.fromRequest {
 			calls[i].MaxDuration, calls[i].ZeroLimit = ratelimit.MaxDuration, false
 		}
@@ -548,7 +563,7 @@ func tighter(a, b pipeline.Decision) bool {
 // the unit the window spans exactly (60 seconds: MINUTE; an override's
 // window), else UNKNOWN, as Envoy's field has no multiplier.
 func unitOf(l rlsconfig.Limit, applied time.Duration) rlsconfig.Unit {
-	if applied == l.Unit.Duration() {
+	if applied == l.Unit.Duration() || !l.Calendar.IsZero() {
 		return l.Unit
 	}
 	return rlsconfig.UnitOf(applied)

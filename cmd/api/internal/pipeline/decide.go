@@ -216,11 +216,11 @@ func setDecided(ctx context.Context, passed bool) {
 // decide applies the override of a validated request and decides it.
 func (p *Pipeline) decide(ctx context.Context, r *ratelimit.Request, identifier string) (Decision, error) {
 	d := Decision{OverrideID: p.override(r, identifier)}
-	d.Duration = r.Duration
 	// A limit of 0 (an override that blocks) is the limiter's to answer;
 	// with an error the response still holds the limit and the reset.
 	resp, err := p.limiter.Decide(ctx, *r)
 	d.Response = resp
+	d.Duration = r.Window(resp.Reset)
 	return d, err
 }
 
@@ -319,7 +319,6 @@ func (p *Pipeline) Multi(ctx context.Context, calls []Call) (MultiDecision, erro
 	out := MultiDecision{Results: make([]Decision, len(reqs))}
 	for i := range reqs {
 		out.Results[i].OverrideID = p.override(&reqs[i], calls[i].Request.Identifier)
-		out.Results[i].Duration = reqs[i].Duration
 	}
 	leave, err := p.enterBatch(ctx, workspace, len(reqs))
 	if err != nil {
@@ -333,6 +332,7 @@ func (p *Pipeline) Multi(ctx context.Context, calls []Call) (MultiDecision, erro
 	out.Passed = resp.Passed
 	for i := range resp.Results {
 		out.Results[i].Response = resp.Results[i]
+		out.Results[i].Duration = reqs[i].Window(resp.Results[i].Reset)
 		p.record(&reqs[i], resp.Passed && resp.Results[i].Success) // admitted: counted
 	}
 	p.metrics.decision("MultiLimit", resp.Passed)

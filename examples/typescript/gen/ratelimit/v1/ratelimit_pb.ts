@@ -2,15 +2,15 @@
 // @generated from file ratelimit/v1/ratelimit.proto (package ratelimit.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
-import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file ratelimit/v1/ratelimit.proto.
  */
 export const file_ratelimit_v1_ratelimit: GenFile = /*@__PURE__*/
-  fileDesc("ChxyYXRlbGltaXQvdjEvcmF0ZWxpbWl0LnByb3RvEgxyYXRlbGltaXQudjEikwEKDExpbWl0UmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEgoKaWRlbnRpZmllchgCIAEoCRINCgVsaW1pdBgDIAEoAxIQCghkdXJhdGlvbhgEIAEoAxIRCgRjb3N0GAUgASgDSACIAQESDgoGcmVwb3J0GAYgASgIEg8KB3Jlc2VydmUYByABKAhCBwoFX2Nvc3QikAEKDUxpbWl0UmVzcG9uc2USDwoHc3VjY2VzcxgBIAEoCBINCgVsaW1pdBgCIAEoAxIRCglyZW1haW5pbmcYAyABKAMSDQoFcmVzZXQYBCABKAMSEwoLcmV0cnlfYWZ0ZXIYBSABKAMSEwoLb3ZlcnJpZGVfaWQYBiABKAkSEwoLcmVzZXJ2YXRpb24YByABKAkiQAoNU2V0dGxlUmVxdWVzdBITCgtyZXNlcnZhdGlvbhgBIAEoCRIRCgRjb3N0GAIgASgDSACIAQFCBwoFX2Nvc3QiZAoOU2V0dGxlUmVzcG9uc2USDwoHc3VjY2VzcxgBIAEoCBINCgVsaW1pdBgCIAEoAxIRCglyZW1haW5pbmcYAyABKAMSDQoFcmVzZXQYBCABKAMSEAoIcmVmdW5kZWQYBSABKAMiPwoRTXVsdGlMaW1pdFJlcXVlc3QSKgoGbGltaXRzGAEgAygLMhoucmF0ZWxpbWl0LnYxLkxpbWl0UmVxdWVzdCJVChJNdWx0aUxpbWl0UmVzcG9uc2USDgoGcGFzc2VkGAEgASgIEi8KB3Jlc3VsdHMYAiADKAsyHi5yYXRlbGltaXQudjEuTXVsdGlMaW1pdFJlc3VsdCI/ChFCYXRjaExpbWl0UmVxdWVzdBIqCgZsaW1pdHMYASADKAsyGi5yYXRlbGltaXQudjEuTGltaXRSZXF1ZXN0IkUKEkJhdGNoTGltaXRSZXNwb25zZRIvCgdyZXN1bHRzGAEgAygLMh4ucmF0ZWxpbWl0LnYxLk11bHRpTGltaXRSZXN1bHQipQEKEE11bHRpTGltaXRSZXN1bHQSEQoJbmFtZXNwYWNlGAEgASgJEhIKCmlkZW50aWZpZXIYAiABKAkSDwoHc3VjY2VzcxgDIAEoCBINCgVsaW1pdBgEIAEoAxIRCglyZW1haW5pbmcYBSABKAMSDQoFcmVzZXQYBiABKAMSEwoLcmV0cnlfYWZ0ZXIYByABKAMSEwoLb3ZlcnJpZGVfaWQYCCABKAkiXgoIT3ZlcnJpZGUSCgoCaWQYASABKAkSEQoJbmFtZXNwYWNlGAIgASgJEhIKCmlkZW50aWZpZXIYAyABKAkSDQoFbGltaXQYBCABKAMSEAoIZHVyYXRpb24YBSABKAMiXAoSU2V0T3ZlcnJpZGVSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRISCgppZGVudGlmaWVyGAIgASgJEg0KBWxpbWl0GAMgASgDEhAKCGR1cmF0aW9uGAQgASgDIj8KE1NldE92ZXJyaWRlUmVzcG9uc2USKAoIb3ZlcnJpZGUYASABKAsyFi5yYXRlbGltaXQudjEuT3ZlcnJpZGUiOwoSR2V0T3ZlcnJpZGVSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRISCgppZGVudGlmaWVyGAIgASgJIj8KE0dldE92ZXJyaWRlUmVzcG9uc2USKAoIb3ZlcnJpZGUYASABKAsyFi5yYXRlbGltaXQudjEuT3ZlcnJpZGUiSAoUTGlzdE92ZXJyaWRlc1JlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEg4KBmN1cnNvchgCIAEoCRINCgVsaW1pdBgDIAEoBSJSChVMaXN0T3ZlcnJpZGVzUmVzcG9uc2USKQoJb3ZlcnJpZGVzGAEgAygLMhYucmF0ZWxpbWl0LnYxLk92ZXJyaWRlEg4KBmN1cnNvchgCIAEoCSI+ChVEZWxldGVPdmVycmlkZVJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEhIKCmlkZW50aWZpZXIYAiABKAkiGAoWRGVsZXRlT3ZlcnJpZGVSZXNwb25zZTKqBQoQUmF0ZWxpbWl0U2VydmljZRJCCgVMaW1pdBIaLnJhdGVsaW1pdC52MS5MaW1pdFJlcXVlc3QaGy5yYXRlbGltaXQudjEuTGltaXRSZXNwb25zZSIAElEKCk11bHRpTGltaXQSHy5yYXRlbGltaXQudjEuTXVsdGlMaW1pdFJlcXVlc3QaIC5yYXRlbGltaXQudjEuTXVsdGlMaW1pdFJlc3BvbnNlIgASUQoKQmF0Y2hMaW1pdBIfLnJhdGVsaW1pdC52MS5CYXRjaExpbWl0UmVxdWVzdBogLnJhdGVsaW1pdC52MS5CYXRjaExpbWl0UmVzcG9uc2UiABJFCgZTZXR0bGUSGy5yYXRlbGltaXQudjEuU2V0dGxlUmVxdWVzdBocLnJhdGVsaW1pdC52MS5TZXR0bGVSZXNwb25zZSIAElQKC1NldE92ZXJyaWRlEiAucmF0ZWxpbWl0LnYxLlNldE92ZXJyaWRlUmVxdWVzdBohLnJhdGVsaW1pdC52MS5TZXRPdmVycmlkZVJlc3BvbnNlIgASVAoLR2V0T3ZlcnJpZGUSIC5yYXRlbGltaXQudjEuR2V0T3ZlcnJpZGVSZXF1ZXN0GiEucmF0ZWxpbWl0LnYxLkdldE92ZXJyaWRlUmVzcG9uc2UiABJaCg1MaXN0T3ZlcnJpZGVzEiIucmF0ZWxpbWl0LnYxLkxpc3RPdmVycmlkZXNSZXF1ZXN0GiMucmF0ZWxpbWl0LnYxLkxpc3RPdmVycmlkZXNSZXNwb25zZSIAEl0KDkRlbGV0ZU92ZXJyaWRlEiMucmF0ZWxpbWl0LnYxLkRlbGV0ZU92ZXJyaWRlUmVxdWVzdBokLnJhdGVsaW1pdC52MS5EZWxldGVPdmVycmlkZVJlc3BvbnNlIgBiBnByb3RvMw");
+  fileDesc("ChxyYXRlbGltaXQvdjEvcmF0ZWxpbWl0LnByb3RvEgxyYXRlbGltaXQudjEi+AEKDExpbWl0UmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEgoKaWRlbnRpZmllchgCIAEoCRINCgVsaW1pdBgDIAEoAxIQCghkdXJhdGlvbhgEIAEoAxIRCgRjb3N0GAUgASgDSACIAQESDgoGcmVwb3J0GAYgASgIEg8KB3Jlc2VydmUYByABKAgSKgoJYWxnb3JpdGhtGAggASgOMhcucmF0ZWxpbWl0LnYxLkFsZ29yaXRobRINCgVidXJzdBgJIAEoAxIoCghjYWxlbmRhchgKIAEoCzIWLnJhdGVsaW1pdC52MS5DYWxlbmRhckIHCgVfY29zdCJHCghDYWxlbmRhchIoCgR1bml0GAEgASgOMhoucmF0ZWxpbWl0LnYxLkNhbGVuZGFyVW5pdBIRCgl0aW1lX3pvbmUYAiABKAkivAEKDUxpbWl0UmVzcG9uc2USDwoHc3VjY2VzcxgBIAEoCBINCgVsaW1pdBgCIAEoAxIRCglyZW1haW5pbmcYAyABKAMSDQoFcmVzZXQYBCABKAMSEwoLcmV0cnlfYWZ0ZXIYBSABKAMSEwoLb3ZlcnJpZGVfaWQYBiABKAkSEwoLcmVzZXJ2YXRpb24YByABKAkSKgoJYWxnb3JpdGhtGAggASgOMhcucmF0ZWxpbWl0LnYxLkFsZ29yaXRobSJACg1TZXR0bGVSZXF1ZXN0EhMKC3Jlc2VydmF0aW9uGAEgASgJEhEKBGNvc3QYAiABKANIAIgBAUIHCgVfY29zdCJkCg5TZXR0bGVSZXNwb25zZRIPCgdzdWNjZXNzGAEgASgIEg0KBWxpbWl0GAIgASgDEhEKCXJlbWFpbmluZxgDIAEoAxINCgVyZXNldBgEIAEoAxIQCghyZWZ1bmRlZBgFIAEoAyI/ChFNdWx0aUxpbWl0UmVxdWVzdBIqCgZsaW1pdHMYASADKAsyGi5yYXRlbGltaXQudjEuTGltaXRSZXF1ZXN0IlUKEk11bHRpTGltaXRSZXNwb25zZRIOCgZwYXNzZWQYASABKAgSLwoHcmVzdWx0cxgCIAMoCzIeLnJhdGVsaW1pdC52MS5NdWx0aUxpbWl0UmVzdWx0Ij8KEUJhdGNoTGltaXRSZXF1ZXN0EioKBmxpbWl0cxgBIAMoCzIaLnJhdGVsaW1pdC52MS5MaW1pdFJlcXVlc3QiRQoSQmF0Y2hMaW1pdFJlc3BvbnNlEi8KB3Jlc3VsdHMYASADKAsyHi5yYXRlbGltaXQudjEuTXVsdGlMaW1pdFJlc3VsdCLRAQoQTXVsdGlMaW1pdFJlc3VsdBIRCgluYW1lc3BhY2UYASABKAkSEgoKaWRlbnRpZmllchgCIAEoCRIPCgdzdWNjZXNzGAMgASgIEg0KBWxpbWl0GAQgASgDEhEKCXJlbWFpbmluZxgFIAEoAxINCgVyZXNldBgGIAEoAxITCgtyZXRyeV9hZnRlchgHIAEoAxITCgtvdmVycmlkZV9pZBgIIAEoCRIqCglhbGdvcml0aG0YCSABKA4yFy5yYXRlbGltaXQudjEuQWxnb3JpdGhtIl4KCE92ZXJyaWRlEgoKAmlkGAEgASgJEhEKCW5hbWVzcGFjZRgCIAEoCRISCgppZGVudGlmaWVyGAMgASgJEg0KBWxpbWl0GAQgASgDEhAKCGR1cmF0aW9uGAUgASgDIlwKElNldE92ZXJyaWRlUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEgoKaWRlbnRpZmllchgCIAEoCRINCgVsaW1pdBgDIAEoAxIQCghkdXJhdGlvbhgEIAEoAyI/ChNTZXRPdmVycmlkZVJlc3BvbnNlEigKCG92ZXJyaWRlGAEgASgLMhYucmF0ZWxpbWl0LnYxLk92ZXJyaWRlIjsKEkdldE92ZXJyaWRlUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEgoKaWRlbnRpZmllchgCIAEoCSI/ChNHZXRPdmVycmlkZVJlc3BvbnNlEigKCG92ZXJyaWRlGAEgASgLMhYucmF0ZWxpbWl0LnYxLk92ZXJyaWRlIkgKFExpc3RPdmVycmlkZXNSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIOCgZjdXJzb3IYAiABKAkSDQoFbGltaXQYAyABKAUiUgoVTGlzdE92ZXJyaWRlc1Jlc3BvbnNlEikKCW92ZXJyaWRlcxgBIAMoCzIWLnJhdGVsaW1pdC52MS5PdmVycmlkZRIOCgZjdXJzb3IYAiABKAkiPgoVRGVsZXRlT3ZlcnJpZGVSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRISCgppZGVudGlmaWVyGAIgASgJIhgKFkRlbGV0ZU92ZXJyaWRlUmVzcG9uc2UqYQoJQWxnb3JpdGhtEhwKGEFMR09SSVRITV9TTElESU5HX1dJTkRPVxAAEhoKFkFMR09SSVRITV9GSVhFRF9XSU5ET1cQARIaChZBTEdPUklUSE1fVE9LRU5fQlVDS0VUEAIqjQEKDENhbGVuZGFyVW5pdBIdChlDQUxFTkRBUl9VTklUX1VOU1BFQ0lGSUVEEAASFQoRQ0FMRU5EQVJfVU5JVF9EQVkQARIWChJDQUxFTkRBUl9VTklUX1dFRUsQAhIXChNDQUxFTkRBUl9VTklUX01PTlRIEAMSFgoSQ0FMRU5EQVJfVU5JVF9ZRUFSEAQyqgUKEFJhdGVsaW1pdFNlcnZpY2USQgoFTGltaXQSGi5yYXRlbGltaXQudjEuTGltaXRSZXF1ZXN0GhsucmF0ZWxpbWl0LnYxLkxpbWl0UmVzcG9uc2UiABJRCgpNdWx0aUxpbWl0Eh8ucmF0ZWxpbWl0LnYxLk11bHRpTGltaXRSZXF1ZXN0GiAucmF0ZWxpbWl0LnYxLk11bHRpTGltaXRSZXNwb25zZSIAElEKCkJhdGNoTGltaXQSHy5yYXRlbGltaXQudjEuQmF0Y2hMaW1pdFJlcXVlc3QaIC5yYXRlbGltaXQudjEuQmF0Y2hMaW1pdFJlc3BvbnNlIgASRQoGU2V0dGxlEhsucmF0ZWxpbWl0LnYxLlNldHRsZVJlcXVlc3QaHC5yYXRlbGltaXQudjEuU2V0dGxlUmVzcG9uc2UiABJUCgtTZXRPdmVycmlkZRIgLnJhdGVsaW1pdC52MS5TZXRPdmVycmlkZVJlcXVlc3QaIS5yYXRlbGltaXQudjEuU2V0T3ZlcnJpZGVSZXNwb25zZSIAElQKC0dldE92ZXJyaWRlEiAucmF0ZWxpbWl0LnYxLkdldE92ZXJyaWRlUmVxdWVzdBohLnJhdGVsaW1pdC52MS5HZXRPdmVycmlkZVJlc3BvbnNlIgASWgoNTGlzdE92ZXJyaWRlcxIiLnJhdGVsaW1pdC52MS5MaXN0T3ZlcnJpZGVzUmVxdWVzdBojLnJhdGVsaW1pdC52MS5MaXN0T3ZlcnJpZGVzUmVzcG9uc2UiABJdCg5EZWxldGVPdmVycmlkZRIjLnJhdGVsaW1pdC52MS5EZWxldGVPdmVycmlkZVJlcXVlc3QaJC5yYXRlbGltaXQudjEuRGVsZXRlT3ZlcnJpZGVSZXNwb25zZSIAYgZwcm90bzM");
 
 /**
  * LimitRequest asks whether identifier may spend cost units of limit per
@@ -43,8 +43,9 @@ export type LimitRequest = Message<"ratelimit.v1.LimitRequest"> & {
   limit: bigint;
 
   /**
-   * Duration is the length of the sliding window in milliseconds: 1,000 to
-   * 2,592,000,000 (30 days).
+   * Duration is the length of the window in milliseconds (for a token
+   * bucket, of the refill of limit): 1,000 to 2,592,000,000 (30 days).
+   * Omitted with a calendar, whose periods are the windows.
    *
    * @generated from field: int64 duration = 4;
    */
@@ -75,11 +76,37 @@ export type LimitRequest = Message<"ratelimit.v1.LimitRequest"> & {
    * tokens, say), counted all or nothing like any cost, and an admitted
    * reservation answers a reservation token to Settle with the real cost
    * when the call ends. Until it is settled, the estimate stays spent. Not
-   * allowed with report, nor in a MultiLimit or BatchLimit.
+   * allowed with report, nor in a MultiLimit or BatchLimit, nor with a
+   * token bucket or a calendar.
    *
    * @generated from field: bool reserve = 7;
    */
   reserve: boolean;
+
+  /**
+   * Algorithm is how the limit counts: a sliding window when unset.
+   *
+   * @generated from field: ratelimit.v1.Algorithm algorithm = 8;
+   */
+  algorithm: Algorithm;
+
+  /**
+   * Burst is a token bucket's capacity, 1 to 2^53; limit when unset. Only
+   * with ALGORITHM_TOKEN_BUCKET.
+   *
+   * @generated from field: int64 burst = 9;
+   */
+  burst: bigint;
+
+  /**
+   * Calendar makes the windows calendar periods on a time zone's clock
+   * (days, ISO weeks, months, years): limit a period, reset at the next
+   * one's start. A fixed window: algorithm is then unset or
+   * ALGORITHM_FIXED_WINDOW, and duration omitted.
+   *
+   * @generated from field: ratelimit.v1.Calendar calendar = 10;
+   */
+  calendar?: Calendar | undefined;
 };
 
 /**
@@ -88,6 +115,36 @@ export type LimitRequest = Message<"ratelimit.v1.LimitRequest"> & {
  */
 export const LimitRequestSchema: GenMessage<LimitRequest> = /*@__PURE__*/
   messageDesc(file_ratelimit_v1_ratelimit, 0);
+
+/**
+ * Calendar names calendar periods: a unit on a time zone's clock.
+ *
+ * @generated from message ratelimit.v1.Calendar
+ */
+export type Calendar = Message<"ratelimit.v1.Calendar"> & {
+  /**
+   * Unit is the period: a day, an ISO week (from Monday), a month or a
+   * year.
+   *
+   * @generated from field: ratelimit.v1.CalendarUnit unit = 1;
+   */
+  unit: CalendarUnit;
+
+  /**
+   * TimeZone is an IANA time zone, such as "Europe/Berlin"; UTC when
+   * empty.
+   *
+   * @generated from field: string time_zone = 2;
+   */
+  timeZone: string;
+};
+
+/**
+ * Describes the message ratelimit.v1.Calendar.
+ * Use `create(CalendarSchema)` to create a new message.
+ */
+export const CalendarSchema: GenMessage<Calendar> = /*@__PURE__*/
+  messageDesc(file_ratelimit_v1_ratelimit, 1);
 
 /**
  * LimitResponse is the decision for one LimitRequest.
@@ -110,15 +167,16 @@ export type LimitResponse = Message<"ratelimit.v1.LimitResponse"> & {
   limit: bigint;
 
   /**
-   * Remaining is how many units are left in the sliding window after this
-   * decision, never below zero.
+   * Remaining is how many units are left in the window after this
+   * decision, never below zero; for a token bucket, the tokens it holds.
    *
    * @generated from field: int64 remaining = 3;
    */
   remaining: bigint;
 
   /**
-   * Reset is the end of the current fixed window, in unix milliseconds.
+   * Reset is the end of the current fixed window (or calendar period), in
+   * unix milliseconds; for a token bucket, when it is full again.
    *
    * @generated from field: int64 reset = 4;
    */
@@ -149,6 +207,13 @@ export type LimitResponse = Message<"ratelimit.v1.LimitResponse"> & {
    * @generated from field: string reservation = 7;
    */
   reservation: string;
+
+  /**
+   * Algorithm is the model that decided.
+   *
+   * @generated from field: ratelimit.v1.Algorithm algorithm = 8;
+   */
+  algorithm: Algorithm;
 };
 
 /**
@@ -156,7 +221,7 @@ export type LimitResponse = Message<"ratelimit.v1.LimitResponse"> & {
  * Use `create(LimitResponseSchema)` to create a new message.
  */
 export const LimitResponseSchema: GenMessage<LimitResponse> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 1);
+  messageDesc(file_ratelimit_v1_ratelimit, 2);
 
 /**
  * SettleRequest settles a reservation.
@@ -186,7 +251,7 @@ export type SettleRequest = Message<"ratelimit.v1.SettleRequest"> & {
  * Use `create(SettleRequestSchema)` to create a new message.
  */
 export const SettleRequestSchema: GenMessage<SettleRequest> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 2);
+  messageDesc(file_ratelimit_v1_ratelimit, 3);
 
 /**
  * SettleResponse is the key's state after a settle.
@@ -239,7 +304,7 @@ export type SettleResponse = Message<"ratelimit.v1.SettleResponse"> & {
  * Use `create(SettleResponseSchema)` to create a new message.
  */
 export const SettleResponseSchema: GenMessage<SettleResponse> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 3);
+  messageDesc(file_ratelimit_v1_ratelimit, 4);
 
 /**
  * MultiLimitRequest holds the limits to decide together.
@@ -261,7 +326,7 @@ export type MultiLimitRequest = Message<"ratelimit.v1.MultiLimitRequest"> & {
  * Use `create(MultiLimitRequestSchema)` to create a new message.
  */
 export const MultiLimitRequestSchema: GenMessage<MultiLimitRequest> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 4);
+  messageDesc(file_ratelimit_v1_ratelimit, 5);
 
 /**
  * MultiLimitResponse is the decision for a MultiLimitRequest.
@@ -290,7 +355,7 @@ export type MultiLimitResponse = Message<"ratelimit.v1.MultiLimitResponse"> & {
  * Use `create(MultiLimitResponseSchema)` to create a new message.
  */
 export const MultiLimitResponseSchema: GenMessage<MultiLimitResponse> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 5);
+  messageDesc(file_ratelimit_v1_ratelimit, 6);
 
 /**
  * BatchLimitRequest holds independent requests to decide.
@@ -311,7 +376,7 @@ export type BatchLimitRequest = Message<"ratelimit.v1.BatchLimitRequest"> & {
  * Use `create(BatchLimitRequestSchema)` to create a new message.
  */
 export const BatchLimitRequestSchema: GenMessage<BatchLimitRequest> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 6);
+  messageDesc(file_ratelimit_v1_ratelimit, 7);
 
 /**
  * BatchLimitResponse holds one verdict per request, in request order.
@@ -334,7 +399,7 @@ export type BatchLimitResponse = Message<"ratelimit.v1.BatchLimitResponse"> & {
  * Use `create(BatchLimitResponseSchema)` to create a new message.
  */
 export const BatchLimitResponseSchema: GenMessage<BatchLimitResponse> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 7);
+  messageDesc(file_ratelimit_v1_ratelimit, 8);
 
 /**
  * MultiLimitResult is the verdict of one limit of a MultiLimitRequest or
@@ -403,6 +468,13 @@ export type MultiLimitResult = Message<"ratelimit.v1.MultiLimitResult"> & {
    * @generated from field: string override_id = 8;
    */
   overrideId: string;
+
+  /**
+   * Algorithm is the model that decided this limit.
+   *
+   * @generated from field: ratelimit.v1.Algorithm algorithm = 9;
+   */
+  algorithm: Algorithm;
 };
 
 /**
@@ -410,7 +482,7 @@ export type MultiLimitResult = Message<"ratelimit.v1.MultiLimitResult"> & {
  * Use `create(MultiLimitResultSchema)` to create a new message.
  */
 export const MultiLimitResultSchema: GenMessage<MultiLimitResult> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 8);
+  messageDesc(file_ratelimit_v1_ratelimit, 9);
 
 /**
  * Override replaces the limit and duration of the requests whose identifier
@@ -464,7 +536,7 @@ export type Override = Message<"ratelimit.v1.Override"> & {
  * Use `create(OverrideSchema)` to create a new message.
  */
 export const OverrideSchema: GenMessage<Override> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 9);
+  messageDesc(file_ratelimit_v1_ratelimit, 10);
 
 /**
  * SetOverrideRequest sets the override of identifier in namespace.
@@ -506,7 +578,7 @@ export type SetOverrideRequest = Message<"ratelimit.v1.SetOverrideRequest"> & {
  * Use `create(SetOverrideRequestSchema)` to create a new message.
  */
 export const SetOverrideRequestSchema: GenMessage<SetOverrideRequest> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 10);
+  messageDesc(file_ratelimit_v1_ratelimit, 11);
 
 /**
  * SetOverrideResponse returns the override as stored: one that existed
@@ -528,7 +600,7 @@ export type SetOverrideResponse = Message<"ratelimit.v1.SetOverrideResponse"> & 
  * Use `create(SetOverrideResponseSchema)` to create a new message.
  */
 export const SetOverrideResponseSchema: GenMessage<SetOverrideResponse> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 11);
+  messageDesc(file_ratelimit_v1_ratelimit, 12);
 
 /**
  * GetOverrideRequest names an override.
@@ -556,7 +628,7 @@ export type GetOverrideRequest = Message<"ratelimit.v1.GetOverrideRequest"> & {
  * Use `create(GetOverrideRequestSchema)` to create a new message.
  */
 export const GetOverrideRequestSchema: GenMessage<GetOverrideRequest> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 12);
+  messageDesc(file_ratelimit_v1_ratelimit, 13);
 
 /**
  * GetOverrideResponse holds the override.
@@ -577,7 +649,7 @@ export type GetOverrideResponse = Message<"ratelimit.v1.GetOverrideResponse"> & 
  * Use `create(GetOverrideResponseSchema)` to create a new message.
  */
 export const GetOverrideResponseSchema: GenMessage<GetOverrideResponse> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 13);
+  messageDesc(file_ratelimit_v1_ratelimit, 14);
 
 /**
  * ListOverridesRequest asks for a page of a namespace's overrides.
@@ -612,7 +684,7 @@ export type ListOverridesRequest = Message<"ratelimit.v1.ListOverridesRequest"> 
  * Use `create(ListOverridesRequestSchema)` to create a new message.
  */
 export const ListOverridesRequestSchema: GenMessage<ListOverridesRequest> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 14);
+  messageDesc(file_ratelimit_v1_ratelimit, 15);
 
 /**
  * ListOverridesResponse is one page of overrides.
@@ -640,7 +712,7 @@ export type ListOverridesResponse = Message<"ratelimit.v1.ListOverridesResponse"
  * Use `create(ListOverridesResponseSchema)` to create a new message.
  */
 export const ListOverridesResponseSchema: GenMessage<ListOverridesResponse> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 15);
+  messageDesc(file_ratelimit_v1_ratelimit, 16);
 
 /**
  * DeleteOverrideRequest names the override to delete.
@@ -668,7 +740,7 @@ export type DeleteOverrideRequest = Message<"ratelimit.v1.DeleteOverrideRequest"
  * Use `create(DeleteOverrideRequestSchema)` to create a new message.
  */
 export const DeleteOverrideRequestSchema: GenMessage<DeleteOverrideRequest> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 16);
+  messageDesc(file_ratelimit_v1_ratelimit, 17);
 
 /**
  * DeleteOverrideResponse confirms a deletion.
@@ -683,7 +755,95 @@ export type DeleteOverrideResponse = Message<"ratelimit.v1.DeleteOverrideRespons
  * Use `create(DeleteOverrideResponseSchema)` to create a new message.
  */
 export const DeleteOverrideResponseSchema: GenMessage<DeleteOverrideResponse> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 17);
+  messageDesc(file_ratelimit_v1_ratelimit, 18);
+
+/**
+ * Algorithm is how a limit counts what it admits.
+ *
+ * @generated from enum ratelimit.v1.Algorithm
+ */
+export enum Algorithm {
+  /**
+   * ALGORITHM_SLIDING_WINDOW weighs the previous fixed window by how much
+   * of it the sliding window still overlaps: about limit in any window of
+   * duration. The default.
+   *
+   * @generated from enum value: ALGORITHM_SLIDING_WINDOW = 0;
+   */
+  SLIDING_WINDOW = 0,
+
+  /**
+   * ALGORITHM_FIXED_WINDOW counts each fixed window of duration (or each
+   * calendar period) from zero: limit in each, reset at its end.
+   *
+   * @generated from enum value: ALGORITHM_FIXED_WINDOW = 1;
+   */
+  FIXED_WINDOW = 1,
+
+  /**
+   * ALGORITHM_TOKEN_BUCKET is a bucket of burst tokens refilled at limit
+   * per duration: over any interval of t milliseconds it admits at most
+   * burst + limit * t / duration.
+   *
+   * @generated from enum value: ALGORITHM_TOKEN_BUCKET = 2;
+   */
+  TOKEN_BUCKET = 2,
+}
+
+/**
+ * Describes the enum ratelimit.v1.Algorithm.
+ */
+export const AlgorithmSchema: GenEnum<Algorithm> = /*@__PURE__*/
+  enumDesc(file_ratelimit_v1_ratelimit, 0);
+
+/**
+ * CalendarUnit is the length of a calendar period.
+ *
+ * @generated from enum ratelimit.v1.CalendarUnit
+ */
+export enum CalendarUnit {
+  /**
+   * CALENDAR_UNIT_UNSPECIFIED is refused.
+   *
+   * @generated from enum value: CALENDAR_UNIT_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * CALENDAR_UNIT_DAY is from midnight to midnight: 23 or 25 hours where
+   * the clocks change.
+   *
+   * @generated from enum value: CALENDAR_UNIT_DAY = 1;
+   */
+  DAY = 1,
+
+  /**
+   * CALENDAR_UNIT_WEEK is from Monday's midnight (ISO 8601).
+   *
+   * @generated from enum value: CALENDAR_UNIT_WEEK = 2;
+   */
+  WEEK = 2,
+
+  /**
+   * CALENDAR_UNIT_MONTH is from the 1st's midnight.
+   *
+   * @generated from enum value: CALENDAR_UNIT_MONTH = 3;
+   */
+  MONTH = 3,
+
+  /**
+   * CALENDAR_UNIT_YEAR is from January 1st's midnight.
+   *
+   * @generated from enum value: CALENDAR_UNIT_YEAR = 4;
+   */
+  YEAR = 4,
+}
+
+/**
+ * Describes the enum ratelimit.v1.CalendarUnit.
+ */
+export const CalendarUnitSchema: GenEnum<CalendarUnit> = /*@__PURE__*/
+  enumDesc(file_ratelimit_v1_ratelimit, 1);
 
 /**
  * RatelimitService answers "may this caller spend cost units of limit per

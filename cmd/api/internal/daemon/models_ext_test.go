@@ -1,0 +1,97 @@
+package daemon_test
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestModelsOverConnectJSON: a Limit chooses its model as curl sends it,
+// and the answer names the model that decided: a token bucket refills
+// (retryAfter is when a token has), a fixed window counts to its end, a
+// calendar month in Berlin resets at the next month's first midnight
+// there.
+func TestModelsOverConnectJSON(t *testing.T) {
+	ts := startServer(t, "UNKEY_AUTH_TOKENS="+tokA+"=ws_a")
+	limit := func(body string) map[string]any {
+		t.Helper()
+		status, out := ts.call(t, "Limit", tokA, body)
+		if status != 200 {
+			t.Fatalf("%s: %d %v", body, status, out)
+		}
+		return out
+	}
+	// A bucket of 3 tokens refilled at one a day.
+	bucket := `{"namespace":"models","identifier":"bucket","limit":1,"duration":86400000,"algorithm":"ALGORITHM_TOKEN_BUCKET","burst":3}`
+	for i := range 4 {
+		out := limit(bucket)
+		if out["success"] != (i < 3) || out["algorithm"] != "ALGORITHM_TOKEN_BUCKET" {
+			t.Fatalf("bucket call %d: %v", i, out)
+		}
+		if i == 3 {
+			retry, _ := strconv.ParseInt(out["retryAfter"].(string), 10, 64)
+			if retry < 86_400_000-60_000 || retry > 86_400_000 {
+				t.Fatalf("empty bucket: retryAfter %d ms, want about a day (one token's refill)", retry)
+			}
+		}
+	}
+	// A fixed window of 30 days: 2, then denied until its end.
+	fixed := `{"namespace":"models","identifier":"fixed","limit":2,"duration":2592000000,"algorithm":"ALGORITHM_FIXED_WINDOW"}`
+	for i := range 3 {
+		out := limit(fixed)
+		reset, _ := strconv.ParseInt(out["reset"].(string), 10, 64)
+		if out["success"] != (i < 2) || out["algorithm"] != "ALGORITHM_FIXED_WINDOW" || reset%2_592_000_000 != 0 {
+			t.Fatalf("fixed call %d: %v", i, out)
+		}
+	}
+	// A calendar month in Berlin.
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nextMonth := func() int64 {
+		y, m, _ := time.Now().In(berlin).Date()
+		return time.Date(y, m+1, 1, 0, 0, 0, 0, berlin).UnixMilli()
+	}
+	month := `{"namespace":"models","identifier":"month","limit":2,"calendar":{"unit":"CALENDAR_UNIT_MONTH","timeZone":"Europe/Berlin"}}`
+	for i := range 3 {
+		before := nextMonth()
+		out := limit(month)
+		reset, _ := strconv.ParseInt(out["reset"].(string), 10, 64)
+		if out["success"] != (i < 2) || out["algorithm"] != "ALGORITHM_FIXED_WINDOW" || (reset != before && reset != nextMonth()) {
+			t.Fatalf("month call %d: %v, want reset %d (the next month's start in Berlin)", i, out, before)
+		}
+	}
+}
+
+// TestModelsRefuseBadValues: each model's rules name the field, in a
+// Limit and in a batch's entry, and count nothing.
+func TestModelsRefuseBadValues(t *testing.T) {
+	ts := startServer(t, "UNKEY_AUTH_TOKENS="+tokA+"=ws_a")
+	const key = `"namespace":"models","identifier":"bad","limit":5`
+	for _, tc := range []struct{ method, body, want string }{
+		{"Limit", `{` + key + `,"calendar":{"unit":"CALENDAR_UNIT_DAY","timeZone":"Mars/Olympus"}}`, "calendar.time_zone: must be a time zone of the IANA database"},
+		{"Limit", `{` + key + `,"calendar":{"timeZone":"Europe/Berlin"}}`, "calendar.unit: must be day, week, month or year"},
+		{"Limit", `{` + key + `,"duration":60000,"calendar":{"unit":"CALENDAR_UNIT_DAY"}}`, "duration: must be omitted with a calendar"},
+		{"Limit", `{` + key + `,"algorithm":"ALGORITHM_TOKEN_BUCKET","calendar":{"unit":"CALENDAR_UNIT_DAY"}}`, "calendar: must be unset with algorithm token_bucket"},
+		{"Limit", `{` + key + `,"duration":60000,"burst":10}`, "burst: must be unset but with algorithm token_bucket"},
+		{"Limit", `{` + key + `,"duration":60000,"algorithm":"ALGORITHM_TOKEN_BUCKET","burst":-1}`, "burst: must be between 1 and"},
+		{"Limit", `{` + key + `,"duration":60000,"algorithm":"ALGORITHM_TOKEN_BUCKET","reserve":true}`, "reserve: must be false with algorithm token_bucket"},
+		{"Limit", `{` + key + `}`, "duration: missing: a limit needs the length of its window"},
+		{"BatchLimit", `{"limits":[{` + key + `,"duration":60000},{` + key + `,"calendar":{"unit":"CALENDAR_UNIT_WEEK","timeZone":"Nowhere"}}]}`, "limits[1].calendar.time_zone"},
+		{"MultiLimit", `{"limits":[{` + key + `,"duration":60000},{` + key + `,"duration":60000,"burst":2}]}`, "limits[1].burst"},
+	} {
+		status, out := ts.call(t, tc.method, tokA, tc.body)
+		if status != 400 || !strings.Contains(fmt.Sprint(out["message"]), tc.want) {
+			t.Errorf("%s %s: %d %v, want 400 with %q", tc.method, tc.body, status, out, tc.want)
+		}
+	}
+	// Nothing was counted: the key's window of a minute admits all 5.
+	for i := range 5 {
+		if _, out := ts.call(t, "Limit", tokA, `{`+key+`,"duration":60000}`); out["success"] != true {
+			t.Fatalf("call %d after the refusals: %v", i, out)
+		}
+	}
+}
