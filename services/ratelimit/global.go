@@ -301,7 +301,20 @@ func (g *globalTier) noteRefund(w *window, c *cell) {
 // publishing promptly: at or above its floor, or shared by another region.
 // It is asked on the request path, of the key's own cells only.
 func (g *globalTier) worthSharing(w *window, c *cell, limit int64) bool {
-	return c.count.Load() >= g.floor(limit, w.durationMs) || c.global.Load() != 0
+	return c.count.Load() >= g.cellFloor(w, limit) || c.global.Load() != 0
+}
+
+// cellFloor is the floor of w's cells under limit: floor's, but 1 for a
+// token bucket's. A window's count starts from zero each window, so what
+// a region keeps to itself under the floor is a bounded error each
+// window; a bucket carries its level from cell to cell, so counts no
+// region ever saw would add up, window after window, into an error without
+// a bound.
+func (g *globalTier) cellFloor(w *window, limit int64) int64 {
+	if w.bucket.Load() != nil {
+		return 1
+	}
+	return g.floor(limit, w.durationMs)
 }
 
 // sharedRefunds reports whether c is a cell of refunds (w holds a key's

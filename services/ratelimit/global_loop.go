@@ -293,7 +293,7 @@ func (g *globalTier) flushCandidate(w *window, c *cell, now int64, prompt bool) 
 		return flushCandidate{}, false
 	}
 	limit := w.limit.Load()
-	floor := g.floor(limit, w.durationMs)
+	floor := g.cellFloor(w, limit)
 	// Utilization filter first: most cells never cross the floor. Refunds
 	// are shared whatever their size, like a cell another region holds.
 	shared := c.global.Load() > 0 || sharedRefunds(w, c)
@@ -308,7 +308,7 @@ func (g *globalTier) flushCandidate(w *window, c *cell, now int64, prompt bool) 
 	if last >= n {
 		return flushCandidate{}, false // change filter
 	}
-	if !shared && last > 0 && n < halfFloor(limit) {
+	if !shared && last > 0 && n < halfFloor(limit) && floor > 1 {
 		// Its presence is published and no other region holds it: below
 		// half the limit no region can push another over by itself, so
 		// the growth waits, and a key of one region costs one row more
