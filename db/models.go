@@ -75,6 +75,7 @@ type RatelimitOverride struct {
 	Identifier  string
 	LimitValue  uint64
 	DurationMs  uint64
+	Burst       uint64
 	UpdatedAt   uint64
 	DeletedAt   uint64
 	Revision    uint64

@@ -10,7 +10,7 @@ import (
 )
 
 const overrideChanges = `-- name: OverrideChanges :many
-SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, updated_at, deleted_at, revision
+SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, updated_at, deleted_at, revision
 FROM ratelimit_overrides FORCE INDEX (overrides_revision_idx)
 WHERE revision >= ?
 `
@@ -22,6 +22,7 @@ type OverrideChangesRow struct {
 	Identifier  string
 	LimitValue  uint64
 	DurationMs  uint64
+	Burst       uint64
 	UpdatedAt   uint64
 	DeletedAt   uint64
 	Revision    uint64
@@ -45,6 +46,7 @@ func (q *Queries) OverrideChanges(ctx context.Context, revision uint64) ([]Overr
 			&i.Identifier,
 			&i.LimitValue,
 			&i.DurationMs,
+			&i.Burst,
 			&i.UpdatedAt,
 			&i.DeletedAt,
 			&i.Revision,
@@ -87,7 +89,7 @@ func (q *Queries) OverrideDelete(ctx context.Context, arg OverrideDeleteParams) 
 }
 
 const overrideGet = `-- name: OverrideGet :one
-SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, updated_at, deleted_at, revision
+SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, updated_at, deleted_at, revision
 FROM ratelimit_overrides
 WHERE workspace_id = ? AND namespace = ? AND identifier = ? AND deleted_at = 0
 `
@@ -105,6 +107,7 @@ type OverrideGetRow struct {
 	Identifier  string
 	LimitValue  uint64
 	DurationMs  uint64
+	Burst       uint64
 	UpdatedAt   uint64
 	DeletedAt   uint64
 	Revision    uint64
@@ -121,6 +124,7 @@ func (q *Queries) OverrideGet(ctx context.Context, arg OverrideGetParams) (Overr
 		&i.Identifier,
 		&i.LimitValue,
 		&i.DurationMs,
+		&i.Burst,
 		&i.UpdatedAt,
 		&i.DeletedAt,
 		&i.Revision,
@@ -129,7 +133,7 @@ func (q *Queries) OverrideGet(ctx context.Context, arg OverrideGetParams) (Overr
 }
 
 const overrideList = `-- name: OverrideList :many
-SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, updated_at, deleted_at, revision
+SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, updated_at, deleted_at, revision
 FROM ratelimit_overrides
 WHERE workspace_id = ? AND namespace = ?
     AND identifier > ? AND deleted_at = 0
@@ -151,6 +155,7 @@ type OverrideListRow struct {
 	Identifier  string
 	LimitValue  uint64
 	DurationMs  uint64
+	Burst       uint64
 	UpdatedAt   uint64
 	DeletedAt   uint64
 	Revision    uint64
@@ -180,6 +185,7 @@ func (q *Queries) OverrideList(ctx context.Context, arg OverrideListParams) ([]O
 			&i.Identifier,
 			&i.LimitValue,
 			&i.DurationMs,
+			&i.Burst,
 			&i.UpdatedAt,
 			&i.DeletedAt,
 			&i.Revision,
@@ -198,7 +204,7 @@ func (q *Queries) OverrideList(ctx context.Context, arg OverrideListParams) ([]O
 }
 
 const overrideLoadPage = `-- name: OverrideLoadPage :many
-SELECT pk, id, workspace_id, namespace, identifier, limit_value, duration_ms, updated_at, deleted_at, revision
+SELECT pk, id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, updated_at, deleted_at, revision
 FROM ratelimit_overrides
 WHERE pk > ? AND deleted_at = 0
 ORDER BY pk
@@ -230,6 +236,7 @@ func (q *Queries) OverrideLoadPage(ctx context.Context, arg OverrideLoadPagePara
 			&i.Identifier,
 			&i.LimitValue,
 			&i.DurationMs,
+			&i.Burst,
 			&i.UpdatedAt,
 			&i.DeletedAt,
 			&i.Revision,
@@ -315,7 +322,7 @@ func (q *Queries) OverrideRevisionNow(ctx context.Context) (int64, error) {
 }
 
 const overrideRow = `-- name: OverrideRow :one
-SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, updated_at, deleted_at, revision
+SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, updated_at, deleted_at, revision
 FROM ratelimit_overrides
 WHERE workspace_id = ? AND namespace = ? AND identifier = ?
 `
@@ -333,6 +340,7 @@ type OverrideRowRow struct {
 	Identifier  string
 	LimitValue  uint64
 	DurationMs  uint64
+	Burst       uint64
 	UpdatedAt   uint64
 	DeletedAt   uint64
 	Revision    uint64
@@ -350,6 +358,7 @@ func (q *Queries) OverrideRow(ctx context.Context, arg OverrideRowParams) (Overr
 		&i.Identifier,
 		&i.LimitValue,
 		&i.DurationMs,
+		&i.Burst,
 		&i.UpdatedAt,
 		&i.DeletedAt,
 		&i.Revision,
@@ -360,9 +369,9 @@ func (q *Queries) OverrideRow(ctx context.Context, arg OverrideRowParams) (Overr
 const overrideUpsert = `-- name: OverrideUpsert :exec
 
 INSERT INTO ratelimit_overrides (
-    id, workspace_id, namespace, identifier, limit_value, duration_ms, updated_at, deleted_at, revision
+    id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, updated_at, deleted_at, revision
 ) VALUES (
-    ?, ?, ?, ?, ?, ?,
+    ?, ?, ?, ?, ?, ?, ?,
     FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000),
     0,
     UNIX_TIMESTAMP(NOW(6)) * 1000000
@@ -371,6 +380,7 @@ ON DUPLICATE KEY UPDATE
     id = IF(deleted_at = 0, id, VALUES(id)),
     limit_value = VALUES(limit_value),
     duration_ms = VALUES(duration_ms),
+    burst = VALUES(burst),
     updated_at = VALUES(updated_at),
     deleted_at = 0,
     revision = GREATEST(revision + 1, VALUES(revision))
@@ -383,6 +393,7 @@ type OverrideUpsertParams struct {
 	Identifier  string
 	LimitValue  uint64
 	DurationMs  uint64
+	Burst       uint64
 }
 
 // The database's clock, never a writer's, stamps every change: in unix µs
@@ -403,6 +414,7 @@ func (q *Queries) OverrideUpsert(ctx context.Context, arg OverrideUpsertParams) 
 		arg.Identifier,
 		arg.LimitValue,
 		arg.DurationMs,
+		arg.Burst,
 	)
 	return err
 }

@@ -86,6 +86,11 @@ func upgrade(ctx context.Context, db execer) error {
 	if err := addIndex(ctx, db, "ratelimit_overrides", "overrides_deleted_at_idx", "deleted_at"); err != nil {
 		return err
 	}
+	// An override may replace a token bucket's burst: 0, the request's
+	// own, in rows of an earlier version.
+	if err := addColumn(ctx, db, "ratelimit_overrides", "burst", "bigint unsigned NOT NULL DEFAULT 0"); err != nil {
+		return err
+	}
 	// Settlements name their workspace, counted against its cap: '' in
 	// rows of an earlier version, which expire within a day.
 	if err := addColumn(ctx, db, "ratelimit_reservation_settlements", "workspace_id", "varchar(191) NOT NULL DEFAULT ''"); err != nil {

@@ -4,7 +4,8 @@
 -- them all in memory and polls this table for changes (overrides_revision_idx),
 -- so a deletion is a tombstone (deleted_at > 0) that the poll can see, until
 -- the worker's cleanup purges it a day later (overrides_deleted_at_idx); a
--- deleted override set again is revived with a new id.
+-- deleted override set again is revived with a new id. burst replaces a
+-- token bucket's burst (0: the request's own).
 --
 -- Every time, updated_at and deleted_at (unix ms) and revision (unix µs) are
 -- the database's clock, never a writer's: processes whose clocks disagree
@@ -20,6 +21,7 @@ CREATE TABLE IF NOT EXISTS `ratelimit_overrides` (
     `identifier` varchar(255) NOT NULL,
     `limit_value` bigint unsigned NOT NULL,
     `duration_ms` bigint unsigned NOT NULL,
+    `burst` bigint unsigned NOT NULL DEFAULT 0,
     `updated_at` bigint unsigned NOT NULL,
     `deleted_at` bigint unsigned NOT NULL DEFAULT 0,
     `revision` bigint unsigned NOT NULL DEFAULT 0,

@@ -58,13 +58,16 @@ func isPattern(identifier string) bool { return strings.IndexByte(identifier, wi
 // [*invalid.Error], or nil. The names follow the limiter's rules;
 // the duration is a request's, and the limit a request's or 0, which blocks
 // the identifiers the override matches (every request denied, nothing
-// counted).
+// counted); the burst a token bucket's, or 0.
 func validate(o *Override) error {
 	if err := validateKey(o.Namespace, o.Identifier); err != nil {
 		return err
 	}
 	if err := ratelimit.CheckLimit("limit", o.Limit, true); err != nil {
 		return err
+	}
+	if o.Burst < 0 || o.Burst > ratelimit.MaxLimit {
+		return &invalid.Error{Field: "burst", Rule: fmt.Sprintf("must be between 0 (a request's own) and %d", int64(ratelimit.MaxLimit))}
 	}
 	return ratelimit.CheckDuration("duration", o.Duration, ratelimit.MaxDuration)
 }

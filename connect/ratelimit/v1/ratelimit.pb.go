@@ -941,8 +941,11 @@ type Override struct {
 	// Limit replaces the request's limit: 1 to 2^53.
 	Limit int64 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	// Duration replaces the request's duration, in milliseconds: 1,000 to
-	// 2,592,000,000.
-	Duration      int64 `protobuf:"varint,5,opt,name=duration,proto3" json:"duration,omitempty"`
+	// 2,592,000,000. A calendar's periods stay.
+	Duration int64 `protobuf:"varint,5,opt,name=duration,proto3" json:"duration,omitempty"`
+	// Burst replaces a token bucket's burst: 1 to 2^53; 0 keeps the
+	// request's. Other models have none.
+	Burst         int64 `protobuf:"varint,6,opt,name=burst,proto3" json:"burst,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1012,6 +1015,13 @@ func (x *Override) GetDuration() int64 {
 	return 0
 }
 
+func (x *Override) GetBurst() int64 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
 // SetOverrideRequest sets the override of identifier in namespace.
 type SetOverrideRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1022,7 +1032,9 @@ type SetOverrideRequest struct {
 	// Limit replaces the request's limit: 1 to 2^53.
 	Limit int64 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	// Duration replaces the request's duration, in milliseconds.
-	Duration      int64 `protobuf:"varint,4,opt,name=duration,proto3" json:"duration,omitempty"`
+	Duration int64 `protobuf:"varint,4,opt,name=duration,proto3" json:"duration,omitempty"`
+	// Burst replaces a token bucket's burst; 0 (unset) keeps the request's.
+	Burst         int64 `protobuf:"varint,5,opt,name=burst,proto3" json:"burst,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1081,6 +1093,13 @@ func (x *SetOverrideRequest) GetLimit() int64 {
 func (x *SetOverrideRequest) GetDuration() int64 {
 	if x != nil {
 		return x.Duration
+	}
+	return 0
+}
+
+func (x *SetOverrideRequest) GetBurst() int64 {
+	if x != nil {
+		return x.Burst
 	}
 	return 0
 }
@@ -1510,7 +1529,7 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"retryAfter\x12\x1f\n" +
 	"\voverride_id\x18\b \x01(\tR\n" +
 	"overrideId\x125\n" +
-	"\talgorithm\x18\t \x01(\x0e2\x17.ratelimit.v1.AlgorithmR\talgorithm\"\x8a\x01\n" +
+	"\talgorithm\x18\t \x01(\x0e2\x17.ratelimit.v1.AlgorithmR\talgorithm\"\xa0\x01\n" +
 	"\bOverride\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1e\n" +
@@ -1518,14 +1537,16 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"identifier\x18\x03 \x01(\tR\n" +
 	"identifier\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\x03R\x05limit\x12\x1a\n" +
-	"\bduration\x18\x05 \x01(\x03R\bduration\"\x84\x01\n" +
+	"\bduration\x18\x05 \x01(\x03R\bduration\x12\x14\n" +
+	"\x05burst\x18\x06 \x01(\x03R\x05burst\"\x9a\x01\n" +
 	"\x12SetOverrideRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1e\n" +
 	"\n" +
 	"identifier\x18\x02 \x01(\tR\n" +
 	"identifier\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x1a\n" +
-	"\bduration\x18\x04 \x01(\x03R\bduration\"I\n" +
+	"\bduration\x18\x04 \x01(\x03R\bduration\x12\x14\n" +
+	"\x05burst\x18\x05 \x01(\x03R\x05burst\"I\n" +
 	"\x13SetOverrideResponse\x122\n" +
 	"\boverride\x18\x01 \x01(\v2\x16.ratelimit.v1.OverrideR\boverride\"R\n" +
 	"\x12GetOverrideRequest\x12\x1c\n" +

@@ -58,6 +58,9 @@ type Override struct {
 	Limit int64
 	// Duration replaces the request's window.
 	Duration time.Duration
+	// Burst replaces a token bucket's burst; 0 keeps the request's.
+	// Other models have none.
+	Burst int64
 	// UpdatedAt is when the override last changed, in unix ms, by the
 	// store's clock.
 	UpdatedAt int64

@@ -15,7 +15,7 @@ import (
 
 // TestOverrides checks that the overrides stores newStore returns do what
 // package overrides relies on: an override keeps its id while it lives and
-// a revived one takes the new id; every change, a deletion too, takes a
+// a revived one takes the new id; a burst is kept as set; every change, a deletion too, takes a
 // larger revision than the row's last and one at least as large as a
 // Revision read before it; Get and List see live overrides only, List in
 // identifier order from a cursor; Changes returns deletions too; Page reads
@@ -37,6 +37,21 @@ func TestOverrides(t *testing.T, newStore func(t *testing.T) store.Overrides) {
 		got, err := s.Get(ctx, ws, "ns", "alice")
 		if err != nil || got.ID != "ovr_1_"+ws || got.Limit != 5 || got.Duration != time.Minute {
 			t.Fatalf("get: %+v, %v", got, err)
+		}
+	})
+	t.Run("ABurstIsKept", func(t *testing.T) {
+		s, ws := newStore(t), workspace()
+		o := override(ws, "ns", "bucket", "ovr_1", 10)
+		o.Burst = 250
+		set(t, s, o)
+		got, err := s.Get(ctx, ws, "ns", "bucket")
+		if err != nil || got.Burst != 250 {
+			t.Fatalf("get: %+v, %v; want burst 250", got, err)
+		}
+		o.Burst = 0
+		set(t, s, o)
+		if got, err := s.Get(ctx, ws, "ns", "bucket"); err != nil || got.Burst != 0 {
+			t.Fatalf("set again without a burst: %+v, %v; want burst 0", got, err)
 		}
 	})
 	t.Run("ADeletionIsAChange", func(t *testing.T) {

@@ -95,3 +95,28 @@ func TestModelsRefuseBadValues(t *testing.T) {
 		}
 	}
 }
+
+// TestOverrideSetsABucketsBurst: an override's burst replaces a token
+// bucket's (its limit and duration the rate), and changes no other model.
+func TestOverrideSetsABucketsBurst(t *testing.T) {
+	ts := startServer(t, "UNKEY_AUTH_TOKENS="+tokA+"=ws_a")
+	status, out := ts.call(t, "SetOverride", tokA, `{"namespace":"models","identifier":"vip","limit":1,"duration":86400000,"burst":5}`)
+	if status != 200 || fmt.Sprint(out["override"].(map[string]any)["burst"]) != "5" {
+		t.Fatalf("SetOverride: %d %v", status, out)
+	}
+	count := func(body string) (admitted int) {
+		for range 8 {
+			if _, out := ts.call(t, "Limit", tokA, body); out["success"] == true {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	if n := count(`{"namespace":"models","identifier":"vip","limit":100,"duration":1000,"algorithm":"ALGORITHM_TOKEN_BUCKET","burst":2}`); n != 5 {
+		t.Fatalf("a bucket under the override admitted %d at once, want its burst of 5", n)
+	}
+	status, out = ts.call(t, "SetOverride", tokA, `{"namespace":"models","identifier":"vip","limit":1,"duration":86400000,"burst":-1}`)
+	if status != 400 || !strings.Contains(fmt.Sprint(out["message"]), "burst: must be between 0") {
+		t.Fatalf("a negative burst: %d %v", status, out)
+	}
+}

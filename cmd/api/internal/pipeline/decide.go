@@ -92,9 +92,10 @@ func (c *Call) validate(workspace string) (ratelimit.Request, error) {
 	return r, nil
 }
 
-// override replaces r's limit and duration by those of the override that
-// matches identifier (as the caller sent it), and returns its id. A
-// calendar's periods stay: its limit alone is replaced.
+// override replaces r's limit and duration (and a token bucket's burst,
+// when it names one) by those of the override that matches identifier (as
+// the caller sent it), and returns its id. A calendar's periods stay: its
+// limit alone is replaced.
 func (p *Pipeline) override(r *ratelimit.Request, identifier string) string {
 	o, ok := p.overrides.Lookup(r.Workspace, r.Namespace, identifier)
 	if !ok {
@@ -103,6 +104,9 @@ func (p *Pipeline) override(r *ratelimit.Request, identifier string) string {
 	r.Limit = o.Limit
 	if r.Calendar.IsZero() {
 		r.Duration = o.Duration
+	}
+	if o.Burst > 0 && r.Algorithm == ratelimit.TokenBucket {
+		r.Burst = o.Burst
 	}
 	return o.ID
 }

@@ -47,7 +47,7 @@ func (p *Pipeline) SetOverride(ctx context.Context, o overrides.Override) (overr
 	if err != nil {
 		return overrides.Override{}, err
 	}
-	if before != nil && before.Limit == o.Limit && before.Duration == o.Duration {
+	if before != nil && before.Limit == o.Limit && before.Duration == o.Duration && before.Burst == o.Burst {
 		// Setting what is set changes nothing: nothing is written, and the
 		// audit log keeps changes, not requests.
 		return *before, nil
@@ -107,7 +107,11 @@ func overrideValue(o *overrides.Override) string {
 	if o == nil {
 		return ""
 	}
-	return audit.JSON(map[string]any{"id": o.ID, "limit": o.Limit, "duration": o.Duration.Milliseconds()})
+	v := map[string]any{"id": o.ID, "limit": o.Limit, "duration": o.Duration.Milliseconds()}
+	if o.Burst > 0 {
+		v["burst"] = o.Burst
+	}
+	return audit.JSON(v)
 }
 
 // GetOverride returns the override of identifier in the caller's
