@@ -15,6 +15,7 @@ package rlsconfig
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -31,6 +32,8 @@ import (
 type Config struct {
 	domains map[string]*node
 	rules   int
+	// models counts the limits of every rule by model (see Models).
+	models map[string]int
 	// paths holds every rule's path.
 	paths map[string]struct{}
 	// seq orders the configurations of a process: a later one compiled
@@ -144,7 +147,7 @@ type source struct {
 // compileSources compiles the domains of sources into one configuration;
 // a domain may be defined once.
 func compileSources(sources []source) (*Config, error) {
-	c := &Config{domains: map[string]*node{}, paths: map[string]struct{}{}, seq: compiled.Add(1)}
+	c := &Config{domains: map[string]*node{}, paths: map[string]struct{}{}, models: map[string]int{}, seq: compiled.Add(1)}
 	origin := map[string]string{}
 	for _, src := range sources {
 		for _, root := range src.roots {
@@ -216,6 +219,9 @@ func (c *Config) compile(parent *node, path string, levels []string, descriptors
 			c.paths[here] = struct{}{}
 			n.rule = r
 			c.rules++
+			for _, l := range r.Limits {
+				c.models[l.Model()]++
+			}
 		}
 		if err := c.compile(n, here, append(levels[:len(levels):len(levels)], name), d.Descriptors); err != nil {
 			return err
@@ -370,6 +376,10 @@ func metricKeys(levels []string) [2]string {
 
 // Domains returns the number of domains and of rules.
 func (c *Config) Domains() (domains, rules int) { return len(c.domains), c.rules }
+
+// Models returns how many limits of the rules each model decides, by
+// Limit.Model's names.
+func (c *Config) Models() map[string]int { return maps.Clone(c.models) }
 
 // HasDomain reports whether the configuration defines domain.
 func (c *Config) HasDomain(domain string) bool {

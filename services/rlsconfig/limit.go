@@ -38,6 +38,15 @@ func (l Limit) Duration() time.Duration {
 	return l.Unit.Duration() * time.Duration(max(l.UnitMultiplier, 1))
 }
 
+// Model names how the limit counts: "sliding_window", "fixed_window",
+// "token_bucket" or "calendar".
+func (l Limit) Model() string {
+	if !l.Calendar.IsZero() {
+		return "calendar"
+	}
+	return l.Algorithm.String()
+}
+
 // window names the limit's window among its rule's: its length, or its
 // calendar's code.
 func (l Limit) window() int64 {

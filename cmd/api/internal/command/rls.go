@@ -3,6 +3,7 @@ package command
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
@@ -20,10 +21,25 @@ func RLSCheck(out io.Writer, paths []string) error {
 			continue
 		}
 		domains, rules := c.Domains()
-		fmt.Fprintf(out, "ok   %s: %d domains, %d rules\n", path, domains, rules)
+		fmt.Fprintf(out, "ok   %s: %d domains, %d rules%s\n", path, domains, rules, models(c.Models()))
 	}
 	if failed > 0 {
 		return fmt.Errorf("rls check: %d of %d paths refused", failed, len(paths))
 	}
 	return nil
+}
+
+// models says how many limits each model decides, "" when there are none:
+// " (2 sliding_window, 1 token_bucket limits)".
+func models(counts map[string]int) string {
+	var parts []string
+	for _, m := range []string{"sliding_window", "fixed_window", "token_bucket", "calendar"} {
+		if n := counts[m]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, m))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (limits: " + strings.Join(parts, ", ") + ")"
 }

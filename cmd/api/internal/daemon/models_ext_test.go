@@ -2,6 +2,8 @@ package daemon_test
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -62,6 +64,27 @@ func TestModelsOverConnectJSON(t *testing.T) {
 		reset, _ := strconv.ParseInt(out["reset"].(string), 10, 64)
 		if out["success"] != (i < 2) || out["algorithm"] != "ALGORITHM_FIXED_WINDOW" || (reset != before && reset != nextMonth()) {
 			t.Fatalf("month call %d: %v, want reset %d (the next month's start in Berlin)", i, out, before)
+		}
+	}
+	// Each limit is counted by its model (a token of UNKEY_AUTH_TOKENS
+	// holds status.read, which /metrics needs).
+	req, _ := http.NewRequest(http.MethodGet, ts.url+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+tokA)
+	resp, err := ts.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{
+		`unkey_ratelimit_limits_decided_total{model="token_bucket",outcome="passed"} 3`,
+		`unkey_ratelimit_limits_decided_total{model="token_bucket",outcome="denied"} 1`,
+		`unkey_ratelimit_limits_decided_total{model="fixed_window",outcome="passed"} 2`,
+		`unkey_ratelimit_limits_decided_total{model="calendar",outcome="passed"} 2`,
+		`unkey_ratelimit_limits_decided_total{model="calendar",outcome="denied"} 1`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q in %s", want, body)
 		}
 	}
 }

@@ -209,6 +209,9 @@ func TestHealthReadinessAndMetrics(t *testing.T) {
 	for _, want := range []string{
 		`unkey_ratelimit_decisions_total{outcome="passed",rpc="Limit"} 1`,
 		`unkey_ratelimit_decisions_total{outcome="denied",rpc="Limit"} 1`,
+		`unkey_ratelimit_limits_decided_total{model="sliding_window",outcome="passed"} 1`,
+		`unkey_ratelimit_limits_decided_total{model="sliding_window",outcome="denied"} 1`,
+		`unkey_ratelimit_limits_decided_total{model="token_bucket",outcome="passed"} 0`,
 		`unkey_ratelimit_windows_active 1`,
 		`unkey_ratelimit_windows_created_total 1`,
 		`unkey_ratelimit_windows_evicted_total 0`,

@@ -195,8 +195,9 @@ func (p *Pipeline) limit(ctx context.Context, c Call, authorized bool) (Decision
 	return d, nil
 }
 
-// record counts a decision of r in the analytics.
+// record counts a decision of r by its model and in the analytics.
 func (p *Pipeline) record(r *ratelimit.Request, passed bool) {
+	p.metrics.limitDecided(r, passed)
 	if p.analytics != nil {
 		p.analytics.Record(r.Workspace, r.Namespace, r.Identifier, passed)
 	}

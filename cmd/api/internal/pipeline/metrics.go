@@ -2,6 +2,8 @@ package pipeline
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
 // metrics are the API's Prometheus metrics. Labels take only the fixed
@@ -13,7 +15,14 @@ type metrics struct {
 	limitPassed, limitDenied, multiPassed, multiDenied prometheus.Counter
 	// settlements counts settles by result.
 	settlements *prometheus.CounterVec
+	// byModel counts each limit decided by its model and whether it
+	// admitted: [model][passed], resolved at start.
+	byModel [len(modelNames)][2]prometheus.Counter
 }
+
+// modelNames name the models in unkey_ratelimit_limits_decided_total, by
+// ratelimit.Algorithm, and the calendar's last.
+var modelNames = [...]string{"sliding_window", "fixed_window", "token_bucket", "calendar"}
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -27,20 +36,45 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Name: "unkey_ratelimit_settlements_total",
 		Help: "Reservations settled, by result: refunded (cost below the estimate), exact, reported (cost above it: the rest counted), repeated (settled before: refused), unrecorded (the ledger failed: nothing given back, any cost beyond the estimate counted).",
 	}, []string{"result"})
+	limits := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "unkey_ratelimit_limits_decided_total",
+		Help: "Limits decided (a Limit, each entry of a batch), by model (sliding_window, fixed_window, token_bucket, calendar) and outcome (passed, denied).",
+	}, []string{"model", "outcome"})
+	if err := reg.Register(limits); err != nil {
+		return nil, err
+	}
 	for _, r := range []string{settleRefunded, settleExact, settleReported, settleRepeated, settleUnrecorded} {
 		settlements.WithLabelValues(r)
 	}
 	if err := reg.Register(settlements); err != nil {
 		return nil, err
 	}
-	return &metrics{
+	m := &metrics{
 		decisions:   decisions,
 		settlements: settlements,
 		limitPassed: decisions.WithLabelValues("Limit", "passed"),
 		limitDenied: decisions.WithLabelValues("Limit", "denied"),
 		multiPassed: decisions.WithLabelValues("MultiLimit", "passed"),
 		multiDenied: decisions.WithLabelValues("MultiLimit", "denied"),
-	}, nil
+	}
+	for i, name := range modelNames {
+		m.byModel[i][0] = limits.WithLabelValues(name, "denied")
+		m.byModel[i][1] = limits.WithLabelValues(name, "passed")
+	}
+	return m, nil
+}
+
+// limitDecided counts one limit of r decided.
+func (m *metrics) limitDecided(r *ratelimit.Request, passed bool) {
+	model := min(int(r.Algorithm), len(modelNames)-2)
+	if !r.Calendar.IsZero() {
+		model = len(modelNames) - 1
+	}
+	outcome := 0
+	if passed {
+		outcome = 1
+	}
+	m.byModel[model][outcome].Inc()
 }
 
 // decision counts one decision of rpc.
