@@ -44,7 +44,7 @@ var notRun = []struct{ prefix, why string }{
 var windowBound = map[string]string{
 	"Quick start": "three Limit calls and a MultiLimit on one key count in one window",
 	"The whole stack on one machine: `make dev`": "the tour's counts across regions add up in one window",
-	"Token budgets": "a reservation is settled in the window it was counted in",
+	"Token budgets":      "a reservation is settled in the window it was counted in",
 	"Decision semantics": "the fixed window's three calls count in one window",
 }
 
