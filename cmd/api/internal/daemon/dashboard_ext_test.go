@@ -271,7 +271,7 @@ func TestDashboardInChromium(t *testing.T) {
 	limit("sms.send", "bob", 7)
 	limit("api.requests", "carol", 3)
 	if status, out := ts.call(t, "SetOverride", tokA,
-		`{"namespace":"sms.send","identifier":"vip_*","limit":1000,"duration":60000}`); status != 200 {
+		`{"namespace":"sms.send","identifier":"vip_*","limit":1000,"duration":60000,"burst":5000}`); status != 200 {
 		t.Fatalf("SetOverride: %d %v", status, out)
 	}
 	// The API's own answer, once both namespaces are flushed: the series,
@@ -346,8 +346,9 @@ func TestDashboardInChromium(t *testing.T) {
 	if len(view.Top) == 0 || view.Top[0][0] != "spammer" {
 		t.Errorf("the most limited identifier shown: %v, want spammer", view.Top)
 	}
-	if len(view.Overrides) != 1 || view.Overrides[0][0] != "vip_*" || view.Overrides[0][1] != "1,000" {
-		t.Errorf("overrides shown %v, want vip_* at 1,000", view.Overrides)
+	if len(view.Overrides) != 1 || view.Overrides[0][0] != "vip_*" || view.Overrides[0][1] != "1,000" ||
+		len(view.Overrides[0]) != 4 || view.Overrides[0][3] != "5,000" {
+		t.Errorf("overrides shown %v, want vip_* at 1,000 with a bucket's burst of 5,000", view.Overrides)
 	}
 
 	// The fleet: the live process counted, the stopped ones listed gone.

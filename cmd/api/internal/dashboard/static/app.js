@@ -357,7 +357,8 @@ async function loadNamespace(ns) {
   fill("top", (out.top || []).map((t) => [t.identifier, num(t.passed), num(t.denied)]));
   try {
     const ov = await call("RatelimitService", "ListOverrides", { namespace: ns, limit: 100 });
-    fill("overrides", (ov.overrides || []).map((o) => [o.identifier, num(o.limit), `${num(o.duration) / 1000} s`]));
+    fill("overrides", (ov.overrides || []).map((o) => [o.identifier, num(o.limit), `${num(o.duration) / 1000} s`,
+      num(o.burst) > 0 ? num(o.burst) : "—"]));
   } catch (e) {
     const why = e.code === "permission_denied" ?
       `Not shown: listing a namespace's overrides needs ratelimit.${ns}.read_override, which this key lacks.` : `(${e.message})`;
