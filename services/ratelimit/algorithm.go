@@ -50,11 +50,14 @@ type spec struct {
 	limit     int64
 	// burst is a token bucket's capacity (the request's Burst, or limit).
 	burst int64
+	// durationMs is the request's duration: a token bucket refills limit
+	// per durationMs (its cells may be longer: see cellMs).
+	durationMs int64
 }
 
 // specOf returns req's spec.
 func specOf(req *Request) spec {
-	s := spec{algorithm: req.Algorithm, limit: req.Limit, burst: req.Burst}
+	s := spec{algorithm: req.Algorithm, limit: req.Limit, burst: req.Burst, durationMs: req.Duration.Milliseconds()}
 	if !req.Calendar.IsZero() {
 		s.algorithm = FixedWindow
 	}
@@ -65,13 +68,21 @@ func specOf(req *Request) spec {
 }
 
 // keyOf returns the key of req's window. A calendar's periods are named by
-// their code where a fixed window's length would be.
+// their code where a fixed window's length would be; a token bucket's
+// cells are long enough to hold its memory (see cellMs).
 func keyOf(req *Request) windowKey {
 	k := windowKey{workspace: req.Workspace, namespace: req.Namespace, identifier: req.Identifier,
 		durationMs: req.Duration.Milliseconds()}
-	if !req.Calendar.IsZero() {
+	switch {
+	case !req.Calendar.IsZero():
 		k.durationMs = req.Calendar.Code()
 		k.period = req.Calendar
+	case req.Algorithm == TokenBucket && req.Limit > 0:
+		burst := req.Burst
+		if burst == 0 {
+			burst = req.Limit
+		}
+		k.durationMs = cellMs(req.Limit, k.durationMs, burst)
 	}
 	return k
 }

@@ -98,3 +98,35 @@ func TestModelsConvergeAcrossRegions(t *testing.T) {
 		})
 	}
 }
+
+// TestBucketKnownToAColdProcess: a bucket's cells hold its whole memory
+// (half its refill a cell), so a process that first decides the key after
+// another drained it learns the debt from the regional store: 10 a second
+// with bursts of 100, drained by A, then a fresh B three seconds later
+// admits no more than the 30 tokens that refilled (with cells of the rate's
+// second, B knew nothing older than two seconds and admitted 100).
+func TestBucketKnownToAColdProcess(t *testing.T) {
+	o := storetest.NewMemRegional()
+	clock := newFakeClock(1_700_000_000_000)
+	a := newRegional(t, o, clock)
+	r := req("k", 10, time.Second, 1)
+	r.Algorithm, r.Burst = TokenBucket, 100
+	for i := range 100 {
+		if !mustLimit(t, a.Service, r).Success {
+			t.Fatalf("A denied request %d of its burst", i)
+		}
+	}
+	a.tick()
+	clock.Advance(3 * time.Second)
+	b := newRegional(t, o, clock)
+	admitted := 0
+	for range 100 {
+		if mustLimit(t, b.Service, r).Success {
+			admitted++
+		}
+	}
+	if admitted > 30 {
+		t.Fatalf("B admitted %d three seconds after A drained the bucket; 30 tokens had refilled", admitted)
+	}
+	t.Logf("B admitted %d of the 30 tokens that had refilled", admitted)
+}

@@ -327,3 +327,33 @@ func TestModelValidation(t *testing.T) {
 		t.Fatalf("a calendar month: %+v", resp)
 	}
 }
+
+// TestJanitorKeepsABucketUntilItIsFull: a bucket's level is in no store
+// beyond its last two cells, so the janitor keeps its window, idle cells
+// and all, until every token has refilled; then both go.
+func TestJanitorKeepsABucketUntilItIsFull(t *testing.T) {
+	clock := newFakeClock(1_700_000_000_000)
+	s := newTestService(t, clock)
+	r := req("k", 1, time.Second, 1)
+	r.Algorithm, r.Burst = TokenBucket, 10
+	for range 10 {
+		mustLimit(t, s, r)
+	}
+	clock.Advance(5 * time.Second) // the cells are idle; 5 of 10 tokens are back
+	if n := s.windows.evictIdle(clock.Now()); n != 0 {
+		t.Fatalf("evicted %d windows of a bucket still refilling", n)
+	}
+	if resp := mustLimit(t, s, req2(r, 6)); resp.Success || resp.Remaining != 5 {
+		t.Fatalf("after 5 s the bucket answers %+v, want 5 tokens left (6 refused)", resp)
+	}
+	clock.Advance(12 * time.Second)
+	if n := s.windows.evictIdle(clock.Now()); n != 1 || s.windows.buckets.Size() != 0 {
+		t.Fatalf("a full bucket: %d evicted, %d buckets left; want 1 and 0", n, s.windows.buckets.Size())
+	}
+}
+
+// req2 is r with cost.
+func req2(r Request, cost int64) Request {
+	r.Cost = cost
+	return r
+}

@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"math"
 	"math/bits"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -23,41 +22,65 @@ import (
 // What the stores share is what every model shares, the admitted cost of
 // each fixed window of duration (the window's cells), so that a bucket's
 // state converges through the same grow-only counts: a count the process
-// did not admit itself (another process's, read from the regional store,
-// or another region's, imported by the global tier) is taken from the
-// bucket when it is first seen, as if it had arrived then (or, for the
-// previous window's, at the current window's start). Seeing it late only
-// ever makes the bucket emptier than it was: the error is on the strict
-// side, but for what the processes admit between two reads of each other,
-// as with every model.
+// did not admit itself (another process's, raised by a read of the
+// regional store, or another region's, imported by the global tier) is
+// taken from the bucket where the tier raises the cell, as if it arrived
+// then (or, for the previous cell's, at the current cell's start); a
+// bucket made for a window that already holds counts starts with them
+// taken. Seeing a count late only ever makes the bucket emptier than it
+// was: the error is on the strict side, but for what the processes admit
+// between two reads of each other, as with every model.
 
-// bucket is a token bucket's state beside its window's cells. 48 bytes,
-// made for the first token bucket decision on a key.
+// bucket is a token bucket's state beside its window's cells: made for
+// the first token bucket decision on a key and held in the window table's
+// side map (see windowTable.bucketOf), so that windows of the other
+// models stay 80 bytes.
 type bucket struct {
 	// tat is the theoretical arrival time, unix ns.
 	tat atomic.Int64
-	// absorbed[seq&1] is how much of the count of cell absorbedSeq[seq&1]
-	// (this region's and the imported) tat holds: what is above it was
-	// admitted elsewhere and is taken from the bucket at the next decision.
-	absorbed    [2]atomic.Int64
-	absorbedSeq [2]atomic.Int64
-	// mu orders the absorption of counts seen late; decisions do not take
-	// it.
-	mu sync.Mutex
+	// limit per durMs is the refill rate the latest decision gave: what
+	// counts seen elsewhere are taken at.
+	limit, durMs atomic.Int64
 }
 
-// bucketState returns w's bucket, making it on first use.
-func (w *window) bucketState() *bucket {
-	if b := w.bucket.Load(); b != nil {
-		return b
+// observe records the rate of sp as b's.
+func (b *bucket) observe(sp spec) {
+	if b.limit.Load() != sp.limit {
+		b.limit.Store(sp.limit)
 	}
-	b := &bucket{}
-	b.absorbedSeq[0].Store(math.MinInt64)
-	b.absorbedSeq[1].Store(math.MinInt64)
-	if w.bucket.CompareAndSwap(nil, b) {
-		return b
+	if b.durMs.Load() != sp.durationMs {
+		b.durMs.Store(sp.durationMs)
 	}
-	return w.bucket.Load()
+}
+
+// cellMs returns the length of a token bucket's cells for a rate of limit
+// per durMs and a burst: the rate's duration, or half the time the whole
+// burst takes to refill if that is longer (at most MaxWindow). The two
+// cells a window keeps then hold the bucket's whole memory, so that a
+// process that reads them cold (a new process, another region's first
+// request) knows every admission the bucket still owes refill for.
+func cellMs(limit, durMs, burst int64) int64 {
+	half := int64(mulDiv(uint64(burst), uint64(durMs), 2*uint64(limit)))
+	return max(durMs, min(half, MaxWindow.Milliseconds()))
+}
+
+// full reports whether b holds its whole burst at now (unix ms): every
+// token it gave has refilled, so forgetting it loses nothing.
+func (b *bucket) full(now int64) bool { return b.tat.Load() <= now*int64(time.Millisecond) }
+
+// take takes n units admitted elsewhere from b, a bucket refilled at limit
+// per durMs, as if they arrived at at (unix ns).
+func (b *bucket) take(n, at, limit, durMs int64) {
+	if n <= 0 || limit <= 0 {
+		return
+	}
+	need := refill(n, limit, durMs)
+	for {
+		tat := b.tat.Load()
+		if b.tat.CompareAndSwap(tat, max(tat, at)+need) {
+			return
+		}
+	}
 }
 
 // refill returns, in ns, how long cost tokens of a bucket of limit per dur
@@ -86,15 +109,11 @@ func tokensIn(ns, limit, durMs int64) int64 {
 // decideBucket decides a request of cost against the token bucket sp of w
 // at now (unix ms), whose current cell (starting at start) is cur and
 // previous prev. See decide.
-func (w *window) decideBucket(now, start int64, sp spec, cur, prev *cell, cost int64, report, speculative bool) (decision, *cell, bool) {
-	b := w.bucketState()
+func (w *window) decideBucket(b *bucket, now int64, sp spec, cur *cell, cost int64, report, speculative bool) (decision, *cell, bool) {
+	b.observe(sp)
 	nowNs := now * int64(time.Millisecond)
-	b.absorb(cur, nowNs, sp, w.durationMs)
-	if prev != nil {
-		b.absorb(prev, start*int64(time.Millisecond), sp, w.durationMs)
-	}
-	tau := refill(sp.burst, sp.limit, w.durationMs)
-	need := refill(cost, sp.limit, w.durationMs)
+	tau := refill(sp.burst, sp.limit, sp.durationMs)
+	need := refill(cost, sp.limit, sp.durationMs)
 	d := decision{algorithm: TokenBucket, limit: sp.limit}
 	for range maxCASAttempts {
 		tat := b.tat.Load()
@@ -102,7 +121,7 @@ func (w *window) decideBucket(now, start int64, sp spec, cur, prev *cell, cost i
 		next := base + need
 		fits := cost <= sp.burst && next-nowNs <= tau
 		if !fits && !report {
-			d.remaining = min(tokensIn(tau-(base-nowNs), sp.limit, w.durationMs), sp.burst)
+			d.remaining = min(tokensIn(tau-(base-nowNs), sp.limit, sp.durationMs), sp.burst)
 			d.resetMs = ceilMs(base)
 			if cost <= sp.burst {
 				d.retryAfter = ceilMs(next-tau) - now
@@ -111,14 +130,13 @@ func (w *window) decideBucket(now, start int64, sp spec, cur, prev *cell, cost i
 		}
 		if cost == 0 {
 			d.success = true
-			d.remaining = min(tokensIn(tau-(base-nowNs), sp.limit, w.durationMs), sp.burst)
+			d.remaining = min(tokensIn(tau-(base-nowNs), sp.limit, sp.durationMs), sp.burst)
 			d.resetMs = ceilMs(base)
 			return d, cur, false
 		}
 		if !b.tat.CompareAndSwap(tat, next) {
 			continue
 		}
-		b.note(cur, cost)
 		if speculative {
 			w.beginTransition()
 			cur.speculative.Add(cost)
@@ -130,7 +148,7 @@ func (w *window) decideBucket(now, start int64, sp spec, cur, prev *cell, cost i
 			cur.count.Add(cost)
 		}
 		d.success = fits
-		d.remaining = max(0, min(tokensIn(tau-(next-nowNs), sp.limit, w.durationMs), sp.burst))
+		d.remaining = max(0, min(tokensIn(tau-(next-nowNs), sp.limit, sp.durationMs), sp.burst))
 		d.resetMs = ceilMs(next)
 		if !fits {
 			// A report past the burst: when a check passes again.
@@ -152,72 +170,46 @@ func ceilMs(ns int64) int64 {
 	return ms
 }
 
-// note records that cost admitted here into c is in tat already.
-func (b *bucket) note(c *cell, cost int64) {
-	slot, seq := c.seq()&1, c.seq()
-	if b.absorbedSeq[slot].Load() == seq {
-		b.absorbed[slot].Add(cost)
-		return
-	}
-	b.mu.Lock()
-	b.claim(slot, seq)
-	b.absorbed[slot].Add(cost)
-	b.mu.Unlock()
-}
-
-// claim makes slot hold cell seq, with nothing absorbed, if it holds an
-// older one. b.mu is held.
-func (b *bucket) claim(slot, seq int64) {
-	if b.absorbedSeq[slot].Load() < seq {
-		b.absorbed[slot].Store(0)
-		b.absorbedSeq[slot].Store(seq)
-	}
-}
-
-// absorb takes from the bucket what c counts beyond what tat holds: what
-// other processes and regions admitted, as if it arrived at ns (unix).
-func (b *bucket) absorb(c *cell, at int64, sp spec, durMs int64) {
-	slot, seq := c.seq()&1, c.seq()
-	total := c.count.Load() + c.global.Load()
-	if b.absorbedSeq[slot].Load() == seq && total <= b.absorbed[slot].Load() {
-		return
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.claim(slot, seq)
-	if b.absorbedSeq[slot].Load() != seq {
-		return // the slot holds a newer cell
-	}
-	total = c.count.Load() + c.global.Load()
-	seen := total - b.absorbed[slot].Load()
-	if seen <= 0 {
-		return
-	}
-	b.absorbed[slot].Add(seen)
-	need := refill(seen, sp.limit, durMs)
-	for {
-		tat := b.tat.Load()
-		if b.tat.CompareAndSwap(tat, max(tat, at)+need) {
-			return
-		}
-	}
-}
-
-// takeBack undoes an admission of cost into c, of a request decided by sp:
-// its count, and a bucket's tokens.
-func (w *window) takeBack(c *cell, sp spec, cost int64) {
+// takeBack undoes an admission of cost into c, a cell of w, of a request
+// decided by sp: its count, and a bucket's tokens.
+func (t *windowTable) takeBack(w *window, c *cell, sp spec, cost int64) {
 	if sp.algorithm == TokenBucket {
-		w.returnTokens(c, sp, cost)
+		t.returnTokens(w, c, sp, cost)
 	}
 	c.count.Add(-cost)
 }
 
-// returnTokens gives a bucket back the cost tokens an admission into c took,
-// of a request decided by sp. The count is the caller's to take back.
-func (w *window) returnTokens(c *cell, sp spec, cost int64) {
-	b := w.bucketState()
-	b.tat.Add(-refill(cost, sp.limit, w.durationMs))
-	if b.absorbedSeq[c.seq()&1].Load() == c.seq() {
-		b.absorbed[c.seq()&1].Add(-cost)
+// returnTokens gives w's bucket back the cost tokens an admission into c
+// took, of a request decided by sp. The count is the caller's to take
+// back.
+func (t *windowTable) returnTokens(w *window, c *cell, sp spec, cost int64) {
+	if b, ok := t.buckets.Load(w); ok {
+		b.tat.Add(-refill(cost, sp.limit, sp.durationMs))
 	}
+}
+
+// raised is what a tier that raised c, a cell of w, from old to n at now
+// (unix ms) saw counted elsewhere: taken from w's bucket, if w has one
+// (see the comment at the top of this file). Only a tier's raise of a
+// count calls it, never a decision's own increment.
+func (t *windowTable) raised(w *window, c *cell, old, n, now int64) {
+	if n <= old || t.buckets.Size() == 0 {
+		return
+	}
+	b, ok := t.buckets.Load(w)
+	if !ok {
+		return
+	}
+	b.take(n-old, arrival(w, c, now), b.limit.Load(), b.durMs.Load())
+}
+
+// arrival is when counts of c, a cell of w, first seen at now (unix ms)
+// are taken to have arrived, unix ns: now for the current cell, and an
+// earlier cell's end, the latest instant they can have arrived, for it.
+func arrival(w *window, c *cell, now int64) int64 {
+	at := now
+	if c.seq() < w.seqOf(now) {
+		at = min(now, w.startOf(c.seq()+1))
+	}
+	return at * int64(time.Millisecond)
 }

@@ -105,6 +105,20 @@ func atomicMax(v *atomic.Int64, n int64) bool {
 	}
 }
 
+// raiseTo raises v to n if n is larger, and returns what v held just
+// before: n less it is exactly what the raise added.
+func raiseTo(v *atomic.Int64, n int64) (old int64, raised bool) {
+	for {
+		old = v.Load()
+		if n <= old {
+			return old, false
+		}
+		if v.CompareAndSwap(old, n) {
+			return old, true
+		}
+	}
+}
+
 // newCell returns an empty cell for seq. Without a regional store there is
 // nothing to hydrate from, so the cell starts hydrated.
 func newCell(seq int64, hydrated bool) *cell {

@@ -76,9 +76,12 @@
 // sliding.go; an all-or-nothing MultiLimit's speculative counts are in
 // batch.go.
 // The stores hold fixed window cells and nothing else: a counter per key and
-// sequence, summed with max or add. A different algorithm whose state fits
-// that shape (a fixed window, a sliding log bucketed into cells) needs only
-// a new decide; one whose state does not (a token bucket's level and its
-// last refill time, which do not merge by max or sum across processes) has
-// no seam here and would need its own stores, tiers and schema.
+// sequence, summed with max or add. Every model decides from that shape
+// (algorithm.go): the sliding window above, the fixed window (the current
+// cell alone), the calendar window (cells that are a time zone's days,
+// weeks, months or years, named by the calendar's code where a length
+// would be: package calendar) and the token bucket (bucket.go), whose one
+// instant of state the tiers feed with what they see counted elsewhere. A
+// new model whose state derives from admitted counts per period needs a new
+// decide, not new stores.
 package ratelimit

@@ -311,7 +311,7 @@ func (g *globalTier) worthSharing(w *window, c *cell, limit int64) bool {
 // region ever saw would add up, window after window, into an error without
 // a bound.
 func (g *globalTier) cellFloor(w *window, limit int64) int64 {
-	if w.bucket.Load() != nil {
+	if g.windows.hasBucket(w) {
 		return 1
 	}
 	return g.floor(limit, w.durationMs)

@@ -434,9 +434,15 @@ func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
 	if c == nil {
 		return false // the window already moved past this cell
 	}
-	atomicMax(&c.global, min(row.Others, store.MaxCount))
+	others := min(row.Others, store.MaxCount)
+	if old, ok := raiseTo(&c.global, others); ok {
+		g.windows.raised(w, c, old, others, now)
+	}
 	if own := min(row.Own, store.MaxCount); own > 0 {
-		atomicMax(&c.count, own+c.speculative.Load())
+		n := own + c.speculative.Load()
+		if old, ok := raiseTo(&c.count, n); ok {
+			g.windows.raised(w, c, old, n, now)
+		}
 		if f := g.state.flushed[c]; f.count < own {
 			g.state.flushed[c] = flushedCount{count: own, expiresAt: store.ExpiresAt(c.seq(), durMs)}
 		}

@@ -39,6 +39,9 @@ func (t *windowTable) evictIdle(now time.Time) int {
 	ms := now.UnixMilli()
 	evicted := 0
 	t.byHash.Range(func(h uint64, w *window) bool {
+		if t.keepsBucket(w, ms) {
+			return true
+		}
 		if w.evict(ms) {
 			t.byHash.Compute(h, func(old *window, loaded bool) (*window, xsync.ComputeOp) {
 				if loaded && old == w {
@@ -47,21 +50,31 @@ func (t *windowTable) evictIdle(now time.Time) int {
 				return old, xsync.CancelOp
 			})
 			t.release(w.key())
+			t.buckets.Delete(w)
 			evicted++
 		}
 		return true
 	})
 	t.collided.mu.Lock()
 	for k, w := range t.collided.m {
-		if w.evict(ms) {
+		if !t.keepsBucket(w, ms) && w.evict(ms) {
 			delete(t.collided.m, k)
 			t.release(k)
+			t.buckets.Delete(w)
 			evicted++
 		}
 	}
 	t.collided.mu.Unlock()
 	t.metrics.windowsEvicted.Add(float64(evicted))
 	return evicted
+}
+
+// keepsBucket reports whether w is a token bucket that has not refilled
+// at now (unix ms): its cells may be idle, but its level is still what
+// the bucket's next decision needs, and no store holds it.
+func (t *windowTable) keepsBucket(w *window, now int64) bool {
+	b, ok := t.buckets.Load(w)
+	return ok && !b.full(now)
 }
 
 // evict marks w evicted if it is idle at now (unix ms) and reports whether it

@@ -77,6 +77,11 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 			return Response{Limit: req.Limit, Reset: resetAt(&req, now), Algorithm: sp.algorithm}, err
 		}
 		w.observeLimit(req.Limit)
+		if sp.algorithm == TokenBucket {
+			// Before the regional store's read, which takes what it
+			// raises from the bucket.
+			s.windows.bucketOf(w, sp, now)
+		}
 		s.regional.prepare(ctx, w, now)
 		var cur *cell
 		var counted bool
@@ -84,7 +89,7 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 		if counted && w.evicted() {
 			// The janitor is removing w: take the count back and decide
 			// again on the window that replaces it.
-			w.takeBack(cur, sp, req.Cost)
+			s.windows.takeBack(w, cur, sp, req.Cost)
 			runtime.Gosched()
 			continue
 		}
@@ -124,7 +129,7 @@ func (s *Service) decide(w *window, now int64, sp spec, cost int64, report, spec
 		cur, prev, newer = w.cellsAt(seq, hydrated)
 	}
 	if sp.algorithm == TokenBucket {
-		return w.decideBucket(now, start, sp, cur, prev, cost, report, speculative)
+		return w.decideBucket(s.windows.bucketOf(w, sp, now), now, sp, cur, cost, report, speculative)
 	}
 	if sp.algorithm == FixedWindow {
 		// Only the current window counts.

@@ -23,7 +23,6 @@ type MultiResponse struct {
 type counted struct {
 	w     *window
 	c     *cell
-	sp    spec
 	cost  int64
 	index int
 }
@@ -67,6 +66,9 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 			}
 			windows[i] = w
 			w.observeLimit(reqs[i].Limit)
+			if sp := specOf(&reqs[i]); sp.algorithm == TokenBucket {
+				s.windows.bucketOf(w, sp, now)
+			}
 		}
 		s.regional.prepareBatch(ctx, windows, now)
 		applied = applied[:0]
@@ -77,7 +79,7 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 			results[i], curs[i], decisions[i] = d.response(), c, d
 			passed = passed && d.success
 			if ok {
-				applied = append(applied, counted{w: w, c: c, sp: sp, cost: reqs[i].Cost, index: i})
+				applied = append(applied, counted{w: w, c: c, cost: reqs[i].Cost, index: i})
 			}
 		}
 		evicted := false
@@ -97,8 +99,8 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 		for i := len(applied) - 1; i >= 0; i-- {
 			a := applied[i]
 			a.w.rollback(a.c, a.cost)
-			if a.sp.algorithm == TokenBucket {
-				a.w.returnTokens(a.c, a.sp, a.cost)
+			if sp := specOf(&reqs[a.index]); sp.algorithm == TokenBucket {
+				s.windows.returnTokens(a.w, a.c, sp, a.cost)
 			}
 		}
 		if !evicted {

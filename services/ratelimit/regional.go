@@ -355,7 +355,10 @@ func (r *regionalTier) merge(w *window, seq, stored int64) {
 	if c == nil {
 		return
 	}
-	atomicMax(&c.count, stored+c.unreplayed.Load()+c.speculative.Load())
+	n := stored + c.unreplayed.Load() + c.speculative.Load()
+	if old, ok := raiseTo(&c.count, n); ok {
+		r.windows.raised(w, c, old, n, r.clock.Now().UnixMilli())
+	}
 	if stored < c.stored.Load() {
 		c.flags.Or(cellReseed)
 		r.queueReplay(w, c, 0)

@@ -76,7 +76,11 @@ func (r *regionalTier) replay(ctx context.Context) {
 	})
 	for i, it := range sent {
 		if i < len(counts) && counts[i] >= 0 {
-			atomicMax(&it.c.count, counts[i]+it.c.unreplayed.Load()+it.c.speculative.Load())
+			// The answer holds what the other processes added too.
+			n := counts[i] + it.c.unreplayed.Load() + it.c.speculative.Load()
+			if old, ok := raiseTo(&it.c.count, n); ok {
+				r.windows.raised(it.w, it.c, old, n, now)
+			}
 			atomicMax(&it.c.stored, counts[i])
 			continue
 		}

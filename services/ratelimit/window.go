@@ -46,9 +46,6 @@ type window struct {
 	// A reader that sees none in progress before, and the same number begun
 	// after, reading both counters has a consistent pair. See committed.
 	state atomic.Uint64
-	// bucket is a token bucket's state, for a key decided as one (nil
-	// until then).
-	bucket atomic.Pointer[bucket]
 }
 
 const (

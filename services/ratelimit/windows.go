@@ -25,6 +25,11 @@ type windowTable struct {
 	// not take the memory every other tenant's decisions need.
 	perWorkspace    *xsync.Map[string, *atomic.Int64]
 	maxPerWorkspace int64
+	// buckets holds the state of each window decided as a token bucket:
+	// beside the window rather than in it, so that the windows of the
+	// other models, nearly all of them, do not carry its pointer (a
+	// window is 80 bytes, a size class of its own).
+	buckets *xsync.Map[*window, *bucket]
 }
 
 // collisions holds the windows whose hash another key already owns in the
@@ -43,6 +48,32 @@ func (t *windowTable) init(m *metrics, maxPerWorkspace int64) {
 	t.byHash = xsync.NewMap[uint64, *window]()
 	t.perWorkspace = xsync.NewMap[string, *atomic.Int64]()
 	t.maxPerWorkspace = maxPerWorkspace
+	t.buckets = xsync.NewMap[*window, *bucket]()
+}
+
+// bucketOf returns w's bucket, making it on first use at now (unix ms),
+// at sp's rate, with what w's cells already hold taken from it.
+func (t *windowTable) bucketOf(w *window, sp spec, now int64) *bucket {
+	if b, ok := t.buckets.Load(w); ok {
+		return b
+	}
+	b, _ := t.buckets.LoadOrCompute(w, func() (*bucket, bool) {
+		b := &bucket{}
+		b.observe(sp)
+		for i := range w.cells {
+			if c := w.cells[i].Load(); c != nil {
+				b.take(c.count.Load()+c.global.Load(), arrival(w, c, now), sp.limit, sp.durationMs)
+			}
+		}
+		return b, false
+	})
+	return b
+}
+
+// hasBucket reports whether w was ever decided as a token bucket.
+func (t *windowTable) hasBucket(w *window) bool {
+	_, ok := t.buckets.Load(w)
+	return ok
 }
 
 // len returns the number of windows held.
