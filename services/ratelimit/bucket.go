@@ -60,6 +60,9 @@ func (b *bucket) observe(sp spec) {
 // process that reads them cold (a new process, another region's first
 // request) knows every admission the bucket still owes refill for.
 func cellMs(limit, durMs, burst int64) int64 {
+	if burst <= 2*limit {
+		return durMs // the common case, without a division
+	}
 	half := int64(mulDiv(uint64(burst), uint64(durMs), 2*uint64(limit)))
 	return max(durMs, min(half, MaxWindow.Milliseconds()))
 }
