@@ -43,6 +43,7 @@ func windowCountsBulkUpsertSQL(n int) string {
 	}
 	b.WriteString("\nON DUPLICATE KEY UPDATE\n" +
 		"    count = GREATEST(count, VALUES(count)),\n" +
+		"    expires_at = LEAST(expires_at, VALUES(expires_at)),\n" +
 		"    refunded = GREATEST(refunded, VALUES(refunded)),\n" +
 		"    updated_at = VALUES(updated_at),\n" +
 		"    window_limit = IF(VALUES(window_limit) = 0, window_limit, VALUES(window_limit))")

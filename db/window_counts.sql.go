@@ -286,6 +286,7 @@ INSERT INTO ratelimit_window_counts (
 ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000), ?, ?)
 ON DUPLICATE KEY UPDATE
     count = GREATEST(count, VALUES(count)),
+    expires_at = LEAST(expires_at, VALUES(expires_at)),
     refunded = GREATEST(refunded, VALUES(refunded)),
     updated_at = VALUES(updated_at),
     window_limit = IF(VALUES(window_limit) = 0, window_limit, VALUES(window_limit))
@@ -308,7 +309,10 @@ type WindowCountsUpsertParams struct {
 // window cell. The GREATEST merge of each makes it idempotent and monotonic:
 // a delayed, older publish never lowers a component, and a publish of the
 // count alone (refunded 0) or of the refunds alone (count 0) leaves the other.
-// A publish that does not know the limit (0) leaves the one the row holds. updated_at is the database's clock in unix ms
+// A publish that does not know the limit (0) leaves the one the row holds.
+// expires_at keeps the earliest any writer gave: every writer of one
+// version computes the same, and one of a version before calendar windows
+// computed none that a cleanup would ever reach. updated_at is the database's clock in unix ms
 // (NOW is the statement's start), never the writer's: a sync's since is the
 // database's clock too, so regions whose clocks disagree still see each
 // other's changes.

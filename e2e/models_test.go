@@ -34,9 +34,8 @@ func TestModelsAcrossRegions(t *testing.T) {
 		return fmt.Sprintf(`{"namespace":"models","identifier":"key_%d","limit":10,"cost":%d,%s}`, i, cost, models[i].fields)
 	}
 	for i, mo := range models {
-		// Region b holds the key before region a spends: a calendar's
-		// zone is not in the rows it imports, so only a window a request
-		// made takes them.
+		// Region b has decided by the calendar before region a spends: the
+		// rows it imports hold the calendar's code, not its zone.
 		if _, out := b.call(t, "Limit", "", body(i, 0)); out["success"] != true || out["algorithm"] != mo.algorithm {
 			t.Fatalf("%s: region b's first check: %v", mo.name, out)
 		}

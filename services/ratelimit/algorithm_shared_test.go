@@ -68,8 +68,8 @@ func TestModelsConvergeAcrossRegions(t *testing.T) {
 			mem := storetest.NewMemGlobal()
 			clock := newFakeClock(1_700_000_010_000)
 			a, b := newRegion(t, "a", mem, clock), newRegion(t, "b", mem, clock)
-			// B holds the key (a calendar's zone is known only where a
-			// request brought it).
+			// B has decided by the calendar (a row holds its code, not its
+			// zone).
 			if !mustLimit(t, b.Service, rq).Success {
 				t.Fatal("B denied its first request")
 			}
@@ -100,33 +100,38 @@ func TestModelsConvergeAcrossRegions(t *testing.T) {
 }
 
 // TestBucketKnownToAColdProcess: a bucket's cells hold its whole memory
-// (half its refill a cell), so a process that first decides the key after
-// another drained it learns the debt from the regional store: 10 a second
-// with bursts of 100, drained by A, then a fresh B three seconds later
-// admits no more than the 30 tokens that refilled (with cells of the rate's
-// second, B knew nothing older than two seconds and admitted 100).
+// (each as long as its burst's refill), so a process that first decides
+// the key after another drained it learns the debt from the regional
+// store: 10 a second with bursts of 100, drained by A, then a fresh B
+// three seconds later admits no more than the 30 tokens that refilled,
+// whether A drained it at the start of a cell or at its end (with cells of
+// the rate's second, B knew nothing older than two seconds and admitted
+// 100; with cells of half the refill, drained at a cell's end, 50).
 func TestBucketKnownToAColdProcess(t *testing.T) {
-	o := storetest.NewMemRegional()
-	clock := newFakeClock(1_700_000_000_000)
-	a := newRegional(t, o, clock)
 	r := req("k", 10, time.Second, 1)
 	r.Algorithm, r.Burst = TokenBucket, 100
-	for i := range 100 {
-		if !mustLimit(t, a.Service, r).Success {
-			t.Fatalf("A denied request %d of its burst", i)
+	cell := keyOf(&r).durationMs
+	for _, at := range []int64{0, cell - 100} {
+		o := storetest.NewMemRegional()
+		clock := newFakeClock(170_000_000*cell + at)
+		a := newRegional(t, o, clock)
+		for i := range 100 {
+			if !mustLimit(t, a.Service, r).Success {
+				t.Fatalf("A denied request %d of its burst", i)
+			}
 		}
-	}
-	a.tick()
-	clock.Advance(3 * time.Second)
-	b := newRegional(t, o, clock)
-	admitted := 0
-	for range 100 {
-		if mustLimit(t, b.Service, r).Success {
-			admitted++
+		a.tick()
+		clock.Advance(3 * time.Second)
+		b := newRegional(t, o, clock)
+		admitted := 0
+		for range 100 {
+			if mustLimit(t, b.Service, r).Success {
+				admitted++
+			}
 		}
+		if admitted > 30 {
+			t.Fatalf("drained %d ms into a cell: B admitted %d three seconds later; 30 tokens had refilled", at, admitted)
+		}
+		t.Logf("drained %d ms into a cell of %d ms: B admitted %d of the 30 tokens that had refilled", at, cell, admitted)
 	}
-	if admitted > 30 {
-		t.Fatalf("B admitted %d three seconds after A drained the bucket; 30 tokens had refilled", admitted)
-	}
-	t.Logf("B admitted %d of the 30 tokens that had refilled", admitted)
 }

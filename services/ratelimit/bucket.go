@@ -20,16 +20,22 @@ import (
 //	reset     = base               (when the bucket is full again)
 //
 // What the stores share is what every model shares, the admitted cost of
-// each fixed window of duration (the window's cells), so that a bucket's
-// state converges through the same grow-only counts: a count the process
-// did not admit itself (another process's, raised by a read of the
-// regional store, or another region's, imported by the global tier) is
-// taken from the bucket where the tier raises the cell, as if it arrived
-// then (or, for the previous cell's, at the current cell's start); a
-// bucket made for a window that already holds counts starts with them
-// taken. Seeing a count late only ever makes the bucket emptier than it
-// was: the error is on the strict side, but for what the processes admit
-// between two reads of each other, as with every model.
+// each fixed period of the key (the window's cells; a bucket's last its
+// burst's refill, see cellMs), so that a bucket's state converges through
+// the same grow-only counts: a count the process did not admit itself
+// (another process's, raised by a read of the regional store or a replay's
+// answer, or another region's, imported by the global tier) is taken from
+// the bucket where the tier raises the cell, as if it arrived then (or, for
+// an earlier cell's, at that cell's end); a bucket made for a window that
+// already holds counts starts with them taken. Seeing a count late makes
+// the bucket emptier than it was, never fuller: what it gets wrong the
+// other way is what the processes admit between two reads of each other,
+// as with every model. What is counted whatever the verdict takes it at
+// most one burst past empty (maxDebt).
+//
+// A key decided by a bucket and by a window of the same cell length
+// shares their cells: the bucket takes the window's admissions as the
+// stores show them, not as they happen in this process.
 
 // bucket is a token bucket's state beside its window's cells: made for
 // the first token bucket decision on a key and held in the window table's
@@ -38,12 +44,13 @@ import (
 type bucket struct {
 	// tat is the theoretical arrival time, unix ns.
 	tat atomic.Int64
-	// limit per durMs is the refill rate the latest decision gave: what
-	// counts seen elsewhere are taken at.
-	limit, durMs atomic.Int64
+	// limit per durMs is the refill rate the latest decision gave, and
+	// burst its capacity: what counts seen elsewhere are taken at, and
+	// what bounds the bucket's debt.
+	limit, durMs, burst atomic.Int64
 }
 
-// observe records the rate of sp as b's.
+// observe records the rate and burst of sp as b's.
 func (b *bucket) observe(sp spec) {
 	if b.limit.Load() != sp.limit {
 		b.limit.Store(sp.limit)
@@ -51,20 +58,31 @@ func (b *bucket) observe(sp spec) {
 	if b.durMs.Load() != sp.durationMs {
 		b.durMs.Store(sp.durationMs)
 	}
+	if b.burst.Load() != sp.burst {
+		b.burst.Store(sp.burst)
+	}
 }
 
+// maxDebt bounds how far past empty what a bucket counts whatever the
+// verdict (reports, Envoy's hits over the limit, and what other processes
+// and regions admitted) takes it: one more burst, whose refill it then
+// owes. Without a bound a client hammering an empty bucket with counted
+// hits would lock itself out for as long as it hammered, and the instant
+// would at last overflow; a window forgets everything after two durations.
+func maxDebt(tau int64) int64 { return 2 * tau }
+
 // cellMs returns the length of a token bucket's cells for a rate of limit
-// per durMs and a burst: the rate's duration, or half the time the whole
-// burst takes to refill if that is longer (at most MaxWindow). The two
-// cells a window keeps then hold the bucket's whole memory, so that a
-// process that reads them cold (a new process, another region's first
-// request) knows every admission the bucket still owes refill for.
+// per durMs and a burst: the rate's duration, or the time the whole burst
+// takes to refill if that is longer (at most MaxWindow). The two cells a
+// window keeps then span at least that refill, the bucket's whole memory,
+// so that a process that reads them cold (a new process, another region's
+// first request) knows every admission the bucket still owes refill for.
 func cellMs(limit, durMs, burst int64) int64 {
-	if burst <= 2*limit {
+	if burst <= limit {
 		return durMs // the common case, without a division
 	}
-	half := int64(mulDiv(uint64(burst), uint64(durMs), 2*uint64(limit)))
-	return max(durMs, min(half, MaxWindow.Milliseconds()))
+	full := int64(mulDiv(uint64(burst), uint64(durMs), uint64(limit))) + 1 // rounded up, or a ms over
+	return max(durMs, min(full, MaxWindow.Milliseconds()))
 }
 
 // full reports whether b holds its whole burst at now (unix ms): every
@@ -72,15 +90,18 @@ func cellMs(limit, durMs, burst int64) int64 {
 func (b *bucket) full(now int64) bool { return b.tat.Load() <= now*int64(time.Millisecond) }
 
 // take takes n units admitted elsewhere from b, a bucket refilled at limit
-// per durMs, as if they arrived at at (unix ns).
-func (b *bucket) take(n, at, limit, durMs int64) {
-	if n <= 0 || limit <= 0 {
+// per durMs with burst, as if they arrived at at (unix ns), at most to its
+// debt's bound.
+func (b *bucket) take(n, at, limit, durMs, burst int64) {
+	if n <= 0 || limit <= 0 || durMs <= 0 {
 		return
 	}
 	need := refill(n, limit, durMs)
+	bound := at + maxDebt(refill(max(burst, 1), limit, durMs))
 	for {
 		tat := b.tat.Load()
-		if b.tat.CompareAndSwap(tat, max(tat, at)+need) {
+		next := min(max(tat, at)+need, max(bound, tat))
+		if next == tat || b.tat.CompareAndSwap(tat, next) {
 			return
 		}
 	}
@@ -92,13 +113,14 @@ func (b *bucket) take(n, at, limit, durMs int64) {
 func refill(cost, limit, durMs int64) int64 {
 	hi, lo := bits.Mul64(uint64(cost), uint64(durMs)*uint64(time.Millisecond))
 	if hi >= uint64(limit) {
-		return math.MaxInt64 / 4
+		return math.MaxInt64 / 8
 	}
 	q, r := bits.Div64(hi, lo, uint64(limit))
 	if r != 0 {
 		q++
 	}
-	return int64(min(q, math.MaxInt64/4))
+	// Bounded so that an instant, now and a few of these always fit.
+	return int64(min(q, math.MaxInt64/8))
 }
 
 // tokensIn returns how many whole tokens refill in ns.
@@ -112,16 +134,20 @@ func tokensIn(ns, limit, durMs int64) int64 {
 // decideBucket decides a request of cost against the token bucket sp of w
 // at now (unix ms), whose current cell (starting at start) is cur and
 // previous prev. See decide.
-func (w *window) decideBucket(b *bucket, now int64, sp spec, cur *cell, cost int64, report, speculative bool) (decision, *cell, bool) {
+func (s *Service) decideBucket(w *window, b *bucket, now int64, sp spec, cur *cell, cost int64, report, speculative bool) (decision, *cell, bool) {
 	b.observe(sp)
 	nowNs := now * int64(time.Millisecond)
 	tau := refill(sp.burst, sp.limit, sp.durationMs)
 	need := refill(cost, sp.limit, sp.durationMs)
 	d := decision{algorithm: TokenBucket, limit: sp.limit}
-	for range maxCASAttempts {
+	for attempt := 0; attempt < maxCASAttempts || report; attempt++ {
 		tat := b.tat.Load()
 		base := max(tat, nowNs)
 		next := base + need
+		if report {
+			// Counted whatever the verdict, up to the debt's bound.
+			next = min(next, max(nowNs+maxDebt(tau), base))
+		}
 		fits := cost <= sp.burst && next-nowNs <= tau
 		if !fits && !report {
 			d.remaining = min(tokensIn(tau-(base-nowNs), sp.limit, sp.durationMs), sp.burst)
@@ -159,6 +185,8 @@ func (w *window) decideBucket(b *bucket, now int64, sp spec, cur *cell, cost int
 		}
 		return d, cur, true
 	}
+	// Unreachable for reports, which loop until they count.
+	s.metrics.casExhausted.Inc()
 	d.remaining = 0
 	d.resetMs = now
 	return d, cur, false
@@ -203,7 +231,7 @@ func (t *windowTable) raised(w *window, c *cell, old, n, now int64) {
 	if !ok {
 		return
 	}
-	b.take(n-old, arrival(w, c, now), b.limit.Load(), b.durMs.Load())
+	b.take(n-old, arrival(w, c, now), b.limit.Load(), b.durMs.Load(), b.burst.Load())
 }
 
 // arrival is when counts of c, a cell of w, first seen at now (unix ms)

@@ -397,13 +397,19 @@ func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
 	k := windowKey{workspace: row.Key.Workspace, namespace: row.Key.Namespace, identifier: row.Key.Identifier,
 		durationMs: durMs, refunds: row.Key.Refunds}
 	if calendar.IsCode(durMs) {
-		// A calendar's zone is not in the row: only a window a request
-		// made, which knows it, takes the row.
-		w := g.windows.find(&k)
-		if w == nil {
+		// The row holds the calendar's code, not its zone: a calendar
+		// this process has decided by (for any key) is known by its code;
+		// one it never has decides nothing here.
+		p, ok := calendar.ByCode(durMs)
+		if !ok {
 			return false
 		}
-		k.period = periodOf(w)
+		k.period = p
+		if seq, _, _ := p.At(now); row.Key.Sequence > seq+1 {
+			// LatestSequence allows for any zone; the calendar knows its own.
+			g.metrics.globalRowsFuture.Inc()
+			return false
+		}
 	}
 	var main *window
 	if k.refunds {
@@ -413,7 +419,7 @@ func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
 	}
 	w := g.windows.find(&k)
 	if w == nil {
-		if !k.refunds && (row.Others <= 0 || row.Others < g.floor(row.OthersLimit, durMs)) || calendar.IsCode(durMs) {
+		if !k.refunds && (row.Others <= 0 || row.Others < g.floor(row.OthersLimit, durMs)) {
 			return false
 		}
 		var created bool

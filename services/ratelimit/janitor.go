@@ -1,6 +1,8 @@
 package ratelimit
 
 import (
+	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
+
 	"context"
 	"time"
 
@@ -81,6 +83,12 @@ func (t *windowTable) keepsBucket(w *window, now int64) bool {
 // did.
 func (w *window) evict(now int64) bool {
 	seq := w.seqOf(now)
+	if calendar.IsCode(w.durationMs) {
+		// A calendar's windows are fixed: its previous period decides
+		// nothing, so a window with no cell of the current one is idle
+		// (a year's would otherwise linger a year more).
+		seq++
+	}
 	if !w.idle(seq) {
 		return false
 	}

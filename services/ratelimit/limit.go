@@ -129,7 +129,7 @@ func (s *Service) decide(w *window, now int64, sp spec, cost int64, report, spec
 		cur, prev, newer = w.cellsAt(seq, hydrated)
 	}
 	if sp.algorithm == TokenBucket {
-		return w.decideBucket(s.windows.bucketOf(w, sp, now), now, sp, cur, cost, report, speculative)
+		return s.decideBucket(w, s.windows.bucketOf(w, sp, now), now, sp, cur, cost, report, speculative)
 	}
 	if sp.algorithm == FixedWindow {
 		// Only the current window counts.

@@ -112,7 +112,11 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 					switch {
 					case curs[i] != a.c:
 					case results[i].Algorithm == TokenBucket:
-						results[i].Remaining += a.cost // tokens held before it, at most the burst
+						// A bucket's tokens were taken by the bucket
+						// entries before it on its key alone.
+						if reqs[a.index].Algorithm == TokenBucket {
+							results[i].Remaining += a.cost // tokens held before, at most the burst
+						}
 					default:
 						results[i].Remaining = min(results[i].Limit, results[i].Remaining+a.cost)
 					}

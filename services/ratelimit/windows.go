@@ -62,11 +62,16 @@ func (t *windowTable) bucketOf(w *window, sp spec, now int64) *bucket {
 		b.observe(sp)
 		for i := range w.cells {
 			if c := w.cells[i].Load(); c != nil {
-				b.take(c.count.Load()+c.global.Load(), arrival(w, c, now), sp.limit, sp.durationMs)
+				b.take(c.count.Load()+c.global.Load(), arrival(w, c, now), sp.limit, sp.durationMs, sp.burst)
 			}
 		}
 		return b, false
 	})
+	if w.evicted() {
+		// The janitor removed w meanwhile, and may have dropped its
+		// bucket before this one was made: nothing else would.
+		t.buckets.Delete(w)
+	}
 	return b
 }
 

@@ -115,8 +115,24 @@ func New(unit Unit, timeZone string) (Period, error) {
 		loc = l
 	}
 	p := &period{unit: unit, zone: timeZone, location: loc, code: code(unit, timeZone)}
-	actual, _ := periods.LoadOrStore(periodName{unit, timeZone}, p)
+	actual, loaded := periods.LoadOrStore(periodName{unit, timeZone}, p)
+	if !loaded {
+		byCode.LoadOrStore(p.code, p)
+	}
 	return Period{actual.(*period)}, nil
+}
+
+// byCode holds the same Periods by their code.
+var byCode sync.Map // int64 -> *period
+
+// ByCode returns the Period whose code is code, if this process made it
+// with New: what a store's row, which holds the code and not the zone,
+// names.
+func ByCode(code int64) (Period, bool) {
+	if p, ok := byCode.Load(code); ok {
+		return Period{p.(*period)}, true
+	}
+	return Period{}, false
 }
 
 // IsZero reports whether p is the zero Period: no calendar.
@@ -148,8 +164,13 @@ func code(unit Unit, zone string) int64 {
 	return MinCode | int64(unit)<<37 | int64(h.Sum64()&(1<<37-1))
 }
 
-// IsCode reports whether ms is a Period's code rather than a length.
-func IsCode(ms int64) bool { return ms >= MinCode }
+// IsCode reports whether ms is a Period's code rather than a length: at
+// least MinCode, under twice it, naming a unit. Anything else at or above
+// MinCode (a corrupt row) is neither, and is taken as a length.
+func IsCode(ms int64) bool {
+	u := UnitOfCode(ms)
+	return ms >= MinCode && ms < 2*MinCode && u >= Day && u <= Year
+}
 
 // UnitOfCode returns the unit of a Period's code.
 func UnitOfCode(code int64) Unit { return Unit(code >> 37 & 7) }

@@ -56,10 +56,11 @@ func compareBool(a, b bool) int {
 // own, the last in which the sliding window weighs it. Stores keep a cell
 // until then, and may drop it after. A durationMs that is a calendar's code
 // (see calendar.Period.Code) names a calendar period, which counts only in
-// itself: it expires when it ends, on any zone's clock.
+// itself but which processes still read as the previous cell during the
+// next: it expires when the next period ends, on any zone's clock.
 func ExpiresAt(sequence, durationMs int64) int64 {
 	if calendar.IsCode(durationMs) {
-		return calendar.LatestEnd(durationMs, sequence)
+		return calendar.LatestEnd(durationMs, sequence+1)
 	}
 	return (sequence + 2) * durationMs
 }

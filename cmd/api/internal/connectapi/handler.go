@@ -140,7 +140,7 @@ func toRequest(m *ratelimitv1.LimitRequest) (ratelimit.Request, error) {
 		Cost:       cost,
 		Report:     m.GetReport(),
 		Reserve:    m.GetReserve(),
-		Algorithm:  ratelimit.Algorithm(min(m.GetAlgorithm(), 255)),
+		Algorithm:  algorithm(m.GetAlgorithm()),
 		Burst:      m.GetBurst(),
 	}
 	if c := m.GetCalendar(); c != nil {
@@ -151,6 +151,15 @@ func toRequest(m *ratelimitv1.LimitRequest) (ratelimit.Request, error) {
 		r.Calendar = p
 	}
 	return r, nil
+}
+
+// algorithm converts an API algorithm; a value the API does not name
+// (binary protobuf takes any) becomes one the limiter refuses.
+func algorithm(a ratelimitv1.Algorithm) ratelimit.Algorithm {
+	if a < 0 || a > 255 {
+		return 255
+	}
+	return ratelimit.Algorithm(a)
 }
 
 // calls converts the requests of a batch, naming a refused one by its
