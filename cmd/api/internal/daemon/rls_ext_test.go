@@ -241,8 +241,7 @@ func TestRLSRequest(t *testing.T) {
 	}
 }
 
-// get fetches path from the main port.
-// get GETs path with tokA's key, which a server with UNKEY_AUTH_TOKENS
+// get GETs path from the main port with tokA's key, which a server with UNKEY_AUTH_TOKENS
 // takes for its metrics and an open one ignores.
 func (ts *testServer) get(t *testing.T, path string) (int, string) {
 	t.Helper()
