@@ -57,16 +57,32 @@ func (t *windowTable) bucketOf(w *window, sp spec, now int64) *bucket {
 	if b, ok := t.buckets.Load(w); ok {
 		return b
 	}
-	b, _ := t.buckets.LoadOrCompute(w, func() (*bucket, bool) {
+	var seen [2]struct {
+		c *cell
+		n int64
+	}
+	b, loaded := t.buckets.LoadOrCompute(w, func() (*bucket, bool) {
 		b := &bucket{}
 		b.observe(sp)
 		for i := range w.cells {
 			if c := w.cells[i].Load(); c != nil {
-				b.take(c.count.Load()+c.global.Load(), arrival(w, c, now), sp.limit, sp.durationMs, sp.burst)
+				seen[i].c, seen[i].n = c, c.count.Load()+c.global.Load()
+				b.take(seen[i].n, arrival(w, c, now), sp.limit, sp.durationMs, sp.burst)
 			}
 		}
 		return b, false
 	})
+	if !loaded {
+		// A tier that raised a cell while the bucket was being made found
+		// no bucket to take it from: take it now.
+		for _, s := range seen {
+			if s.c != nil {
+				if n := s.c.count.Load() + s.c.global.Load(); n > s.n {
+					b.take(n-s.n, arrival(w, s.c, now), sp.limit, sp.durationMs, sp.burst)
+				}
+			}
+		}
+	}
 	if w.evicted() {
 		// The janitor removed w meanwhile, and may have dropped its
 		// bucket before this one was made: nothing else would.

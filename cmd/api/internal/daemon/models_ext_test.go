@@ -129,6 +129,15 @@ func TestOverrideSetsABucketsBurst(t *testing.T) {
 	if n := count(`{"namespace":"models","identifier":"vip","limit":100,"duration":1000,"algorithm":"ALGORITHM_TOKEN_BUCKET","burst":2}`); n != 5 {
 		t.Fatalf("a bucket under the override admitted %d at once, want its burst of 5", n)
 	}
+	// Unkey's v2 API has no burst: an override it sets keeps the one it has.
+	if status, raw := ts.post(t, "/v2/ratelimit.setOverride", tokA,
+		strings.NewReader(`{"namespace":"models","identifier":"vip","limit":2,"duration":86400000}`)); status != 200 {
+		t.Fatalf("v2 setOverride: %d %s", status, raw)
+	}
+	if _, out := ts.call(t, "GetOverride", tokA, `{"namespace":"models","identifier":"vip"}`); fmt.Sprint(out["override"].(map[string]any)["burst"]) != "5" ||
+		fmt.Sprint(out["override"].(map[string]any)["limit"]) != "2" {
+		t.Fatalf("after v2's setOverride: %v, want limit 2 and the burst of 5 kept", out)
+	}
 	status, out = ts.call(t, "SetOverride", tokA, `{"namespace":"models","identifier":"vip","limit":1,"duration":86400000,"burst":-1}`)
 	if status != 400 || !strings.Contains(fmt.Sprint(out["message"]), "burst: must be between 0") {
 		t.Fatalf("a negative burst: %d %v", status, out)

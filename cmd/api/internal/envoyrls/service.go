@@ -518,7 +518,7 @@ func (s *Service) limit(ctx context.Context, ns pipeline.Namespace, p *plan) (li
 			// nowhere.
 			l := p.limits[0]
 			return limitDecision{Decision: pipeline.Decision{Response: ratelimit.Response{Limit: int64(l.RequestsPerUnit)},
-				Duration: l.Duration()}, name: l.Name, unit: unitOf(l, l.Duration())}, capacity, nil
+				Duration: calls[0].Request.Window(s.now())}, name: l.Name, unit: unitOf(l, l.Duration())}, capacity, nil
 		}
 		best := -1
 		for i, d := range m.Results {

@@ -39,6 +39,17 @@ func (p *Pipeline) ListOverrides(ctx context.Context, namespace, cursor string, 
 // the caller may set overrides in its namespace, and records the change in
 // the audit log.
 func (p *Pipeline) SetOverride(ctx context.Context, o overrides.Override) (overrides.Override, error) {
+	return p.setOverride(ctx, o, false)
+}
+
+// SetOverrideKeepingBurst is SetOverride for an API that has no burst
+// (Unkey's v2): the override keeps the burst it has, where SetOverride
+// sets o's.
+func (p *Pipeline) SetOverrideKeepingBurst(ctx context.Context, o overrides.Override) (overrides.Override, error) {
+	return p.setOverride(ctx, o, true)
+}
+
+func (p *Pipeline) setOverride(ctx context.Context, o overrides.Override, keepBurst bool) (overrides.Override, error) {
 	if err := authorizeNamespace(ctx, access.SetOverride, o.Namespace); err != nil {
 		return overrides.Override{}, err
 	}
@@ -46,6 +57,9 @@ func (p *Pipeline) SetOverride(ctx context.Context, o overrides.Override) (overr
 	before, err := p.overrideBefore(ctx, o.Namespace, o.Identifier)
 	if err != nil {
 		return overrides.Override{}, err
+	}
+	if keepBurst && before != nil {
+		o.Burst = before.Burst
 	}
 	if before != nil && before.Limit == o.Limit && before.Duration == o.Duration && before.Burst == o.Burst {
 		// Setting what is set changes nothing: nothing is written, and the
