@@ -1,17 +1,19 @@
 package ratelimit
 
 import (
-	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
-
 	"context"
 	"time"
 
 	"github.com/puzpuzpuz/xsync/v4"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
 )
 
 // janitorInterval is how often idle windows are evicted. A window is idle
 // once both its cells are older than the previous fixed window, so with the
-// shortest window of 1 s an idle window lingers at most 2 s + 10 s. A walk
+// shortest window of 1 s an idle window lingers at most 2 s + 10 s (a
+// calendar's once it holds no cell of the current period; a token bucket's
+// not before it is full again, since no store holds its level). A walk
 // reads each window once without locking the map as a whole: a request
 // waits at most for the removal of one idle window in its bucket.
 const janitorInterval = 10 * time.Second
