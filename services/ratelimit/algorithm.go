@@ -103,10 +103,7 @@ func (w *window) seqAt(now int64) (seq, start, end int64) {
 
 // seqOf returns the sequence of w's cell holding now (unix ms).
 func (w *window) seqOf(now int64) int64 {
-	if !calendar.IsCode(w.durationMs) {
-		return now / w.durationMs
-	}
-	seq, _, _ := periodOf(w).At(now)
+	seq, _, _ := w.seqAt(now)
 	return seq
 }
 

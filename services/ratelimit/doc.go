@@ -1,8 +1,9 @@
 // Package ratelimit decides whether a caller may spend cost units of a limit
 // per duration, from local memory, in well under a microsecond.
 //
-// Each process keeps fixed window cells in memory and evaluates the current
-// and the previous cell as a sliding window. For server time t in
+// Each process keeps fixed window cells in memory and, for a sliding window
+// (the default of the models in algorithm.go), evaluates the current and
+// the previous cell. For server time t in
 // milliseconds and a window of d milliseconds:
 //
 //	seq       = t / d
@@ -38,7 +39,7 @@
 //
 //   - key: workspace, namespace, identifier and duration: what one limit
 //     counts (windowKey).
-//   - window: the sliding window of one key, held in memory: its two most
+//   - window: the window of one key, held in memory: its two most
 //     recent cells (window), all of them in the service's windowTable.
 //   - cell: one fixed window of one key: store.CellKey names it, cell holds
 //     its counts in memory (this region's, the other regions', what is

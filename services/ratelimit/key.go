@@ -6,9 +6,11 @@ import (
 	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
 )
 
-// windowKey identifies one sliding window: every cell of one limit of one
+// windowKey identifies one window: every cell of one limit of one
 // identifier. Duration is part of the key because the same identifier may be
-// limited per second and per day at once.
+// limited per second and per day at once; durationMs is the cells' length
+// (a calendar's code for calendar periods, a bucket's refill for a token
+// bucket whose burst outlasts its duration: see keyOf).
 type windowKey struct {
 	workspace  string
 	namespace  string
