@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
 	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )
@@ -133,5 +135,31 @@ func TestBucketKnownToAColdProcess(t *testing.T) {
 			t.Fatalf("drained %d ms into a cell: B admitted %d three seconds later; 30 tokens had refilled", at, admitted)
 		}
 		t.Logf("drained %d ms into a cell of %d ms: B admitted %d of the 30 tokens that had refilled", at, cell, admitted)
+	}
+}
+
+// TestBucketNearEmptyIsStrict: a bucket's remaining tokens are measured
+// against its burst, not its rate, when an admission decides whether the
+// key turns strict (reads the regional store before deciding). A bucket
+// of 10 a second with bursts of 100 is strict once 20 tokens or fewer are
+// left; with the rate as the yardstick it was strict only at 2.
+func TestBucketNearEmptyIsStrict(t *testing.T) {
+	clock := newFakeClock(600_000)
+	p := newRegional(t, storetest.NewMemRegional(), clock)
+	rq := req("user", 10, time.Second, 1)
+	rq.Algorithm, rq.Burst = TokenBucket, 100
+	for i := range 79 {
+		if resp := mustLimit(t, p.Service, rq); !resp.Success {
+			t.Fatalf("request %d denied: %+v", i, resp)
+		}
+	}
+	if got := testutil.ToFloat64(p.metrics.strictActivations); got != 0 {
+		t.Fatalf("strict with 21 tokens left of 100: %v activations", got)
+	}
+	if resp := mustLimit(t, p.Service, rq); resp.Remaining != 20 {
+		t.Fatalf("the 80th request: %+v, want 20 remaining", resp)
+	}
+	if got := testutil.ToFloat64(p.metrics.strictActivations); got != 1 {
+		t.Fatalf("strict activations with 20 tokens left of 100 = %v, want 1", got)
 	}
 }

@@ -139,7 +139,7 @@ func (s *Service) decideBucket(w *window, b *bucket, now int64, sp spec, cur *ce
 	nowNs := now * int64(time.Millisecond)
 	tau := refill(sp.burst, sp.limit, sp.durationMs)
 	need := refill(cost, sp.limit, sp.durationMs)
-	d := decision{algorithm: TokenBucket, limit: sp.limit}
+	d := decision{algorithm: TokenBucket, limit: sp.limit, burst: sp.burst}
 	for attempt := 0; attempt < maxCASAttempts || report; attempt++ {
 		tat := b.tat.Load()
 		base := max(tat, nowNs)

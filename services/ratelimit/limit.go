@@ -22,12 +22,24 @@ const maxEvictionRetries = 8
 
 // decision is the outcome of evaluating one request against one window.
 type decision struct {
-	algorithm  Algorithm
-	success    bool
-	limit      int64
+	algorithm Algorithm
+	success   bool
+	limit     int64
+	// burst is a token bucket's capacity (0 for a window): what its
+	// remaining tokens are measured against.
+	burst      int64
 	remaining  int64
 	resetMs    int64
 	retryAfter int64 // ms
+}
+
+// capacity is the most d's remaining can be: a window's limit, a
+// bucket's burst.
+func (d *decision) capacity() int64 {
+	if d.algorithm == TokenBucket {
+		return d.burst
+	}
+	return d.limit
 }
 
 func (d *decision) response() Response {

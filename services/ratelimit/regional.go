@@ -50,7 +50,7 @@ const (
 	// request.
 	strictRefreshInterval = 100 * time.Millisecond
 	// strictHeadroom: an admission that leaves at most this share of the
-	// limit makes the key strict, as a denial does.
+	// limit (a bucket's burst) makes the key strict, as a denial does.
 	strictHeadroom = 0.2
 )
 
@@ -370,14 +370,15 @@ func (r *regionalTier) merge(w *window, seq, stored int64) {
 // afterDecideWindow does the regional tier's share of decision d on w at now:
 // it queues what was counted for replay and keeps the key strict for one
 // duration after a denial, or after an admission that left at most
-// strictHeadroom of the limit. Near the limit is where processes that are each
+// strictHeadroom of its capacity (a window's limit, a bucket's burst).
+// Near the limit is where processes that are each
 // one admission behind the others would together admit too much; strict
 // decisions read the store first.
 func (r *regionalTier) afterDecideWindow(w *window, cur *cell, now int64, d *decision, counted int64) {
 	if counted > 0 {
 		r.queueReplay(w, cur, counted)
 	}
-	if d.success && float64(d.remaining) > strictHeadroom*float64(d.limit) {
+	if d.success && float64(d.remaining) > strictHeadroom*float64(d.capacity()) {
 		return
 	}
 	until := now + w.strictSpan(now)
