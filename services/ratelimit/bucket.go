@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"math"
 	"math/bits"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -140,7 +141,16 @@ func (s *Service) decideBucket(w *window, b *bucket, now int64, sp spec, cur *ce
 	tau := refill(sp.burst, sp.limit, sp.durationMs)
 	need := refill(cost, sp.limit, sp.durationMs)
 	d := decision{algorithm: TokenBucket, limit: sp.limit, burst: sp.burst}
-	for attempt := 0; attempt < maxCASAttempts || report; attempt++ {
+	// As a window's count (see contention.go): after fastCASAttempts lost
+	// races, or on a contended cell, under the key's lock.
+	var held *sync.Mutex
+	if cur.flags.Load()&cellContended != 0 {
+		held = s.contention.lock(cur)
+	}
+	for attempt := 0; ; attempt++ {
+		if attempt == fastCASAttempts && held == nil {
+			held = s.contention.lock(cur)
+		}
 		tat := b.tat.Load()
 		base := max(tat, nowNs)
 		next := base + need
@@ -155,17 +165,23 @@ func (s *Service) decideBucket(w *window, b *bucket, now int64, sp spec, cur *ce
 			if cost <= sp.burst {
 				d.retryAfter = ceilMs(next-tau) - now
 			}
+			unlock(held, cur)
 			return d, cur, false
 		}
 		if cost == 0 {
 			d.success = true
 			d.remaining = min(tokensIn(tau-(base-nowNs), sp.limit, sp.durationMs), sp.burst)
 			d.resetMs = ceilMs(base)
+			unlock(held, cur)
 			return d, cur, false
+		}
+		if s.beforeCAS != nil {
+			s.beforeCAS(w, cur, attempt)
 		}
 		if !b.tat.CompareAndSwap(tat, next) {
 			continue
 		}
+		unlock(held, cur)
 		if speculative {
 			w.beginTransition()
 			cur.speculative.Add(cost)
@@ -185,11 +201,6 @@ func (s *Service) decideBucket(w *window, b *bucket, now int64, sp spec, cur *ce
 		}
 		return d, cur, true
 	}
-	// Unreachable for reports, which loop until they count.
-	s.metrics.casExhausted.Inc()
-	d.remaining = 0
-	d.resetMs = now
-	return d, cur, false
 }
 
 // ceilMs is unix ns in unix ms, rounded up.

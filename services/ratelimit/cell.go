@@ -9,8 +9,8 @@ import (
 // touch it without locks. 48 bytes.
 type cell struct {
 	// flags holds the fixed window this cell counts (see seq) and the cell's
-	// flags: cellHydrated, cellQueued, cellGrown, cellReseed, cellMarked and
-	// cellReserved.
+	// flags: cellHydrated, cellQueued, cellGrown, cellReseed, cellMarked,
+	// cellReserved and cellContended.
 	// Sharing one word keeps the cell at 48 bytes, a size class of its own.
 	flags cellWord
 	// count is this region's count, including speculative batch increments
@@ -90,6 +90,9 @@ const (
 	// it were seen: decisions weigh it less its refunds, and reads of the
 	// regional store fetch those too. Cells without it cost nothing more.
 	cellReserved
+	// cellContended: a decision that lost races on the cell's key holds
+	// the key's lock (see contention.go); decisions arriving queue on it.
+	cellContended
 )
 
 // atomicMax raises v to n if n is larger, and reports whether it did.

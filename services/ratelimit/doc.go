@@ -14,7 +14,8 @@
 // cur and prev are this region's counts for cells seq and seq-1; curGlobal and
 // prevGlobal are the counts imported from other regions. A successful request
 // adds cost to cur by compare-and-swap, so concurrent requests in one process
-// never admit more than the limit.
+// never admit more than the limit, and, after a few races lost, under the
+// key's lock, so that contention never refuses one (see contention.go).
 //
 // The request path never waits on the network for a warm counter, except
 // that a key near or over its limit (strict) reads the regional store first,

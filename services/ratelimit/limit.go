@@ -3,17 +3,10 @@ package ratelimit
 import (
 	"context"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 )
-
-// maxCASAttempts bounds the compare-and-swap loop of one decision. Every
-// failed attempt means another request on the same cell succeeded, so the loop
-// only runs out when more than this many requests land on one key in the
-// microsecond a decision takes; then the request is denied (fail closed) and
-// counted in unkey_ratelimit_cas_exhausted_total. With 2 to 64 cores a few
-// attempts are the norm; 64 leaves two orders of magnitude of headroom.
-const maxCASAttempts = 64
 
 // maxEvictionRetries bounds how often a decision starts again because the
 // janitor was removing its window. The janitor removes a window only when no
@@ -89,7 +82,7 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 			return Response{Limit: req.Limit, Reset: resetAt(&req, now), Algorithm: sp.algorithm}, err
 		}
 		w.observeLimit(req.Limit)
-		if sp.algorithm == TokenBucket {
+		if sp.algorithm == TokenBucket && s.regional != nil {
 			// Before the regional store's read, which takes what it
 			// raises from the bucket.
 			s.windows.bucketOf(w, sp, now)
@@ -151,7 +144,8 @@ func (s *Service) decide(w *window, now int64, sp spec, cost int64, report, spec
 	elapsed := now - start
 	curGlobal := cur.global.Load()
 	var prevGlobal int64
-	flags := cur.flags.Load()
+	curFlags := cur.flags.Load()
+	flags := curFlags
 	if prev != nil {
 		prevGlobal = prev.global.Load()
 		flags |= prev.flags.Load()
@@ -186,7 +180,14 @@ func (s *Service) decide(w *window, now int64, sp spec, cost int64, report, spec
 		}
 		return d, cur, true
 	}
-	for range maxCASAttempts {
+	// Count by compare-and-swap; after fastCASAttempts lost races, or on
+	// a cell another decision holds the lock of, under the key's lock
+	// (see contention.go): never refused for losing races.
+	var held *sync.Mutex
+	if curFlags&cellContended != 0 {
+		held = s.contention.lock(cur)
+	}
+	for attempt := 0; ; attempt++ {
 		n := cur.count.Load()
 		curTotal := max(n+curGlobal, 0)
 		prevTotal := prevGlobal
@@ -196,27 +197,34 @@ func (s *Service) decide(w *window, now int64, sp spec, cost int64, report, spec
 		prevTotal = max(prevTotal, 0)
 		effective := curTotal + weighted(prevTotal, elapsed, dur) + cost
 		if cost > limit || effective > limit {
+			d.success = false // a race lost may have found room before
 			d.remaining = min(max(0, limit-(effective-cost)), limit)
 			d.retryAfter = sp.retryAfter(elapsed, dur, curTotal, prevTotal, cost)
+			unlock(held, cur)
 			return d, cur, false
 		}
 		d.success = true
 		d.remaining = min(limit-effective, limit)
 		if cost == 0 {
+			unlock(held, cur)
 			return d, cur, false
+		}
+		if s.beforeCAS != nil {
+			s.beforeCAS(w, cur, attempt)
 		}
 		if speculative {
 			if w.applySpeculative(cur, n, cost) {
+				unlock(held, cur)
 				return d, cur, true
 			}
 		} else if cur.count.CompareAndSwap(n, n+cost) {
+			unlock(held, cur)
 			return d, cur, true
 		}
-		d.success = false
+		if attempt == fastCASAttempts-1 && held == nil {
+			held = s.contention.lock(cur)
+		}
 	}
-	s.metrics.casExhausted.Inc()
-	d.remaining = 0
-	return d, cur, false
 }
 
 // countedCost is cost if it was counted, else 0.

@@ -12,7 +12,7 @@ type metrics struct {
 	windowsCreated  prometheus.Counter
 	windowsEvicted  prometheus.Counter
 	windowsRejected *prometheus.CounterVec
-	casExhausted    prometheus.Counter
+	contended       prometheus.Counter
 
 	regionalOps       *prometheus.CounterVec
 	regionalLatency   *prometheus.HistogramVec
@@ -47,9 +47,9 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 			Name: "unkey_ratelimit_windows_rejected_total",
 			Help: "Windows not created because their workspace held the most windows allowed, by what asked for them (request: answered resource_exhausted; sync: an imported row skipped).",
 		}, []string{"source"}),
-		casExhausted: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "unkey_ratelimit_cas_exhausted_total",
-			Help: "Decisions denied because the compare-and-swap loop ran out of attempts under contention.",
+		contended: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "unkey_ratelimit_contended_decisions_total",
+			Help: "Decisions that lost several races in a row to count on their key (or found another such decision on it) and took the key's lock: a hot key on many cores. None is refused for it.",
 		}),
 		regionalOps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "unkey_ratelimit_origin_operations_total",
@@ -129,7 +129,7 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 	for _, queue := range []string{"replay", "refresh", "flush"} {
 		m.queueOverflow.WithLabelValues(queue)
 	}
-	for _, c := range []prometheus.Collector{m.windowsCreated, m.windowsEvicted, m.windowsRejected, m.casExhausted, active,
+	for _, c := range []prometheus.Collector{m.windowsCreated, m.windowsEvicted, m.windowsRejected, m.contended, active,
 		m.regionalOps, m.regionalLatency, m.queueOverflow, m.replayExpired, m.strictActivations, depth,
 		m.globalWrites, m.globalWriteErrors, m.globalRowsApplied, m.globalSyncErrors, m.globalLastSync, m.globalEntriesCreated, m.globalRowsLastPoll, m.globalRowsFuture, m.globalIdlePublished, m.refunded} {
 		if err := reg.Register(c); err != nil {

@@ -66,7 +66,9 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 			}
 			windows[i] = w
 			w.observeLimit(reqs[i].Limit)
-			if sp := specOf(&reqs[i]); sp.algorithm == TokenBucket {
+			// A bucket before the regional store's read, which takes what
+			// it raises from it.
+			if sp := specOf(&reqs[i]); sp.algorithm == TokenBucket && s.regional != nil {
 				s.windows.bucketOf(w, sp, now)
 			}
 		}

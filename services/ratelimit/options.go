@@ -24,6 +24,9 @@ type settings struct {
 	// share-scaled flush step: from half the limit, a tenth of it at a
 	// time. Only the accuracy report sets it, for its "before" rows.
 	halfFloorOnly bool
+	// beforeCAS runs before every compare-and-swap of a decision: a test's
+	// way to make races lost (withBeforeCAS).
+	beforeCAS func(w *window, c *cell, attempt int)
 }
 
 // WithClock makes the service read time from clock instead of the wall

@@ -26,6 +26,13 @@ type Service struct {
 	regional *regionalTier
 	global   *globalTier
 
+	// contention holds the locks of keys hot enough that a decision lost
+	// several races to count on them (see contention.go).
+	contention *contention
+	// beforeCAS, when set, runs before every compare-and-swap of a
+	// decision: tests make races lost with it (withBeforeCAS).
+	beforeCAS func(w *window, c *cell, attempt int)
+
 	janitorEvery time.Duration
 	// running is set while Run runs.
 	running atomic.Bool
@@ -62,6 +69,7 @@ func New(region string, opts ...Option) (*Service, error) {
 		return nil, fmt.Errorf("register ratelimit metrics: %w", err)
 	}
 	s.metrics = m
+	s.contention, s.beforeCAS = newContention(m.contended), cfg.beforeCAS
 	s.windows.init(m, cfg.maxPerWorkspace)
 	if cfg.regional != nil {
 		s.regional = newRegionalTier(cfg.regional, cfg.clock, m, &s.windows)

@@ -215,7 +215,7 @@ func TestHealthReadinessAndMetrics(t *testing.T) {
 		`unkey_ratelimit_windows_active 1`,
 		`unkey_ratelimit_windows_created_total 1`,
 		`unkey_ratelimit_windows_evicted_total 0`,
-		`unkey_ratelimit_cas_exhausted_total 0`,
+		`unkey_ratelimit_contended_decisions_total 0`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Fatalf("/metrics lacks %q", want)

@@ -1,0 +1,160 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// withBeforeCAS runs f before every compare-and-swap of a decision.
+func withBeforeCAS(f func(w *window, c *cell, attempt int)) Option {
+	return func(s *settings) { s.beforeCAS = f }
+}
+
+// rival returns a beforeCAS hook that, the first n times, admits one unit
+// as another decision would between the decision's read and its
+// compare-and-swap (into the cell, and a bucket's instant too), so that
+// the compare-and-swap fails: a race lost n times in a row, whatever the
+// scheduler does.
+func rival(s **Service, n int) (func(w *window, c *cell, attempt int), *atomic.Int64) {
+	var lost atomic.Int64
+	return func(w *window, c *cell, attempt int) {
+		if lost.Load() >= int64(n) {
+			return
+		}
+		lost.Add(1)
+		if b, ok := (*s).windows.buckets.Load(w); ok {
+			b.take(1, (*s).clock.Now().UnixNano(), b.limit.Load(), b.durMs.Load(), b.burst.Load())
+		}
+		c.count.Add(1)
+	}, &lost
+}
+
+// TestLostRacesNeverDeny: a decision that loses its race to count any
+// number of times in a row (1, up to and past fastCASAttempts, past the 64
+// after which it used to be refused, a thousand) is admitted when the
+// limit admits it once the rivals are counted, and refused when they took
+// what was left: never refused for losing. Past fastCASAttempts it took
+// the key's lock, once, and left no flag behind.
+func TestLostRacesNeverDeny(t *testing.T) {
+	for name, base := range models(t, "hot", 0) {
+		for _, n := range []int{1, fastCASAttempts - 1, fastCASAttempts, fastCASAttempts + 1, 64, 65, 1000} {
+			for _, room := range []int64{1, 0} {
+				t.Run(fmt.Sprintf("%s/lost=%d/room=%d", name, n, room), func(t *testing.T) {
+					var s *Service
+					hook, lost := rival(&s, n)
+					s = newTestService(t, newFakeClock(1_000_000_000_000), withBeforeCAS(hook))
+					r := base
+					r.Limit = int64(n) + room
+					if r.Algorithm == TokenBucket {
+						r.Limit, r.Burst = 1, int64(n)+room // a token an hour: none refills meanwhile
+						r.Duration = time.Hour
+					}
+					resp := mustLimit(t, s, r)
+					if lost.Load() != int64(n) {
+						t.Fatalf("the rivals won %d races, want %d", lost.Load(), n)
+					}
+					if resp.Success != (room > 0) {
+						t.Fatalf("after losing %d races with room for %d more: %+v", n, room, resp)
+					}
+					w, _ := s.windows.forRequest(ptr(keyOf(&r)))
+					c, _ := w.cellAt(w.seqOf(s.clock.Now().UnixMilli()), true)
+					if got, want := c.count.Load(), int64(n)+room; got != want {
+						t.Fatalf("the cell counts %d, want %d (the rivals' %d and this decision's %d)", got, want, n, room)
+					}
+					wantLocks := 0.0
+					if n >= fastCASAttempts {
+						wantLocks = 1
+					}
+					if got := testutil.ToFloat64(s.metrics.contended); got != wantLocks {
+						t.Fatalf("contended decisions = %v, want %v", got, wantLocks)
+					}
+					if c.flags.Load()&cellContended != 0 {
+						t.Fatal("the cell is still flagged contended")
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestContendedKeyQueues: a decision on a cell flagged contended (another
+// decision holds its key's lock) takes the lock before its first try, so
+// that the holder races only decisions that were already trying.
+func TestContendedKeyQueues(t *testing.T) {
+	for name, r := range models(t, "hot", 100) {
+		t.Run(name, func(t *testing.T) {
+			var s *Service
+			var tries, unlockedTries atomic.Int64
+			s = newTestService(t, newFakeClock(1_000_000_000_000), withBeforeCAS(func(w *window, c *cell, attempt int) {
+				tries.Add(1)
+				mu := &s.contention.stripes[lockIndex(s.contention, c)].mu
+				if mu.TryLock() {
+					unlockedTries.Add(1)
+					mu.Unlock()
+				}
+			}))
+			mustLimit(t, s, r)
+			if unlockedTries.Load() != 1 {
+				t.Fatalf("an uncontended decision tried %d times without the lock, want 1", unlockedTries.Load())
+			}
+			w, _ := s.windows.forRequest(ptr(keyOf(&r)))
+			c, _ := w.cellAt(w.seqOf(s.clock.Now().UnixMilli()), true)
+			c.flags.Or(cellContended)
+			if resp := mustLimit(t, s, r); !resp.Success {
+				t.Fatalf("denied: %+v", resp)
+			}
+			if tries.Load() != 2 || unlockedTries.Load() != 1 {
+				t.Fatalf("on a contended cell: %d tries, %d of them without the lock; want 1 try, with it", tries.Load()-1, unlockedTries.Load()-1)
+			}
+			if c.flags.Load()&cellContended != 0 {
+				t.Fatal("the cell is still flagged contended after the decision")
+			}
+		})
+	}
+}
+
+// TestHotKeyCountsExactly: 32 goroutines on one key, more than the cores,
+// decide 500 requests each, so that races are lost and keys locked: with
+// room for all, all are admitted; with room for half, exactly half.
+func TestHotKeyCountsExactly(t *testing.T) {
+	const workers, each = 32, 500
+	for name, base := range models(t, "hot", 0) {
+		for _, room := range []int64{workers * each, workers * each / 2} {
+			t.Run(fmt.Sprintf("%s/room=%d", name, room), func(t *testing.T) {
+				s := newTestService(t, newFakeClock(1_000_000_000_000))
+				r := base
+				r.Limit = room
+				if r.Algorithm == TokenBucket {
+					r.Limit, r.Burst, r.Duration = 1, room, time.Hour
+				}
+				var admitted atomic.Int64
+				var wg sync.WaitGroup
+				for range workers {
+					wg.Go(func() {
+						for range each {
+							resp, err := s.Limit(context.Background(), r)
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							if resp.Success {
+								admitted.Add(1)
+							}
+						}
+					})
+				}
+				wg.Wait()
+				if admitted.Load() != room {
+					t.Fatalf("admitted %d with room for %d", admitted.Load(), room)
+				}
+				t.Logf("%d decisions took the key's lock", int(testutil.ToFloat64(s.metrics.contended)))
+			})
+		}
+	}
+}
