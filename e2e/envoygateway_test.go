@@ -22,12 +22,14 @@ import (
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/unkeyed/ratelimit/internal/testkit/loopback"
 	"github.com/unkeyed/ratelimit/internal/testkit/poll"
 	"github.com/unkeyed/ratelimit/internal/testkit/rlscall"
 	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 	"github.com/unkeyed/ratelimit/internal/testkit/xdsserver"
+	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
 
 // Envoy Gateway's rate limit deployment, as its infrastructure code
@@ -98,11 +100,19 @@ func policy(n uint32, unit rlsconfv3.RateLimitUnit) *rlsconfv3.RateLimitPolicy {
 // with a BackendTrafficPolicy of three rules: perUser requests a minute
 // for each x-user-id (a distinct match: a key without a value), a monthly
 // quota for each x-tenant (MONTH, unit 5), and a shadow rule for every
-// client address (masked_remote_address, shadow_mode on its chain).
+// client address (masked_remote_address, shadow_mode on its chain); and a
+// fourth, as a management server of one's own would push it, a token
+// bucket of one an hour with bursts of two for each x-api-key, its model
+// in the descriptor's metadata (rlsconfig.ModelMetadataKey).
 func gatewayRules(domain string, perUser uint32) *rlsconfv3.RateLimitConfig {
+	bucket, err := structpb.NewStruct(map[string]any{rlsconfig.ModelMetadataKey: map[string]any{"algorithm": "token_bucket", "burst": 2}})
+	if err != nil {
+		panic(err)
+	}
 	return &rlsconfv3.RateLimitConfig{Name: domain, Domain: domain, Descriptors: []*rlsconfv3.RateLimitDescriptor{{
 		Key: route, Value: route, Descriptors: []*rlsconfv3.RateLimitDescriptor{
 			{Key: "rule-0-match-0", RateLimit: policy(perUser, rlsconfv3.RateLimitUnit_MINUTE)},
+			{Key: "rule-3-match-0", RateLimit: policy(1, rlsconfv3.RateLimitUnit_HOUR), Metadata: bucket},
 			{Key: "rule-1-match-0", RateLimit: policy(1000, 5)},
 			{Key: "rule-2-match-0", Value: "rule-2-match-0", ShadowMode: true, Descriptors: []*rlsconfv3.RateLimitDescriptor{
 				{Key: "masked_remote_address", Value: "0.0.0.0/0", ShadowMode: true, Descriptors: []*rlsconfv3.RateLimitDescriptor{
@@ -217,6 +227,19 @@ func TestBehindEnvoyGateway(t *testing.T) {
 	if got := statusOf(resp.Statuses[0]); resp.OverallCode != rlsv3.RateLimitResponse_OK || got != (rlsStatus{false, 1000, "MONTH", 999}) ||
 		statusOf(resp.Statuses[2]).Over {
 		t.Fatalf("quota and shadow rule: overall %v, %+v", resp.OverallCode, resp.Statuses)
+	}
+
+	// The token bucket pushed in the metadata: its burst of two, then
+	// over until a token refills.
+	for i, want := range []rlsStatus{{false, 1, "HOUR", 1}, {false, 1, "HOUR", 0}, {true, 1, "HOUR", 0}} {
+		resp, err := envoy.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: domain,
+			Descriptors: []*rlcommonv3.RateLimitDescriptor{rlscall.Desc(route, route, "rule-3-match-0", "key-1")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := statusOf(resp.Statuses[0]); got != want {
+			t.Fatalf("the bucket's call %d: %+v, want %+v", i+1, got, want)
+		}
 	}
 
 	// A new snapshot: in force at once.

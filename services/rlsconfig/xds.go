@@ -1,6 +1,8 @@
 package rlsconfig
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -14,7 +16,8 @@ import (
 // resource defines domains as a file does, and a domain may be defined
 // once. Every error names the resource. The type has no rate_limits,
 // unit_multiplier, value_to_metric or share_threshold: those are the
-// files' alone.
+// files' alone. A limit's model, which the type has no field for, is read
+// from its descriptor's metadata (see ModelMetadataKey).
 func LoadXDS(configs ...*rlsconfv3.RateLimitConfig) (*Config, error) {
 	sources := make([]source, len(configs))
 	for i, rc := range configs {
@@ -38,8 +41,21 @@ func xdsDescriptors(in []*rlsconfv3.RateLimitDescriptor) ([]fileDescriptor, erro
 		}
 		out[i] = fileDescriptor{Key: d.GetKey(), Value: d.GetValue(), Descriptors: children, ShadowMode: d.GetShadowMode(),
 			DetailedMetric: d.GetDetailedMetric(), QuotaMode: d.GetQuotaMode()}
+		var model map[string]any
 		if md := d.GetMetadata(); md != nil {
 			out[i].Metadata = md.AsMap()
+			if m, ok := out[i].Metadata[ModelMetadataKey]; ok {
+				if model, ok = m.(map[string]any); !ok {
+					return nil, fmt.Errorf("%s: metadata.%s: must be a struct", d.GetKey(), ModelMetadataKey)
+				}
+				delete(out[i].Metadata, ModelMetadataKey)
+				if len(out[i].Metadata) == 0 {
+					out[i].Metadata = nil
+				}
+				if d.GetRateLimit() == nil {
+					return nil, fmt.Errorf("%s: metadata.%s: chooses the model of the descriptor's rate_limit, which it lacks", d.GetKey(), ModelMetadataKey)
+				}
+			}
 		}
 		if p := d.GetRateLimit(); p != nil {
 			rl := &fileRateLimit{fileLimit: fileLimit{Name: p.GetName()}, Unlimited: p.GetUnlimited()}
@@ -51,6 +67,11 @@ func xdsDescriptors(in []*rlsconfv3.RateLimitDescriptor) ([]fileDescriptor, erro
 			}
 			for _, r := range p.GetReplaces() {
 				rl.Replaces = append(rl.Replaces, fileReplace{Name: r.GetName()})
+			}
+			if model != nil {
+				if err := xdsModel(model, rl); err != nil {
+					return nil, fmt.Errorf("%s: metadata.%s: %w", d.GetKey(), ModelMetadataKey, err)
+				}
 			}
 			out[i].RateLimit = rl
 		}
@@ -67,4 +88,51 @@ func xdsUnit(u rlsconfv3.RateLimitUnit) string {
 		return strings.ToLower(name)
 	}
 	return strconv.Itoa(int(u))
+}
+
+// ModelMetadataKey is the key of a descriptor's metadata that chooses, over
+// xDS, the model of the descriptor's rate_limit, as a file's algorithm,
+// burst and calendar do (RateLimitPolicy has no fields for them):
+//
+//	metadata:
+//	  unkey.ratelimit:
+//	    algorithm: token_bucket   # sliding_window (default), fixed_window
+//	    burst: 100
+//	    calendar:                 # or: calendar periods as the windows
+//	      unit: month             # day, week, month, year; default the policy's unit
+//	      time_zone: Europe/Berlin
+//
+// The key is read and removed: Envoy gets the rest of the metadata back.
+const ModelMetadataKey = "unkey.ratelimit"
+
+// xdsModel sets rl's model from the struct under ModelMetadataKey.
+func xdsModel(model map[string]any, rl *fileRateLimit) error {
+	var m struct {
+		Algorithm string  `json:"algorithm"`
+		Burst     *uint32 `json:"burst"`
+		Calendar  *struct {
+			Unit     string `json:"unit"`
+			TimeZone string `json:"time_zone"`
+		} `json:"calendar"`
+	}
+	raw, err := json.Marshal(model)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		return fmt.Errorf("holds algorithm, burst and calendar {unit, time_zone}: %w", err)
+	}
+	rl.Algorithm, rl.Burst = m.Algorithm, m.Burst
+	if c := m.Calendar; c != nil {
+		// The calendar's periods take the unit's place; the policy's
+		// unit names them when the calendar does not.
+		unit := c.Unit
+		if unit == "" {
+			unit = rl.Unit
+		}
+		rl.Calendar, rl.Unit = &fileCalendar{Unit: unit, TimeZone: c.TimeZone}, ""
+	}
+	return nil
 }

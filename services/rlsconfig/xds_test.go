@@ -8,6 +8,7 @@ import (
 
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/unkeyed/ratelimit/internal/testkit/poll"
 	"github.com/unkeyed/ratelimit/internal/testkit/xdsserver"
@@ -216,4 +217,92 @@ func loadErrors(t *testing.T, reg *prometheus.Registry) float64 {
 		}
 	}
 	return 0
+}
+
+// modelMetadata is a descriptor's metadata choosing its limit's model, with
+// one more key of the rule's own.
+func modelMetadata(t *testing.T, model map[string]any) *structpb.Struct {
+	t.Helper()
+	md, err := structpb.NewStruct(map[string]any{rlsconfig.ModelMetadataKey: model, "team": "payments"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return md
+}
+
+// TestLoadXDSModels: over xDS, whose RateLimitPolicy has no field for a
+// model, a descriptor's metadata chooses it: a token bucket with its
+// burst, a fixed window, a calendar month in Berlin named by the policy's
+// unit. The key is consumed; the rule keeps the rest of its metadata.
+func TestLoadXDSModels(t *testing.T) {
+	rc := &rlsconfv3.RateLimitConfig{Name: "a", Domain: "d", Descriptors: []*rlsconfv3.RateLimitDescriptor{
+		{Key: "bucket", RateLimit: limit(10, rlsconfv3.RateLimitUnit_SECOND),
+			Metadata: modelMetadata(t, map[string]any{"algorithm": "token_bucket", "burst": 100})},
+		{Key: "fixed", RateLimit: limit(5, rlsconfv3.RateLimitUnit_MINUTE),
+			Metadata: modelMetadata(t, map[string]any{"algorithm": "fixed_window"})},
+		{Key: "plan", RateLimit: limit(10_000, unitMonth),
+			Metadata: modelMetadata(t, map[string]any{"calendar": map[string]any{"time_zone": "Europe/Berlin"}})},
+		{Key: "plain", RateLimit: limit(1, rlsconfv3.RateLimitUnit_HOUR)},
+	}}
+	c, err := rlsconfig.LoadXDS(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		key, model string
+		burst      int64
+		zone       string
+	}{
+		{"bucket", "token_bucket", 100, ""},
+		{"fixed", "fixed_window", 0, ""},
+		{"plan", "calendar", 0, "Europe/Berlin"},
+		{"plain", "sliding_window", 0, ""},
+	} {
+		m, ok := c.Match("d", []rlsconfig.Entry{{Key: tc.key, Value: "v"}})
+		if !ok || len(m.Rule.Limits) != 1 {
+			t.Fatalf("%s: no rule", tc.key)
+		}
+		l := m.Rule.Limits[0]
+		if l.Model() != tc.model || l.Burst != tc.burst || l.Calendar.TimeZone() != tc.zone {
+			t.Errorf("%s: %s, burst %d, zone %q; want %s, %d, %q", tc.key, l.Model(), l.Burst, l.Calendar.TimeZone(), tc.model, tc.burst, tc.zone)
+		}
+		if tc.model == "calendar" && l.Calendar.Unit().String() != "month" {
+			t.Errorf("%s: a calendar of %s, want the policy's month", tc.key, l.Calendar.Unit())
+		}
+		md := m.Rule.Metadata.AsMap()
+		if tc.key != "plain" && (md["team"] != "payments" || md[rlsconfig.ModelMetadataKey] != nil) {
+			t.Errorf("%s: the rule's metadata %v, want the team's key and not the model's", tc.key, md)
+		}
+	}
+}
+
+func TestLoadXDSModelErrors(t *testing.T) {
+	notStruct, _ := structpb.NewStruct(map[string]any{rlsconfig.ModelMetadataKey: "token_bucket"})
+	for _, tc := range []struct {
+		name string
+		d    *rlsconfv3.RateLimitDescriptor
+		want string
+	}{
+		{"unknown algorithm", &rlsconfv3.RateLimitDescriptor{Key: "k", RateLimit: limit(1, rlsconfv3.RateLimitUnit_SECOND),
+			Metadata: modelMetadata(t, map[string]any{"algorithm": "leaky"})}, `rate_limit.algorithm: "leaky" is not one of`},
+		{"burst of a window", &rlsconfv3.RateLimitDescriptor{Key: "k", RateLimit: limit(1, rlsconfv3.RateLimitUnit_SECOND),
+			Metadata: modelMetadata(t, map[string]any{"burst": 5})}, "rate_limit.burst: must be at least 1, and only with algorithm token_bucket"},
+		{"fractional burst", &rlsconfv3.RateLimitDescriptor{Key: "k", RateLimit: limit(1, rlsconfv3.RateLimitUnit_SECOND),
+			Metadata: modelMetadata(t, map[string]any{"algorithm": "token_bucket", "burst": 1.5})}, "metadata.unkey.ratelimit: holds algorithm, burst and calendar"},
+		{"unknown field", &rlsconfv3.RateLimitDescriptor{Key: "k", RateLimit: limit(1, rlsconfv3.RateLimitUnit_SECOND),
+			Metadata: modelMetadata(t, map[string]any{"algoritm": "token_bucket"})}, `unknown field "algoritm"`},
+		{"calendar of seconds", &rlsconfv3.RateLimitDescriptor{Key: "k", RateLimit: limit(1, rlsconfv3.RateLimitUnit_SECOND),
+			Metadata: modelMetadata(t, map[string]any{"calendar": map[string]any{}})}, `rate_limit.calendar.unit: "second" is not one of day, week, month, year`},
+		{"bad zone", &rlsconfv3.RateLimitDescriptor{Key: "k", RateLimit: limit(1, unitMonth),
+			Metadata: modelMetadata(t, map[string]any{"calendar": map[string]any{"time_zone": "Mars/Olympus"}})}, "calendar.time_zone"},
+		{"no rate_limit", &rlsconfv3.RateLimitDescriptor{Key: "k",
+			Metadata: modelMetadata(t, map[string]any{"algorithm": "fixed_window"})}, "metadata.unkey.ratelimit: chooses the model of the descriptor's rate_limit, which it lacks"},
+		{"not a struct", &rlsconfv3.RateLimitDescriptor{Key: "k", RateLimit: limit(1, rlsconfv3.RateLimitUnit_SECOND),
+			Metadata: notStruct}, "metadata.unkey.ratelimit: must be a struct"},
+	} {
+		rc := &rlsconfv3.RateLimitConfig{Name: "a", Domain: "d", Descriptors: []*rlsconfv3.RateLimitDescriptor{tc.d}}
+		if _, err := rlsconfig.LoadXDS(rc); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: LoadXDS = %v, want an error containing %q", tc.name, err, tc.want)
+		}
+	}
 }

@@ -138,11 +138,22 @@ func ByCode(code int64) (Period, bool) {
 // IsZero reports whether p is the zero Period: no calendar.
 func (p Period) IsZero() bool { return p.s == nil }
 
-// Unit returns p's unit.
-func (p Period) Unit() Unit { return p.s.unit }
+// Unit returns p's unit; 0, no unit, for the zero Period.
+func (p Period) Unit() Unit {
+	if p.s == nil {
+		return 0
+	}
+	return p.s.unit
+}
 
-// TimeZone returns the name of p's zone, "" for UTC.
-func (p Period) TimeZone() string { return p.s.zone }
+// TimeZone returns the name of p's zone, "" for UTC and for the zero
+// Period.
+func (p Period) TimeZone() string {
+	if p.s == nil {
+		return ""
+	}
+	return p.s.zone
+}
 
 // Code returns the number that stands for p's periods where a fixed
 // window's length in milliseconds would (the stores' keys and rows): at

@@ -151,3 +151,12 @@ func TestCodes(t *testing.T) {
 		}
 	}
 }
+
+// TestZeroPeriod: the zero Period, no calendar, answers its accessors
+// instead of panicking: no unit, UTC.
+func TestZeroPeriod(t *testing.T) {
+	var p calendar.Period
+	if !p.IsZero() || p.Unit() != 0 || p.TimeZone() != "" {
+		t.Fatalf("the zero Period: zero %v, unit %v, zone %q", p.IsZero(), p.Unit(), p.TimeZone())
+	}
+}
