@@ -1,0 +1,236 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
+	"github.com/unkeyed/ratelimit/internal/testkit/poll"
+	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
+)
+
+// floorToken is the API's token in BenchmarkFloors.
+const floorToken = "tok_floor_0123456789abcdef"
+
+// BenchmarkFloors measures what each transport costs a call alone beside
+// what the API costs on it, as server CPU per call: on each, an empty
+// handler (e2e/floorserver) and the API (bin/api, in memory, a token
+// checked, Envoy rules loaded) run as processes of their own, called by
+// the same client from this process with 32 concurrent calls (one
+// connection for gRPC, a pool for HTTP/1.1) over 1,000 keys whose limit
+// never denies. server-µs/op is the server process's user and system CPU
+// (from /proc, 10 ms ticks: run thousands of calls) divided by the calls;
+// the ratio of a server to its transport's floor is the point, since the
+// client shares the machine. Run with -benchtime 20000x or more, e.g.
+//
+//	go test -run '^$' -bench Floors -benchtime 30000x ./e2e
+func BenchmarkFloors(b *testing.B) {
+	floor := startFloorServer(b)
+	api := startFloorAPI(b)
+	for _, c := range []struct {
+		name   string
+		server *exec.Cmd
+		call   func(b *testing.B) func(i int64) error
+	}{
+		{"grpc/floor-grpc-go", floor.cmd, grpcCaller(floor.addrs["grpc"], false)},
+		{"grpc/api-grpc-go-port", api.cmd, grpcCaller(api.grpcAddr, true)},
+		{"grpc/floor-connect-go-h2c", floor.cmd, grpcCaller(floor.addrs["h2c"], false)},
+		{"grpc/api-main-port", api.cmd, grpcCaller(api.addr, true)},
+		{"http1-json/floor-net-http", floor.cmd, jsonCaller("http://"+floor.addrs["http"]+"/v2/ratelimit.limit", v2Body)},
+		{"http1-json/api-v2", api.cmd, jsonCaller("http://"+api.addr+"/v2/ratelimit.limit", v2Body)},
+		{"http1-json/floor-connect-go", floor.cmd, jsonCaller("http://"+floor.addrs["h2c"]+"/ratelimit.v1.RatelimitService/Limit", connectBody)},
+		{"http1-json/api-connect", api.cmd, jsonCaller("http://"+api.addr+"/ratelimit.v1.RatelimitService/Limit", connectBody)},
+		{"http1-json/api-envoy-json", api.cmd, jsonCaller("http://"+api.addr+"/json", envoyBody)},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			call := c.call(b)
+			for i := range int64(200) { // warm the connections and the keys
+				if err := call(i); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var next atomic.Int64
+			b.SetParallelism(16) // 32 goroutines on 2 cores
+			before := processCPU(b, c.server.Process.Pid)
+			start := time.Now()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := call(next.Add(1)); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			elapsed := time.Since(start)
+			cpu := processCPU(b, c.server.Process.Pid) - before
+			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "server-µs/op")
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "calls/s")
+		})
+	}
+}
+
+// floorProcess is a server process of BenchmarkFloors.
+type floorProcess struct {
+	cmd      *exec.Cmd
+	addrs    map[string]string // the floor server's, by transport
+	addr     string            // the API's main port
+	grpcAddr string            // the API's grpc-go port
+}
+
+// startFloorServer builds and starts e2e/floorserver and reads its ports.
+func startFloorServer(b *testing.B) *floorProcess {
+	binary := filepath.Join(b.TempDir(), "floorserver")
+	if out, err := exec.Command("go", "build", "-o", binary, "./floorserver").CombinedOutput(); err != nil {
+		b.Fatalf("build floorserver: %v\n%s", err, out)
+	}
+	cmd := exec.Command(binary)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		b.Fatalf("floorserver's ports: %v", err)
+	}
+	p := &floorProcess{cmd: cmd, addrs: map[string]string{}}
+	for _, f := range strings.Fields(line) {
+		k, v, _ := strings.Cut(f, "=")
+		p.addrs[k] = v
+	}
+	return p
+}
+
+// startFloorAPI starts bin/api in memory with a token, Envoy rules for
+// /json and the grpc-go port, and waits until it is ready.
+func startFloorAPI(b *testing.B) *floorProcess {
+	dir := b.TempDir()
+	rules := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(rules, []byte("domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1000000000}\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	port, grpcPort := testserver.FreePort(b), testserver.FreePort(b)
+	cmd := exec.Command(filepath.Join(bin, "api"))
+	cmd.Env = append(os.Environ(), "UNKEY_REGION=bench", "UNKEY_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(port),
+		"UNKEY_GRPC_ADDR=127.0.0.1:"+strconv.Itoa(grpcPort), "UNKEY_AUTH_TOKENS="+floorToken+"=ws_bench",
+		"UNKEY_RLS_CONFIG="+rules, "UNKEY_LOG_LEVEL=warn")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	p := &floorProcess{cmd: cmd, addr: "127.0.0.1:" + strconv.Itoa(port), grpcAddr: "127.0.0.1:" + strconv.Itoa(grpcPort)}
+	poll.Until(b, 30*time.Second, "the API to report ready", func() bool { return get("http://"+p.addr+"/readyz") == http.StatusOK })
+	return p
+}
+
+// processCPU returns the user and system CPU time pid has used, from
+// /proc/pid/stat (in clock ticks of 10 ms).
+func processCPU(b *testing.B, pid int) time.Duration {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The fields after the command's name, which is in parentheses.
+	fields := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
+	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
+	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		b.Fatalf("/proc/%d/stat: %q", pid, raw)
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// grpcCaller returns a caller of ratelimit.v1.RatelimitService/Limit on
+// addr over one grpc-go connection, with the API's token if auth.
+func grpcCaller(addr string, auth bool) func(b *testing.B) func(i int64) error {
+	return func(b *testing.B) func(i int64) error {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { conn.Close() })
+		ctx := context.Background()
+		if auth {
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+floorToken)
+		}
+		return func(i int64) error {
+			req := &ratelimitv1.LimitRequest{Namespace: "bench", Identifier: "user_" + strconv.FormatInt(i%1000, 10), Limit: 1 << 40, Duration: 60_000}
+			var resp ratelimitv1.LimitResponse
+			if err := conn.Invoke(ctx, "/ratelimit.v1.RatelimitService/Limit", req, &resp); err != nil {
+				return err
+			}
+			if !resp.Success {
+				return fmt.Errorf("denied: %v", &resp)
+			}
+			return nil
+		}
+	}
+}
+
+// The JSON bodies of the HTTP/1.1 calls, for key i.
+func v2Body(i int64) string {
+	return `{"namespace":"bench","identifier":"user_` + strconv.FormatInt(i%1000, 10) + `","limit":1099511627776,"duration":60000}`
+}
+
+func connectBody(i int64) string {
+	return `{"namespace":"bench","identifier":"user_` + strconv.FormatInt(i%1000, 10) + `","limit":"1099511627776","duration":"60000"}`
+}
+
+func envoyBody(i int64) string {
+	return `{"domain":"bench","descriptors":[{"entries":[{"key":"user","value":"user_` + strconv.FormatInt(i%1000, 10) + `"}]}]}`
+}
+
+// jsonCaller returns a caller that posts body(i) to url over HTTP/1.1
+// with the API's token and expects 200.
+func jsonCaller(url string, body func(i int64) string) func(b *testing.B) func(i int64) error {
+	return func(b *testing.B) func(i int64) error {
+		var protocols http.Protocols
+		protocols.SetHTTP1(true)
+		client := &http.Client{Transport: &http.Transport{Protocols: &protocols, MaxIdleConnsPerHost: 256}}
+		b.Cleanup(client.CloseIdleConnections)
+		return func(i int64) error {
+			req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body(i)))
+			if err != nil {
+				return err
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+floorToken)
+			resp, err := client.Do(req)
+			if err != nil {
+				return err
+			}
+			raw, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				return err
+			}
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("%s: %d %s", url, resp.StatusCode, raw)
+			}
+			return nil
+		}
+	}
+}
