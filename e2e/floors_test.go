@@ -34,7 +34,8 @@ const floorToken = "tok_floor_0123456789abcdef"
 // checked, Envoy rules loaded) run as processes of their own, called by
 // the same client from this process with 32 concurrent calls (one
 // connection for gRPC, a pool for HTTP/1.1) over 1,000 keys whose limit
-// never denies. server-µs/op is the server process's user and system CPU
+// never denies (FLOORS_API_ENV adds settings to the API's environment
+// alone). server-µs/op is the server process's user and system CPU
 // (from /proc, 10 ms ticks: run thousands of calls) divided by the calls;
 // the ratio of a server to its transport's floor is the point, since the
 // client shares the machine. Run with -benchtime 20000x or more, e.g.
@@ -136,6 +137,9 @@ func startFloorAPI(b *testing.B) *floorProcess {
 	cmd.Env = append(os.Environ(), "UNKEY_REGION=bench", "UNKEY_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(port),
 		"UNKEY_GRPC_ADDR=127.0.0.1:"+strconv.Itoa(grpcPort), "UNKEY_AUTH_TOKENS="+floorToken+"=ws_bench",
 		"UNKEY_RLS_CONFIG="+rules, "UNKEY_LOG_LEVEL=warn")
+	// FLOORS_API_ENV adds to the API's environment alone (a setting or a
+	// GODEBUG to compare): the floors keep theirs.
+	cmd.Env = append(cmd.Env, strings.Fields(os.Getenv("FLOORS_API_ENV"))...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
