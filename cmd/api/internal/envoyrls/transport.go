@@ -89,7 +89,7 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request, l *transport
 		return
 	}
 	var req rlsv3.RateLimitRequest
-	if !refuseOversized(body, &req, true) {
+	if !refuseOversized(body, &req, true) && !fastRateLimitRequest(body, &req) {
 		if err := protojson.Unmarshal(body, &req); err != nil {
 			writeJSONError(w, l, r, decodeError(body, &req))
 			return
@@ -100,10 +100,12 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request, l *transport
 		writeJSONError(w, l, r, err)
 		return
 	}
-	out, err := protojson.Marshal(resp)
-	if err != nil {
-		writeJSONError(w, l, r, err)
-		return
+	out, ok := appendRateLimitResponse(make([]byte, 0, 256), resp)
+	if !ok {
+		if out, err = protojson.Marshal(resp); err != nil {
+			writeJSONError(w, l, r, err)
+			return
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {

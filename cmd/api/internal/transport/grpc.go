@@ -63,7 +63,7 @@ func (l *Layer) GRPCServer(lim Limits, c Codecs, opts ...grpc.ServerOption) *grp
 		// worker is busy): a fresh goroutine's stack grew, copied, in
 		// every call, 15 to 18 % of the port's CPU; a worker's stays
 		// grown. Idle workers cost their stacks, a few KiB each.
-		grpc.NumStreamWorkers(uint32(64*runtime.GOMAXPROCS(0))),
+		grpc.NumStreamWorkers(uint32(64 * runtime.GOMAXPROCS(0))),
 	}, opts...)...)
 	l.grpc.server = srv
 	return srv
