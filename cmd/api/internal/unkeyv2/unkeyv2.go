@@ -111,6 +111,12 @@ func (h *Handler) serve(fn func(context.Context, *request) (any, error)) http.Ha
 			h.fail(w, r, requestID, err)
 			return
 		}
+		if a, ok := data.(appender); ok {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			w.Write(appendSuccess(make([]byte, 0, 256), a, requestID))
+			return
+		}
 		answer := success{Data: data, Meta: meta{RequestID: requestID}}
 		if p, ok := data.(paginated); ok {
 			answer.Data, answer.Pagination = p.data, &p.pagination

@@ -1,0 +1,62 @@
+package unkeyv2
+
+import (
+	"encoding/json"
+	"strconv"
+)
+
+// The limit route's answer, nearly every call's, is written by hand, as
+// encoding/json would write it byte for byte (TestLimitAnswerAsEncodingJSON),
+// without its reflection: a tenth of the route's CPU (docs/BENCHMARKS.md,
+// "Floors").
+
+// appender is data that writes its own JSON.
+type appender interface {
+	appendJSON(b []byte) []byte
+}
+
+// appendJSON appends d as encoding/json writes it.
+func (d *limitData) appendJSON(b []byte) []byte {
+	b = append(b, `{"limit":`...)
+	b = strconv.AppendInt(b, d.Limit, 10)
+	b = append(b, `,"remaining":`...)
+	b = strconv.AppendInt(b, d.Remaining, 10)
+	b = append(b, `,"reset":`...)
+	b = strconv.AppendInt(b, d.Reset, 10)
+	b = append(b, `,"success":`...)
+	b = strconv.AppendBool(b, d.Success)
+	if d.OverrideID != "" {
+		b = append(b, `,"overrideId":`...)
+		b = appendString(b, d.OverrideID)
+	}
+	if d.Reservation != "" {
+		b = append(b, `,"reservation":`...)
+		b = appendString(b, d.Reservation)
+	}
+	return append(b, '}')
+}
+
+// appendSuccess appends the answer of data with requestID as writeJSON
+// writes a success of it, newline included.
+func appendSuccess(b []byte, data appender, requestID string) []byte {
+	b = append(b, `{"data":`...)
+	b = data.appendJSON(b)
+	b = append(b, `,"meta":{"requestId":`...)
+	b = appendString(b, requestID)
+	return append(b, "}}\n"...)
+}
+
+// appendString appends s as encoding/json writes a string: as it is when
+// it is printable ASCII that needs no escape (ids, tokens), by
+// encoding/json otherwise.
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			quoted, _ := json.Marshal(s)
+			return append(b, quoted...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
