@@ -45,6 +45,10 @@ type Config struct {
 	// DebugAddr, if set, serves Go's profiles (/debug/pprof/) there. Keep it
 	// on loopback: profiles show the process's internals.
 	DebugAddr string `env:"UNKEY_DEBUG_ADDR" help:"where to serve Go's profiles (/debug/pprof/); keep it on loopback; empty: not served"`
+	// DebugContention samples contention for the mutex and block
+	// profiles, which are empty without it: one in 100 contended locks,
+	// and blocking of 10 µs and more, at a small cost to every lock.
+	DebugContention bool `env:"UNKEY_DEBUG_CONTENTION" envDefault:"false" help:"with UNKEY_DEBUG_ADDR: sample contended locks (1 in 100) and blocking (10 µs and more) for /debug/pprof/mutex and /debug/pprof/block, which are empty without it"`
 	// MetricsAddr, if set, serves /metrics there, without a token, instead
 	// of on the API's port (where, once keys exist, it needs a key with
 	// status.read). Keep it on the network only Prometheus reaches.
@@ -252,6 +256,9 @@ func LoadConfig(environ []string) (Config, error) {
 	}
 	if c.MaxHeaderBytes < 1024 || c.MaxHeaderBytes > 1<<20 {
 		return Config{}, fmt.Errorf("UNKEY_HTTP_MAX_HEADER_BYTES: must be between 1024 and 1048576, got %d", c.MaxHeaderBytes)
+	}
+	if c.DebugContention && c.DebugAddr == "" {
+		return Config{}, fmt.Errorf("UNKEY_DEBUG_CONTENTION: needs UNKEY_DEBUG_ADDR, where the profiles it samples are served")
 	}
 	if c.GRPCMaxConnections < 1 || c.GRPCMaxConnections > 1_000_000 {
 		return Config{}, fmt.Errorf("UNKEY_GRPC_MAX_CONNECTIONS: must be between 1 and 1000000, got %d", c.GRPCMaxConnections)

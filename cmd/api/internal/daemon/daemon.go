@@ -123,7 +123,7 @@ func (d *Daemon) build() error {
 	}
 	d.loops = append(d.loops, d.limiter)
 	if cfg.DebugAddr != "" {
-		d.loops = append(d.loops, debugServer(cfg.DebugAddr, logger))
+		d.loops = append(d.loops, debugServer(cfg.DebugAddr, cfg.DebugContention, logger))
 	}
 	if cfg.MetricsAddr != "" {
 		mux := http.NewServeMux()

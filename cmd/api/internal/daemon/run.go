@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -66,16 +67,32 @@ type sideServer struct {
 	setting, addr, what string // the variable that names addr, and what is served
 	handler             http.Handler
 	logger              *slog.Logger
+	// start and stop, if set, run when serving begins and ends.
+	start, stop func()
 }
 
-// debugServer serves Go's profiles on addr.
-func debugServer(addr string, logger *slog.Logger) sideServer {
+// debugServer serves Go's profiles on addr; with contention, the mutex
+// and block profiles sample while it serves.
+func debugServer(addr string, contention bool, logger *slog.Logger) sideServer {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	return sideServer{setting: "UNKEY_DEBUG_ADDR", addr: addr, what: "profiles", handler: mux, logger: logger}
+	s := sideServer{setting: "UNKEY_DEBUG_ADDR", addr: addr, what: "profiles", handler: mux, logger: logger}
+	if contention {
+		// The runtime's rates are the process's: set while the profiles
+		// are served, and back to none after.
+		s.start = func() {
+			runtime.SetMutexProfileFraction(100)
+			runtime.SetBlockProfileRate(int((10 * time.Microsecond).Nanoseconds()))
+		}
+		s.stop = func() {
+			runtime.SetMutexProfileFraction(0)
+			runtime.SetBlockProfileRate(0)
+		}
+	}
+	return s
 }
 
 // Run serves until ctx ends, then returns nil; an address it cannot
@@ -86,6 +103,10 @@ func (s sideServer) Run(ctx context.Context) error {
 		return fmt.Errorf("listen on %s %s: %w", s.setting, s.addr, err)
 	}
 	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
+	if s.start != nil {
+		s.start()
+		defer s.stop()
+	}
 	s.logger.Info("serving "+s.what, "addr", ln.Addr().String())
 	go func() { <-ctx.Done(); srv.Close() }()
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
