@@ -1,9 +1,8 @@
 package rlsconfig
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -22,20 +21,26 @@ func LoadXDS(configs ...*rlsconfv3.RateLimitConfig) (*Config, error) {
 	sources := make([]source, len(configs))
 	for i, rc := range configs {
 		name := fmt.Sprintf("xds resource %q", rc.GetName())
-		descriptors, err := xdsDescriptors(rc.GetDescriptors())
+		descriptors, err := xdsDescriptors(rc.GetDomain(), rc.GetDescriptors())
 		if err != nil {
-			return nil, fmt.Errorf("%s: domain %q: %w", name, rc.GetDomain(), err)
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		sources[i] = source{name: name, roots: []fileRoot{{Domain: rc.GetDomain(), Descriptors: descriptors}}}
 	}
 	return compileSources(sources)
 }
 
-// xdsDescriptors converts descriptors of the xDS type to those of a file.
-func xdsDescriptors(in []*rlsconfv3.RateLimitDescriptor) ([]fileDescriptor, error) {
+// xdsDescriptors converts descriptors of the xDS type, the children of
+// path (named as the compiler names rules: domain.key_value…), to those of
+// a file.
+func xdsDescriptors(path string, in []*rlsconfv3.RateLimitDescriptor) ([]fileDescriptor, error) {
 	out := make([]fileDescriptor, len(in))
 	for i, d := range in {
-		children, err := xdsDescriptors(d.GetDescriptors())
+		here := path + "." + d.GetKey()
+		if d.GetValue() != "" {
+			here += "_" + d.GetValue()
+		}
+		children, err := xdsDescriptors(here, d.GetDescriptors())
 		if err != nil {
 			return nil, err
 		}
@@ -46,14 +51,14 @@ func xdsDescriptors(in []*rlsconfv3.RateLimitDescriptor) ([]fileDescriptor, erro
 			out[i].Metadata = md.AsMap()
 			if m, ok := out[i].Metadata[ModelMetadataKey]; ok {
 				if model, ok = m.(map[string]any); !ok {
-					return nil, fmt.Errorf("%s: metadata.%s: must be a struct", d.GetKey(), ModelMetadataKey)
+					return nil, fmt.Errorf("%s: metadata.%s: must be a struct", here, ModelMetadataKey)
 				}
 				delete(out[i].Metadata, ModelMetadataKey)
 				if len(out[i].Metadata) == 0 {
 					out[i].Metadata = nil
 				}
 				if d.GetRateLimit() == nil {
-					return nil, fmt.Errorf("%s: metadata.%s: chooses the model of the descriptor's rate_limit, which it lacks", d.GetKey(), ModelMetadataKey)
+					return nil, fmt.Errorf("%s: metadata.%s: chooses the model of the descriptor's rate_limit, which it lacks", here, ModelMetadataKey)
 				}
 			}
 		}
@@ -70,7 +75,7 @@ func xdsDescriptors(in []*rlsconfv3.RateLimitDescriptor) ([]fileDescriptor, erro
 			}
 			if model != nil {
 				if err := xdsModel(model, rl); err != nil {
-					return nil, fmt.Errorf("%s: metadata.%s: %w", d.GetKey(), ModelMetadataKey, err)
+					return nil, fmt.Errorf("%s: metadata.%s.%w", here, ModelMetadataKey, err)
 				}
 			}
 			out[i].RateLimit = rl
@@ -105,34 +110,57 @@ func xdsUnit(u rlsconfv3.RateLimitUnit) string {
 // The key is read and removed: Envoy gets the rest of the metadata back.
 const ModelMetadataKey = "unkey.ratelimit"
 
-// xdsModel sets rl's model from the struct under ModelMetadataKey.
+// xdsModel sets rl's model from the struct under ModelMetadataKey, whose
+// keys are exactly algorithm, burst and calendar (unit, time_zone). An
+// error names the key, after "metadata.unkey.ratelimit.".
 func xdsModel(model map[string]any, rl *fileRateLimit) error {
-	var m struct {
-		Algorithm string  `json:"algorithm"`
-		Burst     *uint32 `json:"burst"`
-		Calendar  *struct {
-			Unit     string `json:"unit"`
-			TimeZone string `json:"time_zone"`
-		} `json:"calendar"`
-	}
-	raw, err := json.Marshal(model)
-	if err != nil {
-		return err
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&m); err != nil {
-		return fmt.Errorf("holds algorithm, burst and calendar {unit, time_zone}: %w", err)
-	}
-	rl.Algorithm, rl.Burst = m.Algorithm, m.Burst
-	if c := m.Calendar; c != nil {
-		// The calendar's periods take the unit's place; the policy's
-		// unit names them when the calendar does not.
-		unit := c.Unit
-		if unit == "" {
-			unit = rl.Unit
+	for key, v := range model {
+		switch key {
+		case "algorithm":
+			a, ok := v.(string)
+			if !ok {
+				return fmt.Errorf("algorithm: must be a string: sliding_window, fixed_window or token_bucket")
+			}
+			rl.Algorithm = a
+		case "burst":
+			n, ok := v.(float64)
+			if !ok || n != math.Trunc(n) || n < 1 || n > math.MaxUint32 {
+				return fmt.Errorf("burst: must be a whole number from 1 to %d", uint32(math.MaxUint32))
+			}
+			b := uint32(n)
+			rl.Burst = &b
+		case "calendar":
+			c, ok := v.(map[string]any)
+			if !ok {
+				return fmt.Errorf("calendar: must be a struct of unit and time_zone")
+			}
+			cal := &fileCalendar{}
+			for ck, cv := range c {
+				str, ok := cv.(string)
+				switch {
+				case ck != "unit" && ck != "time_zone":
+					return fmt.Errorf("calendar.%s: unknown field: a calendar has unit and time_zone", ck)
+				case !ok:
+					return fmt.Errorf("calendar.%s: must be a string", ck)
+				case ck == "unit":
+					cal.Unit = str
+				default:
+					cal.TimeZone = str
+				}
+			}
+			// The calendar's periods take the unit's place; the policy's
+			// unit names them when the calendar does not, and must not
+			// name others.
+			switch {
+			case cal.Unit == "":
+				cal.Unit = rl.Unit
+			case rl.Unit != "" && !strings.EqualFold(cal.Unit, rl.Unit):
+				return fmt.Errorf("calendar.unit: %q differs from the policy's unit %q; give one, or the same", cal.Unit, rl.Unit)
+			}
+			rl.Calendar, rl.Unit = cal, ""
+		default:
+			return fmt.Errorf("%s: unknown field: the model has algorithm, burst and calendar", key)
 		}
-		rl.Calendar, rl.Unit = &fileCalendar{Unit: unit, TimeZone: c.TimeZone}, ""
 	}
 	return nil
 }

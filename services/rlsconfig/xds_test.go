@@ -242,6 +242,8 @@ func TestLoadXDSModels(t *testing.T) {
 			Metadata: modelMetadata(t, map[string]any{"algorithm": "fixed_window"})},
 		{Key: "plan", RateLimit: limit(10_000, unitMonth),
 			Metadata: modelMetadata(t, map[string]any{"calendar": map[string]any{"time_zone": "Europe/Berlin"}})},
+		{Key: "year", RateLimit: limit(12, unitYear),
+			Metadata: modelMetadata(t, map[string]any{"calendar": map[string]any{"unit": "YEAR", "time_zone": "Asia/Tokyo"}})},
 		{Key: "plain", RateLimit: limit(1, rlsconfv3.RateLimitUnit_HOUR)},
 	}}
 	c, err := rlsconfig.LoadXDS(rc)
@@ -256,6 +258,7 @@ func TestLoadXDSModels(t *testing.T) {
 		{"bucket", "token_bucket", 100, ""},
 		{"fixed", "fixed_window", 0, ""},
 		{"plan", "calendar", 0, "Europe/Berlin"},
+		{"year", "calendar", 0, "Asia/Tokyo"},
 		{"plain", "sliding_window", 0, ""},
 	} {
 		m, ok := c.Match("d", []rlsconfig.Entry{{Key: tc.key, Value: "v"}})
@@ -266,8 +269,8 @@ func TestLoadXDSModels(t *testing.T) {
 		if l.Model() != tc.model || l.Burst != tc.burst || l.Calendar.TimeZone() != tc.zone {
 			t.Errorf("%s: %s, burst %d, zone %q; want %s, %d, %q", tc.key, l.Model(), l.Burst, l.Calendar.TimeZone(), tc.model, tc.burst, tc.zone)
 		}
-		if tc.model == "calendar" && l.Calendar.Unit().String() != "month" {
-			t.Errorf("%s: a calendar of %s, want the policy's month", tc.key, l.Calendar.Unit())
+		if want := map[string]string{"plan": "month", "year": "year"}[tc.key]; want != "" && l.Calendar.Unit().String() != want {
+			t.Errorf("%s: a calendar of %s, want the policy's %s", tc.key, l.Calendar.Unit(), want)
 		}
 		md := m.Rule.Metadata.AsMap()
 		if tc.key != "plain" && (md["team"] != "payments" || md[rlsconfig.ModelMetadataKey] != nil) {
@@ -288,9 +291,18 @@ func TestLoadXDSModelErrors(t *testing.T) {
 		{"burst of a window", &rlsconfv3.RateLimitDescriptor{Key: "k", RateLimit: limit(1, rlsconfv3.RateLimitUnit_SECOND),
 			Metadata: modelMetadata(t, map[string]any{"burst": 5})}, "rate_limit.burst: must be at least 1, and only with algorithm token_bucket"},
 		{"fractional burst", &rlsconfv3.RateLimitDescriptor{Key: "k", RateLimit: limit(1, rlsconfv3.RateLimitUnit_SECOND),
-			Metadata: modelMetadata(t, map[string]any{"algorithm": "token_bucket", "burst": 1.5})}, "metadata.unkey.ratelimit: holds algorithm, burst and calendar"},
+			Metadata: modelMetadata(t, map[string]any{"algorithm": "token_bucket", "burst": 1.5})}, `d.k: metadata.unkey.ratelimit.burst: must be a whole number from 1 to 4294967295`},
 		{"unknown field", &rlsconfv3.RateLimitDescriptor{Key: "k", RateLimit: limit(1, rlsconfv3.RateLimitUnit_SECOND),
-			Metadata: modelMetadata(t, map[string]any{"algoritm": "token_bucket"})}, `unknown field "algoritm"`},
+			Metadata: modelMetadata(t, map[string]any{"algoritm": "token_bucket"})}, `metadata.unkey.ratelimit.algoritm: unknown field`},
+		{"a key in capitals", &rlsconfv3.RateLimitDescriptor{Key: "k", RateLimit: limit(1, rlsconfv3.RateLimitUnit_SECOND),
+			Metadata: modelMetadata(t, map[string]any{"ALGORITHM": "token_bucket"})}, `metadata.unkey.ratelimit.ALGORITHM: unknown field`},
+		{"null algorithm", &rlsconfv3.RateLimitDescriptor{Key: "k", RateLimit: limit(1, rlsconfv3.RateLimitUnit_SECOND),
+			Metadata: modelMetadata(t, map[string]any{"algorithm": nil})}, `metadata.unkey.ratelimit.algorithm: must be a string`},
+		{"a calendar unit beside another policy unit", &rlsconfv3.RateLimitDescriptor{Key: "k", RateLimit: limit(10, rlsconfv3.RateLimitUnit_SECOND),
+			Metadata: modelMetadata(t, map[string]any{"calendar": map[string]any{"unit": "year"}})}, `metadata.unkey.ratelimit.calendar.unit: "year" differs from the policy's unit "second"`},
+		{"nested, named by its path", &rlsconfv3.RateLimitDescriptor{Key: "p", Value: "pv", Descriptors: []*rlsconfv3.RateLimitDescriptor{
+			{Key: "k", Value: "v", RateLimit: limit(1, rlsconfv3.RateLimitUnit_SECOND), Metadata: modelMetadata(t, map[string]any{"burst": "5"})}}},
+			`xds resource "a": d.p_pv.k_v: metadata.unkey.ratelimit.burst: must be a whole number`},
 		{"calendar of seconds", &rlsconfv3.RateLimitDescriptor{Key: "k", RateLimit: limit(1, rlsconfv3.RateLimitUnit_SECOND),
 			Metadata: modelMetadata(t, map[string]any{"calendar": map[string]any{}})}, `rate_limit.calendar.unit: "second" is not one of day, week, month, year`},
 		{"bad zone", &rlsconfv3.RateLimitDescriptor{Key: "k", RateLimit: limit(1, unitMonth),
