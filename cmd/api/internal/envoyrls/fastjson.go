@@ -214,24 +214,15 @@ func appendRateLimitResponse(b []byte, m *rlsv3.RateLimitResponse) ([]byte, bool
 		return b, false
 	}
 	b = append(b, '{')
-	comma := false
-	field := func(name string) {
-		if comma {
-			b = append(b, ',')
-		}
-		comma = true
-		b = append(b, '"')
-		b = append(b, name...)
-		b = append(b, `":`...)
-	}
+	fields := 0
 	if m.OverallCode != 0 {
-		field("overallCode")
+		b = appendField(b, &fields, "overallCode")
 		if b = appendEnum(b, m.OverallCode.String()); b == nil {
 			return nil, false
 		}
 	}
 	if len(m.Statuses) > 0 {
-		field("statuses")
+		b = appendField(b, &fields, "statuses")
 		b = append(b, '[')
 		for i, s := range m.Statuses {
 			if i > 0 {
@@ -254,18 +245,9 @@ func appendStatus(b []byte, s *rlsv3.RateLimitResponse_DescriptorStatus) ([]byte
 		return nil, false
 	}
 	b = append(b, '{')
-	comma := false
-	field := func(name string) {
-		if comma {
-			b = append(b, ',')
-		}
-		comma = true
-		b = append(b, '"')
-		b = append(b, name...)
-		b = append(b, `":`...)
-	}
+	fields := 0
 	if s.Code != 0 {
-		field("code")
+		b = appendField(b, &fields, "code")
 		if b = appendEnum(b, s.Code.String()); b == nil {
 			return nil, false
 		}
@@ -274,28 +256,21 @@ func appendStatus(b []byte, s *rlsv3.RateLimitResponse_DescriptorStatus) ([]byte
 		if l.UnitMultiplier != nil || !plainString(l.Name) {
 			return nil, false
 		}
-		field("currentLimit")
+		b = appendField(b, &fields, "currentLimit")
 		b = append(b, '{')
-		inner := false
+		inner := 0
 		if l.Name != "" {
-			b = append(b, `"name":"`...)
+			b = appendField(b, &inner, "name")
+			b = append(b, '"')
 			b = append(b, l.Name...)
 			b = append(b, '"')
-			inner = true
 		}
 		if l.RequestsPerUnit != 0 {
-			if inner {
-				b = append(b, ',')
-			}
-			b = append(b, `"requestsPerUnit":`...)
+			b = appendField(b, &inner, "requestsPerUnit")
 			b = strconv.AppendUint(b, uint64(l.RequestsPerUnit), 10)
-			inner = true
 		}
 		if l.Unit != 0 {
-			if inner {
-				b = append(b, ',')
-			}
-			b = append(b, `"unit":`...)
+			b = appendField(b, &inner, "unit")
 			if b = appendEnum(b, l.Unit.String()); b == nil {
 				return nil, false
 			}
@@ -303,7 +278,7 @@ func appendStatus(b []byte, s *rlsv3.RateLimitResponse_DescriptorStatus) ([]byte
 		b = append(b, '}')
 	}
 	if s.LimitRemaining != 0 {
-		field("limitRemaining")
+		b = appendField(b, &fields, "limitRemaining")
 		b = strconv.AppendUint(b, uint64(s.LimitRemaining), 10)
 	}
 	if d := s.DurationUntilReset; d != nil {
@@ -311,7 +286,7 @@ func appendStatus(b []byte, s *rlsv3.RateLimitResponse_DescriptorStatus) ([]byte
 		if secs < 0 || nanos < 0 || nanos > 999_999_999 || secs > 315_576_000_000 {
 			return nil, false
 		}
-		field("durationUntilReset")
+		b = appendField(b, &fields, "durationUntilReset")
 		b = append(b, '"')
 		b = strconv.AppendInt(b, secs, 10)
 		if nanos != 0 {
@@ -330,6 +305,18 @@ func appendStatus(b []byte, s *rlsv3.RateLimitResponse_DescriptorStatus) ([]byte
 		b = append(b, `s"`...)
 	}
 	return append(b, '}'), true
+}
+
+// appendField appends the name of an object's field and its colon, after
+// a comma unless it is the first; fields counts the object's fields.
+func appendField(b []byte, fields *int, name string) []byte {
+	if *fields > 0 {
+		b = append(b, ',')
+	}
+	*fields++
+	b = append(b, '"')
+	b = append(b, name...)
+	return append(b, `":`...)
 }
 
 // appendEnum appends an enum's name, or returns nil for a number without
