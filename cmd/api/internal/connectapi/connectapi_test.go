@@ -70,7 +70,8 @@ func limitReq(id string, limit int64) *ratelimitv1.LimitRequest {
 // TestLimitInEveryProtocol: Connect JSON, Connect protobuf, gRPC-Web and
 // gRPC on the main port, and gRPC on the grpc-go port, all decide on the
 // same counters: a limit of 5 admits 5 calls across them and denies the
-// sixth, with the documented answer.
+// sixth, with the documented answer; the main port's carry the IETF's
+// fields, the grpc-go port's none.
 func TestLimitInEveryProtocol(t *testing.T) {
 	url, grpcAddr := serve(t)
 	clients := []ratelimitv1connect.RatelimitServiceClient{
@@ -87,6 +88,8 @@ func TestLimitInEveryProtocol(t *testing.T) {
 			if policy != `"ns";q=5;w=60` || !strings.HasPrefix(limit, fmt.Sprintf(`"ns";r=%d;t=`, 4-i)) {
 				t.Errorf("call %d: RateLimit-Policy %q, RateLimit %q", i, policy, limit)
 			}
+		} else if h := resp.Header().Get("RateLimit"); h != "" {
+			t.Errorf("the grpc-go port's answer carries RateLimit %q; it carries none", h)
 		}
 	}
 	resp, err := clients[0].Limit(context.Background(), connect.NewRequest(limitReq("user_1", 5)))

@@ -69,8 +69,12 @@ func (h *Handler) Limit(ctx context.Context, req *connect.Request[ratelimitv1.Li
 		Algorithm:   ratelimitv1.Algorithm(d.Algorithm),
 	})
 	// The IETF's fields, for an application to copy onto its own answer
-	// (gRPC carries them as header metadata).
-	ratelimitheader.Set(res.Header(), req.Msg.GetNamespace(), d.Limit, d.Duration, d.Remaining, time.Until(d.Reset))
+	// (gRPC carries them as header metadata). A call through the grpc-go
+	// port has no Connect protocol, and its answer no headers: they were
+	// a thirtieth of its CPU, written for nothing.
+	if req.Peer().Protocol != "" {
+		ratelimitheader.Set(res.Header(), req.Msg.GetNamespace(), d.Limit, d.Duration, d.Remaining, time.Until(d.Reset))
+	}
 	return res, nil
 }
 
