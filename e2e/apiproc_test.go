@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/unkeyed/ratelimit/internal/testkit/dbtest"
 	"github.com/unkeyed/ratelimit/internal/testkit/loopback"
 	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 )
@@ -27,6 +28,23 @@ type testServer struct {
 	// close stops the process with SIGTERM (a graceful stop) and reports
 	// how it exited; safe to call twice.
 	close func() error
+}
+
+// regionStarter returns a function that starts an API process of a
+// region: every region on one MariaDB, each region on a Redis of its own,
+// started with the region's first process.
+func regionStarter(t *testing.T) func(region string) *testServer {
+	t.Helper()
+	m, _ := dbtest.Start(t)
+	redis := map[string]*testserver.Redis{}
+	return func(region string) *testServer {
+		r, ok := redis[region]
+		if !ok {
+			r = testserver.StartRedis(t)
+			redis[region] = r
+		}
+		return startServer(t, "UNKEY_REGION="+region, "UNKEY_REDIS_URL="+r.URL(), "UNKEY_MYSQL_DSN="+m.DSN)
+	}
 }
 
 // startServer starts an API process with environ (UNKEY_REGION=test unless

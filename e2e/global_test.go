@@ -11,7 +11,6 @@ import (
 
 	"github.com/unkeyed/ratelimit/internal/testkit/dbtest"
 	"github.com/unkeyed/ratelimit/internal/testkit/poll"
-	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
@@ -24,13 +23,9 @@ import (
 // distribution is logged (docs/ACCURACY.md has it over many runs).
 func TestTwoRegions(t *testing.T) {
 	t.Parallel()
-	m, _ := dbtest.Start(t)
-	ra, rb := testserver.StartRedis(t), testserver.StartRedis(t)
-	start := func(region string, r *testserver.Redis) *testServer {
-		return startServer(t, "UNKEY_REGION="+region, "UNKEY_REDIS_URL="+r.URL(), "UNKEY_MYSQL_DSN="+m.DSN)
-	}
-	a1, a2 := start("a", ra), start("a", ra)
-	b1, b2 := start("b", rb), start("b", rb)
+	start := regionStarter(t)
+	a1, a2 := start("a"), start("a")
+	b1, b2 := start("b"), start("b")
 
 	const keys = 40
 	limitJSON := func(key string, cost int) string {

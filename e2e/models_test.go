@@ -5,9 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unkeyed/ratelimit/internal/testkit/dbtest"
 	"github.com/unkeyed/ratelimit/internal/testkit/poll"
-	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 )
 
 // TestModelsAcrossRegions: every model is shared as the sliding window is,
@@ -18,13 +16,9 @@ import (
 // MariaDB and then admits only the 3 left, each answered by its model.
 func TestModelsAcrossRegions(t *testing.T) {
 	t.Parallel()
-	m, _ := dbtest.Start(t)
-	ra, rb := testserver.StartRedis(t), testserver.StartRedis(t)
-	start := func(region string, r *testserver.Redis) *testServer {
-		return startServer(t, "UNKEY_REGION="+region, "UNKEY_REDIS_URL="+r.URL(), "UNKEY_MYSQL_DSN="+m.DSN)
-	}
-	a1, a2 := start("a", ra), start("a", ra)
-	b := start("b", rb)
+	start := regionStarter(t)
+	a1, a2 := start("a"), start("a")
+	b := start("b")
 	models := []struct{ name, fields, algorithm string }{
 		{"fixed window", `"duration":2592000000,"algorithm":"ALGORITHM_FIXED_WINDOW"`, "ALGORITHM_FIXED_WINDOW"},
 		{"calendar month", `"calendar":{"unit":"CALENDAR_UNIT_MONTH","timeZone":"Europe/Berlin"}`, "ALGORITHM_FIXED_WINDOW"},
