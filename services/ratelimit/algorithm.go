@@ -78,11 +78,7 @@ func keyOf(req *Request) windowKey {
 		k.durationMs = req.Calendar.Code()
 		k.period = req.Calendar
 	case req.Algorithm == TokenBucket && req.Limit > 0:
-		burst := req.Burst
-		if burst == 0 {
-			burst = req.Limit
-		}
-		k.durationMs = cellMs(req.Limit, k.durationMs, burst)
+		k.durationMs = cellMs(req.Limit, k.durationMs, specOf(req).burst)
 	}
 	return k
 }

@@ -90,10 +90,11 @@ func cellMs(limit, durMs, burst int64) int64 {
 // token it gave has refilled, so forgetting it loses nothing.
 func (b *bucket) full(now int64) bool { return b.tat.Load() <= now*int64(time.Millisecond) }
 
-// take takes n units admitted elsewhere from b, a bucket refilled at limit
-// per durMs with burst, as if they arrived at at (unix ns), at most to its
-// debt's bound.
-func (b *bucket) take(n, at, limit, durMs, burst int64) {
+// take takes n units admitted elsewhere from b, at the rate and burst it
+// last observed, as if they arrived at at (unix ns), at most to its debt's
+// bound.
+func (b *bucket) take(n, at int64) {
+	limit, durMs, burst := b.limit.Load(), b.durMs.Load(), b.burst.Load()
 	if n <= 0 || limit <= 0 || durMs <= 0 {
 		return
 	}
@@ -132,15 +133,15 @@ func tokensIn(ns, limit, durMs int64) int64 {
 	return int64(mulDiv(uint64(ns), uint64(limit), uint64(durMs)*uint64(time.Millisecond)))
 }
 
-// decideBucket decides a request of cost against the token bucket sp of w
-// at now (unix ms), whose current cell (starting at start) is cur and
-// previous prev. See decide.
+// decideBucket decides a request of cost against b, the token bucket sp
+// of w, at now (unix ms), counting an admission into cur, w's current
+// cell. See decide.
 func (s *Service) decideBucket(w *window, b *bucket, now int64, sp spec, cur *cell, cost int64, report, speculative bool) (decision, *cell, bool) {
 	b.observe(sp)
 	nowNs := now * int64(time.Millisecond)
 	tau := refill(sp.burst, sp.limit, sp.durationMs)
 	need := refill(cost, sp.limit, sp.durationMs)
-	d := decision{algorithm: TokenBucket, limit: sp.limit, burst: sp.burst}
+	d := decision{algorithm: TokenBucket, limit: sp.limit, capacity: sp.burst}
 	// As a window's count (see contention.go): after fastCASAttempts lost
 	// races, or on a contended cell, under the key's lock.
 	var held *sync.Mutex
@@ -148,9 +149,6 @@ func (s *Service) decideBucket(w *window, b *bucket, now int64, sp spec, cur *ce
 		held = s.contention.lock(cur)
 	}
 	for attempt := 0; ; attempt++ {
-		if attempt == fastCASAttempts && held == nil {
-			held = s.contention.lock(cur)
-		}
 		tat := b.tat.Load()
 		base := max(tat, nowNs)
 		next := base + need
@@ -179,6 +177,7 @@ func (s *Service) decideBucket(w *window, b *bucket, now int64, sp spec, cur *ce
 			s.beforeCAS(w, cur, attempt)
 		}
 		if !b.tat.CompareAndSwap(tat, next) {
+			held = s.contention.afterLost(held, cur, attempt)
 			continue
 		}
 		unlock(held, cur)
@@ -230,19 +229,19 @@ func (t *windowTable) returnTokens(w *window, c *cell, sp spec, cost int64) {
 	}
 }
 
-// raised is what a tier that raised c, a cell of w, from old to n at now
-// (unix ms) saw counted elsewhere: taken from w's bucket, if w has one
-// (see the comment at the top of this file). Only a tier's raise of a
-// count calls it, never a decision's own increment.
-func (t *windowTable) raised(w *window, c *cell, old, n, now int64) {
-	if n <= old || t.buckets.Size() == 0 {
+// raise raises v, a count of c (its own or the other regions'), a cell of
+// w, to n at now (unix ms), as a tier does with what it saw counted
+// elsewhere: what the raise added is taken from w's bucket, if w has one
+// (see the comment at the top of this file). Only a tier raises a count
+// so, never a decision's own increment.
+func (t *windowTable) raise(w *window, c *cell, v *atomic.Int64, n, now int64) {
+	old, raised := raiseTo(v, n)
+	if !raised || t.buckets.Size() == 0 {
 		return
 	}
-	b, ok := t.buckets.Load(w)
-	if !ok {
-		return
+	if b, ok := t.buckets.Load(w); ok {
+		b.take(n-old, arrival(w, c, now))
 	}
-	b.take(n-old, arrival(w, c, now), b.limit.Load(), b.durMs.Load(), b.burst.Load())
 }
 
 // arrival is when counts of c, a cell of w, first seen at now (unix ms)

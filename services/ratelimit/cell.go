@@ -97,15 +97,8 @@ const (
 
 // atomicMax raises v to n if n is larger, and reports whether it did.
 func atomicMax(v *atomic.Int64, n int64) bool {
-	for {
-		old := v.Load()
-		if n <= old {
-			return false
-		}
-		if v.CompareAndSwap(old, n) {
-			return true
-		}
-	}
+	_, raised := raiseTo(v, n)
+	return raised
 }
 
 // raiseTo raises v to n if n is larger, and returns what v held just

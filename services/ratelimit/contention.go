@@ -21,7 +21,8 @@ import (
 // fastCASAttempts times before it queues too: it is counted after a bounded
 // number of lost races, and no decision is ever refused because of
 // contention. Uncontended, a decision pays nothing but a test of the flag
-// in the cell's word, which it loads anyway.
+// in the cell's word, which a window's decision loads anyway (a bucket's
+// loads it for this).
 
 // fastCASAttempts is how many races a decision loses before it takes the
 // key's lock: a few is the norm on a hot key with many cores, and each
@@ -57,6 +58,16 @@ func (k *contention) lock(c *cell) *sync.Mutex {
 	mu.Lock()
 	c.flags.Or(cellContended)
 	return mu
+}
+
+// afterLost returns the lock a decision holds once it lost its attempt-th
+// race (from 0) on c: held, or from the fastCASAttempts-th lost race on,
+// the lock of c's key, taken.
+func (k *contention) afterLost(held *sync.Mutex, c *cell, attempt int) *sync.Mutex {
+	if held == nil && attempt >= fastCASAttempts-1 {
+		return k.lock(c)
+	}
+	return held
 }
 
 // lockIndex returns the stripe of c's key.

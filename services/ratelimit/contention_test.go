@@ -29,7 +29,7 @@ func rival(s **Service, n int) (func(w *window, c *cell, attempt int), *atomic.I
 		}
 		lost.Add(1)
 		if b, ok := (*s).windows.buckets.Load(w); ok {
-			b.take(1, (*s).clock.Now().UnixNano(), b.limit.Load(), b.durMs.Load(), b.burst.Load())
+			b.take(1, (*s).clock.Now().UnixNano())
 		}
 		c.count.Add(1)
 	}, &lost
@@ -196,7 +196,7 @@ func TestLockHolderRaces(t *testing.T) {
 				case n <= fastCASAttempts:
 					c.count.Add(1) // a rival wins
 					if b, ok := s.windows.buckets.Load(w); ok {
-						b.take(1, s.clock.Now().UnixNano(), b.limit.Load(), b.durMs.Load(), b.burst.Load())
+						b.take(1, s.clock.Now().UnixNano())
 					}
 				case n == fastCASAttempts+1:
 					// The first decision holds the lock now.

@@ -441,14 +441,10 @@ func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
 		return false // the window already moved past this cell
 	}
 	others := min(row.Others, store.MaxCount)
-	if old, ok := raiseTo(&c.global, others); ok {
-		g.windows.raised(w, c, old, others, now)
-	}
+	g.windows.raise(w, c, &c.global, others, now)
 	if own := min(row.Own, store.MaxCount); own > 0 {
 		n := own + c.speculative.Load()
-		if old, ok := raiseTo(&c.count, n); ok {
-			g.windows.raised(w, c, old, n, now)
-		}
+		g.windows.raise(w, c, &c.count, n, now)
 		if f := g.state.flushed[c]; f.count < own {
 			g.state.flushed[c] = flushedCount{count: own, expiresAt: store.ExpiresAt(c.seq(), durMs)}
 		}

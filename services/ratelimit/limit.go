@@ -18,21 +18,12 @@ type decision struct {
 	algorithm Algorithm
 	success   bool
 	limit     int64
-	// burst is a token bucket's capacity (0 for a window): what its
-	// remaining tokens are measured against.
-	burst      int64
+	// capacity is the most remaining can be: a window's limit, a token
+	// bucket's burst.
+	capacity   int64
 	remaining  int64
 	resetMs    int64
 	retryAfter int64 // ms
-}
-
-// capacity is the most d's remaining can be: a window's limit, a
-// bucket's burst.
-func (d *decision) capacity() int64 {
-	if d.algorithm == TokenBucket {
-		return d.burst
-	}
-	return d.limit
 }
 
 func (d *decision) response() Response {
@@ -82,15 +73,16 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 			return Response{Limit: req.Limit, Reset: resetAt(&req, now), Algorithm: sp.algorithm}, err
 		}
 		w.observeLimit(req.Limit)
-		if sp.algorithm == TokenBucket && s.regional != nil {
+		var b *bucket
+		if sp.algorithm == TokenBucket {
 			// Before the regional store's read, which takes what it
 			// raises from the bucket.
-			s.windows.bucketOf(w, sp, now)
+			b = s.windows.bucketOf(w, sp, now)
 		}
 		s.regional.prepare(ctx, w, now)
 		var cur *cell
 		var counted bool
-		d, cur, counted = s.decide(w, now, sp, req.Cost, req.Report, false)
+		d, cur, counted = s.decide(w, b, now, sp, req.Cost, req.Report, false)
 		if counted && w.evicted() {
 			// The janitor is removing w: take the count back and decide
 			// again on the window that replaces it.
@@ -120,8 +112,9 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 // report (see Request.Report) counts cost whatever the verdict, and is
 // judged with it counted. With speculative set the increment is also
 // recorded as uncommitted, for a batch that may still roll back (never a
-// report). It returns the current cell and whether it counted cost into it.
-func (s *Service) decide(w *window, now int64, sp spec, cost int64, report, speculative bool) (decision, *cell, bool) {
+// report). b is w's bucket for a token bucket, or nil to look it up. It
+// returns the current cell and whether it counted cost into it.
+func (s *Service) decide(w *window, b *bucket, now int64, sp spec, cost int64, report, speculative bool) (decision, *cell, bool) {
 	hydrated := s.regional == nil
 	seq, start, end := w.seqAt(now)
 	cur, prev, newer := w.cellsAt(seq, hydrated)
@@ -134,7 +127,10 @@ func (s *Service) decide(w *window, now int64, sp spec, cost int64, report, spec
 		cur, prev, newer = w.cellsAt(seq, hydrated)
 	}
 	if sp.algorithm == TokenBucket {
-		return s.decideBucket(w, s.windows.bucketOf(w, sp, now), now, sp, cur, cost, report, speculative)
+		if b == nil {
+			b = s.windows.bucketOf(w, sp, now)
+		}
+		return s.decideBucket(w, b, now, sp, cur, cost, report, speculative)
 	}
 	if sp.algorithm == FixedWindow {
 		// Only the current window counts.
@@ -159,7 +155,7 @@ func (s *Service) decide(w *window, now int64, sp spec, cost int64, report, spec
 			prevGlobal -= prevRefunds
 		}
 	}
-	d := decision{algorithm: sp.algorithm, limit: sp.limit, resetMs: end}
+	d := decision{algorithm: sp.algorithm, limit: sp.limit, capacity: sp.limit, resetMs: end}
 	limit := sp.limit
 	if report && cost > 0 {
 		// Spent already: counted whatever the verdict, up to maxCount, so
@@ -221,9 +217,7 @@ func (s *Service) decide(w *window, now int64, sp spec, cost int64, report, spec
 			unlock(held, cur)
 			return d, cur, true
 		}
-		if attempt == fastCASAttempts-1 && held == nil {
-			held = s.contention.lock(cur)
-		}
+		held = s.contention.afterLost(held, cur, attempt)
 	}
 }
 

@@ -77,7 +77,7 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 		passed := true
 		for i, w := range windows {
 			sp := specOf(&reqs[i])
-			d, c, ok := s.decide(w, now, sp, reqs[i].Cost, false, true)
+			d, c, ok := s.decide(w, nil, now, sp, reqs[i].Cost, false, true)
 			results[i], curs[i], decisions[i] = d.response(), c, d
 			passed = passed && d.success
 			if ok {

@@ -356,9 +356,7 @@ func (r *regionalTier) merge(w *window, seq, stored int64) {
 		return
 	}
 	n := stored + c.unreplayed.Load() + c.speculative.Load()
-	if old, ok := raiseTo(&c.count, n); ok {
-		r.windows.raised(w, c, old, n, r.clock.Now().UnixMilli())
-	}
+	r.windows.raise(w, c, &c.count, n, r.clock.Now().UnixMilli())
 	if stored < c.stored.Load() {
 		c.flags.Or(cellReseed)
 		r.queueReplay(w, c, 0)
@@ -378,7 +376,7 @@ func (r *regionalTier) afterDecideWindow(w *window, cur *cell, now int64, d *dec
 	if counted > 0 {
 		r.queueReplay(w, cur, counted)
 	}
-	if d.success && float64(d.remaining) > strictHeadroom*float64(d.capacity()) {
+	if d.success && float64(d.remaining) > strictHeadroom*float64(d.capacity) {
 		return
 	}
 	until := now + w.strictSpan(now)

@@ -78,9 +78,7 @@ func (r *regionalTier) replay(ctx context.Context) {
 		if i < len(counts) && counts[i] >= 0 {
 			// The answer holds what the other processes added too.
 			n := counts[i] + it.c.unreplayed.Load() + it.c.speculative.Load()
-			if old, ok := raiseTo(&it.c.count, n); ok {
-				r.windows.raised(it.w, it.c, old, n, now)
-			}
+			r.windows.raise(it.w, it.c, &it.c.count, n, now)
 			atomicMax(&it.c.stored, counts[i])
 			continue
 		}

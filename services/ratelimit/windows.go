@@ -67,7 +67,7 @@ func (t *windowTable) bucketOf(w *window, sp spec, now int64) *bucket {
 		for i := range w.cells {
 			if c := w.cells[i].Load(); c != nil {
 				seen[i].c, seen[i].n = c, c.count.Load()+c.global.Load()
-				b.take(seen[i].n, arrival(w, c, now), sp.limit, sp.durationMs, sp.burst)
+				b.take(seen[i].n, arrival(w, c, now))
 			}
 		}
 		return b, false
@@ -78,7 +78,7 @@ func (t *windowTable) bucketOf(w *window, sp spec, now int64) *bucket {
 		for _, s := range seen {
 			if s.c != nil {
 				if n := s.c.count.Load() + s.c.global.Load(); n > s.n {
-					b.take(n-s.n, arrival(w, s.c, now), sp.limit, sp.durationMs, sp.burst)
+					b.take(n-s.n, arrival(w, s.c, now))
 				}
 			}
 		}
@@ -91,8 +91,12 @@ func (t *windowTable) bucketOf(w *window, sp spec, now int64) *bucket {
 	return b
 }
 
-// hasBucket reports whether w was ever decided as a token bucket.
+// hasBucket reports whether w was ever decided as a token bucket. A
+// process without buckets pays one load for it.
 func (t *windowTable) hasBucket(w *window) bool {
+	if t.buckets.Size() == 0 {
+		return false
+	}
 	_, ok := t.buckets.Load(w)
 	return ok
 }
