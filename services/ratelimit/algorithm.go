@@ -28,6 +28,12 @@ const (
 	// does: a request of cost takes cost tokens if the bucket holds them.
 	// For every interval [s, t] it admits at most burst + rate·(t−s).
 	TokenBucket
+	// Concurrency counts slots in flight: at most limit held at once (see
+	// [Service.Acquire]). A slot is counted in the cell of the lease
+	// ([Request.Duration]) in which it was acquired, and is held until it is
+	// released (a refund of its cell) or its cell's window after its own
+	// ends: the two cells, unweighted, are what is in flight.
+	Concurrency
 )
 
 // String names the model as the API does.
@@ -39,6 +45,8 @@ func (a Algorithm) String() string {
 		return "fixed_window"
 	case TokenBucket:
 		return "token_bucket"
+	case Concurrency:
+		return "concurrency"
 	}
 	return fmt.Sprintf("Algorithm(%d)", int(a))
 }
@@ -68,8 +76,9 @@ func specOf(req *Request) spec {
 }
 
 // keyOf returns the key of req's window. A calendar's periods are named by
-// their code where a fixed window's length would be; a token bucket's
-// cells are long enough to hold its memory (see cellMs).
+// their code where a fixed window's length would be, a concurrency limit's
+// leases by theirs (see store.LeaseCode); a token bucket's cells are long
+// enough to hold its memory (see cellMs).
 func keyOf(req *Request) windowKey {
 	k := windowKey{workspace: req.Workspace, namespace: req.Namespace, identifier: req.Identifier,
 		durationMs: req.Duration.Milliseconds()}
@@ -79,6 +88,8 @@ func keyOf(req *Request) windowKey {
 		k.period = req.Calendar
 	case req.Algorithm == TokenBucket && req.Limit > 0:
 		k.durationMs = cellMs(req.Limit, k.durationMs, specOf(req).burst)
+	case req.Algorithm == Concurrency:
+		k.durationMs = store.LeaseCode(k.durationMs)
 	}
 	return k
 }
@@ -91,8 +102,9 @@ func periodOf(w *window) calendar.Period { return w.scope.Value().period }
 // (unix ms), its start and its end.
 func (w *window) seqAt(now int64) (seq, start, end int64) {
 	if !calendar.IsCode(w.durationMs) {
-		seq = now / w.durationMs
-		return seq, seq * w.durationMs, (seq + 1) * w.durationMs
+		n := store.CellLength(w.durationMs)
+		seq = now / n
+		return seq, seq * n, (seq + 1) * n
 	}
 	return periodOf(w).At(now)
 }
@@ -112,7 +124,7 @@ func (w *window) expiresAt(seq int64) int64 { return store.ExpiresAt(seq, w.dura
 // rest of the current period.
 func (w *window) strictSpan(now int64) int64 {
 	if !calendar.IsCode(w.durationMs) {
-		return w.durationMs
+		return store.CellLength(w.durationMs)
 	}
 	_, _, end := periodOf(w).At(now)
 	return end - now
@@ -121,20 +133,38 @@ func (w *window) strictSpan(now int64) int64 {
 // startOf returns the first instant of w's cell seq, in unix ms.
 func (w *window) startOf(seq int64) int64 {
 	if !calendar.IsCode(w.durationMs) {
-		return seq * w.durationMs
+		return seq * store.CellLength(w.durationMs)
 	}
 	return periodOf(w).Start(seq).UnixMilli()
 }
 
 // retryAfter returns how many ms after now a request of cost would pass in
 // a window model if no other traffic arrived (see the package function):
-// for a fixed window, its end, since the next one starts from zero.
+// for a fixed window, its end, since the next one starts from zero; for
+// slots, when the previous cell's expire if that frees enough, else when
+// the current cell's do (releases may free them sooner).
 func (sp spec) retryAfter(elapsed, dur, cur, prev, cost int64) int64 {
-	if sp.algorithm == FixedWindow {
-		if cost > sp.limit {
-			return 0
-		}
+	switch {
+	case cost > sp.limit && sp.algorithm != SlidingWindow:
+		return 0
+	case sp.algorithm == FixedWindow:
 		return dur - elapsed
+	case sp.algorithm == Concurrency:
+		if cur+cost <= sp.limit {
+			return dur - elapsed
+		}
+		return 2*dur - elapsed
 	}
 	return retryAfter(elapsed, dur, cur, prev, sp.limit, cost)
+}
+
+// overlap returns how much of the previous cell's count, prev, a decision
+// elapsed ms into a cell of dur ms weighs: the share the sliding window
+// still overlaps, and all of it for slots, which are held until the cell
+// after their own ends.
+func (sp spec) overlap(prev, elapsed, dur int64) int64 {
+	if sp.algorithm == Concurrency {
+		return max(prev, 0)
+	}
+	return weighted(prev, elapsed, dur)
 }

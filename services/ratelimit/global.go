@@ -305,13 +305,15 @@ func (g *globalTier) worthSharing(w *window, c *cell, limit int64) bool {
 }
 
 // cellFloor is the floor of w's cells under limit: floor's, but 1 for a
-// token bucket's. A window's count starts from zero each window, so what
-// a region keeps to itself under the floor is a bounded error each
-// window; a bucket carries its level from cell to cell, so counts no
-// region ever saw would add up, window after window, into an error without
-// a bound.
+// token bucket's and a concurrency limit's. A window's count starts from
+// zero each window, so what a region keeps to itself under the floor is a
+// bounded error each window; a bucket carries its level from cell to cell,
+// so counts no region ever saw would add up, window after window, into an
+// error without a bound; slots are few and held for two cells, and a
+// region that kept half of them to itself would let every other region
+// hold that many more.
 func (g *globalTier) cellFloor(w *window, limit int64) int64 {
-	if g.windows.hasBucket(w) {
+	if g.windows.hasBucket(w) || store.IsLeaseCode(w.durationMs) {
 		return 1
 	}
 	return g.floor(limit, w.durationMs)

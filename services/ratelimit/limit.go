@@ -167,7 +167,7 @@ func (s *Service) decide(w *window, b *bucket, now int64, sp spec, cost int64, r
 		}
 		prevTotal = max(prevTotal, 0)
 		curTotal := max(n+curGlobal, 0)
-		effective := curTotal + weighted(prevTotal, elapsed, dur)
+		effective := curTotal + sp.overlap(prevTotal, elapsed, dur)
 		d.success = effective <= limit
 		d.remaining = min(max(0, limit-effective), limit)
 		if !d.success {
@@ -191,7 +191,7 @@ func (s *Service) decide(w *window, b *bucket, now int64, sp spec, cost int64, r
 			prevTotal += prev.count.Load()
 		}
 		prevTotal = max(prevTotal, 0)
-		effective := curTotal + weighted(prevTotal, elapsed, dur) + cost
+		effective := curTotal + sp.overlap(prevTotal, elapsed, dur) + cost
 		if cost > limit || effective > limit {
 			d.success = false // a race lost may have found room before
 			d.remaining = min(max(0, limit-(effective-cost)), limit)

@@ -21,9 +21,12 @@ type Refund struct {
 	Workspace  string
 	Namespace  string
 	Identifier string
-	// Duration and Limit are the reservation's.
+	// Duration and Limit are the reservation's (a lease's, for a slot).
 	Duration time.Duration
 	Limit    int64
+	// Slot makes the refund a release: the reservation is a slot of a
+	// concurrency limit whose leases last Duration (see [Service.Acquire]).
+	Slot bool
 	// Sequence is the fixed window the reservation was counted in (see
 	// [CellOf]).
 	Sequence int64
@@ -61,9 +64,13 @@ func (s *Service) Refund(ctx context.Context, r Refund) (int64, error) {
 	if err := CheckCost("amount", r.Amount); err != nil {
 		return 0, err
 	}
-	key := windowKey{workspace: r.Workspace, namespace: r.Namespace, identifier: r.Identifier,
-		durationMs: r.Duration.Milliseconds()}
-	now := s.clock.Now().UnixMilli() / key.durationMs
+	req := Request{Workspace: r.Workspace, Namespace: r.Namespace, Identifier: r.Identifier,
+		Duration: r.Duration}
+	if r.Slot {
+		req.Algorithm = Concurrency
+	}
+	key := keyOf(&req)
+	now := s.clock.Now().UnixMilli() / r.Duration.Milliseconds()
 	if r.Amount == 0 || r.Sequence < now-1 || r.Sequence > now {
 		return 0, nil
 	}

@@ -160,6 +160,12 @@ func (w *window) cellAt(seq int64, hydrated bool) (*cell, int64) {
 			}
 		}
 		fresh := newCell(seq, hydrated)
+		if store.IsLeaseCode(w.durationMs) {
+			// Every slot is a reservation its release refunds: each
+			// decision on the cell weighs its refunds, and every read
+			// of the regional store fetches them.
+			fresh.flags.Or(cellReserved)
+		}
 		if slot.CompareAndSwap(c, fresh) {
 			return fresh, 0
 		}
@@ -196,7 +202,7 @@ func (w *window) idle(now int64) bool {
 // under 10 s, so that short windows converge within a small share of their
 // length.
 func (w *window) strictRefresh() int64 {
-	return min(strictRefreshInterval.Milliseconds(), w.durationMs/100)
+	return min(strictRefreshInterval.Milliseconds(), store.CellLength(w.durationMs)/100)
 }
 
 // observeLimit records limit as the key's latest. It writes only on change so

@@ -12,7 +12,8 @@ type CellKey struct {
 	Workspace  string
 	Namespace  string
 	Identifier string
-	// Duration is the key's window, in whole milliseconds.
+	// Duration is the key's window, in whole milliseconds, or the code of
+	// a calendar (see calendar.Period.Code) or of a lease (see LeaseCode).
 	Duration time.Duration
 	// Sequence is the fixed window: unix ms / duration ms.
 	Sequence int64
@@ -53,27 +54,61 @@ func compareBool(a, b bool) int {
 
 // ExpiresAt is when a cell of sequence and a window of durationMs ms can no
 // longer affect any decision, in unix ms: the end of the window after its
-// own, the last in which the sliding window weighs it. Stores keep a cell
-// until then, and may drop it after. A durationMs that is a calendar's code
-// (see calendar.Period.Code) names a calendar period, which counts only in
-// itself but which processes still read as the previous cell during the
-// next: it expires when the next period ends, on any zone's clock.
+// own, the last in which the sliding window weighs it (and in which a
+// concurrency limit's slots counted in it may still be held: see
+// LeaseCode). Stores keep a cell until then, and may drop it after. A
+// durationMs that is a calendar's code (see calendar.Period.Code) names a
+// calendar period, which counts only in itself but which processes still
+// read as the previous cell during the next: it expires when the next
+// period ends, on any zone's clock.
 func ExpiresAt(sequence, durationMs int64) int64 {
 	if calendar.IsCode(durationMs) {
 		return calendar.LatestEnd(durationMs, sequence+1)
 	}
-	return (sequence + 2) * durationMs
+	return (sequence + 2) * CellLength(durationMs)
 }
 
 // LatestSequence returns the latest sequence of a window of durationMs (or
-// a calendar's code) that a healthy clock can be in at now (unix ms): the
-// current one and the next, which a clock a little ahead is in. A global
-// store's row past it is ignored.
+// a calendar's or a lease's code) that a healthy clock can be in at now
+// (unix ms): the current one and the next, which a clock a little ahead is
+// in. A global store's row past it is ignored.
 func LatestSequence(durationMs, now int64) int64 {
 	if calendar.IsCode(durationMs) {
 		return calendar.EarliestIndex(durationMs, now) + 3
 	}
-	return now/durationMs + 1
+	return now/CellLength(durationMs) + 1
+}
+
+// leaseBase is what LeaseCode adds to a lease: 2^42 ms (139 years), past
+// every window and every calendar code (under 2^41), and small enough that
+// a time.Duration holds the sum.
+const leaseBase = 1 << 42
+
+// MaxLeaseMs bounds the lease a code can name: 2^32 ms, 49 days.
+const MaxLeaseMs = 1 << 32
+
+// LeaseCode returns the duration, in ms, that names the cells of a
+// concurrency limit whose leases last leaseMs (1 to MaxLeaseMs): leaseBase
+// plus the lease. It keeps the key's counts apart from a window of the same
+// length on the same identifier, in every store, without a field of its
+// own. A slot is counted in the cell of leaseMs in which it was acquired
+// and is held, unless released, until that cell's window after its own
+// ends: between one and two leases.
+func LeaseCode(leaseMs int64) int64 { return leaseBase + leaseMs }
+
+// IsLeaseCode reports whether durationMs is a LeaseCode.
+func IsLeaseCode(durationMs int64) bool {
+	return durationMs > leaseBase && durationMs <= leaseBase+MaxLeaseMs
+}
+
+// CellLength returns the length in ms of the cells of a window of
+// durationMs: a lease code's lease, or durationMs itself. A calendar's
+// code has no one length: callers ask calendar.IsCode first.
+func CellLength(durationMs int64) int64 {
+	if IsLeaseCode(durationMs) {
+		return durationMs - leaseBase
+	}
+	return durationMs
 }
 
 // ExpiresAt is [ExpiresAt] of k.

@@ -1,0 +1,186 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/unkeyed/ratelimit/internal/invalid"
+)
+
+// Lease bounds: a slot frees itself between one and two leases after it
+// was acquired (see [Concurrency]), so a lease is a whole number of seconds
+// from a second, under which the clocks of a fleet disagree, to an hour,
+// past which a slot a crashed caller held would stay taken too long; a
+// longer call extends its lease.
+const (
+	MinLease = time.Second
+	MaxLease = time.Hour
+)
+
+// Acquisition asks for Cost slots of a concurrency limit: at most Limit
+// slots of Namespace and Identifier held at once, each freed by its
+// release or, at the latest, when its lease runs out. The lease is part of
+// the limit's name, as a window's duration is: acquisitions with other
+// leases count apart.
+type Acquisition struct {
+	Workspace  string
+	Namespace  string
+	Identifier string
+	// Limit is how many slots may be held at once, 1 to [MaxLimit] (0,
+	// where the caller allows it, refuses every acquisition).
+	Limit int64
+	// Lease is how long a slot is held at least if it is not released:
+	// whole seconds, [MinLease] to [MaxLease].
+	Lease time.Duration
+	// Cost is how many slots, 1 to [MaxCost].
+	Cost int64
+}
+
+// Slot is a held slot as its holder names it to release or extend it: the
+// limit's name and numbers, and the cell it was counted in.
+type Slot struct {
+	Workspace  string
+	Namespace  string
+	Identifier string
+	Limit      int64
+	Lease      time.Duration
+	// Sequence is the lease-long cell the slot was counted in (see
+	// [CellOf] with Lease).
+	Sequence int64
+	// Cost is how many slots it holds.
+	Cost int64
+}
+
+// Validate checks a by the limiter's rules, naming the field that breaks
+// one.
+func (a *Acquisition) Validate() error {
+	if err := CheckName("namespace", a.Namespace, MaxNameLength); err != nil {
+		return err
+	}
+	if err := CheckName("identifier", a.Identifier, MaxNameLength); err != nil {
+		return err
+	}
+	if err := CheckLimit("limit", a.Limit, false); err != nil {
+		return err
+	}
+	if err := CheckLease("lease", a.Lease); err != nil {
+		return err
+	}
+	if a.Cost < 1 {
+		return &invalid.Error{Field: "cost", Rule: fmt.Sprintf("must be between 1 and %d: the slots to acquire", int64(MaxCost))}
+	}
+	return CheckCost("cost", a.Cost)
+}
+
+// CheckLease checks a lease: whole seconds from MinLease to MaxLease.
+func CheckLease(field string, lease time.Duration) error {
+	if lease < MinLease || lease > MaxLease || lease%time.Second != 0 {
+		return &invalid.Error{Field: field, Rule: fmt.Sprintf("must be whole seconds between %d and %d: how long a slot is held if it is not released",
+			int64(MinLease/time.Second), int64(MaxLease/time.Second))}
+	}
+	return nil
+}
+
+// request returns a as the limiter decides it.
+func (a *Acquisition) request() Request {
+	return Request{Workspace: a.Workspace, Namespace: a.Namespace, Identifier: a.Identifier,
+		Limit: a.Limit, Duration: a.Lease, Algorithm: Concurrency, Cost: a.Cost, Reserve: true}
+}
+
+// Acquire takes a.Cost slots if fewer than a.Limit less a.Cost are held,
+// and answers as [Service.Decide] does: Remaining is the slots left free
+// (so Limit less Remaining are held, at most Limit), Reset the end of the
+// lease-long cell the slots were counted in, which they outlive by one
+// lease at most, RetryAfter when the oldest held slots expire if no
+// release comes first. The slot is [Slot] with [CellOf](resp, a.Lease).
+// It validates a.
+func (s *Service) Acquire(ctx context.Context, a Acquisition) (Response, error) {
+	if err := a.Validate(); err != nil {
+		return Response{}, err
+	}
+	return s.Decide(ctx, a.request())
+}
+
+// InFlight returns how many of the slots of a limit of acquisition a are
+// held now, as far as this process knows, without taking any.
+func (s *Service) InFlight(ctx context.Context, a Acquisition) (int64, error) {
+	r := a.request()
+	r.Cost, r.Reserve = 0, false
+	resp, err := s.Decide(ctx, r)
+	return r.Limit - resp.Remaining, err
+}
+
+// Release frees sl and returns how many slots it freed: sl.Cost, or 0 when
+// the slot had expired already. The caller frees a slot once (package
+// reservation's ledger of the API); a second release would free another
+// holder's slot.
+func (s *Service) Release(ctx context.Context, sl Slot) (int64, error) {
+	return s.Refund(ctx, sl.refund(sl.Sequence))
+}
+
+// refund returns the refund that frees sl's slots counted in cell seq.
+func (sl *Slot) refund(seq int64) Refund {
+	return Refund{Workspace: sl.Workspace, Namespace: sl.Namespace, Identifier: sl.Identifier,
+		Duration: sl.Lease, Limit: sl.Limit, Sequence: seq, Amount: sl.Cost, Slot: true}
+}
+
+// Extend keeps sl for another lease at least: it counts the slots in the
+// current cell and frees them from their old one, whatever else is held
+// (the holder had them already); slots counted in the current cell stay
+// where they are. A slot that had expired is acquired anew, as
+// Acquire would, and may be refused. The answer is Acquire's: the slot
+// held now is sl with [CellOf](resp, sl.Lease), when resp.Success. Like
+// Release, each slot is extended once.
+func (s *Service) Extend(ctx context.Context, sl Slot) (Response, error) {
+	a := Acquisition{Workspace: sl.Workspace, Namespace: sl.Namespace, Identifier: sl.Identifier,
+		Limit: sl.Limit, Lease: sl.Lease, Cost: sl.Cost}
+	if err := a.Validate(); err != nil {
+		return Response{}, err
+	}
+	now := s.clock.Now().UnixMilli() / sl.Lease.Milliseconds()
+	switch sl.Sequence {
+	case now:
+		// Counted in the current cell: held for a lease more already.
+		return s.state(ctx, a, nil)
+	case now - 1:
+	default:
+		return s.Decide(ctx, a.request())
+	}
+	// Count the slots into the current cell first, whatever the limit
+	// says, then free the old ones: in between they are counted twice,
+	// never not at all.
+	r := a.request()
+	r.Reserve, r.Report = false, true
+	resp, err := s.Decide(ctx, r)
+	if err != nil {
+		return resp, err
+	}
+	moved := CellOf(resp, sl.Lease)
+	freed, err := s.Refund(ctx, sl.refund(sl.Sequence))
+	if err != nil || freed == 0 {
+		// The old cell expired meanwhile: the slots were free. Undo the
+		// count and acquire them as anyone would.
+		if _, uerr := s.Refund(ctx, sl.refund(moved)); uerr != nil {
+			return Response{}, uerr
+		}
+		if err != nil {
+			return Response{}, err
+		}
+		return s.Decide(ctx, a.request())
+	}
+	return s.state(ctx, a, nil)
+}
+
+// state answers an extension of a: the slots are held, and the rest is
+// what a check of one more would answer.
+func (s *Service) state(ctx context.Context, a Acquisition, err error) (Response, error) {
+	if err != nil {
+		return Response{}, err
+	}
+	r := a.request()
+	r.Cost, r.Reserve = 0, false
+	resp, err := s.Decide(ctx, r)
+	resp.Success, resp.RetryAfter = true, 0
+	return resp, err
+}

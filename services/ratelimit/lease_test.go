@@ -1,0 +1,306 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/unkeyed/ratelimit/internal/invalid"
+	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
+)
+
+// acq returns an acquisition of one slot of limit on id, with a lease of
+// lease.
+func acq(id string, limit int64, lease time.Duration) Acquisition {
+	return Acquisition{Workspace: "ws", Namespace: "ns", Identifier: id, Limit: limit, Lease: lease, Cost: 1}
+}
+
+// acquire acquires a and returns the slot, or ok false when it was refused.
+func acquire(t *testing.T, s *Service, a Acquisition) (Slot, bool) {
+	t.Helper()
+	resp, err := s.Acquire(context.Background(), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Slot{Workspace: a.Workspace, Namespace: a.Namespace, Identifier: a.Identifier, Limit: a.Limit,
+		Lease: a.Lease, Sequence: CellOf(resp, a.Lease), Cost: a.Cost}, resp.Success
+}
+
+func inFlight(t *testing.T, s *Service, a Acquisition) int64 {
+	t.Helper()
+	n, err := s.InFlight(context.Background(), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func mustRelease(t *testing.T, s *Service, sl Slot) int64 {
+	t.Helper()
+	n, err := s.Release(context.Background(), sl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestSlotsHeldUntilReleased: at most limit slots at once; a release frees
+// one for the next caller, in the same cell and in the next.
+func TestSlotsHeldUntilReleased(t *testing.T) {
+	clock := newFakeClock(1_700_000_000_000)
+	s, err := New("test", WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := acq("user", 3, 10*time.Second)
+	var held []Slot
+	for i := range 3 {
+		sl, ok := acquire(t, s, a)
+		if !ok {
+			t.Fatalf("slot %d of 3 refused", i)
+		}
+		held = append(held, sl)
+		clock.Advance(4 * time.Second) // across a cell boundary
+	}
+	resp, err := s.Acquire(context.Background(), a)
+	if err != nil || resp.Success || resp.Remaining != 0 || resp.RetryAfter <= 0 {
+		t.Fatalf("a fourth slot of 3: %+v, %v; want refused with a retry", resp, err)
+	}
+	if got := mustRelease(t, s, held[0]); got != 1 {
+		t.Fatalf("released %d, want 1", got)
+	}
+	if n := inFlight(t, s, a); n != 2 {
+		t.Fatalf("in flight after a release: %d, want 2", n)
+	}
+	if _, ok := acquire(t, s, a); !ok {
+		t.Fatal("the released slot was not free")
+	}
+	if _, ok := acquire(t, s, a); ok {
+		t.Fatal("a fourth slot admitted")
+	}
+}
+
+// TestSlotsFreeThemselves: a slot never released is held for at least its
+// lease and frees itself within two, wherever in its cell it was taken.
+func TestSlotsFreeThemselves(t *testing.T) {
+	const lease = 10 * time.Second
+	for _, offset := range []time.Duration{0, time.Millisecond, 5 * time.Second, lease - time.Millisecond} {
+		clock := newFakeClock(1_700_000_000_000 + offset.Milliseconds())
+		s, err := New("test", WithClock(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := acq("user", 1, lease)
+		if _, ok := acquire(t, s, a); !ok {
+			t.Fatal("first slot refused")
+		}
+		clock.Advance(lease - time.Millisecond)
+		if _, ok := acquire(t, s, a); ok {
+			t.Fatalf("taken %v into its cell: free again before its lease ran out", offset)
+		}
+		clock.Advance(lease - offset + time.Millisecond)
+		if n := inFlight(t, s, a); n != 0 {
+			t.Fatalf("taken %v into its cell: %d in flight two cells on, want 0", offset, n)
+		}
+		if _, ok := acquire(t, s, a); !ok {
+			t.Fatalf("taken %v into its cell: still held after two leases", offset)
+		}
+	}
+}
+
+// TestExtendKeepsTheSlot: an extended slot outlives its first cells and is
+// never counted twice; one that expired is acquired anew, if one is free.
+func TestExtendKeepsTheSlot(t *testing.T) {
+	clock := newFakeClock(1_700_000_000_000)
+	s, err := New("test", WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := acq("user", 2, 10*time.Second)
+	sl, _ := acquire(t, s, a)
+	other, _ := acquire(t, s, a)
+	clock.Advance(10 * time.Second)
+	resp, err := s.Extend(context.Background(), sl)
+	if err != nil || !resp.Success || resp.Remaining != 0 {
+		t.Fatalf("extend at the limit: %+v, %v; want kept, none left", resp, err)
+	}
+	moved := sl
+	moved.Sequence = CellOf(resp, sl.Lease)
+	if moved.Sequence != sl.Sequence+1 {
+		t.Fatalf("extended into cell %d, want %d", moved.Sequence, sl.Sequence+1)
+	}
+	if n := inFlight(t, s, a); n != 2 {
+		t.Fatalf("in flight after an extension: %d, want 2", n)
+	}
+	clock.Advance(10 * time.Second) // the first cell expires: other is free
+	if n := inFlight(t, s, a); n != 1 {
+		t.Fatalf("in flight after the other slot expired: %d, want 1 (the extended one)", n)
+	}
+	if got := mustRelease(t, s, other); got != 0 {
+		t.Fatalf("an expired slot's release freed %d", got)
+	}
+	// Extending in the cell it was moved to keeps it there.
+	again, err := s.Extend(context.Background(), moved)
+	if err != nil || !again.Success || CellOf(again, sl.Lease) != moved.Sequence+1 {
+		t.Fatalf("second extension: %+v, %v", again, err)
+	}
+	// An expired slot is acquired anew: refused when the limit is held.
+	if _, ok := acquire(t, s, a); !ok {
+		t.Fatal("the free slot was refused")
+	}
+	resp, err = s.Extend(context.Background(), sl) // its cell is long gone
+	if err != nil || resp.Success {
+		t.Fatalf("extending an expired slot with none free: %+v, %v; want refused", resp, err)
+	}
+}
+
+// TestSlotsApartFromWindows: a concurrency limit and a window of the same
+// identifier and length count apart.
+func TestSlotsApartFromWindows(t *testing.T) {
+	s, err := New("test", WithClock(newFakeClock(1_700_000_000_000)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := acq("user", 1, 10*time.Second)
+	if _, ok := acquire(t, s, a); !ok {
+		t.Fatal("slot refused")
+	}
+	if !mustLimit(t, s, req("user", 1, 10*time.Second, 1)).Success {
+		t.Fatal("a window of the same name and length denied: it counted the slot")
+	}
+	if _, ok := acquire(t, s, a); ok {
+		t.Fatal("a second slot of 1 admitted")
+	}
+	other := a
+	other.Lease = 20 * time.Second
+	if _, ok := acquire(t, s, other); !ok {
+		t.Fatal("a limit of another lease shared the first's slots")
+	}
+}
+
+// TestSlotsConvergeThroughTheRegion: slots taken and released in one
+// process of a region reach another through the regional store.
+func TestSlotsConvergeThroughTheRegion(t *testing.T) {
+	o := storetest.NewMemRegional()
+	clock := newFakeClock(1_700_000_010_000)
+	pa, pb := newRegional(t, o, clock), newRegional(t, o, clock)
+	a := acq("user", 10, time.Minute)
+	var held []Slot
+	for range 6 {
+		sl, ok := acquire(t, pa.Service, a)
+		if !ok {
+			t.Fatal("A refused a slot")
+		}
+		held = append(held, sl)
+	}
+	pa.tick()
+	admitted := 0
+	for range 10 {
+		if _, ok := acquire(t, pb.Service, a); ok {
+			admitted++
+		}
+	}
+	if admitted != 4 {
+		t.Fatalf("B took %d slots while A held 6 of 10, want 4", admitted)
+	}
+	for _, sl := range held[:3] {
+		mustRelease(t, pa.Service, sl)
+	}
+	pa.tick()
+	pb.tick()
+	// C, which never took a slot, reads what is held, releases included.
+	pc := newRegional(t, o, clock)
+	if n := inFlight(t, pc.Service, a); n != 7 {
+		t.Fatalf("C sees %d in flight, want 7 (10 taken, 3 released)", n)
+	}
+	clock.Advance(2 * time.Second) // B is strict: it reads the store again
+	admitted = 0
+	for range 10 {
+		if _, ok := acquire(t, pb.Service, a); ok {
+			admitted++
+		}
+	}
+	if admitted != 3 {
+		t.Fatalf("B took %d slots after A released 3, want 3", admitted)
+	}
+}
+
+// TestSlotsConvergeAcrossRegions: slots taken and released in one region
+// reach another through the global store's grow-only counts.
+func TestSlotsConvergeAcrossRegions(t *testing.T) {
+	mem := storetest.NewMemGlobal()
+	clock := newFakeClock(1_700_000_010_000)
+	ra, rb := newRegion(t, "a", mem, clock), newRegion(t, "b", mem, clock)
+	a := acq("user", 10, time.Minute)
+	var held []Slot
+	for range 6 {
+		sl, ok := acquire(t, ra.Service, a)
+		if !ok {
+			t.Fatal("A refused a slot")
+		}
+		held = append(held, sl)
+	}
+	ra.flush()
+	rb.sync()
+	admitted := 0
+	for range 10 {
+		if _, ok := acquire(t, rb.Service, a); ok {
+			admitted++
+		}
+	}
+	if admitted != 4 {
+		t.Fatalf("B took %d slots while A held 6 of 10, want 4", admitted)
+	}
+	for _, sl := range held[:3] {
+		mustRelease(t, ra.Service, sl)
+	}
+	ra.flush()
+	rb.sync()
+	admitted = 0
+	for range 10 {
+		if _, ok := acquire(t, rb.Service, a); ok {
+			admitted++
+		}
+	}
+	if admitted != 3 {
+		t.Fatalf("B took %d slots after A released 3, want 3", admitted)
+	}
+	rb.flush()
+	ra.sync()
+	if _, ok := acquire(t, ra.Service, a); ok {
+		t.Fatal("A took an eleventh slot")
+	}
+}
+
+// TestAcquisitionValidates names the field and the rule, and counts
+// nothing.
+func TestAcquisitionValidates(t *testing.T) {
+	s, err := New("test", WithClock(newFakeClock(1_700_000_000_000)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		field string
+		edit  func(*Acquisition)
+	}{
+		{"lease", func(a *Acquisition) { a.Lease = 0 }},
+		{"lease", func(a *Acquisition) { a.Lease = 1500 * time.Millisecond }},
+		{"lease", func(a *Acquisition) { a.Lease = MaxLease + time.Second }},
+		{"cost", func(a *Acquisition) { a.Cost = 0 }},
+		{"limit", func(a *Acquisition) { a.Limit = 0 }},
+		{"identifier", func(a *Acquisition) { a.Identifier = "" }},
+	} {
+		a := acq("user", 1, time.Minute)
+		tc.edit(&a)
+		_, err := s.Acquire(context.Background(), a)
+		var inv *invalid.Error
+		if !errors.As(err, &inv) || inv.Field != tc.field || !strings.Contains(err.Error(), "must") {
+			t.Errorf("%+v: %v, want an error naming %s", a, err, tc.field)
+		}
+	}
+	if n := inFlight(t, s, acq("user", 1, time.Minute)); n != 0 {
+		t.Fatalf("refused acquisitions left %d in flight", n)
+	}
+}
