@@ -53,7 +53,8 @@ type Slot struct {
 }
 
 // Validate checks a by the limiter's rules, naming the field that breaks
-// one.
+// one. It accepts a limit of 0, which refuses every acquisition: a caller
+// that takes limits from callers refuses theirs with [CheckLimit].
 func (a *Acquisition) Validate() error {
 	if err := CheckName("namespace", a.Namespace, MaxNameLength); err != nil {
 		return err
@@ -61,7 +62,7 @@ func (a *Acquisition) Validate() error {
 	if err := CheckName("identifier", a.Identifier, MaxNameLength); err != nil {
 		return err
 	}
-	if err := CheckLimit("limit", a.Limit, false); err != nil {
+	if err := CheckLimit("limit", a.Limit, true); err != nil {
 		return err
 	}
 	if err := CheckLease("lease", a.Lease); err != nil {

@@ -289,7 +289,7 @@ func TestAcquisitionValidates(t *testing.T) {
 		{"lease", func(a *Acquisition) { a.Lease = 1500 * time.Millisecond }},
 		{"lease", func(a *Acquisition) { a.Lease = MaxLease + time.Second }},
 		{"cost", func(a *Acquisition) { a.Cost = 0 }},
-		{"limit", func(a *Acquisition) { a.Limit = 0 }},
+		{"limit", func(a *Acquisition) { a.Limit = -1 }},
 		{"identifier", func(a *Acquisition) { a.Identifier = "" }},
 	} {
 		a := acq("user", 1, time.Minute)

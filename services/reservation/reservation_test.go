@@ -28,6 +28,29 @@ func TestTokenRoundTrip(t *testing.T) {
 	if err != nil || got != *want {
 		t.Fatalf("Open(Sign(%+v)) = %+v, %v", *want, got, err)
 	}
+	lease := token()
+	lease.Slot = true
+	got, err = s.Open(s.Sign(lease))
+	if err != nil || got != *lease {
+		t.Fatalf("Open(Sign(%+v)) = %+v, %v", *lease, got, err)
+	}
+	if s.Sign(lease)[1:] == s.Sign(want)[1:] {
+		t.Fatal("a lease and a reservation of the same numbers sign alike")
+	}
+}
+
+// TestLeaseExpiresWithItsSlots: a lease's token expires when its slots
+// free themselves, the end of the cell after its own; a reservation's an
+// hour later.
+func TestLeaseExpiresWithItsSlots(t *testing.T) {
+	tok := reservation.Token{Duration: 30 * time.Second, Sequence: 100, IssuedAt: 100 * 30_000, Slot: true}
+	if got, want := tok.ExpiresAt().UnixMilli(), int64(102*30_000); got != want {
+		t.Fatalf("lease expires at %d, want %d", got, want)
+	}
+	tok.Slot = false
+	if got, want := tok.ExpiresAt().UnixMilli(), int64(102*30_000)+time.Hour.Milliseconds(); got != want {
+		t.Fatalf("reservation expires at %d, want %d", got, want)
+	}
 }
 
 // TestForgedTokens: a token changed in any byte, signed with another

@@ -34,6 +34,11 @@ type Token struct {
 	// Scope names where its settlement can be recorded once (see
 	// Ledger): "" for every region (MySQL), a region, or one process.
 	Scope string
+	// Slot makes the token a lease: Reserved slots of a concurrency limit
+	// of Limit slots whose leases last Duration, counted in cell Sequence,
+	// which a release (or an extension) frees once. A lease never settles
+	// as a reservation, nor a reservation releases as a lease.
+	Slot bool
 }
 
 // ExpiresAt is when t can no longer be settled: an hour after its cell
@@ -41,8 +46,14 @@ type Token struct {
 // so that an LLM call longer than its window still settles what it spent,
 // and a day after it was made at the latest, so that the record that it was
 // settled, kept until then, does not outlive any call by long.
+//
+// A lease expires when its slots free themselves, the end of the cell
+// after its own: a release after that frees nothing.
 func (t *Token) ExpiresAt() time.Time {
 	ms := t.Duration.Milliseconds()
+	if t.Slot {
+		return time.UnixMilli((t.Sequence + 2) * ms)
+	}
 	return time.UnixMilli(min((t.Sequence+2)*ms+settleGrace.Milliseconds(), t.IssuedAt+MaxLife.Milliseconds()))
 }
 
@@ -53,8 +64,12 @@ const (
 	MaxLife     = 24 * time.Hour
 )
 
-// tokenVersion is the first byte of a token's payload.
-const tokenVersion = 2
+// tokenVersion is the first byte of a reservation's payload, leaseVersion
+// of a lease's: the payloads are alike.
+const (
+	tokenVersion = 2
+	leaseVersion = 3
+)
 
 // macSize is how many bytes of HMAC-SHA256 a token carries: 128 bits, past
 // any forgery by guessing.
@@ -96,7 +111,11 @@ func NewID() [16]byte {
 // Sign returns t as a token: its payload and its signature, base64url.
 func (s *Signer) Sign(t *Token) string {
 	b := make([]byte, 0, 64+len(t.Workspace)+len(t.Namespace)+len(t.Identifier))
-	b = append(b, tokenVersion)
+	if t.Slot {
+		b = append(b, leaseVersion)
+	} else {
+		b = append(b, tokenVersion)
+	}
 	b = append(b, t.ID[:]...)
 	for _, part := range [...]string{t.Workspace, t.Namespace, t.Identifier, t.Scope} {
 		b = binary.AppendUvarint(b, uint64(len(part)))
@@ -117,10 +136,10 @@ func (s *Signer) Open(token string) (Token, error) {
 		return Token{}, ErrInvalid
 	}
 	payload, sig := raw[:len(raw)-macSize], raw[len(raw)-macSize:]
-	if !hmac.Equal(sig, s.mac(payload)) || payload[0] != tokenVersion {
+	if !hmac.Equal(sig, s.mac(payload)) || payload[0] != tokenVersion && payload[0] != leaseVersion {
 		return Token{}, ErrInvalid
 	}
-	var t Token
+	t := Token{Slot: payload[0] == leaseVersion}
 	rest := payload[1:]
 	copy(t.ID[:], rest)
 	rest = rest[16:]

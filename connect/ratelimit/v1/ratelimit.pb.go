@@ -604,6 +604,352 @@ func (x *SettleResponse) GetRefunded() int64 {
 	return 0
 }
 
+// AcquireRequest asks for cost slots of a concurrency limit.
+type AcquireRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace and identifier name the limit with the lease, as a window's
+	// duration does: acquisitions with another lease count apart.
+	Namespace  string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Identifier string `protobuf:"bytes,2,opt,name=identifier,proto3" json:"identifier,omitempty"`
+	// Limit is how many slots may be held at once: 1 to 2^53. An override of
+	// the identifier replaces it.
+	Limit int64 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Lease is how long the slots are held if they are not released, in
+	// seconds: 1 to 3600. They free themselves between one and two leases
+	// after they were taken (see expires_at).
+	Lease int64 `protobuf:"varint,4,opt,name=lease,proto3" json:"lease,omitempty"`
+	// Cost is how many slots: 1 to 2^53; 1 if unset.
+	Cost          *int64 `protobuf:"varint,5,opt,name=cost,proto3,oneof" json:"cost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireRequest) Reset() {
+	*x = AcquireRequest{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireRequest) ProtoMessage() {}
+
+func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
+func (*AcquireRequest) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *AcquireRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *AcquireRequest) GetIdentifier() string {
+	if x != nil {
+		return x.Identifier
+	}
+	return ""
+}
+
+func (x *AcquireRequest) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *AcquireRequest) GetLease() int64 {
+	if x != nil {
+		return x.Lease
+	}
+	return 0
+}
+
+func (x *AcquireRequest) GetCost() int64 {
+	if x != nil && x.Cost != nil {
+		return *x.Cost
+	}
+	return 0
+}
+
+// AcquireResponse answers an Acquire or an Extend.
+type AcquireResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Success reports whether the slots are held.
+	Success bool `protobuf:"varint,1,opt,name=success,proto3" json:"success,omitempty"`
+	// LeaseId names the held slots, to release or extend them; "" when
+	// refused. It is signed: a changed one frees nothing.
+	LeaseId string `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// InFlight is how many slots of the limit are held, these included.
+	InFlight int64 `protobuf:"varint,3,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	// Limit is the limit that applied.
+	Limit int64 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// RetryAfter is, when refused, how many milliseconds until held slots
+	// expire if none is released first.
+	RetryAfter int64 `protobuf:"varint,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// ExpiresAt is when the slots free themselves if they are neither
+	// released nor extended, in unix milliseconds.
+	ExpiresAt     int64 `protobuf:"varint,6,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireResponse) Reset() {
+	*x = AcquireResponse{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireResponse) ProtoMessage() {}
+
+func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
+func (*AcquireResponse) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *AcquireResponse) GetSuccess() bool {
+	if x != nil {
+		return x.Success
+	}
+	return false
+}
+
+func (x *AcquireResponse) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *AcquireResponse) GetInFlight() int64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *AcquireResponse) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *AcquireResponse) GetRetryAfter() int64 {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return 0
+}
+
+func (x *AcquireResponse) GetExpiresAt() int64 {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return 0
+}
+
+// ReleaseRequest frees the slots of a lease.
+type ReleaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// LeaseId is what an Acquire or Extend answered.
+	LeaseId       string `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseRequest) Reset() {
+	*x = ReleaseRequest{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseRequest) ProtoMessage() {}
+
+func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ReleaseRequest) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+// ReleaseResponse is the limit's state after a release.
+type ReleaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Released reports whether this release freed the slots: false when they
+	// were released or extended before, or had expired.
+	Released bool `protobuf:"varint,1,opt,name=released,proto3" json:"released,omitempty"`
+	// InFlight is how many slots of the limit are held now.
+	InFlight int64 `protobuf:"varint,2,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	// Limit is the lease's limit.
+	Limit         int64 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseResponse) Reset() {
+	*x = ReleaseResponse{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseResponse) ProtoMessage() {}
+
+func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseResponse) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ReleaseResponse) GetReleased() bool {
+	if x != nil {
+		return x.Released
+	}
+	return false
+}
+
+func (x *ReleaseResponse) GetInFlight() int64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *ReleaseResponse) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// ExtendRequest keeps the slots of a lease for another lease.
+type ExtendRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// LeaseId is what an Acquire or an earlier Extend answered.
+	LeaseId string `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// Lease, in seconds, is the lease the slots were acquired with, which
+	// names their limit; 0 or unset means that one.
+	Lease         int64 `protobuf:"varint,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtendRequest) Reset() {
+	*x = ExtendRequest{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtendRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtendRequest) ProtoMessage() {}
+
+func (x *ExtendRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtendRequest.ProtoReflect.Descriptor instead.
+func (*ExtendRequest) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ExtendRequest) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *ExtendRequest) GetLease() int64 {
+	if x != nil {
+		return x.Lease
+	}
+	return 0
+}
+
 // MultiLimitRequest holds the limits to decide together.
 type MultiLimitRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -616,7 +962,7 @@ type MultiLimitRequest struct {
 
 func (x *MultiLimitRequest) Reset() {
 	*x = MultiLimitRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -628,7 +974,7 @@ func (x *MultiLimitRequest) String() string {
 func (*MultiLimitRequest) ProtoMessage() {}
 
 func (x *MultiLimitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -641,7 +987,7 @@ func (x *MultiLimitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiLimitRequest.ProtoReflect.Descriptor instead.
 func (*MultiLimitRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{5}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MultiLimitRequest) GetLimits() []*LimitRequest {
@@ -665,7 +1011,7 @@ type MultiLimitResponse struct {
 
 func (x *MultiLimitResponse) Reset() {
 	*x = MultiLimitResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -677,7 +1023,7 @@ func (x *MultiLimitResponse) String() string {
 func (*MultiLimitResponse) ProtoMessage() {}
 
 func (x *MultiLimitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[6]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -690,7 +1036,7 @@ func (x *MultiLimitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiLimitResponse.ProtoReflect.Descriptor instead.
 func (*MultiLimitResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{6}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *MultiLimitResponse) GetPassed() bool {
@@ -718,7 +1064,7 @@ type BatchLimitRequest struct {
 
 func (x *BatchLimitRequest) Reset() {
 	*x = BatchLimitRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +1076,7 @@ func (x *BatchLimitRequest) String() string {
 func (*BatchLimitRequest) ProtoMessage() {}
 
 func (x *BatchLimitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[7]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +1089,7 @@ func (x *BatchLimitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchLimitRequest.ProtoReflect.Descriptor instead.
 func (*BatchLimitRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{7}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *BatchLimitRequest) GetLimits() []*LimitRequest {
@@ -766,7 +1112,7 @@ type BatchLimitResponse struct {
 
 func (x *BatchLimitResponse) Reset() {
 	*x = BatchLimitResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -778,7 +1124,7 @@ func (x *BatchLimitResponse) String() string {
 func (*BatchLimitResponse) ProtoMessage() {}
 
 func (x *BatchLimitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -791,7 +1137,7 @@ func (x *BatchLimitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchLimitResponse.ProtoReflect.Descriptor instead.
 func (*BatchLimitResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{8}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BatchLimitResponse) GetResults() []*MultiLimitResult {
@@ -834,7 +1180,7 @@ type MultiLimitResult struct {
 
 func (x *MultiLimitResult) Reset() {
 	*x = MultiLimitResult{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -846,7 +1192,7 @@ func (x *MultiLimitResult) String() string {
 func (*MultiLimitResult) ProtoMessage() {}
 
 func (x *MultiLimitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -859,7 +1205,7 @@ func (x *MultiLimitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiLimitResult.ProtoReflect.Descriptor instead.
 func (*MultiLimitResult) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{9}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MultiLimitResult) GetNamespace() string {
@@ -952,7 +1298,7 @@ type Override struct {
 
 func (x *Override) Reset() {
 	*x = Override{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -964,7 +1310,7 @@ func (x *Override) String() string {
 func (*Override) ProtoMessage() {}
 
 func (x *Override) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -977,7 +1323,7 @@ func (x *Override) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Override.ProtoReflect.Descriptor instead.
 func (*Override) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{10}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Override) GetId() string {
@@ -1041,7 +1387,7 @@ type SetOverrideRequest struct {
 
 func (x *SetOverrideRequest) Reset() {
 	*x = SetOverrideRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1053,7 +1399,7 @@ func (x *SetOverrideRequest) String() string {
 func (*SetOverrideRequest) ProtoMessage() {}
 
 func (x *SetOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1066,7 +1412,7 @@ func (x *SetOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetOverrideRequest.ProtoReflect.Descriptor instead.
 func (*SetOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{11}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SetOverrideRequest) GetNamespace() string {
@@ -1116,7 +1462,7 @@ type SetOverrideResponse struct {
 
 func (x *SetOverrideResponse) Reset() {
 	*x = SetOverrideResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1128,7 +1474,7 @@ func (x *SetOverrideResponse) String() string {
 func (*SetOverrideResponse) ProtoMessage() {}
 
 func (x *SetOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1141,7 +1487,7 @@ func (x *SetOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetOverrideResponse.ProtoReflect.Descriptor instead.
 func (*SetOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{12}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SetOverrideResponse) GetOverride() *Override {
@@ -1164,7 +1510,7 @@ type GetOverrideRequest struct {
 
 func (x *GetOverrideRequest) Reset() {
 	*x = GetOverrideRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1176,7 +1522,7 @@ func (x *GetOverrideRequest) String() string {
 func (*GetOverrideRequest) ProtoMessage() {}
 
 func (x *GetOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1189,7 +1535,7 @@ func (x *GetOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOverrideRequest.ProtoReflect.Descriptor instead.
 func (*GetOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{13}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetOverrideRequest) GetNamespace() string {
@@ -1217,7 +1563,7 @@ type GetOverrideResponse struct {
 
 func (x *GetOverrideResponse) Reset() {
 	*x = GetOverrideResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1229,7 +1575,7 @@ func (x *GetOverrideResponse) String() string {
 func (*GetOverrideResponse) ProtoMessage() {}
 
 func (x *GetOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1242,7 +1588,7 @@ func (x *GetOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOverrideResponse.ProtoReflect.Descriptor instead.
 func (*GetOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{14}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetOverrideResponse) GetOverride() *Override {
@@ -1267,7 +1613,7 @@ type ListOverridesRequest struct {
 
 func (x *ListOverridesRequest) Reset() {
 	*x = ListOverridesRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[15]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1279,7 +1625,7 @@ func (x *ListOverridesRequest) String() string {
 func (*ListOverridesRequest) ProtoMessage() {}
 
 func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[15]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1292,7 +1638,7 @@ func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesRequest.ProtoReflect.Descriptor instead.
 func (*ListOverridesRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{15}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListOverridesRequest) GetNamespace() string {
@@ -1329,7 +1675,7 @@ type ListOverridesResponse struct {
 
 func (x *ListOverridesResponse) Reset() {
 	*x = ListOverridesResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[16]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1341,7 +1687,7 @@ func (x *ListOverridesResponse) String() string {
 func (*ListOverridesResponse) ProtoMessage() {}
 
 func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[16]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1354,7 +1700,7 @@ func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesResponse.ProtoReflect.Descriptor instead.
 func (*ListOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{16}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListOverridesResponse) GetOverrides() []*Override {
@@ -1384,7 +1730,7 @@ type DeleteOverrideRequest struct {
 
 func (x *DeleteOverrideRequest) Reset() {
 	*x = DeleteOverrideRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[17]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1396,7 +1742,7 @@ func (x *DeleteOverrideRequest) String() string {
 func (*DeleteOverrideRequest) ProtoMessage() {}
 
 func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[17]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1409,7 +1755,7 @@ func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideRequest.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{17}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeleteOverrideRequest) GetNamespace() string {
@@ -1435,7 +1781,7 @@ type DeleteOverrideResponse struct {
 
 func (x *DeleteOverrideResponse) Reset() {
 	*x = DeleteOverrideResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[18]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1447,7 +1793,7 @@ func (x *DeleteOverrideResponse) String() string {
 func (*DeleteOverrideResponse) ProtoMessage() {}
 
 func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[18]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1460,7 +1806,7 @@ func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideResponse.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{18}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{23}
 }
 
 var File_ratelimit_v1_ratelimit_proto protoreflect.FileDescriptor
@@ -1506,7 +1852,34 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
 	"\tremaining\x18\x03 \x01(\x03R\tremaining\x12\x14\n" +
 	"\x05reset\x18\x04 \x01(\x03R\x05reset\x12\x1a\n" +
-	"\brefunded\x18\x05 \x01(\x03R\brefunded\"G\n" +
+	"\brefunded\x18\x05 \x01(\x03R\brefunded\"\x9c\x01\n" +
+	"\x0eAcquireRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1e\n" +
+	"\n" +
+	"identifier\x18\x02 \x01(\tR\n" +
+	"identifier\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x14\n" +
+	"\x05lease\x18\x04 \x01(\x03R\x05lease\x12\x17\n" +
+	"\x04cost\x18\x05 \x01(\x03H\x00R\x04cost\x88\x01\x01B\a\n" +
+	"\x05_cost\"\xb9\x01\n" +
+	"\x0fAcquireResponse\x12\x18\n" +
+	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x19\n" +
+	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x1b\n" +
+	"\tin_flight\x18\x03 \x01(\x03R\binFlight\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x03R\x05limit\x12\x1f\n" +
+	"\vretry_after\x18\x05 \x01(\x03R\n" +
+	"retryAfter\x12\x1d\n" +
+	"\n" +
+	"expires_at\x18\x06 \x01(\x03R\texpiresAt\"+\n" +
+	"\x0eReleaseRequest\x12\x19\n" +
+	"\blease_id\x18\x01 \x01(\tR\aleaseId\"`\n" +
+	"\x0fReleaseResponse\x12\x1a\n" +
+	"\breleased\x18\x01 \x01(\bR\breleased\x12\x1b\n" +
+	"\tin_flight\x18\x02 \x01(\x03R\binFlight\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x03R\x05limit\"@\n" +
+	"\rExtendRequest\x12\x19\n" +
+	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x14\n" +
+	"\x05lease\x18\x02 \x01(\x03R\x05lease\"G\n" +
 	"\x11MultiLimitRequest\x122\n" +
 	"\x06limits\x18\x01 \x03(\v2\x1a.ratelimit.v1.LimitRequestR\x06limits\"f\n" +
 	"\x12MultiLimitResponse\x12\x16\n" +
@@ -1578,14 +1951,17 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x11CALENDAR_UNIT_DAY\x10\x01\x12\x16\n" +
 	"\x12CALENDAR_UNIT_WEEK\x10\x02\x12\x17\n" +
 	"\x13CALENDAR_UNIT_MONTH\x10\x03\x12\x16\n" +
-	"\x12CALENDAR_UNIT_YEAR\x10\x042\xaa\x05\n" +
+	"\x12CALENDAR_UNIT_YEAR\x10\x042\x86\a\n" +
 	"\x10RatelimitService\x12B\n" +
 	"\x05Limit\x12\x1a.ratelimit.v1.LimitRequest\x1a\x1b.ratelimit.v1.LimitResponse\"\x00\x12Q\n" +
 	"\n" +
 	"MultiLimit\x12\x1f.ratelimit.v1.MultiLimitRequest\x1a .ratelimit.v1.MultiLimitResponse\"\x00\x12Q\n" +
 	"\n" +
 	"BatchLimit\x12\x1f.ratelimit.v1.BatchLimitRequest\x1a .ratelimit.v1.BatchLimitResponse\"\x00\x12E\n" +
-	"\x06Settle\x12\x1b.ratelimit.v1.SettleRequest\x1a\x1c.ratelimit.v1.SettleResponse\"\x00\x12T\n" +
+	"\x06Settle\x12\x1b.ratelimit.v1.SettleRequest\x1a\x1c.ratelimit.v1.SettleResponse\"\x00\x12H\n" +
+	"\aAcquire\x12\x1c.ratelimit.v1.AcquireRequest\x1a\x1d.ratelimit.v1.AcquireResponse\"\x00\x12H\n" +
+	"\aRelease\x12\x1c.ratelimit.v1.ReleaseRequest\x1a\x1d.ratelimit.v1.ReleaseResponse\"\x00\x12F\n" +
+	"\x06Extend\x12\x1b.ratelimit.v1.ExtendRequest\x1a\x1d.ratelimit.v1.AcquireResponse\"\x00\x12T\n" +
 	"\vSetOverride\x12 .ratelimit.v1.SetOverrideRequest\x1a!.ratelimit.v1.SetOverrideResponse\"\x00\x12T\n" +
 	"\vGetOverride\x12 .ratelimit.v1.GetOverrideRequest\x1a!.ratelimit.v1.GetOverrideResponse\"\x00\x12Z\n" +
 	"\rListOverrides\x12\".ratelimit.v1.ListOverridesRequest\x1a#.ratelimit.v1.ListOverridesResponse\"\x00\x12]\n" +
@@ -1605,7 +1981,7 @@ func file_ratelimit_v1_ratelimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ratelimit_v1_ratelimit_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_ratelimit_v1_ratelimit_proto_goTypes = []any{
 	(Algorithm)(0),                 // 0: ratelimit.v1.Algorithm
 	(CalendarUnit)(0),              // 1: ratelimit.v1.CalendarUnit
@@ -1614,20 +1990,25 @@ var file_ratelimit_v1_ratelimit_proto_goTypes = []any{
 	(*LimitResponse)(nil),          // 4: ratelimit.v1.LimitResponse
 	(*SettleRequest)(nil),          // 5: ratelimit.v1.SettleRequest
 	(*SettleResponse)(nil),         // 6: ratelimit.v1.SettleResponse
-	(*MultiLimitRequest)(nil),      // 7: ratelimit.v1.MultiLimitRequest
-	(*MultiLimitResponse)(nil),     // 8: ratelimit.v1.MultiLimitResponse
-	(*BatchLimitRequest)(nil),      // 9: ratelimit.v1.BatchLimitRequest
-	(*BatchLimitResponse)(nil),     // 10: ratelimit.v1.BatchLimitResponse
-	(*MultiLimitResult)(nil),       // 11: ratelimit.v1.MultiLimitResult
-	(*Override)(nil),               // 12: ratelimit.v1.Override
-	(*SetOverrideRequest)(nil),     // 13: ratelimit.v1.SetOverrideRequest
-	(*SetOverrideResponse)(nil),    // 14: ratelimit.v1.SetOverrideResponse
-	(*GetOverrideRequest)(nil),     // 15: ratelimit.v1.GetOverrideRequest
-	(*GetOverrideResponse)(nil),    // 16: ratelimit.v1.GetOverrideResponse
-	(*ListOverridesRequest)(nil),   // 17: ratelimit.v1.ListOverridesRequest
-	(*ListOverridesResponse)(nil),  // 18: ratelimit.v1.ListOverridesResponse
-	(*DeleteOverrideRequest)(nil),  // 19: ratelimit.v1.DeleteOverrideRequest
-	(*DeleteOverrideResponse)(nil), // 20: ratelimit.v1.DeleteOverrideResponse
+	(*AcquireRequest)(nil),         // 7: ratelimit.v1.AcquireRequest
+	(*AcquireResponse)(nil),        // 8: ratelimit.v1.AcquireResponse
+	(*ReleaseRequest)(nil),         // 9: ratelimit.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),        // 10: ratelimit.v1.ReleaseResponse
+	(*ExtendRequest)(nil),          // 11: ratelimit.v1.ExtendRequest
+	(*MultiLimitRequest)(nil),      // 12: ratelimit.v1.MultiLimitRequest
+	(*MultiLimitResponse)(nil),     // 13: ratelimit.v1.MultiLimitResponse
+	(*BatchLimitRequest)(nil),      // 14: ratelimit.v1.BatchLimitRequest
+	(*BatchLimitResponse)(nil),     // 15: ratelimit.v1.BatchLimitResponse
+	(*MultiLimitResult)(nil),       // 16: ratelimit.v1.MultiLimitResult
+	(*Override)(nil),               // 17: ratelimit.v1.Override
+	(*SetOverrideRequest)(nil),     // 18: ratelimit.v1.SetOverrideRequest
+	(*SetOverrideResponse)(nil),    // 19: ratelimit.v1.SetOverrideResponse
+	(*GetOverrideRequest)(nil),     // 20: ratelimit.v1.GetOverrideRequest
+	(*GetOverrideResponse)(nil),    // 21: ratelimit.v1.GetOverrideResponse
+	(*ListOverridesRequest)(nil),   // 22: ratelimit.v1.ListOverridesRequest
+	(*ListOverridesResponse)(nil),  // 23: ratelimit.v1.ListOverridesResponse
+	(*DeleteOverrideRequest)(nil),  // 24: ratelimit.v1.DeleteOverrideRequest
+	(*DeleteOverrideResponse)(nil), // 25: ratelimit.v1.DeleteOverrideResponse
 }
 var file_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
 	0,  // 0: ratelimit.v1.LimitRequest.algorithm:type_name -> ratelimit.v1.Algorithm
@@ -1635,31 +2016,37 @@ var file_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
 	1,  // 2: ratelimit.v1.Calendar.unit:type_name -> ratelimit.v1.CalendarUnit
 	0,  // 3: ratelimit.v1.LimitResponse.algorithm:type_name -> ratelimit.v1.Algorithm
 	2,  // 4: ratelimit.v1.MultiLimitRequest.limits:type_name -> ratelimit.v1.LimitRequest
-	11, // 5: ratelimit.v1.MultiLimitResponse.results:type_name -> ratelimit.v1.MultiLimitResult
+	16, // 5: ratelimit.v1.MultiLimitResponse.results:type_name -> ratelimit.v1.MultiLimitResult
 	2,  // 6: ratelimit.v1.BatchLimitRequest.limits:type_name -> ratelimit.v1.LimitRequest
-	11, // 7: ratelimit.v1.BatchLimitResponse.results:type_name -> ratelimit.v1.MultiLimitResult
+	16, // 7: ratelimit.v1.BatchLimitResponse.results:type_name -> ratelimit.v1.MultiLimitResult
 	0,  // 8: ratelimit.v1.MultiLimitResult.algorithm:type_name -> ratelimit.v1.Algorithm
-	12, // 9: ratelimit.v1.SetOverrideResponse.override:type_name -> ratelimit.v1.Override
-	12, // 10: ratelimit.v1.GetOverrideResponse.override:type_name -> ratelimit.v1.Override
-	12, // 11: ratelimit.v1.ListOverridesResponse.overrides:type_name -> ratelimit.v1.Override
+	17, // 9: ratelimit.v1.SetOverrideResponse.override:type_name -> ratelimit.v1.Override
+	17, // 10: ratelimit.v1.GetOverrideResponse.override:type_name -> ratelimit.v1.Override
+	17, // 11: ratelimit.v1.ListOverridesResponse.overrides:type_name -> ratelimit.v1.Override
 	2,  // 12: ratelimit.v1.RatelimitService.Limit:input_type -> ratelimit.v1.LimitRequest
-	7,  // 13: ratelimit.v1.RatelimitService.MultiLimit:input_type -> ratelimit.v1.MultiLimitRequest
-	9,  // 14: ratelimit.v1.RatelimitService.BatchLimit:input_type -> ratelimit.v1.BatchLimitRequest
+	12, // 13: ratelimit.v1.RatelimitService.MultiLimit:input_type -> ratelimit.v1.MultiLimitRequest
+	14, // 14: ratelimit.v1.RatelimitService.BatchLimit:input_type -> ratelimit.v1.BatchLimitRequest
 	5,  // 15: ratelimit.v1.RatelimitService.Settle:input_type -> ratelimit.v1.SettleRequest
-	13, // 16: ratelimit.v1.RatelimitService.SetOverride:input_type -> ratelimit.v1.SetOverrideRequest
-	15, // 17: ratelimit.v1.RatelimitService.GetOverride:input_type -> ratelimit.v1.GetOverrideRequest
-	17, // 18: ratelimit.v1.RatelimitService.ListOverrides:input_type -> ratelimit.v1.ListOverridesRequest
-	19, // 19: ratelimit.v1.RatelimitService.DeleteOverride:input_type -> ratelimit.v1.DeleteOverrideRequest
-	4,  // 20: ratelimit.v1.RatelimitService.Limit:output_type -> ratelimit.v1.LimitResponse
-	8,  // 21: ratelimit.v1.RatelimitService.MultiLimit:output_type -> ratelimit.v1.MultiLimitResponse
-	10, // 22: ratelimit.v1.RatelimitService.BatchLimit:output_type -> ratelimit.v1.BatchLimitResponse
-	6,  // 23: ratelimit.v1.RatelimitService.Settle:output_type -> ratelimit.v1.SettleResponse
-	14, // 24: ratelimit.v1.RatelimitService.SetOverride:output_type -> ratelimit.v1.SetOverrideResponse
-	16, // 25: ratelimit.v1.RatelimitService.GetOverride:output_type -> ratelimit.v1.GetOverrideResponse
-	18, // 26: ratelimit.v1.RatelimitService.ListOverrides:output_type -> ratelimit.v1.ListOverridesResponse
-	20, // 27: ratelimit.v1.RatelimitService.DeleteOverride:output_type -> ratelimit.v1.DeleteOverrideResponse
-	20, // [20:28] is the sub-list for method output_type
-	12, // [12:20] is the sub-list for method input_type
+	7,  // 16: ratelimit.v1.RatelimitService.Acquire:input_type -> ratelimit.v1.AcquireRequest
+	9,  // 17: ratelimit.v1.RatelimitService.Release:input_type -> ratelimit.v1.ReleaseRequest
+	11, // 18: ratelimit.v1.RatelimitService.Extend:input_type -> ratelimit.v1.ExtendRequest
+	18, // 19: ratelimit.v1.RatelimitService.SetOverride:input_type -> ratelimit.v1.SetOverrideRequest
+	20, // 20: ratelimit.v1.RatelimitService.GetOverride:input_type -> ratelimit.v1.GetOverrideRequest
+	22, // 21: ratelimit.v1.RatelimitService.ListOverrides:input_type -> ratelimit.v1.ListOverridesRequest
+	24, // 22: ratelimit.v1.RatelimitService.DeleteOverride:input_type -> ratelimit.v1.DeleteOverrideRequest
+	4,  // 23: ratelimit.v1.RatelimitService.Limit:output_type -> ratelimit.v1.LimitResponse
+	13, // 24: ratelimit.v1.RatelimitService.MultiLimit:output_type -> ratelimit.v1.MultiLimitResponse
+	15, // 25: ratelimit.v1.RatelimitService.BatchLimit:output_type -> ratelimit.v1.BatchLimitResponse
+	6,  // 26: ratelimit.v1.RatelimitService.Settle:output_type -> ratelimit.v1.SettleResponse
+	8,  // 27: ratelimit.v1.RatelimitService.Acquire:output_type -> ratelimit.v1.AcquireResponse
+	10, // 28: ratelimit.v1.RatelimitService.Release:output_type -> ratelimit.v1.ReleaseResponse
+	8,  // 29: ratelimit.v1.RatelimitService.Extend:output_type -> ratelimit.v1.AcquireResponse
+	19, // 30: ratelimit.v1.RatelimitService.SetOverride:output_type -> ratelimit.v1.SetOverrideResponse
+	21, // 31: ratelimit.v1.RatelimitService.GetOverride:output_type -> ratelimit.v1.GetOverrideResponse
+	23, // 32: ratelimit.v1.RatelimitService.ListOverrides:output_type -> ratelimit.v1.ListOverridesResponse
+	25, // 33: ratelimit.v1.RatelimitService.DeleteOverride:output_type -> ratelimit.v1.DeleteOverrideResponse
+	23, // [23:34] is the sub-list for method output_type
+	12, // [12:23] is the sub-list for method input_type
 	12, // [12:12] is the sub-list for extension type_name
 	12, // [12:12] is the sub-list for extension extendee
 	0,  // [0:12] is the sub-list for field type_name
@@ -1672,13 +2059,14 @@ func file_ratelimit_v1_ratelimit_proto_init() {
 	}
 	file_ratelimit_v1_ratelimit_proto_msgTypes[0].OneofWrappers = []any{}
 	file_ratelimit_v1_ratelimit_proto_msgTypes[3].OneofWrappers = []any{}
+	file_ratelimit_v1_ratelimit_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ratelimit_v1_ratelimit_proto_rawDesc), len(file_ratelimit_v1_ratelimit_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   19,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

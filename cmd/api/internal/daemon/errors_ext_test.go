@@ -62,7 +62,7 @@ func TestErrorsAreJSON(t *testing.T) {
 func TestUnknownMethodsAndPaths(t *testing.T) {
 	ts := startServer(t)
 	for _, tc := range []struct{ path, want string }{
-		{"/ratelimit.v1.RatelimitService/Limt", `unknown method "Limt": ratelimit.v1.RatelimitService has Limit, MultiLimit, BatchLimit, Settle, SetOverride, GetOverride, ListOverrides, DeleteOverride`},
+		{"/ratelimit.v1.RatelimitService/Limt", `unknown method "Limt": ratelimit.v1.RatelimitService has Limit, MultiLimit, BatchLimit, Settle, Acquire, Release, Extend, SetOverride, GetOverride, ListOverrides, DeleteOverride`},
 		{"/ratelimit.v1.RatelimitService/limit", `unknown method "limit" (method names are case-sensitive: Limit): ratelimit.v1.RatelimitService has Limit, `},
 		{"/ratelimit.v1.KeyService/Create", `unknown method "Create": ratelimit.v1.KeyService has CreateKey, ListKeys, UpdateKey, RevokeKey`},
 		{"/ratelimit.v1.AuditService/List", `unknown method "List": ratelimit.v1.AuditService has ListAuditLog`},

@@ -15,6 +15,8 @@ type metrics struct {
 	limitPassed, limitDenied, multiPassed, multiDenied prometheus.Counter
 	// settlements counts settles by result.
 	settlements *prometheus.CounterVec
+	// leases counts acquisitions, releases and extensions by outcome.
+	leases *prometheus.CounterVec
 	// byModel counts each limit decided by its model and whether it
 	// admitted: [model][passed], resolved at start.
 	byModel [len(modelNames)][2]prometheus.Counter
@@ -22,7 +24,7 @@ type metrics struct {
 
 // modelNames name the models in unkey_ratelimit_limits_decided_total, by
 // ratelimit.Algorithm, and the calendar's last.
-var modelNames = [...]string{"sliding_window", "fixed_window", "token_bucket", "calendar"}
+var modelNames = [...]string{"sliding_window", "fixed_window", "token_bucket", "concurrency", "calendar"}
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -38,7 +40,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}, []string{"result"})
 	limits := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "unkey_ratelimit_limits_decided_total",
-		Help: "Limits decided (a Limit, each entry of a batch), by model (sliding_window, fixed_window, token_bucket, calendar) and outcome (passed, denied).",
+		Help: "Limits decided (a Limit, each entry of a batch, an Acquire or an Extend), by model (sliding_window, fixed_window, token_bucket, concurrency, calendar) and outcome (passed, denied).",
 	}, []string{"model", "outcome"})
 	if err := reg.Register(limits); err != nil {
 		return nil, err
@@ -49,9 +51,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if err := reg.Register(settlements); err != nil {
 		return nil, err
 	}
+	leases := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "unkey_ratelimit_leases_total",
+		Help: "Leases of concurrency limits by outcome: acquired, denied (no slot free), extended, released, repeated (released or extended before: nothing freed), expired (released or extended after its slots freed themselves), unrecorded (the ledger failed: nothing freed, the slots free themselves at expiry).",
+	}, []string{"outcome"})
+	for _, o := range []string{leaseAcquired, leaseDenied, leaseExtended, leaseReleased, leaseRepeated, leaseExpired, leaseUnrecord} {
+		leases.WithLabelValues(o)
+	}
+	if err := reg.Register(leases); err != nil {
+		return nil, err
+	}
 	m := &metrics{
 		decisions:   decisions,
 		settlements: settlements,
+		leases:      leases,
 		limitPassed: decisions.WithLabelValues("Limit", "passed"),
 		limitDenied: decisions.WithLabelValues("Limit", "denied"),
 		multiPassed: decisions.WithLabelValues("MultiLimit", "passed"),

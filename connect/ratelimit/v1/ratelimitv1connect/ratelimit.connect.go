@@ -43,6 +43,14 @@ const (
 	RatelimitServiceBatchLimitProcedure = "/ratelimit.v1.RatelimitService/BatchLimit"
 	// RatelimitServiceSettleProcedure is the fully-qualified name of the RatelimitService's Settle RPC.
 	RatelimitServiceSettleProcedure = "/ratelimit.v1.RatelimitService/Settle"
+	// RatelimitServiceAcquireProcedure is the fully-qualified name of the RatelimitService's Acquire
+	// RPC.
+	RatelimitServiceAcquireProcedure = "/ratelimit.v1.RatelimitService/Acquire"
+	// RatelimitServiceReleaseProcedure is the fully-qualified name of the RatelimitService's Release
+	// RPC.
+	RatelimitServiceReleaseProcedure = "/ratelimit.v1.RatelimitService/Release"
+	// RatelimitServiceExtendProcedure is the fully-qualified name of the RatelimitService's Extend RPC.
+	RatelimitServiceExtendProcedure = "/ratelimit.v1.RatelimitService/Extend"
 	// RatelimitServiceSetOverrideProcedure is the fully-qualified name of the RatelimitService's
 	// SetOverride RPC.
 	RatelimitServiceSetOverrideProcedure = "/ratelimit.v1.RatelimitService/SetOverride"
@@ -75,6 +83,16 @@ type RatelimitServiceClient interface {
 	// reservation settles once, in any process or region; a second settle is
 	// refused with already_exists and changes nothing.
 	Settle(context.Context, *connect.Request[v1.SettleRequest]) (*connect.Response[v1.SettleResponse], error)
+	// Acquire takes slots of a concurrency limit: at most limit held at once,
+	// each until it is released or its lease runs out. Its answer names the
+	// slots (lease_id) to release or extend them.
+	Acquire(context.Context, *connect.Request[v1.AcquireRequest]) (*connect.Response[v1.AcquireResponse], error)
+	// Release frees the slots of a lease, once: a second release, or one of a
+	// lease that expired or was extended, frees nothing and is no error.
+	Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error)
+	// Extend keeps the slots of a lease for another lease and answers a new
+	// lease_id for them; the old one is used up.
+	Extend(context.Context, *connect.Request[v1.ExtendRequest]) (*connect.Response[v1.AcquireResponse], error)
 	// SetOverride creates or replaces the override of an identifier (or a
 	// pattern with * wildcards) of a namespace: requests it matches are
 	// decided with its limit and duration instead of theirs. It applies on the
@@ -127,6 +145,24 @@ func NewRatelimitServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(ratelimitServiceMethods.ByName("Settle")),
 			connect.WithClientOptions(opts...),
 		),
+		acquire: connect.NewClient[v1.AcquireRequest, v1.AcquireResponse](
+			httpClient,
+			baseURL+RatelimitServiceAcquireProcedure,
+			connect.WithSchema(ratelimitServiceMethods.ByName("Acquire")),
+			connect.WithClientOptions(opts...),
+		),
+		release: connect.NewClient[v1.ReleaseRequest, v1.ReleaseResponse](
+			httpClient,
+			baseURL+RatelimitServiceReleaseProcedure,
+			connect.WithSchema(ratelimitServiceMethods.ByName("Release")),
+			connect.WithClientOptions(opts...),
+		),
+		extend: connect.NewClient[v1.ExtendRequest, v1.AcquireResponse](
+			httpClient,
+			baseURL+RatelimitServiceExtendProcedure,
+			connect.WithSchema(ratelimitServiceMethods.ByName("Extend")),
+			connect.WithClientOptions(opts...),
+		),
 		setOverride: connect.NewClient[v1.SetOverrideRequest, v1.SetOverrideResponse](
 			httpClient,
 			baseURL+RatelimitServiceSetOverrideProcedure,
@@ -160,6 +196,9 @@ type ratelimitServiceClient struct {
 	multiLimit     *connect.Client[v1.MultiLimitRequest, v1.MultiLimitResponse]
 	batchLimit     *connect.Client[v1.BatchLimitRequest, v1.BatchLimitResponse]
 	settle         *connect.Client[v1.SettleRequest, v1.SettleResponse]
+	acquire        *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
+	release        *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
+	extend         *connect.Client[v1.ExtendRequest, v1.AcquireResponse]
 	setOverride    *connect.Client[v1.SetOverrideRequest, v1.SetOverrideResponse]
 	getOverride    *connect.Client[v1.GetOverrideRequest, v1.GetOverrideResponse]
 	listOverrides  *connect.Client[v1.ListOverridesRequest, v1.ListOverridesResponse]
@@ -184,6 +223,21 @@ func (c *ratelimitServiceClient) BatchLimit(ctx context.Context, req *connect.Re
 // Settle calls ratelimit.v1.RatelimitService.Settle.
 func (c *ratelimitServiceClient) Settle(ctx context.Context, req *connect.Request[v1.SettleRequest]) (*connect.Response[v1.SettleResponse], error) {
 	return c.settle.CallUnary(ctx, req)
+}
+
+// Acquire calls ratelimit.v1.RatelimitService.Acquire.
+func (c *ratelimitServiceClient) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRequest]) (*connect.Response[v1.AcquireResponse], error) {
+	return c.acquire.CallUnary(ctx, req)
+}
+
+// Release calls ratelimit.v1.RatelimitService.Release.
+func (c *ratelimitServiceClient) Release(ctx context.Context, req *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error) {
+	return c.release.CallUnary(ctx, req)
+}
+
+// Extend calls ratelimit.v1.RatelimitService.Extend.
+func (c *ratelimitServiceClient) Extend(ctx context.Context, req *connect.Request[v1.ExtendRequest]) (*connect.Response[v1.AcquireResponse], error) {
+	return c.extend.CallUnary(ctx, req)
 }
 
 // SetOverride calls ratelimit.v1.RatelimitService.SetOverride.
@@ -224,6 +278,16 @@ type RatelimitServiceHandler interface {
 	// reservation settles once, in any process or region; a second settle is
 	// refused with already_exists and changes nothing.
 	Settle(context.Context, *connect.Request[v1.SettleRequest]) (*connect.Response[v1.SettleResponse], error)
+	// Acquire takes slots of a concurrency limit: at most limit held at once,
+	// each until it is released or its lease runs out. Its answer names the
+	// slots (lease_id) to release or extend them.
+	Acquire(context.Context, *connect.Request[v1.AcquireRequest]) (*connect.Response[v1.AcquireResponse], error)
+	// Release frees the slots of a lease, once: a second release, or one of a
+	// lease that expired or was extended, frees nothing and is no error.
+	Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error)
+	// Extend keeps the slots of a lease for another lease and answers a new
+	// lease_id for them; the old one is used up.
+	Extend(context.Context, *connect.Request[v1.ExtendRequest]) (*connect.Response[v1.AcquireResponse], error)
 	// SetOverride creates or replaces the override of an identifier (or a
 	// pattern with * wildcards) of a namespace: requests it matches are
 	// decided with its limit and duration instead of theirs. It applies on the
@@ -272,6 +336,24 @@ func NewRatelimitServiceHandler(svc RatelimitServiceHandler, opts ...connect.Han
 		connect.WithSchema(ratelimitServiceMethods.ByName("Settle")),
 		connect.WithHandlerOptions(opts...),
 	)
+	ratelimitServiceAcquireHandler := connect.NewUnaryHandler(
+		RatelimitServiceAcquireProcedure,
+		svc.Acquire,
+		connect.WithSchema(ratelimitServiceMethods.ByName("Acquire")),
+		connect.WithHandlerOptions(opts...),
+	)
+	ratelimitServiceReleaseHandler := connect.NewUnaryHandler(
+		RatelimitServiceReleaseProcedure,
+		svc.Release,
+		connect.WithSchema(ratelimitServiceMethods.ByName("Release")),
+		connect.WithHandlerOptions(opts...),
+	)
+	ratelimitServiceExtendHandler := connect.NewUnaryHandler(
+		RatelimitServiceExtendProcedure,
+		svc.Extend,
+		connect.WithSchema(ratelimitServiceMethods.ByName("Extend")),
+		connect.WithHandlerOptions(opts...),
+	)
 	ratelimitServiceSetOverrideHandler := connect.NewUnaryHandler(
 		RatelimitServiceSetOverrideProcedure,
 		svc.SetOverride,
@@ -306,6 +388,12 @@ func NewRatelimitServiceHandler(svc RatelimitServiceHandler, opts ...connect.Han
 			ratelimitServiceBatchLimitHandler.ServeHTTP(w, r)
 		case RatelimitServiceSettleProcedure:
 			ratelimitServiceSettleHandler.ServeHTTP(w, r)
+		case RatelimitServiceAcquireProcedure:
+			ratelimitServiceAcquireHandler.ServeHTTP(w, r)
+		case RatelimitServiceReleaseProcedure:
+			ratelimitServiceReleaseHandler.ServeHTTP(w, r)
+		case RatelimitServiceExtendProcedure:
+			ratelimitServiceExtendHandler.ServeHTTP(w, r)
 		case RatelimitServiceSetOverrideProcedure:
 			ratelimitServiceSetOverrideHandler.ServeHTTP(w, r)
 		case RatelimitServiceGetOverrideProcedure:
@@ -337,6 +425,18 @@ func (UnimplementedRatelimitServiceHandler) BatchLimit(context.Context, *connect
 
 func (UnimplementedRatelimitServiceHandler) Settle(context.Context, *connect.Request[v1.SettleRequest]) (*connect.Response[v1.SettleResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ratelimit.v1.RatelimitService.Settle is not implemented"))
+}
+
+func (UnimplementedRatelimitServiceHandler) Acquire(context.Context, *connect.Request[v1.AcquireRequest]) (*connect.Response[v1.AcquireResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ratelimit.v1.RatelimitService.Acquire is not implemented"))
+}
+
+func (UnimplementedRatelimitServiceHandler) Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ratelimit.v1.RatelimitService.Release is not implemented"))
+}
+
+func (UnimplementedRatelimitServiceHandler) Extend(context.Context, *connect.Request[v1.ExtendRequest]) (*connect.Response[v1.AcquireResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ratelimit.v1.RatelimitService.Extend is not implemented"))
 }
 
 func (UnimplementedRatelimitServiceHandler) SetOverride(context.Context, *connect.Request[v1.SetOverrideRequest]) (*connect.Response[v1.SetOverrideResponse], error) {

@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ratelimit/v1/ratelimit.proto.
  */
 export const file_ratelimit_v1_ratelimit: GenFile = /*@__PURE__*/
-  fileDesc("ChxyYXRlbGltaXQvdjEvcmF0ZWxpbWl0LnByb3RvEgxyYXRlbGltaXQudjEi+AEKDExpbWl0UmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEgoKaWRlbnRpZmllchgCIAEoCRINCgVsaW1pdBgDIAEoAxIQCghkdXJhdGlvbhgEIAEoAxIRCgRjb3N0GAUgASgDSACIAQESDgoGcmVwb3J0GAYgASgIEg8KB3Jlc2VydmUYByABKAgSKgoJYWxnb3JpdGhtGAggASgOMhcucmF0ZWxpbWl0LnYxLkFsZ29yaXRobRINCgVidXJzdBgJIAEoAxIoCghjYWxlbmRhchgKIAEoCzIWLnJhdGVsaW1pdC52MS5DYWxlbmRhckIHCgVfY29zdCJHCghDYWxlbmRhchIoCgR1bml0GAEgASgOMhoucmF0ZWxpbWl0LnYxLkNhbGVuZGFyVW5pdBIRCgl0aW1lX3pvbmUYAiABKAkivAEKDUxpbWl0UmVzcG9uc2USDwoHc3VjY2VzcxgBIAEoCBINCgVsaW1pdBgCIAEoAxIRCglyZW1haW5pbmcYAyABKAMSDQoFcmVzZXQYBCABKAMSEwoLcmV0cnlfYWZ0ZXIYBSABKAMSEwoLb3ZlcnJpZGVfaWQYBiABKAkSEwoLcmVzZXJ2YXRpb24YByABKAkSKgoJYWxnb3JpdGhtGAggASgOMhcucmF0ZWxpbWl0LnYxLkFsZ29yaXRobSJACg1TZXR0bGVSZXF1ZXN0EhMKC3Jlc2VydmF0aW9uGAEgASgJEhEKBGNvc3QYAiABKANIAIgBAUIHCgVfY29zdCJkCg5TZXR0bGVSZXNwb25zZRIPCgdzdWNjZXNzGAEgASgIEg0KBWxpbWl0GAIgASgDEhEKCXJlbWFpbmluZxgDIAEoAxINCgVyZXNldBgEIAEoAxIQCghyZWZ1bmRlZBgFIAEoAyI/ChFNdWx0aUxpbWl0UmVxdWVzdBIqCgZsaW1pdHMYASADKAsyGi5yYXRlbGltaXQudjEuTGltaXRSZXF1ZXN0IlUKEk11bHRpTGltaXRSZXNwb25zZRIOCgZwYXNzZWQYASABKAgSLwoHcmVzdWx0cxgCIAMoCzIeLnJhdGVsaW1pdC52MS5NdWx0aUxpbWl0UmVzdWx0Ij8KEUJhdGNoTGltaXRSZXF1ZXN0EioKBmxpbWl0cxgBIAMoCzIaLnJhdGVsaW1pdC52MS5MaW1pdFJlcXVlc3QiRQoSQmF0Y2hMaW1pdFJlc3BvbnNlEi8KB3Jlc3VsdHMYASADKAsyHi5yYXRlbGltaXQudjEuTXVsdGlMaW1pdFJlc3VsdCLRAQoQTXVsdGlMaW1pdFJlc3VsdBIRCgluYW1lc3BhY2UYASABKAkSEgoKaWRlbnRpZmllchgCIAEoCRIPCgdzdWNjZXNzGAMgASgIEg0KBWxpbWl0GAQgASgDEhEKCXJlbWFpbmluZxgFIAEoAxINCgVyZXNldBgGIAEoAxITCgtyZXRyeV9hZnRlchgHIAEoAxITCgtvdmVycmlkZV9pZBgIIAEoCRIqCglhbGdvcml0aG0YCSABKA4yFy5yYXRlbGltaXQudjEuQWxnb3JpdGhtIm0KCE92ZXJyaWRlEgoKAmlkGAEgASgJEhEKCW5hbWVzcGFjZRgCIAEoCRISCgppZGVudGlmaWVyGAMgASgJEg0KBWxpbWl0GAQgASgDEhAKCGR1cmF0aW9uGAUgASgDEg0KBWJ1cnN0GAYgASgDImsKElNldE92ZXJyaWRlUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEgoKaWRlbnRpZmllchgCIAEoCRINCgVsaW1pdBgDIAEoAxIQCghkdXJhdGlvbhgEIAEoAxINCgVidXJzdBgFIAEoAyI/ChNTZXRPdmVycmlkZVJlc3BvbnNlEigKCG92ZXJyaWRlGAEgASgLMhYucmF0ZWxpbWl0LnYxLk92ZXJyaWRlIjsKEkdldE92ZXJyaWRlUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEgoKaWRlbnRpZmllchgCIAEoCSI/ChNHZXRPdmVycmlkZVJlc3BvbnNlEigKCG92ZXJyaWRlGAEgASgLMhYucmF0ZWxpbWl0LnYxLk92ZXJyaWRlIkgKFExpc3RPdmVycmlkZXNSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIOCgZjdXJzb3IYAiABKAkSDQoFbGltaXQYAyABKAUiUgoVTGlzdE92ZXJyaWRlc1Jlc3BvbnNlEikKCW92ZXJyaWRlcxgBIAMoCzIWLnJhdGVsaW1pdC52MS5PdmVycmlkZRIOCgZjdXJzb3IYAiABKAkiPgoVRGVsZXRlT3ZlcnJpZGVSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRISCgppZGVudGlmaWVyGAIgASgJIhgKFkRlbGV0ZU92ZXJyaWRlUmVzcG9uc2UqYQoJQWxnb3JpdGhtEhwKGEFMR09SSVRITV9TTElESU5HX1dJTkRPVxAAEhoKFkFMR09SSVRITV9GSVhFRF9XSU5ET1cQARIaChZBTEdPUklUSE1fVE9LRU5fQlVDS0VUEAIqjQEKDENhbGVuZGFyVW5pdBIdChlDQUxFTkRBUl9VTklUX1VOU1BFQ0lGSUVEEAASFQoRQ0FMRU5EQVJfVU5JVF9EQVkQARIWChJDQUxFTkRBUl9VTklUX1dFRUsQAhIXChNDQUxFTkRBUl9VTklUX01PTlRIEAMSFgoSQ0FMRU5EQVJfVU5JVF9ZRUFSEAQyqgUKEFJhdGVsaW1pdFNlcnZpY2USQgoFTGltaXQSGi5yYXRlbGltaXQudjEuTGltaXRSZXF1ZXN0GhsucmF0ZWxpbWl0LnYxLkxpbWl0UmVzcG9uc2UiABJRCgpNdWx0aUxpbWl0Eh8ucmF0ZWxpbWl0LnYxLk11bHRpTGltaXRSZXF1ZXN0GiAucmF0ZWxpbWl0LnYxLk11bHRpTGltaXRSZXNwb25zZSIAElEKCkJhdGNoTGltaXQSHy5yYXRlbGltaXQudjEuQmF0Y2hMaW1pdFJlcXVlc3QaIC5yYXRlbGltaXQudjEuQmF0Y2hMaW1pdFJlc3BvbnNlIgASRQoGU2V0dGxlEhsucmF0ZWxpbWl0LnYxLlNldHRsZVJlcXVlc3QaHC5yYXRlbGltaXQudjEuU2V0dGxlUmVzcG9uc2UiABJUCgtTZXRPdmVycmlkZRIgLnJhdGVsaW1pdC52MS5TZXRPdmVycmlkZVJlcXVlc3QaIS5yYXRlbGltaXQudjEuU2V0T3ZlcnJpZGVSZXNwb25zZSIAElQKC0dldE92ZXJyaWRlEiAucmF0ZWxpbWl0LnYxLkdldE92ZXJyaWRlUmVxdWVzdBohLnJhdGVsaW1pdC52MS5HZXRPdmVycmlkZVJlc3BvbnNlIgASWgoNTGlzdE92ZXJyaWRlcxIiLnJhdGVsaW1pdC52MS5MaXN0T3ZlcnJpZGVzUmVxdWVzdBojLnJhdGVsaW1pdC52MS5MaXN0T3ZlcnJpZGVzUmVzcG9uc2UiABJdCg5EZWxldGVPdmVycmlkZRIjLnJhdGVsaW1pdC52MS5EZWxldGVPdmVycmlkZVJlcXVlc3QaJC5yYXRlbGltaXQudjEuRGVsZXRlT3ZlcnJpZGVSZXNwb25zZSIAYgZwcm90bzM");
+  fileDesc("ChxyYXRlbGltaXQvdjEvcmF0ZWxpbWl0LnByb3RvEgxyYXRlbGltaXQudjEi+AEKDExpbWl0UmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEgoKaWRlbnRpZmllchgCIAEoCRINCgVsaW1pdBgDIAEoAxIQCghkdXJhdGlvbhgEIAEoAxIRCgRjb3N0GAUgASgDSACIAQESDgoGcmVwb3J0GAYgASgIEg8KB3Jlc2VydmUYByABKAgSKgoJYWxnb3JpdGhtGAggASgOMhcucmF0ZWxpbWl0LnYxLkFsZ29yaXRobRINCgVidXJzdBgJIAEoAxIoCghjYWxlbmRhchgKIAEoCzIWLnJhdGVsaW1pdC52MS5DYWxlbmRhckIHCgVfY29zdCJHCghDYWxlbmRhchIoCgR1bml0GAEgASgOMhoucmF0ZWxpbWl0LnYxLkNhbGVuZGFyVW5pdBIRCgl0aW1lX3pvbmUYAiABKAkivAEKDUxpbWl0UmVzcG9uc2USDwoHc3VjY2VzcxgBIAEoCBINCgVsaW1pdBgCIAEoAxIRCglyZW1haW5pbmcYAyABKAMSDQoFcmVzZXQYBCABKAMSEwoLcmV0cnlfYWZ0ZXIYBSABKAMSEwoLb3ZlcnJpZGVfaWQYBiABKAkSEwoLcmVzZXJ2YXRpb24YByABKAkSKgoJYWxnb3JpdGhtGAggASgOMhcucmF0ZWxpbWl0LnYxLkFsZ29yaXRobSJACg1TZXR0bGVSZXF1ZXN0EhMKC3Jlc2VydmF0aW9uGAEgASgJEhEKBGNvc3QYAiABKANIAIgBAUIHCgVfY29zdCJkCg5TZXR0bGVSZXNwb25zZRIPCgdzdWNjZXNzGAEgASgIEg0KBWxpbWl0GAIgASgDEhEKCXJlbWFpbmluZxgDIAEoAxINCgVyZXNldBgEIAEoAxIQCghyZWZ1bmRlZBgFIAEoAyJxCg5BY3F1aXJlUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEgoKaWRlbnRpZmllchgCIAEoCRINCgVsaW1pdBgDIAEoAxINCgVsZWFzZRgEIAEoAxIRCgRjb3N0GAUgASgDSACIAQFCBwoFX2Nvc3QifwoPQWNxdWlyZVJlc3BvbnNlEg8KB3N1Y2Nlc3MYASABKAgSEAoIbGVhc2VfaWQYAiABKAkSEQoJaW5fZmxpZ2h0GAMgASgDEg0KBWxpbWl0GAQgASgDEhMKC3JldHJ5X2FmdGVyGAUgASgDEhIKCmV4cGlyZXNfYXQYBiABKAMiIgoOUmVsZWFzZVJlcXVlc3QSEAoIbGVhc2VfaWQYASABKAkiRQoPUmVsZWFzZVJlc3BvbnNlEhAKCHJlbGVhc2VkGAEgASgIEhEKCWluX2ZsaWdodBgCIAEoAxINCgVsaW1pdBgDIAEoAyIwCg1FeHRlbmRSZXF1ZXN0EhAKCGxlYXNlX2lkGAEgASgJEg0KBWxlYXNlGAIgASgDIj8KEU11bHRpTGltaXRSZXF1ZXN0EioKBmxpbWl0cxgBIAMoCzIaLnJhdGVsaW1pdC52MS5MaW1pdFJlcXVlc3QiVQoSTXVsdGlMaW1pdFJlc3BvbnNlEg4KBnBhc3NlZBgBIAEoCBIvCgdyZXN1bHRzGAIgAygLMh4ucmF0ZWxpbWl0LnYxLk11bHRpTGltaXRSZXN1bHQiPwoRQmF0Y2hMaW1pdFJlcXVlc3QSKgoGbGltaXRzGAEgAygLMhoucmF0ZWxpbWl0LnYxLkxpbWl0UmVxdWVzdCJFChJCYXRjaExpbWl0UmVzcG9uc2USLwoHcmVzdWx0cxgBIAMoCzIeLnJhdGVsaW1pdC52MS5NdWx0aUxpbWl0UmVzdWx0ItEBChBNdWx0aUxpbWl0UmVzdWx0EhEKCW5hbWVzcGFjZRgBIAEoCRISCgppZGVudGlmaWVyGAIgASgJEg8KB3N1Y2Nlc3MYAyABKAgSDQoFbGltaXQYBCABKAMSEQoJcmVtYWluaW5nGAUgASgDEg0KBXJlc2V0GAYgASgDEhMKC3JldHJ5X2FmdGVyGAcgASgDEhMKC292ZXJyaWRlX2lkGAggASgJEioKCWFsZ29yaXRobRgJIAEoDjIXLnJhdGVsaW1pdC52MS5BbGdvcml0aG0ibQoIT3ZlcnJpZGUSCgoCaWQYASABKAkSEQoJbmFtZXNwYWNlGAIgASgJEhIKCmlkZW50aWZpZXIYAyABKAkSDQoFbGltaXQYBCABKAMSEAoIZHVyYXRpb24YBSABKAMSDQoFYnVyc3QYBiABKAMiawoSU2V0T3ZlcnJpZGVSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRISCgppZGVudGlmaWVyGAIgASgJEg0KBWxpbWl0GAMgASgDEhAKCGR1cmF0aW9uGAQgASgDEg0KBWJ1cnN0GAUgASgDIj8KE1NldE92ZXJyaWRlUmVzcG9uc2USKAoIb3ZlcnJpZGUYASABKAsyFi5yYXRlbGltaXQudjEuT3ZlcnJpZGUiOwoSR2V0T3ZlcnJpZGVSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRISCgppZGVudGlmaWVyGAIgASgJIj8KE0dldE92ZXJyaWRlUmVzcG9uc2USKAoIb3ZlcnJpZGUYASABKAsyFi5yYXRlbGltaXQudjEuT3ZlcnJpZGUiSAoUTGlzdE92ZXJyaWRlc1JlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEg4KBmN1cnNvchgCIAEoCRINCgVsaW1pdBgDIAEoBSJSChVMaXN0T3ZlcnJpZGVzUmVzcG9uc2USKQoJb3ZlcnJpZGVzGAEgAygLMhYucmF0ZWxpbWl0LnYxLk92ZXJyaWRlEg4KBmN1cnNvchgCIAEoCSI+ChVEZWxldGVPdmVycmlkZVJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEhIKCmlkZW50aWZpZXIYAiABKAkiGAoWRGVsZXRlT3ZlcnJpZGVSZXNwb25zZSphCglBbGdvcml0aG0SHAoYQUxHT1JJVEhNX1NMSURJTkdfV0lORE9XEAASGgoWQUxHT1JJVEhNX0ZJWEVEX1dJTkRPVxABEhoKFkFMR09SSVRITV9UT0tFTl9CVUNLRVQQAiqNAQoMQ2FsZW5kYXJVbml0Eh0KGUNBTEVOREFSX1VOSVRfVU5TUEVDSUZJRUQQABIVChFDQUxFTkRBUl9VTklUX0RBWRABEhYKEkNBTEVOREFSX1VOSVRfV0VFSxACEhcKE0NBTEVOREFSX1VOSVRfTU9OVEgQAxIWChJDQUxFTkRBUl9VTklUX1lFQVIQBDKGBwoQUmF0ZWxpbWl0U2VydmljZRJCCgVMaW1pdBIaLnJhdGVsaW1pdC52MS5MaW1pdFJlcXVlc3QaGy5yYXRlbGltaXQudjEuTGltaXRSZXNwb25zZSIAElEKCk11bHRpTGltaXQSHy5yYXRlbGltaXQudjEuTXVsdGlMaW1pdFJlcXVlc3QaIC5yYXRlbGltaXQudjEuTXVsdGlMaW1pdFJlc3BvbnNlIgASUQoKQmF0Y2hMaW1pdBIfLnJhdGVsaW1pdC52MS5CYXRjaExpbWl0UmVxdWVzdBogLnJhdGVsaW1pdC52MS5CYXRjaExpbWl0UmVzcG9uc2UiABJFCgZTZXR0bGUSGy5yYXRlbGltaXQudjEuU2V0dGxlUmVxdWVzdBocLnJhdGVsaW1pdC52MS5TZXR0bGVSZXNwb25zZSIAEkgKB0FjcXVpcmUSHC5yYXRlbGltaXQudjEuQWNxdWlyZVJlcXVlc3QaHS5yYXRlbGltaXQudjEuQWNxdWlyZVJlc3BvbnNlIgASSAoHUmVsZWFzZRIcLnJhdGVsaW1pdC52MS5SZWxlYXNlUmVxdWVzdBodLnJhdGVsaW1pdC52MS5SZWxlYXNlUmVzcG9uc2UiABJGCgZFeHRlbmQSGy5yYXRlbGltaXQudjEuRXh0ZW5kUmVxdWVzdBodLnJhdGVsaW1pdC52MS5BY3F1aXJlUmVzcG9uc2UiABJUCgtTZXRPdmVycmlkZRIgLnJhdGVsaW1pdC52MS5TZXRPdmVycmlkZVJlcXVlc3QaIS5yYXRlbGltaXQudjEuU2V0T3ZlcnJpZGVSZXNwb25zZSIAElQKC0dldE92ZXJyaWRlEiAucmF0ZWxpbWl0LnYxLkdldE92ZXJyaWRlUmVxdWVzdBohLnJhdGVsaW1pdC52MS5HZXRPdmVycmlkZVJlc3BvbnNlIgASWgoNTGlzdE92ZXJyaWRlcxIiLnJhdGVsaW1pdC52MS5MaXN0T3ZlcnJpZGVzUmVxdWVzdBojLnJhdGVsaW1pdC52MS5MaXN0T3ZlcnJpZGVzUmVzcG9uc2UiABJdCg5EZWxldGVPdmVycmlkZRIjLnJhdGVsaW1pdC52MS5EZWxldGVPdmVycmlkZVJlcXVlc3QaJC5yYXRlbGltaXQudjEuRGVsZXRlT3ZlcnJpZGVSZXNwb25zZSIAYgZwcm90bzM");
 
 /**
  * LimitRequest asks whether identifier may spend cost units of limit per
@@ -307,6 +307,202 @@ export const SettleResponseSchema: GenMessage<SettleResponse> = /*@__PURE__*/
   messageDesc(file_ratelimit_v1_ratelimit, 4);
 
 /**
+ * AcquireRequest asks for cost slots of a concurrency limit.
+ *
+ * @generated from message ratelimit.v1.AcquireRequest
+ */
+export type AcquireRequest = Message<"ratelimit.v1.AcquireRequest"> & {
+  /**
+   * Namespace and identifier name the limit with the lease, as a window's
+   * duration does: acquisitions with another lease count apart.
+   *
+   * @generated from field: string namespace = 1;
+   */
+  namespace: string;
+
+  /**
+   * @generated from field: string identifier = 2;
+   */
+  identifier: string;
+
+  /**
+   * Limit is how many slots may be held at once: 1 to 2^53. An override of
+   * the identifier replaces it.
+   *
+   * @generated from field: int64 limit = 3;
+   */
+  limit: bigint;
+
+  /**
+   * Lease is how long the slots are held if they are not released, in
+   * seconds: 1 to 3600. They free themselves between one and two leases
+   * after they were taken (see expires_at).
+   *
+   * @generated from field: int64 lease = 4;
+   */
+  lease: bigint;
+
+  /**
+   * Cost is how many slots: 1 to 2^53; 1 if unset.
+   *
+   * @generated from field: optional int64 cost = 5;
+   */
+  cost?: bigint | undefined;
+};
+
+/**
+ * Describes the message ratelimit.v1.AcquireRequest.
+ * Use `create(AcquireRequestSchema)` to create a new message.
+ */
+export const AcquireRequestSchema: GenMessage<AcquireRequest> = /*@__PURE__*/
+  messageDesc(file_ratelimit_v1_ratelimit, 5);
+
+/**
+ * AcquireResponse answers an Acquire or an Extend.
+ *
+ * @generated from message ratelimit.v1.AcquireResponse
+ */
+export type AcquireResponse = Message<"ratelimit.v1.AcquireResponse"> & {
+  /**
+   * Success reports whether the slots are held.
+   *
+   * @generated from field: bool success = 1;
+   */
+  success: boolean;
+
+  /**
+   * LeaseId names the held slots, to release or extend them; "" when
+   * refused. It is signed: a changed one frees nothing.
+   *
+   * @generated from field: string lease_id = 2;
+   */
+  leaseId: string;
+
+  /**
+   * InFlight is how many slots of the limit are held, these included.
+   *
+   * @generated from field: int64 in_flight = 3;
+   */
+  inFlight: bigint;
+
+  /**
+   * Limit is the limit that applied.
+   *
+   * @generated from field: int64 limit = 4;
+   */
+  limit: bigint;
+
+  /**
+   * RetryAfter is, when refused, how many milliseconds until held slots
+   * expire if none is released first.
+   *
+   * @generated from field: int64 retry_after = 5;
+   */
+  retryAfter: bigint;
+
+  /**
+   * ExpiresAt is when the slots free themselves if they are neither
+   * released nor extended, in unix milliseconds.
+   *
+   * @generated from field: int64 expires_at = 6;
+   */
+  expiresAt: bigint;
+};
+
+/**
+ * Describes the message ratelimit.v1.AcquireResponse.
+ * Use `create(AcquireResponseSchema)` to create a new message.
+ */
+export const AcquireResponseSchema: GenMessage<AcquireResponse> = /*@__PURE__*/
+  messageDesc(file_ratelimit_v1_ratelimit, 6);
+
+/**
+ * ReleaseRequest frees the slots of a lease.
+ *
+ * @generated from message ratelimit.v1.ReleaseRequest
+ */
+export type ReleaseRequest = Message<"ratelimit.v1.ReleaseRequest"> & {
+  /**
+   * LeaseId is what an Acquire or Extend answered.
+   *
+   * @generated from field: string lease_id = 1;
+   */
+  leaseId: string;
+};
+
+/**
+ * Describes the message ratelimit.v1.ReleaseRequest.
+ * Use `create(ReleaseRequestSchema)` to create a new message.
+ */
+export const ReleaseRequestSchema: GenMessage<ReleaseRequest> = /*@__PURE__*/
+  messageDesc(file_ratelimit_v1_ratelimit, 7);
+
+/**
+ * ReleaseResponse is the limit's state after a release.
+ *
+ * @generated from message ratelimit.v1.ReleaseResponse
+ */
+export type ReleaseResponse = Message<"ratelimit.v1.ReleaseResponse"> & {
+  /**
+   * Released reports whether this release freed the slots: false when they
+   * were released or extended before, or had expired.
+   *
+   * @generated from field: bool released = 1;
+   */
+  released: boolean;
+
+  /**
+   * InFlight is how many slots of the limit are held now.
+   *
+   * @generated from field: int64 in_flight = 2;
+   */
+  inFlight: bigint;
+
+  /**
+   * Limit is the lease's limit.
+   *
+   * @generated from field: int64 limit = 3;
+   */
+  limit: bigint;
+};
+
+/**
+ * Describes the message ratelimit.v1.ReleaseResponse.
+ * Use `create(ReleaseResponseSchema)` to create a new message.
+ */
+export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
+  messageDesc(file_ratelimit_v1_ratelimit, 8);
+
+/**
+ * ExtendRequest keeps the slots of a lease for another lease.
+ *
+ * @generated from message ratelimit.v1.ExtendRequest
+ */
+export type ExtendRequest = Message<"ratelimit.v1.ExtendRequest"> & {
+  /**
+   * LeaseId is what an Acquire or an earlier Extend answered.
+   *
+   * @generated from field: string lease_id = 1;
+   */
+  leaseId: string;
+
+  /**
+   * Lease, in seconds, is the lease the slots were acquired with, which
+   * names their limit; 0 or unset means that one.
+   *
+   * @generated from field: int64 lease = 2;
+   */
+  lease: bigint;
+};
+
+/**
+ * Describes the message ratelimit.v1.ExtendRequest.
+ * Use `create(ExtendRequestSchema)` to create a new message.
+ */
+export const ExtendRequestSchema: GenMessage<ExtendRequest> = /*@__PURE__*/
+  messageDesc(file_ratelimit_v1_ratelimit, 9);
+
+/**
  * MultiLimitRequest holds the limits to decide together.
  *
  * @generated from message ratelimit.v1.MultiLimitRequest
@@ -326,7 +522,7 @@ export type MultiLimitRequest = Message<"ratelimit.v1.MultiLimitRequest"> & {
  * Use `create(MultiLimitRequestSchema)` to create a new message.
  */
 export const MultiLimitRequestSchema: GenMessage<MultiLimitRequest> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 5);
+  messageDesc(file_ratelimit_v1_ratelimit, 10);
 
 /**
  * MultiLimitResponse is the decision for a MultiLimitRequest.
@@ -355,7 +551,7 @@ export type MultiLimitResponse = Message<"ratelimit.v1.MultiLimitResponse"> & {
  * Use `create(MultiLimitResponseSchema)` to create a new message.
  */
 export const MultiLimitResponseSchema: GenMessage<MultiLimitResponse> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 6);
+  messageDesc(file_ratelimit_v1_ratelimit, 11);
 
 /**
  * BatchLimitRequest holds independent requests to decide.
@@ -376,7 +572,7 @@ export type BatchLimitRequest = Message<"ratelimit.v1.BatchLimitRequest"> & {
  * Use `create(BatchLimitRequestSchema)` to create a new message.
  */
 export const BatchLimitRequestSchema: GenMessage<BatchLimitRequest> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 7);
+  messageDesc(file_ratelimit_v1_ratelimit, 12);
 
 /**
  * BatchLimitResponse holds one verdict per request, in request order.
@@ -399,7 +595,7 @@ export type BatchLimitResponse = Message<"ratelimit.v1.BatchLimitResponse"> & {
  * Use `create(BatchLimitResponseSchema)` to create a new message.
  */
 export const BatchLimitResponseSchema: GenMessage<BatchLimitResponse> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 8);
+  messageDesc(file_ratelimit_v1_ratelimit, 13);
 
 /**
  * MultiLimitResult is the verdict of one limit of a MultiLimitRequest or
@@ -482,7 +678,7 @@ export type MultiLimitResult = Message<"ratelimit.v1.MultiLimitResult"> & {
  * Use `create(MultiLimitResultSchema)` to create a new message.
  */
 export const MultiLimitResultSchema: GenMessage<MultiLimitResult> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 9);
+  messageDesc(file_ratelimit_v1_ratelimit, 14);
 
 /**
  * Override replaces the limit and duration of the requests whose identifier
@@ -544,7 +740,7 @@ export type Override = Message<"ratelimit.v1.Override"> & {
  * Use `create(OverrideSchema)` to create a new message.
  */
 export const OverrideSchema: GenMessage<Override> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 10);
+  messageDesc(file_ratelimit_v1_ratelimit, 15);
 
 /**
  * SetOverrideRequest sets the override of identifier in namespace.
@@ -593,7 +789,7 @@ export type SetOverrideRequest = Message<"ratelimit.v1.SetOverrideRequest"> & {
  * Use `create(SetOverrideRequestSchema)` to create a new message.
  */
 export const SetOverrideRequestSchema: GenMessage<SetOverrideRequest> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 11);
+  messageDesc(file_ratelimit_v1_ratelimit, 16);
 
 /**
  * SetOverrideResponse returns the override as stored: one that existed
@@ -615,7 +811,7 @@ export type SetOverrideResponse = Message<"ratelimit.v1.SetOverrideResponse"> & 
  * Use `create(SetOverrideResponseSchema)` to create a new message.
  */
 export const SetOverrideResponseSchema: GenMessage<SetOverrideResponse> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 12);
+  messageDesc(file_ratelimit_v1_ratelimit, 17);
 
 /**
  * GetOverrideRequest names an override.
@@ -643,7 +839,7 @@ export type GetOverrideRequest = Message<"ratelimit.v1.GetOverrideRequest"> & {
  * Use `create(GetOverrideRequestSchema)` to create a new message.
  */
 export const GetOverrideRequestSchema: GenMessage<GetOverrideRequest> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 13);
+  messageDesc(file_ratelimit_v1_ratelimit, 18);
 
 /**
  * GetOverrideResponse holds the override.
@@ -664,7 +860,7 @@ export type GetOverrideResponse = Message<"ratelimit.v1.GetOverrideResponse"> & 
  * Use `create(GetOverrideResponseSchema)` to create a new message.
  */
 export const GetOverrideResponseSchema: GenMessage<GetOverrideResponse> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 14);
+  messageDesc(file_ratelimit_v1_ratelimit, 19);
 
 /**
  * ListOverridesRequest asks for a page of a namespace's overrides.
@@ -699,7 +895,7 @@ export type ListOverridesRequest = Message<"ratelimit.v1.ListOverridesRequest"> 
  * Use `create(ListOverridesRequestSchema)` to create a new message.
  */
 export const ListOverridesRequestSchema: GenMessage<ListOverridesRequest> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 15);
+  messageDesc(file_ratelimit_v1_ratelimit, 20);
 
 /**
  * ListOverridesResponse is one page of overrides.
@@ -727,7 +923,7 @@ export type ListOverridesResponse = Message<"ratelimit.v1.ListOverridesResponse"
  * Use `create(ListOverridesResponseSchema)` to create a new message.
  */
 export const ListOverridesResponseSchema: GenMessage<ListOverridesResponse> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 16);
+  messageDesc(file_ratelimit_v1_ratelimit, 21);
 
 /**
  * DeleteOverrideRequest names the override to delete.
@@ -755,7 +951,7 @@ export type DeleteOverrideRequest = Message<"ratelimit.v1.DeleteOverrideRequest"
  * Use `create(DeleteOverrideRequestSchema)` to create a new message.
  */
 export const DeleteOverrideRequestSchema: GenMessage<DeleteOverrideRequest> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 17);
+  messageDesc(file_ratelimit_v1_ratelimit, 22);
 
 /**
  * DeleteOverrideResponse confirms a deletion.
@@ -770,7 +966,7 @@ export type DeleteOverrideResponse = Message<"ratelimit.v1.DeleteOverrideRespons
  * Use `create(DeleteOverrideResponseSchema)` to create a new message.
  */
 export const DeleteOverrideResponseSchema: GenMessage<DeleteOverrideResponse> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 18);
+  messageDesc(file_ratelimit_v1_ratelimit, 23);
 
 /**
  * Algorithm is how a limit counts what it admits.
@@ -919,6 +1115,40 @@ export const RatelimitService: GenService<{
     methodKind: "unary";
     input: typeof SettleRequestSchema;
     output: typeof SettleResponseSchema;
+  },
+  /**
+   * Acquire takes slots of a concurrency limit: at most limit held at once,
+   * each until it is released or its lease runs out. Its answer names the
+   * slots (lease_id) to release or extend them.
+   *
+   * @generated from rpc ratelimit.v1.RatelimitService.Acquire
+   */
+  acquire: {
+    methodKind: "unary";
+    input: typeof AcquireRequestSchema;
+    output: typeof AcquireResponseSchema;
+  },
+  /**
+   * Release frees the slots of a lease, once: a second release, or one of a
+   * lease that expired or was extended, frees nothing and is no error.
+   *
+   * @generated from rpc ratelimit.v1.RatelimitService.Release
+   */
+  release: {
+    methodKind: "unary";
+    input: typeof ReleaseRequestSchema;
+    output: typeof ReleaseResponseSchema;
+  },
+  /**
+   * Extend keeps the slots of a lease for another lease and answers a new
+   * lease_id for them; the old one is used up.
+   *
+   * @generated from rpc ratelimit.v1.RatelimitService.Extend
+   */
+  extend: {
+    methodKind: "unary";
+    input: typeof ExtendRequestSchema;
+    output: typeof AcquireResponseSchema;
   },
   /**
    * SetOverride creates or replaces the override of an identifier (or a

@@ -1,0 +1,237 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
+	"github.com/unkeyed/ratelimit/internal/invalid"
+	"github.com/unkeyed/ratelimit/services/access"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/reservation"
+)
+
+// Lease is the answer to Acquire and Extend.
+type Lease struct {
+	// Response is the limiter's: Success whether the slots are held,
+	// Limit the limit that applied (an override's, if one did), Remaining
+	// the slots left free, RetryAfter when held ones expire if none is
+	// released first.
+	ratelimit.Response
+	// InFlight is how many slots are held, these included when held: the
+	// limit less the free ones.
+	InFlight int64
+	// ID names the slots to release or extend them, "" when refused.
+	ID string
+	// ExpiresAt is when the slots free themselves if they are neither
+	// released nor extended: between one and two leases from now.
+	ExpiresAt time.Time
+	// OverrideID names the override whose limit applied, "" if none.
+	OverrideID string
+}
+
+// Released is the answer to Release.
+type Released struct {
+	// Freed is how many slots the release freed: 0 when they were released
+	// or extended before, or had expired.
+	Freed int64
+	// InFlight and Limit are the limit's after the release.
+	InFlight, Limit int64
+}
+
+// Lease outcomes, as metric labels.
+const (
+	leaseAcquired = "acquired"
+	leaseDenied   = "denied"
+	leaseReleased = "released"
+	leaseExtended = "extended"
+	leaseExpired  = "expired"
+	leaseRepeated = "repeated"
+	leaseUnrecord = "unrecorded"
+)
+
+// invalidLease answers a lease this service did not issue, one that was
+// changed, a reservation, and one of another workspace alike.
+var invalidLease = &invalid.Error{Field: "lease_id",
+	Rule: "must be a lease this service issued to this workspace, unchanged"}
+
+// Acquire takes a.Cost slots of the concurrency limit a names, in the
+// caller's workspace (a.Workspace is ignored), if the caller may decide
+// limits in its namespace. An override that matches the identifier (as
+// sent) replaces the limit; the lease stays, since it names the limit.
+func (p *Pipeline) Acquire(ctx context.Context, a ratelimit.Acquisition) (Lease, error) {
+	a.Workspace = call.Workspace(ctx)
+	if err := a.Validate(); err != nil {
+		return Lease{}, err
+	}
+	if err := ratelimit.CheckLimit("limit", a.Limit, false); err != nil {
+		return Lease{}, err
+	}
+	if err := call.Authorize(ctx, access.Limit, a.Namespace); err != nil {
+		return Lease{}, err
+	}
+	annotate(ctx, a.Namespace, 1)
+	var out Lease
+	if o, ok := p.overrides.Lookup(a.Workspace, a.Namespace, a.Identifier); ok {
+		a.Limit, out.OverrideID = o.Limit, o.ID
+	}
+	a.Identifier = CounterIdentifier(a.Identifier)
+	resp, err := p.limiter.Acquire(ctx, a)
+	if err != nil {
+		return Lease{}, err
+	}
+	p.answer(ctx, &out, a, resp, "")
+	return out, nil
+}
+
+// answer fills out with the limiter's answer resp to an acquisition (an
+// extension of a lease whose id was extended, when extended is not "") of
+// a, signs the lease of held slots, and counts the outcome.
+func (p *Pipeline) answer(ctx context.Context, out *Lease, a ratelimit.Acquisition, resp ratelimit.Response, extended string) {
+	out.Response = resp
+	out.InFlight = resp.Limit - resp.Remaining
+	outcome := leaseDenied
+	if resp.Success && resp.Limit > 0 {
+		seq := ratelimit.CellOf(resp, a.Lease)
+		out.ID = p.keyring.Sign(ctx, &reservation.Token{
+			IssuedAt: p.now().UnixMilli(), Scope: p.scope, ID: reservation.NewID(), Slot: true,
+			Workspace: a.Workspace, Namespace: a.Namespace, Identifier: a.Identifier,
+			Duration: a.Lease, Limit: resp.Limit, Sequence: seq, Reserved: a.Cost,
+		})
+		out.ExpiresAt = time.UnixMilli((seq + 2) * a.Lease.Milliseconds())
+		outcome = leaseAcquired
+		if extended != "" {
+			outcome = leaseExtended
+		}
+	} else {
+		out.Success = false
+	}
+	p.metrics.leases.WithLabelValues(outcome).Inc()
+	p.metrics.limitDecided(&ratelimit.Request{Algorithm: ratelimit.Concurrency}, out.Success)
+	if p.analytics != nil {
+		p.analytics.Record(a.Workspace, a.Namespace, a.Identifier, out.Success)
+	}
+	setDecided(ctx, out.Success)
+}
+
+// open verifies a lease id of the caller's workspace and returns what it
+// names, if the caller may decide limits in its namespace.
+func (p *Pipeline) open(ctx context.Context, id string) (reservation.Token, error) {
+	t, err := p.keyring.Open(ctx, id)
+	if errors.Is(err, reservation.ErrSecretUnavailable) {
+		return t, reservation.ErrUnavailable
+	}
+	if err != nil || !t.Slot || t.Workspace != call.Workspace(ctx) {
+		return t, invalidLease
+	}
+	if t.Scope != p.scope {
+		return t, &invalid.Error{Field: "lease_id", Rule: "issued where this process " +
+			"cannot record its release (" + scopeName(t.Scope) + "): release it there, or give the processes MySQL, " +
+			"which every region shares"}
+	}
+	if err := call.Authorize(ctx, access.Limit, t.Namespace); err != nil {
+		return t, err
+	}
+	annotate(ctx, t.Namespace, 1)
+	return t, nil
+}
+
+// slotOf returns the slots lease t names.
+func slotOf(t *reservation.Token) ratelimit.Slot {
+	return ratelimit.Slot{Workspace: t.Workspace, Namespace: t.Namespace, Identifier: t.Identifier,
+		Limit: t.Limit, Lease: t.Duration, Sequence: t.Sequence, Cost: t.Reserved}
+}
+
+// claim records that lease t is used up (released or extended), once in
+// the ledger's scope, and returns the metric label of the outcome when it
+// is not the first: repeated, expired, or unrecorded (the ledger failed:
+// then nothing is freed, and the slots free themselves at their expiry).
+func (p *Pipeline) claim(ctx context.Context, t *reservation.Token) (string, bool) {
+	if !p.now().Before(t.ExpiresAt()) {
+		return leaseExpired, false
+	}
+	first, _, err := p.ledger.Claim(ctx, t.ID, t.Workspace, 0, t.ExpiresAt())
+	switch {
+	case err != nil:
+		p.logger.WarnContext(ctx, "record a lease's release: nothing freed, its slots free themselves when it expires", "error", err)
+		return leaseUnrecord, false
+	case !first:
+		return leaseRepeated, false
+	}
+	return "", true
+}
+
+// Release frees the slots of lease id, once: a second release, or one of
+// a lease extended or expired, frees nothing and is no error. An id this
+// service did not issue to the caller's workspace, or that was changed,
+// is refused.
+func (p *Pipeline) Release(ctx context.Context, id string) (Released, error) {
+	t, err := p.open(ctx, id)
+	if err != nil {
+		return Released{}, err
+	}
+	out := Released{Limit: t.Limit}
+	if outcome, ok := p.claim(ctx, &t); !ok {
+		p.metrics.leases.WithLabelValues(outcome).Inc()
+	} else {
+		if out.Freed, err = p.limiter.Release(ctx, slotOf(&t)); err != nil {
+			return Released{}, err
+		}
+		p.metrics.leases.WithLabelValues(leaseReleased).Inc()
+	}
+	a := ratelimit.Acquisition{Workspace: t.Workspace, Namespace: t.Namespace, Identifier: t.Identifier,
+		Limit: t.Limit, Lease: t.Duration, Cost: 1}
+	if out.InFlight, err = p.limiter.InFlight(ctx, a); err != nil {
+		return Released{}, err
+	}
+	return out, nil
+}
+
+// Extend keeps the slots of lease id for another lease and answers a new
+// id for them; the old one is used up. lease, if not zero, must be the
+// lease they were acquired with, which names their limit. Slots that
+// expired are acquired anew, and may be refused; so are they when the
+// ledger cannot record that the old id was used (the old slots then stay
+// counted until they expire).
+func (p *Pipeline) Extend(ctx context.Context, id string, lease time.Duration) (Lease, error) {
+	t, err := p.open(ctx, id)
+	if err != nil {
+		return Lease{}, err
+	}
+	if lease != 0 && lease != t.Duration {
+		return Lease{}, &invalid.Error{Field: "lease", Rule: fmt.Sprintf("must be omitted or the lease the slots were acquired with (%d s), which names their limit",
+			int64(t.Duration/time.Second))}
+	}
+	sl := slotOf(&t)
+	a := ratelimit.Acquisition{Workspace: t.Workspace, Namespace: t.Namespace, Identifier: t.Identifier,
+		Limit: t.Limit, Lease: t.Duration, Cost: t.Reserved}
+	outcome, first := p.claim(ctx, &t)
+	var resp ratelimit.Response
+	switch {
+	case first:
+		resp, err = p.limiter.Extend(ctx, sl)
+	case outcome == leaseRepeated:
+		p.metrics.leases.WithLabelValues(outcome).Inc()
+		return Lease{}, &invalid.Error{Field: "lease_id", Rule: "was released or extended already: extend the lease its extension answered"}
+	default:
+		// Expired, or not recorded: acquired anew.
+		p.metrics.leases.WithLabelValues(outcome).Inc()
+		resp, err = p.limiter.Acquire(ctx, a)
+	}
+	if err != nil {
+		return Lease{}, err
+	}
+	var out Lease
+	p.answer(ctx, &out, a, resp, id)
+	return out, nil
+}
+
+// Seconds converts a lease in seconds from the API. One outside the valid
+// range stays outside it (the conversion saturates instead of
+// overflowing), so validation reports it.
+func Seconds(n int64) time.Duration {
+	n = min(max(n, -1), int64(ratelimit.MaxLease/time.Second)+1)
+	return time.Duration(n) * time.Second
+}
