@@ -278,6 +278,13 @@ func compileRule(path string, d fileDescriptor) (*Rule, error) {
 		}
 		r.Limits = append(r.Limits, l)
 	}
+	for _, l := range r.Limits {
+		if l.Algorithm == ratelimit.Concurrency && len(r.Limits) > 1 {
+			// A release names the slots its acquisition took, one
+			// limit's.
+			return nil, fmt.Errorf("%s: rate_limits: a concurrency limit must be its descriptor's only limit", path)
+		}
+	}
 	if len(r.Limits) > MaxLimitsPerRule {
 		return nil, fmt.Errorf("%s: rate_limits: a descriptor holds at most %d limits, has %d", path, MaxLimitsPerRule, len(r.Limits))
 	}
@@ -304,7 +311,7 @@ func compileLimit(where string, fl fileLimit) (Limit, error) {
 	}
 	alg, ok := algorithms[strings.ToLower(fl.Algorithm)]
 	if !ok {
-		return Limit{}, fmt.Errorf("%s.algorithm: %q is not one of sliding_window, fixed_window, token_bucket", where, fl.Algorithm)
+		return Limit{}, fmt.Errorf("%s.algorithm: %q is not one of sliding_window, fixed_window, token_bucket, concurrency", where, fl.Algorithm)
 	}
 	l.Algorithm = alg
 	if fl.Burst != nil {
@@ -317,8 +324,8 @@ func compileLimit(where string, fl fileLimit) (Limit, error) {
 		switch {
 		case fl.Unit != "" || fl.UnitMultiplier != nil:
 			return Limit{}, fmt.Errorf("%s.calendar: must be given without unit and unit_multiplier: its periods are the windows", where)
-		case alg == ratelimit.TokenBucket:
-			return Limit{}, fmt.Errorf("%s.calendar: must not be given with algorithm token_bucket: a calendar's periods are fixed windows", where)
+		case alg == ratelimit.TokenBucket || alg == ratelimit.Concurrency:
+			return Limit{}, fmt.Errorf("%s.calendar: must not be given with algorithm %s: a calendar's periods are fixed windows", where, alg)
 		}
 		unit, ok := calendarUnits[strings.ToLower(c.Unit)]
 		if !ok {
@@ -344,6 +351,13 @@ func compileLimit(where string, fl fileLimit) (Limit, error) {
 				where, max, strings.ToLower(unit.String()), ratelimit.MaxWindow/(24*time.Hour))
 		}
 	}
+	if alg == ratelimit.Concurrency {
+		// The window is the lease: how long a slot whose release never
+		// comes stays held.
+		if err := ratelimit.CheckLease("lease", l.Duration()); err != nil {
+			return Limit{}, fmt.Errorf("%s.unit: a concurrency limit's unit (times unit_multiplier) is its lease, 1 s to 1 h; is %s", where, l.Duration())
+		}
+	}
 	return l, nil
 }
 
@@ -351,6 +365,7 @@ func compileLimit(where string, fl fileLimit) (Limit, error) {
 var algorithms = map[string]ratelimit.Algorithm{
 	"": ratelimit.SlidingWindow, "sliding_window": ratelimit.SlidingWindow,
 	"fixed_window": ratelimit.FixedWindow, "token_bucket": ratelimit.TokenBucket,
+	"concurrency": ratelimit.Concurrency,
 }
 
 // calendarUnits are a calendar's units, by their YAML spelling, with the

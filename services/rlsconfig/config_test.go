@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
 func entries(kv ...string) []Entry {
@@ -179,6 +181,12 @@ func TestLoadErrors(t *testing.T) {
 			"field unlimited not found"},
 		{"unlimited with more limits", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true}\n    rate_limits: [{unit: minute, requests_per_unit: 1}]\n",
 			"d.a: rate_limits: must not be given when rate_limit.unlimited is true"},
+		{"lease over an hour", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, unit_multiplier: 2, requests_per_unit: 5, algorithm: concurrency}\n",
+			"d.a: rate_limit.unit: a concurrency limit's unit (times unit_multiplier) is its lease, 1 s to 1 h; is 2h0m0s"},
+		{"concurrency with a calendar", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {requests_per_unit: 5, algorithm: concurrency, calendar: {unit: day}}\n",
+			"d.a: rate_limit.calendar: must not be given with algorithm concurrency"},
+		{"concurrency beside another limit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: concurrency}\n    rate_limits: [{unit: second, requests_per_unit: 60}]\n",
+			"d.a: rate_limits: a concurrency limit must be its descriptor's only limit"},
 		{"rate_limits without unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limits: [{requests_per_unit: 1}]\n",
 			`d.a: rate_limits[0].unit: "" is not one of`},
 	} {
@@ -189,11 +197,16 @@ func TestLoadErrors(t *testing.T) {
 			}
 		})
 	}
-	_, err := Load(File{Name: "a.yaml", Data: []byte("domain: d\n")}, File{Name: "b.yaml", Data: []byte("domain: d\n")})
+	c, err := Load(File{Name: "ok.yaml", Data: []byte("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 20, algorithm: concurrency}\n")})
+	if m, ok := c.Match("d", []Entry{{Key: "a", Value: "x"}}); err != nil || !ok || m.Rule.Limits[0].Algorithm != ratelimit.Concurrency ||
+		m.Rule.Limits[0].Model() != "concurrency" || m.Rule.Limits[0].Duration() != time.Minute {
+		t.Errorf("a concurrency rule: %v, %+v", err, m.Rule)
+	}
+	_, err = Load(File{Name: "a.yaml", Data: []byte("domain: d\n")}, File{Name: "b.yaml", Data: []byte("domain: d\n")})
 	if err == nil || !strings.Contains(err.Error(), `b.yaml: domain "d" is already defined in a.yaml`) {
 		t.Errorf("duplicate domain: %v", err)
 	}
-	c, err := Load(File{Name: "multi.yaml", Data: []byte("domain: a\n---\ndomain: b\n---\n")})
+	c, err = Load(File{Name: "multi.yaml", Data: []byte("domain: a\n---\ndomain: b\n---\n")})
 	if err != nil || !c.HasDomain("a") || !c.HasDomain("b") {
 		t.Errorf("two documents in a file: %v", err)
 	}

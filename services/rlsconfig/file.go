@@ -53,9 +53,10 @@ type fileLimit struct {
 	UnitMultiplier *uint32 `yaml:"unit_multiplier"`
 	Name           string  `yaml:"name"`
 	// Algorithm, Burst and Calendar choose the limit's model (this
-	// service's additions): sliding_window (the default), fixed_window
-	// or token_bucket with its burst; a calendar's periods in place of
-	// unit.
+	// service's additions): sliding_window (the default), fixed_window,
+	// token_bucket with its burst, or concurrency (requests_per_unit
+	// slots in flight, leases of unit × unit_multiplier); a calendar's
+	// periods in place of unit.
 	Algorithm string        `yaml:"algorithm"`
 	Burst     *uint32       `yaml:"burst"`
 	Calendar  *fileCalendar `yaml:"calendar"`

@@ -39,7 +39,7 @@ func (l Limit) Duration() time.Duration {
 }
 
 // Model names how the limit counts: "sliding_window", "fixed_window",
-// "token_bucket" or "calendar".
+// "token_bucket", "concurrency" or "calendar".
 func (l Limit) Model() string {
 	if !l.Calendar.IsZero() {
 		return "calendar"

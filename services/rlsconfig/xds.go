@@ -101,7 +101,7 @@ func xdsUnit(u rlsconfv3.RateLimitUnit) string {
 //
 //	metadata:
 //	  unkey.ratelimit:
-//	    algorithm: token_bucket   # sliding_window (default), fixed_window
+//	    algorithm: token_bucket   # sliding_window (default), fixed_window, concurrency
 //	    burst: 100
 //	    calendar:                 # or: calendar periods as the windows
 //	      unit: month             # day, week, month, year; default the policy's unit
@@ -119,7 +119,7 @@ func xdsModel(model map[string]any, rl *fileRateLimit) error {
 		case "algorithm":
 			a, ok := v.(string)
 			if !ok {
-				return fmt.Errorf("algorithm: must be a string: sliding_window, fixed_window or token_bucket")
+				return fmt.Errorf("algorithm: must be a string: sliding_window, fixed_window, token_bucket or concurrency")
 			}
 			rl.Algorithm = a
 		case "burst":

@@ -33,7 +33,7 @@ func RLSCheck(out io.Writer, paths []string) error {
 // " (2 sliding_window, 1 token_bucket limits)".
 func models(counts map[string]int) string {
 	var parts []string
-	for _, m := range []string{"sliding_window", "fixed_window", "token_bucket", "calendar"} {
+	for _, m := range []string{"sliding_window", "fixed_window", "token_bucket", "concurrency", "calendar"} {
 		if n := counts[m]; n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", n, m))
 		}

@@ -24,6 +24,13 @@ type metrics struct {
 	// dashboards query.
 	ours, upstream [stats]*prometheus.CounterVec
 	globalShadow   prometheus.Counter
+	// inFlight is, by domain and rule (its path), the slots of a
+	// concurrency rule held as its latest acquisition or release saw
+	// them; badReleases counts lease ids in releases that freed nothing
+	// because this service did not issue them (to the workspace, for the
+	// domain) or they were changed.
+	inFlight    *prometheus.GaugeVec
+	badReleases prometheus.Counter
 	// nearRatio: a hit that leaves less than (1 - nearRatio) of the limit
 	// is near it (UNKEY_RLS_NEAR_LIMIT_RATIO, 0.8 as in envoyproxy/ratelimit).
 	nearRatio float64
@@ -157,7 +164,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		nearRatio: 0.8,
 		rules:     map[string]*ruleSeries{},
 	}
-	collectors := []prometheus.Collector{m.globalShadow}
+	m.inFlight = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "unkey_rls_in_flight",
+		Help: "Slots of a concurrency rule held, by domain and rule, as the rule's latest acquisition or release saw them (of its latest descriptor's counter)."},
+		[]string{"domain", "rule"})
+	m.badReleases = prometheus.NewCounter(prometheus.CounterOpts{Name: "unkey_rls_bad_releases_total",
+		Help: "Lease ids in release descriptors that freed nothing: not issued by this service to the workspace for the domain, or changed."})
+	collectors := []prometheus.Collector{m.globalShadow, m.inFlight, m.badReleases}
 	for i, stat := range [stats]struct{ ours, help, upstream string }{
 		statHits:   {"unkey_rls_hits_total", "Hits of descriptors that matched a rule of Envoy's rate limit service, by domain and rule.", "total_hits"},
 		statOver:   {"unkey_rls_over_limit_total", "Hits over their rule's limit (shadow-mode rules included).", "over_limit"},
@@ -247,6 +259,7 @@ func (m *metrics) prune(cfg *rlsconfig.Config) {
 			gone = append(gone, sl)
 		}
 		delete(m.rules, path)
+		m.inFlight.DeletePartialMatch(prometheus.Labels{"rule": truncateLabel(path)})
 	}
 	for _, sl := range gone {
 		if !kept[seriesLabels{domain: sl.domain, rule: sl.rule}] {

@@ -59,6 +59,10 @@ const (
 	// MaxEntryBytes bounds an entry's key and its value, each: a header
 	// value (a user agent, a JWT claim) fits.
 	MaxEntryBytes = 1024
+	// MaxReleaseBytes bounds the value of a release's entry (see
+	// ReleaseKey): the lease ids of a request's concurrency rules, each at
+	// most about 850 bytes.
+	MaxReleaseBytes = 8192
 	// MaxIdentifier bounds a descriptor's counter name, its entries
 	// written out (see rlsconfig.Identifier), in characters: what a
 	// decision does with it (the digest of a long one, the override
@@ -247,8 +251,15 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if overOther > 0 || (quotas > 0 && overQuota == quotas) {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && !s.shadow {
+		// Refused: the request holds no slot.
+		s.giveBack(ctx, ns, plans)
+	}
 	if s.dynamicMetadata {
 		resp.DynamicMetadata = dynamicMetadata(req, plans, passed)
+	}
+	if ids := leases(plans); ids != "" {
+		resp.DynamicMetadata = withLeases(resp.DynamicMetadata, ids)
 	}
 	// The call's outcome is the overall answer, not its descriptors'.
 	outcome := call.OutcomePassed
@@ -306,7 +317,11 @@ func validate(req *rlsv3.RateLimitRequest) error {
 			if e.GetKey() == "" {
 				return &invalid.Error{Field: fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), Rule: "must not be empty"}
 			}
-			if len(e.GetKey()) > MaxEntryBytes || len(e.GetValue()) > MaxEntryBytes {
+			maxValue := MaxEntryBytes
+			if e.GetKey() == ReleaseKey {
+				maxValue = MaxReleaseBytes
+			}
+			if len(e.GetKey()) > MaxEntryBytes || len(e.GetValue()) > maxValue {
 				return &invalid.Error{Field: fmt.Sprintf("descriptors[%d].entries[%d]", i, j),
 					Rule: fmt.Sprintf("key and value must be at most %d bytes each", MaxEntryBytes)}
 			}
@@ -340,6 +355,11 @@ type plan struct {
 	// name in the IETF's fields, and its window.
 	policy string
 	window time.Duration
+	// release holds the lease ids a release descriptor frees (see
+	// ReleaseKey); lease is the id of the slots a concurrency limit took,
+	// and inFlight what it saw held.
+	release, lease string
+	inFlight       int64
 	// fromRequest marks a limit the request carries (a descriptor-level
 	// limit): bounded as Limit's are, a window of at most 30 days and a
 	// limit of at least 1, where the operator's rules may use a year's
@@ -361,9 +381,22 @@ func (s *Service) plan(cfg *rlsconfig.Config, req *rlsv3.RateLimitRequest, d *rl
 		}
 		cost = int64(h.Value) // an explicit 0 checks without counting
 	}
-	entries := make([]rlsconfig.Entry, len(d.Entries))
-	for i, e := range d.Entries {
-		entries[i] = rlsconfig.Entry{Key: e.Key, Value: e.Value}
+	entries := make([]rlsconfig.Entry, 0, len(d.Entries))
+	var release string
+	for _, e := range d.Entries {
+		if e.Key == ReleaseKey {
+			// A release: the other entries name the rule.
+			release = cmp.Or(e.Value, ",")
+			continue
+		}
+		entries = append(entries, rlsconfig.Entry{Key: e.Key, Value: e.Value})
+	}
+	if release != "" {
+		p := plan{release: release, counted: true}
+		if m, ok := cfg.Match(req.Domain, entries); ok && len(entries) > 0 {
+			p.rule = m.Rule
+		}
+		return p, nil
 	}
 	if l := d.GetLimit(); l != nil && cfg.HasDomain(req.Domain) {
 		unit := rlsconfig.Unit(l.Unit)
@@ -418,7 +451,20 @@ func (s *Service) decide(ctx context.Context, ns pipeline.Namespace, domain stri
 	if !p.counted {
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, nil
 	}
-	d, capacity, err := s.limit(ctx, ns, p)
+	if p.release != "" {
+		return s.release(ctx, ns, domain, p), nil
+	}
+	var d limitDecision
+	var capacity *ratelimit.CapacityError
+	var err error
+	if p.isConcurrency() {
+		d, capacity, err = s.acquire(ctx, ns, p)
+		if err == nil && p.rule != nil {
+			s.metrics.inFlight.WithLabelValues(domain, truncateLabel(p.rule.Path)).Set(float64(p.inFlight))
+		}
+	} else {
+		d, capacity, err = s.limit(ctx, ns, p)
+	}
 	if err != nil {
 		return nil, err
 	}

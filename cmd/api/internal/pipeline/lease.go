@@ -62,15 +62,40 @@ var invalidLease = &invalid.Error{Field: "lease_id",
 // limits in its namespace. An override that matches the identifier (as
 // sent) replaces the limit; the lease stays, since it names the limit.
 func (p *Pipeline) Acquire(ctx context.Context, a ratelimit.Acquisition) (Lease, error) {
+	return p.acquire(ctx, a, false)
+}
+
+// Acquire is Pipeline.Acquire for slots in the namespace, not authorized
+// again, whose limit may be 0 (an operator's rule that blocks). An
+// acquisition that names another namespace is denied.
+func (n Namespace) Acquire(ctx context.Context, a ratelimit.Acquisition) (Lease, error) {
+	if a.Namespace != n.name {
+		return Lease{}, &access.DeniedError{Permission: access.Name(access.Limit, a.Namespace)}
+	}
+	return n.p.acquire(ctx, a, true)
+}
+
+// Release is Pipeline.Release for a lease of the namespace, not authorized
+// again: a lease of another namespace is refused as one this service did
+// not issue.
+func (n Namespace) Release(ctx context.Context, id string) (Released, error) {
+	return n.p.release(ctx, id, n.name)
+}
+
+// acquire is Acquire; authorized says the namespace was authorized, by an
+// operator's rule whose limit may be 0.
+func (p *Pipeline) acquire(ctx context.Context, a ratelimit.Acquisition, authorized bool) (Lease, error) {
 	a.Workspace = call.Workspace(ctx)
 	if err := a.Validate(); err != nil {
 		return Lease{}, err
 	}
-	if err := ratelimit.CheckLimit("limit", a.Limit, false); err != nil {
-		return Lease{}, err
-	}
-	if err := call.Authorize(ctx, access.Limit, a.Namespace); err != nil {
-		return Lease{}, err
+	if !authorized {
+		if err := ratelimit.CheckLimit("limit", a.Limit, false); err != nil {
+			return Lease{}, err
+		}
+		if err := call.Authorize(ctx, access.Limit, a.Namespace); err != nil {
+			return Lease{}, err
+		}
 	}
 	annotate(ctx, a.Namespace, 1)
 	var out Lease
@@ -117,13 +142,15 @@ func (p *Pipeline) answer(ctx context.Context, out *Lease, a ratelimit.Acquisiti
 }
 
 // open verifies a lease id of the caller's workspace and returns what it
-// names, if the caller may decide limits in its namespace.
-func (p *Pipeline) open(ctx context.Context, id string) (reservation.Token, error) {
+// names, if the caller may decide limits in its namespace; or, when
+// namespace is not "", if it is a lease of that namespace, which the
+// caller was authorized for.
+func (p *Pipeline) open(ctx context.Context, id, namespace string) (reservation.Token, error) {
 	t, err := p.keyring.Open(ctx, id)
 	if errors.Is(err, reservation.ErrSecretUnavailable) {
 		return t, reservation.ErrUnavailable
 	}
-	if err != nil || !t.Slot || t.Workspace != call.Workspace(ctx) {
+	if err != nil || !t.Slot || t.Workspace != call.Workspace(ctx) || namespace != "" && t.Namespace != namespace {
 		return t, invalidLease
 	}
 	if t.Scope != p.scope {
@@ -131,8 +158,10 @@ func (p *Pipeline) open(ctx context.Context, id string) (reservation.Token, erro
 			"cannot record its release (" + scopeName(t.Scope) + "): release it there, or give the processes MySQL, " +
 			"which every region shares"}
 	}
-	if err := call.Authorize(ctx, access.Limit, t.Namespace); err != nil {
-		return t, err
+	if namespace == "" {
+		if err := call.Authorize(ctx, access.Limit, t.Namespace); err != nil {
+			return t, err
+		}
 	}
 	annotate(ctx, t.Namespace, 1)
 	return t, nil
@@ -168,7 +197,12 @@ func (p *Pipeline) claim(ctx context.Context, t *reservation.Token) (string, boo
 // service did not issue to the caller's workspace, or that was changed,
 // is refused.
 func (p *Pipeline) Release(ctx context.Context, id string) (Released, error) {
-	t, err := p.open(ctx, id)
+	return p.release(ctx, id, "")
+}
+
+// release is Release, of a lease of namespace (authorized) if not "".
+func (p *Pipeline) release(ctx context.Context, id, namespace string) (Released, error) {
+	t, err := p.open(ctx, id, namespace)
 	if err != nil {
 		return Released{}, err
 	}
@@ -196,7 +230,7 @@ func (p *Pipeline) Release(ctx context.Context, id string) (Released, error) {
 // ledger cannot record that the old id was used (the old slots then stay
 // counted until they expire).
 func (p *Pipeline) Extend(ctx context.Context, id string, lease time.Duration) (Lease, error) {
-	t, err := p.open(ctx, id)
+	t, err := p.open(ctx, id, "")
 	if err != nil {
 		return Lease{}, err
 	}
