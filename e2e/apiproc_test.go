@@ -31,9 +31,9 @@ type testServer struct {
 }
 
 // regionStarter returns a function that starts an API process of a
-// region: every region on one MariaDB, each region on a Redis of its own,
-// started with the region's first process.
-func regionStarter(t *testing.T) func(region string) *testServer {
+// region (with environ besides): every region on one MariaDB, each region
+// on a Redis of its own, started with the region's first process.
+func regionStarter(t *testing.T, environ ...string) func(region string) *testServer {
 	t.Helper()
 	m, _ := dbtest.Start(t)
 	redis := map[string]*testserver.Redis{}
@@ -43,7 +43,7 @@ func regionStarter(t *testing.T) func(region string) *testServer {
 			r = testserver.StartRedis(t)
 			redis[region] = r
 		}
-		return startServer(t, "UNKEY_REGION="+region, "UNKEY_REDIS_URL="+r.URL(), "UNKEY_MYSQL_DSN="+m.DSN)
+		return startServer(t, append([]string{"UNKEY_REGION=" + region, "UNKEY_REDIS_URL=" + r.URL(), "UNKEY_MYSQL_DSN=" + m.DSN}, environ...)...)
 	}
 }
 

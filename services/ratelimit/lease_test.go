@@ -304,3 +304,57 @@ func TestAcquisitionValidates(t *testing.T) {
 		t.Fatalf("refused acquisitions left %d in flight", n)
 	}
 }
+
+// TestSlotsTakenInTheRegionalStore: with a store that takes slots
+// atomically, two processes of a region never share a free slot, even
+// before either replays anything: B, warm and strict, takes only what A
+// left.
+func TestSlotsTakenInTheRegionalStore(t *testing.T) {
+	o := storetest.NewMemRegional()
+	clock := newFakeClock(1_700_000_010_000)
+	pa, pb := newRegional(t, o, clock), newRegional(t, o, clock)
+	a := acq("user", 10, time.Minute)
+	if _, ok := acquire(t, pb.Service, a); !ok { // B is warm
+		t.Fatal("B refused its first slot")
+	}
+	for range 6 {
+		if _, ok := acquire(t, pa.Service, a); !ok {
+			t.Fatal("A refused a slot")
+		}
+	}
+	admitted := 1
+	for range 10 {
+		if _, ok := acquire(t, pb.Service, a); ok {
+			admitted++
+		}
+	}
+	if admitted != 4 {
+		t.Fatalf("B took %d slots with no replay while A held 6 of 10, want 4", admitted)
+	}
+}
+
+// TestSlotsWhenTheRegionalStoreFails: a store that is down costs no
+// acquisition: each process decides from memory, within the limit, and
+// the slots it took reach the store once it is back.
+func TestSlotsWhenTheRegionalStoreFails(t *testing.T) {
+	mem := storetest.NewMemRegional()
+	f := storetest.NewFaultyRegional(mem)
+	clock := newFakeClock(1_700_000_010_000)
+	p := newRegional(t, f, clock)
+	a := acq("user", 3, time.Minute)
+	f.SetDown(true)
+	for i := range 3 {
+		if _, ok := acquire(t, p.Service, a); !ok {
+			t.Fatalf("slot %d of 3 refused with the store down", i)
+		}
+	}
+	if _, ok := acquire(t, p.Service, a); ok {
+		t.Fatal("a fourth slot of 3 with the store down")
+	}
+	f.SetDown(false)
+	p.tick()
+	other := newRegional(t, f, clock)
+	if _, ok := acquire(t, other.Service, a); ok {
+		t.Fatal("another process took a slot of 3 after the store came back with 3 held")
+	}
+}

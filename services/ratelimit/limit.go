@@ -79,6 +79,17 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 			// raises from the bucket.
 			b = s.windows.bucketOf(w, sp, now)
 		}
+		if sp.algorithm == Concurrency && req.Cost > 0 && !req.Report && s.regional != nil {
+			// Slots are taken in the regional store, atomically; from
+			// memory only when it fails.
+			if d, cur, ok := s.regional.takeSlots(ctx, w, now, sp, req.Cost); ok {
+				if d.success {
+					s.global.noteGrowth(w, cur, req.Limit)
+				}
+				s.regional.afterDecide(w, cur, now, &d, 0)
+				return d.response(), nil
+			}
+		}
 		s.regional.prepare(ctx, w, now)
 		var cur *cell
 		var counted bool

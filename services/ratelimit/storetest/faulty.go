@@ -54,6 +54,23 @@ func (f *FaultyRegional) SetUnreachable(identifier string, unreachable bool) {
 	f.unreachable[identifier] = unreachable
 }
 
+// TakeSlots implements [store.SlotTaker] when the wrapped store does,
+// failing as an increment of the cell would; with a store without it, it
+// fails every call, as a store whose slots cannot be taken atomically.
+func (f *FaultyRegional) TakeSlots(ctx context.Context, t store.SlotTake) (store.SlotCounts, error) {
+	taker, ok := f.Regional.(store.SlotTaker)
+	if !ok || f.down.Load() {
+		return store.SlotCounts{}, ErrDown
+	}
+	f.mu.Lock()
+	failed := f.bad[t.Key] || f.unreachable[t.Key.Identifier]
+	f.mu.Unlock()
+	if failed {
+		return store.SlotCounts{}, ErrDown
+	}
+	return taker.TakeSlots(ctx, t)
+}
+
 // Load implements [store.Regional].
 func (f *FaultyRegional) Load(ctx context.Context, keys []store.CellKey) ([]int64, error) {
 	if f.down.Load() {

@@ -69,3 +69,21 @@ func (m *MemRegional) Set(k store.CellKey, n int64) {
 	defer m.mu.Unlock()
 	m.counts[k] = n
 }
+
+// TakeSlots implements [store.SlotTaker].
+func (m *MemRegional) TakeSlots(ctx context.Context, t store.SlotTake) (store.SlotCounts, error) {
+	if err := ctx.Err(); err != nil {
+		return store.SlotCounts{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	keys := store.SlotKeys(t.Key)
+	read := func(k store.CellKey) int64 { return min(max(m.counts[k], 0), store.MaxCount) }
+	c := store.SlotCounts{Cur: read(keys[0]), Prev: read(keys[1]), CurRefunds: read(keys[2]), PrevRefunds: read(keys[3])}
+	if c.Held()+max(t.Others, 0)+t.Cost <= t.Limit {
+		c.Cur = min(c.Cur+t.Cost, store.MaxCount)
+		m.counts[keys[0]] = c.Cur
+		c.Taken = true
+	}
+	return c, nil
+}

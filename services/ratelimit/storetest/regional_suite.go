@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,6 +37,51 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 		wantCounts(t, "second increment", counts, err, []int64{5})
 		counts, err = s.Load(ctx, []store.CellKey{b, a})
 		wantCounts(t, "load", counts, err, []int64{5, 5})
+	})
+	t.Run("TakeSlotsAtomically", func(t *testing.T) {
+		s, ws := newStore(t), workspace(t)
+		taker, ok := s.(store.SlotTaker)
+		if !ok {
+			t.Skip("the store takes no slots: the limiter decides them from memory")
+		}
+		ctx := context.Background()
+		cur := key(ws, "pool", 1)
+		cur.Duration = time.Duration(store.LeaseCode(60_000)) * time.Millisecond
+		keys := store.SlotKeys(cur)
+		// The cell before holds 4, 1 of them refunded; the other regions 2.
+		if _, err := s.Increment(ctx, []store.Increment{inc(keys[1], 4), inc(keys[3], 1)}); err != nil {
+			t.Fatal(err)
+		}
+		take := store.SlotTake{Key: cur, Cost: 2, Limit: 10, Others: 2, TTL: time.Hour}
+		got, err := taker.TakeSlots(ctx, take)
+		want := store.SlotCounts{Taken: true, Cur: 2, Prev: 4, PrevRefunds: 1}
+		if err != nil || got != want || got.Held() != 5 {
+			t.Fatalf("first take: %+v, %v; want %+v", got, err, want)
+		}
+		// 5 held and 2 elsewhere: 3 more fit, 4 do not, all or nothing.
+		take.Cost = 4
+		if got, err := taker.TakeSlots(ctx, take); err != nil || got.Taken || got.Cur != 2 {
+			t.Fatalf("a take past the limit: %+v, %v", got, err)
+		}
+		// Concurrent takers never share a slot.
+		take.Cost, take.Others = 1, 0
+		var taken atomic.Int64
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if got, err := taker.TakeSlots(ctx, take); err == nil && got.Taken {
+					taken.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		if taken.Load() != 5 {
+			t.Fatalf("20 concurrent takes of 1 with 5 of 10 held took %d, want 5", taken.Load())
+		}
+		counts, err := s.Load(ctx, []store.CellKey{cur})
+		wantCounts(t, "the cell after the takes", counts, err, []int64{7})
 	})
 	t.Run("FloorReseedsWithMaxMerge", func(t *testing.T) {
 		s, ws := newStore(t), workspace(t)

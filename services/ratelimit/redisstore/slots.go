@@ -1,0 +1,66 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
+)
+
+// takeSlotsScript reads a concurrency limit's two cells and their refunds
+// (KEYS[1] to KEYS[4], in one hash slot: they share their hash tag) and,
+// if what they hold (each cell less its refunds, never below zero) plus
+// ARGV[3], the other regions', leaves room for ARGV[1] under ARGV[2],
+// adds ARGV[1] to KEYS[1] and keeps it at least ARGV[4] ms. It answers
+// whether it took them and the four counts afterwards, a value that is not
+// a count read as ARGV[5] (the largest count: it denies).
+var takeSlotsScript = redis.NewScript(`
+local max = tonumber(ARGV[5])
+local function count(key)
+  local n = tonumber(redis.call('GET', key) or '0')
+  if n == nil or n > max then return max end
+  if n < 0 then return 0 end
+  return n
+end
+local cur, prev, curR, prevR = count(KEYS[1]), count(KEYS[2]), count(KEYS[3]), count(KEYS[4])
+local held = math.max(cur - curR, 0) + math.max(prev - prevR, 0) + tonumber(ARGV[3])
+local cost = tonumber(ARGV[1])
+if held + cost > tonumber(ARGV[2]) or cur + cost > max then
+  return {0, cur, prev, curR, prevR}
+end
+cur = redis.call('INCRBY', KEYS[1], cost)
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[4]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+end
+return {1, cur, prev, curR, prevR}`)
+
+// TakeSlots implements [store.SlotTaker] with one script on the node of
+// the limit's cells (not sent while its breaker is open).
+func (o *Store) TakeSlots(ctx context.Context, t store.SlotTake) (store.SlotCounts, error) {
+	keys := store.SlotKeys(t.Key)
+	names := make([]string, len(keys))
+	for i := range keys {
+		names[i] = Key(&keys[i])
+	}
+	b := o.nodes.route(ctx, names[:1], o.nodeOf)
+	var out store.SlotCounts
+	if b.sent(0) {
+		ttl := max(t.TTL.Milliseconds(), 1)
+		vals, err := takeSlotsScript.Run(ctx, o.client, names, t.Cost, t.Limit, max(t.Others, 0), ttl, store.MaxCount).Int64Slice()
+		switch {
+		case err != nil:
+			b.fail(0, fmt.Errorf("redis take slots: %w", err))
+		case len(vals) != 5:
+			b.fail(0, fmt.Errorf("redis take slots: %d values answered, want 5", len(vals)))
+		default:
+			out = store.SlotCounts{Taken: vals[0] == 1, Cur: clampCount(vals[1]), Prev: clampCount(vals[2]),
+				CurRefunds: clampCount(vals[3]), PrevRefunds: clampCount(vals[4])}
+		}
+	}
+	if _, err := b.finish([]int64{0}); err != nil {
+		return store.SlotCounts{}, err
+	}
+	return out, nil
+}

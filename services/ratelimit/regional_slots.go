@@ -1,0 +1,83 @@
+package ratelimit
+
+import (
+	"context"
+	"time"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
+)
+
+// opSlots names, in the metrics, an acquisition of slots in the regional
+// store.
+const opSlots = "slots"
+
+// takeSlots takes cost slots of w's concurrency limit (sp) at now in the
+// regional store, in one atomic step with the region's count of what is
+// held, and returns the decision, the current cell and true; or false
+// when the store takes no slots or failed (the caller then decides from
+// memory, as for any limit). Replayed counts reach the store some
+// milliseconds after they were taken, in which every process of the region
+// would see the same slots free; a window's few units over its limit are
+// repaid by the next window, but slots held by everyone's stale view stay
+// taken for as long as they are held.
+func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp spec, cost int64) (decision, *cell, bool) {
+	taker, ok := r.store.(store.SlotTaker)
+	if !ok {
+		return decision{}, nil, false
+	}
+	seq, start, end := w.seqAt(now)
+	cur, prev, _ := w.cellsAt(seq, false)
+	if cur == nil {
+		return decision{}, nil, false // a stale clock reading: decide from memory
+	}
+	// What the other regions hold, as far as the global store told us.
+	others := cur.global.Load()
+	if prev != nil {
+		others += prev.global.Load()
+	}
+	others -= r.refundsGlobalAt(w, seq)
+	var counts store.SlotCounts
+	_, err := r.call(ctx, opSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
+		var err error
+		counts, err = taker.TakeSlots(ctx, store.SlotTake{Key: w.cellKey(seq), Cost: cost, Limit: sp.limit,
+			Others: max(others, 0), TTL: time.Duration(w.expiresAt(seq)-now) * time.Millisecond})
+		return nil, err
+	})
+	if err != nil {
+		return decision{}, nil, false
+	}
+	// The store's counts, and ours not yet sent, are what the region holds.
+	r.merge(w, seq, counts.Cur)
+	r.merge(w, seq-1, counts.Prev)
+	rk := w.refundsKey()
+	if rw, _, err := r.windows.findOrCreate(&rk); err == nil {
+		r.merge(rw, seq, counts.CurRefunds)
+		r.merge(rw, seq-1, counts.PrevRefunds)
+	}
+	cur.flags.Or(cellHydrated)
+	w.refreshedAt.Store(now)
+	held := counts.Held() + max(others, 0)
+	d := decision{algorithm: sp.algorithm, limit: sp.limit, capacity: sp.limit, resetMs: end, success: counts.Taken,
+		remaining: min(max(sp.limit-held, 0), sp.limit)}
+	if !counts.Taken {
+		d.retryAfter = sp.retryAfter(now-start, end-start, max(counts.Cur-counts.CurRefunds, 0), 0, cost)
+	}
+	return d, cur, true
+}
+
+// refundsGlobalAt returns the other regions' refunds of w's cells of seq
+// and seq-1, as the global store told us.
+func (r *regionalTier) refundsGlobalAt(w *window, seq int64) int64 {
+	k := w.refundsKey()
+	rw := r.windows.find(&k)
+	if rw == nil {
+		return 0
+	}
+	var n int64
+	for i := range rw.cells {
+		if c := rw.cells[i].Load(); c != nil && (c.seq() == seq || c.seq() == seq-1) {
+			n += c.global.Load()
+		}
+	}
+	return n
+}
