@@ -165,3 +165,24 @@ func BenchmarkMemoryPerCell(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAcquireRelease takes a slot of a concurrency limit on one warm
+// key and frees it: the pair a call in flight costs, beside
+// BenchmarkLimitWarm's one decision. The limit is high enough never to
+// refuse.
+func BenchmarkAcquireRelease(b *testing.B) {
+	s := benchService(b)
+	ctx := context.Background()
+	a := Acquisition{Workspace: "ws", Namespace: "bench", Identifier: "user_1", Limit: 1 << 40, Lease: time.Minute, Cost: 1}
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := s.Acquire(ctx, a)
+		if err != nil || !resp.Success {
+			b.Fatal(resp, err)
+		}
+		if _, err := s.Release(ctx, Slot{Workspace: a.Workspace, Namespace: a.Namespace, Identifier: a.Identifier,
+			Limit: a.Limit, Lease: a.Lease, Sequence: CellOf(resp, a.Lease), Cost: 1}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -106,7 +106,12 @@ func (s *Service) Refund(ctx context.Context, r Refund) (int64, error) {
 			runtime.Gosched()
 			continue
 		}
-		if s.regional != nil {
+		switch {
+		case s.regional == nil:
+		case r.Slot && s.regional.releaseNow(ctx, rw, rc, r.Amount):
+			// A release is in the store before it is answered: no
+			// process takes a slot a moment late for it.
+		default:
 			s.regional.queueReplay(rw, rc, r.Amount)
 		}
 		s.global.noteRefund(rw, rc)

@@ -35,12 +35,13 @@ func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp s
 	if prev != nil {
 		others += prev.global.Load()
 	}
-	others -= r.refundsGlobalAt(w, seq)
+	othersFreed, freed := r.refundsAt(w, seq)
+	others -= othersFreed
 	var counts store.SlotCounts
 	_, err := r.call(ctx, opSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
 		var err error
 		counts, err = taker.TakeSlots(ctx, store.SlotTake{Key: w.cellKey(seq), Cost: cost, Limit: sp.limit,
-			Others: max(others, 0), TTL: time.Duration(w.expiresAt(seq)-now) * time.Millisecond})
+			Others: max(others, 0), Freed: freed, TTL: time.Duration(w.expiresAt(seq)-now) * time.Millisecond})
 		return nil, err
 	})
 	if err != nil {
@@ -56,7 +57,7 @@ func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp s
 	}
 	cur.flags.Or(cellHydrated)
 	w.refreshedAt.Store(now)
-	held := counts.Held() + max(others, 0)
+	held := max(counts.Held()-freed, 0) + max(others, 0)
 	d := decision{algorithm: sp.algorithm, limit: sp.limit, capacity: sp.limit, resetMs: end, success: counts.Taken,
 		remaining: min(max(sp.limit-held, 0), sp.limit)}
 	if !counts.Taken {
@@ -65,19 +66,45 @@ func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp s
 	return d, cur, true
 }
 
-// refundsGlobalAt returns the other regions' refunds of w's cells of seq
-// and seq-1, as the global store told us.
-func (r *regionalTier) refundsGlobalAt(w *window, seq int64) int64 {
+// refundsAt returns the refunds of w's cells of seq and seq-1 that the
+// other regions made, as the global store told us, and those this process
+// made and has not replayed yet.
+func (r *regionalTier) refundsAt(w *window, seq int64) (others, unreplayed int64) {
 	k := w.refundsKey()
 	rw := r.windows.find(&k)
 	if rw == nil {
-		return 0
+		return 0, 0
 	}
-	var n int64
 	for i := range rw.cells {
 		if c := rw.cells[i].Load(); c != nil && (c.seq() == seq || c.seq() == seq-1) {
-			n += c.global.Load()
+			others += c.global.Load()
+			unreplayed += c.unreplayed.Load()
 		}
 	}
-	return n
+	return others, unreplayed
+}
+
+// releaseNow adds amount, a release of slots, to c, a cell of the refunds
+// window w, in the regional store at once, so that the region's next
+// acquisition, in any process, finds the slots free; and reports false
+// when the store failed (the caller then replays it, as any refund).
+func (r *regionalTier) releaseNow(ctx context.Context, w *window, c *cell, amount int64) bool {
+	now := r.clock.Now().UnixMilli()
+	inc := store.Increment{Key: w.cellKey(c.seq()), Delta: amount,
+		TTL: time.Duration(w.expiresAt(c.seq())-now) * time.Millisecond}
+	if held := c.stored.Load(); held > 0 {
+		inc.Floor = held + amount
+	}
+	if r.mark != nil {
+		inc.Mark = r.mark(w, c)
+	}
+	counts, err := r.call(ctx, opSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
+		return r.store.Increment(ctx, []store.Increment{inc})
+	})
+	if err != nil || len(counts) != 1 || counts[0] < 0 {
+		return false
+	}
+	r.windows.raise(w, c, &c.count, counts[0]+c.unreplayed.Load()+c.speculative.Load(), now)
+	atomicMax(&c.stored, counts[0])
+	return true
 }

@@ -607,9 +607,10 @@ func (x *SettleResponse) GetRefunded() int64 {
 // AcquireRequest asks for cost slots of a concurrency limit.
 type AcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Namespace and identifier name the limit with the lease, as a window's
-	// duration does: acquisitions with another lease count apart.
-	Namespace  string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Namespace names the limit with the identifier and the lease, as a
+	// window's duration does: acquisitions with another lease count apart.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Identifier is whose slots these are: a team, a key, a backend.
 	Identifier string `protobuf:"bytes,2,opt,name=identifier,proto3" json:"identifier,omitempty"`
 	// Limit is how many slots may be held at once: 1 to 2^53. An override of
 	// the identifier replaces it.
@@ -894,6 +895,101 @@ func (x *ReleaseResponse) GetLimit() int64 {
 	return 0
 }
 
+// ExtendResponse answers an Extend as AcquireResponse answers an Acquire:
+// the slots held now, under a new lease_id.
+type ExtendResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Success reports whether the slots are held: false only when they had
+	// expired and none was free to take anew.
+	Success bool `protobuf:"varint,1,opt,name=success,proto3" json:"success,omitempty"`
+	// LeaseId names the slots now; the one extended is used up.
+	LeaseId string `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// InFlight is how many slots of the limit are held, these included.
+	InFlight int64 `protobuf:"varint,3,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	// Limit is the limit that applied.
+	Limit int64 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// RetryAfter is, when refused, how many milliseconds until held slots
+	// expire if none is released first.
+	RetryAfter int64 `protobuf:"varint,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// ExpiresAt is when the slots free themselves if they are neither
+	// released nor extended again, in unix milliseconds.
+	ExpiresAt     int64 `protobuf:"varint,6,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtendResponse) Reset() {
+	*x = ExtendResponse{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtendResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtendResponse) ProtoMessage() {}
+
+func (x *ExtendResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtendResponse.ProtoReflect.Descriptor instead.
+func (*ExtendResponse) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ExtendResponse) GetSuccess() bool {
+	if x != nil {
+		return x.Success
+	}
+	return false
+}
+
+func (x *ExtendResponse) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *ExtendResponse) GetInFlight() int64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *ExtendResponse) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ExtendResponse) GetRetryAfter() int64 {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return 0
+}
+
+func (x *ExtendResponse) GetExpiresAt() int64 {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return 0
+}
+
 // ExtendRequest keeps the slots of a lease for another lease.
 type ExtendRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -908,7 +1004,7 @@ type ExtendRequest struct {
 
 func (x *ExtendRequest) Reset() {
 	*x = ExtendRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -920,7 +1016,7 @@ func (x *ExtendRequest) String() string {
 func (*ExtendRequest) ProtoMessage() {}
 
 func (x *ExtendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -933,7 +1029,7 @@ func (x *ExtendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendRequest.ProtoReflect.Descriptor instead.
 func (*ExtendRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{9}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ExtendRequest) GetLeaseId() string {
@@ -962,7 +1058,7 @@ type MultiLimitRequest struct {
 
 func (x *MultiLimitRequest) Reset() {
 	*x = MultiLimitRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -974,7 +1070,7 @@ func (x *MultiLimitRequest) String() string {
 func (*MultiLimitRequest) ProtoMessage() {}
 
 func (x *MultiLimitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -987,7 +1083,7 @@ func (x *MultiLimitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiLimitRequest.ProtoReflect.Descriptor instead.
 func (*MultiLimitRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{10}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *MultiLimitRequest) GetLimits() []*LimitRequest {
@@ -1011,7 +1107,7 @@ type MultiLimitResponse struct {
 
 func (x *MultiLimitResponse) Reset() {
 	*x = MultiLimitResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1023,7 +1119,7 @@ func (x *MultiLimitResponse) String() string {
 func (*MultiLimitResponse) ProtoMessage() {}
 
 func (x *MultiLimitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1036,7 +1132,7 @@ func (x *MultiLimitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiLimitResponse.ProtoReflect.Descriptor instead.
 func (*MultiLimitResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{11}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *MultiLimitResponse) GetPassed() bool {
@@ -1064,7 +1160,7 @@ type BatchLimitRequest struct {
 
 func (x *BatchLimitRequest) Reset() {
 	*x = BatchLimitRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1076,7 +1172,7 @@ func (x *BatchLimitRequest) String() string {
 func (*BatchLimitRequest) ProtoMessage() {}
 
 func (x *BatchLimitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1089,7 +1185,7 @@ func (x *BatchLimitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchLimitRequest.ProtoReflect.Descriptor instead.
 func (*BatchLimitRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{12}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BatchLimitRequest) GetLimits() []*LimitRequest {
@@ -1112,7 +1208,7 @@ type BatchLimitResponse struct {
 
 func (x *BatchLimitResponse) Reset() {
 	*x = BatchLimitResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1124,7 +1220,7 @@ func (x *BatchLimitResponse) String() string {
 func (*BatchLimitResponse) ProtoMessage() {}
 
 func (x *BatchLimitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1137,7 +1233,7 @@ func (x *BatchLimitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchLimitResponse.ProtoReflect.Descriptor instead.
 func (*BatchLimitResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{13}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BatchLimitResponse) GetResults() []*MultiLimitResult {
@@ -1180,7 +1276,7 @@ type MultiLimitResult struct {
 
 func (x *MultiLimitResult) Reset() {
 	*x = MultiLimitResult{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1192,7 +1288,7 @@ func (x *MultiLimitResult) String() string {
 func (*MultiLimitResult) ProtoMessage() {}
 
 func (x *MultiLimitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1205,7 +1301,7 @@ func (x *MultiLimitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiLimitResult.ProtoReflect.Descriptor instead.
 func (*MultiLimitResult) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{14}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MultiLimitResult) GetNamespace() string {
@@ -1298,7 +1394,7 @@ type Override struct {
 
 func (x *Override) Reset() {
 	*x = Override{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[15]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1310,7 +1406,7 @@ func (x *Override) String() string {
 func (*Override) ProtoMessage() {}
 
 func (x *Override) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[15]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1323,7 +1419,7 @@ func (x *Override) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Override.ProtoReflect.Descriptor instead.
 func (*Override) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{15}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Override) GetId() string {
@@ -1387,7 +1483,7 @@ type SetOverrideRequest struct {
 
 func (x *SetOverrideRequest) Reset() {
 	*x = SetOverrideRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[16]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1399,7 +1495,7 @@ func (x *SetOverrideRequest) String() string {
 func (*SetOverrideRequest) ProtoMessage() {}
 
 func (x *SetOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[16]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1412,7 +1508,7 @@ func (x *SetOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetOverrideRequest.ProtoReflect.Descriptor instead.
 func (*SetOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{16}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SetOverrideRequest) GetNamespace() string {
@@ -1462,7 +1558,7 @@ type SetOverrideResponse struct {
 
 func (x *SetOverrideResponse) Reset() {
 	*x = SetOverrideResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[17]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1474,7 +1570,7 @@ func (x *SetOverrideResponse) String() string {
 func (*SetOverrideResponse) ProtoMessage() {}
 
 func (x *SetOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[17]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1487,7 +1583,7 @@ func (x *SetOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetOverrideResponse.ProtoReflect.Descriptor instead.
 func (*SetOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{17}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetOverrideResponse) GetOverride() *Override {
@@ -1510,7 +1606,7 @@ type GetOverrideRequest struct {
 
 func (x *GetOverrideRequest) Reset() {
 	*x = GetOverrideRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[18]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1522,7 +1618,7 @@ func (x *GetOverrideRequest) String() string {
 func (*GetOverrideRequest) ProtoMessage() {}
 
 func (x *GetOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[18]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1535,7 +1631,7 @@ func (x *GetOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOverrideRequest.ProtoReflect.Descriptor instead.
 func (*GetOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{18}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetOverrideRequest) GetNamespace() string {
@@ -1563,7 +1659,7 @@ type GetOverrideResponse struct {
 
 func (x *GetOverrideResponse) Reset() {
 	*x = GetOverrideResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[19]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1575,7 +1671,7 @@ func (x *GetOverrideResponse) String() string {
 func (*GetOverrideResponse) ProtoMessage() {}
 
 func (x *GetOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[19]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1588,7 +1684,7 @@ func (x *GetOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOverrideResponse.ProtoReflect.Descriptor instead.
 func (*GetOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{19}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetOverrideResponse) GetOverride() *Override {
@@ -1613,7 +1709,7 @@ type ListOverridesRequest struct {
 
 func (x *ListOverridesRequest) Reset() {
 	*x = ListOverridesRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[20]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1625,7 +1721,7 @@ func (x *ListOverridesRequest) String() string {
 func (*ListOverridesRequest) ProtoMessage() {}
 
 func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[20]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1638,7 +1734,7 @@ func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesRequest.ProtoReflect.Descriptor instead.
 func (*ListOverridesRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{20}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListOverridesRequest) GetNamespace() string {
@@ -1675,7 +1771,7 @@ type ListOverridesResponse struct {
 
 func (x *ListOverridesResponse) Reset() {
 	*x = ListOverridesResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[21]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1687,7 +1783,7 @@ func (x *ListOverridesResponse) String() string {
 func (*ListOverridesResponse) ProtoMessage() {}
 
 func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[21]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1700,7 +1796,7 @@ func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesResponse.ProtoReflect.Descriptor instead.
 func (*ListOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{21}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListOverridesResponse) GetOverrides() []*Override {
@@ -1730,7 +1826,7 @@ type DeleteOverrideRequest struct {
 
 func (x *DeleteOverrideRequest) Reset() {
 	*x = DeleteOverrideRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[22]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1742,7 +1838,7 @@ func (x *DeleteOverrideRequest) String() string {
 func (*DeleteOverrideRequest) ProtoMessage() {}
 
 func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[22]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1755,7 +1851,7 @@ func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideRequest.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{22}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeleteOverrideRequest) GetNamespace() string {
@@ -1781,7 +1877,7 @@ type DeleteOverrideResponse struct {
 
 func (x *DeleteOverrideResponse) Reset() {
 	*x = DeleteOverrideResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[23]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1793,7 +1889,7 @@ func (x *DeleteOverrideResponse) String() string {
 func (*DeleteOverrideResponse) ProtoMessage() {}
 
 func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[23]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1806,7 +1902,7 @@ func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideResponse.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{23}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{24}
 }
 
 var File_ratelimit_v1_ratelimit_proto protoreflect.FileDescriptor
@@ -1876,7 +1972,16 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x0fReleaseResponse\x12\x1a\n" +
 	"\breleased\x18\x01 \x01(\bR\breleased\x12\x1b\n" +
 	"\tin_flight\x18\x02 \x01(\x03R\binFlight\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\x03R\x05limit\"@\n" +
+	"\x05limit\x18\x03 \x01(\x03R\x05limit\"\xb8\x01\n" +
+	"\x0eExtendResponse\x12\x18\n" +
+	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x19\n" +
+	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x1b\n" +
+	"\tin_flight\x18\x03 \x01(\x03R\binFlight\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x03R\x05limit\x12\x1f\n" +
+	"\vretry_after\x18\x05 \x01(\x03R\n" +
+	"retryAfter\x12\x1d\n" +
+	"\n" +
+	"expires_at\x18\x06 \x01(\x03R\texpiresAt\"@\n" +
 	"\rExtendRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x14\n" +
 	"\x05lease\x18\x02 \x01(\x03R\x05lease\"G\n" +
@@ -1951,7 +2056,7 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x11CALENDAR_UNIT_DAY\x10\x01\x12\x16\n" +
 	"\x12CALENDAR_UNIT_WEEK\x10\x02\x12\x17\n" +
 	"\x13CALENDAR_UNIT_MONTH\x10\x03\x12\x16\n" +
-	"\x12CALENDAR_UNIT_YEAR\x10\x042\x86\a\n" +
+	"\x12CALENDAR_UNIT_YEAR\x10\x042\x85\a\n" +
 	"\x10RatelimitService\x12B\n" +
 	"\x05Limit\x12\x1a.ratelimit.v1.LimitRequest\x1a\x1b.ratelimit.v1.LimitResponse\"\x00\x12Q\n" +
 	"\n" +
@@ -1960,8 +2065,8 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"BatchLimit\x12\x1f.ratelimit.v1.BatchLimitRequest\x1a .ratelimit.v1.BatchLimitResponse\"\x00\x12E\n" +
 	"\x06Settle\x12\x1b.ratelimit.v1.SettleRequest\x1a\x1c.ratelimit.v1.SettleResponse\"\x00\x12H\n" +
 	"\aAcquire\x12\x1c.ratelimit.v1.AcquireRequest\x1a\x1d.ratelimit.v1.AcquireResponse\"\x00\x12H\n" +
-	"\aRelease\x12\x1c.ratelimit.v1.ReleaseRequest\x1a\x1d.ratelimit.v1.ReleaseResponse\"\x00\x12F\n" +
-	"\x06Extend\x12\x1b.ratelimit.v1.ExtendRequest\x1a\x1d.ratelimit.v1.AcquireResponse\"\x00\x12T\n" +
+	"\aRelease\x12\x1c.ratelimit.v1.ReleaseRequest\x1a\x1d.ratelimit.v1.ReleaseResponse\"\x00\x12E\n" +
+	"\x06Extend\x12\x1b.ratelimit.v1.ExtendRequest\x1a\x1c.ratelimit.v1.ExtendResponse\"\x00\x12T\n" +
 	"\vSetOverride\x12 .ratelimit.v1.SetOverrideRequest\x1a!.ratelimit.v1.SetOverrideResponse\"\x00\x12T\n" +
 	"\vGetOverride\x12 .ratelimit.v1.GetOverrideRequest\x1a!.ratelimit.v1.GetOverrideResponse\"\x00\x12Z\n" +
 	"\rListOverrides\x12\".ratelimit.v1.ListOverridesRequest\x1a#.ratelimit.v1.ListOverridesResponse\"\x00\x12]\n" +
@@ -1981,7 +2086,7 @@ func file_ratelimit_v1_ratelimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ratelimit_v1_ratelimit_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_ratelimit_v1_ratelimit_proto_goTypes = []any{
 	(Algorithm)(0),                 // 0: ratelimit.v1.Algorithm
 	(CalendarUnit)(0),              // 1: ratelimit.v1.CalendarUnit
@@ -1994,21 +2099,22 @@ var file_ratelimit_v1_ratelimit_proto_goTypes = []any{
 	(*AcquireResponse)(nil),        // 8: ratelimit.v1.AcquireResponse
 	(*ReleaseRequest)(nil),         // 9: ratelimit.v1.ReleaseRequest
 	(*ReleaseResponse)(nil),        // 10: ratelimit.v1.ReleaseResponse
-	(*ExtendRequest)(nil),          // 11: ratelimit.v1.ExtendRequest
-	(*MultiLimitRequest)(nil),      // 12: ratelimit.v1.MultiLimitRequest
-	(*MultiLimitResponse)(nil),     // 13: ratelimit.v1.MultiLimitResponse
-	(*BatchLimitRequest)(nil),      // 14: ratelimit.v1.BatchLimitRequest
-	(*BatchLimitResponse)(nil),     // 15: ratelimit.v1.BatchLimitResponse
-	(*MultiLimitResult)(nil),       // 16: ratelimit.v1.MultiLimitResult
-	(*Override)(nil),               // 17: ratelimit.v1.Override
-	(*SetOverrideRequest)(nil),     // 18: ratelimit.v1.SetOverrideRequest
-	(*SetOverrideResponse)(nil),    // 19: ratelimit.v1.SetOverrideResponse
-	(*GetOverrideRequest)(nil),     // 20: ratelimit.v1.GetOverrideRequest
-	(*GetOverrideResponse)(nil),    // 21: ratelimit.v1.GetOverrideResponse
-	(*ListOverridesRequest)(nil),   // 22: ratelimit.v1.ListOverridesRequest
-	(*ListOverridesResponse)(nil),  // 23: ratelimit.v1.ListOverridesResponse
-	(*DeleteOverrideRequest)(nil),  // 24: ratelimit.v1.DeleteOverrideRequest
-	(*DeleteOverrideResponse)(nil), // 25: ratelimit.v1.DeleteOverrideResponse
+	(*ExtendResponse)(nil),         // 11: ratelimit.v1.ExtendResponse
+	(*ExtendRequest)(nil),          // 12: ratelimit.v1.ExtendRequest
+	(*MultiLimitRequest)(nil),      // 13: ratelimit.v1.MultiLimitRequest
+	(*MultiLimitResponse)(nil),     // 14: ratelimit.v1.MultiLimitResponse
+	(*BatchLimitRequest)(nil),      // 15: ratelimit.v1.BatchLimitRequest
+	(*BatchLimitResponse)(nil),     // 16: ratelimit.v1.BatchLimitResponse
+	(*MultiLimitResult)(nil),       // 17: ratelimit.v1.MultiLimitResult
+	(*Override)(nil),               // 18: ratelimit.v1.Override
+	(*SetOverrideRequest)(nil),     // 19: ratelimit.v1.SetOverrideRequest
+	(*SetOverrideResponse)(nil),    // 20: ratelimit.v1.SetOverrideResponse
+	(*GetOverrideRequest)(nil),     // 21: ratelimit.v1.GetOverrideRequest
+	(*GetOverrideResponse)(nil),    // 22: ratelimit.v1.GetOverrideResponse
+	(*ListOverridesRequest)(nil),   // 23: ratelimit.v1.ListOverridesRequest
+	(*ListOverridesResponse)(nil),  // 24: ratelimit.v1.ListOverridesResponse
+	(*DeleteOverrideRequest)(nil),  // 25: ratelimit.v1.DeleteOverrideRequest
+	(*DeleteOverrideResponse)(nil), // 26: ratelimit.v1.DeleteOverrideResponse
 }
 var file_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
 	0,  // 0: ratelimit.v1.LimitRequest.algorithm:type_name -> ratelimit.v1.Algorithm
@@ -2016,35 +2122,35 @@ var file_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
 	1,  // 2: ratelimit.v1.Calendar.unit:type_name -> ratelimit.v1.CalendarUnit
 	0,  // 3: ratelimit.v1.LimitResponse.algorithm:type_name -> ratelimit.v1.Algorithm
 	2,  // 4: ratelimit.v1.MultiLimitRequest.limits:type_name -> ratelimit.v1.LimitRequest
-	16, // 5: ratelimit.v1.MultiLimitResponse.results:type_name -> ratelimit.v1.MultiLimitResult
+	17, // 5: ratelimit.v1.MultiLimitResponse.results:type_name -> ratelimit.v1.MultiLimitResult
 	2,  // 6: ratelimit.v1.BatchLimitRequest.limits:type_name -> ratelimit.v1.LimitRequest
-	16, // 7: ratelimit.v1.BatchLimitResponse.results:type_name -> ratelimit.v1.MultiLimitResult
+	17, // 7: ratelimit.v1.BatchLimitResponse.results:type_name -> ratelimit.v1.MultiLimitResult
 	0,  // 8: ratelimit.v1.MultiLimitResult.algorithm:type_name -> ratelimit.v1.Algorithm
-	17, // 9: ratelimit.v1.SetOverrideResponse.override:type_name -> ratelimit.v1.Override
-	17, // 10: ratelimit.v1.GetOverrideResponse.override:type_name -> ratelimit.v1.Override
-	17, // 11: ratelimit.v1.ListOverridesResponse.overrides:type_name -> ratelimit.v1.Override
+	18, // 9: ratelimit.v1.SetOverrideResponse.override:type_name -> ratelimit.v1.Override
+	18, // 10: ratelimit.v1.GetOverrideResponse.override:type_name -> ratelimit.v1.Override
+	18, // 11: ratelimit.v1.ListOverridesResponse.overrides:type_name -> ratelimit.v1.Override
 	2,  // 12: ratelimit.v1.RatelimitService.Limit:input_type -> ratelimit.v1.LimitRequest
-	12, // 13: ratelimit.v1.RatelimitService.MultiLimit:input_type -> ratelimit.v1.MultiLimitRequest
-	14, // 14: ratelimit.v1.RatelimitService.BatchLimit:input_type -> ratelimit.v1.BatchLimitRequest
+	13, // 13: ratelimit.v1.RatelimitService.MultiLimit:input_type -> ratelimit.v1.MultiLimitRequest
+	15, // 14: ratelimit.v1.RatelimitService.BatchLimit:input_type -> ratelimit.v1.BatchLimitRequest
 	5,  // 15: ratelimit.v1.RatelimitService.Settle:input_type -> ratelimit.v1.SettleRequest
 	7,  // 16: ratelimit.v1.RatelimitService.Acquire:input_type -> ratelimit.v1.AcquireRequest
 	9,  // 17: ratelimit.v1.RatelimitService.Release:input_type -> ratelimit.v1.ReleaseRequest
-	11, // 18: ratelimit.v1.RatelimitService.Extend:input_type -> ratelimit.v1.ExtendRequest
-	18, // 19: ratelimit.v1.RatelimitService.SetOverride:input_type -> ratelimit.v1.SetOverrideRequest
-	20, // 20: ratelimit.v1.RatelimitService.GetOverride:input_type -> ratelimit.v1.GetOverrideRequest
-	22, // 21: ratelimit.v1.RatelimitService.ListOverrides:input_type -> ratelimit.v1.ListOverridesRequest
-	24, // 22: ratelimit.v1.RatelimitService.DeleteOverride:input_type -> ratelimit.v1.DeleteOverrideRequest
+	12, // 18: ratelimit.v1.RatelimitService.Extend:input_type -> ratelimit.v1.ExtendRequest
+	19, // 19: ratelimit.v1.RatelimitService.SetOverride:input_type -> ratelimit.v1.SetOverrideRequest
+	21, // 20: ratelimit.v1.RatelimitService.GetOverride:input_type -> ratelimit.v1.GetOverrideRequest
+	23, // 21: ratelimit.v1.RatelimitService.ListOverrides:input_type -> ratelimit.v1.ListOverridesRequest
+	25, // 22: ratelimit.v1.RatelimitService.DeleteOverride:input_type -> ratelimit.v1.DeleteOverrideRequest
 	4,  // 23: ratelimit.v1.RatelimitService.Limit:output_type -> ratelimit.v1.LimitResponse
-	13, // 24: ratelimit.v1.RatelimitService.MultiLimit:output_type -> ratelimit.v1.MultiLimitResponse
-	15, // 25: ratelimit.v1.RatelimitService.BatchLimit:output_type -> ratelimit.v1.BatchLimitResponse
+	14, // 24: ratelimit.v1.RatelimitService.MultiLimit:output_type -> ratelimit.v1.MultiLimitResponse
+	16, // 25: ratelimit.v1.RatelimitService.BatchLimit:output_type -> ratelimit.v1.BatchLimitResponse
 	6,  // 26: ratelimit.v1.RatelimitService.Settle:output_type -> ratelimit.v1.SettleResponse
 	8,  // 27: ratelimit.v1.RatelimitService.Acquire:output_type -> ratelimit.v1.AcquireResponse
 	10, // 28: ratelimit.v1.RatelimitService.Release:output_type -> ratelimit.v1.ReleaseResponse
-	8,  // 29: ratelimit.v1.RatelimitService.Extend:output_type -> ratelimit.v1.AcquireResponse
-	19, // 30: ratelimit.v1.RatelimitService.SetOverride:output_type -> ratelimit.v1.SetOverrideResponse
-	21, // 31: ratelimit.v1.RatelimitService.GetOverride:output_type -> ratelimit.v1.GetOverrideResponse
-	23, // 32: ratelimit.v1.RatelimitService.ListOverrides:output_type -> ratelimit.v1.ListOverridesResponse
-	25, // 33: ratelimit.v1.RatelimitService.DeleteOverride:output_type -> ratelimit.v1.DeleteOverrideResponse
+	11, // 29: ratelimit.v1.RatelimitService.Extend:output_type -> ratelimit.v1.ExtendResponse
+	20, // 30: ratelimit.v1.RatelimitService.SetOverride:output_type -> ratelimit.v1.SetOverrideResponse
+	22, // 31: ratelimit.v1.RatelimitService.GetOverride:output_type -> ratelimit.v1.GetOverrideResponse
+	24, // 32: ratelimit.v1.RatelimitService.ListOverrides:output_type -> ratelimit.v1.ListOverridesResponse
+	26, // 33: ratelimit.v1.RatelimitService.DeleteOverride:output_type -> ratelimit.v1.DeleteOverrideResponse
 	23, // [23:34] is the sub-list for method output_type
 	12, // [12:23] is the sub-list for method input_type
 	12, // [12:12] is the sub-list for extension type_name
@@ -2066,7 +2172,7 @@ func file_ratelimit_v1_ratelimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ratelimit_v1_ratelimit_proto_rawDesc), len(file_ratelimit_v1_ratelimit_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

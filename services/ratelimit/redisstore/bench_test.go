@@ -126,3 +126,25 @@ func benchAfterIdle(b *testing.B, cluster bool) {
 	b.StopTimer()
 	b.ReportMetric(p.metric(b, "unkey_ratelimit_origin_operations_total", "op", "aged", "result", "ok")/float64(b.N), "reads/op")
 }
+
+// BenchmarkAcquireReleaseWithRedis takes a slot of a concurrency limit in
+// Redis (one script, a round trip: slots are never decided from memory
+// while Redis answers) and frees it (a refund, replayed in the
+// background), on one warm key: beside BenchmarkLimitWarmWithRedis.
+func BenchmarkAcquireReleaseWithRedis(b *testing.B) {
+	c, _ := benchBackend(b, false)
+	p := startProcess(b, c)
+	ctx := context.Background()
+	a := ratelimit.Acquisition{Workspace: "ws", Namespace: "bench", Identifier: "user_1", Limit: 1 << 40, Lease: time.Minute, Cost: 1}
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := p.Acquire(ctx, a)
+		if err != nil || !resp.Success {
+			b.Fatal(resp, err)
+		}
+		if _, err := p.Release(ctx, ratelimit.Slot{Workspace: a.Workspace, Namespace: a.Namespace, Identifier: a.Identifier,
+			Limit: a.Limit, Lease: a.Lease, Sequence: ratelimit.CellOf(resp, a.Lease), Cost: 1}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -12,7 +12,8 @@ import (
 // takeSlotsScript reads a concurrency limit's two cells and their refunds
 // (KEYS[1] to KEYS[4], in one hash slot: they share their hash tag) and,
 // if what they hold (each cell less its refunds, never below zero) plus
-// ARGV[3], the other regions', leaves room for ARGV[1] under ARGV[2],
+// ARGV[3], the other regions', less ARGV[6], the caller's releases not
+// sent yet, leaves room for ARGV[1] under ARGV[2],
 // adds ARGV[1] to KEYS[1] and keeps it at least ARGV[4] ms. It answers
 // whether it took them and the four counts afterwards, a value that is not
 // a count read as ARGV[5] (the largest count: it denies).
@@ -25,7 +26,7 @@ local function count(key)
   return n
 end
 local cur, prev, curR, prevR = count(KEYS[1]), count(KEYS[2]), count(KEYS[3]), count(KEYS[4])
-local held = math.max(cur - curR, 0) + math.max(prev - prevR, 0) + tonumber(ARGV[3])
+local held = math.max(math.max(cur - curR, 0) + math.max(prev - prevR, 0) - tonumber(ARGV[6]), 0) + tonumber(ARGV[3])
 local cost = tonumber(ARGV[1])
 if held + cost > tonumber(ARGV[2]) or cur + cost > max then
   return {0, cur, prev, curR, prevR}
@@ -48,7 +49,7 @@ func (o *Store) TakeSlots(ctx context.Context, t store.SlotTake) (store.SlotCoun
 	var out store.SlotCounts
 	if b.sent(0) {
 		ttl := max(t.TTL.Milliseconds(), 1)
-		vals, err := takeSlotsScript.Run(ctx, o.client, names, t.Cost, t.Limit, max(t.Others, 0), ttl, store.MaxCount).Int64Slice()
+		vals, err := takeSlotsScript.Run(ctx, o.client, names, t.Cost, t.Limit, max(t.Others, 0), ttl, store.MaxCount, max(t.Freed, 0)).Int64Slice()
 		switch {
 		case err != nil:
 			b.fail(0, fmt.Errorf("redis take slots: %w", err))

@@ -15,8 +15,8 @@ type SlotTaker interface {
 	// TakeSlots counts Cost into cell Key if what is held leaves room for
 	// it under Limit, and answers what the store holds afterwards. What is
 	// held is the cell's count and the count of the cell before it (the
-	// one of Sequence-1), each less its refunds (never below zero), plus
-	// Others. It keeps a cell it counts into for at least TTL.
+	// one of Sequence-1), each less its refunds (never below zero), less
+	// Freed (never below zero), plus Others. It keeps a cell it counts into for at least TTL.
 	TakeSlots(ctx context.Context, t SlotTake) (SlotCounts, error)
 }
 
@@ -28,6 +28,11 @@ type SlotTake struct {
 	Cost, Limit int64
 	// Others is what the other regions hold, as far as the caller knows.
 	Others int64
+	// Freed is what the caller released of the two cells that the store
+	// has not been sent yet (refunds it replays in the background): taken
+	// off what the store holds, so that the caller's own releases free
+	// their slots for it at once.
+	Freed int64
 	// TTL is how long the store must keep the cell if it counts into it.
 	TTL time.Duration
 }

@@ -75,3 +75,33 @@ func newHandler(t testing.TB) (*connectapi.Handler, *ratelimit.Service, *overrid
 	}
 	return connectapi.New(l, p), limiter, ov
 }
+
+// BenchmarkLeaseThroughHandler: one Acquire and its Release through the
+// handler (no wire): the limiter's pair plus signing the lease, verifying
+// it and recording it in the process's ledger; beside it one Limit.
+func BenchmarkLeaseThroughHandler(b *testing.B) {
+	h, _, _ := newHandler(b)
+	ctx := call.WithPrincipal(context.Background(), access.OpenPrincipal())
+	b.Run("Limit", func(b *testing.B) {
+		req := connect.NewRequest(&ratelimitv1.LimitRequest{Namespace: "ns", Identifier: "user_1", Limit: 1 << 40, Duration: 60_000})
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := h.Limit(ctx, req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Acquire+Release", func(b *testing.B) {
+		acquire := connect.NewRequest(&ratelimitv1.AcquireRequest{Namespace: "ns", Identifier: "user_1", Limit: 1 << 40, Lease: 60})
+		b.ReportAllocs()
+		for b.Loop() {
+			res, err := h.Acquire(ctx, acquire)
+			if err != nil || !res.Msg.Success {
+				b.Fatal(res, err)
+			}
+			if _, err := h.Release(ctx, connect.NewRequest(&ratelimitv1.ReleaseRequest{LeaseId: res.Msg.LeaseId})); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

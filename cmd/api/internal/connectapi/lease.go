@@ -36,12 +36,14 @@ func (h *Handler) Release(ctx context.Context, req *connect.Request[ratelimitv1.
 }
 
 // Extend implements RatelimitService.Extend.
-func (h *Handler) Extend(ctx context.Context, req *connect.Request[ratelimitv1.ExtendRequest]) (*connect.Response[ratelimitv1.AcquireResponse], error) {
+func (h *Handler) Extend(ctx context.Context, req *connect.Request[ratelimitv1.ExtendRequest]) (*connect.Response[ratelimitv1.ExtendResponse], error) {
 	l, err := h.pipeline.Extend(ctx, req.Msg.GetLeaseId(), pipeline.Seconds(req.Msg.GetLease()))
 	if err != nil {
 		return nil, h.fail(ctx, ratelimitv1connect.RatelimitServiceExtendProcedure, err)
 	}
-	return connect.NewResponse(leaseAnswer(l)), nil
+	a := leaseAnswer(l)
+	return connect.NewResponse(&ratelimitv1.ExtendResponse{Success: a.Success, LeaseId: a.LeaseId, InFlight: a.InFlight,
+		Limit: a.Limit, RetryAfter: a.RetryAfter, ExpiresAt: a.ExpiresAt}), nil
 }
 
 // leaseAnswer is the wire answer of a lease.

@@ -92,7 +92,7 @@ type RatelimitServiceClient interface {
 	Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error)
 	// Extend keeps the slots of a lease for another lease and answers a new
 	// lease_id for them; the old one is used up.
-	Extend(context.Context, *connect.Request[v1.ExtendRequest]) (*connect.Response[v1.AcquireResponse], error)
+	Extend(context.Context, *connect.Request[v1.ExtendRequest]) (*connect.Response[v1.ExtendResponse], error)
 	// SetOverride creates or replaces the override of an identifier (or a
 	// pattern with * wildcards) of a namespace: requests it matches are
 	// decided with its limit and duration instead of theirs. It applies on the
@@ -157,7 +157,7 @@ func NewRatelimitServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(ratelimitServiceMethods.ByName("Release")),
 			connect.WithClientOptions(opts...),
 		),
-		extend: connect.NewClient[v1.ExtendRequest, v1.AcquireResponse](
+		extend: connect.NewClient[v1.ExtendRequest, v1.ExtendResponse](
 			httpClient,
 			baseURL+RatelimitServiceExtendProcedure,
 			connect.WithSchema(ratelimitServiceMethods.ByName("Extend")),
@@ -198,7 +198,7 @@ type ratelimitServiceClient struct {
 	settle         *connect.Client[v1.SettleRequest, v1.SettleResponse]
 	acquire        *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
 	release        *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
-	extend         *connect.Client[v1.ExtendRequest, v1.AcquireResponse]
+	extend         *connect.Client[v1.ExtendRequest, v1.ExtendResponse]
 	setOverride    *connect.Client[v1.SetOverrideRequest, v1.SetOverrideResponse]
 	getOverride    *connect.Client[v1.GetOverrideRequest, v1.GetOverrideResponse]
 	listOverrides  *connect.Client[v1.ListOverridesRequest, v1.ListOverridesResponse]
@@ -236,7 +236,7 @@ func (c *ratelimitServiceClient) Release(ctx context.Context, req *connect.Reque
 }
 
 // Extend calls ratelimit.v1.RatelimitService.Extend.
-func (c *ratelimitServiceClient) Extend(ctx context.Context, req *connect.Request[v1.ExtendRequest]) (*connect.Response[v1.AcquireResponse], error) {
+func (c *ratelimitServiceClient) Extend(ctx context.Context, req *connect.Request[v1.ExtendRequest]) (*connect.Response[v1.ExtendResponse], error) {
 	return c.extend.CallUnary(ctx, req)
 }
 
@@ -287,7 +287,7 @@ type RatelimitServiceHandler interface {
 	Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error)
 	// Extend keeps the slots of a lease for another lease and answers a new
 	// lease_id for them; the old one is used up.
-	Extend(context.Context, *connect.Request[v1.ExtendRequest]) (*connect.Response[v1.AcquireResponse], error)
+	Extend(context.Context, *connect.Request[v1.ExtendRequest]) (*connect.Response[v1.ExtendResponse], error)
 	// SetOverride creates or replaces the override of an identifier (or a
 	// pattern with * wildcards) of a namespace: requests it matches are
 	// decided with its limit and duration instead of theirs. It applies on the
@@ -435,7 +435,7 @@ func (UnimplementedRatelimitServiceHandler) Release(context.Context, *connect.Re
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ratelimit.v1.RatelimitService.Release is not implemented"))
 }
 
-func (UnimplementedRatelimitServiceHandler) Extend(context.Context, *connect.Request[v1.ExtendRequest]) (*connect.Response[v1.AcquireResponse], error) {
+func (UnimplementedRatelimitServiceHandler) Extend(context.Context, *connect.Request[v1.ExtendRequest]) (*connect.Response[v1.ExtendResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ratelimit.v1.RatelimitService.Extend is not implemented"))
 }
 

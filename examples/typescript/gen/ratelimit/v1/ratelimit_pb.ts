@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ratelimit/v1/ratelimit.proto.
  */
 export const file_ratelimit_v1_ratelimit: GenFile = /*@__PURE__*/
-  fileDesc("ChxyYXRlbGltaXQvdjEvcmF0ZWxpbWl0LnByb3RvEgxyYXRlbGltaXQudjEi+AEKDExpbWl0UmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEgoKaWRlbnRpZmllchgCIAEoCRINCgVsaW1pdBgDIAEoAxIQCghkdXJhdGlvbhgEIAEoAxIRCgRjb3N0GAUgASgDSACIAQESDgoGcmVwb3J0GAYgASgIEg8KB3Jlc2VydmUYByABKAgSKgoJYWxnb3JpdGhtGAggASgOMhcucmF0ZWxpbWl0LnYxLkFsZ29yaXRobRINCgVidXJzdBgJIAEoAxIoCghjYWxlbmRhchgKIAEoCzIWLnJhdGVsaW1pdC52MS5DYWxlbmRhckIHCgVfY29zdCJHCghDYWxlbmRhchIoCgR1bml0GAEgASgOMhoucmF0ZWxpbWl0LnYxLkNhbGVuZGFyVW5pdBIRCgl0aW1lX3pvbmUYAiABKAkivAEKDUxpbWl0UmVzcG9uc2USDwoHc3VjY2VzcxgBIAEoCBINCgVsaW1pdBgCIAEoAxIRCglyZW1haW5pbmcYAyABKAMSDQoFcmVzZXQYBCABKAMSEwoLcmV0cnlfYWZ0ZXIYBSABKAMSEwoLb3ZlcnJpZGVfaWQYBiABKAkSEwoLcmVzZXJ2YXRpb24YByABKAkSKgoJYWxnb3JpdGhtGAggASgOMhcucmF0ZWxpbWl0LnYxLkFsZ29yaXRobSJACg1TZXR0bGVSZXF1ZXN0EhMKC3Jlc2VydmF0aW9uGAEgASgJEhEKBGNvc3QYAiABKANIAIgBAUIHCgVfY29zdCJkCg5TZXR0bGVSZXNwb25zZRIPCgdzdWNjZXNzGAEgASgIEg0KBWxpbWl0GAIgASgDEhEKCXJlbWFpbmluZxgDIAEoAxINCgVyZXNldBgEIAEoAxIQCghyZWZ1bmRlZBgFIAEoAyJxCg5BY3F1aXJlUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEgoKaWRlbnRpZmllchgCIAEoCRINCgVsaW1pdBgDIAEoAxINCgVsZWFzZRgEIAEoAxIRCgRjb3N0GAUgASgDSACIAQFCBwoFX2Nvc3QifwoPQWNxdWlyZVJlc3BvbnNlEg8KB3N1Y2Nlc3MYASABKAgSEAoIbGVhc2VfaWQYAiABKAkSEQoJaW5fZmxpZ2h0GAMgASgDEg0KBWxpbWl0GAQgASgDEhMKC3JldHJ5X2FmdGVyGAUgASgDEhIKCmV4cGlyZXNfYXQYBiABKAMiIgoOUmVsZWFzZVJlcXVlc3QSEAoIbGVhc2VfaWQYASABKAkiRQoPUmVsZWFzZVJlc3BvbnNlEhAKCHJlbGVhc2VkGAEgASgIEhEKCWluX2ZsaWdodBgCIAEoAxINCgVsaW1pdBgDIAEoAyIwCg1FeHRlbmRSZXF1ZXN0EhAKCGxlYXNlX2lkGAEgASgJEg0KBWxlYXNlGAIgASgDIj8KEU11bHRpTGltaXRSZXF1ZXN0EioKBmxpbWl0cxgBIAMoCzIaLnJhdGVsaW1pdC52MS5MaW1pdFJlcXVlc3QiVQoSTXVsdGlMaW1pdFJlc3BvbnNlEg4KBnBhc3NlZBgBIAEoCBIvCgdyZXN1bHRzGAIgAygLMh4ucmF0ZWxpbWl0LnYxLk11bHRpTGltaXRSZXN1bHQiPwoRQmF0Y2hMaW1pdFJlcXVlc3QSKgoGbGltaXRzGAEgAygLMhoucmF0ZWxpbWl0LnYxLkxpbWl0UmVxdWVzdCJFChJCYXRjaExpbWl0UmVzcG9uc2USLwoHcmVzdWx0cxgBIAMoCzIeLnJhdGVsaW1pdC52MS5NdWx0aUxpbWl0UmVzdWx0ItEBChBNdWx0aUxpbWl0UmVzdWx0EhEKCW5hbWVzcGFjZRgBIAEoCRISCgppZGVudGlmaWVyGAIgASgJEg8KB3N1Y2Nlc3MYAyABKAgSDQoFbGltaXQYBCABKAMSEQoJcmVtYWluaW5nGAUgASgDEg0KBXJlc2V0GAYgASgDEhMKC3JldHJ5X2FmdGVyGAcgASgDEhMKC292ZXJyaWRlX2lkGAggASgJEioKCWFsZ29yaXRobRgJIAEoDjIXLnJhdGVsaW1pdC52MS5BbGdvcml0aG0ibQoIT3ZlcnJpZGUSCgoCaWQYASABKAkSEQoJbmFtZXNwYWNlGAIgASgJEhIKCmlkZW50aWZpZXIYAyABKAkSDQoFbGltaXQYBCABKAMSEAoIZHVyYXRpb24YBSABKAMSDQoFYnVyc3QYBiABKAMiawoSU2V0T3ZlcnJpZGVSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRISCgppZGVudGlmaWVyGAIgASgJEg0KBWxpbWl0GAMgASgDEhAKCGR1cmF0aW9uGAQgASgDEg0KBWJ1cnN0GAUgASgDIj8KE1NldE92ZXJyaWRlUmVzcG9uc2USKAoIb3ZlcnJpZGUYASABKAsyFi5yYXRlbGltaXQudjEuT3ZlcnJpZGUiOwoSR2V0T3ZlcnJpZGVSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRISCgppZGVudGlmaWVyGAIgASgJIj8KE0dldE92ZXJyaWRlUmVzcG9uc2USKAoIb3ZlcnJpZGUYASABKAsyFi5yYXRlbGltaXQudjEuT3ZlcnJpZGUiSAoUTGlzdE92ZXJyaWRlc1JlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEg4KBmN1cnNvchgCIAEoCRINCgVsaW1pdBgDIAEoBSJSChVMaXN0T3ZlcnJpZGVzUmVzcG9uc2USKQoJb3ZlcnJpZGVzGAEgAygLMhYucmF0ZWxpbWl0LnYxLk92ZXJyaWRlEg4KBmN1cnNvchgCIAEoCSI+ChVEZWxldGVPdmVycmlkZVJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEhIKCmlkZW50aWZpZXIYAiABKAkiGAoWRGVsZXRlT3ZlcnJpZGVSZXNwb25zZSphCglBbGdvcml0aG0SHAoYQUxHT1JJVEhNX1NMSURJTkdfV0lORE9XEAASGgoWQUxHT1JJVEhNX0ZJWEVEX1dJTkRPVxABEhoKFkFMR09SSVRITV9UT0tFTl9CVUNLRVQQAiqNAQoMQ2FsZW5kYXJVbml0Eh0KGUNBTEVOREFSX1VOSVRfVU5TUEVDSUZJRUQQABIVChFDQUxFTkRBUl9VTklUX0RBWRABEhYKEkNBTEVOREFSX1VOSVRfV0VFSxACEhcKE0NBTEVOREFSX1VOSVRfTU9OVEgQAxIWChJDQUxFTkRBUl9VTklUX1lFQVIQBDKGBwoQUmF0ZWxpbWl0U2VydmljZRJCCgVMaW1pdBIaLnJhdGVsaW1pdC52MS5MaW1pdFJlcXVlc3QaGy5yYXRlbGltaXQudjEuTGltaXRSZXNwb25zZSIAElEKCk11bHRpTGltaXQSHy5yYXRlbGltaXQudjEuTXVsdGlMaW1pdFJlcXVlc3QaIC5yYXRlbGltaXQudjEuTXVsdGlMaW1pdFJlc3BvbnNlIgASUQoKQmF0Y2hMaW1pdBIfLnJhdGVsaW1pdC52MS5CYXRjaExpbWl0UmVxdWVzdBogLnJhdGVsaW1pdC52MS5CYXRjaExpbWl0UmVzcG9uc2UiABJFCgZTZXR0bGUSGy5yYXRlbGltaXQudjEuU2V0dGxlUmVxdWVzdBocLnJhdGVsaW1pdC52MS5TZXR0bGVSZXNwb25zZSIAEkgKB0FjcXVpcmUSHC5yYXRlbGltaXQudjEuQWNxdWlyZVJlcXVlc3QaHS5yYXRlbGltaXQudjEuQWNxdWlyZVJlc3BvbnNlIgASSAoHUmVsZWFzZRIcLnJhdGVsaW1pdC52MS5SZWxlYXNlUmVxdWVzdBodLnJhdGVsaW1pdC52MS5SZWxlYXNlUmVzcG9uc2UiABJGCgZFeHRlbmQSGy5yYXRlbGltaXQudjEuRXh0ZW5kUmVxdWVzdBodLnJhdGVsaW1pdC52MS5BY3F1aXJlUmVzcG9uc2UiABJUCgtTZXRPdmVycmlkZRIgLnJhdGVsaW1pdC52MS5TZXRPdmVycmlkZVJlcXVlc3QaIS5yYXRlbGltaXQudjEuU2V0T3ZlcnJpZGVSZXNwb25zZSIAElQKC0dldE92ZXJyaWRlEiAucmF0ZWxpbWl0LnYxLkdldE92ZXJyaWRlUmVxdWVzdBohLnJhdGVsaW1pdC52MS5HZXRPdmVycmlkZVJlc3BvbnNlIgASWgoNTGlzdE92ZXJyaWRlcxIiLnJhdGVsaW1pdC52MS5MaXN0T3ZlcnJpZGVzUmVxdWVzdBojLnJhdGVsaW1pdC52MS5MaXN0T3ZlcnJpZGVzUmVzcG9uc2UiABJdCg5EZWxldGVPdmVycmlkZRIjLnJhdGVsaW1pdC52MS5EZWxldGVPdmVycmlkZVJlcXVlc3QaJC5yYXRlbGltaXQudjEuRGVsZXRlT3ZlcnJpZGVSZXNwb25zZSIAYgZwcm90bzM");
+  fileDesc("ChxyYXRlbGltaXQvdjEvcmF0ZWxpbWl0LnByb3RvEgxyYXRlbGltaXQudjEi+AEKDExpbWl0UmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEgoKaWRlbnRpZmllchgCIAEoCRINCgVsaW1pdBgDIAEoAxIQCghkdXJhdGlvbhgEIAEoAxIRCgRjb3N0GAUgASgDSACIAQESDgoGcmVwb3J0GAYgASgIEg8KB3Jlc2VydmUYByABKAgSKgoJYWxnb3JpdGhtGAggASgOMhcucmF0ZWxpbWl0LnYxLkFsZ29yaXRobRINCgVidXJzdBgJIAEoAxIoCghjYWxlbmRhchgKIAEoCzIWLnJhdGVsaW1pdC52MS5DYWxlbmRhckIHCgVfY29zdCJHCghDYWxlbmRhchIoCgR1bml0GAEgASgOMhoucmF0ZWxpbWl0LnYxLkNhbGVuZGFyVW5pdBIRCgl0aW1lX3pvbmUYAiABKAkivAEKDUxpbWl0UmVzcG9uc2USDwoHc3VjY2VzcxgBIAEoCBINCgVsaW1pdBgCIAEoAxIRCglyZW1haW5pbmcYAyABKAMSDQoFcmVzZXQYBCABKAMSEwoLcmV0cnlfYWZ0ZXIYBSABKAMSEwoLb3ZlcnJpZGVfaWQYBiABKAkSEwoLcmVzZXJ2YXRpb24YByABKAkSKgoJYWxnb3JpdGhtGAggASgOMhcucmF0ZWxpbWl0LnYxLkFsZ29yaXRobSJACg1TZXR0bGVSZXF1ZXN0EhMKC3Jlc2VydmF0aW9uGAEgASgJEhEKBGNvc3QYAiABKANIAIgBAUIHCgVfY29zdCJkCg5TZXR0bGVSZXNwb25zZRIPCgdzdWNjZXNzGAEgASgIEg0KBWxpbWl0GAIgASgDEhEKCXJlbWFpbmluZxgDIAEoAxINCgVyZXNldBgEIAEoAxIQCghyZWZ1bmRlZBgFIAEoAyJxCg5BY3F1aXJlUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEgoKaWRlbnRpZmllchgCIAEoCRINCgVsaW1pdBgDIAEoAxINCgVsZWFzZRgEIAEoAxIRCgRjb3N0GAUgASgDSACIAQFCBwoFX2Nvc3QifwoPQWNxdWlyZVJlc3BvbnNlEg8KB3N1Y2Nlc3MYASABKAgSEAoIbGVhc2VfaWQYAiABKAkSEQoJaW5fZmxpZ2h0GAMgASgDEg0KBWxpbWl0GAQgASgDEhMKC3JldHJ5X2FmdGVyGAUgASgDEhIKCmV4cGlyZXNfYXQYBiABKAMiIgoOUmVsZWFzZVJlcXVlc3QSEAoIbGVhc2VfaWQYASABKAkiRQoPUmVsZWFzZVJlc3BvbnNlEhAKCHJlbGVhc2VkGAEgASgIEhEKCWluX2ZsaWdodBgCIAEoAxINCgVsaW1pdBgDIAEoAyJ+Cg5FeHRlbmRSZXNwb25zZRIPCgdzdWNjZXNzGAEgASgIEhAKCGxlYXNlX2lkGAIgASgJEhEKCWluX2ZsaWdodBgDIAEoAxINCgVsaW1pdBgEIAEoAxITCgtyZXRyeV9hZnRlchgFIAEoAxISCgpleHBpcmVzX2F0GAYgASgDIjAKDUV4dGVuZFJlcXVlc3QSEAoIbGVhc2VfaWQYASABKAkSDQoFbGVhc2UYAiABKAMiPwoRTXVsdGlMaW1pdFJlcXVlc3QSKgoGbGltaXRzGAEgAygLMhoucmF0ZWxpbWl0LnYxLkxpbWl0UmVxdWVzdCJVChJNdWx0aUxpbWl0UmVzcG9uc2USDgoGcGFzc2VkGAEgASgIEi8KB3Jlc3VsdHMYAiADKAsyHi5yYXRlbGltaXQudjEuTXVsdGlMaW1pdFJlc3VsdCI/ChFCYXRjaExpbWl0UmVxdWVzdBIqCgZsaW1pdHMYASADKAsyGi5yYXRlbGltaXQudjEuTGltaXRSZXF1ZXN0IkUKEkJhdGNoTGltaXRSZXNwb25zZRIvCgdyZXN1bHRzGAEgAygLMh4ucmF0ZWxpbWl0LnYxLk11bHRpTGltaXRSZXN1bHQi0QEKEE11bHRpTGltaXRSZXN1bHQSEQoJbmFtZXNwYWNlGAEgASgJEhIKCmlkZW50aWZpZXIYAiABKAkSDwoHc3VjY2VzcxgDIAEoCBINCgVsaW1pdBgEIAEoAxIRCglyZW1haW5pbmcYBSABKAMSDQoFcmVzZXQYBiABKAMSEwoLcmV0cnlfYWZ0ZXIYByABKAMSEwoLb3ZlcnJpZGVfaWQYCCABKAkSKgoJYWxnb3JpdGhtGAkgASgOMhcucmF0ZWxpbWl0LnYxLkFsZ29yaXRobSJtCghPdmVycmlkZRIKCgJpZBgBIAEoCRIRCgluYW1lc3BhY2UYAiABKAkSEgoKaWRlbnRpZmllchgDIAEoCRINCgVsaW1pdBgEIAEoAxIQCghkdXJhdGlvbhgFIAEoAxINCgVidXJzdBgGIAEoAyJrChJTZXRPdmVycmlkZVJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEhIKCmlkZW50aWZpZXIYAiABKAkSDQoFbGltaXQYAyABKAMSEAoIZHVyYXRpb24YBCABKAMSDQoFYnVyc3QYBSABKAMiPwoTU2V0T3ZlcnJpZGVSZXNwb25zZRIoCghvdmVycmlkZRgBIAEoCzIWLnJhdGVsaW1pdC52MS5PdmVycmlkZSI7ChJHZXRPdmVycmlkZVJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEhIKCmlkZW50aWZpZXIYAiABKAkiPwoTR2V0T3ZlcnJpZGVSZXNwb25zZRIoCghvdmVycmlkZRgBIAEoCzIWLnJhdGVsaW1pdC52MS5PdmVycmlkZSJIChRMaXN0T3ZlcnJpZGVzUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSDgoGY3Vyc29yGAIgASgJEg0KBWxpbWl0GAMgASgFIlIKFUxpc3RPdmVycmlkZXNSZXNwb25zZRIpCglvdmVycmlkZXMYASADKAsyFi5yYXRlbGltaXQudjEuT3ZlcnJpZGUSDgoGY3Vyc29yGAIgASgJIj4KFURlbGV0ZU92ZXJyaWRlUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEgoKaWRlbnRpZmllchgCIAEoCSIYChZEZWxldGVPdmVycmlkZVJlc3BvbnNlKmEKCUFsZ29yaXRobRIcChhBTEdPUklUSE1fU0xJRElOR19XSU5ET1cQABIaChZBTEdPUklUSE1fRklYRURfV0lORE9XEAESGgoWQUxHT1JJVEhNX1RPS0VOX0JVQ0tFVBACKo0BCgxDYWxlbmRhclVuaXQSHQoZQ0FMRU5EQVJfVU5JVF9VTlNQRUNJRklFRBAAEhUKEUNBTEVOREFSX1VOSVRfREFZEAESFgoSQ0FMRU5EQVJfVU5JVF9XRUVLEAISFwoTQ0FMRU5EQVJfVU5JVF9NT05USBADEhYKEkNBTEVOREFSX1VOSVRfWUVBUhAEMoUHChBSYXRlbGltaXRTZXJ2aWNlEkIKBUxpbWl0EhoucmF0ZWxpbWl0LnYxLkxpbWl0UmVxdWVzdBobLnJhdGVsaW1pdC52MS5MaW1pdFJlc3BvbnNlIgASUQoKTXVsdGlMaW1pdBIfLnJhdGVsaW1pdC52MS5NdWx0aUxpbWl0UmVxdWVzdBogLnJhdGVsaW1pdC52MS5NdWx0aUxpbWl0UmVzcG9uc2UiABJRCgpCYXRjaExpbWl0Eh8ucmF0ZWxpbWl0LnYxLkJhdGNoTGltaXRSZXF1ZXN0GiAucmF0ZWxpbWl0LnYxLkJhdGNoTGltaXRSZXNwb25zZSIAEkUKBlNldHRsZRIbLnJhdGVsaW1pdC52MS5TZXR0bGVSZXF1ZXN0GhwucmF0ZWxpbWl0LnYxLlNldHRsZVJlc3BvbnNlIgASSAoHQWNxdWlyZRIcLnJhdGVsaW1pdC52MS5BY3F1aXJlUmVxdWVzdBodLnJhdGVsaW1pdC52MS5BY3F1aXJlUmVzcG9uc2UiABJICgdSZWxlYXNlEhwucmF0ZWxpbWl0LnYxLlJlbGVhc2VSZXF1ZXN0Gh0ucmF0ZWxpbWl0LnYxLlJlbGVhc2VSZXNwb25zZSIAEkUKBkV4dGVuZBIbLnJhdGVsaW1pdC52MS5FeHRlbmRSZXF1ZXN0GhwucmF0ZWxpbWl0LnYxLkV4dGVuZFJlc3BvbnNlIgASVAoLU2V0T3ZlcnJpZGUSIC5yYXRlbGltaXQudjEuU2V0T3ZlcnJpZGVSZXF1ZXN0GiEucmF0ZWxpbWl0LnYxLlNldE92ZXJyaWRlUmVzcG9uc2UiABJUCgtHZXRPdmVycmlkZRIgLnJhdGVsaW1pdC52MS5HZXRPdmVycmlkZVJlcXVlc3QaIS5yYXRlbGltaXQudjEuR2V0T3ZlcnJpZGVSZXNwb25zZSIAEloKDUxpc3RPdmVycmlkZXMSIi5yYXRlbGltaXQudjEuTGlzdE92ZXJyaWRlc1JlcXVlc3QaIy5yYXRlbGltaXQudjEuTGlzdE92ZXJyaWRlc1Jlc3BvbnNlIgASXQoORGVsZXRlT3ZlcnJpZGUSIy5yYXRlbGltaXQudjEuRGVsZXRlT3ZlcnJpZGVSZXF1ZXN0GiQucmF0ZWxpbWl0LnYxLkRlbGV0ZU92ZXJyaWRlUmVzcG9uc2UiAGIGcHJvdG8z");
 
 /**
  * LimitRequest asks whether identifier may spend cost units of limit per
@@ -313,14 +313,16 @@ export const SettleResponseSchema: GenMessage<SettleResponse> = /*@__PURE__*/
  */
 export type AcquireRequest = Message<"ratelimit.v1.AcquireRequest"> & {
   /**
-   * Namespace and identifier name the limit with the lease, as a window's
-   * duration does: acquisitions with another lease count apart.
+   * Namespace names the limit with the identifier and the lease, as a
+   * window's duration does: acquisitions with another lease count apart.
    *
    * @generated from field: string namespace = 1;
    */
   namespace: string;
 
   /**
+   * Identifier is whose slots these are: a team, a key, a backend.
+   *
    * @generated from field: string identifier = 2;
    */
   identifier: string;
@@ -474,6 +476,66 @@ export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
   messageDesc(file_ratelimit_v1_ratelimit, 8);
 
 /**
+ * ExtendResponse answers an Extend as AcquireResponse answers an Acquire:
+ * the slots held now, under a new lease_id.
+ *
+ * @generated from message ratelimit.v1.ExtendResponse
+ */
+export type ExtendResponse = Message<"ratelimit.v1.ExtendResponse"> & {
+  /**
+   * Success reports whether the slots are held: false only when they had
+   * expired and none was free to take anew.
+   *
+   * @generated from field: bool success = 1;
+   */
+  success: boolean;
+
+  /**
+   * LeaseId names the slots now; the one extended is used up.
+   *
+   * @generated from field: string lease_id = 2;
+   */
+  leaseId: string;
+
+  /**
+   * InFlight is how many slots of the limit are held, these included.
+   *
+   * @generated from field: int64 in_flight = 3;
+   */
+  inFlight: bigint;
+
+  /**
+   * Limit is the limit that applied.
+   *
+   * @generated from field: int64 limit = 4;
+   */
+  limit: bigint;
+
+  /**
+   * RetryAfter is, when refused, how many milliseconds until held slots
+   * expire if none is released first.
+   *
+   * @generated from field: int64 retry_after = 5;
+   */
+  retryAfter: bigint;
+
+  /**
+   * ExpiresAt is when the slots free themselves if they are neither
+   * released nor extended again, in unix milliseconds.
+   *
+   * @generated from field: int64 expires_at = 6;
+   */
+  expiresAt: bigint;
+};
+
+/**
+ * Describes the message ratelimit.v1.ExtendResponse.
+ * Use `create(ExtendResponseSchema)` to create a new message.
+ */
+export const ExtendResponseSchema: GenMessage<ExtendResponse> = /*@__PURE__*/
+  messageDesc(file_ratelimit_v1_ratelimit, 9);
+
+/**
  * ExtendRequest keeps the slots of a lease for another lease.
  *
  * @generated from message ratelimit.v1.ExtendRequest
@@ -500,7 +562,7 @@ export type ExtendRequest = Message<"ratelimit.v1.ExtendRequest"> & {
  * Use `create(ExtendRequestSchema)` to create a new message.
  */
 export const ExtendRequestSchema: GenMessage<ExtendRequest> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 9);
+  messageDesc(file_ratelimit_v1_ratelimit, 10);
 
 /**
  * MultiLimitRequest holds the limits to decide together.
@@ -522,7 +584,7 @@ export type MultiLimitRequest = Message<"ratelimit.v1.MultiLimitRequest"> & {
  * Use `create(MultiLimitRequestSchema)` to create a new message.
  */
 export const MultiLimitRequestSchema: GenMessage<MultiLimitRequest> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 10);
+  messageDesc(file_ratelimit_v1_ratelimit, 11);
 
 /**
  * MultiLimitResponse is the decision for a MultiLimitRequest.
@@ -551,7 +613,7 @@ export type MultiLimitResponse = Message<"ratelimit.v1.MultiLimitResponse"> & {
  * Use `create(MultiLimitResponseSchema)` to create a new message.
  */
 export const MultiLimitResponseSchema: GenMessage<MultiLimitResponse> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 11);
+  messageDesc(file_ratelimit_v1_ratelimit, 12);
 
 /**
  * BatchLimitRequest holds independent requests to decide.
@@ -572,7 +634,7 @@ export type BatchLimitRequest = Message<"ratelimit.v1.BatchLimitRequest"> & {
  * Use `create(BatchLimitRequestSchema)` to create a new message.
  */
 export const BatchLimitRequestSchema: GenMessage<BatchLimitRequest> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 12);
+  messageDesc(file_ratelimit_v1_ratelimit, 13);
 
 /**
  * BatchLimitResponse holds one verdict per request, in request order.
@@ -595,7 +657,7 @@ export type BatchLimitResponse = Message<"ratelimit.v1.BatchLimitResponse"> & {
  * Use `create(BatchLimitResponseSchema)` to create a new message.
  */
 export const BatchLimitResponseSchema: GenMessage<BatchLimitResponse> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 13);
+  messageDesc(file_ratelimit_v1_ratelimit, 14);
 
 /**
  * MultiLimitResult is the verdict of one limit of a MultiLimitRequest or
@@ -678,7 +740,7 @@ export type MultiLimitResult = Message<"ratelimit.v1.MultiLimitResult"> & {
  * Use `create(MultiLimitResultSchema)` to create a new message.
  */
 export const MultiLimitResultSchema: GenMessage<MultiLimitResult> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 14);
+  messageDesc(file_ratelimit_v1_ratelimit, 15);
 
 /**
  * Override replaces the limit and duration of the requests whose identifier
@@ -740,7 +802,7 @@ export type Override = Message<"ratelimit.v1.Override"> & {
  * Use `create(OverrideSchema)` to create a new message.
  */
 export const OverrideSchema: GenMessage<Override> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 15);
+  messageDesc(file_ratelimit_v1_ratelimit, 16);
 
 /**
  * SetOverrideRequest sets the override of identifier in namespace.
@@ -789,7 +851,7 @@ export type SetOverrideRequest = Message<"ratelimit.v1.SetOverrideRequest"> & {
  * Use `create(SetOverrideRequestSchema)` to create a new message.
  */
 export const SetOverrideRequestSchema: GenMessage<SetOverrideRequest> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 16);
+  messageDesc(file_ratelimit_v1_ratelimit, 17);
 
 /**
  * SetOverrideResponse returns the override as stored: one that existed
@@ -811,7 +873,7 @@ export type SetOverrideResponse = Message<"ratelimit.v1.SetOverrideResponse"> & 
  * Use `create(SetOverrideResponseSchema)` to create a new message.
  */
 export const SetOverrideResponseSchema: GenMessage<SetOverrideResponse> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 17);
+  messageDesc(file_ratelimit_v1_ratelimit, 18);
 
 /**
  * GetOverrideRequest names an override.
@@ -839,7 +901,7 @@ export type GetOverrideRequest = Message<"ratelimit.v1.GetOverrideRequest"> & {
  * Use `create(GetOverrideRequestSchema)` to create a new message.
  */
 export const GetOverrideRequestSchema: GenMessage<GetOverrideRequest> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 18);
+  messageDesc(file_ratelimit_v1_ratelimit, 19);
 
 /**
  * GetOverrideResponse holds the override.
@@ -860,7 +922,7 @@ export type GetOverrideResponse = Message<"ratelimit.v1.GetOverrideResponse"> & 
  * Use `create(GetOverrideResponseSchema)` to create a new message.
  */
 export const GetOverrideResponseSchema: GenMessage<GetOverrideResponse> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 19);
+  messageDesc(file_ratelimit_v1_ratelimit, 20);
 
 /**
  * ListOverridesRequest asks for a page of a namespace's overrides.
@@ -895,7 +957,7 @@ export type ListOverridesRequest = Message<"ratelimit.v1.ListOverridesRequest"> 
  * Use `create(ListOverridesRequestSchema)` to create a new message.
  */
 export const ListOverridesRequestSchema: GenMessage<ListOverridesRequest> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 20);
+  messageDesc(file_ratelimit_v1_ratelimit, 21);
 
 /**
  * ListOverridesResponse is one page of overrides.
@@ -923,7 +985,7 @@ export type ListOverridesResponse = Message<"ratelimit.v1.ListOverridesResponse"
  * Use `create(ListOverridesResponseSchema)` to create a new message.
  */
 export const ListOverridesResponseSchema: GenMessage<ListOverridesResponse> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 21);
+  messageDesc(file_ratelimit_v1_ratelimit, 22);
 
 /**
  * DeleteOverrideRequest names the override to delete.
@@ -951,7 +1013,7 @@ export type DeleteOverrideRequest = Message<"ratelimit.v1.DeleteOverrideRequest"
  * Use `create(DeleteOverrideRequestSchema)` to create a new message.
  */
 export const DeleteOverrideRequestSchema: GenMessage<DeleteOverrideRequest> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 22);
+  messageDesc(file_ratelimit_v1_ratelimit, 23);
 
 /**
  * DeleteOverrideResponse confirms a deletion.
@@ -966,7 +1028,7 @@ export type DeleteOverrideResponse = Message<"ratelimit.v1.DeleteOverrideRespons
  * Use `create(DeleteOverrideResponseSchema)` to create a new message.
  */
 export const DeleteOverrideResponseSchema: GenMessage<DeleteOverrideResponse> = /*@__PURE__*/
-  messageDesc(file_ratelimit_v1_ratelimit, 23);
+  messageDesc(file_ratelimit_v1_ratelimit, 24);
 
 /**
  * Algorithm is how a limit counts what it admits.
@@ -1148,7 +1210,7 @@ export const RatelimitService: GenService<{
   extend: {
     methodKind: "unary";
     input: typeof ExtendRequestSchema;
-    output: typeof AcquireResponseSchema;
+    output: typeof ExtendResponseSchema;
   },
   /**
    * SetOverride creates or replaces the override of an identifier (or a
