@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"log/slog"
 	"math"
 	"sync/atomic"
@@ -186,6 +187,10 @@ type globalTier struct {
 	// to publish (see store.Unpublished): the full flush publishes those
 	// whose counter stopped marking them.
 	unpublished store.Unpublished
+	// readSlots, set when the region has a regional store, brings the
+	// cells of concurrency limits up to date from it before a prompt
+	// flush publishes them (see slotCells).
+	readSlots func(ctx context.Context, ws []*window, now int64)
 	// state is the loops' own bookkeeping.
 	state *globalState
 	// lastSync is when the latest sync that succeeded began, in unix ms by

@@ -161,8 +161,17 @@ func (g *globalTier) publishCounted(ctx context.Context, full bool) {
 			}
 		}
 	} else {
+		slots := g.slotCells(ctx, grown, now)
 		for _, it := range grown {
+			if _, whole := slots[it.c]; whole {
+				continue
+			}
 			if cand, ok := g.flushCandidate(it.w, it.c, now, true); ok {
+				cands = append(cands, cand)
+			}
+		}
+		for c, w := range slots {
+			if cand, ok := g.flushCandidate(w, c, now, false); ok {
 				cands = append(cands, cand)
 			}
 		}
@@ -319,6 +328,58 @@ func (g *globalTier) flushCandidate(w *window, c *cell, now int64, prompt bool) 
 		return flushCandidate{}, false // small growth waits for the full flush
 	}
 	return flushCandidate{c: c, count: store.CellCount{Key: w.cellKey(c.seq()), Count: n, Limit: limit}}, true
+}
+
+// slotCells returns, for the concurrency limits among the grown cells,
+// every cell of theirs that counts now (the two cells and their refunds),
+// read from the regional store first: a prompt flush publishes them
+// together, whatever their growth, as the region holds them. A release
+// and the re-take of its slot are often made by two processes of the
+// region, each flushing on its own clock; published apart, another region
+// would see the slot free in between and take it too.
+func (g *globalTier) slotCells(ctx context.Context, grown []cellRef, now int64) map[*cell]*window {
+	var mains []*window
+	seen := map[*window]bool{}
+	for _, it := range grown {
+		if !store.IsLeaseCode(it.w.durationMs) {
+			continue
+		}
+		w := it.w
+		if w.holdsRefunds() {
+			k := w.key()
+			k.refunds = false
+			if w = g.windows.find(&k); w == nil {
+				continue
+			}
+		}
+		if !seen[w] {
+			seen[w] = true
+			mains = append(mains, w)
+		}
+	}
+	if len(mains) == 0 {
+		return nil
+	}
+	if g.readSlots != nil {
+		g.readSlots(ctx, mains, now)
+	}
+	out := map[*cell]*window{}
+	for _, w := range mains {
+		ws := []*window{w}
+		k := w.refundsKey()
+		if rw := g.windows.find(&k); rw != nil {
+			ws = append(ws, rw)
+		}
+		seq := w.seqOf(now)
+		for _, x := range ws {
+			for i := range x.cells {
+				if c := x.cells[i].Load(); c != nil && c.seq() >= seq-1 {
+					out[c] = x
+				}
+			}
+		}
+	}
+	return out
 }
 
 // sync imports what the store holds: the other regions' sum becomes

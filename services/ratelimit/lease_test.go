@@ -358,3 +358,89 @@ func TestSlotsWhenTheRegionalStoreFails(t *testing.T) {
 		t.Fatal("another process took a slot of 3 after the store came back with 3 held")
 	}
 }
+
+// TestSlotsChurnAcrossRegions: two regions hold 10 slots each of 20; one
+// region releases and re-takes a slot every 150 ms, flushing and the other
+// syncing every 300 ms: both see 20 held at every step.
+func TestSlotsChurnAcrossRegions(t *testing.T) {
+	mem := storetest.NewMemGlobal()
+	clock := newFakeClock(1_700_000_010_000)
+	ra, rb := newRegion(t, "a", mem, clock), newRegion(t, "b", mem, clock)
+	a := acq("pool", 20, 4*time.Second)
+	var held []Slot
+	for range 10 {
+		sl, ok := acquire(t, ra.Service, a)
+		if _, okb := acquire(t, rb.Service, a); !ok || !okb {
+			t.Fatal("a slot of the first 20 refused")
+		}
+		held = append(held, sl)
+	}
+	ra.flush()
+	rb.flush()
+	ra.sync()
+	rb.sync()
+	for i := range 25 { // 3.75 s: no slot outlives its two leases
+		mustRelease(t, ra.Service, held[0])
+		sl, ok := acquire(t, ra.Service, a)
+		if !ok {
+			t.Fatalf("step %d: region a refused the slot it freed", i)
+		}
+		held = append(held[1:], sl)
+		clock.Advance(150 * time.Millisecond)
+		if i%2 == 0 {
+			ra.flush()
+			rb.sync()
+		}
+		for name, r := range map[string]*region{"a": ra, "b": rb} {
+			if n := inFlight(t, r.Service, a); n != 20 {
+				t.Fatalf("step %d: region %s sees %d held, want 20", i, name, n)
+			}
+		}
+		if _, ok := acquire(t, rb.Service, a); ok {
+			t.Fatalf("step %d: region b took a 21st slot", i)
+		}
+	}
+}
+
+// TestSlotsPublishedAsTheRegionHoldsThem: in region a of two processes, A1
+// releases a slot and A2 re-takes it; A1's prompt flush alone publishes
+// both, as the regional store holds them: region b never sees the slot
+// free. (Published apart, each by the process that made it, b would see
+// the release first and take the slot too.)
+func TestSlotsPublishedAsTheRegionHoldsThem(t *testing.T) {
+	mem := storetest.NewMemGlobal()
+	redis := storetest.NewMemRegional()
+	clock := newFakeClock(1_700_000_010_000)
+	a1 := newRegion(t, "a", mem, clock, WithRegionalStore(redis))
+	a2 := newRegion(t, "a", mem, clock, WithRegionalStore(redis))
+	b := newRegion(t, "b", mem, clock)
+	lim := acq("pool", 20, 4*time.Second)
+	var held []Slot
+	for range 20 {
+		sl, ok := acquire(t, a1.Service, lim)
+		if !ok {
+			t.Fatal("region a refused one of its 20")
+		}
+		held = append(held, sl)
+	}
+	a1.flush()
+	b.sync()
+	if _, ok := acquire(t, b.Service, lim); ok {
+		t.Fatal("region b took a 21st slot")
+	}
+	for i := range 5 {
+		mustRelease(t, a1.Service, held[i])
+		if _, ok := acquire(t, a2.Service, lim); !ok {
+			t.Fatalf("step %d: A2 refused the slot A1 freed", i)
+		}
+		clock.Advance(100 * time.Millisecond)
+		a1.promptFlush()
+		b.sync()
+		if n := inFlight(t, b.Service, lim); n != 20 {
+			t.Fatalf("step %d: region b sees %d held, want 20", i, n)
+		}
+		if _, ok := acquire(t, b.Service, lim); ok {
+			t.Fatalf("step %d: region b took a 21st slot", i)
+		}
+	}
+}

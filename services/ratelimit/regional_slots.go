@@ -108,3 +108,10 @@ func (r *regionalTier) releaseNow(ctx context.Context, w *window, c *cell, amoun
 	atomicMax(&c.stored, counts[0])
 	return true
 }
+
+// readSlots brings the two current cells of the concurrency limits ws,
+// and their refunds, up to date from the regional store, in one read; a
+// failed read leaves them as they are.
+func (r *regionalTier) readSlots(ctx context.Context, ws []*window, now int64) {
+	r.refresh(ctx, ws, now, opSlots, store.RequestTimeout)
+}

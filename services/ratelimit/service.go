@@ -78,6 +78,7 @@ func New(region string, opts ...Option) (*Service, error) {
 		s.global = newGlobalTier(region, &cfg, m, &s.windows, s.regional == nil)
 		if s.regional != nil {
 			s.regional.mark = s.global.markFor
+			s.global.readSlots = s.regional.readSlots
 		}
 	}
 	return s, nil
