@@ -25,8 +25,8 @@ func fastRateLimitRequest(body []byte, m *rlsv3.RateLimitRequest) bool {
 	p := jsonScanner{b: body}
 	var req rlsv3.RateLimitRequest
 	var seenDomain, seenDescriptors, seenHits bool
-	ok := p.object(func(key string) bool {
-		switch key {
+	ok := p.object(func(key []byte) bool {
+		switch string(key) {
 		case "domain":
 			if seenDomain {
 				return false
@@ -93,8 +93,18 @@ func (p *jsonScanner) end() bool {
 
 // str reads a string without escapes or control characters, valid UTF-8.
 func (p *jsonScanner) str() (string, bool) {
-	if !p.byte('"') {
+	s, ok := p.raw()
+	if !ok {
 		return "", false
+	}
+	return string(s), true
+}
+
+// raw is str without the copy: the string's bytes in the body, for a key
+// that is only compared.
+func (p *jsonScanner) raw() ([]byte, bool) {
+	if !p.byte('"') {
+		return nil, false
 	}
 	start := p.i
 	for p.i < len(p.b) {
@@ -102,13 +112,13 @@ func (p *jsonScanner) str() (string, bool) {
 		case c == '"':
 			s := p.b[start:p.i]
 			p.i++
-			return string(s), utf8.Valid(s)
+			return s, utf8.Valid(s)
 		case c == '\\' || c < 0x20:
-			return "", false
+			return nil, false
 		}
 		p.i++
 	}
-	return "", false
+	return nil, false
 }
 
 // uint32 reads a number that is a whole uint32, digits only.
@@ -130,7 +140,7 @@ func (p *jsonScanner) uint32() (uint32, bool) {
 
 // object reads an object, calling field for each key with the scanner
 // before its value; field reads the value.
-func (p *jsonScanner) object(field func(key string) bool) bool {
+func (p *jsonScanner) object(field func(key []byte) bool) bool {
 	if !p.byte('{') {
 		return false
 	}
@@ -138,7 +148,7 @@ func (p *jsonScanner) object(field func(key string) bool) bool {
 		return true
 	}
 	for {
-		key, ok := p.str()
+		key, ok := p.raw()
 		if !ok || !p.byte(':') || !field(key) {
 			return false
 		}
@@ -176,21 +186,21 @@ func (p *jsonScanner) array(elem func() bool) bool {
 func (p *jsonScanner) descriptor() (*rlcommonv3.RateLimitDescriptor, bool) {
 	d := &rlcommonv3.RateLimitDescriptor{}
 	seen := false
-	ok := p.object(func(key string) bool {
-		if key != "entries" || seen {
+	ok := p.object(func(key []byte) bool {
+		if string(key) != "entries" || seen {
 			return false
 		}
 		seen = true
 		return p.array(func() bool {
 			e := &rlcommonv3.RateLimitDescriptor_Entry{}
 			var seenKey, seenValue bool
-			ok := p.object(func(key string) bool {
+			ok := p.object(func(key []byte) bool {
 				var ok bool
 				switch {
-				case key == "key" && !seenKey:
+				case string(key) == "key" && !seenKey:
 					seenKey = true
 					e.Key, ok = p.str()
-				case key == "value" && !seenValue:
+				case string(key) == "value" && !seenValue:
 					seenValue = true
 					e.Value, ok = p.str()
 				}

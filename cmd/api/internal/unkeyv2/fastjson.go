@@ -1,21 +1,17 @@
 package unkeyv2
 
 import (
-	"encoding/json"
 	"strconv"
+
+	json "github.com/go-json-experiment/json"
 )
 
-// The limit route's answer, nearly every call's, is written by hand, as
-// encoding/json would write it byte for byte (TestLimitAnswerAsEncodingJSON),
-// without its reflection: a tenth of the route's CPU (docs/BENCHMARKS.md,
-// "Floors").
+// The limit route's answer, nearly every call's, is written by hand, byte
+// for byte as writeJSON (encoding/json/v2's Marshal) would write it
+// (TestLimitAnswerAsWriteJSON), without its reflection: a tenth of the
+// route's CPU (docs/BENCHMARKS.md, "Floors").
 
-// appender is data that writes its own JSON.
-type appender interface {
-	appendJSON(b []byte) []byte
-}
-
-// appendJSON appends d as encoding/json writes it.
+// appendJSON appends d as writeJSON writes it.
 func (d *limitData) appendJSON(b []byte) []byte {
 	b = append(b, `{"limit":`...)
 	b = strconv.AppendInt(b, d.Limit, 10)
@@ -38,7 +34,7 @@ func (d *limitData) appendJSON(b []byte) []byte {
 
 // appendSuccess appends the answer of data with requestID as writeJSON
 // writes a success of it, newline included.
-func appendSuccess(b []byte, data appender, requestID string) []byte {
+func appendSuccess(b []byte, data *limitData, requestID string) []byte {
 	b = append(b, `{"data":`...)
 	b = data.appendJSON(b)
 	b = append(b, `,"meta":{"requestId":`...)
@@ -46,12 +42,12 @@ func appendSuccess(b []byte, data appender, requestID string) []byte {
 	return append(b, "}}\n"...)
 }
 
-// appendString appends s as encoding/json writes a string: as it is when
-// it is printable ASCII that needs no escape (ids, tokens), by
-// encoding/json otherwise.
+// appendString appends s as writeJSON writes a string: as it is when it
+// is printable ASCII that needs no escape (ids, tokens; v2 escapes neither
+// <, > nor &), by encoding/json/v2 otherwise.
 func appendString(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
 			quoted, _ := json.Marshal(s)
 			return append(b, quoted...)
 		}

@@ -1,15 +1,16 @@
 package unkeyv2
 
 import (
-	"encoding/json"
 	"math/rand/v2"
 	"testing"
+
+	json "github.com/go-json-experiment/json"
 )
 
-// TestLimitAnswerAsEncodingJSON: the hand-written answer of the limit route
-// is byte for byte what encoding/json writes for it, for random numbers
-// and for ids that need escaping or not.
-func TestLimitAnswerAsEncodingJSON(t *testing.T) {
+// TestLimitAnswerAsWriteJSON: the hand-written answer of the limit route is
+// byte for byte what writeJSON (encoding/json/v2) writes for it, for random
+// numbers and for ids that need escaping or not.
+func TestLimitAnswerAsWriteJSON(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	ids := []string{"", "ovr_6f1c0a", "odd<id>&\"é\\", "tab\there", "\u2028"}
 	for range 1000 {
@@ -21,7 +22,7 @@ func TestLimitAnswerAsEncodingJSON(t *testing.T) {
 			t.Fatal(err)
 		}
 		if got := appendSuccess(nil, d, requestID); string(got) != string(want)+"\n" {
-			t.Fatalf("hand-written %s\nencoding/json %s", got, want)
+			t.Fatalf("hand-written %s\nencoding/json/v2 %s", got, want)
 		}
 	}
 }

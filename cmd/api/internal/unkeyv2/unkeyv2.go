@@ -114,7 +114,7 @@ func (h *Handler) serve(fn func(context.Context, *request) (any, error)) http.Ha
 			h.fail(w, r, requestID, err)
 			return
 		}
-		if a, ok := data.(appender); ok {
+		if a, ok := data.(*limitData); ok {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusOK)
 			w.Write(appendSuccess(make([]byte, 0, 256), a, requestID))
