@@ -57,13 +57,18 @@ type fleetRun struct {
 	acquired, denied, released, lost, doubled atomic.Int64
 	// maxHeld is the most slots callers held at once, by their own count:
 	// from the answer of an acquisition to the sending of its release;
-	// maxSteady the most after the first two seconds, when every process
-	// has heard of the others.
+	// maxSteady the most after the first warmUp, by when every process has
+	// heard of the others and what they took at once at the start is
+	// released.
 	maxHeld, maxSteady int64
 	// samples and over count the 5 ms samples of what was held, and those
-	// over the limit, after the first two seconds.
+	// over the limit, after the first warmUp.
 	samples, over int64
 }
+
+// warmUp is how long from the start of a fleet run its steady figures
+// leave out.
+const warmUp = 3 * time.Second
 
 // Fleet runs: a limit of 20 slots, leases of 4 s, 200 callers.
 const (
@@ -78,36 +83,46 @@ const (
 // processes (on one Redis), and in two regions of two processes each on
 // one MariaDB. Callers count what they hold. In a region the slots are
 // taken atomically in Redis: never more than the limit. Across regions
-// each region sees the others' slots one flush and one sync late: the most
-// held is within the bound README states (what the other region took in
-// that time; all of its limit when both start at once from nothing). A
-// release lost on the network (2 % of them, never sent) frees its slot
-// when its lease ends, as does the slot of a holder killed with SIGKILL; a
-// release whose answer was lost and is sent again (2 %) frees nothing
-// more. Metrics and analytics count the denials.
+// each region sees the others' slots one flush and one sync late: when
+// both start from nothing at once each may take the whole limit (the bound
+// README states: the limit times the regions); once they have heard of
+// each other (after warmUp), near the limit (docs/ACCURACY.md has the
+// figures; the test asserts the hard bound only, as the lag is seconds on
+// a loaded machine). A release lost on the
+// network (2 % of them, never sent) frees its slot when its lease ends, as
+// does the slot of a holder killed with SIGKILL; a release whose answer was
+// lost and is sent again (2 %) frees nothing more. Metrics and analytics
+// count the denials.
 func TestLeasesFleet(t *testing.T) {
 	t.Parallel()
 	var reports sync.Map
 	for _, tc := range []struct {
 		name  string
 		shape string // the region of each process
-		// bound is how far past the limit callers may hold.
-		bound int64
+		// bound is how far past the limit callers may hold, steady after
+		// warmUp.
+		bound, steady int64
 	}{
-		{"one region of two processes", "aa", 0},
-		{"two regions of two processes", "aabb", fleetLimit},
+		{"one region of two processes", "aa", 0, 0},
+		// Steady, a region may still take a slot the other took within
+		// the lag: on a loaded machine (this test beside the others) the
+		// lag is seconds, and the hard bound is the only one to assert.
+		{"two regions of two processes", "aabb", fleetLimit, fleetLimit},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			run := runFleet(t, tc.shape)
 			steady := 100 * float64(run.over) / float64(max(run.samples, 1))
-			t.Logf("%s: %d acquired, %d denied, %d released (%d sent twice), %d lost; most held at once %d (%.2f× the limit), after 2 s %d; "+
-				"held over the limit %.2f %% of the time after 2 s", tc.name, run.acquired.Load(), run.denied.Load(), run.released.Load(),
-				run.doubled.Load(), run.lost.Load(), run.maxHeld, float64(run.maxHeld)/fleetLimit, run.maxSteady, steady)
+			t.Logf("%s: %d acquired, %d denied, %d released (%d sent twice), %d lost; most held at once %d (%.2f× the limit), after %v %d; "+
+				"held over the limit %.2f %% of the time after it", tc.name, run.acquired.Load(), run.denied.Load(), run.released.Load(),
+				run.doubled.Load(), run.lost.Load(), run.maxHeld, float64(run.maxHeld)/fleetLimit, warmUp, run.maxSteady, steady)
 			reports.Store(tc.shape, fmt.Sprintf("| %s | %d | %d | %d | %d | %d (%.2f×) | %d | %.2f %% |\n", tc.name, run.acquired.Load(),
 				run.denied.Load(), run.lost.Load(), run.doubled.Load(), run.maxHeld, float64(run.maxHeld)/fleetLimit, run.maxSteady, steady))
 			if run.maxHeld > fleetLimit+tc.bound {
 				t.Errorf("callers held %d slots at once, past the limit %d and its bound (%d more)", run.maxHeld, fleetLimit, tc.bound)
+			}
+			if run.maxSteady > fleetLimit+tc.steady {
+				t.Errorf("callers held %d slots at once after %v, past the limit %d and %d more", run.maxSteady, warmUp, fleetLimit, tc.steady)
 			}
 		})
 	}
@@ -201,7 +216,7 @@ func runFleet(t *testing.T, shape string) *fleetRun {
 	began := time.Now()
 	for ctx.Err() == nil {
 		<-sampler.C
-		if time.Since(began) < 2*time.Second {
+		if time.Since(began) < warmUp {
 			continue
 		}
 		h := held.Load()

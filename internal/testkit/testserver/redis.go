@@ -66,6 +66,15 @@ func StartRedisMutualTLS(t testing.TB, certFile, keyFile, caFile string, client 
 	})
 }
 
+// StartRedisEverySec is StartRedis with the append-only file synced once
+// a second (Redis's own default when it is on) instead of at every write:
+// for benchmarks of calls that wait on a write, which would otherwise
+// measure the disk.
+func StartRedisEverySec(t testing.TB) *Redis {
+	t.Helper()
+	return startRedisWith(t, nil, func(string) []string { return []string{"--appendfsync", "everysec"} })
+}
+
 func startRedisWith(t testing.TB, client *tls.Config, extra func(dir string) []string) *Redis {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
