@@ -444,3 +444,40 @@ func TestSlotsPublishedAsTheRegionHoldsThem(t *testing.T) {
 		}
 	}
 }
+
+// TestSlotsOfADeadRegionFree: region a takes 8 slots of 10 and dies (it
+// never flushes, releases or extends again); region b, which learned of
+// them, takes only the 2 left until the slots expire, within two leases,
+// and then all 10.
+func TestSlotsOfADeadRegionFree(t *testing.T) {
+	mem := storetest.NewMemGlobal()
+	clock := newFakeClock(1_700_000_010_000)
+	ra, rb := newRegion(t, "a", mem, clock), newRegion(t, "b", mem, clock)
+	lim := acq("pool", 10, 4*time.Second)
+	for range 8 {
+		if _, ok := acquire(t, ra.Service, lim); !ok {
+			t.Fatal("region a refused a slot")
+		}
+	}
+	ra.flush()
+	rb.sync()
+	if n := inFlight(t, rb.Service, lim); n != 8 {
+		t.Fatalf("region b sees %d held, want 8", n)
+	}
+	clock.Advance(4 * time.Second) // one lease: still held
+	rb.sync()
+	if n := inFlight(t, rb.Service, lim); n != 8 {
+		t.Fatalf("a lease on, region b sees %d held, want 8", n)
+	}
+	clock.Advance(4 * time.Second) // two leases: free
+	rb.sync()
+	taken := 0
+	for range 12 {
+		if _, ok := acquire(t, rb.Service, lim); ok {
+			taken++
+		}
+	}
+	if taken != 10 {
+		t.Fatalf("two leases after region a died, region b took %d slots, want 10", taken)
+	}
+}
