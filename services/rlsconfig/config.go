@@ -187,10 +187,7 @@ func (c *Config) compile(parent *node, path string, levels []string, descriptors
 		}
 		n := &node{key: d.Key, value: d.Value, shareThreshold: d.ShareThreshold, valueToMetric: d.ValueToMetric,
 			exact: map[entry]*node{}}
-		name := d.Key
-		if d.Value != "" {
-			name += "_" + d.Value
-		}
+		name := descriptorName(d.Key, d.Value)
 		here := path + "." + name
 		if strings.Contains(d.Value, "*") {
 			n.wildcard = strings.Split(d.Value, "*")
@@ -400,4 +397,14 @@ func (c *Config) Models() map[string]int { return maps.Clone(c.models) }
 func (c *Config) HasDomain(domain string) bool {
 	_, ok := c.domains[domain]
 	return ok
+}
+
+// descriptorName names a descriptor of key and value in a rule's path, as
+// envoyproxy/ratelimit's statistics do: the key, and "_" and the value if
+// it has one.
+func descriptorName(key, value string) string {
+	if value == "" {
+		return key
+	}
+	return key + "_" + value
 }

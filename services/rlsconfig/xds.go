@@ -36,10 +36,7 @@ func LoadXDS(configs ...*rlsconfv3.RateLimitConfig) (*Config, error) {
 func xdsDescriptors(path string, in []*rlsconfv3.RateLimitDescriptor) ([]fileDescriptor, error) {
 	out := make([]fileDescriptor, len(in))
 	for i, d := range in {
-		here := path + "." + d.GetKey()
-		if d.GetValue() != "" {
-			here += "_" + d.GetValue()
-		}
+		here := path + "." + descriptorName(d.GetKey(), d.GetValue())
 		children, err := xdsDescriptors(here, d.GetDescriptors())
 		if err != nil {
 			return nil, err
