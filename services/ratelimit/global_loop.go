@@ -144,7 +144,10 @@ func (g *globalTier) publishCounted(ctx context.Context, full bool) {
 	var cands []flushCandidate
 	if full {
 		st.lastFullFlush = clockNow
-		g.windows.forEach(func(w *window) {
+		// Concurrency limits are published as the region holds them, read
+		// first (see slotCells), after the walk.
+		var slots []*window
+		candidates := func(w *window) {
 			for i := range w.cells {
 				c := w.cells[i].Load()
 				if c != nil && c.flags.Load()&cellMarked != 0 {
@@ -154,7 +157,26 @@ func (g *globalTier) publishCounted(ctx context.Context, full bool) {
 					cands = append(cands, cand)
 				}
 			}
+		}
+		g.windows.forEach(func(w *window) {
+			if g.readSlots != nil && store.IsLeaseCode(w.durationMs) {
+				slots = append(slots, w)
+				return
+			}
+			candidates(w)
 		})
+		if len(slots) > 0 {
+			var mains []*window
+			for _, w := range slots {
+				if !w.holdsRefunds() {
+					mains = append(mains, w)
+				}
+			}
+			g.readSlots(ctx, mains, now)
+			for _, w := range slots {
+				candidates(w)
+			}
+		}
 		for c, f := range st.flushed {
 			if f.expiresAt <= now {
 				delete(st.flushed, c)

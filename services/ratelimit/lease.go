@@ -2,7 +2,9 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/unkeyed/ratelimit/internal/invalid"
@@ -89,7 +91,7 @@ func (a *Acquisition) request() Request {
 		Limit: a.Limit, Duration: a.Lease, Algorithm: Concurrency, Cost: a.Cost, Reserve: true}
 }
 
-// Acquire takes a.Cost slots if fewer than a.Limit less a.Cost are held,
+// Acquire takes a.Cost slots if at most a.Limit less a.Cost are held,
 // and answers as [Service.Decide] does: Remaining is the slots left free
 // (so Limit less Remaining are held, at most Limit), Reset the end of the
 // lease-long cell the slots were counted in, which they outlive by one
@@ -143,21 +145,18 @@ func (s *Service) Extend(ctx context.Context, sl Slot) (Response, error) {
 	switch sl.Sequence {
 	case now:
 		// Counted in the current cell: held for a lease more already.
-		return s.state(ctx, a, nil)
+		return s.state(ctx, a, sl.Sequence)
 	case now - 1:
 	default:
 		return s.Decide(ctx, a.request())
 	}
 	// Count the slots into the current cell first, whatever the limit
-	// says, then free the old ones: in between they are counted twice,
-	// never not at all.
-	r := a.request()
-	r.Reserve, r.Report = false, true
-	resp, err := s.Decide(ctx, r)
+	// says (in the regional store at once, as a take is), then free the
+	// old ones: in between they are counted twice, never not at all.
+	moved, err := s.count(ctx, a, now)
 	if err != nil {
-		return resp, err
+		return Response{}, err
 	}
-	moved := CellOf(resp, sl.Lease)
 	freed, err := s.Refund(ctx, sl.refund(sl.Sequence))
 	if err != nil || freed == 0 {
 		// The old cell expired meanwhile: the slots were free. Undo the
@@ -170,18 +169,58 @@ func (s *Service) Extend(ctx context.Context, sl Slot) (Response, error) {
 		}
 		return s.Decide(ctx, a.request())
 	}
-	return s.state(ctx, a, nil)
+	return s.state(ctx, a, moved)
 }
 
-// state answers an extension of a: the slots are held, and the rest is
-// what a check of one more would answer.
-func (s *Service) state(ctx context.Context, a Acquisition, err error) (Response, error) {
-	if err != nil {
-		return Response{}, err
+// count counts a.Cost slots into a's cell seq (or the window's newer one,
+// for a clock reading another request passed), whatever the limit says,
+// and returns the cell it counted them in. With a regional store it sends
+// them at once, as a take is sent: another process must not see them
+// nowhere while the old cell's are freed; if the store fails, they are
+// replayed as any count.
+func (s *Service) count(ctx context.Context, a Acquisition, seq int64) (int64, error) {
+	r := a.request()
+	key := keyOf(&r)
+	for range maxEvictionRetries {
+		w, err := s.windows.forRequest(&key)
+		if err != nil {
+			return 0, err
+		}
+		w.observeLimit(a.Limit)
+		c, newer := w.cellAt(seq, s.regional == nil)
+		if c == nil {
+			seq = newer
+			continue
+		}
+		if s.regional != nil && s.regional.releaseNow(ctx, w, c, a.Cost) {
+			// In the store: a window the janitor removes meanwhile is
+			// replaced by one that reads it back.
+			s.global.noteGrowth(w, c, a.Limit)
+			return seq, nil
+		}
+		addCapped(&c.count, a.Cost)
+		if w.evicted() {
+			c.count.Add(-a.Cost)
+			runtime.Gosched()
+			continue
+		}
+		if s.regional != nil {
+			s.regional.queueReplay(w, c, a.Cost)
+		}
+		s.global.noteGrowth(w, c, a.Limit)
+		return seq, nil
 	}
+	return 0, errors.New("concurrency limit: its window kept being evicted")
+}
+
+// state answers an extension of a whose slots are held in cell seq: held,
+// Reset the end of seq (so that [CellOf] names it, whatever the clock
+// reads now), and the rest what a check of one more would answer.
+func (s *Service) state(ctx context.Context, a Acquisition, seq int64) (Response, error) {
 	r := a.request()
 	r.Cost, r.Reserve = 0, false
 	resp, err := s.Decide(ctx, r)
 	resp.Success, resp.RetryAfter = true, 0
+	resp.Reset = time.UnixMilli((seq + 1) * a.Lease.Milliseconds())
 	return resp, err
 }

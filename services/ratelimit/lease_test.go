@@ -481,3 +481,26 @@ func TestSlotsOfADeadRegionFree(t *testing.T) {
 		t.Fatalf("two leases after region a died, region b took %d slots, want 10", taken)
 	}
 }
+
+// TestExtendKeepsTheSlotInTheRegion: A holds the only slot and extends it
+// a lease later; B, on the same regional store, finds it held at once,
+// before either replays anything: the moved count reaches the store
+// before the old one is freed.
+func TestExtendKeepsTheSlotInTheRegion(t *testing.T) {
+	o := storetest.NewMemRegional()
+	clock := newFakeClock(1_700_000_010_000)
+	pa, pb := newRegional(t, o, clock), newRegional(t, o, clock)
+	a := acq("user", 1, 10*time.Second)
+	sl, ok := acquire(t, pa.Service, a)
+	if !ok {
+		t.Fatal("the first slot refused")
+	}
+	clock.Advance(10 * time.Second)
+	resp, err := pa.Extend(context.Background(), sl)
+	if err != nil || !resp.Success || CellOf(resp, a.Lease) != sl.Sequence+1 {
+		t.Fatalf("extend: %+v, %v", resp, err)
+	}
+	if _, ok := acquire(t, pb.Service, a); ok {
+		t.Fatal("B took the slot A was extending")
+	}
+}

@@ -35,7 +35,7 @@ func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp s
 	if prev != nil {
 		others += prev.global.Load()
 	}
-	othersFreed, freed := r.refundsAt(w, seq)
+	othersFreed, freed := r.slotRefunds(w, seq)
 	others -= othersFreed
 	var counts store.SlotCounts
 	_, err := r.call(ctx, opSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
@@ -66,10 +66,10 @@ func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp s
 	return d, cur, true
 }
 
-// refundsAt returns the refunds of w's cells of seq and seq-1 that the
+// slotRefunds returns the refunds of w's cells of seq and seq-1 that the
 // other regions made, as the global store told us, and those this process
 // made and has not replayed yet.
-func (r *regionalTier) refundsAt(w *window, seq int64) (others, unreplayed int64) {
+func (r *regionalTier) slotRefunds(w *window, seq int64) (others, unreplayed int64) {
 	k := w.refundsKey()
 	rw := r.windows.find(&k)
 	if rw == nil {
@@ -84,10 +84,11 @@ func (r *regionalTier) refundsAt(w *window, seq int64) (others, unreplayed int64
 	return others, unreplayed
 }
 
-// releaseNow adds amount, a release of slots, to c, a cell of the refunds
-// window w, in the regional store at once, so that the region's next
-// acquisition, in any process, finds the slots free; and reports false
-// when the store failed (the caller then replays it, as any refund).
+// releaseNow adds amount to c, a cell of a concurrency limit's window w or
+// of its releases, in the regional store at once, so that the region's
+// next acquisition, in any process, sees it (a release: the slots free; an
+// extension's count: the slots still held); and reports false when the
+// store failed (the caller then replays it, as any count).
 func (r *regionalTier) releaseNow(ctx context.Context, w *window, c *cell, amount int64) bool {
 	now := r.clock.Now().UnixMilli()
 	inc := store.Increment{Key: w.cellKey(c.seq()), Delta: amount,

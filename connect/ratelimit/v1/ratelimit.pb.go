@@ -690,7 +690,7 @@ func (x *AcquireRequest) GetCost() int64 {
 	return 0
 }
 
-// AcquireResponse answers an Acquire or an Extend.
+// AcquireResponse answers an Acquire.
 type AcquireResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Success reports whether the slots are held.
@@ -899,8 +899,9 @@ func (x *ReleaseResponse) GetLimit() int64 {
 // the slots held now, under a new lease_id.
 type ExtendResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Success reports whether the slots are held: false only when they had
-	// expired and none was free to take anew.
+	// Success reports whether the slots are held: false when they had
+	// expired (or the ledger could not record that the old lease_id was
+	// used) and none was free to take anew.
 	Success bool `protobuf:"varint,1,opt,name=success,proto3" json:"success,omitempty"`
 	// LeaseId names the slots now; the one extended is used up.
 	LeaseId string `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`

@@ -15,8 +15,10 @@ import (
 // ARGV[3], the other regions', less ARGV[6], the caller's releases not
 // sent yet, leaves room for ARGV[1] under ARGV[2],
 // adds ARGV[1] to KEYS[1] and keeps it at least ARGV[4] ms. It answers
-// whether it took them and the four counts afterwards, a value that is not
-// a count read as ARGV[5] (the largest count: it denies).
+// whether it took them and the four counts afterwards. A value that is not
+// a count reads as ARGV[5], the largest count: in a cell it denies, in its
+// releases it frees the cell, as the window limits' reads do (a corrupt
+// key is the operator's to clear).
 var takeSlotsScript = redis.NewScript(`
 local max = tonumber(ARGV[5])
 local function count(key)

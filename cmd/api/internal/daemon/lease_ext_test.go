@@ -184,14 +184,17 @@ func TestLeaseRules(t *testing.T) {
 	if code, out := releaseOn(t, ts, tokB, lease); code != 400 {
 		t.Fatalf("release by another workspace: %d %v", code, out)
 	}
-	if code, out := ts.call(t, "Limit", tokA, reserveJSON("r", 10)); code == 200 {
-		tok, _ := out["reservation"].(string)
-		if code, out := releaseOn(t, ts, tokA, tok); code != 400 {
-			t.Fatalf("release of a reservation: %d %v", code, out)
-		}
-		if code, out := settleOn(t, ts, lease, 0); code == 200 {
-			t.Fatalf("a lease settled as a reservation: %d %v", code, out)
-		}
+	code, out := ts.call(t, "Limit", tokA, reserveJSON("r", 10))
+	tok, _ := out["reservation"].(string)
+	if code != 200 || tok == "" {
+		t.Fatalf("reserve: %d %v", code, out)
+	}
+	if code, out := releaseOn(t, ts, tokA, tok); code != 400 {
+		t.Fatalf("release of a reservation: %d %v", code, out)
+	}
+	if code, out := ts.call(t, "Settle", tokA, fmt.Sprintf(`{"reservation":%q,"cost":0}`, lease)); code != 400 ||
+		!strings.HasPrefix(fmt.Sprint(out["message"]), "reservation:") {
+		t.Fatalf("a lease settled as a reservation: %d %v", code, out)
 	}
 	if code, out := releaseOn(t, ts, tokA, lease); code != 200 || out["released"] != true {
 		t.Fatalf("release by its workspace: %d %v", code, out)

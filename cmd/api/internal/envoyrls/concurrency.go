@@ -50,8 +50,8 @@ func (s *Service) acquire(ctx context.Context, ns pipeline.Namespace, p *plan) (
 		out.Success, out.Limit, out.Remaining = true, int64(l.RequestsPerUnit), int64(l.RequestsPerUnit)
 		return out, nil, nil
 	}
-	lease, err := ns.Acquire(ctx, ratelimit.Acquisition{Namespace: ns.Name(), Identifier: pipeline.CounterIdentifier(p.identifier),
-		Limit: int64(l.RequestsPerUnit), Lease: l.Duration(), Cost: p.cost})
+	lease, err := ns.Acquire(ctx, ratelimit.Acquisition{Namespace: ns.Name(), Identifier: p.identifier,
+		Limit: int64(l.RequestsPerUnit), Lease: l.Duration(), Cost: p.cost}, MaxIdentifier)
 	var capacity *ratelimit.CapacityError
 	if err != nil && !errors.As(err, &capacity) {
 		return limitDecision{}, nil, err

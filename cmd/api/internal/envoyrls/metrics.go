@@ -26,9 +26,9 @@ type metrics struct {
 	globalShadow   prometheus.Counter
 	// inFlight is, by domain and rule (its path), the slots of a
 	// concurrency rule held as its latest acquisition or release saw
-	// them; badReleases counts lease ids in releases that freed nothing
-	// because this service did not issue them (to the workspace, for the
-	// domain) or they were changed.
+	// them; badReleases counts lease ids whose release failed: not issued
+	// by this service (to the workspace, for the domain), changed, or a
+	// store that failed.
 	inFlight    *prometheus.GaugeVec
 	badReleases prometheus.Counter
 	// nearRatio: a hit that leaves less than (1 - nearRatio) of the limit
@@ -168,7 +168,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Help: "Slots of a concurrency rule held, by domain and rule, as the rule's latest acquisition or release saw them (of its latest descriptor's counter)."},
 		[]string{"domain", "rule"})
 	m.badReleases = prometheus.NewCounter(prometheus.CounterOpts{Name: "unkey_rls_bad_releases_total",
-		Help: "Lease ids in release descriptors that freed nothing: not issued by this service to the workspace for the domain, or changed."})
+		Help: "Lease ids in release descriptors whose release failed: not issued by this service to the workspace for the domain, changed, or a store that failed."})
 	collectors := []prometheus.Collector{m.globalShadow, m.inFlight, m.badReleases}
 	for i, stat := range [stats]struct{ ours, help, upstream string }{
 		statHits:   {"unkey_rls_hits_total", "Hits of descriptors that matched a rule of Envoy's rate limit service, by domain and rule.", "total_hits"},

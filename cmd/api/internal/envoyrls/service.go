@@ -61,7 +61,8 @@ const (
 	MaxEntryBytes = 1024
 	// MaxReleaseBytes bounds the value of a release's entry (see
 	// ReleaseKey): the lease ids of a request's concurrency rules, each at
-	// most about 850 bytes.
+	// most about 1,100 characters (a 255-character namespace and
+	// identifier), most about 150.
 	MaxReleaseBytes = 8192
 	// MaxIdentifier bounds a descriptor's counter name, its entries
 	// written out (see rlsconfig.Identifier), in characters: what a
@@ -224,6 +225,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 		st, err := s.decide(ctx, ns, req.Domain, p, now)
 		if err != nil {
+			// Failed: the request holds no slot (it would never be
+			// released: the answer carries no lease).
+			s.giveBack(ctx, ns, plans)
 			return nil, err
 		}
 		resp.Statuses[i] = st
@@ -323,7 +327,7 @@ func validate(req *rlsv3.RateLimitRequest) error {
 			}
 			if len(e.GetKey()) > MaxEntryBytes || len(e.GetValue()) > maxValue {
 				return &invalid.Error{Field: fmt.Sprintf("descriptors[%d].entries[%d]", i, j),
-					Rule: fmt.Sprintf("key and value must be at most %d bytes each", MaxEntryBytes)}
+					Rule: fmt.Sprintf("key and value must be at most %d bytes each (a release's value %d)", MaxEntryBytes, MaxReleaseBytes)}
 			}
 		}
 	}

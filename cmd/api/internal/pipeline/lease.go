@@ -62,17 +62,20 @@ var invalidLease = &invalid.Error{Field: "lease_id",
 // limits in its namespace. An override that matches the identifier (as
 // sent) replaces the limit; the lease stays, since it names the limit.
 func (p *Pipeline) Acquire(ctx context.Context, a ratelimit.Acquisition) (Lease, error) {
-	return p.acquire(ctx, a, false)
+	return p.acquire(ctx, a, false, 0)
 }
 
 // Acquire is Pipeline.Acquire for slots in the namespace, not authorized
-// again, whose limit may be 0 (an operator's rule that blocks). An
-// acquisition that names another namespace is denied.
-func (n Namespace) Acquire(ctx context.Context, a ratelimit.Acquisition) (Lease, error) {
+// again, whose limit may be 0 (an operator's rule that blocks), and whose
+// identifier may be up to maxIdentifier characters (ratelimit.MaxNameLength
+// if 0; a longer one than that is counted under its digest, see
+// CounterIdentifier). An acquisition that names another namespace is
+// denied.
+func (n Namespace) Acquire(ctx context.Context, a ratelimit.Acquisition, maxIdentifier int) (Lease, error) {
 	if a.Namespace != n.name {
 		return Lease{}, &access.DeniedError{Permission: access.Name(access.Limit, a.Namespace)}
 	}
-	return n.p.acquire(ctx, a, true)
+	return n.p.acquire(ctx, a, true, maxIdentifier)
 }
 
 // Release is Pipeline.Release for a lease of the namespace, not authorized
@@ -83,9 +86,17 @@ func (n Namespace) Release(ctx context.Context, id string) (Released, error) {
 }
 
 // acquire is Acquire; authorized says the namespace was authorized, by an
-// operator's rule whose limit may be 0.
-func (p *Pipeline) acquire(ctx context.Context, a ratelimit.Acquisition, authorized bool) (Lease, error) {
+// operator's rule whose limit may be 0; maxIdentifier is as
+// Namespace.Acquire's.
+func (p *Pipeline) acquire(ctx context.Context, a ratelimit.Acquisition, authorized bool, maxIdentifier int) (Lease, error) {
 	a.Workspace = call.Workspace(ctx)
+	// Overrides match the identifier as sent; the counter is named by it,
+	// or its digest.
+	sent := a.Identifier
+	if err := ratelimit.CheckName("identifier", sent, max(maxIdentifier, ratelimit.MaxNameLength)); err != nil {
+		return Lease{}, err
+	}
+	a.Identifier = CounterIdentifier(sent)
 	if err := a.Validate(); err != nil {
 		return Lease{}, err
 	}
@@ -99,10 +110,9 @@ func (p *Pipeline) acquire(ctx context.Context, a ratelimit.Acquisition, authori
 	}
 	annotate(ctx, a.Namespace, 1)
 	var out Lease
-	if o, ok := p.overrides.Lookup(a.Workspace, a.Namespace, a.Identifier); ok {
+	if o, ok := p.overrides.Lookup(a.Workspace, a.Namespace, sent); ok {
 		a.Limit, out.OverrideID = o.Limit, o.ID
 	}
-	a.Identifier = CounterIdentifier(a.Identifier)
 	resp, err := p.limiter.Acquire(ctx, a)
 	if err != nil {
 		return Lease{}, err

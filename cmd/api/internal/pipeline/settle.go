@@ -84,7 +84,9 @@ func (p *Pipeline) Settle(ctx context.Context, token string, cost *int64) (Settl
 	if errors.Is(err, reservation.ErrSecretUnavailable) {
 		return SettleDecision{}, reservation.ErrUnavailable
 	}
-	if err != nil || t.Workspace != call.Workspace(ctx) {
+	if err != nil || t.Slot || t.Workspace != call.Workspace(ctx) {
+		// A lease settles as no reservation: its refund would land in the
+		// window of the same name and length, not in its slots.
 		return SettleDecision{}, invalidReservation
 	}
 	if t.Scope != p.scope {

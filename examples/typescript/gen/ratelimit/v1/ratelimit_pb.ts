@@ -360,7 +360,7 @@ export const AcquireRequestSchema: GenMessage<AcquireRequest> = /*@__PURE__*/
   messageDesc(file_ratelimit_v1_ratelimit, 5);
 
 /**
- * AcquireResponse answers an Acquire or an Extend.
+ * AcquireResponse answers an Acquire.
  *
  * @generated from message ratelimit.v1.AcquireResponse
  */
@@ -483,8 +483,9 @@ export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
  */
 export type ExtendResponse = Message<"ratelimit.v1.ExtendResponse"> & {
   /**
-   * Success reports whether the slots are held: false only when they had
-   * expired and none was free to take anew.
+   * Success reports whether the slots are held: false when they had
+   * expired (or the ledger could not record that the old lease_id was
+   * used) and none was free to take anew.
    *
    * @generated from field: bool success = 1;
    */
