@@ -504,3 +504,29 @@ func TestExtendKeepsTheSlotInTheRegion(t *testing.T) {
 		t.Fatal("B took the slot A was extending")
 	}
 }
+
+// TestSlotsTakenWhileTheStoreWasDown: slots a process took from memory
+// while the store was down count in its next take through the store,
+// before its replay sends them.
+func TestSlotsTakenWhileTheStoreWasDown(t *testing.T) {
+	f := storetest.NewFaultyRegional(storetest.NewMemRegional())
+	clock := newFakeClock(1_700_000_010_000)
+	p := newRegional(t, f, clock)
+	a := acq("user", 3, time.Minute)
+	f.SetDown(true)
+	for range 2 {
+		if _, ok := acquire(t, p.Service, a); !ok {
+			t.Fatal("a slot refused with the store down")
+		}
+	}
+	f.SetDown(false)
+	taken := 0
+	for range 3 {
+		if _, ok := acquire(t, p.Service, a); ok {
+			taken++
+		}
+	}
+	if taken != 1 {
+		t.Fatalf("with 2 of 3 taken while the store was down, the store's takes gave %d more, want 1", taken)
+	}
+}

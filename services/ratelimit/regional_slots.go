@@ -30,13 +30,21 @@ func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp s
 	if cur == nil {
 		return decision{}, nil, false // a stale clock reading: decide from memory
 	}
-	// What the other regions hold, as far as the global store told us.
+	// What the other regions hold, as far as the global store told us,
+	// and what this process took and has not replayed.
 	others := cur.global.Load()
 	if prev != nil {
 		others += prev.global.Load()
 	}
 	othersFreed, freed := r.slotRefunds(w, seq)
 	others -= othersFreed
+	// Slots this process took from memory while the store failed reach
+	// it with the next replay: they are held already.
+	unsent := cur.unreplayed.Load()
+	if prev != nil {
+		unsent += prev.unreplayed.Load()
+	}
+	others = max(others, 0) + unsent
 	var counts store.SlotCounts
 	_, err := r.call(ctx, opSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
 		var err error

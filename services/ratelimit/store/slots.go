@@ -26,7 +26,9 @@ type SlotTake struct {
 	Key CellKey
 	// Cost is how many slots, Limit how many may be held.
 	Cost, Limit int64
-	// Others is what the other regions hold, as far as the caller knows.
+	// Others is what is held beyond what the store holds: the other
+	// regions' slots, as far as the caller knows, and those the caller
+	// took while the store failed and has not sent yet.
 	Others int64
 	// Freed is what the caller released of the two cells that the store
 	// has not been sent yet (refunds it replays in the background): taken
