@@ -63,25 +63,45 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 		if got, err := taker.TakeSlots(ctx, take); err != nil || got.Taken || got.Cur != 2 {
 			t.Fatalf("a take past the limit: %+v, %v", got, err)
 		}
-		// Concurrent takers never share a slot.
+		// Concurrent takers never share a slot. A take that fails (a
+		// loaded machine times out a TLS handshake, and a breaker may
+		// open) is tried again: only answers count.
 		take.Cost, take.Others = 1, 0
+		retry := func(call func() error) {
+			for range 200 {
+				if call() == nil {
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			t.Error("the store kept failing")
+		}
 		var taken atomic.Int64
 		var wg sync.WaitGroup
-		for range 20 {
+		for range 10 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if got, err := taker.TakeSlots(ctx, take); err == nil && got.Taken {
-					taken.Add(1)
-				}
+				retry(func() error {
+					got, err := taker.TakeSlots(ctx, take)
+					if err == nil && got.Taken {
+						taken.Add(1)
+					}
+					return err
+				})
 			}()
 		}
 		wg.Wait()
 		if taken.Load() != 5 {
-			t.Fatalf("20 concurrent takes of 1 with 5 of 10 held took %d, want 5", taken.Load())
+			t.Fatalf("10 concurrent takes of 1 with 5 of 10 held took %d, want 5", taken.Load())
 		}
-		counts, err := s.Load(ctx, []store.CellKey{cur})
-		wantCounts(t, "the cell after the takes", counts, err, []int64{7})
+		var counts []int64
+		retry(func() error {
+			var err error
+			counts, err = s.Load(ctx, []store.CellKey{cur})
+			return err
+		})
+		wantCounts(t, "the cell after the takes", counts, nil, []int64{7})
 	})
 	t.Run("FloorReseedsWithMaxMerge", func(t *testing.T) {
 		s, ws := newStore(t), workspace(t)
