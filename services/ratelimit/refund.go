@@ -124,10 +124,23 @@ func (s *Service) Refund(ctx context.Context, r Refund) (int64, error) {
 // refundsAt returns the refunds of w's cells of seq and seq-1, this region's
 // and the others' together, or zeros when no refunds window is held.
 func (s *Service) refundsAt(w *window, seq int64) (cur, prev int64) {
+	c, p := s.windows.refundCells(w, seq)
+	if c != nil {
+		cur = c.count.Load() + c.global.Load()
+	}
+	if p != nil {
+		prev = p.count.Load() + p.global.Load()
+	}
+	return cur, prev
+}
+
+// refundCells returns the cells of w's refunds window for seq and seq-1,
+// each nil where the table holds none.
+func (t *windowTable) refundCells(w *window, seq int64) (cur, prev *cell) {
 	k := w.refundsKey()
-	rw := s.windows.find(&k)
+	rw := t.find(&k)
 	if rw == nil {
-		return 0, 0
+		return nil, nil
 	}
 	for i := range rw.cells {
 		c := rw.cells[i].Load()
@@ -136,9 +149,9 @@ func (s *Service) refundsAt(w *window, seq int64) (cur, prev int64) {
 		}
 		switch c.seq() {
 		case seq:
-			cur = c.count.Load() + c.global.Load()
+			cur = c
 		case seq - 1:
-			prev = c.count.Load() + c.global.Load()
+			prev = c
 		}
 	}
 	return cur, prev

@@ -78,13 +78,9 @@ func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp s
 // other regions made, as the global store told us, and those this process
 // made and has not replayed yet.
 func (r *regionalTier) slotRefunds(w *window, seq int64) (others, unreplayed int64) {
-	k := w.refundsKey()
-	rw := r.windows.find(&k)
-	if rw == nil {
-		return 0, 0
-	}
-	for i := range rw.cells {
-		if c := rw.cells[i].Load(); c != nil && (c.seq() == seq || c.seq() == seq-1) {
+	cur, prev := r.windows.refundCells(w, seq)
+	for _, c := range []*cell{cur, prev} {
+		if c != nil {
 			others += c.global.Load()
 			unreplayed += c.unreplayed.Load()
 		}

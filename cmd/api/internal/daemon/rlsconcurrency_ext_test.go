@@ -95,10 +95,12 @@ func TestRLSConcurrency(t *testing.T) {
 			if code, _ := onRequest(rlscall.Desc("user", other)); code == ok {
 				t.Fatal("a forged release freed a slot")
 			}
+			// An empty release frees nothing and is one bad release.
+			onStreamDone("")
 		})
 	}
 	_, metrics := ts.get(t, "/metrics")
-	for _, want := range []string{`unkey_rls_in_flight{domain="llm",rule="llm.user"} 2`, `unkey_rls_bad_releases_total 2`,
+	for _, want := range []string{`unkey_rls_in_flight{domain="llm",rule="llm.user"} 2`, `unkey_rls_bad_releases_total 4`,
 		`unkey_ratelimit_leases_total{outcome="repeated"} 2`, `unkey_ratelimit_limits_decided_total{model="concurrency",outcome="denied"}`} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)

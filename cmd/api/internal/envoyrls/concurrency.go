@@ -73,7 +73,8 @@ func (s *Service) acquire(ctx context.Context, ns pipeline.Namespace, p *plan) (
 // release frees the slots of the lease ids p.release holds, each once,
 // and answers OK: Envoy ignores the answer of a stream-done call. An id
 // this service did not issue to the caller's workspace, for the domain,
-// frees nothing.
+// frees nothing, and neither does an empty one (an empty value is one):
+// each counts one bad release.
 func (s *Service) release(ctx context.Context, ns pipeline.Namespace, domain string, p *plan) *rlsv3.RateLimitResponse_DescriptorStatus {
 	for id := range strings.SplitSeq(p.release, ",") {
 		r, err := ns.Release(ctx, strings.TrimSpace(id))

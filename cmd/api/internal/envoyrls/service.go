@@ -359,9 +359,10 @@ type plan struct {
 	// name in the IETF's fields, and its window.
 	policy string
 	window time.Duration
-	// release holds the lease ids a release descriptor frees (see
-	// ReleaseKey); lease is the id of the slots a concurrency limit took,
-	// and inFlight what it saw held.
+	// releasing marks a release descriptor (see ReleaseKey), and release
+	// holds the lease ids it frees; lease is the id of the slots a
+	// concurrency limit took, and inFlight what it saw held.
+	releasing      bool
 	release, lease string
 	inFlight       int64
 	// fromRequest marks a limit the request carries (a descriptor-level
@@ -387,16 +388,17 @@ func (s *Service) plan(cfg *rlsconfig.Config, req *rlsv3.RateLimitRequest, d *rl
 	}
 	entries := make([]rlsconfig.Entry, 0, len(d.Entries))
 	var release string
+	releasing := false
 	for _, e := range d.Entries {
 		if e.Key == ReleaseKey {
 			// A release: the other entries name the rule.
-			release = cmp.Or(e.Value, ",")
+			release, releasing = e.Value, true
 			continue
 		}
 		entries = append(entries, rlsconfig.Entry{Key: e.Key, Value: e.Value})
 	}
-	if release != "" {
-		p := plan{release: release, counted: true}
+	if releasing {
+		p := plan{release: release, releasing: true, counted: true}
 		if m, ok := cfg.Match(req.Domain, entries); ok && len(entries) > 0 {
 			p.rule = m.Rule
 		}
@@ -455,7 +457,7 @@ func (s *Service) decide(ctx context.Context, ns pipeline.Namespace, domain stri
 	if !p.counted {
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, nil
 	}
-	if p.release != "" {
+	if p.releasing {
 		return s.release(ctx, ns, domain, p), nil
 	}
 	var d limitDecision
