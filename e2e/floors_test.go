@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -42,8 +43,8 @@ const floorToken = "tok_floor_0123456789abcdef"
 //
 //	go test -run '^$' -bench Floors -benchtime 30000x ./e2e
 func BenchmarkFloors(b *testing.B) {
-	floor := startFloorServer(b)
-	api := startFloorAPI(b)
+	floor := startFloorServer(b, "")
+	api := startFloorAPI(b, "")
 	for _, c := range []struct {
 		name   string
 		server *exec.Cmd
@@ -59,33 +60,50 @@ func BenchmarkFloors(b *testing.B) {
 		{"http1-json/api-connect", api.cmd, jsonCaller("http://"+api.addr+"/ratelimit.v1.RatelimitService/Limit", connectBody)},
 		{"http1-json/api-envoy-json", api.cmd, jsonCaller("http://"+api.addr+"/json", envoyBody)},
 	} {
-		b.Run(c.name, func(b *testing.B) {
-			call := c.call(b)
-			for i := range int64(200) { // warm the connections and the keys
-				if err := call(i); err != nil {
-					b.Fatal(err)
-				}
-			}
-			var next atomic.Int64
-			b.SetParallelism(16) // 32 goroutines on 2 cores
-			before := processCPU(b, c.server.Process.Pid)
-			start := time.Now()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					if err := call(next.Add(1)); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-			b.StopTimer()
-			elapsed := time.Since(start)
-			cpu := processCPU(b, c.server.Process.Pid) - before
-			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "server-µs/op")
-			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "calls/s")
-		})
+		b.Run(c.name, func(b *testing.B) { measureCalls(b, c.call(b), c.server.Process.Pid) })
 	}
+}
+
+// measureCalls warms call, then makes b.N calls from about 32 goroutines
+// and reports the CPU (user and system, from /proc) the server process and
+// any store processes used per call, and the calls a second.
+func measureCalls(b *testing.B, call func(i int64) error, server int, stores ...int) {
+	for i := range int64(200) { // warm the connections and the keys
+		if err := call(i); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var next atomic.Int64
+	// RunParallel starts this many goroutines a GOMAXPROCS: 32 in all, or
+	// as near as a whole number makes it.
+	b.SetParallelism(max(1, 32/runtime.GOMAXPROCS(0)))
+	before := processCPU(b, server)
+	storesBefore := make([]time.Duration, len(stores))
+	for i, pid := range stores {
+		storesBefore[i] = processCPU(b, pid)
+	}
+	start := time.Now()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := call(next.Add(1)); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	elapsed := time.Since(start)
+	cpu := processCPU(b, server) - before
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "server-µs/op")
+	if len(stores) > 0 {
+		var store time.Duration
+		for i, pid := range stores {
+			store += processCPU(b, pid) - storesBefore[i]
+		}
+		b.ReportMetric(float64(store.Microseconds())/float64(b.N), "store-µs/op")
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "calls/s")
 }
 
 // floorProcess is a server process of BenchmarkFloors.
@@ -96,13 +114,14 @@ type floorProcess struct {
 	grpcAddr string            // the API's grpc-go port
 }
 
-// startFloorServer builds and starts e2e/floorserver and reads its ports.
-func startFloorServer(b *testing.B) *floorProcess {
+// startFloorServer builds and starts e2e/floorserver, on cpus if it is
+// not "" (see serverCommand), and reads its ports.
+func startFloorServer(b *testing.B, cpus string) *floorProcess {
 	binary := filepath.Join(b.TempDir(), "floorserver")
 	if out, err := exec.Command("go", "build", "-o", binary, "./floorserver").CombinedOutput(); err != nil {
 		b.Fatalf("build floorserver: %v\n%s", err, out)
 	}
-	cmd := exec.Command(binary)
+	cmd := serverCommand(cpus, binary)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		b.Fatal(err)
@@ -125,21 +144,22 @@ func startFloorServer(b *testing.B) *floorProcess {
 }
 
 // startFloorAPI starts bin/api in memory with a token, Envoy rules for
-// /json and the grpc-go port, and waits until it is ready.
-func startFloorAPI(b *testing.B) *floorProcess {
+// /json and the grpc-go port, and the settings in env, on cpus if it is
+// not "" (see serverCommand), and waits until it is ready.
+func startFloorAPI(b *testing.B, cpus string, env ...string) *floorProcess {
 	dir := b.TempDir()
 	rules := filepath.Join(dir, "rules.yaml")
 	if err := os.WriteFile(rules, []byte("domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1000000000}\n"), 0o600); err != nil {
 		b.Fatal(err)
 	}
 	port, grpcPort := testserver.FreePort(b), testserver.FreePort(b)
-	cmd := exec.Command(filepath.Join(bin, "api"))
+	cmd := serverCommand(cpus, filepath.Join(bin, "api"))
 	cmd.Env = append(os.Environ(), "UNKEY_REGION=bench", "UNKEY_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(port),
 		"UNKEY_GRPC_ADDR=127.0.0.1:"+strconv.Itoa(grpcPort), "UNKEY_AUTH_TOKENS="+floorToken+"=ws_bench",
 		"UNKEY_RLS_CONFIG="+rules, "UNKEY_LOG_LEVEL=warn")
 	// FLOORS_API_ENV adds to the API's environment alone (a setting or a
 	// GODEBUG to compare): the floors keep theirs.
-	cmd.Env = append(cmd.Env, strings.Fields(os.Getenv("FLOORS_API_ENV"))...)
+	cmd.Env = append(append(cmd.Env, env...), strings.Fields(os.Getenv("FLOORS_API_ENV"))...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
@@ -148,6 +168,16 @@ func startFloorAPI(b *testing.B) *floorProcess {
 	p := &floorProcess{cmd: cmd, addr: "127.0.0.1:" + strconv.Itoa(port), grpcAddr: "127.0.0.1:" + strconv.Itoa(grpcPort)}
 	poll.Until(b, 30*time.Second, "the API to report ready", func() bool { return get("http://"+p.addr+"/readyz") == http.StatusOK })
 	return p
+}
+
+// serverCommand returns the command that runs a server of the benchmarks,
+// on the CPUs cpus lists (taskset's list, e.g. "0" or "0-3") unless it is
+// "": Go sizes GOMAXPROCS by the CPUs a process may use.
+func serverCommand(cpus, name string, args ...string) *exec.Cmd {
+	if cpus != "" {
+		return exec.Command("taskset", append([]string{"-c", cpus, name}, args...)...)
+	}
+	return exec.Command(name, args...)
 }
 
 // processCPU returns the user and system CPU time pid has used, from

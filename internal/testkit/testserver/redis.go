@@ -135,6 +135,9 @@ func (r *Redis) StartEmpty() {
 // Kill kills the server at once, as a crash would.
 func (r *Redis) Kill() { r.proc.signal(syscall.SIGKILL) }
 
+// Pid returns the server's process id, for reading what CPU it used.
+func (r *Redis) Pid() int { return r.proc.cmd.Process.Pid }
+
 // Do sends one command and returns its reply, for tests that inspect the
 // server directly (INFO, GET, PTTL, KEYS, …): a status, integer or bulk
 // reply as its text ("" for nil), an array as its elements joined by
