@@ -12,6 +12,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
 	"github.com/unkeyed/ratelimit/internal/testkit/rlscall"
+	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 )
 
 // concurrencyRules are a domain with a concurrency rule (2 in flight per
@@ -104,6 +105,40 @@ func TestRLSConcurrency(t *testing.T) {
 		`unkey_ratelimit_leases_total{outcome="repeated"} 2`, `unkey_ratelimit_limits_decided_total{model="concurrency",outcome="denied"}`} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+// TestRLSGiveBackWithoutTheLedger: a request that another rule refuses
+// gives its slots back at once even while the ledger that records
+// releases (Redis here) is down: its lease id never left the call, so no
+// ledger is asked. (Given back as a release, it was refused by the
+// ledger, and each refused request held a slot for its whole lease.)
+func TestRLSGiveBackWithoutTheLedger(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "llm.yaml"), []byte(concurrencyRules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := testserver.StartRedis(t)
+	ts := startServer(t, "UNKEY_RLS_CONFIG="+dir, "UNKEY_GRPC_ADDR=127.0.0.1:0", "UNKEY_REDIS_URL="+r.URL())
+	client := rlscall.Client(t, ts.grpcAddr)
+	ask := func(descs ...*rlcommonv3.RateLimitDescriptor) rlsv3.RateLimitResponse_Code {
+		t.Helper()
+		resp, err := client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "llm", Descriptors: descs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.OverallCode
+	}
+	r.Kill()
+	for i := range 5 {
+		if code := ask(rlscall.Desc("user", "u"), rlscall.Desc("blocked", "x")); code != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("request %d, refused by a rule: %v", i, code)
+		}
+	}
+	for i := range 2 {
+		if code := ask(rlscall.Desc("user", "u")); code != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("slot %d of 2 after five refused requests: %v", i, code)
 		}
 	}
 }

@@ -41,7 +41,7 @@ func (p *plan) isConcurrency() bool {
 }
 
 // acquire takes p.cost slots of p's concurrency limit and returns the
-// decision as limit does; p.lease is set to the lease id of the slots
+// decision as limit does; p.lease is set to the lease of the slots
 // taken. A cost of 0 takes none and answers within the limit.
 func (s *Service) acquire(ctx context.Context, ns pipeline.Namespace, p *plan) (limitDecision, *ratelimit.CapacityError, error) {
 	l := p.limits[0]
@@ -66,7 +66,7 @@ func (s *Service) acquire(ctx context.Context, ns pipeline.Namespace, p *plan) (
 	if lease.ID != "" {
 		out.Reset = lease.ExpiresAt
 	}
-	p.lease, p.inFlight = lease.ID, lease.InFlight
+	p.lease, p.inFlight = lease, lease.InFlight
 	return out, capacity, nil
 }
 
@@ -93,22 +93,22 @@ func (s *Service) release(ctx context.Context, ns pipeline.Namespace, domain str
 func leases(plans []plan) string {
 	var ids []string
 	for i := range plans {
-		if plans[i].lease != "" {
-			ids = append(ids, plans[i].lease)
+		if plans[i].lease.ID != "" {
+			ids = append(ids, plans[i].lease.ID)
 		}
 	}
 	return strings.Join(ids, ",")
 }
 
-// giveBack releases the slots the plans acquired for a request that is
+// giveBack frees the slots the plans acquired for a request that is
 // refused: Envoy may never send its stream-done call, and the request
-// holds nothing.
+// holds nothing. Their ids never leave this call, so no ledger records it
+// (a refused flood costs no ledger write a request, and a ledger that is
+// down frees them all the same).
 func (s *Service) giveBack(ctx context.Context, ns pipeline.Namespace, plans []plan) {
 	for i := range plans {
-		if id := plans[i].lease; id != "" {
-			_, _ = ns.Release(ctx, id)
-			plans[i].lease = ""
-		}
+		_ = ns.GiveBack(ctx, plans[i].lease)
+		plans[i].lease = pipeline.Lease{}
 	}
 }
 

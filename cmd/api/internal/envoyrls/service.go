@@ -360,11 +360,12 @@ type plan struct {
 	policy string
 	window time.Duration
 	// releasing marks a release descriptor (see ReleaseKey), and release
-	// holds the lease ids it frees; lease is the id of the slots a
-	// concurrency limit took, and inFlight what it saw held.
-	releasing      bool
-	release, lease string
-	inFlight       int64
+	// holds the lease ids it frees; lease holds the slots a concurrency
+	// limit took, and inFlight what it saw held.
+	releasing bool
+	release   string
+	lease     pipeline.Lease
+	inFlight  int64
 	// fromRequest marks a limit the request carries (a descriptor-level
 	// limit): bounded as Limit's are, a window of at most 30 days and a
 	// limit of at least 1, where the operator's rules may use a year's

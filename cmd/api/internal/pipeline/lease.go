@@ -30,6 +30,8 @@ type Lease struct {
 	ExpiresAt time.Time
 	// OverrideID names the override whose limit applied, "" if none.
 	OverrideID string
+	// slot names the slots held, for GiveBack.
+	slot ratelimit.Slot
 }
 
 // Released is the answer to Release.
@@ -85,6 +87,22 @@ func (n Namespace) Release(ctx context.Context, id string) (Released, error) {
 	return n.p.release(ctx, id, n.name)
 }
 
+// GiveBack frees at once the slots of l, a lease Acquire answered whose
+// id the caller never passed on (Envoy's request that another rule
+// refused): since no one can release or extend it, no ledger records the
+// release, which costs the counts alone however the ledger fares. A
+// refused lease holds nothing to give back.
+func (n Namespace) GiveBack(ctx context.Context, l Lease) error {
+	if l.ID == "" {
+		return nil
+	}
+	if _, err := n.p.limiter.Release(ctx, l.slot); err != nil {
+		return err
+	}
+	n.p.metrics.leases.WithLabelValues(leaseReleased).Inc()
+	return nil
+}
+
 // acquire is Acquire; authorized says the namespace was authorized, by an
 // operator's rule whose limit may be 0; maxIdentifier is as
 // Namespace.Acquire's.
@@ -136,6 +154,8 @@ func (p *Pipeline) answer(ctx context.Context, out *Lease, a ratelimit.Acquisiti
 			Duration: a.Lease, Limit: resp.Limit, Sequence: seq, Reserved: a.Cost,
 		})
 		out.ExpiresAt = time.UnixMilli((seq + 2) * a.Lease.Milliseconds())
+		out.slot = ratelimit.Slot{Workspace: a.Workspace, Namespace: a.Namespace, Identifier: a.Identifier,
+			Limit: resp.Limit, Lease: a.Lease, Sequence: seq, Cost: a.Cost}
 		outcome = leaseAcquired
 		if extended != "" {
 			outcome = leaseExtended
