@@ -75,8 +75,9 @@ func measureCalls(b *testing.B, call func(i int64) error, server int, stores ...
 	}
 	var next atomic.Int64
 	// RunParallel starts this many goroutines a GOMAXPROCS: 32 in all, or
-	// as near as a whole number makes it.
-	b.SetParallelism(max(1, 32/runtime.GOMAXPROCS(0)))
+	// the nearest multiple of GOMAXPROCS (one each beyond 64).
+	procs := runtime.GOMAXPROCS(0)
+	b.SetParallelism(max(1, (32+procs/2)/procs))
 	before := processCPU(b, server)
 	storesBefore := make([]time.Duration, len(stores))
 	for i, pid := range stores {

@@ -42,9 +42,10 @@ const peerRules = "domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {
 //
 //	CGO_ENABLED=0 go build -o /tmp/ratelimit ./src/service_cmd
 //
-// then run
+// then run, three times (each run calls the four in turn; -count would
+// repeat each one back to back)
 //
-//	PEER_RATELIMIT=/tmp/ratelimit go test -run '^$' -bench Peers -benchtime 40000x -count 3 ./e2e
+//	PEER_RATELIMIT=/tmp/ratelimit go test -run '^$' -bench Peers -benchtime 40000x ./e2e
 func BenchmarkPeers(b *testing.B) {
 	binary := os.Getenv("PEER_RATELIMIT")
 	if binary == "" {

@@ -1,8 +1,8 @@
 package e2e
 
 import (
-	"cmp"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,20 +10,32 @@ import (
 
 // BenchmarkScaling measures how a server's CPU per call grows with the
 // cores it runs on. For each CPU list in SCALING_CPUS (taskset's lists,
-// separated by spaces; "0 0-1" by default), the floors of BenchmarkFloors
-// and the API run pinned to those CPUs (Go sizes GOMAXPROCS by them), all
-// started at once; each call is then made to every list's server in turn,
-// so that a shared machine's drift during the run falls on every list
-// alike. A result is named by the number of cores. Compare a list's server-µs/op with the first list's, and the
-// API's growth with its transport's floor's: what grows in both is the
-// transport's and Go's runtime's, not the service's.
+// separated by spaces; "0 0-1" by default, "0" on a machine of one CPU),
+// the floors of BenchmarkFloors and the API run pinned to those CPUs (Go
+// sizes GOMAXPROCS by them), all started at once; each kind of call is
+// then measured on every list's server, one after another, before the
+// next kind, so that a shared machine's drift during the run falls on the
+// lists alike. A result is named by the number of cores. Compare a list's
+// server-µs/op with the first list's, and the API's growth with its
+// transport's floor's: what grows in both is the transport's and Go's
+// runtime's, not the service's.
 //
 // The client is this process: on a machine of few cores it shares them
 // with the servers; on a many-core one pin it apart, e.g.
 //
 //	SCALING_CPUS="0 0-1 0-3 0-7" taskset -c 8-15 go test -run '^$' -bench Scaling -benchtime 100000x ./e2e
 func BenchmarkScaling(b *testing.B) {
-	lists := strings.Fields(cmp.Or(os.Getenv("SCALING_CPUS"), "0 0-1"))
+	lists := strings.Fields(os.Getenv("SCALING_CPUS"))
+	if len(lists) == 0 {
+		lists = []string{"0", "0-1"}
+		if runtime.NumCPU() < 2 {
+			lists = lists[:1]
+		}
+	}
+	cores := make([]int, len(lists))
+	for i, cpus := range lists {
+		cores[i] = countCPUs(b, cpus)
+	}
 	floors := make([]*floorProcess, len(lists))
 	apis := make([]*floorProcess, len(lists))
 	for i, cpus := range lists {
@@ -55,12 +67,12 @@ func BenchmarkScaling(b *testing.B) {
 			return jsonCaller("http://"+p.addr+"/json", envoyBody)
 		}},
 	} {
-		for i, cpus := range lists {
+		for i := range lists {
 			p := floors[i]
 			if c.api {
 				p = apis[i]
 			}
-			b.Run(c.name+"/cores="+strconv.Itoa(countCPUs(b, cpus)), func(b *testing.B) { measureCalls(b, c.call(p)(b), p.cmd.Process.Pid) })
+			b.Run(c.name+"/cores="+strconv.Itoa(cores[i]), func(b *testing.B) { measureCalls(b, c.call(p)(b), p.cmd.Process.Pid) })
 		}
 	}
 }

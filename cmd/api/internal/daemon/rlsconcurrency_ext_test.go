@@ -141,4 +141,8 @@ func TestRLSGiveBackWithoutTheLedger(t *testing.T) {
 			t.Fatalf("slot %d of 2 after five refused requests: %v", i, code)
 		}
 	}
+	// Each was given back once: the limit still holds.
+	if code := ask(rlscall.Desc("user", "u")); code != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("a third slot of 2: %v", code)
+	}
 }

@@ -107,8 +107,7 @@ func leases(plans []plan) string {
 // down frees them all the same).
 func (s *Service) giveBack(ctx context.Context, ns pipeline.Namespace, plans []plan) {
 	for i := range plans {
-		_ = ns.GiveBack(ctx, plans[i].lease)
-		plans[i].lease = pipeline.Lease{}
+		_ = ns.GiveBack(ctx, &plans[i].lease)
 	}
 }
 

@@ -87,16 +87,23 @@ func (n Namespace) Release(ctx context.Context, id string) (Released, error) {
 	return n.p.release(ctx, id, n.name)
 }
 
-// GiveBack frees at once the slots of l, a lease Acquire answered whose
-// id the caller never passed on (Envoy's request that another rule
-// refused): since no one can release or extend it, no ledger records the
-// release, which costs the counts alone however the ledger fares. A
-// refused lease holds nothing to give back.
-func (n Namespace) GiveBack(ctx context.Context, l Lease) error {
+// GiveBack frees at once the slots of *l, a lease of n that Acquire
+// answered and whose id the caller never passed on (Envoy's request that
+// another rule refused), and empties *l, so that they are given back once:
+// since no one else holds the id, no ledger records the release, which
+// costs the counts alone however the ledger fares. A refused lease holds
+// nothing to give back. It must not be called for an id that left the
+// caller, which Release frees once.
+func (n Namespace) GiveBack(ctx context.Context, l *Lease) error {
 	if l.ID == "" {
 		return nil
 	}
-	if _, err := n.p.limiter.Release(ctx, l.slot); err != nil {
+	if l.slot.Namespace != n.name {
+		return fmt.Errorf("give back a lease of namespace %q in %q", l.slot.Namespace, n.name)
+	}
+	slot := l.slot
+	*l = Lease{}
+	if _, err := n.p.limiter.Release(ctx, slot); err != nil {
 		return err
 	}
 	n.p.metrics.leases.WithLabelValues(leaseReleased).Inc()
