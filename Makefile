@@ -6,7 +6,7 @@ PKGS      := ./...
 BENCHTIME ?= 2s
 BENCHCOUNT ?= 5
 
-.PHONY: help build run run-worker dev dev-down loadgen test test-go deps deps-dev check-generated check-deploy check-chart generate lint bench accuracy tools migrate binaries image
+.PHONY: scaling-kit help build run run-worker dev dev-down loadgen test test-go deps deps-dev check-generated check-deploy check-chart generate lint bench accuracy tools migrate binaries image
 
 # apt-get needs root; elsewhere it goes through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -178,6 +178,13 @@ bench: ## the limiter's in-process benchmarks beside golang.org/x/time/rate (sec
 
 bench-stores: ## the stores' benchmarks: Redis and MariaDB the benchmarks start (minutes)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) ./services/ratelimit/redisstore/ ./services/ratelimit/mysqlstore/
+
+scaling-kit: ## build/scaling-kit.tgz: e2e's test binary, api and floorserver, static, and a script that runs BenchmarkScaling on a many-core machine without Go
+	rm -rf build/scaling-kit && mkdir -p build/scaling-kit
+	$(GOBUILD) -o build/scaling-kit/ ./cmd/api ./e2e/floorserver
+	CGO_ENABLED=0 $(GO) test -c -trimpath -ldflags='-s -w' -o build/scaling-kit/e2e.test ./e2e
+	cp scripts/scaling.sh build/scaling-kit/
+	tar -czf build/scaling-kit.tgz -C build/scaling-kit .
 
 migrate: ## apply the MySQL schema to UNKEY_MYSQL_DSN (idempotent)
 	@test -n "$$UNKEY_MYSQL_DSN" || { echo "set UNKEY_MYSQL_DSN, e.g. root@tcp(127.0.0.1:3306)/ratelimit"; exit 1; }

@@ -115,12 +115,16 @@ type floorProcess struct {
 	grpcAddr string            // the API's grpc-go port
 }
 
-// startFloorServer builds and starts e2e/floorserver, on cpus if it is
-// not "" (see serverCommand), and reads its ports.
+// startFloorServer builds and starts e2e/floorserver (or the one among
+// the binaries built already, see TestMain), on cpus if it is not "" (see
+// serverCommand), and reads its ports.
 func startFloorServer(b *testing.B, cpus string) *floorProcess {
-	binary := filepath.Join(b.TempDir(), "floorserver")
-	if out, err := exec.Command("go", "build", "-o", binary, "./floorserver").CombinedOutput(); err != nil {
-		b.Fatalf("build floorserver: %v\n%s", err, out)
+	binary := filepath.Join(bin, "floorserver")
+	if _, err := os.Stat(binary); err != nil {
+		binary = filepath.Join(b.TempDir(), "floorserver")
+		if out, err := exec.Command("go", "build", "-o", binary, "./floorserver").CombinedOutput(); err != nil {
+			b.Fatalf("build floorserver: %v\n%s", err, out)
+		}
 	}
 	cmd := serverCommand(cpus, binary)
 	stdout, err := cmd.StdoutPipe()
