@@ -43,7 +43,10 @@ func samples(t *testing.T, reg *prometheus.Registry) map[string]uint64 {
 func TestLatencyMetric(t *testing.T) {
 	s := daemontest.Start(t, nil, "UNKEY_GRPC_ADDR=127.0.0.1:0")
 	url, grpcAddr := s.URL, s.GRPCAddr
-	limit := `{"namespace":"ns","identifier":"lat","limit":1,"duration":60000}`
+	// Windows of 30 days: no window's end falls between a key's two calls
+	// (at a minute's, the first call's count would weigh less than one and
+	// the second pass).
+	limit := `{"namespace":"ns","identifier":"lat","limit":1,"duration":2592000000}`
 	for range 2 { // passed, then denied
 		post(t, url+"/ratelimit.v1.RatelimitService/Limit", "application/json", strings.NewReader(limit))
 	}
@@ -56,7 +59,7 @@ func TestLatencyMetric(t *testing.T) {
 	conn := loopback.Dial(t, grpcAddr)
 	for range 2 {
 		conn.Invoke(context.Background(), "/ratelimit.v1.RatelimitService/Limit",
-			&ratelimitv1.LimitRequest{Namespace: "ns", Identifier: "grpc", Limit: 1, Duration: 60000}, new(ratelimitv1.LimitResponse))
+			&ratelimitv1.LimitRequest{Namespace: "ns", Identifier: "grpc", Limit: 1, Duration: 2592000000}, new(ratelimitv1.LimitResponse))
 	}
 	got := samples(t, s.Registry())
 	for series, want := range map[string]uint64{
