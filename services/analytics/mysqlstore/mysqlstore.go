@@ -209,6 +209,12 @@ func (m *Store) Processes(ctx context.Context, since time.Duration) ([]store.Pro
 		}
 		_ = json.Unmarshal([]byte(r.RedisNodes), &p.Breakers)
 		out[i] = p
+		// NOW() is the statement's start, and a roll call committed
+		// between it and the read is seen, stamped a few ms later: the
+		// time now is at least the latest roll call read.
+		if p.SeenAt.After(now) {
+			now = p.SeenAt
+		}
 	}
 	return out, now, nil
 }
