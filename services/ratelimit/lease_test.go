@@ -28,6 +28,17 @@ func acquire(t *testing.T, s *Service, a Acquisition) (Slot, bool) {
 		Lease: a.Lease, Sequence: CellOf(resp, a.Lease), Cost: a.Cost}, resp.Success
 }
 
+// takeUpTo makes n acquisitions of a on s and returns how many took a slot.
+func takeUpTo(t *testing.T, s *Service, a Acquisition, n int) (taken int) {
+	t.Helper()
+	for range n {
+		if _, ok := acquire(t, s, a); ok {
+			taken++
+		}
+	}
+	return taken
+}
+
 func inFlight(t *testing.T, s *Service, a Acquisition) int64 {
 	t.Helper()
 	n, err := s.InFlight(context.Background(), a)
@@ -196,12 +207,7 @@ func TestSlotsConvergeThroughTheRegion(t *testing.T) {
 		held = append(held, sl)
 	}
 	pa.tick()
-	admitted := 0
-	for range 10 {
-		if _, ok := acquire(t, pb.Service, a); ok {
-			admitted++
-		}
-	}
+	admitted := takeUpTo(t, pb.Service, a, 10)
 	if admitted != 4 {
 		t.Fatalf("B took %d slots while A held 6 of 10, want 4", admitted)
 	}
@@ -216,12 +222,7 @@ func TestSlotsConvergeThroughTheRegion(t *testing.T) {
 		t.Fatalf("C sees %d in flight, want 7 (10 taken, 3 released)", n)
 	}
 	clock.Advance(2 * time.Second) // B is strict: it reads the store again
-	admitted = 0
-	for range 10 {
-		if _, ok := acquire(t, pb.Service, a); ok {
-			admitted++
-		}
-	}
+	admitted = takeUpTo(t, pb.Service, a, 10)
 	if admitted != 3 {
 		t.Fatalf("B took %d slots after A released 3, want 3", admitted)
 	}
@@ -244,12 +245,7 @@ func TestSlotsConvergeAcrossRegions(t *testing.T) {
 	}
 	ra.flush()
 	rb.sync()
-	admitted := 0
-	for range 10 {
-		if _, ok := acquire(t, rb.Service, a); ok {
-			admitted++
-		}
-	}
+	admitted := takeUpTo(t, rb.Service, a, 10)
 	if admitted != 4 {
 		t.Fatalf("B took %d slots while A held 6 of 10, want 4", admitted)
 	}
@@ -258,12 +254,7 @@ func TestSlotsConvergeAcrossRegions(t *testing.T) {
 	}
 	ra.flush()
 	rb.sync()
-	admitted = 0
-	for range 10 {
-		if _, ok := acquire(t, rb.Service, a); ok {
-			admitted++
-		}
-	}
+	admitted = takeUpTo(t, rb.Service, a, 10)
 	if admitted != 3 {
 		t.Fatalf("B took %d slots after A released 3, want 3", admitted)
 	}
@@ -322,12 +313,7 @@ func TestSlotsTakenInTheRegionalStore(t *testing.T) {
 			t.Fatal("A refused a slot")
 		}
 	}
-	admitted := 1
-	for range 10 {
-		if _, ok := acquire(t, pb.Service, a); ok {
-			admitted++
-		}
-	}
+	admitted := 1 + takeUpTo(t, pb.Service, a, 10) // B's first, and these
 	if admitted != 4 {
 		t.Fatalf("B took %d slots with no replay while A held 6 of 10, want 4", admitted)
 	}
@@ -471,12 +457,7 @@ func TestSlotsOfADeadRegionFree(t *testing.T) {
 	}
 	clock.Advance(4 * time.Second) // two leases: free
 	rb.sync()
-	taken := 0
-	for range 12 {
-		if _, ok := acquire(t, rb.Service, lim); ok {
-			taken++
-		}
-	}
+	taken := takeUpTo(t, rb.Service, lim, 12)
 	if taken != 10 {
 		t.Fatalf("two leases after region a died, region b took %d slots, want 10", taken)
 	}
@@ -520,12 +501,7 @@ func TestSlotsTakenWhileTheStoreWasDown(t *testing.T) {
 		}
 	}
 	f.SetDown(false)
-	taken := 0
-	for range 3 {
-		if _, ok := acquire(t, p.Service, a); ok {
-			taken++
-		}
-	}
+	taken := takeUpTo(t, p.Service, a, 3)
 	if taken != 1 {
 		t.Fatalf("with 2 of 3 taken while the store was down, the store's takes gave %d more, want 1", taken)
 	}

@@ -66,7 +66,7 @@ func (s *Service) acquire(ctx context.Context, ns pipeline.Namespace, p *plan) (
 	if lease.ID != "" {
 		out.Reset = lease.ExpiresAt
 	}
-	p.lease, p.inFlight = lease, lease.InFlight
+	p.lease = lease
 	return out, capacity, nil
 }
 

@@ -361,11 +361,10 @@ type plan struct {
 	window time.Duration
 	// releasing marks a release descriptor (see ReleaseKey), and release
 	// holds the lease ids it frees; lease holds the slots a concurrency
-	// limit took, and inFlight what it saw held.
+	// limit took, and what it saw in flight.
 	releasing bool
 	release   string
 	lease     pipeline.Lease
-	inFlight  int64
 	// fromRequest marks a limit the request carries (a descriptor-level
 	// limit): bounded as Limit's are, a window of at most 30 days and a
 	// limit of at least 1, where the operator's rules may use a year's
@@ -467,7 +466,7 @@ func (s *Service) decide(ctx context.Context, ns pipeline.Namespace, domain stri
 	if p.isConcurrency() {
 		d, capacity, err = s.acquire(ctx, ns, p)
 		if err == nil && p.rule != nil {
-			s.metrics.inFlight.WithLabelValues(domain, truncateLabel(p.rule.Path)).Set(float64(p.inFlight))
+			s.metrics.inFlight.WithLabelValues(domain, truncateLabel(p.rule.Path)).Set(float64(p.lease.InFlight))
 		}
 	} else {
 		d, capacity, err = s.limit(ctx, ns, p)

@@ -155,14 +155,13 @@ func (p *Pipeline) answer(ctx context.Context, out *Lease, a ratelimit.Acquisiti
 	outcome := leaseDenied
 	if resp.Success && resp.Limit > 0 {
 		seq := ratelimit.CellOf(resp, a.Lease)
-		out.ID = p.keyring.Sign(ctx, &reservation.Token{
+		t := reservation.Token{
 			IssuedAt: p.now().UnixMilli(), Scope: p.scope, ID: reservation.NewID(), Slot: true,
 			Workspace: a.Workspace, Namespace: a.Namespace, Identifier: a.Identifier,
 			Duration: a.Lease, Limit: resp.Limit, Sequence: seq, Reserved: a.Cost,
-		})
+		}
+		out.ID, out.slot = p.keyring.Sign(ctx, &t), slotOf(&t)
 		out.ExpiresAt = time.UnixMilli((seq + 2) * a.Lease.Milliseconds())
-		out.slot = ratelimit.Slot{Workspace: a.Workspace, Namespace: a.Namespace, Identifier: a.Identifier,
-			Limit: resp.Limit, Lease: a.Lease, Sequence: seq, Cost: a.Cost}
 		outcome = leaseAcquired
 		if extended != "" {
 			outcome = leaseExtended
