@@ -192,7 +192,7 @@ func (s *Service) count(ctx context.Context, a Acquisition, seq int64) (int64, e
 			seq = newer
 			continue
 		}
-		if s.regional != nil && s.regional.releaseNow(ctx, w, c, a.Cost) {
+		if s.regional != nil && s.regional.writeThrough(ctx, w, c, a.Cost) {
 			// In the store: a window the janitor removes meanwhile is
 			// replaced by one that reads it back.
 			s.global.noteGrowth(w, c, a.Limit)

@@ -108,7 +108,7 @@ func (s *Service) Refund(ctx context.Context, r Refund) (int64, error) {
 		}
 		switch {
 		case s.regional == nil:
-		case r.Slot && s.regional.releaseNow(ctx, rw, rc, r.Amount):
+		case r.Slot && s.regional.writeThrough(ctx, rw, rc, r.Amount):
 			// A release is in the store before it is answered: no
 			// process takes a slot a moment late for it.
 		default:

@@ -88,12 +88,12 @@ func (r *regionalTier) slotRefunds(w *window, seq int64) (others, unreplayed int
 	return others, unreplayed
 }
 
-// releaseNow adds amount to c, a cell of a concurrency limit's window w or
+// writeThrough adds amount to c, a cell of a concurrency limit's window w or
 // of its releases, in the regional store at once, so that the region's
 // next acquisition, in any process, sees it (a release: the slots free; an
 // extension's count: the slots still held); and reports false when the
 // store failed (the caller then replays it, as any count).
-func (r *regionalTier) releaseNow(ctx context.Context, w *window, c *cell, amount int64) bool {
+func (r *regionalTier) writeThrough(ctx context.Context, w *window, c *cell, amount int64) bool {
 	now := r.clock.Now().UnixMilli()
 	inc := store.Increment{Key: w.cellKey(c.seq()), Delta: amount,
 		TTL: time.Duration(w.expiresAt(c.seq())-now) * time.Millisecond}
