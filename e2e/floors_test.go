@@ -165,13 +165,20 @@ func startFloorAPI(b *testing.B, cpus string, env ...string) *floorProcess {
 	// FLOORS_API_ENV adds to the API's environment alone (a setting or a
 	// GODEBUG to compare): the floors keep theirs.
 	cmd.Env = append(append(cmd.Env, env...), strings.Fields(os.Getenv("FLOORS_API_ENV"))...)
+	return startServing(b, cmd, port, grpcPort, "/readyz")
+}
+
+// startServing starts cmd, a server listening on loopback's port and
+// grpcPort, kills it when the benchmark ends, and waits until GET
+// readyPath answers 200.
+func startServing(b *testing.B, cmd *exec.Cmd, port, grpcPort int, readyPath string) *floorProcess {
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	p := &floorProcess{cmd: cmd, addr: "127.0.0.1:" + strconv.Itoa(port), grpcAddr: "127.0.0.1:" + strconv.Itoa(grpcPort)}
-	poll.Until(b, 30*time.Second, "the API to report ready", func() bool { return get("http://"+p.addr+"/readyz") == http.StatusOK })
+	poll.Until(b, 30*time.Second, cmd.Path+" to answer "+readyPath, func() bool { return get("http://"+p.addr+readyPath) == http.StatusOK })
 	return p
 }
 

@@ -3,13 +3,11 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
 
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -17,7 +15,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/unkeyed/ratelimit/internal/testkit/poll"
 	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 )
 
@@ -87,14 +84,7 @@ func startPeerRatelimit(b *testing.B, binary, redisAddr string) *floorProcess {
 		"USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=127.0.0.1:"+strconv.Itoa(metricsPort), "LOG_LEVEL=warn", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redisAddr,
 		"HOST=127.0.0.1", "PORT="+strconv.Itoa(port), "GRPC_HOST=127.0.0.1", "GRPC_PORT="+strconv.Itoa(grpcPort),
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(debugPort))
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	p := &floorProcess{cmd: cmd, addr: "127.0.0.1:" + strconv.Itoa(port), grpcAddr: "127.0.0.1:" + strconv.Itoa(grpcPort)}
-	poll.Until(b, 30*time.Second, "envoyproxy/ratelimit to report healthy", func() bool { return get("http://"+p.addr+"/healthcheck") == http.StatusOK })
-	return p
+	return startServing(b, cmd, port, grpcPort, "/healthcheck")
 }
 
 // shouldRateLimitCaller returns a caller of Envoy's ShouldRateLimit on
