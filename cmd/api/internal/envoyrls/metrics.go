@@ -27,7 +27,7 @@ type metrics struct {
 	// inFlight is, by domain and rule (its path), the slots of a
 	// concurrency rule held as its latest acquisition or release saw
 	// them; badReleases counts lease ids whose release failed: not issued
-	// by this service (to the workspace, for the domain), changed, or a
+	// by this service (to the workspace, for the domain), changed, empty, or a
 	// store that failed.
 	inFlight    *prometheus.GaugeVec
 	badReleases prometheus.Counter
@@ -168,7 +168,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Help: "Slots of a concurrency rule held, by domain and rule, as the rule's latest acquisition or release saw them (of its latest descriptor's counter)."},
 		[]string{"domain", "rule"})
 	m.badReleases = prometheus.NewCounter(prometheus.CounterOpts{Name: "unkey_rls_bad_releases_total",
-		Help: "Lease ids in release descriptors whose release failed: not issued by this service to the workspace for the domain, changed, or a store that failed."})
+		Help: "Lease ids in release descriptors whose release failed: not issued by this service to the workspace for the domain, changed, empty, or a store that failed."})
 	collectors := []prometheus.Collector{m.globalShadow, m.inFlight, m.badReleases}
 	for i, stat := range [stats]struct{ ours, help, upstream string }{
 		statHits:   {"unkey_rls_hits_total", "Hits of descriptors that matched a rule of Envoy's rate limit service, by domain and rule.", "total_hits"},
