@@ -92,14 +92,24 @@ make -s --no-print-directory build BUILD_DIR="$DEV/bin"
 make -s deps-dev   # only what the stack runs; make test installs the rest
 
 log "MariaDB on $MYSQL_PORT"
+# Temporary tables in a directory of its own, not the shared /tmp: two
+# MariaDBs bootstrapping at once there delete each other's temporary tables
+# (about one install in three failed with eight at once; none with this).
+mkdir -p "$DEV/mysql-tmp"
 if [ ! -d "$DEV/mysql" ]; then
-  mariadb-install-db --no-defaults --datadir="$DEV/mysql" --user="$(id -un)" \
-    --auth-root-authentication-method=normal --skip-test-db >"$DEV/logs/mariadb-install.log" 2>&1
+  if ! mariadb-install-db --no-defaults --datadir="$DEV/mysql" --tmpdir="$DEV/mysql-tmp" --user="$(id -un)" \
+    --auth-root-authentication-method=normal --skip-test-db >"$DEV/logs/mariadb-install.log" 2>&1; then
+    log "mariadb-install-db failed:"
+    head -20 "$DEV/logs/mariadb-install.log"
+    rm -rf "$DEV/mysql"   # half a data directory would be taken as done next time
+    exit 1
+  fi
 fi
 MARIADBD=$(command -v mariadbd || echo /usr/sbin/mariadbd)
 start mariadb "$MARIADBD" --no-defaults --datadir="$DEV/mysql" --socket="$DEV/mysql.sock" \
   --port="$MYSQL_PORT" --bind-address=127.0.0.1 --user="$(id -un)" --skip-grant-tables \
-  --pid-file="$DEV/mysql.pid" --character-set-server=utf8mb4 --collation-server=utf8mb4_bin
+  --pid-file="$DEV/mysql.pid" --tmpdir="$DEV/mysql-tmp" \
+  --character-set-server=utf8mb4 --collation-server=utf8mb4_bin
 wait_for "MariaDB" mariadb --no-defaults --protocol=tcp -h127.0.0.1 -P"$MYSQL_PORT" -uroot \
   -e "CREATE DATABASE IF NOT EXISTS ratelimit"
 UNKEY_MYSQL_DSN="$DSN" "$DEV/bin/api" migrate >/dev/null
