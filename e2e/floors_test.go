@@ -210,19 +210,33 @@ func processCPU(b *testing.B, pid int) time.Duration {
 }
 
 // grpcCaller returns a caller of ratelimit.v1.RatelimitService/Limit on
-// addr over one grpc-go connection, with the API's token if auth.
+// addr, with the API's token if auth, over one grpc-go connection, as one
+// Envoy opens, or FLOORS_GRPC_CONNS of them taken in turn, as a fleet of
+// Envoys does (fewer calls share each connection's reads and writes).
 func grpcCaller(addr string, auth bool) func(b *testing.B) func(i int64) error {
 	return func(b *testing.B) func(i int64) error {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			b.Fatal(err)
+		n := 1
+		if v := os.Getenv("FLOORS_GRPC_CONNS"); v != "" {
+			var err error
+			if n, err = strconv.Atoi(v); err != nil || n < 1 {
+				b.Fatalf("FLOORS_GRPC_CONNS=%q: want a number of connections, 1 or more", v)
+			}
 		}
-		b.Cleanup(func() { conn.Close() })
+		var conns []*grpc.ClientConn
+		for range n {
+			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { conn.Close() })
+			conns = append(conns, conn)
+		}
 		ctx := context.Background()
 		if auth {
 			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+floorToken)
 		}
 		return func(i int64) error {
+			conn := conns[int(i)%n]
 			req := &ratelimitv1.LimitRequest{Namespace: "bench", Identifier: "user_" + strconv.FormatInt(i%1000, 10), Limit: 1 << 40, Duration: 60_000}
 			var resp ratelimitv1.LimitResponse
 			if err := conn.Invoke(ctx, "/ratelimit.v1.RatelimitService/Limit", req, &resp); err != nil {
