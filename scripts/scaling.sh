@@ -2,7 +2,9 @@
 # Runs e2e's BenchmarkScaling from the kit make scaling-kit packs, on a
 # many-core machine that has no Go: the servers pinned to 1, 2, 4 and 8
 # cores (SCALING_CPUS), the client to others (CLIENT_CPUS), ROUNDS runs of
-# BENCHTIME calls a figure. Unpack the kit and run it from its directory:
+# BENCHTIME calls a figure (FLOORS_GRPC_CONNS=8 spreads the gRPC calls
+# over 8 connections, as a fleet of Envoys opens). Unpack the kit and run
+# it from its directory:
 #
 #	tar -xzf scaling-kit.tgz && ./scaling.sh
 set -eu
