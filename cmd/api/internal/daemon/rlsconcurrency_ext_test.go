@@ -136,6 +136,10 @@ func TestRLSGiveBackWithoutTheLedger(t *testing.T) {
 			t.Fatalf("request %d, refused by a rule: %v", i, code)
 		}
 	}
+	// The gauge the acquisitions set drops by what was given back.
+	if _, metrics := ts.get(t, "/metrics"); !strings.Contains(metrics, `unkey_rls_in_flight{domain="llm",rule="llm.user"} 0`) {
+		t.Errorf("after five refused requests gave their slots back, metrics lack unkey_rls_in_flight{domain=\"llm\",rule=\"llm.user\"} 0:\n%s", metrics)
+	}
 	for i := range 2 {
 		if code := ask(rlscall.Desc("user", "u")); code != rlsv3.RateLimitResponse_OK {
 			t.Fatalf("slot %d of 2 after five refused requests: %v", i, code)

@@ -26,7 +26,7 @@ type metrics struct {
 	globalShadow   prometheus.Counter
 	// inFlight is, by domain and rule (its path), the slots of a
 	// concurrency rule held as its latest acquisition or release saw
-	// them; badReleases counts lease ids whose release failed: not issued
+	// them, less what a refused request gave back since; badReleases counts lease ids whose release failed: not issued
 	// by this service (to the workspace, for the domain), changed, empty, or a
 	// store that failed.
 	inFlight    *prometheus.GaugeVec
@@ -165,7 +165,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		rules:     map[string]*ruleSeries{},
 	}
 	m.inFlight = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "unkey_rls_in_flight",
-		Help: "Slots of a concurrency rule held, by domain and rule, as the rule's latest acquisition or release saw them (of its latest descriptor's counter)."},
+		Help: "Slots of a concurrency rule held, by domain and rule, as the rule's latest acquisition or release saw them (of its latest descriptor's counter), less what a request another rule refused gave back since."},
 		[]string{"domain", "rule"})
 	m.badReleases = prometheus.NewCounter(prometheus.CounterOpts{Name: "unkey_rls_bad_releases_total",
 		Help: "Lease ids in release descriptors whose release failed: not issued by this service to the workspace for the domain, changed, empty, or a store that failed."})

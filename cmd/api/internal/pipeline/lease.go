@@ -89,25 +89,27 @@ func (n Namespace) Release(ctx context.Context, id string) (Released, error) {
 
 // GiveBack frees at once the slots of *l, a lease of n that Acquire
 // answered and whose id the caller never passed on (Envoy's request that
-// another rule refused), and empties *l, so that they are given back once:
-// since no one else holds the id, no ledger records the release, which
-// costs the counts alone however the ledger fares. A refused lease holds
-// nothing to give back. It must not be called for an id that left the
-// caller, which Release frees once.
-func (n Namespace) GiveBack(ctx context.Context, l *Lease) error {
+// another rule refused), empties *l, so that they are given back once,
+// and returns how many slots it freed (0 if they had expired): since no
+// one else holds the id, no ledger records the release, which costs the
+// counts alone however the ledger fares. A refused lease holds nothing to
+// give back. It must not be called for an id that left the caller, which
+// Release frees once.
+func (n Namespace) GiveBack(ctx context.Context, l *Lease) (int64, error) {
 	if l.ID == "" {
-		return nil
+		return 0, nil
 	}
 	if l.slot.Namespace != n.name {
-		return fmt.Errorf("give back a lease of namespace %q in %q", l.slot.Namespace, n.name)
+		return 0, fmt.Errorf("give back a lease of namespace %q in %q", l.slot.Namespace, n.name)
 	}
 	slot := l.slot
 	*l = Lease{}
-	if _, err := n.p.limiter.Release(ctx, slot); err != nil {
-		return err
+	freed, err := n.p.limiter.Release(ctx, slot)
+	if err != nil {
+		return 0, err
 	}
 	n.p.metrics.leases.WithLabelValues(leaseReleased).Inc()
-	return nil
+	return freed, nil
 }
 
 // acquire is Acquire; authorized says the namespace was authorized, by an
