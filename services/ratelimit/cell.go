@@ -86,6 +86,10 @@ const (
 	// store.Unpublished), which clears it: a cell is marked at most once
 	// per full flush interval.
 	cellMarked
+	// cellToMark: slots were taken in the cell in the regional store at
+	// once, which no replay sends: the next replay sends the cell even
+	// without an increment, to mark it as a replay would (see cellMarked).
+	cellToMark
 	// cellReserved: a reservation was counted into the cell, or refunds of
 	// it were seen: decisions weigh it less its refunds, and reads of the
 	// regional store fetch those too. Cells without it cost nothing more.

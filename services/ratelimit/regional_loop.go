@@ -33,7 +33,8 @@ func (r *regionalTier) run(ctx context.Context) {
 // of one (see merge), by max-merge: processes that re-seed at once do not
 // add up. An increment the store did not take goes back into its cell and
 // is sent again next time, for as long as its window can still affect a
-// decision.
+// decision. A cell whose slots were taken in the store (cellToMark) is sent
+// without an increment if it is to be marked, and not again if that fails.
 func (r *regionalTier) replay(ctx context.Context) {
 	items := r.replays.take()
 	if len(items) == 0 {
@@ -41,11 +42,13 @@ func (r *regionalTier) replay(ctx context.Context) {
 	}
 	now := r.clock.Now().UnixMilli()
 	incs := make([]store.Increment, 0, len(items))
+	var markOnly []bool // by inc: sent only to mark the cell (cellToMark)
 	sent := items[:0]
 	for _, it := range items {
-		reseed := it.c.flags.And(^(cellQueued|cellReseed))&cellReseed != 0
+		flags := it.c.flags.And(^(cellQueued | cellReseed | cellToMark))
+		reseed := flags&cellReseed != 0
 		delta := it.c.unreplayed.Swap(0)
-		if delta == 0 && !reseed {
+		if delta == 0 && !reseed && flags&cellToMark == 0 {
 			continue
 		}
 		if it.c.seq() < it.w.seqOf(now)-1 {
@@ -65,7 +68,11 @@ func (r *regionalTier) replay(ctx context.Context) {
 		if r.mark != nil {
 			inc.Mark = r.mark(it.w, it.c)
 		}
+		if delta == 0 && !reseed && inc.Mark == 0 {
+			continue // only to mark, and not worth marking (or marked)
+		}
 		incs = append(incs, inc)
+		markOnly = append(markOnly, delta == 0 && !reseed)
 		sent = append(sent, it)
 	}
 	if len(incs) == 0 {
@@ -80,6 +87,11 @@ func (r *regionalTier) replay(ctx context.Context) {
 			n := counts[i] + it.c.unreplayed.Load() + it.c.speculative.Load()
 			r.windows.raise(it.w, it.c, &it.c.count, n, now)
 			atomicMax(&it.c.stored, counts[i])
+			continue
+		}
+		if markOnly[i] {
+			// A mark fails nothing: the cell's next take marks it again.
+			it.c.flags.And(^cellMarked)
 			continue
 		}
 		if incs[i].Delta == 0 {

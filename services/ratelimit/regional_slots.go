@@ -65,6 +65,12 @@ func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp s
 	}
 	cur.flags.Or(cellHydrated)
 	w.refreshedAt.Store(now)
+	if counts.Taken && r.mark != nil && cur.flags.Load()&cellMarked == 0 {
+		// In the store, but no replay will mark it for the processes that
+		// publish what a dead process counted: the next one does.
+		cur.flags.Or(cellToMark)
+		r.queueReplay(w, cur, 0)
+	}
 	held := max(counts.Held()-freed, 0) + max(others, 0)
 	d := decision{algorithm: sp.algorithm, limit: sp.limit, capacity: sp.limit, resetMs: end, success: counts.Taken,
 		remaining: min(max(sp.limit-held, 0), sp.limit)}

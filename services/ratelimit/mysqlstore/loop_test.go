@@ -208,28 +208,11 @@ func TestUnpublishedCountsOutliveTheirProcess(t *testing.T) {
 	}
 	client := redis.NewClient(opts)
 	t.Cleanup(func() { client.Close() })
-	newProcess := func(region string, global store.Global, regional bool) (*ratelimit.Service, *prometheus.Registry) {
-		reg := prometheus.NewRegistry()
-		o := append([]ratelimit.Option{ratelimit.WithGlobalStore(global), ratelimit.WithRegisterer(reg)}, shortIntervals...)
-		if regional {
-			st, err := redisstore.New(client)
-			if err != nil {
-				t.Fatal(err)
-			}
-			o = append(o, ratelimit.WithRegionalStore(st))
-		}
-		s, err := ratelimit.New(region, o...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		run(t, s)
-		return s, reg
-	}
 	dead := storetest.NewFaultyGlobal(New(sqlDB))
 	dead.SetDown(true)
-	a1, _ := newProcess("a", dead, true)
-	_, a2reg := newProcess("a", New(sqlDB), true)
-	b, _ := newProcess("b", New(sqlDB), false)
+	a1, _ := regionProcess(t, "a", dead, client)
+	_, a2reg := regionProcess(t, "a", New(sqlDB), client)
+	b, _ := regionProcess(t, "b", New(sqlDB), nil)
 	rq := ratelimit.Request{Workspace: "ws", Namespace: "ns", Identifier: "k", Limit: 1000, Duration: time.Hour, Cost: 600}
 	if resp, err := a1.Limit(context.Background(), rq); err != nil || !resp.Success {
 		t.Fatalf("a1: %+v, %v", resp, err)
@@ -256,6 +239,55 @@ func TestUnpublishedCountsOutliveTheirProcess(t *testing.T) {
 	}) {
 		t.Fatalf("a2 published %v idle cells, want the key a1 left in Redis", idle)
 	}
+}
+
+// TestUnpublishedSlotsOutliveTheirProcess is
+// TestUnpublishedCountsOutliveTheirProcess for slots, which are taken in
+// Redis at once rather than replayed: a1 holds 6 of 10 and never reaches
+// MySQL; a2 publishes them from Redis, and region b holds them too.
+func TestUnpublishedSlotsOutliveTheirProcess(t *testing.T) {
+	_, sqlDB := dbtest.Start(t)
+	r := testserver.StartRedis(t)
+	opts, err := redisstore.Options(r.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := redis.NewClient(opts)
+	t.Cleanup(func() { client.Close() })
+	dead := storetest.NewFaultyGlobal(New(sqlDB))
+	dead.SetDown(true)
+	a1, _ := regionProcess(t, "a", dead, client)
+	regionProcess(t, "a", New(sqlDB), client)
+	b, _ := regionProcess(t, "b", New(sqlDB), nil)
+	acq := ratelimit.Acquisition{Workspace: "ws", Namespace: "ns", Identifier: "k", Limit: 10, Lease: time.Hour, Cost: 6}
+	if resp, err := a1.Acquire(context.Background(), acq); err != nil || !resp.Success {
+		t.Fatalf("a1: %+v, %v", resp, err)
+	}
+	poll.Until(t, 10*time.Second, "b to hold a1's 6 slots, published by a2 from Redis", func() bool {
+		held, _ := b.InFlight(context.Background(), acq)
+		return held == 6
+	})
+}
+
+// regionProcess starts a limiter of region with the global store and, if
+// client is not nil, the regional store on it, on short intervals.
+func regionProcess(t *testing.T, region string, global store.Global, client *redis.Client) (*ratelimit.Service, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	o := append([]ratelimit.Option{ratelimit.WithGlobalStore(global), ratelimit.WithRegisterer(reg)}, shortIntervals...)
+	if client != nil {
+		st, err := redisstore.New(client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o = append(o, ratelimit.WithRegionalStore(st))
+	}
+	s, err := ratelimit.New(region, o...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, s)
+	return s, reg
 }
 
 // TestGlobalLoopIdleStatements runs the flush and sync loop on short
