@@ -200,19 +200,7 @@ func TestSlowMySQLKeepsImporting(t *testing.T) {
 // key, publishes it from Redis once no process marked it for two full flush
 // intervals, and region b counts the 600.
 func TestUnpublishedCountsOutliveTheirProcess(t *testing.T) {
-	_, sqlDB := dbtest.Start(t)
-	r := testserver.StartRedis(t)
-	opts, err := redisstore.Options(r.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := redis.NewClient(opts)
-	t.Cleanup(func() { client.Close() })
-	dead := storetest.NewFaultyGlobal(New(sqlDB))
-	dead.SetDown(true)
-	a1, _ := regionProcess(t, "a", dead, client)
-	_, a2reg := regionProcess(t, "a", New(sqlDB), client)
-	b, _ := regionProcess(t, "b", New(sqlDB), nil)
+	a1, a2reg, b := deadProcessSetup(t)
 	rq := ratelimit.Request{Workspace: "ws", Namespace: "ns", Identifier: "k", Limit: 1000, Duration: time.Hour, Cost: 600}
 	if resp, err := a1.Limit(context.Background(), rq); err != nil || !resp.Success {
 		t.Fatalf("a1: %+v, %v", resp, err)
@@ -246,6 +234,22 @@ func TestUnpublishedCountsOutliveTheirProcess(t *testing.T) {
 // Redis at once rather than replayed: a1 holds 6 of 10 and never reaches
 // MySQL; a2 publishes them from Redis, and region b holds them too.
 func TestUnpublishedSlotsOutliveTheirProcess(t *testing.T) {
+	a1, _, b := deadProcessSetup(t)
+	acq := ratelimit.Acquisition{Workspace: "ws", Namespace: "ns", Identifier: "k", Limit: 10, Lease: time.Hour, Cost: 6}
+	if resp, err := a1.Acquire(context.Background(), acq); err != nil || !resp.Success {
+		t.Fatalf("a1: %+v, %v", resp, err)
+	}
+	poll.Until(t, 10*time.Second, "b to hold a1's 6 slots, published by a2 from Redis", func() bool {
+		held, _ := b.InFlight(context.Background(), acq)
+		return held == 6
+	})
+}
+
+// deadProcessSetup starts, on one Redis and one MariaDB, processes a1 and
+// a2 of region a, a1's global store down to the end, and b of region b
+// without a regional store; it returns a1, a2's registry and b.
+func deadProcessSetup(t *testing.T) (a1 *ratelimit.Service, a2reg *prometheus.Registry, b *ratelimit.Service) {
+	t.Helper()
 	_, sqlDB := dbtest.Start(t)
 	r := testserver.StartRedis(t)
 	opts, err := redisstore.Options(r.URL())
@@ -256,17 +260,10 @@ func TestUnpublishedSlotsOutliveTheirProcess(t *testing.T) {
 	t.Cleanup(func() { client.Close() })
 	dead := storetest.NewFaultyGlobal(New(sqlDB))
 	dead.SetDown(true)
-	a1, _ := regionProcess(t, "a", dead, client)
-	regionProcess(t, "a", New(sqlDB), client)
-	b, _ := regionProcess(t, "b", New(sqlDB), nil)
-	acq := ratelimit.Acquisition{Workspace: "ws", Namespace: "ns", Identifier: "k", Limit: 10, Lease: time.Hour, Cost: 6}
-	if resp, err := a1.Acquire(context.Background(), acq); err != nil || !resp.Success {
-		t.Fatalf("a1: %+v, %v", resp, err)
-	}
-	poll.Until(t, 10*time.Second, "b to hold a1's 6 slots, published by a2 from Redis", func() bool {
-		held, _ := b.InFlight(context.Background(), acq)
-		return held == 6
-	})
+	a1, _ = regionProcess(t, "a", dead, client)
+	_, a2reg = regionProcess(t, "a", New(sqlDB), client)
+	b, _ = regionProcess(t, "b", New(sqlDB), nil)
+	return a1, a2reg, b
 }
 
 // regionProcess starts a limiter of region with the global store and, if
