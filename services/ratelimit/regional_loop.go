@@ -89,10 +89,12 @@ func (r *regionalTier) replay(ctx context.Context) {
 			atomicMax(&it.c.stored, counts[i])
 			continue
 		}
-		if markOnly[i] {
-			// A mark fails nothing: the cell's next take marks it again.
+		if incs[i].Mark > 0 {
+			// Not marked after all: the next send (or take) marks it.
 			it.c.flags.And(^cellMarked)
-			continue
+		}
+		if markOnly[i] {
+			continue // a mark fails nothing, and is not sent again alone
 		}
 		if incs[i].Delta == 0 {
 			it.c.flags.Or(cellReseed) // still to re-seed

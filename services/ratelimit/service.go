@@ -77,7 +77,10 @@ func New(region string, opts ...Option) (*Service, error) {
 	if cfg.global != nil {
 		s.global = newGlobalTier(region, &cfg, m, &s.windows, s.regional == nil)
 		if s.regional != nil {
-			s.regional.mark = s.global.markFor
+			if s.global.unpublished != nil {
+				// Only a store that indexes marks is asked to.
+				s.regional.mark = s.global.markFor
+			}
 			s.global.readSlots = s.regional.readSlots
 		}
 	}

@@ -44,7 +44,7 @@ func StartMariaDB(t testing.TB, args ...string) *MariaDB {
 	data := filepath.Join(dir, "data")
 	// Its own directory for temporary tables, for the bootstrap as for the
 	// server, not the shared /tmp: MariaDBs bootstrapping there at once
-	// delete each other's temporary tables (three of 24 installs failed
+	// delete each other's temporary tables (seven of 24 installs failed
 	// with eight at once, "Unknown table 'mysql.tmp_proxies_priv'"; none of
 	// 80 with a directory each).
 	tmp := filepath.Join(dir, "tmp")

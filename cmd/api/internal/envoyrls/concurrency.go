@@ -104,14 +104,13 @@ func leases(plans []plan) string {
 // refused: Envoy may never send its stream-done call, and the request
 // holds nothing. Their ids never leave this call, so no ledger records it
 // (a refused flood costs no ledger write a request, and a ledger that is
-// down frees them all the same). The in-flight gauge of each rule, set
-// by the acquisition, drops by the slots freed.
+// down frees them all the same). Each rule's in-flight gauge is set to
+// what its give-back saw, as a release sets it.
 func (s *Service) giveBack(ctx context.Context, ns pipeline.Namespace, domain string, plans []plan) {
 	for i := range plans {
-		held := plans[i].lease.InFlight
-		freed, err := ns.GiveBack(ctx, &plans[i].lease)
-		if err == nil && freed > 0 && plans[i].rule != nil {
-			s.metrics.inFlight.WithLabelValues(domain, truncateLabel(plans[i].rule.Path)).Set(float64(max(held-freed, 0)))
+		r, err := ns.GiveBack(ctx, &plans[i].lease)
+		if err == nil && r.Freed > 0 && plans[i].rule != nil {
+			s.metrics.inFlight.WithLabelValues(domain, truncateLabel(plans[i].rule.Path)).Set(float64(r.InFlight))
 		}
 	}
 }

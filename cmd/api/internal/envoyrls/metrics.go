@@ -25,10 +25,10 @@ type metrics struct {
 	ours, upstream [stats]*prometheus.CounterVec
 	globalShadow   prometheus.Counter
 	// inFlight is, by domain and rule (its path), the slots of a
-	// concurrency rule held as its latest acquisition or release saw
-	// them, less what a refused request gave back since; badReleases counts lease ids whose release failed: not issued
-	// by this service (to the workspace, for the domain), changed, empty, or a
-	// store that failed.
+	// concurrency rule held as its latest acquisition, release or
+	// give-back (of a refused request) saw them; badReleases counts lease
+	// ids whose release failed: not issued by this service (to the
+	// workspace, for the domain), changed, empty, or a store that failed.
 	inFlight    *prometheus.GaugeVec
 	badReleases prometheus.Counter
 	// nearRatio: a hit that leaves less than (1 - nearRatio) of the limit
@@ -165,7 +165,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		rules:     map[string]*ruleSeries{},
 	}
 	m.inFlight = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "unkey_rls_in_flight",
-		Help: "Slots of a concurrency rule held, by domain and rule, as the rule's latest acquisition or release saw them (of its latest descriptor's counter), less what a request another rule refused gave back since."},
+		Help: "Slots of a concurrency rule held, by domain and rule, as the rule's latest acquisition, release or give-back (of a request another rule refused) saw them (of its latest descriptor's counter)."},
 		[]string{"domain", "rule"})
 	m.badReleases = prometheus.NewCounter(prometheus.CounterOpts{Name: "unkey_rls_bad_releases_total",
 		Help: "Lease ids in release descriptors whose release failed: not issued by this service to the workspace for the domain, changed, empty, or a store that failed."})

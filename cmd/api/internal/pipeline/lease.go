@@ -90,26 +90,29 @@ func (n Namespace) Release(ctx context.Context, id string) (Released, error) {
 // GiveBack frees at once the slots of *l, a lease of n that Acquire
 // answered and whose id the caller never passed on (Envoy's request that
 // another rule refused), empties *l, so that they are given back once,
-// and returns how many slots it freed (0 if they had expired): since no
-// one else holds the id, no ledger records the release, which costs the
-// counts alone however the ledger fares. A refused lease holds nothing to
-// give back. It must not be called for an id that left the caller, which
-// Release frees once.
-func (n Namespace) GiveBack(ctx context.Context, l *Lease) (int64, error) {
+// and answers as Release does: since no one else holds the id, no ledger
+// records it, which costs the counts alone however the ledger fares. A
+// refused lease holds nothing to give back (a zero answer). It must not
+// be called for an id that left the caller, which Release frees once.
+func (n Namespace) GiveBack(ctx context.Context, l *Lease) (Released, error) {
 	if l.ID == "" {
-		return 0, nil
+		return Released{}, nil
 	}
 	if l.slot.Namespace != n.name {
-		return 0, fmt.Errorf("give back a lease of namespace %q in %q", l.slot.Namespace, n.name)
+		return Released{}, fmt.Errorf("give back a lease of namespace %q in %q", l.slot.Namespace, n.name)
 	}
 	slot := l.slot
 	*l = Lease{}
-	freed, err := n.p.limiter.Release(ctx, slot)
-	if err != nil {
-		return 0, err
+	out := Released{Limit: slot.Limit}
+	var err error
+	if out.Freed, err = n.p.limiter.Release(ctx, slot); err != nil {
+		return Released{}, err
 	}
 	n.p.metrics.leases.WithLabelValues(leaseReleased).Inc()
-	return freed, nil
+	if out.InFlight, err = n.p.inFlight(ctx, slot); err != nil {
+		return Released{}, err
+	}
+	return out, nil
 }
 
 // acquire is Acquire; authorized says the namespace was authorized, by an
@@ -253,12 +256,17 @@ func (p *Pipeline) release(ctx context.Context, id, namespace string) (Released,
 		}
 		p.metrics.leases.WithLabelValues(leaseReleased).Inc()
 	}
-	a := ratelimit.Acquisition{Workspace: t.Workspace, Namespace: t.Namespace, Identifier: t.Identifier,
-		Limit: t.Limit, Lease: t.Duration, Cost: 1}
-	if out.InFlight, err = p.limiter.InFlight(ctx, a); err != nil {
+	if out.InFlight, err = p.inFlight(ctx, slotOf(&t)); err != nil {
 		return Released{}, err
 	}
 	return out, nil
+}
+
+// inFlight returns how many slots of sl's limit are held now, as far as
+// this process knows.
+func (p *Pipeline) inFlight(ctx context.Context, sl ratelimit.Slot) (int64, error) {
+	return p.limiter.InFlight(ctx, ratelimit.Acquisition{Workspace: sl.Workspace, Namespace: sl.Namespace,
+		Identifier: sl.Identifier, Limit: sl.Limit, Lease: sl.Lease, Cost: 1})
 }
 
 // Extend keeps the slots of lease id for another lease and answers a new
