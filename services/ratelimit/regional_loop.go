@@ -42,13 +42,14 @@ func (r *regionalTier) replay(ctx context.Context) {
 	}
 	now := r.clock.Now().UnixMilli()
 	incs := make([]store.Increment, 0, len(items))
-	var markOnly []bool // by inc: sent only to mark the cell (cellToMark)
+	var marksOnly []bool // by inc: sent only to mark the cell (cellToMark)
 	sent := items[:0]
 	for _, it := range items {
 		flags := it.c.flags.And(^(cellQueued | cellReseed | cellToMark))
 		reseed := flags&cellReseed != 0
 		delta := it.c.unreplayed.Swap(0)
-		if delta == 0 && !reseed && flags&cellToMark == 0 {
+		markOnly := delta == 0 && !reseed
+		if markOnly && flags&cellToMark == 0 {
 			continue
 		}
 		if it.c.seq() < it.w.seqOf(now)-1 {
@@ -68,11 +69,11 @@ func (r *regionalTier) replay(ctx context.Context) {
 		if r.mark != nil {
 			inc.Mark = r.mark(it.w, it.c)
 		}
-		if delta == 0 && !reseed && inc.Mark == 0 {
+		if markOnly && inc.Mark == 0 {
 			continue // only to mark, and not worth marking (or marked)
 		}
 		incs = append(incs, inc)
-		markOnly = append(markOnly, delta == 0 && !reseed)
+		marksOnly = append(marksOnly, markOnly)
 		sent = append(sent, it)
 	}
 	if len(incs) == 0 {
@@ -93,7 +94,7 @@ func (r *regionalTier) replay(ctx context.Context) {
 			// Not marked after all: the next send (or take) marks it.
 			it.c.flags.And(^cellMarked)
 		}
-		if markOnly[i] {
+		if marksOnly[i] {
 			continue // a mark fails nothing, and is not sent again alone
 		}
 		if incs[i].Delta == 0 {

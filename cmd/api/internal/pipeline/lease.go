@@ -34,7 +34,7 @@ type Lease struct {
 	slot ratelimit.Slot
 }
 
-// Released is the answer to Release.
+// Released is the answer to Release and GiveBack.
 type Released struct {
 	// Freed is how many slots the release freed: 0 when they were released
 	// or extended before, or had expired.
