@@ -4,13 +4,16 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -66,7 +69,11 @@ func BenchmarkFloors(b *testing.B) {
 
 // measureCalls warms call, then makes b.N calls from about 32 goroutines
 // and reports the CPU (user and system, from /proc) the server process and
-// any store processes used per call, and the calls a second.
+// any store processes used per call, and the calls a second. Beside the
+// server's CPU it reports, per call, its system CPU alone, its read and
+// write system calls and its threads' context switches (see
+// processUsage): counts a shared machine's noise moves far less than CPU
+// time, which say where a change in the CPU comes from.
 func measureCalls(b *testing.B, call func(i int64) error, server int, stores ...int) {
 	for i := range int64(200) { // warm the connections and the keys
 		if err := call(i); err != nil {
@@ -78,7 +85,7 @@ func measureCalls(b *testing.B, call func(i int64) error, server int, stores ...
 	// the nearest multiple of GOMAXPROCS (one each beyond 64).
 	procs := runtime.GOMAXPROCS(0)
 	b.SetParallelism(max(1, (32+procs/2)/procs))
-	before := processCPU(b, server)
+	before := usage(b, server)
 	storesBefore := make([]time.Duration, len(stores))
 	for i, pid := range stores {
 		storesBefore[i] = processCPU(b, pid)
@@ -95,8 +102,12 @@ func measureCalls(b *testing.B, call func(i int64) error, server int, stores ...
 	})
 	b.StopTimer()
 	elapsed := time.Since(start)
-	cpu := processCPU(b, server) - before
-	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "server-µs/op")
+	used := usage(b, server).since(before)
+	perCall := func(n float64) float64 { return n / float64(b.N) }
+	b.ReportMetric(perCall(float64((used.user + used.sys).Microseconds())), "server-µs/op")
+	b.ReportMetric(perCall(float64(used.sys.Microseconds())), "server-sys-µs/op")
+	b.ReportMetric(perCall(float64(used.syscalls)), "server-rw/op")
+	b.ReportMetric(perCall(float64(used.switches)), "server-ctxsw/op")
 	if len(stores) > 0 {
 		var store time.Duration
 		for i, pid := range stores {
@@ -192,9 +203,27 @@ func serverCommand(cpus, name string, args ...string) *exec.Cmd {
 	return exec.Command(name, args...)
 }
 
-// processCPU returns the user and system CPU time pid has used, from
-// /proc/pid/stat (in clock ticks of 10 ms).
+// processCPU returns the user and system CPU time pid has used.
 func processCPU(b *testing.B, pid int) time.Duration {
+	u := usage(b, pid)
+	return u.user + u.sys
+}
+
+// processUsage is what a process has used since it started.
+type processUsage struct {
+	user, sys time.Duration // CPU time, from /proc/pid/stat (clock ticks of 10 ms)
+	syscalls  int64         // read and write system calls (/proc/pid/io's syscr and syscw)
+	switches  int64         // times a thread left its CPU, to wait or preempted (voluntary and involuntary context switches)
+}
+
+// since returns what u used after earlier.
+func (u processUsage) since(earlier processUsage) processUsage {
+	return processUsage{u.user - earlier.user, u.sys - earlier.sys, u.syscalls - earlier.syscalls, u.switches - earlier.switches}
+}
+
+// usage reads what pid has used from /proc. A thread that ended takes its
+// context switches with it: Go's threads seldom end.
+func usage(b *testing.B, pid int) processUsage {
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		b.Fatal(err)
@@ -206,7 +235,40 @@ func processCPU(b *testing.B, pid int) time.Duration {
 	if err1 != nil || err2 != nil {
 		b.Fatalf("/proc/%d/stat: %q", pid, raw)
 	}
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	u := processUsage{user: time.Duration(utime) * 10 * time.Millisecond, sys: time.Duration(stime) * 10 * time.Millisecond}
+	u.syscalls = procFields(b, fmt.Sprintf("/proc/%d/io", pid), "syscr", "syscw")
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, task := range tasks {
+		u.switches += procFields(b, fmt.Sprintf("/proc/%d/task/%s/status", pid, task.Name()), "voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")
+	}
+	return u
+}
+
+// procFields returns the sum of the fields named keys in a /proc file of
+// "key: number" lines, 0 if the file is gone (a thread that ended).
+func procFields(b *testing.B, path string, keys ...string) int64 {
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum int64
+	for line := range strings.Lines(string(raw)) {
+		k, v, _ := strings.Cut(line, ":")
+		if slices.Contains(keys, k) {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				b.Fatalf("%s: %q", path, line)
+			}
+			sum += n
+		}
+	}
+	return sum
 }
 
 // grpcCaller returns a caller of ratelimit.v1.RatelimitService/Limit on
