@@ -10,7 +10,7 @@ import (
 type cell struct {
 	// flags holds the fixed window this cell counts (see seq) and the cell's
 	// flags: cellHydrated, cellQueued, cellGrown, cellReseed, cellMarked,
-	// cellReserved and cellContended.
+	// cellToMark, cellReserved and cellContended.
 	// Sharing one word keeps the cell at 48 bytes, a size class of its own.
 	flags cellWord
 	// count is this region's count, including speculative batch increments
@@ -86,9 +86,10 @@ const (
 	// store.Unpublished), which clears it: a cell is marked at most once
 	// per full flush interval.
 	cellMarked
-	// cellToMark: slots were taken in the cell in the regional store at
-	// once, which no replay sends: the next replay sends the cell even
-	// without an increment, to mark it as a replay would (see cellMarked).
+	// cellToMark: the regional store took a count of the cell at once
+	// (slots taken, a release or an extension written through), which no
+	// replay sends: the next replay sends the cell even without an
+	// increment, to mark it as a replay would (see cellMarked).
 	cellToMark
 	// cellReserved: a reservation was counted into the cell, or refunds of
 	// it were seen: decisions weigh it less its refunds, and reads of the
@@ -97,7 +98,12 @@ const (
 	// cellContended: a decision that lost races on the cell's key holds
 	// the key's lock (see contention.go); decisions arriving queue on it.
 	cellContended
+	// cellFlagsEnd is the bit after the last flag, not a flag.
+	cellFlagsEnd
 )
+
+// The flags fit the word's high 8 bits: with a ninth, this does not compile.
+const _ = uint8(cellFlagsEnd - 1)
 
 // atomicMax raises v to n if n is larger, and reports whether it did.
 func atomicMax(v *atomic.Int64, n int64) bool {

@@ -33,8 +33,8 @@ func (r *regionalTier) run(ctx context.Context) {
 // of one (see merge), by max-merge: processes that re-seed at once do not
 // add up. An increment the store did not take goes back into its cell and
 // is sent again next time, for as long as its window can still affect a
-// decision. A cell whose slots were taken in the store (cellToMark) is sent
-// without an increment if it is to be marked, and not again if that fails.
+// decision. A cell whose count the store took at once (cellToMark) is sent
+// without an increment if it is to be marked, and again if that fails.
 func (r *regionalTier) replay(ctx context.Context) {
 	items := r.replays.take()
 	if len(items) == 0 {
@@ -95,7 +95,10 @@ func (r *regionalTier) replay(ctx context.Context) {
 			it.c.flags.And(^cellMarked)
 		}
 		if marksOnly[i] {
-			continue // a mark fails nothing, and is not sent again alone
+			// Sent again, until its window ends (then replay drops it).
+			it.c.flags.Or(cellToMark)
+			r.queueReplay(it.w, it.c, 0)
+			continue
 		}
 		if incs[i].Delta == 0 {
 			it.c.flags.Or(cellReseed) // still to re-seed

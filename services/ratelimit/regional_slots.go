@@ -65,11 +65,8 @@ func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp s
 	}
 	cur.flags.Or(cellHydrated)
 	w.refreshedAt.Store(now)
-	if counts.Taken && r.mark != nil && cur.flags.Load()&cellMarked == 0 {
-		// In the store, but no replay will mark it for the processes that
-		// publish what a dead process counted: the next one does.
-		cur.flags.Or(cellToMark)
-		r.queueReplay(w, cur, 0)
+	if counts.Taken {
+		r.markLater(w, cur)
 	}
 	held := max(counts.Held()-freed, 0) + max(others, 0)
 	d := decision{algorithm: sp.algorithm, limit: sp.limit, capacity: sp.limit, resetMs: end, success: counts.Taken,
@@ -113,11 +110,32 @@ func (r *regionalTier) writeThrough(ctx context.Context, w *window, c *cell, amo
 		return r.store.Increment(ctx, []store.Increment{inc})
 	})
 	if err != nil || len(counts) != 1 || counts[0] < 0 {
+		if inc.Mark > 0 {
+			// Not marked after all: the replay that sends amount marks it.
+			c.flags.And(^cellMarked)
+		}
 		return false
 	}
 	r.windows.raise(w, c, &c.count, counts[0]+c.unreplayed.Load()+c.speculative.Load(), now)
 	atomicMax(&c.stored, counts[0])
+	// Not marked when the mark was decided before c held amount (an
+	// extension's count, which may make the cell worth sharing).
+	r.markLater(w, c)
 	return true
+}
+
+// markLater queues c, a cell of w whose count the regional store took at
+// once (slots taken, or a write-through), for a replay that marks it in the
+// store's index of cells to publish, since no replay sends that count:
+// without the mark, what the cell holds is lost to the other regions if
+// this process dies or loses the global store before it publishes it. The
+// replay sends the cell without an increment if it is worth marking then
+// (see cellToMark); a cell marked this full flush interval is not queued.
+func (r *regionalTier) markLater(w *window, c *cell) {
+	if r.mark != nil && c.flags.Load()&cellMarked == 0 {
+		c.flags.Or(cellToMark)
+		r.queueReplay(w, c, 0)
+	}
 }
 
 // readSlots brings the two current cells of the concurrency limits ws,

@@ -8,7 +8,7 @@ import (
 // TestCellWord checks that flag operations never touch the sequence packed
 // beside them, for sequences of both signs and at the edges of 56 bits.
 func TestCellWord(t *testing.T) {
-	all := cellHydrated | cellQueued | cellGrown | cellReseed | cellMarked
+	all := cellHydrated | cellQueued | cellGrown | cellReseed | cellMarked | cellToMark | cellReserved | cellContended
 	for _, seq := range []int64{0, 1, -1, 29_000_000, 1_764_000_000_000, seqMask >> 1, -(seqMask >> 1) - 1} {
 		c := newCell(seq, true)
 		if got := c.seq(); got != seq {
