@@ -96,14 +96,18 @@ log "MariaDB on $MYSQL_PORT"
 # MariaDBs bootstrapping at once there delete each other's temporary tables
 # (seven installs of 24 failed with eight at once; none of 80 with this).
 mkdir -p "$DEV/mysql-tmp"
+# Installed beside and renamed when done: a data directory is there whole
+# or not at all, whatever stops the install (a failure, Ctrl-C).
 if [ ! -d "$DEV/mysql" ]; then
-  if ! mariadb-install-db --no-defaults --datadir="$DEV/mysql" --tmpdir="$DEV/mysql-tmp" --user="$(id -un)" \
+  rm -rf "$DEV/mysql.new"
+  if ! mariadb-install-db --no-defaults --datadir="$DEV/mysql.new" --tmpdir="$DEV/mysql-tmp" --user="$(id -un)" \
     --auth-root-authentication-method=normal --skip-test-db >"$DEV/logs/mariadb-install.log" 2>&1; then
-    log "mariadb-install-db failed:"
-    head -20 "$DEV/logs/mariadb-install.log"
-    rm -rf "$DEV/mysql"   # half a data directory would be taken as done next time
+    log "mariadb-install-db failed (all of it in $DEV/logs/mariadb-install.log):"
+    grep -i -m 10 error "$DEV/logs/mariadb-install.log" || tail -20 "$DEV/logs/mariadb-install.log"
+    rm -rf "$DEV/mysql.new"
     exit 1
   fi
+  mv "$DEV/mysql.new" "$DEV/mysql"
 fi
 MARIADBD=$(command -v mariadbd || echo /usr/sbin/mariadbd)
 start mariadb "$MARIADBD" --no-defaults --datadir="$DEV/mysql" --socket="$DEV/mysql.sock" \

@@ -1,6 +1,7 @@
 package testserver
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"os"
@@ -13,6 +14,9 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 )
+
+// installTimeout bounds a data directory's bootstrap.
+const installTimeout = 3 * time.Minute
 
 // MariaDB is a private MariaDB server with one empty database. It runs with
 // --skip-grant-tables, so any user name works and no password is needed.
@@ -51,8 +55,17 @@ func StartMariaDB(t testing.TB, args ...string) *MariaDB {
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command(install, "--no-defaults", "--datadir="+data, "--tmpdir="+tmp, "--user=root",
-		"--auth-root-authentication-method=normal", "--skip-test-db").CombinedOutput(); err != nil {
+	// A few seconds, a minute on a loaded machine: a hung install fails its
+	// test here rather than the whole run at go test's timeout. The script
+	// runs mariadbd: killed as a group, with the output it had.
+	ctx, cancel := context.WithTimeout(context.Background(), installTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, install, "--no-defaults", "--datadir="+data, "--tmpdir="+tmp, "--user=root",
+		"--auth-root-authentication-method=normal", "--skip-test-db")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("mariadb-install-db: %v\n%s", err, out)
 	}
 	m := &MariaDB{}

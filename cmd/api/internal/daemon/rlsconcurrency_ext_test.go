@@ -140,6 +140,15 @@ func TestRLSGiveBackWithoutTheLedger(t *testing.T) {
 	if _, metrics := ts.get(t, "/metrics"); !strings.Contains(metrics, `unkey_rls_in_flight{domain="llm",rule="llm.user"} 0`) {
 		t.Errorf("after five refused requests gave their slots back, metrics lack unkey_rls_in_flight{domain=\"llm\",rule=\"llm.user\"} 0:\n%s", metrics)
 	}
+	// Two slots of one counter in one refused request: the gauge reads
+	// what is held after both were given back, not the second's count less
+	// its own slot.
+	if code := ask(rlscall.Desc("user", "u"), rlscall.Desc("user", "u"), rlscall.Desc("blocked", "x")); code != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("two slots and a refusing rule: %v", code)
+	}
+	if _, metrics := ts.get(t, "/metrics"); !strings.Contains(metrics, `unkey_rls_in_flight{domain="llm",rule="llm.user"} 0`) {
+		t.Errorf("after a request gave two slots of one counter back, metrics lack unkey_rls_in_flight{domain=\"llm\",rule=\"llm.user\"} 0:\n%s", metrics)
+	}
 	for i := range 2 {
 		if code := ask(rlscall.Desc("user", "u")); code != rlsv3.RateLimitResponse_OK {
 			t.Fatalf("slot %d of 2 after five refused requests: %v", i, code)
