@@ -160,3 +160,47 @@ func TestFailedMarkIsSentAgain(t *testing.T) {
 		t.Errorf("cell marked %d times after another replay, want still 1", got)
 	}
 }
+
+// sends is a regional store without an index of marks, which counts the
+// increments it was sent without a delta.
+type sends struct {
+	*storetest.MemRegional
+	mu    sync.Mutex
+	empty int
+}
+
+func (s *sends) Increment(ctx context.Context, incs []store.Increment) ([]int64, error) {
+	s.mu.Lock()
+	for _, inc := range incs {
+		if inc.Delta == 0 {
+			s.empty++
+		}
+	}
+	s.mu.Unlock()
+	return s.MemRegional.Increment(ctx, incs)
+}
+
+// TestNoMarksWithoutAnIndex: with a regional store that does not index
+// marks (no store.Unpublished), what the store takes at once queues no
+// replay to mark it, and none is sent.
+func TestNoMarksWithoutAnIndex(t *testing.T) {
+	o := &sends{MemRegional: storetest.NewMemRegional()}
+	clock := newFakeClock(1_700_000_010_000)
+	p := &regionalService{Service: newTestService(t, clock, WithRegionalStore(o), WithGlobalStore(storetest.NewMemGlobal()))}
+	a := acq("user", 10, time.Minute)
+	sl, ok := acquire(t, p.Service, a)
+	if !ok {
+		t.Fatal("a slot of 10 refused")
+	}
+	clock.Advance(time.Minute)
+	if _, err := p.Extend(context.Background(), sl); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.regional.replays.len(); n != 0 {
+		t.Errorf("%d cells queued for a replay after a take and an extension the store took, want 0", n)
+	}
+	p.tick()
+	if o.empty != 0 {
+		t.Errorf("%d increments without a delta sent to a store that indexes no marks, want 0", o.empty)
+	}
+}
