@@ -62,17 +62,25 @@ func newMarked(t *testing.T, m *marking) (*regionalService, *fakeClock) {
 	return &regionalService{Service: s}, clock
 }
 
+// takeOne takes a slot of 10 on p, held for a minute, and returns the
+// acquisition and the slot.
+func takeOne(t *testing.T, p *regionalService) (Acquisition, Slot) {
+	t.Helper()
+	a := acq("user", 10, time.Minute)
+	sl, ok := acquire(t, p.Service, a)
+	if !ok {
+		t.Fatal("a slot of 10 refused")
+	}
+	return a, sl
+}
+
 // TestTakenSlotsAreMarked: slots taken in the regional store at once, which
 // no replay sends, are marked by the next replay, which adds nothing to
 // their count.
 func TestTakenSlotsAreMarked(t *testing.T) {
 	m := newMarking()
 	p, _ := newMarked(t, m)
-	a := acq("user", 10, time.Minute)
-	sl, ok := acquire(t, p.Service, a)
-	if !ok {
-		t.Fatal("a slot of 10 refused")
-	}
+	a, sl := takeOne(t, p)
 	r := a.request()
 	wk := keyOf(&r)
 	key := p.windows.find(&wk).cellKey(sl.Sequence)
@@ -93,11 +101,7 @@ func TestTakenSlotsAreMarked(t *testing.T) {
 func TestExtendedSlotsAreMarked(t *testing.T) {
 	m := newMarking()
 	p, clock := newMarked(t, m)
-	a := acq("user", 10, time.Minute)
-	sl, ok := acquire(t, p.Service, a)
-	if !ok {
-		t.Fatal("a slot of 10 refused")
-	}
+	a, sl := takeOne(t, p)
 	p.tick()
 	clock.Advance(time.Minute)
 	resp, err := p.Extend(context.Background(), sl)
@@ -120,11 +124,7 @@ func TestExtendedSlotsAreMarked(t *testing.T) {
 func TestReleaseMarkedAfterAFailedWrite(t *testing.T) {
 	m := newMarking()
 	p, _ := newMarked(t, m)
-	a := acq("user", 10, time.Minute)
-	sl, ok := acquire(t, p.Service, a)
-	if !ok {
-		t.Fatal("a slot of 10 refused")
-	}
+	_, sl := takeOne(t, p)
 	p.tick()
 	m.SetDown(true)
 	if freed, err := p.Release(context.Background(), sl); err != nil || freed != 1 {
@@ -143,11 +143,7 @@ func TestReleaseMarkedAfterAFailedWrite(t *testing.T) {
 func TestFailedMarkIsSentAgain(t *testing.T) {
 	m := newMarking()
 	p, _ := newMarked(t, m)
-	a := acq("user", 10, time.Minute)
-	sl, ok := acquire(t, p.Service, a)
-	if !ok {
-		t.Fatal("a slot of 10 refused")
-	}
+	_, sl := takeOne(t, p)
 	m.SetDown(true)
 	p.tick()
 	m.SetDown(false)
@@ -187,11 +183,7 @@ func TestNoMarksWithoutAnIndex(t *testing.T) {
 	o := &sends{MemRegional: storetest.NewMemRegional()}
 	clock := newFakeClock(1_700_000_010_000)
 	p := &regionalService{Service: newTestService(t, clock, WithRegionalStore(o), WithGlobalStore(storetest.NewMemGlobal()))}
-	a := acq("user", 10, time.Minute)
-	sl, ok := acquire(t, p.Service, a)
-	if !ok {
-		t.Fatal("a slot of 10 refused")
-	}
+	_, sl := takeOne(t, p)
 	clock.Advance(time.Minute)
 	if _, err := p.Extend(context.Background(), sl); err != nil {
 		t.Fatal(err)
