@@ -91,18 +91,16 @@ func (r *regionalTier) replay(ctx context.Context) {
 			continue
 		}
 		if incs[i].Mark > 0 {
-			// Not marked after all: the next send (or take) marks it.
+			// Not marked after all: sent again, the cell is marked then.
 			it.c.flags.And(^cellMarked)
 		}
-		if marksOnly[i] {
-			// Sent again, until its window ends (then replay drops it).
-			it.c.flags.Or(cellToMark)
-			r.queueReplay(it.w, it.c, 0)
-			continue
-		}
-		if incs[i].Delta == 0 {
+		switch {
+		case marksOnly[i]:
+			it.c.flags.Or(cellToMark) // still to mark
+		case incs[i].Delta == 0:
 			it.c.flags.Or(cellReseed) // still to re-seed
 		}
+		// Sent again next time, until its window ends (then dropped above).
 		r.queueReplay(it.w, it.c, incs[i].Delta)
 	}
 }
