@@ -836,7 +836,10 @@ type ReleaseResponse struct {
 	// Released reports whether this release freed the slots: false when they
 	// were released or extended before, or had expired.
 	Released bool `protobuf:"varint,1,opt,name=released,proto3" json:"released,omitempty"`
-	// InFlight is how many slots of the limit are held now.
+	// InFlight is how many slots of the limit are held now, or -1 when the
+	// process that answered could not count them (it holds no window of the
+	// limit, and the workspace the most windows a process may hold): the
+	// release stands all the same.
 	InFlight int64 `protobuf:"varint,2,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
 	// Limit is the lease's limit.
 	Limit         int64 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`

@@ -82,7 +82,7 @@ func (s *Service) release(ctx context.Context, ns pipeline.Namespace, domain str
 			s.metrics.badReleases.Inc()
 			continue
 		}
-		if p.rule != nil {
+		if p.rule != nil && r.InFlight >= 0 {
 			s.metrics.inFlight.WithLabelValues(domain, truncateLabel(p.rule.Path)).Set(float64(r.InFlight))
 		}
 	}
@@ -105,11 +105,12 @@ func leases(plans []plan) string {
 // holds nothing. Their ids never leave this call, so no ledger records it
 // (a refused flood costs no ledger write a request, and a ledger that is
 // down frees them all the same). Each rule's in-flight gauge is set to
-// what its give-back saw, as a release sets it.
+// what its give-back saw, as a release sets it, unless it could not count
+// the slots held (see pipeline.Released).
 func (s *Service) giveBack(ctx context.Context, ns pipeline.Namespace, domain string, plans []plan) {
 	for i := range plans {
 		r, err := ns.GiveBack(ctx, &plans[i].lease)
-		if err == nil && r.Freed > 0 && plans[i].rule != nil {
+		if err == nil && r.Freed > 0 && r.InFlight >= 0 && plans[i].rule != nil {
 			s.metrics.inFlight.WithLabelValues(domain, truncateLabel(plans[i].rule.Path)).Set(float64(r.InFlight))
 		}
 	}

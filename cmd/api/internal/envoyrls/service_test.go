@@ -55,6 +55,13 @@ func newServiceWith(t testing.TB, limiter *ratelimit.Service, cfg *rlsconfig.Con
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newServiceOnPipeline(t, p, cfg, reg, opts...), ov
+}
+
+// newServiceOnPipeline returns the adapter on p, with the rules of cfg and
+// its metrics registered with reg.
+func newServiceOnPipeline(t testing.TB, p *pipeline.Pipeline, cfg *rlsconfig.Config, reg *prometheus.Registry, opts ...Option) *Service {
+	t.Helper()
 	l, err := transport.NewLayer(access.Tokens{}, transport.NewBudget(transport.DefaultBudget, transport.DefaultShare), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +70,7 @@ func newServiceWith(t testing.TB, limiter *ratelimit.Service, cfg *rlsconfig.Con
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, ov
+	return s
 }
 
 func one(key, value string) []*rlcommonv3.RateLimitDescriptor {

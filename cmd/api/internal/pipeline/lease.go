@@ -39,7 +39,10 @@ type Released struct {
 	// Freed is how many slots the release freed: 0 when they were released
 	// or extended before, or had expired.
 	Freed int64
-	// InFlight and Limit are the limit's after the release.
+	// InFlight and Limit are the limit's after the release. InFlight is
+	// -1 when this process could not count the slots held (it holds no
+	// window of the limit, and its workspace the most windows it may):
+	// the release stands all the same.
 	InFlight, Limit int64
 }
 
@@ -109,9 +112,7 @@ func (n Namespace) GiveBack(ctx context.Context, l *Lease) (Released, error) {
 		return Released{}, err
 	}
 	n.p.metrics.leases.WithLabelValues(leaseReleased).Inc()
-	if out.InFlight, err = n.p.inFlight(ctx, slot); err != nil {
-		return Released{}, err
-	}
+	out.InFlight = n.p.inFlight(ctx, slot)
 	return out, nil
 }
 
@@ -256,17 +257,24 @@ func (p *Pipeline) release(ctx context.Context, id, namespace string) (Released,
 		}
 		p.metrics.leases.WithLabelValues(leaseReleased).Inc()
 	}
-	if out.InFlight, err = p.inFlight(ctx, slotOf(&t)); err != nil {
-		return Released{}, err
-	}
+	out.InFlight = p.inFlight(ctx, slotOf(&t))
 	return out, nil
 }
 
 // inFlight returns how many slots of sl's limit are held now, as far as
-// this process knows.
-func (p *Pipeline) inFlight(ctx context.Context, sl ratelimit.Slot) (int64, error) {
-	return p.limiter.InFlight(ctx, ratelimit.Acquisition{Workspace: sl.Workspace, Namespace: sl.Namespace,
+// this process knows, or -1 if it cannot count them: the limiter refuses
+// a window for the limit when the workspace holds the most it may, and
+// the limit's window may be gone, or never have been in this process
+// (slots acquired in another). A release has freed its slots by then, or
+// found them freed, so a failed count must not turn it into an error: a
+// caller would take a release that stands for one that failed.
+func (p *Pipeline) inFlight(ctx context.Context, sl ratelimit.Slot) int64 {
+	n, err := p.limiter.InFlight(ctx, ratelimit.Acquisition{Workspace: sl.Workspace, Namespace: sl.Namespace,
 		Identifier: sl.Identifier, Limit: sl.Limit, Lease: sl.Lease, Cost: 1})
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 // Extend keeps the slots of lease id for another lease and answers a new

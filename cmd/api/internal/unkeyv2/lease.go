@@ -36,7 +36,9 @@ type releaseRequest struct {
 
 // releaseData answers /v2/ratelimit.release.
 type releaseData struct {
-	Released bool  `json:"released"`
+	Released bool `json:"released"`
+	// InFlight is -1 when this process could not count the slots held
+	// (see pipeline.Released).
 	InFlight int64 `json:"inFlight"`
 	Limit    int64 `json:"limit"`
 }

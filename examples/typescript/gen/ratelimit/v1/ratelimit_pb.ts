@@ -454,7 +454,10 @@ export type ReleaseResponse = Message<"ratelimit.v1.ReleaseResponse"> & {
   released: boolean;
 
   /**
-   * InFlight is how many slots of the limit are held now.
+   * InFlight is how many slots of the limit are held now, or -1 when the
+   * process that answered could not count them (it holds no window of the
+   * limit, and the workspace the most windows a process may hold): the
+   * release stands all the same.
    *
    * @generated from field: int64 in_flight = 2;
    */

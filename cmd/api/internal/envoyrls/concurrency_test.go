@@ -1,0 +1,96 @@
+package envoyrls
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/services/access"
+	"github.com/unkeyed/ratelimit/services/overrides"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/reservation"
+	ledgermem "github.com/unkeyed/ratelimit/services/reservation/memstore"
+	"github.com/unkeyed/ratelimit/services/rlsconfig"
+)
+
+// TestReleaseInAProcessThatCannotCount: Envoy's stream-done call may reach
+// another process than its request-path call did. One whose workspace
+// holds the most windows it may, none of them the rule's, frees the slot
+// all the same: it is no bad release, and the rule's in-flight gauge keeps
+// what the last count saw rather than a made-up figure.
+func TestReleaseInAProcessThatCannotCount(t *testing.T) {
+	cfg, err := rlsconfig.Load(rlsconfig.File{Name: "llm.yaml", Data: []byte(`domain: llm
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: concurrency}
+  - key: plan
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyring := reservation.NewKeyring(nil, slog.New(slog.DiscardHandler))
+	ledger := ledgermem.New(ledgermem.DefaultRecords, time.Now)
+	process := func(opts ...ratelimit.Option) *Service {
+		limiter, err := ratelimit.New("test", opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ov, err := overrides.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := pipeline.New(limiter, ov, prometheus.NewRegistry(), pipeline.WithReservations(keyring, ledger, ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newServiceOnPipeline(t, p, cfg, prometheus.NewRegistry())
+	}
+	a, b := process(), process(ratelimit.WithMaxWindowsPerWorkspace(1))
+	ctx := call.WithPrincipal(context.Background(), access.OpenPrincipal())
+	ask := func(s *Service, descs ...*rlcommonv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
+		t.Helper()
+		resp, err := s.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "llm", Descriptors: descs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	// b's one window is the plan rule's.
+	if resp := ask(b, one("plan", "free")...); resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("fill b's windows: %v", resp)
+	}
+	resp := ask(a, one("user", "u")...)
+	lease := resp.GetDynamicMetadata().GetFields()[LeaseMetadataKey].GetStringValue()
+	if resp.OverallCode != rlsv3.RateLimitResponse_OK || lease == "" {
+		t.Fatalf("acquire in a: %v", resp)
+	}
+	gauge := b.metrics.inFlight.WithLabelValues("llm", "llm.user")
+	gauge.Set(7) // what an earlier count saw
+	release := []*rlcommonv3.RateLimitDescriptor{{Entries: []*rlcommonv3.RateLimitDescriptor_Entry{
+		{Key: "user", Value: "u"}, {Key: ReleaseKey, Value: lease}}}}
+	if resp := ask(b, release...); resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("release in b: %v", resp)
+	}
+	if n := testutil.ToFloat64(b.metrics.badReleases); n != 0 {
+		t.Errorf("b counted %v bad releases of a lease it freed", n)
+	}
+	if v := testutil.ToFloat64(gauge); v != 7 {
+		t.Errorf("b set the in-flight gauge to %v without a count", v)
+	}
+	// The release was recorded: a second one, in a, frees nothing there.
+	if resp := ask(a, release...); resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("release again in a: %v", resp)
+	}
+	if v := testutil.ToFloat64(a.metrics.inFlight.WithLabelValues("llm", "llm.user")); v != 1 {
+		t.Errorf("a's gauge after a repeated release: %v, want its slot still counted (1)", v)
+	}
+}
