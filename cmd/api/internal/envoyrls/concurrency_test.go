@@ -14,7 +14,6 @@ import (
 	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/services/access"
-	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 	"github.com/unkeyed/ratelimit/services/reservation"
 	ledgermem "github.com/unkeyed/ratelimit/services/reservation/memstore"
@@ -44,14 +43,7 @@ descriptors:
 		if err != nil {
 			t.Fatal(err)
 		}
-		ov, err := overrides.New()
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := pipeline.New(limiter, ov, prometheus.NewRegistry(), pipeline.WithReservations(keyring, ledger, ""))
-		if err != nil {
-			t.Fatal(err)
-		}
+		p, _ := newPipeline(t, limiter, pipeline.WithReservations(keyring, ledger, ""))
 		return newServiceOnPipeline(t, p, cfg, prometheus.NewRegistry())
 	}
 	a, b := process(), process(ratelimit.WithMaxWindowsPerWorkspace(1))

@@ -47,15 +47,22 @@ func newServiceOn(t *testing.T, limiter *ratelimit.Service, yaml string, reg *pr
 // with the rules of cfg and its metrics registered with reg.
 func newServiceWith(t testing.TB, limiter *ratelimit.Service, cfg *rlsconfig.Config, reg *prometheus.Registry, opts ...Option) (*Service, *overrides.Registry) {
 	t.Helper()
+	p, ov := newPipeline(t, limiter)
+	return newServiceOnPipeline(t, p, cfg, reg, opts...), ov
+}
+
+// newPipeline returns a pipeline on limiter and in-memory overrides.
+func newPipeline(t testing.TB, limiter *ratelimit.Service, opts ...pipeline.Option) (*pipeline.Pipeline, *overrides.Registry) {
+	t.Helper()
 	ov, err := overrides.New()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := pipeline.New(limiter, ov, prometheus.NewRegistry())
+	p, err := pipeline.New(limiter, ov, prometheus.NewRegistry(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newServiceOnPipeline(t, p, cfg, reg, opts...), ov
+	return p, ov
 }
 
 // newServiceOnPipeline returns the adapter on p, with the rules of cfg and
