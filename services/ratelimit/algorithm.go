@@ -77,8 +77,8 @@ func specOf(req *Request) spec {
 
 // keyOf returns the key of req's window. A calendar's periods are named by
 // their code where a fixed window's length would be, a concurrency limit's
-// leases by theirs (see store.LeaseCode); a token bucket's cells are long
-// enough to hold its memory (see cellMs).
+// leases by theirs (see store.LeaseCode), a token bucket's cells by a
+// power of two of ms long enough to hold its memory (see cellShift).
 func keyOf(req *Request) windowKey {
 	k := windowKey{workspace: req.Workspace, namespace: req.Namespace, identifier: req.Identifier,
 		durationMs: req.Duration.Milliseconds()}
@@ -87,7 +87,7 @@ func keyOf(req *Request) windowKey {
 		k.durationMs = req.Calendar.Code()
 		k.period = req.Calendar
 	case req.Algorithm == TokenBucket && req.Limit > 0:
-		k.durationMs = cellMs(req.Limit, k.durationMs, specOf(req).burst)
+		k.durationMs = store.BucketCode(cellShift(req.Limit, k.durationMs, specOf(req).burst))
 	case req.Algorithm == Concurrency:
 		k.durationMs = store.LeaseCode(k.durationMs)
 	}

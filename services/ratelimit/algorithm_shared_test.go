@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )
 
@@ -112,7 +113,7 @@ func TestModelsConvergeAcrossRegions(t *testing.T) {
 func TestBucketKnownToAColdProcess(t *testing.T) {
 	r := req("k", 10, time.Second, 1)
 	r.Algorithm, r.Burst = TokenBucket, 100
-	cell := keyOf(&r).durationMs
+	cell := store.CellLength(keyOf(&r).durationMs)
 	for _, at := range []int64{0, cell - 100} {
 		o := storetest.NewMemRegional()
 		clock := newFakeClock(170_000_000*cell + at)

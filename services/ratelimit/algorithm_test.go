@@ -340,7 +340,8 @@ func TestJanitorKeepsABucketUntilItIsFull(t *testing.T) {
 	r.Algorithm = TokenBucket
 	mustLimit(t, s, r)
 	w := s.windows.find(ptr(keyOf(&r)))
-	s.windows.bucketOf(w, specOf(&r), clock.ms.Load()).tat.Store((clock.ms.Load() + 60_000) * int64(time.Millisecond))
+	b, _ := s.windows.bucketOf(w, specOf(&r), clock.ms.Load())
+	b.tat.Store((clock.ms.Load() + 60_000) * int64(time.Millisecond))
 	clock.Advance(10 * time.Second) // the cells are idle; the bucket owes 50 s of refill
 	if n := s.windows.evictIdle(clock.Now()); n != 0 {
 		t.Fatalf("evicted %d windows of a bucket still refilling", n)
@@ -349,8 +350,8 @@ func TestJanitorKeepsABucketUntilItIsFull(t *testing.T) {
 		t.Fatalf("the bucket forgot its debt: %+v", resp)
 	}
 	clock.Advance(60 * time.Second)
-	if n := s.windows.evictIdle(clock.Now()); n != 1 || s.windows.buckets.Size() != 0 {
-		t.Fatalf("a full bucket: %d evicted, %d buckets left; want 1 and 0", n, s.windows.buckets.Size())
+	if n := s.windows.evictIdle(clock.Now()); n != 1 || s.windows.buckets.Size() != 0 || s.windows.bucketIDs.Size() != 0 {
+		t.Fatalf("a full bucket: %d evicted, %d buckets (%d identities) left; want 1 and 0", n, s.windows.buckets.Size(), s.windows.bucketIDs.Size())
 	}
 }
 

@@ -2,10 +2,13 @@ package ratelimit
 
 import (
 	"math"
+	"math/big"
 	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
 // A token bucket is decided as the generic cell rate algorithm (GCRA)
@@ -21,47 +24,111 @@ import (
 //	reset     = base               (when the bucket is full again)
 //
 // What the stores share is what every model shares, the admitted cost of
-// each fixed period of the key (the window's cells; a bucket's last its
-// burst's refill, see cellMs), so that a bucket's state converges through
-// the same grow-only counts: a count the process did not admit itself
-// (another process's, raised by a read of the regional store or a replay's
-// answer, or another region's, imported by the global tier) is taken from
-// the bucket where the tier raises the cell, as if it arrived then (or, for
-// an earlier cell's, at that cell's end); a bucket made for a window that
-// already holds counts starts with them taken. Seeing a count late makes
-// the bucket emptier than it was, never fuller: what it gets wrong the
-// other way is what the processes admit between two reads of each other,
-// as with every model. What is counted whatever the verdict takes it at
-// most one burst past empty (maxDebt).
+// each fixed period of the key (the window's cells; a bucket's last a
+// power of two of ms that holds its burst's refill, see cellShift), so
+// that a bucket's state converges through the same grow-only counts: a
+// count the process did not admit itself (another process's, raised by a
+// read of the regional store or a replay's answer, or another region's,
+// imported by the global tier) is taken from the bucket where the tier
+// raises the cell, as if it arrived then (or, for an earlier cell's, at
+// that cell's end); a bucket made for a window that already holds counts
+// starts with them taken. Seeing a count late makes the bucket emptier
+// than it was, never fuller: what it gets wrong the other way is what the
+// processes admit between two reads of each other, as with every model.
+// What is counted whatever the verdict takes it at most one burst past
+// empty (maxDebt).
 //
-// A key decided by a bucket and by a window of the same cell length
-// shares their cells: the bucket takes the window's admissions as the
-// stores show them, not as they happen in this process.
+// A bucket is one state per identity (workspace, namespace, identifier):
+// its rate, burst and unit are parameters, not identity. A decision with
+// other parameters than the last converts the state so that the bucket
+// keeps its tokens, as x/time/rate's SetLimitAt and SetBurstAt do (see
+// rescale); a change that moves the bucket's memory past a power of two
+// counts it in cells of another length, a window of their own that shares
+// the identity's one bucket, and seeds the new cells with what the bucket
+// owes, so that a process that reads them cold starts as empty as this
+// one is (see Service.bucketFor).
 
-// bucket is a token bucket's state beside its window's cells: made for
-// the first token bucket decision on a key and held in the window table's
-// side map (see windowTable.bucketOf), so that windows of the other
-// models stay 80 bytes.
+// bucket is a token bucket's state beside its windows' cells: made for
+// the first token bucket decision on an identity and held in the window
+// table's side maps (see windowTable.bucketOf), so that windows of the
+// other models stay 80 bytes.
 type bucket struct {
 	// tat is the theoretical arrival time, unix ns.
 	tat atomic.Int64
 	// limit per durMs is the refill rate the latest decision gave, and
-	// burst its capacity: what counts seen elsewhere are taken at, and
-	// what bounds the bucket's debt.
+	// burst its capacity: what tat is measured in, what counts seen
+	// elsewhere are taken at, and what bounds the bucket's debt.
 	limit, durMs, burst atomic.Int64
+	// mu serializes changes of the parameters, which convert tat.
+	mu sync.Mutex
+	// refs counts the windows that hold the bucket (one per cell length
+	// its parameters chose): the table forgets the bucket with the last.
+	refs atomic.Int64
 }
 
-// observe records the rate and burst of sp as b's.
-func (b *bucket) observe(sp spec) {
-	if b.limit.Load() != sp.limit {
-		b.limit.Store(sp.limit)
+// init sets b's parameters to sp's, for a new bucket.
+func (b *bucket) init(sp spec) {
+	b.limit.Store(sp.limit)
+	b.durMs.Store(sp.durationMs)
+	b.burst.Store(sp.burst)
+}
+
+// observe makes sp's rate and burst b's, at now (unix ns), and reports
+// whether they changed: a bucket whose parameters change keeps its tokens
+// (see rescale). Decisions with the same parameters as the last pay three
+// loads.
+func (b *bucket) observe(sp spec, now int64) bool {
+	if b.limit.Load() == sp.limit && b.durMs.Load() == sp.durationMs && b.burst.Load() == sp.burst {
+		return false
 	}
-	if b.durMs.Load() != sp.durationMs {
-		b.durMs.Store(sp.durationMs)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	old := spec{limit: b.limit.Load(), durationMs: b.durMs.Load(), burst: b.burst.Load()}
+	if old.limit == sp.limit && old.durationMs == sp.durationMs && old.burst == sp.burst {
+		return false
 	}
-	if b.burst.Load() != sp.burst {
-		b.burst.Store(sp.burst)
+	for {
+		tat := b.tat.Load()
+		if b.tat.CompareAndSwap(tat, rescale(tat, now, old, sp)) {
+			break
+		}
 	}
+	b.limit.Store(sp.limit)
+	b.durMs.Store(sp.durationMs)
+	b.burst.Store(sp.burst)
+	return true
+}
+
+// rescale returns the instant of a bucket that holds tat at now (unix ns)
+// under the parameters from, converted to those of to so that the bucket
+// keeps its tokens, as x/time/rate's SetLimitAt and SetBurstAt do: what it
+// owed in tokens it still owes (refilling at the new rate from now on), a
+// larger burst adds what it adds to what is owed (the new room fills as
+// the old did), and a smaller one takes what it takes off it, never
+// past full. Rounded up to the ns: a conversion errs strict.
+func rescale(tat, now int64, from, to spec) int64 {
+	ns := int64(time.Millisecond)
+	// Owed tokens, over the ns a token of to takes: (tat-now)·from.limit /
+	// (from.durationMs·ns) + to.burst - from.burst, as one fraction.
+	owed := new(big.Int).Mul(big.NewInt(max(tat-now, 0)), big.NewInt(from.limit))
+	owed.Mul(owed, big.NewInt(to.durationMs*ns))
+	den := big.NewInt(from.durationMs * ns)
+	grown := new(big.Int).Mul(big.NewInt(to.burst-from.burst), den)
+	grown.Mul(grown, big.NewInt(to.durationMs*ns))
+	owed.Add(owed, grown)
+	if owed.Sign() <= 0 {
+		return now
+	}
+	den.Mul(den, big.NewInt(to.limit))
+	q, r := owed.QuoRem(owed, den, new(big.Int))
+	if r.Sign() > 0 {
+		q.Add(q, big.NewInt(1))
+	}
+	bound := maxDebt(refill(max(to.burst, 1), to.limit, to.durationMs))
+	if !q.IsInt64() || q.Int64() > bound {
+		return now + bound
+	}
+	return now + q.Int64()
 }
 
 // maxDebt bounds how far past empty what a bucket counts whatever the
@@ -72,18 +139,18 @@ func (b *bucket) observe(sp spec) {
 // would at last overflow; a window forgets everything after two durations.
 func maxDebt(tau int64) int64 { return 2 * tau }
 
-// cellMs returns the length of a token bucket's cells for a rate of limit
-// per durMs and a burst: the rate's duration, or the time the whole burst
-// takes to refill if that is longer (at most MaxWindow). The two cells a
-// window keeps then span at least that refill, the bucket's whole memory,
-// so that a process that reads them cold (a new process, another region's
-// first request) knows every admission the bucket still owes refill for.
-func cellMs(limit, durMs, burst int64) int64 {
-	if burst <= limit {
-		return durMs // the common case, without a division
-	}
-	full := int64(mulDiv(uint64(burst), uint64(durMs), uint64(limit))) + 1 // rounded up, or a ms over
-	return max(durMs, min(full, MaxWindow.Milliseconds()))
+// cellShift returns the exponent of the length of a token bucket's cells
+// for a rate of limit per durMs and a burst: the least power of two of ms
+// longer than the time the whole burst takes to refill, from
+// store.MinBucketShift to store.MaxBucketShift (past the longest window).
+// The two cells a window keeps then span the bucket's whole memory, so
+// that a process that reads them cold (a new process, another region's
+// first request) knows every admission the bucket still owes refill for;
+// and a power of two names the same cells for every rate and burst within
+// a factor of two, so that most changes of them keep the bucket's cells.
+func cellShift(limit, durMs, burst int64) int64 {
+	full := mulDiv(uint64(burst), uint64(durMs), uint64(limit)) // ms, rounded down: the length is longer
+	return min(max(int64(bits.Len64(full)), store.MinBucketShift), store.MaxBucketShift)
 }
 
 // full reports whether b holds its whole burst at now (unix ms): every
@@ -137,8 +204,8 @@ func tokensIn(ns, limit, durMs int64) int64 {
 // of w, at now (unix ms), counting an admission into cur, w's current
 // cell. See decide.
 func (s *Service) decideBucket(w *window, b *bucket, now int64, sp spec, cur *cell, cost int64, report, speculative bool) (decision, *cell, bool) {
-	b.observe(sp)
 	nowNs := now * int64(time.Millisecond)
+	b.observe(sp, nowNs)
 	tau := refill(sp.burst, sp.limit, sp.durationMs)
 	need := refill(cost, sp.limit, sp.durationMs)
 	d := decision{algorithm: TokenBucket, limit: sp.limit, capacity: sp.burst}
@@ -253,4 +320,60 @@ func arrival(w *window, c *cell, now int64) int64 {
 		at = min(now, w.startOf(c.seq()+1))
 	}
 	return at * int64(time.Millisecond)
+}
+
+// bucketFor returns w's bucket for a decision by sp at now (unix ms): the
+// one of w's identity (see windowTable.bucketOf), converted to sp's
+// parameters (see bucket.observe). What other processes know of the bucket
+// is what its cells show, which a change of parameters does not: a bucket
+// that the identity held in cells of another length until now (its
+// parameters moved its memory past a power of two), or whose parameters
+// changed, seeds w's current cell with what it owes beyond what the cell
+// shows, counted as if admitted now and replayed and published as
+// admissions are, so that a process that reads w's cells cold starts the
+// bucket as empty as this one is (a raised burst does not refill it). A
+// process that knew the bucket already takes the seed once more: it errs
+// strict, up to the debt's bound, once per change.
+func (s *Service) bucketFor(w *window, sp spec, now int64) *bucket {
+	b, attached := s.windows.bucketOf(w, sp, now)
+	b.observe(sp, now*int64(time.Millisecond))
+	if attached {
+		s.seedBucket(w, b, sp, now)
+	}
+	return b
+}
+
+// seedBucket raises w's current cell at now (unix ms) to what b owes at
+// sp's rate, in whole tokens rounded up (see bucketFor).
+func (s *Service) seedBucket(w *window, b *bucket, sp spec, now int64) {
+	owed := owedTokens(b.tat.Load()-now*int64(time.Millisecond), sp.limit, sp.durationMs)
+	if owed <= 0 {
+		return
+	}
+	cur, _ := w.cellAt(w.seqOf(now), s.regional == nil)
+	if cur == nil {
+		return // the window moved past now meanwhile
+	}
+	held := cur.count.Load() + cur.global.Load()
+	if owed <= held {
+		return
+	}
+	addCapped(&cur.count, owed-held)
+	if s.regional != nil {
+		s.regional.queueReplay(w, cur, owed-held)
+	}
+	s.global.noteGrowth(w, cur, sp.limit)
+}
+
+// owedTokens returns how many tokens a bucket of limit per durMs that
+// refills in ns owes, rounded up.
+func owedTokens(ns, limit, durMs int64) int64 {
+	if ns <= 0 {
+		return 0
+	}
+	n := tokensIn(ns, limit, durMs)
+	if refill(n, limit, durMs) < ns {
+		n++
+	}
+	return n
 }

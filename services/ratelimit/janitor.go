@@ -54,7 +54,7 @@ func (t *windowTable) evictIdle(now time.Time) int {
 				return old, xsync.CancelOp
 			})
 			t.release(w.key())
-			t.buckets.Delete(w)
+			t.dropBucket(w)
 			evicted++
 		}
 		return true
@@ -64,7 +64,7 @@ func (t *windowTable) evictIdle(now time.Time) int {
 		if !t.keepsBucket(w, ms) && w.evict(ms) {
 			delete(t.collided.m, k)
 			t.release(k)
-			t.buckets.Delete(w)
+			t.dropBucket(w)
 			evicted++
 		}
 	}

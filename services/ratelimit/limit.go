@@ -76,8 +76,13 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 		var b *bucket
 		if sp.algorithm == TokenBucket {
 			// Before the regional store's read, which takes what it
-			// raises from the bucket.
-			b = s.windows.bucketOf(w, sp, now)
+			// raises from the bucket; but after it for a window that
+			// attaches the bucket of the identity's other cells, which
+			// merges what they hold by max (see windowTable.bucketOf).
+			if s.regional != nil && s.windows.attachesBucket(w) {
+				s.regional.prepare(ctx, w, now)
+			}
+			b = s.bucketFor(w, sp, now)
 		}
 		if sp.algorithm == Concurrency && req.Cost > 0 && !req.Report && s.regional != nil {
 			// Slots are taken in the regional store, atomically; from
@@ -139,7 +144,7 @@ func (s *Service) decide(w *window, b *bucket, now int64, sp spec, cost int64, r
 	}
 	if sp.algorithm == TokenBucket {
 		if b == nil {
-			b = s.windows.bucketOf(w, sp, now)
+			b = s.bucketFor(w, sp, now)
 		}
 		return s.decideBucket(w, b, now, sp, cur, cost, report, speculative)
 	}

@@ -69,7 +69,7 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 			// A bucket before the regional store's read, which takes what
 			// it raises from it.
 			if sp := specOf(&reqs[i]); sp.algorithm == TokenBucket && s.regional != nil {
-				s.windows.bucketOf(w, sp, now)
+				s.bucketFor(w, sp, now)
 			}
 		}
 		s.regional.prepareBatch(ctx, windows, now)

@@ -28,8 +28,23 @@ type windowTable struct {
 	// buckets holds the state of each window decided as a token bucket:
 	// beside the window rather than in it, so that the windows of the
 	// other models, nearly all of them, do not carry its pointer (a
-	// window is 80 bytes, a size class of its own).
-	buckets *xsync.Map[*window, *bucket]
+	// window is 80 bytes, a size class of its own). bucketIDs holds the
+	// same buckets by identity: the windows of one bucket's cell lengths
+	// share it.
+	buckets   *xsync.Map[*window, *bucket]
+	bucketIDs *xsync.Map[bucketID, *bucket]
+}
+
+// bucketID names a token bucket's state: its identity, whatever its rate,
+// burst and unit, and so whatever the length of its cells.
+type bucketID struct {
+	workspace, namespace, identifier string
+}
+
+// bucketIDOf returns the identity of w's bucket.
+func bucketIDOf(w *window) bucketID {
+	k := w.key()
+	return bucketID{k.workspace, k.namespace, k.identifier}
 }
 
 // collisions holds the windows whose hash another key already owns in the
@@ -49,46 +64,107 @@ func (t *windowTable) init(m *metrics, maxPerWorkspace int64) {
 	t.perWorkspace = xsync.NewMap[string, *atomic.Int64]()
 	t.maxPerWorkspace = maxPerWorkspace
 	t.buckets = xsync.NewMap[*window, *bucket]()
+	t.bucketIDs = xsync.NewMap[bucketID, *bucket]()
 }
 
-// bucketOf returns w's bucket, making it on first use at now (unix ms),
-// at sp's rate, with what w's cells already hold taken from it.
-func (t *windowTable) bucketOf(w *window, sp spec, now int64) *bucket {
+// bucketOf returns w's bucket, the one of w's identity, at now (unix ms),
+// making it on first use at sp's rate. A bucket made, or one that an
+// identity's other window held until now, takes what w's cells already
+// hold (see arrival); attached reports the second case: the bucket's
+// level was then counted in cells of another length, which w's may not
+// show yet (see Service.bucketFor).
+func (t *windowTable) bucketOf(w *window, sp spec, now int64) (b *bucket, attached bool) {
 	if b, ok := t.buckets.Load(w); ok {
-		return b
+		return b, false
 	}
+	id := bucketIDOf(w)
+	b, _ = t.bucketIDs.Compute(id, func(old *bucket, loaded bool) (*bucket, xsync.ComputeOp) {
+		if loaded {
+			old.refs.Add(1)
+			attached = true
+			return old, xsync.CancelOp
+		}
+		b := &bucket{}
+		b.init(sp)
+		b.refs.Store(1)
+		return b, xsync.UpdateOp
+	})
 	var seen [2]struct {
 		c *cell
 		n int64
 	}
-	b, loaded := t.buckets.LoadOrCompute(w, func() (*bucket, bool) {
-		b := &bucket{}
-		b.observe(sp)
-		for i := range w.cells {
+	held, loaded := t.buckets.LoadOrCompute(w, func() (*bucket, bool) {
+		// What w's cells hold, as a bucket that reads them cold would
+		// take it: a bucket made now starts so; one attached keeps the
+		// emptier of that and what it knew, since the cells may hold
+		// its own level already, seeded by another process that moved
+		// to them first (see Service.bucketFor).
+		cold := b
+		if attached {
+			cold = &bucket{}
+			cold.init(spec{limit: b.limit.Load(), durationMs: b.durMs.Load(), burst: b.burst.Load()})
+		}
+		for _, i := range w.cellOrder() {
 			if c := w.cells[i].Load(); c != nil {
 				seen[i].c, seen[i].n = c, c.count.Load()+c.global.Load()
-				b.take(seen[i].n, arrival(w, c, now))
+				cold.take(seen[i].n, arrival(w, c, now))
 			}
+		}
+		if attached {
+			atomicMax(&b.tat, cold.tat.Load())
 		}
 		return b, false
 	})
-	if !loaded {
-		// A tier that raised a cell while the bucket was being made found
-		// no bucket to take it from: take it now.
-		for _, s := range seen {
-			if s.c != nil {
-				if n := s.c.count.Load() + s.c.global.Load(); n > s.n {
-					b.take(n-s.n, arrival(w, s.c, now))
-				}
+	if loaded {
+		// Another decision gave w its bucket first: the same one.
+		t.unref(id, b)
+		return held, false
+	}
+	// A tier that raised a cell while the bucket was being given to w
+	// found no bucket to take it from: take it now.
+	for _, s := range seen {
+		if s.c != nil {
+			if n := s.c.count.Load() + s.c.global.Load(); n > s.n {
+				b.take(n-s.n, arrival(w, s.c, now))
 			}
 		}
 	}
 	if w.evicted() {
 		// The janitor removed w meanwhile, and may have dropped its
-		// bucket before this one was made: nothing else would.
-		t.buckets.Delete(w)
+		// bucket before this one was given: nothing else would.
+		t.dropBucket(w)
 	}
-	return b
+	return b, attached
+}
+
+// attachesBucket reports whether w's first token bucket decision would
+// attach the bucket its identity holds for cells of another length (see
+// bucketOf): then w's cells are read before, and merged by max.
+func (t *windowTable) attachesBucket(w *window) bool {
+	if _, ok := t.buckets.Load(w); ok {
+		return false
+	}
+	_, ok := t.bucketIDs.Load(bucketIDOf(w))
+	return ok
+}
+
+// dropBucket forgets w's bucket, and the identity's bucket with its last
+// window: the janitor removed w.
+func (t *windowTable) dropBucket(w *window) {
+	if b, ok := t.buckets.LoadAndDelete(w); ok {
+		t.unref(bucketIDOf(w), b)
+	}
+}
+
+// unref counts one window fewer holding b, the bucket of id, and forgets
+// b with the last.
+func (t *windowTable) unref(id bucketID, b *bucket) {
+	t.bucketIDs.Compute(id, func(old *bucket, loaded bool) (*bucket, xsync.ComputeOp) {
+		if loaded && old == b && b.refs.Add(-1) <= 0 {
+			return nil, xsync.DeleteOp
+		}
+		return old, xsync.CancelOp
+	})
 }
 
 // hasBucket reports whether w was ever decided as a token bucket. A
@@ -231,4 +307,13 @@ func (t *windowTable) release(k windowKey) {
 	if n, ok := t.perWorkspace.Load(k.workspace); ok {
 		n.Add(-1)
 	}
+}
+
+// cellOrder returns the indices of w's cells, the older first.
+func (w *window) cellOrder() [2]int {
+	a, b := w.cells[0].Load(), w.cells[1].Load()
+	if a != nil && b != nil && a.seq() > b.seq() {
+		return [2]int{1, 0}
+	}
+	return [2]int{0, 1}
 }

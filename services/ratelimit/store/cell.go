@@ -101,12 +101,45 @@ func IsLeaseCode(durationMs int64) bool {
 	return durationMs > leaseBase && durationMs <= leaseBase+MaxLeaseMs
 }
 
+// bucketBase is what BucketCode adds to the exponent of a token bucket's
+// cell length: 2^43 ms, past every window, calendar and lease code, and
+// small enough that a time.Duration still holds the sum.
+const bucketBase = 1 << 43
+
+// MinBucketShift and MaxBucketShift bound the exponent of a token
+// bucket's cell length: 2^10 ms (about a second, the shortest window) to
+// 2^35 ms (398 days, past the longest window of a year), so that a
+// bucket's two cells always span its whole memory.
+const (
+	MinBucketShift = 10
+	MaxBucketShift = 35
+)
+
+// BucketCode returns the duration, in ms, that names the cells of a token
+// bucket whose cells last 2^shift ms (shift from MinBucketShift to
+// MaxBucketShift). The code keeps a bucket's counts apart from every
+// window of the same identifier, and the power of two keeps the code the
+// same when the bucket's rate or burst changes a little: what names a
+// bucket's state is its identity, not its parameters (a change that moves
+// its memory past a power of two carries the bucket's level over into the
+// new cells: see the limiter's bucket).
+func BucketCode(shift int64) int64 { return bucketBase + shift }
+
+// IsBucketCode reports whether durationMs is a BucketCode.
+func IsBucketCode(durationMs int64) bool {
+	return durationMs >= bucketBase+MinBucketShift && durationMs <= bucketBase+MaxBucketShift
+}
+
 // CellLength returns the length in ms of the cells of a window of
-// durationMs: a lease code's lease, or durationMs itself. A calendar's
-// code has no one length: callers ask calendar.IsCode first.
+// durationMs: a lease code's lease, a bucket code's power of two, or
+// durationMs itself. A calendar's code has no one length: callers ask
+// calendar.IsCode first.
 func CellLength(durationMs int64) int64 {
-	if IsLeaseCode(durationMs) {
+	switch {
+	case IsLeaseCode(durationMs):
 		return durationMs - leaseBase
+	case IsBucketCode(durationMs):
+		return 1 << (durationMs - bucketBase)
 	}
 	return durationMs
 }

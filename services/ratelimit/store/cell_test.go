@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
@@ -30,5 +31,26 @@ func TestLeaseCodes(t *testing.T) {
 	}
 	if store.IsLeaseCode(store.LeaseCode(store.MaxLeaseMs) + 1) {
 		t.Fatal("a code past the longest lease is a lease's")
+	}
+}
+
+// TestBucketCodes: a bucket's code is neither a length, a lease's nor a
+// calendar's, and names cells of its power of two of ms.
+func TestBucketCodes(t *testing.T) {
+	for shift := int64(store.MinBucketShift); shift <= store.MaxBucketShift; shift++ {
+		code := store.BucketCode(shift)
+		if !store.IsBucketCode(code) || store.IsLeaseCode(code) || calendar.IsCode(code) {
+			t.Fatalf("code %d: IsBucketCode %v, IsLeaseCode %v, a calendar's %v",
+				code, store.IsBucketCode(code), store.IsLeaseCode(code), calendar.IsCode(code))
+		}
+		if got := store.CellLength(code); got != 1<<shift {
+			t.Fatalf("CellLength(BucketCode(%d)) = %d, want %d", shift, got, int64(1)<<shift)
+		}
+		if d := time.Duration(code) * time.Millisecond; d.Milliseconds() != code {
+			t.Fatalf("code %d does not fit a time.Duration", code)
+		}
+	}
+	if store.IsBucketCode(1 << 35) {
+		t.Fatal("a length of 2^35 ms is taken for a bucket's code")
 	}
 }
