@@ -2,7 +2,10 @@ package ratelimit
 
 import (
 	"flag"
+	"fmt"
 	"math/rand/v2"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -174,4 +177,27 @@ func TestBucketTracesUnderChange(t *testing.T) {
 	}
 	t.Logf("%d requests, %d admitted, %d over-admitted, %d over-denied (%.3f %%)",
 		total.requests, total.admitted, total.overAdmitted, total.overDenied, pct(total.overDenied, total.requests))
+}
+
+// TestWriteChangeReport rewrites the "Under change and faults" table of
+// the report that ACCURACY_REPORT names (make accuracy writes
+// docs/ACCURACY.md).
+func TestWriteChangeReport(t *testing.T) {
+	out := os.Getenv("ACCURACY_REPORT")
+	if out == "" {
+		t.Skip("set ACCURACY_REPORT=file to write the report")
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "| model | deployment | reference | traces | requests | admitted | over-admitted | over-denied |\n")
+	fmt.Fprintf(&b, "|---|---|---|---:|---:|---:|---:|---:|\n")
+	var total traceCount
+	seeds := traceSeeds(t, 8)
+	for _, seed := range seeds {
+		total.add(bucketTrace(t, seed, 100_000, 1, 200, false))
+	}
+	fmt.Fprintf(&b, "| token bucket, parameters changing on 1 request in 200 | one process | x/time/rate, SetLimitAt and SetBurstAt | %d | %d | %d | %d (%.1f tokens) | %d (%.3f %%) |\n",
+		len(seeds), total.requests, total.admitted, total.overAdmitted, total.overTokens, total.overDenied, pct(total.overDenied, total.requests))
+	if err := replaceSection(out, "under-change", b.String()); err != nil {
+		t.Fatal(err)
+	}
 }
