@@ -190,6 +190,6 @@ migrate: ## apply the MySQL schema to UNKEY_MYSQL_DSN (idempotent)
 	@test -n "$$UNKEY_MYSQL_DSN" || { echo "set UNKEY_MYSQL_DSN, e.g. root@tcp(127.0.0.1:3306)/ratelimit"; exit 1; }
 	$(GO) run ./cmd/api migrate
 
-accuracy: ## rewrite the accuracy tables of docs/ACCURACY.md (single process, region, cross-region, propagation, the models, token budgets)
+accuracy: ## rewrite the accuracy tables of docs/ACCURACY.md (single process, region, cross-region, propagation, the models, token budgets, under change)
 	ACCURACY_REPORT=$(CURDIR)/docs/ACCURACY.md $(GO) test -count=1 -run 'TestWrite.*Report' -timeout 30m ./services/ratelimit/
 
