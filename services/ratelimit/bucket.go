@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"math"
 	"math/big"
 	"math/bits"
@@ -42,11 +43,13 @@ import (
 // its rate, burst and unit are parameters, not identity. A decision with
 // other parameters than the last converts the state so that the bucket
 // keeps its tokens, as x/time/rate's SetLimitAt and SetBurstAt do (see
-// rescale); a change that moves the bucket's memory past a power of two
-// counts it in cells of another length, a window of their own that shares
-// the identity's one bucket, and seeds the new cells with what the bucket
-// owes, so that a process that reads them cold starts as empty as this
-// one is (see Service.bucketFor).
+// rescale). A change that moves the bucket's memory past a power of two
+// counts it in cells of another length: a window of their own that shares
+// the identity's one bucket, and whose first decision in a process reads
+// what the new cells hold first (see Service.bucketFor). What a process
+// that reads a bucket cold cannot learn from counts (what the bucket owed
+// before its cells changed length, that a raised burst did not refill it)
+// each change leaves beside the cells as a seed (see Service.seedBucket).
 
 // bucket is a token bucket's state beside its windows' cells: made for
 // the first token bucket decision on an identity and held in the window
@@ -64,6 +67,9 @@ type bucket struct {
 	// refs counts the windows that hold the bucket (one per cell length
 	// its parameters chose): the table forgets the bucket with the last.
 	refs atomic.Int64
+	// windows are those windows, under mu: a decision on one keeps the
+	// others fresh (see Service.refreshSiblings).
+	windows []*window
 }
 
 // init sets b's parameters to sp's, for a new bucket.
@@ -308,7 +314,31 @@ func (t *windowTable) raise(w *window, c *cell, v *atomic.Int64, n, now int64) {
 	}
 	if b, ok := t.buckets.Load(w); ok {
 		b.take(n-old, arrival(w, c, now))
+	} else if w.holdsRefunds() && store.IsBucketCode(w.durationMs) {
+		t.applySeed(w, n, now)
 	}
+}
+
+// applySeed makes the bucket of the window whose seeds rw holds owe at
+// least seed tokens at now (unix ms), when a tier first sees it raised:
+// another process left it with what it owed (see Service.seedBucket), a
+// moment ago, which this one may not know (it made its bucket before the
+// seed reached the store). Taken as the larger, never on top: a seed
+// tells how much was owed, not what was admitted.
+func (t *windowTable) applySeed(rw *window, seed, now int64) {
+	k := rw.key()
+	k.refunds = false
+	w := t.find(&k)
+	if w == nil {
+		return
+	}
+	b, ok := t.buckets.Load(w)
+	if !ok {
+		return
+	}
+	limit, durMs, burst := b.limit.Load(), b.durMs.Load(), b.burst.Load()
+	at := now * int64(time.Millisecond)
+	atomicMax(&b.tat, at+min(refill(seed, limit, durMs), maxDebt(refill(max(burst, 1), limit, durMs))))
 }
 
 // arrival is when counts of c, a cell of w, first seen at now (unix ms)
@@ -324,45 +354,94 @@ func arrival(w *window, c *cell, now int64) int64 {
 
 // bucketFor returns w's bucket for a decision by sp at now (unix ms): the
 // one of w's identity (see windowTable.bucketOf), converted to sp's
-// parameters (see bucket.observe). What other processes know of the bucket
-// is what its cells show, which a change of parameters does not: a bucket
-// that the identity held in cells of another length until now (its
-// parameters moved its memory past a power of two), or whose parameters
-// changed, seeds w's current cell with what it owes beyond what the cell
-// shows, counted as if admitted now and replayed and published as
-// admissions are, so that a process that reads w's cells cold starts the
-// bucket as empty as this one is (a raised burst does not refill it). A
-// process that knew the bucket already takes the seed once more: it errs
-// strict, up to the debt's bound, once per change.
-func (s *Service) bucketFor(w *window, sp spec, now int64) *bucket {
-	b, attached := s.windows.bucketOf(w, sp, now)
-	b.observe(sp, now*int64(time.Millisecond))
-	if attached {
+// parameters (see bucket.observe). A window that holds no bucket yet (the
+// identity's first decision in this process, or its first in cells of this
+// length) reads the regional store first, so that the bucket takes what
+// the cells and their seed hold in one step, and reads it again a strict
+// window's interval later. A change of parameters, or of
+// cell length, leaves a seed (see seedBucket); a bucket whose identity has
+// windows of other lengths keeps those fresh (see refreshSiblings).
+func (s *Service) bucketFor(ctx context.Context, w *window, sp spec, now int64) *bucket {
+	b, ok := s.windows.buckets.Load(w)
+	if !ok {
+		s.regional.prepare(ctx, w, now)
+		var attached bool
+		b, attached = s.windows.bucketOf(w, sp, now)
+		if attached {
+			defer s.seedBucket(w, b, sp, now)
+		}
+		// w's next read comes a strict window's interval from now, not
+		// freshnessInterval: a process that moved to these cells at the
+		// same moment leaves its seed a replay later, which this read
+		// did not see.
+		w.refreshedAt.Store(now - freshnessInterval.Milliseconds() + w.strictRefresh())
+	}
+	if b.observe(sp, now*int64(time.Millisecond)) {
 		s.seedBucket(w, b, sp, now)
+	}
+	if b.refs.Load() > 1 && s.regional != nil {
+		s.refreshSiblings(b, w, now)
 	}
 	return b
 }
 
-// seedBucket raises w's current cell at now (unix ms) to what b owes at
-// sp's rate, in whole tokens rounded up (see bucketFor).
+// refreshSiblings queues a background read of each window of b but w
+// whose cells still count at now (unix ms) and whose last read is older
+// than a strict window's interval: what other processes still count in
+// the cells of the bucket's other lengths (those that have not moved yet,
+// or whose last admissions there were on their way) is taken from the
+// bucket as promptly as what they count in w's.
+func (s *Service) refreshSiblings(b *bucket, w *window, now int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, o := range b.windows {
+		if o == w || o.idle(o.seqOf(now)) {
+			continue
+		}
+		if last := o.refreshedAt.Load(); now-last >= o.strictRefresh() && o.refreshedAt.CompareAndSwap(last, now) {
+			s.regional.queueRefresh(o)
+		}
+	}
+}
+
+// seedBucket leaves, beside w's current cell at now (unix ms), what b owes
+// at sp's rate in whole tokens rounded up: its seed. Counts tell a process
+// that reads the bucket cold (a new process, one whose first decision is
+// in cells of this length) what was admitted, not what the bucket owed
+// before its parameters changed: that it owed what it counted in cells of
+// another length, or that a raised burst did not refill it. Such a
+// process takes the seed as owed at once, on top of what the cells count
+// (it errs strict, by what refilled since the seed). A process that holds
+// the bucket already ignores seeds, which tell it nothing it does not
+// know, so that seeds never add up. The seed is kept as the key's refunds
+// cell is, which a bucket has no other use for (it takes no
+// reservations), and merged as the largest: the regional store keeps the
+// larger of two processes' seeds (store.Increment.Floor), the global store
+// each region's.
 func (s *Service) seedBucket(w *window, b *bucket, sp spec, now int64) {
 	owed := owedTokens(b.tat.Load()-now*int64(time.Millisecond), sp.limit, sp.durationMs)
 	if owed <= 0 {
 		return
 	}
-	cur, _ := w.cellAt(w.seqOf(now), s.regional == nil)
-	if cur == nil {
-		return // the window moved past now meanwhile
-	}
-	held := cur.count.Load() + cur.global.Load()
-	if owed <= held {
+	k := w.refundsKey()
+	rw, _, err := s.windows.findOrCreate(&k)
+	if err != nil {
 		return
 	}
-	addCapped(&cur.count, owed-held)
-	if s.regional != nil {
-		s.regional.queueReplay(w, cur, owed-held)
+	rw.observeLimit(sp.limit)
+	rc, _ := rw.cellAt(w.seqOf(now), true)
+	if rc == nil {
+		return // the window moved past now meanwhile
 	}
-	s.global.noteGrowth(w, cur, sp.limit)
+	if _, raised := raiseTo(&rc.count, owed); !raised {
+		return
+	}
+	if s.regional != nil {
+		atomicMax(&rc.stored, owed)
+		rc.flags.Or(cellReseed)
+		s.regional.queueReplay(rw, rc, 0)
+	}
+	s.global.noteRefund(rw, rc)
 }
 
 // owedTokens returns how many tokens a bucket of limit per durMs that

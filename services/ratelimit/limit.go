@@ -76,13 +76,8 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 		var b *bucket
 		if sp.algorithm == TokenBucket {
 			// Before the regional store's read, which takes what it
-			// raises from the bucket; but after it for a window that
-			// attaches the bucket of the identity's other cells, which
-			// merges what they hold by max (see windowTable.bucketOf).
-			if s.regional != nil && s.windows.attachesBucket(w) {
-				s.regional.prepare(ctx, w, now)
-			}
-			b = s.bucketFor(w, sp, now)
+			// raises from the bucket.
+			b = s.bucketFor(ctx, w, sp, now)
 		}
 		if sp.algorithm == Concurrency && req.Cost > 0 && !req.Report && s.regional != nil {
 			// Slots are taken in the regional store, atomically; from
@@ -128,7 +123,7 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 // report (see Request.Report) counts cost whatever the verdict, and is
 // judged with it counted. With speculative set the increment is also
 // recorded as uncommitted, for a batch that may still roll back (never a
-// report). b is w's bucket for a token bucket, or nil to look it up. It
+// report). b is w's bucket for a token bucket (see bucketFor). It
 // returns the current cell and whether it counted cost into it.
 func (s *Service) decide(w *window, b *bucket, now int64, sp spec, cost int64, report, speculative bool) (decision, *cell, bool) {
 	hydrated := s.regional == nil
@@ -143,9 +138,6 @@ func (s *Service) decide(w *window, b *bucket, now int64, sp spec, cost int64, r
 		cur, prev, newer = w.cellsAt(seq, hydrated)
 	}
 	if sp.algorithm == TokenBucket {
-		if b == nil {
-			b = s.bucketFor(w, sp, now)
-		}
 		return s.decideBucket(w, b, now, sp, cur, cost, report, speculative)
 	}
 	if sp.algorithm == FixedWindow {

@@ -58,6 +58,7 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 	windows := make([]*window, len(reqs))
 	curs := make([]*cell, len(reqs))
 	decisions := make([]decision, len(reqs))
+	buckets := make([]*bucket, len(reqs))
 	for range maxEvictionRetries {
 		for i := range reqs {
 			w, err := s.windows.forRequest(&keys[i])
@@ -68,8 +69,9 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 			w.observeLimit(reqs[i].Limit)
 			// A bucket before the regional store's read, which takes what
 			// it raises from it.
-			if sp := specOf(&reqs[i]); sp.algorithm == TokenBucket && s.regional != nil {
-				s.bucketFor(w, sp, now)
+			buckets[i] = nil
+			if sp := specOf(&reqs[i]); sp.algorithm == TokenBucket {
+				buckets[i] = s.bucketFor(ctx, w, sp, now)
 			}
 		}
 		s.regional.prepareBatch(ctx, windows, now)
@@ -77,7 +79,7 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 		passed := true
 		for i, w := range windows {
 			sp := specOf(&reqs[i])
-			d, c, ok := s.decide(w, nil, now, sp, reqs[i].Cost, false, true)
+			d, c, ok := s.decide(w, buckets[i], now, sp, reqs[i].Cost, false, true)
 			results[i], curs[i], decisions[i] = d.response(), c, d
 			passed = passed && d.success
 			if ok {

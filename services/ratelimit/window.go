@@ -160,10 +160,12 @@ func (w *window) cellAt(seq int64, hydrated bool) (*cell, int64) {
 			}
 		}
 		fresh := newCell(seq, hydrated)
-		if store.IsLeaseCode(w.durationMs) {
+		if store.IsLeaseCode(w.durationMs) || store.IsBucketCode(w.durationMs) {
 			// Every slot is a reservation its release refunds: each
 			// decision on the cell weighs its refunds, and every read
-			// of the regional store fetches them.
+			// of the regional store fetches them. A bucket's cell has
+			// a seed where a window's has refunds (see
+			// Service.seedBucket), which reads fetch the same way.
 			fresh.flags.Or(cellReserved)
 		}
 		if slot.CompareAndSwap(c, fresh) {

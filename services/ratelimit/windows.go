@@ -2,8 +2,10 @@ package ratelimit
 
 import (
 	"hash/maphash"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/puzpuzpuz/xsync/v4"
 )
@@ -68,11 +70,15 @@ func (t *windowTable) init(m *metrics, maxPerWorkspace int64) {
 }
 
 // bucketOf returns w's bucket, the one of w's identity, at now (unix ms),
-// making it on first use at sp's rate. A bucket made, or one that an
-// identity's other window held until now, takes what w's cells already
-// hold (see arrival); attached reports the second case: the bucket's
-// level was then counted in cells of another length, which w's may not
-// show yet (see Service.bucketFor).
+// making it on first use at sp's rate, and reports whether w attached the
+// bucket that the identity's other windows held until now (its cells
+// changed length). A bucket made takes what w's cells already hold (see
+// arrival) and their seed (see Service.seedBucket), as if owed at once: a
+// cold read errs strict. A bucket attached keeps the emptier of what it
+// knew and the seed (which another process that moved first left with
+// what it owed, itself included) and takes what w's cells count, which
+// this process has not seen: admissions there since the first process
+// moved.
 func (t *windowTable) bucketOf(w *window, sp spec, now int64) (b *bucket, attached bool) {
 	if b, ok := t.buckets.Load(w); ok {
 		return b, false
@@ -94,24 +100,17 @@ func (t *windowTable) bucketOf(w *window, sp spec, now int64) (b *bucket, attach
 		n int64
 	}
 	held, loaded := t.buckets.LoadOrCompute(w, func() (*bucket, bool) {
-		// What w's cells hold, as a bucket that reads them cold would
-		// take it: a bucket made now starts so; one attached keeps the
-		// emptier of that and what it knew, since the cells may hold
-		// its own level already, seeded by another process that moved
-		// to them first (see Service.bucketFor).
-		cold := b
-		if attached {
-			cold = &bucket{}
-			cold.init(spec{limit: b.limit.Load(), durationMs: b.durMs.Load(), burst: b.burst.Load()})
+		if seed := t.seedOf(w, now); seed > 0 {
+			owed := &bucket{}
+			owed.init(spec{limit: b.limit.Load(), durationMs: b.durMs.Load(), burst: b.burst.Load()})
+			owed.take(seed, now*int64(time.Millisecond))
+			atomicMax(&b.tat, owed.tat.Load())
 		}
 		for _, i := range w.cellOrder() {
 			if c := w.cells[i].Load(); c != nil {
 				seen[i].c, seen[i].n = c, c.count.Load()+c.global.Load()
-				cold.take(seen[i].n, arrival(w, c, now))
+				b.take(seen[i].n, arrival(w, c, now))
 			}
-		}
-		if attached {
-			atomicMax(&b.tat, cold.tat.Load())
 		}
 		return b, false
 	})
@@ -120,6 +119,9 @@ func (t *windowTable) bucketOf(w *window, sp spec, now int64) (b *bucket, attach
 		t.unref(id, b)
 		return held, false
 	}
+	b.mu.Lock()
+	b.windows = append(b.windows, w)
+	b.mu.Unlock()
 	// A tier that raised a cell while the bucket was being given to w
 	// found no bucket to take it from: take it now.
 	for _, s := range seen {
@@ -137,21 +139,27 @@ func (t *windowTable) bucketOf(w *window, sp spec, now int64) (b *bucket, attach
 	return b, attached
 }
 
-// attachesBucket reports whether w's first token bucket decision would
-// attach the bucket its identity holds for cells of another length (see
-// bucketOf): then w's cells are read before, and merged by max.
-func (t *windowTable) attachesBucket(w *window) bool {
-	if _, ok := t.buckets.Load(w); ok {
-		return false
+// seedOf returns the largest seed left beside w's cells of now (unix ms)
+// and the one before (see Service.seedBucket), this region's or the sum
+// of the others'.
+func (t *windowTable) seedOf(w *window, now int64) int64 {
+	cur, prev := t.refundCells(w, w.seqOf(now))
+	var seed int64
+	for _, c := range []*cell{cur, prev} {
+		if c != nil {
+			seed = max(seed, c.count.Load(), c.global.Load())
+		}
 	}
-	_, ok := t.bucketIDs.Load(bucketIDOf(w))
-	return ok
+	return seed
 }
 
 // dropBucket forgets w's bucket, and the identity's bucket with its last
 // window: the janitor removed w.
 func (t *windowTable) dropBucket(w *window) {
 	if b, ok := t.buckets.LoadAndDelete(w); ok {
+		b.mu.Lock()
+		b.windows = slices.DeleteFunc(b.windows, func(o *window) bool { return o == w })
+		b.mu.Unlock()
 		t.unref(bucketIDOf(w), b)
 	}
 }
