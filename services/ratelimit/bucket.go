@@ -155,7 +155,10 @@ func maxDebt(tau int64) int64 { return 2 * tau }
 // and a power of two names the same cells for every rate and burst within
 // a factor of two, so that most changes of them keep the bucket's cells.
 func cellShift(limit, durMs, burst int64) int64 {
-	full := mulDiv(uint64(burst), uint64(durMs), uint64(limit)) // ms, rounded down: the length is longer
+	full := uint64(durMs) // the common case, burst = limit, without a division
+	if burst != limit {
+		full = mulDiv(uint64(burst), uint64(durMs), uint64(limit)) // ms, rounded down: the length is longer
+	}
 	return min(max(int64(bits.Len64(full)), store.MinBucketShift), store.MaxBucketShift)
 }
 
@@ -207,11 +210,10 @@ func tokensIn(ns, limit, durMs int64) int64 {
 }
 
 // decideBucket decides a request of cost against b, the token bucket sp
-// of w, at now (unix ms), counting an admission into cur, w's current
-// cell. See decide.
+// of w (converted to sp by bucketFor), at now (unix ms), counting an
+// admission into cur, w's current cell. See decide.
 func (s *Service) decideBucket(w *window, b *bucket, now int64, sp spec, cur *cell, cost int64, report, speculative bool) (decision, *cell, bool) {
 	nowNs := now * int64(time.Millisecond)
-	b.observe(sp, nowNs)
 	tau := refill(sp.burst, sp.limit, sp.durationMs)
 	need := refill(cost, sp.limit, sp.durationMs)
 	d := decision{algorithm: TokenBucket, limit: sp.limit, capacity: sp.burst}
