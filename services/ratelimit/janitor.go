@@ -55,6 +55,7 @@ func (t *windowTable) evictIdle(now time.Time) int {
 			})
 			t.release(w.key())
 			t.dropBucket(w)
+			t.given.Delete(w)
 			evicted++
 		}
 		return true
@@ -65,6 +66,7 @@ func (t *windowTable) evictIdle(now time.Time) int {
 			delete(t.collided.m, k)
 			t.release(k)
 			t.dropBucket(w)
+			t.given.Delete(w)
 			evicted++
 		}
 	}

@@ -108,9 +108,11 @@ func (s *Service) Refund(ctx context.Context, r Refund) (int64, error) {
 		}
 		switch {
 		case s.regional == nil:
-		case r.Slot && s.regional.writeThrough(ctx, rw, rc, r.Amount):
+		case r.Slot:
 			// A release is in the store before it is answered: no
-			// process takes a slot a moment late for it.
+			// process takes a slot a moment late for it. One the store
+			// failed is sent again by the replay.
+			s.regional.writeThrough(ctx, rw, rc, r.Amount)
 		default:
 			s.regional.queueReplay(rw, rc, r.Amount)
 		}

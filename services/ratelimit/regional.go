@@ -2,6 +2,8 @@ package ratelimit
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"strconv"
 	"time"
@@ -81,10 +83,53 @@ type regionalTier struct {
 	// mark a replayed cell with in the store's index of cells to publish,
 	// or 0 (see globalTier.markFor).
 	mark func(w *window, c *cell) int64
+	// writer names this process's refunds in the store (see increment).
+	writer string
 }
 
 func newRegionalTier(st store.Regional, clock Clock, m *metrics, windows *windowTable) *regionalTier {
-	return &regionalTier{store: st, clock: clock, metrics: m, windows: windows}
+	return &regionalTier{store: st, clock: clock, metrics: m, windows: windows, writer: newWriterID()}
+}
+
+// newWriterID returns a name for this process's writes of refunds to the
+// regional store (see store.Increment.Writer): 16 random bytes in hex, so
+// that two processes, or one process and its restart, never share one.
+func newWriterID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24)
+	return hex.EncodeToString(b[:])
+}
+
+// increment returns the write that sends delta more of c, a cell of w, to
+// the regional store at now (unix ms): a count's increment, raised to what
+// the store is known to hold; or for a cell of refunds the total this
+// process gave back into it so far, delta included, which the store keeps
+// as the largest of this writer's (see store.Increment.Writer): a refund
+// written twice gives back once. A refunds write that fails is sent again
+// with its total, not its delta (see resend).
+func (r *regionalTier) increment(w *window, c *cell, delta, now int64) store.Increment {
+	inc := store.Increment{Key: w.cellKey(c.seq()), Delta: delta,
+		TTL: time.Duration(w.expiresAt(c.seq())-now) * time.Millisecond}
+	if w.holdsRefunds() && !store.IsBucketCode(w.durationMs) {
+		inc.Delta = 0
+		inc.Writer = r.writer
+		inc.Total = r.windows.giveBack(w, c.seq(), delta)
+		return inc
+	}
+	if held := c.stored.Load(); held > 0 {
+		inc.Floor = held + delta
+	}
+	return inc
+}
+
+// resend queues c, a cell of w whose write failed, for the next replay:
+// a count's delta is added again (counted twice rather than lost); a
+// refunds cell's total already holds it, so it is sent again as it is.
+func (r *regionalTier) resend(w *window, c *cell, inc store.Increment) {
+	if inc.Writer != "" || inc.Delta == 0 {
+		c.flags.Or(cellReseed) // sent even without an increment
+	}
+	r.queueReplay(w, c, inc.Delta)
 }
 
 // queued returns how many cells and windows wait for the loop.

@@ -57,15 +57,7 @@ func (r *regionalTier) replay(ctx context.Context) {
 			r.metrics.replayExpired.Add(float64(delta))
 			continue
 		}
-		expires := it.w.expiresAt(it.c.seq())
-		inc := store.Increment{
-			Key:   it.w.cellKey(it.c.seq()),
-			Delta: delta,
-			TTL:   time.Duration(expires-now) * time.Millisecond,
-		}
-		if held := it.c.stored.Load(); held > 0 {
-			inc.Floor = held + delta
-		}
+		inc := r.increment(it.w, it.c, delta, now)
 		if r.mark != nil {
 			inc.Mark = r.mark(it.w, it.c)
 		}
@@ -94,14 +86,13 @@ func (r *regionalTier) replay(ctx context.Context) {
 			// Not marked after all: sent again, the cell is marked then.
 			it.c.flags.And(^cellMarked)
 		}
-		switch {
-		case marksOnly[i]:
+		if marksOnly[i] {
 			it.c.flags.Or(cellToMark) // still to mark
-		case incs[i].Delta == 0:
-			it.c.flags.Or(cellReseed) // still to re-seed
+			r.queueReplay(it.w, it.c, 0)
+			continue
 		}
 		// Sent again next time, until its window ends (then dropped above).
-		r.queueReplay(it.w, it.c, incs[i].Delta)
+		r.resend(it.w, it.c, incs[i])
 	}
 }
 

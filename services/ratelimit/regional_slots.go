@@ -95,14 +95,12 @@ func (r *regionalTier) slotRefunds(w *window, seq int64) (others, unreplayed int
 // of its releases, in the regional store at once, so that the region's
 // next acquisition, in any process, sees it (a release: the slots free; an
 // extension's count: the slots still held); and reports false when the
-// store failed (the caller then replays it, as any count).
+// store failed: the caller then replays a count, as any count, and a
+// release (a cell of refunds) is sent again by the replay already, with
+// the total that holds it (see increment).
 func (r *regionalTier) writeThrough(ctx context.Context, w *window, c *cell, amount int64) bool {
 	now := r.clock.Now().UnixMilli()
-	inc := store.Increment{Key: w.cellKey(c.seq()), Delta: amount,
-		TTL: time.Duration(w.expiresAt(c.seq())-now) * time.Millisecond}
-	if held := c.stored.Load(); held > 0 {
-		inc.Floor = held + amount
-	}
+	inc := r.increment(w, c, amount, now)
 	if r.mark != nil {
 		inc.Mark = r.mark(w, c)
 	}
@@ -113,6 +111,11 @@ func (r *regionalTier) writeThrough(ctx context.Context, w *window, c *cell, amo
 		if inc.Mark > 0 {
 			// Not marked after all: the replay that sends amount marks it.
 			c.flags.And(^cellMarked)
+		}
+		if inc.Writer != "" {
+			// A refunds cell's total holds amount: the replay sends it
+			// again as it is, and the caller must not add amount again.
+			r.resend(w, c, inc)
 		}
 		return false
 	}

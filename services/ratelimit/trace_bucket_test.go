@@ -303,3 +303,6 @@ func TestWriteChangeReport(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// newTraceRand returns the random source of a trace of seed.
+func newTraceRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0)) }

@@ -35,6 +35,33 @@ type windowTable struct {
 	// share it.
 	buckets   *xsync.Map[*window, *bucket]
 	bucketIDs *xsync.Map[bucketID, *bucket]
+	// given holds, for each refunds window this process gave back into,
+	// what it gave back into each of its two cells in all (see giveBack):
+	// beside the window, as buckets are, so that no cell grows a field.
+	given *xsync.Map[*window, *givenBack]
+}
+
+// givenBack is what this process gave back into the two cells of one
+// refunds window so far, by sequence.
+type givenBack struct {
+	mu    sync.Mutex
+	seq   [2]int64
+	total [2]int64
+}
+
+// giveBack adds amount (0 or more) to what this process gave back into
+// rw's cell seq, and returns the new total: what a write of the cell's
+// refunds to the regional store carries (see store.Increment.Writer).
+func (t *windowTable) giveBack(rw *window, seq, amount int64) int64 {
+	g, _ := t.given.LoadOrCompute(rw, func() (*givenBack, bool) { return &givenBack{}, false })
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	i := seq & 1
+	if g.seq[i] != seq {
+		g.seq[i], g.total[i] = seq, 0
+	}
+	g.total[i] += amount
+	return g.total[i]
 }
 
 // bucketID names a token bucket's state: its identity, whatever its rate,
@@ -67,6 +94,7 @@ func (t *windowTable) init(m *metrics, maxPerWorkspace int64) {
 	t.maxPerWorkspace = maxPerWorkspace
 	t.buckets = xsync.NewMap[*window, *bucket]()
 	t.bucketIDs = xsync.NewMap[bucketID, *bucket]()
+	t.given = xsync.NewMap[*window, *givenBack]()
 }
 
 // bucketOf returns w's bucket, the one of w's identity, at now (unix ms),

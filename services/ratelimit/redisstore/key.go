@@ -17,9 +17,10 @@ import (
 // cells share. The tag is never empty: it starts with a length.
 //
 // A cell's refunds (store.CellKey.Refunds) are the cell's key and ":r",
-// in the cell's slot.
+// in the cell's slot; the totals each process gave back into them (see
+// store.Increment.Writer) are a hash at that key and ":w".
 //
-//	ratelimit:v2:{<len>:<workspace><len>:<namespace><len>:<identifier>:<duration ms>}:<sequence>[:r]
+//	ratelimit:v2:{<len>:<workspace><len>:<namespace><len>:<identifier>:<duration ms>}:<sequence>[:r[:w]]
 func Key(c *store.CellKey) string {
 	b := make([]byte, 0, 36+len(c.Workspace)+len(c.Namespace)+len(c.Identifier))
 	b = append(b, "ratelimit:v2:{"...)
@@ -40,6 +41,9 @@ func Key(c *store.CellKey) string {
 
 // refundsSuffix ends the key of a cell's refunds.
 const refundsSuffix = ":r"
+
+// writersSuffix follows a refunds key for the hash of its writers' totals.
+const writersSuffix = ":w"
 
 // slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of
 // its hash tag, or of the whole key without one, modulo 16384.

@@ -492,3 +492,72 @@ func TestIndexDrainsOnRedis(t *testing.T) {
 	poll.Until(t, time.Minute, "the index to drain", func() bool { return markedCells(t, c) == 0 })
 	t.Logf("index empty %v after 5,000 one-request windows were made", time.Since(filled).Round(100*time.Millisecond))
 }
+
+// TestReleaseGivesBackOnceOverRedis: two processes on real Redis (one
+// server and a cluster), a concurrency limit of 2. A takes both slots and
+// releases one while Redis applies the release and its answer comes too
+// late (or Redis applies it twice); once A's replay loop has run, B takes
+// exactly one slot. Before releases were totals per process, the release
+// answered late was replayed and freed a second slot: B took two, 3 held
+// against 2.
+func TestReleaseGivesBackOnceOverRedis(t *testing.T) {
+	for _, backend := range []string{"redis", "cluster"} {
+		for name, fault := range map[string]storetest.WriteFault{"late": storetest.WriteLate, "twice": storetest.WriteTwice} {
+			t.Run(backend+"/"+name, func(t *testing.T) {
+				c := startBackend(t, backend)
+				faulty := storetest.NewFaultyRegional(newStore(t, c))
+				a := startProcess(t, c, ratelimit.WithRegionalStore(faulty))
+				b := startProcess(t, c, ratelimit.WithRegionalStore(faulty))
+				ctx := context.Background()
+				acq := ratelimit.Acquisition{Workspace: "ws", Namespace: "ns", Identifier: "pool", Limit: 2, Lease: time.Hour, Cost: 1}
+				var slots []ratelimit.Slot
+				for range 2 {
+					resp, err := a.Acquire(ctx, acq)
+					if err != nil || !resp.Success {
+						t.Fatalf("A's acquisition: %+v, %v", resp, err)
+					}
+					slots = append(slots, ratelimit.Slot{Workspace: "ws", Namespace: "ns", Identifier: "pool", Limit: 2,
+						Lease: time.Hour, Sequence: ratelimit.CellOf(resp, time.Hour), Cost: 1})
+				}
+				refunds := store.CellKey{Workspace: "ws", Namespace: "ns", Identifier: "pool",
+					Duration: time.Duration(store.LeaseCode(time.Hour.Milliseconds())) * time.Millisecond,
+					Sequence: slots[0].Sequence, Refunds: true}
+				faulty.SetWriteFault(func(k store.CellKey) storetest.WriteFault {
+					if k == refunds {
+						return fault
+					}
+					return storetest.WriteOK
+				})
+				replays := func() float64 {
+					return a.metric(t, "unkey_ratelimit_origin_operations_total", "op", "replay", "result", "ok")
+				}
+				before := replays()
+				if freed, err := a.Release(ctx, slots[0]); err != nil || freed != 1 {
+					t.Fatalf("release: %d, %v", freed, err)
+				}
+				faulty.SetWriteFault(nil)
+				if fault == storetest.WriteLate {
+					// Answered as failed: A's replay sends it again.
+					poll.Until(t, 5*time.Second, "A's replay of the release", func() bool { return replays() > before })
+				}
+				counts, err := newStore(t, c).Load(ctx, []store.CellKey{refunds})
+				if err != nil || counts[0] != 1 {
+					t.Fatalf("Redis holds %v released slots (%v), want 1", counts, err)
+				}
+				taken := 0
+				for range 2 {
+					resp, err := b.Acquire(ctx, acq)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if resp.Success {
+						taken++
+					}
+				}
+				if taken != 1 {
+					t.Fatalf("B took %d slots after A held 2 and released 1: %d held against 2", taken, 1+taken)
+				}
+			})
+		}
+	}
+}

@@ -132,6 +132,32 @@ if ttl < tonumber(ARGV[2]) then
 end
 return n`)
 
+// totalScript keeps ARGV[2] as the total of writer ARGV[1] in the hash
+// KEYS[2] if it is the largest that writer sent, sets the cell KEYS[1] to
+// the sum of the hash's totals (at most ARGV[4]), and keeps both keys at
+// least ARGV[3] ms, in one atomic step: a cell's refunds, sent as totals
+// so that a write applied twice gives back once (see store.Increment).
+// The hash holds one field per process that gave back into the cell. A
+// field that is not a number counts 0.
+var totalScript = redis.NewScript(`
+local old = tonumber(redis.call('HGET', KEYS[2], ARGV[1])) or 0
+if tonumber(ARGV[2]) > old then
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+end
+local sum = 0
+for _, v in ipairs(redis.call('HVALS', KEYS[2])) do
+  local n = tonumber(v)
+  if n and n > 0 then sum = sum + n end
+end
+sum = math.min(sum, tonumber(ARGV[4]))
+redis.call('SET', KEYS[1], string.format('%d', sum), 'KEEPTTL')
+for _, k in ipairs(KEYS) do
+  if redis.call('PTTL', k) < tonumber(ARGV[3]) then
+    redis.call('PEXPIRE', k, ARGV[3])
+  end
+end
+return sum`)
+
 // clampCount bounds a count read from Redis to [0, store.MaxCount].
 // Redis holds whatever anyone wrote: a negative count must not lend budget,
 // and a huge one must not overflow the decision maths.
@@ -280,6 +306,11 @@ func (o *Store) Increment(ctx context.Context, incs []store.Increment) ([]int64,
 		// EVAL, not EVALSHA: a restarted server has lost its script cache,
 		// and a pipeline of EVALSHA would then fail without telling which
 		// commands ran. The script is a few hundred bytes a replayed cell.
+		if incs[i].Writer != "" {
+			total := min(max(incs[i].Total, 0), store.MaxCount)
+			cmds[i] = totalScript.Eval(ctx, pipe, []string{keys[i], keys[i] + writersSuffix}, incs[i].Writer, total, ttl, store.MaxCount)
+			continue
+		}
 		floor := min(max(incs[i].Floor, 0), store.MaxCount)
 		cmds[i] = incrementScript.Eval(ctx, pipe, []string{keys[i]}, incs[i].Delta, ttl, store.MaxCount, floor)
 	}

@@ -32,6 +32,11 @@ type Regional interface {
 	// error, counts may still be returned: a count of -1 marks an increment
 	// that may not have been applied (the caller sends it again, preferring
 	// to count twice over losing a count), any other count one that was.
+	//
+	// An increment with a Writer (a cell's refunds: see [Increment.Writer])
+	// is a total instead: the store keeps the largest Total each writer
+	// sent, and the cell holds their sum, so that a total sent twice, or
+	// applied and then timed out and sent again, gives back once.
 	Increment(ctx context.Context, incs []Increment) (counts []int64, err error)
 }
 
@@ -57,6 +62,17 @@ type Increment struct {
 	// TTL is how long the store must keep the cell: until the end of the
 	// window after it, the last window in which it counts.
 	TTL time.Duration
+	// Writer, if not empty, names the process that gives back into a
+	// cell's refunds (Key.Refunds), and makes the increment idempotent:
+	// Total is everything that writer gave back into the cell so far, the
+	// store keeps the largest Total of each writer, and the cell holds the
+	// sum of those (Delta and Floor are not used). Counts are counted
+	// twice rather than lost, which errs strict; a refund counted twice
+	// would give back what another holder still uses, so refunds are
+	// totals, as the global store's components are. A store that lost its
+	// data learns each writer's total again from its next write.
+	Writer string
+	Total  int64
 }
 
 // PartialError is returned by [Regional.Load] and [Regional.Increment] when

@@ -20,14 +20,38 @@ var ErrDown = errors.New("store down")
 // does, with a [*store.PartialError]), and an identifier unreachable (its
 // cells fail in every call while the others go to the store, as those of
 // one dead Redis Cluster master do). A failed cell is not sent to the
-// store. Its methods are safe for concurrent use.
+// store. Writes can also be lost, applied and answered too late, or
+// applied twice (SetWriteFault). Its methods are safe for concurrent use.
 type FaultyRegional struct {
 	store.Regional
 	down        atomic.Bool
 	mu          sync.Mutex
 	bad         map[store.CellKey]bool
 	unreachable map[string]bool // by identifier
+	// writeFault, if set, picks the fault of each write (see
+	// SetWriteFault).
+	writeFault func(store.CellKey) WriteFault
 }
+
+// WriteFault is what happens to one write (an increment, or slots taken)
+// on its way to the store and back, as a network and a server make it
+// happen: see [FaultyRegional.SetWriteFault].
+type WriteFault int
+
+// The write faults.
+const (
+	// WriteOK: the write is applied and answered.
+	WriteOK WriteFault = iota
+	// WriteLost: the write never reaches the store; the caller is told
+	// it failed.
+	WriteLost
+	// WriteLate: the store applies the write, and its answer comes too
+	// late: the caller is told it failed (a reply past its timeout).
+	WriteLate
+	// WriteTwice: the store applies the write twice (a client that sent
+	// it again on a connection it took for dead) and answers the second.
+	WriteTwice
+)
 
 // NewFaultyRegional returns inner with no fault switched on.
 func NewFaultyRegional(inner store.Regional) *FaultyRegional {
@@ -54,6 +78,26 @@ func (f *FaultyRegional) SetUnreachable(identifier string, unreachable bool) {
 	f.unreachable[identifier] = unreachable
 }
 
+// SetWriteFault makes pick choose the fault of every write that follows,
+// by its cell (nil: no faults): lost, applied but answered as failed, or
+// applied twice. Reads are not affected.
+func (f *FaultyRegional) SetWriteFault(pick func(store.CellKey) WriteFault) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.writeFault = pick
+}
+
+// faultOf returns the fault of a write of k.
+func (f *FaultyRegional) faultOf(k store.CellKey) WriteFault {
+	f.mu.Lock()
+	pick := f.writeFault
+	f.mu.Unlock()
+	if pick == nil {
+		return WriteOK
+	}
+	return pick(k)
+}
+
 // TakeSlots implements [store.SlotTaker] when the wrapped store does,
 // failing as an increment of the cell would; with a store without it, it
 // fails every call, as a store whose slots cannot be taken atomically.
@@ -67,6 +111,19 @@ func (f *FaultyRegional) TakeSlots(ctx context.Context, t store.SlotTake) (store
 	f.mu.Unlock()
 	if failed {
 		return store.SlotCounts{}, ErrDown
+	}
+	switch f.faultOf(t.Key) {
+	case WriteLost:
+		return store.SlotCounts{}, ErrDown
+	case WriteLate:
+		if _, err := taker.TakeSlots(ctx, t); err != nil {
+			return store.SlotCounts{}, err
+		}
+		return store.SlotCounts{}, ErrDown
+	case WriteTwice:
+		if _, err := taker.TakeSlots(ctx, t); err != nil {
+			return store.SlotCounts{}, err
+		}
 	}
 	return taker.TakeSlots(ctx, t)
 }
@@ -96,7 +153,36 @@ func (f *FaultyRegional) Increment(ctx context.Context, incs []store.Increment) 
 		failed[i] = f.bad[inc.Key] || f.unreachable[inc.Key.Identifier]
 	}
 	f.mu.Unlock()
-	return passOn(failed, incs, func(sent []store.Increment) ([]int64, error) { return f.Regional.Increment(ctx, sent) })
+	var late []bool
+	for i, inc := range incs {
+		if failed[i] {
+			continue
+		}
+		switch f.faultOf(inc.Key) {
+		case WriteLost:
+			failed[i] = true
+		case WriteLate:
+			if late == nil {
+				late = make([]bool, len(incs))
+			}
+			late[i] = true
+		case WriteTwice:
+			if _, err := f.Regional.Increment(ctx, incs[i:i+1]); err != nil {
+				failed[i] = true
+			}
+		}
+	}
+	counts, err := passOn(failed, incs, func(sent []store.Increment) ([]int64, error) { return f.Regional.Increment(ctx, sent) })
+	if late == nil || counts == nil {
+		return counts, err
+	}
+	// Applied, and answered too late: failed, for the caller.
+	for i := range counts {
+		if late[i] {
+			counts[i] = -1
+		}
+	}
+	return counts, &store.PartialError{Err: ErrDown}
 }
 
 // passOn sends the items that did not fail to call and answers every item

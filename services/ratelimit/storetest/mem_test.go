@@ -1,7 +1,9 @@
 package storetest
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
@@ -12,4 +14,30 @@ func TestMemRegional(t *testing.T) {
 
 func TestMemGlobal(t *testing.T) {
 	TestGlobal(t, func(*testing.T) store.Global { return NewMemGlobal() })
+}
+
+// TestWriteFaults: a lost write is not applied and fails; a late one is
+// applied and fails; one applied twice adds twice and answers the second;
+// each for an increment and for slots taken.
+func TestWriteFaults(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		fault   WriteFault
+		applied int64
+		fails   bool
+	}{{WriteOK, 1, false}, {WriteLost, 0, true}, {WriteLate, 1, true}, {WriteTwice, 2, false}} {
+		mem := NewMemRegional()
+		f := NewFaultyRegional(mem)
+		f.SetWriteFault(func(store.CellKey) WriteFault { return tc.fault })
+		k := store.CellKey{Workspace: "ws", Namespace: "ns", Identifier: "a", Duration: time.Minute, Sequence: 1}
+		counts, err := f.Increment(ctx, []store.Increment{{Key: k, Delta: 1, TTL: time.Hour}})
+		if failed := err != nil || counts[0] < 0; failed != tc.fails || mem.Count(k) != tc.applied {
+			t.Errorf("fault %d, increment: %v, %v; store holds %d, want %d (fails %v)", tc.fault, counts, err, mem.Count(k), tc.applied, tc.fails)
+		}
+		k.Identifier = "slots"
+		_, err = f.TakeSlots(ctx, store.SlotTake{Key: k, Cost: 1, Limit: 10, TTL: time.Hour})
+		if (err != nil) != tc.fails || mem.Count(k) != tc.applied {
+			t.Errorf("fault %d, slots: %v; store holds %d, want %d (fails %v)", tc.fault, err, mem.Count(k), tc.applied, tc.fails)
+		}
+	}
 }

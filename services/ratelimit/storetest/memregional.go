@@ -9,7 +9,7 @@ import (
 
 // MemRegional is an in-memory [store.Regional] with what the limiter relies
 // on from Redis: a count per cell, increments (raised to their floor)
-// answered with the new count,
+// answered with the new count, refunds' totals kept per writer and summed,
 // counts clamped to [0, store.MaxCount] when read or incremented (a value
 // a test sets with [MemRegional.Set] is held as written, as a corrupt value
 // in Redis is), missing cells 0. It never fails but for a done context;
@@ -19,11 +19,13 @@ import (
 type MemRegional struct {
 	mu     sync.Mutex
 	counts map[store.CellKey]int64
+	// totals holds each writer's largest total of a cell's refunds.
+	totals map[store.CellKey]map[string]int64
 }
 
 // NewMemRegional returns an empty in-memory regional store.
 func NewMemRegional() *MemRegional {
-	return &MemRegional{counts: map[store.CellKey]int64{}}
+	return &MemRegional{counts: map[store.CellKey]int64{}, totals: map[store.CellKey]map[string]int64{}}
 }
 
 // Load implements [store.Regional].
@@ -49,11 +51,32 @@ func (m *MemRegional) Increment(ctx context.Context, incs []store.Increment) ([]
 	defer m.mu.Unlock()
 	out := make([]int64, len(incs))
 	for i, inc := range incs {
+		if inc.Writer != "" {
+			out[i] = m.addTotal(inc)
+			continue
+		}
 		n := min(max(m.counts[inc.Key]+inc.Delta, inc.Floor, 0), store.MaxCount)
 		m.counts[inc.Key] = n
 		out[i] = n
 	}
 	return out, nil
+}
+
+// addTotal keeps inc's total as its writer's if it is the largest, and
+// makes the cell the sum of its writers' totals.
+func (m *MemRegional) addTotal(inc store.Increment) int64 {
+	w := m.totals[inc.Key]
+	if w == nil {
+		w = map[string]int64{}
+		m.totals[inc.Key] = w
+	}
+	w[inc.Writer] = max(w[inc.Writer], inc.Total)
+	var n int64
+	for _, t := range w {
+		n = min(n+max(t, 0), store.MaxCount)
+	}
+	m.counts[inc.Key] = n
+	return n
 }
 
 // Count returns what the store holds for k.

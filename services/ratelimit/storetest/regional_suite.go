@@ -19,7 +19,8 @@ import (
 // count, accumulate within a call and across calls, and keep their order
 // across many keys; keys that differ in any field, however little, are
 // different cells; counts stop at store.MaxCount; concurrent increments are
-// never lost; a call with a done context fails with an error. Each subtest
+// never lost; refunds sent as totals per writer give back once however often
+// they arrive; a call with a done context fails with an error. Each subtest
 // works in a workspace of its own, so the stores may share one server.
 func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 	t.Run("MissingCellsCountZero", func(t *testing.T) {
@@ -102,6 +103,35 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 			return err
 		})
 		wantCounts(t, "the cell after the takes", counts, nil, []int64{7})
+	})
+	t.Run("RefundTotalsGiveBackOnce", func(t *testing.T) {
+		s, ws := newStore(t), workspace(t)
+		ctx := context.Background()
+		r := key(ws, "a", 1)
+		r.Refunds = true
+		total := func(writer string, n int64) store.Increment {
+			return store.Increment{Key: r, Writer: writer, Total: n, TTL: time.Hour}
+		}
+		// A's total of 3 sent twice (applied, its answer lost, sent again),
+		// then B's 2, then an older total of A's arriving late, then A's 5.
+		for _, step := range []struct {
+			inc  store.Increment
+			want int64
+		}{{total("a", 3), 3}, {total("a", 3), 3}, {total("b", 2), 5}, {total("a", 1), 5}, {total("a", 5), 7}} {
+			counts, err := s.Increment(ctx, []store.Increment{step.inc})
+			wantCounts(t, fmt.Sprintf("total %d of %s", step.inc.Total, step.inc.Writer), counts, err, []int64{step.want})
+		}
+		counts, err := s.Load(ctx, []store.CellKey{r})
+		wantCounts(t, "load", counts, err, []int64{7})
+		if taker, ok := s.(store.SlotTaker); ok {
+			// What TakeSlots weighs is the same sum.
+			cur := r
+			cur.Refunds = false
+			got, err := taker.TakeSlots(ctx, store.SlotTake{Key: cur, Limit: 10, TTL: time.Hour})
+			if err != nil || got.CurRefunds != 7 {
+				t.Fatalf("TakeSlots read refunds %d, %v; want 7", got.CurRefunds, err)
+			}
+		}
 	})
 	t.Run("FloorReseedsWithMaxMerge", func(t *testing.T) {
 		s, ws := newStore(t), workspace(t)
