@@ -30,7 +30,9 @@ end
 local cur, prev, curR, prevR = count(KEYS[1]), count(KEYS[2]), count(KEYS[3]), count(KEYS[4])
 local held = math.max(math.max(cur - curR, 0) + math.max(prev - prevR, 0) - tonumber(ARGV[6]), 0) + tonumber(ARGV[3])
 local cost = tonumber(ARGV[1])
-if held + cost > tonumber(ARGV[2]) or cur + cost > max then
+-- limit - cost, not held + cost: Lua's numbers are doubles, exact to 2^53,
+-- the largest limit, which held + cost can pass (2^53 + 1 rounds to 2^53).
+if held > tonumber(ARGV[2]) - cost or cur > max - cost then
   return {0, cur, prev, curR, prevR}
 end
 cur = redis.call('INCRBY', KEYS[1], cost)

@@ -104,6 +104,25 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 		})
 		wantCounts(t, "the cell after the takes", counts, nil, []int64{7})
 	})
+	t.Run("TakeSlotsAtTheLargestLimit", func(t *testing.T) {
+		s, ws := newStore(t), workspace(t)
+		taker, ok := s.(store.SlotTaker)
+		if !ok {
+			t.Skip("the store takes no slots")
+		}
+		// A limit of 2^53 (the largest) with all but one slot held
+		// elsewhere: the last slot is taken, and no more (a store that
+		// adds in doubles finds 2^53 + 1 = 2^53 and takes every one).
+		cur := key(ws, "pool", 1)
+		cur.Duration = time.Duration(store.LeaseCode(60_000)) * time.Millisecond
+		take := store.SlotTake{Key: cur, Cost: 1, Limit: 1 << 53, Others: 1<<53 - 1, TTL: time.Hour}
+		for i, want := range []bool{true, false, false} {
+			got, err := taker.TakeSlots(context.Background(), take)
+			if err != nil || got.Taken != want {
+				t.Fatalf("take %d: %+v, %v; want taken %v", i, got, err, want)
+			}
+		}
+	})
 	t.Run("RefundTotalsGiveBackOnce", func(t *testing.T) {
 		s, ws := newStore(t), workspace(t)
 		ctx := context.Background()
