@@ -260,19 +260,64 @@ func (p Period) Bounds(t time.Time) (index int64, start, end time.Time) {
 	return i, p.Start(i), p.Start(i + 1)
 }
 
-// midnight is the first instant of a local date.
+// midnight is the first instant of a local date: the first instant whose
+// date on the zone's clock is that date or later. Where the clocks go back
+// over midnight (Asia/Gaza, 2018-10-27: 01:00 back to 00:00), midnight
+// occurs twice and the day starts at the first; where they skip it, the
+// day starts at its first instant; where they skip the whole day
+// (Pacific/Apia, 2011-12-30), it starts where the next one does, so that
+// periods stay in order (that day holds no instant, and no index names
+// it). time.Date alone picks either of two midnights, and normalises one
+// that never occurs into another day.
 func (p Period) midnight(y int, m time.Month, d int) time.Time {
-	t := time.Date(y, m, d, 0, 0, 0, 0, p.s.location)
-	if t.Day() != d {
-		// Midnight did not exist (the clocks skipped it, forward from
-		// 23:xx): time.Date normalised into the day before. The day starts
-		// at its first instant, found from noon.
-		t = time.Date(y, m, d, 12, 0, 0, 0, p.s.location)
-		for back := t.Add(-time.Hour); back.Day() == d; back = back.Add(-time.Hour) {
-			t = back
+	want := days(y, m, d)
+	wall := time.Date(y, m, d, 0, 0, 0, 0, time.UTC).Unix() // the date's midnight as if in UTC
+	// Walk the zone's spans of one offset around the date (no offset is
+	// more than a day off UTC): in each, midnight falls at wall less the
+	// offset, if that instant lies in the span; where the date begins at
+	// a span's start, the span's start is its first instant.
+	var first time.Time
+	at := time.Unix(wall-36*3600, 0).In(p.s.location)
+	for at.Unix() < wall+36*3600 {
+		start, end := at.ZoneBounds()
+		_, offset := at.Zone()
+		if c := time.Unix(wall-int64(offset), 0).In(p.s.location); inSpan(c, start, end) {
+			first = earliest(first, c)
 		}
+		if !start.IsZero() && localDays(start) >= want && localDays(start.Add(-time.Nanosecond)) < want {
+			first = earliest(first, start.In(p.s.location))
+		}
+		if end.IsZero() {
+			break
+		}
+		at = end.In(p.s.location)
 	}
-	return t
+	if first.IsZero() {
+		// No span found (a zone without transitions near the date is one
+		// span, found above): the date's midnight as time.Date has it.
+		return time.Date(y, m, d, 0, 0, 0, 0, p.s.location)
+	}
+	return first
+}
+
+// inSpan reports whether t lies in the span [start, end) of ZoneBounds,
+// whose zero values mean the beginning and the end of time.
+func inSpan(t, start, end time.Time) bool {
+	return (start.IsZero() || !t.Before(start)) && (end.IsZero() || t.Before(end))
+}
+
+// earliest returns the earlier of a (zero: none yet) and b.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// localDays returns the days from 1970-01-01 to t's date on its clock.
+func localDays(t time.Time) int64 {
+	y, m, d := t.Date()
+	return days(y, m, d)
 }
 
 // days returns the days from 1970-01-01 to the date (Howard Hinnant's

@@ -160,3 +160,55 @@ func TestZeroPeriod(t *testing.T) {
 		t.Fatalf("the zero Period: zero %v, unit %v, zone %q", p.IsZero(), p.Unit(), p.TimeZone())
 	}
 }
+
+// TestDaysWhoseMidnightIsOdd: where the clocks go back over midnight (Asia/
+// Gaza, 2009 to 2021) the day starts at its first midnight; where they
+// skip a whole day (Pacific/Apia, 2011-12-30) the periods stay in order,
+// the skipped one empty. Checked against package time every 5 minutes
+// through each year: every instant lies in its period, periods do not
+// overlap or run backwards, and a period starts at the first instant of
+// its date, never later (the instant before it is of an earlier date).
+func TestDaysWhoseMidnightIsOdd(t *testing.T) {
+	for _, tc := range []struct {
+		zone  string
+		years []int
+	}{{"Asia/Gaza", []int{2009, 2010, 2011, 2012, 2013, 2014, 2015, 2016, 2017, 2018, 2019, 2020, 2021}}, {"Pacific/Apia", []int{2011}}} {
+		p := must(t, calendar.Day, tc.zone)
+		loc, err := time.LoadLocation(tc.zone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, year := range tc.years {
+			from := time.Date(year, 1, 1, 0, 0, 0, 0, time.UTC)
+			for at := from; at.Before(from.AddDate(1, 0, 0)); at = at.Add(5 * time.Minute) {
+				i, start, end := p.Bounds(at)
+				if at.Before(start) || !at.Before(end) {
+					t.Fatalf("%s: %s (%s there) is not within its day %d, %s to %s", tc.zone, at, at.In(loc), i, start.In(loc), end.In(loc))
+				}
+				y, m, d := at.In(loc).Date()
+				if got := p.Start(i); !got.Equal(start) {
+					t.Fatalf("%s: day %d starts at %s and at %s", tc.zone, i, got, start)
+				}
+				before := start.Add(-time.Nanosecond).In(loc)
+				if by, bm, bd := before.Date(); by == y && bm == m && bd == d {
+					t.Fatalf("%s: day %d-%02d-%02d starts at %s, but %s is of that date already", tc.zone, y, m, d, start.In(loc), before)
+				}
+				if next := p.Start(i + 2); next.Before(end) {
+					t.Fatalf("%s: day %d ends at %s, after the start of the day after next, %s", tc.zone, i, end.In(loc), next.In(loc))
+				}
+			}
+		}
+	}
+	// The two named in the report: Gaza's 2018-10-27 starts at its first
+	// midnight, 00:00 +03:00; Apia's skipped 2011-12-30 ends where it starts.
+	gaza := must(t, calendar.Day, "Asia/Gaza")
+	i, start, _ := gaza.Bounds(time.Date(2018, 10, 27, 12, 0, 0, 0, time.UTC))
+	if want := time.Date(2018, 10, 26, 21, 0, 0, 0, time.UTC); !start.Equal(want) {
+		t.Errorf("Gaza's 2018-10-27 (day %d) starts at %s, want its first midnight, %s", i, start.UTC(), want)
+	}
+	apia := must(t, calendar.Day, "Pacific/Apia")
+	i, _, end := apia.Bounds(time.Date(2011, 12, 30, 9, 0, 0, 0, time.UTC)) // 2011-12-29 23:00 there
+	if skipped := apia.Start(i + 1); !skipped.Equal(end) || !apia.Start(i+2).Equal(end) {
+		t.Errorf("Apia's 2011-12-30: day %d ends %s, the skipped day starts %s and ends %s", i, end, skipped, apia.Start(i+2))
+	}
+}
