@@ -1,6 +1,8 @@
 package ratelimit
 
 import (
+	"math"
+	"math/bits"
 	"time"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
@@ -82,4 +84,29 @@ func (r *Request) Window(reset time.Time) time.Duration {
 	}
 	_, start, end := r.Calendar.At(reset.UnixMilli() - 1)
 	return time.Duration(end-start) * time.Millisecond
+}
+
+// Policy returns what the IETF's RateLimit-Policy field says of r's limit
+// for an answer that resets at reset: its quota and the window it is the
+// quota of. A window's quota is its limit in its window (a calendar's, the
+// period holding reset). A token bucket's is its burst, in the time the
+// whole burst takes to refill: the draft has no field of its own for a
+// burst, and this way what RateLimit says remains (up to the burst) is a
+// share of the quota, as the draft has it, and its reset, when the bucket
+// is full again, at most the window. 10 a second with bursts of 100:
+// q=100, w=10.
+func (r *Request) Policy(reset time.Time) (quota int64, window time.Duration) {
+	if r.Algorithm != TokenBucket || r.Limit <= 0 {
+		return r.Limit, r.Window(reset)
+	}
+	burst := r.Burst
+	if burst == 0 {
+		burst = r.Limit
+	}
+	ms := mulDiv(uint64(burst), uint64(r.Duration.Milliseconds()), uint64(r.Limit)) // rounded down
+	phi, plo := bits.Mul64(uint64(burst), uint64(r.Duration.Milliseconds()))
+	if qhi, qlo := bits.Mul64(ms, uint64(r.Limit)); qhi != phi || qlo != plo {
+		ms++ // rounded up
+	}
+	return burst, time.Duration(min(ms, uint64(math.MaxInt64)/uint64(time.Millisecond))) * time.Millisecond
 }

@@ -98,6 +98,24 @@ func TestLimitInEveryProtocol(t *testing.T) {
 	}
 }
 
+// TestBucketPolicyFields: a token bucket's IETF fields describe its burst
+// in the time the burst takes to refill, so that what remains is a share
+// of the quota: 10 a second with bursts of 100 is q=100;w=10, and after one
+// call r=99 (before, q=10;w=1 beside r=99).
+func TestBucketPolicyFields(t *testing.T) {
+	url, _ := serve(t)
+	req := &ratelimitv1.LimitRequest{Namespace: "ns", Identifier: "bucket", Limit: 10, Duration: 1000,
+		Algorithm: ratelimitv1.Algorithm_ALGORITHM_TOKEN_BUCKET, Burst: 100}
+	resp, err := client(url, "json").Limit(context.Background(), connect.NewRequest(req))
+	if err != nil || !resp.Msg.Success {
+		t.Fatalf("%v, %v", resp, err)
+	}
+	policy, limit := resp.Header().Get("RateLimit-Policy"), resp.Header().Get("RateLimit")
+	if policy != `"ns";q=100;w=10` || !strings.HasPrefix(limit, `"ns";r=99;t=`) {
+		t.Errorf("RateLimit-Policy %q, RateLimit %q; want q=100;w=10 and r=99", policy, limit)
+	}
+}
+
 // TestErrors: the failures every caller meets, by the gRPC table, in
 // Connect and over grpc-go alike.
 func TestErrors(t *testing.T) {

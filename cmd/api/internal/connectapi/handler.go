@@ -73,7 +73,7 @@ func (h *Handler) Limit(ctx context.Context, req *connect.Request[ratelimitv1.Li
 	// port has no Connect protocol, and its answer no headers: they were
 	// a thirtieth of its CPU, written for nothing.
 	if req.Peer().Protocol != "" {
-		ratelimitheader.Set(res.Header(), req.Msg.GetNamespace(), d.Limit, d.Duration, d.Remaining, time.Until(d.Reset))
+		ratelimitheader.Set(res.Header(), req.Msg.GetNamespace(), d.Quota, d.QuotaWindow, d.Remaining, time.Until(d.Reset))
 	}
 	return res, nil
 }

@@ -355,9 +355,11 @@ type plan struct {
 	cache  *counterCache
 	silent bool
 	cost   int64
-	// policy and window are the limit that decided, once decided: its
-	// name in the IETF's fields, and its window.
+	// policy, quota and window are the limit that decided, once decided:
+	// its name in the IETF's fields, and its quota in its window (a token
+	// bucket's burst in its refill: see ratelimit.Request.Policy).
 	policy string
+	quota  int64
 	window time.Duration
 	// releasing marks a release descriptor (see ReleaseKey), and release
 	// holds the lease ids it frees; lease holds the slots a concurrency
@@ -474,7 +476,7 @@ func (s *Service) decide(ctx context.Context, ns pipeline.Namespace, domain stri
 	if err != nil {
 		return nil, err
 	}
-	p.window, p.policy = d.Duration, descriptorLimitMetric
+	p.quota, p.window, p.policy = d.Quota, d.QuotaWindow, descriptorLimitMetric
 	if d.OverrideID != "" {
 		d.name = "" // the override decided, not the limit of that name
 	}
@@ -630,7 +632,7 @@ func ietfHeaders(plans []plan, statuses []*rlsv3.RateLimitResponse_DescriptorSta
 		if !p.counted || p.unlimited || st.CurrentLimit == nil {
 			continue
 		}
-		policies = append(policies, ratelimitheader.Policy(p.policy, int64(st.CurrentLimit.RequestsPerUnit), p.window))
+		policies = append(policies, ratelimitheader.Policy(p.policy, p.quota, p.window))
 		limits = append(limits, ratelimitheader.Limit(p.policy, int64(st.LimitRemaining), st.DurationUntilReset.AsDuration()))
 	}
 	if len(policies) == 0 {

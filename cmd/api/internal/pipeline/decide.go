@@ -50,6 +50,11 @@ type Decision struct {
 	ratelimit.Response
 	// Duration is the window that applied (an override's, if one did).
 	Duration time.Duration
+	// Quota and QuotaWindow are what the IETF's RateLimit-Policy says of
+	// the limit that applied (see ratelimit.Request.Policy): a window's
+	// limit and duration, a token bucket's burst and its refill.
+	Quota       int64
+	QuotaWindow time.Duration
 	// OverrideID names the override that decided the call, "" if none.
 	OverrideID string
 	// Reservation is the token that settles an admitted reservation (see
@@ -226,6 +231,7 @@ func (p *Pipeline) decide(ctx context.Context, r *ratelimit.Request, identifier 
 	resp, err := p.limiter.Decide(ctx, *r)
 	d.Response = resp
 	d.Duration = r.Window(resp.Reset)
+	d.Quota, d.QuotaWindow = r.Policy(resp.Reset)
 	return d, err
 }
 
@@ -338,6 +344,7 @@ func (p *Pipeline) Multi(ctx context.Context, calls []Call) (MultiDecision, erro
 	for i := range resp.Results {
 		out.Results[i].Response = resp.Results[i]
 		out.Results[i].Duration = reqs[i].Window(resp.Results[i].Reset)
+		out.Results[i].Quota, out.Results[i].QuotaWindow = reqs[i].Policy(resp.Results[i].Reset)
 		p.record(&reqs[i], resp.Passed && resp.Results[i].Success) // admitted: counted
 	}
 	p.metrics.decision("MultiLimit", resp.Passed)

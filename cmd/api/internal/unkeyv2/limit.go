@@ -66,7 +66,7 @@ func (h *Handler) limit(ctx context.Context, c *request) (any, error) {
 		return nil, err
 	}
 	// The IETF's fields, for an application to copy onto its own answer.
-	ratelimitheader.Set(c.header, in.Namespace, d.Limit, d.Duration, d.Remaining, time.Until(d.Reset))
+	ratelimitheader.Set(c.header, in.Namespace, d.Quota, d.QuotaWindow, d.Remaining, time.Until(d.Reset))
 	return &limitData{Limit: d.Limit, Remaining: d.Remaining, Reset: d.Reset.UnixMilli(),
 		Success: d.Success, OverrideID: d.OverrideID, Reservation: d.Reservation}, nil
 }
