@@ -54,8 +54,7 @@ func (t *windowTable) evictIdle(now time.Time) int {
 				return old, xsync.CancelOp
 			})
 			t.release(w.key())
-			t.dropBucket(w)
-			t.given.Delete(w)
+			t.forget(w)
 			evicted++
 		}
 		return true
@@ -65,14 +64,23 @@ func (t *windowTable) evictIdle(now time.Time) int {
 		if !t.keepsBucket(w, ms) && w.evict(ms) {
 			delete(t.collided.m, k)
 			t.release(k)
-			t.dropBucket(w)
-			t.given.Delete(w)
+			t.forget(w)
 			evicted++
 		}
 	}
 	t.collided.mu.Unlock()
 	t.metrics.windowsEvicted.Add(float64(evicted))
 	return evicted
+}
+
+// forget drops what the table holds beside w, which the janitor removed:
+// its bucket, what it gave back, its place among a calendar's zones.
+func (t *windowTable) forget(w *window) {
+	t.dropBucket(w)
+	t.given.Delete(w)
+	if !periodOf(w).IsZero() && !w.holdsRefunds() {
+		t.zones.remove(w)
+	}
 }
 
 // keepsBucket reports whether w is a token bucket that has not refilled

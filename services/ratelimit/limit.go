@@ -91,6 +91,10 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 			}
 		}
 		s.regional.prepare(ctx, w, now)
+		if !key.period.IsZero() {
+			// What other zones' periods counted of this one.
+			s.carryZones(w, now)
+		}
 		var cur *cell
 		var counted bool
 		d, cur, counted = s.decide(w, b, now, sp, req.Cost, req.Report, false)

@@ -39,6 +39,9 @@ type windowTable struct {
 	// what it gave back into each of its two cells in all (see giveBack):
 	// beside the window, as buckets are, so that no cell grows a field.
 	given *xsync.Map[*window, *givenBack]
+	// zones groups the calendar windows of one identity and unit by time
+	// zone (see zones.go).
+	zones zones
 }
 
 // givenBack is what this process gave back into the two cells of one
@@ -294,6 +297,9 @@ func (t *windowTable) loadOrCreate(k *windowKey, h uint64) (*window, bool, error
 		created = newWindow(k)
 		return created, xsync.UpdateOp
 	})
+	if created != nil && !k.period.IsZero() && !k.refunds {
+		t.zones.add(created)
+	}
 	if full {
 		return nil, false, &CapacityError{Max: t.maxPerWorkspace}
 	}
@@ -313,6 +319,9 @@ func (t *windowTable) loadOrCreate(k *windowKey, h uint64) (*window, bool, error
 	}
 	w = newWindow(k)
 	t.collided.m[*k] = w
+	if !k.period.IsZero() && !k.refunds {
+		t.zones.add(w)
+	}
 	return w, true, nil
 }
 

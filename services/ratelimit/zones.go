@@ -1,0 +1,161 @@
+package ratelimit
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
+)
+
+// A calendar's time zone is a parameter of the limit, not its identity: a
+// monthly quota sent in UTC and then in Europe/Berlin is the same quota.
+// Its periods are counted in cells of the zone's calendar (its code names
+// them in the stores), so that periods of two zones, which overlap without
+// coinciding, are kept apart; what they share is carried over: a decision
+// in one zone's period first raises that period's count to what each other
+// zone's period holding the same instant counts, as a floor, if that
+// period holds at least half of this one (the same month or day, shifted
+// by the zones' offsets; not the month before, which a zone still counts
+// in the hours between the two zones' midnights). Within that, it is the
+// stricter reading (everything the other zone counted in its period counts
+// in this one, though an hour or so of it may lie outside), and callers
+// who alternate zones are held to one count: each carries the other's
+// over before it adds its own. Outside it, what the other zone counted in
+// the hours of its previous period that overlap this one is not carried:
+// at most those hours' admissions more. The floor reaches the regional
+// store as a re-seed does (max-merged, so processes that carry the same
+// count over do not add it up).
+
+// zoneGroup holds the calendar windows of one identity and unit, one per
+// time zone this process decided it in.
+type zoneGroup struct {
+	mu      sync.Mutex
+	windows []*window
+}
+
+// zoneID names a zoneGroup: an identity and a calendar unit.
+type zoneID struct {
+	workspace, namespace, identifier string
+	unit                             calendar.Unit
+}
+
+// zoneIDOf returns the group of calendar window w.
+func zoneIDOf(w *window) zoneID {
+	k := w.key()
+	return zoneID{k.workspace, k.namespace, k.identifier, k.period.Unit()}
+}
+
+// zones holds the zone groups of the table's calendar windows. Most
+// identities are decided in one zone; multi counts the groups of more,
+// so that a table without any pays one atomic load a calendar decision.
+type zones struct {
+	mu     sync.Mutex
+	groups map[zoneID]*zoneGroup
+	multi  atomic.Int64
+}
+
+// add files calendar window w, new in the table, in its group.
+func (z *zones) add(w *window) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.groups == nil {
+		z.groups = map[zoneID]*zoneGroup{}
+	}
+	id := zoneIDOf(w)
+	g := z.groups[id]
+	if g == nil {
+		g = &zoneGroup{}
+		z.groups[id] = g
+	}
+	g.mu.Lock()
+	g.windows = append(g.windows, w)
+	if len(g.windows) == 2 {
+		z.multi.Add(1)
+	}
+	g.mu.Unlock()
+}
+
+// remove takes calendar window w, evicted, out of its group.
+func (z *zones) remove(w *window) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	id := zoneIDOf(w)
+	g := z.groups[id]
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := len(g.windows)
+	for i, o := range g.windows {
+		if o == w {
+			g.windows = append(g.windows[:i], g.windows[i+1:]...)
+			break
+		}
+	}
+	if n >= 2 && len(g.windows) < 2 {
+		z.multi.Add(-1)
+	}
+	if len(g.windows) == 0 {
+		delete(z.groups, id)
+	}
+}
+
+// siblings returns the other zones' windows of calendar window w's
+// identity and unit, or nil: without a group of several zones in the
+// table, at the cost of one atomic load.
+func (z *zones) siblings(w *window) []*window {
+	if z.multi.Load() == 0 {
+		return nil
+	}
+	z.mu.Lock()
+	g := z.groups[zoneIDOf(w)]
+	z.mu.Unlock()
+	if g == nil {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.windows) < 2 {
+		return nil
+	}
+	out := make([]*window, 0, len(g.windows)-1)
+	for _, o := range g.windows {
+		if o != w {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// carryZones raises the count of calendar window w's cell holding now
+// (unix ms) to what each other zone's window of its identity counts in its
+// period holding now (see the comment at the top of this file).
+func (s *Service) carryZones(w *window, now int64) {
+	others := s.windows.zones.siblings(w)
+	if others == nil {
+		return
+	}
+	seq, start, end := w.seqAt(now)
+	var floor int64
+	for _, o := range others {
+		oseq, ostart, oend := o.seqAt(now)
+		if 2*(min(end, oend)-max(start, ostart)) < end-start {
+			continue // another period of its calendar than ours, mostly
+		}
+		if c := o.cellForMerge(oseq, 0); c != nil {
+			floor = max(floor, c.count.Load()+c.global.Load())
+		}
+	}
+	cur, _ := w.cellAt(seq, s.regional == nil)
+	if cur == nil || floor <= cur.count.Load()+cur.global.Load() {
+		return
+	}
+	raiseTo(&cur.count, floor-cur.global.Load())
+	if s.regional != nil {
+		atomicMax(&cur.stored, floor-cur.global.Load()-cur.unreplayed.Load())
+		cur.flags.Or(cellReseed)
+		s.regional.queueReplay(w, cur, 0)
+	}
+	s.global.noteGrowth(w, cur, w.limit.Load())
+}
