@@ -278,7 +278,10 @@ func (p Period) midnight(y int, m time.Month, d int) time.Time {
 	// a span's start, the span's start is its first instant.
 	var first time.Time
 	at := time.Unix(wall-36*3600, 0).In(p.s.location)
-	for at.Unix() < wall+36*3600 {
+	for range 8 { // a few spans at most: no zone changes its clock hourly
+		if at.Unix() >= wall+36*3600 {
+			break
+		}
 		start, end := at.ZoneBounds()
 		_, offset := at.Zone()
 		if c := time.Unix(wall-int64(offset), 0).In(p.s.location); inSpan(c, start, end) {
@@ -287,7 +290,7 @@ func (p Period) midnight(y int, m time.Month, d int) time.Time {
 		if !start.IsZero() && localDays(start) >= want && localDays(start.Add(-time.Nanosecond)) < want {
 			first = earliest(first, start.In(p.s.location))
 		}
-		if end.IsZero() {
+		if end.IsZero() || !end.After(at) {
 			break
 		}
 		at = end.In(p.s.location)
