@@ -299,6 +299,22 @@ func TestWriteChangeReport(t *testing.T) {
 			row.deployment, row.changes, len(seeds), total.requests, total.admitted, total.overAdmitted, total.overTokens,
 			100*total.overTokens/float64(total.tokens), total.overDenied, pct(total.overDenied, total.requests))
 	}
+	for _, m := range windowModels(t) {
+		var total traceCount
+		seeds := traceSeeds(t, 4)
+		for _, seed := range seeds {
+			total.add(windowTrace(t, m, seed, 20_000, 200))
+		}
+		reference := "a counter per window from the epoch"
+		switch {
+		case strings.HasPrefix(m.name, "sliding"):
+			reference = "the formula over two such counters"
+		case strings.HasPrefix(m.name, "calendar"):
+			reference = "a counter per period as package time dates it"
+		}
+		fmt.Fprintf(&b, "| %s | one process | limit on 1 request in 200 | %s | %d | %d | %d | %d | %d (%.3f %%) |\n",
+			m.name, reference, len(seeds), total.requests, total.admitted, total.overAdmitted, total.overDenied, pct(total.overDenied, total.requests))
+	}
 	if err := replaceSection(out, "under-change", b.String()); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,190 @@
+package ratelimit
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
+)
+
+// Seeded random traces of the window models against references written
+// from first principles here: for a fixed window a counter per window of
+// its length from the epoch; for a sliding window the formula over two
+// such counters; for a calendar a counter per date, week, month or year as
+// package time reads them on the zone's clock. The limit changes on one
+// request in 200 (an override, a rule edited): a window's limit is a
+// parameter, its length its identity. As for buckets, the reference judges
+// each decision after every admission the limiter made before it.
+
+// windowModel is one window model under trace.
+type windowModel struct {
+	name string
+	// request returns the model's request of limit and cost.
+	request func(limit, cost int64) Request
+	// period is the length traffic is scaled to.
+	period time.Duration
+	// allows reports whether the reference admits cost at ms, given the
+	// counts it holds (by its own key of a window) and the limit.
+	allows func(counts map[int64]int64, ms, cost, limit int64) bool
+	// keyOf returns the reference's key of the window holding ms.
+	keyOf func(ms int64) int64
+}
+
+// fixedModel is a fixed window of d: a counter per window from the epoch.
+func fixedModel(d time.Duration) windowModel {
+	ms := d.Milliseconds()
+	return windowModel{
+		name: "fixed window, " + d.String(),
+		request: func(limit, cost int64) Request {
+			r := req("k", limit, d, cost)
+			r.Algorithm = FixedWindow
+			return r
+		},
+		period: d,
+		keyOf:  func(at int64) int64 { return at / ms },
+		allows: func(counts map[int64]int64, at, cost, limit int64) bool {
+			return counts[at/ms]+cost <= limit
+		},
+	}
+}
+
+// slidingModel is a sliding window of d: this window's counter and the
+// previous one's, weighted by the share of it the sliding window still
+// overlaps, truncated (the formula the README states).
+func slidingModel(d time.Duration) windowModel {
+	ms := d.Milliseconds()
+	return windowModel{
+		name:    "sliding window, " + d.String(),
+		request: func(limit, cost int64) Request { return req("k", limit, d, cost) },
+		period:  d,
+		keyOf:   func(at int64) int64 { return at / ms },
+		allows: func(counts map[int64]int64, at, cost, limit int64) bool {
+			seq := at / ms
+			elapsed := at - seq*ms
+			prev := counts[seq-1] * (ms - elapsed) / ms // trunc(prev × (1 − elapsed/d))
+			return cost <= limit && counts[seq]+prev+cost <= limit
+		},
+	}
+}
+
+// calendarModel is a calendar of unit in zone: a counter per period as
+// package time names it on the zone's clock.
+func calendarModel(t testing.TB, unit calendar.Unit, zone string) windowModel {
+	p, err := calendar.New(unit, zone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loc, err := time.LoadLocation(zone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := func(at int64) int64 {
+		y, m, d := time.UnixMilli(at).In(loc).Date()
+		switch unit {
+		case calendar.Day:
+			return int64(y)*10000 + int64(m)*100 + int64(d)
+		case calendar.Week:
+			wy, w := time.UnixMilli(at).In(loc).ISOWeek()
+			return int64(wy)*100 + int64(w)
+		case calendar.Month:
+			return int64(y)*100 + int64(m)
+		}
+		return int64(y)
+	}
+	period := map[calendar.Unit]time.Duration{calendar.Day: 24 * time.Hour, calendar.Week: 7 * 24 * time.Hour,
+		calendar.Month: 30 * 24 * time.Hour, calendar.Year: 365 * 24 * time.Hour}[unit]
+	return windowModel{
+		name: fmt.Sprintf("calendar %s, %s", unit, zone),
+		request: func(limit, cost int64) Request {
+			r := req("k", limit, 0, cost)
+			r.Calendar = p
+			return r
+		},
+		period: period,
+		keyOf:  key,
+		allows: func(counts map[int64]int64, at, cost, limit int64) bool {
+			return counts[key(at)]+cost <= limit
+		},
+	}
+}
+
+// windowTrace runs one trace of n requests of m in one process, the limit
+// changing on one request in changeEvery, traffic at about twice it.
+func windowTrace(t testing.TB, m windowModel, seed uint64, n, changeEvery int) traceCount {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	start := time.Date(2010, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli() + rng.Int64N(25*365*24*3600*1000)
+	clock := newFakeClock(start)
+	s := newTestService(t, clock)
+	limit := 1 + rng.Int64N(1000)
+	counts := map[int64]int64{}
+	var c traceCount
+	elapsed := 0.0
+	for i := range n {
+		if i > 0 && rng.IntN(changeEvery) == 0 {
+			limit = max(1, limit+rng.Int64N(limit/2+1)-limit/4)
+		}
+		gap := float64(m.period.Milliseconds()) / float64(limit) / 2
+		if rng.IntN(50) == 0 {
+			gap *= float64(rng.IntN(200))
+		} else {
+			gap *= 2 * rng.Float64()
+		}
+		elapsed += gap
+		clock.Set(start + int64(elapsed))
+		now := clock.ms.Load()
+		cost := int64(1)
+		if rng.IntN(10) == 0 {
+			cost = 1 + rng.Int64N(max(limit/4, 1))
+		}
+		refOK := m.allows(counts, now, cost, limit)
+		got := mustLimit(t, s, m.request(limit, cost)).Success
+		c.requests++
+		switch {
+		case got && !refOK:
+			c.overAdmitted++
+			c.overTokens += float64(cost)
+		case !got && refOK:
+			c.overDenied++
+		}
+		if got {
+			c.admitted++
+			c.tokens += cost
+			counts[m.keyOf(now)] += cost
+		}
+	}
+	return c
+}
+
+// windowModels are the models of the window traces: windows of a minute
+// and of a day, and calendars across the clock changes of zones whose
+// rules are odd (Gaza's midnights twice, Apia's skipped day, Lord Howe's
+// half-hour change, Santiago's).
+func windowModels(t testing.TB) []windowModel {
+	return []windowModel{
+		fixedModel(time.Minute), fixedModel(24 * time.Hour),
+		slidingModel(time.Minute), slidingModel(24 * time.Hour),
+		calendarModel(t, calendar.Day, "Europe/Berlin"), calendarModel(t, calendar.Day, "Asia/Gaza"),
+		calendarModel(t, calendar.Day, "Pacific/Apia"), calendarModel(t, calendar.Day, "Australia/Lord_Howe"),
+		calendarModel(t, calendar.Week, "America/Santiago"), calendarModel(t, calendar.Month, "Europe/Berlin"),
+	}
+}
+
+// TestWindowTracesUnderChange: in one process, the fixed and sliding
+// windows and calendars admit nothing their references would refuse, and
+// deny nothing they would admit, while the limit changes on one request in
+// 200.
+func TestWindowTracesUnderChange(t *testing.T) {
+	for _, m := range windowModels(t) {
+		var total traceCount
+		for _, seed := range traceSeeds(t, 2) {
+			c := windowTrace(t, m, seed, *traceBudget/4, 200)
+			if c.overAdmitted != 0 || c.overDenied != 0 {
+				t.Errorf("%s, seed %d: %d over-admitted, %d over-denied of %d requests", m.name, seed, c.overAdmitted, c.overDenied, c.requests)
+			}
+			total.add(c)
+		}
+		t.Logf("%s: %d requests, %d admitted", m.name, total.requests, total.admitted)
+	}
+}
