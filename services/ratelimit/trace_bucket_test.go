@@ -153,15 +153,7 @@ func bucketTrace(t testing.TB, seed uint64, n, procs, changeEvery int, nearby bo
 		case changed:
 			p = randomBucketParams(rng)
 		}
-		// Twice the rate on average, with a pause now and then; the
-		// clock moves in whole ms, the traffic in fractions of one.
-		gap := float64(p.dur.Milliseconds()) / float64(p.limit) / 2
-		if rng.IntN(50) == 0 {
-			gap *= float64(rng.IntN(200))
-		} else {
-			gap *= 2 * rng.Float64()
-		}
-		elapsed += gap
+		elapsed += traceGap(rng, p.dur, p.limit)
 		clock.Set(start + int64(elapsed))
 		now := clock.ms.Load()
 		for ; lastTick+10 <= now; lastTick += 10 {
@@ -170,10 +162,7 @@ func bucketTrace(t testing.TB, seed uint64, n, procs, changeEvery int, nearby bo
 				tick()
 			}
 		}
-		cost := int64(1)
-		if rng.IntN(10) == 0 {
-			cost = 1 + rng.Int64N(max(p.burst/4, 1))
-		}
+		cost := traceCost(rng, p.burst)
 		at := time.UnixMilli(now)
 		if changed {
 			// A process learns of new parameters from the first request
@@ -318,6 +307,26 @@ func TestWriteChangeReport(t *testing.T) {
 	if err := replaceSection(out, "under-change", b.String()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// traceGap returns the time to a trace's next request, in ms (fractions
+// of one: the clock moves in whole ms, the traffic in less): twice the
+// rate of limit per period on average, with a pause now and then.
+func traceGap(rng *rand.Rand, period time.Duration, limit int64) float64 {
+	gap := float64(period.Milliseconds()) / float64(limit) / 2
+	if rng.IntN(50) == 0 {
+		return gap * float64(rng.IntN(200))
+	}
+	return gap * 2 * rng.Float64()
+}
+
+// traceCost returns a trace request's cost: 1, and on one request in ten
+// up to a quarter of capacity.
+func traceCost(rng *rand.Rand, capacity int64) int64 {
+	if rng.IntN(10) == 0 {
+		return 1 + rng.Int64N(max(capacity/4, 1))
+	}
+	return 1
 }
 
 // newTraceRand returns the random source of a trace of seed.

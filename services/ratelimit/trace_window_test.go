@@ -125,19 +125,10 @@ func windowTrace(t testing.TB, m windowModel, seed uint64, n, changeEvery int) t
 		if i > 0 && rng.IntN(changeEvery) == 0 {
 			limit = max(1, limit+rng.Int64N(limit/2+1)-limit/4)
 		}
-		gap := float64(m.period.Milliseconds()) / float64(limit) / 2
-		if rng.IntN(50) == 0 {
-			gap *= float64(rng.IntN(200))
-		} else {
-			gap *= 2 * rng.Float64()
-		}
-		elapsed += gap
+		elapsed += traceGap(rng, m.period, limit)
 		clock.Set(start + int64(elapsed))
 		now := clock.ms.Load()
-		cost := int64(1)
-		if rng.IntN(10) == 0 {
-			cost = 1 + rng.Int64N(max(limit/4, 1))
-		}
+		cost := traceCost(rng, limit)
 		refOK := m.allows(counts, now, cost, limit)
 		got := mustLimit(t, s, m.request(limit, cost)).Success
 		c.requests++
