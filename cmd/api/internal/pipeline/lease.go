@@ -223,7 +223,7 @@ func (p *Pipeline) claim(ctx context.Context, t *reservation.Token) (string, boo
 	if !p.now().Before(t.ExpiresAt()) {
 		return leaseExpired, false
 	}
-	first, _, err := p.ledger.Claim(ctx, t.ID, t.Workspace, 0, t.ExpiresAt())
+	first, _, err := p.claimInLedger(ctx, t.ID, t.Workspace, 0, t.ExpiresAt())
 	switch {
 	case err != nil:
 		p.logger.WarnContext(ctx, "record a lease's release: nothing freed, its slots free themselves when it expires", "error", err)

@@ -12,6 +12,7 @@
 package pipeline
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/unkeyed/ratelimit/services/audit"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 	"github.com/unkeyed/ratelimit/services/reservation"
 	ledgermem "github.com/unkeyed/ratelimit/services/reservation/memstore"
 	ledgerstore "github.com/unkeyed/ratelimit/services/reservation/store"
@@ -39,7 +41,9 @@ type Pipeline struct {
 	keyring *reservation.Keyring
 	ledger  ledgerstore.Ledger
 	scope   string
-	logger  *slog.Logger
+	// ledgerTimeout bounds a wait on the ledger (see claim).
+	ledgerTimeout time.Duration
+	logger        *slog.Logger
 	// analytics counts every decision by namespace and identifier; nil:
 	// not counted.
 	analytics *analytics.Recorder
@@ -72,12 +76,30 @@ func WithReservations(keyring *reservation.Keyring, ledger ledgerstore.Ledger, s
 	return func(p *Pipeline) { p.keyring, p.ledger, p.scope = keyring, ledger, scope }
 }
 
+// WithLedgerTimeout bounds how long a release, an extension or a settle
+// waits on the ledger: store.RequestTimeout (300 ms) by default, what a
+// decision waits on the regional store at most. A ledger that does not
+// answer in time counts as one that failed.
+func WithLedgerTimeout(d time.Duration) Option { return func(p *Pipeline) { p.ledgerTimeout = d } }
+
 // WithAnalytics counts every decision in r (see package analytics).
 func WithAnalytics(r *analytics.Recorder) Option { return func(p *Pipeline) { p.analytics = r } }
 
 // WithLogger logs what the pipeline cannot tell its caller (a ledger that
 // failed) with l.
 func WithLogger(l *slog.Logger) Option { return func(p *Pipeline) { p.logger = l } }
+
+// claimInLedger records in the ledger, once, that reservation or lease id
+// of workspace is used up at cost (see ledgerstore.Ledger.Claim), waiting
+// at most ledgerTimeout: the ledger is a store like the others, and a
+// request never waits on a store longer than a decision does. A claim that
+// times out after the ledger recorded it errs strict: this call frees or
+// gives back nothing, and a retry finds the claim made.
+func (p *Pipeline) claimInLedger(ctx context.Context, id [16]byte, workspace string, cost int64, expires time.Time) (bool, int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.ledgerTimeout)
+	defer cancel()
+	return p.ledger.Claim(ctx, id, workspace, cost, expires)
+}
 
 // New returns a pipeline on limiter and ov, registering its metrics with
 // reg.
@@ -87,7 +109,7 @@ func New(limiter *ratelimit.Service, ov *overrides.Registry, reg prometheus.Regi
 		return nil, err
 	}
 	p := &Pipeline{limiter: limiter, overrides: ov, metrics: m, now: time.Now,
-		logger: slog.New(slog.DiscardHandler)}
+		logger: slog.New(slog.DiscardHandler), ledgerTimeout: store.RequestTimeout}
 	for _, o := range opts {
 		o(p)
 	}

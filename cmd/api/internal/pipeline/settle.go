@@ -103,7 +103,7 @@ func (p *Pipeline) Settle(ctx context.Context, token string, cost *int64) (Settl
 			Rule: "expired: a reservation settles until an hour after the end of the window after its own, and a day after it was made at the latest; report a later cost with report: true"}
 	}
 	var out SettleDecision
-	first, firstCost, err := p.ledger.Claim(ctx, t.ID, t.Workspace, *cost, t.ExpiresAt())
+	first, firstCost, err := p.claimInLedger(ctx, t.ID, t.Workspace, *cost, t.ExpiresAt())
 	result := settleExact
 	switch {
 	case err != nil:
