@@ -279,10 +279,12 @@ func (p *Pipeline) inFlight(ctx context.Context, sl ratelimit.Slot) int64 {
 
 // Extend keeps the slots of lease id for another lease and answers a new
 // id for them; the old one is used up. lease, if not zero, must be the
-// lease they were acquired with, which names their limit. Slots that
-// expired are acquired anew, and may be refused; so are they when the
-// ledger cannot record that the old id was used (the old slots then stay
-// counted until they expire).
+// lease they were acquired with, which names their limit. A lease that
+// expired is refused (an [*invalid.Error] naming lease_id): its slots are
+// free, and the caller acquires them again under today's limit and
+// overrides. Slots whose old id the ledger cannot record as used are
+// acquired anew, and may be refused (the old slots then stay counted
+// until they expire).
 func (p *Pipeline) Extend(ctx context.Context, id string, lease time.Duration) (Lease, error) {
 	t, err := p.open(ctx, id, "")
 	if err != nil {
@@ -303,8 +305,15 @@ func (p *Pipeline) Extend(ctx context.Context, id string, lease time.Duration) (
 	case outcome == leaseRepeated:
 		p.metrics.leases.WithLabelValues(outcome).Inc()
 		return Lease{}, &invalid.Error{Field: "lease_id", Rule: "was released or extended already: extend the lease its extension answered"}
+	case outcome == leaseExpired:
+		// Its slots are free: what holds them again is a new acquisition,
+		// under the caller's limit and the overrides of today, not the
+		// limit the lease was acquired under.
+		p.metrics.leases.WithLabelValues(outcome).Inc()
+		return Lease{}, &invalid.Error{Field: "lease_id", Rule: "expired: its slots are free; acquire them again (Acquire), under today's limit"}
 	default:
-		// Expired, or not recorded: acquired anew.
+		// Not recorded (the ledger failed): the slots may still be held,
+		// and are acquired anew beside them, which errs strict.
 		p.metrics.leases.WithLabelValues(outcome).Inc()
 		resp, err = p.limiter.Acquire(ctx, a)
 	}

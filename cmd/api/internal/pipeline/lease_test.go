@@ -2,13 +2,16 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
+	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/access"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
@@ -136,5 +139,34 @@ func TestReleaseDoesNotWaitOnAStuckLedger(t *testing.T) {
 	}
 	if ledger.longest > budget {
 		t.Fatalf("the settle gave the ledger %v, more than its budget of %v", ledger.longest, budget)
+	}
+}
+
+// TestExpiredLeaseIsNotExtended: a lease that expired is refused by
+// Extend, naming lease_id, and holds nothing: an override of limit 0 set
+// since blocks the caller's next Acquire. Before, the expired lease was
+// acquired anew at the limit it was taken under, past the override (5 of
+// 8 extended).
+func TestExpiredLeaseIsNotExtended(t *testing.T) {
+	p, ov := newPipeline(t)
+	now := time.Now()
+	p.now = func() time.Time { return now }
+	ctx := call.WithPrincipal(context.Background(), access.Principal{Workspace: "ws", Permissions: access.All()})
+	a := ratelimit.Acquisition{Namespace: "n", Identifier: "slots", Limit: 5, Lease: time.Minute, Cost: 1}
+	l, err := p.Acquire(ctx, a)
+	if err != nil || !l.Success {
+		t.Fatalf("acquire: %+v, %v", l, err)
+	}
+	if _, err := ov.Set(ctx, overrides.Override{Workspace: "ws", Namespace: "n", Identifier: "slots", Limit: 0, Duration: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	now = l.ExpiresAt.Add(time.Second)
+	_, err = p.Extend(ctx, l.ID, 0)
+	var bad *invalid.Error
+	if !errors.As(err, &bad) || bad.Field != "lease_id" || !strings.Contains(bad.Rule, "expired") {
+		t.Fatalf("extend of an expired lease: %v, want an invalid lease_id that says it expired", err)
+	}
+	if again, err := p.Acquire(ctx, a); err != nil || again.Success {
+		t.Fatalf("acquire under an override of 0: %+v, %v; want refused", again, err)
 	}
 }
