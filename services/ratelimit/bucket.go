@@ -130,7 +130,7 @@ func rescale(tat, now int64, from, to spec) int64 {
 	if r.Sign() > 0 {
 		q.Add(q, big.NewInt(1))
 	}
-	bound := maxDebt(refill(max(to.burst, 1), to.limit, to.durationMs))
+	bound := debtBound(to.limit, to.durationMs, to.burst)
 	if !q.IsInt64() || q.Int64() > bound {
 		return now + bound
 	}
@@ -144,6 +144,12 @@ func rescale(tat, now int64, from, to spec) int64 {
 // hits would lock itself out for as long as it hammered, and the instant
 // would at last overflow; a window forgets everything after two durations.
 func maxDebt(tau int64) int64 { return 2 * tau }
+
+// debtBound returns, in ns, how far past now a bucket of limit per durMs
+// and burst may owe: maxDebt of its burst's refill.
+func debtBound(limit, durMs, burst int64) int64 {
+	return maxDebt(refill(max(burst, 1), limit, durMs))
+}
 
 // cellShift returns the exponent of the length of a token bucket's cells
 // for a rate of limit per durMs and a burst: the least power of two of ms
@@ -175,7 +181,7 @@ func (b *bucket) take(n, at int64) {
 		return
 	}
 	need := refill(n, limit, durMs)
-	bound := at + maxDebt(refill(max(burst, 1), limit, durMs))
+	bound := at + debtBound(limit, durMs, burst)
 	for {
 		tat := b.tat.Load()
 		next := min(max(tat, at)+need, max(bound, tat))
@@ -340,7 +346,7 @@ func (t *windowTable) applySeed(rw *window, seed, now int64) {
 	}
 	limit, durMs, burst := b.limit.Load(), b.durMs.Load(), b.burst.Load()
 	at := now * int64(time.Millisecond)
-	atomicMax(&b.tat, at+min(refill(seed, limit, durMs), maxDebt(refill(max(burst, 1), limit, durMs))))
+	atomicMax(&b.tat, at+min(refill(seed, limit, durMs), debtBound(limit, durMs, burst)))
 }
 
 // arrival is when counts of c, a cell of w, first seen at now (unix ms)

@@ -318,7 +318,7 @@ func (g *globalTier) worthSharing(w *window, c *cell, limit int64) bool {
 // region that kept half of them to itself would let every other region
 // hold that many more.
 func (g *globalTier) cellFloor(w *window, limit int64) int64 {
-	if g.windows.hasBucket(w) || store.IsLeaseCode(w.durationMs) {
+	if store.IsBucketCode(w.durationMs) || store.IsLeaseCode(w.durationMs) {
 		return 1
 	}
 	return g.floor(limit, w.durationMs)

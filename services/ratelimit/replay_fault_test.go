@@ -33,6 +33,14 @@ func onRefunds(f storetest.WriteFault) func(store.CellKey) storetest.WriteFault 
 	}
 }
 
+// twoOnFaultyStore returns two processes on one in-memory regional store
+// behind a fault wrapper, on one fake clock.
+func twoOnFaultyStore(t *testing.T) (*fakeClock, *storetest.FaultyRegional, *regionalService, *regionalService) {
+	clock := newFakeClock(1_700_000_010_000)
+	faulty := storetest.NewFaultyRegional(storetest.NewMemRegional())
+	return clock, faulty, newRegional(t, faulty, clock), newRegional(t, faulty, clock)
+}
+
 // TestReleaseUnderWriteFaults: two processes on one regional store, a
 // concurrency limit of 2. A takes both slots and releases one while the
 // release's write meets a fault; the replay loop runs; B then asks for two
@@ -42,9 +50,7 @@ func onRefunds(f storetest.WriteFault) func(store.CellKey) storetest.WriteFault 
 func TestReleaseUnderWriteFaults(t *testing.T) {
 	for _, f := range refundFaults {
 		t.Run(f.name, func(t *testing.T) {
-			clock := newFakeClock(1_700_000_010_000)
-			faulty := storetest.NewFaultyRegional(storetest.NewMemRegional())
-			a, b := newRegional(t, faulty, clock), newRegional(t, faulty, clock)
+			_, faulty, a, b := twoOnFaultyStore(t)
 			lim := acq("pool", 2, time.Minute)
 			var held []Slot
 			for range 2 {
@@ -83,9 +89,7 @@ func TestReleaseUnderWriteFaults(t *testing.T) {
 func TestSettleUnderWriteFaults(t *testing.T) {
 	for _, f := range refundFaults {
 		t.Run(f.name, func(t *testing.T) {
-			clock := newFakeClock(1_700_000_010_000)
-			faulty := storetest.NewFaultyRegional(storetest.NewMemRegional())
-			a, b := newRegional(t, faulty, clock), newRegional(t, faulty, clock)
+			clock, faulty, a, b := twoOnFaultyStore(t)
 			r := req("user", 100, time.Minute, 10)
 			r.Reserve = true
 			if !mustLimit(t, b.Service, r).Success {

@@ -98,6 +98,7 @@ func (t *windowTable) init(m *metrics, maxPerWorkspace int64) {
 	t.buckets = xsync.NewMap[*window, *bucket]()
 	t.bucketIDs = xsync.NewMap[bucketID, *bucket]()
 	t.given = xsync.NewMap[*window, *givenBack]()
+	t.zones.groups = xsync.NewMap[zoneID, *zoneGroup]()
 }
 
 // bucketOf returns w's bucket, the one of w's identity, at now (unix ms),
@@ -204,16 +205,6 @@ func (t *windowTable) unref(id bucketID, b *bucket) {
 		}
 		return old, xsync.CancelOp
 	})
-}
-
-// hasBucket reports whether w was ever decided as a token bucket. A
-// process without buckets pays one load for it.
-func (t *windowTable) hasBucket(w *window) bool {
-	if t.buckets.Size() == 0 {
-		return false
-	}
-	_, ok := t.buckets.Load(w)
-	return ok
 }
 
 // len returns the number of windows held.

@@ -1,8 +1,11 @@
 package ratelimit
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/puzpuzpuz/xsync/v4"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
 )
@@ -49,104 +52,81 @@ func zoneIDOf(w *window) zoneID {
 // identities are decided in one zone; multi counts the groups of more,
 // so that a table without any pays one atomic load a calendar decision.
 type zones struct {
-	mu     sync.Mutex
-	groups map[zoneID]*zoneGroup
+	groups *xsync.Map[zoneID, *zoneGroup]
 	multi  atomic.Int64
 }
 
 // add files calendar window w, new in the table, in its group.
 func (z *zones) add(w *window) {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	if z.groups == nil {
-		z.groups = map[zoneID]*zoneGroup{}
-	}
-	id := zoneIDOf(w)
-	g := z.groups[id]
-	if g == nil {
-		g = &zoneGroup{}
-		z.groups[id] = g
-	}
-	g.mu.Lock()
-	g.windows = append(g.windows, w)
-	if len(g.windows) == 2 {
-		z.multi.Add(1)
-	}
-	g.mu.Unlock()
+	z.groups.Compute(zoneIDOf(w), func(g *zoneGroup, loaded bool) (*zoneGroup, xsync.ComputeOp) {
+		if !loaded {
+			g = &zoneGroup{}
+		}
+		g.mu.Lock()
+		g.windows = append(g.windows, w)
+		if len(g.windows) == 2 {
+			z.multi.Add(1)
+		}
+		g.mu.Unlock()
+		return g, xsync.UpdateOp
+	})
 }
 
 // remove takes calendar window w, evicted, out of its group.
 func (z *zones) remove(w *window) {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	id := zoneIDOf(w)
-	g := z.groups[id]
-	if g == nil {
+	z.groups.Compute(zoneIDOf(w), func(g *zoneGroup, loaded bool) (*zoneGroup, xsync.ComputeOp) {
+		if !loaded {
+			return nil, xsync.CancelOp
+		}
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		n := len(g.windows)
+		g.windows = slices.DeleteFunc(g.windows, func(o *window) bool { return o == w })
+		if n >= 2 && len(g.windows) < 2 {
+			z.multi.Add(-1)
+		}
+		if len(g.windows) == 0 {
+			return nil, xsync.DeleteOp
+		}
+		return g, xsync.CancelOp
+	})
+}
+
+// eachSibling calls f for the other zones' windows of calendar window w's
+// identity and unit, under their group's lock: nothing without a group of
+// several zones in the table, at the cost of one atomic load.
+func (z *zones) eachSibling(w *window, f func(*window)) {
+	if z.multi.Load() == 0 {
+		return
+	}
+	g, ok := z.groups.Load(zoneIDOf(w))
+	if !ok {
 		return
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	n := len(g.windows)
-	for i, o := range g.windows {
-		if o == w {
-			g.windows = append(g.windows[:i], g.windows[i+1:]...)
-			break
-		}
-	}
-	if n >= 2 && len(g.windows) < 2 {
-		z.multi.Add(-1)
-	}
-	if len(g.windows) == 0 {
-		delete(z.groups, id)
-	}
-}
-
-// siblings returns the other zones' windows of calendar window w's
-// identity and unit, or nil: without a group of several zones in the
-// table, at the cost of one atomic load.
-func (z *zones) siblings(w *window) []*window {
-	if z.multi.Load() == 0 {
-		return nil
-	}
-	z.mu.Lock()
-	g := z.groups[zoneIDOf(w)]
-	z.mu.Unlock()
-	if g == nil {
-		return nil
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if len(g.windows) < 2 {
-		return nil
-	}
-	out := make([]*window, 0, len(g.windows)-1)
 	for _, o := range g.windows {
 		if o != w {
-			out = append(out, o)
+			f(o)
 		}
 	}
-	return out
 }
 
 // carryZones raises the count of calendar window w's cell holding now
 // (unix ms) to what each other zone's window of its identity counts in its
 // period holding now (see the comment at the top of this file).
 func (s *Service) carryZones(w *window, now int64) {
-	others := s.windows.zones.siblings(w)
-	if others == nil {
-		return
-	}
 	seq, start, end := w.seqAt(now)
 	var floor int64
-	for _, o := range others {
+	s.windows.zones.eachSibling(w, func(o *window) {
 		oseq, ostart, oend := o.seqAt(now)
 		if 2*(min(end, oend)-max(start, ostart)) < end-start {
-			continue // another period of its calendar than ours, mostly
+			return // another period of its calendar than ours, mostly
 		}
 		if c := o.cellForMerge(oseq, 0); c != nil {
 			floor = max(floor, c.count.Load()+c.global.Load())
 		}
-	}
+	})
 	cur, _ := w.cellAt(seq, s.regional == nil)
 	if cur == nil || floor <= cur.count.Load()+cur.global.Load() {
 		return

@@ -110,7 +110,7 @@ func TestZoneGroupsLeaveWithTheirWindows(t *testing.T) {
 	if n := s.windows.evictIdle(clock.Now()); n != 2 {
 		t.Fatalf("evicted %d windows, want both months'", n)
 	}
-	if got, groups := s.windows.zones.multi.Load(), len(s.windows.zones.groups); got != 0 || groups != 0 {
+	if got, groups := s.windows.zones.multi.Load(), s.windows.zones.groups.Size(); got != 0 || groups != 0 {
 		t.Fatalf("after eviction: %d identities in several zones, %d groups; want none", got, groups)
 	}
 }

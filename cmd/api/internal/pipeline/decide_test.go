@@ -15,7 +15,7 @@ import (
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
-func newPipeline(t *testing.T) (*Pipeline, *overrides.Registry) {
+func newPipeline(t *testing.T, opts ...Option) (*Pipeline, *overrides.Registry) {
 	t.Helper()
 	limiter, err := ratelimit.New("test")
 	if err != nil {
@@ -25,7 +25,7 @@ func newPipeline(t *testing.T) (*Pipeline, *overrides.Registry) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(limiter, ov, prometheus.NewRegistry(), WithBatchEntriesInFlight(1000))
+	p, err := New(limiter, ov, prometheus.NewRegistry(), append([]Option{WithBatchEntriesInFlight(1000)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -100,19 +100,8 @@ func (l *stuckLedger) Claim(ctx context.Context, _ [16]byte, _ string, _ int64, 
 func TestReleaseDoesNotWaitOnAStuckLedger(t *testing.T) {
 	keyring := reservation.NewKeyring(nil, slog.New(slog.DiscardHandler))
 	ledger := &stuckLedger{}
-	limiter, err := ratelimit.New("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ov, err := overrides.New()
-	if err != nil {
-		t.Fatal(err)
-	}
 	const budget = 20 * time.Millisecond
-	p, err := New(limiter, ov, prometheus.NewRegistry(), WithReservations(keyring, ledger, ""), WithLedgerTimeout(budget))
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, _ := newPipeline(t, WithReservations(keyring, ledger, ""), WithLedgerTimeout(budget))
 	ctx := call.WithPrincipal(context.Background(), access.Principal{Workspace: "ws", Permissions: access.All()})
 	l, err := p.Acquire(ctx, ratelimit.Acquisition{Namespace: "n", Identifier: "slots", Limit: 2, Lease: time.Minute, Cost: 1})
 	if err != nil || !l.Success {
