@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -9,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )
 
@@ -118,33 +121,81 @@ func nearbyBucketParams(rng *rand.Rand, p bucketParams) bucketParams {
 	return bucketParams{limit: near(p.limit), dur: p.dur, burst: near(p.burst)}
 }
 
-// bucketTrace runs one trace of n requests on one identity over procs
-// processes of a region (one: no regional store), its parameters changing
-// on one request in changeEvery (to any others, or with nearby to some
-// within a tenth of the last), with time moving on between requests so
-// that the traffic runs at about twice the rate.
-func bucketTrace(t testing.TB, seed uint64, n, procs, changeEvery int, nearby bool) traceCount {
-	rng := rand.New(rand.NewPCG(seed, uint64(procs)))
+// traceDeployment is where a trace's requests are decided: procs
+// processes in each of regions regions (one process alone has no stores),
+// each region's on an in-memory regional store, the regions on one
+// in-memory global store, one regional write in faultEvery (0: none) lost,
+// applied and answered late, or applied twice.
+type traceDeployment struct {
+	procs, regions, faultEvery int
+}
+
+// start makes the deployment's processes on clock and returns them, the
+// rounds of their loops (tick: the regional loop's, every 10 ms; global:
+// flush and sync, every second) and the region of each.
+func (d traceDeployment) start(t testing.TB, clock *fakeClock, rng *rand.Rand) (ps []*Service, tick, global []func(), region []int) {
+	if d.procs*max(d.regions, 1) == 1 {
+		return []*Service{newTestService(t, clock)}, nil, nil, []int{0}
+	}
+	ctx := context.Background()
+	g := storetest.NewMemGlobal()
+	for r := range max(d.regions, 1) {
+		faulty := storetest.NewFaultyRegional(storetest.NewMemRegional())
+		if d.faultEvery > 0 {
+			faulty.SetWriteFault(func(store.CellKey) storetest.WriteFault {
+				if rng.IntN(d.faultEvery) != 0 {
+					return storetest.WriteOK
+				}
+				return []storetest.WriteFault{storetest.WriteLost, storetest.WriteLate, storetest.WriteTwice}[rng.IntN(3)]
+			})
+		}
+		for range d.procs {
+			opts := []Option{WithClock(clock), WithRegionalStore(faulty), WithRegisterer(prometheus.NewRegistry())}
+			if d.regions > 1 {
+				opts = append(opts, WithGlobalStore(g), WithGlobalFlushIntervals(DefaultGlobalFlushInterval, DefaultGlobalFullFlushInterval),
+					WithGlobalSyncInterval(DefaultGlobalSyncInterval))
+			}
+			s, err := New(fmt.Sprintf("r%d", r), opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps, region = append(ps, s), append(region, r)
+			p := &regionalService{Service: s}
+			tick = append(tick, p.tick)
+			if d.regions > 1 {
+				global = append(global, func() { s.global.flush(ctx, s.global.fullFlushDue()); s.global.sync(ctx) })
+			}
+		}
+	}
+	return ps, tick, global, region
+}
+
+// lag is how late a process of region a may see what a process of region
+// b admitted: convergenceLag in a region, and across regions a flush and
+// a sync (every second, with their jitter) and a regional lag each side.
+func (d traceDeployment) lag(a, b int) int64 {
+	if a == b {
+		return convergenceLag.Milliseconds()
+	}
+	return (DefaultGlobalFlushInterval+DefaultGlobalSyncInterval).Milliseconds()*12/10 + 2*convergenceLag.Milliseconds()
+}
+
+// bucketTrace runs one trace of n requests on one identity in deployment
+// d, its parameters changing on one request in changeEvery (to any
+// others, or with nearby to some within a tenth of the last), with time
+// moving on between requests so that the traffic runs at about twice the
+// rate.
+func bucketTrace(t testing.TB, seed uint64, n int, d traceDeployment, changeEvery int, nearby bool) traceCount {
+	rng := rand.New(rand.NewPCG(seed, uint64(d.procs)))
 	start := int64(1_700_000_000_000) + rng.Int64N(1<<40)
 	clock := newFakeClock(start)
-	var ps []*Service
-	var ticks []func()
-	o := storetest.NewMemRegional()
-	for range procs {
-		if procs == 1 {
-			ps = append(ps, newTestService(t, clock))
-			ticks = append(ticks, func() {})
-			continue
-		}
-		p := newRegional(t.(*testing.T), o, clock)
-		ps = append(ps, p.Service)
-		ticks = append(ticks, p.tick)
-	}
+	ps, ticks, globals, region := d.start(t, clock, rng)
+	procs := len(ps)
 	p := randomBucketParams(rng)
 	ref := referenceBucket(p)
 	var c traceCount
-	lastTick, elapsed := start, 0.0
-	var recent []traceAdmission // admissions within the last convergenceLag
+	lastTick, lastGlobal, elapsed := start, start, 0.0
+	var recent []traceAdmission // admissions within the longest lag
 	for i := range n {
 		changed := i > 0 && rng.IntN(changeEvery) == 0
 		switch {
@@ -164,6 +215,12 @@ func bucketTrace(t testing.TB, seed uint64, n, procs, changeEvery int, nearby bo
 			// The regional loop's round every 10 ms, as a process runs it.
 			for _, tick := range ticks {
 				tick()
+			}
+			if lastTick >= lastGlobal+DefaultGlobalSyncInterval.Milliseconds() {
+				lastGlobal = lastTick
+				for _, g := range globals {
+					g()
+				}
 			}
 		}
 		cost := traceCost(rng, p.burst)
@@ -192,7 +249,7 @@ func bucketTrace(t testing.TB, seed uint64, n, procs, changeEvery int, nearby bo
 		proc := rng.IntN(procs)
 		unseen := 0.0
 		for _, a := range recent {
-			if a.proc != proc && a.at > now-convergenceLag.Milliseconds() {
+			if a.proc != proc && a.at > now-d.lag(region[proc], region[a.proc]) {
 				unseen += float64(a.cost)
 			}
 		}
@@ -214,7 +271,7 @@ func bucketTrace(t testing.TB, seed uint64, n, procs, changeEvery int, nearby bo
 			ref = boundDebt(ref, p, at)
 			if procs > 1 {
 				recent = append(recent, traceAdmission{at: now, proc: proc, cost: cost})
-				for len(recent) > 0 && recent[0].at <= now-convergenceLag.Milliseconds() {
+				for len(recent) > 0 && recent[0].at <= now-d.lag(0, 1) {
 					recent = recent[1:]
 				}
 			}
@@ -229,7 +286,7 @@ func bucketTrace(t testing.TB, seed uint64, n, procs, changeEvery int, nearby bo
 func TestBucketTracesUnderChange(t *testing.T) {
 	var total traceCount
 	for _, seed := range traceSeeds(t, 4) {
-		c := bucketTrace(t, seed, *traceBudget, 1, 200, false)
+		c := bucketTrace(t, seed, *traceBudget, traceDeployment{procs: 1}, 200, false)
 		if c.overAdmitted != 0 {
 			t.Errorf("seed %d: %d of %d admissions over x/time/rate (%.1f tokens)", seed, c.overAdmitted, c.admitted, c.overTokens)
 		}
@@ -252,7 +309,7 @@ func TestBucketTracesUnderChange(t *testing.T) {
 func TestBucketTracesTwoProcesses(t *testing.T) {
 	var total traceCount
 	for _, seed := range traceSeeds(t, 4) {
-		c := bucketTrace(t, seed, *traceBudget/4, 2, 200, true)
+		c := bucketTrace(t, seed, *traceBudget/4, traceDeployment{procs: 2}, 200, true)
 		if c.overTokens > 0.01*float64(c.tokens) {
 			t.Errorf("seed %d: %d of %d admissions over x/time/rate past the convergence bound (%.1f tokens)", seed, c.overAdmitted, c.admitted, c.overTokens)
 		}
@@ -275,18 +332,20 @@ func TestWriteChangeReport(t *testing.T) {
 	fmt.Fprintf(&b, "|---|---|---|---|---:|---:|---:|---:|---:|\n")
 	for _, row := range []struct {
 		deployment string
-		procs      int
+		d          traceDeployment
 		nearby     bool
 		changes    string
 	}{
-		{"one process", 1, false, "to any parameters"},
-		{"two processes, one regional store (in memory)", 2, true, "limit and burst by up to a tenth"},
-		{"two processes, one regional store (in memory)", 2, false, "to any parameters"},
+		{"one process", traceDeployment{procs: 1}, false, "to any parameters"},
+		{"two processes, one regional store (in memory)", traceDeployment{procs: 2}, true, "limit and burst by up to a tenth"},
+		{"two processes, one regional store (in memory)", traceDeployment{procs: 2}, false, "to any parameters"},
+		{"two processes, 1 regional write in 10 lost, late or twice", traceDeployment{procs: 2, faultEvery: 10}, true, "limit and burst by up to a tenth"},
+		{"two regions of two processes, global store (in memory), 1 regional write in 10 faulted", traceDeployment{procs: 2, regions: 2, faultEvery: 10}, true, "limit and burst by up to a tenth"},
 	} {
 		var total traceCount
 		seeds := traceSeeds(t, 8)
 		for _, seed := range seeds {
-			total.add(bucketTrace(t, seed, 20_000, row.procs, 200, row.nearby))
+			total.add(bucketTrace(t, seed, 20_000, row.d, 200, row.nearby))
 		}
 		fmt.Fprintf(&b, "| token bucket | %s | on 1 request in 200, %s | x/time/rate, SetLimitAt and SetBurstAt | %d | %d | %d | %d (%.1f tokens, %.3f %% of those admitted) | %d (%.3f %%) |\n",
 			row.deployment, row.changes, len(seeds), total.requests, total.admitted, total.overAdmitted, total.overTokens,
