@@ -116,6 +116,9 @@ func (z *zones) eachSibling(w *window, f func(*window)) {
 // (unix ms) to what each other zone's window of its identity counts in its
 // period holding now (see the comment at the top of this file).
 func (s *Service) carryZones(w *window, now int64) {
+	if s.windows.zones.multi.Load() == 0 {
+		return // no identity is decided in several zones: nothing to carry
+	}
 	seq, start, end := w.seqAt(now)
 	var floor int64
 	s.windows.zones.eachSibling(w, func(o *window) {
