@@ -506,3 +506,48 @@ func TestSlotsTakenWhileTheStoreWasDown(t *testing.T) {
 		t.Fatalf("with 2 of 3 taken while the store was down, the store's takes gave %d more, want 1", taken)
 	}
 }
+
+// TestReleaseInAnotherRegion: a slot taken in region a and released in
+// region b is free in both, and nowhere twice: with a regional store in
+// each region (slots taken there, atomically), b's release of a's slot
+// lands in b's store, where the cell's releases exceed its count; the
+// cell is summed over the regions before it is clamped. (Before, each
+// region's part was clamped alone: b's release was lost to both, and both
+// saw 2 held of 2 until the slot's lease ran out.)
+func TestReleaseInAnotherRegion(t *testing.T) {
+	clock := newFakeClock(1_700_000_010_000)
+	ps, _, globals, _ := traceDeployment{procs: 1, regions: 2}.start(t, clock, newTraceRand(1))
+	a, b := ps[0], ps[1]
+	sync := func() {
+		for range 2 {
+			for _, g := range globals {
+				g()
+			}
+		}
+	}
+	pool := acq("pool", 2, time.Minute)
+	aSlot, ok := acquire(t, a, pool)
+	if _, ok2 := acquire(t, a, pool); !ok || !ok2 {
+		t.Fatal("a refused one of its two slots")
+	}
+	sync()
+	if freed := mustRelease(t, b, aSlot); freed != 1 {
+		t.Fatalf("b freed %d of a's slot, want 1", freed)
+	}
+	sync()
+	for name, s := range map[string]*Service{"a": a, "b": b} {
+		if n := inFlight(t, s, pool); n != 1 {
+			t.Errorf("region %s sees %d held, want 1", name, n)
+		}
+	}
+	if _, ok := acquire(t, a, pool); !ok {
+		t.Fatal("a refused the slot b freed")
+	}
+	sync()
+	if _, ok := acquire(t, b, pool); ok {
+		t.Fatal("b took a third slot of 2")
+	}
+	if _, ok := acquire(t, a, pool); ok {
+		t.Fatal("a took a third slot of 2")
+	}
+}

@@ -89,6 +89,12 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 				s.regional.afterDecide(w, cur, now, &d, 0)
 				return d.response(), nil
 			}
+			// The store took no slots, or failed: decide from memory, as
+			// a strict key does, after a read of what the region holds
+			// (the store's reads may answer where its writes did not).
+			// What the others took since their last replay is all this
+			// process cannot know.
+			s.regional.makeStrict(w, now)
 		}
 		s.regional.prepare(ctx, w, now)
 		if !key.period.IsZero() {

@@ -424,6 +424,12 @@ func (r *regionalTier) afterDecideWindow(w *window, cur *cell, now int64, d *dec
 	if d.success && float64(d.remaining) > strictHeadroom*float64(d.capacity) {
 		return
 	}
+	r.makeStrict(w, now)
+}
+
+// makeStrict keeps w strict for one duration from now: its decisions read
+// the store first (at most once per strictRefresh).
+func (r *regionalTier) makeStrict(w *window, now int64) {
 	until := now + w.strictSpan(now)
 	for {
 		old := w.strictUntil.Load()

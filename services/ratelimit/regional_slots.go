@@ -30,26 +30,30 @@ func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp s
 	if cur == nil {
 		return decision{}, nil, false // a stale clock reading: decide from memory
 	}
-	// What the other regions hold, as far as the global store told us,
-	// and what this process took and has not replayed.
-	others := cur.global.Load()
-	if prev != nil {
-		others += prev.global.Load()
+	// What is held beyond the store, in each of the two cells: the other
+	// regions' slots less their releases, as far as the global store told
+	// us, this process's slots taken from memory while the store failed
+	// (they reach it with the next replay: they are held already), less
+	// its releases the store has not been sent. A release answered in
+	// another region frees a slot counted here: each cell is summed over
+	// the regions before it is clamped, never each region's part alone.
+	var beyond [2]int64
+	refundCur, refundPrev := r.windows.refundCells(w, seq)
+	for i, c := range []*cell{cur, prev} {
+		if c != nil {
+			beyond[i] += c.global.Load() + c.unreplayed.Load()
+		}
 	}
-	othersFreed, freed := r.slotRefunds(w, seq)
-	others -= othersFreed
-	// Slots this process took from memory while the store failed reach
-	// it with the next replay: they are held already.
-	unsent := cur.unreplayed.Load()
-	if prev != nil {
-		unsent += prev.unreplayed.Load()
+	for i, c := range []*cell{refundCur, refundPrev} {
+		if c != nil {
+			beyond[i] -= c.global.Load() + c.unreplayed.Load()
+		}
 	}
-	others = max(others, 0) + unsent
 	var counts store.SlotCounts
 	_, err := r.call(ctx, opSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
 		var err error
 		counts, err = taker.TakeSlots(ctx, store.SlotTake{Key: w.cellKey(seq), Cost: cost, Limit: sp.limit,
-			Others: max(others, 0), Freed: freed, TTL: time.Duration(w.expiresAt(seq)-now) * time.Millisecond})
+			Beyond: beyond, TTL: time.Duration(w.expiresAt(seq)-now) * time.Millisecond})
 		return nil, err
 	})
 	if err != nil {
@@ -68,27 +72,13 @@ func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp s
 	if counts.Taken {
 		r.markLater(w, cur)
 	}
-	held := max(counts.Held()-freed, 0) + max(others, 0)
+	held := counts.Held(beyond)
 	d := decision{algorithm: sp.algorithm, limit: sp.limit, capacity: sp.limit, resetMs: end, success: counts.Taken,
 		remaining: min(max(sp.limit-held, 0), sp.limit)}
 	if !counts.Taken {
 		d.retryAfter = sp.retryAfter(now-start, end-start, max(counts.Cur-counts.CurRefunds, 0), 0, cost)
 	}
 	return d, cur, true
-}
-
-// slotRefunds returns the refunds of w's cells of seq and seq-1 that the
-// other regions made, as the global store told us, and those this process
-// made and has not replayed yet.
-func (r *regionalTier) slotRefunds(w *window, seq int64) (others, unreplayed int64) {
-	cur, prev := r.windows.refundCells(w, seq)
-	for _, c := range []*cell{cur, prev} {
-		if c != nil {
-			others += c.global.Load()
-			unreplayed += c.unreplayed.Load()
-		}
-	}
-	return others, unreplayed
 }
 
 // writeThrough adds amount to c, a cell of a concurrency limit's window w or

@@ -4,9 +4,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -139,14 +141,28 @@ func (d traceDeployment) start(t testing.TB, clock *fakeClock, rng *rand.Rand) (
 	}
 	ctx := context.Background()
 	g := storetest.NewMemGlobal()
+	faultSeed := rng.Uint64()
 	for r := range max(d.regions, 1) {
 		faulty := storetest.NewFaultyRegional(storetest.NewMemRegional())
 		if d.faultEvery > 0 {
-			faulty.SetWriteFault(func(store.CellKey) storetest.WriteFault {
-				if rng.IntN(d.faultEvery) != 0 {
+			// Drawn per key and write of it, not from the trace's source:
+			// the order in which a replay sends its keys follows a map's,
+			// which would draw another fault for each and make a trace
+			// unrepeatable.
+			var mu sync.Mutex
+			writes := map[store.CellKey]uint64{}
+			faulty.SetWriteFault(func(k store.CellKey) storetest.WriteFault {
+				mu.Lock()
+				writes[k]++
+				n := writes[k]
+				mu.Unlock()
+				h := fnv.New64a()
+				fmt.Fprintf(h, "%d %+v", r, k)
+				draw := rand.New(rand.NewPCG(faultSeed^h.Sum64(), n))
+				if draw.IntN(d.faultEvery) != 0 {
 					return storetest.WriteOK
 				}
-				return []storetest.WriteFault{storetest.WriteLost, storetest.WriteLate, storetest.WriteTwice}[rng.IntN(3)]
+				return []storetest.WriteFault{storetest.WriteLost, storetest.WriteLate, storetest.WriteTwice}[draw.IntN(3)]
 			})
 		}
 		for range d.procs {
@@ -180,6 +196,40 @@ func (d traceDeployment) lag(a, b int) int64 {
 	return (DefaultGlobalFlushInterval+DefaultGlobalSyncInterval).Milliseconds()*12/10 + 2*convergenceLag.Milliseconds()
 }
 
+// traceLoops runs a deployment's loops as its processes would as a trace's
+// clock moves: the regional loop's round every 10 ms, and a global flush
+// and sync every second.
+type traceLoops struct {
+	ticks, globals       []func()
+	lastTick, lastGlobal int64
+}
+
+// until runs the rounds due up to now. Past the first 200 ms of an idle
+// gap the rounds find nothing new to do but carry what the first ones
+// published across the regions: a gap of more than 3 s (hours, for a rate
+// of a few an hour) runs its first 200 ms and its last 3 s of rounds, not
+// hundreds of thousands, and its last 3 s hold three global rounds, which
+// bring every region what any other published before the gap.
+func (l *traceLoops) until(now int64) {
+	gapStart := l.lastTick
+	for l.lastTick+10 <= now {
+		l.lastTick += 10
+		for _, tick := range l.ticks {
+			tick()
+		}
+		if l.lastTick >= l.lastGlobal+DefaultGlobalSyncInterval.Milliseconds() {
+			l.lastGlobal = l.lastTick
+			for _, g := range l.globals {
+				g()
+			}
+		}
+		if l.lastTick == gapStart+200 && now-l.lastTick > 3000 {
+			l.lastTick = now - 3000
+			l.lastGlobal = min(l.lastGlobal, l.lastTick-DefaultGlobalSyncInterval.Milliseconds())
+		}
+	}
+}
+
 // bucketTrace runs one trace of n requests on one identity in deployment
 // d, its parameters changing on one request in changeEvery (to any
 // others, or with nearby to some within a tenth of the last), with time
@@ -190,11 +240,12 @@ func bucketTrace(t testing.TB, seed uint64, n int, d traceDeployment, changeEver
 	start := int64(1_700_000_000_000) + rng.Int64N(1<<40)
 	clock := newFakeClock(start)
 	ps, ticks, globals, region := d.start(t, clock, rng)
+	loops := traceLoops{ticks: ticks, globals: globals, lastTick: start, lastGlobal: start}
 	procs := len(ps)
 	p := randomBucketParams(rng)
 	ref := referenceBucket(p)
 	var c traceCount
-	lastTick, lastGlobal, elapsed := start, start, 0.0
+	elapsed := 0.0
 	var recent []traceAdmission // admissions within the longest lag
 	for i := range n {
 		changed := i > 0 && rng.IntN(changeEvery) == 0
@@ -207,22 +258,7 @@ func bucketTrace(t testing.TB, seed uint64, n int, d traceDeployment, changeEver
 		elapsed += traceGap(rng, p.dur, p.limit)
 		clock.Set(start + int64(elapsed))
 		now := clock.ms.Load()
-		// The loop's rounds after the first few of an idle gap find
-		// nothing to do: a gap of hours (a rate of a few an hour) runs
-		// the last 200 ms of rounds, not hundreds of thousands.
-		lastTick = max(lastTick, now-200)
-		for ; lastTick+10 <= now; lastTick += 10 {
-			// The regional loop's round every 10 ms, as a process runs it.
-			for _, tick := range ticks {
-				tick()
-			}
-			if lastTick >= lastGlobal+DefaultGlobalSyncInterval.Milliseconds() {
-				lastGlobal = lastTick
-				for _, g := range globals {
-					g()
-				}
-			}
-		}
+		loops.until(now)
 		cost := traceCost(rng, p.burst)
 		at := time.UnixMilli(now)
 		if changed {
@@ -350,6 +386,15 @@ func TestWriteChangeReport(t *testing.T) {
 		fmt.Fprintf(&b, "| token bucket | %s | on 1 request in 200, %s | x/time/rate, SetLimitAt and SetBurstAt | %d | %d | %d | %d (%.1f tokens, %.3f %% of those admitted) | %d (%.3f %%) |\n",
 			row.deployment, row.changes, len(seeds), total.requests, total.admitted, total.overAdmitted, total.overTokens,
 			100*total.overTokens/float64(total.tokens), total.overDenied, pct(total.overDenied, total.requests))
+	}
+	for _, row := range leaseDeployments {
+		var total traceCount
+		seeds := traceSeeds(t, 8)
+		for _, seed := range seeds {
+			total.add(leaseTrace(t, seed, 20_000, row.d))
+		}
+		fmt.Fprintf(&b, "| concurrency | %s | lease, limit per trace; releases at any process | a semaphore with per-lease expiry | %d | %d | %d | %d | %d (%.3f %%) |\n",
+			row.name, len(seeds), total.requests, total.admitted, total.overAdmitted, total.overDenied, pct(total.overDenied, total.requests))
 	}
 	for _, m := range windowModels(t) {
 		var total traceCount

@@ -11,14 +11,13 @@ import (
 
 // takeSlotsScript reads a concurrency limit's two cells and their refunds
 // (KEYS[1] to KEYS[4], in one hash slot: they share their hash tag) and,
-// if what they hold (each cell less its refunds, never below zero) plus
-// ARGV[3], the other regions', less ARGV[6], the caller's releases not
-// sent yet, leaves room for ARGV[1] under ARGV[2],
-// adds ARGV[1] to KEYS[1] and keeps it at least ARGV[4] ms. It answers
-// whether it took them and the four counts afterwards. A value that is not
-// a count reads as ARGV[5], the largest count: in a cell it denies, in its
-// releases it frees the cell, as the window limits' reads do (a corrupt
-// key is the operator's to clear).
+// if what they hold (each cell less its refunds plus what is held beyond
+// the store in it, ARGV[3] and ARGV[6], never below zero) leaves room for
+// ARGV[1] under ARGV[2], adds ARGV[1] to KEYS[1] and keeps it at least
+// ARGV[4] ms. It answers whether it took them and the four counts
+// afterwards. A value that is not a count reads as ARGV[5], the largest
+// count: in a cell it denies, in its releases it frees the cell, as the
+// window limits' reads do (a corrupt key is the operator's to clear).
 var takeSlotsScript = redis.NewScript(`
 local max = tonumber(ARGV[5])
 local function count(key)
@@ -28,7 +27,7 @@ local function count(key)
   return n
 end
 local cur, prev, curR, prevR = count(KEYS[1]), count(KEYS[2]), count(KEYS[3]), count(KEYS[4])
-local held = math.max(math.max(cur - curR, 0) + math.max(prev - prevR, 0) - tonumber(ARGV[6]), 0) + tonumber(ARGV[3])
+local held = math.max(cur - curR + tonumber(ARGV[3]), 0) + math.max(prev - prevR + tonumber(ARGV[6]), 0)
 local cost = tonumber(ARGV[1])
 -- limit - cost, not held + cost: Lua's numbers are doubles, exact to 2^53,
 -- the largest limit, which held + cost can pass (2^53 + 1 rounds to 2^53).
@@ -53,7 +52,7 @@ func (o *Store) TakeSlots(ctx context.Context, t store.SlotTake) (store.SlotCoun
 	var out store.SlotCounts
 	if b.sent(0) {
 		ttl := max(t.TTL.Milliseconds(), 1)
-		vals, err := takeSlotsScript.Run(ctx, o.client, names, t.Cost, t.Limit, max(t.Others, 0), ttl, store.MaxCount, max(t.Freed, 0)).Int64Slice()
+		vals, err := takeSlotsScript.Run(ctx, o.client, names, t.Cost, t.Limit, clampBeyond(t.Beyond[0]), ttl, store.MaxCount, clampBeyond(t.Beyond[1])).Int64Slice()
 		switch {
 		case err != nil:
 			b.fail(0, fmt.Errorf("redis take slots: %w", err))
@@ -69,3 +68,7 @@ func (o *Store) TakeSlots(ctx context.Context, t store.SlotTake) (store.SlotCoun
 	}
 	return out, nil
 }
+
+// clampBeyond bounds what a caller holds beyond the store in a cell to
+// ±MaxCount, the range of a count.
+func clampBeyond(n int64) int64 { return min(max(n, -store.MaxCount), store.MaxCount) }

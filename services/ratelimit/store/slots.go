@@ -14,9 +14,10 @@ import (
 type SlotTaker interface {
 	// TakeSlots counts Cost into cell Key if what is held leaves room for
 	// it under Limit, and answers what the store holds afterwards. What is
-	// held is the cell's count and the count of the cell before it (the
-	// one of Sequence-1), each less its refunds (never below zero), less
-	// Freed (never below zero), plus Others. It keeps a cell it counts into for at least TTL.
+	// held is, for the cell and for the one before it (of Sequence-1), its
+	// count less its refunds plus what the caller adds to it (Beyond),
+	// never below zero, summed. It keeps a cell it counts into for at
+	// least TTL.
 	TakeSlots(ctx context.Context, t SlotTake) (SlotCounts, error)
 }
 
@@ -26,15 +27,15 @@ type SlotTake struct {
 	Key CellKey
 	// Cost is how many slots, Limit how many may be held.
 	Cost, Limit int64
-	// Others is what is held beyond what the store holds: the other
-	// regions' slots, as far as the caller knows, and those the caller
-	// took while the store failed and has not sent yet.
-	Others int64
-	// Freed is what the caller released of the two cells that the store
-	// has not been sent yet (refunds it replays in the background): taken
-	// off what the store holds, so that the caller's own releases free
-	// their slots for it at once.
-	Freed int64
+	// Beyond is what is held beyond what the store holds, in the cell of
+	// Key and in the one before: the other regions' slots less their
+	// releases, as far as the caller knows, and the caller's slots and
+	// releases that the store has not been sent yet. It may be negative:
+	// a release answered in another region (or by the caller, and not
+	// sent yet) of a slot counted here frees it here. Each cell is
+	// summed over the regions before it is clamped at zero, so that a
+	// release frees its slot whichever region counted it.
+	Beyond [2]int64
 	// TTL is how long the store must keep the cell if it counts into it.
 	TTL time.Duration
 }
@@ -49,9 +50,11 @@ type SlotCounts struct {
 	Cur, Prev, CurRefunds, PrevRefunds int64
 }
 
-// Held returns what the two cells hold, each less its refunds.
-func (c SlotCounts) Held() int64 {
-	return max(c.Cur-c.CurRefunds, 0) + max(c.Prev-c.PrevRefunds, 0)
+// Held returns what the two cells hold with beyond (see
+// [SlotTake.Beyond]): each cell's count less its refunds plus its beyond,
+// never below zero, summed.
+func (c SlotCounts) Held(beyond [2]int64) int64 {
+	return max(c.Cur-c.CurRefunds+beyond[0], 0) + max(c.Prev-c.PrevRefunds+beyond[1], 0)
 }
 
 // SlotKeys returns the keys TakeSlots reads, in order: the cell of k, the

@@ -103,7 +103,7 @@ func (m *MemRegional) TakeSlots(ctx context.Context, t store.SlotTake) (store.Sl
 	keys := store.SlotKeys(t.Key)
 	read := func(k store.CellKey) int64 { return min(max(m.counts[k], 0), store.MaxCount) }
 	c := store.SlotCounts{Cur: read(keys[0]), Prev: read(keys[1]), CurRefunds: read(keys[2]), PrevRefunds: read(keys[3])}
-	if max(c.Held()-max(t.Freed, 0), 0)+max(t.Others, 0)+t.Cost <= t.Limit {
+	if c.Held(t.Beyond) <= t.Limit-t.Cost {
 		c.Cur = min(c.Cur+t.Cost, store.MaxCount)
 		m.counts[keys[0]] = c.Cur
 		c.Taken = true

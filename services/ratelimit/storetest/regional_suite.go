@@ -53,10 +53,10 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 		if _, err := s.Increment(ctx, []store.Increment{inc(keys[1], 4), inc(keys[3], 1)}); err != nil {
 			t.Fatal(err)
 		}
-		take := store.SlotTake{Key: cur, Cost: 2, Limit: 10, Others: 2, TTL: time.Hour}
+		take := store.SlotTake{Key: cur, Cost: 2, Limit: 10, Beyond: [2]int64{2, 0}, TTL: time.Hour}
 		got, err := taker.TakeSlots(ctx, take)
 		want := store.SlotCounts{Taken: true, Cur: 2, Prev: 4, PrevRefunds: 1}
-		if err != nil || got != want || got.Held() != 5 {
+		if err != nil || got != want || got.Held([2]int64{}) != 5 {
 			t.Fatalf("first take: %+v, %v; want %+v", got, err, want)
 		}
 		// 5 held and 2 elsewhere: 3 more fit, 4 do not, all or nothing.
@@ -67,7 +67,7 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 		// Concurrent takers never share a slot. A take that fails (a
 		// loaded machine times out a TLS handshake, and a breaker may
 		// open) is tried again: only answers count.
-		take.Cost, take.Others = 1, 0
+		take.Cost, take.Beyond = 1, [2]int64{}
 		retry := func(call func() error) {
 			for range 200 {
 				if call() == nil {
@@ -104,6 +104,35 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 		})
 		wantCounts(t, "the cell after the takes", counts, nil, []int64{7})
 	})
+	t.Run("TakeSlotsFreedElsewhere", func(t *testing.T) {
+		s, ws := newStore(t), workspace(t)
+		taker, ok := s.(store.SlotTaker)
+		if !ok {
+			t.Skip("the store takes no slots")
+		}
+		// The store counts 2 slots of 2 in the cell; another region
+		// released one of them (what is held beyond the store there is
+		// -1): one is free, whichever region counted it.
+		ctx := context.Background()
+		cur := key(ws, "pool", 1)
+		cur.Duration = time.Duration(store.LeaseCode(60_000)) * time.Millisecond
+		if _, err := s.Increment(ctx, []store.Increment{inc(cur, 2)}); err != nil {
+			t.Fatal(err)
+		}
+		take := store.SlotTake{Key: cur, Cost: 1, Limit: 2, Beyond: [2]int64{-1, 0}, TTL: time.Hour}
+		for i, want := range []bool{true, false} {
+			got, err := taker.TakeSlots(ctx, take)
+			if err != nil || got.Taken != want {
+				t.Fatalf("take %d: %+v, %v; want taken %v", i, got, err, want)
+			}
+		}
+		// A release beyond the store in the cell before frees nothing in
+		// this one: each cell is clamped at zero on its own.
+		take.Beyond = [2]int64{0, -5}
+		if got, err := taker.TakeSlots(ctx, take); err != nil || got.Taken {
+			t.Fatalf("a take with releases of an empty cell before: %+v, %v; want refused", got, err)
+		}
+	})
 	t.Run("TakeSlotsAtTheLargestLimit", func(t *testing.T) {
 		s, ws := newStore(t), workspace(t)
 		taker, ok := s.(store.SlotTaker)
@@ -115,7 +144,7 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 		// adds in doubles finds 2^53 + 1 = 2^53 and takes every one).
 		cur := key(ws, "pool", 1)
 		cur.Duration = time.Duration(store.LeaseCode(60_000)) * time.Millisecond
-		take := store.SlotTake{Key: cur, Cost: 1, Limit: 1 << 53, Others: 1<<53 - 1, TTL: time.Hour}
+		take := store.SlotTake{Key: cur, Cost: 1, Limit: 1 << 53, Beyond: [2]int64{1<<53 - 1, 0}, TTL: time.Hour}
 		for i, want := range []bool{true, false, false} {
 			got, err := taker.TakeSlots(context.Background(), take)
 			if err != nil || got.Taken != want {
