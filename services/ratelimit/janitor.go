@@ -74,10 +74,12 @@ func (t *windowTable) evictIdle(now time.Time) int {
 }
 
 // forget drops what the table holds beside w, which the janitor removed:
-// its bucket, what it gave back, its place among a calendar's zones.
+// its bucket, what it gave back, the lanes it took slots through, its
+// place among a calendar's zones.
 func (t *windowTable) forget(w *window) {
 	t.dropBucket(w)
 	t.given.Delete(w)
+	t.lanes.Delete(w)
 	if !periodOf(w).IsZero() && !w.holdsRefunds() {
 		t.zones.remove(w)
 	}

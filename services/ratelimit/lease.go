@@ -176,8 +176,8 @@ func (s *Service) Extend(ctx context.Context, sl Slot) (Response, error) {
 // for a clock reading another request passed), whatever the limit says,
 // and returns the cell it counted them in. With a regional store it sends
 // them at once, as a take is sent: another process must not see them
-// nowhere while the old cell's are freed; if the store fails, they are
-// replayed as any count.
+// nowhere while the old cell's are freed; if the store fails, the replay
+// sends this process's total of the cell again, which holds them.
 func (s *Service) count(ctx context.Context, a Acquisition, seq int64) (int64, error) {
 	r := a.request()
 	key := keyOf(&r)
@@ -192,9 +192,14 @@ func (s *Service) count(ctx context.Context, a Acquisition, seq int64) (int64, e
 			seq = newer
 			continue
 		}
-		if s.regional != nil && s.regional.writeThrough(ctx, w, c, a.Cost) {
-			// In the store: a window the janitor removes meanwhile is
-			// replaced by one that reads it back.
+		if s.regional != nil {
+			// In the store, or, if it failed, in this process's total of
+			// the cell, which the replay sends again as it is (see
+			// writeThrough): counted in memory only. A window the janitor
+			// removes meanwhile is replaced by one that reads it back.
+			if !s.regional.writeThrough(ctx, w, c, a.Cost) {
+				addCapped(&c.count, a.Cost)
+			}
 			s.global.noteGrowth(w, c, a.Limit)
 			return seq, nil
 		}
@@ -203,9 +208,6 @@ func (s *Service) count(ctx context.Context, a Acquisition, seq int64) (int64, e
 			c.count.Add(-a.Cost)
 			runtime.Gosched()
 			continue
-		}
-		if s.regional != nil {
-			s.regional.queueReplay(w, c, a.Cost)
 		}
 		s.global.noteGrowth(w, c, a.Limit)
 		return seq, nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/internal/invalid"
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )
 
@@ -549,5 +550,37 @@ func TestReleaseInAnotherRegion(t *testing.T) {
 	}
 	if _, ok := acquire(t, a, pool); ok {
 		t.Fatal("a took a third slot of 2")
+	}
+}
+
+// TestSlotsReseededAfterTheStoreLostThem: A takes 3 slots of 5 in the
+// regional store, which then loses its data (a Redis restarted without
+// persistence). A's next read finds the cell short and writes back what
+// it took, its takes' totals included: B then takes the 2 left, not 5.
+func TestSlotsReseededAfterTheStoreLostThem(t *testing.T) {
+	o := storetest.NewMemRegional()
+	clock := newFakeClock(1_700_000_010_000)
+	a, b := newRegional(t, o, clock), newRegional(t, o, clock)
+	lim := acq("pool", 5, time.Minute)
+	var sl Slot
+	for range 3 {
+		var ok bool
+		if sl, ok = acquire(t, a.Service, lim); !ok {
+			t.Fatal("A was refused a slot")
+		}
+	}
+	cell := store.CellKey{Workspace: "ws", Namespace: "ns", Identifier: "pool",
+		Duration: time.Duration(store.LeaseCode(60_000)) * time.Millisecond, Sequence: sl.Sequence}
+	o.Lose(cell)
+	clock.Advance(time.Second) // A's copy aged: it reads the store first
+	if n := inFlight(t, a.Service, lim); n != 3 {
+		t.Fatalf("A sees %d held, want its 3", n)
+	}
+	a.tick()
+	if got := o.Count(cell); got != 3 {
+		t.Fatalf("the store holds %d after A's re-seed, want 3", got)
+	}
+	if got := takeUpTo(t, b.Service, lim, 5); got != 2 {
+		t.Fatalf("B took %d slots, want the 2 left of 5", got)
 	}
 }

@@ -82,7 +82,8 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 		if sp.algorithm == Concurrency && req.Cost > 0 && !req.Report && s.regional != nil {
 			// Slots are taken in the regional store, atomically; from
 			// memory only when it fails.
-			if d, cur, ok := s.regional.takeSlots(ctx, w, now, sp, req.Cost); ok {
+			d, cur, outcome := s.regional.takeSlots(ctx, w, now, sp, req.Cost)
+			if outcome == takeAnswered {
 				if d.success {
 					s.global.noteGrowth(w, cur, req.Limit)
 				}
@@ -95,6 +96,9 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 			// What the others took since their last replay is all this
 			// process cannot know.
 			s.regional.makeStrict(w, now)
+			if outcome == takeLost {
+				return s.decideLostTake(ctx, w, now, sp, req), nil
+			}
 		}
 		s.regional.prepare(ctx, w, now)
 		if !key.period.IsZero() {
@@ -126,6 +130,24 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 	// this request. Fail closed.
 	d.success = false
 	return d.response(), nil
+}
+
+// decideLostTake decides req, whose take of slots in the regional store
+// lost its answer, from memory at now, and counts its slots in memory
+// whatever the decision: the store may hold them, and a replay writes the
+// take's total so that it does, once (see lostTake). Denied, they are
+// held by no one until their cell ends: counted once, never twice, and
+// never freed where no one took them.
+func (s *Service) decideLostTake(ctx context.Context, w *window, now int64, sp spec, req Request) Response {
+	s.regional.prepare(ctx, w, now)
+	d, cur, counted := s.decide(w, nil, now, sp, req.Cost, false, false)
+	if !counted {
+		addCapped(&cur.count, req.Cost)
+	}
+	cur.flags.Or(cellReserved)
+	s.regional.afterDecide(w, cur, now, &d, 0)
+	s.global.noteGrowth(w, cur, req.Limit)
+	return d.response()
 }
 
 // decide evaluates a request of cost against sp in window w at now (unix

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"strconv"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -83,8 +84,15 @@ type regionalTier struct {
 	// mark a replayed cell with in the store's index of cells to publish,
 	// or 0 (see globalTier.markFor).
 	mark func(w *window, c *cell) int64
-	// writer names this process's refunds in the store (see increment).
+	// writer names this process's refunds and slots in the store (see
+	// increment and takeSlots).
 	writer string
+	// lost holds the takes of slots whose answers were lost, until a
+	// replay writes their totals (see lostTake).
+	lost struct {
+		mu    sync.Mutex
+		takes []lostTake
+	}
 }
 
 func newRegionalTier(st store.Regional, clock Clock, m *metrics, windows *windowTable) *regionalTier {
@@ -102,15 +110,17 @@ func newWriterID() string {
 
 // increment returns the write that sends delta more of c, a cell of w, to
 // the regional store at now (unix ms): a count's increment, raised to what
-// the store is known to hold; or for a cell of refunds the total this
-// process gave back into it so far, delta included, which the store keeps
-// as the largest of this writer's (see store.Increment.Writer): a refund
-// written twice gives back once. A refunds write that fails is sent again
-// with its total, not its delta (see resend).
+// the store is known to hold; or for a cell of refunds, and for a cell of
+// a concurrency limit's slots, the total this process wrote into it so
+// far, delta included, which the store keeps as the largest of this
+// writer's (see store.Increment.Writer): a refund written twice gives back
+// once, and slots written twice are counted once (the process's takes
+// are totals of other writers, its lanes: see takeLane). A write of totals
+// that fails is sent again with its total, not its delta (see resend).
 func (r *regionalTier) increment(w *window, c *cell, delta, now int64) store.Increment {
 	inc := store.Increment{Key: w.cellKey(c.seq()), Delta: delta,
 		TTL: time.Duration(w.expiresAt(c.seq())-now) * time.Millisecond}
-	if w.holdsRefunds() && !store.IsBucketCode(w.durationMs) {
+	if (w.holdsRefunds() && !store.IsBucketCode(w.durationMs)) || store.IsLeaseCode(w.durationMs) {
 		inc.Delta = 0
 		inc.Writer = r.writer
 		inc.Total = r.windows.giveBack(w, c.seq(), delta)
@@ -124,7 +134,7 @@ func (r *regionalTier) increment(w *window, c *cell, delta, now int64) store.Inc
 
 // resend queues c, a cell of w whose write failed, for the next replay:
 // a count's delta is added again (counted twice rather than lost); a
-// refunds cell's total already holds it, so it is sent again as it is.
+// total (refunds, slots) already holds it, so it is sent again as it is.
 func (r *regionalTier) resend(w *window, c *cell, inc store.Increment) {
 	if inc.Writer != "" || inc.Delta == 0 {
 		c.flags.Or(cellReseed) // sent even without an increment

@@ -36,6 +36,7 @@ func (r *regionalTier) run(ctx context.Context) {
 // decision. A cell whose count the store took at once (cellToMark) is sent
 // without an increment if it is to be marked, and again if that fails.
 func (r *regionalTier) replay(ctx context.Context) {
+	r.resendTakes(ctx, r.clock.Now().UnixMilli())
 	items := r.replays.take()
 	if len(items) == 0 {
 		return
@@ -43,6 +44,7 @@ func (r *regionalTier) replay(ctx context.Context) {
 	now := r.clock.Now().UnixMilli()
 	incs := make([]store.Increment, 0, len(items))
 	var marksOnly []bool // by inc: sent only to mark the cell (cellToMark)
+	var reseeded []cellRef
 	sent := items[:0]
 	for _, it := range items {
 		flags := it.c.flags.And(^(cellQueued | cellReseed | cellToMark))
@@ -67,6 +69,16 @@ func (r *regionalTier) replay(ctx context.Context) {
 		incs = append(incs, inc)
 		marksOnly = append(marksOnly, markOnly)
 		sent = append(sent, it)
+		if reseed && store.IsLeaseCode(it.w.durationMs) && !it.w.holdsRefunds() {
+			reseeded = append(reseeded, it)
+		}
+	}
+	for _, it := range reseeded {
+		// A store that lost a concurrency limit's cell learns the totals
+		// of this process's takes in it again too, past the answers
+		// below (best effort: a read that finds it short again re-seeds
+		// it again).
+		incs = r.laneTotals(incs, it.w, it.c.seq(), now)
 	}
 	if len(incs) == 0 {
 		return

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
@@ -11,32 +12,54 @@ import (
 // store.
 const opSlots = "slots"
 
+// takeOutcome is how a take of slots in the regional store went.
+type takeOutcome int
+
+const (
+	// taken or refused: the store answered.
+	takeAnswered takeOutcome = iota
+	// takeNotSent: the store takes no slots, was not sent the take (its
+	// breaker is open, every lane was busy) or the clock reading was
+	// stale: decide from memory, as for any limit.
+	takeNotSent
+	// takeLost: the take was sent and its answer lost; the store may hold
+	// it. Decide from memory, and count its slots whatever the decision:
+	// a replay writes its total (see lostTake).
+	takeLost
+)
+
 // takeSlots takes cost slots of w's concurrency limit (sp) at now in the
 // regional store, in one atomic step with the region's count of what is
-// held, and returns the decision, the current cell and true; or false
-// when the store takes no slots or failed (the caller then decides from
-// memory, as for any limit). Replayed counts reach the store some
-// milliseconds after they were taken, in which every process of the region
-// would see the same slots free; a window's few units over its limit are
-// repaid by the next window, but slots held by everyone's stale view stay
-// taken for as long as they are held.
-func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp spec, cost int64) (decision, *cell, bool) {
+// held, and returns the decision and the current cell when the store
+// answered. Replayed counts reach the store some milliseconds after they
+// were taken, in which every process of the region would see the same
+// slots free; a window's few units over its limit are repaid by the next
+// window, but slots held by everyone's stale view stay taken for as long
+// as they are held.
+func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp spec, cost int64) (decision, *cell, takeOutcome) {
 	taker, ok := r.store.(store.SlotTaker)
 	if !ok {
-		return decision{}, nil, false
+		return decision{}, nil, takeNotSent
 	}
 	seq, start, end := w.seqAt(now)
 	cur, prev, _ := w.cellsAt(seq, false)
 	if cur == nil {
-		return decision{}, nil, false // a stale clock reading: decide from memory
+		return decision{}, nil, takeNotSent // a stale clock reading: decide from memory
 	}
+	lanes := r.windows.lanesOf(w)
+	lane := lanes.acquire(r.writer)
+	if lane == nil {
+		return decision{}, nil, takeNotSent
+	}
+	total := lane.add(seq, cost)
 	// What is held beyond the store, in each of the two cells: the other
 	// regions' slots less their releases, as far as the global store told
-	// us, this process's slots taken from memory while the store failed
-	// (they reach it with the next replay: they are held already), less
-	// its releases the store has not been sent. A release answered in
-	// another region frees a slot counted here: each cell is summed over
-	// the regions before it is clamped, never each region's part alone.
+	// us, this process's slots counted from memory while the store failed
+	// and its takes whose answers were lost (they reach it with the next
+	// replay: they are held already), less its releases the store has not
+	// been sent. A release answered in another region frees a slot counted
+	// here: each cell is summed over the regions before it is clamped,
+	// never each region's part alone.
 	var beyond [2]int64
 	refundCur, refundPrev := r.windows.refundCells(w, seq)
 	for i, c := range []*cell{cur, prev} {
@@ -49,16 +72,27 @@ func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp s
 			beyond[i] -= c.global.Load() + c.unreplayed.Load()
 		}
 	}
+	r.lostTakes(w, seq, &beyond)
 	var counts store.SlotCounts
 	_, err := r.call(ctx, opSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
 		var err error
 		counts, err = taker.TakeSlots(ctx, store.SlotTake{Key: w.cellKey(seq), Cost: cost, Limit: sp.limit,
-			Beyond: beyond, TTL: time.Duration(w.expiresAt(seq)-now) * time.Millisecond})
+			Beyond: beyond, TTL: time.Duration(w.expiresAt(seq)-now) * time.Millisecond, Writer: lane.writer, Total: total})
 		return nil, err
 	})
-	if err != nil {
-		return decision{}, nil, false
+	switch {
+	case errors.Is(err, store.ErrUnavailable):
+		// Not sent: nothing to count twice.
+		lane.add(seq, -cost)
+		lanes.release(lane, seq)
+		return decision{}, nil, takeNotSent
+	case err != nil:
+		r.loseTake(lostTake{w: w, lanes: lanes, lane: lane, seq: seq, total: total, cost: cost})
+		return decision{}, nil, takeLost
+	case !counts.Taken:
+		lane.add(seq, -cost)
 	}
+	lanes.release(lane, seq)
 	// The store's counts, and ours not yet sent, are what the region holds.
 	r.merge(w, seq, counts.Cur)
 	r.merge(w, seq-1, counts.Prev)
@@ -78,16 +112,73 @@ func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp s
 	if !counts.Taken {
 		d.retryAfter = sp.retryAfter(now-start, end-start, max(counts.Cur-counts.CurRefunds, 0), 0, cost)
 	}
-	return d, cur, true
+	return d, cur, takeAnswered
+}
+
+// loseTake keeps t, a take whose answer was lost, for the next replay,
+// its lane held until then.
+func (r *regionalTier) loseTake(t lostTake) {
+	r.lost.mu.Lock()
+	r.lost.takes = append(r.lost.takes, t)
+	r.lost.mu.Unlock()
+}
+
+// lostTakes adds to beyond what w's takes whose answers were lost took in
+// cells seq and seq-1: held, whether or not the store has them yet.
+func (r *regionalTier) lostTakes(w *window, seq int64, beyond *[2]int64) {
+	r.lost.mu.Lock()
+	defer r.lost.mu.Unlock()
+	for _, t := range r.lost.takes {
+		if t.w == w && (t.seq == seq || t.seq == seq-1) {
+			beyond[seq-t.seq] += t.cost
+		}
+	}
+}
+
+// resendTakes writes the totals of the takes whose answers were lost, at
+// now (unix ms), and frees the lanes of those the store took (or whose
+// cells ended); the others wait for the next replay.
+func (r *regionalTier) resendTakes(ctx context.Context, now int64) {
+	r.lost.mu.Lock()
+	takes := r.lost.takes
+	r.lost.takes = nil
+	r.lost.mu.Unlock()
+	if len(takes) == 0 {
+		return
+	}
+	var incs []store.Increment
+	var sent []lostTake
+	for _, t := range takes {
+		if t.seq < t.w.seqOf(now)-1 {
+			t.lanes.release(t.lane, t.seq) // the cell counts nowhere now
+			continue
+		}
+		incs = append(incs, store.Increment{Key: t.w.cellKey(t.seq), Writer: t.lane.writer, Total: t.total,
+			TTL: time.Duration(t.w.expiresAt(t.seq)-now) * time.Millisecond})
+		sent = append(sent, t)
+	}
+	if len(incs) == 0 {
+		return
+	}
+	counts, _ := r.call(ctx, opReplay, backgroundTimeout, func(ctx context.Context) ([]int64, error) {
+		return r.store.Increment(ctx, incs)
+	})
+	for i, t := range sent {
+		if i < len(counts) && counts[i] >= 0 {
+			t.lanes.release(t.lane, t.seq)
+			continue
+		}
+		r.loseTake(t)
+	}
 }
 
 // writeThrough adds amount to c, a cell of a concurrency limit's window w or
 // of its releases, in the regional store at once, so that the region's
 // next acquisition, in any process, sees it (a release: the slots free; an
 // extension's count: the slots still held); and reports false when the
-// store failed: the caller then replays a count, as any count, and a
-// release (a cell of refunds) is sent again by the replay already, with
-// the total that holds it (see increment).
+// store failed: the replay sends it again, with this process's total of
+// the cell, which holds amount (see increment), and the caller adds it to
+// nothing else that is replayed.
 func (r *regionalTier) writeThrough(ctx context.Context, w *window, c *cell, amount int64) bool {
 	now := r.clock.Now().UnixMilli()
 	inc := r.increment(w, c, amount, now)
@@ -136,4 +227,18 @@ func (r *regionalTier) markLater(w *window, c *cell) {
 // failed read leaves them as they are.
 func (r *regionalTier) readSlots(ctx context.Context, ws []*window, now int64) {
 	r.refresh(ctx, ws, now, opSlots, store.RequestTimeout)
+}
+
+// laneTotals appends to incs the committed totals of the lanes this
+// process took w's slots through in cell seq, at now (unix ms).
+func (r *regionalTier) laneTotals(incs []store.Increment, w *window, seq, now int64) []store.Increment {
+	lanes, ok := r.windows.lanes.Load(w)
+	if !ok {
+		return incs
+	}
+	ttl := time.Duration(w.expiresAt(seq)-now) * time.Millisecond
+	lanes.committed(seq, func(writer string, total int64) {
+		incs = append(incs, store.Increment{Key: w.cellKey(seq), Writer: writer, Total: total, TTL: ttl})
+	})
+	return incs
 }

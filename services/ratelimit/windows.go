@@ -39,6 +39,10 @@ type windowTable struct {
 	// what it gave back into each of its two cells in all (see giveBack):
 	// beside the window, as buckets are, so that no cell grows a field.
 	given *xsync.Map[*window, *givenBack]
+	// lanes holds, for each concurrency limit's window this process took
+	// slots of in the regional store, the writers it took them as (see
+	// takeLanes).
+	lanes *xsync.Map[*window, *takeLanes]
 	// zones groups the calendar windows of one identity and unit by time
 	// zone (see zones.go).
 	zones zones
@@ -98,6 +102,7 @@ func (t *windowTable) init(m *metrics, maxPerWorkspace int64) {
 	t.buckets = xsync.NewMap[*window, *bucket]()
 	t.bucketIDs = xsync.NewMap[bucketID, *bucket]()
 	t.given = xsync.NewMap[*window, *givenBack]()
+	t.lanes = xsync.NewMap[*window, *takeLanes]()
 	t.zones.groups = xsync.NewMap[zoneID, *zoneGroup]()
 }
 

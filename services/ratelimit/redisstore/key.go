@@ -42,7 +42,8 @@ func Key(c *store.CellKey) string {
 // refundsSuffix ends the key of a cell's refunds.
 const refundsSuffix = ":r"
 
-// writersSuffix follows a refunds key for the hash of its writers' totals.
+// writersSuffix follows the key of a cell written as totals (a cell of
+// refunds, or of a concurrency limit's slots) for the hash of its writers' totals.
 const writersSuffix = ":w"
 
 // slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of

@@ -561,3 +561,63 @@ func TestReleaseGivesBackOnceOverRedis(t *testing.T) {
 		}
 	}
 }
+
+// TestAcquireCountsOnceOverRedis: two processes on real Redis (one server
+// and a cluster), a concurrency limit of 2. A's acquisition is applied by
+// Redis and its answer comes too late (or Redis applies it twice); A
+// decides from memory, and its replay writes the take's total again. Redis
+// then counts A's slot once, and B takes exactly one. Before a take was
+// its writer's total, the take answered late was counted again from
+// memory and replayed: a slot held by no one, and B took none.
+func TestAcquireCountsOnceOverRedis(t *testing.T) {
+	for _, backend := range []string{"redis", "cluster"} {
+		for name, fault := range map[string]storetest.WriteFault{"late": storetest.WriteLate, "twice": storetest.WriteTwice} {
+			t.Run(backend+"/"+name, func(t *testing.T) {
+				c := startBackend(t, backend)
+				faulty := storetest.NewFaultyRegional(newStore(t, c))
+				a := startProcess(t, c, ratelimit.WithRegionalStore(faulty))
+				b := startProcess(t, c, ratelimit.WithRegionalStore(faulty))
+				ctx := context.Background()
+				acq := ratelimit.Acquisition{Workspace: "ws", Namespace: "ns", Identifier: "pool", Limit: 2, Lease: time.Hour, Cost: 1}
+				faulty.SetWriteFault(func(k store.CellKey) storetest.WriteFault {
+					if !k.Refunds {
+						return fault
+					}
+					return storetest.WriteOK
+				})
+				resp, err := a.Acquire(ctx, acq)
+				faulty.SetWriteFault(nil)
+				if err != nil || !resp.Success {
+					t.Fatalf("A's acquisition: %+v, %v", resp, err)
+				}
+				cell := store.CellKey{Workspace: "ws", Namespace: "ns", Identifier: "pool",
+					Duration: time.Duration(store.LeaseCode(time.Hour.Milliseconds())) * time.Millisecond,
+					Sequence: ratelimit.CellOf(resp, time.Hour)}
+				replays := func() float64 {
+					return a.metric(t, "unkey_ratelimit_origin_operations_total", "op", "replay", "result", "ok")
+				}
+				if fault == storetest.WriteLate {
+					// Answered as failed: A's replay writes its total.
+					poll.Until(t, 5*time.Second, "A's replay of the take", func() bool { return replays() > 0 })
+				}
+				counts, err := newStore(t, c).Load(ctx, []store.CellKey{cell})
+				if err != nil || counts[0] != 1 {
+					t.Fatalf("Redis counts %v slots (%v), want A's 1", counts, err)
+				}
+				taken := 0
+				for range 2 {
+					resp, err := b.Acquire(ctx, acq)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if resp.Success {
+						taken++
+					}
+				}
+				if taken != 1 {
+					t.Fatalf("B took %d slots while A held 1 of 2", taken)
+				}
+			})
+		}
+	}
+}

@@ -63,14 +63,16 @@ type Increment struct {
 	// window after it, the last window in which it counts.
 	TTL time.Duration
 	// Writer, if not empty, names the process that gives back into a
-	// cell's refunds (Key.Refunds), and makes the increment idempotent:
-	// Total is everything that writer gave back into the cell so far, the
-	// store keeps the largest Total of each writer, and the cell holds the
-	// sum of those (Delta and Floor are not used). Counts are counted
-	// twice rather than lost, which errs strict; a refund counted twice
-	// would give back what another holder still uses, so refunds are
-	// totals, as the global store's components are. A store that lost its
-	// data learns each writer's total again from its next write.
+	// cell's refunds (Key.Refunds), or that counts slots of a concurrency
+	// limit (see [SlotTaker]), and makes the increment idempotent: Total
+	// is everything that writer wrote into the cell so far, the store
+	// keeps the largest Total of each writer, and the cell holds the sum
+	// of those (Delta and Floor are not used). Counts are counted twice
+	// rather than lost, which errs strict; a refund counted twice would
+	// give back what another holder still uses, and a slot counted twice
+	// is held by no one, so those are totals, as the global store's
+	// components are. A store that lost its data learns each writer's
+	// total again from its next write.
 	Writer string
 	Total  int64
 }

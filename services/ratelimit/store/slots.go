@@ -18,6 +18,16 @@ type SlotTaker interface {
 	// count less its refunds plus what the caller adds to it (Beyond),
 	// never below zero, summed. It keeps a cell it counts into for at
 	// least TTL.
+	//
+	// A take is idempotent: it counts into the cell as Writer's Total, as
+	// an [Increment] with a Writer does (the cell holds the sum of its
+	// writers' totals), and a take whose Total the store already holds for
+	// Writer was applied before (its answer was lost): it is answered
+	// taken again and counts nothing. So a take sent twice, or applied and
+	// then timed out and followed by a write of the same total, counts its
+	// slots once. What the take adds is Total less what the store holds
+	// for Writer (Cost, when the writer's earlier takes were all applied),
+	// and the limit is checked with all of it.
 	TakeSlots(ctx context.Context, t SlotTake) (SlotCounts, error)
 }
 
@@ -38,6 +48,12 @@ type SlotTake struct {
 	Beyond [2]int64
 	// TTL is how long the store must keep the cell if it counts into it.
 	TTL time.Duration
+	// Writer names who takes, and Total is everything Writer counted into
+	// the cell once this take is counted, Cost included: see
+	// [SlotTaker.TakeSlots]. A writer has one take in flight at a time, so
+	// that a refused take's Total is not counted by a later one.
+	Writer string
+	Total  int64
 }
 
 // SlotCounts is what a store holds of a concurrency limit's two cells

@@ -17,15 +17,16 @@ func TestMemGlobal(t *testing.T) {
 }
 
 // TestWriteFaults: a lost write is not applied and fails; a late one is
-// applied and fails; one applied twice adds twice and answers the second;
-// each for an increment and for slots taken.
+// applied and fails; one applied twice is applied twice and answers the
+// second (an increment adds twice; a take, a total, counts once); each for
+// an increment and for slots taken.
 func TestWriteFaults(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
-		fault   WriteFault
-		applied int64
-		fails   bool
-	}{{WriteOK, 1, false}, {WriteLost, 0, true}, {WriteLate, 1, true}, {WriteTwice, 2, false}} {
+		fault                 WriteFault
+		applied, slotsApplied int64
+		fails                 bool
+	}{{WriteOK, 1, 1, false}, {WriteLost, 0, 0, true}, {WriteLate, 1, 1, true}, {WriteTwice, 2, 1, false}} {
 		mem := NewMemRegional()
 		f := NewFaultyRegional(mem)
 		f.SetWriteFault(func(store.CellKey) WriteFault { return tc.fault })
@@ -35,9 +36,9 @@ func TestWriteFaults(t *testing.T) {
 			t.Errorf("fault %d, increment: %v, %v; store holds %d, want %d (fails %v)", tc.fault, counts, err, mem.Count(k), tc.applied, tc.fails)
 		}
 		k.Identifier = "slots"
-		_, err = f.TakeSlots(ctx, store.SlotTake{Key: k, Cost: 1, Limit: 10, TTL: time.Hour})
-		if (err != nil) != tc.fails || mem.Count(k) != tc.applied {
-			t.Errorf("fault %d, slots: %v; store holds %d, want %d (fails %v)", tc.fault, err, mem.Count(k), tc.applied, tc.fails)
+		_, err = f.TakeSlots(ctx, store.SlotTake{Key: k, Cost: 1, Limit: 10, TTL: time.Hour, Writer: "a", Total: 1})
+		if (err != nil) != tc.fails || mem.Count(k) != tc.slotsApplied {
+			t.Errorf("fault %d, slots: %v; store holds %d, want %d (fails %v)", tc.fault, err, mem.Count(k), tc.slotsApplied, tc.fails)
 		}
 	}
 }

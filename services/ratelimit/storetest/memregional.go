@@ -93,6 +93,15 @@ func (m *MemRegional) Set(k store.CellKey, n int64) {
 	m.counts[k] = n
 }
 
+// Lose drops what the store holds for k, its writers' totals too, as a
+// store restarted without its data would.
+func (m *MemRegional) Lose(k store.CellKey) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.counts, k)
+	delete(m.totals, k)
+}
+
 // TakeSlots implements [store.SlotTaker].
 func (m *MemRegional) TakeSlots(ctx context.Context, t store.SlotTake) (store.SlotCounts, error) {
 	if err := ctx.Err(); err != nil {
@@ -103,9 +112,13 @@ func (m *MemRegional) TakeSlots(ctx context.Context, t store.SlotTake) (store.Sl
 	keys := store.SlotKeys(t.Key)
 	read := func(k store.CellKey) int64 { return min(max(m.counts[k], 0), store.MaxCount) }
 	c := store.SlotCounts{Cur: read(keys[0]), Prev: read(keys[1]), CurRefunds: read(keys[2]), PrevRefunds: read(keys[3])}
-	if c.Held(t.Beyond) <= t.Limit-t.Cost {
-		c.Cur = min(c.Cur+t.Cost, store.MaxCount)
-		m.counts[keys[0]] = c.Cur
+	old := m.totals[t.Key][t.Writer]
+	if old >= t.Total {
+		c.Taken = true // applied before: its answer was lost
+		return c, nil
+	}
+	if add := t.Total - old; c.Held(t.Beyond) <= t.Limit-add && c.Cur <= store.MaxCount-add {
+		c.Cur = m.addTotal(store.Increment{Key: t.Key, Writer: t.Writer, Total: t.Total})
 		c.Taken = true
 	}
 	return c, nil

@@ -53,14 +53,14 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 		if _, err := s.Increment(ctx, []store.Increment{inc(keys[1], 4), inc(keys[3], 1)}); err != nil {
 			t.Fatal(err)
 		}
-		take := store.SlotTake{Key: cur, Cost: 2, Limit: 10, Beyond: [2]int64{2, 0}, TTL: time.Hour}
+		take := store.SlotTake{Key: cur, Cost: 2, Limit: 10, Beyond: [2]int64{2, 0}, TTL: time.Hour, Writer: "a", Total: 2}
 		got, err := taker.TakeSlots(ctx, take)
 		want := store.SlotCounts{Taken: true, Cur: 2, Prev: 4, PrevRefunds: 1}
 		if err != nil || got != want || got.Held([2]int64{}) != 5 {
 			t.Fatalf("first take: %+v, %v; want %+v", got, err, want)
 		}
 		// 5 held and 2 elsewhere: 3 more fit, 4 do not, all or nothing.
-		take.Cost = 4
+		take.Cost, take.Total = 4, 6
 		if got, err := taker.TakeSlots(ctx, take); err != nil || got.Taken || got.Cur != 2 {
 			t.Fatalf("a take past the limit: %+v, %v", got, err)
 		}
@@ -68,6 +68,7 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 		// loaded machine times out a TLS handshake, and a breaker may
 		// open) is tried again: only answers count.
 		take.Cost, take.Beyond = 1, [2]int64{}
+		var writers atomic.Int64
 		retry := func(call func() error) {
 			for range 200 {
 				if call() == nil {
@@ -83,6 +84,8 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				take := take
+				take.Writer, take.Total = fmt.Sprintf("w%d", writers.Add(1)), 1
 				retry(func() error {
 					got, err := taker.TakeSlots(ctx, take)
 					if err == nil && got.Taken {
@@ -116,11 +119,12 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 		ctx := context.Background()
 		cur := key(ws, "pool", 1)
 		cur.Duration = time.Duration(store.LeaseCode(60_000)) * time.Millisecond
-		if _, err := s.Increment(ctx, []store.Increment{inc(cur, 2)}); err != nil {
+		if _, err := s.Increment(ctx, []store.Increment{{Key: cur, Writer: "a", Total: 2, TTL: time.Hour}}); err != nil {
 			t.Fatal(err)
 		}
-		take := store.SlotTake{Key: cur, Cost: 1, Limit: 2, Beyond: [2]int64{-1, 0}, TTL: time.Hour}
+		take := store.SlotTake{Key: cur, Cost: 1, Limit: 2, Beyond: [2]int64{-1, 0}, TTL: time.Hour, Writer: "b"}
 		for i, want := range []bool{true, false} {
+			take.Total = int64(i + 1)
 			got, err := taker.TakeSlots(ctx, take)
 			if err != nil || got.Taken != want {
 				t.Fatalf("take %d: %+v, %v; want taken %v", i, got, err, want)
@@ -128,10 +132,52 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 		}
 		// A release beyond the store in the cell before frees nothing in
 		// this one: each cell is clamped at zero on its own.
-		take.Beyond = [2]int64{0, -5}
+		take.Beyond, take.Total = [2]int64{0, -5}, 2
 		if got, err := taker.TakeSlots(ctx, take); err != nil || got.Taken {
 			t.Fatalf("a take with releases of an empty cell before: %+v, %v; want refused", got, err)
 		}
+	})
+	t.Run("TakeSlotsOnce", func(t *testing.T) {
+		s, ws := newStore(t), workspace(t)
+		taker, ok := s.(store.SlotTaker)
+		if !ok {
+			t.Skip("the store takes no slots")
+		}
+		ctx := context.Background()
+		cur := key(ws, "pool", 1)
+		cur.Duration = time.Duration(store.LeaseCode(60_000)) * time.Millisecond
+		take := func(writer string, total, cost int64) store.SlotCounts {
+			t.Helper()
+			got, err := taker.TakeSlots(ctx, store.SlotTake{Key: cur, Cost: cost, Limit: 3, TTL: time.Hour, Writer: writer, Total: total})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return got
+		}
+		// A's take of 1 is applied and its answer lost; A sends it again
+		// (the same total): taken, counted once.
+		for i := range 2 {
+			if got := take("a", 1, 1); !got.Taken || got.Cur != 1 {
+				t.Fatalf("A's take, sent %d times: %+v; want taken, 1 held", i+1, got)
+			}
+		}
+		// The same total written by A's replay counts nothing more either.
+		counts, err := s.Increment(ctx, []store.Increment{{Key: cur, Writer: "a", Total: 1, TTL: time.Hour}})
+		wantCounts(t, "A's total written again", counts, err, []int64{1})
+		// B takes 2: 3 of 3 held; B's next is refused; A's next (total 2)
+		// too, and it counts nothing.
+		if got := take("b", 2, 2); !got.Taken || got.Cur != 3 {
+			t.Fatalf("B's take of 2: %+v; want taken, 3 held", got)
+		}
+		if got := take("b", 3, 1); got.Taken {
+			t.Fatalf("B's take past the limit: %+v; want refused", got)
+		}
+		if got := take("a", 2, 1); got.Taken || got.Cur != 3 {
+			t.Fatalf("A's take past the limit: %+v; want refused, 3 held", got)
+		}
+		// The refused takes wrote nothing.
+		counts, err = s.Load(ctx, []store.CellKey{cur})
+		wantCounts(t, "the cell", counts, err, []int64{3})
 	})
 	t.Run("TakeSlotsAtTheLargestLimit", func(t *testing.T) {
 		s, ws := newStore(t), workspace(t)
@@ -144,8 +190,9 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 		// adds in doubles finds 2^53 + 1 = 2^53 and takes every one).
 		cur := key(ws, "pool", 1)
 		cur.Duration = time.Duration(store.LeaseCode(60_000)) * time.Millisecond
-		take := store.SlotTake{Key: cur, Cost: 1, Limit: 1 << 53, Beyond: [2]int64{1<<53 - 1, 0}, TTL: time.Hour}
+		take := store.SlotTake{Key: cur, Cost: 1, Limit: 1 << 53, Beyond: [2]int64{1<<53 - 1, 0}, TTL: time.Hour, Writer: "a"}
 		for i, want := range []bool{true, false, false} {
+			take.Total = int64(i + 1)
 			got, err := taker.TakeSlots(context.Background(), take)
 			if err != nil || got.Taken != want {
 				t.Fatalf("take %d: %+v, %v; want taken %v", i, got, err, want)

@@ -1,0 +1,116 @@
+package ratelimit
+
+import (
+	"strconv"
+	"sync"
+)
+
+// A take of slots in the regional store is idempotent (see
+// store.SlotTaker): it carries its writer's total in the cell, so that a
+// take the store applied and then answered too late is not counted again
+// by what follows it (the same total, written by a replay). A writer has
+// one take in flight at a time, so that a take the store refused can take
+// its cost back off its total before a later take counts on it: a process
+// takes a limit's slots through lanes, each a writer of its own in the
+// store, each holding one take at a time.
+
+// maxTakeLanes bounds the takes of one concurrency limit a process has in
+// flight at once, and the writers it adds to each of the limit's cells in
+// the store. A take that finds every lane busy decides from memory, as
+// when the store fails.
+const maxTakeLanes = 16
+
+// takeLanes are the lanes of one concurrency limit's window in this
+// process.
+type takeLanes struct {
+	mu   sync.Mutex
+	free []*takeLane
+	// all holds every lane made, by number: a store that lost its data is
+	// sent each one's totals again (see resendLanes).
+	all []*takeLane
+}
+
+// takeLane is one writer of a limit's takes. Its fields are guarded by
+// the lane being held (see takeLanes.acquire), but for committed, which
+// takeLanes.mu guards.
+type takeLane struct {
+	writer string
+	// seq and total are the lane's totals in its two latest cells, by
+	// seq&1: what it counted there, the take in flight included.
+	seq, total [2]int64
+	// committed is total less a take still in flight: what the store
+	// holds, or will once a lost answer's total is written again.
+	committed [2]int64
+}
+
+// lanesOf returns the lanes of w, making them on first use.
+func (t *windowTable) lanesOf(w *window) *takeLanes {
+	l, _ := t.lanes.LoadOrCompute(w, func() (*takeLanes, bool) { return &takeLanes{}, false })
+	return l
+}
+
+// acquire returns a free lane, made if there are fewer than maxTakeLanes,
+// or nil when every lane is busy. writer is the process's name in the
+// store; a lane's is it and the lane's number.
+func (l *takeLanes) acquire(writer string) *takeLane {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := len(l.free); n > 0 {
+		lane := l.free[n-1]
+		l.free = l.free[:n-1]
+		return lane
+	}
+	if len(l.all) == maxTakeLanes {
+		return nil
+	}
+	lane := &takeLane{writer: writer + "/" + strconv.Itoa(len(l.all))}
+	l.all = append(l.all, lane)
+	return lane
+}
+
+// add adds cost (negative: takes it back) to lane's total in cell seq and
+// returns the new total.
+func (lane *takeLane) add(seq, cost int64) int64 {
+	i := seq & 1
+	if lane.seq[i] != seq {
+		lane.seq[i], lane.total[i], lane.committed[i] = seq, 0, 0
+	}
+	lane.total[i] += cost
+	return lane.total[i]
+}
+
+// release frees lane, its take settled: the store holds its total in
+// seq, or (a lost answer) a replay has written it.
+func (l *takeLanes) release(lane *takeLane, seq int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if i := seq & 1; lane.seq[i] == seq {
+		lane.committed[i] = lane.total[i]
+	}
+	l.free = append(l.free, lane)
+}
+
+// committed returns, for each lane, its writer and committed total in cell
+// seq, where it has one.
+func (l *takeLanes) committed(seq int64, each func(writer string, total int64)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	i := seq & 1
+	for _, lane := range l.all {
+		if lane.seq[i] == seq && lane.committed[i] > 0 {
+			each(lane.writer, lane.committed[i])
+		}
+	}
+}
+
+// lostTake is a take whose answer was lost: the store may or may not hold
+// it. Its lane stays held until a replay has written its total (see
+// regionalTier.resendTakes), and what it took counts as held meanwhile.
+type lostTake struct {
+	w     *window
+	lanes *takeLanes
+	lane  *takeLane
+	seq   int64
+	total int64
+	cost  int64
+}
