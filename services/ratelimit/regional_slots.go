@@ -19,7 +19,7 @@ const (
 	// taken or refused: the store answered.
 	takeAnswered takeOutcome = iota
 	// takeNotSent: the store takes no slots, was not sent the take (its
-	// breaker is open, every lane was busy) or the clock reading was
+	// breaker is open, no lane came free in time) or the clock reading was
 	// stale: decide from memory, as for any limit.
 	takeNotSent
 	// takeLost: the take was sent and its answer lost; the store may hold
@@ -47,7 +47,7 @@ func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp s
 		return decision{}, nil, takeNotSent // a stale clock reading: decide from memory
 	}
 	lanes := r.windows.lanesOf(w)
-	lane := lanes.acquire(r.writer)
+	lane := lanes.acquire(ctx, r.writer, store.RequestTimeout)
 	if lane == nil {
 		return decision{}, nil, takeNotSent
 	}

@@ -1,8 +1,10 @@
 package ratelimit
 
 import (
+	"context"
 	"strconv"
 	"sync"
+	"time"
 )
 
 // A take of slots in the regional store is idempotent (see
@@ -16,17 +18,19 @@ import (
 
 // maxTakeLanes bounds the takes of one concurrency limit a process has in
 // flight at once, and the writers it adds to each of the limit's cells in
-// the store. A take that finds every lane busy decides from memory, as
-// when the store fails.
-const maxTakeLanes = 16
+// the store. A take that finds every lane busy waits for one, as long as
+// a take may wait on the store, and then decides from memory, as when the
+// store fails.
+const maxTakeLanes = 64
 
 // takeLanes are the lanes of one concurrency limit's window in this
 // process.
 type takeLanes struct {
+	// free holds the lanes no take holds.
+	free chan *takeLane
 	mu   sync.Mutex
-	free []*takeLane
 	// all holds every lane made, by number: a store that lost its data is
-	// sent each one's totals again (see resendLanes).
+	// sent each one's totals again (see regionalTier.laneTotals).
 	all []*takeLane
 }
 
@@ -45,27 +49,39 @@ type takeLane struct {
 
 // lanesOf returns the lanes of w, making them on first use.
 func (t *windowTable) lanesOf(w *window) *takeLanes {
-	l, _ := t.lanes.LoadOrCompute(w, func() (*takeLanes, bool) { return &takeLanes{}, false })
+	l, _ := t.lanes.LoadOrCompute(w, func() (*takeLanes, bool) {
+		return &takeLanes{free: make(chan *takeLane, maxTakeLanes)}, false
+	})
 	return l
 }
 
 // acquire returns a free lane, made if there are fewer than maxTakeLanes,
-// or nil when every lane is busy. writer is the process's name in the
-// store; a lane's is it and the lane's number.
-func (l *takeLanes) acquire(writer string) *takeLane {
+// or waits up to wait for one to be released; nil when none was. writer
+// is the process's name in the store; a lane's is it and the lane's
+// number.
+func (l *takeLanes) acquire(ctx context.Context, writer string, wait time.Duration) *takeLane {
+	select {
+	case lane := <-l.free:
+		return lane
+	default:
+	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if n := len(l.free); n > 0 {
-		lane := l.free[n-1]
-		l.free = l.free[:n-1]
+	if n := len(l.all); n < maxTakeLanes {
+		lane := &takeLane{writer: writer + "/" + strconv.Itoa(n)}
+		l.all = append(l.all, lane)
+		l.mu.Unlock()
 		return lane
 	}
-	if len(l.all) == maxTakeLanes {
-		return nil
+	l.mu.Unlock()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case lane := <-l.free:
+		return lane
+	case <-timer.C:
+	case <-ctx.Done():
 	}
-	lane := &takeLane{writer: writer + "/" + strconv.Itoa(len(l.all))}
-	l.all = append(l.all, lane)
-	return lane
+	return nil
 }
 
 // add adds cost (negative: takes it back) to lane's total in cell seq and
@@ -83,11 +99,11 @@ func (lane *takeLane) add(seq, cost int64) int64 {
 // seq, or (a lost answer) a replay has written it.
 func (l *takeLanes) release(lane *takeLane, seq int64) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if i := seq & 1; lane.seq[i] == seq {
 		lane.committed[i] = lane.total[i]
 	}
-	l.free = append(l.free, lane)
+	l.mu.Unlock()
+	l.free <- lane // never blocks: it holds every lane
 }
 
 // committed returns, for each lane, its writer and committed total in cell

@@ -127,10 +127,7 @@ func leaseTrace(t testing.TB, seed uint64, n int, d traceDeployment) traceCount 
 }
 
 // leaseDeployments are where the lease traces run, by name.
-var leaseDeployments = []struct {
-	name string
-	d    traceDeployment
-}{
+var leaseDeployments = []namedDeployment{
 	{"one process", traceDeployment{procs: 1}},
 	{"two processes, one regional store (in memory)", traceDeployment{procs: 2}},
 	{"two processes, 1 regional write in 10 lost, late or twice", traceDeployment{procs: 2, faultEvery: 10}},
@@ -145,18 +142,18 @@ var leaseDeployments = []struct {
 // of two processes each. Nothing is admitted past the semaphore beyond
 // what the deployment's convergence lag allows.
 func TestLeaseTraces(t *testing.T) {
-	for _, row := range leaseDeployments {
-		t.Run(row.name, func(t *testing.T) {
-			var total traceCount
-			for _, seed := range traceSeeds(t, 4) {
-				c := leaseTrace(t, seed, *traceBudget/4, row.d)
-				if c.overAdmitted != 0 {
-					t.Errorf("seed %d: %d of %d acquisitions admitted past the semaphore (%.0f slots)", seed, c.overAdmitted, c.admitted, c.overTokens)
-				}
-				total.add(c)
-			}
-			t.Logf("%d acquisitions, %d admitted, %d over-admitted, %d over-denied (%.1f %%)",
-				total.requests, total.admitted, total.overAdmitted, total.overDenied, pct(total.overDenied, total.requests))
-		})
-	}
+	runTraces(t, leaseDeployments, 4, 0, func(seed uint64, d traceDeployment) traceCount {
+		return leaseTrace(t, seed, *traceBudget/4, d)
+	})
+}
+
+// TestLeaseTracesOnRealServers: the lease traces on two processes over a
+// real Redis, with faults at the store seam, and on two regions of two
+// processes, each region on its own Redis, over a real MariaDB. A short
+// budget: each request is a round trip or more (make accuracy runs long
+// ones).
+func TestLeaseTracesOnRealServers(t *testing.T) {
+	runTraces(t, realDeployments(t), 2, 0, func(seed uint64, d traceDeployment) traceCount {
+		return leaseTrace(t, seed, *traceBudget/40, d)
+	})
 }

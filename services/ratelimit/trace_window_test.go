@@ -110,15 +110,21 @@ func calendarModel(t testing.TB, unit calendar.Unit, zone string) windowModel {
 	}
 }
 
-// windowTrace runs one trace of n requests of m in one process, the limit
-// changing on one request in changeEvery, traffic at about twice it.
-func windowTrace(t testing.TB, m windowModel, seed uint64, n, changeEvery int) traceCount {
+// windowTrace runs one trace of n requests of m in deployment d, the
+// limit changing on one request in changeEvery, traffic at about twice
+// it. With more than one process, what the others admitted within the
+// deployment's convergence lag, or within the age of the copy a key that
+// is not strict decides from, which the deciding process cannot have
+// seen, is allowed past the reference's limit.
+func windowTrace(t testing.TB, m windowModel, seed uint64, n, changeEvery int, d traceDeployment) traceCount {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	start := time.Date(2010, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli() + rng.Int64N(25*365*24*3600*1000)
 	clock := newFakeClock(start)
-	s := newTestService(t, clock)
+	ps, ticks, globals, region := d.start(t, clock, rng)
+	loops := traceLoops{ticks: ticks, globals: globals, lastTick: start, lastGlobal: start}
 	limit := 1 + rng.Int64N(1000)
 	counts := map[int64]int64{}
+	var recent []traceAdmission // admissions within the longest lag
 	var c traceCount
 	elapsed := 0.0
 	for i := range n {
@@ -128,24 +134,56 @@ func windowTrace(t testing.TB, m windowModel, seed uint64, n, changeEvery int) t
 		elapsed += traceGap(rng, m.period, limit)
 		clock.Set(start + int64(elapsed))
 		now := clock.ms.Load()
+		loops.until(now)
+		for len(recent) > 0 && recent[0].at <= now-max(d.lag(0, 1), maxCopyAge.Milliseconds()+100) {
+			recent = recent[1:]
+		}
+		proc := rng.IntN(len(ps))
 		cost := traceCost(rng, limit)
-		refOK := m.allows(counts, now, cost, limit)
-		got := mustLimit(t, s, m.request(limit, cost)).Success
+		// A key that is not strict (its last decisions left more than
+		// strictHeadroom of the limit) decides from a copy of the region's
+		// counts up to maxCopyAge old (README, "Strict mode"): what the
+		// other process admitted within it is allowed, and within the
+		// region's convergence lag for a strict key.
+		copyLag := int64(0)
+		if !strictAt(ps[proc], m.request(limit, cost), now) {
+			copyLag = (maxCopyAge + replayInterval + 10*time.Millisecond).Milliseconds()
+		}
+		unseen := int64(0)
+		for _, a := range recent {
+			if a.proc != proc && a.at > now-max(d.lag(region[proc], region[a.proc]), copyLag) {
+				unseen += a.cost
+			}
+		}
+		refOK := m.allows(counts, now, cost, limit+unseen)
+		refStrictOK := m.allows(counts, now, cost, limit)
+		got := mustLimit(t, ps[proc], m.request(limit, cost)).Success
 		c.requests++
 		switch {
 		case got && !refOK:
 			c.overAdmitted++
 			c.overTokens += float64(cost)
-		case !got && refOK:
+
+		case !got && refStrictOK:
 			c.overDenied++
 		}
 		if got {
 			c.admitted++
 			c.tokens += cost
 			counts[m.keyOf(now)] += cost
+			if len(ps) > 1 {
+				recent = append(recent, traceAdmission{at: now, proc: proc, cost: cost})
+			}
 		}
 	}
 	return c
+}
+
+// strictAt reports whether s holds r's window strict at now (unix ms).
+func strictAt(s *Service, r Request, now int64) bool {
+	k := keyOf(&r)
+	w := s.windows.find(&k)
+	return w != nil && w.strictUntil.Load() > now
 }
 
 // windowModels are the models of the window traces: windows of a minute
@@ -170,12 +208,32 @@ func TestWindowTracesUnderChange(t *testing.T) {
 	for _, m := range windowModels(t) {
 		var total traceCount
 		for _, seed := range traceSeeds(t, 2) {
-			c := windowTrace(t, m, seed, *traceBudget/4, 200)
+			c := windowTrace(t, m, seed, *traceBudget/4, 200, traceDeployment{procs: 1})
 			if c.overAdmitted != 0 || c.overDenied != 0 {
 				t.Errorf("%s, seed %d: %d over-admitted, %d over-denied of %d requests", m.name, seed, c.overAdmitted, c.overDenied, c.requests)
 			}
 			total.add(c)
 		}
 		t.Logf("%s: %d requests, %d admitted", m.name, total.requests, total.admitted)
+	}
+}
+
+// TestWindowTracesTwoProcesses: the window traces on two processes of a
+// region, on an in-memory regional store that loses, delays and doubles
+// one write in ten, and on a real Redis with the same faults. Nothing is
+// admitted past the reference beyond what the other process admitted
+// within the region's convergence lag, or the age of a copy a key that is
+// not strict decides from (see windowTrace).
+func TestWindowTracesTwoProcesses(t *testing.T) {
+	rows := []namedDeployment{{"in memory, 1 regional write in 10 faulted", traceDeployment{procs: 2, faultEvery: 10}}}
+	if !testing.Short() {
+		rows = append(rows, realDeployments(t)[0])
+	}
+	for _, m := range windowModels(t) {
+		t.Run(m.name, func(t *testing.T) {
+			runTraces(t, rows, 1, 0, func(seed uint64, d traceDeployment) traceCount {
+				return windowTrace(t, m, seed, *traceBudget/20, 200, d)
+			})
+		})
 	}
 }

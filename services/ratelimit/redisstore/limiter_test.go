@@ -504,10 +504,7 @@ func TestReleaseGivesBackOnceOverRedis(t *testing.T) {
 	for _, backend := range []string{"redis", "cluster"} {
 		for name, fault := range map[string]storetest.WriteFault{"late": storetest.WriteLate, "twice": storetest.WriteTwice} {
 			t.Run(backend+"/"+name, func(t *testing.T) {
-				c := startBackend(t, backend)
-				faulty := storetest.NewFaultyRegional(newStore(t, c))
-				a := startProcess(t, c, ratelimit.WithRegionalStore(faulty))
-				b := startProcess(t, c, ratelimit.WithRegionalStore(faulty))
+				c, faulty, a, b := twoOnFaultyRedis(t, backend)
 				ctx := context.Background()
 				acq := ratelimit.Acquisition{Workspace: "ws", Namespace: "ns", Identifier: "pool", Limit: 2, Lease: time.Hour, Cost: 1}
 				var slots []ratelimit.Slot
@@ -544,16 +541,7 @@ func TestReleaseGivesBackOnceOverRedis(t *testing.T) {
 				if err != nil || counts[0] != 1 {
 					t.Fatalf("Redis holds %v released slots (%v), want 1", counts, err)
 				}
-				taken := 0
-				for range 2 {
-					resp, err := b.Acquire(ctx, acq)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if resp.Success {
-						taken++
-					}
-				}
+				taken := acquireUpTo(t, b, acq, 2)
 				if taken != 1 {
 					t.Fatalf("B took %d slots after A held 2 and released 1: %d held against 2", taken, 1+taken)
 				}
@@ -573,10 +561,7 @@ func TestAcquireCountsOnceOverRedis(t *testing.T) {
 	for _, backend := range []string{"redis", "cluster"} {
 		for name, fault := range map[string]storetest.WriteFault{"late": storetest.WriteLate, "twice": storetest.WriteTwice} {
 			t.Run(backend+"/"+name, func(t *testing.T) {
-				c := startBackend(t, backend)
-				faulty := storetest.NewFaultyRegional(newStore(t, c))
-				a := startProcess(t, c, ratelimit.WithRegionalStore(faulty))
-				b := startProcess(t, c, ratelimit.WithRegionalStore(faulty))
+				c, faulty, a, b := twoOnFaultyRedis(t, backend)
 				ctx := context.Background()
 				acq := ratelimit.Acquisition{Workspace: "ws", Namespace: "ns", Identifier: "pool", Limit: 2, Lease: time.Hour, Cost: 1}
 				faulty.SetWriteFault(func(k store.CellKey) storetest.WriteFault {
@@ -604,20 +589,36 @@ func TestAcquireCountsOnceOverRedis(t *testing.T) {
 				if err != nil || counts[0] != 1 {
 					t.Fatalf("Redis counts %v slots (%v), want A's 1", counts, err)
 				}
-				taken := 0
-				for range 2 {
-					resp, err := b.Acquire(ctx, acq)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if resp.Success {
-						taken++
-					}
-				}
+				taken := acquireUpTo(t, b, acq, 2)
 				if taken != 1 {
 					t.Fatalf("B took %d slots while A held 1 of 2", taken)
 				}
 			})
 		}
 	}
+}
+
+// twoOnFaultyRedis starts a backend (see startBackend) and two processes on
+// it, A and B, whose regional store is one fault wrapper around it.
+func twoOnFaultyRedis(t *testing.T, backend string) (redis.UniversalClient, *storetest.FaultyRegional, *process, *process) {
+	c := startBackend(t, backend)
+	faulty := storetest.NewFaultyRegional(newStore(t, c))
+	return c, faulty, startProcess(t, c, ratelimit.WithRegionalStore(faulty)), startProcess(t, c, ratelimit.WithRegionalStore(faulty))
+}
+
+// acquireUpTo makes n acquisitions of acq on p and returns how many took
+// slots.
+func acquireUpTo(t *testing.T, p *process, acq ratelimit.Acquisition, n int) int {
+	t.Helper()
+	taken := 0
+	for range n {
+		resp, err := p.Acquire(context.Background(), acq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Success {
+			taken++
+		}
+	}
+	return taken
 }

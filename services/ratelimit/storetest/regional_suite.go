@@ -41,13 +41,9 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 	})
 	t.Run("TakeSlotsAtomically", func(t *testing.T) {
 		s, ws := newStore(t), workspace(t)
-		taker, ok := s.(store.SlotTaker)
-		if !ok {
-			t.Skip("the store takes no slots: the limiter decides them from memory")
-		}
+		taker := slotTaker(t, s)
 		ctx := context.Background()
-		cur := key(ws, "pool", 1)
-		cur.Duration = time.Duration(store.LeaseCode(60_000)) * time.Millisecond
+		cur := slotCell(ws)
 		keys := store.SlotKeys(cur)
 		// The cell before holds 4, 1 of them refunded; the other regions 2.
 		if _, err := s.Increment(ctx, []store.Increment{inc(keys[1], 4), inc(keys[3], 1)}); err != nil {
@@ -109,16 +105,12 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 	})
 	t.Run("TakeSlotsFreedElsewhere", func(t *testing.T) {
 		s, ws := newStore(t), workspace(t)
-		taker, ok := s.(store.SlotTaker)
-		if !ok {
-			t.Skip("the store takes no slots")
-		}
+		taker := slotTaker(t, s)
 		// The store counts 2 slots of 2 in the cell; another region
 		// released one of them (what is held beyond the store there is
 		// -1): one is free, whichever region counted it.
 		ctx := context.Background()
-		cur := key(ws, "pool", 1)
-		cur.Duration = time.Duration(store.LeaseCode(60_000)) * time.Millisecond
+		cur := slotCell(ws)
 		if _, err := s.Increment(ctx, []store.Increment{{Key: cur, Writer: "a", Total: 2, TTL: time.Hour}}); err != nil {
 			t.Fatal(err)
 		}
@@ -139,13 +131,9 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 	})
 	t.Run("TakeSlotsOnce", func(t *testing.T) {
 		s, ws := newStore(t), workspace(t)
-		taker, ok := s.(store.SlotTaker)
-		if !ok {
-			t.Skip("the store takes no slots")
-		}
+		taker := slotTaker(t, s)
 		ctx := context.Background()
-		cur := key(ws, "pool", 1)
-		cur.Duration = time.Duration(store.LeaseCode(60_000)) * time.Millisecond
+		cur := slotCell(ws)
 		take := func(writer string, total, cost int64) store.SlotCounts {
 			t.Helper()
 			got, err := taker.TakeSlots(ctx, store.SlotTake{Key: cur, Cost: cost, Limit: 3, TTL: time.Hour, Writer: writer, Total: total})
@@ -181,15 +169,11 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 	})
 	t.Run("TakeSlotsAtTheLargestLimit", func(t *testing.T) {
 		s, ws := newStore(t), workspace(t)
-		taker, ok := s.(store.SlotTaker)
-		if !ok {
-			t.Skip("the store takes no slots")
-		}
+		taker := slotTaker(t, s)
 		// A limit of 2^53 (the largest) with all but one slot held
 		// elsewhere: the last slot is taken, and no more (a store that
 		// adds in doubles finds 2^53 + 1 = 2^53 and takes every one).
-		cur := key(ws, "pool", 1)
-		cur.Duration = time.Duration(store.LeaseCode(60_000)) * time.Millisecond
+		cur := slotCell(ws)
 		take := store.SlotTake{Key: cur, Cost: 1, Limit: 1 << 53, Beyond: [2]int64{1<<53 - 1, 0}, TTL: time.Hour, Writer: "a"}
 		for i, want := range []bool{true, false, false} {
 			take.Total = int64(i + 1)
@@ -400,4 +384,23 @@ func wantCounts(t *testing.T, call string, counts []int64, err error, want []int
 	if !slices.Equal(counts, want) {
 		t.Fatalf("%s: counts %v, want %v", call, counts, want)
 	}
+}
+
+// slotTaker returns s as a [store.SlotTaker], or skips the test: a store
+// without it takes no slots, and the limiter decides them from memory.
+func slotTaker(t *testing.T, s store.Regional) store.SlotTaker {
+	t.Helper()
+	taker, ok := s.(store.SlotTaker)
+	if !ok {
+		t.Skip("the store takes no slots: the limiter decides them from memory")
+	}
+	return taker
+}
+
+// slotCell returns a cell of a concurrency limit of workspace ws whose
+// leases last a minute.
+func slotCell(ws string) store.CellKey {
+	k := key(ws, "pool", 1)
+	k.Duration = time.Duration(store.LeaseCode(60_000)) * time.Millisecond
+	return k
 }
