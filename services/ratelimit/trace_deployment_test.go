@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -256,4 +257,46 @@ func runTraces(t *testing.T, rows []namedDeployment, seeds int, share float64, t
 				total.requests, total.admitted, total.overAdmitted, total.overTokens, total.overDenied, pct(total.overDenied, total.requests))
 		})
 	}
+}
+
+// unseen returns what processes other than proc admitted (recent) that
+// proc may not have seen at now: within the deployment's lag between
+// their regions, or within copyAge, the age of the copy of the region's
+// counts proc decides from (see copyAge).
+func (d traceDeployment) unseen(recent []traceAdmission, region []int, proc int, now, copyAge int64) int64 {
+	n := int64(0)
+	for _, a := range recent {
+		if a.proc != proc && a.at > now-max(d.lag(region[proc], region[a.proc]), copyAge) {
+			n += a.cost
+		}
+	}
+	return n
+}
+
+// trimRecent drops from recent the admissions no process can still be
+// unaware of at now.
+func (d traceDeployment) trimRecent(recent []traceAdmission, now int64) []traceAdmission {
+	for len(recent) > 0 && recent[0].at <= now-max(d.lag(0, 1), copyAgeBound) {
+		recent = recent[1:]
+	}
+	return recent
+}
+
+// copyAgeBound is how old a copy of the region's counts a key that is not
+// strict may decide from (README, "Strict mode": its last decisions left
+// more than a fifth of its limit, which the other processes' admissions
+// within maxCopyAge may spend), with a replay and a loop round.
+const copyAgeBound = int64((maxCopyAge + replayInterval + 10*time.Millisecond) / time.Millisecond)
+
+// copyAge returns how old a copy of the region's counts s may decide r
+// from at now: copyAgeBound where r's key is not strict, 0 where it reads
+// the store first (within the deployment's lag). The harness peeks at
+// whether the key is strict to pick the bound README states; the
+// references themselves know nothing of the limiter.
+func copyAge(s *Service, r Request, now int64) int64 {
+	k := keyOf(&r)
+	if w := s.windows.find(&k); w != nil && w.strictUntil.Load() > now {
+		return 0
+	}
+	return copyAgeBound
 }

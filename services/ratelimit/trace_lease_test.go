@@ -59,9 +59,7 @@ func leaseTrace(t testing.TB, seed uint64, n int, d traceDeployment) traceCount 
 			}
 		}
 		holders = live
-		for len(recent) > 0 && recent[0].at <= now-d.lag(0, 1) {
-			recent = recent[1:]
-		}
+		recent = d.trimRecent(recent, now)
 		proc := rng.IntN(len(ps))
 		switch op := rng.IntN(20); {
 		case op < 5 && len(holders) > 0:
@@ -93,12 +91,9 @@ func leaseTrace(t testing.TB, seed uint64, n int, d traceDeployment) traceCount 
 		default:
 			a := Acquisition{Workspace: "ws", Namespace: "ns", Identifier: "pool", Limit: limit, Lease: lease,
 				Cost: traceCost(rng, limit)}
-			unseen := int64(0)
-			for _, r := range recent {
-				if r.proc != proc && r.at > now-d.lag(region[proc], region[r.proc]) {
-					unseen += r.cost
-				}
-			}
+			// Slots are taken in the store, at once (a take that fails
+			// makes the key strict): no copy's age to allow.
+			unseen := d.unseen(recent, region, proc, now, 0)
 			resp, err := ps[proc].Acquire(ctx, a)
 			if err != nil {
 				t.Fatal(err)

@@ -112,10 +112,9 @@ func calendarModel(t testing.TB, unit calendar.Unit, zone string) windowModel {
 
 // windowTrace runs one trace of n requests of m in deployment d, the
 // limit changing on one request in changeEvery, traffic at about twice
-// it. With more than one process, what the others admitted within the
-// deployment's convergence lag, or within the age of the copy a key that
-// is not strict decides from, which the deciding process cannot have
-// seen, is allowed past the reference's limit.
+// it. With more than one process, what the others admitted that the
+// deciding process cannot have seen (see traceDeployment.unseen) is
+// allowed past the reference's limit.
 func windowTrace(t testing.TB, m windowModel, seed uint64, n, changeEvery int, d traceDeployment) traceCount {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	start := time.Date(2010, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli() + rng.Int64N(25*365*24*3600*1000)
@@ -135,26 +134,10 @@ func windowTrace(t testing.TB, m windowModel, seed uint64, n, changeEvery int, d
 		clock.Set(start + int64(elapsed))
 		now := clock.ms.Load()
 		loops.until(now)
-		for len(recent) > 0 && recent[0].at <= now-max(d.lag(0, 1), maxCopyAge.Milliseconds()+100) {
-			recent = recent[1:]
-		}
+		recent = d.trimRecent(recent, now)
 		proc := rng.IntN(len(ps))
 		cost := traceCost(rng, limit)
-		// A key that is not strict (its last decisions left more than
-		// strictHeadroom of the limit) decides from a copy of the region's
-		// counts up to maxCopyAge old (README, "Strict mode"): what the
-		// other process admitted within it is allowed, and within the
-		// region's convergence lag for a strict key.
-		copyLag := int64(0)
-		if !strictAt(ps[proc], m.request(limit, cost), now) {
-			copyLag = (maxCopyAge + replayInterval + 10*time.Millisecond).Milliseconds()
-		}
-		unseen := int64(0)
-		for _, a := range recent {
-			if a.proc != proc && a.at > now-max(d.lag(region[proc], region[a.proc]), copyLag) {
-				unseen += a.cost
-			}
-		}
+		unseen := d.unseen(recent, region, proc, now, copyAge(ps[proc], m.request(limit, cost), now))
 		refOK := m.allows(counts, now, cost, limit+unseen)
 		refStrictOK := m.allows(counts, now, cost, limit)
 		got := mustLimit(t, ps[proc], m.request(limit, cost)).Success
@@ -177,13 +160,6 @@ func windowTrace(t testing.TB, m windowModel, seed uint64, n, changeEvery int, d
 		}
 	}
 	return c
-}
-
-// strictAt reports whether s holds r's window strict at now (unix ms).
-func strictAt(s *Service, r Request, now int64) bool {
-	k := keyOf(&r)
-	w := s.windows.find(&k)
-	return w != nil && w.strictUntil.Load() > now
 }
 
 // windowModels are the models of the window traces: windows of a minute
