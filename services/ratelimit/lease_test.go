@@ -626,3 +626,26 @@ func TestManyTakesAtOnce(t *testing.T) {
 		t.Fatalf("%d of 400 acquisitions at once took a slot of 20", taken.Load())
 	}
 }
+
+// TestWindowMadeAgainWritesAsAnotherWriter: a window the janitor removed
+// and a request made again (a race at the edge of idleness) takes and
+// writes its totals under other names than the window it replaces: its
+// totals start from zero beside the old ones in the store, not under
+// them, where the store would take its first takes for ones it had
+// applied.
+func TestWindowMadeAgainWritesAsAnotherWriter(t *testing.T) {
+	s := newTestService(t, newFakeClock(1_700_000_010_000))
+	a := acq("pool", 2, time.Minute)
+	r := a.request()
+	k := keyOf(&r)
+	old := newWindow(&k)
+	oldLane := s.windows.lanesOf(old).acquire(context.Background(), "p", 0)
+	oldName, _ := s.windows.giveBack(old, 1, 1)
+	s.windows.forget(old)
+	again := newWindow(&k)
+	lane := s.windows.lanesOf(again).acquire(context.Background(), "p", 0)
+	name, _ := s.windows.giveBack(again, 1, 1)
+	if lane.writer == oldLane.writer || name == oldName {
+		t.Fatalf("the window made again writes as %q and %q, the old one as %q and %q", lane.writer, name, oldLane.writer, oldName)
+	}
+}

@@ -91,7 +91,7 @@ type regionalTier struct {
 	// replay writes their totals (see lostTake).
 	lost struct {
 		mu    sync.Mutex
-		takes []lostTake
+		takes []*lostTake
 	}
 }
 
@@ -122,8 +122,8 @@ func (r *regionalTier) increment(w *window, c *cell, delta, now int64) store.Inc
 		TTL: time.Duration(w.expiresAt(c.seq())-now) * time.Millisecond}
 	if (w.holdsRefunds() && !store.IsBucketCode(w.durationMs)) || store.IsLeaseCode(w.durationMs) {
 		inc.Delta = 0
-		inc.Writer = r.writer
-		inc.Total = r.windows.giveBack(w, c.seq(), delta)
+		name, total := r.windows.giveBack(w, c.seq(), delta)
+		inc.Writer, inc.Total = r.writer+"/"+name, total
 		return inc
 	}
 	if held := c.stored.Load(); held > 0 {

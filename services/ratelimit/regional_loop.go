@@ -92,6 +92,9 @@ func (r *regionalTier) replay(ctx context.Context) {
 			n := counts[i] + it.c.unreplayed.Load() + it.c.speculative.Load()
 			r.windows.raise(it.w, it.c, &it.c.count, n, now)
 			atomicMax(&it.c.stored, counts[i])
+			if incs[i].Writer != "" {
+				r.windows.acked(it.w, it.c.seq(), incs[i].Total)
+			}
 			continue
 		}
 		if incs[i].Mark > 0 {

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
@@ -46,25 +47,30 @@ func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp s
 	if cur == nil {
 		return decision{}, nil, takeNotSent // a stale clock reading: decide from memory
 	}
+	if w.evicted() {
+		return decision{}, nil, takeNotSent // the caller decides again on the window that replaces it
+	}
 	lanes := r.windows.lanesOf(w)
 	lane := lanes.acquire(ctx, r.writer, store.RequestTimeout)
 	if lane == nil {
 		return decision{}, nil, takeNotSent
 	}
-	total := lane.add(seq, cost)
+	total := lanes.add(lane, seq, cost)
 	// What is held beyond the store, in each of the two cells: the other
 	// regions' slots less their releases, as far as the global store told
-	// us, this process's slots counted from memory while the store failed
-	// and its takes whose answers were lost (they reach it with the next
-	// replay: they are held already), less its releases the store has not
-	// been sent. A release answered in another region frees a slot counted
+	// us, this process's slots counted from memory while the store failed,
+	// its writes of slots the store has not acknowledged and its takes
+	// whose answers were lost (they reach it with the next replay: they are
+	// held already), less its releases not replayed yet (a release whose
+	// write failed frees its slot here once the replay has sent it: strict
+	// meanwhile). A release answered in another region frees a slot counted
 	// here: each cell is summed over the regions before it is clamped,
 	// never each region's part alone.
 	var beyond [2]int64
 	refundCur, refundPrev := r.windows.refundCells(w, seq)
 	for i, c := range []*cell{cur, prev} {
 		if c != nil {
-			beyond[i] += c.global.Load() + c.unreplayed.Load()
+			beyond[i] += c.global.Load() + c.unreplayed.Load() + r.windows.unacked(w, seq-int64(i))
 		}
 	}
 	for i, c := range []*cell{refundCur, refundPrev} {
@@ -83,14 +89,15 @@ func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp s
 	switch {
 	case errors.Is(err, store.ErrUnavailable):
 		// Not sent: nothing to count twice.
-		lane.add(seq, -cost)
+		lanes.add(lane, seq, -cost)
 		lanes.release(lane, seq)
 		return decision{}, nil, takeNotSent
 	case err != nil:
-		r.loseTake(lostTake{w: w, lanes: lanes, lane: lane, seq: seq, total: total, cost: cost})
+		lanes.lost.Add(1)
+		r.loseTake(&lostTake{w: w, lanes: lanes, lane: lane, seq: seq, total: total, cost: cost})
 		return decision{}, nil, takeLost
 	case !counts.Taken:
-		lane.add(seq, -cost)
+		lanes.add(lane, seq, -cost)
 	}
 	lanes.release(lane, seq)
 	// The store's counts, and ours not yet sent, are what the region holds.
@@ -117,7 +124,7 @@ func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp s
 
 // loseTake keeps t, a take whose answer was lost, for the next replay,
 // its lane held until then.
-func (r *regionalTier) loseTake(t lostTake) {
+func (r *regionalTier) loseTake(t *lostTake) {
 	r.lost.mu.Lock()
 	r.lost.takes = append(r.lost.takes, t)
 	r.lost.mu.Unlock()
@@ -137,38 +144,45 @@ func (r *regionalTier) lostTakes(w *window, seq int64, beyond *[2]int64) {
 
 // resendTakes writes the totals of the takes whose answers were lost, at
 // now (unix ms), and frees the lanes of those the store took (or whose
-// cells ended); the others wait for the next replay.
+// cells ended); the others wait for the next replay. They stay listed,
+// and counted as held, until the store has answered.
 func (r *regionalTier) resendTakes(ctx context.Context, now int64) {
 	r.lost.mu.Lock()
-	takes := r.lost.takes
-	r.lost.takes = nil
+	takes := slices.Clone(r.lost.takes)
 	r.lost.mu.Unlock()
 	if len(takes) == 0 {
 		return
 	}
 	var incs []store.Increment
-	var sent []lostTake
+	var sent, done []*lostTake
 	for _, t := range takes {
 		if t.seq < t.w.seqOf(now)-1 {
-			t.lanes.release(t.lane, t.seq) // the cell counts nowhere now
+			done = append(done, t) // the cell counts nowhere now
 			continue
 		}
 		incs = append(incs, store.Increment{Key: t.w.cellKey(t.seq), Writer: t.lane.writer, Total: t.total,
 			TTL: time.Duration(t.w.expiresAt(t.seq)-now) * time.Millisecond})
 		sent = append(sent, t)
 	}
-	if len(incs) == 0 {
+	if len(incs) > 0 {
+		counts, _ := r.call(ctx, opReplay, backgroundTimeout, func(ctx context.Context) ([]int64, error) {
+			return r.store.Increment(ctx, incs)
+		})
+		for i, t := range sent {
+			if i < len(counts) && counts[i] >= 0 {
+				done = append(done, t)
+			}
+		}
+	}
+	if len(done) == 0 {
 		return
 	}
-	counts, _ := r.call(ctx, opReplay, backgroundTimeout, func(ctx context.Context) ([]int64, error) {
-		return r.store.Increment(ctx, incs)
-	})
-	for i, t := range sent {
-		if i < len(counts) && counts[i] >= 0 {
-			t.lanes.release(t.lane, t.seq)
-			continue
-		}
-		r.loseTake(t)
+	r.lost.mu.Lock()
+	r.lost.takes = slices.DeleteFunc(r.lost.takes, func(t *lostTake) bool { return slices.Contains(done, t) })
+	r.lost.mu.Unlock()
+	for _, t := range done {
+		t.lanes.lost.Add(-1)
+		t.lanes.release(t.lane, t.seq)
 	}
 }
 
@@ -202,6 +216,9 @@ func (r *regionalTier) writeThrough(ctx context.Context, w *window, c *cell, amo
 	}
 	r.windows.raise(w, c, &c.count, counts[0]+c.unreplayed.Load()+c.speculative.Load(), now)
 	atomicMax(&c.stored, counts[0])
+	if inc.Writer != "" {
+		r.windows.acked(w, c.seq(), inc.Total)
+	}
 	// Not marked when the mark was decided before c held amount (an
 	// extension's count, which may make the cell worth sharing).
 	r.markLater(w, c)

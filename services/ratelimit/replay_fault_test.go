@@ -227,3 +227,29 @@ func TestAcquireUnderWriteFaults(t *testing.T) {
 		})
 	}
 }
+
+// TestUnsentSlotsStayHeld: A holds a slot of 2 and extends it a lease
+// later, while the write of the extension's count to the regional store
+// is lost (the release of the old cell is not). A's next takes see the
+// slot the store has not acknowledged as held beyond it: one more is
+// taken, not two. (Before, a failed write of a total left it in neither
+// the store nor what a take adds beyond it, and A held 3 of 2 until the
+// replay sent it.)
+func TestUnsentSlotsStayHeld(t *testing.T) {
+	clock, faulty, a, _ := twoOnFaultyStore(t)
+	lim := acq("pool", 2, time.Minute)
+	sl, ok := acquire(t, a.Service, lim)
+	if !ok {
+		t.Fatal("A refused its slot")
+	}
+	clock.Advance(time.Minute)
+	faulty.SetWriteFault(onSlots(storetest.WriteLost))
+	resp, err := a.Extend(context.Background(), sl)
+	faulty.SetWriteFault(nil)
+	if err != nil || !resp.Success || CellOf(resp, time.Minute) != sl.Sequence+1 {
+		t.Fatalf("extension: %+v, %v", resp, err)
+	}
+	if got := takeUpTo(t, a.Service, lim, 2); got != 1 {
+		t.Fatalf("A took %d more slots while it held 1 of 2 the store had not acknowledged", got)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -26,17 +27,26 @@ const maxTakeLanes = 64
 // takeLanes are the lanes of one concurrency limit's window in this
 // process.
 type takeLanes struct {
+	// name names the lanes within the process: one per window object, so
+	// that a window the janitor removed and another request made again
+	// takes as other writers, whose totals start from zero beside the old
+	// ones' rather than under them.
+	name string
 	// free holds the lanes no take holds.
 	free chan *takeLane
+	// lost counts the lanes held by takes whose answers were lost: a take
+	// does not wait for a lane when every lane is held so (the store is
+	// down; they are freed when it answers again).
+	lost atomic.Int64
 	mu   sync.Mutex
 	// all holds every lane made, by number: a store that lost its data is
 	// sent each one's totals again (see regionalTier.laneTotals).
 	all []*takeLane
 }
 
-// takeLane is one writer of a limit's takes. Its fields are guarded by
-// the lane being held (see takeLanes.acquire), but for committed, which
-// takeLanes.mu guards.
+// takeLane is one writer of a limit's takes. Its writer never changes;
+// its totals are guarded by takeLanes.mu, and only the take that holds
+// the lane (see takeLanes.acquire) changes them.
 type takeLane struct {
 	writer string
 	// seq and total are the lane's totals in its two latest cells, by
@@ -50,7 +60,7 @@ type takeLane struct {
 // lanesOf returns the lanes of w, making them on first use.
 func (t *windowTable) lanesOf(w *window) *takeLanes {
 	l, _ := t.lanes.LoadOrCompute(w, func() (*takeLanes, bool) {
-		return &takeLanes{free: make(chan *takeLane, maxTakeLanes)}, false
+		return &takeLanes{name: "t" + strconv.FormatUint(t.writers.Add(1), 10), free: make(chan *takeLane, maxTakeLanes)}, false
 	})
 	return l
 }
@@ -67,12 +77,15 @@ func (l *takeLanes) acquire(ctx context.Context, writer string, wait time.Durati
 	}
 	l.mu.Lock()
 	if n := len(l.all); n < maxTakeLanes {
-		lane := &takeLane{writer: writer + "/" + strconv.Itoa(n)}
+		lane := &takeLane{writer: writer + "/" + l.name + "." + strconv.Itoa(n)}
 		l.all = append(l.all, lane)
 		l.mu.Unlock()
 		return lane
 	}
 	l.mu.Unlock()
+	if l.lost.Load() >= maxTakeLanes {
+		return nil // none is in flight: none comes free before the store answers
+	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	select {
@@ -85,8 +98,10 @@ func (l *takeLanes) acquire(ctx context.Context, writer string, wait time.Durati
 }
 
 // add adds cost (negative: takes it back) to lane's total in cell seq and
-// returns the new total.
-func (lane *takeLane) add(seq, cost int64) int64 {
+// returns the new total. The caller holds lane.
+func (l *takeLanes) add(lane *takeLane, seq, cost int64) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	i := seq & 1
 	if lane.seq[i] != seq {
 		lane.seq[i], lane.total[i], lane.committed[i] = seq, 0, 0
@@ -121,7 +136,8 @@ func (l *takeLanes) committed(seq int64, each func(writer string, total int64)) 
 
 // lostTake is a take whose answer was lost: the store may or may not hold
 // it. Its lane stays held until a replay has written its total (see
-// regionalTier.resendTakes), and what it took counts as held meanwhile.
+// regionalTier.resendTakes), and what it took counts as held meanwhile
+// (it stays listed until the store has answered).
 type lostTake struct {
 	w     *window
 	lanes *takeLanes

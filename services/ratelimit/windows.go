@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"hash/maphash"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,10 +36,13 @@ type windowTable struct {
 	// share it.
 	buckets   *xsync.Map[*window, *bucket]
 	bucketIDs *xsync.Map[bucketID, *bucket]
-	// given holds, for each refunds window this process gave back into,
-	// what it gave back into each of its two cells in all (see giveBack):
-	// beside the window, as buckets are, so that no cell grows a field.
-	given *xsync.Map[*window, *givenBack]
+	// given holds, for each window whose cells this process writes as
+	// totals (refunds, slots), what it wrote into each of its two cells in
+	// all (see giveBack): beside the window, as buckets are, so that no
+	// cell grows a field. writers numbers their names (see givenBack and
+	// takeLanes).
+	writers atomic.Uint64
+	given   *xsync.Map[*window, *givenBack]
 	// lanes holds, for each concurrency limit's window this process took
 	// slots of in the regional store, the writers it took them as (see
 	// takeLanes).
@@ -48,27 +52,71 @@ type windowTable struct {
 	zones zones
 }
 
-// givenBack is what this process gave back into the two cells of one
-// refunds window so far, by sequence.
+// givenBack is what this process wrote into the two cells of one window
+// whose cells are written as totals (refunds; a concurrency limit's
+// slots) so far, by sequence, and what the store acknowledged of it.
 type givenBack struct {
+	// name is the writer's name within the process: one per window
+	// object, so that a window the janitor removed and another request
+	// made again writes as another writer, whose total starts from zero
+	// beside the old one's rather than under it.
+	name  string
 	mu    sync.Mutex
 	seq   [2]int64
 	total [2]int64
+	acked [2]int64
 }
 
-// giveBack adds amount (0 or more) to what this process gave back into
-// rw's cell seq, and returns the new total: what a write of the cell's
-// refunds to the regional store carries (see store.Increment.Writer).
-func (t *windowTable) giveBack(rw *window, seq, amount int64) int64 {
-	g, _ := t.given.LoadOrCompute(rw, func() (*givenBack, bool) { return &givenBack{}, false })
+// giveBack adds amount (0 or more) to what this process wrote into w's
+// cell seq, and returns the writer's name and the new total: what a write
+// of the cell to the regional store carries (see store.Increment.Writer).
+func (t *windowTable) giveBack(w *window, seq, amount int64) (string, int64) {
+	g := t.givenOf(w)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	i := seq & 1
 	if g.seq[i] != seq {
-		g.seq[i], g.total[i] = seq, 0
+		g.seq[i], g.total[i], g.acked[i] = seq, 0, 0
 	}
 	g.total[i] += amount
-	return g.total[i]
+	return g.name, g.total[i]
+}
+
+// givenOf returns w's totals, made on first use with a name of their own.
+func (t *windowTable) givenOf(w *window) *givenBack {
+	g, _ := t.given.LoadOrCompute(w, func() (*givenBack, bool) {
+		return &givenBack{name: "g" + strconv.FormatUint(t.writers.Add(1), 10)}, false
+	})
+	return g
+}
+
+// acked records that the store holds total of w's cell seq.
+func (t *windowTable) acked(w *window, seq, total int64) {
+	g, ok := t.given.Load(w)
+	if !ok {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if i := seq & 1; g.seq[i] == seq {
+		g.acked[i] = max(g.acked[i], total)
+	}
+}
+
+// unacked returns what this process wrote into w's cell seq that the
+// store has not acknowledged: a write that failed and waits for the
+// replay, which the store may not hold.
+func (t *windowTable) unacked(w *window, seq int64) int64 {
+	g, ok := t.given.Load(w)
+	if !ok {
+		return 0
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if i := seq & 1; g.seq[i] == seq {
+		return g.total[i] - g.acked[i]
+	}
+	return 0
 }
 
 // bucketID names a token bucket's state: its identity, whatever its rate,

@@ -133,30 +133,29 @@ end
 return n`)
 
 // totalScript keeps ARGV[2] as the total of writer ARGV[1] in the hash
-// KEYS[2] if it is the largest that writer sent, sets the cell KEYS[1] to
-// the sum of the hash's totals (at most ARGV[4]), and keeps both keys at
-// least ARGV[3] ms, in one atomic step: a cell's refunds, sent as totals
-// so that a write applied twice gives back once (see store.Increment).
-// The hash holds one field per process that gave back into the cell. A
+// KEYS[2] if it is the largest that writer sent, adds what the writer's
+// total grew by to the cell KEYS[1] (at most ARGV[4]), and keeps both keys
+// at least ARGV[3] ms, in one atomic step: a cell written as totals (its
+// refunds, a concurrency limit's slots), so that a write applied twice
+// counts once (see store.Increment). The cell grows by each writer's
+// growth rather than being set to the hash's sum, so that what a writer of
+// increments added to it (a process of an earlier version, during a
+// rolling upgrade) stays counted. The hash holds one field per writer. A
 // field that is not a number counts 0.
 var totalScript = redis.NewScript(`
 local old = tonumber(redis.call('HGET', KEYS[2], ARGV[1])) or 0
-if tonumber(ARGV[2]) > old then
+local total = tonumber(ARGV[2])
+local n = tonumber(redis.call('GET', KEYS[1]) or '0') or tonumber(ARGV[4])
+if total > old then
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+  n = math.min(redis.call('INCRBY', KEYS[1], total - old), tonumber(ARGV[4]))
 end
-local sum = 0
-for _, v in ipairs(redis.call('HVALS', KEYS[2])) do
-  local n = tonumber(v)
-  if n and n > 0 then sum = sum + n end
-end
-sum = math.min(sum, tonumber(ARGV[4]))
-redis.call('SET', KEYS[1], string.format('%d', sum), 'KEEPTTL')
 for _, k in ipairs(KEYS) do
   if redis.call('PTTL', k) < tonumber(ARGV[3]) then
     redis.call('PEXPIRE', k, ARGV[3])
   end
 end
-return sum`)
+return n`)
 
 // clampCount bounds a count read from Redis to [0, store.MaxCount].
 // Redis holds whatever anyone wrote: a negative count must not lend budget,

@@ -17,8 +17,9 @@ import (
 // Otherwise, if what the cells hold (each less its refunds plus what is
 // held beyond the store in it, ARGV[3] and ARGV[6], never below zero)
 // leaves room under ARGV[2] for what the take adds (ARGV[8] less the
-// writer's total), it keeps ARGV[8] as the writer's total, sets KEYS[1] to
-// the sum of the totals and keeps both at least ARGV[4] ms. It answers
+// writer's total), it keeps ARGV[8] as the writer's total, adds what it
+// grew by to KEYS[1] (as every write of a total does: see totalScript)
+// and keeps both at least ARGV[4] ms. It answers
 // whether it took them and the four counts afterwards. A value that is not
 // a count reads as ARGV[5], the largest count: in a cell it denies, in its
 // releases it frees the cell, as the window limits' reads do (a corrupt
@@ -45,13 +46,7 @@ if held > tonumber(ARGV[2]) - add or cur > max - add then
   return {0, cur, prev, curR, prevR}
 end
 redis.call('HSET', KEYS[5], ARGV[7], ARGV[8])
-local sum = 0
-for _, v in ipairs(redis.call('HVALS', KEYS[5])) do
-  local n = tonumber(v)
-  if n and n > 0 then sum = sum + n end
-end
-cur = math.min(sum, max)
-redis.call('SET', KEYS[1], string.format('%d', cur), 'KEEPTTL')
+cur = redis.call('INCRBY', KEYS[1], add)
 for _, k in ipairs({KEYS[1], KEYS[5]}) do
   if redis.call('PTTL', k) < tonumber(ARGV[4]) then
     redis.call('PEXPIRE', k, ARGV[4])

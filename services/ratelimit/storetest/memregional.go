@@ -63,20 +63,18 @@ func (m *MemRegional) Increment(ctx context.Context, incs []store.Increment) ([]
 }
 
 // addTotal keeps inc's total as its writer's if it is the largest, and
-// makes the cell the sum of its writers' totals.
+// adds what that writer's total grew by to the cell.
 func (m *MemRegional) addTotal(inc store.Increment) int64 {
 	w := m.totals[inc.Key]
 	if w == nil {
 		w = map[string]int64{}
 		m.totals[inc.Key] = w
 	}
-	w[inc.Writer] = max(w[inc.Writer], inc.Total)
-	var n int64
-	for _, t := range w {
-		n = min(n+max(t, 0), store.MaxCount)
+	if old := w[inc.Writer]; inc.Total > old {
+		w[inc.Writer] = inc.Total
+		m.counts[inc.Key] = min(max(m.counts[inc.Key], 0)+inc.Total-old, store.MaxCount)
 	}
-	m.counts[inc.Key] = n
-	return n
+	return min(max(m.counts[inc.Key], 0), store.MaxCount)
 }
 
 // Count returns what the store holds for k.
