@@ -41,6 +41,9 @@ func (s *Service) runJanitor(ctx context.Context) {
 // again. One of the two always sees the other, so no count is lost.
 func (t *windowTable) evictIdle(now time.Time) int {
 	ms := now.UnixMilli()
+	// Before any window goes: a decision that finds its window after this
+	// knows its own clock reading may be older (see Service.Decide).
+	atomicMax(&t.janitorNow, ms)
 	evicted := 0
 	t.byHash.Range(func(h uint64, w *window) bool {
 		if t.keepsBucket(w, ms) {

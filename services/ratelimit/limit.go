@@ -67,10 +67,24 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 	sp := specOf(&req)
 	now := s.clock.Now().UnixMilli()
 	var d decision
-	for range maxEvictionRetries {
+	for attempt := range maxEvictionRetries {
+		if attempt > 0 {
+			// The janitor removed the window as idle at its own clock
+			// reading, which may be past ours: the cells of our reading
+			// went with it. Decide again now, in the window's current
+			// cell, which the new window reads back, rather than in an
+			// old one it starts from zero.
+			now = s.clock.Now().UnixMilli()
+		}
 		w, err := s.windows.forRequest(&key)
 		if err != nil {
 			return Response{Limit: req.Limit, Reset: resetAt(&req, now), Algorithm: sp.algorithm}, err
+		}
+		if now < s.windows.janitorNow.Load() {
+			// The janitor read a later clock than ours and may have
+			// removed, as idle, the window whose cells our reading falls
+			// in: w may be one made since, empty for them. Decide now.
+			now = s.clock.Now().UnixMilli()
 		}
 		w.observeLimit(req.Limit)
 		var b *bucket

@@ -50,6 +50,9 @@ type windowTable struct {
 	// zones groups the calendar windows of one identity and unit by time
 	// zone (see zones.go).
 	zones zones
+	// janitorNow is the latest clock reading (unix ms) at which the
+	// janitor removed idle windows.
+	janitorNow atomic.Int64
 }
 
 // givenBack is what this process wrote into the two cells of one window

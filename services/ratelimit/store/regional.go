@@ -33,10 +33,12 @@ type Regional interface {
 	// that may not have been applied (the caller sends it again, preferring
 	// to count twice over losing a count), any other count one that was.
 	//
-	// An increment with a Writer (a cell's refunds: see [Increment.Writer])
-	// is a total instead: the store keeps the largest Total each writer
-	// sent, and the cell holds their sum, so that a total sent twice, or
-	// applied and then timed out and sent again, gives back once.
+	// An increment with a Writer (a cell's refunds, a concurrency limit's
+	// slots: see [Increment.Writer]) is a total instead: the store keeps
+	// the largest Total each writer sent and adds to the cell what that
+	// writer's largest grew by, so that the cell holds the sum of the
+	// totals (and any increments), and a total sent twice, or applied and
+	// then timed out and sent again, counts once.
 	Increment(ctx context.Context, incs []Increment) (counts []int64, err error)
 }
 
@@ -66,8 +68,9 @@ type Increment struct {
 	// cell's refunds (Key.Refunds), or that counts slots of a concurrency
 	// limit (see [SlotTaker]), and makes the increment idempotent: Total
 	// is everything that writer wrote into the cell so far, the store
-	// keeps the largest Total of each writer, and the cell holds the sum
-	// of those (Delta and Floor are not used). Counts are counted twice
+	// keeps the largest Total of each writer, and the cell grows by what
+	// each writer's largest grew by: it holds the sum of those (Delta and
+	// Floor are not used). Counts are counted twice
 	// rather than lost, which errs strict; a refund counted twice would
 	// give back what another holder still uses, and a slot counted twice
 	// is held by no one, so those are totals, as the global store's
