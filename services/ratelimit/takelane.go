@@ -66,8 +66,9 @@ func (t *windowTable) lanesOf(w *window) *takeLanes {
 }
 
 // acquire returns a free lane, made if there are fewer than maxTakeLanes,
-// or waits up to wait for one to be released; nil when none was. writer
-// is the process's name in the store; a lane's is it and the lane's
+// or waits up to wait for one to be released; nil when none was, and at
+// once when every lane is held by a lost take. writer is the process's
+// name in the store; a lane's is it, the set's name and the lane's
 // number.
 func (l *takeLanes) acquire(ctx context.Context, writer string, wait time.Duration) *takeLane {
 	select {
