@@ -246,7 +246,7 @@ func (r *regionalTier) readSlots(ctx context.Context, ws []*window, now int64) {
 	r.refresh(ctx, ws, now, opSlots, store.RequestTimeout)
 }
 
-// laneTotals appends to incs the committed totals of the lanes this
+// laneTotals appends to incs the settled totals of the lanes this
 // process took w's slots through in cell seq, at now (unix ms).
 func (r *regionalTier) laneTotals(incs []store.Increment, w *window, seq, now int64) []store.Increment {
 	lanes, ok := r.windows.lanes.Load(w)
@@ -254,7 +254,7 @@ func (r *regionalTier) laneTotals(incs []store.Increment, w *window, seq, now in
 		return incs
 	}
 	ttl := time.Duration(w.expiresAt(seq)-now) * time.Millisecond
-	lanes.committed(seq, func(writer string, total int64) {
+	lanes.settled(seq, func(writer string, total int64) {
 		incs = append(incs, store.Increment{Key: w.cellKey(seq), Writer: writer, Total: total, TTL: ttl})
 	})
 	return incs

@@ -49,12 +49,10 @@ type takeLanes struct {
 // the lane (see takeLanes.acquire) changes them.
 type takeLane struct {
 	writer string
-	// seq and total are the lane's totals in its two latest cells, by
-	// seq&1: what it counted there, the take in flight included.
-	seq, total [2]int64
-	// committed is total less a take still in flight: what the store
+	// cellTotals are the lane's totals in its two latest cells, the take
+	// in flight included, and what of them is settled: what the store
 	// holds, or will once a lost answer's total is written again.
-	committed [2]int64
+	cellTotals
 }
 
 // lanesOf returns the lanes of w, making them on first use.
@@ -103,34 +101,26 @@ func (l *takeLanes) acquire(ctx context.Context, writer string, wait time.Durati
 func (l *takeLanes) add(lane *takeLane, seq, cost int64) int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	i := seq & 1
-	if lane.seq[i] != seq {
-		lane.seq[i], lane.total[i], lane.committed[i] = seq, 0, 0
-	}
-	lane.total[i] += cost
-	return lane.total[i]
+	return lane.cellTotals.add(seq, cost)
 }
 
 // release frees lane, its take settled: the store holds its total in
 // seq, or (a lost answer) a replay has written it.
 func (l *takeLanes) release(lane *takeLane, seq int64) {
 	l.mu.Lock()
-	if i := seq & 1; lane.seq[i] == seq {
-		lane.committed[i] = lane.total[i]
-	}
+	lane.settle(seq)
 	l.mu.Unlock()
 	l.free <- lane // never blocks: it holds every lane
 }
 
-// committed returns, for each lane, its writer and committed total in cell
+// settled returns, for each lane, its writer and settled total in cell
 // seq, where it has one.
-func (l *takeLanes) committed(seq int64, each func(writer string, total int64)) {
+func (l *takeLanes) settled(seq int64, each func(writer string, total int64)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	i := seq & 1
 	for _, lane := range l.all {
-		if lane.seq[i] == seq && lane.committed[i] > 0 {
-			each(lane.writer, lane.committed[i])
+		if n := lane.ackedAt(seq); n > 0 {
+			each(lane.writer, n)
 		}
 	}
 }

@@ -63,11 +63,9 @@ type givenBack struct {
 	// object, so that a window the janitor removed and another request
 	// made again writes as another writer, whose total starts from zero
 	// beside the old one's rather than under it.
-	name  string
-	mu    sync.Mutex
-	seq   [2]int64
-	total [2]int64
-	acked [2]int64
+	name string
+	mu   sync.Mutex
+	cellTotals
 }
 
 // giveBack adds amount (0 or more) to what this process wrote into w's
@@ -77,12 +75,7 @@ func (t *windowTable) giveBack(w *window, seq, amount int64) (string, int64) {
 	g := t.givenOf(w)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	i := seq & 1
-	if g.seq[i] != seq {
-		g.seq[i], g.total[i], g.acked[i] = seq, 0, 0
-	}
-	g.total[i] += amount
-	return g.name, g.total[i]
+	return g.name, g.add(seq, amount)
 }
 
 // givenOf returns w's totals, made on first use with a name of their own.
@@ -101,9 +94,7 @@ func (t *windowTable) acked(w *window, seq, total int64) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if i := seq & 1; g.seq[i] == seq {
-		g.acked[i] = max(g.acked[i], total)
-	}
+	g.ack(seq, total)
 }
 
 // unacked returns what this process wrote into w's cell seq that the
@@ -116,10 +107,7 @@ func (t *windowTable) unacked(w *window, seq int64) int64 {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if i := seq & 1; g.seq[i] == seq {
-		return g.total[i] - g.acked[i]
-	}
-	return 0
+	return g.cellTotals.unacked(seq)
 }
 
 // bucketID names a token bucket's state: its identity, whatever its rate,
