@@ -237,7 +237,7 @@ func runFleet(t *testing.T, shape string) *fleetRun {
 	}
 
 	// Every slot frees: released ones at once, lost ones when their lease
-	// ends (one to two leases), everywhere.
+	// ends (a second later at most), everywhere.
 	probe := fleetProbe(t, c, urls[0], acquire)
 	for i, url := range urls {
 		poll.Until(t, 2*fleetLease*time.Second+10*time.Second, fmt.Sprintf("process %d to see every slot free", i), func() bool {
@@ -324,7 +324,7 @@ const [url, body, n] = process.argv.slice(1);
 
 // holderKilled runs a holder process that takes all of a limit on one
 // process, kills it with SIGKILL, and checks that its slots stay held for
-// a lease and free within two, on every process.
+// their lease and free soon after, on every process.
 func holderKilled(t *testing.T, c *leaseClient, urls []string, limit, lease int) {
 	t.Helper()
 	acquire := fmt.Sprintf(`{"namespace":"fleet","identifier":"crashed","limit":%d,"lease":%d}`, limit, lease)

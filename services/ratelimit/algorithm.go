@@ -29,10 +29,9 @@ const (
 	// For every interval [s, t] it admits at most burst + rate·(t−s).
 	TokenBucket
 	// Concurrency counts slots in flight: at most limit held at once (see
-	// [Service.Acquire]). A slot is counted in the cell of the lease
-	// ([Request.Duration]) in which it was acquired, and is held until it is
-	// released (a refund of its cell) or its cell's window after its own
-	// ends: the two cells, unweighted, are what is in flight.
+	// [Service.Acquire]), in one pool per identity whatever each holder's
+	// lease ([Request.Duration]). A slot is held until it is released or
+	// its lease ends (less than a second, or a tenth of the lease, later).
 	Concurrency
 )
 
@@ -76,9 +75,9 @@ func specOf(req *Request) spec {
 }
 
 // keyOf returns the key of req's window. A calendar's periods are named by
-// their code where a fixed window's length would be, a concurrency limit's
-// leases by theirs (see store.LeaseCode), a token bucket's cells by a
-// power of two of ms long enough to hold its memory (see cellShift).
+// their code where a fixed window's length would be, a token bucket's cells
+// by a power of two of ms long enough to hold its memory (see cellShift).
+// A concurrency limit's cell depends on the clock too: see poolKey.
 func keyOf(req *Request) windowKey {
 	k := windowKey{workspace: req.Workspace, namespace: req.Namespace, identifier: req.Identifier,
 		durationMs: req.Duration.Milliseconds()}
@@ -88,8 +87,6 @@ func keyOf(req *Request) windowKey {
 		k.period = req.Calendar
 	case req.Algorithm == TokenBucket && req.Limit > 0:
 		k.durationMs = store.BucketCode(cellShift(req.Limit, k.durationMs, specOf(req).burst))
-	case req.Algorithm == Concurrency:
-		k.durationMs = store.LeaseCode(k.durationMs)
 	}
 	return k
 }
@@ -101,6 +98,17 @@ func periodOf(w *window) calendar.Period { return w.scope.Value().period }
 // seqAt returns the fixed window (or calendar period) of w holding now
 // (unix ms), its start and its end.
 func (w *window) seqAt(now int64) (seq, start, end int64) {
+	if store.IsPoolCode(w.durationMs) {
+		// A pool cell's window holds one cell, its own, until it ends;
+		// then the one two past it, which holds nothing, so that every
+		// walk of the window's cells finds it idle.
+		seq, end = w.poolCell()
+		g := store.CellLength(w.durationMs)
+		if now >= end {
+			seq, end = seq+2, end+2*g
+		}
+		return seq, end - g, end
+	}
 	if !calendar.IsCode(w.durationMs) {
 		n := store.CellLength(w.durationMs)
 		seq = now / n
@@ -132,6 +140,10 @@ func (w *window) strictSpan(now int64) int64 {
 
 // startOf returns the first instant of w's cell seq, in unix ms.
 func (w *window) startOf(seq int64) int64 {
+	if store.IsPoolCode(w.durationMs) {
+		// A pool cell's window is in its cell from a grid before its end.
+		return (seq - 1) * store.CellLength(w.durationMs)
+	}
 	if !calendar.IsCode(w.durationMs) {
 		return seq * store.CellLength(w.durationMs)
 	}
@@ -140,31 +152,20 @@ func (w *window) startOf(seq int64) int64 {
 
 // retryAfter returns how many ms after now a request of cost would pass in
 // a window model if no other traffic arrived (see the package function):
-// for a fixed window, its end, since the next one starts from zero; for
-// slots, when the previous cell's expire if that frees enough, else when
-// the current cell's do (releases may free them sooner).
+// for a fixed window, its end, since the next one starts from zero.
 func (sp spec) retryAfter(elapsed, dur, cur, prev, cost int64) int64 {
 	switch {
 	case cost > sp.limit && sp.algorithm != SlidingWindow:
 		return 0
 	case sp.algorithm == FixedWindow:
 		return dur - elapsed
-	case sp.algorithm == Concurrency:
-		if cur+cost <= sp.limit {
-			return dur - elapsed
-		}
-		return 2*dur - elapsed
 	}
 	return retryAfter(elapsed, dur, cur, prev, sp.limit, cost)
 }
 
 // overlap returns how much of the previous cell's count, prev, a decision
 // elapsed ms into a cell of dur ms weighs: the share the sliding window
-// still overlaps, and all of it for slots, which are held until the cell
-// after their own ends.
+// still overlaps.
 func (sp spec) overlap(prev, elapsed, dur int64) int64 {
-	if sp.algorithm == Concurrency {
-		return max(prev, 0)
-	}
 	return weighted(prev, elapsed, dur)
 }

@@ -181,7 +181,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			b.Fatal(resp, err)
 		}
 		if _, err := s.Release(ctx, Slot{Workspace: a.Workspace, Namespace: a.Namespace, Identifier: a.Identifier,
-			Limit: a.Limit, Lease: a.Lease, Sequence: CellOf(resp, a.Lease), Cost: 1}); err != nil {
+			Limit: a.Limit, Lease: a.Lease, Sequence: LeaseCell(resp, a.Lease), Cost: 1}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -314,11 +314,11 @@ func (g *globalTier) worthSharing(w *window, c *cell, limit int64) bool {
 // zero each window, so what a region keeps to itself under the floor is a
 // bounded error each window; a bucket carries its level from cell to cell,
 // so counts no region ever saw would add up, window after window, into an
-// error without a bound; slots are few and held for two cells, and a
-// region that kept half of them to itself would let every other region
-// hold that many more.
+// error without a bound; slots are few and held for a lease, and a region
+// that kept half of them to itself would let every other region hold that
+// many more.
 func (g *globalTier) cellFloor(w *window, limit int64) int64 {
-	if store.IsBucketCode(w.durationMs) || store.IsLeaseCode(w.durationMs) {
+	if store.IsBucketCode(w.durationMs) || store.IsPoolCode(w.durationMs) {
 		return 1
 	}
 	return g.floor(limit, w.durationMs)

@@ -159,16 +159,18 @@ func (g *globalTier) publishCounted(ctx context.Context, full bool) {
 			}
 		}
 		g.windows.forEach(func(w *window) {
-			if g.readSlots != nil && store.IsLeaseCode(w.durationMs) {
+			if g.readSlots != nil && store.IsPoolCode(w.durationMs) {
 				slots = append(slots, w)
 				return
 			}
 			candidates(w)
 		})
 		if len(slots) > 0 {
-			var mains []*window
+			var mains []*window // one window of each pool, to read it by
+			read := map[*poolGroup]bool{}
 			for _, w := range slots {
-				if !w.holdsRefunds() {
+				if pg := g.windows.pools.of(w); w.isPool() && pg != nil && !read[pg] {
+					read[pg] = true
 					mains = append(mains, w)
 				}
 			}
@@ -353,17 +355,17 @@ func (g *globalTier) flushCandidate(w *window, c *cell, now int64, prompt bool) 
 }
 
 // slotCells returns, for the concurrency limits among the grown cells,
-// every cell of theirs that counts now (the two cells and their refunds),
-// read from the regional store first: a prompt flush publishes them
-// together, whatever their growth, as the region holds them. A release
-// and the re-take of its slot are often made by two processes of the
-// region, each flushing on its own clock; published apart, another region
-// would see the slot free in between and take it too.
+// every cell of their pools that counts now (each live cell and its
+// refunds), read from the regional store first: a prompt flush publishes
+// them together, whatever their growth, as the region holds them. A
+// release and the re-take of its slot are often made by two processes of
+// the region, each flushing on its own clock; published apart, another
+// region would see the slot free in between and take it too.
 func (g *globalTier) slotCells(ctx context.Context, grown []cellRef, now int64) map[*cell]*window {
-	var mains []*window
-	seen := map[*window]bool{}
+	var pools []*poolGroup
+	var firsts []*window // one window of each pool, to read it by
 	for _, it := range grown {
-		if !store.IsLeaseCode(it.w.durationMs) {
+		if !store.IsPoolCode(it.w.durationMs) {
 			continue
 		}
 		w := it.w
@@ -374,29 +376,27 @@ func (g *globalTier) slotCells(ctx context.Context, grown []cellRef, now int64) 
 				continue
 			}
 		}
-		if !seen[w] {
-			seen[w] = true
-			mains = append(mains, w)
+		if pg := g.windows.pools.of(w); pg != nil && !slices.Contains(pools, pg) {
+			pools = append(pools, pg)
+			firsts = append(firsts, w)
 		}
 	}
-	if len(mains) == 0 {
+	if len(pools) == 0 {
 		return nil
 	}
 	if g.readSlots != nil {
-		g.readSlots(ctx, mains, now)
+		g.readSlots(ctx, firsts, now)
 	}
 	out := map[*cell]*window{}
-	for _, w := range mains {
-		ws := []*window{w}
-		k := w.refundsKey()
-		if rw := g.windows.find(&k); rw != nil {
-			ws = append(ws, rw)
-		}
-		seq := w.seqOf(now)
-		for _, x := range ws {
-			for i := range x.cells {
-				if c := x.cells[i].Load(); c != nil && c.seq() >= seq-1 {
-					out[c] = x
+	for _, pg := range pools {
+		for _, pc := range pg.live(now) {
+			seq, _ := pc.w.poolCell()
+			if c := pc.w.cells[seq&1].Load(); c != nil && c.seq() == seq {
+				out[c] = pc.w
+			}
+			if pc.refunds != nil {
+				if c := pc.refunds.cells[seq&1].Load(); c != nil && c.seq() == seq {
+					out[c] = pc.refunds
 				}
 			}
 		}

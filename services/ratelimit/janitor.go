@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 	"time"
 
 	"github.com/puzpuzpuz/xsync/v4"
@@ -78,12 +79,15 @@ func (t *windowTable) evictIdle(now time.Time) int {
 
 // forget drops what the table holds beside w, which the janitor removed:
 // its bucket, what it gave back, the lanes it took slots through, its
-// place among a calendar's zones.
+// place among a calendar's zones or in a concurrency limit's pool.
 func (t *windowTable) forget(w *window) {
 	t.dropBucket(w)
 	t.given.Delete(w)
 	t.lanes.Delete(w)
-	if !periodOf(w).IsZero() && !w.holdsRefunds() {
+	switch {
+	case store.IsPoolCode(w.durationMs):
+		t.pools.remove(w)
+	case !periodOf(w).IsZero() && !w.holdsRefunds():
 		t.zones.remove(w)
 	}
 }

@@ -8,23 +8,29 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/internal/invalid"
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
-// Lease bounds: a slot frees itself between one and two leases after it
-// was acquired (see [Concurrency]), so a lease is a whole number of seconds
-// from a second, under which the clocks of a fleet disagree, to an hour,
-// past which a slot a crashed caller held would stay taken too long; a
-// longer call extends its lease.
+// Lease bounds: a slot frees itself at its lease's end, less than a
+// second or a tenth of the lease later (see [Concurrency]), so a lease is
+// a whole number of seconds from a second, under which the clocks of a
+// fleet disagree, to an hour, past which a slot a crashed caller held
+// would stay taken too long; a longer call extends its lease.
 const (
-	MinLease = time.Second
-	MaxLease = time.Hour
+	MinLease = store.MinLeaseMs * time.Millisecond
+	MaxLease = store.MaxLeaseMs * time.Millisecond
 )
+
+// ErrLeaseExpired is Extend's answer for slots whose lease ended: they
+// are free, and a new [Service.Acquire] takes them again, under the limit
+// and overrides of the day.
+var ErrLeaseExpired = errors.New("lease expired: its slots are free")
 
 // Acquisition asks for Cost slots of a concurrency limit: at most Limit
 // slots of Namespace and Identifier held at once, each freed by its
-// release or, at the latest, when its lease runs out. The lease is part of
-// the limit's name, as a window's duration is: acquisitions with other
-// leases count apart.
+// release or, at the latest, when its lease runs out. One limit is one
+// pool whatever lease each holder chose: the lease is a parameter of the
+// slot, not the limit's name.
 type Acquisition struct {
 	Workspace  string
 	Namespace  string
@@ -32,7 +38,7 @@ type Acquisition struct {
 	// Limit is how many slots may be held at once, 1 to [MaxLimit] (0,
 	// where the caller allows it, refuses every acquisition).
 	Limit int64
-	// Lease is how long a slot is held at least if it is not released:
+	// Lease is how long a slot is held at most if it is not released:
 	// whole seconds, [MinLease] to [MaxLease].
 	Lease time.Duration
 	// Cost is how many slots, 1 to [MaxCost].
@@ -46,13 +52,19 @@ type Slot struct {
 	Namespace  string
 	Identifier string
 	Limit      int64
-	Lease      time.Duration
-	// Sequence is the lease-long cell the slot was counted in (see
-	// [CellOf] with Lease).
+	// Lease is the lease the slot was acquired or last extended with:
+	// it names the grid of its cell.
+	Lease time.Duration
+	// Sequence is the cell the slot was counted in (see [LeaseCell]).
 	Sequence int64
 	// Cost is how many slots it holds.
 	Cost int64
 }
+
+// ExpiresAt is when sl frees itself if it is neither released nor
+// extended: its lease's end, less than a second or a tenth of the lease
+// later.
+func (sl *Slot) ExpiresAt() time.Time { return LeaseEnd(sl.Lease, sl.Sequence) }
 
 // Validate checks a by the limiter's rules, naming the field that breaks
 // one. It accepts a limit of 0, which refuses every acquisition: a caller
@@ -93,11 +105,11 @@ func (a *Acquisition) request() Request {
 
 // Acquire takes a.Cost slots if at most a.Limit less a.Cost are held,
 // and answers as [Service.Decide] does: Remaining is the slots left free
-// (so Limit less Remaining are held, at most Limit), Reset the end of the
-// lease-long cell the slots were counted in, which they outlive by one
-// lease at most, RetryAfter when the oldest held slots expire if no
-// release comes first. The slot is [Slot] with [CellOf](resp, a.Lease).
-// It validates a.
+// (so Limit less Remaining are held, at most Limit), Reset when the slots
+// free themselves if they are not released (the lease's end, less than a
+// second or a tenth of the lease later), RetryAfter when enough held ones
+// expire if no release comes first. The slot is [Slot] with
+// [LeaseCell](resp, a.Lease). It validates a.
 func (s *Service) Acquire(ctx context.Context, a Acquisition) (Response, error) {
 	if err := a.Validate(); err != nil {
 		return Response{}, err
@@ -105,8 +117,8 @@ func (s *Service) Acquire(ctx context.Context, a Acquisition) (Response, error) 
 	return s.Decide(ctx, a.request())
 }
 
-// InFlight returns how many of the slots of a limit of acquisition a are
-// held now, as far as this process knows, without taking any.
+// InFlight returns how many of the slots of the limit of acquisition a
+// are held now, as far as this process knows, without taking any.
 func (s *Service) InFlight(ctx context.Context, a Acquisition) (int64, error) {
 	r := a.request()
 	r.Cost, r.Reserve = 0, false
@@ -119,89 +131,103 @@ func (s *Service) InFlight(ctx context.Context, a Acquisition) (int64, error) {
 // reservation's ledger of the API); a second release would free another
 // holder's slot.
 func (s *Service) Release(ctx context.Context, sl Slot) (int64, error) {
-	return s.Refund(ctx, sl.refund(sl.Sequence))
+	return s.Refund(ctx, sl.refund())
 }
 
-// refund returns the refund that frees sl's slots counted in cell seq.
-func (sl *Slot) refund(seq int64) Refund {
+// refund returns the refund that frees sl.
+func (sl *Slot) refund() Refund {
 	return Refund{Workspace: sl.Workspace, Namespace: sl.Namespace, Identifier: sl.Identifier,
-		Duration: sl.Lease, Limit: sl.Limit, Sequence: seq, Amount: sl.Cost, Slot: true}
+		Duration: sl.Lease, Limit: sl.Limit, Sequence: sl.Sequence, Amount: sl.Cost, Slot: true}
 }
 
-// Extend keeps sl for another lease at least: it counts the slots in the
-// current cell and frees them from their old one, whatever else is held
-// (the holder had them already); slots counted in the current cell stay
-// where they are. A slot that had expired is acquired anew, as
-// Acquire would, and may be refused. The answer is Acquire's: the slot
-// held now is sl with [CellOf](resp, sl.Lease), when resp.Success. Like
+// Extend keeps sl for lease from now (sl.Lease if lease is 0), whatever
+// else is held (the holder had the slots already): it counts them in the
+// cell of their new expiry and frees them from their old one. Slots whose
+// lease ended are free: [ErrLeaseExpired], and a new [Service.Acquire]
+// takes them again. The answer is Acquire's, Success set: the slot held
+// now is sl with Lease lease and Sequence [LeaseCell](resp, lease). Like
 // Release, each slot is extended once.
-func (s *Service) Extend(ctx context.Context, sl Slot) (Response, error) {
+func (s *Service) Extend(ctx context.Context, sl Slot, lease time.Duration) (Response, error) {
+	if lease == 0 {
+		lease = sl.Lease
+	}
 	a := Acquisition{Workspace: sl.Workspace, Namespace: sl.Namespace, Identifier: sl.Identifier,
-		Limit: sl.Limit, Lease: sl.Lease, Cost: sl.Cost}
+		Limit: sl.Limit, Lease: lease, Cost: sl.Cost}
 	if err := a.Validate(); err != nil {
 		return Response{}, err
 	}
-	now := s.clock.Now().UnixMilli() / sl.Lease.Milliseconds()
-	switch sl.Sequence {
-	case now:
-		// Counted in the current cell: held for a lease more already.
-		return s.state(ctx, a, sl.Sequence)
-	case now - 1:
-	default:
-		return s.Decide(ctx, a.request())
+	if err := CheckLease("lease", sl.Lease); err != nil {
+		return Response{}, err
 	}
-	// Count the slots into the current cell first, whatever the limit
-	// says (in the regional store at once, as a take is), then free the
-	// old ones: in between they are counted twice, never not at all.
-	moved, err := s.count(ctx, a, now)
+	now := s.clock.Now().UnixMilli()
+	if !sl.ExpiresAt().After(time.UnixMilli(now)) {
+		return Response{}, ErrLeaseExpired
+	}
+	r := a.request()
+	to := poolKey(&r, now)
+	if from := store.PoolCode(store.PoolShift(sl.Lease.Milliseconds()), sl.Sequence); from == to.durationMs {
+		// Counted in the cell of the new expiry already.
+		return s.state(ctx, a, to)
+	}
+	// Count the slots into the new cell first, whatever the limit says
+	// (in the regional store at once, as a take is), then free the old
+	// ones: in between they are counted twice, never not at all. If the
+	// store did not take the new count, the region does not see it until
+	// the replay sends it: the old ones stay counted until they expire,
+	// never the slot nowhere.
+	sent, err := s.count(ctx, a, to)
 	if err != nil {
 		return Response{}, err
 	}
-	freed, err := s.Refund(ctx, sl.refund(sl.Sequence))
+	if !sent {
+		return s.state(ctx, a, to)
+	}
+	freed, err := s.Release(ctx, sl)
 	if err != nil || freed == 0 {
-		// The old cell expired meanwhile: the slots were free. Undo the
-		// count and acquire them as anyone would.
-		if _, uerr := s.Refund(ctx, sl.refund(moved)); uerr != nil {
+		// The old cell ended meanwhile: the slots were free. Undo the
+		// count.
+		moved := sl
+		moved.Lease = lease
+		_, moved.Sequence = store.PoolCodeCell(to.durationMs)
+		if _, uerr := s.Release(ctx, moved); uerr != nil {
 			return Response{}, uerr
 		}
 		if err != nil {
 			return Response{}, err
 		}
-		return s.Decide(ctx, a.request())
+		return Response{}, ErrLeaseExpired
 	}
-	return s.state(ctx, a, moved)
+	return s.state(ctx, a, to)
 }
 
-// count counts a.Cost slots into a's cell seq (or the window's newer one,
-// for a clock reading another request passed), whatever the limit says,
-// and returns the cell it counted them in. With a regional store it sends
-// them at once, as a take is sent: another process must not see them
-// nowhere while the old cell's are freed; if the store fails, the replay
-// sends this process's total of the cell again, which holds them.
-func (s *Service) count(ctx context.Context, a Acquisition, seq int64) (int64, error) {
-	r := a.request()
-	key := keyOf(&r)
+// count counts a.Cost slots into the pool cell of key, whatever the limit
+// says, and reports whether the region sees them: with a regional store
+// it sends them at once, as a take is sent, and reports false if the
+// store failed (the replay sends this process's total of the cell again,
+// which holds them).
+func (s *Service) count(ctx context.Context, a Acquisition, key windowKey) (bool, error) {
+	_, seq := store.PoolCodeCell(key.durationMs)
 	for range maxEvictionRetries {
 		w, err := s.windows.forRequest(&key)
 		if err != nil {
-			return 0, err
+			return false, err
 		}
 		w.observeLimit(a.Limit)
-		c, newer := w.cellAt(seq, s.regional == nil)
+		c, _ := w.cellAt(seq, s.regional == nil)
 		if c == nil {
-			seq = newer
-			continue
+			return false, errors.New("concurrency limit: the cell of the new expiry ended")
 		}
 		if s.regional != nil {
 			// In the store, or, if it failed, in this process's total of
 			// the cell, which the replay sends again as it is (see
 			// writeThrough): counted in memory only. A window the janitor
 			// removes meanwhile is replaced by one that reads it back.
-			if !s.regional.writeThrough(ctx, w, c, a.Cost) {
+			sent := s.regional.writeThrough(ctx, w, c, a.Cost)
+			if !sent {
 				addCapped(&c.count, a.Cost)
 			}
 			s.global.noteGrowth(w, c, a.Limit)
-			return seq, nil
+			return sent, nil
 		}
 		addCapped(&c.count, a.Cost)
 		if w.evicted() {
@@ -210,19 +236,20 @@ func (s *Service) count(ctx context.Context, a Acquisition, seq int64) (int64, e
 			continue
 		}
 		s.global.noteGrowth(w, c, a.Limit)
-		return seq, nil
+		return true, nil
 	}
-	return 0, errors.New("concurrency limit: its window kept being evicted")
+	return false, errors.New("concurrency limit: its window kept being evicted")
 }
 
-// state answers an extension of a whose slots are held in cell seq: held,
-// Reset the end of seq (so that [CellOf] names it, whatever the clock
-// reads now), and the rest what a check of one more would answer.
-func (s *Service) state(ctx context.Context, a Acquisition, seq int64) (Response, error) {
+// state answers an extension of a whose slots are held in the pool cell
+// of key: held, Reset the cell's end (so that [LeaseCell] names it), and
+// the rest what a check of one more would answer.
+func (s *Service) state(ctx context.Context, a Acquisition, key windowKey) (Response, error) {
 	r := a.request()
 	r.Cost, r.Reserve = 0, false
 	resp, err := s.Decide(ctx, r)
 	resp.Success, resp.RetryAfter = true, 0
-	resp.Reset = time.UnixMilli((seq + 1) * a.Lease.Milliseconds())
+	shift, seq := store.PoolCodeCell(key.durationMs)
+	resp.Reset = time.UnixMilli(store.PoolCellEnd(shift, seq))
 	return resp, err
 }

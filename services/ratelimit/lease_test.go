@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,7 +29,7 @@ func acquire(t *testing.T, s *Service, a Acquisition) (Slot, bool) {
 		t.Fatal(err)
 	}
 	return Slot{Workspace: a.Workspace, Namespace: a.Namespace, Identifier: a.Identifier, Limit: a.Limit,
-		Lease: a.Lease, Sequence: CellOf(resp, a.Lease), Cost: a.Cost}, resp.Success
+		Lease: a.Lease, Sequence: LeaseCell(resp, a.Lease), Cost: a.Cost}, resp.Success
 }
 
 // takeUpTo makes n acquisitions of a on s and returns how many took a slot.
@@ -60,8 +61,8 @@ func mustRelease(t *testing.T, s *Service, sl Slot) int64 {
 	return n
 }
 
-// TestSlotsHeldUntilReleased: at most limit slots at once; a release frees
-// one for the next caller, in the same cell and in the next.
+// TestSlotsHeldUntilReleased: at most limit slots at once, acquired in
+// cells of their own; a release frees one for the next caller.
 func TestSlotsHeldUntilReleased(t *testing.T) {
 	clock := newFakeClock(1_700_000_000_000)
 	s, err := New("test", WithClock(clock))
@@ -76,11 +77,11 @@ func TestSlotsHeldUntilReleased(t *testing.T) {
 			t.Fatalf("slot %d of 3 refused", i)
 		}
 		held = append(held, sl)
-		clock.Advance(4 * time.Second) // across a cell boundary
+		clock.Advance(3 * time.Second) // into the cells of other expiries
 	}
 	resp, err := s.Acquire(context.Background(), a)
-	if err != nil || resp.Success || resp.Remaining != 0 || resp.RetryAfter <= 0 {
-		t.Fatalf("a fourth slot of 3: %+v, %v; want refused with a retry", resp, err)
+	if err != nil || resp.Success || resp.Remaining != 0 || resp.RetryAfter != time.Second {
+		t.Fatalf("a fourth slot of 3: %+v, %v; want refused, the first free in a second", resp, err)
 	}
 	if got := mustRelease(t, s, held[0]); got != 1 {
 		t.Fatalf("released %d, want 1", got)
@@ -96,36 +97,46 @@ func TestSlotsHeldUntilReleased(t *testing.T) {
 	}
 }
 
-// TestSlotsFreeThemselves: a slot never released is held for at least its
-// lease and frees itself within two, wherever in its cell it was taken.
+// TestSlotsFreeThemselves: a slot never released is held for its whole
+// lease and frees itself less than a second, or a tenth of the lease,
+// after it ends, wherever in a second it was taken, for leases short and
+// long; an extension holds it for the new lease from then.
 func TestSlotsFreeThemselves(t *testing.T) {
-	const lease = 10 * time.Second
-	for _, offset := range []time.Duration{0, time.Millisecond, 5 * time.Second, lease - time.Millisecond} {
-		clock := newFakeClock(1_700_000_000_000 + offset.Milliseconds())
-		s, err := New("test", WithClock(clock))
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := acq("user", 1, lease)
-		if _, ok := acquire(t, s, a); !ok {
-			t.Fatal("first slot refused")
-		}
-		clock.Advance(lease - time.Millisecond)
-		if _, ok := acquire(t, s, a); ok {
-			t.Fatalf("taken %v into its cell: free again before its lease ran out", offset)
-		}
-		clock.Advance(lease - offset + time.Millisecond)
-		if n := inFlight(t, s, a); n != 0 {
-			t.Fatalf("taken %v into its cell: %d in flight two cells on, want 0", offset, n)
-		}
-		if _, ok := acquire(t, s, a); !ok {
-			t.Fatalf("taken %v into its cell: still held after two leases", offset)
+	for _, lease := range []time.Duration{time.Second, 10 * time.Second, 37 * time.Second, 30 * time.Minute, MaxLease} {
+		late := max(time.Second, lease/10)
+		for _, offset := range []time.Duration{0, time.Millisecond, 500 * time.Millisecond, 999 * time.Millisecond} {
+			clock := newFakeClock(1_700_000_000_000 + offset.Milliseconds())
+			s, err := New("test", WithClock(clock))
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := acq("user", 1, lease)
+			resp, err := s.Acquire(context.Background(), a)
+			if err != nil || !resp.Success {
+				t.Fatalf("lease %v: first slot refused: %+v, %v", lease, resp, err)
+			}
+			took := clock.Now()
+			if ends := resp.Reset.Sub(took); ends < lease || ends >= lease+late {
+				t.Fatalf("lease %v taken %v into a second: it ends %v after, want %v to %v", lease, offset, ends, lease, lease+late)
+			}
+			clock.Set(took.Add(lease - time.Millisecond).UnixMilli())
+			if _, ok := acquire(t, s, a); ok {
+				t.Fatalf("lease %v taken %v into a second: free again before its lease ran out", lease, offset)
+			}
+			clock.Set(took.Add(lease + late).UnixMilli())
+			if n := inFlight(t, s, a); n != 0 {
+				t.Fatalf("lease %v taken %v into a second: %d in flight %v past its end, want 0", lease, offset, n, late)
+			}
+			if _, ok := acquire(t, s, a); !ok {
+				t.Fatalf("lease %v taken %v into a second: still held %v past its end", lease, offset, late)
+			}
 		}
 	}
 }
 
-// TestExtendKeepsTheSlot: an extended slot outlives its first cells and is
-// never counted twice; one that expired is acquired anew, if one is free.
+// TestExtendKeepsTheSlot: an extended slot is held for the new lease from
+// then, whatever lease it had, and is never counted twice; one that
+// expired cannot be extended (its slots are free: acquire them again).
 func TestExtendKeepsTheSlot(t *testing.T) {
 	clock := newFakeClock(1_700_000_000_000)
 	s, err := New("test", WithClock(clock))
@@ -135,43 +146,53 @@ func TestExtendKeepsTheSlot(t *testing.T) {
 	a := acq("user", 2, 10*time.Second)
 	sl, _ := acquire(t, s, a)
 	other, _ := acquire(t, s, a)
-	clock.Advance(10 * time.Second)
-	resp, err := s.Extend(context.Background(), sl)
+	clock.Advance(5 * time.Second)
+	resp, err := s.Extend(context.Background(), sl, 0)
 	if err != nil || !resp.Success || resp.Remaining != 0 {
 		t.Fatalf("extend at the limit: %+v, %v; want kept, none left", resp, err)
 	}
-	moved := sl
-	moved.Sequence = CellOf(resp, sl.Lease)
-	if moved.Sequence != sl.Sequence+1 {
-		t.Fatalf("extended into cell %d, want %d", moved.Sequence, sl.Sequence+1)
+	if want := clock.Now().Add(10 * time.Second); !resp.Reset.Equal(want) {
+		t.Fatalf("extended until %v, want %v: a lease from now", resp.Reset, want)
 	}
+	moved := sl
+	moved.Sequence = LeaseCell(resp, sl.Lease)
 	if n := inFlight(t, s, a); n != 2 {
 		t.Fatalf("in flight after an extension: %d, want 2", n)
 	}
-	clock.Advance(10 * time.Second) // the first cell expires: other is free
+	clock.Advance(6 * time.Second) // the other's lease ends: it is free
 	if n := inFlight(t, s, a); n != 1 {
 		t.Fatalf("in flight after the other slot expired: %d, want 1 (the extended one)", n)
 	}
 	if got := mustRelease(t, s, other); got != 0 {
 		t.Fatalf("an expired slot's release freed %d", got)
 	}
-	// Extending in the cell it was moved to keeps it there.
-	again, err := s.Extend(context.Background(), moved)
-	if err != nil || !again.Success || CellOf(again, sl.Lease) != moved.Sequence+1 {
+	// Extended again with a lease of an hour: held that long, in a
+	// cell of the hour's grid, and still one slot.
+	again, err := s.Extend(context.Background(), moved, time.Hour)
+	if err != nil || !again.Success {
 		t.Fatalf("second extension: %+v, %v", again, err)
 	}
-	// An expired slot is acquired anew: refused when the limit is held.
-	if _, ok := acquire(t, s, a); !ok {
-		t.Fatal("the free slot was refused")
+	if ends := again.Reset.Sub(clock.Now()); ends < time.Hour || ends >= time.Hour+MaxLease/10 {
+		t.Fatalf("extended for an hour, it ends in %v", ends)
 	}
-	resp, err = s.Extend(context.Background(), sl) // its cell is long gone
-	if err != nil || resp.Success {
-		t.Fatalf("extending an expired slot with none free: %+v, %v; want refused", resp, err)
+	if n := inFlight(t, s, a); n != 1 {
+		t.Fatalf("in flight after an extension to an hour: %d, want 1", n)
+	}
+	clock.Advance(50 * time.Minute)
+	if n := inFlight(t, s, a); n != 1 {
+		t.Fatalf("50 minutes into an hour's lease: %d in flight, want 1", n)
+	}
+	// The first id, extended away and long expired, extends nothing.
+	if resp, err := s.Extend(context.Background(), sl, 0); !errors.Is(err, ErrLeaseExpired) {
+		t.Fatalf("extending an expired slot: %+v, %v; want ErrLeaseExpired", resp, err)
+	}
+	if n := inFlight(t, s, a); n != 1 {
+		t.Fatalf("in flight after an expired extension: %d, want 1", n)
 	}
 }
 
 // TestSlotsApartFromWindows: a concurrency limit and a window of the same
-// identifier and length count apart.
+// identifier and length count apart; the leases of one limit share it.
 func TestSlotsApartFromWindows(t *testing.T) {
 	s, err := New("test", WithClock(newFakeClock(1_700_000_000_000)))
 	if err != nil {
@@ -187,10 +208,12 @@ func TestSlotsApartFromWindows(t *testing.T) {
 	if _, ok := acquire(t, s, a); ok {
 		t.Fatal("a second slot of 1 admitted")
 	}
-	other := a
-	other.Lease = 20 * time.Second
-	if _, ok := acquire(t, s, other); !ok {
-		t.Fatal("a limit of another lease shared the first's slots")
+	for _, lease := range []time.Duration{time.Second, 20 * time.Second, MaxLease} {
+		other := a
+		other.Lease = lease
+		if _, ok := acquire(t, s, other); ok {
+			t.Fatalf("a slot with a lease of %v admitted beside the one of 10 s: one limit, one pool", lease)
+		}
 	}
 }
 
@@ -436,8 +459,8 @@ func TestSlotsPublishedAsTheRegionHoldsThem(t *testing.T) {
 
 // TestSlotsOfADeadRegionFree: region a takes 8 slots of 10 and dies (it
 // never flushes, releases or extends again); region b, which learned of
-// them, takes only the 2 left until the slots expire, within two leases,
-// and then all 10.
+// them, takes only the 2 left until the slots expire, a second at most
+// after their lease, and then all 10.
 func TestSlotsOfADeadRegionFree(t *testing.T) {
 	mem := storetest.NewMemGlobal()
 	clock := newFakeClock(1_700_000_010_000)
@@ -453,21 +476,21 @@ func TestSlotsOfADeadRegionFree(t *testing.T) {
 	if n := inFlight(t, rb.Service, lim); n != 8 {
 		t.Fatalf("region b sees %d held, want 8", n)
 	}
-	clock.Advance(4 * time.Second) // one lease: still held
+	clock.Advance(4*time.Second - time.Millisecond) // within the lease: still held
 	rb.sync()
 	if n := inFlight(t, rb.Service, lim); n != 8 {
-		t.Fatalf("a lease on, region b sees %d held, want 8", n)
+		t.Fatalf("within the lease, region b sees %d held, want 8", n)
 	}
-	clock.Advance(4 * time.Second) // two leases: free
+	clock.Advance(time.Second + time.Millisecond) // a second past it: free
 	rb.sync()
 	taken := takeUpTo(t, rb.Service, lim, 12)
 	if taken != 10 {
-		t.Fatalf("two leases after region a died, region b took %d slots, want 10", taken)
+		t.Fatalf("a second past the lease of region a's slots, region b took %d slots, want 10", taken)
 	}
 }
 
 // TestExtendKeepsTheSlotInTheRegion: A holds the only slot and extends it
-// a lease later; B, on the same regional store, finds it held at once,
+// half a lease later; B, on the same regional store, finds it held at once,
 // before either replays anything: the moved count reaches the store
 // before the old one is freed.
 func TestExtendKeepsTheSlotInTheRegion(t *testing.T) {
@@ -479,9 +502,9 @@ func TestExtendKeepsTheSlotInTheRegion(t *testing.T) {
 	if !ok {
 		t.Fatal("the first slot refused")
 	}
-	clock.Advance(10 * time.Second)
-	resp, err := pa.Extend(context.Background(), sl)
-	if err != nil || !resp.Success || CellOf(resp, a.Lease) != sl.Sequence+1 {
+	clock.Advance(5 * time.Second)
+	resp, err := pa.Extend(context.Background(), sl, 0)
+	if err != nil || !resp.Success || LeaseCell(resp, a.Lease) != sl.Sequence+5 {
 		t.Fatalf("extend: %+v, %v", resp, err)
 	}
 	if _, ok := acquire(t, pb.Service, a); ok {
@@ -571,8 +594,7 @@ func TestSlotsReseededAfterTheStoreLostThem(t *testing.T) {
 			t.Fatal("A was refused a slot")
 		}
 	}
-	cell := store.CellKey{Workspace: "ws", Namespace: "ns", Identifier: "pool",
-		Duration: time.Duration(store.LeaseCode(60_000)) * time.Millisecond, Sequence: sl.Sequence}
+	cell := slotCell(sl)
 	o.Lose(cell)
 	clock.Advance(time.Second) // A's copy aged: it reads the store first
 	if n := inFlight(t, a.Service, lim); n != 3 {
@@ -585,6 +607,13 @@ func TestSlotsReseededAfterTheStoreLostThem(t *testing.T) {
 	if got := takeUpTo(t, b.Service, lim, 5); got != 2 {
 		t.Fatalf("B took %d slots, want the 2 left of 5", got)
 	}
+}
+
+// slotCell returns the store's key of the cell sl is counted in.
+func slotCell(sl Slot) store.CellKey {
+	shift := store.PoolShift(sl.Lease.Milliseconds())
+	return store.CellKey{Workspace: sl.Workspace, Namespace: sl.Namespace, Identifier: sl.Identifier,
+		Duration: time.Duration(store.PoolCode(shift, sl.Sequence)) * time.Millisecond, Sequence: sl.Sequence}
 }
 
 // slowTaker is a regional store whose takes of slots each take a while,
@@ -647,5 +676,69 @@ func TestWindowMadeAgainWritesAsAnotherWriter(t *testing.T) {
 	name, _ := s.windows.giveBack(again, 1, 1)
 	if lane.writer == oldLane.writer || name == oldName {
 		t.Fatalf("the window made again writes as %q and %q, the old one as %q and %q", lane.writer, name, oldLane.writer, oldName)
+	}
+}
+
+// TestLeaseChangesKeepThePool re-measures what a lease that named its
+// limit cost (the figures in parentheses, from before): a limit of 20 with
+// 10 slots held under leases of 3 s admits 10 more under leases of 30 s,
+// not 11 (21 held); a slot of a 2 s lease is free 3 s after it was taken
+// (held at 3.6 s); a slot refused under leases of 30 s retries within 33 s
+// (37.8 s); a 60 s lease ends by 66 s (~81 s).
+func TestLeaseChangesKeepThePool(t *testing.T) {
+	clock := newFakeClock(1_700_000_000_400)
+	s, err := New("test", WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := takeUpTo(t, s, acq("mixed", 20, 3*time.Second), 10); got != 10 {
+		t.Fatalf("10 of 20 under leases of 3 s: %d taken", got)
+	}
+	if got := takeUpTo(t, s, acq("mixed", 20, 30*time.Second), 11); got != 10 {
+		t.Fatalf("under leases of 30 s beside 10 held: %d taken, want the 10 free", got)
+	}
+	for _, tc := range []struct {
+		lease, freeBy time.Duration
+	}{{2 * time.Second, 3 * time.Second}, {30 * time.Second, 33 * time.Second}, {time.Minute, 66 * time.Second}} {
+		id := fmt.Sprintf("lease-%v", tc.lease)
+		took := clock.Now()
+		if _, ok := acquire(t, s, acq(id, 1, tc.lease)); !ok {
+			t.Fatalf("%v: refused", tc.lease)
+		}
+		resp, err := s.Acquire(context.Background(), acq(id, 1, tc.lease))
+		if err != nil || resp.Success || resp.RetryAfter < tc.lease || resp.RetryAfter > tc.freeBy {
+			t.Fatalf("%v: a second slot of 1: %+v, %v; want refused, retry within %v", tc.lease, resp, err, tc.freeBy)
+		}
+		clock.Set(took.Add(tc.freeBy).UnixMilli())
+		if _, ok := acquire(t, s, acq(id, 1, tc.lease)); !ok {
+			t.Fatalf("%v: still held %v after it was taken", tc.lease, tc.freeBy)
+		}
+	}
+}
+
+// TestSlotsAtTheLargestLimit: a limit of 2^53, held in full by one
+// acquisition of 2^53, refuses the next one, in memory and taken in the
+// regional store (before, once full, it admitted every further one).
+func TestSlotsAtTheLargestLimit(t *testing.T) {
+	clock := newFakeClock(1_700_000_000_000)
+	mem, err := New("test", WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	regional := newRegional(t, storetest.NewMemRegional(), clock)
+	for name, s := range map[string]*Service{"in memory": mem, "regional store": regional.Service} {
+		full := acq("max", MaxLimit, time.Minute)
+		full.Cost = MaxCost
+		if _, ok := acquire(t, s, full); !ok {
+			t.Fatalf("%s: the whole limit refused", name)
+		}
+		for range 3 {
+			if _, ok := acquire(t, s, acq("max", MaxLimit, time.Minute)); ok {
+				t.Fatalf("%s: a slot past 2^53 held admitted", name)
+			}
+		}
+		if n := inFlight(t, s, acq("max", MaxLimit, time.Minute)); n != MaxLimit {
+			t.Fatalf("%s: %d in flight, want 2^53", name, n)
+		}
 	}
 }

@@ -76,6 +76,9 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 			// old one it starts from zero.
 			now = s.clock.Now().UnixMilli()
 		}
+		if sp.algorithm == Concurrency {
+			key = poolKey(&req, now)
+		}
 		w, err := s.windows.forRequest(&key)
 		if err != nil {
 			return Response{Limit: req.Limit, Reset: resetAt(&req, now), Algorithm: sp.algorithm}, err
@@ -85,34 +88,22 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 			// removed, as idle, the window whose cells our reading falls
 			// in: w may be one made since, empty for them. Decide now.
 			now = s.clock.Now().UnixMilli()
+			if sp.algorithm == Concurrency {
+				continue // in the cell of now
+			}
 		}
 		w.observeLimit(req.Limit)
+		if sp.algorithm == Concurrency {
+			if resp, ok := s.decideSlots(ctx, w, now, sp, &req); ok {
+				return resp, nil
+			}
+			continue // the janitor removed w meanwhile
+		}
 		var b *bucket
 		if sp.algorithm == TokenBucket {
 			// Before the regional store's read, which takes what it
 			// raises from the bucket.
 			b = s.bucketFor(ctx, w, sp, now)
-		}
-		if sp.algorithm == Concurrency && req.Cost > 0 && !req.Report && s.regional != nil {
-			// Slots are taken in the regional store, atomically; from
-			// memory only when it fails.
-			d, cur, outcome := s.regional.takeSlots(ctx, w, now, sp, req.Cost)
-			if outcome == takeAnswered {
-				if d.success {
-					s.global.noteGrowth(w, cur, req.Limit)
-				}
-				s.regional.afterDecide(w, cur, now, &d, 0)
-				return d.response(), nil
-			}
-			// The store took no slots, or failed: decide from memory, as
-			// a strict key does, after a read of what the region holds
-			// (the store's reads may answer where its writes did not).
-			// What the others took since their last replay is all this
-			// process cannot know.
-			s.regional.makeStrict(w, now)
-			if outcome == takeLost {
-				return s.decideLostTake(ctx, w, now, sp, req), nil
-			}
 		}
 		s.regional.prepare(ctx, w, now)
 		if !key.period.IsZero() {
@@ -144,24 +135,6 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 	// this request. Fail closed.
 	d.success = false
 	return d.response(), nil
-}
-
-// decideLostTake decides req, whose take of slots in the regional store
-// lost its answer, from memory at now, and counts its slots in memory
-// whatever the decision: the store may hold them, and a replay writes the
-// take's total so that it does, once (see lostTake). Denied, they are
-// held by no one until their cell ends: counted once, never twice, and
-// never freed where no one took them.
-func (s *Service) decideLostTake(ctx context.Context, w *window, now int64, sp spec, req Request) Response {
-	s.regional.prepare(ctx, w, now)
-	d, cur, counted := s.decide(w, nil, now, sp, req.Cost, false, false)
-	if !counted {
-		addCapped(&cur.count, req.Cost)
-	}
-	cur.flags.Or(cellReserved)
-	s.regional.afterDecide(w, cur, now, &d, 0)
-	s.global.noteGrowth(w, cur, req.Limit)
-	return d.response()
 }
 
 // decide evaluates a request of cost against sp in window w at now (unix

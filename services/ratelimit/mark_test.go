@@ -80,10 +80,8 @@ func takeOne(t *testing.T, p *regionalService) (Acquisition, Slot) {
 func TestTakenSlotsAreMarked(t *testing.T) {
 	m := newMarking()
 	p, _ := newMarked(t, m)
-	a, sl := takeOne(t, p)
-	r := a.request()
-	wk := keyOf(&r)
-	key := p.windows.find(&wk).cellKey(sl.Sequence)
+	_, sl := takeOne(t, p)
+	key := slotCell(sl)
 	before := m.mem.Count(key)
 	p.tick()
 	if got := m.marked(sl.Sequence, false); got != 1 {
@@ -103,12 +101,12 @@ func TestExtendedSlotsAreMarked(t *testing.T) {
 	p, clock := newMarked(t, m)
 	a, sl := takeOne(t, p)
 	p.tick()
-	clock.Advance(time.Minute)
-	resp, err := p.Extend(context.Background(), sl)
+	clock.Advance(30 * time.Second)
+	resp, err := p.Extend(context.Background(), sl, 0)
 	if err != nil || !resp.Success {
 		t.Fatalf("Extend: %+v, %v", resp, err)
 	}
-	seq := CellOf(resp, a.Lease)
+	seq := LeaseCell(resp, a.Lease)
 	if seq == sl.Sequence {
 		t.Fatalf("the extension stayed in cell %d", seq)
 	}
@@ -185,7 +183,7 @@ func TestNoMarksWithoutAnIndex(t *testing.T) {
 	p := &regionalService{Service: newTestService(t, clock, WithRegionalStore(o), WithGlobalStore(storetest.NewMemGlobal()))}
 	_, sl := takeOne(t, p)
 	clock.Advance(time.Minute)
-	if _, err := p.Extend(context.Background(), sl); err != nil {
+	if _, err := p.Extend(context.Background(), sl, 0); err != nil {
 		t.Fatal(err)
 	}
 	if n := p.regional.replays.len(); n != 0 {

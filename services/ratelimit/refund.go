@@ -4,6 +4,8 @@ import (
 	"context"
 	"runtime"
 	"time"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
 // Refund gives back part of a reservation (a request with
@@ -25,10 +27,11 @@ type Refund struct {
 	Duration time.Duration
 	Limit    int64
 	// Slot makes the refund a release: the reservation is a slot of a
-	// concurrency limit whose leases last Duration (see [Service.Acquire]).
+	// concurrency limit, acquired or extended with a lease of Duration
+	// (see [Service.Acquire]).
 	Slot bool
 	// Sequence is the fixed window the reservation was counted in (see
-	// [CellOf]).
+	// [CellOf]), or a slot's cell (see [LeaseCell]).
 	Sequence int64
 	// Amount is what to give back, 0 to [MaxCost].
 	Amount int64
@@ -46,7 +49,7 @@ func CellOf(resp Response, duration time.Duration) int64 {
 
 // Refund gives r.Amount back to r's cell and returns what it gave: r.Amount,
 // or 0 when the cell no longer counts in any decision (the window after its
-// own has ended) or lies in the future. It returns a [*invalid.Error] for
+// own has ended; a slot's cell, once it ended) or lies in the future. It returns a [*invalid.Error] for
 // bad values; the workspace's window cap never refuses a refund.
 func (s *Service) Refund(ctx context.Context, r Refund) (int64, error) {
 	if err := CheckName("namespace", r.Namespace, MaxNameLength); err != nil {
@@ -66,12 +69,20 @@ func (s *Service) Refund(ctx context.Context, r Refund) (int64, error) {
 	}
 	req := Request{Workspace: r.Workspace, Namespace: r.Namespace, Identifier: r.Identifier,
 		Duration: r.Duration}
-	if r.Slot {
-		req.Algorithm = Concurrency
-	}
 	key := keyOf(&req)
-	now := s.clock.Now().UnixMilli() / r.Duration.Milliseconds()
-	if r.Amount == 0 || r.Sequence < now-1 || r.Sequence > now {
+	nowMs := s.clock.Now().UnixMilli()
+	now := nowMs / r.Duration.Milliseconds()
+	if r.Slot {
+		// A slot's cell, on its lease's grid: it counts until it ends.
+		shift := store.PoolShift(r.Duration.Milliseconds())
+		key.durationMs = store.PoolCode(shift, r.Sequence)
+		if store.PoolCellEnd(shift, r.Sequence) <= nowMs || r.Sequence > store.LatestSequence(key.durationMs, nowMs) {
+			return 0, nil
+		}
+	} else if r.Sequence < now-1 || r.Sequence > now {
+		return 0, nil
+	}
+	if r.Amount == 0 {
 		return 0, nil
 	}
 	for range maxEvictionRetries {

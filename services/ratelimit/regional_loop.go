@@ -69,7 +69,7 @@ func (r *regionalTier) replay(ctx context.Context) {
 		incs = append(incs, inc)
 		marksOnly = append(marksOnly, markOnly)
 		sent = append(sent, it)
-		if reseed && store.IsLeaseCode(it.w.durationMs) && !it.w.holdsRefunds() {
+		if reseed && it.w.isPool() {
 			reseeded = append(reseeded, it)
 		}
 	}

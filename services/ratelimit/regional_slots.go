@@ -29,25 +29,23 @@ const (
 	takeLost
 )
 
-// takeSlots takes cost slots of w's concurrency limit (sp) at now in the
-// regional store, in one atomic step with the region's count of what is
-// held, and returns the decision and the current cell when the store
-// answered. Replayed counts reach the store some milliseconds after they
-// were taken, in which every process of the region would see the same
-// slots free; a window's few units over its limit are repaid by the next
-// window, but slots held by everyone's stale view stay taken for as long
-// as they are held.
+// takeSlots takes cost slots of the pool of w (sp's limit), counted in
+// w's cell, at now in the regional store, in one atomic step with the
+// region's count of what the pool holds, and returns the decision and
+// w's cell when the store answered. Replayed counts reach the store some
+// milliseconds after they were taken, in which every process of the
+// region would see the same slots free; a window's few units over its
+// limit are repaid by the next window, but slots held by everyone's stale
+// view stay taken for as long as they are held.
 func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp spec, cost int64) (decision, *cell, takeOutcome) {
 	taker, ok := r.store.(store.SlotTaker)
 	if !ok {
 		return decision{}, nil, takeNotSent
 	}
-	seq, start, end := w.seqAt(now)
-	cur, prev, _ := w.cellsAt(seq, false)
-	if cur == nil {
-		return decision{}, nil, takeNotSent // a stale clock reading: decide from memory
-	}
-	if w.evicted() {
+	seq, end := w.poolCell()
+	cur, _ := w.cellAt(seq, false)
+	g := r.windows.pools.of(w)
+	if cur == nil || g == nil || w.evicted() {
 		return decision{}, nil, takeNotSent // the caller decides again on the window that replaces it
 	}
 	lanes := r.windows.lanesOf(w)
@@ -56,33 +54,11 @@ func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp s
 		return decision{}, nil, takeNotSent
 	}
 	total := lanes.add(lane, seq, cost)
-	// What is held beyond the store, in each of the two cells: the other
-	// regions' slots less their releases, as far as the global store told
-	// us, this process's slots counted from memory while the store failed,
-	// its writes of slots the store has not acknowledged and its takes
-	// whose answers were lost (they reach it with the next replay: they are
-	// held already), less its releases not replayed yet (a release whose
-	// write failed frees its slot here once the replay has sent it: strict
-	// meanwhile). A release answered in another region frees a slot counted
-	// here: each cell is summed over the regions before it is clamped,
-	// never each region's part alone.
-	var beyond [2]int64
-	refundCur, refundPrev := r.windows.refundCells(w, seq)
-	for i, c := range []*cell{cur, prev} {
-		if c != nil {
-			beyond[i] += c.global.Load() + c.unreplayed.Load() + r.windows.unacked(w, seq-int64(i))
-		}
-	}
-	for i, c := range []*cell{refundCur, refundPrev} {
-		if c != nil {
-			beyond[i] -= c.global.Load() + c.unreplayed.Load()
-		}
-	}
-	r.lostTakes(w, seq, &beyond)
+	beyond := r.beyond(g, now)
 	var counts store.SlotCounts
 	_, err := r.call(ctx, opSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
 		var err error
-		counts, err = taker.TakeSlots(ctx, store.SlotTake{Key: w.cellKey(seq), Cost: cost, Limit: sp.limit,
+		counts, err = taker.TakeSlots(ctx, store.SlotTake{Key: w.cellKey(seq), Cost: cost, Limit: sp.limit, Now: now,
 			Beyond: beyond, TTL: time.Duration(w.expiresAt(seq)-now) * time.Millisecond, Writer: lane.writer, Total: total})
 		return nil, err
 	})
@@ -100,26 +76,125 @@ func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp s
 		lanes.add(lane, seq, -cost)
 	}
 	lanes.release(lane, seq)
-	// The store's counts, and ours not yet sent, are what the region holds.
-	r.merge(w, seq, counts.Cur)
-	r.merge(w, seq-1, counts.Prev)
-	rk := w.refundsKey()
-	if rw, _, err := r.windows.findOrCreate(&rk); err == nil {
-		r.merge(rw, seq, counts.CurRefunds)
-		r.merge(rw, seq-1, counts.PrevRefunds)
-	}
+	r.mergePool(w, counts.Cells)
 	cur.flags.Or(cellHydrated)
 	w.refreshedAt.Store(now)
 	if counts.Taken {
 		r.markLater(w, cur)
 	}
 	held := counts.Held(beyond)
-	d := decision{algorithm: sp.algorithm, limit: sp.limit, capacity: sp.limit, resetMs: end, success: counts.Taken,
+	d := decision{algorithm: Concurrency, limit: sp.limit, capacity: sp.limit, resetMs: end, success: counts.Taken,
 		remaining: min(max(sp.limit-held, 0), sp.limit)}
-	if !counts.Taken {
-		d.retryAfter = sp.retryAfter(now-start, end-start, max(counts.Cur-counts.CurRefunds, 0), 0, cost)
+	if !d.success {
+		d.retryAfter = freeAfter(heldCells(counts, beyond), held, cost, sp.limit, now)
 	}
 	return d, cur, takeAnswered
+}
+
+// mergePool merges cells, what the regional store answered of w's pool,
+// into the pool's windows: the store's counts, and this process's not yet
+// sent, are what the region holds; cells this process did not know of
+// (other leases' grids, other expiries) join the pool.
+func (r *regionalTier) mergePool(w *window, cells []store.PoolCell) {
+	for _, pc := range cells {
+		k := windowKey{workspace: pc.Key.Workspace, namespace: pc.Key.Namespace, identifier: pc.Key.Identifier,
+			durationMs: pc.Key.Duration.Milliseconds()}
+		pw := w
+		if k.durationMs != w.durationMs {
+			var err error
+			if pw, _, err = r.windows.findOrCreate(&k); err != nil {
+				continue
+			}
+		}
+		r.merge(pw, pc.Key.Sequence, pc.Count)
+		if c := pw.cells[pc.Key.Sequence&1].Load(); c != nil && c.seq() == pc.Key.Sequence {
+			c.flags.Or(cellHydrated)
+		}
+		k.refunds = true
+		if rw, _, err := r.windows.findOrCreate(&k); err == nil {
+			rw.observeLimit(w.limit.Load())
+			r.merge(rw, pc.Key.Sequence, pc.Refunds)
+		}
+	}
+}
+
+// readPool brings the pool of w up to date from the regional store at
+// now (unix ms): every cell of it that has not ended, as the store holds
+// it. A store that cannot take slots is read cell by cell, the cells this
+// process knows of.
+func (r *regionalTier) readPool(ctx context.Context, w *window, now int64) {
+	seq, _ := w.poolCell()
+	if taker, ok := r.store.(store.SlotTaker); ok {
+		var cells []store.PoolCell
+		_, err := r.call(ctx, opSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
+			var err error
+			cells, err = taker.ReadSlots(ctx, w.cellKey(seq), now)
+			return nil, err
+		})
+		if err == nil {
+			r.mergePool(w, cells)
+			w.refreshedAt.Store(now)
+		}
+		return
+	}
+	g := r.windows.pools.of(w)
+	if g == nil {
+		return
+	}
+	var ws []*window
+	for _, pc := range g.live(now) {
+		ws = append(ws, pc.w)
+	}
+	r.refreshNow(ctx, ws, now, opSlots)
+}
+
+// beyond returns what is held beyond the regional store in each cell of
+// pool g that has not ended at now: the other regions' slots less their
+// releases, as far as the global store told us, this process's slots
+// counted from memory while the store failed, its writes of slots the
+// store has not acknowledged and its takes whose answers were lost (they
+// reach it with the next replay: they are held already), less its
+// releases not replayed yet (a release whose write failed frees its slot
+// here once the replay has sent it: strict meanwhile). A release answered
+// in another region frees a slot counted here: each cell is summed over
+// the regions before it is clamped, never each region's part alone.
+func (r *regionalTier) beyond(g *poolGroup, now int64) []store.PoolCell {
+	var out []store.PoolCell
+	for _, pc := range g.live(now) {
+		seq, _ := pc.w.poolCell()
+		var n int64
+		if c := pc.w.cells[seq&1].Load(); c != nil && c.seq() == seq {
+			n += c.global.Load() + c.unreplayed.Load() + r.windows.unacked(pc.w, seq)
+		}
+		if pc.refunds != nil {
+			if rc := pc.refunds.cells[seq&1].Load(); rc != nil && rc.seq() == seq {
+				n -= rc.global.Load() + rc.unreplayed.Load()
+			}
+		}
+		n += r.lostTakes(pc.w, seq)
+		if n != 0 {
+			out = append(out, store.PoolCell{Key: pc.w.cellKey(seq), Count: n})
+		}
+	}
+	return out
+}
+
+// heldCells returns what each cell of an answer holds with beyond, and
+// when it ends, for freeAfter.
+func heldCells(counts store.SlotCounts, beyond []store.PoolCell) []heldCell {
+	cells := make([]heldCell, 0, len(counts.Cells)+len(beyond))
+	for _, pc := range counts.Cells {
+		one := store.SlotCounts{Cells: []store.PoolCell{pc}}
+		if n := one.Held(beyond); n > 0 {
+			cells = append(cells, heldCell{store.PoolCellEndOf(&pc.Key), n})
+		}
+	}
+	for _, b := range beyond {
+		if !slices.ContainsFunc(counts.Cells, func(pc store.PoolCell) bool { return pc.Key == b.Key }) && b.Count > 0 {
+			cells = append(cells, heldCell{store.PoolCellEndOf(&b.Key), b.Count})
+		}
+	}
+	return cells
 }
 
 // loseTake keeps t, a take whose answer was lost, for the next replay,
@@ -130,16 +205,18 @@ func (r *regionalTier) loseTake(t *lostTake) {
 	r.lost.mu.Unlock()
 }
 
-// lostTakes adds to beyond what w's takes whose answers were lost took in
-// cells seq and seq-1: held, whether or not the store has them yet.
-func (r *regionalTier) lostTakes(w *window, seq int64, beyond *[2]int64) {
+// lostTakes returns what w's takes whose answers were lost took in cell
+// seq: held, whether or not the store has them yet.
+func (r *regionalTier) lostTakes(w *window, seq int64) int64 {
 	r.lost.mu.Lock()
 	defer r.lost.mu.Unlock()
+	var n int64
 	for _, t := range r.lost.takes {
-		if t.w == w && (t.seq == seq || t.seq == seq-1) {
-			beyond[seq-t.seq] += t.cost
+		if t.w == w && t.seq == seq {
+			n += t.cost
 		}
 	}
+	return n
 }
 
 // resendTakes writes the totals of the takes whose answers were lost, at
@@ -156,7 +233,7 @@ func (r *regionalTier) resendTakes(ctx context.Context, now int64) {
 	var incs []store.Increment
 	var sent, done []*lostTake
 	for _, t := range takes {
-		if t.seq < t.w.seqOf(now)-1 {
+		if _, end := t.w.poolCell(); end <= now {
 			done = append(done, t) // the cell counts nowhere now
 			continue
 		}
@@ -239,11 +316,13 @@ func (r *regionalTier) markLater(w *window, c *cell) {
 	}
 }
 
-// readSlots brings the two current cells of the concurrency limits ws,
-// and their refunds, up to date from the regional store, in one read; a
-// failed read leaves them as they are.
+// readSlots brings the pools of the concurrency limits ws (a window of
+// each) up to date from the regional store, one read a pool; a failed
+// read leaves them as they are.
 func (r *regionalTier) readSlots(ctx context.Context, ws []*window, now int64) {
-	r.refresh(ctx, ws, now, opSlots, store.RequestTimeout)
+	for _, w := range ws {
+		r.readPool(ctx, w, now)
+	}
 }
 
 // laneTotals appends to incs the settled totals of the lanes this

@@ -73,8 +73,8 @@ func TestReleaseUnderWriteFaults(t *testing.T) {
 			if got := takeUpTo(t, b.Service, lim, 2); got != 1 {
 				t.Fatalf("B took %d slots after A held 2 and released 1: %d held against a limit of 2", got, 1+got)
 			}
-			refunds := store.CellKey{Workspace: "ws", Namespace: "ns", Identifier: "pool",
-				Duration: time.Duration(store.LeaseCode(60_000)) * time.Millisecond, Sequence: held[0].Sequence, Refunds: true}
+			refunds := slotCell(held[0])
+			refunds.Refunds = true
 			if n := faulty.Regional.(*storetest.MemRegional).Count(refunds); n != 1 {
 				t.Fatalf("the store holds %d released slots, want 1", n)
 			}
@@ -212,8 +212,7 @@ func TestAcquireUnderWriteFaults(t *testing.T) {
 				a.tick()
 				b.tick()
 			}
-			cell := store.CellKey{Workspace: "ws", Namespace: "ns", Identifier: "pool",
-				Duration: time.Duration(store.LeaseCode(60_000)) * time.Millisecond, Sequence: sl.Sequence}
+			cell := slotCell(sl)
 			if n := faulty.Regional.(*storetest.MemRegional).Count(cell); n != 1 {
 				t.Fatalf("the store counts %d slots of A's one", n)
 			}
@@ -228,28 +227,37 @@ func TestAcquireUnderWriteFaults(t *testing.T) {
 	}
 }
 
-// TestUnsentSlotsStayHeld: A holds a slot of 2 and extends it a lease
-// later, while the write of the extension's count to the regional store
-// is lost (the release of the old cell is not). A's next takes see the
-// slot the store has not acknowledged as held beyond it: one more is
-// taken, not two. (Before, a failed write of a total left it in neither
-// the store nor what a take adds beyond it, and A held 3 of 2 until the
-// replay sent it.)
+// TestUnsentSlotsStayHeld: A holds a slot of 2 and extends it half a
+// lease later, while the write of the extension's count to the regional
+// store is lost. The old cell is not freed then (the region would see the
+// slot nowhere until the replay sends the new count): B sees it held
+// there and takes the one slot left. When the old cell ends, A's takes
+// see the count the store has not acknowledged as held beyond it, and
+// take none; nor does B, once A's replay has sent it. (Before, the old
+// cell was freed at once: B took both slots, 3 held of 2.)
 func TestUnsentSlotsStayHeld(t *testing.T) {
-	clock, faulty, a, _ := twoOnFaultyStore(t)
+	clock, faulty, a, b := twoOnFaultyStore(t)
 	lim := acq("pool", 2, time.Minute)
 	sl, ok := acquire(t, a.Service, lim)
 	if !ok {
 		t.Fatal("A refused its slot")
 	}
-	clock.Advance(time.Minute)
+	clock.Advance(30 * time.Second)
 	faulty.SetWriteFault(onSlots(storetest.WriteLost))
-	resp, err := a.Extend(context.Background(), sl)
+	resp, err := a.Extend(context.Background(), sl, 0)
 	faulty.SetWriteFault(nil)
-	if err != nil || !resp.Success || CellOf(resp, time.Minute) != sl.Sequence+1 {
+	if err != nil || !resp.Success || LeaseCell(resp, time.Minute) == sl.Sequence {
 		t.Fatalf("extension: %+v, %v", resp, err)
 	}
-	if got := takeUpTo(t, a.Service, lim, 2); got != 1 {
-		t.Fatalf("A took %d more slots while it held 1 of 2 the store had not acknowledged", got)
+	if got := takeUpTo(t, b.Service, lim, 2); got != 1 {
+		t.Fatalf("B took %d slots while A held 1 of 2, want 1", got)
+	}
+	clock.Set(sl.ExpiresAt().UnixMilli()) // the old cell ends
+	if got := takeUpTo(t, a.Service, lim, 2); got != 0 {
+		t.Fatalf("A took %d more slots while it held 1 of 2 the store had not acknowledged, and B 1", got)
+	}
+	a.tick()
+	if got := takeUpTo(t, b.Service, lim, 2); got != 0 {
+		t.Fatalf("B took %d slots with 2 of 2 held", got)
 	}
 }

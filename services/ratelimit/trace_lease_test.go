@@ -10,15 +10,18 @@ import (
 // Seeded random traces of a concurrency limit against a semaphore with
 // per-lease expiry written here: a slot is held from its acquisition until
 // its release or its lease's end, whichever comes first; an extension
-// holds it for a lease from then. Holders acquire, release (at any process
-// of any region, as a load balancer sends them), extend, and crash (never
-// release: the lease frees the slot). An acquisition is judged by the
-// semaphore as it stands after everything the limiter did before it; an
+// holds it for a lease from then. Each holder picks its own lease, and a
+// new one when it extends: one limit is one pool whatever the leases.
+// Holders acquire, release (at any process of any region, as a load
+// balancer sends them), extend, and crash (never release: the lease frees
+// the slot). An acquisition is judged by the semaphore as it stands after
+// everything the limiter did before it; an
 // over-admission is one the semaphore refuses even granting the limiter
 // what other processes acquired within the deployment's convergence lag
 // (which it cannot have seen), an over-denial one it admits outright. The
-// limiter holds a slot past its lease (see [Concurrency]), so over-denial
-// is expected; over-admission is not.
+// limiter holds a slot up to a second, or a tenth of its lease, past the
+// lease's end (see [Concurrency]), so some over-denial is expected;
+// over-admission is not.
 
 // leaseHolder is a slot a trace's caller holds.
 type leaseHolder struct {
@@ -36,15 +39,19 @@ func leaseTrace(t testing.TB, seed uint64, n int, d traceDeployment) traceCount 
 	clock := newFakeClock(start)
 	ps, ticks, globals, region := d.start(t, clock, rng)
 	loops := traceLoops{ticks: ticks, globals: globals, lastTick: start, lastGlobal: start}
-	leases := []time.Duration{time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, time.Minute}
-	lease := leases[rng.IntN(len(leases))]
+	leases := []time.Duration{time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 25 * time.Second, time.Minute}
+	// The leases holders of this trace choose from: one, or several.
+	leases = leases[rng.IntN(len(leases)):]
+	leases = leases[:1+rng.IntN(len(leases))]
+	mean := leases[0] + (leases[len(leases)-1]-leases[0])/2
 	limit := 1 + rng.Int64N(20)
 	var holders []leaseHolder
 	var recent []traceAdmission // admissions within the longest lag
 	var c traceCount
 	elapsed := 0.0
 	for range n {
-		elapsed += float64(lease.Milliseconds()) / float64(limit) / 4 * 2 * rng.Float64()
+		elapsed += float64(mean.Milliseconds()) / float64(limit) / 4 * 2 * rng.Float64()
+		lease := leases[rng.IntN(len(leases))]
 		clock.Set(start + int64(elapsed))
 		now := clock.ms.Load()
 		loops.until(now)
@@ -70,9 +77,9 @@ func leaseTrace(t testing.TB, seed uint64, n int, d traceDeployment) traceCount 
 			}
 			holders = append(holders[:i], holders[i+1:]...)
 		case op < 7 && len(holders) > 0:
-			// An extension: a lease from now.
+			// An extension: a lease from now, maybe another.
 			i := rng.IntN(len(holders))
-			resp, err := ps[proc].Extend(ctx, holders[i].slot)
+			resp, err := ps[proc].Extend(ctx, holders[i].slot, lease)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -81,7 +88,7 @@ func leaseTrace(t testing.TB, seed uint64, n int, d traceDeployment) traceCount 
 				holders = append(holders[:i], holders[i+1:]...)
 				continue
 			}
-			holders[i].slot.Sequence = CellOf(resp, lease)
+			holders[i].slot.Lease, holders[i].slot.Sequence = lease, LeaseCell(resp, lease)
 			holders[i].expires = now + lease.Milliseconds()
 			recent = append(recent, traceAdmission{at: now, proc: proc, cost: holders[i].slot.Cost})
 		case op < 8 && len(holders) > 0:
@@ -111,7 +118,7 @@ func leaseTrace(t testing.TB, seed uint64, n int, d traceDeployment) traceCount 
 				c.tokens += a.Cost
 				holders = append(holders, leaseHolder{expires: now + lease.Milliseconds(), slot: Slot{
 					Workspace: a.Workspace, Namespace: a.Namespace, Identifier: a.Identifier, Limit: limit,
-					Lease: lease, Sequence: CellOf(resp, lease), Cost: a.Cost}})
+					Lease: lease, Sequence: LeaseCell(resp, lease), Cost: a.Cost}})
 				if len(ps) > 1 {
 					recent = append(recent, traceAdmission{at: now, proc: proc, cost: a.Cost})
 				}

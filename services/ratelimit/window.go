@@ -160,7 +160,7 @@ func (w *window) cellAt(seq int64, hydrated bool) (*cell, int64) {
 			}
 		}
 		fresh := newCell(seq, hydrated)
-		if store.IsLeaseCode(w.durationMs) || store.IsBucketCode(w.durationMs) {
+		if store.IsPoolCode(w.durationMs) || store.IsBucketCode(w.durationMs) {
 			// Every slot is a reservation its release refunds: each
 			// decision on the cell weighs its refunds, and every read
 			// of the regional store fetches them. A bucket's cell has

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/puzpuzpuz/xsync/v4"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
 // windowTable holds every window of the process, by key, and each
@@ -50,6 +52,9 @@ type windowTable struct {
 	// zones groups the calendar windows of one identity and unit by time
 	// zone (see zones.go).
 	zones zones
+	// pools groups the windows of a concurrency limit's cells by limit
+	// (see pool.go).
+	pools pools
 	// janitorNow is the latest clock reading (unix ms) at which the
 	// janitor removed idle windows.
 	janitorNow atomic.Int64
@@ -143,6 +148,8 @@ func (t *windowTable) init(m *metrics, maxPerWorkspace int64) {
 	t.given = xsync.NewMap[*window, *givenBack]()
 	t.lanes = xsync.NewMap[*window, *takeLanes]()
 	t.zones.groups = xsync.NewMap[zoneID, *zoneGroup]()
+	t.pools.groups = xsync.NewMap[poolID, *poolGroup]()
+	t.pools.byWindow = xsync.NewMap[*window, *poolGroup]()
 }
 
 // bucketOf returns w's bucket, the one of w's identity, at now (unix ms),
@@ -332,8 +339,8 @@ func (t *windowTable) loadOrCreate(k *windowKey, h uint64) (*window, bool, error
 		created = newWindow(k)
 		return created, xsync.UpdateOp
 	})
-	if created != nil && !k.period.IsZero() && !k.refunds {
-		t.zones.add(created)
+	if created != nil {
+		t.file(created)
 	}
 	if full {
 		return nil, false, &CapacityError{Max: t.maxPerWorkspace}
@@ -354,10 +361,25 @@ func (t *windowTable) loadOrCreate(k *windowKey, h uint64) (*window, bool, error
 	}
 	w = newWindow(k)
 	t.collided.m[*k] = w
-	if !k.period.IsZero() && !k.refunds {
+	t.file(w)
+	return w, true, nil
+}
+
+// file files w, new in the table, in its group: a calendar's zones, a
+// concurrency limit's pool.
+func (t *windowTable) file(w *window) {
+	switch k := w.key(); {
+	case w.isPool():
+		k.refunds = true
+		t.pools.add(w, t.find(&k))
+	case store.IsPoolCode(w.durationMs):
+		k.refunds = false
+		if main := t.find(&k); main != nil {
+			t.pools.add(w, main)
+		}
+	case !periodOf(w).IsZero() && !w.holdsRefunds():
 		t.zones.add(w)
 	}
-	return w, true, nil
 }
 
 // reserve counts one more window for workspace and reports whether it fits

@@ -40,11 +40,12 @@ func TestTokenRoundTrip(t *testing.T) {
 }
 
 // TestLeaseExpiresWithItsSlots: a lease's token expires when its slots
-// free themselves, the end of the cell after its own; a reservation's an
-// hour later.
+// free themselves, the end of its cell on its lease's grid (2 s for a
+// lease of 30 s); a reservation's an hour after the end of the window
+// after its own.
 func TestLeaseExpiresWithItsSlots(t *testing.T) {
 	tok := reservation.Token{Duration: 30 * time.Second, Sequence: 100, IssuedAt: 100 * 30_000, Slot: true}
-	if got, want := tok.ExpiresAt().UnixMilli(), int64(102*30_000); got != want {
+	if got, want := tok.ExpiresAt().UnixMilli(), int64(100*2_000); got != want {
 		t.Fatalf("lease expires at %d, want %d", got, want)
 	}
 	tok.Slot = false

@@ -12,6 +12,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"time"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
 // Token is what a reservation token carries: the cell the estimate was
@@ -35,7 +37,8 @@ type Token struct {
 	// Ledger): "" for every region (MySQL), a region, or one process.
 	Scope string
 	// Slot makes the token a lease: Reserved slots of a concurrency limit
-	// of Limit slots whose leases last Duration, counted in cell Sequence,
+	// of Limit slots, held for a lease of Duration, counted in cell
+	// Sequence of the lease's grid,
 	// which a release (or an extension) frees once. A lease never settles
 	// as a reservation, nor a reservation releases as a lease.
 	Slot bool
@@ -47,12 +50,13 @@ type Token struct {
 // and a day after it was made at the latest, so that the record that it was
 // settled, kept until then, does not outlive any call by long.
 //
-// A lease expires when its slots free themselves, the end of the cell
-// after its own: a release after that frees nothing.
+// A lease expires when its slots free themselves, the end of its cell on
+// its lease's grid (see the limiter's pools): a release after that frees
+// nothing.
 func (t *Token) ExpiresAt() time.Time {
 	ms := t.Duration.Milliseconds()
 	if t.Slot {
-		return time.UnixMilli((t.Sequence + 2) * ms)
+		return time.UnixMilli(store.PoolCellEnd(store.PoolShift(ms), t.Sequence))
 	}
 	return time.UnixMilli(min((t.Sequence+2)*ms+settleGrace.Milliseconds(), t.IssuedAt+MaxLife.Milliseconds()))
 }

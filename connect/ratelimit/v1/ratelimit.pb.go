@@ -607,8 +607,8 @@ func (x *SettleResponse) GetRefunded() int64 {
 // AcquireRequest asks for cost slots of a concurrency limit.
 type AcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Namespace names the limit with the identifier and the lease, as a
-	// window's duration does: acquisitions with another lease count apart.
+	// Namespace names the limit with the identifier: one pool of slots,
+	// whatever lease each acquisition chose.
 	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	// Identifier is whose slots these are: a team, a key, a backend.
 	Identifier string `protobuf:"bytes,2,opt,name=identifier,proto3" json:"identifier,omitempty"`
@@ -616,8 +616,8 @@ type AcquireRequest struct {
 	// the identifier replaces it.
 	Limit int64 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	// Lease is how long the slots are held if they are not released, in
-	// seconds: 1 to 3600. They free themselves between one and two leases
-	// after they were taken (see expires_at).
+	// seconds: 1 to 3600. They free themselves when it ends, less than a
+	// second or a tenth of the lease later (see expires_at).
 	Lease int64 `protobuf:"varint,4,opt,name=lease,proto3" json:"lease,omitempty"`
 	// Cost is how many slots: 1 to 2^53; 1 if unset.
 	Cost          *int64 `protobuf:"varint,5,opt,name=cost,proto3,oneof" json:"cost,omitempty"`
@@ -902,9 +902,10 @@ func (x *ReleaseResponse) GetLimit() int64 {
 // the slots held now, under a new lease_id.
 type ExtendResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Success reports whether the slots are held: false when they had
-	// expired (or the ledger could not record that the old lease_id was
-	// used) and none was free to take anew.
+	// Success reports whether the slots are held: false only when the
+	// ledger could not record that the old lease_id was used and none was
+	// free to take anew. A lease that expired is refused (invalid_argument
+	// naming lease_id): its slots are free; acquire them again.
 	Success bool `protobuf:"varint,1,opt,name=success,proto3" json:"success,omitempty"`
 	// LeaseId names the slots now; the one extended is used up.
 	LeaseId string `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
@@ -994,13 +995,13 @@ func (x *ExtendResponse) GetExpiresAt() int64 {
 	return 0
 }
 
-// ExtendRequest keeps the slots of a lease for another lease.
+// ExtendRequest keeps the slots of a lease for a lease from now.
 type ExtendRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// LeaseId is what an Acquire or an earlier Extend answered.
 	LeaseId string `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	// Lease, in seconds, is the lease the slots were acquired with, which
-	// names their limit; 0 or unset means that one.
+	// Lease, in seconds, is how long from now: 1 to 3600, any lease; 0 or
+	// unset means the one the slots were acquired or last extended with.
 	Lease         int64 `protobuf:"varint,2,opt,name=lease,proto3" json:"lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

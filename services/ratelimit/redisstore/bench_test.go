@@ -144,7 +144,7 @@ func BenchmarkAcquireReleaseWithRedis(b *testing.B) {
 			b.Fatal(resp, err)
 		}
 		if _, err := p.Release(ctx, ratelimit.Slot{Workspace: a.Workspace, Namespace: a.Namespace, Identifier: a.Identifier,
-			Limit: a.Limit, Lease: a.Lease, Sequence: ratelimit.CellOf(resp, a.Lease), Cost: 1}); err != nil {
+			Limit: a.Limit, Lease: a.Lease, Sequence: ratelimit.LeaseCell(resp, a.Lease), Cost: 1}); err != nil {
 			b.Fatal(err)
 		}
 	}

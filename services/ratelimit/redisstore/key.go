@@ -22,22 +22,69 @@ import (
 //
 //	ratelimit:v2:{<len>:<workspace><len>:<namespace><len>:<identifier>:<duration ms>}:<sequence>[:r[:w]]
 func Key(c *store.CellKey) string {
+	if store.IsPoolCode(c.Duration.Milliseconds()) {
+		return poolPrefix(c) + poolMember(c) + refundsPart(c)
+	}
 	b := make([]byte, 0, 36+len(c.Workspace)+len(c.Namespace)+len(c.Identifier))
 	b = append(b, "ratelimit:v2:{"...)
+	b = appendNames(b, c)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, c.Duration.Milliseconds(), 10)
+	b = append(b, "}:"...)
+	b = strconv.AppendInt(b, c.Sequence, 10)
+	return string(b) + refundsPart(c)
+}
+
+// appendNames appends c's workspace, namespace and identifier, each
+// prefixed by its length.
+func appendNames(b []byte, c *store.CellKey) []byte {
 	for _, part := range [...]string{c.Workspace, c.Namespace, c.Identifier} {
 		b = strconv.AppendInt(b, int64(len(part)), 10)
 		b = append(b, ':')
 		b = append(b, part...)
 	}
-	b = append(b, ':')
-	b = strconv.AppendInt(b, c.Duration.Milliseconds(), 10)
-	b = append(b, "}:"...)
-	b = strconv.AppendInt(b, c.Sequence, 10)
+	return b
+}
+
+// refundsPart is what ends the key of c: refundsSuffix for a cell's
+// refunds, nothing for the cell.
+func refundsPart(c *store.CellKey) string {
 	if c.Refunds {
-		b = append(b, refundsSuffix...)
+		return refundsSuffix
 	}
+	return ""
+}
+
+// A concurrency limit's cells (see store.PoolCode) share one hash tag, the
+// pool's names without a duration, so that a take reads every cell of the
+// pool, whatever its grid, in one script on one node; an index beside them
+// (a sorted set at the pool's prefix and "cells") holds each cell written,
+// by member, scored by when its slots free themselves:
+//
+//	ratelimit:v2:{<len>:<workspace><len>:<namespace><len>:<identifier>:pool}:<code>:<sequence>[:r[:w]]
+//	ratelimit:v2:{<len>:<workspace><len>:<namespace><len>:<identifier>:pool}:cells
+
+// poolPrefix returns what every key of pool cell c's pool starts with.
+func poolPrefix(c *store.CellKey) string {
+	b := make([]byte, 0, 40+len(c.Workspace)+len(c.Namespace)+len(c.Identifier))
+	b = append(b, "ratelimit:v2:{"...)
+	b = appendNames(b, c)
+	b = append(b, ":pool}:"...)
 	return string(b)
 }
+
+// poolMember returns pool cell c's member in its pool's index: its key
+// less the pool's prefix, and never its refunds'.
+func poolMember(c *store.CellKey) string {
+	b := make([]byte, 0, 32)
+	b = strconv.AppendInt(b, c.Duration.Milliseconds(), 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, c.Sequence, 10)
+	return string(b)
+}
+
+// poolIndexSuffix follows a pool's prefix for its index.
+const poolIndexSuffix = "cells"
 
 // refundsSuffix ends the key of a cell's refunds.
 const refundsSuffix = ":r"

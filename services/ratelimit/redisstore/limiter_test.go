@@ -522,11 +522,10 @@ func TestReleaseGivesBackOnceOverRedis(t *testing.T) {
 						return resp.Success
 					})
 					slots = append(slots, ratelimit.Slot{Workspace: "ws", Namespace: "ns", Identifier: "pool", Limit: 2,
-						Lease: time.Hour, Sequence: ratelimit.CellOf(resp, time.Hour), Cost: 1})
+						Lease: time.Hour, Sequence: ratelimit.LeaseCell(resp, time.Hour), Cost: 1})
 				}
-				refunds := store.CellKey{Workspace: "ws", Namespace: "ns", Identifier: "pool",
-					Duration: time.Duration(store.LeaseCode(time.Hour.Milliseconds())) * time.Millisecond,
-					Sequence: slots[0].Sequence, Refunds: true}
+				refunds := slotCell(slots[0])
+				refunds.Refunds = true
 				faulty.SetWriteFault(func(k store.CellKey) storetest.WriteFault {
 					if k == refunds {
 						return fault
@@ -583,9 +582,8 @@ func TestAcquireCountsOnceOverRedis(t *testing.T) {
 				if err != nil || !resp.Success {
 					t.Fatalf("A's acquisition: %+v, %v", resp, err)
 				}
-				cell := store.CellKey{Workspace: "ws", Namespace: "ns", Identifier: "pool",
-					Duration: time.Duration(store.LeaseCode(time.Hour.Milliseconds())) * time.Millisecond,
-					Sequence: ratelimit.CellOf(resp, time.Hour)}
+				cell := slotCell(ratelimit.Slot{Workspace: "ws", Namespace: "ns", Identifier: "pool", Lease: time.Hour,
+					Sequence: ratelimit.LeaseCell(resp, time.Hour)})
 				replays := func() float64 {
 					return a.metric(t, "unkey_ratelimit_origin_operations_total", "op", "replay", "result", "ok")
 				}
@@ -629,4 +627,11 @@ func acquireUpTo(t *testing.T, p *process, acq ratelimit.Acquisition, n int) int
 		}
 	}
 	return taken
+}
+
+// slotCell returns the store's key of the cell sl is counted in.
+func slotCell(sl ratelimit.Slot) store.CellKey {
+	shift := store.PoolShift(sl.Lease.Milliseconds())
+	return store.CellKey{Workspace: sl.Workspace, Namespace: sl.Namespace, Identifier: sl.Identifier,
+		Duration: time.Duration(store.PoolCode(shift, sl.Sequence)) * time.Millisecond, Sequence: sl.Sequence}
 }

@@ -114,7 +114,8 @@ func (o *Store) nodeOf(ctx context.Context, key string) (string, error) {
 // not a 64-bit integer, the sum would overflow, or it is not a string) is
 // set to ARGV[3], the largest count the limiter takes: a corrupt cell fails
 // closed until it expires, and never fails the other commands of the
-// pipeline.
+// pipeline. A cell of a concurrency limit's pool is filed in the pool's
+// index, KEYS[2], as member ARGV[5] scored ARGV[6] (see poolPrefix).
 var incrementScript = redis.NewScript(`
 local ok, n = pcall(redis.call, 'INCRBY', KEYS[1], ARGV[1])
 if not ok then
@@ -126,9 +127,13 @@ if n < floor then
   redis.call('SET', KEYS[1], ARGV[4], 'KEEPTTL')
   n = floor
 end
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl < tonumber(ARGV[2]) then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if KEYS[2] then
+  redis.call('ZADD', KEYS[2], ARGV[6], ARGV[5])
+end
+for _, k in ipairs(KEYS) do
+  if redis.call('PTTL', k) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', k, ARGV[2])
+  end
 end
 return n`)
 
@@ -141,7 +146,8 @@ return n`)
 // growth rather than being set to the hash's sum, so that what a writer of
 // increments added to it (a process of an earlier version, during a
 // rolling upgrade) stays counted. The hash holds one field per writer. A
-// field that is not a number counts 0.
+// field that is not a number counts 0. A cell of a concurrency limit's
+// pool is filed in the pool's index, KEYS[3], as incrementScript files it.
 var totalScript = redis.NewScript(`
 local old = tonumber(redis.call('HGET', KEYS[2], ARGV[1])) or 0
 local total = tonumber(ARGV[2])
@@ -150,12 +156,37 @@ if total > old then
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
   n = math.min(redis.call('INCRBY', KEYS[1], total - old), tonumber(ARGV[4]))
 end
+if KEYS[3] then
+  redis.call('ZADD', KEYS[3], ARGV[6], ARGV[5])
+end
 for _, k in ipairs(KEYS) do
   if redis.call('PTTL', k) < tonumber(ARGV[3]) then
     redis.call('PEXPIRE', k, ARGV[3])
   end
 end
 return n`)
+
+// poolIndex returns the key of the index of k's pool, if k is a cell of a
+// concurrency limit's pool, for the scripts that write it; none otherwise.
+// A cell's refunds are not filed: a take reads the refunds of every cell
+// it reads, and a cell whose only writes are releases (of slots another
+// region counted) is read by the takes that know of it (see
+// store.SlotTake.Beyond).
+func poolIndex(k *store.CellKey) []string {
+	if !store.IsPoolCode(k.Duration.Milliseconds()) || k.Refunds {
+		return nil
+	}
+	return []string{poolPrefix(k) + poolIndexSuffix}
+}
+
+// poolArgs returns the member and the score that file pool cell k in its
+// pool's index; none if poolIndex names none.
+func poolArgs(k *store.CellKey) []any {
+	if poolIndex(k) == nil {
+		return nil
+	}
+	return []any{poolMember(k), store.PoolCellEndOf(k)}
+}
 
 // clampCount bounds a count read from Redis to [0, store.MaxCount].
 // Redis holds whatever anyone wrote: a negative count must not lend budget,
@@ -305,13 +336,17 @@ func (o *Store) Increment(ctx context.Context, incs []store.Increment) ([]int64,
 		// EVAL, not EVALSHA: a restarted server has lost its script cache,
 		// and a pipeline of EVALSHA would then fail without telling which
 		// commands ran. The script is a few hundred bytes a replayed cell.
+		names, pool := []string{keys[i]}, poolIndex(&incs[i].Key)
 		if incs[i].Writer != "" {
 			total := min(max(incs[i].Total, 0), store.MaxCount)
-			cmds[i] = totalScript.Eval(ctx, pipe, []string{keys[i], keys[i] + writersSuffix}, incs[i].Writer, total, ttl, store.MaxCount)
+			names = append(names, keys[i]+writersSuffix)
+			args := []any{incs[i].Writer, total, ttl, store.MaxCount}
+			cmds[i] = totalScript.Eval(ctx, pipe, append(names, pool...), append(args, poolArgs(&incs[i].Key)...)...)
 			continue
 		}
 		floor := min(max(incs[i].Floor, 0), store.MaxCount)
-		cmds[i] = incrementScript.Eval(ctx, pipe, []string{keys[i]}, incs[i].Delta, ttl, store.MaxCount, floor)
+		args := []any{incs[i].Delta, ttl, store.MaxCount, floor}
+		cmds[i] = incrementScript.Eval(ctx, pipe, append(names, pool...), append(args, poolArgs(&incs[i].Key)...)...)
 	}
 	o.mark(ctx, pipe, incs, keys, b.sent, time.Now())
 	if pipe.Len() > 0 {

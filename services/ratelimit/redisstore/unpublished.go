@@ -169,7 +169,12 @@ func parseKey(s string) (store.CellKey, error) {
 	}
 	rest, ok = strings.CutPrefix(rest, ":")
 	rest, refunds := strings.CutSuffix(rest, refundsSuffix)
-	dur, seq, ok2 := strings.Cut(rest, "}:")
+	sep := "}:"
+	if pool, isPool := strings.CutPrefix(rest, "pool}:"); isPool {
+		// A pool's cell: the tag ends before its code (see poolPrefix).
+		rest, sep = pool, ":"
+	}
+	dur, seq, ok2 := strings.Cut(rest, sep)
 	d, err := strconv.ParseInt(dur, 10, 64)
 	q, err2 := strconv.ParseInt(seq, 10, 64)
 	if !ok || !ok2 || err != nil || err2 != nil {

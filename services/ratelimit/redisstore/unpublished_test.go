@@ -15,6 +15,8 @@ func TestParseKeyIsKeysInverse(t *testing.T) {
 		{Workspace: "é", Namespace: "", Identifier: "12:x", Duration: time.Second, Sequence: 0},
 		{Workspace: "ws", Namespace: "ns", Identifier: "id:r", Duration: time.Minute, Sequence: 7, Refunds: true},
 		{Workspace: "ws", Namespace: "ns", Identifier: "id:r", Duration: time.Minute, Sequence: 7},
+		{Workspace: "ws", Namespace: "ns", Identifier: "pool}:", Duration: time.Duration(store.PoolCode(3, 212_500_001)) * time.Millisecond, Sequence: 212_500_001},
+		{Workspace: "ws", Namespace: "", Identifier: "p", Duration: time.Duration(store.PoolCode(0, 1_700_000_001)) * time.Millisecond, Sequence: 1_700_000_001, Refunds: true},
 	} {
 		got, err := parseKey(Key(&k))
 		if err != nil || got != k {

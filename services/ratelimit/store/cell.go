@@ -13,7 +13,8 @@ type CellKey struct {
 	Namespace  string
 	Identifier string
 	// Duration is the key's window, in whole milliseconds, or the code of
-	// a calendar (see calendar.Period.Code) or of a lease (see LeaseCode).
+	// a calendar (see calendar.Period.Code), of a concurrency limit's cell
+	// (see PoolCode) or of a token bucket's cells (see BucketCode).
 	Duration time.Duration
 	// Sequence is the fixed window: unix ms / duration ms.
 	Sequence int64
@@ -54,14 +55,20 @@ func compareBool(a, b bool) int {
 
 // ExpiresAt is when a cell of sequence and a window of durationMs ms can no
 // longer affect any decision, in unix ms: the end of the window after its
-// own, the last in which the sliding window weighs it (and in which a
-// concurrency limit's slots counted in it may still be held: see
-// LeaseCode). Stores keep a cell until then, and may drop it after. A
+// own, the last in which the sliding window weighs it (for a pool's cell,
+// see PoolCode, the end of the cell after it). Stores keep a cell until
+// then, and may drop it after. A
 // durationMs that is a calendar's code (see calendar.Period.Code) names a
 // calendar period, which counts only in itself but which processes still
 // read as the previous cell during the next: it expires when the next
 // period ends, on any zone's clock.
 func ExpiresAt(sequence, durationMs int64) int64 {
+	if IsPoolCode(durationMs) {
+		// A pool's cell counts until it ends; a cell longer, for the
+		// clocks that run behind.
+		shift, _ := PoolCodeCell(durationMs)
+		return PoolCellEnd(shift, sequence+1)
+	}
 	if calendar.IsCode(durationMs) {
 		return calendar.LatestEnd(durationMs, sequence+1)
 	}
@@ -69,36 +76,92 @@ func ExpiresAt(sequence, durationMs int64) int64 {
 }
 
 // LatestSequence returns the latest sequence of a window of durationMs (or
-// a calendar's or a lease's code) that a healthy clock can be in at now
+// a calendar's or a pool's code) that a healthy clock can be in at now
 // (unix ms): the current one and the next, which a clock a little ahead is
 // in. A global store's row past it is ignored.
 func LatestSequence(durationMs, now int64) int64 {
+	if IsPoolCode(durationMs) {
+		// A slot is counted in the cell of its expiry, a lease ahead.
+		shift, _ := PoolCodeCell(durationMs)
+		return PoolCellOf(shift, now+MaxLeaseMs) + 1
+	}
 	if calendar.IsCode(durationMs) {
 		return calendar.EarliestIndex(durationMs, now) + 3
 	}
 	return now/CellLength(durationMs) + 1
 }
 
-// leaseBase is what LeaseCode adds to a lease: 2^42 ms (139 years), past
-// every window and every calendar code (under 2^41), and small enough that
-// a time.Duration holds the sum.
-const leaseBase = 1 << 42
+// A concurrency limit is one pool of slots per identity, whatever lease
+// each holder chose: a slot is counted in the cell of its expiry on a grid
+// fitted to its lease, and frees itself when that cell ends. The grid of
+// a lease is the largest power of two seconds no longer than a tenth of
+// it, at least a second (see PoolShift): a slot frees itself at its own
+// lease's end, within a second or a tenth of the lease if that is longer,
+// and a lease spans 10 to 20 cells of its grid at most, so that what a pool
+// holds is the sum of a few dozen cells. PoolCode names one such cell,
+// grid and cell index together, so that each is a key of its own in every
+// store; the index is the key's Sequence too.
 
-// MaxLeaseMs bounds the lease a code can name: 2^32 ms, 49 days.
-const MaxLeaseMs = 1 << 32
+// poolBase is what PoolCode adds to a grid and a cell: 2^42 ms (139
+// years), past every window and every calendar code (under 2^41), below
+// every bucket code, and small enough that a time.Duration holds the sum.
+// Grids are numbered from 1 in the bits from poolCellBits, so that no code
+// of this version falls in the range of a lease's code of earlier ones
+// (2^42 plus a lease of up to 2^32 ms).
+const (
+	poolBase     = 1 << 42
+	poolCellBits = 36
+)
 
-// LeaseCode returns the duration, in ms, that names the cells of a
-// concurrency limit whose leases last leaseMs (1 to MaxLeaseMs): leaseBase
-// plus the lease. It keeps the key's counts apart from a window of the same
-// length on the same identifier, in every store, without a field of its
-// own. A slot is counted in the cell of leaseMs in which it was acquired
-// and is held, unless released, until that cell's window after its own
-// ends: between one and two leases.
-func LeaseCode(leaseMs int64) int64 { return leaseBase + leaseMs }
+// MinLeaseMs and MaxLeaseMs bound a slot's lease: a second, under which the
+// clocks of a fleet disagree, to an hour, past which a slot a crashed
+// holder held would stay taken too long (a longer call extends its lease).
+// MaxPoolShift is the grid of the longest: 2^8 s.
+const (
+	MinLeaseMs   = 1000
+	MaxLeaseMs   = 3_600_000
+	MaxPoolShift = 8
+)
 
-// IsLeaseCode reports whether durationMs is a LeaseCode.
-func IsLeaseCode(durationMs int64) bool {
-	return durationMs > leaseBase && durationMs <= leaseBase+MaxLeaseMs
+// PoolShift returns the grid of a lease of leaseMs: the largest shift
+// with 2^shift s at most a tenth of the lease, 0 (a second) for leases
+// under 20 s, MaxPoolShift for the longest.
+func PoolShift(leaseMs int64) int64 {
+	var shift int64
+	for shift < MaxPoolShift && 1000<<(shift+1) <= leaseMs/10 {
+		shift++
+	}
+	return shift
+}
+
+// PoolCellOf returns the cell of grid shift that a slot expiring at
+// expiresMs (unix ms) is counted in: the first whose end is not before
+// it. The slot frees itself at that end: less than a cell late.
+func PoolCellOf(shift, expiresMs int64) int64 {
+	g := int64(1000) << shift
+	return (expiresMs + g - 1) / g
+}
+
+// PoolCellEnd returns when the slots counted in cell of grid shift free
+// themselves, in unix ms.
+func PoolCellEnd(shift, cell int64) int64 { return cell * (1000 << shift) }
+
+// PoolCode returns the duration, in ms, that names cell of grid shift (0
+// to MaxPoolShift) of a concurrency limit's pool; the key's Sequence is
+// cell as well.
+func PoolCode(shift, cell int64) int64 {
+	return poolBase + (shift+1)<<poolCellBits + cell&(1<<poolCellBits-1)
+}
+
+// IsPoolCode reports whether durationMs is a PoolCode.
+func IsPoolCode(durationMs int64) bool {
+	return durationMs >= poolBase+1<<poolCellBits && durationMs < poolBase+(MaxPoolShift+2)<<poolCellBits
+}
+
+// PoolCodeCell returns the grid and the cell PoolCode named by code.
+func PoolCodeCell(code int64) (shift, cell int64) {
+	code -= poolBase
+	return code>>poolCellBits - 1, code & (1<<poolCellBits - 1)
 }
 
 // bucketBase is what BucketCode adds to the exponent of a token bucket's
@@ -131,13 +194,14 @@ func IsBucketCode(durationMs int64) bool {
 }
 
 // CellLength returns the length in ms of the cells of a window of
-// durationMs: a lease code's lease, a bucket code's power of two, or
+// durationMs: a pool code's grid, a bucket code's power of two, or
 // durationMs itself. A calendar's code has no one length: callers ask
 // calendar.IsCode first.
 func CellLength(durationMs int64) int64 {
 	switch {
-	case IsLeaseCode(durationMs):
-		return durationMs - leaseBase
+	case IsPoolCode(durationMs):
+		shift, _ := PoolCodeCell(durationMs)
+		return 1000 << shift
 	case IsBucketCode(durationMs):
 		return 1 << (durationMs - bucketBase)
 	}

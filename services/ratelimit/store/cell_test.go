@@ -8,40 +8,59 @@ import (
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
-// TestLeaseCodes: a lease's code is neither a length nor a calendar's, and
-// its cells expire and run ahead as a window of the lease's length does.
-func TestLeaseCodes(t *testing.T) {
-	const lease = 30_000
-	code := store.LeaseCode(lease)
-	if !store.IsLeaseCode(code) || store.IsLeaseCode(lease) || calendar.IsCode(code) {
-		t.Fatalf("code %d: IsLeaseCode %v, of the lease itself %v, a calendar's %v",
-			code, store.IsLeaseCode(code), store.IsLeaseCode(lease), calendar.IsCode(code))
+// TestPoolCodes: a pool cell's code is neither a length, a calendar's nor
+// a bucket's, names its grid and its cell, and a lease's grid is the
+// largest power of two seconds within a tenth of it, so that a slot frees
+// itself less than a second, or a tenth of its lease, after it expires.
+func TestPoolCodes(t *testing.T) {
+	for _, tc := range []struct{ leaseMs, shift int64 }{
+		{1000, 0}, {19_000, 0}, {20_000, 1}, {39_999, 1}, {40_000, 2}, {60_000, 2}, {2_559_999, 7}, {2_560_000, 8}, {3_600_000, 8},
+	} {
+		if got := store.PoolShift(tc.leaseMs); got != tc.shift {
+			t.Errorf("PoolShift(%d) = %d, want %d", tc.leaseMs, got, tc.shift)
+		}
 	}
-	if got := store.CellLength(code); got != lease {
-		t.Fatalf("CellLength(code) = %d, want %d", got, lease)
+	const now = 1_700_000_000_123
+	for lease := int64(store.MinLeaseMs); lease <= store.MaxLeaseMs; lease += 997 {
+		shift := store.PoolShift(lease)
+		cell := store.PoolCellOf(shift, now+lease)
+		end := store.PoolCellEnd(shift, cell)
+		if late := end - (now + lease); late < 0 || late >= max(1000, lease/10) {
+			t.Fatalf("lease %d ms: its slot frees itself %d ms after it expires", lease, late)
+		}
+		code := store.PoolCode(shift, cell)
+		if !store.IsPoolCode(code) || calendar.IsCode(code) || store.IsBucketCode(code) || store.IsPoolCode(lease) {
+			t.Fatalf("code %d of lease %d: IsPoolCode %v, a calendar's %v, a bucket's %v", code, lease,
+				store.IsPoolCode(code), calendar.IsCode(code), store.IsBucketCode(code))
+		}
+		if s, c := store.PoolCodeCell(code); s != shift || c != cell {
+			t.Fatalf("PoolCodeCell(%d) = %d, %d; want %d, %d", code, s, c, shift, cell)
+		}
+		if got := store.CellLength(code); got != 1000<<shift {
+			t.Fatalf("CellLength(%d) = %d, want the grid", code, got)
+		}
+		if store.ExpiresAt(cell, code) <= end || store.LatestSequence(code, now) < cell {
+			t.Fatalf("lease %d: the cell is dropped at %d, before it ends (%d), or lies past the latest (%d)",
+				lease, store.ExpiresAt(cell, code), end, store.LatestSequence(code, now))
+		}
+		if time.Duration(code)*time.Millisecond <= 0 {
+			t.Fatalf("code %d overflows a Duration", code)
+		}
 	}
-	if got := store.CellLength(lease); got != lease {
-		t.Fatalf("CellLength(%d) = %d", lease, got)
-	}
-	if got, want := store.ExpiresAt(100, code), store.ExpiresAt(100, lease); got != want {
-		t.Fatalf("ExpiresAt with the code %d, with the length %d", got, want)
-	}
-	if got, want := store.LatestSequence(code, 1_700_000_000_000), store.LatestSequence(lease, 1_700_000_000_000); got != want {
-		t.Fatalf("LatestSequence with the code %d, with the length %d", got, want)
-	}
-	if store.IsLeaseCode(store.LeaseCode(store.MaxLeaseMs) + 1) {
-		t.Fatal("a code past the longest lease is a lease's")
+	// A lease's code of earlier versions (2^42 plus the lease) is none.
+	if store.IsPoolCode(1<<42 + 60_000) {
+		t.Fatal("an earlier version's lease code reads as a pool cell's")
 	}
 }
 
-// TestBucketCodes: a bucket's code is neither a length, a lease's nor a
+// TestBucketCodes: a bucket's code is neither a length, a pool cell.s nor a
 // calendar's, and names cells of its power of two of ms.
 func TestBucketCodes(t *testing.T) {
 	for shift := int64(store.MinBucketShift); shift <= store.MaxBucketShift; shift++ {
 		code := store.BucketCode(shift)
-		if !store.IsBucketCode(code) || store.IsLeaseCode(code) || calendar.IsCode(code) {
-			t.Fatalf("code %d: IsBucketCode %v, IsLeaseCode %v, a calendar's %v",
-				code, store.IsBucketCode(code), store.IsLeaseCode(code), calendar.IsCode(code))
+		if !store.IsBucketCode(code) || store.IsPoolCode(code) || calendar.IsCode(code) {
+			t.Fatalf("code %d: IsBucketCode %v, IsPoolCode %v, a calendar's %v",
+				code, store.IsBucketCode(code), store.IsPoolCode(code), calendar.IsCode(code))
 		}
 		if got := store.CellLength(code); got != 1<<shift {
 			t.Fatalf("CellLength(BucketCode(%d)) = %d, want %d", shift, got, int64(1)<<shift)

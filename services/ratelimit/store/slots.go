@@ -12,12 +12,15 @@ import (
 // limiter takes slots through it when the store has it, and decides from
 // local state, as for every other limit, when it fails.
 type SlotTaker interface {
-	// TakeSlots counts Cost into cell Key if what is held leaves room for
-	// it under Limit, and answers what the store holds afterwards. What is
-	// held is, for the cell and for the one before it (of Sequence-1), its
-	// count less its refunds plus what the caller adds to it (Beyond),
-	// never below zero, summed. It keeps a cell it counts into for at
-	// least TTL.
+	// TakeSlots counts Cost into cell Key, a cell of a concurrency
+	// limit's pool (see PoolCode), if what the pool holds leaves room for
+	// it under Limit, and answers what the store holds of the pool
+	// afterwards. What the pool holds is, for each of its cells that has
+	// not ended at Now (every one the store was written, and every one
+	// named in Beyond), its count less its refunds plus what the caller
+	// adds to it (Beyond), never below zero, summed. It keeps a cell it
+	// counts into for at least TTL. Cells of the pool are those of Key's
+	// workspace, namespace and identifier, on any grid.
 	//
 	// A take is idempotent: it counts into the cell as Writer's Total, as
 	// an [Increment] with a Writer does (the cell holds the sum of its
@@ -29,23 +32,32 @@ type SlotTaker interface {
 	// for Writer (Cost, when the writer's earlier takes were all applied),
 	// and the limit is checked with all of it.
 	TakeSlots(ctx context.Context, t SlotTake) (SlotCounts, error)
+	// ReadSlots answers what the store holds of the pool of k at now
+	// (unix ms), as TakeSlots does, and takes nothing: every cell that
+	// has not ended, and k's own, with its count and refunds. It writes
+	// nothing: a read of the pool succeeds where writes fail.
+	ReadSlots(ctx context.Context, k CellKey, now int64) ([]PoolCell, error)
 }
 
 // SlotTake asks for slots: see [SlotTaker].
 type SlotTake struct {
-	// Key is the cell the slots are counted in (never a refunds cell).
+	// Key is the pool cell the slots are counted in (never a refunds
+	// cell).
 	Key CellKey
 	// Cost is how many slots, Limit how many may be held.
 	Cost, Limit int64
-	// Beyond is what is held beyond what the store holds, in the cell of
-	// Key and in the one before: the other regions' slots less their
-	// releases, as far as the caller knows, and the caller's slots and
-	// releases that the store has not been sent yet. It may be negative:
-	// a release answered in another region (or by the caller, and not
-	// sent yet) of a slot counted here frees it here. Each cell is
-	// summed over the regions before it is clamped at zero, so that a
-	// release frees its slot whichever region counted it.
-	Beyond [2]int64
+	// Now is the caller's clock, in unix ms: a cell that ended by then
+	// holds nothing.
+	Now int64
+	// Beyond is what is held beyond what the store holds, by cell of the
+	// pool: the other regions' slots less their releases, as far as the
+	// caller knows, and the caller's slots and releases that the store
+	// has not been sent yet. It may be negative: a release answered in
+	// another region (or by the caller, and not sent yet) of a slot
+	// counted here frees it here. Each cell is summed over the regions
+	// before it is clamped at zero, so that a release frees its slot
+	// whichever region counted it.
+	Beyond []PoolCell
 	// TTL is how long the store must keep the cell if it counts into it.
 	TTL time.Duration
 	// Writer names who takes, and Total is everything Writer counted into
@@ -56,29 +68,67 @@ type SlotTake struct {
 	Total  int64
 }
 
-// SlotCounts is what a store holds of a concurrency limit's two cells
-// after a [SlotTaker.TakeSlots].
+// PoolCell is one cell of a pool and what it holds: in an answer, its
+// count and its refunds; in [SlotTake.Beyond], what is held beyond the
+// store (Count) and no refunds.
+type PoolCell struct {
+	// Key names the cell (never its refunds: see Refunds).
+	Key            CellKey
+	Count, Refunds int64
+}
+
+// SlotCounts is what a store holds of a concurrency limit's pool after a
+// [SlotTaker.TakeSlots].
 type SlotCounts struct {
 	// Taken reports whether the slots were counted.
 	Taken bool
-	// Cur and Prev are the counts of the cell and of the one before it;
-	// CurRefunds and PrevRefunds their refunds.
-	Cur, Prev, CurRefunds, PrevRefunds int64
+	// Cells are the pool's cells that had not ended, each with its count
+	// and its refunds, in no order.
+	Cells []PoolCell
 }
 
-// Held returns what the two cells hold with beyond (see
-// [SlotTake.Beyond]): each cell's count less its refunds plus its beyond,
-// never below zero, summed.
-func (c SlotCounts) Held(beyond [2]int64) int64 {
-	return max(c.Cur-c.CurRefunds+beyond[0], 0) + max(c.Prev-c.PrevRefunds+beyond[1], 0)
+// Held returns what the pool holds with beyond (see [SlotTake.Beyond]):
+// each cell's count less its refunds plus its beyond, never below zero,
+// summed over the cells of either.
+func (c SlotCounts) Held(beyond []PoolCell) int64 {
+	var held int64
+	for _, cell := range c.Cells {
+		n := cell.Count - cell.Refunds
+		for _, b := range beyond {
+			if b.Key == cell.Key {
+				n += b.Count
+			}
+		}
+		held += max(n, 0)
+	}
+	for _, b := range beyond {
+		if !c.has(b.Key) {
+			held += max(b.Count, 0)
+		}
+	}
+	return held
 }
 
-// SlotKeys returns the keys TakeSlots reads, in order: the cell of k, the
-// cell before it, and their refunds.
-func SlotKeys(k CellKey) [4]CellKey {
-	prev := k
-	prev.Sequence--
-	curR, prevR := k, prev
-	curR.Refunds, prevR.Refunds = true, true
-	return [4]CellKey{k, prev, curR, prevR}
+// has reports whether c answers cell k.
+func (c SlotCounts) has(k CellKey) bool {
+	for _, cell := range c.Cells {
+		if cell.Key == k {
+			return true
+		}
+	}
+	return false
+}
+
+// SamePool reports whether a and b are cells of one concurrency limit's
+// pool: pool cells of one workspace, namespace and identifier.
+func SamePool(a, b *CellKey) bool {
+	return IsPoolCode(a.Duration.Milliseconds()) && IsPoolCode(b.Duration.Milliseconds()) &&
+		a.Workspace == b.Workspace && a.Namespace == b.Namespace && a.Identifier == b.Identifier
+}
+
+// PoolCellEndOf returns when the slots counted in pool cell k free
+// themselves, in unix ms.
+func PoolCellEndOf(k *CellKey) int64 {
+	shift, _ := PoolCodeCell(k.Duration.Milliseconds())
+	return PoolCellEnd(shift, k.Sequence)
 }

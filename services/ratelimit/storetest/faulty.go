@@ -128,6 +128,23 @@ func (f *FaultyRegional) TakeSlots(ctx context.Context, t store.SlotTake) (store
 	return taker.TakeSlots(ctx, t)
 }
 
+// ReadSlots implements [store.SlotTaker] when the wrapped store does,
+// failing as a read of the cell would: when the store is down or the
+// key's identifier unreachable; write faults spare it.
+func (f *FaultyRegional) ReadSlots(ctx context.Context, k store.CellKey, now int64) ([]store.PoolCell, error) {
+	taker, ok := f.Regional.(store.SlotTaker)
+	if !ok || f.down.Load() {
+		return nil, ErrDown
+	}
+	f.mu.Lock()
+	failed := f.unreachable[k.Identifier]
+	f.mu.Unlock()
+	if failed {
+		return nil, ErrDown
+	}
+	return taker.ReadSlots(ctx, k, now)
+}
+
 // Load implements [store.Regional].
 func (f *FaultyRegional) Load(ctx context.Context, keys []store.CellKey) ([]int64, error) {
 	if f.down.Load() {

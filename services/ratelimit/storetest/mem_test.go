@@ -36,7 +36,9 @@ func TestWriteFaults(t *testing.T) {
 			t.Errorf("fault %d, increment: %v, %v; store holds %d, want %d (fails %v)", tc.fault, counts, err, mem.Count(k), tc.applied, tc.fails)
 		}
 		k.Identifier = "slots"
-		_, err = f.TakeSlots(ctx, store.SlotTake{Key: k, Cost: 1, Limit: 10, TTL: time.Hour, Writer: "a", Total: 1})
+		k.Sequence = store.PoolCellOf(0, 61_000)
+		k.Duration = time.Duration(store.PoolCode(0, k.Sequence)) * time.Millisecond
+		_, err = f.TakeSlots(ctx, store.SlotTake{Key: k, Cost: 1, Limit: 10, Now: 1000, TTL: time.Hour, Writer: "a", Total: 1})
 		if (err != nil) != tc.fails || mem.Count(k) != tc.slotsApplied {
 			t.Errorf("fault %d, slots: %v; store holds %d, want %d (fails %v)", tc.fault, err, mem.Count(k), tc.slotsApplied, tc.fails)
 		}

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
@@ -100,24 +101,66 @@ func (m *MemRegional) Lose(k store.CellKey) {
 	delete(m.totals, k)
 }
 
-// TakeSlots implements [store.SlotTaker].
+// TakeSlots implements [store.SlotTaker]: its pool is every cell of the
+// store of the key's identity (and the cells t.Beyond names) that had
+// not ended at t.Now.
 func (m *MemRegional) TakeSlots(ctx context.Context, t store.SlotTake) (store.SlotCounts, error) {
 	if err := ctx.Err(); err != nil {
 		return store.SlotCounts{}, err
 	}
+	if !store.IsPoolCode(t.Key.Duration.Milliseconds()) || t.Key.Refunds {
+		return store.SlotCounts{}, fmt.Errorf("take slots: %d is not a pool's cell", t.Key.Duration.Milliseconds())
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	keys := store.SlotKeys(t.Key)
-	read := func(k store.CellKey) int64 { return min(max(m.counts[k], 0), store.MaxCount) }
-	c := store.SlotCounts{Cur: read(keys[0]), Prev: read(keys[1]), CurRefunds: read(keys[2]), PrevRefunds: read(keys[3])}
+	c := m.pool(t.Key, t.Now, t.Beyond)
 	old := m.totals[t.Key][t.Writer]
 	if old >= t.Total {
 		c.Taken = true // applied before: its answer was lost
 		return c, nil
 	}
-	if add := t.Total - old; c.Held(t.Beyond) <= t.Limit-add && c.Cur <= store.MaxCount-add {
-		c.Cur = m.addTotal(store.Increment{Key: t.Key, Writer: t.Writer, Total: t.Total})
+	if add := t.Total - old; c.Held(t.Beyond) <= t.Limit-add && c.Cells[0].Count <= store.MaxCount-add {
+		c.Cells[0].Count = m.addTotal(store.Increment{Key: t.Key, Writer: t.Writer, Total: t.Total})
 		c.Taken = true
 	}
 	return c, nil
+}
+
+// ReadSlots implements [store.SlotTaker].
+func (m *MemRegional) ReadSlots(ctx context.Context, k store.CellKey, now int64) ([]store.PoolCell, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if !store.IsPoolCode(k.Duration.Milliseconds()) || k.Refunds {
+		return nil, fmt.Errorf("read slots: %d is not a pool's cell", k.Duration.Milliseconds())
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.pool(k, now, nil).Cells, nil
+}
+
+// pool returns the cells of the pool of key that had not ended at now,
+// key's first, with the cells beyond names. m.mu is held.
+func (m *MemRegional) pool(key store.CellKey, now int64, beyond []store.PoolCell) store.SlotCounts {
+	read := func(k store.CellKey) int64 { return min(max(m.counts[k], 0), store.MaxCount) }
+	var c store.SlotCounts
+	seen := map[store.CellKey]bool{}
+	add := func(k store.CellKey) {
+		k.Refunds = false
+		if seen[k] || !store.SamePool(&k, &key) || store.PoolCellEndOf(&k) <= now && k != key {
+			return
+		}
+		seen[k] = true
+		r := k
+		r.Refunds = true
+		c.Cells = append(c.Cells, store.PoolCell{Key: k, Count: read(k), Refunds: read(r)})
+	}
+	add(key)
+	for k := range m.counts {
+		add(k)
+	}
+	for _, b := range beyond {
+		add(b.Key)
+	}
+	return c
 }

@@ -43,27 +43,32 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 		s, ws := newStore(t), workspace(t)
 		taker := slotTaker(t, s)
 		ctx := context.Background()
-		cur := slotCell(ws)
-		keys := store.SlotKeys(cur)
-		// The cell before holds 4, 1 of them refunded; the other regions 2.
-		if _, err := s.Increment(ctx, []store.Increment{inc(keys[1], 4), inc(keys[3], 1)}); err != nil {
+		now := time.Now().UnixMilli()
+		// The pool holds, on a grid of a second, 4 slots expiring in a
+		// minute, 1 of them released; on a grid of 8 s, 100 whose cell
+		// ended; the other regions 2 in the cell taken in, on 4 s.
+		cur, other, ended := poolCell(ws, 2, now+60_000), poolCell(ws, 0, now+60_000), poolCell(ws, 3, now-8_000)
+		otherR := other
+		otherR.Refunds = true
+		if _, err := s.Increment(ctx, []store.Increment{inc(other, 4), inc(otherR, 1), inc(ended, 100)}); err != nil {
 			t.Fatal(err)
 		}
-		take := store.SlotTake{Key: cur, Cost: 2, Limit: 10, Beyond: [2]int64{2, 0}, TTL: time.Hour, Writer: "a", Total: 2}
+		take := store.SlotTake{Key: cur, Cost: 2, Limit: 10, Now: now, Beyond: []store.PoolCell{{Key: cur, Count: 2}},
+			TTL: time.Hour, Writer: "a", Total: 2}
 		got, err := taker.TakeSlots(ctx, take)
-		want := store.SlotCounts{Taken: true, Cur: 2, Prev: 4, PrevRefunds: 1}
-		if err != nil || got != want || got.Held([2]int64{}) != 5 {
-			t.Fatalf("first take: %+v, %v; want %+v", got, err, want)
+		if err != nil || !got.Taken || len(got.Cells) != 2 || cellOf(got, cur) != [2]int64{2, 0} ||
+			cellOf(got, other) != [2]int64{4, 1} || got.Held(nil) != 5 {
+			t.Fatalf("first take: %+v, %v; want taken, the two live cells (2, and 4 less 1)", got, err)
 		}
 		// 5 held and 2 elsewhere: 3 more fit, 4 do not, all or nothing.
 		take.Cost, take.Total = 4, 6
-		if got, err := taker.TakeSlots(ctx, take); err != nil || got.Taken || got.Cur != 2 {
+		if got, err := taker.TakeSlots(ctx, take); err != nil || got.Taken || cellOf(got, cur)[0] != 2 {
 			t.Fatalf("a take past the limit: %+v, %v", got, err)
 		}
 		// Concurrent takers never share a slot. A take that fails (a
 		// loaded machine times out a TLS handshake, and a breaker may
 		// open) is tried again: only answers count.
-		take.Cost, take.Beyond = 1, [2]int64{}
+		take.Cost, take.Beyond = 1, nil
 		var writers atomic.Int64
 		retry := func(call func() error) {
 			for range 200 {
@@ -103,6 +108,32 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 		})
 		wantCounts(t, "the cell after the takes", counts, nil, []int64{7})
 	})
+	t.Run("TakeSlotsSeeCellsWrittenByReplay", func(t *testing.T) {
+		s, ws := newStore(t), workspace(t)
+		taker := slotTaker(t, s)
+		ctx := context.Background()
+		now := time.Now().UnixMilli()
+		// Slots a process counted from memory reach the store by its
+		// replay, as totals, on the grid of their lease: a take on
+		// another grid weighs them.
+		cur, replayed := poolCell(ws, 0, now+5_000), poolCell(ws, 8, now+3_600_000)
+		if _, err := s.Increment(ctx, []store.Increment{{Key: replayed, Writer: "p", Total: 3, TTL: time.Hour}}); err != nil {
+			t.Fatal(err)
+		}
+		take := store.SlotTake{Key: cur, Cost: 1, Limit: 3, Now: now, TTL: time.Hour, Writer: "a", Total: 1}
+		if got, err := taker.TakeSlots(ctx, take); err != nil || got.Taken || cellOf(got, replayed)[0] != 3 {
+			t.Fatalf("a take with 3 of 3 held on another grid: %+v, %v; want refused, the replayed cell answered", got, err)
+		}
+		// Their release frees them for it.
+		released := replayed
+		released.Refunds = true
+		if _, err := s.Increment(ctx, []store.Increment{{Key: released, Writer: "p", Total: 1, TTL: time.Hour}}); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := taker.TakeSlots(ctx, take); err != nil || !got.Taken || got.Held(nil) != 3 {
+			t.Fatalf("a take after one of the 3 was released: %+v, %v; want taken, 3 held", got, err)
+		}
+	})
 	t.Run("TakeSlotsFreedElsewhere", func(t *testing.T) {
 		s, ws := newStore(t), workspace(t)
 		taker := slotTaker(t, s)
@@ -110,11 +141,12 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 		// released one of them (what is held beyond the store there is
 		// -1): one is free, whichever region counted it.
 		ctx := context.Background()
-		cur := slotCell(ws)
+		now := time.Now().UnixMilli()
+		cur := poolCell(ws, 0, now+60_000)
 		if _, err := s.Increment(ctx, []store.Increment{{Key: cur, Writer: "a", Total: 2, TTL: time.Hour}}); err != nil {
 			t.Fatal(err)
 		}
-		take := store.SlotTake{Key: cur, Cost: 1, Limit: 2, Beyond: [2]int64{-1, 0}, TTL: time.Hour, Writer: "b"}
+		take := store.SlotTake{Key: cur, Cost: 1, Limit: 2, Now: now, Beyond: []store.PoolCell{{Key: cur, Count: -1}}, TTL: time.Hour, Writer: "b"}
 		for i, want := range []bool{true, false} {
 			take.Total = int64(i + 1)
 			got, err := taker.TakeSlots(ctx, take)
@@ -122,21 +154,22 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 				t.Fatalf("take %d: %+v, %v; want taken %v", i, got, err, want)
 			}
 		}
-		// A release beyond the store in the cell before frees nothing in
+		// A release beyond the store in another cell frees nothing in
 		// this one: each cell is clamped at zero on its own.
-		take.Beyond, take.Total = [2]int64{0, -5}, 2
+		take.Beyond, take.Total = []store.PoolCell{{Key: poolCell(ws, 0, now+30_000), Count: -5}}, 2
 		if got, err := taker.TakeSlots(ctx, take); err != nil || got.Taken {
-			t.Fatalf("a take with releases of an empty cell before: %+v, %v; want refused", got, err)
+			t.Fatalf("a take with releases of an empty cell: %+v, %v; want refused", got, err)
 		}
 	})
 	t.Run("TakeSlotsOnce", func(t *testing.T) {
 		s, ws := newStore(t), workspace(t)
 		taker := slotTaker(t, s)
 		ctx := context.Background()
-		cur := slotCell(ws)
+		now := time.Now().UnixMilli()
+		cur := poolCell(ws, 0, now+60_000)
 		take := func(writer string, total, cost int64) store.SlotCounts {
 			t.Helper()
-			got, err := taker.TakeSlots(ctx, store.SlotTake{Key: cur, Cost: cost, Limit: 3, TTL: time.Hour, Writer: writer, Total: total})
+			got, err := taker.TakeSlots(ctx, store.SlotTake{Key: cur, Cost: cost, Limit: 3, Now: now, TTL: time.Hour, Writer: writer, Total: total})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -145,7 +178,7 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 		// A's take of 1 is applied and its answer lost; A sends it again
 		// (the same total): taken, counted once.
 		for i := range 2 {
-			if got := take("a", 1, 1); !got.Taken || got.Cur != 1 {
+			if got := take("a", 1, 1); !got.Taken || cellOf(got, cur)[0] != 1 {
 				t.Fatalf("A's take, sent %d times: %+v; want taken, 1 held", i+1, got)
 			}
 		}
@@ -154,13 +187,13 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 		wantCounts(t, "A's total written again", counts, err, []int64{1})
 		// B takes 2: 3 of 3 held; B's next is refused; A's next (total 2)
 		// too, and it counts nothing.
-		if got := take("b", 2, 2); !got.Taken || got.Cur != 3 {
+		if got := take("b", 2, 2); !got.Taken || cellOf(got, cur)[0] != 3 {
 			t.Fatalf("B's take of 2: %+v; want taken, 3 held", got)
 		}
 		if got := take("b", 3, 1); got.Taken {
 			t.Fatalf("B's take past the limit: %+v; want refused", got)
 		}
-		if got := take("a", 2, 1); got.Taken || got.Cur != 3 {
+		if got := take("a", 2, 1); got.Taken || cellOf(got, cur)[0] != 3 {
 			t.Fatalf("A's take past the limit: %+v; want refused, 3 held", got)
 		}
 		// The refused takes wrote nothing.
@@ -173,8 +206,10 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 		// A limit of 2^53 (the largest) with all but one slot held
 		// elsewhere: the last slot is taken, and no more (a store that
 		// adds in doubles finds 2^53 + 1 = 2^53 and takes every one).
-		cur := slotCell(ws)
-		take := store.SlotTake{Key: cur, Cost: 1, Limit: 1 << 53, Beyond: [2]int64{1<<53 - 1, 0}, TTL: time.Hour, Writer: "a"}
+		now := time.Now().UnixMilli()
+		cur := poolCell(ws, 0, now+60_000)
+		take := store.SlotTake{Key: cur, Cost: 1, Limit: 1 << 53, Now: now, Beyond: []store.PoolCell{{Key: cur, Count: 1<<53 - 1}},
+			TTL: time.Hour, Writer: "a"}
 		for i, want := range []bool{true, false, false} {
 			take.Total = int64(i + 1)
 			got, err := taker.TakeSlots(context.Background(), take)
@@ -186,7 +221,7 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 	t.Run("RefundTotalsGiveBackOnce", func(t *testing.T) {
 		s, ws := newStore(t), workspace(t)
 		ctx := context.Background()
-		r := key(ws, "a", 1)
+		r := poolCell(ws, 0, time.Now().UnixMilli()+60_000)
 		r.Refunds = true
 		total := func(writer string, n int64) store.Increment {
 			return store.Increment{Key: r, Writer: writer, Total: n, TTL: time.Hour}
@@ -206,9 +241,9 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 			// What TakeSlots weighs is the same sum.
 			cur := r
 			cur.Refunds = false
-			got, err := taker.TakeSlots(ctx, store.SlotTake{Key: cur, Limit: 10, TTL: time.Hour})
-			if err != nil || got.CurRefunds != 7 {
-				t.Fatalf("TakeSlots read refunds %d, %v; want 7", got.CurRefunds, err)
+			got, err := taker.TakeSlots(ctx, store.SlotTake{Key: cur, Limit: 10, Now: time.Now().UnixMilli(), TTL: time.Hour})
+			if err != nil || cellOf(got, cur)[1] != 7 {
+				t.Fatalf("TakeSlots read refunds %+v, %v; want 7", got, err)
 			}
 		}
 	})
@@ -397,10 +432,21 @@ func slotTaker(t *testing.T, s store.Regional) store.SlotTaker {
 	return taker
 }
 
-// slotCell returns a cell of a concurrency limit of workspace ws whose
-// leases last a minute.
-func slotCell(ws string) store.CellKey {
+// poolCell returns the cell of a concurrency limit of workspace ws on
+// grid shift that slots expiring at expires (unix ms) are counted in.
+func poolCell(ws string, shift, expires int64) store.CellKey {
 	k := key(ws, "pool", 1)
-	k.Duration = time.Duration(store.LeaseCode(60_000)) * time.Millisecond
+	k.Sequence = store.PoolCellOf(shift, expires)
+	k.Duration = time.Duration(store.PoolCode(shift, k.Sequence)) * time.Millisecond
 	return k
+}
+
+// cellOf returns the count and the refunds an answer gave for cell k.
+func cellOf(c store.SlotCounts, k store.CellKey) [2]int64 {
+	for _, cell := range c.Cells {
+		if cell.Key == k {
+			return [2]int64{cell.Count, cell.Refunds}
+		}
+	}
+	return [2]int64{-1, -1}
 }

@@ -23,7 +23,7 @@ import (
 // from the rate limit filter's dynamic metadata: a request that was
 // refused has no lease, so its stream-done call holds no such descriptor
 // and frees nothing. A lease id is signed and frees its slots once; a slot
-// whose release never comes frees itself after one to two leases.
+// whose release never comes frees itself when its lease ends.
 const (
 	// ReleaseKey is the key of the entry that makes a descriptor a
 	// release of the lease ids in its value. Its other entries, if any,

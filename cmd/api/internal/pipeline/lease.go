@@ -26,7 +26,8 @@ type Lease struct {
 	// ID names the slots to release or extend them, "" when refused.
 	ID string
 	// ExpiresAt is when the slots free themselves if they are neither
-	// released nor extended: between one and two leases from now.
+	// released nor extended: the lease's end, less than a second or a
+	// tenth of the lease later.
 	ExpiresAt time.Time
 	// OverrideID names the override whose limit applied, "" if none.
 	OverrideID string
@@ -57,6 +58,9 @@ const (
 	leaseUnrecord = "unrecorded"
 )
 
+// expiredLease answers the extension of a lease that expired.
+var expiredLease = &invalid.Error{Field: "lease_id", Rule: "expired: its slots are free; acquire them again (Acquire), under today's limit"}
+
 // invalidLease answers a lease this service did not issue, one that was
 // changed, a reservation, and one of another workspace alike.
 var invalidLease = &invalid.Error{Field: "lease_id",
@@ -65,7 +69,7 @@ var invalidLease = &invalid.Error{Field: "lease_id",
 // Acquire takes a.Cost slots of the concurrency limit a names, in the
 // caller's workspace (a.Workspace is ignored), if the caller may decide
 // limits in its namespace. An override that matches the identifier (as
-// sent) replaces the limit; the lease stays, since it names the limit.
+// sent) replaces the limit; the lease is the slot's own.
 func (p *Pipeline) Acquire(ctx context.Context, a ratelimit.Acquisition) (Lease, error) {
 	return p.acquire(ctx, a, false, 0)
 }
@@ -160,14 +164,14 @@ func (p *Pipeline) answer(ctx context.Context, out *Lease, a ratelimit.Acquisiti
 	out.InFlight = resp.Limit - resp.Remaining
 	outcome := leaseDenied
 	if resp.Success && resp.Limit > 0 {
-		seq := ratelimit.CellOf(resp, a.Lease)
+		seq := ratelimit.LeaseCell(resp, a.Lease)
 		t := reservation.Token{
 			IssuedAt: p.now().UnixMilli(), Scope: p.scope, ID: reservation.NewID(), Slot: true,
 			Workspace: a.Workspace, Namespace: a.Namespace, Identifier: a.Identifier,
 			Duration: a.Lease, Limit: resp.Limit, Sequence: seq, Reserved: a.Cost,
 		}
 		out.ID, out.slot = p.keyring.Sign(ctx, &t), slotOf(&t)
-		out.ExpiresAt = time.UnixMilli((seq + 2) * a.Lease.Milliseconds())
+		out.ExpiresAt = ratelimit.LeaseEnd(a.Lease, seq)
 		outcome = leaseAcquired
 		if extended != "" {
 			outcome = leaseExtended
@@ -277,31 +281,36 @@ func (p *Pipeline) inFlight(ctx context.Context, sl ratelimit.Slot) int64 {
 	return n
 }
 
-// Extend keeps the slots of lease id for another lease and answers a new
-// id for them; the old one is used up. lease, if not zero, must be the
-// lease they were acquired with, which names their limit. A lease that
-// expired is refused (an [*invalid.Error] naming lease_id): its slots are
-// free, and the caller acquires them again under today's limit and
-// overrides. Slots whose old id the ledger cannot record as used are
-// acquired anew, and may be refused (the old slots then stay counted
-// until they expire).
+// Extend keeps the slots of lease id for lease from now (the lease they
+// were acquired or last extended with, if lease is 0) and answers a new id
+// for them; the old one is used up. A lease that expired is refused (an
+// [*invalid.Error] naming lease_id): its slots are free, and the caller
+// acquires them again under today's limit and overrides. Slots whose old
+// id the ledger cannot record as used are acquired anew, and may be
+// refused (the old slots then stay counted until they expire).
 func (p *Pipeline) Extend(ctx context.Context, id string, lease time.Duration) (Lease, error) {
 	t, err := p.open(ctx, id, "")
 	if err != nil {
 		return Lease{}, err
 	}
-	if lease != 0 && lease != t.Duration {
-		return Lease{}, &invalid.Error{Field: "lease", Rule: fmt.Sprintf("must be omitted or the lease the slots were acquired with (%d s), which names their limit",
-			int64(t.Duration/time.Second))}
+	if lease == 0 {
+		lease = t.Duration
+	}
+	if err := ratelimit.CheckLease("lease", lease); err != nil {
+		return Lease{}, err
 	}
 	sl := slotOf(&t)
 	a := ratelimit.Acquisition{Workspace: t.Workspace, Namespace: t.Namespace, Identifier: t.Identifier,
-		Limit: t.Limit, Lease: t.Duration, Cost: t.Reserved}
+		Limit: t.Limit, Lease: lease, Cost: t.Reserved}
 	outcome, first := p.claim(ctx, &t)
 	var resp ratelimit.Response
 	switch {
 	case first:
-		resp, err = p.limiter.Extend(ctx, sl)
+		resp, err = p.limiter.Extend(ctx, sl, lease)
+		if errors.Is(err, ratelimit.ErrLeaseExpired) {
+			p.metrics.leases.WithLabelValues(leaseExpired).Inc()
+			return Lease{}, expiredLease
+		}
 	case outcome == leaseRepeated:
 		p.metrics.leases.WithLabelValues(outcome).Inc()
 		return Lease{}, &invalid.Error{Field: "lease_id", Rule: "was released or extended already: extend the lease its extension answered"}
@@ -310,7 +319,7 @@ func (p *Pipeline) Extend(ctx context.Context, id string, lease time.Duration) (
 		// under the caller's limit and the overrides of today, not the
 		// limit the lease was acquired under.
 		p.metrics.leases.WithLabelValues(outcome).Inc()
-		return Lease{}, &invalid.Error{Field: "lease_id", Rule: "expired: its slots are free; acquire them again (Acquire), under today's limit"}
+		return Lease{}, expiredLease
 	default:
 		// Not recorded (the ledger failed): the slots may still be held,
 		// and are acquired anew beside them, which errs strict.

@@ -44,7 +44,8 @@ type releaseData struct {
 }
 
 // extendRequest is the body of /v2/ratelimit.extend. Lease, in seconds,
-// may be left out: it must be the one the slots were acquired with.
+// is how long from now, any lease within bounds; left out, the one the
+// slots were acquired or last extended with.
 type extendRequest struct {
 	LeaseID string `json:"leaseId"`
 	Lease   int64  `json:"lease"`

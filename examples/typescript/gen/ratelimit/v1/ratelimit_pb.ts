@@ -313,8 +313,8 @@ export const SettleResponseSchema: GenMessage<SettleResponse> = /*@__PURE__*/
  */
 export type AcquireRequest = Message<"ratelimit.v1.AcquireRequest"> & {
   /**
-   * Namespace names the limit with the identifier and the lease, as a
-   * window's duration does: acquisitions with another lease count apart.
+   * Namespace names the limit with the identifier: one pool of slots,
+   * whatever lease each acquisition chose.
    *
    * @generated from field: string namespace = 1;
    */
@@ -337,8 +337,8 @@ export type AcquireRequest = Message<"ratelimit.v1.AcquireRequest"> & {
 
   /**
    * Lease is how long the slots are held if they are not released, in
-   * seconds: 1 to 3600. They free themselves between one and two leases
-   * after they were taken (see expires_at).
+   * seconds: 1 to 3600. They free themselves when it ends, less than a
+   * second or a tenth of the lease later (see expires_at).
    *
    * @generated from field: int64 lease = 4;
    */
@@ -486,9 +486,10 @@ export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
  */
 export type ExtendResponse = Message<"ratelimit.v1.ExtendResponse"> & {
   /**
-   * Success reports whether the slots are held: false when they had
-   * expired (or the ledger could not record that the old lease_id was
-   * used) and none was free to take anew.
+   * Success reports whether the slots are held: false only when the
+   * ledger could not record that the old lease_id was used and none was
+   * free to take anew. A lease that expired is refused (invalid_argument
+   * naming lease_id): its slots are free; acquire them again.
    *
    * @generated from field: bool success = 1;
    */
@@ -540,7 +541,7 @@ export const ExtendResponseSchema: GenMessage<ExtendResponse> = /*@__PURE__*/
   messageDesc(file_ratelimit_v1_ratelimit, 9);
 
 /**
- * ExtendRequest keeps the slots of a lease for another lease.
+ * ExtendRequest keeps the slots of a lease for a lease from now.
  *
  * @generated from message ratelimit.v1.ExtendRequest
  */
@@ -553,8 +554,8 @@ export type ExtendRequest = Message<"ratelimit.v1.ExtendRequest"> & {
   leaseId: string;
 
   /**
-   * Lease, in seconds, is the lease the slots were acquired with, which
-   * names their limit; 0 or unset means that one.
+   * Lease, in seconds, is how long from now: 1 to 3600, any lease; 0 or
+   * unset means the one the slots were acquired or last extended with.
    *
    * @generated from field: int64 lease = 2;
    */

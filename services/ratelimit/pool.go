@@ -1,0 +1,314 @@
+package ratelimit
+
+import (
+	"context"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/puzpuzpuz/xsync/v4"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
+)
+
+// A concurrency limit is one pool of slots per workspace, namespace and
+// identifier, whatever lease each holder chose. A slot is counted in the
+// cell of its expiry on a grid fitted to its lease (see store.PoolShift):
+// a second, or the largest power of two seconds within a tenth of the
+// lease. Each such cell is a window of its own in the table (its code
+// names grid and cell: see store.PoolCode), with one cell, replicated,
+// published and refunded as every window's cells are; the pool is the
+// group of those windows, and what it holds is the sum of its cells that
+// have not ended, each less its releases, never below zero. A slot frees
+// itself when its cell ends: at its lease's end, less than a second or a
+// tenth of the lease later. A release frees it in its cell, which the
+// lease id names (grid from the lease, and the cell). A lease spans 10 to
+// 20 cells of its grid, so a pool of one lease sums about as many cells.
+
+// poolID names a pool: a concurrency limit's identity.
+type poolID struct {
+	workspace, namespace, identifier string
+}
+
+// poolGroup holds the windows of one pool's cells this process counted
+// in or learned of, each beside the window of its releases once there is
+// one: a decision reads them all, without a lookup. mu also serializes
+// the decisions on the pool, which read every cell and count into one:
+// two decisions that each saw the last slot free must not both take it.
+type poolGroup struct {
+	mu    sync.Mutex
+	cells []poolCell
+}
+
+// poolCell is the window of one cell of a pool and the window of its
+// releases, nil until there is one.
+type poolCell struct {
+	w, refunds *window
+}
+
+// pools holds the table's pools, by identity and by the windows of their
+// cells.
+type pools struct {
+	groups   *xsync.Map[poolID, *poolGroup]
+	byWindow *xsync.Map[*window, *poolGroup]
+}
+
+// poolIDOf returns the pool of w, a pool cell's window.
+func poolIDOf(w *window) poolID {
+	k := w.key()
+	return poolID{k.workspace, k.namespace, k.identifier}
+}
+
+// isPool reports whether w is a window of a pool's cell (not of its
+// releases).
+func (w *window) isPool() bool { return store.IsPoolCode(w.durationMs) && !w.holdsRefunds() }
+
+// add files w, a pool cell's window new in the table, or the window of
+// its releases, in its pool; refunds is w's releases' window if the table
+// holds one (for a cell's window), or the cell's window (for its
+// releases'), else nil.
+func (p *pools) add(w, other *window) {
+	p.groups.Compute(poolIDOf(w), func(g *poolGroup, loaded bool) (*poolGroup, xsync.ComputeOp) {
+		if !loaded {
+			g = &poolGroup{}
+		}
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if !w.holdsRefunds() {
+			g.cells = append(g.cells, poolCell{w: w, refunds: other})
+			p.byWindow.Store(w, g)
+			return g, xsync.UpdateOp
+		}
+		for i := range g.cells {
+			if g.cells[i].w == other {
+				g.cells[i].refunds = w
+			}
+		}
+		return g, xsync.UpdateOp
+	})
+}
+
+// remove takes w, evicted, out of its pool: a cell's window with its
+// releases', or the releases' alone.
+func (p *pools) remove(w *window) {
+	p.byWindow.Delete(w)
+	p.groups.Compute(poolIDOf(w), func(g *poolGroup, loaded bool) (*poolGroup, xsync.ComputeOp) {
+		if !loaded {
+			return nil, xsync.CancelOp
+		}
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if w.holdsRefunds() {
+			for i := range g.cells {
+				if g.cells[i].refunds == w {
+					g.cells[i].refunds = nil
+				}
+			}
+			return g, xsync.CancelOp
+		}
+		g.cells = slices.DeleteFunc(g.cells, func(c poolCell) bool { return c.w == w })
+		if len(g.cells) == 0 {
+			return nil, xsync.DeleteOp
+		}
+		return g, xsync.CancelOp
+	})
+}
+
+// of returns the pool of w, a pool cell's window. A window the janitor
+// removed meanwhile has none: the caller decides again on the window that
+// replaces it.
+func (p *pools) of(w *window) *poolGroup {
+	g, _ := p.byWindow.Load(w)
+	return g
+}
+
+// live returns g's cells that have not ended at now (unix ms).
+func (g *poolGroup) live(now int64) []poolCell {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]poolCell, 0, len(g.cells))
+	for _, c := range g.cells {
+		if _, end := c.w.poolCell(); end > now {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// poolKey returns the key of the cell a slot of the concurrency limit of
+// req (its lease in Duration) acquired at now (unix ms) is counted in.
+func poolKey(req *Request, now int64) windowKey {
+	lease := req.Duration.Milliseconds()
+	shift := store.PoolShift(lease)
+	cell := store.PoolCellOf(shift, now+lease)
+	return windowKey{workspace: req.Workspace, namespace: req.Namespace, identifier: req.Identifier,
+		durationMs: store.PoolCode(shift, cell)}
+}
+
+// poolCell returns the cell of w, a pool cell's window, and when it ends
+// (unix ms).
+func (w *window) poolCell() (seq, end int64) {
+	shift, seq := store.PoolCodeCell(w.durationMs)
+	return seq, store.PoolCellEnd(shift, seq)
+}
+
+// heldCell is what one cell of a pool holds, and when it frees it.
+type heldCell struct {
+	end, held int64
+}
+
+// freeAfter returns how many ms after now enough of cells free
+// themselves, if none is released, for cost more under limit with held
+// held; 0 when cost is past the limit, which no expiry helps.
+func freeAfter(cells []heldCell, held, cost, limit, now int64) int64 {
+	if cost > limit {
+		return 0
+	}
+	slices.SortFunc(cells, func(a, b heldCell) int { return int(min(max(a.end-b.end, -1), 1)) })
+	for _, c := range cells {
+		held -= c.held
+		if held+cost <= limit {
+			return max(c.end-now, 0)
+		}
+	}
+	return 0
+}
+
+// poolHeld returns what the cells of g hold at now (unix ms), as this
+// process knows them (this region's counts and the other regions', less
+// the releases of both), and, if cells is not nil, appends each cell's
+// part to it. g.mu is held.
+func poolHeld(g *poolGroup, now int64, cells *[]heldCell) int64 {
+	var held int64
+	for _, pc := range g.cells {
+		seq, end := pc.w.poolCell()
+		if end <= now {
+			continue
+		}
+		c := pc.w.cells[seq&1].Load()
+		if c == nil || c.seq() != seq {
+			continue
+		}
+		n := c.count.Load() + c.global.Load()
+		if pc.refunds != nil {
+			if r := pc.refunds.cells[seq&1].Load(); r != nil && r.seq() == seq {
+				n -= r.count.Load() + r.global.Load()
+			}
+		}
+		if n > 0 {
+			held += n
+			if cells != nil {
+				*cells = append(*cells, heldCell{end, n})
+			}
+		}
+	}
+	return held
+}
+
+// decidePool decides an acquisition of cost slots (0: a check of what is
+// held) of sp's pool, counted into w's cell, from what this process knows
+// at now (unix ms), and counts it if it fits. It returns w's cell and
+// whether it counted cost into it; nil, when the janitor removed w
+// meanwhile.
+func (s *Service) decidePool(w *window, now int64, sp spec, cost int64) (decision, *cell, bool) {
+	seq, end := w.poolCell()
+	cur, _ := w.cellAt(seq, s.regional == nil)
+	g := s.windows.pools.of(w)
+	if cur == nil || g == nil {
+		return decision{}, nil, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	held := poolHeld(g, now, nil)
+	d := decision{algorithm: Concurrency, limit: sp.limit, capacity: sp.limit, resetMs: end}
+	if cost > sp.limit || held > sp.limit-cost {
+		var cells []heldCell
+		poolHeld(g, now, &cells)
+		d.remaining = min(max(sp.limit-held, 0), sp.limit)
+		d.retryAfter = freeAfter(cells, held, cost, sp.limit, now)
+		return d, cur, false
+	}
+	d.success = true
+	d.remaining = sp.limit - held - cost
+	if cost == 0 {
+		return d, cur, false
+	}
+	addCapped(&cur.count, cost)
+	return d, cur, true
+}
+
+// LeaseCell returns the cell that the slots of a lease of lease, which an
+// acquisition or extension answered with resp, are counted in: the one
+// that ends at resp.Reset.
+func LeaseCell(resp Response, lease time.Duration) int64 {
+	return store.PoolCellOf(store.PoolShift(lease.Milliseconds()), resp.Reset.UnixMilli())
+}
+
+// LeaseEnd returns when the slots of a lease of lease counted in cell
+// free themselves if they are not released: the cell's end.
+func LeaseEnd(lease time.Duration, cell int64) time.Time {
+	return time.UnixMilli(store.PoolCellEnd(store.PoolShift(lease.Milliseconds()), cell))
+}
+
+// decideSlots decides req, an acquisition (or, at cost 0, a check) of
+// slots of the pool of w, w's cell the one its slots are counted in, at
+// now (unix ms). It reports false when the janitor removed w meanwhile:
+// the caller decides again.
+func (s *Service) decideSlots(ctx context.Context, w *window, now int64, sp spec, req *Request) (Response, bool) {
+	lost := false
+	if s.regional != nil && req.Cost > 0 {
+		// Slots are taken in the regional store, atomically; from
+		// memory only when it fails.
+		d, cur, outcome := s.regional.takeSlots(ctx, w, now, sp, req.Cost)
+		if outcome == takeAnswered {
+			if d.success {
+				s.global.noteGrowth(w, cur, req.Limit)
+			}
+			s.regional.afterDecide(w, cur, now, &d, 0)
+			return d.response(), true
+		}
+		// The store took no slots, or failed: decide from memory, as a
+		// strict key does, after a read of what the region holds (the
+		// store's reads may answer where its writes did not). What the
+		// others took since their last replay is all this process
+		// cannot know.
+		s.regional.makeStrict(w, now)
+		lost = outcome == takeLost
+	}
+	if s.regional != nil {
+		// A check, or a take the store did not answer: what the region
+		// holds, read in the store first, every cell of the pool.
+		s.regional.readPool(ctx, w, now)
+	}
+	s.regional.prepare(ctx, w, now)
+	d, cur, counted := s.decidePool(w, now, sp, req.Cost)
+	if cur == nil {
+		return Response{}, false
+	}
+	switch {
+	case lost:
+		// The take's answer was lost: the store may hold its slots,
+		// and a replay writes the take's total so that it does, once
+		// (see lostTake). Counted here whatever the decision: denied,
+		// they are held by no one until their cell ends, counted once,
+		// never twice, and never freed where no one took them.
+		if !counted {
+			addCapped(&cur.count, req.Cost)
+		}
+		s.regional.afterDecide(w, cur, now, &d, 0)
+		s.global.noteGrowth(w, cur, req.Limit)
+		return d.response(), true
+	case counted && w.evicted():
+		// The janitor is removing w: take the count back and decide
+		// again on the window that replaces it.
+		cur.count.Add(-req.Cost)
+		runtime.Gosched()
+		return Response{}, false
+	}
+	s.regional.afterDecide(w, cur, now, &d, countedCost(counted, req.Cost))
+	if counted {
+		s.global.noteGrowth(w, cur, req.Limit)
+	}
+	return d.response(), true
+}
