@@ -279,7 +279,7 @@ func TestWriteChangeReport(t *testing.T) {
 		for _, seed := range seeds {
 			total.add(leaseTrace(t, seed, budget, row.d))
 		}
-		fmt.Fprintf(&b, "| concurrency | %s | lease, limit per trace; releases at any process | a semaphore with per-lease expiry | %d | %d | %d | %d | %d (%.3f %%) |\n",
+		fmt.Fprintf(&b, "| concurrency | %s | leases per holder, changed on extension; limit per trace; releases at any process | a semaphore with per-lease expiry | %d | %d | %d | %d | %d (%.3f %%) |\n",
 			row.name, len(seeds), total.requests, total.admitted, total.overAdmitted, total.overDenied, pct(total.overDenied, total.requests))
 	}
 	for _, m := range windowModels(t) {
