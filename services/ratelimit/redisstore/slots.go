@@ -12,6 +12,18 @@ import (
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
+// luaCount starts the scripts that read a pool's cells: count(key) reads a
+// cell's count (or its refunds) as a number from 0 to ARGV[4], the
+// largest count; a value that is not a count reads as the largest.
+const luaCount = `
+local max = tonumber(ARGV[4])
+local function count(key)
+  local n = tonumber(redis.call('GET', key) or '0')
+  if n == nil or n > max then return max end
+  if n < 0 then return 0 end
+  return n
+end`
+
 // takeSlotsScript takes slots of a concurrency limit's pool, whose keys
 // all start with ARGV[8] (one hash slot: they share their hash tag). It
 // reads the pool's index (KEYS[3]: each cell written, scored by its end),
@@ -32,14 +44,7 @@ import (
 // not a count reads as ARGV[4], the largest count: in a cell it denies, in
 // its releases it frees the cell, as the window limits' reads do (a
 // corrupt key is the operator's to clear).
-var takeSlotsScript = redis.NewScript(`
-local max = tonumber(ARGV[4])
-local function count(key)
-  local n = tonumber(redis.call('GET', key) or '0')
-  if n == nil or n > max then return max end
-  if n < 0 then return 0 end
-  return n
-end
+var takeSlotsScript = redis.NewScript(luaCount + `
 local now = tonumber(ARGV[7])
 local index = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
 local beyond, seen, cells, ended = {}, {}, {}, {}
@@ -142,14 +147,7 @@ func (o *Store) TakeSlots(ctx context.Context, t store.SlotTake) (store.SlotCoun
 // member ARGV[3] whatever the index holds), the cells that end after
 // ARGV[2] (unix ms), and writes nothing. It answers 0 and, for each cell,
 // its member, count and refunds. ARGV[4] is the largest count.
-var readSlotsScript = redis.NewScript(`
-local max = tonumber(ARGV[4])
-local function count(key)
-  local n = tonumber(redis.call('GET', key) or '0')
-  if n == nil or n > max then return max end
-  if n < 0 then return 0 end
-  return n
-end
+var readSlotsScript = redis.NewScript(luaCount + `
 local members = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[2], '+inf')
 local out, seen = {0}, {}
 members[#members + 1] = ARGV[3]
