@@ -83,13 +83,17 @@
 // cell alone), the calendar window (cells that are a time zone's days,
 // weeks, months or years, named by the calendar's code where a length
 // would be: package calendar; what one zone's period counted is carried
-// into another zone's: zones.go) and the token bucket (bucket.go), whose
+// into another zone's: zones.go), the token bucket (bucket.go), whose
 // one instant of state per identity the tiers feed with what they see
-// counted elsewhere. A new model whose state derives from admitted counts
-// per period needs a new decide, not new stores. What a limit's identity
-// is and what its parameters are is settled there: a window's length, a
-// calendar's unit and a bucket's identity name the state; a limit, a burst,
-// a rate and a zone change it and carry it over. Refunds reach the
+// counted elsewhere, and the concurrency limit (pool.go), whose slots are
+// counted in the cell of their expiry on a grid fitted to their lease, a
+// window a cell, summed over the pool. A new model whose state derives
+// from admitted counts per period needs a new decide, not new stores. What
+// a limit's identity is and what its parameters are is settled there: a
+// window's length, a calendar's unit, a bucket's identity and a
+// concurrency limit's name the state; a limit, a burst, a rate, a zone and
+// a slot's lease change it and carry it over. The map of the whole
+// repository is docs/ARCHITECTURE.md. Refunds reach the
 // regional store as totals per process (regionalTier.increment), so that a
 // write applied twice gives back once; counts may be counted twice, which
 // errs strict.

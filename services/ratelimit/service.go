@@ -11,8 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Service is a sliding-window rate limiter. Its methods are safe for
-// concurrent use. Create it with [New]; run its background loops with
+// Service is the rate limiter: windows (sliding, fixed, calendar), token
+// buckets and concurrency limits, decided from local memory and shared
+// through the stores it is given. Its methods are safe for concurrent use. Create it with [New]; run its background loops with
 // [Service.Run].
 type Service struct {
 	region  string

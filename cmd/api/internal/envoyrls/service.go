@@ -4,9 +4,10 @@
 // built on Envoy call ShouldRateLimit once per request with the
 // descriptors their route produces. The rules come from envoyproxy/
 // ratelimit's YAML files or its xDS resources (package rlsconfig); a
-// descriptor may carry several limits. What differs: windows slide
-// instead of resetting on the clock, and the counters converge through
-// Redis and MySQL like every other. As there, a hit is counted whether or
+// descriptor may carry several limits. What differs: a rule's window
+// slides unless it names another model (algorithm: fixed_window,
+// token_bucket, concurrency; a calendar unit), and the counters converge
+// through Redis and MySQL like every other. As there, a hit is counted whether or
 // not it is over its limit (WithOverLimitHitsCounted turns that off).
 //
 // Counters: a descriptor of domain D is counted in namespace "envoy:D"
