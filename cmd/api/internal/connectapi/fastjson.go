@@ -3,9 +3,9 @@ package connectapi
 import (
 	"encoding/json"
 	"strconv"
-	"unicode/utf8"
 
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
+	"github.com/unkeyed/ratelimit/internal/fastjson"
 )
 
 // The Limit call's JSON request and answer, nearly every call's on Connect
@@ -60,41 +60,27 @@ func appendLimitResponse(b []byte, m *ratelimitv1.LimitResponse) []byte {
 
 // parsePlainLimit parses a limit request the way nearly every caller sends
 // it, without reflection or allocations beyond the strings: one flat
-// object whose keys are limitFields, each once, whose strings hold no
-// escapes and whose numbers are plain integers, quoted ("10", as protojson
-// writes 64-bit integers) or not. It reports false for
+// object whose keys are limitFields, each once, whose strings are plain
+// (fastjson.Plain) and whose numbers are plain integers, quoted ("10", as
+// protojson writes 64-bit integers) or not. It reports false for
 // anything else (escapes, null, floats, exponents, unknown or repeated
 // keys, a required one missing, malformed JSON): its callers then decode
-// with the full decoder,
-// which accepts or refuses it with the message that names the field. So a
-// fast path only makes the common body cheaper; fuzz tests check that it
-// agrees with the full decoder on everything it accepts.
+// with the full decoder, which accepts or refuses it with the message that
+// names the field. So a fast path only makes the common body cheaper; fuzz
+// tests check that it agrees with the full decoder on everything it
+// accepts.
 func parsePlainLimit(body []byte) (plainLimit, bool) {
 	var out plainLimit
-	if !utf8.Valid(body) {
-		return out, false
-	}
-	i := skipSpace(body, 0)
-	if i >= len(body) || body[i] != '{' {
-		return out, false
-	}
-	i = skipSpace(body, i+1)
 	var seen [5]bool
-	first := true
-	for {
-		if i < len(body) && body[i] == '}' && first {
-			i++
-			break
-		}
-		key, j, ok := plainString(body, i)
-		if !ok {
+	p := fastjson.NewScanner(body)
+	if !p.Byte('{') {
+		return out, false
+	}
+	for more := !p.Byte('}'); more; {
+		key, ok := p.Raw()
+		if !ok || !p.Byte(':') {
 			return out, false
 		}
-		i = skipSpace(body, j)
-		if i >= len(body) || body[i] != ':' {
-			return out, false
-		}
-		i = skipSpace(body, i+1)
 		field := -1
 		for f, name := range limitFields {
 			if string(key) == name {
@@ -106,117 +92,37 @@ func parsePlainLimit(body []byte) (plainLimit, bool) {
 			return out, false
 		}
 		seen[field] = true
-		if field <= 1 { // namespace, identifier
-			v, j, ok := plainString(body, i)
-			if !ok {
-				return out, false
-			}
-			if field == 0 {
-				out.namespace = string(v)
-			} else {
-				out.identifier = string(v)
-			}
-			i = j
-		} else { // limit, duration, cost
-			quoted := i < len(body) && body[i] == '"'
-			if quoted {
-				i++
-			}
-			n, j, ok := plainInt(body, i)
-			if !ok {
-				return out, false
-			}
-			if quoted {
-				if j >= len(body) || body[j] != '"' {
-					return out, false
-				}
-				j++
-			}
-			switch field {
-			case 2:
-				out.limit = n
-			case 3:
-				out.duration = n
-			case 4:
-				out.cost = &n
-			}
-			i = j
+		switch field {
+		case 0:
+			out.namespace, ok = p.String()
+		case 1:
+			out.identifier, ok = p.String()
+		case 2:
+			out.limit, ok = p.Int64()
+		case 3:
+			out.duration, ok = p.Int64()
+		case 4:
+			var n int64
+			n, ok = p.Int64()
+			out.cost = &n
 		}
-		first = false
-		i = skipSpace(body, i)
-		if i < len(body) && body[i] == ',' {
-			i = skipSpace(body, i+1)
-			continue
+		if !ok {
+			return out, false
 		}
-		if i < len(body) && body[i] == '}' {
-			i++
-			break
+		if more = !p.Byte('}'); more && !p.Byte(',') {
+			return out, false
 		}
-		return out, false
 	}
 	// A required field left out is the full decoder's to name as missing.
-	return out, skipSpace(body, i) == len(body) && seen[0] && seen[1] && seen[2] && seen[3]
+	return out, p.End() && seen[0] && seen[1] && seen[2] && seen[3]
 }
 
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// plainString reads a JSON string at b[i] without escapes or control
-// characters, and returns its contents and the index after it.
-func plainString(b []byte, i int) ([]byte, int, bool) {
-	if i >= len(b) || b[i] != '"' {
-		return nil, i, false
-	}
-	for j := i + 1; j < len(b); j++ {
-		switch c := b[j]; {
-		case c == '"':
-			return b[i+1 : j], j + 1, true
-		case c == '\\' || c < 0x20:
-			return nil, i, false
-		}
-	}
-	return nil, i, false
-}
-
-// plainInt reads a JSON integer at b[i] (no fraction or exponent) that fits
-// an int64, and returns it and the index after it.
-func plainInt(b []byte, i int) (int64, int, bool) {
-	j := i
-	if j < len(b) && b[j] == '-' {
-		j++
-	}
-	start := j
-	for j < len(b) && b[j] >= '0' && b[j] <= '9' {
-		j++
-	}
-	if j == start || (b[start] == '0' && j-start > 1) {
-		return 0, i, false
-	}
-	if j < len(b) && (b[j] == '.' || b[j] == 'e' || b[j] == 'E') {
-		return 0, i, false
-	}
-	n, err := strconv.ParseInt(string(b[i:j]), 10, 64)
-	if err != nil {
-		return 0, i, false
-	}
-	return n, j, true
-}
-
-// appendJSONString appends s as a JSON string. The ids it is used for are
-// ASCII letters, digits, _ and -; anything else is encoded by
-// encoding/json.
+// appendJSONString appends s as a JSON string: as it is when it is plain
+// (fastjson.Plain: ids, tokens), by encoding/json otherwise.
 func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			quoted, _ := json.Marshal(s)
-			return append(b, quoted...)
-		}
+	if b, ok := fastjson.AppendPlain(b, s); ok {
+		return b
 	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
+	quoted, _ := json.Marshal(s)
+	return append(b, quoted...)
 }

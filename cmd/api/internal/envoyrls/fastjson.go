@@ -2,10 +2,11 @@ package envoyrls
 
 import (
 	"strconv"
-	"unicode/utf8"
 
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/unkeyed/ratelimit/internal/fastjson"
 )
 
 // /json's request and answer in their common shape (a domain, descriptors
@@ -19,13 +20,13 @@ import (
 // fastRateLimitRequest reads body, a RateLimitRequest in JSON, into m if
 // it is of the common shape: the fields domain, descriptors (each with
 // entries alone, each entry key and value) and hitsAddend (or
-// hits_addend, a number), each once; strings without escapes. It reports
+// hits_addend, a number), each once; strings plain (fastjson.Plain). It reports
 // whether it did; on false m is untouched and protojson decides.
 func fastRateLimitRequest(body []byte, m *rlsv3.RateLimitRequest) bool {
-	p := jsonScanner{b: body}
+	p := fastjson.NewScanner(body)
 	var req rlsv3.RateLimitRequest
 	var seenDomain, seenDescriptors, seenHits bool
-	ok := p.object(func(key []byte) bool {
+	ok := p.Object(func(key []byte) bool {
 		switch string(key) {
 		case "domain":
 			if seenDomain {
@@ -33,15 +34,15 @@ func fastRateLimitRequest(body []byte, m *rlsv3.RateLimitRequest) bool {
 			}
 			seenDomain = true
 			var ok bool
-			req.Domain, ok = p.str()
+			req.Domain, ok = p.String()
 			return ok
 		case "descriptors":
 			if seenDescriptors {
 				return false
 			}
 			seenDescriptors = true
-			return p.array(func() bool {
-				d, ok := p.descriptor()
+			return p.Array(func() bool {
+				d, ok := scanDescriptor(&p)
 				req.Descriptors = append(req.Descriptors, d)
 				return ok
 			})
@@ -50,159 +51,40 @@ func fastRateLimitRequest(body []byte, m *rlsv3.RateLimitRequest) bool {
 				return false
 			}
 			seenHits = true
-			n, ok := p.uint32()
+			n, ok := p.Uint32()
 			req.HitsAddend = n
 			return ok
 		}
 		return false
 	})
-	if !ok || !p.end() {
+	if !ok || !p.End() {
 		return false
 	}
 	m.Domain, m.Descriptors, m.HitsAddend = req.Domain, req.Descriptors, req.HitsAddend
 	return true
 }
 
-// jsonScanner reads the few JSON shapes fastRateLimitRequest takes.
-type jsonScanner struct {
-	b []byte
-	i int
-}
-
-func (p *jsonScanner) space() {
-	for p.i < len(p.b) && (p.b[p.i] == ' ' || p.b[p.i] == '\t' || p.b[p.i] == '\n' || p.b[p.i] == '\r') {
-		p.i++
-	}
-}
-
-// byte consumes c, after white space.
-func (p *jsonScanner) byte(c byte) bool {
-	p.space()
-	if p.i < len(p.b) && p.b[p.i] == c {
-		p.i++
-		return true
-	}
-	return false
-}
-
-// end reports whether only white space is left.
-func (p *jsonScanner) end() bool {
-	p.space()
-	return p.i == len(p.b)
-}
-
-// str reads a string without escapes or control characters, valid UTF-8.
-func (p *jsonScanner) str() (string, bool) {
-	s, ok := p.raw()
-	if !ok {
-		return "", false
-	}
-	return string(s), true
-}
-
-// raw is str without the copy: the string's bytes in the body, for a key
-// that is only compared.
-func (p *jsonScanner) raw() ([]byte, bool) {
-	if !p.byte('"') {
-		return nil, false
-	}
-	start := p.i
-	for p.i < len(p.b) {
-		switch c := p.b[p.i]; {
-		case c == '"':
-			s := p.b[start:p.i]
-			p.i++
-			return s, utf8.Valid(s)
-		case c == '\\' || c < 0x20:
-			return nil, false
-		}
-		p.i++
-	}
-	return nil, false
-}
-
-// uint32 reads a number that is a whole uint32, digits only.
-func (p *jsonScanner) uint32() (uint32, bool) {
-	p.space()
-	start := p.i
-	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
-		p.i++
-	}
-	if p.i == start || p.i-start > 1 && p.b[start] == '0' {
-		return 0, false
-	}
-	if p.i < len(p.b) && (p.b[p.i] == '.' || p.b[p.i] == 'e' || p.b[p.i] == 'E') {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(string(p.b[start:p.i]), 10, 32)
-	return uint32(n), err == nil
-}
-
-// object reads an object, calling field for each key with the scanner
-// before its value; field reads the value.
-func (p *jsonScanner) object(field func(key []byte) bool) bool {
-	if !p.byte('{') {
-		return false
-	}
-	if p.byte('}') {
-		return true
-	}
-	for {
-		key, ok := p.raw()
-		if !ok || !p.byte(':') || !field(key) {
-			return false
-		}
-		if p.byte('}') {
-			return true
-		}
-		if !p.byte(',') {
-			return false
-		}
-	}
-}
-
-// array reads an array, calling elem for each element.
-func (p *jsonScanner) array(elem func() bool) bool {
-	if !p.byte('[') {
-		return false
-	}
-	if p.byte(']') {
-		return true
-	}
-	for {
-		if !elem() {
-			return false
-		}
-		if p.byte(']') {
-			return true
-		}
-		if !p.byte(',') {
-			return false
-		}
-	}
-}
-
-// descriptor reads a descriptor of entries alone.
-func (p *jsonScanner) descriptor() (*rlcommonv3.RateLimitDescriptor, bool) {
+// scanDescriptor reads a descriptor of entries alone.
+func scanDescriptor(p *fastjson.Scanner) (*rlcommonv3.RateLimitDescriptor, bool) {
 	d := &rlcommonv3.RateLimitDescriptor{}
 	seen := false
-	ok := p.object(func(key []byte) bool {
+	ok := p.Object(func(key []byte) bool {
 		if string(key) != "entries" || seen {
 			return false
 		}
 		seen = true
-		return p.array(func() bool {
+		return p.Array(func() bool {
 			e := &rlcommonv3.RateLimitDescriptor_Entry{}
 			var seenKey, seenValue bool
-			ok := p.object(func(key []byte) bool {
+			ok := p.Object(func(key []byte) bool {
 				var ok bool
 				switch {
 				case string(key) == "key" && !seenKey:
 					seenKey = true
-					e.Key, ok = p.str()
+					e.Key, ok = p.String()
 				case string(key) == "value" && !seenValue:
 					seenValue = true
-					e.Value, ok = p.str()
+					e.Value, ok = p.String()
 				}
 				return ok
 			})
@@ -263,7 +145,7 @@ func appendStatus(b []byte, s *rlsv3.RateLimitResponse_DescriptorStatus) ([]byte
 		}
 	}
 	if l := s.CurrentLimit; l != nil {
-		if l.UnitMultiplier != nil || !plainString(l.Name) {
+		if l.UnitMultiplier != nil || !fastjson.Plain(l.Name) {
 			return nil, false
 		}
 		b = appendField(b, &fields, "currentLimit")
@@ -338,15 +220,4 @@ func appendEnum(b []byte, name string) []byte {
 	b = append(b, '"')
 	b = append(b, name...)
 	return append(b, '"')
-}
-
-// plainString reports whether s needs no escaping in JSON: printable
-// ASCII other than '"' and '\'.
-func plainString(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
-			return false
-		}
-	}
-	return true
 }

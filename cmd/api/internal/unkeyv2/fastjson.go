@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	json "github.com/go-json-experiment/json"
+
+	"github.com/unkeyed/ratelimit/internal/fastjson"
 )
 
 // The limit route's answer, nearly every call's, is written by hand, byte
@@ -43,16 +45,11 @@ func appendSuccess(b []byte, data *limitData, requestID string) []byte {
 }
 
 // appendString appends s as writeJSON writes a string: as it is when it
-// is printable ASCII that needs no escape (ids, tokens; v2 escapes neither
-// <, > nor &), by encoding/json/v2 otherwise.
+// is plain (fastjson.Plain: ids, tokens), by encoding/json/v2 otherwise.
 func appendString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
-			quoted, _ := json.Marshal(s)
-			return append(b, quoted...)
-		}
+	if b, ok := fastjson.AppendPlain(b, s); ok {
+		return b
 	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
+	quoted, _ := json.Marshal(s)
+	return append(b, quoted...)
 }
