@@ -29,7 +29,7 @@ func TestTokenRoundTrip(t *testing.T) {
 		t.Fatalf("Open(Sign(%+v)) = %+v, %v", *want, got, err)
 	}
 	lease := token()
-	lease.Slot = true
+	lease.Kind = reservation.KindLease
 	got, err = s.Open(s.Sign(lease))
 	if err != nil || got != *lease {
 		t.Fatalf("Open(Sign(%+v)) = %+v, %v", *lease, got, err)
@@ -44,11 +44,11 @@ func TestTokenRoundTrip(t *testing.T) {
 // lease of 30 s); a reservation's an hour after the end of the window
 // after its own.
 func TestLeaseExpiresWithItsSlots(t *testing.T) {
-	tok := reservation.Token{Duration: 30 * time.Second, Sequence: 100, IssuedAt: 100 * 30_000, Slot: true}
+	tok := reservation.Token{Duration: 30 * time.Second, Sequence: 100, IssuedAt: 100 * 30_000, Kind: reservation.KindLease}
 	if got, want := tok.ExpiresAt().UnixMilli(), int64(100*2_000); got != want {
 		t.Fatalf("lease expires at %d, want %d", got, want)
 	}
-	tok.Slot = false
+	tok.Kind = reservation.KindReservation
 	if got, want := tok.ExpiresAt().UnixMilli(), int64(102*30_000)+time.Hour.Milliseconds(); got != want {
 		t.Fatalf("reservation expires at %d, want %d", got, want)
 	}
@@ -161,5 +161,22 @@ func TestFreshKeyringWaitsForTheLoadInProgress(t *testing.T) {
 	}
 	if loads.Load() != 1 {
 		t.Fatalf("%d loads, want 1", loads.Load())
+	}
+}
+
+// TestEarlierLeasesOpenExpired: a lease id signed before leases were
+// counted by their expiry names the lease-long cell it was acquired in
+// (unix ms / lease); read as a cell of its lease's grid, it ended before
+// the lease was acquired, for every lease: such an id frees nothing and
+// extends nothing, and its slots free themselves where they were counted.
+func TestEarlierLeasesOpenExpired(t *testing.T) {
+	for lease := int64(1); lease <= 3600; lease += 7 {
+		for _, acquired := range []int64{1_700_000_000_000, 1_795_945_044_123, 4_102_444_800_000} {
+			tok := reservation.Token{Kind: reservation.KindLease, Duration: time.Duration(lease) * time.Second,
+				Sequence: acquired / (lease * 1000), IssuedAt: acquired}
+			if end := tok.ExpiresAt().UnixMilli(); end > acquired {
+				t.Fatalf("an earlier lease of %d s acquired at %d expires at %d, after it was acquired", lease, acquired, end)
+			}
+		}
 	}
 }

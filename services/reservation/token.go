@@ -11,6 +11,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
@@ -36,13 +37,33 @@ type Token struct {
 	// Scope names where its settlement can be recorded once (see
 	// Ledger): "" for every region (MySQL), a region, or one process.
 	Scope string
-	// Slot makes the token a lease: Reserved slots of a concurrency limit
-	// of Limit slots, held for a lease of Duration, counted in cell
-	// Sequence of the lease's grid,
-	// which a release (or an extension) frees once. A lease never settles
-	// as a reservation, nor a reservation releases as a lease.
-	Slot bool
+	// Kind is what the token names: a reservation, or a lease (Reserved
+	// slots of a concurrency limit of Limit slots, held for a lease of
+	// Duration, counted in cell Sequence of the lease's grid, which a
+	// release or an extension frees once). A lease never settles as a
+	// reservation, nor a reservation releases as a lease: the kind is
+	// signed with the rest.
+	Kind Kind
 }
+
+// Kind is what a token names.
+type Kind uint8
+
+// The kinds of token.
+const (
+	// KindReservation: an estimate counted, which a settle gives back
+	// or adds to once.
+	KindReservation Kind = iota
+	// KindLease: slots held, which a release or an extension frees once.
+	KindLease
+)
+
+// versions holds each kind's first byte of a payload: a reservation's
+// and a lease's payloads are alike, and the byte tells them apart. A
+// lease signed by a version before leases were counted by their expiry
+// opens with its cell read as one of a lease's grid, which ended before
+// it was acquired: it is expired, and frees nothing.
+var versions = [...]byte{KindReservation: 2, KindLease: 3}
 
 // ExpiresAt is when t can no longer be settled: an hour after its cell
 // stopped counting in any decision (the end of the window after its own),
@@ -55,7 +76,7 @@ type Token struct {
 // nothing.
 func (t *Token) ExpiresAt() time.Time {
 	ms := t.Duration.Milliseconds()
-	if t.Slot {
+	if t.Kind == KindLease {
 		return time.UnixMilli(store.PoolCellEnd(store.PoolShift(ms), t.Sequence))
 	}
 	return time.UnixMilli(min((t.Sequence+2)*ms+settleGrace.Milliseconds(), t.IssuedAt+MaxLife.Milliseconds()))
@@ -66,13 +87,6 @@ func (t *Token) ExpiresAt() time.Time {
 const (
 	settleGrace = time.Hour
 	MaxLife     = 24 * time.Hour
-)
-
-// tokenVersion is the first byte of a reservation's payload, leaseVersion
-// of a lease's: the payloads are alike.
-const (
-	tokenVersion = 2
-	leaseVersion = 3
 )
 
 // macSize is how many bytes of HMAC-SHA256 a token carries: 128 bits, past
@@ -115,11 +129,7 @@ func NewID() [16]byte {
 // Sign returns t as a token: its payload and its signature, base64url.
 func (s *Signer) Sign(t *Token) string {
 	b := make([]byte, 0, 64+len(t.Workspace)+len(t.Namespace)+len(t.Identifier))
-	if t.Slot {
-		b = append(b, leaseVersion)
-	} else {
-		b = append(b, tokenVersion)
-	}
+	b = append(b, versions[t.Kind])
 	b = append(b, t.ID[:]...)
 	for _, part := range [...]string{t.Workspace, t.Namespace, t.Identifier, t.Scope} {
 		b = binary.AppendUvarint(b, uint64(len(part)))
@@ -140,10 +150,11 @@ func (s *Signer) Open(token string) (Token, error) {
 		return Token{}, ErrInvalid
 	}
 	payload, sig := raw[:len(raw)-macSize], raw[len(raw)-macSize:]
-	if !hmac.Equal(sig, s.mac(payload)) || payload[0] != tokenVersion && payload[0] != leaseVersion {
+	kind := slices.Index(versions[:], payload[0])
+	if !hmac.Equal(sig, s.mac(payload)) || kind < 0 {
 		return Token{}, ErrInvalid
 	}
-	t := Token{Slot: payload[0] == leaseVersion}
+	t := Token{Kind: Kind(kind)}
 	rest := payload[1:]
 	copy(t.ID[:], rest)
 	rest = rest[16:]

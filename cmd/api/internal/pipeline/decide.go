@@ -99,15 +99,16 @@ func (c *Call) validate(workspace string) (ratelimit.Request, error) {
 
 // override replaces r's limit and duration (and a token bucket's burst,
 // when it names one) by those of the override that matches identifier (as
-// the caller sent it), and returns its id. A calendar's periods stay: its
-// limit alone is replaced.
+// the caller sent it), and returns its id: the one place an override
+// applies, to every model. A calendar's periods stay, and a concurrency
+// limit's lease (the slot's, in Duration): their limit alone is replaced.
 func (p *Pipeline) override(r *ratelimit.Request, identifier string) string {
 	o, ok := p.overrides.Lookup(r.Workspace, r.Namespace, identifier)
 	if !ok {
 		return ""
 	}
 	r.Limit = o.Limit
-	if r.Calendar.IsZero() {
+	if r.Calendar.IsZero() && r.Algorithm != ratelimit.Concurrency {
 		r.Duration = o.Duration
 	}
 	if o.Burst > 0 && r.Algorithm == ratelimit.TokenBucket {

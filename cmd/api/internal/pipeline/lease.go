@@ -61,11 +61,6 @@ const (
 // expiredLease answers the extension of a lease that expired.
 var expiredLease = &invalid.Error{Field: "lease_id", Rule: "expired: its slots are free; acquire them again (Acquire), under today's limit"}
 
-// invalidLease answers a lease this service did not issue, one that was
-// changed, a reservation, and one of another workspace alike.
-var invalidLease = &invalid.Error{Field: "lease_id",
-	Rule: "must be a lease this service issued to this workspace, unchanged"}
-
 // Acquire takes a.Cost slots of the concurrency limit a names, in the
 // caller's workspace (a.Workspace is ignored), if the caller may decide
 // limits in its namespace. An override that matches the identifier (as
@@ -145,9 +140,10 @@ func (p *Pipeline) acquire(ctx context.Context, a ratelimit.Acquisition, authori
 	}
 	annotate(ctx, a.Namespace, 1)
 	var out Lease
-	if o, ok := p.overrides.Lookup(a.Workspace, a.Namespace, sent); ok {
-		a.Limit, out.OverrideID = o.Limit, o.ID
-	}
+	r := ratelimit.Request{Workspace: a.Workspace, Namespace: a.Namespace, Identifier: a.Identifier,
+		Limit: a.Limit, Duration: a.Lease, Algorithm: ratelimit.Concurrency}
+	out.OverrideID = p.override(&r, sent)
+	a.Limit = r.Limit
 	resp, err := p.limiter.Acquire(ctx, a)
 	if err != nil {
 		return Lease{}, err
@@ -166,7 +162,7 @@ func (p *Pipeline) answer(ctx context.Context, out *Lease, a ratelimit.Acquisiti
 	if resp.Success && resp.Limit > 0 {
 		seq := ratelimit.LeaseCell(resp, a.Lease)
 		t := reservation.Token{
-			IssuedAt: p.now().UnixMilli(), Scope: p.scope, ID: reservation.NewID(), Slot: true,
+			IssuedAt: p.now().UnixMilli(), Scope: p.scope, ID: reservation.NewID(), Kind: reservation.KindLease,
 			Workspace: a.Workspace, Namespace: a.Namespace, Identifier: a.Identifier,
 			Duration: a.Lease, Limit: resp.Limit, Sequence: seq, Reserved: a.Cost,
 		}
@@ -185,32 +181,6 @@ func (p *Pipeline) answer(ctx context.Context, out *Lease, a ratelimit.Acquisiti
 		p.analytics.Record(a.Workspace, a.Namespace, a.Identifier, out.Success)
 	}
 	setDecided(ctx, out.Success)
-}
-
-// open verifies a lease id of the caller's workspace and returns what it
-// names, if the caller may decide limits in its namespace; or, when
-// namespace is not "", if it is a lease of that namespace, which the
-// caller was authorized for.
-func (p *Pipeline) open(ctx context.Context, id, namespace string) (reservation.Token, error) {
-	t, err := p.keyring.Open(ctx, id)
-	if errors.Is(err, reservation.ErrSecretUnavailable) {
-		return t, reservation.ErrUnavailable
-	}
-	if err != nil || !t.Slot || t.Workspace != call.Workspace(ctx) || namespace != "" && t.Namespace != namespace {
-		return t, invalidLease
-	}
-	if t.Scope != p.scope {
-		return t, &invalid.Error{Field: "lease_id", Rule: "issued where this process " +
-			"cannot record its release (" + scopeName(t.Scope) + "): release it there, or give the processes MySQL, " +
-			"which every region shares"}
-	}
-	if namespace == "" {
-		if err := call.Authorize(ctx, access.Limit, t.Namespace); err != nil {
-			return t, err
-		}
-	}
-	annotate(ctx, t.Namespace, 1)
-	return t, nil
 }
 
 // slotOf returns the slots lease t names.
@@ -248,7 +218,7 @@ func (p *Pipeline) Release(ctx context.Context, id string) (Released, error) {
 
 // release is Release, of a lease of namespace (authorized) if not "".
 func (p *Pipeline) release(ctx context.Context, id, namespace string) (Released, error) {
-	t, err := p.open(ctx, id, namespace)
+	t, err := p.open(ctx, id, reservation.KindLease, namespace)
 	if err != nil {
 		return Released{}, err
 	}
@@ -289,7 +259,7 @@ func (p *Pipeline) inFlight(ctx context.Context, sl ratelimit.Slot) int64 {
 // id the ledger cannot record as used are acquired anew, and may be
 // refused (the old slots then stay counted until they expire).
 func (p *Pipeline) Extend(ctx context.Context, id string, lease time.Duration) (Lease, error) {
-	t, err := p.open(ctx, id, "")
+	t, err := p.open(ctx, id, reservation.KindLease, "")
 	if err != nil {
 		return Lease{}, err
 	}

@@ -2,12 +2,8 @@ package pipeline
 
 import (
 	"context"
-	"errors"
-	"strings"
 
-	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 	"github.com/unkeyed/ratelimit/internal/invalid"
-	"github.com/unkeyed/ratelimit/services/access"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 	"github.com/unkeyed/ratelimit/services/reservation"
 )
@@ -48,23 +44,6 @@ func (p *Pipeline) reserve(ctx context.Context, r *ratelimit.Request, resp ratel
 	})
 }
 
-// scopeName words a ledger scope for a caller.
-func scopeName(scope string) string {
-	switch {
-	case scope == "":
-		return "every region"
-	case strings.HasPrefix(scope, "region:"):
-		return "region " + strings.TrimPrefix(scope, "region:")
-	}
-	return "another process, without Redis or MySQL"
-}
-
-// invalidReservation is the error of a token this service did not issue,
-// one that was changed, and one of another workspace: a caller learns
-// nothing of which.
-var invalidReservation = &invalid.Error{Field: "reservation",
-	Rule: "must be a reservation this service issued to this workspace, unchanged"}
-
 // Settle settles a reservation at cost, what the call really spent: less
 // than the estimate gives the difference back to the cell it was counted
 // in; more counts the extra as a report (counted whatever the verdict). A
@@ -80,24 +59,10 @@ func (p *Pipeline) Settle(ctx context.Context, token string, cost *int64) (Settl
 	if err := ratelimit.CheckCost("cost", *cost); err != nil {
 		return SettleDecision{}, err
 	}
-	t, err := p.keyring.Open(ctx, token)
-	if errors.Is(err, reservation.ErrSecretUnavailable) {
-		return SettleDecision{}, reservation.ErrUnavailable
-	}
-	if err != nil || t.Slot || t.Workspace != call.Workspace(ctx) {
-		// A lease settles as no reservation: its refund would land in the
-		// window of the same name and length, not in its slots.
-		return SettleDecision{}, invalidReservation
-	}
-	if t.Scope != p.scope {
-		return SettleDecision{}, &invalid.Error{Field: "reservation", Rule: "issued where this process " +
-			"cannot record its settlement (" + scopeName(t.Scope) + "): settle it there, or give the processes MySQL, " +
-			"which every region shares"}
-	}
-	if err := call.Authorize(ctx, access.Limit, t.Namespace); err != nil {
+	t, err := p.open(ctx, token, reservation.KindReservation, "")
+	if err != nil {
 		return SettleDecision{}, err
 	}
-	annotate(ctx, t.Namespace, 1)
 	if p.now().After(t.ExpiresAt()) {
 		return SettleDecision{}, &invalid.Error{Field: "reservation",
 			Rule: "expired: a reservation settles until an hour after the end of the window after its own, and a day after it was made at the latest; report a later cost with report: true"}
