@@ -391,7 +391,7 @@ func TestSlotsChurnAcrossRegions(t *testing.T) {
 	rb.flush()
 	ra.sync()
 	rb.sync()
-	for i := range 25 { // 3.75 s: no slot outlives its two leases
+	for i := range 25 { // 3.75 s: within the leases of 4 s
 		mustRelease(t, ra.Service, held[0])
 		sl, ok := acquire(t, ra.Service, a)
 		if !ok {
