@@ -502,7 +502,13 @@ func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
 	}
 	w := g.windows.find(&k)
 	if w == nil {
-		if !k.refunds && (row.Others <= 0 || row.Others < g.floor(row.OthersLimit, durMs)) {
+		floor := g.floor(row.OthersLimit, durMs)
+		if store.IsPoolCode(durMs) && g.windows.holdsPool(&k) {
+			// A cell of a pool this process decides: what it holds
+			// counts in every decision on the pool, however little.
+			floor = 1
+		}
+		if !k.refunds && (row.Others <= 0 || row.Others < floor) {
 			return false
 		}
 		var created bool

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -740,5 +741,84 @@ func TestSlotsAtTheLargestLimit(t *testing.T) {
 		if n := inFlight(t, s, acq("max", MaxLimit, time.Minute)); n != MaxLimit {
 			t.Fatalf("%s: %d in flight, want 2^53", name, n)
 		}
+	}
+}
+
+// TestPoolWindowsLeaveAfterALateRead: a pool cell's window whose refresh,
+// queued before, runs after the cell ended makes no cell past its own, and
+// the janitor removes it. (Before, the read made a cell two past it, and
+// the window was never idle again: found by review.)
+func TestPoolWindowsLeaveAfterALateRead(t *testing.T) {
+	clock := newFakeClock(1_700_000_010_000)
+	p := newRegional(t, storetest.NewMemRegional(), clock)
+	a := acq("user", 10, time.Second)
+	if _, ok := acquire(t, p.Service, a); !ok {
+		t.Fatal("refused")
+	}
+	r := a.request()
+	k := poolKey(&r, clock.Now().UnixMilli())
+	w := p.windows.find(&k)
+	if w == nil {
+		t.Fatal("no window for the slot's cell")
+	}
+	_, end := w.poolCell()
+	p.regional.queueRefresh(w)
+	clock.Set(end + 10)
+	p.regional.refreshStale(context.Background())
+	for _, at := range []int64{end + 3_600_000, end + 7_200_000} {
+		clock.Set(at)
+		p.windows.evictIdle(clock.Now())
+	}
+	if p.windows.find(&k) != nil {
+		t.Fatal("the pool cell's window is still held two hours after its cell ended")
+	}
+}
+
+// TestOtherGridsCellsImported: region a holds 4 of 100 slots on leases of
+// a minute, region b its own on leases of 5 s, another grid: b counts a's
+// 4, though a's cell is under the floor a window's row needs to be
+// imported into a process that does not hold it (a twentieth of the
+// limit). A pool's cells count whatever their size. (Found by review:
+// each cell b did not hold could hide up to the floor.)
+func TestOtherGridsCellsImported(t *testing.T) {
+	mem := storetest.NewMemGlobal()
+	clock := newFakeClock(1_700_000_010_000)
+	ra, rb := newRegion(t, "a", mem, clock), newRegion(t, "b", mem, clock)
+	long, short := acq("user", 100, time.Minute), acq("user", 100, 5*time.Second)
+	if got := takeUpTo(t, ra.Service, long, 4); got != 4 {
+		t.Fatalf("region a took %d of 4", got)
+	}
+	if _, ok := acquire(t, rb.Service, short); !ok {
+		t.Fatal("region b refused")
+	}
+	ra.flush()
+	rb.sync()
+	if n := inFlight(t, rb.Service, short); n != 5 {
+		t.Fatalf("region b sees %d held, want 5 (a's 4 and its own)", n)
+	}
+}
+
+// TestCollidedPoolKeys: pool windows whose keys share a hash (forced)
+// are made and filed without the table's lock held: filing one looks up
+// another. (Before, the second acquisition hung: found by review.)
+func TestCollidedPoolKeys(t *testing.T) {
+	s := newTestService(t, newFakeClock(1_700_000_010_000))
+	s.windows.hashKey = func(windowKey, maphash.Seed) uint64 { return 7 }
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, id := range []string{"other", "user"} {
+			if _, ok := acquire(t, s, acq(id, 5, time.Second)); !ok {
+				t.Errorf("%s refused", id)
+			}
+		}
+		if n := inFlight(t, s, acq("user", 5, time.Second)); n != 1 {
+			t.Errorf("user holds %d, want 1", n)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("an acquisition on a collided pool key hung")
 	}
 }

@@ -65,23 +65,32 @@ func poolIDOf(w *window) poolID {
 func (w *window) isPool() bool { return store.IsPoolCode(w.durationMs) && !w.holdsRefunds() }
 
 // add files w, a pool cell's window new in the table, or the window of
-// its releases, in its pool; refunds is w's releases' window if the table
-// holds one (for a cell's window), or the cell's window (for its
-// releases'), else nil.
-func (p *pools) add(w, other *window) {
+// its releases, in its pool, once: a window the janitor is removing is
+// not filed, nor one filed already. other returns the cell's other
+// window (its releases', for a cell's; the cell's, for its releases'),
+// nil if the table holds none; it runs while the pool is held.
+func (p *pools) add(w *window, other func() *window) {
 	p.groups.Compute(poolIDOf(w), func(g *poolGroup, loaded bool) (*poolGroup, xsync.ComputeOp) {
+		if w.evicted() || !loaded && w.holdsRefunds() {
+			// Removed meanwhile; or releases of a cell no window of
+			// which is filed: its window, when made, finds them.
+			return g, xsync.CancelOp
+		}
 		if !loaded {
 			g = &poolGroup{}
 		}
+		o := other()
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		if !w.holdsRefunds() {
-			g.cells = append(g.cells, poolCell{w: w, refunds: other})
-			p.byWindow.Store(w, g)
+			if !slices.ContainsFunc(g.cells, func(c poolCell) bool { return c.w == w }) {
+				g.cells = append(g.cells, poolCell{w: w, refunds: o})
+				p.byWindow.Store(w, g)
+			}
 			return g, xsync.UpdateOp
 		}
 		for i := range g.cells {
-			if g.cells[i].w == other {
+			if g.cells[i].w == o {
 				g.cells[i].refunds = w
 			}
 		}
@@ -123,6 +132,17 @@ func (p *pools) of(w *window) *poolGroup {
 	return g
 }
 
+// poolOf returns the pool of w, a pool cell's window, filing w first if
+// another request made it and has not filed it yet (filing is idempotent);
+// nil if the janitor is removing w.
+func (t *windowTable) poolOf(w *window) *poolGroup {
+	if g := t.pools.of(w); g != nil || w.evicted() {
+		return g
+	}
+	t.file(w)
+	return t.pools.of(w)
+}
+
 // live returns g's cells that have not ended at now (unix ms).
 func (g *poolGroup) live(now int64) []poolCell {
 	g.mu.Lock()
@@ -134,6 +154,12 @@ func (g *poolGroup) live(now int64) []poolCell {
 		}
 	}
 	return out
+}
+
+// holdsPool reports whether the table holds a pool of k's identity.
+func (t *windowTable) holdsPool(k *windowKey) bool {
+	_, ok := t.pools.groups.Load(poolID{k.workspace, k.namespace, k.identifier})
+	return ok
 }
 
 // poolKey returns the key of the cell a slot of the concurrency limit of
@@ -214,7 +240,7 @@ func poolHeld(g *poolGroup, now int64, cells *[]heldCell) int64 {
 func (s *Service) decidePool(w *window, now int64, sp spec, cost int64) (decision, *cell, bool) {
 	seq, end := w.poolCell()
 	cur, _ := w.cellAt(seq, s.regional == nil)
-	g := s.windows.pools.of(w)
+	g := s.windows.poolOf(w)
 	if cur == nil || g == nil {
 		return decision{}, nil, false
 	}
@@ -284,6 +310,7 @@ func (s *Service) decideSlots(ctx context.Context, w *window, now int64, sp spec
 	s.regional.prepare(ctx, w, now)
 	d, cur, counted := s.decidePool(w, now, sp, req.Cost)
 	if cur == nil {
+		runtime.Gosched() // the janitor is removing w: let it
 		return Response{}, false
 	}
 	switch {

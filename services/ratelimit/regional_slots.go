@@ -44,7 +44,7 @@ func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp s
 	}
 	seq, end := w.poolCell()
 	cur, _ := w.cellAt(seq, false)
-	g := r.windows.pools.of(w)
+	g := r.windows.poolOf(w)
 	if cur == nil || g == nil || w.evicted() {
 		return decision{}, nil, takeNotSent // the caller decides again on the window that replaces it
 	}

@@ -159,6 +159,14 @@ func (w *window) cellAt(seq int64, hydrated bool) (*cell, int64) {
 				return nil, cs
 			}
 		}
+		if store.IsPoolCode(w.durationMs) {
+			if own, _ := w.poolCell(); seq != own {
+				// A pool cell's window holds its own cell alone: a
+				// read after the cell ended finds nothing to make,
+				// and the window stays idle for the janitor.
+				return nil, 0
+			}
+		}
 		fresh := newCell(seq, hydrated)
 		if store.IsPoolCode(w.durationMs) || store.IsBucketCode(w.durationMs) {
 			// Every slot is a reservation its release refunds: each

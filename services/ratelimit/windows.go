@@ -349,11 +349,12 @@ func (t *windowTable) loadOrCreate(k *windowKey, h uint64) (*window, bool, error
 		return w, w == created, nil
 	}
 	t.collided.mu.Lock()
-	defer t.collided.mu.Unlock()
 	if w, ok := t.collided.m[*k]; ok {
+		t.collided.mu.Unlock()
 		return w, false, nil
 	}
 	if !t.reserve(k) {
+		t.collided.mu.Unlock()
 		return nil, false, &CapacityError{Max: t.maxPerWorkspace}
 	}
 	if t.collided.m == nil {
@@ -361,7 +362,8 @@ func (t *windowTable) loadOrCreate(k *windowKey, h uint64) (*window, bool, error
 	}
 	w = newWindow(k)
 	t.collided.m[*k] = w
-	t.file(w)
+	t.collided.mu.Unlock()
+	t.file(w) // outside the lock: filing looks other windows up
 	return w, true, nil
 }
 
@@ -369,14 +371,12 @@ func (t *windowTable) loadOrCreate(k *windowKey, h uint64) (*window, bool, error
 // concurrency limit's pool.
 func (t *windowTable) file(w *window) {
 	switch k := w.key(); {
-	case w.isPool():
-		k.refunds = true
-		t.pools.add(w, t.find(&k))
 	case store.IsPoolCode(w.durationMs):
-		k.refunds = false
-		if main := t.find(&k); main != nil {
-			t.pools.add(w, main)
-		}
+		// The other window of the cell (its releases', or the cell's),
+		// looked up while the pool is held: a pair made at once is
+		// filed together whichever comes second.
+		k.refunds = !k.refunds
+		t.pools.add(w, func() *window { return t.find(&k) })
 	case !periodOf(w).IsZero() && !w.holdsRefunds():
 		t.zones.add(w)
 	}
