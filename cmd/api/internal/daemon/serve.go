@@ -118,7 +118,9 @@ func (d *Daemon) Serve(ctx context.Context, ln, grpcLn net.Listener) error {
 		go d.serveWhenReady(gctx, hs)
 		limited := transport.LimitListener(grpcLn, d.cfg.GRPCMaxConnections)
 		g.Go(func() error {
-			if err := g2.Serve(limited); err != nil {
+			// A shutdown that comes before Serve starts stops the server
+			// first: Serve then answers ErrServerStopped, a clean stop.
+			if err := g2.Serve(limited); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 				return fmt.Errorf("serve grpc: %w", err)
 			}
 			return nil
