@@ -118,7 +118,9 @@ func (s *Service) Acquire(ctx context.Context, a Acquisition) (Response, error) 
 }
 
 // InFlight returns how many of the slots of the limit of acquisition a
-// are held now, as far as this process knows, without taking any.
+// are held now, without taking any: as the region holds them, read in the
+// regional store first, or as far as this process knows when that read
+// fails (or there is no regional store).
 func (s *Service) InFlight(ctx context.Context, a Acquisition) (int64, error) {
 	r := a.request()
 	r.Cost, r.Reserve = 0, false

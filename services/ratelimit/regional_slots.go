@@ -184,8 +184,7 @@ func (r *regionalTier) beyond(g *poolGroup, now int64) []store.PoolCell {
 func heldCells(counts store.SlotCounts, beyond []store.PoolCell) []heldCell {
 	cells := make([]heldCell, 0, len(counts.Cells)+len(beyond))
 	for _, pc := range counts.Cells {
-		one := store.SlotCounts{Cells: []store.PoolCell{pc}}
-		if n := one.Held(beyond); n > 0 {
+		if n := pc.HeldWith(beyond); n > 0 {
 			cells = append(cells, heldCell{store.PoolCellEndOf(&pc.Key), n})
 		}
 	}

@@ -93,13 +93,7 @@ type SlotCounts struct {
 func (c SlotCounts) Held(beyond []PoolCell) int64 {
 	var held int64
 	for _, cell := range c.Cells {
-		n := cell.Count - cell.Refunds
-		for _, b := range beyond {
-			if b.Key == cell.Key {
-				n += b.Count
-			}
-		}
-		held += max(n, 0)
+		held += cell.HeldWith(beyond)
 	}
 	for _, b := range beyond {
 		if !c.has(b.Key) {
@@ -107,6 +101,18 @@ func (c SlotCounts) Held(beyond []PoolCell) int64 {
 		}
 	}
 	return held
+}
+
+// HeldWith returns what cell holds with what beyond adds to it: its
+// count less its refunds plus its beyond, never below zero.
+func (cell PoolCell) HeldWith(beyond []PoolCell) int64 {
+	n := cell.Count - cell.Refunds
+	for _, b := range beyond {
+		if b.Key == cell.Key {
+			n += b.Count
+		}
+	}
+	return max(n, 0)
 }
 
 // has reports whether c answers cell k.
