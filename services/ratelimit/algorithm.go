@@ -3,8 +3,7 @@ package ratelimit
 import (
 	"fmt"
 
-	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
-	"github.com/unkeyed/ratelimit/services/ratelimit/store"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 )
 
 // Algorithm is how a limit counts what it admits. Every model keeps the
@@ -74,48 +73,26 @@ func specOf(req *Request) spec {
 	return s
 }
 
-// keyOf returns the key of req's window. A calendar's periods are named by
-// their code where a fixed window's length would be, a token bucket's cells
-// by a power of two of ms long enough to hold its memory (see cellShift).
-// A concurrency limit's cell depends on the clock too: see poolKey.
+// keyOf returns the key of req's window: its cells are a calendar's
+// periods, a token bucket's cells of a power of two of ms long enough to
+// hold its memory (see cellShift), or windows of req's duration. A
+// concurrency limit's cell depends on the clock too: see poolKey.
 func keyOf(req *Request) windowKey {
-	k := windowKey{workspace: req.Workspace, namespace: req.Namespace, identifier: req.Identifier,
-		durationMs: req.Duration.Milliseconds()}
+	k := windowKey{workspace: req.Workspace, namespace: req.Namespace, identifier: req.Identifier}
 	switch {
 	case !req.Calendar.IsZero():
-		k.durationMs = req.Calendar.Code()
-		k.period = req.Calendar
+		k.period = period.OfCalendar(req.Calendar)
 	case req.Algorithm == TokenBucket && req.Limit > 0:
-		k.durationMs = store.BucketCode(cellShift(req.Limit, k.durationMs, specOf(req).burst))
+		k.period = period.BucketCells(cellShift(req.Limit, req.Duration.Milliseconds(), specOf(req).burst))
+	default:
+		k.period = period.OfLength(req.Duration.Milliseconds())
 	}
 	return k
 }
 
-// periodOf returns the calendar of a window, or the zero Period for a
-// window of fixed length.
-func periodOf(w *window) calendar.Period { return w.scope.Value().period }
-
-// seqAt returns the fixed window (or calendar period) of w holding now
-// (unix ms), its start and its end.
-func (w *window) seqAt(now int64) (seq, start, end int64) {
-	if store.IsPoolCode(w.durationMs) {
-		// A pool cell's window holds one cell, its own, until it ends;
-		// then the one two past it, which holds nothing, so that every
-		// walk of the window's cells finds it idle.
-		seq, end = w.poolCell()
-		g := store.CellLength(w.durationMs)
-		if now >= end {
-			seq, end = seq+2, end+2*g
-		}
-		return seq, end - g, end
-	}
-	if !calendar.IsCode(w.durationMs) {
-		n := store.CellLength(w.durationMs)
-		seq = now / n
-		return seq, seq * n, (seq + 1) * n
-	}
-	return periodOf(w).At(now)
-}
+// seqAt returns the cell of w holding now (unix ms), its start and its
+// end.
+func (w *window) seqAt(now int64) (seq, start, end int64) { return w.period().At(now) }
 
 // seqOf returns the sequence of w's cell holding now (unix ms).
 func (w *window) seqOf(now int64) int64 {
@@ -125,30 +102,15 @@ func (w *window) seqOf(now int64) int64 {
 
 // expiresAt returns when w's cell seq can no longer affect a decision, in
 // unix ms (see store.ExpiresAt).
-func (w *window) expiresAt(seq int64) int64 { return store.ExpiresAt(seq, w.durationMs) }
+func (w *window) expiresAt(seq int64) int64 { return w.period().ExpiresAt(seq) }
 
 // strictSpan returns how long after now a key that denied, or admitted
 // near its limit, stays strict: a window's length, and for a calendar the
 // rest of the current period.
-func (w *window) strictSpan(now int64) int64 {
-	if !calendar.IsCode(w.durationMs) {
-		return store.CellLength(w.durationMs)
-	}
-	_, _, end := periodOf(w).At(now)
-	return end - now
-}
+func (w *window) strictSpan(now int64) int64 { return w.period().StrictSpan(now) }
 
 // startOf returns the first instant of w's cell seq, in unix ms.
-func (w *window) startOf(seq int64) int64 {
-	if store.IsPoolCode(w.durationMs) {
-		// A pool cell's window is in its cell from a grid before its end.
-		return (seq - 1) * store.CellLength(w.durationMs)
-	}
-	if !calendar.IsCode(w.durationMs) {
-		return seq * store.CellLength(w.durationMs)
-	}
-	return periodOf(w).Start(seq).UnixMilli()
-}
+func (w *window) startOf(seq int64) int64 { return w.period().Start(seq) }
 
 // retryAfter returns how many ms after now a request of cost would pass in
 // a window model if no other traffic arrived (see the package function):

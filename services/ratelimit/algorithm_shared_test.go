@@ -7,7 +7,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
-	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )
 
@@ -113,7 +112,7 @@ func TestModelsConvergeAcrossRegions(t *testing.T) {
 func TestBucketKnownToAColdProcess(t *testing.T) {
 	r := req("k", 10, time.Second, 1)
 	r.Algorithm, r.Burst = TokenBucket, 100
-	cell := store.CellLength(keyOf(&r).durationMs)
+	cell := keyOf(&r).period.Ms()
 	for _, at := range []int64{0, cell - 100} {
 		o := storetest.NewMemRegional()
 		clock := newFakeClock(170_000_000*cell + at)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
@@ -322,7 +323,7 @@ func (t *windowTable) raise(w *window, c *cell, v *atomic.Int64, n, now int64) {
 	}
 	if b, ok := t.buckets.Load(w); ok {
 		b.take(n-old, arrival(w, c, now))
-	} else if w.holdsRefunds() && store.IsBucketCode(w.durationMs) {
+	} else if w.holdsRefunds() && w.period().Kind() == period.Bucket {
 		t.applySeed(w, n, now)
 	}
 }

@@ -38,8 +38,13 @@
 //
 // One name per thing, in the code, the metrics' help and the docs:
 //
-//   - key: workspace, namespace, identifier and duration: what one limit
+//   - key: workspace, namespace, identifier and period: what one limit
 //     counts (windowKey).
+//   - period: what a window's cells are, a value of package
+//     internal/period (a length, a calendar, a token bucket's cells, a
+//     concurrency limit's pool cell) with each kind's arithmetic. The
+//     stores name it by a number where a length would be; only
+//     period.FromCode and Period.Code cross between the two.
 //   - window: the window of one key, held in memory: its two most
 //     recent cells (window), all of them in the service's windowTable.
 //   - cell: one fixed window of one key: store.CellKey names it, cell holds
@@ -81,8 +86,7 @@
 // sequence, summed with max or add. Every model decides from that shape
 // (algorithm.go): the sliding window above, the fixed window (the current
 // cell alone), the calendar window (cells that are a time zone's days,
-// weeks, months or years, named by the calendar's code where a length
-// would be: package calendar; what one zone's period counted is carried
+// weeks, months or years: package calendar; what one zone's period counted is carried
 // into another zone's: zones.go), the token bucket (bucket.go), whose
 // one instant of state per identity the tiers feed with what they see
 // counted elsewhere, and the concurrency limit (pool.go), whose slots are

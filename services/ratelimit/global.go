@@ -9,6 +9,7 @@ import (
 
 	"github.com/sony/gobreaker/v2"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
@@ -249,8 +250,8 @@ const (
 	maxIdleRounds   = 100
 )
 
-// floor is the count of a cell of limit and window durationMs
-// from which a region publishes it: a twentieth of the limit for windows of
+// floor is the count of a cell of limit, in cells of durationMs, from
+// which a region publishes it: a twentieth of the limit for windows of
 // a minute or more (globalPresenceFloor), half of it for shorter ones.
 func (g *globalTier) floor(limit, durationMs int64) int64 {
 	share := globalUtilizationFloor
@@ -258,6 +259,19 @@ func (g *globalTier) floor(limit, durationMs int64) int64 {
 		share = globalPresenceFloor
 	}
 	return max(1, int64(math.Ceil(float64(limit)*share)))
+}
+
+// importFloor is the count of another region's cell of limit in p's
+// cells from which a sync takes it into a window this process does not
+// hold: the floor it would publish from, by the length of p's cells, but
+// a token bucket's and a concurrency limit's taken as a window of a
+// minute or more, whatever their cells' length, since their state
+// outlives a cell (a bucket's level, a slot's lease).
+func (g *globalTier) importFloor(p period.Period, limit int64) int64 {
+	if k := p.Kind(); k == period.Bucket || k == period.Pool {
+		return g.floor(limit, globalPresenceMinWindow.Milliseconds())
+	}
+	return g.floor(limit, p.Ms())
 }
 
 // halfFloor is the utilization floor of a cell of limit: half of it, the
@@ -318,10 +332,11 @@ func (g *globalTier) worthSharing(w *window, c *cell, limit int64) bool {
 // that kept half of them to itself would let every other region hold that
 // many more.
 func (g *globalTier) cellFloor(w *window, limit int64) int64 {
-	if store.IsBucketCode(w.durationMs) || store.IsPoolCode(w.durationMs) {
+	p := w.period()
+	if k := p.Kind(); k == period.Bucket || k == period.Pool {
 		return 1
 	}
-	return g.floor(limit, w.durationMs)
+	return g.floor(limit, p.Ms())
 }
 
 // sharedRefunds reports whether c is a cell of refunds (w holds a key's

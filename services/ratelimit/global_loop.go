@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
@@ -159,7 +159,7 @@ func (g *globalTier) publishCounted(ctx context.Context, full bool) {
 			}
 		}
 		g.windows.forEach(func(w *window) {
-			if g.readSlots != nil && store.IsPoolCode(w.durationMs) {
+			if g.readSlots != nil && w.period().Kind() == period.Pool {
 				slots = append(slots, w)
 				return
 			}
@@ -365,7 +365,7 @@ func (g *globalTier) slotCells(ctx context.Context, grown []cellRef, now int64) 
 	var pools []*poolGroup
 	var firsts []*window // one window of each pool, to read it by
 	for _, it := range grown {
-		if !store.IsPoolCode(it.w.durationMs) {
+		if it.w.period().Kind() != period.Pool {
 			continue
 		}
 		w := it.w
@@ -469,31 +469,19 @@ func (g *globalTier) sync(ctx context.Context) {
 // memory for nothing (the region's own count reaches a process through the
 // regional store when a request comes).
 func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
-	durMs := row.Key.Duration.Milliseconds()
-	if durMs <= 0 {
+	// The row names its cells by a code. A calendar's holds the code,
+	// not the zone: a calendar this process has decided by (for any key)
+	// is known by its code; one it never has decides nothing here.
+	p, ok := period.FromCode(row.Key.Duration.Milliseconds())
+	if !ok {
 		return false
 	}
-	if row.Key.Sequence > store.LatestSequence(durMs, now) {
+	if row.Key.Sequence > p.Latest(now) {
 		g.metrics.globalRowsFuture.Inc()
 		return false
 	}
 	k := windowKey{workspace: row.Key.Workspace, namespace: row.Key.Namespace, identifier: row.Key.Identifier,
-		durationMs: durMs, refunds: row.Key.Refunds}
-	if calendar.IsCode(durMs) {
-		// The row holds the calendar's code, not its zone: a calendar
-		// this process has decided by (for any key) is known by its code;
-		// one it never has decides nothing here.
-		p, ok := calendar.ByCode(durMs)
-		if !ok {
-			return false
-		}
-		k.period = p
-		if seq, _, _ := p.At(now); row.Key.Sequence > seq+1 {
-			// LatestSequence allows for any zone; the calendar knows its own.
-			g.metrics.globalRowsFuture.Inc()
-			return false
-		}
-	}
+		period: p, refunds: row.Key.Refunds}
 	var main *window
 	if k.refunds {
 		if main = g.reserve(&k, row.Key.Sequence); main == nil {
@@ -502,8 +490,8 @@ func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
 	}
 	w := g.windows.find(&k)
 	if w == nil {
-		floor := g.floor(row.OthersLimit, durMs)
-		if store.IsPoolCode(durMs) && g.windows.holdsPool(&k) {
+		floor := g.importFloor(p, row.OthersLimit)
+		if p.Kind() == period.Pool && g.windows.holdsPool(&k) {
 			// A cell of a pool this process decides: what it holds
 			// counts in every decision on the pool, however little.
 			floor = 1
@@ -535,7 +523,7 @@ func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
 		n := own + c.speculative.Load()
 		g.windows.raise(w, c, &c.count, n, now)
 		if f := g.state.flushed[c]; f.count < own {
-			g.state.flushed[c] = flushedCount{count: own, expiresAt: store.ExpiresAt(c.seq(), durMs)}
+			g.state.flushed[c] = flushedCount{count: own, expiresAt: p.ExpiresAt(c.seq())}
 		}
 	}
 	return true

@@ -9,7 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )
@@ -107,12 +107,12 @@ func TestGlobalCounterInvariants(t *testing.T) {
 	spend(t, us2.Service, "k", 100, 1)
 	us.sync()
 	us2.sync()
-	w := us.windows.find(&windowKey{"ws", "ns", "k", 60_000, false, calendar.Period{}})
+	w := us.windows.find(&windowKey{"ws", "ns", "k", period.OfLength(60_000), false})
 	cur, _, _ := w.cellsAt(10, true)
 	if got := cur.count.Load(); got != 8 {
 		t.Fatalf("us's regional count = %d after its own row says 8, want 8", got)
 	}
-	w2 := us2.windows.find(&windowKey{"ws", "ns", "k", 60_000, false, calendar.Period{}})
+	w2 := us2.windows.find(&windowKey{"ws", "ns", "k", period.OfLength(60_000), false})
 	cur2, _, _ := w2.cellsAt(10, true)
 	if cur2.count.Load() != 8 || cur2.global.Load() != 3 {
 		t.Fatalf("us2: count %d global %d, want 8 and 3", cur2.count.Load(), cur2.global.Load())
@@ -151,7 +151,7 @@ func TestGlobalConvergesInAnyOrder(t *testing.T) {
 		var sums []string
 		for _, name := range []string{"a", "b", "c"} {
 			regions[name].sync()
-			w := regions[name].windows.find(&windowKey{"ws", "ns", "k", 60_000, false, calendar.Period{}})
+			w := regions[name].windows.find(&windowKey{"ws", "ns", "k", period.OfLength(60_000), false})
 			cur, _, _ := w.cellsAt(10, true)
 			sums = append(sums, name+":"+itoa(cur.count.Load())+"+"+itoa(cur.global.Load()))
 		}
@@ -173,7 +173,7 @@ func TestSpeculativeCountsAreNeverPublished(t *testing.T) {
 	clock := newFakeClock(600_000)
 	us := newRegion(t, "us", mem, clock)
 	spend(t, us.Service, "k", 100, 4) // below the floor of 5
-	w := us.windows.find(&windowKey{"ws", "ns", "k", 60_000, false, calendar.Period{}})
+	w := us.windows.find(&windowKey{"ws", "ns", "k", period.OfLength(60_000), false})
 	cur, _, _ := w.cellsAt(10, true)
 	if !w.applySpeculative(cur, cur.count.Load(), 3) { // a batch in flight: 7 of 100
 		t.Fatal("speculative increment failed")
@@ -252,7 +252,7 @@ func TestSyncCreatesWindowsOnlyAboveTheFloor(t *testing.T) {
 	insert("held", "a", 2, 10)  // below the floor, but b holds the key
 	b.sync()
 	for id, want := range map[string]bool{"hot": true, "thin": false, "mine": false, "held": true} {
-		if got := b.windows.find(&windowKey{"ws", "ns", id, 60_000, false, calendar.Period{}}) != nil; got != want {
+		if got := b.windows.find(&windowKey{"ws", "ns", id, period.OfLength(60_000), false}) != nil; got != want {
 			t.Errorf("window for %q after sync: %v, want %v", id, got, want)
 		}
 	}

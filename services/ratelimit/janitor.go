@@ -2,12 +2,10 @@ package ratelimit
 
 import (
 	"context"
-	"github.com/unkeyed/ratelimit/services/ratelimit/store"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 	"time"
 
 	"github.com/puzpuzpuz/xsync/v4"
-
-	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
 )
 
 // janitorInterval is how often idle windows are evicted. A window is idle
@@ -85,9 +83,9 @@ func (t *windowTable) forget(w *window) {
 	t.given.Delete(w)
 	t.lanes.Delete(w)
 	switch {
-	case store.IsPoolCode(w.durationMs):
+	case w.period().Kind() == period.Pool:
 		t.pools.remove(w)
-	case !periodOf(w).IsZero() && !w.holdsRefunds():
+	case w.period().Kind() == period.Calendar && !w.holdsRefunds():
 		t.zones.remove(w)
 	}
 }
@@ -104,7 +102,7 @@ func (t *windowTable) keepsBucket(w *window, now int64) bool {
 // did.
 func (w *window) evict(now int64) bool {
 	seq := w.seqOf(now)
-	if calendar.IsCode(w.durationMs) {
+	if w.period().Kind() == period.Calendar {
 		// A calendar's windows are fixed: its previous period decides
 		// nothing, so a window with no cell of the current one is idle
 		// (a year's would otherwise linger a year more).

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/unkeyed/ratelimit/internal/testkit/poll"
-	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 )
 
 func TestJanitorEvictsOnlyIdleWindows(t *testing.T) {
@@ -56,7 +56,7 @@ func TestJanitorEvictsCollidedWindows(t *testing.T) {
 // count back and does not report success on a window about to vanish.
 func TestCountIntoEvictedWindowIsTakenBack(t *testing.T) {
 	s := newTestService(t, newFakeClock(0))
-	w := mustWindow(t, s, &windowKey{"ws", "ns", "k", 1000, false, calendar.Period{}})
+	w := mustWindow(t, s, &windowKey{"ws", "ns", "k", period.OfLength(1000), false})
 	w.setEvicted(true)
 	resp := mustLimit(t, s, req("k", 5, time.Second, 1))
 	cur, _, _ := w.cellsAt(0, true)

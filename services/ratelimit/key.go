@@ -3,26 +3,22 @@ package ratelimit
 import (
 	"hash/maphash"
 
-	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 )
 
 // windowKey identifies one window: every cell of one limit of one
-// identifier. Duration is part of the key because the same identifier may be
-// limited per second and per day at once; durationMs is the cells' length
-// (a calendar's code for calendar periods, a bucket's refill for a token
-// bucket whose burst outlasts its duration: see keyOf).
+// identifier. The period is part of the key because the same identifier
+// may be limited per second and per day at once; it names the cells (a
+// window's length, a calendar, a token bucket's cells, a concurrency
+// limit's pool cell: see keyOf and poolKey).
 type windowKey struct {
 	workspace  string
 	namespace  string
 	identifier string
-	durationMs int64
+	period     period.Period
 	// refunds names the window that holds the key's refunds (see
 	// Service.Refund) rather than the key's own.
 	refunds bool
-	// period is the calendar of a window whose cells are calendar periods
-	// (durationMs is then its code, which hash and equality use): what a
-	// new window needs to find its cells.
-	period calendar.Period
 }
 
 // hash hashes every part separately and mixes the results, so that parts can
@@ -32,7 +28,7 @@ func (k windowKey) hash(seed maphash.Seed) uint64 {
 	h := maphash.String(seed, k.workspace)
 	h = mix(h, maphash.String(seed, k.namespace))
 	h = mix(h, maphash.String(seed, k.identifier))
-	h = mix(h, uint64(k.durationMs))
+	h = mix(h, k.period.Hash())
 	if k.refunds {
 		h = mix(h, 1)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/internal/invalid"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
@@ -167,7 +168,7 @@ func (s *Service) Extend(ctx context.Context, sl Slot, lease time.Duration) (Res
 	}
 	r := a.request()
 	to := poolKey(&r, now)
-	if from := store.PoolCode(store.PoolShift(sl.Lease.Milliseconds()), sl.Sequence); from == to.durationMs {
+	if from := period.PoolCell(store.PoolShift(sl.Lease.Milliseconds()), sl.Sequence); from == to.period {
 		// Counted in the cell of the new expiry already.
 		return s.state(ctx, a, to)
 	}
@@ -190,7 +191,7 @@ func (s *Service) Extend(ctx context.Context, sl Slot, lease time.Duration) (Res
 		// count.
 		moved := sl
 		moved.Lease = lease
-		_, moved.Sequence = store.PoolCodeCell(to.durationMs)
+		moved.Sequence = to.period.Cell()
 		if _, uerr := s.Release(ctx, moved); uerr != nil {
 			return Response{}, uerr
 		}
@@ -208,7 +209,7 @@ func (s *Service) Extend(ctx context.Context, sl Slot, lease time.Duration) (Res
 // store failed (the replay sends this process's total of the cell again,
 // which holds them).
 func (s *Service) count(ctx context.Context, a Acquisition, key windowKey) (bool, error) {
-	_, seq := store.PoolCodeCell(key.durationMs)
+	seq := key.period.Cell()
 	for range maxEvictionRetries {
 		w, err := s.windows.forRequest(&key)
 		if err != nil {
@@ -251,7 +252,6 @@ func (s *Service) state(ctx context.Context, a Acquisition, key windowKey) (Resp
 	r.Cost, r.Reserve = 0, false
 	resp, err := s.Decide(ctx, r)
 	resp.Success, resp.RetryAfter = true, 0
-	shift, seq := store.PoolCodeCell(key.durationMs)
-	resp.Reset = time.UnixMilli(store.PoolCellEnd(shift, seq))
+	resp.Reset = time.UnixMilli(key.period.CellEnd())
 	return resp, err
 }

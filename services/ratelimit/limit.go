@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 )
 
 // maxEvictionRetries bounds how often a decision starts again because the
@@ -106,7 +108,7 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 			b = s.bucketFor(ctx, w, sp, now)
 		}
 		s.regional.prepare(ctx, w, now)
-		if !key.period.IsZero() {
+		if key.period.Kind() == period.Calendar {
 			// What other zones' periods counted of this one.
 			s.carryZones(w, now)
 		}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 )
 
 func newTestService(t testing.TB, clock Clock, opts ...Option) *Service {
@@ -184,7 +184,7 @@ func TestGlobalCountsAreAddedToDecisions(t *testing.T) {
 	clock := newFakeClock(0)
 	s := newTestService(t, clock)
 	mustLimit(t, s, req("u", 10, time.Second, 1))
-	w := mustWindow(t, s, &windowKey{"ws", "ns", "u", 1000, false, calendar.Period{}})
+	w := mustWindow(t, s, &windowKey{"ws", "ns", "u", period.OfLength(1000), false})
 	cur, _, _ := w.cellsAt(0, true)
 	cur.global.Store(8)
 	if resp := mustLimit(t, s, req("u", 10, time.Second, 1)); !resp.Success || resp.Remaining != 0 {
@@ -249,7 +249,7 @@ func TestStaleClockReading(t *testing.T) {
 	if !resp.Success || !resp.Reset.Equal(time.UnixMilli(3_000)) {
 		t.Fatalf("stale request: %+v, want success decided in window 2", resp)
 	}
-	w := mustWindow(t, s, &windowKey{"ws", "ns", "u", 1000, false, calendar.Period{}})
+	w := mustWindow(t, s, &windowKey{"ws", "ns", "u", period.OfLength(1000), false})
 	cur, _, _ := w.cellsAt(2, true)
 	if got := cur.count.Load(); got != 2 {
 		t.Fatalf("window 2 count = %d, want 2", got)

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/internal/invalid"
-	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 )
 
 func mustMulti(t testing.TB, s *Service, reqs ...Request) MultiResponse {
@@ -50,7 +50,7 @@ func TestMultiLimitLastEntryFailsRollsBackAll(t *testing.T) {
 		t.Fatalf("after rollback a has %d and b %d remaining, want 10 and 10", a, b)
 	}
 	for _, id := range []string{"a", "b"} {
-		w := mustWindow(t, s, &windowKey{"ws", "ns", id, 60_000, false, calendar.Period{}})
+		w := mustWindow(t, s, &windowKey{"ws", "ns", id, period.OfLength(60_000), false})
 		cur, _, _ := w.cellsAt(0, true)
 		if n, s := cur.count.Load(), cur.speculative.Load(); n != 0 || s != 0 {
 			t.Fatalf("%s: count %d speculative %d after rollback, want 0 0", id, n, s)
@@ -67,7 +67,7 @@ func TestMultiLimitCommits(t *testing.T) {
 	if a, b := remaining(t, s, "a", 10), remaining(t, s, "b", 5); a != 7 || b != 0 {
 		t.Fatalf("after commit a has %d and b %d remaining, want 7 and 0", a, b)
 	}
-	w := mustWindow(t, s, &windowKey{"ws", "ns", "a", 60_000, false, calendar.Period{}})
+	w := mustWindow(t, s, &windowKey{"ws", "ns", "a", period.OfLength(60_000), false})
 	cur, _, _ := w.cellsAt(0, true)
 	if n, ok := w.committed(cur); !ok || n != 3 {
 		t.Fatalf("committed count = %d (%v), want 3", n, ok)
@@ -162,7 +162,7 @@ func TestMultiLimitConcurrentNeverOverAdmits(t *testing.T) {
 	}
 	wg.Wait()
 	for _, id := range ids {
-		w := mustWindow(t, s, &windowKey{"ws", "ns", id, 60_000, false, calendar.Period{}})
+		w := mustWindow(t, s, &windowKey{"ws", "ns", id, period.OfLength(60_000), false})
 		cur, _, _ := w.cellsAt(0, true)
 		n, ok := w.committed(cur)
 		if !ok || n != admitted[id] || cur.speculative.Load() != 0 {
@@ -179,7 +179,7 @@ func TestMultiLimitConcurrentNeverOverAdmits(t *testing.T) {
 func TestCommittedNeverShowsSpeculative(t *testing.T) {
 	s := newTestService(t, newFakeClock(0))
 	mustLimit(t, s, req("k", 1_000_000, time.Minute, 5))
-	w := mustWindow(t, s, &windowKey{"ws", "ns", "k", 60_000, false, calendar.Period{}})
+	w := mustWindow(t, s, &windowKey{"ws", "ns", "k", period.OfLength(60_000), false})
 	cur, _, _ := w.cellsAt(0, true)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

@@ -9,6 +9,7 @@ import (
 
 	"github.com/puzpuzpuz/xsync/v4"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
@@ -16,8 +17,8 @@ import (
 // identifier, whatever lease each holder chose. A slot is counted in the
 // cell of its expiry on a grid fitted to its lease (see store.PoolShift):
 // a second, or the largest power of two seconds within a tenth of the
-// lease. Each such cell is a window of its own in the table (its code
-// names grid and cell: see store.PoolCode), with one cell, replicated,
+// lease. Each such cell is a window of its own in the table (its period
+// names grid and cell: see period.PoolCell), with one cell, replicated,
 // published and refunded as every window's cells are; the pool is the
 // group of those windows, and what it holds is the sum of its cells that
 // have not ended, each less its releases, never below zero. A slot frees
@@ -62,7 +63,7 @@ func poolIDOf(w *window) poolID {
 
 // isPool reports whether w is a window of a pool's cell (not of its
 // releases).
-func (w *window) isPool() bool { return store.IsPoolCode(w.durationMs) && !w.holdsRefunds() }
+func (w *window) isPool() bool { return w.period().Kind() == period.Pool && !w.holdsRefunds() }
 
 // add files w, a pool cell's window new in the table, or the window of
 // its releases, in its pool, once: a window the janitor is removing is
@@ -165,18 +166,15 @@ func (t *windowTable) holdsPool(k *windowKey) bool {
 // poolKey returns the key of the cell a slot of the concurrency limit of
 // req (its lease in Duration) acquired at now (unix ms) is counted in.
 func poolKey(req *Request, now int64) windowKey {
-	lease := req.Duration.Milliseconds()
-	shift := store.PoolShift(lease)
-	cell := store.PoolCellOf(shift, now+lease)
 	return windowKey{workspace: req.Workspace, namespace: req.Namespace, identifier: req.Identifier,
-		durationMs: store.PoolCode(shift, cell)}
+		period: period.ForLease(req.Duration.Milliseconds(), now)}
 }
 
 // poolCell returns the cell of w, a pool cell's window, and when it ends
 // (unix ms).
 func (w *window) poolCell() (seq, end int64) {
-	shift, seq := store.PoolCodeCell(w.durationMs)
-	return seq, store.PoolCellEnd(shift, seq)
+	p := w.period()
+	return p.Cell(), p.CellEnd()
 }
 
 // heldCell is what one cell of a pool holds, and when it frees it.

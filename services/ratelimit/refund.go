@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
@@ -74,9 +75,8 @@ func (s *Service) Refund(ctx context.Context, r Refund) (int64, error) {
 	now := nowMs / r.Duration.Milliseconds()
 	if r.Slot {
 		// A slot's cell, on its lease's grid: it counts until it ends.
-		shift := store.PoolShift(r.Duration.Milliseconds())
-		key.durationMs = store.PoolCode(shift, r.Sequence)
-		if store.PoolCellEnd(shift, r.Sequence) <= nowMs || r.Sequence > store.LatestSequence(key.durationMs, nowMs) {
+		key.period = period.PoolCell(store.PoolShift(r.Duration.Milliseconds()), r.Sequence)
+		if key.period.CellEnd() <= nowMs || r.Sequence > key.period.Latest(nowMs) {
 			return 0, nil
 		}
 	} else if r.Sequence < now-1 || r.Sequence > now {

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
@@ -120,7 +121,7 @@ func newWriterID() string {
 func (r *regionalTier) increment(w *window, c *cell, delta, now int64) store.Increment {
 	inc := store.Increment{Key: w.cellKey(c.seq()), Delta: delta,
 		TTL: time.Duration(w.expiresAt(c.seq())-now) * time.Millisecond}
-	if (w.holdsRefunds() && !store.IsBucketCode(w.durationMs)) || store.IsPoolCode(w.durationMs) {
+	if k := w.period().Kind(); (w.holdsRefunds() && k != period.Bucket) || k == period.Pool {
 		inc.Delta = 0
 		name, total := r.windows.giveBack(w, c.seq(), delta)
 		inc.Writer, inc.Total = r.writer+"/"+name, total

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
@@ -97,10 +98,14 @@ func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp s
 // (other leases' grids, other expiries) join the pool.
 func (r *regionalTier) mergePool(w *window, cells []store.PoolCell) {
 	for _, pc := range cells {
+		p, ok := period.FromCode(pc.Key.Duration.Milliseconds())
+		if !ok {
+			continue
+		}
 		k := windowKey{workspace: pc.Key.Workspace, namespace: pc.Key.Namespace, identifier: pc.Key.Identifier,
-			durationMs: pc.Key.Duration.Milliseconds()}
+			period: p}
 		pw := w
-		if k.durationMs != w.durationMs {
+		if p != w.period() {
 			var err error
 			if pw, _, err = r.windows.findOrCreate(&k); err != nil {
 				continue

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )
@@ -202,7 +202,7 @@ func TestRegionalStoreDown(t *testing.T) {
 		}
 		s.tick()
 	}
-	w := s.windows.find(&windowKey{"ws", "ns", "warm", 60_000, false, calendar.Period{}})
+	w := s.windows.find(&windowKey{"ws", "ns", "warm", period.OfLength(60_000), false})
 	cur, _, _ := w.cellsAt(10, false)
 	if got := cur.unreplayed.Load(); got != rounds {
 		t.Fatalf("%d increments queued for the store, want the %d accepted while it was down", got, rounds)

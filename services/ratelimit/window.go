@@ -6,7 +6,7 @@ import (
 	"time"
 	"unique"
 
-	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
@@ -15,12 +15,11 @@ import (
 // current and the previous window; a new window replaces the cell two
 // windows old.
 type window struct {
-	// scope and identifier and durationMs are the window's key. The
-	// workspace and namespace, shared by many windows, are interned behind
+	// scope and identifier are the window's key. The workspace,
+	// namespace and period, shared by many windows, are interned behind
 	// one pointer, which keeps a window at 80 bytes.
 	scope      unique.Handle[windowScope]
 	identifier string
-	durationMs int64
 	cells      [2]atomic.Pointer[cell]
 	// limit is the most recent limit a request gave for this key. The global
 	// flush publishes a cell once its count reaches a share of it.
@@ -59,41 +58,42 @@ const (
 )
 
 // windowScope is what a window interns, the part of its key that many
-// windows share: its workspace and namespace, and whether it holds the
-// refunds of its key rather than the key's counts (see Service.Refund).
+// windows share: its workspace, namespace and period (what its cells
+// are), and whether it holds the refunds of its key rather than the key's
+// counts (see Service.Refund).
 type windowScope struct {
 	workspace string
 	namespace string
+	period    period.Period
 	refunds   bool
-	// period is the calendar whose periods are the window's cells, or the
-	// zero Period for cells of durationMs.
-	period calendar.Period
 }
 
 // newWindow returns an empty window for k. It copies the identifier so the
 // window does not pin the request buffer it was decoded from.
 func newWindow(k *windowKey) *window {
 	return &window{
-		scope:      unique.Make(windowScope{workspace: k.workspace, namespace: k.namespace, refunds: k.refunds, period: k.period}),
+		scope:      unique.Make(windowScope{workspace: k.workspace, namespace: k.namespace, period: k.period, refunds: k.refunds}),
 		identifier: strings.Clone(k.identifier),
-		durationMs: k.durationMs,
 	}
 }
 
 // is reports whether w is the window of k.
 func (w *window) is(k *windowKey) bool {
-	if w.identifier != k.identifier || w.durationMs != k.durationMs {
+	if w.identifier != k.identifier {
 		return false
 	}
 	sc := w.scope.Value()
-	return sc.namespace == k.namespace && sc.workspace == k.workspace && sc.refunds == k.refunds
+	return sc.period == k.period && sc.namespace == k.namespace && sc.workspace == k.workspace && sc.refunds == k.refunds
 }
+
+// period returns what w's cells are.
+func (w *window) period() period.Period { return w.scope.Value().period }
 
 // key returns w's key.
 func (w *window) key() windowKey {
 	sc := w.scope.Value()
 	return windowKey{workspace: sc.workspace, namespace: sc.namespace, identifier: w.identifier,
-		durationMs: w.durationMs, refunds: sc.refunds, period: sc.period}
+		period: sc.period, refunds: sc.refunds}
 }
 
 // holdsRefunds reports whether w holds the refunds of its key rather than
@@ -114,7 +114,7 @@ func (w *window) cellKey(seq int64) store.CellKey {
 		Workspace:  sc.workspace,
 		Namespace:  sc.namespace,
 		Identifier: w.identifier,
-		Duration:   time.Duration(w.durationMs) * time.Millisecond,
+		Duration:   time.Duration(sc.period.Code()) * time.Millisecond,
 		Sequence:   seq,
 		Refunds:    sc.refunds,
 	}
@@ -159,16 +159,15 @@ func (w *window) cellAt(seq int64, hydrated bool) (*cell, int64) {
 				return nil, cs
 			}
 		}
-		if store.IsPoolCode(w.durationMs) {
-			if own, _ := w.poolCell(); seq != own {
-				// A pool cell's window holds its own cell alone: a
-				// read after the cell ended finds nothing to make,
-				// and the window stays idle for the janitor.
-				return nil, 0
-			}
+		p := w.period()
+		if !p.Holds(seq) {
+			// A pool cell's window holds its own cell alone: a read
+			// after the cell ended finds nothing to make, and the
+			// window stays idle for the janitor.
+			return nil, 0
 		}
 		fresh := newCell(seq, hydrated)
-		if store.IsPoolCode(w.durationMs) || store.IsBucketCode(w.durationMs) {
+		if k := p.Kind(); k == period.Pool || k == period.Bucket {
 			// Every slot is a reservation its release refunds: each
 			// decision on the cell weighs its refunds, and every read
 			// of the regional store fetches them. A bucket's cell has
@@ -212,7 +211,7 @@ func (w *window) idle(now int64) bool {
 // under 10 s, so that short windows converge within a small share of their
 // length.
 func (w *window) strictRefresh() int64 {
-	return min(strictRefreshInterval.Milliseconds(), store.CellLength(w.durationMs)/100)
+	return min(strictRefreshInterval.Milliseconds(), w.period().Ms()/100)
 }
 
 // observeLimit records limit as the key's latest. It writes only on change so

@@ -10,7 +10,7 @@ import (
 
 	"github.com/puzpuzpuz/xsync/v4"
 
-	"github.com/unkeyed/ratelimit/services/ratelimit/store"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 )
 
 // windowTable holds every window of the process, by key, and each
@@ -371,13 +371,13 @@ func (t *windowTable) loadOrCreate(k *windowKey, h uint64) (*window, bool, error
 // concurrency limit's pool.
 func (t *windowTable) file(w *window) {
 	switch k := w.key(); {
-	case store.IsPoolCode(w.durationMs):
+	case w.period().Kind() == period.Pool:
 		// The other window of the cell (its releases', or the cell's),
 		// looked up while the pool is held: a pair made at once is
 		// filed together whichever comes second.
 		k.refunds = !k.refunds
 		t.pools.add(w, func() *window { return t.find(&k) })
-	case !periodOf(w).IsZero() && !w.holdsRefunds():
+	case w.period().Kind() == period.Calendar && !w.holdsRefunds():
 		t.zones.add(w)
 	}
 }

@@ -12,8 +12,8 @@ import (
 
 // A calendar's time zone is a parameter of the limit, not its identity: a
 // monthly quota sent in UTC and then in Europe/Berlin is the same quota.
-// Its periods are counted in cells of the zone's calendar (its code names
-// them in the stores), so that periods of two zones, which overlap without
+// Its periods are counted in cells of the zone's calendar (a period of
+// its own: see period.OfCalendar), so that periods of two zones, which overlap without
 // coinciding, are kept apart; what they share is carried over: a decision
 // in one zone's period first raises that period's count to what each other
 // zone's period holding the same instant counts, as a floor, if that
@@ -45,7 +45,7 @@ type zoneID struct {
 // zoneIDOf returns the group of calendar window w.
 func zoneIDOf(w *window) zoneID {
 	k := w.key()
-	return zoneID{k.workspace, k.namespace, k.identifier, k.period.Unit()}
+	return zoneID{k.workspace, k.namespace, k.identifier, k.period.Calendar().Unit()}
 }
 
 // zones holds the zone groups of the table's calendar windows. Most

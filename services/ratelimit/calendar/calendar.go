@@ -46,6 +46,26 @@ func (u Unit) String() string {
 	return fmt.Sprintf("Unit(%d)", int(u))
 }
 
+// Shortest returns a period of u as short as a zone's daylight saving
+// makes it: the unit's length less an hour (February for a month). It is
+// a scale for what depends on a window's length only roughly (how often a
+// strict window reads its store, whether a window is long enough to
+// publish its presence), never a period's bounds, which [Period.At] gives.
+func (u Unit) Shortest() time.Duration {
+	const day = 24 * time.Hour
+	switch u {
+	case Day:
+		return day - time.Hour
+	case Week:
+		return 7*day - time.Hour
+	case Month:
+		return 28*day - time.Hour
+	case Year:
+		return 365*day - time.Hour
+	}
+	return 0
+}
+
 // MaxTimeZoneLength bounds a time zone's name: the IANA database's longest
 // is 32 bytes.
 const MaxTimeZoneLength = 64
