@@ -186,3 +186,25 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAcquireReleaseAnswered is BenchmarkAcquireRelease with what a
+// release answers its caller, the slots held after it: Release's After,
+// read with the release (before issue 57, a check of the pool after it,
+// InFlight, which this benchmark then called).
+func BenchmarkAcquireReleaseAnswered(b *testing.B) {
+	s := benchService(b)
+	ctx := context.Background()
+	a := Acquisition{Workspace: "ws", Namespace: "bench", Identifier: "user_1", Limit: 1 << 40, Lease: time.Minute, Cost: 1}
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := s.Acquire(ctx, a)
+		if err != nil || !resp.Success {
+			b.Fatal(resp, err)
+		}
+		ret, err := s.Release(ctx, Slot{Workspace: a.Workspace, Namespace: a.Namespace, Identifier: a.Identifier,
+			Limit: a.Limit, Lease: a.Lease, Sequence: LeaseCell(resp, a.Lease), Cost: 1})
+		if err != nil || ret.After.Limit-ret.After.Remaining != 0 {
+			b.Fatal(ret, err)
+		}
+	}
+}

@@ -17,7 +17,7 @@ type windowKey struct {
 	identifier string
 	period     period.Period
 	// refunds names the window that holds the key's refunds (see
-	// Service.Refund) rather than the key's own.
+	// Service.GiveBack) rather than the key's own.
 	refunds bool
 }
 

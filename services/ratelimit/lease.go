@@ -67,27 +67,10 @@ type Slot struct {
 // later.
 func (sl *Slot) ExpiresAt() time.Time { return LeaseEnd(sl.Lease, sl.Sequence) }
 
-// Validate checks a by the limiter's rules, naming the field that breaks
-// one. It accepts a limit of 0, which refuses every acquisition: a caller
-// that takes limits from callers refuses theirs with [CheckLimit].
-func (a *Acquisition) Validate() error {
-	if err := CheckName("namespace", a.Namespace, MaxNameLength); err != nil {
-		return err
-	}
-	if err := CheckName("identifier", a.Identifier, MaxNameLength); err != nil {
-		return err
-	}
-	if err := CheckLimit("limit", a.Limit, true); err != nil {
-		return err
-	}
-	if err := CheckLease("lease", a.Lease); err != nil {
-		return err
-	}
-	if a.Cost < 1 {
-		return &invalid.Error{Field: "cost", Rule: fmt.Sprintf("must be between 1 and %d: the slots to acquire", int64(MaxCost))}
-	}
-	return CheckCost("cost", a.Cost)
-}
+// Validate is [OperatorBounds].CheckAcquisition(a): it accepts a limit
+// of 0, which refuses every acquisition; a caller that takes limits from
+// callers checks theirs with [CallerBounds].
+func (a *Acquisition) Validate() error { return OperatorBounds.CheckAcquisition(a) }
 
 // CheckLease checks a lease: whole seconds from MinLease to MaxLease.
 func CheckLease(field string, lease time.Duration) error {
@@ -129,18 +112,19 @@ func (s *Service) InFlight(ctx context.Context, a Acquisition) (int64, error) {
 	return r.Limit - resp.Remaining, err
 }
 
-// Release frees sl and returns how many slots it freed: sl.Cost, or 0 when
-// the slot had expired already. The caller frees a slot once (package
-// reservation's ledger of the API); a second release would free another
-// holder's slot.
-func (s *Service) Release(ctx context.Context, sl Slot) (int64, error) {
-	return s.Refund(ctx, sl.refund())
+// Release frees sl: [Service.GiveBack] of [Slot.Hold]. Given is sl.Cost,
+// or 0 when the slot had expired already; After.Limit less
+// After.Remaining are the slots held after it, read with the release. The
+// caller frees a slot once (package reservation's ledger of the API); a
+// second release would free another holder's slot.
+func (s *Service) Release(ctx context.Context, sl Slot) (Returned, error) {
+	return s.GiveBack(ctx, sl.Hold())
 }
 
-// refund returns the refund that frees sl.
-func (sl *Slot) refund() Refund {
-	return Refund{Workspace: sl.Workspace, Namespace: sl.Namespace, Identifier: sl.Identifier,
-		Duration: sl.Lease, Limit: sl.Limit, Sequence: sl.Sequence, Amount: sl.Cost, Slot: true}
+// Hold returns what sl holds, to give back.
+func (sl *Slot) Hold() Hold {
+	return Hold{Kind: Slots, Workspace: sl.Workspace, Namespace: sl.Namespace, Identifier: sl.Identifier,
+		Duration: sl.Lease, Limit: sl.Limit, Sequence: sl.Sequence, Amount: sl.Cost}
 }
 
 // Extend keeps sl for lease from now (sl.Lease if lease is 0), whatever
@@ -170,7 +154,7 @@ func (s *Service) Extend(ctx context.Context, sl Slot, lease time.Duration) (Res
 	to := poolKey(&r, now)
 	if from := period.PoolCell(store.PoolShift(sl.Lease.Milliseconds()), sl.Sequence); from == to.period {
 		// Counted in the cell of the new expiry already.
-		return s.state(ctx, a, to)
+		return s.state(ctx, a, to, false)
 	}
 	// Count the slots into the new cell first, whatever the limit says
 	// (in the regional store at once, as a take is), then free the old
@@ -183,16 +167,16 @@ func (s *Service) Extend(ctx context.Context, sl Slot, lease time.Duration) (Res
 		return Response{}, err
 	}
 	if !sent {
-		return s.state(ctx, a, to)
+		return s.state(ctx, a, to, false)
 	}
-	freed, err := s.Release(ctx, sl)
+	freed, fresh, err := s.giveBack(ctx, ptr(sl.Hold()))
 	if err != nil || freed == 0 {
 		// The old cell ended meanwhile: the slots were free. Undo the
 		// count.
 		moved := sl
 		moved.Lease = lease
 		moved.Sequence = to.period.Cell()
-		if _, uerr := s.Release(ctx, moved); uerr != nil {
+		if _, _, uerr := s.giveBack(ctx, ptr(moved.Hold())); uerr != nil {
 			return Response{}, uerr
 		}
 		if err != nil {
@@ -200,8 +184,11 @@ func (s *Service) Extend(ctx context.Context, sl Slot, lease time.Duration) (Res
 		}
 		return Response{}, ErrLeaseExpired
 	}
-	return s.state(ctx, a, to)
+	return s.state(ctx, a, to, fresh)
 }
+
+// ptr returns a pointer to a copy of v.
+func ptr[T any](v T) *T { return &v }
 
 // count counts a.Cost slots into the pool cell of key, whatever the limit
 // says, and reports whether the region sees them: with a regional store
@@ -246,11 +233,19 @@ func (s *Service) count(ctx context.Context, a Acquisition, key windowKey) (bool
 
 // state answers an extension of a whose slots are held in the pool cell
 // of key: held, Reset the cell's end (so that [LeaseCell] names it), and
-// the rest what a check of one more would answer.
-func (s *Service) state(ctx context.Context, a Acquisition, key windowKey) (Response, error) {
+// the rest what a check of one more would answer: from memory when the
+// pool was read with the release of the old slots (fresh).
+func (s *Service) state(ctx context.Context, a Acquisition, key windowKey, fresh bool) (Response, error) {
 	r := a.request()
 	r.Cost, r.Reserve = 0, false
-	resp, err := s.Decide(ctx, r)
+	resp, ok := Response{}, false
+	if fresh {
+		resp, ok = s.checkPool(&r, s.clock.Now().UnixMilli())
+	}
+	var err error
+	if !ok {
+		resp, err = s.Decide(ctx, r)
+	}
 	resp.Success, resp.RetryAfter = true, 0
 	resp.Reset = time.UnixMilli(key.period.CellEnd())
 	return resp, err

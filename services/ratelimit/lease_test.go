@@ -59,7 +59,7 @@ func mustRelease(t *testing.T, s *Service, sl Slot) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return n
+	return n.Given
 }
 
 // TestSlotsHeldUntilReleased: at most limit slots at once, acquired in
@@ -820,5 +820,82 @@ func TestCollidedPoolKeys(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("an acquisition on a collided pool key hung")
+	}
+}
+
+// roundTrips is a regional store that counts the calls made to it.
+type roundTrips struct {
+	*storetest.MemRegional
+	calls atomic.Int64
+}
+
+func (r *roundTrips) Load(ctx context.Context, keys []store.CellKey) ([]int64, error) {
+	r.calls.Add(1)
+	return r.MemRegional.Load(ctx, keys)
+}
+
+func (r *roundTrips) Increment(ctx context.Context, incs []store.Increment) ([]int64, error) {
+	r.calls.Add(1)
+	return r.MemRegional.Increment(ctx, incs)
+}
+
+func (r *roundTrips) TakeSlots(ctx context.Context, t store.SlotTake) (store.SlotCounts, error) {
+	r.calls.Add(1)
+	return r.MemRegional.TakeSlots(ctx, t)
+}
+
+func (r *roundTrips) ReadSlots(ctx context.Context, k store.CellKey, now int64) ([]store.PoolCell, error) {
+	r.calls.Add(1)
+	return r.MemRegional.ReadSlots(ctx, k, now)
+}
+
+func (r *roundTrips) ReleaseSlots(ctx context.Context, inc store.Increment, now int64) (int64, []store.PoolCell, error) {
+	r.calls.Add(1)
+	return r.MemRegional.ReleaseSlots(ctx, inc, now)
+}
+
+// TestReleaseIsOneRoundTrip: a release writes the slots' releases and
+// reads what the pool holds after them in one call to the regional store,
+// and answers from it: in the process that took them, and in one that
+// never saw the pool (the region's other slots counted). An extension
+// takes two: the count in the new cell, the release of the old with the
+// read. (Before, a release was a write and then a read of the pool, and
+// an extension three calls.)
+func TestReleaseIsOneRoundTrip(t *testing.T) {
+	o := &roundTrips{MemRegional: storetest.NewMemRegional()}
+	clock := newFakeClock(1_700_000_010_000)
+	pa, pb := newRegional(t, o, clock), newRegional(t, o, clock)
+	a := acq("user", 10, time.Minute)
+	var slots []Slot
+	for range 4 {
+		sl, ok := acquire(t, pa.Service, a)
+		if !ok {
+			t.Fatal("A refused a slot")
+		}
+		slots = append(slots, sl)
+	}
+	for i, p := range []*regionalService{pa, pb} {
+		before := o.calls.Load()
+		ret, err := p.Release(context.Background(), slots[i])
+		if err != nil || ret.Given != 1 {
+			t.Fatalf("release %d: %+v, %v", i, ret, err)
+		}
+		if calls := o.calls.Load() - before; calls != 1 {
+			t.Fatalf("release %d took %d calls to the regional store, want 1", i, calls)
+		}
+		if held, want := ret.After.Limit-ret.After.Remaining, int64(3-i); ret.After.Limit != 10 || held != want {
+			t.Fatalf("release %d answered %+v: %d held of %d, want %d of 10", i, ret.After, held, ret.After.Limit, want)
+		}
+	}
+	before := o.calls.Load()
+	resp, err := pa.Extend(context.Background(), slots[2], 2*time.Minute)
+	if err != nil || !resp.Success {
+		t.Fatalf("extend: %+v, %v", resp, err)
+	}
+	if calls := o.calls.Load() - before; calls != 2 {
+		t.Fatalf("an extension took %d calls to the regional store, want 2", calls)
+	}
+	if held := resp.Limit - resp.Remaining; held != 2 {
+		t.Fatalf("extension answered %d held, want 2", held)
 	}
 }

@@ -52,13 +52,12 @@ func (s *Service) Limit(ctx context.Context, req Request) (Response, error) {
 	return s.Decide(ctx, req)
 }
 
-// Decide is Limit for a request its caller has validated, with Validate or
-// with the checks it composes ([CheckName], [CheckLimit], [CheckDuration] up
-// to [MaxWindow], a year's rule of Envoy's rate limit service, and
-// [CheckCost]): it is not checked again. A request path that validates
-// before it applies an override (so that a caller's bad values are refused
-// whether or not one applies) calls this, and validates once. A limit of 0
-// (which [CheckLimit] allows where zero blocks) denies and counts nothing.
+// Decide is Limit for a request its caller has validated within its
+// sender's [Bounds] (up to [OperatorBounds]: a year's rule of Envoy's rate
+// limit service, a limit of 0 that blocks): it is not checked again. A
+// request path that validates before it applies an override (so that a
+// caller's bad values are refused whether or not one applies) calls this,
+// and validates once. A limit of 0 denies and counts nothing.
 // With a [*CapacityError] the response still holds the limit and the
 // window's reset, for the answer.
 func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {

@@ -125,8 +125,8 @@ func TestReleaseMarkedAfterAFailedWrite(t *testing.T) {
 	_, sl := takeOne(t, p)
 	p.tick()
 	m.SetDown(true)
-	if freed, err := p.Release(context.Background(), sl); err != nil || freed != 1 {
-		t.Fatalf("Release with the store down: %d, %v", freed, err)
+	if freed, err := p.Release(context.Background(), sl); err != nil || freed.Given != 1 {
+		t.Fatalf("Release with the store down: %+v, %v", freed, err)
 	}
 	m.SetDown(false)
 	p.tick()

@@ -230,6 +230,24 @@ func poolHeld(g *poolGroup, now int64, cells *[]heldCell) int64 {
 	return held
 }
 
+// checkPool answers a check (cost 0) of the concurrency limit of req at
+// now (unix ms) from what this process knows, the regional store not
+// read: after a release that read the pool with it. It reports false
+// when it could not (the workspace's cap, the janitor).
+func (s *Service) checkPool(req *Request, now int64) (Response, bool) {
+	key := poolKey(req, now)
+	w, err := s.windows.forRequest(&key)
+	if err != nil {
+		return Response{}, false
+	}
+	w.observeLimit(req.Limit)
+	d, cur, _ := s.decidePool(w, now, specOf(req), 0)
+	if cur == nil {
+		return Response{}, false
+	}
+	return d.response(), true
+}
+
 // decidePool decides an acquisition of cost slots (0: a check of what is
 // held) of sp's pool, counted into w's cell, from what this process knows
 // at now (unix ms), and counts it if it fits. It returns w's cell and

@@ -283,6 +283,14 @@ func (r *regionalTier) writeThrough(ctx context.Context, w *window, c *cell, amo
 	counts, err := r.call(ctx, opSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
 		return r.store.Increment(ctx, []store.Increment{inc})
 	})
+	return r.written(w, c, inc, counts, err, now)
+}
+
+// written takes the store's answer to inc, a write of amount to c (a
+// cell of w) at once, and reports whether the store took it: it raises
+// c to what the store holds, or, when the write failed, leaves it to the
+// replay (a total is sent again as it is).
+func (r *regionalTier) written(w *window, c *cell, inc store.Increment, counts []int64, err error, now int64) bool {
 	if err != nil || len(counts) != 1 || counts[0] < 0 {
 		if inc.Mark > 0 {
 			// Not marked after all: the replay that sends amount marks it.
@@ -303,6 +311,37 @@ func (r *regionalTier) writeThrough(ctx context.Context, w *window, c *cell, amo
 	// Not marked when the mark was decided before c held amount (an
 	// extension's count, which may make the cell worth sharing).
 	r.markLater(w, c)
+	return true
+}
+
+// release writes amount, given back to c (a cell of rw, the releases of
+// w's pool cell), to the regional store at once, as writeThrough does,
+// and reads w's pool in the same round trip where the store can
+// (store.SlotTaker): it reports whether it did, and merged what the pool
+// holds. w may be nil (the table holds no window of the cell): then the
+// release is written through alone.
+func (r *regionalTier) release(ctx context.Context, w, rw *window, c *cell, amount int64) bool {
+	taker, ok := r.store.(store.SlotTaker)
+	if !ok || w == nil {
+		r.writeThrough(ctx, rw, c, amount)
+		return false
+	}
+	now := r.clock.Now().UnixMilli()
+	inc := r.increment(rw, c, amount, now)
+	if r.mark != nil {
+		inc.Mark = r.mark(rw, c)
+	}
+	var cells []store.PoolCell
+	counts, err := r.call(ctx, opSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
+		n, read, err := taker.ReleaseSlots(ctx, inc, now)
+		cells = read
+		return []int64{n}, err
+	})
+	if !r.written(rw, c, inc, counts, err, now) {
+		return false
+	}
+	r.mergePool(w, cells)
+	w.refreshedAt.Store(now)
 	return true
 }
 

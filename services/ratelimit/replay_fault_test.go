@@ -62,8 +62,8 @@ func TestReleaseUnderWriteFaults(t *testing.T) {
 			}
 			faulty.SetWriteFault(onRefunds(f.fault))
 			freed, err := a.Release(context.Background(), held[0])
-			if err != nil || freed != 1 {
-				t.Fatalf("release: %d, %v", freed, err)
+			if err != nil || freed.Given != 1 {
+				t.Fatalf("release: %+v, %v", freed, err)
 			}
 			faulty.SetWriteFault(nil)
 			for range 3 {
@@ -105,10 +105,10 @@ func TestSettleUnderWriteFaults(t *testing.T) {
 				b.tick()
 			}
 			faulty.SetWriteFault(onRefunds(f.fault))
-			refund := Refund{Workspace: "ws", Namespace: "ns", Identifier: "user", Duration: time.Minute, Limit: 100,
+			refund := Hold{Workspace: "ws", Namespace: "ns", Identifier: "user", Duration: time.Minute, Limit: 100,
 				Sequence: CellOf(resp, time.Minute), Amount: 40}
-			if got, err := a.Refund(context.Background(), refund); err != nil || got != 40 {
-				t.Fatalf("refund: %d, %v", got, err)
+			if got, err := a.GiveBack(context.Background(), refund); err != nil || got.Given != 40 {
+				t.Fatalf("refund: %+v, %v", got, err)
 			}
 			for range 2 {
 				a.tick()

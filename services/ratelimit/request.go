@@ -44,7 +44,7 @@ type Request struct {
 	Report bool
 	// Reserve makes the request a reservation: Cost is an estimate, counted
 	// all or nothing like any request, of which the caller will give back
-	// what it did not spend (see [Service.Refund]). Decisions on a cell a
+	// what it did not spend (see [Service.GiveBack]). Decisions on a cell a
 	// reservation was counted into weigh that cell's refunds. A
 	// reservation is never a report, and a batch decided together holds
 	// none.

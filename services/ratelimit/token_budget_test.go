@@ -129,7 +129,7 @@ func simulateBudget(t testing.TB, c budgetCase, seed uint64) budgetRun {
 		costs[i] = callCost(rng)
 	}
 	heap.Init(&events)
-	live := map[int]Refund{}     // the calls under way, with what a reservation would give back
+	live := map[int]Hold{}       // the calls under way, with what a reservation would give back
 	spentAt := map[int64]int64{} // tokens spent by ms
 	fixed := map[int64]int64{}   // envoyproxy/ratelimit's counter, by minute
 	var run budgetRun
@@ -166,7 +166,7 @@ func simulateBudget(t testing.TB, c budgetCase, seed uint64) budgetRun {
 			case "reserve":
 				if cost < refund.Amount {
 					refund.Amount -= cost
-					if _, err := s.Refund(ctx, refund); err != nil {
+					if _, err := s.GiveBack(ctx, refund); err != nil {
 						t.Fatal(err)
 					}
 				} else if extra := cost - refund.Amount; extra > 0 {
@@ -181,7 +181,7 @@ func simulateBudget(t testing.TB, c budgetCase, seed uint64) budgetRun {
 		}
 		run.calls++
 		admitted := false
-		var refund Refund
+		var refund Hold
 		switch c.strategy {
 		case "check-report":
 			rq := req()
@@ -192,7 +192,7 @@ func simulateBudget(t testing.TB, c budgetCase, seed uint64) budgetRun {
 			rq.Cost, rq.Reserve = c.estimate, true
 			resp := mustLimit(t, s, rq)
 			admitted = resp.Success
-			refund = Refund{Workspace: rq.Workspace, Namespace: rq.Namespace, Identifier: rq.Identifier,
+			refund = Hold{Workspace: rq.Workspace, Namespace: rq.Namespace, Identifier: rq.Identifier,
 				Duration: rq.Duration, Limit: rq.Limit, Sequence: CellOf(resp, rq.Duration), Amount: c.estimate}
 		case "fixed-window":
 			admitted = fixed[ev.at/60_000] <= budgetTokens

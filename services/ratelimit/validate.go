@@ -28,28 +28,125 @@ const (
 	MaxWindow = 366 * 24 * time.Hour
 )
 
-// Validate reports the first field of r that breaks a rule, or nil. The
-// workspace is not checked: it comes from the caller's credentials, not from
-// the request. A request path with rules of its own (longer identifiers, a
-// year's window, a limit of 0 that blocks) composes the checks below instead.
-func (r *Request) Validate() error {
+// Bounds are what one kind of sender may ask of the limiter: the rules
+// are the limiter's, one set for every entry point, and the bounds the
+// sender's. The API's callers send within [CallerBounds]; an operator's
+// rules (Envoy's rule files, an override) within [OperatorBounds]: a
+// year's window, a limit of 0 that blocks. An entry point that digests
+// long identifiers into counter names allows them longer.
+type Bounds struct {
+	// MaxIdentifier is the most characters an identifier may hold: 0 is
+	// [MaxNameLength], the column of the global counter table.
+	MaxIdentifier int
+	// MaxDuration is the longest window: 0 is [MaxDuration]; at most
+	// [MaxWindow].
+	MaxDuration time.Duration
+	// ZeroBlocks allows a limit of 0, which refuses every request and
+	// counts nothing: an operator's block, never a caller's limit.
+	ZeroBlocks bool
+}
+
+// The bounds of the API's callers and of operators' rules.
+var (
+	CallerBounds   = Bounds{}
+	OperatorBounds = Bounds{MaxDuration: MaxWindow, ZeroBlocks: true}
+)
+
+// maxIdentifier returns b's longest identifier.
+func (b Bounds) maxIdentifier() int {
+	if b.MaxIdentifier == 0 {
+		return MaxNameLength
+	}
+	return b.MaxIdentifier
+}
+
+// maxDuration returns b's longest window.
+func (b Bounds) maxDuration() time.Duration {
+	if b.MaxDuration == 0 {
+		return MaxDuration
+	}
+	return min(b.MaxDuration, MaxWindow)
+}
+
+// CheckRequest reports the first field of r that breaks a rule within b,
+// or nil. The workspace is not checked: it comes from the caller's
+// credentials, not from the request.
+func (b Bounds) CheckRequest(r *Request) error {
 	if err := CheckName("namespace", r.Namespace, MaxNameLength); err != nil {
 		return err
 	}
-	if err := CheckName("identifier", r.Identifier, MaxNameLength); err != nil {
+	if err := CheckName("identifier", r.Identifier, b.maxIdentifier()); err != nil {
 		return err
 	}
-	if err := CheckLimit("limit", r.Limit, false); err != nil {
+	if err := CheckLimit("limit", r.Limit, b.ZeroBlocks); err != nil {
 		return err
 	}
-	if err := CheckModel(r, MaxDuration); err != nil {
+	if err := checkModel(r, b.maxDuration()); err != nil {
 		return err
 	}
 	if err := CheckCost("cost", r.Cost); err != nil {
 		return err
 	}
-	return CheckReserve(r.Reserve, r.Report, r.Cost)
+	return checkReserve(r.Reserve, r.Report, r.Cost)
 }
+
+// CheckAcquisition reports the first field of a that breaks a rule within
+// b, or nil: a's lease is whole seconds from [MinLease] to [MaxLease]
+// whatever b's longest window, and it takes 1 slot or more.
+func (b Bounds) CheckAcquisition(a *Acquisition) error {
+	if err := CheckName("namespace", a.Namespace, MaxNameLength); err != nil {
+		return err
+	}
+	if err := CheckName("identifier", a.Identifier, b.maxIdentifier()); err != nil {
+		return err
+	}
+	if err := CheckLimit("limit", a.Limit, b.ZeroBlocks); err != nil {
+		return err
+	}
+	if err := CheckLease("lease", a.Lease); err != nil {
+		return err
+	}
+	if a.Cost < 1 {
+		return &invalid.Error{Field: "cost", Rule: fmt.Sprintf("must be between 1 and %d: the slots to acquire", int64(MaxCost))}
+	}
+	return CheckCost("cost", a.Cost)
+}
+
+// CheckHold reports the first field of h that breaks a rule within b, or
+// nil. A hold was admitted under its limit, which is never 0 (a block
+// admits nothing).
+func (b Bounds) CheckHold(h *Hold) error {
+	if err := CheckName("namespace", h.Namespace, MaxNameLength); err != nil {
+		return err
+	}
+	if err := CheckName("identifier", h.Identifier, b.maxIdentifier()); err != nil {
+		return err
+	}
+	if err := CheckDuration("duration", h.Duration, b.maxDuration()); err != nil {
+		return err
+	}
+	if err := CheckLimit("limit", h.Limit, false); err != nil {
+		return err
+	}
+	return CheckCost("amount", h.Amount)
+}
+
+// CheckInBatch refuses what a request may not be in a batch: a
+// reservation in any (it answers with a token of its own, which a
+// batch's answer has no room for) and, in one decided together (all or
+// nothing), a report, which is counted whatever the verdict.
+func CheckInBatch(r *Request, together bool) error {
+	switch {
+	case r.Reserve:
+		return &invalid.Error{Field: "reserve", Rule: "must be false in a batch: reserve with Limit"}
+	case together && r.Report:
+		return &invalid.Error{Field: "report", Rule: "must be false in a MultiLimit, which counts all or nothing: send reports as Limit or BatchLimit entries"}
+	}
+	return nil
+}
+
+// Validate is [CallerBounds].CheckRequest(r).
+func (r *Request) Validate() error { return CallerBounds.CheckRequest(r) }
 
 // NewCalendar returns the periods of unit in the IANA time zone named
 // zone ("" or "UTC" for UTC), or a [*invalid.Error] naming calendar.unit
@@ -75,10 +172,10 @@ func truncate(s string, n int) string {
 	return strings.ToValidUTF8(s[:n], "") + "…"
 }
 
-// CheckModel checks r's model: its algorithm, its burst (a token bucket's
+// checkModel checks r's model: its algorithm, its burst (a token bucket's
 // alone), and either a duration up to max or a calendar (a window model's
 // alone), never both.
-func CheckModel(r *Request, max time.Duration) error {
+func checkModel(r *Request, max time.Duration) error {
 	if r.Algorithm > TokenBucket {
 		return &invalid.Error{Field: "algorithm", Rule: "must be sliding_window, fixed_window or token_bucket"}
 	}
@@ -111,10 +208,10 @@ func CheckModel(r *Request, max time.Duration) error {
 	return nil
 }
 
-// CheckReserve refuses a request that is both a reservation and a report
+// checkReserve refuses a request that is both a reservation and a report
 // (a report was spent already, there is nothing to give back), and a
 // reservation of nothing (cost 0 reserves nothing to settle).
-func CheckReserve(reserve, report bool, cost int64) error {
+func checkReserve(reserve, report bool, cost int64) error {
 	switch {
 	case reserve && report:
 		return &invalid.Error{Field: "reserve", Rule: "must be false in a report (report: true), which counts what was spent already"}
@@ -124,42 +221,21 @@ func CheckReserve(reserve, report bool, cost int64) error {
 	return nil
 }
 
-// ValidateBatch reports the first request of a batch that breaks a rule,
-// naming it by its place (such as "limits[2].cost"), or a batch that holds
-// no request or more than [MaxBatch].
+// ValidateBatch reports the first request of a batch decided together
+// that breaks a rule within [CallerBounds] or [CheckInBatch], naming it by
+// its place (such as "limits[2].cost"), or a batch that holds no request
+// or more than [MaxBatch].
 func ValidateBatch(reqs []Request) error {
 	if err := CheckBatchSize("limits", len(reqs), MaxBatch); err != nil {
 		return err
 	}
 	for i := range reqs {
-		if err := reqs[i].Validate(); err != nil {
+		if err := CallerBounds.CheckRequest(&reqs[i]); err != nil {
 			return invalid.InEntry("limits", i, err)
 		}
-		if err := CheckNotReport(reqs[i].Report); err != nil {
+		if err := CheckInBatch(&reqs[i], true); err != nil {
 			return invalid.InEntry("limits", i, err)
 		}
-		if err := CheckNotReserve(reqs[i].Reserve); err != nil {
-			return invalid.InEntry("limits", i, err)
-		}
-	}
-	return nil
-}
-
-// CheckNotReport refuses a report in a batch decided all or nothing: a
-// report is counted whatever the verdict, which a batch that counts
-// nothing when one entry fails cannot promise.
-func CheckNotReport(report bool) error {
-	if report {
-		return &invalid.Error{Field: "report", Rule: "must be false in a MultiLimit, which counts all or nothing: send reports as Limit or BatchLimit entries"}
-	}
-	return nil
-}
-
-// CheckNotReserve refuses a reservation in a batch: a reservation answers
-// with a token of its own, which a batch's answer has no room for.
-func CheckNotReserve(reserve bool) error {
-	if reserve {
-		return &invalid.Error{Field: "reserve", Rule: "must be false in a batch: reserve with Limit"}
 	}
 	return nil
 }

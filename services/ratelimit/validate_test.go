@@ -74,3 +74,83 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestBounds: one set of rules, each sender's bounds. What a caller may
+// not send (a limit of 0, a year's window, a long identifier) an
+// operator's rules may, and each refusal names the field; what no bounds
+// allow (a negative cost, a lease of half a second) every sender is
+// refused alike, for requests, acquisitions and holds.
+func TestBounds(t *testing.T) {
+	long := strings.Repeat("i", 1000)
+	year := 365 * 24 * time.Hour
+	digesting := Bounds{MaxIdentifier: 4096}
+	for _, tc := range []struct {
+		name   string
+		bounds Bounds
+		check  func(Bounds) error
+		field  string // "" for none
+	}{
+		{"a limit of 0 from a caller", CallerBounds, reqWith(func(r *Request) { r.Limit = 0 }), "limit"},
+		{"a limit of 0 from an operator", OperatorBounds, reqWith(func(r *Request) { r.Limit = 0 }), ""},
+		{"a year from a caller", CallerBounds, reqWith(func(r *Request) { r.Duration = year }), "duration"},
+		{"a year from an operator", OperatorBounds, reqWith(func(r *Request) { r.Duration = year }), ""},
+		{"past a year from an operator", OperatorBounds, reqWith(func(r *Request) { r.Duration = MaxWindow + time.Second }), "duration"},
+		{"a long identifier", CallerBounds, reqWith(func(r *Request) { r.Identifier = long }), "identifier"},
+		{"a long identifier, digested", digesting, reqWith(func(r *Request) { r.Identifier = long }), ""},
+		{"a negative cost from an operator", OperatorBounds, reqWith(func(r *Request) { r.Cost = -1 }), "cost"},
+		{"a reserved report", OperatorBounds, reqWith(func(r *Request) { r.Reserve, r.Report = true, true }), "reserve"},
+		{"slots of a limit of 0 from a caller", CallerBounds, acqWith(func(a *Acquisition) { a.Limit = 0 }), "limit"},
+		{"slots of a limit of 0 from an operator", OperatorBounds, acqWith(func(a *Acquisition) { a.Limit = 0 }), ""},
+		{"a lease of half a second", OperatorBounds, acqWith(func(a *Acquisition) { a.Lease = 500 * time.Millisecond }), "lease"},
+		{"slots of a long identifier, digested", digesting, acqWith(func(a *Acquisition) { a.Identifier = long }), ""},
+		{"no slots", OperatorBounds, acqWith(func(a *Acquisition) { a.Cost = 0 }), "cost"},
+		{"a hold of a limit of 0", OperatorBounds, holdWith(func(h *Hold) { h.Limit = 0 }), "limit"},
+		{"a hold of a negative amount", OperatorBounds, holdWith(func(h *Hold) { h.Amount = -1 }), "amount"},
+		{"a hold of a year", OperatorBounds, holdWith(func(h *Hold) { h.Duration = year }), ""},
+	} {
+		err := tc.check(tc.bounds)
+		var ve *invalid.Error
+		switch {
+		case tc.field == "" && err != nil:
+			t.Errorf("%s: %v, want accepted", tc.name, err)
+		case tc.field != "" && (!errors.As(err, &ve) || ve.Field != tc.field):
+			t.Errorf("%s: %v, want an error naming %s", tc.name, err, tc.field)
+		}
+	}
+	// A batch refuses reservations, and a batch decided together reports.
+	r := Request{Namespace: "ns", Identifier: "id", Limit: 1, Duration: time.Second, Reserve: true, Cost: 1}
+	if err := CheckInBatch(&r, false); err == nil {
+		t.Error("a reservation in a batch was accepted")
+	}
+	r.Reserve, r.Report = false, true
+	if err := CheckInBatch(&r, false); err != nil {
+		t.Errorf("a report in a batch: %v", err)
+	}
+	if err := CheckInBatch(&r, true); err == nil {
+		t.Error("a report in a batch decided together was accepted")
+	}
+}
+
+func reqWith(change func(*Request)) func(Bounds) error {
+	return func(b Bounds) error {
+		r := Request{Namespace: "ns", Identifier: "id", Limit: 10, Duration: time.Second, Cost: 1}
+		change(&r)
+		return b.CheckRequest(&r)
+	}
+}
+
+func acqWith(change func(*Acquisition)) func(Bounds) error {
+	return func(b Bounds) error {
+		a := Acquisition{Namespace: "ns", Identifier: "id", Limit: 10, Lease: time.Minute, Cost: 1}
+		change(&a)
+		return b.CheckAcquisition(&a)
+	}
+}
+
+func holdWith(change func(*Hold)) func(Bounds) error {
+	return func(b Bounds) error {
+		h := Hold{Namespace: "ns", Identifier: "id", Limit: 10, Duration: time.Minute, Sequence: 1, Amount: 1}
+		change(&h)
+		return b.CheckHold(&h)
+	}
+}

@@ -60,7 +60,7 @@ const (
 // windowScope is what a window interns, the part of its key that many
 // windows share: its workspace, namespace and period (what its cells
 // are), and whether it holds the refunds of its key rather than the key's
-// counts (see Service.Refund).
+// counts (see Service.GiveBack).
 type windowScope struct {
 	workspace string
 	namespace string

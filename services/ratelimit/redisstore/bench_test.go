@@ -149,3 +149,25 @@ func BenchmarkAcquireReleaseWithRedis(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAcquireReleaseAnsweredWithRedis is BenchmarkAcquireReleaseWithRedis
+// with what a release answers its caller, the slots held after it, read
+// with the release in one round trip (before issue 57, a second one: a
+// check of the pool, InFlight, which this benchmark then called).
+func BenchmarkAcquireReleaseAnsweredWithRedis(b *testing.B) {
+	p := startProcess(b, client(b, testserver.StartRedisEverySec(b)))
+	ctx := context.Background()
+	a := ratelimit.Acquisition{Workspace: "ws", Namespace: "bench", Identifier: "user_1", Limit: 1 << 40, Lease: time.Minute, Cost: 1}
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := p.Acquire(ctx, a)
+		if err != nil || !resp.Success {
+			b.Fatal(resp, err)
+		}
+		ret, err := p.Release(ctx, ratelimit.Slot{Workspace: a.Workspace, Namespace: a.Namespace, Identifier: a.Identifier,
+			Limit: a.Limit, Lease: a.Lease, Sequence: ratelimit.LeaseCell(resp, a.Lease), Cost: 1})
+		if err != nil || ret.After.Limit-ret.After.Remaining != 0 {
+			b.Fatal(ret, err)
+		}
+	}
+}

@@ -536,8 +536,8 @@ func TestReleaseGivesBackOnceOverRedis(t *testing.T) {
 					return a.metric(t, "unkey_ratelimit_origin_operations_total", "op", "replay", "result", "ok")
 				}
 				before := replays()
-				if freed, err := a.Release(ctx, slots[0]); err != nil || freed != 1 {
-					t.Fatalf("release: %d, %v", freed, err)
+				if freed, err := a.Release(ctx, slots[0]); err != nil || freed.Given != 1 {
+					t.Fatalf("release: %+v, %v", freed, err)
 				}
 				faulty.SetWriteFault(nil)
 				if fault == storetest.WriteLate {

@@ -186,6 +186,50 @@ func (o *Store) ReadSlots(ctx context.Context, k store.CellKey, now int64) ([]st
 	return out.Cells, nil
 }
 
+// ReleaseSlots implements [store.SlotTaker]: the write of the releases'
+// total (totalScript, as Increment sends it, with its mark) and the read
+// of the pool (readSlotsScript) in one pipeline, on the node of the
+// pool's cells, whose commands run in order: the read sees the release.
+// It fails if either fails (the write may have applied: its total is
+// written again by the caller's replay, once).
+func (o *Store) ReleaseSlots(ctx context.Context, inc store.Increment, now int64) (int64, []store.PoolCell, error) {
+	if !store.IsPoolCode(inc.Key.Duration.Milliseconds()) || !inc.Key.Refunds || inc.Writer == "" {
+		return 0, nil, fmt.Errorf("redis release slots: %d is not the releases of a pool's cell, written as a total", inc.Key.Duration.Milliseconds())
+	}
+	pool := inc.Key
+	pool.Refunds = false
+	key := Key(&inc.Key)
+	prefix := poolPrefix(&pool)
+	b := o.nodes.route(ctx, []string{key}, o.nodeOf)
+	var n int64
+	var cells []store.PoolCell
+	if b.sent(0) {
+		pipe := o.client.Pipeline()
+		ttl := max(inc.TTL.Milliseconds(), 1)
+		total := min(max(inc.Total, 0), store.MaxCount)
+		write := totalScript.Eval(ctx, pipe, []string{key, key + writersSuffix}, inc.Writer, total, ttl, store.MaxCount)
+		o.mark(ctx, pipe, []store.Increment{inc}, []string{key}, b.sent, time.Now())
+		read := readSlotsScript.Eval(ctx, pipe, []string{prefix + poolIndexSuffix}, prefix, now, poolMember(&pool), store.MaxCount)
+		_, _ = pipe.Exec(ctx) // each command's own error is read below
+		var err error
+		if n, err = write.Int64(); err == nil {
+			var vals []any
+			if vals, err = read.Slice(); err == nil {
+				var out store.SlotCounts
+				out, err = parseSlots(&pool, vals)
+				cells = out.Cells
+			}
+		}
+		if err != nil {
+			b.fail(0, fmt.Errorf("redis release slots: %w", err))
+		}
+	}
+	if _, err := b.finish([]int64{0}); err != nil {
+		return 0, nil, err
+	}
+	return clampCount(n), cells, nil
+}
+
 // parseSlots reads takeSlotsScript's answer for a take in the pool of k.
 func parseSlots(k *store.CellKey, vals []any) (store.SlotCounts, error) {
 	if len(vals)%3 != 1 {

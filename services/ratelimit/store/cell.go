@@ -20,7 +20,7 @@ type CellKey struct {
 	Sequence int64
 	// Refunds names the cell's refunds instead of the cell: the second
 	// grow-only counter of the pair, what settled reservations gave back
-	// (see the limiter's Refund). A decision weighs a cell's count less its
+	// (see the limiter's GiveBack). A decision weighs a cell's count less its
 	// refunds. Stores keep the two apart and merge each by its own rules.
 	Refunds bool
 }

@@ -37,6 +37,14 @@ type SlotTaker interface {
 	// has not ended, and k's own, with its count and refunds. It writes
 	// nothing: a read of the pool succeeds where writes fail.
 	ReadSlots(ctx context.Context, k CellKey, now int64) ([]PoolCell, error)
+	// ReleaseSlots writes inc, the releases of a pool cell (its Key's
+	// Refunds set, a Writer and its Total: see [Increment]), and answers
+	// in the same step what inc's cell holds afterwards and what the
+	// store holds of the pool at now (unix ms), as ReadSlots does: a
+	// release and what is held after it in one round trip. A failure may
+	// have applied the write, which a later write of the same total
+	// counts once.
+	ReleaseSlots(ctx context.Context, inc Increment, now int64) (int64, []PoolCell, error)
 }
 
 // SlotTake asks for slots: see [SlotTaker].

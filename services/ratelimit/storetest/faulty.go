@@ -145,6 +145,37 @@ func (f *FaultyRegional) ReadSlots(ctx context.Context, k store.CellKey, now int
 	return taker.ReadSlots(ctx, k, now)
 }
 
+// ReleaseSlots implements [store.SlotTaker] when the wrapped store does,
+// failing as an increment of the releases would (lost, applied but
+// answered as failed, applied twice); with a store without it, it fails
+// every call.
+func (f *FaultyRegional) ReleaseSlots(ctx context.Context, inc store.Increment, now int64) (int64, []store.PoolCell, error) {
+	taker, ok := f.Regional.(store.SlotTaker)
+	if !ok || f.down.Load() {
+		return 0, nil, ErrDown
+	}
+	f.mu.Lock()
+	failed := f.bad[inc.Key] || f.unreachable[inc.Key.Identifier]
+	f.mu.Unlock()
+	if failed {
+		return 0, nil, ErrDown
+	}
+	switch f.faultOf(inc.Key) {
+	case WriteLost:
+		return 0, nil, ErrDown
+	case WriteLate:
+		if _, _, err := taker.ReleaseSlots(ctx, inc, now); err != nil {
+			return 0, nil, err
+		}
+		return 0, nil, ErrDown
+	case WriteTwice:
+		if _, _, err := taker.ReleaseSlots(ctx, inc, now); err != nil {
+			return 0, nil, err
+		}
+	}
+	return taker.ReleaseSlots(ctx, inc, now)
+}
+
 // Load implements [store.Regional].
 func (f *FaultyRegional) Load(ctx context.Context, keys []store.CellKey) ([]int64, error) {
 	if f.down.Load() {

@@ -139,6 +139,23 @@ func (m *MemRegional) ReadSlots(ctx context.Context, k store.CellKey, now int64)
 	return m.pool(k, now, nil).Cells, nil
 }
 
+// ReleaseSlots implements [store.SlotTaker]: the write, then the read, as
+// one step under the store's lock.
+func (m *MemRegional) ReleaseSlots(ctx context.Context, inc store.Increment, now int64) (int64, []store.PoolCell, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, nil, err
+	}
+	if !store.IsPoolCode(inc.Key.Duration.Milliseconds()) || !inc.Key.Refunds || inc.Writer == "" {
+		return 0, nil, fmt.Errorf("release slots: %d is not the releases of a pool's cell, written as a total", inc.Key.Duration.Milliseconds())
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.addTotal(inc)
+	k := inc.Key
+	k.Refunds = false
+	return n, m.pool(k, now, nil).Cells, nil
+}
+
 // pool returns the cells of the pool of key that had not ended at now,
 // key's first, with the cells beyond names. m.mu is held.
 func (m *MemRegional) pool(key store.CellKey, now int64, beyond []store.PoolCell) store.SlotCounts {

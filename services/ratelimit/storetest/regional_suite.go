@@ -218,6 +218,42 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 			}
 		}
 	})
+	t.Run("ReleaseSlotsAnswersThePool", func(t *testing.T) {
+		s, ws := newStore(t), workspace(t)
+		taker := slotTaker(t, s)
+		ctx := context.Background()
+		now := time.Now().UnixMilli()
+		// 3 slots held in one cell, 2 in another grid's: a release of 2
+		// of the first answers the pool after it, every cell, in the
+		// step that writes it.
+		cur, other := poolCell(ws, 0, now+10_000), poolCell(ws, 8, now+3_600_000)
+		if _, err := s.Increment(ctx, []store.Increment{{Key: cur, Writer: "a", Total: 3, TTL: time.Hour},
+			{Key: other, Writer: "b", Total: 2, TTL: time.Hour}}); err != nil {
+			t.Fatal(err)
+		}
+		released := cur
+		released.Refunds = true
+		release := store.Increment{Key: released, Writer: "a/r", Total: 2, TTL: time.Hour}
+		for i := range 2 {
+			// Sent again (its answer lost): given back once.
+			n, cells, err := taker.ReleaseSlots(ctx, release, now)
+			counts := store.SlotCounts{Cells: cells}
+			if err != nil || n != 2 || cellOf(counts, cur) != [2]int64{3, 2} || cellOf(counts, other) != [2]int64{2, 0} || counts.Held(nil) != 3 {
+				t.Fatalf("release %d: %d, %+v, %v; want releases 2, the cell 3 less 2, the other cell 2, 3 held", i+1, n, cells, err)
+			}
+		}
+		// The read answers the same.
+		cells, err := taker.ReadSlots(ctx, cur, now)
+		if err != nil || (store.SlotCounts{Cells: cells}).Held(nil) != 3 {
+			t.Fatalf("read after the release: %+v, %v; want 3 held", cells, err)
+		}
+		// Only a pool cell's releases, written as a total, are released.
+		for _, bad := range []store.Increment{{Key: cur, Writer: "a/r", Total: 3, TTL: time.Hour}, {Key: released, Delta: 1, TTL: time.Hour}} {
+			if _, _, err := taker.ReleaseSlots(ctx, bad, now); err == nil {
+				t.Fatalf("ReleaseSlots(%+v) succeeded; want an error: not the releases of a pool cell as a total", bad)
+			}
+		}
+	})
 	t.Run("RefundTotalsGiveBackOnce", func(t *testing.T) {
 		s, ws := newStore(t), workspace(t)
 		ctx := context.Background()

@@ -547,14 +547,14 @@ func (s *Service) limit(ctx context.Context, ns pipeline.Namespace, p *plan) (li
 			Request: ratelimit.Request{Namespace: ns.Name(), Identifier: p.identifier,
 				Limit: int64(l.RequestsPerUnit), Duration: l.Duration(), Cost: p.cost, Report: !s.uncountedOverLimit,
 				Algorithm: l.Algorithm, Burst: l.Burst, Calendar: l.Calendar},
-			MaxIdentifier: MaxIdentifier, MaxDuration: ratelimit.MaxWindow, ZeroLimit: true}
+			Bounds: ratelimit.Bounds{MaxIdentifier: MaxIdentifier, MaxDuration: ratelimit.MaxWindow, ZeroBlocks: true}}
 		if s.fixedWindows {
 			// envoyproxy/ratelimit's counts, exactly: a counter per
 			// window of the rule's length.
 			calls[i].Request.Algorithm, calls[i].Request.Burst = ratelimit.FixedWindow, 0
 		}
 		if p.fromRequest {
-			calls[i].MaxDuration, calls[i].ZeroLimit = ratelimit.MaxDuration, false
+			calls[i].Bounds = ratelimit.Bounds{MaxIdentifier: MaxIdentifier}
 		}
 	}
 	if len(calls) > 1 && ns.Overridden(ctx, p.identifier) {

@@ -30,17 +30,13 @@ type Call struct {
 	// call counts in the workspace of the key that made it (see
 	// call.PrincipalOf), whatever an adapter puts there.
 	Request ratelimit.Request
-	// MaxIdentifier is the longest identifier accepted, in characters:
-	// ratelimit.MaxNameLength (255) if 0. A longer one is counted under its
-	// digest.
-	MaxIdentifier int
-	// MaxDuration is the longest duration accepted: ratelimit.MaxDuration
-	// (30 days) if 0, at most ratelimit.MaxWindow.
-	MaxDuration time.Duration
-	// ZeroLimit accepts a limit of 0, which blocks: denied, nothing
-	// counted. For limits an operator configured (an Envoy rule's
-	// requests_per_unit: 0), never for a caller's own.
-	ZeroLimit bool
+	// Bounds are what the call's sender may ask: the zero value is
+	// ratelimit.CallerBounds, a caller's own limits; an operator's rules
+	// (an Envoy rule's requests_per_unit: 0 blocks, a year's window) are
+	// ratelimit.OperatorBounds. An identifier longer than
+	// ratelimit.MaxNameLength (where MaxIdentifier allows one) is counted
+	// under its digest.
+	Bounds ratelimit.Bounds
 }
 
 // Decision is the answer to one Call.
@@ -67,30 +63,7 @@ type Decision struct {
 func (c *Call) validate(workspace string) (ratelimit.Request, error) {
 	r := c.Request
 	r.Workspace = workspace
-	maxID := c.MaxIdentifier
-	if maxID == 0 {
-		maxID = ratelimit.MaxNameLength
-	}
-	maxDuration := c.MaxDuration
-	if maxDuration == 0 {
-		maxDuration = ratelimit.MaxDuration
-	}
-	if err := ratelimit.CheckName("namespace", r.Namespace, ratelimit.MaxNameLength); err != nil {
-		return ratelimit.Request{}, err
-	}
-	if err := ratelimit.CheckName("identifier", r.Identifier, maxID); err != nil {
-		return ratelimit.Request{}, err
-	}
-	if err := ratelimit.CheckLimit("limit", r.Limit, c.ZeroLimit); err != nil {
-		return ratelimit.Request{}, err
-	}
-	if err := ratelimit.CheckModel(&r, maxDuration); err != nil {
-		return ratelimit.Request{}, err
-	}
-	if err := ratelimit.CheckCost("cost", r.Cost); err != nil {
-		return ratelimit.Request{}, err
-	}
-	if err := ratelimit.CheckReserve(r.Reserve, r.Report, r.Cost); err != nil {
+	if err := c.Bounds.CheckRequest(&r); err != nil {
 		return ratelimit.Request{}, err
 	}
 	r.Identifier = CounterIdentifier(r.Identifier)
@@ -246,7 +219,7 @@ func validateEach(calls []Call, max int, workspace string) ([]ratelimit.Request,
 	for i := range calls {
 		r, err := calls[i].validate(workspace)
 		if err == nil {
-			err = ratelimit.CheckNotReserve(r.Reserve)
+			err = ratelimit.CheckInBatch(&r, false)
 		}
 		if err != nil {
 			return nil, invalid.InEntry("limits", i, err)
@@ -320,7 +293,7 @@ func (p *Pipeline) Multi(ctx context.Context, calls []Call) (MultiDecision, erro
 		return MultiDecision{}, err
 	}
 	for i := range reqs {
-		if err := ratelimit.CheckNotReport(reqs[i].Report); err != nil {
+		if err := ratelimit.CheckInBatch(&reqs[i], true); err != nil {
 			return MultiDecision{}, invalid.InEntry("limits", i, err)
 		}
 	}

@@ -54,11 +54,11 @@ func TestCallRules(t *testing.T) {
 		want string // "" for a decision
 	}{
 		{"limit 0 from a caller", Call{Request: req("o", 0)}, "limit: must be between 1"},
-		{"limit 0 configured", Call{Request: req("z", 0), ZeroLimit: true}, ""},
+		{"limit 0 configured", Call{Request: req("z", 0), Bounds: ratelimit.OperatorBounds}, ""},
 		{"300 characters, Connect's bound", Call{Request: req(long, 1)}, "identifier: must be 1 to 255 characters"},
-		{"300 characters, v2's bound", Call{Request: req(long, 1), MaxIdentifier: 512}, ""},
+		{"300 characters, v2's bound", Call{Request: req(long, 1), Bounds: ratelimit.Bounds{MaxIdentifier: 512}}, ""},
 		{"a year, the API's bound", Call{Request: year}, "duration: must be between 1000 and 2592000000"},
-		{"a year, Envoy's", Call{Request: year, MaxDuration: ratelimit.MaxWindow}, ""},
+		{"a year, Envoy's", Call{Request: year, Bounds: ratelimit.Bounds{MaxDuration: ratelimit.MaxWindow}}, ""},
 	} {
 		d, err := p.Limit(ctx, tc.call)
 		switch {
@@ -66,7 +66,7 @@ func TestCallRules(t *testing.T) {
 			t.Errorf("%s: %v", tc.name, err)
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
-		case tc.want == "" && tc.call.ZeroLimit && d.Success:
+		case tc.want == "" && tc.call.Bounds.ZeroBlocks && d.Success:
 			t.Errorf("%s: admitted", tc.name)
 		}
 	}

@@ -105,14 +105,12 @@ func (n Namespace) GiveBack(ctx context.Context, l *Lease) (Released, error) {
 	}
 	slot := l.slot
 	*l = Lease{}
-	out := Released{Limit: slot.Limit}
-	var err error
-	if out.Freed, err = n.p.limiter.Release(ctx, slot); err != nil {
+	ret, err := n.p.limiter.Release(ctx, slot)
+	if err != nil {
 		return Released{}, err
 	}
 	n.p.metrics.leases.WithLabelValues(leaseReleased).Inc()
-	out.InFlight = n.p.inFlight(ctx, slot)
-	return out, nil
+	return released(slot, ret), nil
 }
 
 // acquire is Acquire; authorized says the namespace was authorized, by an
@@ -123,17 +121,12 @@ func (p *Pipeline) acquire(ctx context.Context, a ratelimit.Acquisition, authori
 	// Overrides match the identifier as sent; the counter is named by it,
 	// or its digest.
 	sent := a.Identifier
-	if err := ratelimit.CheckName("identifier", sent, max(maxIdentifier, ratelimit.MaxNameLength)); err != nil {
+	bounds := ratelimit.Bounds{MaxIdentifier: maxIdentifier, ZeroBlocks: authorized}
+	if err := bounds.CheckAcquisition(&a); err != nil {
 		return Lease{}, err
 	}
 	a.Identifier = CounterIdentifier(sent)
-	if err := a.Validate(); err != nil {
-		return Lease{}, err
-	}
 	if !authorized {
-		if err := ratelimit.CheckLimit("limit", a.Limit, false); err != nil {
-			return Lease{}, err
-		}
 		if err := call.Authorize(ctx, access.Limit, a.Namespace); err != nil {
 			return Lease{}, err
 		}
@@ -222,17 +215,27 @@ func (p *Pipeline) release(ctx context.Context, id, namespace string) (Released,
 	if err != nil {
 		return Released{}, err
 	}
-	out := Released{Limit: t.Limit}
 	if outcome, ok := p.claim(ctx, &t); !ok {
 		p.metrics.leases.WithLabelValues(outcome).Inc()
-	} else {
-		if out.Freed, err = p.limiter.Release(ctx, slotOf(&t)); err != nil {
-			return Released{}, err
-		}
-		p.metrics.leases.WithLabelValues(leaseReleased).Inc()
+		return Released{Limit: t.Limit, InFlight: p.inFlight(ctx, slotOf(&t))}, nil
 	}
-	out.InFlight = p.inFlight(ctx, slotOf(&t))
-	return out, nil
+	ret, err := p.limiter.Release(ctx, slotOf(&t))
+	if err != nil {
+		return Released{}, err
+	}
+	p.metrics.leases.WithLabelValues(leaseReleased).Inc()
+	return released(slotOf(&t), ret), nil
+}
+
+// released answers the release of sl that the limiter answered ret: the
+// slots freed, and those held after it, read with the release (-1 when
+// the limiter could not count them: the release stands all the same).
+func released(sl ratelimit.Slot, ret ratelimit.Returned) Released {
+	out := Released{Freed: ret.Given, Limit: sl.Limit, InFlight: -1}
+	if ret.After.Limit > 0 {
+		out.InFlight = ret.After.Limit - ret.After.Remaining
+	}
+	return out
 }
 
 // inFlight returns how many slots of sl's limit are held now, as far as

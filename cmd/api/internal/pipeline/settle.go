@@ -79,10 +79,18 @@ func (p *Pipeline) Settle(ctx context.Context, token string, cost *int64) (Settl
 		return SettleDecision{}, &reservation.SettledError{Cost: firstCost}
 	case *cost < t.Reserved:
 		result = settleRefunded
-		out.Refunded, err = p.limiter.Refund(ctx, ratelimit.Refund{Workspace: t.Workspace, Namespace: t.Namespace,
+		ret, err := p.limiter.GiveBack(ctx, ratelimit.Hold{Kind: ratelimit.Reserved, Workspace: t.Workspace, Namespace: t.Namespace,
 			Identifier: t.Identifier, Duration: t.Duration, Limit: t.Limit, Sequence: t.Sequence, Amount: t.Reserved - *cost})
 		if err != nil {
 			return SettleDecision{}, err
+		}
+		out.Refunded = ret.Given
+		if ret.After.Limit > 0 {
+			// The key after the refund, answered with it.
+			out.Response = ret.After
+			p.metrics.settlements.WithLabelValues(result).Inc()
+			setDecided(ctx, out.Success)
+			return out, nil
 		}
 	case *cost > t.Reserved:
 		result = settleReported

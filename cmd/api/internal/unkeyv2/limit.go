@@ -42,7 +42,7 @@ func (r *limitRequest) call() pipeline.Call {
 		cost = *r.Cost
 	}
 	return pipeline.Call{Request: ratelimit.Request{Namespace: r.Namespace, Identifier: r.Identifier,
-		Limit: r.Limit, Duration: pipeline.Milliseconds(r.Duration), Cost: cost, Report: r.Report, Reserve: r.Reserve}, MaxIdentifier: maxIdentifier}
+		Limit: r.Limit, Duration: pipeline.Milliseconds(r.Duration), Cost: cost, Report: r.Report, Reserve: r.Reserve}, Bounds: ratelimit.Bounds{MaxIdentifier: maxIdentifier}}
 }
 
 // limitData is V2RatelimitLimitResponseData.

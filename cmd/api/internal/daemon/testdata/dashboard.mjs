@@ -101,12 +101,14 @@ async function visit(page, key, shot) {
     processes: await page.$$eval("#processes tbody tr", (trs) => trs.map((tr) => [tr.className, ...[...tr.children].map((td) => td.textContent)])),
     redis: await rows("#redis"),
   };
-  // Point at each of the last five bars, in the middle of the plot's height.
+  // Point at each of the last five bars, in the middle of the plot's
+  // height. Their boxes are read in one step: the page redraws the chart
+  // when it refreshes, which detaches the bars a handle would hold (a
+  // handle's boundingBox is then null).
   out.hovers = [];
-  const bars = await page.$$("#chart .bar");
+  const bars = await page.$$eval("#chart .bar", (bs) => bs.map((b) => b.getBoundingClientRect().toJSON()));
   const plot = await page.$eval("#chart", (el) => el.getBoundingClientRect().toJSON());
-  for (const bar of bars.slice(-5)) {
-    const box = await bar.boundingBox();
+  for (const box of bars.slice(-5)) {
     await page.mouse.move(box.x + box.width / 2, plot.y + plot.height / 2);
     out.hovers.push(await focusState(page));
   }
@@ -122,7 +124,7 @@ async function visit(page, key, shot) {
   if (shot) {
     // The README's picture: a bar two thirds along pointed at.
     if (bars.length) {
-      const box = await bars[Math.floor((bars.length * 2) / 3)].boundingBox();
+      const box = bars[Math.floor((bars.length * 2) / 3)];
       await page.mouse.move(box.x + box.width / 2, plot.y + plot.height / 2);
     }
     await page.screenshot({ path: shot, fullPage: true });

@@ -13,24 +13,24 @@ import (
 
 // reserve counts r as a reservation and returns the refund that gives back
 // all but spent of it.
-func reserve(t *testing.T, s *Service, r Request, spent int64) Refund {
+func reserve(t *testing.T, s *Service, r Request, spent int64) Hold {
 	t.Helper()
 	r.Reserve = true
 	resp := mustLimit(t, s, r)
 	if !resp.Success {
 		t.Fatalf("reservation of %d denied (%d remaining)", r.Cost, resp.Remaining)
 	}
-	return Refund{Workspace: r.Workspace, Namespace: r.Namespace, Identifier: r.Identifier, Duration: r.Duration,
+	return Hold{Workspace: r.Workspace, Namespace: r.Namespace, Identifier: r.Identifier, Duration: r.Duration,
 		Limit: r.Limit, Sequence: CellOf(resp, r.Duration), Amount: r.Cost - spent}
 }
 
-func mustRefund(t *testing.T, s *Service, r Refund) int64 {
+func mustRefund(t *testing.T, s *Service, r Hold) int64 {
 	t.Helper()
-	n, err := s.Refund(context.Background(), r)
+	n, err := s.GiveBack(context.Background(), r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return n
+	return n.Given
 }
 
 // left is what a check (cost 0) says is left of r's limit.
@@ -67,7 +67,7 @@ func TestRefundGivesBackToItsCell(t *testing.T) {
 	if got := left(t, s, rq); got != 1000 {
 		t.Fatalf("a window on: remaining %d, want 1000", got)
 	}
-	if got := mustRefund(t, s, Refund{Workspace: "ws", Namespace: "ns", Identifier: "llm", Duration: time.Minute,
+	if got := mustRefund(t, s, Hold{Workspace: "ws", Namespace: "ns", Identifier: "llm", Duration: time.Minute,
 		Limit: 1000, Sequence: refund.Sequence + 1, Amount: 0}); got != 0 {
 		t.Fatalf("a refund of 0 gave %d", got)
 	}
@@ -103,18 +103,18 @@ func TestRefundValidation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	good := Refund{Workspace: "ws", Namespace: "ns", Identifier: "id", Duration: time.Minute, Limit: 10, Amount: 1}
-	for field, bad := range map[string]func(r *Refund){
-		"namespace":  func(r *Refund) { r.Namespace = "" },
-		"identifier": func(r *Refund) { r.Identifier = "a\nb" },
-		"duration":   func(r *Refund) { r.Duration = time.Millisecond },
-		"limit":      func(r *Refund) { r.Limit = 0 },
-		"amount":     func(r *Refund) { r.Amount = -1 },
+	good := Hold{Workspace: "ws", Namespace: "ns", Identifier: "id", Duration: time.Minute, Limit: 10, Amount: 1}
+	for field, bad := range map[string]func(r *Hold){
+		"namespace":  func(r *Hold) { r.Namespace = "" },
+		"identifier": func(r *Hold) { r.Identifier = "a\nb" },
+		"duration":   func(r *Hold) { r.Duration = time.Millisecond },
+		"limit":      func(r *Hold) { r.Limit = 0 },
+		"amount":     func(r *Hold) { r.Amount = -1 },
 	} {
 		r := good
 		bad(&r)
 		var ve *invalid.Error
-		if _, err := s.Refund(context.Background(), r); !errors.As(err, &ve) || ve.Field != field {
+		if _, err := s.GiveBack(context.Background(), r); !errors.As(err, &ve) || ve.Field != field {
 			t.Errorf("bad %s: %v, want a validation error naming it", field, err)
 		}
 	}

@@ -1,0 +1,231 @@
+package ratelimit
+
+import (
+	"context"
+	"runtime"
+	"time"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
+)
+
+// Hold is what an admitted reservation or acquisition holds, as its
+// holder names it to give it back (x/time/rate's Reservation is the
+// shape): the limit, the cell its amount was counted in, and how much.
+// A reservation holds the estimate of a request with [Request.Reserve]
+// in a window's cell; an acquisition holds slots of a concurrency limit
+// in the pool cell of their expiry (see [Slot.Hold]).
+//
+// What is given back is a count of its own: each key has, beside its
+// window, a window of what was given back, whose cells are grow-only
+// counters like the key's, replayed to the regional store and published
+// to the global store by the same rules (own component only, max-merge,
+// imports never published again). A decision weighs a cell's count less
+// what was given back, never below zero. The caller bounds the amount by
+// what was held and gives a hold back once (see package reservation of
+// the API): a second give-back of slots would free another holder's.
+type Hold struct {
+	// Kind is what is held: a reservation's estimate or slots.
+	Kind       HoldKind
+	Workspace  string
+	Namespace  string
+	Identifier string
+	// Duration is a reservation's window, or the lease slots were
+	// acquired or last extended with (it names the grid of their cell).
+	Duration time.Duration
+	// Limit is the limit's, as the holder was admitted under it.
+	Limit int64
+	// Sequence is the cell the amount was counted in: a reservation's
+	// fixed window (see [CellOf]), slots' pool cell (see [LeaseCell]).
+	Sequence int64
+	// Amount is what to give back, 0 to [MaxCost].
+	Amount int64
+}
+
+// HoldKind is what a [Hold] holds.
+type HoldKind uint8
+
+// The kinds of hold.
+const (
+	// Reserved is a reservation's estimate: giving it back refunds what
+	// the caller reserved and did not spend.
+	Reserved HoldKind = iota
+	// Slots are slots of a concurrency limit: giving them back releases
+	// them.
+	Slots
+)
+
+// Returned is what a give-back answers, in the same step: what it gave
+// back, and the limit after it.
+type Returned struct {
+	// Given is what was given back: the hold's amount, or 0 when its cell
+	// no longer counts (a window after its own ended; slots whose cell
+	// ended, which freed them) or lies in the future.
+	Given int64
+	// After is the limit after the give-back, as a check of it (cost 0)
+	// answers: for slots, Limit less Remaining are held (read with the
+	// release, in the same round trip to the regional store, where it
+	// answers); for a reservation, what remains of its window. It is the
+	// zero Response (Limit 0) when the limiter could not answer it (the
+	// workspace holds the most windows it may): the give-back stands all
+	// the same.
+	After Response
+}
+
+// CellOf returns the fixed window a response of a window of duration
+// counted in: the one that ends at its Reset.
+func CellOf(resp Response, duration time.Duration) int64 {
+	ms := duration.Milliseconds()
+	if ms <= 0 {
+		return 0
+	}
+	return resp.Reset.UnixMilli()/ms - 1
+}
+
+// GiveBack gives h.Amount back to h's cell and answers, in the same step,
+// what it gave and the limit after it (see [Returned]). Slots given back
+// are in the regional store before it answers, and what the pool holds is
+// read in the same round trip; a store that fails is sent them again by
+// the replay, and the pool is then read as a check reads it. It returns a
+// [*invalid.Error] for bad values; the workspace's window cap never
+// refuses a give-back.
+func (s *Service) GiveBack(ctx context.Context, h Hold) (Returned, error) {
+	given, fresh, err := s.giveBack(ctx, &h)
+	if err != nil {
+		return Returned{}, err
+	}
+	out := Returned{Given: given}
+	if after, err := s.after(ctx, &h, fresh); err == nil {
+		out.After = after
+	}
+	return out, nil
+}
+
+// after answers a check (cost 0) of h's limit: from memory for slots
+// whose pool was read with their release (fresh), else as Decide does.
+func (s *Service) after(ctx context.Context, h *Hold, fresh bool) (Response, error) {
+	req := Request{Workspace: h.Workspace, Namespace: h.Namespace, Identifier: h.Identifier,
+		Limit: h.Limit, Duration: h.Duration}
+	if h.Kind == Slots {
+		req.Algorithm = Concurrency
+		if fresh {
+			if resp, ok := s.checkPool(&req, s.clock.Now().UnixMilli()); ok {
+				return resp, nil
+			}
+		}
+	}
+	return s.Decide(ctx, req)
+}
+
+// giveBack gives h.Amount back to h's cell and returns what it gave, and
+// whether what this process knows of h's pool is fresh: read in the
+// regional store with the release, or there is none.
+func (s *Service) giveBack(ctx context.Context, h *Hold) (int64, bool, error) {
+	if err := OperatorBounds.CheckHold(h); err != nil {
+		return 0, false, err
+	}
+	req := Request{Workspace: h.Workspace, Namespace: h.Namespace, Identifier: h.Identifier,
+		Duration: h.Duration}
+	key := keyOf(&req)
+	nowMs := s.clock.Now().UnixMilli()
+	now := nowMs / h.Duration.Milliseconds()
+	if h.Kind == Slots {
+		// A slot's cell, on its lease's grid: it counts until it ends.
+		key.period = period.PoolCell(store.PoolShift(h.Duration.Milliseconds()), h.Sequence)
+		if key.period.CellEnd() <= nowMs || h.Sequence > key.period.Latest(nowMs) {
+			return 0, false, nil
+		}
+	} else if h.Sequence < now-1 || h.Sequence > now {
+		return 0, false, nil
+	}
+	if h.Amount == 0 {
+		return 0, false, nil
+	}
+	for range maxEvictionRetries {
+		// The key's window, if the process holds it or can, learns that
+		// its cell has refunds; the refunds window is never refused (see
+		// windowTable.reserve), so a give-back is never turned away.
+		w := s.windows.find(&key)
+		if w == nil {
+			w, _ = s.windows.forRequest(&key)
+		}
+		if w != nil {
+			if c, _ := w.cellAt(h.Sequence, s.regional == nil); c != nil {
+				c.flags.Or(cellReserved)
+			}
+		}
+		rk := key
+		rk.refunds = true
+		rw, _, err := s.windows.findOrCreate(&rk)
+		if err != nil {
+			return 0, false, err
+		}
+		rw.observeLimit(h.Limit)
+		rc, _ := rw.cellAt(h.Sequence, true)
+		if rc == nil {
+			return 0, false, nil // the window moved on past the cell meanwhile
+		}
+		addCapped(&rc.count, h.Amount)
+		if rw.evicted() {
+			// The janitor is removing the refunds window: take the amount
+			// back and count it into the window that replaces it.
+			rc.count.Add(-h.Amount)
+			runtime.Gosched()
+			continue
+		}
+		fresh := false
+		switch {
+		case s.regional == nil:
+			// Memory is all there is: the pool as it stands.
+			fresh = h.Kind == Slots
+		case h.Kind == Slots:
+			// A release is in the store before it is answered: no
+			// process takes a slot a moment late for it, and the pool
+			// is read with it. One the store failed is sent again by
+			// the replay.
+			fresh = s.regional.release(ctx, w, rw, rc, h.Amount)
+		default:
+			s.regional.queueReplay(rw, rc, h.Amount)
+		}
+		s.global.noteRefund(rw, rc)
+		s.metrics.refunded.Add(float64(h.Amount))
+		return h.Amount, fresh, nil
+	}
+	return 0, false, nil
+}
+
+// refundsAt returns the refunds of w's cells of seq and seq-1, this region's
+// and the others' together, or zeros when no refunds window is held.
+func (s *Service) refundsAt(w *window, seq int64) (cur, prev int64) {
+	c, p := s.windows.refundCells(w, seq)
+	if c != nil {
+		cur = c.count.Load() + c.global.Load()
+	}
+	if p != nil {
+		prev = p.count.Load() + p.global.Load()
+	}
+	return cur, prev
+}
+
+// refundCells returns the cells of w's refunds window for seq and seq-1,
+// each nil where the table holds none.
+func (t *windowTable) refundCells(w *window, seq int64) (cur, prev *cell) {
+	k := w.refundsKey()
+	rw := t.find(&k)
+	if rw == nil {
+		return nil, nil
+	}
+	for i := range rw.cells {
+		c := rw.cells[i].Load()
+		if c == nil {
+			continue
+		}
+		switch c.seq() {
+		case seq:
+			cur = c
+		case seq - 1:
+			prev = c
+		}
+	}
+	return cur, prev
+}
