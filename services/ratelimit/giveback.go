@@ -90,26 +90,27 @@ func CellOf(resp Response, duration time.Duration) int64 {
 // [*invalid.Error] for bad values; the workspace's window cap never
 // refuses a give-back.
 func (s *Service) GiveBack(ctx context.Context, h Hold) (Returned, error) {
-	given, fresh, err := s.giveBack(ctx, &h)
+	given, pool, err := s.giveBack(ctx, &h)
 	if err != nil {
 		return Returned{}, err
 	}
 	out := Returned{Given: given}
-	if after, err := s.after(ctx, &h, fresh); err == nil {
+	if after, err := s.after(ctx, &h, pool); err == nil {
 		out.After = after
 	}
 	return out, nil
 }
 
 // after answers a check (cost 0) of h's limit: from memory for slots
-// whose pool was read with their release (fresh), else as Decide does.
-func (s *Service) after(ctx context.Context, h *Hold, fresh bool) (Response, error) {
+// whose pool is fresh (pool, one of its windows: see giveBack), else as
+// Decide does.
+func (s *Service) after(ctx context.Context, h *Hold, pool *window) (Response, error) {
 	req := Request{Workspace: h.Workspace, Namespace: h.Namespace, Identifier: h.Identifier,
 		Limit: h.Limit, Duration: h.Duration}
 	if h.Kind == Slots {
 		req.Algorithm = Concurrency
-		if fresh {
-			if resp, ok := s.checkPool(&req, s.clock.Now().UnixMilli()); ok {
+		if pool != nil {
+			if resp, ok := s.checkPoolOf(pool, &req, s.clock.Now().UnixMilli()); ok {
 				return resp, nil
 			}
 		}
@@ -118,11 +119,12 @@ func (s *Service) after(ctx context.Context, h *Hold, fresh bool) (Response, err
 }
 
 // giveBack gives h.Amount back to h's cell and returns what it gave, and
-// whether what this process knows of h's pool is fresh: read in the
-// regional store with the release, or there is none.
-func (s *Service) giveBack(ctx context.Context, h *Hold) (int64, bool, error) {
+// for slots the window of their cell if what this process knows of their
+// pool is fresh (read in the regional store with the release, or there is
+// none), else nil.
+func (s *Service) giveBack(ctx context.Context, h *Hold) (int64, *window, error) {
 	if err := OperatorBounds.CheckHold(h); err != nil {
-		return 0, false, err
+		return 0, nil, err
 	}
 	req := Request{Workspace: h.Workspace, Namespace: h.Namespace, Identifier: h.Identifier,
 		Duration: h.Duration}
@@ -133,13 +135,13 @@ func (s *Service) giveBack(ctx context.Context, h *Hold) (int64, bool, error) {
 		// A slot's cell, on its lease's grid: it counts until it ends.
 		key.period = period.PoolCell(store.PoolShift(h.Duration.Milliseconds()), h.Sequence)
 		if key.period.CellEnd() <= nowMs || h.Sequence > key.period.Latest(nowMs) {
-			return 0, false, nil
+			return 0, nil, nil
 		}
 	} else if h.Sequence < now-1 || h.Sequence > now {
-		return 0, false, nil
+		return 0, nil, nil
 	}
 	if h.Amount == 0 {
-		return 0, false, nil
+		return 0, nil, nil
 	}
 	for range maxEvictionRetries {
 		// The key's window, if the process holds it or can, learns that
@@ -158,12 +160,12 @@ func (s *Service) giveBack(ctx context.Context, h *Hold) (int64, bool, error) {
 		rk.refunds = true
 		rw, _, err := s.windows.findOrCreate(&rk)
 		if err != nil {
-			return 0, false, err
+			return 0, nil, err
 		}
 		rw.observeLimit(h.Limit)
 		rc, _ := rw.cellAt(h.Sequence, true)
 		if rc == nil {
-			return 0, false, nil // the window moved on past the cell meanwhile
+			return 0, nil, nil // the window moved on past the cell meanwhile
 		}
 		addCapped(&rc.count, h.Amount)
 		if rw.evicted() {
@@ -173,25 +175,29 @@ func (s *Service) giveBack(ctx context.Context, h *Hold) (int64, bool, error) {
 			runtime.Gosched()
 			continue
 		}
-		fresh := false
+		var pool *window
 		switch {
 		case s.regional == nil:
 			// Memory is all there is: the pool as it stands.
-			fresh = h.Kind == Slots
+			if h.Kind == Slots {
+				pool = w
+			}
 		case h.Kind == Slots:
 			// A release is in the store before it is answered: no
 			// process takes a slot a moment late for it, and the pool
 			// is read with it. One the store failed is sent again by
 			// the replay.
-			fresh = s.regional.release(ctx, w, rw, rc, h.Amount)
+			if s.regional.release(ctx, w, rw, rc, h.Amount) {
+				pool = w
+			}
 		default:
 			s.regional.queueReplay(rw, rc, h.Amount)
 		}
 		s.global.noteRefund(rw, rc)
 		s.metrics.refunded.Add(float64(h.Amount))
-		return h.Amount, fresh, nil
+		return h.Amount, pool, nil
 	}
-	return 0, false, nil
+	return 0, nil, nil
 }
 
 // refundsAt returns the refunds of w's cells of seq and seq-1, this region's

@@ -169,7 +169,7 @@ func (s *Service) Extend(ctx context.Context, sl Slot, lease time.Duration) (Res
 	if !sent {
 		return s.state(ctx, a, to, false)
 	}
-	freed, fresh, err := s.giveBack(ctx, ptr(sl.Hold()))
+	freed, pool, err := s.giveBack(ctx, ptr(sl.Hold()))
 	if err != nil || freed == 0 {
 		// The old cell ended meanwhile: the slots were free. Undo the
 		// count.
@@ -184,7 +184,7 @@ func (s *Service) Extend(ctx context.Context, sl Slot, lease time.Duration) (Res
 		}
 		return Response{}, ErrLeaseExpired
 	}
-	return s.state(ctx, a, to, fresh)
+	return s.state(ctx, a, to, pool != nil)
 }
 
 // ptr returns a pointer to a copy of v.

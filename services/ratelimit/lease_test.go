@@ -886,6 +886,12 @@ func TestReleaseIsOneRoundTrip(t *testing.T) {
 		if held, want := ret.After.Limit-ret.After.Remaining, int64(3-i); ret.After.Limit != 10 || held != want {
 			t.Fatalf("release %d answered %+v: %d held of %d, want %d of 10", i, ret.After, held, ret.After.Limit, want)
 		}
+		// What a check answers, read in the store after it.
+		check, err := p.Decide(context.Background(), Request{Workspace: a.Workspace, Namespace: a.Namespace,
+			Identifier: a.Identifier, Limit: a.Limit, Duration: a.Lease, Algorithm: Concurrency})
+		if err != nil || check != ret.After {
+			t.Fatalf("release %d answered %+v; a check after it %+v, %v", i, ret.After, check, err)
+		}
 	}
 	before := o.calls.Load()
 	resp, err := pa.Extend(context.Background(), slots[2], 2*time.Minute)

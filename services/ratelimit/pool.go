@@ -248,6 +248,18 @@ func (s *Service) checkPool(req *Request, now int64) (Response, bool) {
 	return d.response(), true
 }
 
+// checkPoolOf is checkPool through w, a window of the pool (a held
+// slot's cell), found already: no lookup. The answer's Reset is the end
+// of the cell a slot taken now would be counted in, as a check answers.
+func (s *Service) checkPoolOf(w *window, req *Request, now int64) (Response, bool) {
+	d, cur, _ := s.decidePool(w, now, specOf(req), 0)
+	if cur == nil {
+		return Response{}, false
+	}
+	d.resetMs = period.ForLease(req.Duration.Milliseconds(), now).CellEnd()
+	return d.response(), true
+}
+
 // decidePool decides an acquisition of cost slots (0: a check of what is
 // held) of sp's pool, counted into w's cell, from what this process knows
 // at now (unix ms), and counts it if it fits. It returns w's cell and
