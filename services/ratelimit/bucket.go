@@ -55,7 +55,7 @@ import (
 // bucket is a token bucket's state beside its windows' cells: made for
 // the first token bucket decision on an identity and held in the window
 // table's side maps (see windowTable.bucketOf), so that windows of the
-// other models stay 80 bytes.
+// other models stay in the 80-byte size class.
 type bucket struct {
 	// tat is the theoretical arrival time, unix ns.
 	tat atomic.Int64

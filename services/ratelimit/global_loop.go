@@ -472,8 +472,12 @@ func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
 	// The row names its cells by a code. A calendar's holds the code,
 	// not the zone: a calendar this process has decided by (for any key)
 	// is known by its code; one it never has decides nothing here.
-	p, ok := period.FromCode(row.Key.Duration.Milliseconds())
+	code := row.Key.Duration.Milliseconds()
+	p, ok := period.FromCode(code)
 	if !ok {
+		if code > 0 && row.Key.Sequence > store.LatestSequence(code, now) {
+			g.metrics.globalRowsFuture.Inc() // a calendar's, whatever its zone
+		}
 		return false
 	}
 	if row.Key.Sequence > p.Latest(now) {

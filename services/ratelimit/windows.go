@@ -33,7 +33,7 @@ type windowTable struct {
 	// buckets holds the state of each window decided as a token bucket:
 	// beside the window rather than in it, so that the windows of the
 	// other models, nearly all of them, do not carry its pointer (a
-	// window is 80 bytes, a size class of its own). bucketIDs holds the
+	// window is 72 bytes, in the 80-byte size class). bucketIDs holds the
 	// same buckets by identity: the windows of one bucket's cell lengths
 	// share it.
 	buckets   *xsync.Map[*window, *bucket]

@@ -40,6 +40,11 @@ const indexTTL = 32 * 24 * time.Hour
 
 var _ store.Unpublished = (*Store)(nil)
 
+// A Store takes slots atomically: the limiter asks for it at run time,
+// and a store that lost a method of the interface would decide slots
+// from memory without a word.
+var _ store.SlotTaker = (*Store)(nil)
+
 // mark adds the marks of incs (those with Mark above 0, at the positions
 // that were sent) to pipe, stamped now. A mark whose shard lives on a node
 // whose breaker is not closed is left out: a pipeline waits for every node

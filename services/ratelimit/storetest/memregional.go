@@ -24,6 +24,14 @@ type MemRegional struct {
 	totals map[store.CellKey]map[string]int64
 }
 
+// Both take slots atomically, as Redis does: the limiter asks for it at
+// run time, and a store that lost a method of the interface would decide
+// slots from memory without a word.
+var (
+	_ store.SlotTaker = (*MemRegional)(nil)
+	_ store.SlotTaker = (*FaultyRegional)(nil)
+)
+
 // NewMemRegional returns an empty in-memory regional store.
 func NewMemRegional() *MemRegional {
 	return &MemRegional{counts: map[store.CellKey]int64{}, totals: map[store.CellKey]map[string]int64{}}
