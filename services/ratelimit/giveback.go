@@ -55,21 +55,33 @@ const (
 	Slots
 )
 
-// Returned is what a give-back answers, in the same step: what it gave
-// back, and the limit after it.
+// Returned is what a give-back answers: what it gave back, and, asked
+// for, the limit after it (x/time/rate's Reservation is the shape: a
+// value that holds what its questions need).
 type Returned struct {
 	// Given is what was given back: the hold's amount, or 0 when its cell
 	// no longer counts (a window after its own ended; slots whose cell
 	// ended, which freed them) or lies in the future.
 	Given int64
-	// After is the limit after the give-back, as a check of it (cost 0)
-	// answers: for slots, Limit less Remaining are held (read with the
-	// release, in the same round trip to the regional store, where it
-	// answers); for a reservation, what remains of its window. It is the
-	// zero Response (Limit 0) when the limiter could not answer it (the
-	// workspace holds the most windows it may): the give-back stands all
-	// the same.
-	After Response
+	s     *Service
+	hold  Hold
+	// pool is a window of the pool of slots given back whose count this
+	// process knows fresh (read with the release, or there is no
+	// regional store): After answers from memory. nil otherwise.
+	pool *window
+}
+
+// After answers the limit after the give-back, as a check of it (cost 0)
+// answers: for slots, Limit less Remaining are held, from what the
+// regional store answered with the release (one round trip for both,
+// where it answered: no call here); for a reservation, what remains of its
+// window, as any check reads it. A caller that does not need it does not
+// pay for it. The zero Returned answers the zero Response.
+func (r Returned) After(ctx context.Context) (Response, error) {
+	if r.s == nil {
+		return Response{}, nil
+	}
+	return r.s.after(ctx, &r.hold, r.pool)
 }
 
 // CellOf returns the fixed window a response of a window of duration
@@ -82,11 +94,12 @@ func CellOf(resp Response, duration time.Duration) int64 {
 	return resp.Reset.UnixMilli()/ms - 1
 }
 
-// GiveBack gives h.Amount back to h's cell and answers, in the same step,
-// what it gave and the limit after it (see [Returned]). Slots given back
+// GiveBack gives h.Amount back to h's cell and answers what it gave and,
+// asked for, the limit after it (see [Returned]). Slots given back
 // are in the regional store before it answers, and what the pool holds is
 // read in the same round trip; a store that fails is sent them again by
-// the replay, and the pool is then read as a check reads it. It returns a
+// the replay, and the pool is then read when After is asked, as a check
+// reads it. It returns a
 // [*invalid.Error] for bad values; the workspace's window cap never
 // refuses a give-back.
 func (s *Service) GiveBack(ctx context.Context, h Hold) (Returned, error) {
@@ -94,11 +107,7 @@ func (s *Service) GiveBack(ctx context.Context, h Hold) (Returned, error) {
 	if err != nil {
 		return Returned{}, err
 	}
-	out := Returned{Given: given}
-	if after, err := s.after(ctx, &h, pool); err == nil {
-		out.After = after
-	}
-	return out, nil
+	return Returned{Given: given, s: s, hold: h, pool: pool}, nil
 }
 
 // after answers a check (cost 0) of h's limit: from memory for slots

@@ -113,8 +113,8 @@ func (s *Service) InFlight(ctx context.Context, a Acquisition) (int64, error) {
 }
 
 // Release frees sl: [Service.GiveBack] of [Slot.Hold]. Given is sl.Cost,
-// or 0 when the slot had expired already; After.Limit less
-// After.Remaining are the slots held after it, read with the release. The
+// or 0 when the slot had expired already; After answers the slots held
+// after it (its Limit less its Remaining), read with the release. The
 // caller frees a slot once (package reservation's ledger of the API); a
 // second release would free another holder's slot.
 func (s *Service) Release(ctx context.Context, sl Slot) (Returned, error) {

@@ -883,14 +883,21 @@ func TestReleaseIsOneRoundTrip(t *testing.T) {
 		if calls := o.calls.Load() - before; calls != 1 {
 			t.Fatalf("release %d took %d calls to the regional store, want 1", i, calls)
 		}
-		if held, want := ret.After.Limit-ret.After.Remaining, int64(3-i); ret.After.Limit != 10 || held != want {
-			t.Fatalf("release %d answered %+v: %d held of %d, want %d of 10", i, ret.After, held, ret.After.Limit, want)
+		after, err := ret.After(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if calls := o.calls.Load() - before; calls != 1 {
+			t.Fatalf("release %d and its answer took %d calls to the regional store, want 1", i, calls)
+		}
+		if held, want := after.Limit-after.Remaining, int64(3-i); after.Limit != 10 || held != want {
+			t.Fatalf("release %d answered %+v: %d held of %d, want %d of 10", i, after, held, after.Limit, want)
 		}
 		// What a check answers, read in the store after it.
 		check, err := p.Decide(context.Background(), Request{Workspace: a.Workspace, Namespace: a.Namespace,
 			Identifier: a.Identifier, Limit: a.Limit, Duration: a.Lease, Algorithm: Concurrency})
-		if err != nil || check != ret.After {
-			t.Fatalf("release %d answered %+v; a check after it %+v, %v", i, ret.After, check, err)
+		if err != nil || check != after {
+			t.Fatalf("release %d answered %+v; a check after it %+v, %v", i, after, check, err)
 		}
 	}
 	before := o.calls.Load()

@@ -110,7 +110,7 @@ func (n Namespace) GiveBack(ctx context.Context, l *Lease) (Released, error) {
 		return Released{}, err
 	}
 	n.p.metrics.leases.WithLabelValues(leaseReleased).Inc()
-	return released(slot, ret), nil
+	return released(ctx, slot, ret), nil
 }
 
 // acquire is Acquire; authorized says the namespace was authorized, by an
@@ -224,16 +224,16 @@ func (p *Pipeline) release(ctx context.Context, id, namespace string) (Released,
 		return Released{}, err
 	}
 	p.metrics.leases.WithLabelValues(leaseReleased).Inc()
-	return released(slotOf(&t), ret), nil
+	return released(ctx, slotOf(&t), ret), nil
 }
 
 // released answers the release of sl that the limiter answered ret: the
 // slots freed, and those held after it, read with the release (-1 when
 // the limiter could not count them: the release stands all the same).
-func released(sl ratelimit.Slot, ret ratelimit.Returned) Released {
+func released(ctx context.Context, sl ratelimit.Slot, ret ratelimit.Returned) Released {
 	out := Released{Freed: ret.Given, Limit: sl.Limit, InFlight: -1}
-	if ret.After.Limit > 0 {
-		out.InFlight = ret.After.Limit - ret.After.Remaining
+	if after, err := ret.After(ctx); err == nil && after.Limit > 0 {
+		out.InFlight = after.Limit - after.Remaining
 	}
 	return out
 }

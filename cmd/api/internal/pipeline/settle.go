@@ -85,9 +85,9 @@ func (p *Pipeline) Settle(ctx context.Context, token string, cost *int64) (Settl
 			return SettleDecision{}, err
 		}
 		out.Refunded = ret.Given
-		if ret.After.Limit > 0 {
-			// The key after the refund, answered with it.
-			out.Response = ret.After
+		if after, err := ret.After(ctx); err == nil {
+			// The key after the refund.
+			out.Response = after
 			p.metrics.settlements.WithLabelValues(result).Inc()
 			setDecided(ctx, out.Success)
 			return out, nil
