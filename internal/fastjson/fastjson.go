@@ -14,7 +14,7 @@ import "strconv"
 // is, between quotes (encoding/json escapes <, > and &, the others
 // nothing of it), and one reads without unescaping anything: the fast
 // paths read and write plain strings, and nothing else.
-func Plain[S ~string | ~[]byte](s S) bool {
+func Plain(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if !plainBytes[s[i]] {
 			return false

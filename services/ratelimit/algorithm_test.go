@@ -355,6 +355,8 @@ func TestJanitorKeepsABucketUntilItIsFull(t *testing.T) {
 	}
 }
 
+func ptr[T any](v T) *T { return &v }
+
 // TestBucketDebtIsBounded: what is counted whatever the verdict (reports,
 // Envoy's hits over the limit) takes a bucket at most one burst past empty:
 // 100,000 reports on a bucket of one a day, and reports of the largest

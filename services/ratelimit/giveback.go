@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
-	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
 // Hold is what an admitted reservation or acquisition holds, as its
@@ -75,8 +74,10 @@ type Returned struct {
 // answers: for slots, Limit less Remaining are held, from what the
 // regional store answered with the release (one round trip for both,
 // where it answered: no call here); for a reservation, what remains of its
-// window, as any check reads it. A caller that does not need it does not
-// pay for it. The zero Returned answers the zero Response.
+// window, as any check reads it, read as a sliding window's (a hold, as a
+// reservation's token, does not carry its algorithm). A caller that does
+// not need it does not pay for it. The zero Returned answers the zero
+// Response.
 func (r Returned) After(ctx context.Context) (Response, error) {
 	if r.s == nil {
 		return Response{}, nil
@@ -103,7 +104,7 @@ func CellOf(resp Response, duration time.Duration) int64 {
 // [*invalid.Error] for bad values; the workspace's window cap never
 // refuses a give-back.
 func (s *Service) GiveBack(ctx context.Context, h Hold) (Returned, error) {
-	given, pool, err := s.giveBack(ctx, &h)
+	given, pool, err := s.giveBack(ctx, h)
 	if err != nil {
 		return Returned{}, err
 	}
@@ -131,22 +132,21 @@ func (s *Service) after(ctx context.Context, h *Hold, pool *window) (Response, e
 // for slots the window of their cell if what this process knows of their
 // pool is fresh (read in the regional store with the release, or there is
 // none), else nil.
-func (s *Service) giveBack(ctx context.Context, h *Hold) (int64, *window, error) {
-	if err := OperatorBounds.CheckHold(h); err != nil {
+func (s *Service) giveBack(ctx context.Context, h Hold) (int64, *window, error) {
+	if err := OperatorBounds.CheckHold(&h); err != nil {
 		return 0, nil, err
 	}
 	req := Request{Workspace: h.Workspace, Namespace: h.Namespace, Identifier: h.Identifier,
 		Duration: h.Duration}
 	key := keyOf(&req)
 	nowMs := s.clock.Now().UnixMilli()
-	now := nowMs / h.Duration.Milliseconds()
 	if h.Kind == Slots {
 		// A slot's cell, on its lease's grid: it counts until it ends.
-		key.period = period.PoolCell(store.PoolShift(h.Duration.Milliseconds()), h.Sequence)
+		key.period = period.OfLease(h.Duration.Milliseconds(), h.Sequence)
 		if key.period.CellEnd() <= nowMs || h.Sequence > key.period.Latest(nowMs) {
 			return 0, nil, nil
 		}
-	} else if h.Sequence < now-1 || h.Sequence > now {
+	} else if now := nowMs / h.Duration.Milliseconds(); h.Sequence < now-1 || h.Sequence > now {
 		return 0, nil, nil
 	}
 	if h.Amount == 0 {

@@ -475,7 +475,7 @@ func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
 	code := row.Key.Duration.Milliseconds()
 	p, ok := period.FromCode(code)
 	if !ok {
-		if code > 0 && row.Key.Sequence > store.LatestSequence(code, now) {
+		if code > 0 && row.Key.Sequence > period.LatestOfCode(code, now) {
 			g.metrics.globalRowsFuture.Inc() // a calendar's, whatever its zone
 		}
 		return false

@@ -152,9 +152,9 @@ func (s *Service) Extend(ctx context.Context, sl Slot, lease time.Duration) (Res
 	}
 	r := a.request()
 	to := poolKey(&r, now)
-	if from := period.PoolCell(store.PoolShift(sl.Lease.Milliseconds()), sl.Sequence); from == to.period {
+	if from := period.OfLease(sl.Lease.Milliseconds(), sl.Sequence); from == to.period {
 		// Counted in the cell of the new expiry already.
-		return s.state(ctx, a, to, false)
+		return s.state(ctx, a, to, nil)
 	}
 	// Count the slots into the new cell first, whatever the limit says
 	// (in the regional store at once, as a take is), then free the old
@@ -167,16 +167,16 @@ func (s *Service) Extend(ctx context.Context, sl Slot, lease time.Duration) (Res
 		return Response{}, err
 	}
 	if !sent {
-		return s.state(ctx, a, to, false)
+		return s.state(ctx, a, to, nil)
 	}
-	freed, pool, err := s.giveBack(ctx, ptr(sl.Hold()))
+	freed, pool, err := s.giveBack(ctx, sl.Hold())
 	if err != nil || freed == 0 {
 		// The old cell ended meanwhile: the slots were free. Undo the
 		// count.
 		moved := sl
 		moved.Lease = lease
 		moved.Sequence = to.period.Cell()
-		if _, _, uerr := s.giveBack(ctx, ptr(moved.Hold())); uerr != nil {
+		if _, _, uerr := s.giveBack(ctx, moved.Hold()); uerr != nil {
 			return Response{}, uerr
 		}
 		if err != nil {
@@ -184,11 +184,8 @@ func (s *Service) Extend(ctx context.Context, sl Slot, lease time.Duration) (Res
 		}
 		return Response{}, ErrLeaseExpired
 	}
-	return s.state(ctx, a, to, pool != nil)
+	return s.state(ctx, a, to, pool)
 }
-
-// ptr returns a pointer to a copy of v.
-func ptr[T any](v T) *T { return &v }
 
 // count counts a.Cost slots into the pool cell of key, whatever the limit
 // says, and reports whether the region sees them: with a regional store
@@ -233,14 +230,15 @@ func (s *Service) count(ctx context.Context, a Acquisition, key windowKey) (bool
 
 // state answers an extension of a whose slots are held in the pool cell
 // of key: held, Reset the cell's end (so that [LeaseCell] names it), and
-// the rest what a check of one more would answer: from memory when the
-// pool was read with the release of the old slots (fresh).
-func (s *Service) state(ctx context.Context, a Acquisition, key windowKey, fresh bool) (Response, error) {
+// the rest what a check of one more would answer: from memory through
+// pool, a window of the pool, when the pool was read with the release of
+// the old slots (see giveBack), else as Decide does.
+func (s *Service) state(ctx context.Context, a Acquisition, key windowKey, pool *window) (Response, error) {
 	r := a.request()
 	r.Cost, r.Reserve = 0, false
 	resp, ok := Response{}, false
-	if fresh {
-		resp, ok = s.checkPool(&r, s.clock.Now().UnixMilli())
+	if pool != nil {
+		resp, ok = s.checkPoolOf(pool, &r, s.clock.Now().UnixMilli())
 	}
 	var err error
 	if !ok {

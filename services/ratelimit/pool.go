@@ -230,27 +230,12 @@ func poolHeld(g *poolGroup, now int64, cells *[]heldCell) int64 {
 	return held
 }
 
-// checkPool answers a check (cost 0) of the concurrency limit of req at
-// now (unix ms) from what this process knows, the regional store not
-// read: after a release that read the pool with it. It reports false
-// when it could not (the workspace's cap, the janitor).
-func (s *Service) checkPool(req *Request, now int64) (Response, bool) {
-	key := poolKey(req, now)
-	w, err := s.windows.forRequest(&key)
-	if err != nil {
-		return Response{}, false
-	}
-	w.observeLimit(req.Limit)
-	d, cur, _ := s.decidePool(w, now, specOf(req), 0)
-	if cur == nil {
-		return Response{}, false
-	}
-	return d.response(), true
-}
-
-// checkPoolOf is checkPool through w, a window of the pool (a held
-// slot's cell), found already: no lookup. The answer's Reset is the end
-// of the cell a slot taken now would be counted in, as a check answers.
+// checkPoolOf answers a check (cost 0) of the concurrency limit of req at
+// now (unix ms) from what this process knows, through w, a window of the
+// pool (a held slot's cell), the regional store not read: after a release
+// that read the pool with it. The answer's Reset is the end of the cell a
+// slot taken now would be counted in, as a check answers. It reports
+// false when it could not (the janitor removed w).
 func (s *Service) checkPoolOf(w *window, req *Request, now int64) (Response, bool) {
 	d, cur, _ := s.decidePool(w, now, specOf(req), 0)
 	if cur == nil {
@@ -302,7 +287,7 @@ func LeaseCell(resp Response, lease time.Duration) int64 {
 // LeaseEnd returns when the slots of a lease of lease counted in cell
 // free themselves if they are not released: the cell's end.
 func LeaseEnd(lease time.Duration, cell int64) time.Time {
-	return time.UnixMilli(store.PoolCellEnd(store.PoolShift(lease.Milliseconds()), cell))
+	return time.UnixMilli(period.OfLease(lease.Milliseconds(), cell).CellEnd())
 }
 
 // decideSlots decides req, an acquisition (or, at cost 0, a check) of

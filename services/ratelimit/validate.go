@@ -72,13 +72,7 @@ func (b Bounds) maxDuration() time.Duration {
 // or nil. The workspace is not checked: it comes from the caller's
 // credentials, not from the request.
 func (b Bounds) CheckRequest(r *Request) error {
-	if err := CheckName("namespace", r.Namespace, MaxNameLength); err != nil {
-		return err
-	}
-	if err := CheckName("identifier", r.Identifier, b.maxIdentifier()); err != nil {
-		return err
-	}
-	if err := CheckLimit("limit", r.Limit, b.ZeroBlocks); err != nil {
+	if err := b.checkLimit(r.Namespace, r.Identifier, r.Limit, b.ZeroBlocks); err != nil {
 		return err
 	}
 	if err := checkModel(r, b.maxDuration()); err != nil {
@@ -94,13 +88,7 @@ func (b Bounds) CheckRequest(r *Request) error {
 // b, or nil: a's lease is whole seconds from [MinLease] to [MaxLease]
 // whatever b's longest window, and it takes 1 slot or more.
 func (b Bounds) CheckAcquisition(a *Acquisition) error {
-	if err := CheckName("namespace", a.Namespace, MaxNameLength); err != nil {
-		return err
-	}
-	if err := CheckName("identifier", a.Identifier, b.maxIdentifier()); err != nil {
-		return err
-	}
-	if err := CheckLimit("limit", a.Limit, b.ZeroBlocks); err != nil {
+	if err := b.checkLimit(a.Namespace, a.Identifier, a.Limit, b.ZeroBlocks); err != nil {
 		return err
 	}
 	if err := CheckLease("lease", a.Lease); err != nil {
@@ -116,19 +104,25 @@ func (b Bounds) CheckAcquisition(a *Acquisition) error {
 // nil. A hold was admitted under its limit, which is never 0 (a block
 // admits nothing).
 func (b Bounds) CheckHold(h *Hold) error {
-	if err := CheckName("namespace", h.Namespace, MaxNameLength); err != nil {
-		return err
-	}
-	if err := CheckName("identifier", h.Identifier, b.maxIdentifier()); err != nil {
+	if err := b.checkLimit(h.Namespace, h.Identifier, h.Limit, false); err != nil {
 		return err
 	}
 	if err := CheckDuration("duration", h.Duration, b.maxDuration()); err != nil {
 		return err
 	}
-	if err := CheckLimit("limit", h.Limit, false); err != nil {
+	return CheckCost("amount", h.Amount)
+}
+
+// checkLimit checks what names a limit within b, its namespace and
+// identifier, and its limit (0 only if zeroBlocks).
+func (b Bounds) checkLimit(namespace, identifier string, limit int64, zeroBlocks bool) error {
+	if err := CheckName("namespace", namespace, MaxNameLength); err != nil {
 		return err
 	}
-	return CheckCost("amount", h.Amount)
+	if err := CheckName("identifier", identifier, b.maxIdentifier()); err != nil {
+		return err
+	}
+	return CheckLimit("limit", limit, zeroBlocks)
 }
 
 // CheckInBatch refuses what a request may not be in a batch: a

@@ -18,7 +18,9 @@ type window struct {
 	// scope and identifier are the window's key. The workspace,
 	// namespace and period, shared by many windows, are interned behind
 	// one pointer, which keeps a window at 72 bytes (in the allocator's
-	// 80-byte size class).
+	// 80-byte size class). A pool cell's period is its own, so each live
+	// pool cell of a namespace interns a scope of its own: a few dozen a
+	// pool (see pool.go), freed with their windows.
 	scope      unique.Handle[windowScope]
 	identifier string
 	cells      [2]atomic.Pointer[cell]

@@ -166,6 +166,17 @@ for _, k in ipairs(KEYS) do
 end
 return n`)
 
+// evalTotal queues in pipe the write of inc, a total of its Writer, to
+// key (inc's cell), and, for a pool's cell, its filing in the pool's
+// index (see totalScript).
+func evalTotal(ctx context.Context, pipe redis.Pipeliner, key string, inc *store.Increment) *redis.Cmd {
+	ttl := max(inc.TTL.Milliseconds(), 1)
+	total := min(max(inc.Total, 0), store.MaxCount)
+	names := append([]string{key, key + writersSuffix}, poolIndex(&inc.Key)...)
+	args := append([]any{inc.Writer, total, ttl, store.MaxCount}, poolArgs(&inc.Key)...)
+	return totalScript.Eval(ctx, pipe, names, args...)
+}
+
 // poolIndex returns the key of the index of k's pool, if k is a cell of a
 // concurrency limit's pool, for the scripts that write it; none otherwise.
 // A cell's refunds are not filed: a take reads the refunds of every cell
@@ -338,10 +349,7 @@ func (o *Store) Increment(ctx context.Context, incs []store.Increment) ([]int64,
 		// commands ran. The script is a few hundred bytes a replayed cell.
 		names, pool := []string{keys[i]}, poolIndex(&incs[i].Key)
 		if incs[i].Writer != "" {
-			total := min(max(incs[i].Total, 0), store.MaxCount)
-			names = append(names, keys[i]+writersSuffix)
-			args := []any{incs[i].Writer, total, ttl, store.MaxCount}
-			cmds[i] = totalScript.Eval(ctx, pipe, append(names, pool...), append(args, poolArgs(&incs[i].Key)...)...)
+			cmds[i] = evalTotal(ctx, pipe, keys[i], &incs[i])
 			continue
 		}
 		floor := min(max(incs[i].Floor, 0), store.MaxCount)

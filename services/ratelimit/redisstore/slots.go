@@ -205,9 +205,7 @@ func (o *Store) ReleaseSlots(ctx context.Context, inc store.Increment, now int64
 	var cells []store.PoolCell
 	if b.sent(0) {
 		pipe := o.client.Pipeline()
-		ttl := max(inc.TTL.Milliseconds(), 1)
-		total := min(max(inc.Total, 0), store.MaxCount)
-		write := totalScript.Eval(ctx, pipe, []string{key, key + writersSuffix}, inc.Writer, total, ttl, store.MaxCount)
+		write := evalTotal(ctx, pipe, key, &inc)
 		o.mark(ctx, pipe, []store.Increment{inc}, []string{key}, b.sent, time.Now())
 		read := readSlotsScript.Eval(ctx, pipe, []string{prefix + poolIndexSuffix}, prefix, now, poolMember(&pool), store.MaxCount)
 		_, _ = pipe.Exec(ctx) // each command's own error is read below

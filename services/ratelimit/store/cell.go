@@ -188,6 +188,10 @@ const (
 // new cells: see the limiter's bucket).
 func BucketCode(shift int64) int64 { return bucketBase + shift }
 
+// BucketCodeShift returns the exponent of the cell length a BucketCode
+// names.
+func BucketCodeShift(code int64) int64 { return code - bucketBase }
+
 // IsBucketCode reports whether durationMs is a BucketCode.
 func IsBucketCode(durationMs int64) bool {
 	return durationMs >= bucketBase+MinBucketShift && durationMs <= bucketBase+MaxBucketShift

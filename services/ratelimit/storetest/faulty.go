@@ -102,30 +102,46 @@ func (f *FaultyRegional) faultOf(k store.CellKey) WriteFault {
 // failing as an increment of the cell would; with a store without it, it
 // fails every call, as a store whose slots cannot be taken atomically.
 func (f *FaultyRegional) TakeSlots(ctx context.Context, t store.SlotTake) (store.SlotCounts, error) {
+	var out store.SlotCounts
+	err := f.slotWrite(t.Key, func(taker store.SlotTaker) (err error) {
+		out, err = taker.TakeSlots(ctx, t)
+		return err
+	})
+	if err != nil {
+		return store.SlotCounts{}, err
+	}
+	return out, nil
+}
+
+// slotWrite makes write, a call of the wrapped store's slots that writes
+// cell k, fail as an increment of k would: down, a bad cell, an
+// unreachable identifier, and the write faults (lost, applied but
+// answered as failed, applied twice). A store that takes no slots fails.
+func (f *FaultyRegional) slotWrite(k store.CellKey, write func(store.SlotTaker) error) error {
 	taker, ok := f.Regional.(store.SlotTaker)
 	if !ok || f.down.Load() {
-		return store.SlotCounts{}, ErrDown
+		return ErrDown
 	}
 	f.mu.Lock()
-	failed := f.bad[t.Key] || f.unreachable[t.Key.Identifier]
+	failed := f.bad[k] || f.unreachable[k.Identifier]
 	f.mu.Unlock()
 	if failed {
-		return store.SlotCounts{}, ErrDown
+		return ErrDown
 	}
-	switch f.faultOf(t.Key) {
+	switch f.faultOf(k) {
 	case WriteLost:
-		return store.SlotCounts{}, ErrDown
+		return ErrDown
 	case WriteLate:
-		if _, err := taker.TakeSlots(ctx, t); err != nil {
-			return store.SlotCounts{}, err
+		if err := write(taker); err != nil {
+			return err
 		}
-		return store.SlotCounts{}, ErrDown
+		return ErrDown
 	case WriteTwice:
-		if _, err := taker.TakeSlots(ctx, t); err != nil {
-			return store.SlotCounts{}, err
+		if err := write(taker); err != nil {
+			return err
 		}
 	}
-	return taker.TakeSlots(ctx, t)
+	return write(taker)
 }
 
 // ReadSlots implements [store.SlotTaker] when the wrapped store does,
@@ -146,34 +162,18 @@ func (f *FaultyRegional) ReadSlots(ctx context.Context, k store.CellKey, now int
 }
 
 // ReleaseSlots implements [store.SlotTaker] when the wrapped store does,
-// failing as an increment of the releases would (lost, applied but
-// answered as failed, applied twice); with a store without it, it fails
-// every call.
+// failing as an increment of the releases would (see slotWrite).
 func (f *FaultyRegional) ReleaseSlots(ctx context.Context, inc store.Increment, now int64) (int64, []store.PoolCell, error) {
-	taker, ok := f.Regional.(store.SlotTaker)
-	if !ok || f.down.Load() {
-		return 0, nil, ErrDown
+	var n int64
+	var cells []store.PoolCell
+	err := f.slotWrite(inc.Key, func(taker store.SlotTaker) (err error) {
+		n, cells, err = taker.ReleaseSlots(ctx, inc, now)
+		return err
+	})
+	if err != nil {
+		return 0, nil, err
 	}
-	f.mu.Lock()
-	failed := f.bad[inc.Key] || f.unreachable[inc.Key.Identifier]
-	f.mu.Unlock()
-	if failed {
-		return 0, nil, ErrDown
-	}
-	switch f.faultOf(inc.Key) {
-	case WriteLost:
-		return 0, nil, ErrDown
-	case WriteLate:
-		if _, _, err := taker.ReleaseSlots(ctx, inc, now); err != nil {
-			return 0, nil, err
-		}
-		return 0, nil, ErrDown
-	case WriteTwice:
-		if _, _, err := taker.ReleaseSlots(ctx, inc, now); err != nil {
-			return 0, nil, err
-		}
-	}
-	return taker.ReleaseSlots(ctx, inc, now)
+	return n, cells, nil
 }
 
 // Load implements [store.Regional].

@@ -73,14 +73,7 @@ func parsePlainLimit(body []byte) (plainLimit, bool) {
 	var out plainLimit
 	var seen [5]bool
 	p := fastjson.NewScanner(body)
-	if !p.Byte('{') {
-		return out, false
-	}
-	for more := !p.Byte('}'); more; {
-		key, ok := p.Raw()
-		if !ok || !p.Byte(':') {
-			return out, false
-		}
+	ok := p.Object(func(key []byte) bool {
 		field := -1
 		for f, name := range limitFields {
 			if string(key) == name {
@@ -89,9 +82,10 @@ func parsePlainLimit(body []byte) (plainLimit, bool) {
 			}
 		}
 		if field < 0 || seen[field] {
-			return out, false
+			return false
 		}
 		seen[field] = true
+		var ok bool
 		switch field {
 		case 0:
 			out.namespace, ok = p.String()
@@ -106,15 +100,10 @@ func parsePlainLimit(body []byte) (plainLimit, bool) {
 			n, ok = p.Int64()
 			out.cost = &n
 		}
-		if !ok {
-			return out, false
-		}
-		if more = !p.Byte('}'); more && !p.Byte(',') {
-			return out, false
-		}
-	}
+		return ok
+	})
 	// A required field left out is the full decoder's to name as missing.
-	return out, p.End() && seen[0] && seen[1] && seen[2] && seen[3]
+	return out, ok && p.End() && seen[0] && seen[1] && seen[2] && seen[3]
 }
 
 // appendJSONString appends s as a JSON string: as it is when it is plain

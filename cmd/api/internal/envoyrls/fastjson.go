@@ -145,7 +145,7 @@ func appendStatus(b []byte, s *rlsv3.RateLimitResponse_DescriptorStatus) ([]byte
 		}
 	}
 	if l := s.CurrentLimit; l != nil {
-		if l.UnitMultiplier != nil || !fastjson.Plain(l.Name) {
+		if l.UnitMultiplier != nil {
 			return nil, false
 		}
 		b = appendField(b, &fields, "currentLimit")
@@ -153,9 +153,10 @@ func appendStatus(b []byte, s *rlsv3.RateLimitResponse_DescriptorStatus) ([]byte
 		inner := 0
 		if l.Name != "" {
 			b = appendField(b, &inner, "name")
-			b = append(b, '"')
-			b = append(b, l.Name...)
-			b = append(b, '"')
+			var ok bool
+			if b, ok = fastjson.AppendPlain(b, l.Name); !ok {
+				return nil, false
+			}
 		}
 		if l.RequestsPerUnit != 0 {
 			b = appendField(b, &inner, "requestsPerUnit")

@@ -72,6 +72,18 @@ const (
 	MaxIdentifier = 4096
 )
 
+// The bounds of the calls the adapter makes: an operator's rule's (a
+// year's window, a limit of 0 that blocks), and a request's own limit's,
+// a caller's; both with counter names as long as a descriptor's.
+var (
+	operatorBounds = func() ratelimit.Bounds {
+		b := ratelimit.OperatorBounds
+		b.MaxIdentifier = MaxIdentifier
+		return b
+	}()
+	callerBounds = ratelimit.Bounds{MaxIdentifier: MaxIdentifier}
+)
+
 // Service answers ShouldRateLimit on a pipeline.
 type Service struct {
 	layer    *transport.Layer
@@ -547,14 +559,14 @@ func (s *Service) limit(ctx context.Context, ns pipeline.Namespace, p *plan) (li
 			Request: ratelimit.Request{Namespace: ns.Name(), Identifier: p.identifier,
 				Limit: int64(l.RequestsPerUnit), Duration: l.Duration(), Cost: p.cost, Report: !s.uncountedOverLimit,
 				Algorithm: l.Algorithm, Burst: l.Burst, Calendar: l.Calendar},
-			Bounds: ratelimit.Bounds{MaxIdentifier: MaxIdentifier, MaxDuration: ratelimit.MaxWindow, ZeroBlocks: true}}
+			Bounds: operatorBounds}
 		if s.fixedWindows {
 			// envoyproxy/ratelimit's counts, exactly: a counter per
 			// window of the rule's length.
 			calls[i].Request.Algorithm, calls[i].Request.Burst = ratelimit.FixedWindow, 0
 		}
 		if p.fromRequest {
-			calls[i].Bounds = ratelimit.Bounds{MaxIdentifier: MaxIdentifier}
+			calls[i].Bounds = callerBounds
 		}
 	}
 	if len(calls) > 1 && ns.Overridden(ctx, p.identifier) {

@@ -110,7 +110,7 @@ func (n Namespace) GiveBack(ctx context.Context, l *Lease) (Released, error) {
 		return Released{}, err
 	}
 	n.p.metrics.leases.WithLabelValues(leaseReleased).Inc()
-	return released(ctx, slot, ret), nil
+	return released(ctx, slot.Limit, ret), nil
 }
 
 // acquire is Acquire; authorized says the namespace was authorized, by an
@@ -215,23 +215,25 @@ func (p *Pipeline) release(ctx context.Context, id, namespace string) (Released,
 	if err != nil {
 		return Released{}, err
 	}
+	slot := slotOf(&t)
 	if outcome, ok := p.claim(ctx, &t); !ok {
 		p.metrics.leases.WithLabelValues(outcome).Inc()
-		return Released{Limit: t.Limit, InFlight: p.inFlight(ctx, slotOf(&t))}, nil
+		return Released{Limit: t.Limit, InFlight: p.inFlight(ctx, slot)}, nil
 	}
-	ret, err := p.limiter.Release(ctx, slotOf(&t))
+	ret, err := p.limiter.Release(ctx, slot)
 	if err != nil {
 		return Released{}, err
 	}
 	p.metrics.leases.WithLabelValues(leaseReleased).Inc()
-	return released(ctx, slotOf(&t), ret), nil
+	return released(ctx, slot.Limit, ret), nil
 }
 
-// released answers the release of sl that the limiter answered ret: the
-// slots freed, and those held after it, read with the release (-1 when
-// the limiter could not count them: the release stands all the same).
-func released(ctx context.Context, sl ratelimit.Slot, ret ratelimit.Returned) Released {
-	out := Released{Freed: ret.Given, Limit: sl.Limit, InFlight: -1}
+// released answers the release of slots of limit that the limiter
+// answered ret: the slots freed, and those held after it, read with the
+// release (-1 when the limiter could not count them: the release stands
+// all the same).
+func released(ctx context.Context, limit int64, ret ratelimit.Returned) Released {
+	out := Released{Freed: ret.Given, Limit: limit, InFlight: -1}
 	if after, err := ret.After(ctx); err == nil && after.Limit > 0 {
 		out.InFlight = after.Limit - after.Remaining
 	}

@@ -85,13 +85,6 @@ func (p *Pipeline) Settle(ctx context.Context, token string, cost *int64) (Settl
 			return SettleDecision{}, err
 		}
 		out.Refunded = ret.Given
-		if after, err := ret.After(ctx); err == nil {
-			// The key after the refund.
-			out.Response = after
-			p.metrics.settlements.WithLabelValues(result).Inc()
-			setDecided(ctx, out.Success)
-			return out, nil
-		}
 	case *cost > t.Reserved:
 		result = settleReported
 	}

@@ -13,9 +13,9 @@ import (
 
 // tokenWords is what a caller is told of a token of one kind.
 type tokenWords struct {
-	// field names the token in errors; action is what its ledger records
-	// once, verb what the caller does with it.
-	field, action, verb string
+	// action is what its ledger records once, verb what the caller does
+	// with it.
+	action, verb string
 	// invalid answers a token this service did not issue, one that was
 	// changed, one of the other kind and one of another workspace alike:
 	// a caller learns nothing of which.
@@ -26,9 +26,9 @@ type tokenWords struct {
 // would land in a window, not in its slots), nor a reservation releases
 // as a lease.
 var words = [...]tokenWords{
-	reservation.KindReservation: {field: "reservation", action: "settlement", verb: "settle",
+	reservation.KindReservation: {action: "settlement", verb: "settle",
 		invalid: &invalid.Error{Field: "reservation", Rule: "must be a reservation this service issued to this workspace, unchanged"}},
-	reservation.KindLease: {field: "lease_id", action: "release", verb: "release",
+	reservation.KindLease: {action: "release", verb: "release",
 		invalid: &invalid.Error{Field: "lease_id", Rule: "must be a lease this service issued to this workspace, unchanged"}},
 }
 
@@ -48,7 +48,7 @@ func (p *Pipeline) open(ctx context.Context, id string, kind reservation.Kind, n
 		return t, w.invalid
 	}
 	if t.Scope != p.scope {
-		return t, &invalid.Error{Field: w.field, Rule: "issued where this process cannot record its " + w.action +
+		return t, &invalid.Error{Field: w.invalid.Field, Rule: "issued where this process cannot record its " + w.action +
 			" (" + scopeName(t.Scope) + "): " + w.verb + " it there, or give the processes MySQL, which every region shares"}
 	}
 	if namespace == "" {

@@ -19,8 +19,6 @@
 package period
 
 import (
-	"math/bits"
-
 	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
@@ -84,6 +82,10 @@ func BucketCells(shift int64) Period { return Period{kind: Bucket, shift: uint8(
 // store.MaxPoolShift): the slots that free themselves at cell·2^shift s.
 func PoolCell(shift, cell int64) Period { return Period{kind: Pool, shift: uint8(shift), n: cell} }
 
+// OfLease returns cell of the grid of a lease of leaseMs (see
+// store.PoolShift): the pool cell a slot of that lease names.
+func OfLease(leaseMs, cell int64) Period { return PoolCell(store.PoolShift(leaseMs), cell) }
+
 // ForLease returns the pool cell a slot of a lease of leaseMs taken at
 // now (unix ms) is counted in: on the grid of its lease (see
 // store.PoolShift), the first cell that ends no earlier than the slot's
@@ -105,7 +107,7 @@ func FromCode(code int64) (Period, bool) {
 		shift, cell := store.PoolCodeCell(code)
 		return PoolCell(shift, cell), true
 	case store.IsBucketCode(code):
-		return BucketCells(int64(bits.TrailingZeros64(uint64(store.CellLength(code))))), true
+		return BucketCells(store.BucketCodeShift(code)), true
 	case calendar.IsCode(code):
 		c, ok := calendar.ByCode(code)
 		if !ok {
@@ -143,16 +145,9 @@ func (p Period) Hash() uint64 {
 // Kind returns p's kind.
 func (p Period) Kind() Kind { return p.kind }
 
-// IsZero reports whether p is the zero Period.
-func (p Period) IsZero() bool { return p.kind == 0 }
-
 // Calendar returns a Calendar period's calendar, else the zero
 // calendar.Period.
 func (p Period) Calendar() calendar.Period { return p.cal }
-
-// Shift returns a Pool's grid, 2^shift s, or a Bucket's cell length,
-// 2^shift ms.
-func (p Period) Shift() int64 { return int64(p.shift) }
 
 // Cell returns a Pool's cell, the only one its window holds.
 func (p Period) Cell() int64 { return p.n }
@@ -185,7 +180,7 @@ func (p Period) At(now int64) (seq, start, end int64) {
 	case Calendar:
 		return p.cal.At(now)
 	case Pool:
-		g := int64(1000) << p.shift
+		g := p.Ms()
 		seq, end = p.n, p.CellEnd()
 		if now >= end {
 			seq, end = seq+2, end+2*g
@@ -228,6 +223,11 @@ func (p Period) Latest(now int64) int64 {
 	}
 	return store.LatestSequence(p.Code(), now)
 }
+
+// LatestOfCode is Latest of the period a store's code names, for a code
+// FromCode does not know (a calendar this process never made): the
+// latest cell any zone's clock can be in at now (unix ms).
+func LatestOfCode(code, now int64) int64 { return store.LatestSequence(code, now) }
 
 // StrictSpan returns how long after now a key that denied, or admitted
 // near its limit, stays strict: a cell's length, and for a calendar the
