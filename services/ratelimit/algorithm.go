@@ -90,28 +90,6 @@ func keyOf(req *Request) windowKey {
 	return k
 }
 
-// seqAt returns the cell of w holding now (unix ms), its start and its
-// end.
-func (w *window) seqAt(now int64) (seq, start, end int64) { return w.period().At(now) }
-
-// seqOf returns the sequence of w's cell holding now (unix ms).
-func (w *window) seqOf(now int64) int64 {
-	seq, _, _ := w.seqAt(now)
-	return seq
-}
-
-// expiresAt returns when w's cell seq can no longer affect a decision, in
-// unix ms (see store.ExpiresAt).
-func (w *window) expiresAt(seq int64) int64 { return w.period().ExpiresAt(seq) }
-
-// strictSpan returns how long after now a key that denied, or admitted
-// near its limit, stays strict: a window's length, and for a calendar the
-// rest of the current period.
-func (w *window) strictSpan(now int64) int64 { return w.period().StrictSpan(now) }
-
-// startOf returns the first instant of w's cell seq, in unix ms.
-func (w *window) startOf(seq int64) int64 { return w.period().Start(seq) }
-
 // retryAfter returns how many ms after now a request of cost would pass in
 // a window model if no other traffic arrived (see the package function):
 // for a fixed window, its end, since the next one starts from zero.

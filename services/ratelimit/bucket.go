@@ -383,7 +383,7 @@ func (s *Service) bucketFor(ctx context.Context, w *window, sp spec, now int64) 
 		// freshnessInterval: a process that moved to these cells at the
 		// same moment leaves its seed a replay later, which this read
 		// did not see.
-		w.refreshedAt.Store(now - freshnessInterval.Milliseconds() + w.strictRefresh())
+		w.refreshedAt.Store(now - freshnessInterval.Milliseconds() + strictRefresh(w))
 	}
 	if b.observe(sp, now*int64(time.Millisecond)) {
 		s.seedBucket(w, b, sp, now)
@@ -404,10 +404,10 @@ func (s *Service) refreshSiblings(b *bucket, w *window, now int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, o := range b.windows {
-		if o == w || o.idle(o.seqOf(now)) {
+		if o == w || o.idle(o.seqOf(now)-1) {
 			continue
 		}
-		if last := o.refreshedAt.Load(); now-last >= o.strictRefresh() && o.refreshedAt.CompareAndSwap(last, now) {
+		if last := o.refreshedAt.Load(); now-last >= strictRefresh(o) && o.refreshedAt.CompareAndSwap(last, now) {
 			s.regional.queueRefresh(o)
 		}
 	}

@@ -3,6 +3,8 @@ package ratelimit
 import (
 	"context"
 	"runtime"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
@@ -243,4 +245,59 @@ func (t *windowTable) refundCells(w *window, seq int64) (cur, prev *cell) {
 		}
 	}
 	return cur, prev
+}
+
+// givenBack is what this process wrote into the two cells of one window
+// whose cells are written as totals (refunds; a concurrency limit's
+// slots) so far, by sequence, and what the store acknowledged of it.
+type givenBack struct {
+	// name is the writer's name within the process: one per window
+	// object, so that a window the janitor removed and another request
+	// made again writes as another writer, whose total starts from zero
+	// beside the old one's rather than under it.
+	name string
+	mu   sync.Mutex
+	cellTotals
+}
+
+// giveBack adds amount (0 or more) to what this process wrote into w's
+// cell seq, and returns the writer's name and the new total: what a write
+// of the cell to the regional store carries (see store.Increment.Writer).
+func (t *windowTable) giveBack(w *window, seq, amount int64) (string, int64) {
+	g := t.givenOf(w)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.name, g.add(seq, amount)
+}
+
+// givenOf returns w's totals, made on first use with a name of their own.
+func (t *windowTable) givenOf(w *window) *givenBack {
+	g, _ := t.given.LoadOrCompute(w, func() (*givenBack, bool) {
+		return &givenBack{name: "g" + strconv.FormatUint(t.writers.Add(1), 10)}, false
+	})
+	return g
+}
+
+// acked records that the store holds total of w's cell seq.
+func (t *windowTable) acked(w *window, seq, total int64) {
+	g, ok := t.given.Load(w)
+	if !ok {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.ack(seq, total)
+}
+
+// unacked returns what this process wrote into w's cell seq that the
+// store has not acknowledged: a write that failed and waits for the
+// replay, which the store may not hold.
+func (t *windowTable) unacked(w *window, seq int64) int64 {
+	g, ok := t.given.Load(w)
+	if !ok {
+		return 0
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.cellTotals.unacked(seq)
 }

@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 	"time"
 
 	"github.com/puzpuzpuz/xsync/v4"
@@ -38,14 +37,14 @@ func (s *Service) runJanitor(ctx context.Context) {
 // marks the window evicted first and checks it is still idle after; a request
 // checks the mark after counting and, if set, takes its count back and decides
 // again. One of the two always sees the other, so no count is lost.
-func (t *windowTable) evictIdle(now time.Time) int {
+func (t *cellTable) evictIdle(now time.Time) int {
 	ms := now.UnixMilli()
 	// Before any window goes: a decision that finds its window after this
 	// knows its own clock reading may be older (see Service.Decide).
 	atomicMax(&t.janitorNow, ms)
 	evicted := 0
 	t.byHash.Range(func(h uint64, w *window) bool {
-		if t.keepsBucket(w, ms) {
+		if t.beside.keeps(w, ms) {
 			return true
 		}
 		if w.evict(ms) {
@@ -56,63 +55,34 @@ func (t *windowTable) evictIdle(now time.Time) int {
 				return old, xsync.CancelOp
 			})
 			t.release(w.key())
-			t.forget(w)
+			t.beside.forgot(w)
 			evicted++
 		}
 		return true
 	})
 	t.collided.mu.Lock()
 	for k, w := range t.collided.m {
-		if !t.keepsBucket(w, ms) && w.evict(ms) {
+		if !t.beside.keeps(w, ms) && w.evict(ms) {
 			delete(t.collided.m, k)
 			t.release(k)
-			t.forget(w)
+			t.beside.forgot(w)
 			evicted++
 		}
 	}
 	t.collided.mu.Unlock()
-	t.metrics.windowsEvicted.Add(float64(evicted))
+	t.counters.evicted.Add(float64(evicted))
 	return evicted
-}
-
-// forget drops what the table holds beside w, which the janitor removed:
-// its bucket, what it gave back, the lanes it took slots through, its
-// place among a calendar's zones or in a concurrency limit's pool.
-func (t *windowTable) forget(w *window) {
-	t.dropBucket(w)
-	t.given.Delete(w)
-	t.lanes.Delete(w)
-	switch {
-	case w.period().Kind() == period.Pool:
-		t.pools.remove(w)
-	case w.period().Kind() == period.Calendar && !w.holdsRefunds():
-		t.zones.remove(w)
-	}
-}
-
-// keepsBucket reports whether w is a token bucket that has not refilled
-// at now (unix ms): its cells may be idle, but its level is still what
-// the bucket's next decision needs, and no store holds it.
-func (t *windowTable) keepsBucket(w *window, now int64) bool {
-	b, ok := t.buckets.Load(w)
-	return ok && !b.full(now)
 }
 
 // evict marks w evicted if it is idle at now (unix ms) and reports whether it
 // did.
 func (w *window) evict(now int64) bool {
-	seq := w.seqOf(now)
-	if w.period().Kind() == period.Calendar {
-		// A calendar's windows are fixed: its previous period decides
-		// nothing, so a window with no cell of the current one is idle
-		// (a year's would otherwise linger a year more).
-		seq++
-	}
-	if !w.idle(seq) {
+	oldest := w.period().Oldest(now)
+	if !w.idle(oldest) {
 		return false
 	}
 	w.setEvicted(true)
-	if !w.idle(seq) {
+	if !w.idle(oldest) {
 		w.setEvicted(false)
 		return false
 	}

@@ -671,7 +671,7 @@ func TestWindowMadeAgainWritesAsAnotherWriter(t *testing.T) {
 	old := newWindow(&k)
 	oldLane := s.windows.lanesOf(old).acquire(context.Background(), "p", 0)
 	oldName, _ := s.windows.giveBack(old, 1, 1)
-	s.windows.forget(old)
+	s.windows.forgot(old)
 	again := newWindow(&k)
 	lane := s.windows.lanesOf(again).acquire(context.Background(), "p", 0)
 	name, _ := s.windows.giveBack(again, 1, 1)

@@ -140,7 +140,7 @@ func (t *windowTable) poolOf(w *window) *poolGroup {
 	if g := t.pools.of(w); g != nil || w.evicted() {
 		return g
 	}
-	t.file(w)
+	t.filed(w)
 	return t.pools.of(w)
 }
 

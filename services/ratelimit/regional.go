@@ -239,7 +239,7 @@ func (r *regionalTier) prepareWindow(ctx context.Context, w *window, now int64) 
 	case flags&cellHydrated == 0:
 		r.hydrate(ctx, w, cur, opCold)
 	case now < w.strictUntil.Load():
-		if now-last >= w.strictRefresh() && w.refreshedAt.CompareAndSwap(last, now) {
+		if now-last >= strictRefresh(w) && w.refreshedAt.CompareAndSwap(last, now) {
 			r.refreshNow(ctx, []*window{w}, now, opStrict)
 		}
 	case now-last >= maxCopyAge.Milliseconds():
@@ -274,7 +274,7 @@ func (r *regionalTier) prepareBatchWindows(ctx context.Context, ws []*window, no
 			toRead = append(toRead, w)
 			op = opCold
 		case now < w.strictUntil.Load():
-			if now-last >= w.strictRefresh() && w.refreshedAt.CompareAndSwap(last, now) {
+			if now-last >= strictRefresh(w) && w.refreshedAt.CompareAndSwap(last, now) {
 				toRead = append(toRead, w)
 			}
 		case now-last >= maxCopyAge.Milliseconds():
@@ -480,4 +480,12 @@ func (r *regionalTier) queueRefresh(w *window) {
 	if !r.refreshes.push(w) {
 		r.metrics.queueOverflow.WithLabelValues("refresh").Inc()
 	}
+}
+
+// strictRefresh returns how many ms a strict window waits between regional
+// reads: strictRefreshInterval, or a hundredth of the window for windows
+// under 10 s, so that short windows converge within a small share of their
+// length.
+func strictRefresh(w *window) int64 {
+	return min(strictRefreshInterval.Milliseconds(), w.period().Ms()/100)
 }

@@ -170,12 +170,7 @@ func (w *window) cellAt(seq int64, hydrated bool) (*cell, int64) {
 			return nil, 0
 		}
 		fresh := newCell(seq, hydrated)
-		if k := p.Kind(); k == period.Pool || k == period.Bucket {
-			// Every slot is a reservation its release refunds: each
-			// decision on the cell weighs its refunds, and every read
-			// of the regional store fetches them. A bucket's cell has
-			// a seed where a window's has refunds (see
-			// Service.seedBucket), which reads fetch the same way.
+		if p.HoldsReservations() {
 			fresh.flags.Or(cellReserved)
 		}
 		if slot.CompareAndSwap(c, fresh) {
@@ -198,24 +193,38 @@ func (w *window) cellForMerge(seq, stored int64) *cell {
 	return c
 }
 
-// idle reports whether no cell of w can affect a decision at sequence now:
-// both are older than the previous window.
-func (w *window) idle(now int64) bool {
+// idle reports whether both of w's cells are older than oldest: none
+// can affect a decision that counts cells from oldest on.
+func (w *window) idle(oldest int64) bool {
 	for i := range w.cells {
-		if c := w.cells[i].Load(); c != nil && c.seq() >= now-1 {
+		if c := w.cells[i].Load(); c != nil && c.seq() >= oldest {
 			return false
 		}
 	}
 	return true
 }
 
-// strictRefresh returns how many ms a strict window waits between regional
-// reads: strictRefreshInterval, or a hundredth of the window for windows
-// under 10 s, so that short windows converge within a small share of their
-// length.
-func (w *window) strictRefresh() int64 {
-	return min(strictRefreshInterval.Milliseconds(), w.period().Ms()/100)
+// seqAt returns the cell of w holding now (unix ms), its start and its
+// end.
+func (w *window) seqAt(now int64) (seq, start, end int64) { return w.period().At(now) }
+
+// seqOf returns the sequence of w's cell holding now (unix ms).
+func (w *window) seqOf(now int64) int64 {
+	seq, _, _ := w.seqAt(now)
+	return seq
 }
+
+// expiresAt returns when w's cell seq can no longer affect a decision, in
+// unix ms (see store.ExpiresAt).
+func (w *window) expiresAt(seq int64) int64 { return w.period().ExpiresAt(seq) }
+
+// strictSpan returns how long after now a key that denied, or admitted
+// near its limit, stays strict: a window's length, and for a calendar the
+// rest of the current period.
+func (w *window) strictSpan(now int64) int64 { return w.period().StrictSpan(now) }
+
+// startOf returns the first instant of w's cell seq, in unix ms.
+func (w *window) startOf(seq int64) int64 { return w.period().Start(seq) }
 
 // observeLimit records limit as the key's latest. It writes only on change so
 // that parallel requests on a hot key do not contend on the cache line.

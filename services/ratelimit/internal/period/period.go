@@ -209,6 +209,25 @@ func (p Period) Start(seq int64) int64 {
 // make again.
 func (p Period) Holds(seq int64) bool { return p.kind != Pool || seq == p.n }
 
+// HoldsReservations reports whether every count of p's cells is a
+// reservation its release may give back: a token bucket's (whose cells
+// carry a seed where a window's carry refunds) and a pool's slots. Every
+// decision on such a cell weighs what was given back, and every read of
+// the regional store fetches it.
+func (p Period) HoldsReservations() bool { return p.kind == Pool || p.kind == Bucket }
+
+// Oldest returns the oldest cell that can affect a decision at now (unix
+// ms): the previous one, which a sliding window weighs, and for a
+// calendar, whose periods are fixed, the current one (a year's would
+// otherwise linger a year more). A window with no cell this new is idle.
+func (p Period) Oldest(now int64) int64 {
+	seq, _, _ := p.At(now)
+	if p.kind == Calendar {
+		return seq
+	}
+	return seq - 1
+}
+
 // ExpiresAt returns when cell seq can no longer affect a decision, in
 // unix ms: what the stores keep it until (see store.ExpiresAt).
 func (p Period) ExpiresAt(seq int64) int64 { return store.ExpiresAt(seq, p.Code()) }

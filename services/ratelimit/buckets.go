@@ -1,0 +1,126 @@
+package ratelimit
+
+import (
+	"slices"
+	"time"
+
+	"github.com/puzpuzpuz/xsync/v4"
+)
+
+// bucketID names a token bucket's state: its identity, whatever its rate,
+// burst and unit, and so whatever the length of its cells.
+type bucketID struct {
+	workspace, namespace, identifier string
+}
+
+// bucketIDOf returns the identity of w's bucket.
+func bucketIDOf(w *window) bucketID {
+	k := w.key()
+	return bucketID{k.workspace, k.namespace, k.identifier}
+}
+
+// bucketOf returns w's bucket, the one of w's identity, at now (unix ms),
+// making it on first use at sp's rate, and reports whether w attached the
+// bucket that the identity's other windows held until now (its cells
+// changed length). A bucket made takes what w's cells already hold (see
+// arrival) and their seed (see Service.seedBucket), as if owed at once: a
+// cold read errs strict. A bucket attached keeps the emptier of what it
+// knew and the seed (which another process that moved first left with
+// what it owed, itself included) and takes what w's cells count, which
+// this process has not seen: admissions there since the first process
+// moved.
+func (t *windowTable) bucketOf(w *window, sp spec, now int64) (b *bucket, attached bool) {
+	if b, ok := t.buckets.Load(w); ok {
+		return b, false
+	}
+	id := bucketIDOf(w)
+	b, _ = t.bucketIDs.Compute(id, func(old *bucket, loaded bool) (*bucket, xsync.ComputeOp) {
+		if loaded {
+			old.refs.Add(1)
+			attached = true
+			return old, xsync.CancelOp
+		}
+		b := &bucket{}
+		b.init(sp)
+		b.refs.Store(1)
+		return b, xsync.UpdateOp
+	})
+	var seen [2]struct {
+		c *cell
+		n int64
+	}
+	held, loaded := t.buckets.LoadOrCompute(w, func() (*bucket, bool) {
+		if seed := t.seedOf(w, now); seed > 0 {
+			owed := &bucket{}
+			owed.init(spec{limit: b.limit.Load(), durationMs: b.durMs.Load(), burst: b.burst.Load()})
+			owed.take(seed, now*int64(time.Millisecond))
+			atomicMax(&b.tat, owed.tat.Load())
+		}
+		for _, i := range w.cellOrder() {
+			if c := w.cells[i].Load(); c != nil {
+				seen[i].c, seen[i].n = c, c.count.Load()+c.global.Load()
+				b.take(seen[i].n, arrival(w, c, now))
+			}
+		}
+		return b, false
+	})
+	if loaded {
+		// Another decision gave w its bucket first: the same one.
+		t.unref(id, b)
+		return held, false
+	}
+	b.mu.Lock()
+	b.windows = append(b.windows, w)
+	b.mu.Unlock()
+	// A tier that raised a cell while the bucket was being given to w
+	// found no bucket to take it from: take it now.
+	for _, s := range seen {
+		if s.c != nil {
+			if n := s.c.count.Load() + s.c.global.Load(); n > s.n {
+				b.take(n-s.n, arrival(w, s.c, now))
+			}
+		}
+	}
+	if w.evicted() {
+		// The janitor removed w meanwhile, and may have dropped its
+		// bucket before this one was given: nothing else would.
+		t.dropBucket(w)
+	}
+	return b, attached
+}
+
+// seedOf returns the largest seed left beside w's cells of now (unix ms)
+// and the one before (see Service.seedBucket), this region's or the sum
+// of the others'.
+func (t *windowTable) seedOf(w *window, now int64) int64 {
+	cur, prev := t.refundCells(w, w.seqOf(now))
+	var seed int64
+	for _, c := range []*cell{cur, prev} {
+		if c != nil {
+			seed = max(seed, c.count.Load(), c.global.Load())
+		}
+	}
+	return seed
+}
+
+// dropBucket forgets w's bucket, and the identity's bucket with its last
+// window: the janitor removed w.
+func (t *windowTable) dropBucket(w *window) {
+	if b, ok := t.buckets.LoadAndDelete(w); ok {
+		b.mu.Lock()
+		b.windows = slices.DeleteFunc(b.windows, func(o *window) bool { return o == w })
+		b.mu.Unlock()
+		t.unref(bucketIDOf(w), b)
+	}
+}
+
+// unref counts one window fewer holding b, the bucket of id, and forgets
+// b with the last.
+func (t *windowTable) unref(id bucketID, b *bucket) {
+	t.bucketIDs.Compute(id, func(old *bucket, loaded bool) (*bucket, xsync.ComputeOp) {
+		if loaded && old == b && b.refs.Add(-1) <= 0 {
+			return nil, xsync.DeleteOp
+		}
+		return old, xsync.CancelOp
+	})
+}
