@@ -129,7 +129,7 @@ func (r *regionalTier) refreshStale(ctx context.Context) {
 	}
 	now := r.clock.Now().UnixMilli()
 	for _, w := range r.refresh(ctx, ws, now, opStale, backgroundTimeout) {
-		if !w.idle(w.seqOf(now)-1) {
+		if !w.idle(w.seqOf(now) - 1) {
 			r.queueRefresh(w)
 		}
 	}
