@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"fmt"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 )
 
@@ -77,15 +78,15 @@ func specOf(req *Request) spec {
 // periods, a token bucket's cells of a power of two of ms long enough to
 // hold its memory (see cellShift), or windows of req's duration. A
 // concurrency limit's cell depends on the clock too: see poolKey.
-func keyOf(req *Request) windowKey {
-	k := windowKey{workspace: req.Workspace, namespace: req.Namespace, identifier: req.Identifier}
+func keyOf(req *Request) cells.Key {
+	k := cells.Key{Workspace: req.Workspace, Namespace: req.Namespace, Identifier: req.Identifier}
 	switch {
 	case !req.Calendar.IsZero():
-		k.period = period.OfCalendar(req.Calendar)
+		k.Period = period.OfCalendar(req.Calendar)
 	case req.Algorithm == TokenBucket && req.Limit > 0:
-		k.period = period.BucketCells(cellShift(req.Limit, req.Duration.Milliseconds(), specOf(req).burst))
+		k.Period = period.BucketCells(cellShift(req.Limit, req.Duration.Milliseconds(), specOf(req).burst))
 	default:
-		k.period = period.OfLength(req.Duration.Milliseconds())
+		k.Period = period.OfLength(req.Duration.Milliseconds())
 	}
 	return k
 }

@@ -112,7 +112,7 @@ func TestModelsConvergeAcrossRegions(t *testing.T) {
 func TestBucketKnownToAColdProcess(t *testing.T) {
 	r := req("k", 10, time.Second, 1)
 	r.Algorithm, r.Burst = TokenBucket, 100
-	cell := keyOf(&r).period.Ms()
+	cell := keyOf(&r).Period.Ms()
 	for _, at := range []int64{0, cell - 100} {
 		o := storetest.NewMemRegional()
 		clock := newFakeClock(170_000_000*cell + at)

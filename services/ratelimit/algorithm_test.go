@@ -314,7 +314,7 @@ func TestModelValidation(t *testing.T) {
 		if !errors.As(err, &inv) || inv.Field != tc.field {
 			t.Errorf("%s: %v, want an error naming %s", tc.name, err, tc.field)
 		}
-		if s.windows.len() != 0 {
+		if s.windows.Len() != 0 {
 			t.Errorf("%s: a refused request made a window", tc.name)
 		}
 	}
@@ -339,18 +339,18 @@ func TestJanitorKeepsABucketUntilItIsFull(t *testing.T) {
 	r := req("k", 1, time.Second, 1)
 	r.Algorithm = TokenBucket
 	mustLimit(t, s, r)
-	w := s.windows.find(ptr(keyOf(&r)))
+	w := s.windows.Find(ptr(keyOf(&r)))
 	b, _ := s.windows.bucketOf(w, specOf(&r), clock.ms.Load())
 	b.tat.Store((clock.ms.Load() + 60_000) * int64(time.Millisecond))
 	clock.Advance(10 * time.Second) // the cells are idle; the bucket owes 50 s of refill
-	if n := s.windows.evictIdle(clock.Now()); n != 0 {
+	if n := s.windows.EvictIdle(clock.Now()); n != 0 {
 		t.Fatalf("evicted %d windows of a bucket still refilling", n)
 	}
 	if resp := mustLimit(t, s, r); resp.Success {
 		t.Fatalf("the bucket forgot its debt: %+v", resp)
 	}
 	clock.Advance(60 * time.Second)
-	if n := s.windows.evictIdle(clock.Now()); n != 1 || s.windows.buckets.Size() != 0 || s.windows.bucketIDs.Size() != 0 {
+	if n := s.windows.EvictIdle(clock.Now()); n != 1 || s.windows.buckets.Size() != 0 || s.windows.bucketIDs.Size() != 0 {
 		t.Fatalf("a full bucket: %d evicted, %d buckets (%d identities) left; want 1 and 0", n, s.windows.buckets.Size(), s.windows.bucketIDs.Size())
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
@@ -70,7 +71,7 @@ type bucket struct {
 	refs atomic.Int64
 	// windows are those windows, under mu: a decision on one keeps the
 	// others fresh (see Service.refreshSiblings).
-	windows []*window
+	windows []*cells.Window
 }
 
 // init sets b's parameters to sp's, for a new bucket.
@@ -219,16 +220,16 @@ func tokensIn(ns, limit, durMs int64) int64 {
 // decideBucket decides a request of cost against b, the token bucket sp
 // of w (converted to sp by bucketFor), at now (unix ms), counting an
 // admission into cur, w's current cell. See decide.
-func (s *Service) decideBucket(w *window, b *bucket, now int64, sp spec, cur *cell, cost int64, report, speculative bool) (decision, *cell, bool) {
+func (s *Service) decideBucket(w *cells.Window, b *bucket, now int64, sp spec, cur *cells.Cell, cost int64, report, speculative bool) (decision, *cells.Cell, bool) {
 	nowNs := now * int64(time.Millisecond)
 	tau := refill(sp.burst, sp.limit, sp.durationMs)
 	need := refill(cost, sp.limit, sp.durationMs)
 	d := decision{algorithm: TokenBucket, limit: sp.limit, capacity: sp.burst}
-	// As a window's count (see contention.go): after fastCASAttempts lost
+	// As a window's count (see cells.Contention): after cells.FastCASAttempts lost
 	// races, or on a contended cell, under the key's lock.
 	var held *sync.Mutex
-	if cur.flags.Load()&cellContended != 0 {
-		held = s.contention.lock(cur)
+	if cur.Flags.Load()&cells.Contended != 0 {
+		held = s.contention.Lock(cur)
 	}
 	for attempt := 0; ; attempt++ {
 		tat := b.tat.Load()
@@ -245,33 +246,33 @@ func (s *Service) decideBucket(w *window, b *bucket, now int64, sp spec, cur *ce
 			if cost <= sp.burst {
 				d.retryAfter = ceilMs(next-tau) - now
 			}
-			unlock(held, cur)
+			cells.Unlock(held, cur)
 			return d, cur, false
 		}
 		if cost == 0 {
 			d.success = true
 			d.remaining = min(tokensIn(tau-(base-nowNs), sp.limit, sp.durationMs), sp.burst)
 			d.resetMs = ceilMs(base)
-			unlock(held, cur)
+			cells.Unlock(held, cur)
 			return d, cur, false
 		}
 		if s.beforeCAS != nil {
 			s.beforeCAS(w, cur, attempt)
 		}
 		if !b.tat.CompareAndSwap(tat, next) {
-			held = s.contention.afterLost(held, cur, attempt)
+			held = s.contention.AfterLost(held, cur, attempt)
 			continue
 		}
-		unlock(held, cur)
+		cells.Unlock(held, cur)
 		if speculative {
-			w.beginTransition()
-			cur.speculative.Add(cost)
-			cur.count.Add(cost)
-			w.endTransition()
+			w.BeginTransition()
+			cur.Speculative.Add(cost)
+			cur.Count.Add(cost)
+			w.EndTransition()
 		} else if report {
-			addCapped(&cur.count, cost)
+			addCapped(&cur.Count, cost)
 		} else {
-			cur.count.Add(cost)
+			cur.Count.Add(cost)
 		}
 		d.success = fits
 		d.remaining = max(0, min(tokensIn(tau-(next-nowNs), sp.limit, sp.durationMs), sp.burst))
@@ -295,17 +296,17 @@ func ceilMs(ns int64) int64 {
 
 // takeBack undoes an admission of cost into c, a cell of w, of a request
 // decided by sp: its count, and a bucket's tokens.
-func (t *windowTable) takeBack(w *window, c *cell, sp spec, cost int64) {
+func (t *windowTable) takeBack(w *cells.Window, c *cells.Cell, sp spec, cost int64) {
 	if sp.algorithm == TokenBucket {
 		t.returnTokens(w, c, sp, cost)
 	}
-	c.count.Add(-cost)
+	c.Count.Add(-cost)
 }
 
 // returnTokens gives w's bucket back the cost tokens an admission into c
 // took, of a request decided by sp. The count is the caller's to take
 // back.
-func (t *windowTable) returnTokens(w *window, c *cell, sp spec, cost int64) {
+func (t *windowTable) returnTokens(w *cells.Window, c *cells.Cell, sp spec, cost int64) {
 	if b, ok := t.buckets.Load(w); ok {
 		b.tat.Add(-refill(cost, sp.limit, sp.durationMs))
 	}
@@ -316,14 +317,14 @@ func (t *windowTable) returnTokens(w *window, c *cell, sp spec, cost int64) {
 // elsewhere: what the raise added is taken from w's bucket, if w has one
 // (see the comment at the top of this file). Only a tier raises a count
 // so, never a decision's own increment.
-func (t *windowTable) raise(w *window, c *cell, v *atomic.Int64, n, now int64) {
-	old, raised := raiseTo(v, n)
+func (t *windowTable) raise(w *cells.Window, c *cells.Cell, v *atomic.Int64, n, now int64) {
+	old, raised := cells.RaiseTo(v, n)
 	if !raised || t.buckets.Size() == 0 {
 		return
 	}
 	if b, ok := t.buckets.Load(w); ok {
 		b.take(n-old, arrival(w, c, now))
-	} else if w.holdsRefunds() && w.period().Kind() == period.Bucket {
+	} else if w.HoldsRefunds() && w.Period().Kind() == period.Bucket {
 		t.applySeed(w, n, now)
 	}
 }
@@ -334,10 +335,10 @@ func (t *windowTable) raise(w *window, c *cell, v *atomic.Int64, n, now int64) {
 // moment ago, which this one may not know (it made its bucket before the
 // seed reached the store). Taken as the larger, never on top: a seed
 // tells how much was owed, not what was admitted.
-func (t *windowTable) applySeed(rw *window, seed, now int64) {
-	k := rw.key()
-	k.refunds = false
-	w := t.find(&k)
+func (t *windowTable) applySeed(rw *cells.Window, seed, now int64) {
+	k := rw.Key()
+	k.Refunds = false
+	w := t.Find(&k)
 	if w == nil {
 		return
 	}
@@ -347,16 +348,16 @@ func (t *windowTable) applySeed(rw *window, seed, now int64) {
 	}
 	limit, durMs, burst := b.limit.Load(), b.durMs.Load(), b.burst.Load()
 	at := now * int64(time.Millisecond)
-	atomicMax(&b.tat, at+min(refill(seed, limit, durMs), debtBound(limit, durMs, burst)))
+	cells.AtomicMax(&b.tat, at+min(refill(seed, limit, durMs), debtBound(limit, durMs, burst)))
 }
 
 // arrival is when counts of c, a cell of w, first seen at now (unix ms)
 // are taken to have arrived, unix ns: now for the current cell, and an
 // earlier cell's end, the latest instant they can have arrived, for it.
-func arrival(w *window, c *cell, now int64) int64 {
+func arrival(w *cells.Window, c *cells.Cell, now int64) int64 {
 	at := now
-	if c.seq() < w.seqOf(now) {
-		at = min(now, w.startOf(c.seq()+1))
+	if c.Seq() < w.SeqOf(now) {
+		at = min(now, w.StartOf(c.Seq()+1))
 	}
 	return at * int64(time.Millisecond)
 }
@@ -370,7 +371,7 @@ func arrival(w *window, c *cell, now int64) int64 {
 // window's interval later. A change of parameters, or of
 // cell length, leaves a seed (see seedBucket); a bucket whose identity has
 // windows of other lengths keeps those fresh (see refreshSiblings).
-func (s *Service) bucketFor(ctx context.Context, w *window, sp spec, now int64) *bucket {
+func (s *Service) bucketFor(ctx context.Context, w *cells.Window, sp spec, now int64) *bucket {
 	b, ok := s.windows.buckets.Load(w)
 	if !ok {
 		s.regional.prepare(ctx, w, now)
@@ -383,7 +384,7 @@ func (s *Service) bucketFor(ctx context.Context, w *window, sp spec, now int64) 
 		// freshnessInterval: a process that moved to these cells at the
 		// same moment leaves its seed a replay later, which this read
 		// did not see.
-		w.refreshedAt.Store(now - freshnessInterval.Milliseconds() + strictRefresh(w))
+		w.RefreshedAt.Store(now - freshnessInterval.Milliseconds() + strictRefresh(w))
 	}
 	if b.observe(sp, now*int64(time.Millisecond)) {
 		s.seedBucket(w, b, sp, now)
@@ -400,14 +401,14 @@ func (s *Service) bucketFor(ctx context.Context, w *window, sp spec, now int64) 
 // the cells of the bucket's other lengths (those that have not moved yet,
 // or whose last admissions there were on their way) is taken from the
 // bucket as promptly as what they count in w's.
-func (s *Service) refreshSiblings(b *bucket, w *window, now int64) {
+func (s *Service) refreshSiblings(b *bucket, w *cells.Window, now int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, o := range b.windows {
-		if o == w || o.idle(o.seqOf(now)-1) {
+		if o == w || o.Idle(o.SeqOf(now)-1) {
 			continue
 		}
-		if last := o.refreshedAt.Load(); now-last >= strictRefresh(o) && o.refreshedAt.CompareAndSwap(last, now) {
+		if last := o.RefreshedAt.Load(); now-last >= strictRefresh(o) && o.RefreshedAt.CompareAndSwap(last, now) {
 			s.regional.queueRefresh(o)
 		}
 	}
@@ -427,27 +428,27 @@ func (s *Service) refreshSiblings(b *bucket, w *window, now int64) {
 // reservations), and merged as the largest: the regional store keeps the
 // larger of two processes' seeds (store.Increment.Floor), the global store
 // each region's.
-func (s *Service) seedBucket(w *window, b *bucket, sp spec, now int64) {
+func (s *Service) seedBucket(w *cells.Window, b *bucket, sp spec, now int64) {
 	owed := owedTokens(b.tat.Load()-now*int64(time.Millisecond), sp.limit, sp.durationMs)
 	if owed <= 0 {
 		return
 	}
-	k := w.refundsKey()
-	rw, _, err := s.windows.findOrCreate(&k)
+	k := w.RefundsKey()
+	rw, _, err := s.windows.FindOrCreate(&k)
 	if err != nil {
 		return
 	}
-	rw.observeLimit(sp.limit)
-	rc, _ := rw.cellAt(w.seqOf(now), true)
+	rw.ObserveLimit(sp.limit)
+	rc, _ := rw.CellAt(w.SeqOf(now), true)
 	if rc == nil {
 		return // the window moved past now meanwhile
 	}
-	if _, raised := raiseTo(&rc.count, owed); !raised {
+	if _, raised := cells.RaiseTo(&rc.Count, owed); !raised {
 		return
 	}
 	if s.regional != nil {
-		atomicMax(&rc.stored, owed)
-		rc.flags.Or(cellReseed)
+		cells.AtomicMax(&rc.Stored, owed)
+		rc.Flags.Or(cells.Reseed)
 		s.regional.queueReplay(rw, rc, 0)
 	}
 	s.global.noteRefund(rw, rc)

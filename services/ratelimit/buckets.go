@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/puzpuzpuz/xsync/v4"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 )
 
 // bucketID names a token bucket's state: its identity, whatever its rate,
@@ -14,9 +15,9 @@ type bucketID struct {
 }
 
 // bucketIDOf returns the identity of w's bucket.
-func bucketIDOf(w *window) bucketID {
-	k := w.key()
-	return bucketID{k.workspace, k.namespace, k.identifier}
+func bucketIDOf(w *cells.Window) bucketID {
+	k := w.Key()
+	return bucketID{k.Workspace, k.Namespace, k.Identifier}
 }
 
 // bucketOf returns w's bucket, the one of w's identity, at now (unix ms),
@@ -29,7 +30,7 @@ func bucketIDOf(w *window) bucketID {
 // what it owed, itself included) and takes what w's cells count, which
 // this process has not seen: admissions there since the first process
 // moved.
-func (t *windowTable) bucketOf(w *window, sp spec, now int64) (b *bucket, attached bool) {
+func (t *windowTable) bucketOf(w *cells.Window, sp spec, now int64) (b *bucket, attached bool) {
 	if b, ok := t.buckets.Load(w); ok {
 		return b, false
 	}
@@ -46,7 +47,7 @@ func (t *windowTable) bucketOf(w *window, sp spec, now int64) (b *bucket, attach
 		return b, xsync.UpdateOp
 	})
 	var seen [2]struct {
-		c *cell
+		c *cells.Cell
 		n int64
 	}
 	held, loaded := t.buckets.LoadOrCompute(w, func() (*bucket, bool) {
@@ -54,11 +55,11 @@ func (t *windowTable) bucketOf(w *window, sp spec, now int64) (b *bucket, attach
 			owed := &bucket{}
 			owed.init(spec{limit: b.limit.Load(), durationMs: b.durMs.Load(), burst: b.burst.Load()})
 			owed.take(seed, now*int64(time.Millisecond))
-			atomicMax(&b.tat, owed.tat.Load())
+			cells.AtomicMax(&b.tat, owed.tat.Load())
 		}
-		for _, i := range w.cellOrder() {
-			if c := w.cells[i].Load(); c != nil {
-				seen[i].c, seen[i].n = c, c.count.Load()+c.global.Load()
+		for _, i := range w.CellOrder() {
+			if c := w.Cells[i].Load(); c != nil {
+				seen[i].c, seen[i].n = c, c.Count.Load()+c.Global.Load()
 				b.take(seen[i].n, arrival(w, c, now))
 			}
 		}
@@ -76,12 +77,12 @@ func (t *windowTable) bucketOf(w *window, sp spec, now int64) (b *bucket, attach
 	// found no bucket to take it from: take it now.
 	for _, s := range seen {
 		if s.c != nil {
-			if n := s.c.count.Load() + s.c.global.Load(); n > s.n {
+			if n := s.c.Count.Load() + s.c.Global.Load(); n > s.n {
 				b.take(n-s.n, arrival(w, s.c, now))
 			}
 		}
 	}
-	if w.evicted() {
+	if w.Evicted() {
 		// The janitor removed w meanwhile, and may have dropped its
 		// bucket before this one was given: nothing else would.
 		t.dropBucket(w)
@@ -92,12 +93,12 @@ func (t *windowTable) bucketOf(w *window, sp spec, now int64) (b *bucket, attach
 // seedOf returns the largest seed left beside w's cells of now (unix ms)
 // and the one before (see Service.seedBucket), this region's or the sum
 // of the others'.
-func (t *windowTable) seedOf(w *window, now int64) int64 {
-	cur, prev := t.refundCells(w, w.seqOf(now))
+func (t *windowTable) seedOf(w *cells.Window, now int64) int64 {
+	cur, prev := t.refundCells(w, w.SeqOf(now))
 	var seed int64
-	for _, c := range []*cell{cur, prev} {
+	for _, c := range []*cells.Cell{cur, prev} {
 		if c != nil {
-			seed = max(seed, c.count.Load(), c.global.Load())
+			seed = max(seed, c.Count.Load(), c.Global.Load())
 		}
 	}
 	return seed
@@ -105,10 +106,10 @@ func (t *windowTable) seedOf(w *window, now int64) int64 {
 
 // dropBucket forgets w's bucket, and the identity's bucket with its last
 // window: the janitor removed w.
-func (t *windowTable) dropBucket(w *window) {
+func (t *windowTable) dropBucket(w *cells.Window) {
 	if b, ok := t.buckets.LoadAndDelete(w); ok {
 		b.mu.Lock()
-		b.windows = slices.DeleteFunc(b.windows, func(o *window) bool { return o == w })
+		b.windows = slices.DeleteFunc(b.windows, func(o *cells.Window) bool { return o == w })
 		b.mu.Unlock()
 		t.unref(bucketIDOf(w), b)
 	}

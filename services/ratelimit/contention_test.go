@@ -9,10 +9,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 )
 
 // withBeforeCAS runs f before every compare-and-swap of a decision.
-func withBeforeCAS(f func(w *window, c *cell, attempt int)) Option {
+func withBeforeCAS(f func(w *cells.Window, c *cells.Cell, attempt int)) Option {
 	return func(s *settings) { s.beforeCAS = f }
 }
 
@@ -21,9 +22,9 @@ func withBeforeCAS(f func(w *window, c *cell, attempt int)) Option {
 // compare-and-swap (into the cell, and a bucket's instant too), so that
 // the compare-and-swap fails: a race lost n times in a row, whatever the
 // scheduler does.
-func rival(s **Service, n int) (func(w *window, c *cell, attempt int), *atomic.Int64) {
+func rival(s **Service, n int) (func(w *cells.Window, c *cells.Cell, attempt int), *atomic.Int64) {
 	var lost atomic.Int64
-	return func(w *window, c *cell, attempt int) {
+	return func(w *cells.Window, c *cells.Cell, attempt int) {
 		if lost.Load() >= int64(n) {
 			return
 		}
@@ -31,7 +32,7 @@ func rival(s **Service, n int) (func(w *window, c *cell, attempt int), *atomic.I
 		if b, ok := (*s).windows.buckets.Load(w); ok {
 			b.take(1, (*s).clock.Now().UnixNano())
 		}
-		c.count.Add(1)
+		c.Count.Add(1)
 	}, &lost
 }
 
@@ -44,7 +45,7 @@ func rival(s **Service, n int) (func(w *window, c *cell, attempt int), *atomic.I
 // (which counts speculatively).
 func TestLostRacesNeverDeny(t *testing.T) {
 	for name, base := range models(t, "hot", 0) {
-		for _, n := range []int{1, fastCASAttempts - 1, fastCASAttempts, fastCASAttempts + 1, 64, 65, 1000} {
+		for _, n := range []int{1, cells.FastCASAttempts - 1, cells.FastCASAttempts, cells.FastCASAttempts + 1, 64, 65, 1000} {
 			for _, c := range []struct {
 				room  int64
 				multi bool
@@ -80,19 +81,19 @@ func TestLostRacesNeverDeny(t *testing.T) {
 					if resp.Success != (room > 0) {
 						t.Fatalf("after losing %d races with room for %d more: %+v", n, room, resp)
 					}
-					w, _ := s.windows.forRequest(ptr(keyOf(&r)))
-					c, _ := w.cellAt(w.seqOf(s.clock.Now().UnixMilli()), true)
-					if got, want := c.count.Load(), int64(n)+room; got != want {
+					w, _ := s.windows.ForRequest(ptr(keyOf(&r)))
+					c, _ := w.CellAt(w.SeqOf(s.clock.Now().UnixMilli()), true)
+					if got, want := c.Count.Load(), int64(n)+room; got != want {
 						t.Fatalf("the cell counts %d, want %d (the rivals' %d and this decision's %d)", got, want, n, room)
 					}
 					wantLocks := 0.0
-					if n >= fastCASAttempts {
+					if n >= cells.FastCASAttempts {
 						wantLocks = 1
 					}
 					if got := testutil.ToFloat64(s.metrics.contended); got != wantLocks {
 						t.Fatalf("contended decisions = %v, want %v", got, wantLocks)
 					}
-					if c.flags.Load()&cellContended != 0 {
+					if c.Flags.Load()&cells.Contended != 0 {
 						t.Fatal("the cell is still flagged contended")
 					}
 				})
@@ -109,9 +110,9 @@ func TestContendedKeyQueues(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var s *Service
 			var tries, unlockedTries atomic.Int64
-			s = newTestService(t, newFakeClock(1_000_000_000_000), withBeforeCAS(func(w *window, c *cell, attempt int) {
+			s = newTestService(t, newFakeClock(1_000_000_000_000), withBeforeCAS(func(w *cells.Window, c *cells.Cell, attempt int) {
 				tries.Add(1)
-				mu := &s.contention.stripes[lockIndex(s.contention, c)].mu
+				mu := s.contention.Stripe(c)
 				if mu.TryLock() {
 					unlockedTries.Add(1)
 					mu.Unlock()
@@ -121,16 +122,16 @@ func TestContendedKeyQueues(t *testing.T) {
 			if unlockedTries.Load() != 1 {
 				t.Fatalf("an uncontended decision tried %d times without the lock, want 1", unlockedTries.Load())
 			}
-			w, _ := s.windows.forRequest(ptr(keyOf(&r)))
-			c, _ := w.cellAt(w.seqOf(s.clock.Now().UnixMilli()), true)
-			c.flags.Or(cellContended)
+			w, _ := s.windows.ForRequest(ptr(keyOf(&r)))
+			c, _ := w.CellAt(w.SeqOf(s.clock.Now().UnixMilli()), true)
+			c.Flags.Or(cells.Contended)
 			if resp := mustLimit(t, s, r); !resp.Success {
 				t.Fatalf("denied: %+v", resp)
 			}
 			if tries.Load() != 2 || unlockedTries.Load() != 1 {
 				t.Fatalf("on a contended cell: %d tries, %d of them without the lock; want 1 try, with it", tries.Load()-1, unlockedTries.Load()-1)
 			}
-			if c.flags.Load()&cellContended != 0 {
+			if c.Flags.Load()&cells.Contended != 0 {
 				t.Fatal("the cell is still flagged contended after the decision")
 			}
 		})
@@ -191,16 +192,16 @@ func TestLockHolderRaces(t *testing.T) {
 			var lost atomic.Int64
 			second := make(chan Response, 1)
 			var r Request
-			s = newTestService(t, newFakeClock(1_000_000_000_000), withBeforeCAS(func(w *window, c *cell, attempt int) {
+			s = newTestService(t, newFakeClock(1_000_000_000_000), withBeforeCAS(func(w *cells.Window, c *cells.Cell, attempt int) {
 				switch n := lost.Add(1); {
-				case n <= fastCASAttempts:
-					c.count.Add(1) // a rival wins
+				case n <= cells.FastCASAttempts:
+					c.Count.Add(1) // a rival wins
 					if b, ok := s.windows.buckets.Load(w); ok {
 						b.take(1, s.clock.Now().UnixNano())
 					}
-				case n == fastCASAttempts+1:
+				case n == cells.FastCASAttempts+1:
 					// The first decision holds the lock now.
-					if c.flags.Load()&cellContended == 0 {
+					if c.Flags.Load()&cells.Contended == 0 {
 						t.Error("the lock holder's cell is not flagged")
 					}
 					go func() {
@@ -222,15 +223,15 @@ func TestLockHolderRaces(t *testing.T) {
 			}
 			check := r
 			check.Cost = 0
-			if resp := mustLimit(t, s, check); !resp.Success || resp.Remaining != 100-fastCASAttempts-2 {
-				t.Fatalf("the check after: %+v, want %d remaining", resp, 100-fastCASAttempts-2)
+			if resp := mustLimit(t, s, check); !resp.Success || resp.Remaining != 100-cells.FastCASAttempts-2 {
+				t.Fatalf("the check after: %+v, want %d remaining", resp, 100-cells.FastCASAttempts-2)
 			}
-			w, _ := s.windows.forRequest(ptr(keyOf(&r)))
-			c, _ := w.cellAt(w.seqOf(s.clock.Now().UnixMilli()), true)
-			if got := c.count.Load(); got != fastCASAttempts+2 {
-				t.Fatalf("the cell counts %d, want the rivals' %d and the two decisions", got, fastCASAttempts)
+			w, _ := s.windows.ForRequest(ptr(keyOf(&r)))
+			c, _ := w.CellAt(w.SeqOf(s.clock.Now().UnixMilli()), true)
+			if got := c.Count.Load(); got != cells.FastCASAttempts+2 {
+				t.Fatalf("the cell counts %d, want the rivals' %d and the two decisions", got, cells.FastCASAttempts)
 			}
-			if c.flags.Load()&cellContended != 0 {
+			if c.Flags.Load()&cells.Contended != 0 {
 				t.Fatal("the cell is still flagged contended")
 			}
 		})

@@ -15,7 +15,7 @@
 // prevGlobal are the counts imported from other regions. A successful request
 // adds cost to cur by compare-and-swap, so concurrent requests in one process
 // never admit more than the limit, and, after a few races lost, under the
-// key's lock, so that contention never refuses one (see contention.go).
+// key's lock, so that contention never refuses one (see cells.Contention).
 //
 // The request path never waits on the network for a warm counter, except
 // that a key near or over its limit (strict) reads the regional store first,
@@ -39,15 +39,17 @@
 // One name per thing, in the code, the metrics' help and the docs:
 //
 //   - key: workspace, namespace, identifier and period: what one limit
-//     counts (windowKey).
+//     counts (cells.Key).
 //   - period: what a window's cells are, a value of package
 //     internal/period (a length, a calendar, a token bucket's cells, a
 //     concurrency limit's pool cell) with each kind's arithmetic. The
 //     stores name it by a number where a length would be; only
 //     period.FromCode and Period.Code cross between the two.
 //   - window: the window of one key, held in memory: its two most
-//     recent cells (window), all of them in the service's windowTable.
-//   - cell: one fixed window of one key: store.CellKey names it, cell holds
+//     recent cells (cells.Window), all of them in the service's cell
+//     table (cells.Table), beside what the models and tiers keep of some
+//     (windowTable).
+//   - cell: one fixed window of one key: store.CellKey names it, cells.Cell holds
 //     its counts in memory (this region's, the other regions', what is
 //     still to replay).
 //   - regional tier: the processes of one region sharing counts through the
@@ -78,10 +80,11 @@
 // own (as redisstore and mysqlstore do) and runs the contract suite of
 // package storetest. A flush or sync schedule is the global tier's
 // (global.go, global_loop.go); the regional tier's timing is in regional.go.
-// The decision maths are decide (limit.go) over the window (window.go) and
-// its cells (cell.go), with the sliding weight and the retry time in
-// sliding.go; an all-or-nothing MultiLimit's speculative counts are in
-// batch.go.
+// The decision maths are decide (limit.go) over the window and its cells
+// (package internal/cells, which knows no model and no tier), with the
+// sliding weight and the retry time in sliding.go; an all-or-nothing
+// MultiLimit's speculative counts are the cell table's batch protocol
+// (cells.Window.ApplySpeculative).
 // The stores hold fixed window cells and nothing else: a counter per key and
 // sequence, summed with max or add. Every model decides from that shape
 // (algorithm.go): the sliding window above, the fixed window (the current

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 )
 
@@ -69,7 +70,7 @@ type Returned struct {
 	// pool is a window of the pool of slots given back whose count this
 	// process knows fresh (read with the release, or there is no
 	// regional store): After answers from memory. nil otherwise.
-	pool *window
+	pool *cells.Window
 }
 
 // After answers the limit after the give-back, as a check of it (cost 0)
@@ -116,7 +117,7 @@ func (s *Service) GiveBack(ctx context.Context, h Hold) (Returned, error) {
 // after answers a check (cost 0) of h's limit: from memory for slots
 // whose pool is fresh (pool, one of its windows: see giveBack), else as
 // Decide does.
-func (s *Service) after(ctx context.Context, h *Hold, pool *window) (Response, error) {
+func (s *Service) after(ctx context.Context, h *Hold, pool *cells.Window) (Response, error) {
 	req := Request{Workspace: h.Workspace, Namespace: h.Namespace, Identifier: h.Identifier,
 		Limit: h.Limit, Duration: h.Duration}
 	if h.Kind == Slots {
@@ -134,7 +135,7 @@ func (s *Service) after(ctx context.Context, h *Hold, pool *window) (Response, e
 // for slots the window of their cell if what this process knows of their
 // pool is fresh (read in the regional store with the release, or there is
 // none), else nil.
-func (s *Service) giveBack(ctx context.Context, h Hold) (int64, *window, error) {
+func (s *Service) giveBack(ctx context.Context, h Hold) (int64, *cells.Window, error) {
 	if err := OperatorBounds.CheckHold(&h); err != nil {
 		return 0, nil, err
 	}
@@ -144,8 +145,8 @@ func (s *Service) giveBack(ctx context.Context, h Hold) (int64, *window, error) 
 	nowMs := s.clock.Now().UnixMilli()
 	if h.Kind == Slots {
 		// A slot's cell, on its lease's grid: it counts until it ends.
-		key.period = period.OfLease(h.Duration.Milliseconds(), h.Sequence)
-		if key.period.CellEnd() <= nowMs || h.Sequence > key.period.Latest(nowMs) {
+		key.Period = period.OfLease(h.Duration.Milliseconds(), h.Sequence)
+		if key.Period.CellEnd() <= nowMs || h.Sequence > key.Period.Latest(nowMs) {
 			return 0, nil, nil
 		}
 	} else if now := nowMs / h.Duration.Milliseconds(); h.Sequence < now-1 || h.Sequence > now {
@@ -158,35 +159,35 @@ func (s *Service) giveBack(ctx context.Context, h Hold) (int64, *window, error) 
 		// The key's window, if the process holds it or can, learns that
 		// its cell has refunds; the refunds window is never refused (see
 		// windowTable.reserve), so a give-back is never turned away.
-		w := s.windows.find(&key)
+		w := s.windows.Find(&key)
 		if w == nil {
-			w, _ = s.windows.forRequest(&key)
+			w, _ = s.windows.ForRequest(&key)
 		}
 		if w != nil {
-			if c, _ := w.cellAt(h.Sequence, s.regional == nil); c != nil {
-				c.flags.Or(cellReserved)
+			if c, _ := w.CellAt(h.Sequence, s.regional == nil); c != nil {
+				c.Flags.Or(cells.Reserved)
 			}
 		}
 		rk := key
-		rk.refunds = true
-		rw, _, err := s.windows.findOrCreate(&rk)
+		rk.Refunds = true
+		rw, _, err := s.windows.FindOrCreate(&rk)
 		if err != nil {
 			return 0, nil, err
 		}
-		rw.observeLimit(h.Limit)
-		rc, _ := rw.cellAt(h.Sequence, true)
+		rw.ObserveLimit(h.Limit)
+		rc, _ := rw.CellAt(h.Sequence, true)
 		if rc == nil {
 			return 0, nil, nil // the window moved on past the cell meanwhile
 		}
-		addCapped(&rc.count, h.Amount)
-		if rw.evicted() {
+		addCapped(&rc.Count, h.Amount)
+		if rw.Evicted() {
 			// The janitor is removing the refunds window: take the amount
 			// back and count it into the window that replaces it.
-			rc.count.Add(-h.Amount)
+			rc.Count.Add(-h.Amount)
 			runtime.Gosched()
 			continue
 		}
-		var pool *window
+		var pool *cells.Window
 		switch {
 		case s.regional == nil:
 			// Memory is all there is: the pool as it stands.
@@ -213,31 +214,31 @@ func (s *Service) giveBack(ctx context.Context, h Hold) (int64, *window, error) 
 
 // refundsAt returns the refunds of w's cells of seq and seq-1, this region's
 // and the others' together, or zeros when no refunds window is held.
-func (s *Service) refundsAt(w *window, seq int64) (cur, prev int64) {
+func (s *Service) refundsAt(w *cells.Window, seq int64) (cur, prev int64) {
 	c, p := s.windows.refundCells(w, seq)
 	if c != nil {
-		cur = c.count.Load() + c.global.Load()
+		cur = c.Count.Load() + c.Global.Load()
 	}
 	if p != nil {
-		prev = p.count.Load() + p.global.Load()
+		prev = p.Count.Load() + p.Global.Load()
 	}
 	return cur, prev
 }
 
 // refundCells returns the cells of w's refunds window for seq and seq-1,
 // each nil where the table holds none.
-func (t *windowTable) refundCells(w *window, seq int64) (cur, prev *cell) {
-	k := w.refundsKey()
-	rw := t.find(&k)
+func (t *windowTable) refundCells(w *cells.Window, seq int64) (cur, prev *cells.Cell) {
+	k := w.RefundsKey()
+	rw := t.Find(&k)
 	if rw == nil {
 		return nil, nil
 	}
-	for i := range rw.cells {
-		c := rw.cells[i].Load()
+	for i := range rw.Cells {
+		c := rw.Cells[i].Load()
 		if c == nil {
 			continue
 		}
-		switch c.seq() {
+		switch c.Seq() {
 		case seq:
 			cur = c
 		case seq - 1:
@@ -257,21 +258,21 @@ type givenBack struct {
 	// beside the old one's rather than under it.
 	name string
 	mu   sync.Mutex
-	cellTotals
+	cells.Totals
 }
 
 // giveBack adds amount (0 or more) to what this process wrote into w's
 // cell seq, and returns the writer's name and the new total: what a write
 // of the cell to the regional store carries (see store.Increment.Writer).
-func (t *windowTable) giveBack(w *window, seq, amount int64) (string, int64) {
+func (t *windowTable) giveBack(w *cells.Window, seq, amount int64) (string, int64) {
 	g := t.givenOf(w)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.name, g.add(seq, amount)
+	return g.name, g.Add(seq, amount)
 }
 
 // givenOf returns w's totals, made on first use with a name of their own.
-func (t *windowTable) givenOf(w *window) *givenBack {
+func (t *windowTable) givenOf(w *cells.Window) *givenBack {
 	g, _ := t.given.LoadOrCompute(w, func() (*givenBack, bool) {
 		return &givenBack{name: "g" + strconv.FormatUint(t.writers.Add(1), 10)}, false
 	})
@@ -279,25 +280,25 @@ func (t *windowTable) givenOf(w *window) *givenBack {
 }
 
 // acked records that the store holds total of w's cell seq.
-func (t *windowTable) acked(w *window, seq, total int64) {
+func (t *windowTable) acked(w *cells.Window, seq, total int64) {
 	g, ok := t.given.Load(w)
 	if !ok {
 		return
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.ack(seq, total)
+	g.Ack(seq, total)
 }
 
 // unacked returns what this process wrote into w's cell seq that the
 // store has not acknowledged: a write that failed and waits for the
 // replay, which the store may not hold.
-func (t *windowTable) unacked(w *window, seq int64) int64 {
+func (t *windowTable) unacked(w *cells.Window, seq int64) int64 {
 	g, ok := t.given.Load(w)
 	if !ok {
 		return 0
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.cellTotals.unacked(seq)
+	return g.Totals.Unacked(seq)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sony/gobreaker/v2"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
@@ -183,7 +184,7 @@ type globalTier struct {
 	// floor (or shared by another region) since the last flush: what the
 	// next prompt flush looks at, so its work follows the cells that
 	// change rather than every window held.
-	grown queue[cellRef]
+	grown cells.Queue[cells.Ref]
 	// unpublished is the regional store, if it keeps an index of the cells
 	// to publish (see store.Unpublished): the full flush publishes those
 	// whose counter stopped marking them.
@@ -191,7 +192,7 @@ type globalTier struct {
 	// readSlots, set when the region has a regional store, brings the
 	// cells of concurrency limits up to date from it before a prompt
 	// flush publishes them (see slotCells).
-	readSlots func(ctx context.Context, ws []*window, now int64)
+	readSlots func(ctx context.Context, ws []*cells.Window, now int64)
 	// state is the loops' own bookkeeping.
 	state *globalState
 	// lastSync is when the latest sync that succeeded began, in unix ms by
@@ -222,15 +223,15 @@ func newGlobalTier(region string, cfg *settings, m *metrics, windows *windowTabl
 // the regional store's index of cells to publish (see store.Unpublished),
 // or 0: a cell worth sharing (at or above its floor, or shared by another
 // region) or refunds, once per full flush interval.
-func (g *globalTier) markFor(w *window, c *cell) int64 {
-	if g.unpublished == nil || c.flags.Load()&cellMarked != 0 {
+func (g *globalTier) markFor(w *cells.Window, c *cells.Cell) int64 {
+	if g.unpublished == nil || c.Flags.Load()&cells.Marked != 0 {
 		return 0
 	}
-	limit := w.limit.Load()
+	limit := w.Limit.Load()
 	if !g.worthSharing(w, c, limit) && !sharedRefunds(w, c) {
 		return 0
 	}
-	c.flags.Or(cellMarked)
+	c.Flags.Or(cells.Marked)
 	return limit
 }
 
@@ -301,7 +302,7 @@ func (g *globalTier) flushStep(limit, own, others int64) int64 {
 // floor, or already shared by another region. A queued cell
 // costs later requests one atomic load until the flush takes it; one below
 // the floor costs three.
-func (g *globalTier) noteGrowth(w *window, c *cell, limit int64) {
+func (g *globalTier) noteGrowth(w *cells.Window, c *cells.Cell, limit int64) {
 	if g != nil {
 		g.queueGrown(w, c, limit)
 	}
@@ -310,8 +311,8 @@ func (g *globalTier) noteGrowth(w *window, c *cell, limit int64) {
 // noteRefund queues c, a cell of the refunds window w that a refund just
 // counted into, for the next prompt flush: a refund reaches the other
 // regions however small (see sharedRefunds).
-func (g *globalTier) noteRefund(w *window, c *cell) {
-	if g != nil && c.flags.Load()&cellGrown == 0 {
+func (g *globalTier) noteRefund(w *cells.Window, c *cells.Cell) {
+	if g != nil && c.Flags.Load()&cells.Grown == 0 {
 		g.pushGrown(w, c)
 	}
 }
@@ -319,8 +320,8 @@ func (g *globalTier) noteRefund(w *window, c *cell) {
 // worthSharing reports whether c, a cell of w under limit, is worth
 // publishing promptly: at or above its floor, or shared by another region.
 // It is asked on the request path, of the key's own cells only.
-func (g *globalTier) worthSharing(w *window, c *cell, limit int64) bool {
-	return c.count.Load() >= g.cellFloor(w, limit) || c.global.Load() != 0
+func (g *globalTier) worthSharing(w *cells.Window, c *cells.Cell, limit int64) bool {
+	return c.Count.Load() >= g.cellFloor(w, limit) || c.Global.Load() != 0
 }
 
 // cellFloor is the floor of w's cells under limit: floor's, but 1 for a
@@ -331,8 +332,8 @@ func (g *globalTier) worthSharing(w *window, c *cell, limit int64) bool {
 // error without a bound; slots are few and held for a lease, and a region
 // that kept half of them to itself would let every other region hold that
 // many more.
-func (g *globalTier) cellFloor(w *window, limit int64) int64 {
-	p := w.period()
+func (g *globalTier) cellFloor(w *cells.Window, limit int64) int64 {
+	p := w.Period()
 	if k := p.Kind(); k == period.Bucket || k == period.Pool {
 		return 1
 	}
@@ -342,11 +343,13 @@ func (g *globalTier) cellFloor(w *window, limit int64) int64 {
 // sharedRefunds reports whether c is a cell of refunds (w holds a key's
 // refunds) with any: they are published whatever their size, as a cell
 // another region shares is. The background loops ask it.
-func sharedRefunds(w *window, c *cell) bool { return c.count.Load() > 0 && w.holdsRefunds() }
+func sharedRefunds(w *cells.Window, c *cells.Cell) bool {
+	return c.Count.Load() > 0 && w.HoldsRefunds()
+}
 
 // queueGrown is noteGrowth for a region that shares counts.
-func (g *globalTier) queueGrown(w *window, c *cell, limit int64) {
-	if c.flags.Load()&cellGrown != 0 {
+func (g *globalTier) queueGrown(w *cells.Window, c *cells.Cell, limit int64) {
+	if c.Flags.Load()&cells.Grown != 0 {
 		return
 	}
 	if !g.worthSharing(w, c, limit) {
@@ -357,14 +360,14 @@ func (g *globalTier) queueGrown(w *window, c *cell, limit int64) {
 
 // pushGrown queues c, a cell of w, for the next prompt flush unless it is
 // queued already.
-func (g *globalTier) pushGrown(w *window, c *cell) {
-	if c.flags.Or(cellGrown)&cellGrown != 0 {
+func (g *globalTier) pushGrown(w *cells.Window, c *cells.Cell) {
+	if c.Flags.Or(cells.Grown)&cells.Grown != 0 {
 		return
 	}
-	if !g.grown.push(cellRef{w: w, c: c}) {
+	if !g.grown.Push(cells.Ref{W: w, C: c}) {
 		// Its next request queues it again; the full flush publishes it
 		// meanwhile.
-		c.flags.And(^cellGrown)
+		c.Flags.And(^cells.Grown)
 		g.metrics.queueOverflow.WithLabelValues("flush").Inc()
 	}
 }

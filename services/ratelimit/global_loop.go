@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
@@ -20,7 +21,7 @@ type globalState struct {
 	// sync read back. The change filter skips cells that have not grown past
 	// it. Keeping it here rather than in every cell keeps cells small; only
 	// cells above their floor ever get an entry.
-	flushed map[*cell]flushedCount
+	flushed map[*cells.Cell]flushedCount
 	// lastFull is when the latest sync that read every live row began, and
 	// lastFullFlush when the latest flush that walked every window did, by
 	// the limiter's clock. Zero before the first.
@@ -32,7 +33,7 @@ type globalState struct {
 }
 
 func newGlobalState() *globalState {
-	return &globalState{flushed: map[*cell]flushedCount{}}
+	return &globalState{flushed: map[*cells.Cell]flushedCount{}}
 }
 
 type flushedCount struct {
@@ -100,7 +101,7 @@ func untilNextTick(anchor, now time.Time, interval time.Duration) time.Duration 
 
 // flushCandidate is one cell a flush publishes.
 type flushCandidate struct {
-	c     *cell
+	c     *cells.Cell
 	count store.CellCount
 }
 
@@ -135,41 +136,41 @@ func (g *globalTier) publishCounted(ctx context.Context, full bool) {
 	}()
 	clockNow := g.clock.Now()
 	now := clockNow.UnixMilli()
-	grown := g.grown.take()
+	grown := g.grown.Take()
 	for _, it := range grown {
 		// Cleared before the counts are read: a request after this
 		// queues the cell again.
-		it.c.flags.And(^cellGrown)
+		it.C.Flags.And(^cells.Grown)
 	}
 	var cands []flushCandidate
 	if full {
 		st.lastFullFlush = clockNow
 		// Concurrency limits are published as the region holds them, read
 		// first (see slotCells), after the walk.
-		var slots []*window
-		candidates := func(w *window) {
-			for i := range w.cells {
-				c := w.cells[i].Load()
-				if c != nil && c.flags.Load()&cellMarked != 0 {
-					c.flags.And(^cellMarked) // marked again at its next replay
+		var slots []*cells.Window
+		candidates := func(w *cells.Window) {
+			for i := range w.Cells {
+				c := w.Cells[i].Load()
+				if c != nil && c.Flags.Load()&cells.Marked != 0 {
+					c.Flags.And(^cells.Marked) // marked again at its next replay
 				}
 				if cand, ok := g.flushCandidate(w, c, now, false); ok {
 					cands = append(cands, cand)
 				}
 			}
 		}
-		g.windows.forEach(func(w *window) {
-			if g.readSlots != nil && w.period().Kind() == period.Pool {
+		g.windows.ForEach(func(w *cells.Window) {
+			if g.readSlots != nil && w.Period().Kind() == period.Pool {
 				slots = append(slots, w)
 				return
 			}
 			candidates(w)
 		})
 		if len(slots) > 0 {
-			var mains []*window // one window of each pool, to read it by
+			var mains []*cells.Window // one window of each pool, to read it by
 			read := map[*poolGroup]bool{}
 			for _, w := range slots {
-				if pg := g.windows.pools.of(w); w.isPool() && pg != nil && !read[pg] {
+				if pg := g.windows.pools.of(w); isPool(w) && pg != nil && !read[pg] {
 					read[pg] = true
 					mains = append(mains, w)
 				}
@@ -187,10 +188,10 @@ func (g *globalTier) publishCounted(ctx context.Context, full bool) {
 	} else {
 		slots := g.slotCells(ctx, grown, now)
 		for _, it := range grown {
-			if _, whole := slots[it.c]; whole {
+			if _, whole := slots[it.C]; whole {
 				continue
 			}
-			if cand, ok := g.flushCandidate(it.w, it.c, now, true); ok {
+			if cand, ok := g.flushCandidate(it.W, it.C, now, true); ok {
 				cands = append(cands, cand)
 			}
 		}
@@ -321,19 +322,19 @@ func (g *globalTier) publishIdleBatch(ctx context.Context) int {
 // ms): its committed count, if c can still affect a decision, is worth
 // sharing and grew since the store last held it; for a prompt flush, if it
 // was never published or grew by at least a flush step.
-func (g *globalTier) flushCandidate(w *window, c *cell, now int64, prompt bool) (flushCandidate, bool) {
-	if c == nil || c.seq() < w.seqOf(now)-1 {
+func (g *globalTier) flushCandidate(w *cells.Window, c *cells.Cell, now int64, prompt bool) (flushCandidate, bool) {
+	if c == nil || c.Seq() < w.SeqOf(now)-1 {
 		return flushCandidate{}, false
 	}
-	limit := w.limit.Load()
+	limit := w.Limit.Load()
 	floor := g.cellFloor(w, limit)
 	// Utilization filter first: most cells never cross the floor. Refunds
 	// are shared whatever their size, like a cell another region holds.
-	shared := c.global.Load() > 0 || sharedRefunds(w, c)
-	if c.count.Load() < floor && !shared {
+	shared := c.Global.Load() > 0 || sharedRefunds(w, c)
+	if c.Count.Load() < floor && !shared {
 		return flushCandidate{}, false
 	}
-	n, ok := w.committed(c)
+	n, ok := w.Committed(c)
 	if !ok || n <= 0 || (n < floor && !shared) {
 		return flushCandidate{}, false
 	}
@@ -348,10 +349,10 @@ func (g *globalTier) flushCandidate(w *window, c *cell, now int64, prompt bool) 
 		// than before the presence floor, not a row per step.
 		return flushCandidate{}, false
 	}
-	if prompt && last > 0 && n-last < g.flushStep(limit, n, c.global.Load()) {
+	if prompt && last > 0 && n-last < g.flushStep(limit, n, c.Global.Load()) {
 		return flushCandidate{}, false // small growth waits for the full flush
 	}
-	return flushCandidate{c: c, count: store.CellCount{Key: w.cellKey(c.seq()), Count: n, Limit: limit}}, true
+	return flushCandidate{c: c, count: store.CellCount{Key: w.CellKey(c.Seq()), Count: n, Limit: limit}}, true
 }
 
 // slotCells returns, for the concurrency limits among the grown cells,
@@ -361,18 +362,18 @@ func (g *globalTier) flushCandidate(w *window, c *cell, now int64, prompt bool) 
 // release and the re-take of its slot are often made by two processes of
 // the region, each flushing on its own clock; published apart, another
 // region would see the slot free in between and take it too.
-func (g *globalTier) slotCells(ctx context.Context, grown []cellRef, now int64) map[*cell]*window {
+func (g *globalTier) slotCells(ctx context.Context, grown []cells.Ref, now int64) map[*cells.Cell]*cells.Window {
 	var pools []*poolGroup
-	var firsts []*window // one window of each pool, to read it by
+	var firsts []*cells.Window // one window of each pool, to read it by
 	for _, it := range grown {
-		if it.w.period().Kind() != period.Pool {
+		if it.W.Period().Kind() != period.Pool {
 			continue
 		}
-		w := it.w
-		if w.holdsRefunds() {
-			k := w.key()
-			k.refunds = false
-			if w = g.windows.find(&k); w == nil {
+		w := it.W
+		if w.HoldsRefunds() {
+			k := w.Key()
+			k.Refunds = false
+			if w = g.windows.Find(&k); w == nil {
 				continue
 			}
 		}
@@ -387,15 +388,15 @@ func (g *globalTier) slotCells(ctx context.Context, grown []cellRef, now int64) 
 	if g.readSlots != nil {
 		g.readSlots(ctx, firsts, now)
 	}
-	out := map[*cell]*window{}
+	out := map[*cells.Cell]*cells.Window{}
 	for _, pg := range pools {
 		for _, pc := range pg.live(now) {
-			seq, _ := pc.w.poolCell()
-			if c := pc.w.cells[seq&1].Load(); c != nil && c.seq() == seq {
+			seq, _ := poolCellOf(pc.w)
+			if c := pc.w.Cells[seq&1].Load(); c != nil && c.Seq() == seq {
 				out[c] = pc.w
 			}
 			if pc.refunds != nil {
-				if c := pc.refunds.cells[seq&1].Load(); c != nil && c.seq() == seq {
+				if c := pc.refunds.Cells[seq&1].Load(); c != nil && c.Seq() == seq {
 					out[c] = pc.refunds
 				}
 			}
@@ -484,15 +485,15 @@ func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
 		g.metrics.globalRowsFuture.Inc()
 		return false
 	}
-	k := windowKey{workspace: row.Key.Workspace, namespace: row.Key.Namespace, identifier: row.Key.Identifier,
-		period: p, refunds: row.Key.Refunds}
-	var main *window
-	if k.refunds {
+	k := cells.Key{Workspace: row.Key.Workspace, Namespace: row.Key.Namespace, Identifier: row.Key.Identifier,
+		Period: p, Refunds: row.Key.Refunds}
+	var main *cells.Window
+	if k.Refunds {
 		if main = g.reserve(&k, row.Key.Sequence); main == nil {
 			return false
 		}
 	}
-	w := g.windows.find(&k)
+	w := g.windows.Find(&k)
 	if w == nil {
 		floor := g.importFloor(p, row.OthersLimit)
 		if p.Kind() == period.Pool && g.windows.holdsPool(&k) {
@@ -500,12 +501,12 @@ func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
 			// counts in every decision on the pool, however little.
 			floor = 1
 		}
-		if !k.refunds && (row.Others <= 0 || row.Others < floor) {
+		if !k.Refunds && (row.Others <= 0 || row.Others < floor) {
 			return false
 		}
 		var created bool
 		var err error
-		w, created, err = g.windows.findOrCreate(&k)
+		w, created, err = g.windows.FindOrCreate(&k)
 		if err != nil {
 			g.metrics.windowsRejected.WithLabelValues("sync").Inc()
 			return false
@@ -515,19 +516,19 @@ func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
 		}
 	}
 	if main != nil {
-		w.observeLimit(main.limit.Load()) // what its refunds are published with
+		w.ObserveLimit(main.Limit.Load()) // what its refunds are published with
 	}
-	c, _ := w.cellAt(row.Key.Sequence, g.hydrated)
+	c, _ := w.CellAt(row.Key.Sequence, g.hydrated)
 	if c == nil {
 		return false // the window already moved past this cell
 	}
 	others := min(row.Others, store.MaxCount)
-	g.windows.raise(w, c, &c.global, others, now)
+	g.windows.raise(w, c, &c.Global, others, now)
 	if own := min(row.Own, store.MaxCount); own > 0 {
-		n := own + c.speculative.Load()
-		g.windows.raise(w, c, &c.count, n, now)
+		n := own + c.Speculative.Load()
+		g.windows.raise(w, c, &c.Count, n, now)
 		if f := g.state.flushed[c]; f.count < own {
-			g.state.flushed[c] = flushedCount{count: own, expiresAt: p.ExpiresAt(c.seq())}
+			g.state.flushed[c] = flushedCount{count: own, expiresAt: p.ExpiresAt(c.Seq())}
 		}
 	}
 	return true
@@ -537,17 +538,17 @@ func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
 // so that decisions weigh the refunds a sync imports for it, and returns
 // the key's window, or nil if the process does not hold that cell: refunds
 // of a key without a window here are of no decision's concern.
-func (g *globalTier) reserve(k *windowKey, seq int64) *window {
+func (g *globalTier) reserve(k *cells.Key, seq int64) *cells.Window {
 	key := *k
-	key.refunds = false
-	w := g.windows.find(&key)
+	key.Refunds = false
+	w := g.windows.Find(&key)
 	if w == nil {
 		return nil
 	}
-	c := w.cells[seq&1].Load()
-	if c == nil || c.seq() != seq {
+	c := w.Cells[seq&1].Load()
+	if c == nil || c.Seq() != seq {
 		return nil
 	}
-	c.flags.Or(cellReserved)
+	c.Flags.Or(cells.Reserved)
 	return w
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
@@ -107,15 +108,15 @@ func TestGlobalCounterInvariants(t *testing.T) {
 	spend(t, us2.Service, "k", 100, 1)
 	us.sync()
 	us2.sync()
-	w := us.windows.find(&windowKey{"ws", "ns", "k", period.OfLength(60_000), false})
-	cur, _, _ := w.cellsAt(10, true)
-	if got := cur.count.Load(); got != 8 {
+	w := us.windows.Find(&cells.Key{Workspace: "ws", Namespace: "ns", Identifier: "k", Period: period.OfLength(60_000)})
+	cur, _, _ := w.CellsAt(10, true)
+	if got := cur.Count.Load(); got != 8 {
 		t.Fatalf("us's regional count = %d after its own row says 8, want 8", got)
 	}
-	w2 := us2.windows.find(&windowKey{"ws", "ns", "k", period.OfLength(60_000), false})
-	cur2, _, _ := w2.cellsAt(10, true)
-	if cur2.count.Load() != 8 || cur2.global.Load() != 3 {
-		t.Fatalf("us2: count %d global %d, want 8 and 3", cur2.count.Load(), cur2.global.Load())
+	w2 := us2.windows.Find(&cells.Key{Workspace: "ws", Namespace: "ns", Identifier: "k", Period: period.OfLength(60_000)})
+	cur2, _, _ := w2.CellsAt(10, true)
+	if cur2.Count.Load() != 8 || cur2.Global.Load() != 3 {
+		t.Fatalf("us2: count %d global %d, want 8 and 3", cur2.Count.Load(), cur2.Global.Load())
 	}
 }
 
@@ -151,9 +152,9 @@ func TestGlobalConvergesInAnyOrder(t *testing.T) {
 		var sums []string
 		for _, name := range []string{"a", "b", "c"} {
 			regions[name].sync()
-			w := regions[name].windows.find(&windowKey{"ws", "ns", "k", period.OfLength(60_000), false})
-			cur, _, _ := w.cellsAt(10, true)
-			sums = append(sums, name+":"+itoa(cur.count.Load())+"+"+itoa(cur.global.Load()))
+			w := regions[name].windows.Find(&cells.Key{Workspace: "ws", Namespace: "ns", Identifier: "k", Period: period.OfLength(60_000)})
+			cur, _, _ := w.CellsAt(10, true)
+			sums = append(sums, name+":"+itoa(cur.Count.Load())+"+"+itoa(cur.Global.Load()))
 		}
 		results = append(results, strings.Join(sums, " ")+" | "+strings.Join(mem.Dump(), " "))
 	}
@@ -173,16 +174,16 @@ func TestSpeculativeCountsAreNeverPublished(t *testing.T) {
 	clock := newFakeClock(600_000)
 	us := newRegion(t, "us", mem, clock)
 	spend(t, us.Service, "k", 100, 4) // below the floor of 5
-	w := us.windows.find(&windowKey{"ws", "ns", "k", period.OfLength(60_000), false})
-	cur, _, _ := w.cellsAt(10, true)
-	if !w.applySpeculative(cur, cur.count.Load(), 3) { // a batch in flight: 7 of 100
+	w := us.windows.Find(&cells.Key{Workspace: "ws", Namespace: "ns", Identifier: "k", Period: period.OfLength(60_000)})
+	cur, _, _ := w.CellsAt(10, true)
+	if !w.ApplySpeculative(cur, cur.Count.Load(), 3) { // a batch in flight: 7 of 100
 		t.Fatal("speculative increment failed")
 	}
 	us.flush()
 	if got := mem.Dump(); len(got) != 0 {
 		t.Fatalf("speculative increments were published: %v", got)
 	}
-	w.commit(cur, 3)
+	w.Commit(cur, 3)
 	us.flush()
 	if got := mem.Dump(); strings.Join(got, " ") != "k/10/us=7" {
 		t.Fatalf("rows after commit = %v, want k/10/us=7", got)
@@ -252,7 +253,7 @@ func TestSyncCreatesWindowsOnlyAboveTheFloor(t *testing.T) {
 	insert("held", "a", 2, 10)  // below the floor, but b holds the key
 	b.sync()
 	for id, want := range map[string]bool{"hot": true, "thin": false, "mine": false, "held": true} {
-		if got := b.windows.find(&windowKey{"ws", "ns", id, period.OfLength(60_000), false}) != nil; got != want {
+		if got := b.windows.Find(&cells.Key{Workspace: "ws", Namespace: "ns", Identifier: id, Period: period.OfLength(60_000)}) != nil; got != want {
 			t.Errorf("window for %q after sync: %v, want %v", id, got, want)
 		}
 	}

@@ -3,8 +3,6 @@ package ratelimit
 import (
 	"context"
 	"time"
-
-	"github.com/puzpuzpuz/xsync/v4"
 )
 
 // janitorInterval is how often idle windows are evicted. A window is idle
@@ -25,66 +23,7 @@ func (s *Service) runJanitor(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			s.windows.evictIdle(s.clock.Now())
+			s.windows.EvictIdle(s.clock.Now())
 		}
 	}
-}
-
-// evictIdle removes every window none of whose cells can affect a decision at
-// now, and returns how many it removed.
-//
-// A request may be counting into a window while it is removed. The janitor
-// marks the window evicted first and checks it is still idle after; a request
-// checks the mark after counting and, if set, takes its count back and decides
-// again. One of the two always sees the other, so no count is lost.
-func (t *cellTable) evictIdle(now time.Time) int {
-	ms := now.UnixMilli()
-	// Before any window goes: a decision that finds its window after this
-	// knows its own clock reading may be older (see Service.Decide).
-	atomicMax(&t.janitorNow, ms)
-	evicted := 0
-	t.byHash.Range(func(h uint64, w *window) bool {
-		if t.beside.keeps(w, ms) {
-			return true
-		}
-		if w.evict(ms) {
-			t.byHash.Compute(h, func(old *window, loaded bool) (*window, xsync.ComputeOp) {
-				if loaded && old == w {
-					return nil, xsync.DeleteOp
-				}
-				return old, xsync.CancelOp
-			})
-			t.release(w.key())
-			t.beside.forgot(w)
-			evicted++
-		}
-		return true
-	})
-	t.collided.mu.Lock()
-	for k, w := range t.collided.m {
-		if !t.beside.keeps(w, ms) && w.evict(ms) {
-			delete(t.collided.m, k)
-			t.release(k)
-			t.beside.forgot(w)
-			evicted++
-		}
-	}
-	t.collided.mu.Unlock()
-	t.counters.evicted.Add(float64(evicted))
-	return evicted
-}
-
-// evict marks w evicted if it is idle at now (unix ms) and reports whether it
-// did.
-func (w *window) evict(now int64) bool {
-	oldest := w.period().Oldest(now)
-	if !w.idle(oldest) {
-		return false
-	}
-	w.setEvicted(true)
-	if !w.idle(oldest) {
-		w.setEvicted(false)
-		return false
-	}
-	return true
 }

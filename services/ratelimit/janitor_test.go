@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/unkeyed/ratelimit/internal/testkit/poll"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 )
 
@@ -21,14 +22,14 @@ func TestJanitorEvictsOnlyIdleWindows(t *testing.T) {
 	mustLimit(t, s, req("old", 5, time.Second, 5))
 	mustLimit(t, s, req("long", 5, time.Hour, 5))
 	clock.Set(1_500) // "old" has a previous cell that still counts
-	if n := s.windows.evictIdle(clock.Now()); n != 0 {
+	if n := s.windows.EvictIdle(clock.Now()); n != 0 {
 		t.Fatalf("evicted %d windows while their cells still count", n)
 	}
 	if resp := mustLimit(t, s, req("old", 5, time.Second, 5)); resp.Success {
 		t.Fatalf("previous cell forgotten: %+v", resp)
 	}
 	clock.Set(3_000) // window 3: cells 0 and 1 of "old" no longer count
-	if n := s.windows.evictIdle(clock.Now()); n != 1 {
+	if n := s.windows.EvictIdle(clock.Now()); n != 1 {
 		t.Fatalf("evicted %d windows, want 1", n)
 	}
 	if got := s.ActiveWindows(); got != 1 {
@@ -42,11 +43,11 @@ func TestJanitorEvictsOnlyIdleWindows(t *testing.T) {
 func TestJanitorEvictsCollidedWindows(t *testing.T) {
 	clock := newFakeClock(0)
 	s := newTestService(t, clock)
-	s.windows.hashKey = func(windowKey, maphash.Seed) uint64 { return 1 }
+	s.windows.HashKey = func(cells.Key, maphash.Seed) uint64 { return 1 }
 	mustLimit(t, s, req("a", 5, time.Second, 1))
 	mustLimit(t, s, req("b", 5, time.Second, 1))
 	clock.Set(5_000)
-	if n := s.windows.evictIdle(clock.Now()); n != 2 || s.ActiveWindows() != 0 {
+	if n := s.windows.EvictIdle(clock.Now()); n != 2 || s.ActiveWindows() != 0 {
 		t.Fatalf("evicted %d, %d left; want 2 and 0", n, s.ActiveWindows())
 	}
 }
@@ -56,18 +57,18 @@ func TestJanitorEvictsCollidedWindows(t *testing.T) {
 // count back and does not report success on a window about to vanish.
 func TestCountIntoEvictedWindowIsTakenBack(t *testing.T) {
 	s := newTestService(t, newFakeClock(0))
-	w := mustWindow(t, s, &windowKey{"ws", "ns", "k", period.OfLength(1000), false})
-	w.setEvicted(true)
+	w := mustWindow(t, s, &cells.Key{Workspace: "ws", Namespace: "ns", Identifier: "k", Period: period.OfLength(1000)})
+	w.SetEvicted(true)
 	resp := mustLimit(t, s, req("k", 5, time.Second, 1))
-	cur, _, _ := w.cellsAt(0, true)
-	if resp.Success || cur.count.Load() != 0 {
-		t.Fatalf("got %+v with count %d, want a denial and nothing counted in the evicted window", resp, cur.count.Load())
+	cur, _, _ := w.CellsAt(0, true)
+	if resp.Success || cur.Count.Load() != 0 {
+		t.Fatalf("got %+v with count %d, want a denial and nothing counted in the evicted window", resp, cur.Count.Load())
 	}
 	if _, err := s.MultiLimit(context.Background(), []Request{req("k", 5, time.Second, 1)}); err != nil {
 		t.Fatal(err)
 	}
-	if cur.count.Load() != 0 || cur.speculative.Load() != 0 {
-		t.Fatalf("batch left count %d speculative %d in the evicted window", cur.count.Load(), cur.speculative.Load())
+	if cur.Count.Load() != 0 || cur.Speculative.Load() != 0 {
+		t.Fatalf("batch left count %d speculative %d in the evicted window", cur.Count.Load(), cur.Speculative.Load())
 	}
 }
 
@@ -87,7 +88,7 @@ func TestJanitorUnderLoad(t *testing.T) {
 			case <-stop:
 				return
 			default:
-				s.windows.evictIdle(clock.Now())
+				s.windows.EvictIdle(clock.Now())
 			}
 		}
 	}()
@@ -173,7 +174,7 @@ func TestWorkspaceCap(t *testing.T) {
 	other.Workspace = "other"
 	mustLimit(t, s, other)
 	clock.Advance(3 * time.Second)
-	s.windows.evictIdle(clock.Now())
+	s.windows.EvictIdle(clock.Now())
 	if resp := mustLimit(t, s, req("d", 5, time.Second, 1)); !resp.Success {
 		t.Fatalf("after eviction: %+v, want the freed place used", resp)
 	}

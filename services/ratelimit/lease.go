@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/internal/invalid"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
@@ -152,7 +153,7 @@ func (s *Service) Extend(ctx context.Context, sl Slot, lease time.Duration) (Res
 	}
 	r := a.request()
 	to := poolKey(&r, now)
-	if from := period.OfLease(sl.Lease.Milliseconds(), sl.Sequence); from == to.period {
+	if from := period.OfLease(sl.Lease.Milliseconds(), sl.Sequence); from == to.Period {
 		// Counted in the cell of the new expiry already.
 		return s.state(ctx, a, to, nil)
 	}
@@ -175,7 +176,7 @@ func (s *Service) Extend(ctx context.Context, sl Slot, lease time.Duration) (Res
 		// count.
 		moved := sl
 		moved.Lease = lease
-		moved.Sequence = to.period.Cell()
+		moved.Sequence = to.Period.Cell()
 		if _, _, uerr := s.giveBack(ctx, moved.Hold()); uerr != nil {
 			return Response{}, uerr
 		}
@@ -192,15 +193,15 @@ func (s *Service) Extend(ctx context.Context, sl Slot, lease time.Duration) (Res
 // it sends them at once, as a take is sent, and reports false if the
 // store failed (the replay sends this process's total of the cell again,
 // which holds them).
-func (s *Service) count(ctx context.Context, a Acquisition, key windowKey) (bool, error) {
-	seq := key.period.Cell()
+func (s *Service) count(ctx context.Context, a Acquisition, key cells.Key) (bool, error) {
+	seq := key.Period.Cell()
 	for range maxEvictionRetries {
-		w, err := s.windows.forRequest(&key)
+		w, err := s.windows.ForRequest(&key)
 		if err != nil {
 			return false, err
 		}
-		w.observeLimit(a.Limit)
-		c, _ := w.cellAt(seq, s.regional == nil)
+		w.ObserveLimit(a.Limit)
+		c, _ := w.CellAt(seq, s.regional == nil)
 		if c == nil {
 			return false, errors.New("concurrency limit: the cell of the new expiry ended")
 		}
@@ -211,14 +212,14 @@ func (s *Service) count(ctx context.Context, a Acquisition, key windowKey) (bool
 			// removes meanwhile is replaced by one that reads it back.
 			sent := s.regional.writeThrough(ctx, w, c, a.Cost)
 			if !sent {
-				addCapped(&c.count, a.Cost)
+				addCapped(&c.Count, a.Cost)
 			}
 			s.global.noteGrowth(w, c, a.Limit)
 			return sent, nil
 		}
-		addCapped(&c.count, a.Cost)
-		if w.evicted() {
-			c.count.Add(-a.Cost)
+		addCapped(&c.Count, a.Cost)
+		if w.Evicted() {
+			c.Count.Add(-a.Cost)
 			runtime.Gosched()
 			continue
 		}
@@ -233,7 +234,7 @@ func (s *Service) count(ctx context.Context, a Acquisition, key windowKey) (bool
 // the rest what a check of one more would answer: from memory through
 // pool, a window of the pool, when the pool was read with the release of
 // the old slots (see giveBack), else as Decide does.
-func (s *Service) state(ctx context.Context, a Acquisition, key windowKey, pool *window) (Response, error) {
+func (s *Service) state(ctx context.Context, a Acquisition, key cells.Key, pool *cells.Window) (Response, error) {
 	r := a.request()
 	r.Cost, r.Reserve = 0, false
 	resp, ok := Response{}, false
@@ -245,6 +246,6 @@ func (s *Service) state(ctx context.Context, a Acquisition, key windowKey, pool 
 		resp, err = s.Decide(ctx, r)
 	}
 	resp.Success, resp.RetryAfter = true, 0
-	resp.Reset = time.UnixMilli(key.period.CellEnd())
+	resp.Reset = time.UnixMilli(key.Period.CellEnd())
 	return resp, err
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/internal/invalid"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )
@@ -668,11 +669,11 @@ func TestWindowMadeAgainWritesAsAnotherWriter(t *testing.T) {
 	a := acq("pool", 2, time.Minute)
 	r := a.request()
 	k := keyOf(&r)
-	old := newWindow(&k)
+	old := cells.NewWindow(&k)
 	oldLane := s.windows.lanesOf(old).acquire(context.Background(), "p", 0)
 	oldName, _ := s.windows.giveBack(old, 1, 1)
-	s.windows.forgot(old)
-	again := newWindow(&k)
+	s.windows.Forgot(old)
+	again := cells.NewWindow(&k)
 	lane := s.windows.lanesOf(again).acquire(context.Background(), "p", 0)
 	name, _ := s.windows.giveBack(again, 1, 1)
 	if lane.writer == oldLane.writer || name == oldName {
@@ -757,19 +758,19 @@ func TestPoolWindowsLeaveAfterALateRead(t *testing.T) {
 	}
 	r := a.request()
 	k := poolKey(&r, clock.Now().UnixMilli())
-	w := p.windows.find(&k)
+	w := p.windows.Find(&k)
 	if w == nil {
 		t.Fatal("no window for the slot's cell")
 	}
-	_, end := w.poolCell()
+	_, end := poolCellOf(w)
 	p.regional.queueRefresh(w)
 	clock.Set(end + 10)
 	p.regional.refreshStale(context.Background())
 	for _, at := range []int64{end + 3_600_000, end + 7_200_000} {
 		clock.Set(at)
-		p.windows.evictIdle(clock.Now())
+		p.windows.EvictIdle(clock.Now())
 	}
-	if p.windows.find(&k) != nil {
+	if p.windows.Find(&k) != nil {
 		t.Fatal("the pool cell's window is still held two hours after its cell ended")
 	}
 }
@@ -803,7 +804,7 @@ func TestOtherGridsCellsImported(t *testing.T) {
 // another. (Before, the second acquisition hung: found by review.)
 func TestCollidedPoolKeys(t *testing.T) {
 	s := newTestService(t, newFakeClock(1_700_000_010_000))
-	s.windows.hashKey = func(windowKey, maphash.Seed) uint64 { return 7 }
+	s.windows.HashKey = func(cells.Key, maphash.Seed) uint64 { return 7 }
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

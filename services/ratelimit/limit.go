@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 )
 
@@ -80,11 +81,11 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 		if sp.algorithm == Concurrency {
 			key = poolKey(&req, now)
 		}
-		w, err := s.windows.forRequest(&key)
+		w, err := s.windows.ForRequest(&key)
 		if err != nil {
 			return Response{Limit: req.Limit, Reset: resetAt(&req, now), Algorithm: sp.algorithm}, err
 		}
-		if now < s.windows.janitorNow.Load() {
+		if now < s.windows.JanitorNow.Load() {
 			// The janitor read a later clock than ours and may have
 			// removed, as idle, the window whose cells our reading falls
 			// in: w may be one made since, empty for them. Decide now.
@@ -93,7 +94,7 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 				continue // in the cell of now
 			}
 		}
-		w.observeLimit(req.Limit)
+		w.ObserveLimit(req.Limit)
 		if sp.algorithm == Concurrency {
 			if resp, ok := s.decideSlots(ctx, w, now, sp, &req); ok {
 				return resp, nil
@@ -107,14 +108,14 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 			b = s.bucketFor(ctx, w, sp, now)
 		}
 		s.regional.prepare(ctx, w, now)
-		if key.period.Kind() == period.Calendar {
+		if key.Period.Kind() == period.Calendar {
 			// What other zones' periods counted of this one.
 			s.carryZones(w, now)
 		}
-		var cur *cell
+		var cur *cells.Cell
 		var counted bool
 		d, cur, counted = s.decide(w, b, now, sp, req.Cost, req.Report, false)
-		if counted && w.evicted() {
+		if counted && w.Evicted() {
 			// The janitor is removing w: take the count back and decide
 			// again on the window that replaces it.
 			s.windows.takeBack(w, cur, sp, req.Cost)
@@ -124,7 +125,7 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 		if counted && req.Reserve {
 			// Decisions on the cell weigh its refunds from now on, and
 			// reads of the regional store fetch them.
-			cur.flags.Or(cellReserved)
+			cur.Flags.Or(cells.Reserved)
 		}
 		s.regional.afterDecide(w, cur, now, &d, countedCost(counted, req.Cost))
 		if counted {
@@ -145,17 +146,17 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 // recorded as uncommitted, for a batch that may still roll back (never a
 // report). b is w's bucket for a token bucket (see bucketFor). It
 // returns the current cell and whether it counted cost into it.
-func (s *Service) decide(w *window, b *bucket, now int64, sp spec, cost int64, report, speculative bool) (decision, *cell, bool) {
+func (s *Service) decide(w *cells.Window, b *bucket, now int64, sp spec, cost int64, report, speculative bool) (decision, *cells.Cell, bool) {
 	hydrated := s.regional == nil
-	seq, start, end := w.seqAt(now)
-	cur, prev, newer := w.cellsAt(seq, hydrated)
+	seq, start, end := w.SeqAt(now)
+	cur, prev, newer := w.CellsAt(seq, hydrated)
 	for cur == nil {
 		// Another request already moved this window past our clock
 		// reading: decide at the start of its window, the strictest
 		// moment of that window.
-		seq, now = newer, w.startOf(newer)
-		seq, start, end = w.seqAt(now)
-		cur, prev, newer = w.cellsAt(seq, hydrated)
+		seq, now = newer, w.StartOf(newer)
+		seq, start, end = w.SeqAt(now)
+		cur, prev, newer = w.CellsAt(seq, hydrated)
 	}
 	if sp.algorithm == TokenBucket {
 		return s.decideBucket(w, b, now, sp, cur, cost, report, speculative)
@@ -166,15 +167,15 @@ func (s *Service) decide(w *window, b *bucket, now int64, sp spec, cost int64, r
 	}
 	dur := end - start
 	elapsed := now - start
-	curGlobal := cur.global.Load()
+	curGlobal := cur.Global.Load()
 	var prevGlobal int64
-	curFlags := cur.flags.Load()
+	curFlags := cur.Flags.Load()
 	flags := curFlags
 	if prev != nil {
-		prevGlobal = prev.global.Load()
-		flags |= prev.flags.Load()
+		prevGlobal = prev.Global.Load()
+		flags |= prev.Flags.Load()
 	}
-	if flags&cellReserved != 0 {
+	if flags&cells.Reserved != 0 {
 		// Refunds of settled reservations count against the cells they
 		// were given back to (totals are clamped at zero below).
 		curRefunds, prevRefunds := s.refundsAt(w, seq)
@@ -188,10 +189,10 @@ func (s *Service) decide(w *window, b *bucket, now int64, sp spec, cost int64, r
 	if report && cost > 0 {
 		// Spent already: counted whatever the verdict, up to maxCount, so
 		// that reports without end never wrap the counter.
-		n := addCapped(&cur.count, cost)
+		n := addCapped(&cur.Count, cost)
 		prevTotal := prevGlobal
 		if prev != nil {
-			prevTotal += prev.count.Load()
+			prevTotal += prev.Count.Load()
 		}
 		prevTotal = max(prevTotal, 0)
 		curTotal := max(n+curGlobal, 0)
@@ -204,19 +205,19 @@ func (s *Service) decide(w *window, b *bucket, now int64, sp spec, cost int64, r
 		}
 		return d, cur, true
 	}
-	// Count by compare-and-swap; after fastCASAttempts lost races, or on
+	// Count by compare-and-swap; after cells.FastCASAttempts lost races, or on
 	// a cell another decision holds the lock of, under the key's lock
-	// (see contention.go): never refused for losing races.
+	// (see cells.Contention): never refused for losing races.
 	var held *sync.Mutex
-	if curFlags&cellContended != 0 {
-		held = s.contention.lock(cur)
+	if curFlags&cells.Contended != 0 {
+		held = s.contention.Lock(cur)
 	}
 	for attempt := 0; ; attempt++ {
-		n := cur.count.Load()
+		n := cur.Count.Load()
 		curTotal := max(n+curGlobal, 0)
 		prevTotal := prevGlobal
 		if prev != nil {
-			prevTotal += prev.count.Load()
+			prevTotal += prev.Count.Load()
 		}
 		prevTotal = max(prevTotal, 0)
 		effective := curTotal + sp.overlap(prevTotal, elapsed, dur) + cost
@@ -224,28 +225,28 @@ func (s *Service) decide(w *window, b *bucket, now int64, sp spec, cost int64, r
 			d.success = false // a race lost may have found room before
 			d.remaining = min(max(0, limit-(effective-cost)), limit)
 			d.retryAfter = sp.retryAfter(elapsed, dur, curTotal, prevTotal, cost)
-			unlock(held, cur)
+			cells.Unlock(held, cur)
 			return d, cur, false
 		}
 		d.success = true
 		d.remaining = min(limit-effective, limit)
 		if cost == 0 {
-			unlock(held, cur)
+			cells.Unlock(held, cur)
 			return d, cur, false
 		}
 		if s.beforeCAS != nil {
 			s.beforeCAS(w, cur, attempt)
 		}
 		if speculative {
-			if w.applySpeculative(cur, n, cost) {
-				unlock(held, cur)
+			if w.ApplySpeculative(cur, n, cost) {
+				cells.Unlock(held, cur)
 				return d, cur, true
 			}
-		} else if cur.count.CompareAndSwap(n, n+cost) {
-			unlock(held, cur)
+		} else if cur.Count.CompareAndSwap(n, n+cost) {
+			cells.Unlock(held, cur)
 			return d, cur, true
 		}
-		held = s.contention.afterLost(held, cur, attempt)
+		held = s.contention.AfterLost(held, cur, attempt)
 	}
 }
 

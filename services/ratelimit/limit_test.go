@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 )
 
@@ -184,9 +185,9 @@ func TestGlobalCountsAreAddedToDecisions(t *testing.T) {
 	clock := newFakeClock(0)
 	s := newTestService(t, clock)
 	mustLimit(t, s, req("u", 10, time.Second, 1))
-	w := mustWindow(t, s, &windowKey{"ws", "ns", "u", period.OfLength(1000), false})
-	cur, _, _ := w.cellsAt(0, true)
-	cur.global.Store(8)
+	w := mustWindow(t, s, &cells.Key{Workspace: "ws", Namespace: "ns", Identifier: "u", Period: period.OfLength(1000)})
+	cur, _, _ := w.CellsAt(0, true)
+	cur.Global.Store(8)
 	if resp := mustLimit(t, s, req("u", 10, time.Second, 1)); !resp.Success || resp.Remaining != 0 {
 		t.Fatalf("1 own + 8 imported + 1: %+v, want success with 0 remaining", resp)
 	}
@@ -249,16 +250,16 @@ func TestStaleClockReading(t *testing.T) {
 	if !resp.Success || !resp.Reset.Equal(time.UnixMilli(3_000)) {
 		t.Fatalf("stale request: %+v, want success decided in window 2", resp)
 	}
-	w := mustWindow(t, s, &windowKey{"ws", "ns", "u", period.OfLength(1000), false})
-	cur, _, _ := w.cellsAt(2, true)
-	if got := cur.count.Load(); got != 2 {
+	w := mustWindow(t, s, &cells.Key{Workspace: "ws", Namespace: "ns", Identifier: "u", Period: period.OfLength(1000)})
+	cur, _, _ := w.CellsAt(2, true)
+	if got := cur.Count.Load(); got != 2 {
 		t.Fatalf("window 2 count = %d, want 2", got)
 	}
 }
 
 func TestHashCollisionsKeepKeysApart(t *testing.T) {
 	s := newTestService(t, newFakeClock(0))
-	s.windows.hashKey = func(windowKey, maphash.Seed) uint64 { return 42 }
+	s.windows.HashKey = func(cells.Key, maphash.Seed) uint64 { return 42 }
 	for _, id := range []string{"a", "b", "c"} {
 		if resp := mustLimit(t, s, req(id, 1, time.Second, 1)); !resp.Success {
 			t.Fatalf("first request of %q denied: colliding keys share a counter", id)
@@ -273,9 +274,9 @@ func TestHashCollisionsKeepKeysApart(t *testing.T) {
 }
 
 // mustWindow returns the window of k, creating it.
-func mustWindow(t testing.TB, s *Service, k *windowKey) *window {
+func mustWindow(t testing.TB, s *Service, k *cells.Key) *cells.Window {
 	t.Helper()
-	w, err := s.windows.forRequest(k)
+	w, err := s.windows.ForRequest(k)
 	if err != nil {
 		t.Fatal(err)
 	}

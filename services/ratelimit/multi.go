@@ -3,6 +3,8 @@ package ratelimit
 import (
 	"context"
 	"runtime"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 )
 
 // MaxBatch is the most limits one [Service.MultiLimit] call may hold.
@@ -21,8 +23,8 @@ type MultiResponse struct {
 
 // counted is one speculative increment of a batch.
 type counted struct {
-	w     *window
-	c     *cell
+	w     *cells.Window
+	c     *cells.Cell
 	cost  int64
 	index int
 }
@@ -48,25 +50,25 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 	if anyBlocked(reqs) {
 		return s.decideBlocked(ctx, reqs)
 	}
-	keys := make([]windowKey, len(reqs))
+	keys := make([]cells.Key, len(reqs))
 	for i := range reqs {
 		keys[i] = keyOf(&reqs[i])
 	}
 	now := s.clock.Now().UnixMilli()
 	results := make([]Response, len(reqs))
 	applied := make([]counted, 0, len(reqs))
-	windows := make([]*window, len(reqs))
-	curs := make([]*cell, len(reqs))
+	windows := make([]*cells.Window, len(reqs))
+	curs := make([]*cells.Cell, len(reqs))
 	decisions := make([]decision, len(reqs))
 	buckets := make([]*bucket, len(reqs))
 	for range maxEvictionRetries {
 		for i := range reqs {
-			w, err := s.windows.forRequest(&keys[i])
+			w, err := s.windows.ForRequest(&keys[i])
 			if err != nil {
 				return MultiResponse{}, err
 			}
 			windows[i] = w
-			w.observeLimit(reqs[i].Limit)
+			w.ObserveLimit(reqs[i].Limit)
 			// A bucket before the regional store's read, which takes what
 			// it raises from it.
 			buckets[i] = nil
@@ -88,11 +90,11 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 		}
 		evicted := false
 		for _, a := range applied {
-			evicted = evicted || a.w.evicted()
+			evicted = evicted || a.w.Evicted()
 		}
 		if passed && !evicted {
 			for _, a := range applied {
-				a.w.commit(a.c, a.cost)
+				a.w.Commit(a.c, a.cost)
 				s.global.noteGrowth(a.w, a.c, reqs[a.index].Limit)
 			}
 			for i, w := range windows {
@@ -102,7 +104,7 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 		}
 		for i := len(applied) - 1; i >= 0; i-- {
 			a := applied[i]
-			a.w.rollback(a.c, a.cost)
+			a.w.Rollback(a.c, a.cost)
 			if sp := specOf(&reqs[a.index]); sp.algorithm == TokenBucket {
 				s.windows.returnTokens(a.w, a.c, sp, a.cost)
 			}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/internal/invalid"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 )
 
@@ -50,9 +51,9 @@ func TestMultiLimitLastEntryFailsRollsBackAll(t *testing.T) {
 		t.Fatalf("after rollback a has %d and b %d remaining, want 10 and 10", a, b)
 	}
 	for _, id := range []string{"a", "b"} {
-		w := mustWindow(t, s, &windowKey{"ws", "ns", id, period.OfLength(60_000), false})
-		cur, _, _ := w.cellsAt(0, true)
-		if n, s := cur.count.Load(), cur.speculative.Load(); n != 0 || s != 0 {
+		w := mustWindow(t, s, &cells.Key{Workspace: "ws", Namespace: "ns", Identifier: id, Period: period.OfLength(60_000)})
+		cur, _, _ := w.CellsAt(0, true)
+		if n, s := cur.Count.Load(), cur.Speculative.Load(); n != 0 || s != 0 {
 			t.Fatalf("%s: count %d speculative %d after rollback, want 0 0", id, n, s)
 		}
 	}
@@ -67,9 +68,9 @@ func TestMultiLimitCommits(t *testing.T) {
 	if a, b := remaining(t, s, "a", 10), remaining(t, s, "b", 5); a != 7 || b != 0 {
 		t.Fatalf("after commit a has %d and b %d remaining, want 7 and 0", a, b)
 	}
-	w := mustWindow(t, s, &windowKey{"ws", "ns", "a", period.OfLength(60_000), false})
-	cur, _, _ := w.cellsAt(0, true)
-	if n, ok := w.committed(cur); !ok || n != 3 {
+	w := mustWindow(t, s, &cells.Key{Workspace: "ws", Namespace: "ns", Identifier: "a", Period: period.OfLength(60_000)})
+	cur, _, _ := w.CellsAt(0, true)
+	if n, ok := w.Committed(cur); !ok || n != 3 {
 		t.Fatalf("committed count = %d (%v), want 3", n, ok)
 	}
 }
@@ -162,11 +163,11 @@ func TestMultiLimitConcurrentNeverOverAdmits(t *testing.T) {
 	}
 	wg.Wait()
 	for _, id := range ids {
-		w := mustWindow(t, s, &windowKey{"ws", "ns", id, period.OfLength(60_000), false})
-		cur, _, _ := w.cellsAt(0, true)
-		n, ok := w.committed(cur)
-		if !ok || n != admitted[id] || cur.speculative.Load() != 0 {
-			t.Fatalf("%s: committed %d (%v), speculative %d, admitted %d", id, n, ok, cur.speculative.Load(), admitted[id])
+		w := mustWindow(t, s, &cells.Key{Workspace: "ws", Namespace: "ns", Identifier: id, Period: period.OfLength(60_000)})
+		cur, _, _ := w.CellsAt(0, true)
+		n, ok := w.Committed(cur)
+		if !ok || n != admitted[id] || cur.Speculative.Load() != 0 {
+			t.Fatalf("%s: committed %d (%v), speculative %d, admitted %d", id, n, ok, cur.Speculative.Load(), admitted[id])
 		}
 		if n > limit {
 			t.Fatalf("%s: admitted %d of limit %d", id, n, limit)
@@ -179,8 +180,8 @@ func TestMultiLimitConcurrentNeverOverAdmits(t *testing.T) {
 func TestCommittedNeverShowsSpeculative(t *testing.T) {
 	s := newTestService(t, newFakeClock(0))
 	mustLimit(t, s, req("k", 1_000_000, time.Minute, 5))
-	w := mustWindow(t, s, &windowKey{"ws", "ns", "k", period.OfLength(60_000), false})
-	cur, _, _ := w.cellsAt(0, true)
+	w := mustWindow(t, s, &cells.Key{Workspace: "ws", Namespace: "ns", Identifier: "k", Period: period.OfLength(60_000)})
+	cur, _, _ := w.CellsAt(0, true)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for g := 0; g < 4; g++ {
@@ -193,15 +194,15 @@ func TestCommittedNeverShowsSpeculative(t *testing.T) {
 					return
 				default:
 				}
-				n := cur.count.Load()
-				if w.applySpeculative(cur, n, 7) {
-					w.rollback(cur, 7)
+				n := cur.Count.Load()
+				if w.ApplySpeculative(cur, n, 7) {
+					w.Rollback(cur, 7)
 				}
 			}
 		}()
 	}
 	for i := 0; i < 200_000; i++ {
-		if n, ok := w.committed(cur); ok && n != 5 {
+		if n, ok := w.Committed(cur); ok && n != 5 {
 			close(stop)
 			wg.Wait()
 			t.Fatalf("committed read %d, want 5", n)

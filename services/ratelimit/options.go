@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
@@ -26,7 +27,7 @@ type settings struct {
 	halfFloorOnly bool
 	// beforeCAS runs before every compare-and-swap of a decision: a test's
 	// way to make races lost (withBeforeCAS).
-	beforeCAS func(w *window, c *cell, attempt int)
+	beforeCAS func(w *cells.Window, c *cells.Cell, attempt int)
 }
 
 // WithClock makes the service read time from clock instead of the wall

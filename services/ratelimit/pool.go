@@ -9,6 +9,7 @@ import (
 
 	"github.com/puzpuzpuz/xsync/v4"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
@@ -45,34 +46,34 @@ type poolGroup struct {
 // poolCell is the window of one cell of a pool and the window of its
 // releases, nil until there is one.
 type poolCell struct {
-	w, refunds *window
+	w, refunds *cells.Window
 }
 
 // pools holds the table's pools, by identity and by the windows of their
 // cells.
 type pools struct {
 	groups   *xsync.Map[poolID, *poolGroup]
-	byWindow *xsync.Map[*window, *poolGroup]
+	byWindow *xsync.Map[*cells.Window, *poolGroup]
 }
 
 // poolIDOf returns the pool of w, a pool cell's window.
-func poolIDOf(w *window) poolID {
-	k := w.key()
-	return poolID{k.workspace, k.namespace, k.identifier}
+func poolIDOf(w *cells.Window) poolID {
+	k := w.Key()
+	return poolID{k.Workspace, k.Namespace, k.Identifier}
 }
 
 // isPool reports whether w is a window of a pool's cell (not of its
 // releases).
-func (w *window) isPool() bool { return w.period().Kind() == period.Pool && !w.holdsRefunds() }
+func isPool(w *cells.Window) bool { return w.Period().Kind() == period.Pool && !w.HoldsRefunds() }
 
 // add files w, a pool cell's window new in the table, or the window of
 // its releases, in its pool, once: a window the janitor is removing is
 // not filed, nor one filed already. other returns the cell's other
 // window (its releases', for a cell's; the cell's, for its releases'),
 // nil if the table holds none; it runs while the pool is held.
-func (p *pools) add(w *window, other func() *window) {
+func (p *pools) add(w *cells.Window, other func() *cells.Window) {
 	p.groups.Compute(poolIDOf(w), func(g *poolGroup, loaded bool) (*poolGroup, xsync.ComputeOp) {
-		if w.evicted() || !loaded && w.holdsRefunds() {
+		if w.Evicted() || !loaded && w.HoldsRefunds() {
 			// Removed meanwhile; or releases of a cell no window of
 			// which is filed: its window, when made, finds them.
 			return g, xsync.CancelOp
@@ -83,7 +84,7 @@ func (p *pools) add(w *window, other func() *window) {
 		o := other()
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		if !w.holdsRefunds() {
+		if !w.HoldsRefunds() {
 			if !slices.ContainsFunc(g.cells, func(c poolCell) bool { return c.w == w }) {
 				g.cells = append(g.cells, poolCell{w: w, refunds: o})
 				p.byWindow.Store(w, g)
@@ -101,7 +102,7 @@ func (p *pools) add(w *window, other func() *window) {
 
 // remove takes w, evicted, out of its pool: a cell's window with its
 // releases', or the releases' alone.
-func (p *pools) remove(w *window) {
+func (p *pools) remove(w *cells.Window) {
 	p.byWindow.Delete(w)
 	p.groups.Compute(poolIDOf(w), func(g *poolGroup, loaded bool) (*poolGroup, xsync.ComputeOp) {
 		if !loaded {
@@ -109,7 +110,7 @@ func (p *pools) remove(w *window) {
 		}
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		if w.holdsRefunds() {
+		if w.HoldsRefunds() {
 			for i := range g.cells {
 				if g.cells[i].refunds == w {
 					g.cells[i].refunds = nil
@@ -128,7 +129,7 @@ func (p *pools) remove(w *window) {
 // of returns the pool of w, a pool cell's window. A window the janitor
 // removed meanwhile has none: the caller decides again on the window that
 // replaces it.
-func (p *pools) of(w *window) *poolGroup {
+func (p *pools) of(w *cells.Window) *poolGroup {
 	g, _ := p.byWindow.Load(w)
 	return g
 }
@@ -136,11 +137,11 @@ func (p *pools) of(w *window) *poolGroup {
 // poolOf returns the pool of w, a pool cell's window, filing w first if
 // another request made it and has not filed it yet (filing is idempotent);
 // nil if the janitor is removing w.
-func (t *windowTable) poolOf(w *window) *poolGroup {
-	if g := t.pools.of(w); g != nil || w.evicted() {
+func (t *windowTable) poolOf(w *cells.Window) *poolGroup {
+	if g := t.pools.of(w); g != nil || w.Evicted() {
 		return g
 	}
-	t.filed(w)
+	t.Filed(w)
 	return t.pools.of(w)
 }
 
@@ -150,7 +151,7 @@ func (g *poolGroup) live(now int64) []poolCell {
 	defer g.mu.Unlock()
 	out := make([]poolCell, 0, len(g.cells))
 	for _, c := range g.cells {
-		if _, end := c.w.poolCell(); end > now {
+		if _, end := poolCellOf(c.w); end > now {
 			out = append(out, c)
 		}
 	}
@@ -158,22 +159,22 @@ func (g *poolGroup) live(now int64) []poolCell {
 }
 
 // holdsPool reports whether the table holds a pool of k's identity.
-func (t *windowTable) holdsPool(k *windowKey) bool {
-	_, ok := t.pools.groups.Load(poolID{k.workspace, k.namespace, k.identifier})
+func (t *windowTable) holdsPool(k *cells.Key) bool {
+	_, ok := t.pools.groups.Load(poolID{k.Workspace, k.Namespace, k.Identifier})
 	return ok
 }
 
 // poolKey returns the key of the cell a slot of the concurrency limit of
 // req (its lease in Duration) acquired at now (unix ms) is counted in.
-func poolKey(req *Request, now int64) windowKey {
-	return windowKey{workspace: req.Workspace, namespace: req.Namespace, identifier: req.Identifier,
-		period: period.ForLease(req.Duration.Milliseconds(), now)}
+func poolKey(req *Request, now int64) cells.Key {
+	return cells.Key{Workspace: req.Workspace, Namespace: req.Namespace, Identifier: req.Identifier,
+		Period: period.ForLease(req.Duration.Milliseconds(), now)}
 }
 
-// poolCell returns the cell of w, a pool cell's window, and when it ends
+// poolCellOf returns the cell of w, a pool cell's window, and when it ends
 // (unix ms).
-func (w *window) poolCell() (seq, end int64) {
-	p := w.period()
+func poolCellOf(w *cells.Window) (seq, end int64) {
+	p := w.Period()
 	return p.Cell(), p.CellEnd()
 }
 
@@ -206,18 +207,18 @@ func freeAfter(cells []heldCell, held, cost, limit, now int64) int64 {
 func poolHeld(g *poolGroup, now int64, cells *[]heldCell) int64 {
 	var held int64
 	for _, pc := range g.cells {
-		seq, end := pc.w.poolCell()
+		seq, end := poolCellOf(pc.w)
 		if end <= now {
 			continue
 		}
-		c := pc.w.cells[seq&1].Load()
-		if c == nil || c.seq() != seq {
+		c := pc.w.Cells[seq&1].Load()
+		if c == nil || c.Seq() != seq {
 			continue
 		}
-		n := c.count.Load() + c.global.Load()
+		n := c.Count.Load() + c.Global.Load()
 		if pc.refunds != nil {
-			if r := pc.refunds.cells[seq&1].Load(); r != nil && r.seq() == seq {
-				n -= r.count.Load() + r.global.Load()
+			if r := pc.refunds.Cells[seq&1].Load(); r != nil && r.Seq() == seq {
+				n -= r.Count.Load() + r.Global.Load()
 			}
 		}
 		if n > 0 {
@@ -236,7 +237,7 @@ func poolHeld(g *poolGroup, now int64, cells *[]heldCell) int64 {
 // that read the pool with it. The answer's Reset is the end of the cell a
 // slot taken now would be counted in, as a check answers. It reports
 // false when it could not (the janitor removed w).
-func (s *Service) checkPoolOf(w *window, req *Request, now int64) (Response, bool) {
+func (s *Service) checkPoolOf(w *cells.Window, req *Request, now int64) (Response, bool) {
 	d, cur, _ := s.decidePool(w, now, specOf(req), 0)
 	if cur == nil {
 		return Response{}, false
@@ -250,9 +251,9 @@ func (s *Service) checkPoolOf(w *window, req *Request, now int64) (Response, boo
 // at now (unix ms), and counts it if it fits. It returns w's cell and
 // whether it counted cost into it; nil, when the janitor removed w
 // meanwhile.
-func (s *Service) decidePool(w *window, now int64, sp spec, cost int64) (decision, *cell, bool) {
-	seq, end := w.poolCell()
-	cur, _ := w.cellAt(seq, s.regional == nil)
+func (s *Service) decidePool(w *cells.Window, now int64, sp spec, cost int64) (decision, *cells.Cell, bool) {
+	seq, end := poolCellOf(w)
+	cur, _ := w.CellAt(seq, s.regional == nil)
 	g := s.windows.poolOf(w)
 	if cur == nil || g == nil {
 		return decision{}, nil, false
@@ -273,7 +274,7 @@ func (s *Service) decidePool(w *window, now int64, sp spec, cost int64) (decisio
 	if cost == 0 {
 		return d, cur, false
 	}
-	addCapped(&cur.count, cost)
+	addCapped(&cur.Count, cost)
 	return d, cur, true
 }
 
@@ -294,7 +295,7 @@ func LeaseEnd(lease time.Duration, cell int64) time.Time {
 // slots of the pool of w, w's cell the one its slots are counted in, at
 // now (unix ms). It reports false when the janitor removed w meanwhile:
 // the caller decides again.
-func (s *Service) decideSlots(ctx context.Context, w *window, now int64, sp spec, req *Request) (Response, bool) {
+func (s *Service) decideSlots(ctx context.Context, w *cells.Window, now int64, sp spec, req *Request) (Response, bool) {
 	lost := false
 	if s.regional != nil && req.Cost > 0 {
 		// Slots are taken in the regional store, atomically; from
@@ -334,15 +335,15 @@ func (s *Service) decideSlots(ctx context.Context, w *window, now int64, sp spec
 		// they are held by no one until their cell ends, counted once,
 		// never twice, and never freed where no one took them.
 		if !counted {
-			addCapped(&cur.count, req.Cost)
+			addCapped(&cur.Count, req.Cost)
 		}
 		s.regional.afterDecide(w, cur, now, &d, 0)
 		s.global.noteGrowth(w, cur, req.Limit)
 		return d.response(), true
-	case counted && w.evicted():
+	case counted && w.Evicted():
 		// The janitor is removing w: take the count back and decide
 		// again on the window that replaces it.
-		cur.count.Add(-req.Cost)
+		cur.Count.Add(-req.Cost)
 		runtime.Gosched()
 		return Response{}, false
 	}

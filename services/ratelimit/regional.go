@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
@@ -79,12 +80,12 @@ type regionalTier struct {
 	windows *windowTable
 
 	flight    singleflight.Group // one read per cold cell
-	replays   queue[cellRef]
-	refreshes queue[*window]
+	replays   cells.Queue[cells.Ref]
+	refreshes cells.Queue[*cells.Window]
 	// mark, set when the region has a global store, returns the limit to
 	// mark a replayed cell with in the store's index of cells to publish,
 	// or 0 (see globalTier.markFor).
-	mark func(w *window, c *cell) int64
+	mark func(w *cells.Window, c *cells.Cell) int64
 	// writer names this process's refunds and slots in the store (see
 	// increment and takeSlots).
 	writer string
@@ -118,16 +119,16 @@ func newWriterID() string {
 // once, and slots written twice are counted once (the process's takes
 // are totals of other writers, its lanes: see takeLane). A write of totals
 // that fails is sent again with its total, not its delta (see resend).
-func (r *regionalTier) increment(w *window, c *cell, delta, now int64) store.Increment {
-	inc := store.Increment{Key: w.cellKey(c.seq()), Delta: delta,
-		TTL: time.Duration(w.expiresAt(c.seq())-now) * time.Millisecond}
-	if k := w.period().Kind(); (w.holdsRefunds() && k != period.Bucket) || k == period.Pool {
+func (r *regionalTier) increment(w *cells.Window, c *cells.Cell, delta, now int64) store.Increment {
+	inc := store.Increment{Key: w.CellKey(c.Seq()), Delta: delta,
+		TTL: time.Duration(w.ExpiresAt(c.Seq())-now) * time.Millisecond}
+	if k := w.Period().Kind(); (w.HoldsRefunds() && k != period.Bucket) || k == period.Pool {
 		inc.Delta = 0
-		name, total := r.windows.giveBack(w, c.seq(), delta)
+		name, total := r.windows.giveBack(w, c.Seq(), delta)
 		inc.Writer, inc.Total = r.writer+"/"+name, total
 		return inc
 	}
-	if held := c.stored.Load(); held > 0 {
+	if held := c.Stored.Load(); held > 0 {
 		inc.Floor = held + delta
 	}
 	return inc
@@ -136,9 +137,9 @@ func (r *regionalTier) increment(w *window, c *cell, delta, now int64) store.Inc
 // resend queues c, a cell of w whose write failed, for the next replay:
 // a count's delta is added again (counted twice rather than lost); a
 // total (refunds, slots) already holds it, so it is sent again as it is.
-func (r *regionalTier) resend(w *window, c *cell, inc store.Increment) {
+func (r *regionalTier) resend(w *cells.Window, c *cells.Cell, inc store.Increment) {
 	if inc.Writer != "" || inc.Delta == 0 {
-		c.flags.Or(cellReseed) // sent even without an increment
+		c.Flags.Or(cells.Reseed) // sent even without an increment
 	}
 	r.queueReplay(w, c, inc.Delta)
 }
@@ -148,11 +149,11 @@ func (r *regionalTier) queued() int {
 	if r == nil {
 		return 0
 	}
-	return r.replays.len() + r.refreshes.len()
+	return r.replays.Len() + r.refreshes.Len()
 }
 
 // prepare brings w up to date before a decision at now (see prepareWindow).
-func (r *regionalTier) prepare(ctx context.Context, w *window, now int64) {
+func (r *regionalTier) prepare(ctx context.Context, w *cells.Window, now int64) {
 	if r != nil {
 		r.prepareWindow(ctx, w, now)
 	}
@@ -160,7 +161,7 @@ func (r *regionalTier) prepare(ctx context.Context, w *window, now int64) {
 
 // prepareBatch brings the windows of a batch up to date before a decision
 // at now (see prepareBatchWindows).
-func (r *regionalTier) prepareBatch(ctx context.Context, ws []*window, now int64) {
+func (r *regionalTier) prepareBatch(ctx context.Context, ws []*cells.Window, now int64) {
 	if r != nil {
 		r.prepareBatchWindows(ctx, ws, now)
 	}
@@ -168,7 +169,7 @@ func (r *regionalTier) prepareBatch(ctx context.Context, ws []*window, now int64
 
 // afterDecide does the regional tier's share of decision d on w at now (see
 // afterDecideWindow).
-func (r *regionalTier) afterDecide(w *window, cur *cell, now int64, d *decision, counted int64) {
+func (r *regionalTier) afterDecide(w *cells.Window, cur *cells.Cell, now int64, d *decision, counted int64) {
 	if r != nil {
 		r.afterDecideWindow(w, cur, now, d, counted)
 	}
@@ -228,29 +229,29 @@ func isPartial(err error) bool {
 // is read again as a cold one is, and a warm window whose last read is older
 // than freshnessInterval is refreshed in the background while this request
 // decides from memory.
-func (r *regionalTier) prepareWindow(ctx context.Context, w *window, now int64) {
-	cur, _ := w.cellAt(w.seqOf(now), false)
+func (r *regionalTier) prepareWindow(ctx context.Context, w *cells.Window, now int64) {
+	cur, _ := w.CellAt(w.SeqOf(now), false)
 	if cur == nil {
 		return // a stale clock reading: decide handles it
 	}
-	flags := cur.flags.Load()
-	last := w.refreshedAt.Load()
+	flags := cur.Flags.Load()
+	last := w.RefreshedAt.Load()
 	switch {
-	case flags&cellHydrated == 0:
+	case flags&cells.Hydrated == 0:
 		r.hydrate(ctx, w, cur, opCold)
-	case now < w.strictUntil.Load():
-		if now-last >= strictRefresh(w) && w.refreshedAt.CompareAndSwap(last, now) {
-			r.refreshNow(ctx, []*window{w}, now, opStrict)
+	case now < w.StrictUntil.Load():
+		if now-last >= strictRefresh(w) && w.RefreshedAt.CompareAndSwap(last, now) {
+			r.refreshNow(ctx, []*cells.Window{w}, now, opStrict)
 		}
 	case now-last >= maxCopyAge.Milliseconds():
 		// The copy is too old to decide from: make the cell cold again, so
 		// that this request and any that race it wait for one read.
-		if w.refreshedAt.CompareAndSwap(last, now) {
-			cur.flags.And(^cellHydrated)
+		if w.RefreshedAt.CompareAndSwap(last, now) {
+			cur.Flags.And(^cells.Hydrated)
 		}
 		r.hydrate(ctx, w, cur, opAged)
 	case now-last >= freshnessInterval.Milliseconds():
-		if w.refreshedAt.CompareAndSwap(last, now) {
+		if w.RefreshedAt.CompareAndSwap(last, now) {
 			r.queueRefresh(w)
 		}
 	}
@@ -258,34 +259,34 @@ func (r *regionalTier) prepareWindow(ctx context.Context, w *window, now int64) 
 
 // prepareBatchWindows is prepareWindow for the windows of a batch: every cold
 // or strict window is read in one round trip.
-func (r *regionalTier) prepareBatchWindows(ctx context.Context, ws []*window, now int64) {
-	var toRead []*window
+func (r *regionalTier) prepareBatchWindows(ctx context.Context, ws []*cells.Window, now int64) {
+	var toRead []*cells.Window
 	op := opStrict
 	for _, w := range ws {
-		cur, _ := w.cellAt(w.seqOf(now), false)
+		cur, _ := w.CellAt(w.SeqOf(now), false)
 		if cur == nil {
 			continue
 		}
-		flags := cur.flags.Load()
-		last := w.refreshedAt.Load()
+		flags := cur.Flags.Load()
+		last := w.RefreshedAt.Load()
 		switch {
-		case flags&cellHydrated == 0:
-			w.refreshedAt.Store(now)
+		case flags&cells.Hydrated == 0:
+			w.RefreshedAt.Store(now)
 			toRead = append(toRead, w)
 			op = opCold
-		case now < w.strictUntil.Load():
-			if now-last >= strictRefresh(w) && w.refreshedAt.CompareAndSwap(last, now) {
+		case now < w.StrictUntil.Load():
+			if now-last >= strictRefresh(w) && w.RefreshedAt.CompareAndSwap(last, now) {
 				toRead = append(toRead, w)
 			}
 		case now-last >= maxCopyAge.Milliseconds():
-			if w.refreshedAt.CompareAndSwap(last, now) {
+			if w.RefreshedAt.CompareAndSwap(last, now) {
 				toRead = append(toRead, w)
 				if op == opStrict {
 					op = opAged
 				}
 			}
 		case now-last >= freshnessInterval.Milliseconds():
-			if w.refreshedAt.CompareAndSwap(last, now) {
+			if w.RefreshedAt.CompareAndSwap(last, now) {
 				r.queueRefresh(w)
 			}
 		}
@@ -299,13 +300,13 @@ func (r *regionalTier) prepareBatchWindows(ctx context.Context, ws []*window, no
 // every request that arrives while the read is under way waits for it (at most
 // store.RequestTimeout) instead of asking again. op names the read in the
 // metrics.
-func (r *regionalTier) hydrate(ctx context.Context, w *window, cur *cell, op string) {
+func (r *regionalTier) hydrate(ctx context.Context, w *cells.Window, cur *cells.Cell, op string) {
 	var buf [24]byte
 	key := string(strconv.AppendUint(buf[:0], uint64(uintptr(unsafe.Pointer(cur))), 36))
 	r.flight.Do(key, func() (any, error) {
-		if cur.flags.Load()&cellHydrated == 0 {
-			w.refreshedAt.Store(r.clock.Now().UnixMilli())
-			r.refreshNow(ctx, []*window{w}, w.startOf(cur.seq()), op)
+		if cur.Flags.Load()&cells.Hydrated == 0 {
+			w.RefreshedAt.Store(r.clock.Now().UnixMilli())
+			r.refreshNow(ctx, []*cells.Window{w}, w.StartOf(cur.Seq()), op)
 		}
 		return nil, nil
 	})
@@ -315,13 +316,13 @@ func (r *regionalTier) hydrate(ctx context.Context, w *window, cur *cell, op str
 // a window that could not be read is handed to the background loop to retry.
 // The current cells count as hydrated afterwards even if the read failed:
 // requests then decide from memory instead of waiting again.
-func (r *regionalTier) refreshNow(ctx context.Context, ws []*window, now int64, op string) {
+func (r *regionalTier) refreshNow(ctx context.Context, ws []*cells.Window, now int64, op string) {
 	for _, w := range r.refresh(ctx, ws, now, op, store.RequestTimeout) {
 		r.queueRefresh(w)
 	}
 	for _, w := range ws {
-		if cur, _ := w.cellAt(w.seqOf(now), false); cur != nil {
-			cur.flags.Or(cellHydrated)
+		if cur, _ := w.CellAt(w.SeqOf(now), false); cur != nil {
+			cur.Flags.Or(cells.Hydrated)
 		}
 	}
 }
@@ -330,17 +331,17 @@ func (r *regionalTier) refreshNow(ctx context.Context, ws []*window, now int64, 
 // store in one round trip, merges what it read, and returns the windows it
 // could not read (all of them if the store failed, those of a server that is
 // down if it answered in part).
-func (r *regionalTier) refresh(ctx context.Context, ws []*window, now int64, op string, timeout time.Duration) (failed []*window) {
+func (r *regionalTier) refresh(ctx context.Context, ws []*cells.Window, now int64, op string, timeout time.Duration) (failed []*cells.Window) {
 	keys := make([]store.CellKey, 0, 2*len(ws))
 	for _, w := range ws {
-		seq := w.seqOf(now)
-		keys = append(keys, w.cellKey(seq), w.cellKey(seq-1))
+		seq := w.SeqOf(now)
+		keys = append(keys, w.CellKey(seq), w.CellKey(seq-1))
 	}
 	// The refunds of reserved cells are read in the same round trip.
 	refunds := r.refundsToRead(ws, now)
 	for _, rw := range refunds {
-		seq := rw.seqOf(now)
-		keys = append(keys, rw.cellKey(seq), rw.cellKey(seq-1))
+		seq := rw.SeqOf(now)
+		keys = append(keys, rw.CellKey(seq), rw.CellKey(seq-1))
 	}
 	counts, err := r.call(ctx, op, timeout, func(ctx context.Context) ([]int64, error) {
 		return r.store.Load(ctx, keys)
@@ -354,16 +355,16 @@ func (r *regionalTier) refresh(ctx context.Context, ws []*window, now int64, op 
 			failed = append(failed, w)
 			continue
 		}
-		seq := w.seqOf(now)
+		seq := w.SeqOf(now)
 		r.merge(w, seq, cur)
 		r.merge(w, seq-1, prev)
-		if c, _ := w.cellAt(seq, false); c != nil {
-			c.flags.Or(cellHydrated)
+		if c, _ := w.CellAt(seq, false); c != nil {
+			c.Flags.Or(cells.Hydrated)
 		}
 	}
 	counts = counts[2*len(ws):]
 	for i, rw := range refunds {
-		seq := rw.seqOf(now)
+		seq := rw.SeqOf(now)
 		if cur := counts[2*i]; cur >= 0 {
 			r.merge(rw, seq, cur)
 		}
@@ -375,24 +376,24 @@ func (r *regionalTier) refresh(ctx context.Context, ws []*window, now int64, op 
 }
 
 // refundsToRead returns the refunds windows of those of ws whose current or
-// previous cell at now is reserved (see cellReserved), creating them: what
+// previous cell at now is reserved (see cells.Reserved), creating them: what
 // other processes gave back of those cells is in the regional store.
-func (r *regionalTier) refundsToRead(ws []*window, now int64) []*window {
-	var out []*window
+func (r *regionalTier) refundsToRead(ws []*cells.Window, now int64) []*cells.Window {
+	var out []*cells.Window
 	for _, w := range ws {
-		seq := w.seqOf(now)
+		seq := w.SeqOf(now)
 		reserved := false
-		for i := range w.cells {
-			if c := w.cells[i].Load(); c != nil && c.seq() >= seq-1 && c.flags.Load()&cellReserved != 0 {
+		for i := range w.Cells {
+			if c := w.Cells[i].Load(); c != nil && c.Seq() >= seq-1 && c.Flags.Load()&cells.Reserved != 0 {
 				reserved = true
 			}
 		}
 		if !reserved {
 			continue
 		}
-		k := w.refundsKey()
-		if rw, _, err := r.windows.findOrCreate(&k); err == nil {
-			rw.observeLimit(w.limit.Load())
+		k := w.RefundsKey()
+		if rw, _, err := r.windows.FindOrCreate(&k); err == nil {
+			rw.ObserveLimit(w.Limit.Load())
 			out = append(out, rw)
 		}
 	}
@@ -406,19 +407,19 @@ func (r *regionalTier) refundsToRead(ws []*window, now int64) []*window {
 // its data: a Redis restarted without persistence, a cluster master back
 // empty) is re-seeded with that by the next replay (see cell.stored). A cell
 // the process has no slot for any more is left alone.
-func (r *regionalTier) merge(w *window, seq, stored int64) {
-	c := w.cellForMerge(seq, stored)
+func (r *regionalTier) merge(w *cells.Window, seq, stored int64) {
+	c := w.CellForMerge(seq, stored)
 	if c == nil {
 		return
 	}
-	n := stored + c.unreplayed.Load() + c.speculative.Load()
-	r.windows.raise(w, c, &c.count, n, r.clock.Now().UnixMilli())
-	if stored < c.stored.Load() {
-		c.flags.Or(cellReseed)
+	n := stored + c.Unreplayed.Load() + c.Speculative.Load()
+	r.windows.raise(w, c, &c.Count, n, r.clock.Now().UnixMilli())
+	if stored < c.Stored.Load() {
+		c.Flags.Or(cells.Reseed)
 		r.queueReplay(w, c, 0)
 		return
 	}
-	atomicMax(&c.stored, stored)
+	cells.AtomicMax(&c.Stored, stored)
 }
 
 // afterDecideWindow does the regional tier's share of decision d on w at now:
@@ -428,7 +429,7 @@ func (r *regionalTier) merge(w *window, seq, stored int64) {
 // Near the limit is where processes that are each
 // one admission behind the others would together admit too much; strict
 // decisions read the store first.
-func (r *regionalTier) afterDecideWindow(w *window, cur *cell, now int64, d *decision, counted int64) {
+func (r *regionalTier) afterDecideWindow(w *cells.Window, cur *cells.Cell, now int64, d *decision, counted int64) {
 	if counted > 0 {
 		r.queueReplay(w, cur, counted)
 	}
@@ -440,14 +441,14 @@ func (r *regionalTier) afterDecideWindow(w *window, cur *cell, now int64, d *dec
 
 // makeStrict keeps w strict for one duration from now: its decisions read
 // the store first (at most once per strictRefresh).
-func (r *regionalTier) makeStrict(w *window, now int64) {
-	until := now + w.strictSpan(now)
+func (r *regionalTier) makeStrict(w *cells.Window, now int64) {
+	until := now + w.StrictSpan(now)
 	for {
-		old := w.strictUntil.Load()
+		old := w.StrictUntil.Load()
 		if until <= old {
 			return
 		}
-		if w.strictUntil.CompareAndSwap(old, until) {
+		if w.StrictUntil.CompareAndSwap(old, until) {
 			if old <= now {
 				r.metrics.strictActivations.Inc()
 			}
@@ -458,26 +459,26 @@ func (r *regionalTier) makeStrict(w *window, now int64) {
 
 // queueReplay records that cost (0 for a cell to re-seed) was accepted into
 // c and, if c is not queued yet, queues it for the next replay.
-func (r *regionalTier) queueReplay(w *window, c *cell, cost int64) {
-	c.unreplayed.Add(cost)
-	flags := c.flags.Load()
-	if flags&cellQueued != 0 {
+func (r *regionalTier) queueReplay(w *cells.Window, c *cells.Cell, cost int64) {
+	c.Unreplayed.Add(cost)
+	flags := c.Flags.Load()
+	if flags&cells.Queued != 0 {
 		return
 	}
-	if old := c.flags.Or(cellQueued); old&cellQueued != 0 {
+	if old := c.Flags.Or(cells.Queued); old&cells.Queued != 0 {
 		return
 	}
-	if !r.replays.push(cellRef{w: w, c: c}) {
+	if !r.replays.Push(cells.Ref{W: w, C: c}) {
 		// The cell stays unreplayed and unqueued: its next accepted request
 		// queues it again.
-		c.flags.And(^cellQueued)
+		c.Flags.And(^cells.Queued)
 		r.metrics.queueOverflow.WithLabelValues("replay").Inc()
 	}
 }
 
 // queueRefresh queues w for a background read from the regional store.
-func (r *regionalTier) queueRefresh(w *window) {
-	if !r.refreshes.push(w) {
+func (r *regionalTier) queueRefresh(w *cells.Window) {
+	if !r.refreshes.Push(w) {
 		r.metrics.queueOverflow.WithLabelValues("refresh").Inc()
 	}
 }
@@ -486,6 +487,6 @@ func (r *regionalTier) queueRefresh(w *window) {
 // reads: strictRefreshInterval, or a hundredth of the window for windows
 // under 10 s, so that short windows converge within a small share of their
 // length.
-func strictRefresh(w *window) int64 {
-	return min(strictRefreshInterval.Milliseconds(), w.period().Ms()/100)
+func strictRefresh(w *cells.Window) int64 {
+	return min(strictRefreshInterval.Milliseconds(), w.Period().Ms()/100)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
@@ -33,35 +34,35 @@ func (r *regionalTier) run(ctx context.Context) {
 // of one (see merge), by max-merge: processes that re-seed at once do not
 // add up. An increment the store did not take goes back into its cell and
 // is sent again next time, for as long as its window can still affect a
-// decision. A cell whose count the store took at once (cellToMark) is sent
+// decision. A cell whose count the store took at once (cells.ToMark) is sent
 // without an increment if it is to be marked, and again if that fails.
 func (r *regionalTier) replay(ctx context.Context) {
 	r.resendTakes(ctx, r.clock.Now().UnixMilli())
-	items := r.replays.take()
+	items := r.replays.Take()
 	if len(items) == 0 {
 		return
 	}
 	now := r.clock.Now().UnixMilli()
 	incs := make([]store.Increment, 0, len(items))
-	var marksOnly []bool // by inc: sent only to mark the cell (cellToMark)
-	var reseeded []cellRef
+	var marksOnly []bool // by inc: sent only to mark the cell (cells.ToMark)
+	var reseeded []cells.Ref
 	sent := items[:0]
 	for _, it := range items {
-		flags := it.c.flags.And(^(cellQueued | cellReseed | cellToMark))
-		reseed := flags&cellReseed != 0
-		delta := it.c.unreplayed.Swap(0)
+		flags := it.C.Flags.And(^(cells.Queued | cells.Reseed | cells.ToMark))
+		reseed := flags&cells.Reseed != 0
+		delta := it.C.Unreplayed.Swap(0)
 		markOnly := delta == 0 && !reseed
-		if markOnly && flags&cellToMark == 0 {
+		if markOnly && flags&cells.ToMark == 0 {
 			continue
 		}
-		if it.c.seq() < it.w.seqOf(now)-1 {
+		if it.C.Seq() < it.W.SeqOf(now)-1 {
 			// The cell can no longer affect any decision anywhere.
 			r.metrics.replayExpired.Add(float64(delta))
 			continue
 		}
-		inc := r.increment(it.w, it.c, delta, now)
+		inc := r.increment(it.W, it.C, delta, now)
 		if r.mark != nil {
-			inc.Mark = r.mark(it.w, it.c)
+			inc.Mark = r.mark(it.W, it.C)
 		}
 		if markOnly && inc.Mark == 0 {
 			continue // only to mark, and not worth marking (or marked)
@@ -69,7 +70,7 @@ func (r *regionalTier) replay(ctx context.Context) {
 		incs = append(incs, inc)
 		marksOnly = append(marksOnly, markOnly)
 		sent = append(sent, it)
-		if reseed && it.w.isPool() {
+		if reseed && isPool(it.W) {
 			reseeded = append(reseeded, it)
 		}
 	}
@@ -78,7 +79,7 @@ func (r *regionalTier) replay(ctx context.Context) {
 		// of this process's takes in it again too, past the answers
 		// below (best effort: a read that finds it short again re-seeds
 		// it again).
-		incs = r.laneTotals(incs, it.w, it.c.seq(), now)
+		incs = r.laneTotals(incs, it.W, it.C.Seq(), now)
 	}
 	if len(incs) == 0 {
 		return
@@ -89,25 +90,25 @@ func (r *regionalTier) replay(ctx context.Context) {
 	for i, it := range sent {
 		if i < len(counts) && counts[i] >= 0 {
 			// The answer holds what the other processes added too.
-			n := counts[i] + it.c.unreplayed.Load() + it.c.speculative.Load()
-			r.windows.raise(it.w, it.c, &it.c.count, n, now)
-			atomicMax(&it.c.stored, counts[i])
+			n := counts[i] + it.C.Unreplayed.Load() + it.C.Speculative.Load()
+			r.windows.raise(it.W, it.C, &it.C.Count, n, now)
+			cells.AtomicMax(&it.C.Stored, counts[i])
 			if incs[i].Writer != "" {
-				r.windows.acked(it.w, it.c.seq(), incs[i].Total)
+				r.windows.acked(it.W, it.C.Seq(), incs[i].Total)
 			}
 			continue
 		}
 		if incs[i].Mark > 0 {
 			// Not marked after all: sent again, the cell is marked then.
-			it.c.flags.And(^cellMarked)
+			it.C.Flags.And(^cells.Marked)
 		}
 		if marksOnly[i] {
-			it.c.flags.Or(cellToMark) // still to mark
-			r.queueReplay(it.w, it.c, 0)
+			it.C.Flags.Or(cells.ToMark) // still to mark
+			r.queueReplay(it.W, it.C, 0)
 			continue
 		}
 		// Sent again next time, until its window ends (then dropped above).
-		r.resend(it.w, it.c, incs[i])
+		r.resend(it.W, it.C, incs[i])
 	}
 }
 
@@ -115,11 +116,11 @@ func (r *regionalTier) replay(ctx context.Context) {
 // round trip. Windows that could not be read are queued again unless they
 // went idle.
 func (r *regionalTier) refreshStale(ctx context.Context) {
-	queued := r.refreshes.take()
+	queued := r.refreshes.Take()
 	if len(queued) == 0 {
 		return
 	}
-	seen := make(map[*window]struct{}, len(queued))
+	seen := make(map[*cells.Window]struct{}, len(queued))
 	ws := queued[:0]
 	for _, w := range queued {
 		if _, dup := seen[w]; !dup {
@@ -129,7 +130,7 @@ func (r *regionalTier) refreshStale(ctx context.Context) {
 	}
 	now := r.clock.Now().UnixMilli()
 	for _, w := range r.refresh(ctx, ws, now, opStale, backgroundTimeout) {
-		if !w.idle(w.seqOf(now) - 1) {
+		if !w.Idle(w.SeqOf(now) - 1) {
 			r.queueRefresh(w)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
@@ -38,15 +39,15 @@ const (
 // region would see the same slots free; a window's few units over its
 // limit are repaid by the next window, but slots held by everyone's stale
 // view stay taken for as long as they are held.
-func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp spec, cost int64) (decision, *cell, takeOutcome) {
+func (r *regionalTier) takeSlots(ctx context.Context, w *cells.Window, now int64, sp spec, cost int64) (decision, *cells.Cell, takeOutcome) {
 	taker, ok := r.store.(store.SlotTaker)
 	if !ok {
 		return decision{}, nil, takeNotSent
 	}
-	seq, end := w.poolCell()
-	cur, _ := w.cellAt(seq, false)
+	seq, end := poolCellOf(w)
+	cur, _ := w.CellAt(seq, false)
 	g := r.windows.poolOf(w)
-	if cur == nil || g == nil || w.evicted() {
+	if cur == nil || g == nil || w.Evicted() {
 		return decision{}, nil, takeNotSent // the caller decides again on the window that replaces it
 	}
 	lanes := r.windows.lanesOf(w)
@@ -59,8 +60,8 @@ func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp s
 	var counts store.SlotCounts
 	_, err := r.call(ctx, opSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
 		var err error
-		counts, err = taker.TakeSlots(ctx, store.SlotTake{Key: w.cellKey(seq), Cost: cost, Limit: sp.limit, Now: now,
-			Beyond: beyond, TTL: time.Duration(w.expiresAt(seq)-now) * time.Millisecond, Writer: lane.writer, Total: total})
+		counts, err = taker.TakeSlots(ctx, store.SlotTake{Key: w.CellKey(seq), Cost: cost, Limit: sp.limit, Now: now,
+			Beyond: beyond, TTL: time.Duration(w.ExpiresAt(seq)-now) * time.Millisecond, Writer: lane.writer, Total: total})
 		return nil, err
 	})
 	switch {
@@ -78,8 +79,8 @@ func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp s
 	}
 	lanes.release(lane, seq)
 	r.mergePool(w, counts.Cells)
-	cur.flags.Or(cellHydrated)
-	w.refreshedAt.Store(now)
+	cur.Flags.Or(cells.Hydrated)
+	w.RefreshedAt.Store(now)
 	if counts.Taken {
 		r.markLater(w, cur)
 	}
@@ -92,32 +93,32 @@ func (r *regionalTier) takeSlots(ctx context.Context, w *window, now int64, sp s
 	return d, cur, takeAnswered
 }
 
-// mergePool merges cells, what the regional store answered of w's pool,
+// mergePool merges read, what the regional store answered of w's pool,
 // into the pool's windows: the store's counts, and this process's not yet
 // sent, are what the region holds; cells this process did not know of
 // (other leases' grids, other expiries) join the pool.
-func (r *regionalTier) mergePool(w *window, cells []store.PoolCell) {
-	for _, pc := range cells {
+func (r *regionalTier) mergePool(w *cells.Window, read []store.PoolCell) {
+	for _, pc := range read {
 		p, ok := period.FromCode(pc.Key.Duration.Milliseconds())
 		if !ok {
 			continue
 		}
-		k := windowKey{workspace: pc.Key.Workspace, namespace: pc.Key.Namespace, identifier: pc.Key.Identifier,
-			period: p}
+		k := cells.Key{Workspace: pc.Key.Workspace, Namespace: pc.Key.Namespace, Identifier: pc.Key.Identifier,
+			Period: p}
 		pw := w
-		if p != w.period() {
+		if p != w.Period() {
 			var err error
-			if pw, _, err = r.windows.findOrCreate(&k); err != nil {
+			if pw, _, err = r.windows.FindOrCreate(&k); err != nil {
 				continue
 			}
 		}
 		r.merge(pw, pc.Key.Sequence, pc.Count)
-		if c := pw.cells[pc.Key.Sequence&1].Load(); c != nil && c.seq() == pc.Key.Sequence {
-			c.flags.Or(cellHydrated)
+		if c := pw.Cells[pc.Key.Sequence&1].Load(); c != nil && c.Seq() == pc.Key.Sequence {
+			c.Flags.Or(cells.Hydrated)
 		}
-		k.refunds = true
-		if rw, _, err := r.windows.findOrCreate(&k); err == nil {
-			rw.observeLimit(w.limit.Load())
+		k.Refunds = true
+		if rw, _, err := r.windows.FindOrCreate(&k); err == nil {
+			rw.ObserveLimit(w.Limit.Load())
 			r.merge(rw, pc.Key.Sequence, pc.Refunds)
 		}
 	}
@@ -127,18 +128,18 @@ func (r *regionalTier) mergePool(w *window, cells []store.PoolCell) {
 // now (unix ms): every cell of it that has not ended, as the store holds
 // it. A store that cannot take slots is read cell by cell, the cells this
 // process knows of.
-func (r *regionalTier) readPool(ctx context.Context, w *window, now int64) {
-	seq, _ := w.poolCell()
+func (r *regionalTier) readPool(ctx context.Context, w *cells.Window, now int64) {
+	seq, _ := poolCellOf(w)
 	if taker, ok := r.store.(store.SlotTaker); ok {
 		var cells []store.PoolCell
 		_, err := r.call(ctx, opSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
 			var err error
-			cells, err = taker.ReadSlots(ctx, w.cellKey(seq), now)
+			cells, err = taker.ReadSlots(ctx, w.CellKey(seq), now)
 			return nil, err
 		})
 		if err == nil {
 			r.mergePool(w, cells)
-			w.refreshedAt.Store(now)
+			w.RefreshedAt.Store(now)
 		}
 		return
 	}
@@ -146,7 +147,7 @@ func (r *regionalTier) readPool(ctx context.Context, w *window, now int64) {
 	if g == nil {
 		return
 	}
-	var ws []*window
+	var ws []*cells.Window
 	for _, pc := range g.live(now) {
 		ws = append(ws, pc.w)
 	}
@@ -166,19 +167,19 @@ func (r *regionalTier) readPool(ctx context.Context, w *window, now int64) {
 func (r *regionalTier) beyond(g *poolGroup, now int64) []store.PoolCell {
 	var out []store.PoolCell
 	for _, pc := range g.live(now) {
-		seq, _ := pc.w.poolCell()
+		seq, _ := poolCellOf(pc.w)
 		var n int64
-		if c := pc.w.cells[seq&1].Load(); c != nil && c.seq() == seq {
-			n += c.global.Load() + c.unreplayed.Load() + r.windows.unacked(pc.w, seq)
+		if c := pc.w.Cells[seq&1].Load(); c != nil && c.Seq() == seq {
+			n += c.Global.Load() + c.Unreplayed.Load() + r.windows.unacked(pc.w, seq)
 		}
 		if pc.refunds != nil {
-			if rc := pc.refunds.cells[seq&1].Load(); rc != nil && rc.seq() == seq {
-				n -= rc.global.Load() + rc.unreplayed.Load()
+			if rc := pc.refunds.Cells[seq&1].Load(); rc != nil && rc.Seq() == seq {
+				n -= rc.Global.Load() + rc.Unreplayed.Load()
 			}
 		}
 		n += r.lostTakes(pc.w, seq)
 		if n != 0 {
-			out = append(out, store.PoolCell{Key: pc.w.cellKey(seq), Count: n})
+			out = append(out, store.PoolCell{Key: pc.w.CellKey(seq), Count: n})
 		}
 	}
 	return out
@@ -211,7 +212,7 @@ func (r *regionalTier) loseTake(t *lostTake) {
 
 // lostTakes returns what w's takes whose answers were lost took in cell
 // seq: held, whether or not the store has them yet.
-func (r *regionalTier) lostTakes(w *window, seq int64) int64 {
+func (r *regionalTier) lostTakes(w *cells.Window, seq int64) int64 {
 	r.lost.mu.Lock()
 	defer r.lost.mu.Unlock()
 	var n int64
@@ -237,12 +238,12 @@ func (r *regionalTier) resendTakes(ctx context.Context, now int64) {
 	var incs []store.Increment
 	var sent, done []*lostTake
 	for _, t := range takes {
-		if _, end := t.w.poolCell(); end <= now {
+		if _, end := poolCellOf(t.w); end <= now {
 			done = append(done, t) // the cell counts nowhere now
 			continue
 		}
-		incs = append(incs, store.Increment{Key: t.w.cellKey(t.seq), Writer: t.lane.writer, Total: t.total,
-			TTL: time.Duration(t.w.expiresAt(t.seq)-now) * time.Millisecond})
+		incs = append(incs, store.Increment{Key: t.w.CellKey(t.seq), Writer: t.lane.writer, Total: t.total,
+			TTL: time.Duration(t.w.ExpiresAt(t.seq)-now) * time.Millisecond})
 		sent = append(sent, t)
 	}
 	if len(incs) > 0 {
@@ -274,7 +275,7 @@ func (r *regionalTier) resendTakes(ctx context.Context, now int64) {
 // store failed: the replay sends it again, with this process's total of
 // the cell, which holds amount (see increment), and the caller adds it to
 // nothing else that is replayed.
-func (r *regionalTier) writeThrough(ctx context.Context, w *window, c *cell, amount int64) bool {
+func (r *regionalTier) writeThrough(ctx context.Context, w *cells.Window, c *cells.Cell, amount int64) bool {
 	now := r.clock.Now().UnixMilli()
 	inc := r.increment(w, c, amount, now)
 	if r.mark != nil {
@@ -290,11 +291,11 @@ func (r *regionalTier) writeThrough(ctx context.Context, w *window, c *cell, amo
 // cell of w) at once, and reports whether the store took it: it raises
 // c to what the store holds, or, when the write failed, leaves it to the
 // replay (a total is sent again as it is).
-func (r *regionalTier) written(w *window, c *cell, inc store.Increment, counts []int64, err error, now int64) bool {
+func (r *regionalTier) written(w *cells.Window, c *cells.Cell, inc store.Increment, counts []int64, err error, now int64) bool {
 	if err != nil || len(counts) != 1 || counts[0] < 0 {
 		if inc.Mark > 0 {
 			// Not marked after all: the replay that sends amount marks it.
-			c.flags.And(^cellMarked)
+			c.Flags.And(^cells.Marked)
 		}
 		if inc.Writer != "" {
 			// A refunds cell's total holds amount: the replay sends it
@@ -303,10 +304,10 @@ func (r *regionalTier) written(w *window, c *cell, inc store.Increment, counts [
 		}
 		return false
 	}
-	r.windows.raise(w, c, &c.count, counts[0]+c.unreplayed.Load()+c.speculative.Load(), now)
-	atomicMax(&c.stored, counts[0])
+	r.windows.raise(w, c, &c.Count, counts[0]+c.Unreplayed.Load()+c.Speculative.Load(), now)
+	cells.AtomicMax(&c.Stored, counts[0])
 	if inc.Writer != "" {
-		r.windows.acked(w, c.seq(), inc.Total)
+		r.windows.acked(w, c.Seq(), inc.Total)
 	}
 	// Not marked when the mark was decided before c held amount (an
 	// extension's count, which may make the cell worth sharing).
@@ -320,7 +321,7 @@ func (r *regionalTier) written(w *window, c *cell, inc store.Increment, counts [
 // (store.SlotTaker): it reports whether it did, and merged what the pool
 // holds. w may be nil (the table holds no window of the cell): then the
 // release is written through alone.
-func (r *regionalTier) release(ctx context.Context, w, rw *window, c *cell, amount int64) bool {
+func (r *regionalTier) release(ctx context.Context, w, rw *cells.Window, c *cells.Cell, amount int64) bool {
 	taker, ok := r.store.(store.SlotTaker)
 	if !ok || w == nil {
 		r.writeThrough(ctx, rw, c, amount)
@@ -341,7 +342,7 @@ func (r *regionalTier) release(ctx context.Context, w, rw *window, c *cell, amou
 		return false
 	}
 	r.mergePool(w, cells)
-	w.refreshedAt.Store(now)
+	w.RefreshedAt.Store(now)
 	return true
 }
 
@@ -351,10 +352,10 @@ func (r *regionalTier) release(ctx context.Context, w, rw *window, c *cell, amou
 // without the mark, what the cell holds is lost to the other regions if
 // this process dies or loses the global store before it publishes it. The
 // replay sends the cell without an increment if it is worth marking then
-// (see cellToMark); a cell marked this full flush interval is not queued.
-func (r *regionalTier) markLater(w *window, c *cell) {
-	if r.mark != nil && c.flags.Load()&cellMarked == 0 {
-		c.flags.Or(cellToMark)
+// (see cells.ToMark); a cell marked this full flush interval is not queued.
+func (r *regionalTier) markLater(w *cells.Window, c *cells.Cell) {
+	if r.mark != nil && c.Flags.Load()&cells.Marked == 0 {
+		c.Flags.Or(cells.ToMark)
 		r.queueReplay(w, c, 0)
 	}
 }
@@ -362,7 +363,7 @@ func (r *regionalTier) markLater(w *window, c *cell) {
 // readSlots brings the pools of the concurrency limits ws (a window of
 // each) up to date from the regional store, one read a pool; a failed
 // read leaves them as they are.
-func (r *regionalTier) readSlots(ctx context.Context, ws []*window, now int64) {
+func (r *regionalTier) readSlots(ctx context.Context, ws []*cells.Window, now int64) {
 	for _, w := range ws {
 		r.readPool(ctx, w, now)
 	}
@@ -370,14 +371,14 @@ func (r *regionalTier) readSlots(ctx context.Context, ws []*window, now int64) {
 
 // laneTotals appends to incs the settled totals of the lanes this
 // process took w's slots through in cell seq, at now (unix ms).
-func (r *regionalTier) laneTotals(incs []store.Increment, w *window, seq, now int64) []store.Increment {
+func (r *regionalTier) laneTotals(incs []store.Increment, w *cells.Window, seq, now int64) []store.Increment {
 	lanes, ok := r.windows.lanes.Load(w)
 	if !ok {
 		return incs
 	}
-	ttl := time.Duration(w.expiresAt(seq)-now) * time.Millisecond
+	ttl := time.Duration(w.ExpiresAt(seq)-now) * time.Millisecond
 	lanes.settled(seq, func(writer string, total int64) {
-		incs = append(incs, store.Increment{Key: w.cellKey(seq), Writer: writer, Total: total, TTL: ttl})
+		incs = append(incs, store.Increment{Key: w.CellKey(seq), Writer: writer, Total: total, TTL: ttl})
 	})
 	return incs
 }

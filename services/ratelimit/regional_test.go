@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
@@ -202,9 +203,9 @@ func TestRegionalStoreDown(t *testing.T) {
 		}
 		s.tick()
 	}
-	w := s.windows.find(&windowKey{"ws", "ns", "warm", period.OfLength(60_000), false})
-	cur, _, _ := w.cellsAt(10, false)
-	if got := cur.unreplayed.Load(); got != rounds {
+	w := s.windows.Find(&cells.Key{Workspace: "ws", Namespace: "ns", Identifier: "warm", Period: period.OfLength(60_000)})
+	cur, _, _ := w.CellsAt(10, false)
+	if got := cur.Unreplayed.Load(); got != rounds {
 		t.Fatalf("%d increments queued for the store, want the %d accepted while it was down", got, rounds)
 	}
 	o.SetDown(false)
@@ -262,7 +263,7 @@ func TestOneServerDown(t *testing.T) {
 	if got := testutil.ToFloat64(b.metrics.regionalOps.WithLabelValues(opCold, resultPartial)); got != 1 {
 		t.Fatalf("partial reads = %v, want 1", got)
 	}
-	if got := b.regional.refreshes.len(); got != 1 {
+	if got := b.regional.refreshes.Len(); got != 1 {
 		t.Fatalf("%d windows queued for a background read, want the dead server's one", got)
 	}
 	o.SetUnreachable("dead", false)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 )
 
 // Service is the rate limiter: windows (sliding, fixed, calendar), token
@@ -28,11 +29,11 @@ type Service struct {
 	global   *globalTier
 
 	// contention holds the locks of keys hot enough that a decision lost
-	// several races to count on them (see contention.go).
-	contention *contention
+	// several races to count on them (see cells.Contention).
+	contention *cells.Contention
 	// beforeCAS, when set, runs before every compare-and-swap of a
 	// decision: tests make races lost with it (withBeforeCAS).
-	beforeCAS func(w *window, c *cell, attempt int)
+	beforeCAS func(w *cells.Window, c *cells.Cell, attempt int)
 
 	janitorEvery time.Duration
 	// running is set while Run runs.
@@ -70,7 +71,7 @@ func New(region string, opts ...Option) (*Service, error) {
 		return nil, fmt.Errorf("register ratelimit metrics: %w", err)
 	}
 	s.metrics = m
-	s.contention, s.beforeCAS = newContention(m.contended), cfg.beforeCAS
+	s.contention, s.beforeCAS = cells.NewContention(m.contended), cfg.beforeCAS
 	s.windows.init(m, cfg.maxPerWorkspace)
 	if cfg.regional != nil {
 		s.regional = newRegionalTier(cfg.regional, cfg.clock, m, &s.windows)
@@ -106,7 +107,7 @@ func (s *Service) LastGlobalSync() time.Time {
 func (s *Service) Region() string { return s.region }
 
 // ActiveWindows returns the number of sliding windows held in memory.
-func (s *Service) ActiveWindows() int { return s.windows.len() }
+func (s *Service) ActiveWindows() int { return s.windows.Len() }
 
 // Run runs the background loops until ctx is done: the janitor; with a regional
 // store, the regional tier's replay and refresh loop; with a global store, the

@@ -5,6 +5,7 @@ import (
 
 	"github.com/puzpuzpuz/xsync/v4"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 )
 
@@ -14,22 +15,22 @@ import (
 // pointer (a window is 72 bytes, in the 80-byte size class). It is the
 // table's companion: the table tells it of each window filed and removed.
 type windowTable struct {
-	cellTable
+	cells.Table
 	// buckets holds the state of each window decided as a token bucket;
 	// bucketIDs holds the same buckets by identity: the windows of one
 	// bucket's cell lengths share it.
-	buckets   *xsync.Map[*window, *bucket]
+	buckets   *xsync.Map[*cells.Window, *bucket]
 	bucketIDs *xsync.Map[bucketID, *bucket]
 	// given holds, for each window whose cells this process writes as
 	// totals (refunds, slots), what it wrote into each of its two cells in
 	// all (see giveBack). writers numbers their names (see givenBack and
 	// takeLanes).
 	writers atomic.Uint64
-	given   *xsync.Map[*window, *givenBack]
+	given   *xsync.Map[*cells.Window, *givenBack]
 	// lanes holds, for each concurrency limit's window this process took
 	// slots of in the regional store, the writers it took them as (see
 	// takeLanes).
-	lanes *xsync.Map[*window, *takeLanes]
+	lanes *xsync.Map[*cells.Window, *takeLanes]
 	// zones groups the calendar windows of one identity and unit by time
 	// zone (see zones.go).
 	zones zones
@@ -38,57 +39,57 @@ type windowTable struct {
 	pools pools
 }
 
-// init readies an empty table: see cellTable.init. A table is not copied
+// init readies an empty table: see cells.Table.Init. A table is not copied
 // once in use.
 func (t *windowTable) init(m *metrics, maxPerWorkspace int64) {
-	t.cellTable.init(maxPerWorkspace, &CapacityError{Max: maxPerWorkspace}, tableCounters{
-		created:  m.windowsCreated,
-		evicted:  m.windowsEvicted,
-		rejected: m.windowsRejected.WithLabelValues("request"),
+	t.Table.Init(maxPerWorkspace, &CapacityError{Max: maxPerWorkspace}, cells.Counters{
+		Created:  m.windowsCreated,
+		Evicted:  m.windowsEvicted,
+		Rejected: m.windowsRejected.WithLabelValues("request"),
 	}, t)
-	t.buckets = xsync.NewMap[*window, *bucket]()
+	t.buckets = xsync.NewMap[*cells.Window, *bucket]()
 	t.bucketIDs = xsync.NewMap[bucketID, *bucket]()
-	t.given = xsync.NewMap[*window, *givenBack]()
-	t.lanes = xsync.NewMap[*window, *takeLanes]()
+	t.given = xsync.NewMap[*cells.Window, *givenBack]()
+	t.lanes = xsync.NewMap[*cells.Window, *takeLanes]()
 	t.zones.groups = xsync.NewMap[zoneID, *zoneGroup]()
 	t.pools.groups = xsync.NewMap[poolID, *poolGroup]()
-	t.pools.byWindow = xsync.NewMap[*window, *poolGroup]()
+	t.pools.byWindow = xsync.NewMap[*cells.Window, *poolGroup]()
 }
 
-// filed files w, new in the table, in its group: a calendar's zones, a
+// Filed files w, new in the table, in its group: a calendar's zones, a
 // concurrency limit's pool.
-func (t *windowTable) filed(w *window) {
-	switch k := w.key(); {
-	case w.period().Kind() == period.Pool:
+func (t *windowTable) Filed(w *cells.Window) {
+	switch k := w.Key(); {
+	case w.Period().Kind() == period.Pool:
 		// The other window of the cell (its releases', or the cell's),
 		// looked up while the pool is held: a pair made at once is
 		// filed together whichever comes second.
-		k.refunds = !k.refunds
-		t.pools.add(w, func() *window { return t.find(&k) })
-	case w.period().Kind() == period.Calendar && !w.holdsRefunds():
+		k.Refunds = !k.Refunds
+		t.pools.add(w, func() *cells.Window { return t.Find(&k) })
+	case w.Period().Kind() == period.Calendar && !w.HoldsRefunds():
 		t.zones.add(w)
 	}
 }
 
-// keeps reports whether w is a token bucket that has not refilled at now
+// Keeps reports whether w is a token bucket that has not refilled at now
 // (unix ms): its cells may be idle, but its level is still what the
 // bucket's next decision needs, and no store holds it.
-func (t *windowTable) keeps(w *window, now int64) bool {
+func (t *windowTable) Keeps(w *cells.Window, now int64) bool {
 	b, ok := t.buckets.Load(w)
 	return ok && !b.full(now)
 }
 
-// forgot drops what the table holds beside w, which the janitor removed:
+// Forgot drops what the table holds beside w, which the janitor removed:
 // its bucket, what it gave back, the lanes it took slots through, its
 // place among a calendar's zones or in a concurrency limit's pool.
-func (t *windowTable) forgot(w *window) {
+func (t *windowTable) Forgot(w *cells.Window) {
 	t.dropBucket(w)
 	t.given.Delete(w)
 	t.lanes.Delete(w)
 	switch {
-	case w.period().Kind() == period.Pool:
+	case w.Period().Kind() == period.Pool:
 		t.pools.remove(w)
-	case w.period().Kind() == period.Calendar && !w.holdsRefunds():
+	case w.Period().Kind() == period.Calendar && !w.HoldsRefunds():
 		t.zones.remove(w)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 )
 
 // A take of slots in the regional store is idempotent (see
@@ -49,14 +51,14 @@ type takeLanes struct {
 // the lane (see takeLanes.acquire) changes them.
 type takeLane struct {
 	writer string
-	// cellTotals are the lane's totals in its two latest cells, the take
+	// cells.Totals are the lane's totals in its two latest cells, the take
 	// in flight included, and what of them is settled: what the store
 	// holds, or will once a lost answer's total is written again.
-	cellTotals
+	cells.Totals
 }
 
 // lanesOf returns the lanes of w, making them on first use.
-func (t *windowTable) lanesOf(w *window) *takeLanes {
+func (t *windowTable) lanesOf(w *cells.Window) *takeLanes {
 	l, _ := t.lanes.LoadOrCompute(w, func() (*takeLanes, bool) {
 		return &takeLanes{name: "t" + strconv.FormatUint(t.writers.Add(1), 10), free: make(chan *takeLane, maxTakeLanes)}, false
 	})
@@ -101,14 +103,14 @@ func (l *takeLanes) acquire(ctx context.Context, writer string, wait time.Durati
 func (l *takeLanes) add(lane *takeLane, seq, cost int64) int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return lane.cellTotals.add(seq, cost)
+	return lane.Totals.Add(seq, cost)
 }
 
 // release frees lane, its take settled: the store holds its total in
 // seq, or (a lost answer) a replay has written it.
 func (l *takeLanes) release(lane *takeLane, seq int64) {
 	l.mu.Lock()
-	lane.settle(seq)
+	lane.Settle(seq)
 	l.mu.Unlock()
 	l.free <- lane // never blocks: it holds every lane
 }
@@ -119,7 +121,7 @@ func (l *takeLanes) settled(seq int64, each func(writer string, total int64)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, lane := range l.all {
-		if n := lane.ackedAt(seq); n > 0 {
+		if n := lane.AckedAt(seq); n > 0 {
 			each(lane.writer, n)
 		}
 	}
@@ -130,7 +132,7 @@ func (l *takeLanes) settled(seq int64, each func(writer string, total int64)) {
 // regionalTier.resendTakes), and what it took counts as held meanwhile
 // (it stays listed until the store has answered).
 type lostTake struct {
-	w     *window
+	w     *cells.Window
 	lanes *takeLanes
 	lane  *takeLane
 	seq   int64

@@ -295,7 +295,7 @@ const copyAgeBound = int64((maxCopyAge + replayInterval + 10*time.Millisecond) /
 // references themselves know nothing of the limiter.
 func copyAge(s *Service, r Request, now int64) int64 {
 	k := keyOf(&r)
-	if w := s.windows.find(&k); w != nil && w.strictUntil.Load() > now {
+	if w := s.windows.Find(&k); w != nil && w.StrictUntil.Load() > now {
 		return 0
 	}
 	return copyAgeBound

@@ -8,6 +8,7 @@ import (
 	"github.com/puzpuzpuz/xsync/v4"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 )
 
 // A calendar's time zone is a parameter of the limit, not its identity: a
@@ -33,7 +34,7 @@ import (
 // time zone this process decided it in.
 type zoneGroup struct {
 	mu      sync.Mutex
-	windows []*window
+	windows []*cells.Window
 }
 
 // zoneID names a zoneGroup: an identity and a calendar unit.
@@ -43,9 +44,9 @@ type zoneID struct {
 }
 
 // zoneIDOf returns the group of calendar window w.
-func zoneIDOf(w *window) zoneID {
-	k := w.key()
-	return zoneID{k.workspace, k.namespace, k.identifier, k.period.Calendar().Unit()}
+func zoneIDOf(w *cells.Window) zoneID {
+	k := w.Key()
+	return zoneID{k.Workspace, k.Namespace, k.Identifier, k.Period.Calendar().Unit()}
 }
 
 // zones holds the zone groups of the table's calendar windows. Most
@@ -57,7 +58,7 @@ type zones struct {
 }
 
 // add files calendar window w, new in the table, in its group.
-func (z *zones) add(w *window) {
+func (z *zones) add(w *cells.Window) {
 	z.groups.Compute(zoneIDOf(w), func(g *zoneGroup, loaded bool) (*zoneGroup, xsync.ComputeOp) {
 		if !loaded {
 			g = &zoneGroup{}
@@ -73,7 +74,7 @@ func (z *zones) add(w *window) {
 }
 
 // remove takes calendar window w, evicted, out of its group.
-func (z *zones) remove(w *window) {
+func (z *zones) remove(w *cells.Window) {
 	z.groups.Compute(zoneIDOf(w), func(g *zoneGroup, loaded bool) (*zoneGroup, xsync.ComputeOp) {
 		if !loaded {
 			return nil, xsync.CancelOp
@@ -81,7 +82,7 @@ func (z *zones) remove(w *window) {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		n := len(g.windows)
-		g.windows = slices.DeleteFunc(g.windows, func(o *window) bool { return o == w })
+		g.windows = slices.DeleteFunc(g.windows, func(o *cells.Window) bool { return o == w })
 		if n >= 2 && len(g.windows) < 2 {
 			z.multi.Add(-1)
 		}
@@ -95,7 +96,7 @@ func (z *zones) remove(w *window) {
 // eachSibling calls f for the other zones' windows of calendar window w's
 // identity and unit, under their group's lock: nothing without a group of
 // several zones in the table, at the cost of one atomic load.
-func (z *zones) eachSibling(w *window, f func(*window)) {
+func (z *zones) eachSibling(w *cells.Window, f func(*cells.Window)) {
 	if z.multi.Load() == 0 {
 		return
 	}
@@ -115,30 +116,30 @@ func (z *zones) eachSibling(w *window, f func(*window)) {
 // carryZones raises the count of calendar window w's cell holding now
 // (unix ms) to what each other zone's window of its identity counts in its
 // period holding now (see the comment at the top of this file).
-func (s *Service) carryZones(w *window, now int64) {
+func (s *Service) carryZones(w *cells.Window, now int64) {
 	if s.windows.zones.multi.Load() == 0 {
 		return // no identity is decided in several zones: nothing to carry
 	}
-	seq, start, end := w.seqAt(now)
+	seq, start, end := w.SeqAt(now)
 	var floor int64
-	s.windows.zones.eachSibling(w, func(o *window) {
-		oseq, ostart, oend := o.seqAt(now)
+	s.windows.zones.eachSibling(w, func(o *cells.Window) {
+		oseq, ostart, oend := o.SeqAt(now)
 		if 2*(min(end, oend)-max(start, ostart)) < end-start {
 			return // another period of its calendar than ours, mostly
 		}
-		if c := o.cellForMerge(oseq, 0); c != nil {
-			floor = max(floor, c.count.Load()+c.global.Load())
+		if c := o.CellForMerge(oseq, 0); c != nil {
+			floor = max(floor, c.Count.Load()+c.Global.Load())
 		}
 	})
-	cur, _ := w.cellAt(seq, s.regional == nil)
-	if cur == nil || floor <= cur.count.Load()+cur.global.Load() {
+	cur, _ := w.CellAt(seq, s.regional == nil)
+	if cur == nil || floor <= cur.Count.Load()+cur.Global.Load() {
 		return
 	}
-	raiseTo(&cur.count, floor-cur.global.Load())
+	cells.RaiseTo(&cur.Count, floor-cur.Global.Load())
 	if s.regional != nil {
-		atomicMax(&cur.stored, floor-cur.global.Load()-cur.unreplayed.Load())
-		cur.flags.Or(cellReseed)
+		cells.AtomicMax(&cur.Stored, floor-cur.Global.Load()-cur.Unreplayed.Load())
+		cur.Flags.Or(cells.Reseed)
 		s.regional.queueReplay(w, cur, 0)
 	}
-	s.global.noteGrowth(w, cur, w.limit.Load())
+	s.global.noteGrowth(w, cur, w.Limit.Load())
 }

@@ -107,7 +107,7 @@ func TestZoneGroupsLeaveWithTheirWindows(t *testing.T) {
 		t.Fatalf("%d identities in several zones, want 1", got)
 	}
 	clock.Set(time.Date(2027, 2, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
-	if n := s.windows.evictIdle(clock.Now()); n != 2 {
+	if n := s.windows.EvictIdle(clock.Now()); n != 2 {
 		t.Fatalf("evicted %d windows, want both months'", n)
 	}
 	if got, groups := s.windows.zones.multi.Load(), s.windows.zones.groups.Size(); got != 0 || groups != 0 {

@@ -1,4 +1,4 @@
-package ratelimit
+package cells
 
 import (
 	"testing"
@@ -8,41 +8,41 @@ import (
 // TestCellWord checks that flag operations never touch the sequence packed
 // beside them, for sequences of both signs and at the edges of 56 bits.
 func TestCellWord(t *testing.T) {
-	all := cellHydrated | cellQueued | cellGrown | cellReseed | cellMarked | cellToMark | cellReserved | cellContended
+	all := Hydrated | Queued | Grown | Reseed | Marked | ToMark | Reserved | Contended
 	for _, seq := range []int64{0, 1, -1, 29_000_000, 1_764_000_000_000, seqMask >> 1, -(seqMask >> 1) - 1} {
-		c := newCell(seq, true)
-		if got := c.seq(); got != seq {
+		c := NewCell(seq, true)
+		if got := c.Seq(); got != seq {
 			t.Fatalf("newCell(%d).seq() = %d", seq, got)
 		}
-		if got := c.flags.Load(); got != cellHydrated {
+		if got := c.Flags.Load(); got != Hydrated {
 			t.Fatalf("seq %d: flags = %b, want hydrated only", seq, got)
 		}
-		if old := c.flags.Or(all); old != cellHydrated {
-			t.Fatalf("seq %d: Or returned %b, want %b", seq, old, cellHydrated)
+		if old := c.Flags.Or(all); old != Hydrated {
+			t.Fatalf("seq %d: Or returned %b, want %b", seq, old, Hydrated)
 		}
-		if got := c.flags.Load(); got != all {
+		if got := c.Flags.Load(); got != all {
 			t.Fatalf("seq %d: flags after Or = %b, want %b", seq, got, all)
 		}
-		if old := c.flags.And(^(cellQueued | cellReseed)); old != all {
+		if old := c.Flags.And(^(Queued | Reseed)); old != all {
 			t.Fatalf("seq %d: And returned %b, want %b", seq, old, all)
 		}
-		if got, want := c.flags.Load(), all&^(cellQueued|cellReseed); got != want {
+		if got, want := c.Flags.Load(), all&^(Queued|Reseed); got != want {
 			t.Fatalf("seq %d: flags after And = %b, want %b", seq, got, want)
 		}
-		c.flags.And(0)
-		if got := c.flags.Load(); got != 0 {
+		c.Flags.And(0)
+		if got := c.Flags.Load(); got != 0 {
 			t.Fatalf("seq %d: flags after And(0) = %b", seq, got)
 		}
-		if got := c.seq(); got != seq {
+		if got := c.Seq(); got != seq {
 			t.Fatalf("seq %d changed to %d by flag operations", seq, got)
 		}
 	}
-	if n := newCell(5, false).flags.Load(); n != 0 {
+	if n := NewCell(5, false).Flags.Load(); n != 0 {
 		t.Fatalf("newCell(5, false) flags = %b, want none", n)
 	}
 	// The cell's size is what BenchmarkMemoryPerCell's budget rests on: 48
 	// bytes is a size class, 56 would round up to 64.
-	if size := unsafe.Sizeof(cell{}); size != 48 {
+	if size := unsafe.Sizeof(Cell{}); size != 48 {
 		t.Fatalf("cell is %d bytes, want 48", size)
 	}
 }

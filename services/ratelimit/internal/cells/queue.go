@@ -1,4 +1,4 @@
-package ratelimit
+package cells
 
 import "sync"
 
@@ -9,17 +9,17 @@ import "sync"
 // cells; the bound only matters past a million of them.
 const maxQueued = 1 << 20
 
-// queue collects work for a background loop: producers push one item at a
+// Queue collects work for a background loop: producers push one item at a
 // time, the loop takes everything at once. Producers take the lock only when
 // they have new work (a cell's first accepted request in a replay interval),
 // never on every request.
-type queue[T any] struct {
+type Queue[T any] struct {
 	mu    sync.Mutex
 	items []T
 }
 
-// push appends v and reports whether it fit under maxQueued.
-func (q *queue[T]) push(v T) bool {
+// Push appends v and reports whether it fit under maxQueued.
+func (q *Queue[T]) Push(v T) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.items) >= maxQueued {
@@ -29,8 +29,8 @@ func (q *queue[T]) push(v T) bool {
 	return true
 }
 
-// take returns every queued item, leaving the queue empty.
-func (q *queue[T]) take() []T {
+// Take returns every queued item, leaving the queue empty.
+func (q *Queue[T]) Take() []T {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	items := q.items
@@ -38,17 +38,17 @@ func (q *queue[T]) take() []T {
 	return items
 }
 
-// len returns the number of queued items.
-func (q *queue[T]) len() int {
+// Len returns the number of queued items.
+func (q *Queue[T]) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.items)
 }
 
-// cellRef is one cell of a window, as the cell queues hold it: a cell with
+// Ref is one cell of a window, as the cell queues hold it: a cell with
 // increments to replay to the regional store, or one grown since the last global
 // flush.
-type cellRef struct {
-	w *window
-	c *cell
+type Ref struct {
+	W *Window
+	C *Cell
 }

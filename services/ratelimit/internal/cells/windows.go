@@ -1,4 +1,4 @@
-package ratelimit
+package cells
 
 import (
 	"hash/maphash"
@@ -9,17 +9,17 @@ import (
 	"github.com/puzpuzpuz/xsync/v4"
 )
 
-// cellTable holds every window of the process, by key, and each
+// Table holds every window of the process, by key, and each
 // workspace's share of them. It knows no model and no tier: what they
 // keep beside a window, its companion is told of (see companion). Its
 // methods are safe for concurrent use.
-type cellTable struct {
+type Table struct {
 	seed    maphash.Seed
-	hashKey func(k windowKey, seed maphash.Seed) uint64 // tests force collisions
+	HashKey func(k Key, seed maphash.Seed) uint64 // tests force collisions
 	// byHash maps a key's hash to its window. A generic lock-free map keyed
 	// by a fixed-size integer keeps lookups free of allocations; the rare key
 	// whose hash is taken by another key lives in collided.
-	byHash   *xsync.Map[uint64, *window]
+	byHash   *xsync.Map[uint64, *Window]
 	collided collisions
 	// perWorkspace counts each workspace's windows, to hold it to
 	// maxPerWorkspace: one tenant sending endless distinct identifiers must
@@ -29,34 +29,34 @@ type cellTable struct {
 	// full is what a request for a window past its workspace's cap gets.
 	full error
 	// counters count the windows made, removed and refused.
-	counters tableCounters
+	counters Counters
 	// beside is told of every window filed and removed.
-	beside companion
-	// janitorNow is the latest clock reading (unix ms) at which the
+	beside Companion
+	// JanitorNow is the latest clock reading (unix ms) at which the
 	// janitor removed idle windows.
-	janitorNow atomic.Int64
+	JanitorNow atomic.Int64
 }
 
-// tableCounters are the metrics a cell table keeps.
-type tableCounters struct {
-	// created counts the windows a request made; evicted those the
+// Counters are the metrics a cell table keeps.
+type Counters struct {
+	// Created counts the windows a request made; evicted those the
 	// janitor removed; rejected the requests refused a window by the cap.
-	created, evicted, rejected prometheus.Counter
+	Created, Evicted, Rejected prometheus.Counter
 }
 
 // A companion keeps state beside some of a table's windows (a model's
 // level, a tier's writers, a group of windows) and is told when a window
 // is filed and removed, so that the table need know none of it.
-type companion interface {
-	// filed is told of each window the table makes, once it is in the
+type Companion interface {
+	// Filed is told of each window the table makes, once it is in the
 	// table: it files the window in its groups.
-	filed(w *window)
-	// keeps reports whether w must stay at now (unix ms) though its
+	Filed(w *Window)
+	// Keeps reports whether w must stay at now (unix ms) though its
 	// cells are idle: state beside it that no store holds.
-	keeps(w *window, now int64) bool
-	// forgot is told of each window the janitor removed: it drops what
+	Keeps(w *Window, now int64) bool
+	// Forgot is told of each window the janitor removed: it drops what
 	// it keeps beside it.
-	forgot(w *window)
+	Forgot(w *Window)
 }
 
 // collisions holds the windows whose hash another key already owns in the
@@ -64,16 +64,16 @@ type companion interface {
 // exists so that correctness never rests on luck.
 type collisions struct {
 	mu sync.Mutex
-	m  map[windowKey]*window
+	m  map[Key]*Window
 }
 
-// init readies an empty table, which holds at most maxPerWorkspace windows
+// Init readies an empty table, which holds at most maxPerWorkspace windows
 // of a workspace and answers full for one more. A table is not copied
 // once in use.
-func (t *cellTable) init(maxPerWorkspace int64, full error, counters tableCounters, beside companion) {
+func (t *Table) Init(maxPerWorkspace int64, full error, counters Counters, beside Companion) {
 	t.seed = maphash.MakeSeed()
-	t.hashKey = windowKey.hash
-	t.byHash = xsync.NewMap[uint64, *window]()
+	t.HashKey = Key.Hash
+	t.byHash = xsync.NewMap[uint64, *Window]()
 	t.perWorkspace = xsync.NewMap[string, *atomic.Int64]()
 	t.maxPerWorkspace = maxPerWorkspace
 	t.full = full
@@ -81,38 +81,38 @@ func (t *cellTable) init(maxPerWorkspace int64, full error, counters tableCounte
 	t.beside = beside
 }
 
-// len returns the number of windows held.
-func (t *cellTable) len() int {
+// Len returns the number of windows held.
+func (t *Table) Len() int {
 	t.collided.mu.Lock()
 	n := len(t.collided.m)
 	t.collided.mu.Unlock()
 	return t.byHash.Size() + n
 }
 
-// forRequest returns the window of k for a request, creating it on first
+// ForRequest returns the window of k for a request, creating it on first
 // use. It returns the table's full error when creating it would take k's
 // workspace past its cap.
-func (t *cellTable) forRequest(k *windowKey) (*window, error) {
-	h := t.hashKey(*k, t.seed)
-	if w, ok := t.byHash.Load(h); ok && w.is(k) {
+func (t *Table) ForRequest(k *Key) (*Window, error) {
+	h := t.HashKey(*k, t.seed)
+	if w, ok := t.byHash.Load(h); ok && w.Is(k) {
 		return w, nil
 	}
 	w, created, err := t.loadOrCreate(k, h)
 	if err != nil {
-		t.counters.rejected.Inc()
+		t.counters.Rejected.Inc()
 		return nil, err
 	}
 	if created {
-		t.counters.created.Inc()
+		t.counters.Created.Inc()
 	}
 	return w, nil
 }
 
-// find returns the window of k, or nil if the process holds none.
-func (t *cellTable) find(k *windowKey) *window {
-	h := t.hashKey(*k, t.seed)
+// Find returns the window of k, or nil if the process holds none.
+func (t *Table) Find(k *Key) *Window {
+	h := t.HashKey(*k, t.seed)
 	if w, ok := t.byHash.Load(h); ok {
-		if w.is(k) {
+		if w.Is(k) {
 			return w
 		}
 		t.collided.mu.Lock()
@@ -122,14 +122,14 @@ func (t *cellTable) find(k *windowKey) *window {
 	return nil
 }
 
-// forEach calls f for every window held.
-func (t *cellTable) forEach(f func(*window)) {
-	t.byHash.Range(func(_ uint64, w *window) bool {
+// ForEach calls f for every window held.
+func (t *Table) ForEach(f func(*Window)) {
+	t.byHash.Range(func(_ uint64, w *Window) bool {
 		f(w)
 		return true
 	})
 	t.collided.mu.Lock()
-	collided := make([]*window, 0, len(t.collided.m))
+	collided := make([]*Window, 0, len(t.collided.m))
 	for _, w := range t.collided.m {
 		collided = append(collided, w)
 	}
@@ -139,19 +139,19 @@ func (t *cellTable) forEach(f func(*window)) {
 	}
 }
 
-// findOrCreate returns the window of k, creating it within the
+// FindOrCreate returns the window of k, creating it within the
 // workspace's cap, and reports whether it created it.
-func (t *cellTable) findOrCreate(k *windowKey) (*window, bool, error) {
-	return t.loadOrCreate(k, t.hashKey(*k, t.seed))
+func (t *Table) FindOrCreate(k *Key) (*Window, bool, error) {
+	return t.loadOrCreate(k, t.HashKey(*k, t.seed))
 }
 
-// loadOrCreate is the slow path of forRequest: the key is new, or its hash
+// loadOrCreate is the slow path of ForRequest: the key is new, or its hash
 // is owned by another key. It reports whether it created the window, and
 // creates none past the workspace's cap.
-func (t *cellTable) loadOrCreate(k *windowKey, h uint64) (*window, bool, error) {
-	var created *window
+func (t *Table) loadOrCreate(k *Key, h uint64) (*Window, bool, error) {
+	var created *Window
 	full := false
-	w, _ := t.byHash.Compute(h, func(old *window, loaded bool) (*window, xsync.ComputeOp) {
+	w, _ := t.byHash.Compute(h, func(old *Window, loaded bool) (*Window, xsync.ComputeOp) {
 		if loaded {
 			return old, xsync.CancelOp
 		}
@@ -159,16 +159,16 @@ func (t *cellTable) loadOrCreate(k *windowKey, h uint64) (*window, bool, error) 
 			full = true
 			return nil, xsync.CancelOp
 		}
-		created = newWindow(k)
+		created = NewWindow(k)
 		return created, xsync.UpdateOp
 	})
 	if created != nil {
-		t.beside.filed(created)
+		t.beside.Filed(created)
 	}
 	if full {
 		return nil, false, t.full
 	}
-	if w.is(k) {
+	if w.Is(k) {
 		return w, w == created, nil
 	}
 	t.collided.mu.Lock()
@@ -181,25 +181,25 @@ func (t *cellTable) loadOrCreate(k *windowKey, h uint64) (*window, bool, error) 
 		return nil, false, t.full
 	}
 	if t.collided.m == nil {
-		t.collided.m = make(map[windowKey]*window)
+		t.collided.m = make(map[Key]*Window)
 	}
-	w = newWindow(k)
+	w = NewWindow(k)
 	t.collided.m[*k] = w
 	t.collided.mu.Unlock()
-	t.beside.filed(w) // outside the lock: filing looks other windows up
+	t.beside.Filed(w) // outside the lock: filing looks other windows up
 	return w, true, nil
 }
 
 // reserve counts one more window for workspace and reports whether it fits
 // under the cap; if not, nothing is counted.
-func (t *cellTable) reserve(k *windowKey) bool {
-	if k.refunds {
+func (t *Table) reserve(k *Key) bool {
+	if k.Refunds {
 		// A key's refunds window is not counted: there is at most one for
 		// each window the cap admitted, and a refund must never be turned
 		// away after its reservation was counted.
 		return true
 	}
-	n, _ := t.perWorkspace.LoadOrCompute(k.workspace, func() (*atomic.Int64, bool) {
+	n, _ := t.perWorkspace.LoadOrCompute(k.Workspace, func() (*atomic.Int64, bool) {
 		return new(atomic.Int64), false
 	})
 	if n.Add(1) > t.maxPerWorkspace {
@@ -210,19 +210,19 @@ func (t *cellTable) reserve(k *windowKey) bool {
 }
 
 // release counts one window of k's workspace fewer: the janitor removed it.
-func (t *cellTable) release(k windowKey) {
-	if k.refunds {
+func (t *Table) release(k Key) {
+	if k.Refunds {
 		return // never counted (see reserve)
 	}
-	if n, ok := t.perWorkspace.Load(k.workspace); ok {
+	if n, ok := t.perWorkspace.Load(k.Workspace); ok {
 		n.Add(-1)
 	}
 }
 
-// cellOrder returns the indices of w's cells, the older first.
-func (w *window) cellOrder() [2]int {
-	a, b := w.cells[0].Load(), w.cells[1].Load()
-	if a != nil && b != nil && a.seq() > b.seq() {
+// CellOrder returns the indices of w's cells, the older first.
+func (w *Window) CellOrder() [2]int {
+	a, b := w.Cells[0].Load(), w.Cells[1].Load()
+	if a != nil && b != nil && a.Seq() > b.Seq() {
 		return [2]int{1, 0}
 	}
 	return [2]int{0, 1}

@@ -1,4 +1,4 @@
-package ratelimit
+package cells
 
 import (
 	"hash/maphash"
@@ -6,30 +6,30 @@ import (
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 )
 
-// windowKey identifies one window: every cell of one limit of one
+// Key identifies one window: every cell of one limit of one
 // identifier. The period is part of the key because the same identifier
 // may be limited per second and per day at once; it names the cells (a
 // window's length, a calendar, a token bucket's cells, a concurrency
 // limit's pool cell: see keyOf and poolKey).
-type windowKey struct {
-	workspace  string
-	namespace  string
-	identifier string
-	period     period.Period
-	// refunds names the window that holds the key's refunds (see
+type Key struct {
+	Workspace  string
+	Namespace  string
+	Identifier string
+	Period     period.Period
+	// Refunds names the window that holds the key's refunds (see
 	// Service.GiveBack) rather than the key's own.
-	refunds bool
+	Refunds bool
 }
 
-// hash hashes every part separately and mixes the results, so that parts can
+// Hash hashes every part separately and mixes the results, so that parts can
 // never run into each other ("a-b"+"c" and "a"+"b-c" hash apart). Equal hashes
 // of different keys are still possible and are resolved by comparing keys.
-func (k windowKey) hash(seed maphash.Seed) uint64 {
-	h := maphash.String(seed, k.workspace)
-	h = mix(h, maphash.String(seed, k.namespace))
-	h = mix(h, maphash.String(seed, k.identifier))
-	h = mix(h, k.period.Hash())
-	if k.refunds {
+func (k Key) Hash(seed maphash.Seed) uint64 {
+	h := maphash.String(seed, k.Workspace)
+	h = mix(h, maphash.String(seed, k.Namespace))
+	h = mix(h, maphash.String(seed, k.Identifier))
+	h = mix(h, k.Period.Hash())
+	if k.Refunds {
 		h = mix(h, 1)
 	}
 	return h
