@@ -53,6 +53,29 @@ import (
 // before its cells changed length, that a raised burst did not refill it)
 // each change leaves beside the cells as a seed (see Service.seedBucket).
 
+// tokenBucket is the model of TokenBucket: the window's bucket (see
+// bucketFor), made before the regional store's read, decides; an
+// admission is counted into the window's current cell as every model's
+// is, and its tokens are what a take back returns.
+type tokenBucket struct{}
+
+func (m tokenBucket) decide(ctx context.Context, s *Service, req *Request, key *cells.Key, sp spec, now int64) (Response, bool, error) {
+	return s.decideInWindow(ctx, m, req, key, sp, now, nil)
+}
+
+func (tokenBucket) prepare(ctx context.Context, s *Service, w *cells.Window, sp spec, now int64) *bucket {
+	return s.bucketFor(ctx, w, sp, now)
+}
+
+func (tokenBucket) count(s *Service, w *cells.Window, b *bucket, now int64, sp spec, cost int64, report, speculative bool) (decision, *cells.Cell, bool) {
+	cur, _, _, _, now := s.currentCells(w, now)
+	return s.decideBucket(w, b, now, sp, cur, cost, report, speculative)
+}
+
+func (tokenBucket) takeBack(s *Service, w *cells.Window, c *cells.Cell, sp spec, cost int64) {
+	s.windows.returnTokens(w, c, sp, cost)
+}
+
 // bucket is a token bucket's state beside its windows' cells: made for
 // the first token bucket decision on an identity and held in the window
 // table's side maps (see windowTable.bucketOf), so that windows of the
@@ -219,7 +242,7 @@ func tokensIn(ns, limit, durMs int64) int64 {
 
 // decideBucket decides a request of cost against b, the token bucket sp
 // of w (converted to sp by bucketFor), at now (unix ms), counting an
-// admission into cur, w's current cell. See decide.
+// admission into cur, w's current cell. See countWindow.
 func (s *Service) decideBucket(w *cells.Window, b *bucket, now int64, sp spec, cur *cells.Cell, cost int64, report, speculative bool) (decision, *cells.Cell, bool) {
 	nowNs := now * int64(time.Millisecond)
 	tau := refill(sp.burst, sp.limit, sp.durationMs)
@@ -292,15 +315,6 @@ func ceilMs(ns int64) int64 {
 		ms++
 	}
 	return ms
-}
-
-// takeBack undoes an admission of cost into c, a cell of w, of a request
-// decided by sp: its count, and a bucket's tokens.
-func (t *windowTable) takeBack(w *cells.Window, c *cells.Cell, sp spec, cost int64) {
-	if sp.algorithm == TokenBucket {
-		t.returnTokens(w, c, sp, cost)
-	}
-	c.Count.Add(-cost)
 }
 
 // returnTokens gives w's bucket back the cost tokens an admission into c

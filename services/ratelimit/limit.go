@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
-	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 )
 
 // maxEvictionRetries bounds how often a decision starts again because the
@@ -68,7 +67,6 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 	key := keyOf(&req)
 	sp := specOf(&req)
 	now := s.clock.Now().UnixMilli()
-	var d decision
 	for attempt := range maxEvictionRetries {
 		if attempt > 0 {
 			// The janitor removed the window as idle at its own clock
@@ -78,93 +76,104 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 			// old one it starts from zero.
 			now = s.clock.Now().UnixMilli()
 		}
-		if sp.algorithm == Concurrency {
-			key = poolKey(&req, now)
+		if resp, done, err := sp.model.decide(ctx, s, &req, &key, sp, now); done {
+			return resp, err
 		}
-		w, err := s.windows.ForRequest(&key)
-		if err != nil {
-			return Response{Limit: req.Limit, Reset: resetAt(&req, now), Algorithm: sp.algorithm}, err
-		}
-		if now < s.windows.JanitorNow.Load() {
-			// The janitor read a later clock than ours and may have
-			// removed, as idle, the window whose cells our reading falls
-			// in: w may be one made since, empty for them. Decide now.
-			now = s.clock.Now().UnixMilli()
-			if sp.algorithm == Concurrency {
-				continue // in the cell of now
-			}
-		}
-		w.ObserveLimit(req.Limit)
-		if sp.algorithm == Concurrency {
-			if resp, ok := s.decideSlots(ctx, w, now, sp, &req); ok {
-				return resp, nil
-			}
-			continue // the janitor removed w meanwhile
-		}
-		var b *bucket
-		if sp.algorithm == TokenBucket {
-			// Before the regional store's read, which takes what it
-			// raises from the bucket.
-			b = s.bucketFor(ctx, w, sp, now)
-		}
-		s.regional.prepare(ctx, w, now)
-		if key.Period.Kind() == period.Calendar {
-			// What other zones' periods counted of this one.
-			s.carryZones(w, now)
-		}
-		var cur *cells.Cell
-		var counted bool
-		d, cur, counted = s.decide(w, b, now, sp, req.Cost, req.Report, false)
-		if counted && w.Evicted() {
-			// The janitor is removing w: take the count back and decide
-			// again on the window that replaces it.
-			s.windows.takeBack(w, cur, sp, req.Cost)
-			runtime.Gosched()
-			continue
-		}
-		if counted && req.Reserve {
-			// Decisions on the cell weigh its refunds from now on, and
-			// reads of the regional store fetch them.
-			cur.Flags.Or(cells.Reserved)
-		}
-		s.regional.afterDecide(w, cur, now, &d, countedCost(counted, req.Cost))
-		if counted {
-			s.global.noteGrowth(w, cur, req.Limit)
-		}
-		return d.response(), nil
 	}
 	// Unreachable in practice: the janitor kept removing the window under
 	// this request. Fail closed.
-	d.success = false
-	return d.response(), nil
+	return Response{Limit: req.Limit, Reset: resetAt(&req, now), Algorithm: sp.algorithm}, nil
 }
 
-// decide evaluates a request of cost against sp in window w at now (unix
-// ms) and, on success with cost > 0, counts cost into the current cell. A
-// report (see Request.Report) counts cost whatever the verdict, and is
-// judged with it counted. With speculative set the increment is also
-// recorded as uncommitted, for a batch that may still roll back (never a
-// report). b is w's bucket for a token bucket (see bucketFor). It
-// returns the current cell and whether it counted cost into it.
-func (s *Service) decide(w *cells.Window, b *bucket, now int64, sp spec, cost int64, report, speculative bool) (decision, *cells.Cell, bool) {
+// windowFor returns the window of key for a decision at now (unix ms),
+// which it makes on first use, with the clock reading to decide at: a
+// later one when the janitor read a later clock than now (see
+// Service.Decide). It records req's limit as the window's latest. It
+// returns a [*CapacityError], and the answer that goes with it, for a
+// new key in a workspace that holds the most windows allowed.
+func (s *Service) windowFor(key *cells.Key, req *Request, sp spec, now int64) (*cells.Window, int64, Response, error) {
+	w, err := s.windows.ForRequest(key)
+	if err != nil {
+		return nil, now, Response{Limit: req.Limit, Reset: resetAt(req, now), Algorithm: sp.algorithm}, err
+	}
+	if now < s.windows.JanitorNow.Load() {
+		// The janitor read a later clock than ours and may have
+		// removed, as idle, the window whose cells our reading falls
+		// in: w may be one made since, empty for them. Decide now.
+		now = s.clock.Now().UnixMilli()
+	}
+	w.ObserveLimit(req.Limit)
+	return w, now, Response{}, nil
+}
+
+// decideInWindow is one attempt of Service.Decide for a model whose
+// window's key does not depend on the clock (every model but the
+// concurrency limit): m's bucket (see model.prepare), the regional
+// store's read, then m's count. carry, when set, runs after the read:
+// what the cell learns from beside it (a calendar's other zones).
+func (s *Service) decideInWindow(ctx context.Context, m model, req *Request, key *cells.Key, sp spec, now int64, carry func(*Service, *cells.Window, int64)) (Response, bool, error) {
+	w, now, resp, err := s.windowFor(key, req, sp, now)
+	if err != nil {
+		return resp, true, err
+	}
+	b := m.prepare(ctx, s, w, sp, now)
+	s.regional.prepare(ctx, w, now)
+	if carry != nil {
+		carry(s, w, now)
+	}
+	d, cur, counted := m.count(s, w, b, now, sp, req.Cost, req.Report, false)
+	if counted && w.Evicted() {
+		// The janitor is removing w: take the count back and decide
+		// again on the window that replaces it.
+		m.takeBack(s, w, cur, sp, req.Cost)
+		cur.Count.Add(-req.Cost)
+		runtime.Gosched()
+		return Response{}, false, nil
+	}
+	if counted && req.Reserve {
+		// Decisions on the cell weigh its refunds from now on, and
+		// reads of the regional store fetch them.
+		cur.Flags.Or(cells.Reserved)
+	}
+	s.regional.afterDecide(w, cur, now, &d, countedCost(counted, req.Cost))
+	if counted {
+		s.global.noteGrowth(w, cur, req.Limit)
+	}
+	return d.response(), true, nil
+}
+
+// currentCells returns w's cell of now (unix ms), made if need be, and
+// the one before (nil if it saw no traffic), with the cell's bounds and
+// the clock reading to decide at: when another request already moved w
+// past now (its clock reading is older than another's), the start of w's
+// current cell, the strictest moment of that cell.
+func (s *Service) currentCells(w *cells.Window, now int64) (cur, prev *cells.Cell, start, end, at int64) {
 	hydrated := s.regional == nil
 	seq, start, end := w.SeqAt(now)
 	cur, prev, newer := w.CellsAt(seq, hydrated)
 	for cur == nil {
-		// Another request already moved this window past our clock
-		// reading: decide at the start of its window, the strictest
-		// moment of that window.
-		seq, now = newer, w.StartOf(newer)
+		now = w.StartOf(newer)
 		seq, start, end = w.SeqAt(now)
 		cur, prev, newer = w.CellsAt(seq, hydrated)
 	}
-	if sp.algorithm == TokenBucket {
-		return s.decideBucket(w, b, now, sp, cur, cost, report, speculative)
-	}
-	if sp.algorithm == FixedWindow {
+	return cur, prev, start, end, now
+}
+
+// countWindow evaluates a request of cost against sp in window w at now
+// (unix ms) and, on success with cost > 0, counts cost into the current
+// cell: the count of the sliding window, and with fixed set of the fixed
+// window, which weighs the current cell alone. A report (see
+// Request.Report) counts cost whatever the verdict, and is judged with it
+// counted. With speculative set the increment is also recorded as
+// uncommitted, for a batch that may still roll back (never a report). It
+// returns the current cell and whether it counted cost into it.
+func (s *Service) countWindow(w *cells.Window, now int64, sp spec, cost int64, report, speculative, fixed bool) (decision, *cells.Cell, bool) {
+	cur, prev, start, end, now := s.currentCells(w, now)
+	if fixed {
 		// Only the current window counts.
 		prev = nil
 	}
+	seq := cur.Seq()
 	dur := end - start
 	elapsed := now - start
 	curGlobal := cur.Global.Load()
@@ -196,12 +205,12 @@ func (s *Service) decide(w *cells.Window, b *bucket, now int64, sp spec, cost in
 		}
 		prevTotal = max(prevTotal, 0)
 		curTotal := max(n+curGlobal, 0)
-		effective := curTotal + sp.overlap(prevTotal, elapsed, dur)
+		effective := curTotal + weighted(prevTotal, elapsed, dur)
 		d.success = effective <= limit
 		d.remaining = min(max(0, limit-effective), limit)
 		if !d.success {
 			// When a check (cost 0) would pass again.
-			d.retryAfter = sp.retryAfter(elapsed, dur, curTotal, prevTotal, 0)
+			d.retryAfter = windowRetry(fixed, sp.limit, elapsed, dur, curTotal, prevTotal, 0)
 		}
 		return d, cur, true
 	}
@@ -220,11 +229,11 @@ func (s *Service) decide(w *cells.Window, b *bucket, now int64, sp spec, cost in
 			prevTotal += prev.Count.Load()
 		}
 		prevTotal = max(prevTotal, 0)
-		effective := curTotal + sp.overlap(prevTotal, elapsed, dur) + cost
+		effective := curTotal + weighted(prevTotal, elapsed, dur) + cost
 		if cost > limit || effective > limit {
 			d.success = false // a race lost may have found room before
 			d.remaining = min(max(0, limit-(effective-cost)), limit)
-			d.retryAfter = sp.retryAfter(elapsed, dur, curTotal, prevTotal, cost)
+			d.retryAfter = windowRetry(fixed, sp.limit, elapsed, dur, curTotal, prevTotal, cost)
 			cells.Unlock(held, cur)
 			return d, cur, false
 		}
@@ -248,6 +257,21 @@ func (s *Service) decide(w *cells.Window, b *bucket, now int64, sp spec, cost in
 		}
 		held = s.contention.AfterLost(held, cur, attempt)
 	}
+}
+
+// windowRetry returns how many ms after now a request of cost would pass
+// in a window of limit if no other traffic arrived, elapsed ms into its
+// current cell of dur ms (see retryAfter): for a fixed window, its end,
+// since the next one starts from zero. None when cost exceeds the limit,
+// since no wait can help.
+func windowRetry(fixed bool, limit, elapsed, dur, cur, prev, cost int64) int64 {
+	switch {
+	case cost > limit:
+		return 0
+	case fixed:
+		return dur - elapsed
+	}
+	return retryAfter(elapsed, dur, cur, prev, limit, cost)
 }
 
 // countedCost is cost if it was counted, else 0.

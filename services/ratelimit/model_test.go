@@ -6,15 +6,15 @@ import (
 	"time"
 )
 
-// model is a reference limiter written straight from the formula, with
+// reference is a reference limiter written straight from the formula, with
 // exact arithmetic, no concurrency and a brute-force retryAfter, to check the real one
 // against.
-type model struct {
+type reference struct {
 	counts map[int64]int64 // seq -> count, for one key
 	dur    int64
 }
 
-func (m *model) effective(now, cost int64) int64 {
+func (m *reference) effective(now, cost int64) int64 {
 	seq := now / m.dur
 	elapsed := now - seq*m.dur
 	// prev*(1-elapsed/dur) = prev*(dur-elapsed)/dur; the traces keep counts
@@ -22,7 +22,7 @@ func (m *model) effective(now, cost int64) int64 {
 	return m.counts[seq] + m.counts[seq-1]*(m.dur-elapsed)/m.dur + cost
 }
 
-func (m *model) decide(now, limit, cost int64) (ok bool, remaining, reset, retry int64) {
+func (m *reference) decide(now, limit, cost int64) (ok bool, remaining, reset, retry int64) {
 	seq := now / m.dur
 	eff := m.effective(now, cost)
 	reset = (seq + 1) * m.dur
@@ -53,7 +53,7 @@ func TestMatchesModel(t *testing.T) {
 		limit := int64(1 + rng.IntN(40))
 		clock := newFakeClock(int64(rng.IntN(1_000_000)))
 		s := newTestService(t, clock)
-		m := &model{counts: map[int64]int64{}, dur: dur}
+		m := &reference{counts: map[int64]int64{}, dur: dur}
 		for i := 0; i < 400; i++ {
 			clock.Advance(time.Duration(rng.IntN(int(dur/8))) * time.Millisecond)
 			cost := int64(rng.IntN(4))

@@ -71,17 +71,15 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 			w.ObserveLimit(reqs[i].Limit)
 			// A bucket before the regional store's read, which takes what
 			// it raises from it.
-			buckets[i] = nil
-			if sp := specOf(&reqs[i]); sp.algorithm == TokenBucket {
-				buckets[i] = s.bucketFor(ctx, w, sp, now)
-			}
+			sp := specOf(&reqs[i])
+			buckets[i] = sp.model.prepare(ctx, s, w, sp, now)
 		}
 		s.regional.prepareBatch(ctx, windows, now)
 		applied = applied[:0]
 		passed := true
 		for i, w := range windows {
 			sp := specOf(&reqs[i])
-			d, c, ok := s.decide(w, buckets[i], now, sp, reqs[i].Cost, false, true)
+			d, c, ok := sp.model.count(s, w, buckets[i], now, sp, reqs[i].Cost, false, true)
 			results[i], curs[i], decisions[i] = d.response(), c, d
 			passed = passed && d.success
 			if ok {
@@ -105,9 +103,8 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 		for i := len(applied) - 1; i >= 0; i-- {
 			a := applied[i]
 			a.w.Rollback(a.c, a.cost)
-			if sp := specOf(&reqs[a.index]); sp.algorithm == TokenBucket {
-				s.windows.returnTokens(a.w, a.c, sp, a.cost)
-			}
+			sp := specOf(&reqs[a.index])
+			sp.model.takeBack(s, a.w, a.c, sp, a.cost)
 		}
 		if !evicted {
 			// Nothing was counted: each result's remaining is what is left

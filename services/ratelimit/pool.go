@@ -28,6 +28,33 @@ import (
 // lease id names (grid from the lease, and the cell). A lease spans 10 to
 // 20 cells of its grid, so a pool of one lease sums about as many cells.
 
+// concurrencyLimit is the model of Concurrency: the window of a slot's
+// cell, whose key depends on the clock (see poolKey), decides from the
+// whole pool, through the regional store's atomic take where there is
+// one (see decideSlots).
+type concurrencyLimit struct{ plainCells }
+
+func (concurrencyLimit) decide(ctx context.Context, s *Service, req *Request, _ *cells.Key, sp spec, now int64) (Response, bool, error) {
+	key := poolKey(req, now)
+	w, at, resp, err := s.windowFor(&key, req, sp, now)
+	if err != nil {
+		return resp, true, err
+	}
+	if at != now {
+		// The janitor read a later clock: decide again in the cell
+		// of now.
+		return Response{}, false, nil
+	}
+	resp, ok := s.decideSlots(ctx, w, now, sp, req)
+	return resp, ok, nil
+}
+
+// count decides from what this process knows (see decidePool): a batch,
+// the one caller, never holds a concurrency limit (see CheckInBatch).
+func (concurrencyLimit) count(s *Service, w *cells.Window, _ *bucket, now int64, sp spec, cost int64, _, _ bool) (decision, *cells.Cell, bool) {
+	return s.decidePool(w, now, sp, cost)
+}
+
 // poolID names a pool: a concurrency limit's identity.
 type poolID struct {
 	workspace, namespace, identifier string
