@@ -157,8 +157,9 @@ func (s *Service) giveBack(ctx context.Context, h Hold) (int64, *cells.Window, e
 	}
 	for range maxEvictionRetries {
 		// The key's window, if the process holds it or can, learns that
-		// its cell has refunds; the refunds window is never refused (see
-		// windowTable.reserve), so a give-back is never turned away.
+		// its cell has refunds; the refunds window is never refused (the
+		// cell table counts no key's refunds window against its
+		// workspace's cap), so a give-back is never turned away.
 		w := s.windows.Find(&key)
 		if w == nil {
 			w, _ = s.windows.ForRequest(&key)

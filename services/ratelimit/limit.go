@@ -86,24 +86,20 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 }
 
 // windowFor returns the window of key for a decision at now (unix ms),
-// which it makes on first use, with the clock reading to decide at: a
-// later one when the janitor read a later clock than now (see
-// Service.Decide). It records req's limit as the window's latest. It
-// returns a [*CapacityError], and the answer that goes with it, for a
-// new key in a workspace that holds the most windows allowed.
-func (s *Service) windowFor(key *cells.Key, req *Request, sp spec, now int64) (*cells.Window, int64, Response, error) {
-	w, err := s.windows.ForRequest(key)
+// which it makes on first use, and reports whether the janitor read a
+// later clock than now: it may have removed, as idle, the window whose
+// cells now falls in, and w may be one made since, empty for them. It
+// records req's limit as the window's latest. It returns a
+// [*CapacityError], and the answer that goes with it, for a new key in a
+// workspace that holds the most windows allowed.
+func (s *Service) windowFor(key *cells.Key, req *Request, sp spec, now int64) (w *cells.Window, behind bool, resp Response, err error) {
+	w, err = s.windows.ForRequest(key)
 	if err != nil {
-		return nil, now, Response{Limit: req.Limit, Reset: resetAt(req, now), Algorithm: sp.algorithm}, err
+		return nil, false, Response{Limit: req.Limit, Reset: resetAt(req, now), Algorithm: sp.algorithm}, err
 	}
-	if now < s.windows.JanitorNow.Load() {
-		// The janitor read a later clock than ours and may have
-		// removed, as idle, the window whose cells our reading falls
-		// in: w may be one made since, empty for them. Decide now.
-		now = s.clock.Now().UnixMilli()
-	}
+	behind = now < s.windows.JanitorNow.Load()
 	w.ObserveLimit(req.Limit)
-	return w, now, Response{}, nil
+	return w, behind, Response{}, nil
 }
 
 // decideInWindow is one attempt of Service.Decide for a model whose
@@ -112,9 +108,14 @@ func (s *Service) windowFor(key *cells.Key, req *Request, sp spec, now int64) (*
 // store's read, then m's count. carry, when set, runs after the read:
 // what the cell learns from beside it (a calendar's other zones).
 func (s *Service) decideInWindow(ctx context.Context, m model, req *Request, key *cells.Key, sp spec, now int64, carry func(*Service, *cells.Window, int64)) (Response, bool, error) {
-	w, now, resp, err := s.windowFor(key, req, sp, now)
+	w, behind, resp, err := s.windowFor(key, req, sp, now)
 	if err != nil {
 		return resp, true, err
+	}
+	if behind {
+		// Decide now, in the cell the janitor left (the key does not
+		// depend on the clock: w is the window to decide in).
+		now = s.clock.Now().UnixMilli()
 	}
 	b := m.prepare(ctx, s, w, sp, now)
 	s.regional.prepare(ctx, w, now)

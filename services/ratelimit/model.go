@@ -19,8 +19,9 @@ type model interface {
 	// req, whose spec is sp and whose window, where the key does not
 	// depend on the clock, has key: it finds the window, decides and
 	// counts what it admits. It reports not done when the janitor
-	// removed the window meanwhile: the caller reads the clock and tries
-	// again.
+	// removed the window meanwhile, or read a later clock than now where
+	// the window's key depends on the clock: the caller reads the clock
+	// and tries again.
 	decide(ctx context.Context, s *Service, req *Request, key *cells.Key, sp spec, now int64) (resp Response, done bool, err error)
 	// prepare readies w, found for a batch's entry, for a decision at
 	// now: it returns w's token bucket (nil for the other models), which
@@ -47,7 +48,7 @@ type spec struct {
 	// burst is a token bucket's capacity (the request's Burst, or limit).
 	burst int64
 	// durationMs is the request's duration: a token bucket refills limit
-	// per durationMs (its cells may be longer: see cellMs).
+	// per durationMs (its cells may be longer: see cellShift).
 	durationMs int64
 }
 

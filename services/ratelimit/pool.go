@@ -36,13 +36,13 @@ type concurrencyLimit struct{ plainCells }
 
 func (concurrencyLimit) decide(ctx context.Context, s *Service, req *Request, _ *cells.Key, sp spec, now int64) (Response, bool, error) {
 	key := poolKey(req, now)
-	w, at, resp, err := s.windowFor(&key, req, sp, now)
+	w, behind, resp, err := s.windowFor(&key, req, sp, now)
 	if err != nil {
 		return resp, true, err
 	}
-	if at != now {
-		// The janitor read a later clock: decide again in the cell
-		// of now.
+	if behind {
+		// The janitor read a later clock: decide again at a new
+		// reading, in the cell of that.
 		return Response{}, false, nil
 	}
 	resp, ok := s.decideSlots(ctx, w, now, sp, req)

@@ -51,7 +51,7 @@ type takeLanes struct {
 // the lane (see takeLanes.acquire) changes them.
 type takeLane struct {
 	writer string
-	// cells.Totals are the lane's totals in its two latest cells, the take
+	// Totals are the lane's totals in its two latest cells, the take
 	// in flight included, and what of them is settled: what the store
 	// holds, or will once a lost answer's total is written again.
 	cells.Totals

@@ -8,8 +8,8 @@ package cells
 // that a reader of the committed count (the regional replay, the global
 // flush) never sees a torn pair: see Window.state and Committed.
 
-// BeginTransition and endTransition bracket a change of both count and
-// speculative by a batch, so that committed can tell a torn read.
+// BeginTransition and EndTransition bracket a change of both count and
+// speculative by a batch, so that Committed can tell a torn read.
 func (w *Window) BeginTransition() { w.state.Add(transitionStep) }
 func (w *Window) EndTransition()   { w.state.Add(^uint64(0)) } // one fewer in progress
 

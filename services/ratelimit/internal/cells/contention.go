@@ -75,7 +75,7 @@ func (k *Contention) Stripe(c *Cell) *sync.Mutex {
 	return &k.stripes[maphash.Comparable(k.seed, c)%contentionStripes].mu
 }
 
-// Unlock releases mu, taken by lock for c, if a decision took it: kept
+// Unlock releases mu, taken by Lock for c, if a decision took it: kept
 // small enough to inline, so that a decision that took no lock pays a
 // test. A decision still queued on mu flags c again when it gets it.
 func Unlock(mu *sync.Mutex, c *Cell) {

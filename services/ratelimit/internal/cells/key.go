@@ -10,7 +10,7 @@ import (
 // identifier. The period is part of the key because the same identifier
 // may be limited per second and per day at once; it names the cells (a
 // window's length, a calendar, a token bucket's cells, a concurrency
-// limit's pool cell: see keyOf and poolKey).
+// limit's pool cell: see package internal/period).
 type Key struct {
 	Workspace  string
 	Namespace  string

@@ -20,7 +20,7 @@ type Window struct {
 	// one pointer, which keeps a window at 72 bytes (in the allocator's
 	// 80-byte size class). A pool cell's period is its own, so each live
 	// pool cell of a namespace interns a scope of its own: a few dozen a
-	// pool (see pool.go), freed with their windows.
+	// pool (a concurrency limit's cells), freed with their windows.
 	scope      unique.Handle[windowScope]
 	identifier string
 	Cells      [2]atomic.Pointer[Cell]
@@ -46,7 +46,7 @@ type Window struct {
 	//               count and speculative one after the other);
 	//   bits 0-15   transitions in progress.
 	// A reader that sees none in progress before, and the same number begun
-	// after, reading both counters has a consistent pair. See committed.
+	// after, reading both counters has a consistent pair. See Committed.
 	state atomic.Uint64
 }
 

@@ -11,7 +11,7 @@ import (
 
 // Table holds every window of the process, by key, and each
 // workspace's share of them. It knows no model and no tier: what they
-// keep beside a window, its companion is told of (see companion). Its
+// keep beside a window, its companion is told of (see Companion). Its
 // methods are safe for concurrent use.
 type Table struct {
 	seed    maphash.Seed
