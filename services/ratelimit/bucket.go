@@ -54,22 +54,13 @@ import (
 // each change leaves beside the cells as a seed (see Service.seedBucket).
 
 // tokenBucket is the model of TokenBucket: the window's bucket (see
-// bucketFor), made before the regional store's read, decides; an
-// admission is counted into the window's current cell as every model's
-// is, and its tokens are what a take back returns.
+// bucketFor), made before the regional store's read (prepare), decides
+// (count); an admission is counted into the window's current cell as
+// every model's is, and its tokens are what a take back returns.
 type tokenBucket struct{}
-
-func (m tokenBucket) decide(ctx context.Context, s *Service, req *Request, key *cells.Key, sp spec, now int64) (Response, bool, error) {
-	return s.decideInWindow(ctx, m, req, key, sp, now, nil)
-}
 
 func (tokenBucket) prepare(ctx context.Context, s *Service, w *cells.Window, sp spec, now int64) *bucket {
 	return s.bucketFor(ctx, w, sp, now)
-}
-
-func (tokenBucket) count(s *Service, w *cells.Window, b *bucket, now int64, sp spec, cost int64, report, speculative bool) (decision, *cells.Cell, bool) {
-	cur, _, _, _, now := s.currentCells(w, now)
-	return s.decideBucket(w, b, now, sp, cur, cost, report, speculative)
 }
 
 func (tokenBucket) takeBack(s *Service, w *cells.Window, c *cells.Cell, sp spec, cost int64) {
@@ -240,10 +231,11 @@ func tokensIn(ns, limit, durMs int64) int64 {
 	return int64(mulDiv(uint64(ns), uint64(limit), uint64(durMs)*uint64(time.Millisecond)))
 }
 
-// decideBucket decides a request of cost against b, the token bucket sp
-// of w (converted to sp by bucketFor), at now (unix ms), counting an
-// admission into cur, w's current cell. See countWindow.
-func (s *Service) decideBucket(w *cells.Window, b *bucket, now int64, sp spec, cur *cells.Cell, cost int64, report, speculative bool) (decision, *cells.Cell, bool) {
+// count is model.count for a token bucket: it decides a request of cost
+// against b, the token bucket sp of w (converted to sp by bucketFor), at
+// now (unix ms), counting an admission into w's current cell.
+func (tokenBucket) count(s *Service, w *cells.Window, b *bucket, now int64, sp spec, cost int64, report, speculative bool) (decision, *cells.Cell, bool) {
+	cur, _, _, _, now := s.currentCells(w, now)
 	nowNs := now * int64(time.Millisecond)
 	tau := refill(sp.burst, sp.limit, sp.durationMs)
 	need := refill(cost, sp.limit, sp.durationMs)

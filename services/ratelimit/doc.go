@@ -80,25 +80,26 @@
 // own (as redisstore and mysqlstore do) and runs the contract suite of
 // package storetest. A flush or sync schedule is the global tier's
 // (global.go, global_loop.go); the regional tier's timing is in regional.go.
-// The decision maths are each model's count (a window's countWindow in
-// limit.go, a bucket's decideBucket, a pool's decidePool) over the window and its cells
-// (package internal/cells, which knows no model and no tier), with the
-// sliding weight and the retry time in sliding.go; an all-or-nothing
+// The decision maths are each model's count (the windows' in window.go,
+// the token bucket's in bucket.go, a pool's decidePool in pool.go) over
+// the window and its cells (package internal/cells, which knows no model
+// and no tier), with the sliding weight and the retry time in sliding.go;
+// an all-or-nothing
 // MultiLimit's speculative counts are the cell table's batch protocol
 // (cells.Window.ApplySpeculative).
 // The stores hold fixed window cells and nothing else: a counter per key and
 // sequence, summed with max or add. Every model decides from that shape
-// (model.go, each model a file): the sliding window above (sliding.go),
-// the fixed window (fixed.go: the current cell alone), the calendar
-// window (calendar.go: cells that are a time zone's days,
-// weeks, months or years: package calendar; what one zone's period counted is carried
-// into another zone's: zones.go), the token bucket (bucket.go), whose
+// (model.go; each model a file): the windows (window.go): the sliding
+// window above, the fixed window (the current cell alone) and the
+// calendar window (cells that are a time zone's days, weeks, months or
+// years: package calendar; what one zone's period counted is carried
+// into another zone's: zones.go); the token bucket (bucket.go), whose
 // one instant of state per identity the tiers feed with what they see
 // counted elsewhere, and the concurrency limit (pool.go), whose slots are
 // counted in the cell of their expiry on a grid fitted to their lease, a
 // window a cell, summed over the pool. A new model whose state derives
 // from admitted counts per period is a new model (model.go: a type with
-// decide, prepare, count and takeBack, chosen in specOf), not new stores. What
+// prepare, count and takeBack, chosen in modelFor), not new stores. What
 // a limit's identity is and what its parameters are is settled there: a
 // window's length, a calendar's unit, a bucket's identity and a
 // concurrency limit's name the state; a limit, a burst, a rate, a zone and

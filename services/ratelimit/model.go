@@ -7,31 +7,32 @@ import (
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 )
 
-// A model is how one algorithm decides: the sliding window (sliding.go),
-// the fixed window (fixed.go), the calendar window (calendar.go), the
-// token bucket (bucket.go) and the concurrency limit (pool.go). specOf
-// chooses it once for a request, and a decision then makes one indirect
-// call into it (Service.Decide, a batch's entries) where it would
+// A model is how one algorithm decides: the windows (window.go: the
+// sliding window, and the fixed and calendar windows, which weigh the
+// current cell alone), the token bucket (bucket.go) and the concurrency
+// limit (pool.go). modelFor chooses it once for a request, and a decision
+// then calls into it (Service.Decide, a batch's entries) where it would
 // otherwise ask the algorithm at each of its steps. Every model decides
-// from the same cells (package internal/cells), which know no model.
+// from the same cells (package internal/cells), which know no model. The
+// concurrency limit's window moves with the clock (a slot's cell), so its
+// requests take a way of their own to its pool (Service.acquireSlots).
+// No method takes a pointer to its caller's stack: passed through an
+// interface it would escape, and a decision would allocate. The model is
+// kept apart from the spec rather than in it: a spec of four words is
+// passed in registers, one of six spills to the stack at every call
+// (measured: warm decisions a few per cent slower).
 type model interface {
-	// decide makes one attempt of Service.Decide at now (unix ms) for
-	// req, whose spec is sp and whose window, where the key does not
-	// depend on the clock, has key: it finds the window, decides and
-	// counts what it admits. It reports not done when the janitor
-	// removed the window meanwhile, or read a later clock than now where
-	// the window's key depends on the clock: the caller reads the clock
-	// and tries again.
-	decide(ctx context.Context, s *Service, req *Request, key *cells.Key, sp spec, now int64) (resp Response, done bool, err error)
-	// prepare readies w, found for a batch's entry, for a decision at
-	// now: it returns w's token bucket (nil for the other models), which
-	// is made before the regional store's read that takes from it.
+	// prepare readies w for a decision at now (unix ms) by sp before the
+	// regional store's read: it returns w's token bucket, made before
+	// the read that takes from it, or nil for the other models.
 	prepare(ctx context.Context, s *Service, w *cells.Window, sp spec, now int64) *bucket
-	// count decides a request of cost against sp in w at now and, on
-	// success with cost above 0, counts it into w's current cell (see
-	// countWindow). b is w's bucket (see prepare). A report counts
-	// whatever the verdict; speculative records the count as a batch's,
-	// which may still roll back.
+	// count decides a request of cost against sp in w at now, the
+	// regional store read, and on success with cost above 0 counts it
+	// into w's current cell. b is w's bucket (see prepare). A report
+	// (see Request.Report) counts whatever the verdict, and is judged
+	// with it counted; speculative records the count as a batch's, which
+	// may still roll back (never a report). It returns w's current cell
+	// and whether it counted cost into it.
 	count(s *Service, w *cells.Window, b *bucket, now int64, sp spec, cost int64, report, speculative bool) (decision, *cells.Cell, bool)
 	// takeBack undoes a count of cost into c, a cell of w: what a model
 	// keeps beside the cell too (a bucket's tokens). The count itself is
@@ -39,10 +40,8 @@ type model interface {
 	takeBack(s *Service, w *cells.Window, c *cells.Cell, sp spec, cost int64)
 }
 
-// spec is what one decision needs of its request's limit: the model and
-// its numbers.
+// spec is what one decision needs of its request's limit: its numbers.
 type spec struct {
-	model     model
 	algorithm Algorithm
 	limit     int64
 	// burst is a token bucket's capacity (the request's Burst, or limit).
@@ -52,27 +51,49 @@ type spec struct {
 	durationMs int64
 }
 
-// specOf returns req's spec, its model chosen here once: a request that
-// names a calendar counts its periods as a fixed window does. A model is
-// a value of no size: choosing one allocates nothing.
+// specOf returns req's spec: a request that names a calendar counts its
+// periods as a fixed window does.
 func specOf(req *Request) spec {
-	s := spec{algorithm: req.Algorithm, limit: req.Limit, burst: req.Burst, durationMs: req.Duration.Milliseconds()}
-	switch {
-	case !req.Calendar.IsZero():
-		s.algorithm, s.model = FixedWindow, calendarWindow{}
-	case req.Algorithm == FixedWindow:
-		s.model = fixedWindow{}
-	case req.Algorithm == TokenBucket:
-		s.model = tokenBucket{}
-	case req.Algorithm == Concurrency:
-		s.model = concurrencyLimit{}
-	default:
-		s.model = slidingWindow{}
-	}
-	if s.burst == 0 {
-		s.burst = s.limit
+	s := spec{algorithm: req.Algorithm, limit: req.Limit, burst: burstOf(req), durationMs: req.Duration.Milliseconds()}
+	if !req.Calendar.IsZero() {
+		s.algorithm = FixedWindow
 	}
 	return s
+}
+
+// modelFor returns req's model, chosen here once: a request that names a
+// calendar has the calendar window's. A model is a value made into an
+// interface once (see modelOf): choosing one allocates nothing.
+func modelFor(req *Request) model {
+	switch {
+	case !req.Calendar.IsZero():
+		return calendarModel
+	case int(req.Algorithm) < len(modelOf):
+		return modelOf[req.Algorithm]
+	}
+	return modelOf[SlidingWindow]
+}
+
+// modelOf holds each algorithm's model, and calendarModel the model of a
+// request that names a calendar; modelFor takes one from them. Made into
+// interface values once, here: a model chosen costs a load.
+var (
+	modelOf = [...]model{
+		SlidingWindow: windowModel{},
+		FixedWindow:   windowModel{fixed: true},
+		TokenBucket:   tokenBucket{},
+		Concurrency:   concurrencyLimit{},
+	}
+	calendarModel model = windowModel{fixed: true, zones: true}
+)
+
+// burstOf returns req's burst: a token bucket's capacity, its limit
+// unless it says otherwise.
+func burstOf(req *Request) int64 {
+	if req.Burst == 0 {
+		return req.Limit
+	}
+	return req.Burst
 }
 
 // keyOf returns the key of req's window: its cells are a calendar's
@@ -85,19 +106,9 @@ func keyOf(req *Request) cells.Key {
 	case !req.Calendar.IsZero():
 		k.Period = period.OfCalendar(req.Calendar)
 	case req.Algorithm == TokenBucket && req.Limit > 0:
-		k.Period = period.BucketCells(cellShift(req.Limit, req.Duration.Milliseconds(), specOf(req).burst))
+		k.Period = period.BucketCells(cellShift(req.Limit, req.Duration.Milliseconds(), burstOf(req)))
 	default:
 		k.Period = period.OfLength(req.Duration.Milliseconds())
 	}
 	return k
 }
-
-// plainCells is what the models whose state is their cells alone (the
-// windows) share: nothing beside a cell to make or take back.
-type plainCells struct{}
-
-func (plainCells) prepare(context.Context, *Service, *cells.Window, spec, int64) *bucket {
-	return nil
-}
-
-func (plainCells) takeBack(*Service, *cells.Window, *cells.Cell, spec, int64) {}

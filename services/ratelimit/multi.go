@@ -72,14 +72,14 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 			// A bucket before the regional store's read, which takes what
 			// it raises from it.
 			sp := specOf(&reqs[i])
-			buckets[i] = sp.model.prepare(ctx, s, w, sp, now)
+			buckets[i] = modelFor(&reqs[i]).prepare(ctx, s, w, sp, now)
 		}
 		s.regional.prepareBatch(ctx, windows, now)
 		applied = applied[:0]
 		passed := true
 		for i, w := range windows {
 			sp := specOf(&reqs[i])
-			d, c, ok := sp.model.count(s, w, buckets[i], now, sp, reqs[i].Cost, false, true)
+			d, c, ok := modelFor(&reqs[i]).count(s, w, buckets[i], now, sp, reqs[i].Cost, false, true)
 			results[i], curs[i], decisions[i] = d.response(), c, d
 			passed = passed && d.success
 			if ok {
@@ -104,7 +104,7 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 			a := applied[i]
 			a.w.Rollback(a.c, a.cost)
 			sp := specOf(&reqs[a.index])
-			sp.model.takeBack(s, a.w, a.c, sp, a.cost)
+			modelFor(&reqs[a.index]).takeBack(s, a.w, a.c, sp, a.cost)
 		}
 		if !evicted {
 			// Nothing was counted: each result's remaining is what is left

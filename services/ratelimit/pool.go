@@ -30,29 +30,50 @@ import (
 
 // concurrencyLimit is the model of Concurrency: the window of a slot's
 // cell, whose key depends on the clock (see poolKey), decides from the
-// whole pool, through the regional store's atomic take where there is
-// one (see decideSlots).
-type concurrencyLimit struct{ plainCells }
+// whole pool. A request takes its own way to it (acquireSlots), through
+// the regional store's atomic take where there is one; count decides
+// from what this process knows (see decidePool), the way a batch would,
+// which never holds a concurrency limit (see CheckInBatch).
+type concurrencyLimit struct{}
 
-func (concurrencyLimit) decide(ctx context.Context, s *Service, req *Request, _ *cells.Key, sp spec, now int64) (Response, bool, error) {
-	key := poolKey(req, now)
-	w, behind, resp, err := s.windowFor(&key, req, sp, now)
-	if err != nil {
-		return resp, true, err
-	}
-	if behind {
-		// The janitor read a later clock: decide again at a new
-		// reading, in the cell of that.
-		return Response{}, false, nil
-	}
-	resp, ok := s.decideSlots(ctx, w, now, sp, req)
-	return resp, ok, nil
-}
-
-// count decides from what this process knows (see decidePool): a batch,
-// the one caller, never holds a concurrency limit (see CheckInBatch).
 func (concurrencyLimit) count(s *Service, w *cells.Window, _ *bucket, now int64, sp spec, cost int64, _, _ bool) (decision, *cells.Cell, bool) {
 	return s.decidePool(w, now, sp, cost)
+}
+
+func (concurrencyLimit) prepare(context.Context, *Service, *cells.Window, spec, int64) *bucket {
+	return nil
+}
+
+func (concurrencyLimit) takeBack(*Service, *cells.Window, *cells.Cell, spec, int64) {}
+
+// acquireSlots is Service.Decide for req, an acquisition (or, at cost 0,
+// a check) of a concurrency limit: in the window of the cell a slot
+// taken now is counted in, found again at each attempt, and through the
+// regional store's atomic take where there is one (see decideSlots).
+func (s *Service) acquireSlots(ctx context.Context, req *Request, sp spec) (Response, error) {
+	now := s.clock.Now().UnixMilli()
+	for attempt := range maxEvictionRetries {
+		if attempt > 0 {
+			// The janitor removed the window, or read a later clock
+			// than ours: decide again now, in the cell of now.
+			now = s.clock.Now().UnixMilli()
+		}
+		key := poolKey(req, now)
+		w, err := s.windows.ForRequest(&key)
+		if err != nil {
+			return Response{Limit: req.Limit, Reset: resetAt(req, now), Algorithm: sp.algorithm}, err
+		}
+		if now < s.windows.JanitorNow.Load() {
+			continue // the janitor may have removed the cell of now
+		}
+		w.ObserveLimit(req.Limit)
+		if resp, ok := s.decideSlots(ctx, w, now, sp, req); ok {
+			return resp, nil
+		}
+	}
+	// Unreachable in practice: the janitor kept removing the window under
+	// this request. Fail closed.
+	return Response{Limit: req.Limit, Reset: resetAt(req, now), Algorithm: sp.algorithm}, nil
 }
 
 // poolID names a pool: a concurrency limit's identity.

@@ -1,25 +1,9 @@
 package ratelimit
 
 import (
-	"context"
 	"math"
 	"math/bits"
-
-	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 )
-
-// slidingWindow is the model of SlidingWindow: the current cell's count
-// and the previous one's, weighed by how much of it the sliding window
-// still overlaps (see the package's documentation and weighted).
-type slidingWindow struct{ plainCells }
-
-func (m slidingWindow) decide(ctx context.Context, s *Service, req *Request, key *cells.Key, sp spec, now int64) (Response, bool, error) {
-	return s.decideInWindow(ctx, m, req, key, sp, now, nil)
-}
-
-func (slidingWindow) count(s *Service, w *cells.Window, _ *bucket, now int64, sp spec, cost int64, report, speculative bool) (decision, *cells.Cell, bool) {
-	return s.countWindow(w, now, sp, cost, report, speculative, false)
-}
 
 // mulDiv returns floor(a*b/c) for c > 0, computed in 128 bits so that counts
 // up to 2^63 times durations up to 2^32 ms never overflow. It saturates at

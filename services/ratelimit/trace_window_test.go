@@ -18,8 +18,8 @@ import (
 // parameter, its length its identity. As for buckets, the reference judges
 // each decision after every admission the limiter made before it.
 
-// windowModel is one window model under trace.
-type windowModel struct {
+// windowTraceModel is one window model under trace.
+type windowTraceModel struct {
 	name string
 	// request returns the model's request of limit and cost.
 	request func(limit, cost int64) Request
@@ -33,9 +33,9 @@ type windowModel struct {
 }
 
 // fixedModel is a fixed window of d: a counter per window from the epoch.
-func fixedModel(d time.Duration) windowModel {
+func fixedModel(d time.Duration) windowTraceModel {
 	ms := d.Milliseconds()
-	return windowModel{
+	return windowTraceModel{
 		name: "fixed window, " + d.String(),
 		request: func(limit, cost int64) Request {
 			r := req("k", limit, d, cost)
@@ -53,9 +53,9 @@ func fixedModel(d time.Duration) windowModel {
 // slidingModel is a sliding window of d: this window's counter and the
 // previous one's, weighted by the share of it the sliding window still
 // overlaps, truncated (the formula the README states).
-func slidingModel(d time.Duration) windowModel {
+func slidingModel(d time.Duration) windowTraceModel {
 	ms := d.Milliseconds()
-	return windowModel{
+	return windowTraceModel{
 		name:    "sliding window, " + d.String(),
 		request: func(limit, cost int64) Request { return req("k", limit, d, cost) },
 		period:  d,
@@ -69,9 +69,9 @@ func slidingModel(d time.Duration) windowModel {
 	}
 }
 
-// calendarModel is a calendar of unit in zone: a counter per period as
+// calendarTraceModel is a calendar of unit in zone: a counter per period as
 // package time names it on the zone's clock.
-func calendarModel(t testing.TB, unit calendar.Unit, zone string) windowModel {
+func calendarTraceModel(t testing.TB, unit calendar.Unit, zone string) windowTraceModel {
 	p, err := calendar.New(unit, zone)
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +95,7 @@ func calendarModel(t testing.TB, unit calendar.Unit, zone string) windowModel {
 	}
 	period := map[calendar.Unit]time.Duration{calendar.Day: 24 * time.Hour, calendar.Week: 7 * 24 * time.Hour,
 		calendar.Month: 30 * 24 * time.Hour, calendar.Year: 365 * 24 * time.Hour}[unit]
-	return windowModel{
+	return windowTraceModel{
 		name: fmt.Sprintf("calendar %s, %s", unit, zone),
 		request: func(limit, cost int64) Request {
 			r := req("k", limit, 0, cost)
@@ -115,7 +115,7 @@ func calendarModel(t testing.TB, unit calendar.Unit, zone string) windowModel {
 // it. With more than one process, what the others admitted that the
 // deciding process cannot have seen (see traceDeployment.unseen) is
 // allowed past the reference's limit.
-func windowTrace(t testing.TB, m windowModel, seed uint64, n, changeEvery int, d traceDeployment) traceCount {
+func windowTrace(t testing.TB, m windowTraceModel, seed uint64, n, changeEvery int, d traceDeployment) traceCount {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	start := time.Date(2010, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli() + rng.Int64N(25*365*24*3600*1000)
 	clock := newFakeClock(start)
@@ -166,13 +166,13 @@ func windowTrace(t testing.TB, m windowModel, seed uint64, n, changeEvery int, d
 // and of a day, and calendars across the clock changes of zones whose
 // rules are odd (Gaza's midnights twice, Apia's skipped day, Lord Howe's
 // half-hour change, Santiago's).
-func windowModels(t testing.TB) []windowModel {
-	return []windowModel{
+func windowModels(t testing.TB) []windowTraceModel {
+	return []windowTraceModel{
 		fixedModel(time.Minute), fixedModel(24 * time.Hour),
 		slidingModel(time.Minute), slidingModel(24 * time.Hour),
-		calendarModel(t, calendar.Day, "Europe/Berlin"), calendarModel(t, calendar.Day, "Asia/Gaza"),
-		calendarModel(t, calendar.Day, "Pacific/Apia"), calendarModel(t, calendar.Day, "Australia/Lord_Howe"),
-		calendarModel(t, calendar.Week, "America/Santiago"), calendarModel(t, calendar.Month, "Europe/Berlin"),
+		calendarTraceModel(t, calendar.Day, "Europe/Berlin"), calendarTraceModel(t, calendar.Day, "Asia/Gaza"),
+		calendarTraceModel(t, calendar.Day, "Pacific/Apia"), calendarTraceModel(t, calendar.Day, "Australia/Lord_Howe"),
+		calendarTraceModel(t, calendar.Week, "America/Santiago"), calendarTraceModel(t, calendar.Month, "Europe/Berlin"),
 	}
 }
 

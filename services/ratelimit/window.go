@@ -1,0 +1,173 @@
+package ratelimit
+
+import (
+	"context"
+	"sync"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
+)
+
+// windowModel is the model of the windows, which count what they admit
+// in the cells alone: the sliding window (SlidingWindow), which weighs
+// the previous cell by how much of it the sliding window still overlaps
+// (see the package's documentation and weighted); the fixed window
+// (FixedWindow: fixed), which counts each cell from zero, the current one
+// alone, as envoyproxy/ratelimit and limitador count; and the calendar
+// window (a request that names a calendar: fixed and zones), a fixed
+// window whose cells are the calendar's periods in its time zone, which
+// first takes what the same identity's period counted in other zones
+// (see zones.go). One type with two facts rather than three: they share
+// their count, and a call into a model that calls a shared count costs a
+// decision another layer of copied arguments and results.
+type windowModel struct {
+	// fixed: only the current cell counts; a denied request may pass
+	// again at its end.
+	fixed bool
+	// zones: the cells are a calendar's periods, carried between zones.
+	zones bool
+}
+
+func (windowModel) prepare(context.Context, *Service, *cells.Window, spec, int64) *bucket {
+	return nil
+}
+
+func (windowModel) takeBack(*Service, *cells.Window, *cells.Cell, spec, int64) {}
+
+// count is model.count for the windows: the sliding window's weight of
+// the previous cell and the current one's count, or the current cell's
+// alone.
+func (m windowModel) count(s *Service, w *cells.Window, _ *bucket, now int64, sp spec, cost int64, report, speculative bool) (decision, *cells.Cell, bool) {
+	if m.zones {
+		// What other zones' periods counted of this one.
+		s.carryZones(w, now)
+	}
+	// The cells of now, as currentCells finds them, written out here: a
+	// window's decision is the hottest path, and the call costs it.
+	hydrated := s.regional == nil
+	seq, start, end := w.SeqAt(now)
+	cur, prev, newer := w.CellsAt(seq, hydrated)
+	for cur == nil {
+		now = w.StartOf(newer)
+		seq, start, end = w.SeqAt(now)
+		cur, prev, newer = w.CellsAt(seq, hydrated)
+	}
+	if m.fixed {
+		// Only the current window counts.
+		prev = nil
+	}
+	dur := end - start
+	elapsed := now - start
+	curGlobal := cur.Global.Load()
+	var prevGlobal int64
+	curFlags := cur.Flags.Load()
+	flags := curFlags
+	if prev != nil {
+		prevGlobal = prev.Global.Load()
+		flags |= prev.Flags.Load()
+	}
+	if flags&cells.Reserved != 0 {
+		// Refunds of settled reservations count against the cells they
+		// were given back to (totals are clamped at zero below).
+		curRefunds, prevRefunds := s.refundsAt(w, seq)
+		curGlobal -= curRefunds
+		if prev != nil {
+			prevGlobal -= prevRefunds
+		}
+	}
+	d := decision{algorithm: sp.algorithm, limit: sp.limit, capacity: sp.limit, resetMs: end}
+	limit := sp.limit
+	if report && cost > 0 {
+		// Spent already: counted whatever the verdict, up to maxCount, so
+		// that reports without end never wrap the counter.
+		n := addCapped(&cur.Count, cost)
+		prevTotal := prevGlobal
+		if prev != nil {
+			prevTotal += prev.Count.Load()
+		}
+		prevTotal = max(prevTotal, 0)
+		curTotal := max(n+curGlobal, 0)
+		effective := curTotal + weighted(prevTotal, elapsed, dur)
+		d.success = effective <= limit
+		d.remaining = min(max(0, limit-effective), limit)
+		if !d.success {
+			// When a check (cost 0) would pass again.
+			d.retryAfter = windowRetry(m.fixed, sp.limit, elapsed, dur, curTotal, prevTotal, 0)
+		}
+		return d, cur, true
+	}
+	// Count by compare-and-swap; after cells.FastCASAttempts lost races, or on
+	// a cell another decision holds the lock of, under the key's lock
+	// (see cells.Contention): never refused for losing races.
+	var held *sync.Mutex
+	if curFlags&cells.Contended != 0 {
+		held = s.contention.Lock(cur)
+	}
+	for attempt := 0; ; attempt++ {
+		n := cur.Count.Load()
+		curTotal := max(n+curGlobal, 0)
+		prevTotal := prevGlobal
+		if prev != nil {
+			prevTotal += prev.Count.Load()
+		}
+		prevTotal = max(prevTotal, 0)
+		effective := curTotal + weighted(prevTotal, elapsed, dur) + cost
+		if cost > limit || effective > limit {
+			d.success = false // a race lost may have found room before
+			d.remaining = min(max(0, limit-(effective-cost)), limit)
+			d.retryAfter = windowRetry(m.fixed, sp.limit, elapsed, dur, curTotal, prevTotal, cost)
+			cells.Unlock(held, cur)
+			return d, cur, false
+		}
+		d.success = true
+		d.remaining = min(limit-effective, limit)
+		if cost == 0 {
+			cells.Unlock(held, cur)
+			return d, cur, false
+		}
+		if s.beforeCAS != nil {
+			s.beforeCAS(w, cur, attempt)
+		}
+		if speculative {
+			if w.ApplySpeculative(cur, n, cost) {
+				cells.Unlock(held, cur)
+				return d, cur, true
+			}
+		} else if cur.Count.CompareAndSwap(n, n+cost) {
+			cells.Unlock(held, cur)
+			return d, cur, true
+		}
+		held = s.contention.AfterLost(held, cur, attempt)
+	}
+}
+
+// windowRetry returns how many ms after now a request of cost would pass
+// in a window of limit if no other traffic arrived, elapsed ms into its
+// current cell of dur ms (see retryAfter): for a fixed window, its end,
+// since the next one starts from zero. None when cost exceeds the limit,
+// since no wait can help.
+func windowRetry(fixed bool, limit, elapsed, dur, cur, prev, cost int64) int64 {
+	switch {
+	case cost > limit:
+		return 0
+	case fixed:
+		return dur - elapsed
+	}
+	return retryAfter(elapsed, dur, cur, prev, limit, cost)
+}
+
+// currentCells returns w's cell of now (unix ms), made if need be, and
+// the one before (nil if it saw no traffic), with the cell's bounds and
+// the clock reading to decide at: when another request already moved w
+// past now (its clock reading is older than another's), the start of w's
+// current cell, the strictest moment of that cell.
+func (s *Service) currentCells(w *cells.Window, now int64) (cur, prev *cells.Cell, start, end, at int64) {
+	hydrated := s.regional == nil
+	seq, start, end := w.SeqAt(now)
+	cur, prev, newer := w.CellsAt(seq, hydrated)
+	for cur == nil {
+		now = w.StartOf(newer)
+		seq, start, end = w.SeqAt(now)
+		cur, prev, newer = w.CellsAt(seq, hydrated)
+	}
+	return cur, prev, start, end, now
+}
