@@ -59,11 +59,11 @@ import (
 // every model's is, and its tokens are what a take back returns.
 type tokenBucket struct{}
 
-func (tokenBucket) prepare(ctx context.Context, s *Service, w *cells.Window, sp spec, now int64) *bucket {
+func (*tokenBucket) prepare(ctx context.Context, s *Service, w *cells.Window, sp spec, now int64) *bucket {
 	return s.bucketFor(ctx, w, sp, now)
 }
 
-func (tokenBucket) takeBack(s *Service, w *cells.Window, c *cells.Cell, sp spec, cost int64) {
+func (*tokenBucket) takeBack(s *Service, w *cells.Window, c *cells.Cell, sp spec, cost int64) {
 	s.windows.returnTokens(w, c, sp, cost)
 }
 
@@ -234,7 +234,7 @@ func tokensIn(ns, limit, durMs int64) int64 {
 // count is model.count for a token bucket: it decides a request of cost
 // against b, the token bucket sp of w (converted to sp by bucketFor), at
 // now (unix ms), counting an admission into w's current cell.
-func (tokenBucket) count(s *Service, w *cells.Window, b *bucket, now int64, sp spec, cost int64, report, speculative bool) (decision, *cells.Cell, bool) {
+func (*tokenBucket) count(s *Service, w *cells.Window, b *bucket, now int64, sp spec, cost int64, report, speculative bool) (decision, *cells.Cell, bool) {
 	cur, _, _, _, now := s.currentCells(w, now)
 	nowNs := now * int64(time.Millisecond)
 	tau := refill(sp.burst, sp.limit, sp.durationMs)

@@ -76,15 +76,18 @@ func modelFor(req *Request) model {
 
 // modelOf holds each algorithm's model, and calendarModel the model of a
 // request that names a calendar; modelFor takes one from them. Made into
-// interface values once, here: a model chosen costs a load.
+// interface values once, here: a model chosen costs a load. Each is a
+// pointer, its methods' receiver: a call through the interface to a
+// method of a value goes through a wrapper that copies every argument
+// once more.
 var (
 	modelOf = [...]model{
-		SlidingWindow: windowModel{},
-		FixedWindow:   windowModel{fixed: true},
-		TokenBucket:   tokenBucket{},
-		Concurrency:   concurrencyLimit{},
+		SlidingWindow: &windowModel{},
+		FixedWindow:   &windowModel{fixed: true},
+		TokenBucket:   &tokenBucket{},
+		Concurrency:   &concurrencyLimit{},
 	}
-	calendarModel model = windowModel{fixed: true, zones: true}
+	calendarModel model = &windowModel{fixed: true, zones: true}
 )
 
 // burstOf returns req's burst: a token bucket's capacity, its limit

@@ -36,15 +36,15 @@ import (
 // which never holds a concurrency limit (see CheckInBatch).
 type concurrencyLimit struct{}
 
-func (concurrencyLimit) count(s *Service, w *cells.Window, _ *bucket, now int64, sp spec, cost int64, _, _ bool) (decision, *cells.Cell, bool) {
+func (*concurrencyLimit) count(s *Service, w *cells.Window, _ *bucket, now int64, sp spec, cost int64, _, _ bool) (decision, *cells.Cell, bool) {
 	return s.decidePool(w, now, sp, cost)
 }
 
-func (concurrencyLimit) prepare(context.Context, *Service, *cells.Window, spec, int64) *bucket {
+func (*concurrencyLimit) prepare(context.Context, *Service, *cells.Window, spec, int64) *bucket {
 	return nil
 }
 
-func (concurrencyLimit) takeBack(*Service, *cells.Window, *cells.Cell, spec, int64) {}
+func (*concurrencyLimit) takeBack(*Service, *cells.Window, *cells.Cell, spec, int64) {}
 
 // acquireSlots is Service.Decide for req, an acquisition (or, at cost 0,
 // a check) of a concurrency limit: in the window of the cell a slot

@@ -27,16 +27,16 @@ type windowModel struct {
 	zones bool
 }
 
-func (windowModel) prepare(context.Context, *Service, *cells.Window, spec, int64) *bucket {
+func (*windowModel) prepare(context.Context, *Service, *cells.Window, spec, int64) *bucket {
 	return nil
 }
 
-func (windowModel) takeBack(*Service, *cells.Window, *cells.Cell, spec, int64) {}
+func (*windowModel) takeBack(*Service, *cells.Window, *cells.Cell, spec, int64) {}
 
 // count is model.count for the windows: the sliding window's weight of
 // the previous cell and the current one's count, or the current cell's
 // alone.
-func (m windowModel) count(s *Service, w *cells.Window, _ *bucket, now int64, sp spec, cost int64, report, speculative bool) (decision, *cells.Cell, bool) {
+func (m *windowModel) count(s *Service, w *cells.Window, _ *bucket, now int64, sp spec, cost int64, report, speculative bool) (decision, *cells.Cell, bool) {
 	if m.zones {
 		// What other zones' periods counted of this one.
 		s.carryZones(w, now)
