@@ -114,3 +114,31 @@ func TestZoneGroupsLeaveWithTheirWindows(t *testing.T) {
 		t.Fatalf("after eviction: %d identities in several zones, %d groups; want none", got, groups)
 	}
 }
+
+// TestCalendarZoneCarriedInABatch: an all-or-nothing batch decides a
+// calendar's entry as Limit does, with what the identity's period counted
+// in other zones: a monthly quota of 100 spent in UTC denies a batch that
+// holds the same quota in Europe/Berlin, and counts nothing of the batch.
+// Before the models were units, a batch skipped the other zones and
+// admitted 100 more.
+func TestCalendarZoneCarriedInABatch(t *testing.T) {
+	clock := newFakeClock(time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC).UnixMilli())
+	s := newTestService(t, clock)
+	utc, berlin := monthIn(t, ""), monthIn(t, "Europe/Berlin")
+	for i := range 100 {
+		if !mustLimit(t, s, utc).Success {
+			t.Fatalf("UTC request %d of 100 denied", i)
+		}
+	}
+	other := req("other", 10, time.Minute, 1)
+	resp, err := s.MultiLimit(t.Context(), []Request{other, berlin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Passed || resp.Results[1].Success {
+		t.Fatalf("a batch admitted Berlin's month after UTC's spent it: %+v", resp)
+	}
+	if r := mustLimit(t, s, other); r.Remaining != 9 {
+		t.Fatalf("the denied batch counted its other entry: %d of 10 left after one request, want 9", r.Remaining)
+	}
+}
