@@ -235,7 +235,7 @@ func tokensIn(ns, limit, durMs int64) int64 {
 // against b, the token bucket sp of w (converted to sp by bucketFor), at
 // now (unix ms), counting an admission into w's current cell.
 func (*tokenBucket) count(s *Service, w *cells.Window, b *bucket, now int64, sp spec, cost int64, report, speculative bool) (decision, *cells.Cell, bool) {
-	cur, _, _, _, now := s.currentCells(w, now)
+	cur, _, _, _, now := w.CellsOf(now, s.regional == nil)
 	nowNs := now * int64(time.Millisecond)
 	tau := refill(sp.burst, sp.limit, sp.durationMs)
 	need := refill(cost, sp.limit, sp.durationMs)

@@ -41,15 +41,15 @@ func (m *windowModel) count(s *Service, w *cells.Window, _ *bucket, now int64, s
 		// What other zones' periods counted of this one.
 		s.carryZones(w, now)
 	}
-	// The cells of now, as currentCells finds them, written out here: a
-	// window's decision is the hottest path, and the call costs it.
+	// The cells of now, found here rather than through CellsOf, whose
+	// call a window's decision, the hottest path, would pay: CellsOf
+	// only when another request already moved w past our clock reading.
 	hydrated := s.regional == nil
 	seq, start, end := w.SeqAt(now)
 	cur, prev, newer := w.CellsAt(seq, hydrated)
-	for cur == nil {
-		now = w.StartOf(newer)
-		seq, start, end = w.SeqAt(now)
-		cur, prev, newer = w.CellsAt(seq, hydrated)
+	if cur == nil {
+		cur, prev, start, end, now = w.CellsOf(w.StartOf(newer), hydrated)
+		seq = cur.Seq()
 	}
 	if m.fixed {
 		// Only the current window counts.
@@ -153,21 +153,4 @@ func windowRetry(fixed bool, limit, elapsed, dur, cur, prev, cost int64) int64 {
 		return dur - elapsed
 	}
 	return retryAfter(elapsed, dur, cur, prev, limit, cost)
-}
-
-// currentCells returns w's cell of now (unix ms), made if need be, and
-// the one before (nil if it saw no traffic), with the cell's bounds and
-// the clock reading to decide at: when another request already moved w
-// past now (its clock reading is older than another's), the start of w's
-// current cell, the strictest moment of that cell.
-func (s *Service) currentCells(w *cells.Window, now int64) (cur, prev *cells.Cell, start, end, at int64) {
-	hydrated := s.regional == nil
-	seq, start, end := w.SeqAt(now)
-	cur, prev, newer := w.CellsAt(seq, hydrated)
-	for cur == nil {
-		now = w.StartOf(newer)
-		seq, start, end = w.SeqAt(now)
-		cur, prev, newer = w.CellsAt(seq, hydrated)
-	}
-	return cur, prev, start, end, now
 }

@@ -179,6 +179,23 @@ func (w *Window) CellAt(seq int64, hydrated bool) (*Cell, int64) {
 	}
 }
 
+// CellsOf returns w's cell of now (unix ms), made if need be (hydrated,
+// as CellAt makes it), and the one before (nil if it saw no traffic),
+// with the cell's bounds and the clock reading to decide at: now, or when
+// another request already moved w past now (its clock reading is older
+// than another's), the start of w's current cell, the strictest moment
+// of that cell.
+func (w *Window) CellsOf(now int64, hydrated bool) (cur, prev *Cell, start, end, at int64) {
+	seq, start, end := w.SeqAt(now)
+	cur, prev, newer := w.CellsAt(seq, hydrated)
+	for cur == nil {
+		now = w.StartOf(newer)
+		seq, start, end = w.SeqAt(now)
+		cur, prev, newer = w.CellsAt(seq, hydrated)
+	}
+	return cur, prev, start, end, now
+}
+
 // CellForMerge returns w's cell of seq for a stored count, creating it only
 // if the count is not zero: a window with no traffic needs no cell.
 func (w *Window) CellForMerge(seq, stored int64) *Cell {
