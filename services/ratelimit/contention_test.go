@@ -37,10 +37,10 @@ func rival(s **Service, n int) (func(w *cells.Window, c *cells.Cell, attempt int
 }
 
 // TestLostRacesNeverDeny: a decision that loses its race to count any
-// number of times in a row (1, up to and past fastCASAttempts, past the 64
+// number of times in a row (1, up to and past cells.FastCASAttempts, past the 64
 // after which it used to be refused, a thousand) is admitted when the
 // limit admits it once the rivals are counted, and refused when they took
-// what was left: never refused for losing. Past fastCASAttempts it took
+// what was left: never refused for losing. Past cells.FastCASAttempts it took
 // the key's lock, once, and left no flag behind. Alone and in a batch
 // (which counts speculatively).
 func TestLostRacesNeverDeny(t *testing.T) {
@@ -63,7 +63,7 @@ func TestLostRacesNeverDeny(t *testing.T) {
 					}
 					var resp Response
 					if multi {
-						// A batch counts speculatively (applySpeculative).
+						// A batch counts speculatively (cells.Window.ApplySpeculative; a bucket by its transitions).
 						mr, err := s.MultiLimit(context.Background(), []Request{r})
 						if err != nil {
 							t.Fatal(err)
@@ -181,7 +181,7 @@ func TestHotKeyCountsExactly(t *testing.T) {
 }
 
 // TestLockHolderRaces: a decision that took the key's lock after losing
-// fastCASAttempts races, and a second decision started while it holds it
+// cells.FastCASAttempts races, and a second decision started while it holds it
 // (which finds the cell flagged and queues, or, if it read the flag before,
 // races), a cost-0 check in between: both are admitted, the count is
 // exact, the check counts nothing, and no flag is left.

@@ -81,7 +81,8 @@
 // package storetest. A flush or sync schedule is the global tier's
 // (global.go, global_loop.go); the regional tier's timing is in regional.go.
 // The decision maths are each model's count (the windows' in window.go,
-// the token bucket's in bucket.go, a pool's decidePool in pool.go) over
+// the token bucket's in bucket.go, a pool's decidePool in pool.go, or
+// with Redis the store's atomic take, regional_slots.go) over
 // the window and its cells (package internal/cells, which knows no model
 // and no tier), with the sliding weight and the retry time in sliding.go;
 // an all-or-nothing
@@ -99,7 +100,8 @@
 // counted in the cell of their expiry on a grid fitted to their lease, a
 // window a cell, summed over the pool. A new model whose state derives
 // from admitted counts per period is a new model (model.go: a type with
-// prepare, count and takeBack, chosen in modelFor), not new stores. What
+// prepare, count and takeBack, registered in modelOf with an Algorithm and
+// its period in keyOf), not new stores. What
 // a limit's identity is and what its parameters are is settled there: a
 // window's length, a calendar's unit, a bucket's identity and a
 // concurrency limit's name the state; a limit, a burst, a rate, a zone and

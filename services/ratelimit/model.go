@@ -62,7 +62,7 @@ func specOf(req *Request) spec {
 }
 
 // modelFor returns req's model, chosen here once: a request that names a
-// calendar has the calendar window's. A model is a value made into an
+// calendar has the calendar window's. A model is a pointer made into an
 // interface once (see modelOf): choosing one allocates nothing.
 func modelFor(req *Request) model {
 	switch {

@@ -33,7 +33,8 @@ import (
 // whole pool. A request takes its own way to it (acquireSlots), through
 // the regional store's atomic take where there is one; count decides
 // from what this process knows (see decidePool), the way a batch would,
-// which never holds a concurrency limit (see CheckInBatch).
+// which never holds a concurrency limit (its requests are refused one:
+// see checkModel).
 type concurrencyLimit struct{}
 
 func (*concurrencyLimit) count(s *Service, w *cells.Window, _ *bucket, now int64, sp spec, cost int64, _, _ bool) (decision, *cells.Cell, bool) {

@@ -225,7 +225,7 @@ func isPartial(err error) bool {
 // prepareWindow brings w up to date with the regional store before a decision
 // at now, as far as the decision may wait for it: a cold cell waits for one
 // read (shared by every request on it), a strict window refreshes at most once
-// per window.strictRefresh, a window whose last read is older than maxCopyAge
+// per strictRefresh(w), a window whose last read is older than maxCopyAge
 // is read again as a cold one is, and a warm window whose last read is older
 // than freshnessInterval is refreshed in the background while this request
 // decides from memory.
@@ -405,7 +405,7 @@ func (r *regionalTier) refundsToRead(ws []*cells.Window, now int64) []*cells.Win
 // process already replayed; what is still unreplayed or speculative is only
 // here. A store that holds less than it showed this process before (it lost
 // its data: a Redis restarted without persistence, a cluster master back
-// empty) is re-seeded with that by the next replay (see cell.stored). A cell
+// empty) is re-seeded with that by the next replay (see cells.Cell.Stored). A cell
 // the process has no slot for any more is left alone.
 func (r *regionalTier) merge(w *cells.Window, seq, stored int64) {
 	c := w.CellForMerge(seq, stored)
