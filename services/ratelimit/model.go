@@ -7,15 +7,17 @@ import (
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 )
 
-// A model is how one algorithm decides: the windows (window.go: the
-// sliding window, and the fixed and calendar windows, which weigh the
-// current cell alone), the token bucket (bucket.go) and the concurrency
-// limit (pool.go). modelFor chooses it once for a request, and a decision
+// A model is how one algorithm decides in a window whose key is fixed:
+// the windows (window.go: the sliding window, and the fixed and calendar
+// windows, which weigh the current cell alone) and the token bucket
+// (bucket.go). modelFor chooses it once for a request, and a decision
 // then calls into it (Service.Decide, a batch's entries) where it would
 // otherwise ask the algorithm at each of its steps. Every model decides
-// from the same cells (package internal/cells), which know no model. The
-// concurrency limit's window moves with the clock (a slot's cell), so its
-// requests take a way of their own to its pool (Service.acquireSlots).
+// from the same cells (package internal/cells), which know no model. A
+// concurrency limit is no model: its window is the cell a slot taken now
+// is counted in, which moves with the clock, and it decides from the
+// whole pool, so Decide sends it its own way (Service.acquireSlots,
+// pool.go); a batch never holds one (checkModel refuses it).
 // No method takes a pointer to its caller's stack: passed through an
 // interface it would escape, and a decision would allocate. The model is
 // kept apart from the spec rather than in it: a spec of four words is
@@ -62,7 +64,8 @@ func specOf(req *Request) spec {
 }
 
 // modelFor returns req's model, chosen here once: a request that names a
-// calendar has the calendar window's. A model is a pointer made into an
+// calendar has the calendar window's, an algorithm without one (a
+// concurrency limit, which Decide sends elsewhere) the sliding window's. A model is a pointer made into an
 // interface once (see modelOf): choosing one allocates nothing.
 func modelFor(req *Request) model {
 	switch {
@@ -85,7 +88,6 @@ var (
 		SlidingWindow: &windowModel{},
 		FixedWindow:   &windowModel{fixed: true},
 		TokenBucket:   &tokenBucket{},
-		Concurrency:   &concurrencyLimit{},
 	}
 	calendarModel model = &windowModel{fixed: true, zones: true}
 )

@@ -28,29 +28,12 @@ import (
 // lease id names (grid from the lease, and the cell). A lease spans 10 to
 // 20 cells of its grid, so a pool of one lease sums about as many cells.
 
-// concurrencyLimit is the model of Concurrency: the window of a slot's
-// cell, whose key depends on the clock (see poolKey), decides from the
-// whole pool. A request takes its own way to it (acquireSlots), through
-// the regional store's atomic take where there is one; count decides
-// from what this process knows (see decidePool), the way a batch would,
-// which never holds a concurrency limit (its requests are refused one:
-// see checkModel).
-type concurrencyLimit struct{}
-
-func (*concurrencyLimit) count(s *Service, w *cells.Window, _ *bucket, now int64, sp spec, cost int64, _, _ bool) (decision, *cells.Cell, bool) {
-	return s.decidePool(w, now, sp, cost)
-}
-
-func (*concurrencyLimit) prepare(context.Context, *Service, *cells.Window, spec, int64) *bucket {
-	return nil
-}
-
-func (*concurrencyLimit) takeBack(*Service, *cells.Window, *cells.Cell, spec, int64) {}
-
 // acquireSlots is Service.Decide for req, an acquisition (or, at cost 0,
-// a check) of a concurrency limit: in the window of the cell a slot
-// taken now is counted in, found again at each attempt, and through the
-// regional store's atomic take where there is one (see decideSlots).
+// a check) of a concurrency limit, which is no model (see model): in the
+// window of the cell a slot taken now is counted in, found again at each
+// attempt because that cell moves with the clock, from the whole pool,
+// and through the regional store's atomic take where there is one (see
+// decideSlots).
 func (s *Service) acquireSlots(ctx context.Context, req *Request, sp spec) (Response, error) {
 	now := s.clock.Now().UnixMilli()
 	for attempt := range maxEvictionRetries {

@@ -125,9 +125,9 @@ func RaiseTo(v *atomic.Int64, n int64) (old int64, raised bool) {
 	}
 }
 
-// NewCell returns an empty cell for seq. Without a regional store there is
+// newCell returns an empty cell for seq. Without a regional store there is
 // nothing to hydrate from, so the cell starts hydrated.
-func NewCell(seq int64, hydrated bool) *Cell {
+func newCell(seq int64, hydrated bool) *Cell {
 	var flags uint32
 	if hydrated {
 		flags = Hydrated

@@ -10,7 +10,7 @@ import (
 func TestCellWord(t *testing.T) {
 	all := Hydrated | Queued | Grown | Reseed | Marked | ToMark | Reserved | Contended
 	for _, seq := range []int64{0, 1, -1, 29_000_000, 1_764_000_000_000, seqMask >> 1, -(seqMask >> 1) - 1} {
-		c := NewCell(seq, true)
+		c := newCell(seq, true)
 		if got := c.Seq(); got != seq {
 			t.Fatalf("newCell(%d).seq() = %d", seq, got)
 		}
@@ -37,7 +37,7 @@ func TestCellWord(t *testing.T) {
 			t.Fatalf("seq %d changed to %d by flag operations", seq, got)
 		}
 	}
-	if n := NewCell(5, false).Flags.Load(); n != 0 {
+	if n := newCell(5, false).Flags.Load(); n != 0 {
 		t.Fatalf("newCell(5, false) flags = %b, want none", n)
 	}
 	// The cell's size is what BenchmarkMemoryPerCell's budget rests on: 48

@@ -23,7 +23,7 @@ func (t *Table) EvictIdle(now time.Time) int {
 		if t.beside.Keeps(w, ms) {
 			return true
 		}
-		if w.Evict(ms) {
+		if w.evict(ms) {
 			t.byHash.Compute(h, func(old *Window, loaded bool) (*Window, xsync.ComputeOp) {
 				if loaded && old == w {
 					return nil, xsync.DeleteOp
@@ -38,7 +38,7 @@ func (t *Table) EvictIdle(now time.Time) int {
 	})
 	t.collided.mu.Lock()
 	for k, w := range t.collided.m {
-		if !t.beside.Keeps(w, ms) && w.Evict(ms) {
+		if !t.beside.Keeps(w, ms) && w.evict(ms) {
 			delete(t.collided.m, k)
 			t.release(k)
 			t.beside.Forgot(w)
@@ -50,9 +50,9 @@ func (t *Table) EvictIdle(now time.Time) int {
 	return evicted
 }
 
-// Evict marks w evicted if it is idle at now (unix ms) and reports whether it
+// evict marks w evicted if it is idle at now (unix ms) and reports whether it
 // did.
-func (w *Window) Evict(now int64) bool {
+func (w *Window) evict(now int64) bool {
 	oldest := w.Period().Oldest(now)
 	if !w.Idle(oldest) {
 		return false

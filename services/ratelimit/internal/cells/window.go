@@ -169,7 +169,7 @@ func (w *Window) CellAt(seq int64, hydrated bool) (*Cell, int64) {
 			// window stays idle for the janitor.
 			return nil, 0
 		}
-		fresh := NewCell(seq, hydrated)
+		fresh := newCell(seq, hydrated)
 		if p.HoldsReservations() {
 			fresh.Flags.Or(Reserved)
 		}
