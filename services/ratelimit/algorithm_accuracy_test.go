@@ -152,9 +152,9 @@ func simulateModel(t testing.TB, m modelSpec, top modelTopology, tr modelTraffic
 		if top.regions > 1 {
 			jobs = append(jobs,
 				&job{next: start + rng.Int64N(1000), every: DefaultGlobalFlushInterval.Milliseconds(), run: func() {
-					s.global.flush(ctx, s.global.fullFlushDue())
+					s.global.Flush(ctx, s.global.FullFlushDue())
 				}},
-				&job{next: start + rng.Int64N(1000), every: DefaultGlobalSyncInterval.Milliseconds(), run: func() { s.global.sync(ctx) }})
+				&job{next: start + rng.Int64N(1000), every: DefaultGlobalSyncInterval.Milliseconds(), run: func() { s.global.Sync(ctx) }})
 		}
 	}
 	period := m.period.Milliseconds()

@@ -42,8 +42,8 @@ func BenchmarkFlushWalk240k(b *testing.B) {
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		s.global.state = newGlobalState() // every hot cell changed
-		s.global.flush(ctx, true)
+		s.global.ForgetPublished() // every hot cell changed
+		s.global.Flush(ctx, true)
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(mem.published)/float64(b.N), "rows/flush")
@@ -81,7 +81,7 @@ func BenchmarkSyncApply45k(b *testing.B) {
 	ctx := context.Background()
 	b.ResetTimer()
 	for b.Loop() {
-		s.global.sync(ctx)
+		s.global.Sync(ctx)
 	}
 	b.StopTimer()
 	if got := s.ActiveWindows(); got != 45_000 {

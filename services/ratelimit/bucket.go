@@ -318,12 +318,12 @@ func (t *windowTable) returnTokens(w *cells.Window, c *cells.Cell, sp spec, cost
 	}
 }
 
-// raise raises v, a count of c (its own or the other regions'), a cell of
+// Raise raises v, a count of c (its own or the other regions'), a cell of
 // w, to n at now (unix ms), as a tier does with what it saw counted
 // elsewhere: what the raise added is taken from w's bucket, if w has one
 // (see the comment at the top of this file). Only a tier raises a count
 // so, never a decision's own increment.
-func (t *windowTable) raise(w *cells.Window, c *cells.Cell, v *atomic.Int64, n, now int64) {
+func (t *windowTable) Raise(w *cells.Window, c *cells.Cell, v *atomic.Int64, n, now int64) {
 	old, raised := cells.RaiseTo(v, n)
 	if !raised || t.buckets.Size() == 0 {
 		return
@@ -457,7 +457,7 @@ func (s *Service) seedBucket(w *cells.Window, b *bucket, sp spec, now int64) {
 		rc.Flags.Or(cells.Reseed)
 		s.regional.queueReplay(rw, rc, 0)
 	}
-	s.global.noteRefund(rw, rc)
+	s.global.NoteRefund(rw, rc)
 }
 
 // owedTokens returns how many tokens a bucket of limit per durMs that

@@ -206,7 +206,7 @@ func (s *Service) giveBack(ctx context.Context, h Hold) (int64, *cells.Window, e
 		default:
 			s.regional.queueReplay(rw, rc, h.Amount)
 		}
-		s.global.noteRefund(rw, rc)
+		s.global.NoteRefund(rw, rc)
 		s.metrics.refunded.Add(float64(h.Amount))
 		return h.Amount, pool, nil
 	}

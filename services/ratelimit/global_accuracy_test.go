@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/global"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )
@@ -36,7 +37,7 @@ type crossCase struct {
 	windows int       // fixed windows per identifier
 	ids     int
 	seed    uint64
-	iv      globalIntervals
+	iv      global.Intervals
 	// halfFloor shares as before the presence floor and the share-scaled
 	// flush step (the report's "before" rows).
 	halfFloor bool
@@ -49,33 +50,33 @@ func withHalfFloorOnly() Option { return func(s *settings) { s.halfFloorOnly = t
 // defaultIntervals is the schedule a process runs without options;
 // rfcIntervals the conservative one, ten seconds for everything.
 var (
-	defaultIntervals = globalIntervals{flush: DefaultGlobalFlushInterval, fullFlush: DefaultGlobalFullFlushInterval, sync: DefaultGlobalSyncInterval}
-	rfcIntervals     = globalIntervals{flush: 10 * time.Second, fullFlush: 10 * time.Second, sync: 10 * time.Second}
+	defaultIntervals = global.Intervals{Flush: DefaultGlobalFlushInterval, FullFlush: DefaultGlobalFullFlushInterval, Sync: DefaultGlobalSyncInterval}
+	rfcIntervals     = global.Intervals{Flush: 10 * time.Second, FullFlush: 10 * time.Second, Sync: 10 * time.Second}
 )
 
 // loopSim drives the flush and sync ticks of simulated regions on a fake
 // clock as globalTier.run does: each region ticks on its own phase, each tick
-// jittered by up to globalTickJitter of its interval, flushes that are due
+// jittered by up to global.TickJitter of its interval, flushes that are due
 // walk every window. Database round trips take no simulated time.
 type loopSim struct {
 	clock               *fakeClock
 	regions             []*region
-	iv                  globalIntervals
+	iv                  global.Intervals
 	rng                 *rand.Rand
 	nextFlush, nextSync []int64
 	phase               []int64 // each region's anchor, as globalTier.run takes it when it starts
 }
 
-func newLoopSim(t *testing.T, mem store.Global, clock *fakeClock, names []string, iv globalIntervals, rng *rand.Rand, opts ...Option) *loopSim {
+func newLoopSim(t *testing.T, mem store.Global, clock *fakeClock, names []string, iv global.Intervals, rng *rand.Rand, opts ...Option) *loopSim {
 	l := &loopSim{clock: clock, iv: iv, rng: rng}
 	now := clock.Now().UnixMilli()
 	for _, name := range names {
-		r := newRegion(t, name, mem, clock, append([]Option{WithGlobalFlushIntervals(iv.flush, iv.fullFlush), WithGlobalSyncInterval(iv.sync)}, opts...)...)
+		r := newRegion(t, name, mem, clock, append([]Option{WithGlobalFlushIntervals(iv.Flush, iv.FullFlush), WithGlobalSyncInterval(iv.Sync)}, opts...)...)
 		l.regions = append(l.regions, r)
-		l.phase = append(l.phase, now-int64(rng.Float64()*float64(max(iv.flush, iv.sync).Milliseconds())))
+		l.phase = append(l.phase, now-int64(rng.Float64()*float64(max(iv.Flush, iv.Sync).Milliseconds())))
 		i := len(l.regions) - 1
-		l.nextFlush = append(l.nextFlush, l.tick(i, now, iv.flush))
-		l.nextSync = append(l.nextSync, l.tick(i, now, iv.sync))
+		l.nextFlush = append(l.nextFlush, l.tick(i, now, iv.Flush))
+		l.nextSync = append(l.nextSync, l.tick(i, now, iv.Sync))
 	}
 	return l
 }
@@ -100,11 +101,11 @@ func (l *loopSim) runUntil(at int64) {
 		l.clock.Set(next)
 		r := l.regions[which]
 		if isFlush {
-			r.global.flush(ctx, r.global.fullFlushDue())
-			l.nextFlush[which] = l.tick(which, next, l.iv.flush)
+			r.global.Flush(ctx, r.global.FullFlushDue())
+			l.nextFlush[which] = l.tick(which, next, l.iv.Flush)
 		} else {
-			r.global.sync(ctx)
-			l.nextSync[which] = l.tick(which, next, l.iv.sync)
+			r.global.Sync(ctx)
+			l.nextSync[which] = l.tick(which, next, l.iv.Sync)
 		}
 	}
 	l.clock.Set(at)
@@ -115,7 +116,7 @@ func (l *loopSim) runUntil(at int64) {
 func (l *loopSim) tick(i int, now int64, interval time.Duration) int64 {
 	ms := interval.Milliseconds()
 	anchor := l.phase[i]
-	return anchor + ((now-anchor)/ms+1)*ms + int64(l.rng.Float64()*globalTickJitter*float64(ms))
+	return anchor + ((now-anchor)/ms+1)*ms + int64(l.rng.Float64()*global.TickJitter*float64(ms))
 }
 
 // simulateRegions runs len(c.shares) regions (one process each) on one
@@ -210,7 +211,7 @@ type propagation struct {
 // crosses the floor of keys keys at random moments (it spends 6
 // of 10 at once); region b peeks at each key every 10 ms of simulated time
 // until its decisions count what a spent.
-func simulatePropagation(t *testing.T, iv globalIntervals, trials, keys int, seed uint64) propagation {
+func simulatePropagation(t *testing.T, iv global.Intervals, trials, keys int, seed uint64) propagation {
 	var seen []time.Duration
 	for trial := range trials {
 		seen = append(seen, propagationTrial(t, iv, keys, seed+uint64(trial))...)
@@ -220,7 +221,7 @@ func simulatePropagation(t *testing.T, iv globalIntervals, trials, keys int, see
 	return propagation{p50: seen[n/2], p99: seen[(n*99-1)/100], max: seen[n-1], samples: n}
 }
 
-func propagationTrial(t *testing.T, iv globalIntervals, n int, seed uint64) []time.Duration {
+func propagationTrial(t *testing.T, iv global.Intervals, n int, seed uint64) []time.Duration {
 	const limit, spend = 10, 6
 	clock := newFakeClock(1_000_000 * 86_400_000)
 	rng := rand.New(rand.NewPCG(seed, 2))
@@ -231,7 +232,7 @@ func propagationTrial(t *testing.T, iv globalIntervals, n int, seed uint64) []ti
 	for i := range spendAt {
 		// Spread over several intervals, so that every phase of the
 		// schedules is sampled.
-		spendAt[i] = start + int64(rng.Float64()*float64(3*max(iv.flush, iv.sync).Milliseconds()))
+		spendAt[i] = start + int64(rng.Float64()*float64(3*max(iv.Flush, iv.Sync).Milliseconds()))
 	}
 	req := func(i int, cost int64) Request {
 		return Request{Workspace: "ws", Namespace: "x", Identifier: fmt.Sprint("key_", i), Limit: limit, Duration: 24 * time.Hour, Cost: cost}
@@ -303,12 +304,12 @@ func TestCrossRegionAccuracy(t *testing.T) {
 // usage reaches another within one flush and one sync interval plus their
 // jitter, with the default schedule and the conservative one.
 func TestCrossRegionPropagation(t *testing.T) {
-	for _, iv := range []globalIntervals{defaultIntervals, rfcIntervals} {
+	for _, iv := range []global.Intervals{defaultIntervals, rfcIntervals} {
 		p := simulatePropagation(t, iv, 5, 20, 1)
-		bound := time.Duration(float64(iv.flush+iv.sync)*(1+globalTickJitter)) + 10*time.Millisecond
-		t.Logf("flush %v, sync %v: p50 %v, p99 %v, max %v over %d keys (bound %v)", iv.flush, iv.sync, p.p50, p.p99, p.max, p.samples, bound)
+		bound := time.Duration(float64(iv.Flush+iv.Sync)*(1+global.TickJitter)) + 10*time.Millisecond
+		t.Logf("flush %v, sync %v: p50 %v, p99 %v, max %v over %d keys (bound %v)", iv.Flush, iv.Sync, p.p50, p.p99, p.max, p.samples, bound)
 		if p.max > bound {
-			t.Errorf("flush %v, sync %v: slowest key took %v, want at most one flush and one sync with jitter (%v)", iv.flush, iv.sync, p.max, bound)
+			t.Errorf("flush %v, sync %v: slowest key took %v, want at most one flush and one sync with jitter (%v)", iv.Flush, iv.Sync, p.max, bound)
 		}
 	}
 }
@@ -323,7 +324,7 @@ func TestWriteCrossRegionAccuracyReport(t *testing.T) {
 	}
 	for _, sec := range []struct {
 		name      string
-		iv        globalIntervals
+		iv        global.Intervals
 		halfFloor bool
 	}{{"cross-region", defaultIntervals, false}, {"cross-region-half-floor", defaultIntervals, true}, {"cross-region-rfc", rfcIntervals, true}} {
 		if err := replaceSection(out, sec.name, crossRegionTable(t, sec.iv, sec.halfFloor)); err != nil {
@@ -332,10 +333,10 @@ func TestWriteCrossRegionAccuracyReport(t *testing.T) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "| flush / full flush / sync | keys | p50 | p99 | max | bound: flush + sync + jitter |\n|---|---:|---:|---:|---:|---:|\n")
-	for _, iv := range []globalIntervals{defaultIntervals, rfcIntervals} {
+	for _, iv := range []global.Intervals{defaultIntervals, rfcIntervals} {
 		p := simulatePropagation(t, iv, 20, 20, 7)
-		bound := time.Duration(float64(iv.flush+iv.sync) * (1 + globalTickJitter))
-		fmt.Fprintf(&b, "| %v / %v / %v | %d | %.2f s | %.2f s | %.2f s | %.1f s |\n", iv.flush, iv.fullFlush, iv.sync, p.samples,
+		bound := time.Duration(float64(iv.Flush+iv.Sync) * (1 + global.TickJitter))
+		fmt.Fprintf(&b, "| %v / %v / %v | %d | %.2f s | %.2f s | %.2f s | %.1f s |\n", iv.Flush, iv.FullFlush, iv.Sync, p.samples,
 			p.p50.Seconds(), p.p99.Seconds(), p.max.Seconds(), bound.Seconds())
 	}
 	if err := replaceSection(out, "propagation", b.String()); err != nil {
@@ -346,10 +347,10 @@ func TestWriteCrossRegionAccuracyReport(t *testing.T) {
 // crossRegionTable simulates the rows of the cross-region table on the
 // schedule iv, with the sharing of today or (halfFloor) the one before the
 // presence floor and the share-scaled flush step.
-func crossRegionTable(t *testing.T, iv globalIntervals, halfFloor bool) string {
-	floor := globalPresenceFloor // windows of a minute and more
+func crossRegionTable(t *testing.T, iv global.Intervals, halfFloor bool) string {
+	floor := global.PresenceFloor // windows of a minute and more
 	if halfFloor {
-		floor = globalUtilizationFloor
+		floor = global.UtilizationFloor
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "| R | traffic | offered (× limit) | 60 s windows: mean | max | rows written per key and window | 10 min windows: mean | max | rows written |\n")

@@ -105,7 +105,7 @@ func TestFloorsAndSteps(t *testing.T) {
 	}{
 		{100, 60_000, 5}, {100, 600_000, 5}, {100, 59_999, 50}, {100, 1_000, 50}, {10, 60_000, 1}, {1, 60_000, 1},
 	} {
-		if got := s.global.floor(tc.limit, tc.durMs); got != tc.want {
+		if got := s.global.Floor(tc.limit, tc.durMs); got != tc.want {
 			t.Errorf("floor(%d, %d ms) = %d, want %d", tc.limit, tc.durMs, got, tc.want)
 		}
 	}
@@ -114,7 +114,7 @@ func TestFloorsAndSteps(t *testing.T) {
 	}{
 		{100, 50, 0, 10}, {100, 10, 90, 2}, {1000, 10, 90, 20}, {1000, 50, 50, 100}, {1000, 30, 70, 60}, {100, 1, 1000, 1},
 	} {
-		if got := s.global.flushStep(tc.limit, tc.own, tc.others); got != tc.want {
+		if got := s.global.FlushStep(tc.limit, tc.own, tc.others); got != tc.want {
 			t.Errorf("flushStep(%d, own %d, others %d) = %d, want %d", tc.limit, tc.own, tc.others, got, tc.want)
 		}
 	}

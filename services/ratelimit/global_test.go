@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/global"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
@@ -31,9 +32,9 @@ func newRegion(t *testing.T, name string, mem store.Global, clock Clock, opts ..
 }
 
 // flush is a full flush; promptFlush a prompt one.
-func (r *region) flush()       { r.global.flush(context.Background(), true) }
-func (r *region) promptFlush() { r.global.flush(context.Background(), false) }
-func (r *region) sync()        { r.global.sync(context.Background()) }
+func (r *region) flush()       { r.global.Flush(context.Background(), true) }
+func (r *region) promptFlush() { r.global.Flush(context.Background(), false) }
+func (r *region) sync()        { r.global.Sync(context.Background()) }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
@@ -61,7 +62,7 @@ func TestGlobalCounterInvariants(t *testing.T) {
 	spend(t, us.Service, "k", 100, 2) // 6 of 100
 	us.flush()
 	us.flush() // unchanged: the change filter writes nothing
-	if got := testutil.ToFloat64(us.metrics.globalWrites); got != 1 {
+	if got := testutil.ToFloat64(us.metrics.global.Writes); got != 1 {
 		t.Fatalf("%v rows written for one changed cell flushed twice, want 1", got)
 	}
 	// eu imports us's 6 and counts it in its decisions.
@@ -203,10 +204,10 @@ func TestStoreDownMidFlush(t *testing.T) {
 	spend(t, us.Service, "k", 10, 2) // requests unaffected
 	us.flush()
 	us.sync()
-	if got := testutil.ToFloat64(us.metrics.globalWriteErrors); got != 1 {
+	if got := testutil.ToFloat64(us.metrics.global.WriteErrors); got != 1 {
 		t.Fatalf("write errors = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(us.metrics.globalSyncErrors); got != 1 {
+	if got := testutil.ToFloat64(us.metrics.global.SyncErrors); got != 1 {
 		t.Fatalf("sync errors = %v, want 1", got)
 	}
 	faulty.SetDown(false)
@@ -230,7 +231,7 @@ func TestFutureRowsAreIgnored(t *testing.T) {
 	if resp := mustLimit(t, a.Service, req("spent", 10, time.Minute, 1)); resp.Success {
 		t.Fatalf("a future row reset the budget: %+v", resp)
 	}
-	if got := testutil.ToFloat64(a.metrics.globalRowsFuture); got != 1 {
+	if got := testutil.ToFloat64(a.metrics.global.RowsFuture); got != 1 {
 		t.Fatalf("future rows counted = %v, want 1", got)
 	}
 }
@@ -260,14 +261,14 @@ func TestSyncCreatesWindowsOnlyAboveTheFloor(t *testing.T) {
 	if got := mustLimit(t, b.Service, req("held", 10, time.Minute, 0)).Remaining; got != 7 {
 		t.Fatalf("held key: remaining %d, want 7 (1 own + 2 imported)", got)
 	}
-	if got := testutil.ToFloat64(b.metrics.globalEntriesCreated); got != 1 {
+	if got := testutil.ToFloat64(b.metrics.global.EntriesCreated); got != 1 {
 		t.Fatalf("windows created by sync = %v, want 1", got)
 	}
 }
 
 // TestSyncReadsOnlyChangedRows: the first sync reads every live cell; each
 // later one only those changed since the previous sync began, less
-// globalSyncLookback; every globalFullSyncInterval everything again.
+// global.SyncLookback; every global.FullSyncInterval everything again.
 func TestSyncReadsOnlyChangedRows(t *testing.T) {
 	mem := storetest.NewMemGlobal()
 	clock := newFakeClock(600_000)
@@ -276,7 +277,7 @@ func TestSyncReadsOnlyChangedRows(t *testing.T) {
 		mem.Insert(store.CellKey{Workspace: "ws", Namespace: "ns", Identifier: "old" + itoa(int64(i)), Duration: time.Hour, Sequence: 0}, "a", 60, 100, 540_000)
 	}
 	b.sync()
-	if got := testutil.ToFloat64(b.metrics.globalRowsLastPoll); got != 1000 {
+	if got := testutil.ToFloat64(b.metrics.global.RowsLastPoll); got != 1000 {
 		t.Fatalf("first sync read %v rows, want all 1000", got)
 	}
 	a := newRegion(t, "a", mem, clock)
@@ -287,17 +288,17 @@ func TestSyncReadsOnlyChangedRows(t *testing.T) {
 	a.flush()
 	clock.Advance(time.Second)
 	b.sync()
-	if got := testutil.ToFloat64(b.metrics.globalRowsLastPoll); got != 10 {
+	if got := testutil.ToFloat64(b.metrics.global.RowsLastPoll); got != 10 {
 		t.Fatalf("second sync read %v rows, want the 10 changed", got)
 	}
 	if got := mustLimit(t, b.Service, req("new3", 10, time.Minute, 0)).Remaining; got != 4 {
 		t.Fatalf("a changed key in b: remaining %d, want 4", got)
 	}
-	clock.Advance(globalFullSyncInterval)
+	clock.Advance(global.FullSyncInterval)
 	b.sync()
 	// The second sync starts from where the first began by the store's
 	// clock: its first tick.
-	want := []time.Time{{}, time.UnixMilli(storetest.MemGlobalEpoch + 1000).Add(-globalSyncLookback), {}}
+	want := []time.Time{{}, time.UnixMilli(storetest.MemGlobalEpoch + 1000).Add(-global.SyncLookback), {}}
 	if len(mem.Sinces()) != 3 || !mem.Sinces()[0].Equal(want[0]) || !mem.Sinces()[1].Equal(want[1]) || !mem.Sinces()[2].IsZero() {
 		t.Fatalf("syncs asked for changes since %v, want %v", mem.Sinces(), want)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/global"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )
@@ -37,11 +38,11 @@ func (x *indexed) Forget(_ context.Context, cells []store.IdleCell) error {
 // one round of 1,000: an index filled at request rate drained at ~100 a
 // second per process (269,130 marks left of 300,000 one-request windows).
 func TestFullFlushDrainsTheIndex(t *testing.T) {
-	for _, n := range []int{0, 999, 1000, 25_500, maxIdlePerFlush * (maxIdleRounds + 5)} {
+	for _, n := range []int{0, 999, 1000, 25_500, global.MaxIdlePerFlush * (global.MaxIdleRounds + 5)} {
 		x := &indexed{MemRegional: storetest.NewMemRegional(), left: n}
 		s := newTestService(t, newFakeClock(10_000_000), WithRegionalStore(x), WithGlobalStore(storetest.NewMemGlobal()))
-		s.global.publishIdle(context.Background())
-		want := max(0, n-maxIdlePerFlush*maxIdleRounds)
+		s.global.PublishIdle(context.Background())
+		want := max(0, n-global.MaxIdlePerFlush*global.MaxIdleRounds)
 		if x.left != want {
 			t.Errorf("%d idle marks: %d left after one full flush (%d rounds), want %d", n, x.left, x.reads, want)
 		}

@@ -214,7 +214,7 @@ func (s *Service) count(ctx context.Context, a Acquisition, key cells.Key) (bool
 			if !sent {
 				addCapped(&c.Count, a.Cost)
 			}
-			s.global.noteGrowth(w, c, a.Limit)
+			s.global.NoteGrowth(w, c, a.Limit)
 			return sent, nil
 		}
 		addCapped(&c.Count, a.Cost)
@@ -223,7 +223,7 @@ func (s *Service) count(ctx context.Context, a Acquisition, key cells.Key) (bool
 			runtime.Gosched()
 			continue
 		}
-		s.global.noteGrowth(w, c, a.Limit)
+		s.global.NoteGrowth(w, c, a.Limit)
 		return true, nil
 	}
 	return false, errors.New("concurrency limit: its window kept being evicted")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/pool"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )
@@ -762,7 +763,7 @@ func TestPoolWindowsLeaveAfterALateRead(t *testing.T) {
 	if w == nil {
 		t.Fatal("no window for the slot's cell")
 	}
-	_, end := poolCellOf(w)
+	_, end := pool.CellOf(w)
 	p.regional.queueRefresh(w)
 	clock.Set(end + 10)
 	p.regional.refreshStale(context.Background())

@@ -113,7 +113,7 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 		}
 		s.regional.afterDecide(w, cur, now, &d, countedCost(counted, req.Cost))
 		if counted {
-			s.global.noteGrowth(w, cur, req.Limit)
+			s.global.NoteGrowth(w, cur, req.Limit)
 		}
 		return d.response(), nil
 	}

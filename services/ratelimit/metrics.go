@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/global"
 )
 
 // metrics are the limiter's own Prometheus metrics. None has a label with
@@ -20,15 +21,7 @@ type metrics struct {
 	replayExpired     prometheus.Counter
 	strictActivations prometheus.Counter
 
-	globalWrites         prometheus.Counter
-	globalWriteErrors    prometheus.Counter
-	globalRowsApplied    prometheus.Counter
-	globalSyncErrors     prometheus.Counter
-	globalLastSync       prometheus.Gauge
-	globalEntriesCreated prometheus.Counter
-	globalRowsLastPoll   prometheus.Gauge
-	globalRowsFuture     prometheus.Counter
-	globalIdlePublished  prometheus.Counter
+	global global.Metrics
 
 	refunded prometheus.Counter
 }
@@ -72,42 +65,44 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 			Name: "unkey_ratelimit_strict_mode_activations_total",
 			Help: "Keys put in strict mode by a denial or by an admission that left at most a fifth of the limit (not counting those that extend it).",
 		}),
-		globalWrites: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "unkey_ratelimit_global_writes_total",
-			Help: "Window count rows this process published to the global store.",
-		}),
-		globalWriteErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "unkey_ratelimit_global_write_errors_total",
-			Help: "Global flushes that failed (their rows are published on a later flush).",
-		}),
-		globalRowsApplied: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "unkey_ratelimit_global_sync_rows_applied_total",
-			Help: "Rows of the global store imported into cells.",
-		}),
-		globalSyncErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "unkey_ratelimit_global_sync_errors_total",
-			Help: "Global syncs that failed.",
-		}),
-		globalLastSync: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "unkey_ratelimit_global_last_sync_timestamp_seconds",
-			Help: "When the latest global sync that succeeded began, in unix seconds (0 before the first, and without a global store): how old this process's view of the other regions is.",
-		}),
-		globalEntriesCreated: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "unkey_ratelimit_global_entries_created_total",
-			Help: "Windows created by the global sync for keys this process had no traffic for (not counted in windows_created_total).",
-		}),
-		globalRowsLastPoll: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "unkey_ratelimit_global_rows_last_poll",
-			Help: "Rows the latest global sync returned.",
-		}),
-		globalRowsFuture: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "unkey_ratelimit_global_sync_rows_future_total",
-			Help: "Rows of the global store ignored because their window lies more than one window ahead of this process's clock.",
-		}),
-		globalIdlePublished: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "unkey_ratelimit_global_idle_cells_published_total",
-			Help: "Cells of the region published to the global store from the regional store's index because no process marked them for two full flush intervals: what a process that died, or stopped with the global store down, counted and had not published (and some quiet cells again).",
-		}),
+		global: global.Metrics{
+			Writes: prometheus.NewCounter(prometheus.CounterOpts{
+				Name: "unkey_ratelimit_global_writes_total",
+				Help: "Window count rows this process published to the global store.",
+			}),
+			WriteErrors: prometheus.NewCounter(prometheus.CounterOpts{
+				Name: "unkey_ratelimit_global_write_errors_total",
+				Help: "Global flushes that failed (their rows are published on a later flush).",
+			}),
+			RowsApplied: prometheus.NewCounter(prometheus.CounterOpts{
+				Name: "unkey_ratelimit_global_sync_rows_applied_total",
+				Help: "Rows of the global store imported into cells.",
+			}),
+			SyncErrors: prometheus.NewCounter(prometheus.CounterOpts{
+				Name: "unkey_ratelimit_global_sync_errors_total",
+				Help: "Global syncs that failed.",
+			}),
+			LastSync: prometheus.NewGauge(prometheus.GaugeOpts{
+				Name: "unkey_ratelimit_global_last_sync_timestamp_seconds",
+				Help: "When the latest global sync that succeeded began, in unix seconds (0 before the first, and without a global store): how old this process's view of the other regions is.",
+			}),
+			EntriesCreated: prometheus.NewCounter(prometheus.CounterOpts{
+				Name: "unkey_ratelimit_global_entries_created_total",
+				Help: "Windows created by the global sync for keys this process had no traffic for (not counted in windows_created_total).",
+			}),
+			RowsLastPoll: prometheus.NewGauge(prometheus.GaugeOpts{
+				Name: "unkey_ratelimit_global_rows_last_poll",
+				Help: "Rows the latest global sync returned.",
+			}),
+			RowsFuture: prometheus.NewCounter(prometheus.CounterOpts{
+				Name: "unkey_ratelimit_global_sync_rows_future_total",
+				Help: "Rows of the global store ignored because their window lies more than one window ahead of this process's clock.",
+			}),
+			IdlePublished: prometheus.NewCounter(prometheus.CounterOpts{
+				Name: "unkey_ratelimit_global_idle_cells_published_total",
+				Help: "Cells of the region published to the global store from the regional store's index because no process marked them for two full flush intervals: what a process that died, or stopped with the global store down, counted and had not published (and some quiet cells again).",
+			}),
+		},
 		refunded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "unkey_ratelimit_refunded_units_total",
 			Help: "Units given back to window cells by settled reservations (what callers reserved and did not spend).",
@@ -129,9 +124,11 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 	for _, queue := range []string{"replay", "refresh", "flush"} {
 		m.queueOverflow.WithLabelValues(queue)
 	}
+	m.global.Rejected = m.windowsRejected.WithLabelValues("sync")
+	m.global.Overflow = m.queueOverflow.WithLabelValues("flush")
 	for _, c := range []prometheus.Collector{m.windowsCreated, m.windowsEvicted, m.windowsRejected, m.contended, active,
 		m.regionalOps, m.regionalLatency, m.queueOverflow, m.replayExpired, m.strictActivations, depth,
-		m.globalWrites, m.globalWriteErrors, m.globalRowsApplied, m.globalSyncErrors, m.globalLastSync, m.globalEntriesCreated, m.globalRowsLastPoll, m.globalRowsFuture, m.globalIdlePublished, m.refunded} {
+		m.global.Writes, m.global.WriteErrors, m.global.RowsApplied, m.global.SyncErrors, m.global.LastSync, m.global.EntriesCreated, m.global.RowsLastPoll, m.global.RowsFuture, m.global.IdlePublished, m.refunded} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -93,7 +93,7 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 		if passed && !evicted {
 			for _, a := range applied {
 				a.w.Commit(a.c, a.cost)
-				s.global.noteGrowth(a.w, a.c, reqs[a.index].Limit)
+				s.global.NoteGrowth(a.w, a.c, reqs[a.index].Limit)
 			}
 			for i, w := range windows {
 				s.regional.afterDecide(w, curs[i], now, &decisions[i], countedCost(decisions[i].success && reqs[i].Cost > 0, reqs[i].Cost))

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/global"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
@@ -20,7 +21,7 @@ type settings struct {
 	maxPerWorkspace int64
 	regional        store.Regional
 	global          store.Global
-	globalEvery     globalIntervals
+	globalEvery     global.Intervals
 	// halfFloorOnly shares cells as before the presence floor and the
 	// share-scaled flush step: from half the limit, a tenth of it at a
 	// time. Only the accuracy report sets it, for its "before" rows.

@@ -413,7 +413,7 @@ func (r *regionalTier) merge(w *cells.Window, seq, stored int64) {
 		return
 	}
 	n := stored + c.Unreplayed.Load() + c.Speculative.Load()
-	r.windows.raise(w, c, &c.Count, n, r.clock.Now().UnixMilli())
+	r.windows.Raise(w, c, &c.Count, n, r.clock.Now().UnixMilli())
 	if stored < c.Stored.Load() {
 		c.Flags.Or(cells.Reseed)
 		r.queueReplay(w, c, 0)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/pool"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
@@ -70,7 +71,7 @@ func (r *regionalTier) replay(ctx context.Context) {
 		incs = append(incs, inc)
 		marksOnly = append(marksOnly, markOnly)
 		sent = append(sent, it)
-		if reseed && isPool(it.W) {
+		if reseed && pool.IsPool(it.W) {
 			reseeded = append(reseeded, it)
 		}
 	}
@@ -91,7 +92,7 @@ func (r *regionalTier) replay(ctx context.Context) {
 		if i < len(counts) && counts[i] >= 0 {
 			// The answer holds what the other processes added too.
 			n := counts[i] + it.C.Unreplayed.Load() + it.C.Speculative.Load()
-			r.windows.raise(it.W, it.C, &it.C.Count, n, now)
+			r.windows.Raise(it.W, it.C, &it.C.Count, n, now)
 			cells.AtomicMax(&it.C.Stored, counts[i])
 			if incs[i].Writer != "" {
 				r.windows.acked(it.W, it.C.Seq(), incs[i].Total)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/pool"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
@@ -44,7 +45,7 @@ func (r *regionalTier) takeSlots(ctx context.Context, w *cells.Window, now int64
 	if !ok {
 		return decision{}, nil, takeNotSent
 	}
-	seq, end := poolCellOf(w)
+	seq, end := pool.CellOf(w)
 	cur, _ := w.CellAt(seq, false)
 	g := r.windows.poolOf(w)
 	if cur == nil || g == nil || w.Evicted() {
@@ -88,7 +89,7 @@ func (r *regionalTier) takeSlots(ctx context.Context, w *cells.Window, now int64
 	d := decision{algorithm: Concurrency, limit: sp.limit, capacity: sp.limit, resetMs: end, success: counts.Taken,
 		remaining: min(max(sp.limit-held, 0), sp.limit)}
 	if !d.success {
-		d.retryAfter = freeAfter(heldCells(counts, beyond), held, cost, sp.limit, now)
+		d.retryAfter = pool.FreeAfter(heldCells(counts, beyond), held, cost, sp.limit, now)
 	}
 	return d, cur, takeAnswered
 }
@@ -129,7 +130,7 @@ func (r *regionalTier) mergePool(w *cells.Window, read []store.PoolCell) {
 // it. A store that cannot take slots is read cell by cell, the cells this
 // process knows of.
 func (r *regionalTier) readPool(ctx context.Context, w *cells.Window, now int64) {
-	seq, _ := poolCellOf(w)
+	seq, _ := pool.CellOf(w)
 	if taker, ok := r.store.(store.SlotTaker); ok {
 		var cells []store.PoolCell
 		_, err := r.call(ctx, opSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
@@ -143,13 +144,13 @@ func (r *regionalTier) readPool(ctx context.Context, w *cells.Window, now int64)
 		}
 		return
 	}
-	g := r.windows.pools.of(w)
+	g := r.windows.pools.Of(w)
 	if g == nil {
 		return
 	}
 	var ws []*cells.Window
-	for _, pc := range g.live(now) {
-		ws = append(ws, pc.w)
+	for _, pc := range g.Live(now) {
+		ws = append(ws, pc.W)
 	}
 	r.refreshNow(ctx, ws, now, opSlots)
 }
@@ -164,39 +165,39 @@ func (r *regionalTier) readPool(ctx context.Context, w *cells.Window, now int64)
 // here once the replay has sent it: strict meanwhile). A release answered
 // in another region frees a slot counted here: each cell is summed over
 // the regions before it is clamped, never each region's part alone.
-func (r *regionalTier) beyond(g *poolGroup, now int64) []store.PoolCell {
+func (r *regionalTier) beyond(g *pool.Group, now int64) []store.PoolCell {
 	var out []store.PoolCell
-	for _, pc := range g.live(now) {
-		seq, _ := poolCellOf(pc.w)
+	for _, pc := range g.Live(now) {
+		seq, _ := pool.CellOf(pc.W)
 		var n int64
-		if c := pc.w.Cells[seq&1].Load(); c != nil && c.Seq() == seq {
-			n += c.Global.Load() + c.Unreplayed.Load() + r.windows.unacked(pc.w, seq)
+		if c := pc.W.Cells[seq&1].Load(); c != nil && c.Seq() == seq {
+			n += c.Global.Load() + c.Unreplayed.Load() + r.windows.unacked(pc.W, seq)
 		}
-		if pc.refunds != nil {
-			if rc := pc.refunds.Cells[seq&1].Load(); rc != nil && rc.Seq() == seq {
+		if pc.Refunds != nil {
+			if rc := pc.Refunds.Cells[seq&1].Load(); rc != nil && rc.Seq() == seq {
 				n -= rc.Global.Load() + rc.Unreplayed.Load()
 			}
 		}
-		n += r.lostTakes(pc.w, seq)
+		n += r.lostTakes(pc.W, seq)
 		if n != 0 {
-			out = append(out, store.PoolCell{Key: pc.w.CellKey(seq), Count: n})
+			out = append(out, store.PoolCell{Key: pc.W.CellKey(seq), Count: n})
 		}
 	}
 	return out
 }
 
 // heldCells returns what each cell of an answer holds with beyond, and
-// when it ends, for freeAfter.
-func heldCells(counts store.SlotCounts, beyond []store.PoolCell) []heldCell {
-	cells := make([]heldCell, 0, len(counts.Cells)+len(beyond))
+// when it ends, for pool.FreeAfter.
+func heldCells(counts store.SlotCounts, beyond []store.PoolCell) []pool.Held {
+	cells := make([]pool.Held, 0, len(counts.Cells)+len(beyond))
 	for _, pc := range counts.Cells {
 		if n := pc.HeldWith(beyond); n > 0 {
-			cells = append(cells, heldCell{store.PoolCellEndOf(&pc.Key), n})
+			cells = append(cells, pool.Held{End: store.PoolCellEndOf(&pc.Key), Count: n})
 		}
 	}
 	for _, b := range beyond {
 		if !slices.ContainsFunc(counts.Cells, func(pc store.PoolCell) bool { return pc.Key == b.Key }) && b.Count > 0 {
-			cells = append(cells, heldCell{store.PoolCellEndOf(&b.Key), b.Count})
+			cells = append(cells, pool.Held{End: store.PoolCellEndOf(&b.Key), Count: b.Count})
 		}
 	}
 	return cells
@@ -238,7 +239,7 @@ func (r *regionalTier) resendTakes(ctx context.Context, now int64) {
 	var incs []store.Increment
 	var sent, done []*lostTake
 	for _, t := range takes {
-		if _, end := poolCellOf(t.w); end <= now {
+		if _, end := pool.CellOf(t.w); end <= now {
 			done = append(done, t) // the cell counts nowhere now
 			continue
 		}
@@ -304,7 +305,7 @@ func (r *regionalTier) written(w *cells.Window, c *cells.Cell, inc store.Increme
 		}
 		return false
 	}
-	r.windows.raise(w, c, &c.Count, counts[0]+c.Unreplayed.Load()+c.Speculative.Load(), now)
+	r.windows.Raise(w, c, &c.Count, counts[0]+c.Unreplayed.Load()+c.Speculative.Load(), now)
 	cells.AtomicMax(&c.Stored, counts[0])
 	if inc.Writer != "" {
 		r.windows.acked(w, c.Seq(), inc.Total)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/global"
 )
 
 // Service is the rate limiter: windows (sliding, fixed, calendar), token
@@ -26,7 +27,7 @@ type Service struct {
 	// configured: the processes of a region through the regional store,
 	// the regions through the global store.
 	regional *regionalTier
-	global   *globalTier
+	global   *global.Tier
 
 	// contention holds the locks of keys hot enough that a decision lost
 	// several races to count on them (see cells.Contention).
@@ -50,12 +51,12 @@ func New(region string, opts ...Option) (*Service, error) {
 		clock:           SystemClock{},
 		logger:          slog.New(slog.DiscardHandler),
 		maxPerWorkspace: DefaultMaxWindowsPerWorkspace,
-		globalEvery: globalIntervals{
-			flush:        DefaultGlobalFlushInterval,
-			fullFlush:    DefaultGlobalFullFlushInterval,
-			sync:         DefaultGlobalSyncInterval,
-			flushTimeout: DefaultGlobalFlushTimeout,
-			syncTimeout:  DefaultGlobalSyncTimeout,
+		globalEvery: global.Intervals{
+			Flush:        DefaultGlobalFlushInterval,
+			FullFlush:    DefaultGlobalFullFlushInterval,
+			Sync:         DefaultGlobalSyncInterval,
+			FlushTimeout: DefaultGlobalFlushTimeout,
+			SyncTimeout:  DefaultGlobalSyncTimeout,
 		},
 	}
 	for _, opt := range opts {
@@ -77,13 +78,17 @@ func New(region string, opts ...Option) (*Service, error) {
 		s.regional = newRegionalTier(cfg.regional, cfg.clock, m, &s.windows)
 	}
 	if cfg.global != nil {
-		s.global = newGlobalTier(region, &cfg, m, &s.windows, s.regional == nil)
+		gc := global.Config{Region: region, Store: cfg.global, Regional: cfg.regional,
+			Clock: cfg.clock, Logger: cfg.logger, Metrics: &m.global,
+			Table: &s.windows.Table, Pools: &s.windows.pools, Models: &s.windows,
+			Every: cfg.globalEvery, HalfFloorOnly: cfg.halfFloorOnly}
 		if s.regional != nil {
-			if s.global.unpublished != nil {
-				// Only a store that indexes marks is asked to.
-				s.regional.mark = s.global.markFor
-			}
-			s.global.readSlots = s.regional.readSlots
+			gc.ReadSlots = s.regional.readSlots
+		}
+		s.global = global.New(gc)
+		if s.regional != nil && s.global.Indexes() {
+			// Only a store that indexes marks is asked to.
+			s.regional.mark = s.global.MarkFor
 		}
 	}
 	return s, nil
@@ -96,11 +101,7 @@ func (s *Service) LastGlobalSync() time.Time {
 	if s.global == nil {
 		return time.Time{}
 	}
-	ms := s.global.lastSync.Load()
-	if ms == 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(ms)
+	return s.global.LastSync()
 }
 
 // Region returns the region this limiter counts for.
@@ -126,7 +127,7 @@ func (s *Service) Run(ctx context.Context) error {
 		wg.Go(func() { s.regional.run(ctx) })
 	}
 	if s.global != nil {
-		wg.Go(func() { s.global.run(ctx) })
+		wg.Go(func() { s.global.Run(ctx) })
 	}
 	s.runJanitor(ctx)
 	wg.Wait()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/pool"
 )
 
 // windowTable is the cell table with what the models and tiers keep beside
@@ -35,8 +36,8 @@ type windowTable struct {
 	// zone (see zones.go).
 	zones zones
 	// pools groups the windows of a concurrency limit's cells by limit
-	// (see pool.go).
-	pools pools
+	// (see internal/pool).
+	pools pool.Set
 }
 
 // init readies an empty table: see cells.Table.Init. A table is not copied
@@ -52,8 +53,7 @@ func (t *windowTable) init(m *metrics, maxPerWorkspace int64) {
 	t.given = xsync.NewMap[*cells.Window, *givenBack]()
 	t.lanes = xsync.NewMap[*cells.Window, *takeLanes]()
 	t.zones.groups = xsync.NewMap[zoneID, *zoneGroup]()
-	t.pools.groups = xsync.NewMap[poolID, *poolGroup]()
-	t.pools.byWindow = xsync.NewMap[*cells.Window, *poolGroup]()
+	t.pools.Init()
 }
 
 // Filed files w, new in the table, in its group: a calendar's zones, a
@@ -65,7 +65,7 @@ func (t *windowTable) Filed(w *cells.Window) {
 		// looked up while the pool is held: a pair made at once is
 		// filed together whichever comes second.
 		k.Refunds = !k.Refunds
-		t.pools.add(w, func() *cells.Window { return t.Find(&k) })
+		t.pools.Add(w, func() *cells.Window { return t.Find(&k) })
 	case w.Period().Kind() == period.Calendar && !w.HoldsRefunds():
 		t.zones.add(w)
 	}
@@ -88,7 +88,7 @@ func (t *windowTable) Forgot(w *cells.Window) {
 	t.lanes.Delete(w)
 	switch {
 	case w.Period().Kind() == period.Pool:
-		t.pools.remove(w)
+		t.pools.Remove(w)
 	case w.Period().Kind() == period.Calendar && !w.HoldsRefunds():
 		t.zones.remove(w)
 	}

@@ -144,10 +144,10 @@ func simulateBudget(t testing.TB, c budgetCase, seed uint64) budgetRun {
 		for c.regions > 1 && nextTick <= ev.at {
 			clock.Set(nextTick)
 			for _, s := range services {
-				s.global.flush(ctx, (nextTick-start)%10_000 == 0)
+				s.global.Flush(ctx, (nextTick-start)%10_000 == 0)
 			}
 			for _, s := range services {
-				s.global.sync(ctx)
+				s.global.Sync(ctx)
 			}
 			nextTick += budgetTick.Milliseconds()
 		}

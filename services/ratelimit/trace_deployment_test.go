@@ -157,7 +157,7 @@ func (d traceDeployment) start(t testing.TB, clock *fakeClock, rng *rand.Rand) (
 			p := &regionalService{Service: s}
 			tick = append(tick, p.tick)
 			if d.regions > 1 {
-				global = append(global, func() { s.global.flush(ctx, s.global.fullFlushDue()); s.global.sync(ctx) })
+				global = append(global, func() { s.global.Flush(ctx, s.global.FullFlushDue()); s.global.Sync(ctx) })
 			}
 		}
 	}

@@ -141,5 +141,5 @@ func (s *Service) carryZones(w *cells.Window, now int64) {
 		cur.Flags.Or(cells.Reseed)
 		s.regional.queueReplay(w, cur, 0)
 	}
-	s.global.noteGrowth(w, cur, w.Limit.Load())
+	s.global.NoteGrowth(w, cur, w.Limit.Load())
 }

@@ -216,6 +216,11 @@ func (p Period) Holds(seq int64) bool { return p.kind != Pool || seq == p.n }
 // the regional store fetches it.
 func (p Period) HoldsReservations() bool { return p.kind == Pool || p.kind == Bucket }
 
+// OutlivesCell reports whether what p's cells count lasts past a cell: a
+// token bucket's level carries from cell to cell, a pool's slots are held
+// for their lease. A window's count starts from zero each window.
+func (p Period) OutlivesCell() bool { return p.kind == Pool || p.kind == Bucket }
+
 // Oldest returns the oldest cell that can affect a decision at now (unix
 // ms): the previous one, which a sliding window weighs, and for a
 // calendar, whose periods are fixed, the current one (a year's would

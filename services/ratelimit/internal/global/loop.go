@@ -1,4 +1,4 @@
-package ratelimit
+package global
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/pool"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
@@ -27,7 +28,7 @@ type globalState struct {
 	// the limiter's clock. Zero before the first.
 	lastFull, lastFullFlush time.Time
 	// syncedAsOf is the store's time when the latest successful sync began:
-	// where the next incremental one starts (less globalSyncLookback). The
+	// where the next incremental one starts (less SyncLookback). The
 	// store's clock, not this process's: only it orders the rows' stamps.
 	syncedAsOf time.Time
 }
@@ -41,7 +42,7 @@ type flushedCount struct {
 	expiresAt int64 // unix ms after which the cell no longer counts anywhere
 }
 
-// run flushes and syncs on their jittered schedules, in two loops, until
+// Run flushes and syncs on their jittered schedules, in two loops, until
 // ctx is done, then runs one more full flush of what this process counted,
 // within the flush budget, so that it is published before the process
 // exits. A flush or sync under way then is cancelled, but a connection the
@@ -50,13 +51,13 @@ type flushedCount struct {
 // budget of ctx (40 s by default; 10 s once connected). A slow flush does not
 // delay a sync, nor a slow sync a flush: a tick that comes while its call
 // is under way is skipped, and the next starts on schedule.
-func (g *globalTier) run(ctx context.Context) {
+func (g *Tier) Run(ctx context.Context) {
 	anchor := g.clock.Now()
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		every(ctx, g.clock, anchor, g.every.sync, g.sync)
+		every(ctx, g.clock, anchor, g.every.Sync, g.Sync)
 	})
-	every(ctx, g.clock, anchor, g.every.flush, func(ctx context.Context) { g.flush(ctx, g.fullFlushDue()) })
+	every(ctx, g.clock, anchor, g.every.Flush, func(ctx context.Context) { g.Flush(ctx, g.FullFlushDue()) })
 	// The last full flush of what this process counted; the idle cells of
 	// the region are the other processes' to publish.
 	g.publishCounted(context.Background(), true)
@@ -79,23 +80,23 @@ func every(ctx context.Context, clock Clock, anchor time.Time, interval time.Dur
 	}
 }
 
-// fullFlushDue reports whether the next flush should walk every window: the
+// FullFlushDue reports whether the next flush should walk every window: the
 // full flush interval has passed since the last one, less half a prompt
 // interval so that jitter does not push it one prompt tick late.
-func (g *globalTier) fullFlushDue() bool {
+func (g *Tier) FullFlushDue() bool {
 	iv := g.every
-	return g.state.lastFullFlush.IsZero() || g.clock.Now().Sub(g.state.lastFullFlush) >= iv.fullFlush-iv.flush/2
+	return g.state.lastFullFlush.IsZero() || g.clock.Now().Sub(g.state.lastFullFlush) >= iv.FullFlush-iv.Flush/2
 }
 
 // untilNextTick returns how long to wait at now for the next tick of a
 // schedule that fires once per interval at anchor + k·interval, each tick
-// jittered by up to globalTickJitter of the interval. Targets are absolute,
+// jittered by up to TickJitter of the interval. Targets are absolute,
 // so a slow tick does not shift the ones after it, and a missed target is
 // skipped. Both times are the limiter's clock's.
 func untilNextTick(anchor, now time.Time, interval time.Duration) time.Duration {
 	k := now.Sub(anchor)/interval + 1
 	target := anchor.Add(k * interval)
-	jitter := time.Duration(rand.Float64() * globalTickJitter * float64(interval))
+	jitter := time.Duration(rand.Float64() * TickJitter * float64(interval))
 	return target.Add(jitter).Sub(now)
 }
 
@@ -105,7 +106,7 @@ type flushCandidate struct {
 	count store.CellCount
 }
 
-// flush publishes this region's count of the cells worth sharing: a cell this
+// Flush publishes this region's count of the cells worth sharing: a cell this
 // region has used at least its floor of (floor), or one that another
 // region already published (so that traffic spread thinly over many regions is
 // still shared), and only if it grew since the store last held it; a cell no
@@ -117,15 +118,15 @@ type flushCandidate struct {
 // of a cell is updated only once the write succeeded, so a failed flush is
 // retried: at the next full flush, or the next prompt one if a request counts
 // into the cell again.
-func (g *globalTier) flush(ctx context.Context, full bool) {
+func (g *Tier) Flush(ctx context.Context, full bool) {
 	g.publishCounted(ctx, full)
 	if full {
-		g.publishIdle(ctx)
+		g.PublishIdle(ctx)
 	}
 }
 
 // publishCounted is the flush of what this process counted.
-func (g *globalTier) publishCounted(ctx context.Context, full bool) {
+func (g *Tier) publishCounted(ctx context.Context, full bool) {
 	st := g.state
 	st.mu.Lock()
 	locked := true
@@ -159,8 +160,8 @@ func (g *globalTier) publishCounted(ctx context.Context, full bool) {
 				}
 			}
 		}
-		g.windows.ForEach(func(w *cells.Window) {
-			if g.readSlots != nil && w.Period().Kind() == period.Pool {
+		g.table.ForEach(func(w *cells.Window) {
+			if g.readSlots != nil && pool.IsCell(w.Period()) {
 				slots = append(slots, w)
 				return
 			}
@@ -168,9 +169,9 @@ func (g *globalTier) publishCounted(ctx context.Context, full bool) {
 		})
 		if len(slots) > 0 {
 			var mains []*cells.Window // one window of each pool, to read it by
-			read := map[*poolGroup]bool{}
+			read := map[*pool.Group]bool{}
 			for _, w := range slots {
-				if pg := g.windows.pools.of(w); isPool(w) && pg != nil && !read[pg] {
+				if pg := g.pools.Of(w); pool.IsPool(w) && pg != nil && !read[pg] {
 					read[pg] = true
 					mains = append(mains, w)
 				}
@@ -215,7 +216,7 @@ func (g *globalTier) publishCounted(ctx context.Context, full bool) {
 	locked = false
 	// A flush under way when the loops stop is cancelled: the last full
 	// flush, which carries everything it would have, runs right after.
-	ctx, cancel := context.WithTimeout(ctx, g.every.flushTimeout)
+	ctx, cancel := context.WithTimeout(ctx, g.every.FlushTimeout)
 	defer cancel()
 	var written int
 	_, err := g.flushBreaker.Execute(func() (any, error) {
@@ -230,14 +231,14 @@ func (g *globalTier) publishCounted(ctx context.Context, full bool) {
 			st.flushed[cands[i].c] = flushedCount{count: cands[i].count.Count, expiresAt: cands[i].count.Key.ExpiresAt()}
 		}
 	}
-	g.metrics.globalWrites.Add(float64(written))
+	g.metrics.Writes.Add(float64(written))
 	if err != nil {
-		g.metrics.globalWriteErrors.Inc()
+		g.metrics.WriteErrors.Inc()
 		g.logger.Warn("flush window counts", "error", err, "written", written, "of", len(counts))
 	}
 }
 
-// publishIdle publishes the cells of the region that no process marked in
+// PublishIdle publishes the cells of the region that no process marked in
 // the regional store's index for idleAfter (see store.Unpublished), with
 // the count the regional store holds: what a process that died, or stopped
 // while the global store was down, counted and could not publish, reaches
@@ -251,18 +252,18 @@ func (g *globalTier) publishCounted(ctx context.Context, full bool) {
 // process's: clocks apart by seconds only shift idleAfter by as much.
 //
 // The index fills at the rate new cells are marked (a caller may make one a
-// request), so a flush drains it in batches of maxIdlePerFlush until a
-// batch comes back short, up to maxIdleRounds of them within the flush's
+// request), so a flush drains it in batches of MaxIdlePerFlush until a
+// batch comes back short, up to MaxIdleRounds of them within the flush's
 // timeout: at one batch a flush, 300,000 one-request windows left 269,130
 // marks behind long after their cells expired.
-func (g *globalTier) publishIdle(ctx context.Context) {
+func (g *Tier) PublishIdle(ctx context.Context) {
 	if g.unpublished == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, g.every.flushTimeout)
+	ctx, cancel := context.WithTimeout(ctx, g.every.FlushTimeout)
 	defer cancel()
-	for range maxIdleRounds {
-		if n := g.publishIdleBatch(ctx); n < maxIdlePerFlush || ctx.Err() != nil {
+	for range MaxIdleRounds {
+		if n := g.publishIdleBatch(ctx); n < MaxIdlePerFlush || ctx.Err() != nil {
 			return
 		}
 	}
@@ -270,9 +271,9 @@ func (g *globalTier) publishIdle(ctx context.Context) {
 
 // publishIdleBatch publishes one batch of idle cells, and returns how many
 // the index gave (0 after an error that left nothing to do).
-func (g *globalTier) publishIdleBatch(ctx context.Context) int {
+func (g *Tier) publishIdleBatch(ctx context.Context) int {
 	now := g.clock.Now()
-	idle, err := g.unpublished.Idle(ctx, now.Add(-g.idleAfter()), maxIdlePerFlush)
+	idle, err := g.unpublished.Idle(ctx, now.Add(-g.idleAfter()), MaxIdlePerFlush)
 	if err != nil {
 		g.logger.Warn("read idle cells from the regional store", "error", err, "read", len(idle))
 	}
@@ -300,10 +301,10 @@ func (g *globalTier) publishIdleBatch(ctx context.Context) int {
 			written, err = g.store.Publish(ctx, g.region, counts)
 			return nil, err
 		})
-		g.metrics.globalWrites.Add(float64(written))
-		g.metrics.globalIdlePublished.Add(float64(written))
+		g.metrics.Writes.Add(float64(written))
+		g.metrics.IdlePublished.Add(float64(written))
 		if err != nil {
-			g.metrics.globalWriteErrors.Inc()
+			g.metrics.WriteErrors.Inc()
 			g.logger.Warn("publish idle cells", "error", err, "written", written, "of", len(counts))
 			return 0 // kept in the index: the next full flush tries again
 		}
@@ -322,7 +323,7 @@ func (g *globalTier) publishIdleBatch(ctx context.Context) int {
 // ms): its committed count, if c can still affect a decision, is worth
 // sharing and grew since the store last held it; for a prompt flush, if it
 // was never published or grew by at least a flush step.
-func (g *globalTier) flushCandidate(w *cells.Window, c *cells.Cell, now int64, prompt bool) (flushCandidate, bool) {
+func (g *Tier) flushCandidate(w *cells.Window, c *cells.Cell, now int64, prompt bool) (flushCandidate, bool) {
 	if c == nil || c.Seq() < w.SeqOf(now)-1 {
 		return flushCandidate{}, false
 	}
@@ -349,7 +350,7 @@ func (g *globalTier) flushCandidate(w *cells.Window, c *cells.Cell, now int64, p
 		// than before the presence floor, not a row per step.
 		return flushCandidate{}, false
 	}
-	if prompt && last > 0 && n-last < g.flushStep(limit, n, c.Global.Load()) {
+	if prompt && last > 0 && n-last < g.FlushStep(limit, n, c.Global.Load()) {
 		return flushCandidate{}, false // small growth waits for the full flush
 	}
 	return flushCandidate{c: c, count: store.CellCount{Key: w.CellKey(c.Seq()), Count: n, Limit: limit}}, true
@@ -362,22 +363,22 @@ func (g *globalTier) flushCandidate(w *cells.Window, c *cells.Cell, now int64, p
 // release and the re-take of its slot are often made by two processes of
 // the region, each flushing on its own clock; published apart, another
 // region would see the slot free in between and take it too.
-func (g *globalTier) slotCells(ctx context.Context, grown []cells.Ref, now int64) map[*cells.Cell]*cells.Window {
-	var pools []*poolGroup
+func (g *Tier) slotCells(ctx context.Context, grown []cells.Ref, now int64) map[*cells.Cell]*cells.Window {
+	var pools []*pool.Group
 	var firsts []*cells.Window // one window of each pool, to read it by
 	for _, it := range grown {
-		if it.W.Period().Kind() != period.Pool {
+		if !pool.IsCell(it.W.Period()) {
 			continue
 		}
 		w := it.W
 		if w.HoldsRefunds() {
 			k := w.Key()
 			k.Refunds = false
-			if w = g.windows.Find(&k); w == nil {
+			if w = g.table.Find(&k); w == nil {
 				continue
 			}
 		}
-		if pg := g.windows.pools.of(w); pg != nil && !slices.Contains(pools, pg) {
+		if pg := g.pools.Of(w); pg != nil && !slices.Contains(pools, pg) {
 			pools = append(pools, pg)
 			firsts = append(firsts, w)
 		}
@@ -390,14 +391,14 @@ func (g *globalTier) slotCells(ctx context.Context, grown []cells.Ref, now int64
 	}
 	out := map[*cells.Cell]*cells.Window{}
 	for _, pg := range pools {
-		for _, pc := range pg.live(now) {
-			seq, _ := poolCellOf(pc.w)
-			if c := pc.w.Cells[seq&1].Load(); c != nil && c.Seq() == seq {
-				out[c] = pc.w
+		for _, pc := range pg.Live(now) {
+			seq, _ := pool.CellOf(pc.W)
+			if c := pc.W.Cells[seq&1].Load(); c != nil && c.Seq() == seq {
+				out[c] = pc.W
 			}
-			if pc.refunds != nil {
-				if c := pc.refunds.Cells[seq&1].Load(); c != nil && c.Seq() == seq {
-					out[c] = pc.refunds
+			if pc.Refunds != nil {
+				if c := pc.Refunds.Cells[seq&1].Load(); c != nil && c.Seq() == seq {
+					out[c] = pc.Refunds
 				}
 			}
 		}
@@ -405,23 +406,23 @@ func (g *globalTier) slotCells(ctx context.Context, grown []cells.Ref, now int64
 	return out
 }
 
-// sync imports what the store holds: the other regions' sum becomes
+// Sync imports what the store holds: the other regions' sum becomes
 // each cell's imported count (raised, never lowered), and this region's own
 // component raises the regional count, since another process of the region
 // may have published more than this one knows. It reads only the cells that
 // changed since the previous sync began by the store's clock (less
-// globalSyncLookback), and every live cell on the first sync and every
-// globalFullSyncInterval after.
-func (g *globalTier) sync(ctx context.Context) {
+// SyncLookback), and every live cell on the first sync and every
+// FullSyncInterval after.
+func (g *Tier) Sync(ctx context.Context) {
 	st := g.state
 	// A sync under way when the loops stop is cancelled: nothing would use
 	// what it read.
-	ctx, cancel := context.WithTimeout(ctx, g.every.syncTimeout)
+	ctx, cancel := context.WithTimeout(ctx, g.every.SyncTimeout)
 	defer cancel()
 	now := g.clock.Now()
 	var since time.Time
-	if !st.lastFull.IsZero() && now.Sub(st.lastFull) < globalFullSyncInterval {
-		since = st.syncedAsOf.Add(-globalSyncLookback)
+	if !st.lastFull.IsZero() && now.Sub(st.lastFull) < FullSyncInterval {
+		since = st.syncedAsOf.Add(-SyncLookback)
 	}
 	type synced struct {
 		rows []store.GlobalCount
@@ -432,18 +433,18 @@ func (g *globalTier) sync(ctx context.Context) {
 		return synced{rows, asOf}, err
 	})
 	if err != nil {
-		g.metrics.globalSyncErrors.Inc()
+		g.metrics.SyncErrors.Inc()
 		g.logger.Warn("sync window counts", "error", err)
 		return
 	}
 	st.syncedAsOf = res.(synced).asOf
 	g.lastSync.Store(now.UnixMilli())
-	g.metrics.globalLastSync.Set(float64(now.UnixMilli()) / 1000)
+	g.metrics.LastSync.Set(float64(now.UnixMilli()) / 1000)
 	if since.IsZero() {
 		st.lastFull = now
 	}
 	rows := res.(synced).rows
-	g.metrics.globalRowsLastPoll.Set(float64(len(rows)))
+	g.metrics.RowsLastPoll.Set(float64(len(rows)))
 	applied := 0
 	nowMs := now.UnixMilli()
 	st.mu.Lock()
@@ -453,7 +454,7 @@ func (g *globalTier) sync(ctx context.Context) {
 		}
 	}
 	st.mu.Unlock()
-	g.metrics.globalRowsApplied.Add(float64(applied))
+	g.metrics.RowsApplied.Add(float64(applied))
 }
 
 // apply imports one row at now (unix ms), with g.state.mu held, and
@@ -469,7 +470,7 @@ func (g *globalTier) sync(ctx context.Context) {
 // shared, or only this region's own, would cost every process of the region
 // memory for nothing (the region's own count reaches a process through the
 // regional store when a request comes).
-func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
+func (g *Tier) apply(row *store.GlobalCount, now int64) bool {
 	// The row names its cells by a code. A calendar's holds the code,
 	// not the zone: a calendar this process has decided by (for any key)
 	// is known by its code; one it never has decides nothing here.
@@ -477,12 +478,12 @@ func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
 	p, ok := period.FromCode(code)
 	if !ok {
 		if code > 0 && row.Key.Sequence > period.LatestOfCode(code, now) {
-			g.metrics.globalRowsFuture.Inc() // a calendar's, whatever its zone
+			g.metrics.RowsFuture.Inc() // a calendar's, whatever its zone
 		}
 		return false
 	}
 	if row.Key.Sequence > p.Latest(now) {
-		g.metrics.globalRowsFuture.Inc()
+		g.metrics.RowsFuture.Inc()
 		return false
 	}
 	k := cells.Key{Workspace: row.Key.Workspace, Namespace: row.Key.Namespace, Identifier: row.Key.Identifier,
@@ -493,10 +494,10 @@ func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
 			return false
 		}
 	}
-	w := g.windows.Find(&k)
+	w := g.table.Find(&k)
 	if w == nil {
 		floor := g.importFloor(p, row.OthersLimit)
-		if p.Kind() == period.Pool && g.windows.holdsPool(&k) {
+		if pool.IsCell(p) && g.pools.Holds(&k) {
 			// A cell of a pool this process decides: what it holds
 			// counts in every decision on the pool, however little.
 			floor = 1
@@ -506,13 +507,13 @@ func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
 		}
 		var created bool
 		var err error
-		w, created, err = g.windows.FindOrCreate(&k)
+		w, created, err = g.table.FindOrCreate(&k)
 		if err != nil {
-			g.metrics.windowsRejected.WithLabelValues("sync").Inc()
+			g.metrics.Rejected.Inc()
 			return false
 		}
 		if created {
-			g.metrics.globalEntriesCreated.Inc()
+			g.metrics.EntriesCreated.Inc()
 		}
 	}
 	if main != nil {
@@ -523,10 +524,10 @@ func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
 		return false // the window already moved past this cell
 	}
 	others := min(row.Others, store.MaxCount)
-	g.windows.raise(w, c, &c.Global, others, now)
+	g.models.Raise(w, c, &c.Global, others, now)
 	if own := min(row.Own, store.MaxCount); own > 0 {
 		n := own + c.Speculative.Load()
-		g.windows.raise(w, c, &c.Count, n, now)
+		g.models.Raise(w, c, &c.Count, n, now)
 		if f := g.state.flushed[c]; f.count < own {
 			g.state.flushed[c] = flushedCount{count: own, expiresAt: p.ExpiresAt(c.Seq())}
 		}
@@ -538,10 +539,10 @@ func (g *globalTier) apply(row *store.GlobalCount, now int64) bool {
 // so that decisions weigh the refunds a sync imports for it, and returns
 // the key's window, or nil if the process does not hold that cell: refunds
 // of a key without a window here are of no decision's concern.
-func (g *globalTier) reserve(k *cells.Key, seq int64) *cells.Window {
+func (g *Tier) reserve(k *cells.Key, seq int64) *cells.Window {
 	key := *k
 	key.Refunds = false
-	w := g.windows.Find(&key)
+	w := g.table.Find(&key)
 	if w == nil {
 		return nil
 	}
