@@ -80,8 +80,11 @@ func TestEveryDirectoryIsOnTheMap(t *testing.T) {
 	}
 }
 
-// TestEveryLimiterFileIsInARoom: each file of the limiter's package,
-// tests aside, is named in ARCHITECTURE.md, in the room of its concept.
+// TestEveryLimiterFileIsInARoom: each file of the limiter's package and
+// of its internal rooms, tests aside, is named in ARCHITECTURE.md: a file
+// of the package anywhere, a file of an internal room on a line (a row
+// of a table) that names its room's directory, since several rooms have a
+// tier.go or a metrics.go.
 func TestEveryLimiterFileIsInARoom(t *testing.T) {
 	spans := named(t)
 	files, err := filepath.Glob("../services/ratelimit/*.go")
@@ -95,6 +98,27 @@ func TestEveryLimiterFileIsInARoom(t *testing.T) {
 		}
 		if !slices.Contains(spans, name) && !slices.Contains(spans, "services/ratelimit/"+name) {
 			t.Errorf("services/ratelimit/%s is named nowhere in docs/ARCHITECTURE.md: put it in its room", name)
+		}
+	}
+	b, err := os.ReadFile("ARCHITECTURE.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(b), "\n")
+	inner, err := filepath.Glob("../services/ratelimit/internal/*/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range inner {
+		name := filepath.Base(f)
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		room := strings.TrimPrefix(filepath.ToSlash(filepath.Dir(f)), "../") + "/"
+		if !slices.ContainsFunc(lines, func(l string) bool {
+			return strings.Contains(l, "`"+room+"`") && strings.Contains(l, "`"+name+"`")
+		}) {
+			t.Errorf("%s%s is named on no line of docs/ARCHITECTURE.md that names %s: put it in its room", room, name, room)
 		}
 	}
 }

@@ -104,7 +104,7 @@ func TestTwoRegions(t *testing.T) {
 	// Region b now admits what is left of the limit, spread over its two
 	// processes, which share counts through their Redis: near the limit a key
 	// is strict and each decision reads Redis first, at most once per
-	// strictRefreshInterval (100 ms), so requests further apart than that
+	// strict refresh interval (100 ms), so requests further apart than that
 	// see each other.
 	admitted := 0
 	for i := 0; i < 10; i++ {

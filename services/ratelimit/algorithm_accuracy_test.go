@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/regional"
 	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )
 
@@ -145,9 +146,9 @@ func simulateModel(t testing.TB, m modelSpec, top modelTopology, tr modelTraffic
 	}
 	var jobs []*job
 	for _, s := range procs {
-		jobs = append(jobs, &job{next: start + rng.Int64N(10), every: replayInterval.Milliseconds(), run: func() {
-			s.regional.replay(ctx)
-			s.regional.refreshStale(ctx)
+		jobs = append(jobs, &job{next: start + rng.Int64N(10), every: regional.ReplayInterval.Milliseconds(), run: func() {
+			s.regional.Replay(ctx)
+			s.regional.RefreshStale(ctx)
 		}})
 		if top.regions > 1 {
 			jobs = append(jobs,

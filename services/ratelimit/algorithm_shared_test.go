@@ -153,13 +153,13 @@ func TestBucketNearEmptyIsStrict(t *testing.T) {
 			t.Fatalf("request %d denied: %+v", i, resp)
 		}
 	}
-	if got := testutil.ToFloat64(p.metrics.strictActivations); got != 0 {
+	if got := testutil.ToFloat64(p.metrics.regional.StrictActivations); got != 0 {
 		t.Fatalf("strict with 21 tokens left of 100: %v activations", got)
 	}
 	if resp := mustLimit(t, p.Service, rq); resp.Remaining != 20 {
 		t.Fatalf("the 80th request: %+v, want 20 remaining", resp)
 	}
-	if got := testutil.ToFloat64(p.metrics.strictActivations); got != 1 {
+	if got := testutil.ToFloat64(p.metrics.regional.StrictActivations); got != 1 {
 		t.Fatalf("strict activations with 20 tokens left of 100 = %v, want 1", got)
 	}
 }

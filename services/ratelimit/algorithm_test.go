@@ -340,8 +340,7 @@ func TestJanitorKeepsABucketUntilItIsFull(t *testing.T) {
 	r.Algorithm = TokenBucket
 	mustLimit(t, s, r)
 	w := s.windows.Find(ptr(keyOf(&r)))
-	b, _ := s.windows.bucketOf(w, specOf(&r), clock.ms.Load())
-	b.tat.Store((clock.ms.Load() + 60_000) * int64(time.Millisecond))
+	s.windows.OweUntil(w, specOf(&r), clock.ms.Load(), (clock.ms.Load()+60_000)*int64(time.Millisecond))
 	clock.Advance(10 * time.Second) // the cells are idle; the bucket owes 50 s of refill
 	if n := s.windows.EvictIdle(clock.Now()); n != 0 {
 		t.Fatalf("evicted %d windows of a bucket still refilling", n)
@@ -350,8 +349,9 @@ func TestJanitorKeepsABucketUntilItIsFull(t *testing.T) {
 		t.Fatalf("the bucket forgot its debt: %+v", resp)
 	}
 	clock.Advance(60 * time.Second)
-	if n := s.windows.EvictIdle(clock.Now()); n != 1 || s.windows.buckets.Size() != 0 || s.windows.bucketIDs.Size() != 0 {
-		t.Fatalf("a full bucket: %d evicted, %d buckets (%d identities) left; want 1 and 0", n, s.windows.buckets.Size(), s.windows.bucketIDs.Size())
+	n := s.windows.EvictIdle(clock.Now())
+	if buckets, ids := s.windows.BucketCounts(); n != 1 || buckets != 0 || ids != 0 {
+		t.Fatalf("a full bucket: %d evicted, %d buckets (%d identities) left; want 1 and 0", n, buckets, ids)
 	}
 }
 

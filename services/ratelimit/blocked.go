@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"context"
 	"time"
 )
 
@@ -14,7 +13,7 @@ import (
 // (unix ms): denied, nothing left, reset at the end of the current fixed
 // window (or calendar period). No wait helps, so RetryAfter is zero.
 func blocked(req *Request, now int64) Response {
-	return Response{Reset: resetAt(req, now), Algorithm: specOf(req).algorithm}
+	return Response{Reset: resetAt(req, now), Algorithm: algorithmOf(req)}
 }
 
 // resetAt returns the end of the fixed window (or calendar period) of req
@@ -36,33 +35,4 @@ func anyBlocked(reqs []Request) bool {
 		}
 	}
 	return false
-}
-
-// decideBlocked is DecideAll for a batch that a limit of 0 blocks: the
-// batch fails and nothing is counted; each entry that is not blocked
-// reports what is left for it.
-func (s *Service) decideBlocked(ctx context.Context, reqs []Request) (MultiResponse, error) {
-	now := s.clock.Now().UnixMilli()
-	out := MultiResponse{Results: make([]Response, len(reqs))}
-	var peeks []Request
-	var at []int
-	for i, r := range reqs {
-		if r.Limit == 0 {
-			out.Results[i] = blocked(&r, now)
-			continue
-		}
-		r.Cost = 0
-		peeks = append(peeks, r)
-		at = append(at, i)
-	}
-	if len(peeks) > 0 {
-		resp, err := s.DecideAll(ctx, peeks)
-		if err != nil {
-			return MultiResponse{}, err
-		}
-		for j, i := range at {
-			out.Results[i] = resp.Results[j]
-		}
-	}
-	return out, nil
 }

@@ -29,9 +29,7 @@ func rival(s **Service, n int) (func(w *cells.Window, c *cells.Cell, attempt int
 			return
 		}
 		lost.Add(1)
-		if b, ok := (*s).windows.buckets.Load(w); ok {
-			b.take(1, (*s).clock.Now().UnixNano())
-		}
+		(*s).windows.TakeTokens(w, 1, (*s).clock.Now().UnixNano())
 		c.Count.Add(1)
 	}, &lost
 }
@@ -112,7 +110,7 @@ func TestContendedKeyQueues(t *testing.T) {
 			var tries, unlockedTries atomic.Int64
 			s = newTestService(t, newFakeClock(1_000_000_000_000), withBeforeCAS(func(w *cells.Window, c *cells.Cell, attempt int) {
 				tries.Add(1)
-				mu := s.contention.Stripe(c)
+				mu := s.windows.Contention.Stripe(c)
 				if mu.TryLock() {
 					unlockedTries.Add(1)
 					mu.Unlock()
@@ -196,9 +194,7 @@ func TestLockHolderRaces(t *testing.T) {
 				switch n := lost.Add(1); {
 				case n <= cells.FastCASAttempts:
 					c.Count.Add(1) // a rival wins
-					if b, ok := s.windows.buckets.Load(w); ok {
-						b.take(1, s.clock.Now().UnixNano())
-					}
+					s.windows.TakeTokens(w, 1, s.clock.Now().UnixNano())
 				case n == cells.FastCASAttempts+1:
 					// The first decision holds the lock now.
 					if c.Flags.Load()&cells.Contended == 0 {

@@ -47,8 +47,8 @@
 //     period.FromCode and Period.Code cross between the two.
 //   - window: the window of one key, held in memory: its two most
 //     recent cells (cells.Window), all of them in the service's cell
-//     table (cells.Table), beside what the models and tiers keep of some
-//     (windowTable).
+//     table (cells.Table), beside what the models keep of some
+//     (model.Table) and what the regional tier writes of them.
 //   - cell: one fixed window of one key: store.CellKey names it, cells.Cell holds
 //     its counts in memory (this region's, the other regions', what is
 //     still to replay).
@@ -76,38 +76,47 @@
 //
 // # Where a change belongs
 //
+// This package is the limiter's public surface: requests and answers,
+// the Service and its options, the validator, the errors, the metrics,
+// and the routes of a decision, a batch, an acquisition and a give-back.
+// What decides sits in rooms under internal/, each importing only the
+// rooms below it: period (what a window's cells are), cells (the cell
+// table, which knows no model and no tier), pool (a concurrency limit's
+// pools), regional and global (the tiers, which ask the models through
+// small interfaces and never a period's kind), and model (the models and
+// the table they decide in, which tell the tiers what they counted).
+//
 // A new store implements store.Regional or store.Global in a package of its
 // own (as redisstore and mysqlstore do) and runs the contract suite of
 // package storetest. A flush or sync schedule is the global tier's
-// (global.go, global_loop.go); the regional tier's timing is in regional.go.
-// The decision maths are each model's count (the windows' in window.go,
-// the token bucket's in bucket.go, a pool's decidePool in pool.go, or
-// with Redis the store's atomic take, regional_slots.go) over
-// the window and its cells (package internal/cells, which knows no model
-// and no tier), with the sliding weight and the retry time in sliding.go;
-// an all-or-nothing
-// MultiLimit's speculative counts are the cell table's batch protocol
-// (cells.Window.ApplySpeculative).
+// (internal/global; its defaults and options, tiers.go); how the processes of a region share counts, and
+// take a concurrency limit's slots, is the regional tier's
+// (internal/regional). The decision maths are each model's Count
+// (internal/model: the windows' in window.go, with the sliding weight and
+// the retry time in sliding.go; the token bucket's in bucket.go; a
+// concurrency limit's Table.DecidePool in pool.go, or with Redis the
+// regional tier's atomic take) over the
+// window and its cells; an all-or-nothing MultiLimit's speculative counts
+// are the cell table's batch protocol (cells.Window.ApplySpeculative).
 // The stores hold fixed window cells and nothing else: a counter per key and
-// sequence, summed with max or add. Every model decides from that shape
-// (model.go; each model a file): the windows (window.go): the sliding
-// window above, the fixed window (the current cell alone) and the
-// calendar window (cells that are a time zone's days, weeks, months or
-// years: package calendar; what one zone's period counted is carried
-// into another zone's: zones.go); the token bucket (bucket.go), whose
-// one instant of state per identity the tiers feed with what they see
-// counted elsewhere, and the concurrency limit (pool.go), whose slots are
-// counted in the cell of their expiry on a grid fitted to their lease, a
-// window a cell, summed over the pool. A new model whose state derives
-// from admitted counts per period is a new model (model.go: a type with
-// prepare, count and takeBack, registered in modelOf with an Algorithm and
-// its period in keyOf), not new stores. What
-// a limit's identity is and what its parameters are is settled there: a
-// window's length, a calendar's unit, a bucket's identity and a
-// concurrency limit's name the state; a limit, a burst, a rate, a zone and
-// a slot's lease change it and carry it over. The map of the whole
-// repository is docs/ARCHITECTURE.md. Refunds reach the
-// regional store as totals per process (regionalTier.increment), so that a
-// write applied twice gives back once; counts may be counted twice, which
-// errs strict.
+// sequence, summed with max or add. Every model decides from that shape:
+// the windows: the sliding window above, the fixed window (the current
+// cell alone) and the calendar window (cells that are a time zone's days,
+// weeks, months or years: package calendar; what one zone's period
+// counted is carried into another zone's: model's zones.go); the token
+// bucket, whose one instant of state per identity the tiers feed with
+// what they see counted elsewhere (they ask it to raise a count: see
+// model.Table.Raise), and the concurrency limit, whose slots are counted
+// in the cell of their expiry on a grid fitted to their lease, a window a
+// cell, summed over the pool. A new model whose state derives from
+// admitted counts per period is a new model.Model (Prepare, Count,
+// TakeBack), registered in modelOf (model.go) with an Algorithm and its
+// period in keyOf, not new stores. What a limit's identity is and what
+// its parameters are is settled there: a window's length, a calendar's
+// unit, a bucket's identity and a concurrency limit's name the state; a
+// limit, a burst, a rate, a zone and a slot's lease change it and carry
+// it over. The map of the whole repository is docs/ARCHITECTURE.md.
+// Refunds reach the regional store as totals per process (see
+// model.Table.WrittenAsTotals), so that a write applied twice gives back
+// once; counts may be counted twice, which errs strict.
 package ratelimit

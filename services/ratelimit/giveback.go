@@ -3,58 +3,9 @@ package ratelimit
 import (
 	"context"
 	"runtime"
-	"strconv"
-	"sync"
-	"time"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
-)
-
-// Hold is what an admitted reservation or acquisition holds, as its
-// holder names it to give it back (x/time/rate's Reservation is the
-// shape): the limit, the cell its amount was counted in, and how much.
-// A reservation holds the estimate of a request with [Request.Reserve]
-// in a window's cell; an acquisition holds slots of a concurrency limit
-// in the pool cell of their expiry (see [Slot.Hold]).
-//
-// What is given back is a count of its own: each key has, beside its
-// window, a window of what was given back, whose cells are grow-only
-// counters like the key's, replayed to the regional store and published
-// to the global store by the same rules (own component only, max-merge,
-// imports never published again). A decision weighs a cell's count less
-// what was given back, never below zero. The caller bounds the amount by
-// what was held and gives a hold back once (see package reservation of
-// the API): a second give-back of slots would free another holder's.
-type Hold struct {
-	// Kind is what is held: a reservation's estimate or slots.
-	Kind       HoldKind
-	Workspace  string
-	Namespace  string
-	Identifier string
-	// Duration is a reservation's window, or the lease slots were
-	// acquired or last extended with (it names the grid of their cell).
-	Duration time.Duration
-	// Limit is the limit's, as the holder was admitted under it.
-	Limit int64
-	// Sequence is the cell the amount was counted in: a reservation's
-	// fixed window (see [CellOf]), slots' pool cell (see [LeaseCell]).
-	Sequence int64
-	// Amount is what to give back, 0 to [MaxCost].
-	Amount int64
-}
-
-// HoldKind is what a [Hold] holds.
-type HoldKind uint8
-
-// The kinds of hold.
-const (
-	// Reserved is a reservation's estimate: giving it back refunds what
-	// the caller reserved and did not spend.
-	Reserved HoldKind = iota
-	// Slots are slots of a concurrency limit: giving them back releases
-	// them.
-	Slots
 )
 
 // Returned is what a give-back answers: what it gave back, and, asked
@@ -86,16 +37,6 @@ func (r Returned) After(ctx context.Context) (Response, error) {
 		return Response{}, nil
 	}
 	return r.s.after(ctx, &r.hold, r.pool)
-}
-
-// CellOf returns the fixed window a response of a window of duration
-// counted in: the one that ends at its Reset.
-func CellOf(resp Response, duration time.Duration) int64 {
-	ms := duration.Milliseconds()
-	if ms <= 0 {
-		return 0
-	}
-	return resp.Reset.UnixMilli()/ms - 1
 }
 
 // GiveBack gives h.Amount back to h's cell and answers what it gave and,
@@ -180,7 +121,7 @@ func (s *Service) giveBack(ctx context.Context, h Hold) (int64, *cells.Window, e
 		if rc == nil {
 			return 0, nil, nil // the window moved on past the cell meanwhile
 		}
-		addCapped(&rc.Count, h.Amount)
+		cells.AddCapped(&rc.Count, h.Amount)
 		if rw.Evicted() {
 			// The janitor is removing the refunds window: take the amount
 			// back and count it into the window that replaces it.
@@ -200,106 +141,15 @@ func (s *Service) giveBack(ctx context.Context, h Hold) (int64, *cells.Window, e
 			// process takes a slot a moment late for it, and the pool
 			// is read with it. One the store failed is sent again by
 			// the replay.
-			if s.regional.release(ctx, w, rw, rc, h.Amount) {
+			if s.regional.Release(ctx, w, rw, rc, h.Amount) {
 				pool = w
 			}
 		default:
-			s.regional.queueReplay(rw, rc, h.Amount)
+			s.regional.QueueReplay(rw, rc, h.Amount)
 		}
 		s.global.NoteRefund(rw, rc)
 		s.metrics.refunded.Add(float64(h.Amount))
 		return h.Amount, pool, nil
 	}
 	return 0, nil, nil
-}
-
-// refundsAt returns the refunds of w's cells of seq and seq-1, this region's
-// and the others' together, or zeros when no refunds window is held.
-func (s *Service) refundsAt(w *cells.Window, seq int64) (cur, prev int64) {
-	c, p := s.windows.refundCells(w, seq)
-	if c != nil {
-		cur = c.Count.Load() + c.Global.Load()
-	}
-	if p != nil {
-		prev = p.Count.Load() + p.Global.Load()
-	}
-	return cur, prev
-}
-
-// refundCells returns the cells of w's refunds window for seq and seq-1,
-// each nil where the table holds none.
-func (t *windowTable) refundCells(w *cells.Window, seq int64) (cur, prev *cells.Cell) {
-	k := w.RefundsKey()
-	rw := t.Find(&k)
-	if rw == nil {
-		return nil, nil
-	}
-	for i := range rw.Cells {
-		c := rw.Cells[i].Load()
-		if c == nil {
-			continue
-		}
-		switch c.Seq() {
-		case seq:
-			cur = c
-		case seq - 1:
-			prev = c
-		}
-	}
-	return cur, prev
-}
-
-// givenBack is what this process wrote into the two cells of one window
-// whose cells are written as totals (refunds; a concurrency limit's
-// slots) so far, by sequence, and what the store acknowledged of it.
-type givenBack struct {
-	// name is the writer's name within the process: one per window
-	// object, so that a window the janitor removed and another request
-	// made again writes as another writer, whose total starts from zero
-	// beside the old one's rather than under it.
-	name string
-	mu   sync.Mutex
-	cells.Totals
-}
-
-// giveBack adds amount (0 or more) to what this process wrote into w's
-// cell seq, and returns the writer's name and the new total: what a write
-// of the cell to the regional store carries (see store.Increment.Writer).
-func (t *windowTable) giveBack(w *cells.Window, seq, amount int64) (string, int64) {
-	g := t.givenOf(w)
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.name, g.Add(seq, amount)
-}
-
-// givenOf returns w's totals, made on first use with a name of their own.
-func (t *windowTable) givenOf(w *cells.Window) *givenBack {
-	g, _ := t.given.LoadOrCompute(w, func() (*givenBack, bool) {
-		return &givenBack{name: "g" + strconv.FormatUint(t.writers.Add(1), 10)}, false
-	})
-	return g
-}
-
-// acked records that the store holds total of w's cell seq.
-func (t *windowTable) acked(w *cells.Window, seq, total int64) {
-	g, ok := t.given.Load(w)
-	if !ok {
-		return
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.Ack(seq, total)
-}
-
-// unacked returns what this process wrote into w's cell seq that the
-// store has not acknowledged: a write that failed and waits for the
-// replay, which the store may not hold.
-func (t *windowTable) unacked(w *cells.Window, seq int64) int64 {
-	g, ok := t.given.Load(w)
-	if !ok {
-		return 0
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.Totals.Unacked(seq)
 }

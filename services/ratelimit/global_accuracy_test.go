@@ -55,7 +55,7 @@ var (
 )
 
 // loopSim drives the flush and sync ticks of simulated regions on a fake
-// clock as globalTier.run does: each region ticks on its own phase, each tick
+// clock as the global tier's Run does: each region ticks on its own phase, each tick
 // jittered by up to global.TickJitter of its interval, flushes that are due
 // walk every window. Database round trips take no simulated time.
 type loopSim struct {
@@ -64,7 +64,7 @@ type loopSim struct {
 	iv                  global.Intervals
 	rng                 *rand.Rand
 	nextFlush, nextSync []int64
-	phase               []int64 // each region's anchor, as globalTier.run takes it when it starts
+	phase               []int64 // each region's anchor, as the global tier's Run takes it when it starts
 }
 
 func newLoopSim(t *testing.T, mem store.Global, clock *fakeClock, names []string, iv global.Intervals, rng *rand.Rand, opts ...Option) *loopSim {
@@ -112,7 +112,7 @@ func (l *loopSim) runUntil(at int64) {
 }
 
 // tick returns the jittered time of region i's tick after now on a schedule
-// of interval, as untilNextTick does.
+// of interval, as the global tier schedules its ticks (global.TickJitter).
 func (l *loopSim) tick(i int, now int64, interval time.Duration) int64 {
 	ms := interval.Milliseconds()
 	anchor := l.phase[i]

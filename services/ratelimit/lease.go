@@ -3,84 +3,17 @@ package ratelimit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"runtime"
 	"time"
 
-	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
-	"github.com/unkeyed/ratelimit/services/ratelimit/store"
-)
-
-// Lease bounds: a slot frees itself at its lease's end, less than a
-// second or a tenth of the lease later (see [Concurrency]), so a lease is
-// a whole number of seconds from a second, under which the clocks of a
-// fleet disagree, to an hour, past which a slot a crashed caller held
-// would stay taken too long; a longer call extends its lease.
-const (
-	MinLease = store.MinLeaseMs * time.Millisecond
-	MaxLease = store.MaxLeaseMs * time.Millisecond
 )
 
 // ErrLeaseExpired is Extend's answer for slots whose lease ended: they
 // are free, and a new [Service.Acquire] takes them again, under the limit
 // and overrides of the day.
 var ErrLeaseExpired = errors.New("lease expired: its slots are free")
-
-// Acquisition asks for Cost slots of a concurrency limit: at most Limit
-// slots of Namespace and Identifier held at once, each freed by its
-// release or, at the latest, when its lease runs out. One limit is one
-// pool whatever lease each holder chose: the lease is a parameter of the
-// slot, not the limit's name.
-type Acquisition struct {
-	Workspace  string
-	Namespace  string
-	Identifier string
-	// Limit is how many slots may be held at once, 1 to [MaxLimit] (0,
-	// where the caller allows it, refuses every acquisition).
-	Limit int64
-	// Lease is how long a slot is held at most if it is not released:
-	// whole seconds, [MinLease] to [MaxLease].
-	Lease time.Duration
-	// Cost is how many slots, 1 to [MaxCost].
-	Cost int64
-}
-
-// Slot is a held slot as its holder names it to release or extend it: the
-// limit's name and numbers, and the cell it was counted in.
-type Slot struct {
-	Workspace  string
-	Namespace  string
-	Identifier string
-	Limit      int64
-	// Lease is the lease the slot was acquired or last extended with:
-	// it names the grid of its cell.
-	Lease time.Duration
-	// Sequence is the cell the slot was counted in (see [LeaseCell]).
-	Sequence int64
-	// Cost is how many slots it holds.
-	Cost int64
-}
-
-// ExpiresAt is when sl frees itself if it is neither released nor
-// extended: its lease's end, less than a second or a tenth of the lease
-// later.
-func (sl *Slot) ExpiresAt() time.Time { return LeaseEnd(sl.Lease, sl.Sequence) }
-
-// Validate is [OperatorBounds].CheckAcquisition(a): it accepts a limit
-// of 0, which refuses every acquisition; a caller that takes limits from
-// callers checks theirs with [CallerBounds].
-func (a *Acquisition) Validate() error { return OperatorBounds.CheckAcquisition(a) }
-
-// CheckLease checks a lease: whole seconds from MinLease to MaxLease.
-func CheckLease(field string, lease time.Duration) error {
-	if lease < MinLease || lease > MaxLease || lease%time.Second != 0 {
-		return &invalid.Error{Field: field, Rule: fmt.Sprintf("must be whole seconds between %d and %d: how long a slot is held if it is not released",
-			int64(MinLease/time.Second), int64(MaxLease/time.Second))}
-	}
-	return nil
-}
 
 // request returns a as the limiter decides it.
 func (a *Acquisition) request() Request {
@@ -120,12 +53,6 @@ func (s *Service) InFlight(ctx context.Context, a Acquisition) (int64, error) {
 // second release would free another holder's slot.
 func (s *Service) Release(ctx context.Context, sl Slot) (Returned, error) {
 	return s.GiveBack(ctx, sl.Hold())
-}
-
-// Hold returns what sl holds, to give back.
-func (sl *Slot) Hold() Hold {
-	return Hold{Kind: Slots, Workspace: sl.Workspace, Namespace: sl.Namespace, Identifier: sl.Identifier,
-		Duration: sl.Lease, Limit: sl.Limit, Sequence: sl.Sequence, Amount: sl.Cost}
 }
 
 // Extend keeps sl for lease from now (sl.Lease if lease is 0), whatever
@@ -208,16 +135,16 @@ func (s *Service) count(ctx context.Context, a Acquisition, key cells.Key) (bool
 		if s.regional != nil {
 			// In the store, or, if it failed, in this process's total of
 			// the cell, which the replay sends again as it is (see
-			// writeThrough): counted in memory only. A window the janitor
+			// regional.Tier.WriteThrough): counted in memory only. A window the janitor
 			// removes meanwhile is replaced by one that reads it back.
-			sent := s.regional.writeThrough(ctx, w, c, a.Cost)
+			sent := s.regional.WriteThrough(ctx, w, c, a.Cost)
 			if !sent {
-				addCapped(&c.Count, a.Cost)
+				cells.AddCapped(&c.Count, a.Cost)
 			}
 			s.global.NoteGrowth(w, c, a.Limit)
 			return sent, nil
 		}
-		addCapped(&c.Count, a.Cost)
+		cells.AddCapped(&c.Count, a.Cost)
 		if w.Evicted() {
 			c.Count.Add(-a.Cost)
 			runtime.Gosched()

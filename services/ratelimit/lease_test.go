@@ -630,7 +630,7 @@ func (s slowTaker) TakeSlots(ctx context.Context, t store.SlotTake) (store.SlotC
 
 // TestManyTakesAtOnce: 400 acquisitions of a limit of 20 at once, on two
 // processes of a region, each take a round trip of 2 ms: more in flight
-// than a process has lanes (maxTakeLanes), which wait for one. Exactly 20
+// than a process has lanes (regional.MaxTakeLanes), which wait for one. Exactly 20
 // are admitted. (Before takes waited for a lane, those that found none
 // decided from memory: 33 held of 20 in the e2e fleet.)
 func TestManyTakesAtOnce(t *testing.T) {
@@ -656,29 +656,6 @@ func TestManyTakesAtOnce(t *testing.T) {
 	wg.Wait()
 	if taken.Load() != 20 {
 		t.Fatalf("%d of 400 acquisitions at once took a slot of 20", taken.Load())
-	}
-}
-
-// TestWindowMadeAgainWritesAsAnotherWriter: a window the janitor removed
-// and a request made again (a race at the edge of idleness) takes and
-// writes its totals under other names than the window it replaces: its
-// totals start from zero beside the old ones in the store, not under
-// them, where the store would take its first takes for ones it had
-// applied.
-func TestWindowMadeAgainWritesAsAnotherWriter(t *testing.T) {
-	s := newTestService(t, newFakeClock(1_700_000_010_000))
-	a := acq("pool", 2, time.Minute)
-	r := a.request()
-	k := keyOf(&r)
-	old := cells.NewWindow(&k)
-	oldLane := s.windows.lanesOf(old).acquire(context.Background(), "p", 0)
-	oldName, _ := s.windows.giveBack(old, 1, 1)
-	s.windows.Forgot(old)
-	again := cells.NewWindow(&k)
-	lane := s.windows.lanesOf(again).acquire(context.Background(), "p", 0)
-	name, _ := s.windows.giveBack(again, 1, 1)
-	if lane.writer == oldLane.writer || name == oldName {
-		t.Fatalf("the window made again writes as %q and %q, the old one as %q and %q", lane.writer, name, oldLane.writer, oldName)
 	}
 }
 
@@ -764,9 +741,9 @@ func TestPoolWindowsLeaveAfterALateRead(t *testing.T) {
 		t.Fatal("no window for the slot's cell")
 	}
 	_, end := pool.CellOf(w)
-	p.regional.queueRefresh(w)
+	p.regional.QueueRefresh(w)
 	clock.Set(end + 10)
-	p.regional.refreshStale(context.Background())
+	p.regional.RefreshStale(context.Background())
 	for _, at := range []int64{end + 3_600_000, end + 7_200_000} {
 		clock.Set(at)
 		p.windows.EvictIdle(clock.Now())

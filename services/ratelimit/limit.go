@@ -3,47 +3,17 @@ package ratelimit
 import (
 	"context"
 	"runtime"
-	"sync/atomic"
-	"time"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/model"
 )
-
-// maxEvictionRetries bounds how often a decision starts again because the
-// janitor was removing its window. The janitor removes a window only when no
-// request used it for two windows, so one retry is the norm.
-const maxEvictionRetries = 8
-
-// decision is the outcome of evaluating one request against one window.
-type decision struct {
-	algorithm Algorithm
-	success   bool
-	limit     int64
-	// capacity is the most remaining can be: a window's limit, a token
-	// bucket's burst.
-	capacity   int64
-	remaining  int64
-	resetMs    int64
-	retryAfter int64 // ms
-}
-
-func (d *decision) response() Response {
-	return Response{
-		Success:    d.success,
-		Limit:      d.limit,
-		Remaining:  d.remaining,
-		Reset:      time.UnixMilli(d.resetMs),
-		RetryAfter: time.Duration(d.retryAfter) * time.Millisecond,
-		Algorithm:  d.algorithm,
-	}
-}
 
 // Limit decides whether req may spend its cost and, on success with a cost
 // above zero, counts it. It returns a [*invalid.Error] for a request that
 // breaks a rule, and a [*CapacityError] for a new key in a workspace that holds
 // the most windows allowed, and counts nothing then. A warm decision does not
 // allocate and, unless the key is strict or its copy of the region's counts is
-// older than maxCopyAge (see [store.Regional]), does not wait on the network.
+// older than regional.MaxCopyAge (see [store.Regional]), does not wait on the network.
 func (s *Service) Limit(ctx context.Context, req Request) (Response, error) {
 	if err := req.Validate(); err != nil {
 		return Response{}, err
@@ -63,8 +33,9 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 	if req.Limit == 0 {
 		return blocked(&req, s.clock.Now().UnixMilli()), nil
 	}
+	alg := algorithmOf(&req)
 	sp := specOf(&req)
-	if sp.algorithm == Concurrency {
+	if alg == Concurrency {
 		// The one model whose window's key moves with the clock (a
 		// slot's cell): see acquireSlots.
 		return s.acquireSlots(ctx, &req, sp)
@@ -72,7 +43,7 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 	key := keyOf(&req)
 	m := modelFor(&req)
 	now := s.clock.Now().UnixMilli()
-	var d decision
+	var d model.Decision
 	for attempt := range maxEvictionRetries {
 		if attempt > 0 {
 			// The janitor removed the window as idle at its own clock
@@ -84,7 +55,7 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 		}
 		w, err := s.windows.ForRequest(&key)
 		if err != nil {
-			return Response{Limit: req.Limit, Reset: resetAt(&req, now), Algorithm: sp.algorithm}, err
+			return Response{Limit: req.Limit, Reset: resetAt(&req, now), Algorithm: alg}, err
 		}
 		if now < s.windows.JanitorNow.Load() {
 			// The janitor read a later clock than ours and may have
@@ -93,15 +64,15 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 			now = s.clock.Now().UnixMilli()
 		}
 		w.ObserveLimit(req.Limit)
-		b := m.prepare(ctx, s, w, sp, now)
-		s.regional.prepare(ctx, w, now)
+		b := m.Prepare(ctx, &s.windows, w, sp, now)
+		s.regional.Prepare(ctx, w, now)
 		var cur *cells.Cell
 		var counted bool
-		d, cur, counted = m.count(s, w, b, now, sp, req.Cost, req.Report, false)
+		d, cur, counted = m.Count(&s.windows, w, b, now, sp, req.Cost, req.Report, false)
 		if counted && w.Evicted() {
 			// The janitor is removing w: take the count back and decide
 			// again on the window that replaces it.
-			m.takeBack(s, w, cur, sp, req.Cost)
+			m.TakeBack(&s.windows, w, cur, sp, req.Cost)
 			cur.Count.Add(-req.Cost)
 			runtime.Gosched()
 			continue
@@ -111,41 +82,14 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 			// reads of the regional store fetch them.
 			cur.Flags.Or(cells.Reserved)
 		}
-		s.regional.afterDecide(w, cur, now, &d, countedCost(counted, req.Cost))
+		s.afterDecide(w, cur, now, &d, countedCost(counted, req.Cost))
 		if counted {
 			s.global.NoteGrowth(w, cur, req.Limit)
 		}
-		return d.response(), nil
+		return response(&d, alg), nil
 	}
 	// Unreachable in practice: the janitor kept removing the window under
 	// this request. Fail closed.
-	d.success = false
-	return d.response(), nil
-}
-
-// countedCost is cost if it was counted, else 0.
-func countedCost(counted bool, cost int64) int64 {
-	if counted {
-		return cost
-	}
-	return 0
-}
-
-// maxCount is the most reports take a cell's count to: 2^56, far past any
-// limit (at most 2^53), and low enough that the sum of a hundred regions'
-// counts still fits an int64. Reports are counted past the limit and
-// would otherwise overflow a counter with enough of them; nothing else
-// counts past the limit.
-const maxCount = 1 << 56
-
-// addCapped adds cost (at most MaxCost) to c, stopping at maxCount, and
-// returns the new count.
-func addCapped(c *atomic.Int64, cost int64) int64 {
-	for {
-		old := c.Load()
-		n := min(old+cost, max(old, maxCount))
-		if n == old || c.CompareAndSwap(old, n) {
-			return n
-		}
-	}
+	d.Success = false
+	return response(&d, alg), nil
 }

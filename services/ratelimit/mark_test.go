@@ -186,7 +186,7 @@ func TestNoMarksWithoutAnIndex(t *testing.T) {
 	if _, err := p.Extend(context.Background(), sl, 0); err != nil {
 		t.Fatal(err)
 	}
-	if n := p.regional.replays.Len(); n != 0 {
+	if n, _ := p.regional.Pending(); n != 0 {
 		t.Errorf("%d cells queued for a replay after a take and an extension the store took, want 0", n)
 	}
 	p.tick()

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/global"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/regional"
 )
 
 // metrics are the limiter's own Prometheus metrics. None has a label with
@@ -15,11 +16,8 @@ type metrics struct {
 	windowsRejected *prometheus.CounterVec
 	contended       prometheus.Counter
 
-	regionalOps       *prometheus.CounterVec
-	regionalLatency   *prometheus.HistogramVec
-	queueOverflow     *prometheus.CounterVec
-	replayExpired     prometheus.Counter
-	strictActivations prometheus.Counter
+	queueOverflow *prometheus.CounterVec
+	regional      regional.Metrics
 
 	global global.Metrics
 
@@ -44,27 +42,29 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 			Name: "unkey_ratelimit_contended_decisions_total",
 			Help: "Decisions that lost several races in a row to count on their key (or found another such decision on it) and took the key's lock: a hot key on many cores. None is refused for it.",
 		}),
-		regionalOps: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "unkey_ratelimit_origin_operations_total",
-			Help: "Calls to the regional store (Redis) by operation (cold, aged, stale, strict, replay) and result (ok; partial: some cells failed, as when one node of a cluster is down; error; rejected: the store's breaker was open and nothing was sent).",
-		}, []string{"op", "result"}),
-		regionalLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "unkey_ratelimit_origin_duration_seconds",
-			Help:    "Latency of calls to the regional store by operation.",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .3, 1},
-		}, []string{"op"}),
 		queueOverflow: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "unkey_ratelimit_origin_queue_overflow_total",
 			Help: "Cells or windows that did not fit in the replay, refresh or prompt global flush queue (queue=replay|refresh|flush); a cell that did not fit is queued by its next accepted request, and the full global flush publishes it meanwhile.",
 		}, []string{"queue"}),
-		replayExpired: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "unkey_ratelimit_origin_replay_expired_total",
-			Help: "Accepted units never replayed because the regional store stayed unavailable until their window could no longer affect any decision.",
-		}),
-		strictActivations: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "unkey_ratelimit_strict_mode_activations_total",
-			Help: "Keys put in strict mode by a denial or by an admission that left at most a fifth of the limit (not counting those that extend it).",
-		}),
+		regional: regional.Metrics{
+			Ops: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Name: "unkey_ratelimit_origin_operations_total",
+				Help: "Calls to the regional store (Redis) by operation (cold, aged, stale, strict, replay) and result (ok; partial: some cells failed, as when one node of a cluster is down; error; rejected: the store's breaker was open and nothing was sent).",
+			}, []string{"op", "result"}),
+			Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+				Name:    "unkey_ratelimit_origin_duration_seconds",
+				Help:    "Latency of calls to the regional store by operation.",
+				Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .3, 1},
+			}, []string{"op"}),
+			ReplayExpired: prometheus.NewCounter(prometheus.CounterOpts{
+				Name: "unkey_ratelimit_origin_replay_expired_total",
+				Help: "Accepted units never replayed because the regional store stayed unavailable until their window could no longer affect any decision.",
+			}),
+			StrictActivations: prometheus.NewCounter(prometheus.CounterOpts{
+				Name: "unkey_ratelimit_strict_mode_activations_total",
+				Help: "Keys put in strict mode by a denial or by an admission that left at most a fifth of the limit (not counting those that extend it).",
+			}),
+		},
 		global: global.Metrics{
 			Writes: prometheus.NewCounter(prometheus.CounterOpts{
 				Name: "unkey_ratelimit_global_writes_total",
@@ -124,10 +124,12 @@ func newMetrics(reg prometheus.Registerer, activeWindows, queueDepth func() floa
 	for _, queue := range []string{"replay", "refresh", "flush"} {
 		m.queueOverflow.WithLabelValues(queue)
 	}
+	m.regional.ReplayOverflow = m.queueOverflow.WithLabelValues("replay")
+	m.regional.RefreshOverflow = m.queueOverflow.WithLabelValues("refresh")
 	m.global.Rejected = m.windowsRejected.WithLabelValues("sync")
 	m.global.Overflow = m.queueOverflow.WithLabelValues("flush")
 	for _, c := range []prometheus.Collector{m.windowsCreated, m.windowsEvicted, m.windowsRejected, m.contended, active,
-		m.regionalOps, m.regionalLatency, m.queueOverflow, m.replayExpired, m.strictActivations, depth,
+		m.regional.Ops, m.regional.Latency, m.queueOverflow, m.regional.ReplayExpired, m.regional.StrictActivations, depth,
 		m.global.Writes, m.global.WriteErrors, m.global.RowsApplied, m.global.SyncErrors, m.global.LastSync, m.global.EntriesCreated, m.global.RowsLastPoll, m.global.RowsFuture, m.global.IdlePublished, m.refunded} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

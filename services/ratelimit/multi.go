@@ -5,10 +5,8 @@ import (
 	"runtime"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/model"
 )
-
-// MaxBatch is the most limits one [Service.MultiLimit] call may hold.
-const MaxBatch = 100
 
 // MultiResponse is the outcome of [Service.MultiLimit].
 type MultiResponse struct {
@@ -21,8 +19,8 @@ type MultiResponse struct {
 	Results []Response
 }
 
-// counted is one speculative increment of a batch.
-type counted struct {
+// speculated is one speculative increment of a batch.
+type speculated struct {
 	w     *cells.Window
 	c     *cells.Cell
 	cost  int64
@@ -56,11 +54,11 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 	}
 	now := s.clock.Now().UnixMilli()
 	results := make([]Response, len(reqs))
-	applied := make([]counted, 0, len(reqs))
+	applied := make([]speculated, 0, len(reqs))
 	windows := make([]*cells.Window, len(reqs))
 	curs := make([]*cells.Cell, len(reqs))
-	decisions := make([]decision, len(reqs))
-	buckets := make([]*bucket, len(reqs))
+	decisions := make([]model.Decision, len(reqs))
+	buckets := make([]*model.Bucket, len(reqs))
 	for range maxEvictionRetries {
 		for i := range reqs {
 			w, err := s.windows.ForRequest(&keys[i])
@@ -72,18 +70,18 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 			// A bucket before the regional store's read, which takes what
 			// it raises from it.
 			sp := specOf(&reqs[i])
-			buckets[i] = modelFor(&reqs[i]).prepare(ctx, s, w, sp, now)
+			buckets[i] = modelFor(&reqs[i]).Prepare(ctx, &s.windows, w, sp, now)
 		}
-		s.regional.prepareBatch(ctx, windows, now)
+		s.regional.PrepareBatch(ctx, windows, now)
 		applied = applied[:0]
 		passed := true
 		for i, w := range windows {
 			sp := specOf(&reqs[i])
-			d, c, ok := modelFor(&reqs[i]).count(s, w, buckets[i], now, sp, reqs[i].Cost, false, true)
-			results[i], curs[i], decisions[i] = d.response(), c, d
-			passed = passed && d.success
+			d, c, ok := modelFor(&reqs[i]).Count(&s.windows, w, buckets[i], now, sp, reqs[i].Cost, false, true)
+			results[i], curs[i], decisions[i] = response(&d, algorithmOf(&reqs[i])), c, d
+			passed = passed && d.Success
 			if ok {
-				applied = append(applied, counted{w: w, c: c, cost: reqs[i].Cost, index: i})
+				applied = append(applied, speculated{w: w, c: c, cost: reqs[i].Cost, index: i})
 			}
 		}
 		evicted := false
@@ -96,7 +94,7 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 				s.global.NoteGrowth(a.w, a.c, reqs[a.index].Limit)
 			}
 			for i, w := range windows {
-				s.regional.afterDecide(w, curs[i], now, &decisions[i], countedCost(decisions[i].success && reqs[i].Cost > 0, reqs[i].Cost))
+				s.afterDecide(w, curs[i], now, &decisions[i], countedCost(decisions[i].Success && reqs[i].Cost > 0, reqs[i].Cost))
 			}
 			return MultiResponse{Passed: true, Results: results}, nil
 		}
@@ -104,7 +102,7 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 			a := applied[i]
 			a.w.Rollback(a.c, a.cost)
 			sp := specOf(&reqs[a.index])
-			modelFor(&reqs[a.index]).takeBack(s, a.w, a.c, sp, a.cost)
+			modelFor(&reqs[a.index]).TakeBack(&s.windows, a.w, a.c, sp, a.cost)
 		}
 		if !evicted {
 			// Nothing was counted: each result's remaining is what is left
@@ -126,7 +124,7 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 				}
 			}
 			for i, w := range windows {
-				s.regional.afterDecide(w, curs[i], now, &decisions[i], 0)
+				s.afterDecide(w, curs[i], now, &decisions[i], 0)
 			}
 			return MultiResponse{Passed: false, Results: results}, nil
 		}
@@ -137,4 +135,33 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 		results[i].Success = false
 	}
 	return MultiResponse{Passed: false, Results: results}, nil
+}
+
+// decideBlocked is DecideAll for a batch that a limit of 0 blocks: the
+// batch fails and nothing is counted; each entry that is not blocked
+// reports what is left for it.
+func (s *Service) decideBlocked(ctx context.Context, reqs []Request) (MultiResponse, error) {
+	now := s.clock.Now().UnixMilli()
+	out := MultiResponse{Results: make([]Response, len(reqs))}
+	var peeks []Request
+	var at []int
+	for i, r := range reqs {
+		if r.Limit == 0 {
+			out.Results[i] = blocked(&r, now)
+			continue
+		}
+		r.Cost = 0
+		peeks = append(peeks, r)
+		at = append(at, i)
+	}
+	if len(peeks) > 0 {
+		resp, err := s.DecideAll(ctx, peeks)
+		if err != nil {
+			return MultiResponse{}, err
+		}
+		for j, i := range at {
+			out.Results[i] = resp.Results[j]
+		}
+	}
+	return out, nil
 }

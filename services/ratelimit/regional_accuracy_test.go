@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/regional"
 	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )
 
@@ -33,11 +34,11 @@ type regionRun struct {
 // Redis Cluster answer a random sequence of the same calls alike) and a
 // simulated clock. Requests arrive as Poisson traffic at load × limit per
 // duration for each of ids identifiers, each at a random process; every
-// process runs its replay and refresh loop every replayInterval of simulated
+// process runs its replay and refresh loop every regional.ReplayInterval of simulated
 // time, as Run would. Round trips to the store take no simulated time, so the
 // numbers show the algorithm's convergence, not network latency.
 func simulateRegion(t testing.TB, n int, limit int64, dur time.Duration, load float64, windows, ids int, seed uint64) regionRun {
-	regional := storetest.NewMemRegional()
+	mem := storetest.NewMemRegional()
 	durMs := dur.Milliseconds()
 	start := int64(1_000_000) * durMs
 	clock := newFakeClock(start)
@@ -45,7 +46,7 @@ func simulateRegion(t testing.TB, n int, limit int64, dur time.Duration, load fl
 	regs := make([]*prometheus.Registry, n)
 	for i := range procs {
 		regs[i] = prometheus.NewRegistry()
-		s, err := New("sim", WithClock(clock), WithRegionalStore(regional), WithRegisterer(regs[i]))
+		s, err := New("sim", WithClock(clock), WithRegionalStore(mem), WithRegisterer(regs[i]))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,14 +80,14 @@ func simulateRegion(t testing.TB, n int, limit int64, dur time.Duration, load fl
 		names[i] = "id_" + strconv.Itoa(i)
 	}
 	ctx := context.Background()
-	tick := replayInterval.Milliseconds()
+	tick := regional.ReplayInterval.Milliseconds()
 	nextTick := start + tick
 	for _, e := range events {
 		for nextTick <= e.at {
 			clock.Set(nextTick)
 			for _, p := range procs {
-				p.regional.replay(ctx)
-				p.regional.refreshStale(ctx)
+				p.regional.Replay(ctx)
+				p.regional.RefreshStale(ctx)
 			}
 			nextTick += tick
 		}

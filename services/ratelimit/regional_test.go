@@ -10,6 +10,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/regional"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )
@@ -37,8 +38,8 @@ func newRegional(t *testing.T, o store.Regional, clock Clock) *regionalService {
 
 // tick runs one round of the replay and refresh loop.
 func (r *regionalService) tick() {
-	r.regional.replay(context.Background())
-	r.regional.refreshStale(context.Background())
+	r.regional.Replay(context.Background())
+	r.regional.RefreshStale(context.Background())
 }
 
 func cellOf(r Request, now int64) store.CellKey {
@@ -82,7 +83,7 @@ func TestRegionalConvergence(t *testing.T) {
 }
 
 // TestWarmCellRefreshes: B already holds the cell when A spends the rest. B's
-// first request after freshnessInterval still decides from memory but queues
+// first request after regional.FreshnessInterval still decides from memory but queues
 // a background refresh; once it has run, B denies. After that denial B is
 // strict and refreshes before deciding.
 func TestWarmCellRefreshes(t *testing.T) {
@@ -98,7 +99,7 @@ func TestWarmCellRefreshes(t *testing.T) {
 		mustLimit(t, a.Service, rq)
 	}
 	a.tick()
-	clock.Advance(freshnessInterval)
+	clock.Advance(regional.FreshnessInterval)
 	first := mustLimit(t, b.Service, rq) // stale: decided from memory, refresh queued
 	if !first.Success {
 		t.Fatalf("B's stale decision waited on the store: %+v", first)
@@ -110,16 +111,16 @@ func TestWarmCellRefreshes(t *testing.T) {
 	if resp := mustLimit(t, b.Service, rq); resp.Success {
 		t.Fatalf("B admitted after its refresh: %+v", resp)
 	}
-	if got := testutil.ToFloat64(b.metrics.strictActivations); got != 1 {
+	if got := testutil.ToFloat64(b.metrics.regional.StrictActivations); got != 1 {
 		t.Fatalf("strict activations = %v, want 1", got)
 	}
 	// A strict window refreshes before deciding, at most once per
-	// strictRefreshInterval, without waiting for the background loop.
-	before := testutil.ToFloat64(b.metrics.regionalOps.WithLabelValues(opStrict, resultOK))
-	clock.Advance(strictRefreshInterval)
+	// regional.StrictRefreshInterval, without waiting for the background loop.
+	before := testutil.ToFloat64(b.metrics.regional.Ops.WithLabelValues(regional.OpStrict, regional.ResultOK))
+	clock.Advance(regional.StrictRefreshInterval)
 	mustLimit(t, b.Service, rq)
 	mustLimit(t, b.Service, rq) // within the interval: no second read
-	if got := testutil.ToFloat64(b.metrics.regionalOps.WithLabelValues(opStrict, resultOK)) - before; got != 1 {
+	if got := testutil.ToFloat64(b.metrics.regional.Ops.WithLabelValues(regional.OpStrict, regional.ResultOK)) - before; got != 1 {
 		t.Fatalf("strict refreshes = %v, want exactly 1 per interval", got)
 	}
 }
@@ -164,7 +165,7 @@ func TestMultiLimitHydratesInOneRoundTrip(t *testing.T) {
 	if resp := mustMulti(t, s.Service, batch...); !resp.Passed {
 		t.Fatalf("batch failed: %+v", resp)
 	}
-	if got := testutil.ToFloat64(s.metrics.regionalOps.WithLabelValues(opCold, resultOK)); got != 1 {
+	if got := testutil.ToFloat64(s.metrics.regional.Ops.WithLabelValues(regional.OpCold, regional.ResultOK)); got != 1 {
 		t.Fatalf("cold reads = %v, want 1 for the whole batch", got)
 	}
 	mustLimit(t, s.Service, req("full", 1, time.Minute, 1))
@@ -213,7 +214,7 @@ func TestRegionalStoreDown(t *testing.T) {
 	if got := mem.Count(cellOf(warm, 600_000)); got != rounds+1 {
 		t.Fatalf("the store holds %d for the warm key once back, want %d", got, rounds+1)
 	}
-	if got := testutil.ToFloat64(s.metrics.regionalOps.WithLabelValues(opReplay, resultErr)); got < rounds {
+	if got := testutil.ToFloat64(s.metrics.regional.Ops.WithLabelValues(regional.OpReplay, regional.ResultErr)); got < rounds {
 		t.Fatalf("%v failed replays counted, want at least %d", got, rounds)
 	}
 
@@ -260,10 +261,10 @@ func TestOneServerDown(t *testing.T) {
 	if resp.Results[0].Remaining != 0 || !resp.Results[1].Success {
 		t.Fatalf("B with one server down: %+v, want the healthy key spent and the other decided locally", resp.Results)
 	}
-	if got := testutil.ToFloat64(b.metrics.regionalOps.WithLabelValues(opCold, resultPartial)); got != 1 {
+	if got := testutil.ToFloat64(b.metrics.regional.Ops.WithLabelValues(regional.OpCold, regional.ResultPartial)); got != 1 {
 		t.Fatalf("partial reads = %v, want 1", got)
 	}
-	if got := b.regional.refreshes.Len(); got != 1 {
+	if _, got := b.regional.Pending(); got != 1 {
 		t.Fatalf("%d windows queued for a background read, want the dead server's one", got)
 	}
 	o.SetUnreachable("dead", false)
@@ -292,16 +293,16 @@ func TestCorruptStoredValues(t *testing.T) {
 	mustLimit(t, s.Service, warm)
 	s.tick()
 	o.Set(cellOf(warm, 600_000), store.MaxCount)
-	clock.Advance(maxCopyAge)
+	clock.Advance(regional.MaxCopyAge)
 	if resp := mustLimit(t, s.Service, warm); resp.Success || resp.Remaining < 0 || resp.Remaining > resp.Limit {
 		t.Fatalf("a warm cell raised to the cap: %+v, want denied with remaining within [0, 10]", resp)
 	}
 }
 
 // TestIdleCopyIsReadFirst: B holds a key, A spends 8 of its 10, and B's first
-// request after an idle spell longer than maxCopyAge reads the store before
+// request after an idle spell longer than regional.MaxCopyAge reads the store before
 // deciding, so a cost of 3 is denied (11 of 10 before). A key with requests
-// more often than freshnessInterval never waits: its refreshes run in the
+// more often than regional.FreshnessInterval never waits: its refreshes run in the
 // background.
 func TestIdleCopyIsReadFirst(t *testing.T) {
 	o := storetest.NewMemRegional()
@@ -319,7 +320,7 @@ func TestIdleCopyIsReadFirst(t *testing.T) {
 	if resp := mustLimit(t, b.Service, req("idle", 10, day, 3)); resp.Success || resp.Remaining != 2 {
 		t.Fatalf("B after 2 s idle: %+v, want denied with 2 remaining", resp)
 	}
-	if got := testutil.ToFloat64(b.metrics.regionalOps.WithLabelValues(opAged, resultOK)); got != 1 {
+	if got := testutil.ToFloat64(b.metrics.regional.Ops.WithLabelValues(regional.OpAged, regional.ResultOK)); got != 1 {
 		t.Fatalf("aged reads = %v, want 1", got)
 	}
 
@@ -334,10 +335,10 @@ func TestIdleCopyIsReadFirst(t *testing.T) {
 		mustLimit(t, b.Service, hot)
 		b.tick()
 	}
-	if got := testutil.ToFloat64(b.metrics.regionalOps.WithLabelValues(opAged, resultOK)); got != 1 {
+	if got := testutil.ToFloat64(b.metrics.regional.Ops.WithLabelValues(regional.OpAged, regional.ResultOK)); got != 1 {
 		t.Fatalf("aged reads after the hot key = %v, want still 1", got)
 	}
-	if got := testutil.ToFloat64(b.metrics.regionalOps.WithLabelValues(opStale, resultOK)); got != 12 {
+	if got := testutil.ToFloat64(b.metrics.regional.Ops.WithLabelValues(regional.OpStale, regional.ResultOK)); got != 12 {
 		t.Fatalf("background refreshes of the hot key = %v, want 12 (one per 800 ms of clock)", got)
 	}
 }
@@ -372,7 +373,7 @@ func TestStoreBackEmptyIsReseeded(t *testing.T) {
 	if got := o.Count(cell); got != 41 {
 		t.Fatalf("the store holds %d after A's next increment, want A's 40 and 1", got)
 	}
-	clock.Set(600_000 + maxCopyAge.Milliseconds())
+	clock.Set(600_000 + regional.MaxCopyAge.Milliseconds())
 	peek := rq
 	peek.Cost = 0
 	mustLimit(t, b.Service, peek) // B's copy aged: it reads the store first

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/regional"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )
@@ -119,7 +120,7 @@ func TestSettleUnderWriteFaults(t *testing.T) {
 				b.tick()
 			}
 			// B's copy is read again before its next decision.
-			clock.Advance(maxCopyAge)
+			clock.Advance(regional.MaxCopyAge)
 			check := req("user", 100, time.Minute, 0)
 			if got := mustLimit(t, b.Service, check).Remaining; got != 80 {
 				t.Fatalf("B sees %d remaining after 10 and 50 reserved and 40 given back, want 80", got)

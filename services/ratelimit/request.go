@@ -2,10 +2,12 @@ package ratelimit
 
 import (
 	"math"
-	"math/bits"
 	"time"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/model"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
 // Request asks whether Identifier may spend Cost units of Limit per Duration
@@ -103,10 +105,131 @@ func (r *Request) Policy(reset time.Time) (quota int64, window time.Duration) {
 	if burst == 0 {
 		burst = r.Limit
 	}
-	ms := mulDiv(uint64(burst), uint64(r.Duration.Milliseconds()), uint64(r.Limit)) // rounded down
-	phi, plo := bits.Mul64(uint64(burst), uint64(r.Duration.Milliseconds()))
-	if qhi, qlo := bits.Mul64(ms, uint64(r.Limit)); qhi != phi || qlo != plo {
-		ms++ // rounded up
-	}
+	ms := model.RefillMs(burst, r.Limit, r.Duration.Milliseconds())
 	return burst, time.Duration(min(ms, uint64(math.MaxInt64)/uint64(time.Millisecond))) * time.Millisecond
+}
+
+// Lease bounds: a slot frees itself at its lease's end, less than a
+// second or a tenth of the lease later (see [Concurrency]), so a lease is
+// a whole number of seconds from a second, under which the clocks of a
+// fleet disagree, to an hour, past which a slot a crashed caller held
+// would stay taken too long; a longer call extends its lease.
+const (
+	MinLease = store.MinLeaseMs * time.Millisecond
+	MaxLease = store.MaxLeaseMs * time.Millisecond
+)
+
+// Acquisition asks for Cost slots of a concurrency limit: at most Limit
+// slots of Namespace and Identifier held at once, each freed by its
+// release or, at the latest, when its lease runs out. One limit is one
+// pool whatever lease each holder chose: the lease is a parameter of the
+// slot, not the limit's name.
+type Acquisition struct {
+	Workspace  string
+	Namespace  string
+	Identifier string
+	// Limit is how many slots may be held at once, 1 to [MaxLimit] (0,
+	// where the caller allows it, refuses every acquisition).
+	Limit int64
+	// Lease is how long a slot is held at most if it is not released:
+	// whole seconds, [MinLease] to [MaxLease].
+	Lease time.Duration
+	// Cost is how many slots, 1 to [MaxCost].
+	Cost int64
+}
+
+// Slot is a held slot as its holder names it to release or extend it: the
+// limit's name and numbers, and the cell it was counted in.
+type Slot struct {
+	Workspace  string
+	Namespace  string
+	Identifier string
+	Limit      int64
+	// Lease is the lease the slot was acquired or last extended with:
+	// it names the grid of its cell.
+	Lease time.Duration
+	// Sequence is the cell the slot was counted in (see [LeaseCell]).
+	Sequence int64
+	// Cost is how many slots it holds.
+	Cost int64
+}
+
+// ExpiresAt is when sl frees itself if it is neither released nor
+// extended: its lease's end, less than a second or a tenth of the lease
+// later.
+func (sl *Slot) ExpiresAt() time.Time { return LeaseEnd(sl.Lease, sl.Sequence) }
+
+// Hold returns what sl holds, to give back.
+func (sl *Slot) Hold() Hold {
+	return Hold{Kind: Slots, Workspace: sl.Workspace, Namespace: sl.Namespace, Identifier: sl.Identifier,
+		Duration: sl.Lease, Limit: sl.Limit, Sequence: sl.Sequence, Amount: sl.Cost}
+}
+
+// Hold is what an admitted reservation or acquisition holds, as its
+// holder names it to give it back (x/time/rate's Reservation is the
+// shape): the limit, the cell its amount was counted in, and how much.
+// A reservation holds the estimate of a request with [Request.Reserve]
+// in a window's cell; an acquisition holds slots of a concurrency limit
+// in the pool cell of their expiry (see [Slot.Hold]).
+//
+// What is given back is a count of its own: each key has, beside its
+// window, a window of what was given back, whose cells are grow-only
+// counters like the key's, replayed to the regional store and published
+// to the global store by the same rules (own component only, max-merge,
+// imports never published again). A decision weighs a cell's count less
+// what was given back, never below zero. The caller bounds the amount by
+// what was held and gives a hold back once (see package reservation of
+// the API): a second give-back of slots would free another holder's.
+type Hold struct {
+	// Kind is what is held: a reservation's estimate or slots.
+	Kind       HoldKind
+	Workspace  string
+	Namespace  string
+	Identifier string
+	// Duration is a reservation's window, or the lease slots were
+	// acquired or last extended with (it names the grid of their cell).
+	Duration time.Duration
+	// Limit is the limit's, as the holder was admitted under it.
+	Limit int64
+	// Sequence is the cell the amount was counted in: a reservation's
+	// fixed window (see [CellOf]), slots' pool cell (see [LeaseCell]).
+	Sequence int64
+	// Amount is what to give back, 0 to [MaxCost].
+	Amount int64
+}
+
+// HoldKind is what a [Hold] holds.
+type HoldKind uint8
+
+// The kinds of hold.
+const (
+	// Reserved is a reservation's estimate: giving it back refunds what
+	// the caller reserved and did not spend.
+	Reserved HoldKind = iota
+	// Slots are slots of a concurrency limit: giving them back releases
+	// them.
+	Slots
+)
+
+// CellOf returns the fixed window a response of a window of duration
+// counted in: the one that ends at its Reset.
+func CellOf(resp Response, duration time.Duration) int64 {
+	ms := duration.Milliseconds()
+	if ms <= 0 {
+		return 0
+	}
+	return resp.Reset.UnixMilli()/ms - 1
+}
+
+// LeaseCell returns the cell that the slots of a lease of lease, which an
+// acquisition or extension answered with resp, are counted in: the one
+// that ends at resp.Reset.
+func LeaseCell(resp Response, lease time.Duration) int64 {
+	return store.PoolCellOf(store.PoolShift(lease.Milliseconds()), resp.Reset.UnixMilli())
+}
+
+// LeaseEnd returns when the slots of a lease of lease counted in cell
+// free themselves if they are not released: the cell's end.
+func LeaseEnd(lease time.Duration, cell int64) time.Time {
+	return time.UnixMilli(period.OfLease(lease.Milliseconds(), cell).CellEnd())
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/global"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/model"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/regional"
 )
 
 // Service is the rate limiter: windows (sliding, fixed, calendar), token
@@ -21,20 +23,13 @@ type Service struct {
 	region  string
 	clock   Clock
 	metrics *metrics
-	windows windowTable
+	windows model.Table
 
 	// The tiers that share counts, each nil when its store is not
 	// configured: the processes of a region through the regional store,
 	// the regions through the global store.
-	regional *regionalTier
+	regional *regional.Tier
 	global   *global.Tier
-
-	// contention holds the locks of keys hot enough that a decision lost
-	// several races to count on them (see cells.Contention).
-	contention *cells.Contention
-	// beforeCAS, when set, runs before every compare-and-swap of a
-	// decision: tests make races lost with it (withBeforeCAS).
-	beforeCAS func(w *cells.Window, c *cells.Cell, attempt int)
 
 	janitorEvery time.Duration
 	// running is set while Run runs.
@@ -67,28 +62,34 @@ func New(region string, opts ...Option) (*Service, error) {
 	}
 	s := &Service{region: region, clock: cfg.clock, janitorEvery: janitorInterval}
 	m, err := newMetrics(cfg.registerer, func() float64 { return float64(s.ActiveWindows()) },
-		func() float64 { return float64(s.regional.queued()) })
+		func() float64 { return float64(s.regional.Queued()) })
 	if err != nil {
 		return nil, fmt.Errorf("register ratelimit metrics: %w", err)
 	}
 	s.metrics = m
-	s.contention, s.beforeCAS = cells.NewContention(m.contended), cfg.beforeCAS
-	s.windows.init(m, cfg.maxPerWorkspace)
+	s.windows.Init(cfg.maxPerWorkspace, &CapacityError{Max: cfg.maxPerWorkspace}, cells.Counters{
+		Created:  m.windowsCreated,
+		Evicted:  m.windowsEvicted,
+		Rejected: m.windowsRejected.WithLabelValues("request"),
+	})
+	s.windows.Contention, s.windows.BeforeCAS = cells.NewContention(m.contended), cfg.beforeCAS
 	if cfg.regional != nil {
-		s.regional = newRegionalTier(cfg.regional, cfg.clock, m, &s.windows)
+		s.regional = regional.New(cfg.regional, cfg.clock, &m.regional, &s.windows.Table, s.windows.Pools(), &s.windows)
+		s.windows.Regional = s.regional
 	}
 	if cfg.global != nil {
 		gc := global.Config{Region: region, Store: cfg.global, Regional: cfg.regional,
 			Clock: cfg.clock, Logger: cfg.logger, Metrics: &m.global,
-			Table: &s.windows.Table, Pools: &s.windows.pools, Models: &s.windows,
+			Table: &s.windows.Table, Pools: s.windows.Pools(), Models: &s.windows,
 			Every: cfg.globalEvery, HalfFloorOnly: cfg.halfFloorOnly}
 		if s.regional != nil {
-			gc.ReadSlots = s.regional.readSlots
+			gc.ReadSlots = s.regional.ReadSlots
 		}
 		s.global = global.New(gc)
+		s.windows.Global = s.global
 		if s.regional != nil && s.global.Indexes() {
 			// Only a store that indexes marks is asked to.
-			s.regional.mark = s.global.MarkFor
+			s.regional.MarkWith(s.global.MarkFor)
 		}
 	}
 	return s, nil
@@ -124,7 +125,7 @@ func (s *Service) Run(ctx context.Context) error {
 	defer s.running.Store(false)
 	var wg sync.WaitGroup
 	if s.regional != nil {
-		wg.Go(func() { s.regional.run(ctx) })
+		wg.Go(func() { s.regional.Run(ctx) })
 	}
 	if s.global != nil {
 		wg.Go(func() { s.global.Run(ctx) })
@@ -132,4 +133,27 @@ func (s *Service) Run(ctx context.Context) error {
 	s.runJanitor(ctx)
 	wg.Wait()
 	return nil
+}
+
+// janitorInterval is how often idle windows are evicted. A window is idle
+// once both its cells are older than the previous fixed window, so with the
+// shortest window of 1 s an idle window lingers at most 2 s + 10 s (a
+// calendar's once it holds no cell of the current period; a token bucket's
+// not before it is full again, since no store holds its level). A walk
+// reads each window once without locking the map as a whole: a request
+// waits at most for the removal of one idle window in its bucket.
+const janitorInterval = 10 * time.Second
+
+// runJanitor evicts idle windows every interval until ctx is done.
+func (s *Service) runJanitor(ctx context.Context) {
+	t := time.NewTicker(s.janitorEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.windows.EvictIdle(s.clock.Now())
+		}
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/regional"
 	"golang.org/x/time/rate"
 )
 
@@ -36,7 +37,7 @@ type traceAdmission struct {
 }
 
 // boundDebt holds ref, a reference bucket of p's parameters, to at most
-// one burst past empty at at, as the limiter holds its buckets (maxDebt):
+// one burst past empty at at, as the limiter holds its buckets (the model room's maxDebt):
 // processes that admitted the same tokens before they saw each other's
 // admissions (within the convergence bound) can take the bucket further,
 // and so can a burst lowered below what was owed; the limiter forgives
@@ -53,10 +54,10 @@ func boundDebt(ref *rate.Limiter, p bucketParams, at time.Time) *rate.Limiter {
 }
 
 // convergenceLag is how late a process of a region may see what another
-// admitted: the other's replay (replayInterval), then its own read, which a
-// strict window makes at most every strictRefreshInterval, each run on the
+// admitted: the other's replay (regional.ReplayInterval), then its own read, which a
+// strict window makes at most every regional.StrictRefreshInterval, each run on the
 // loop's next round (10 ms here).
-const convergenceLag = replayInterval + strictRefreshInterval + 10*time.Millisecond
+const convergenceLag = regional.ReplayInterval + regional.StrictRefreshInterval + 10*time.Millisecond
 
 // traceSeeds returns the seeds of n traces: -trace.seed alone, or n fresh
 // ones, each printed so that a failure can be replayed.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/internal/testkit/dbtest"
 	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/regional"
 	"github.com/unkeyed/ratelimit/services/ratelimit/mysqlstore"
 	"github.com/unkeyed/ratelimit/services/ratelimit/redisstore"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
@@ -285,8 +286,8 @@ func (d traceDeployment) trimRecent(recent []traceAdmission, now int64) []traceA
 // copyAgeBound is how old a copy of the region's counts a key that is not
 // strict may decide from (README, "Strict mode": its last decisions left
 // more than a fifth of its limit, which the other processes' admissions
-// within maxCopyAge may spend), with a replay and a loop round.
-const copyAgeBound = int64((maxCopyAge + replayInterval + 10*time.Millisecond) / time.Millisecond)
+// within regional.MaxCopyAge may spend), with a replay and a loop round.
+const copyAgeBound = int64((regional.MaxCopyAge + regional.ReplayInterval + 10*time.Millisecond) / time.Millisecond)
 
 // copyAge returns how old a copy of the region's counts s may decide r
 // from at now: copyAgeBound where r's key is not strict, 0 where it reads

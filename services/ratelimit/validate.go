@@ -26,6 +26,8 @@ const (
 	// limiter's maths and stores hold durations to the millisecond in 64
 	// bits, so a year costs nothing more than a day.
 	MaxWindow = 366 * 24 * time.Hour
+	// MaxBatch is the most limits one [Service.MultiLimit] call may hold.
+	MaxBatch = 100
 )
 
 // Bounds are what one kind of sender may ask of the limiter: the rules
@@ -338,4 +340,18 @@ func validName(s string, maxChars int) bool {
 		n++
 	}
 	return n <= maxChars
+}
+
+// Validate is [OperatorBounds].CheckAcquisition(a): it accepts a limit
+// of 0, which refuses every acquisition; a caller that takes limits from
+// callers checks theirs with [CallerBounds].
+func (a *Acquisition) Validate() error { return OperatorBounds.CheckAcquisition(a) }
+
+// CheckLease checks a lease: whole seconds from MinLease to MaxLease.
+func CheckLease(field string, lease time.Duration) error {
+	if lease < MinLease || lease > MaxLease || lease%time.Second != 0 {
+		return &invalid.Error{Field: field, Rule: fmt.Sprintf("must be whole seconds between %d and %d: how long a slot is held if it is not released",
+			int64(MinLease/time.Second), int64(MaxLease/time.Second))}
+	}
+	return nil
 }

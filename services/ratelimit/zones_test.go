@@ -103,14 +103,14 @@ func TestZoneGroupsLeaveWithTheirWindows(t *testing.T) {
 	s := newTestService(t, clock)
 	mustLimit(t, s, monthIn(t, ""))
 	mustLimit(t, s, monthIn(t, "Europe/Berlin"))
-	if got := s.windows.zones.multi.Load(); got != 1 {
+	if got, _ := s.windows.ZoneCounts(); got != 1 {
 		t.Fatalf("%d identities in several zones, want 1", got)
 	}
 	clock.Set(time.Date(2027, 2, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
 	if n := s.windows.EvictIdle(clock.Now()); n != 2 {
 		t.Fatalf("evicted %d windows, want both months'", n)
 	}
-	if got, groups := s.windows.zones.multi.Load(), s.windows.zones.groups.Size(); got != 0 || groups != 0 {
+	if got, groups := s.windows.ZoneCounts(); got != 0 || groups != 0 {
 		t.Fatalf("after eviction: %d identities in several zones, %d groups; want none", got, groups)
 	}
 }

@@ -28,8 +28,8 @@ type Cell struct {
 	Unreplayed atomic.Int64
 	// Stored is the highest count the regional store showed this process
 	// for the cell (a replay's answer, or a read): what it knows the store
-	// held, and writes back to one that lost its data (see
-	// regionalTier.merge).
+	// held, and writes back to one that lost its data (the regional
+	// tier's merge).
 	Stored atomic.Int64
 }
 
@@ -135,4 +135,23 @@ func newCell(seq int64, hydrated bool) *Cell {
 	c := &Cell{}
 	c.Flags.init(seq, flags)
 	return c
+}
+
+// MaxCount is the most reports take a cell's count to: 2^56, far past any
+// limit (at most 2^53), and low enough that the sum of a hundred regions'
+// counts still fits an int64. Reports are counted past the limit and
+// would otherwise overflow a counter with enough of them; nothing else
+// counts past the limit.
+const MaxCount = 1 << 56
+
+// AddCapped adds cost (at most the largest cost a request may have) to
+// c, stopping at MaxCount, and returns the new count.
+func AddCapped(c *atomic.Int64, cost int64) int64 {
+	for {
+		old := c.Load()
+		n := min(old+cost, max(old, MaxCount))
+		if n == old || c.CompareAndSwap(old, n) {
+			return n
+		}
+	}
 }

@@ -34,7 +34,7 @@ type Window struct {
 	// StrictUntil is the unix ms until which the key is in strict mode: one
 	// duration after its latest denial or near-limit admission. Strict
 	// decisions refresh from the regional store first (at most once per
-	// strictRefresh), across the boundary of a fixed window too, which is where
+	// regional.StrictRefresh), across the boundary of a fixed window too, which is where
 	// processes that only know their own admissions would otherwise each admit
 	// again.
 	StrictUntil atomic.Int64

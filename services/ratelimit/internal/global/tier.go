@@ -163,9 +163,11 @@ type Config struct {
 	// ReadSlots, with a regional store, reads the pools of ws (a window
 	// of each) from it at now, before a flush publishes them.
 	ReadSlots func(ctx context.Context, ws []*cells.Window, now int64)
-	Clock     Clock
-	Logger    *slog.Logger
-	Metrics   *Metrics
+	// Clock is the limiter's clock, Logger its background logger, and
+	// Metrics the tier's metrics.
+	Clock   Clock
+	Logger  *slog.Logger
+	Metrics *Metrics
 	// Table is the limiter's cell table and Pools its concurrency pools.
 	Table *cells.Table
 	Pools *pool.Set
@@ -353,7 +355,7 @@ func sharedRefunds(w *cells.Window, c *cells.Cell) bool {
 	return c.Count.Load() > 0 && w.HoldsRefunds()
 }
 
-// queueGrown is noteGrowth for a region that shares counts.
+// queueGrown is NoteGrowth for a region that shares counts.
 func (g *Tier) queueGrown(w *cells.Window, c *cells.Cell, limit int64) {
 	if c.Flags.Load()&cells.Grown != 0 {
 		return

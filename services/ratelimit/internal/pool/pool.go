@@ -34,8 +34,8 @@ type id struct {
 
 // Group holds the windows of one pool's cells this process counted in or
 // learned of, each beside the window of its releases once there is one: a
-// decision reads them all, without a lookup. Its lock also serializes the
-// decisions on the pool, which read every cell and count into one: two
+// decision reads them all, without a lookup. Its lock (Lock, Unlock)
+// also serializes the decisions on the pool, which read every cell and count into one: two
 // decisions that each saw the last slot free must not both take it.
 type Group struct {
 	sync.Mutex
@@ -107,6 +107,30 @@ func (p *Set) Add(w *cells.Window, other func() *cells.Window) {
 		}
 		return g, xsync.UpdateOp
 	})
+}
+
+// File files w, new in table, in its pool, if it is a pool cell's window
+// or its releases' (see Add): the other window of the cell (its
+// releases', or the cell's) is looked up while the pool is held, so that
+// a pair made at once is filed together whichever comes second.
+func (p *Set) File(w *cells.Window, table *cells.Table) {
+	if !IsCell(w.Period()) {
+		return
+	}
+	k := w.Key()
+	k.Refunds = !k.Refunds
+	p.Add(w, func() *cells.Window { return table.Find(&k) })
+}
+
+// Filed returns the pool of w, a pool cell's window in table, filing w
+// first if another request made it and has not filed it yet (filing is
+// idempotent); nil if the janitor is removing w.
+func (p *Set) Filed(w *cells.Window, table *cells.Table) *Group {
+	if g := p.Of(w); g != nil || w.Evicted() {
+		return g
+	}
+	p.File(w, table)
+	return p.Of(w)
 }
 
 // Remove takes w, evicted, out of its pool: a cell's window with its

@@ -1,4 +1,4 @@
-package ratelimit
+package regional
 
 import (
 	"context"
@@ -19,12 +19,12 @@ import (
 // takes a limit's slots through lanes, each a writer of its own in the
 // store, each holding one take at a time.
 
-// maxTakeLanes bounds the takes of one concurrency limit a process has in
+// MaxTakeLanes bounds the takes of one concurrency limit a process has in
 // flight at once, and the writers it adds to each of the limit's cells in
 // the store. A take that finds every lane busy waits for one, as long as
 // a take may wait on the store, and then decides from memory, as when the
 // store fails.
-const maxTakeLanes = 64
+const MaxTakeLanes = 64
 
 // takeLanes are the lanes of one concurrency limit's window in this
 // process.
@@ -42,7 +42,7 @@ type takeLanes struct {
 	lost atomic.Int64
 	mu   sync.Mutex
 	// all holds every lane made, by number: a store that lost its data is
-	// sent each one's totals again (see regionalTier.laneTotals).
+	// sent each one's totals again (see Tier.laneTotals).
 	all []*takeLane
 }
 
@@ -58,14 +58,14 @@ type takeLane struct {
 }
 
 // lanesOf returns the lanes of w, making them on first use.
-func (t *windowTable) lanesOf(w *cells.Window) *takeLanes {
-	l, _ := t.lanes.LoadOrCompute(w, func() (*takeLanes, bool) {
-		return &takeLanes{name: "t" + strconv.FormatUint(t.writers.Add(1), 10), free: make(chan *takeLane, maxTakeLanes)}, false
+func (r *Tier) lanesOf(w *cells.Window) *takeLanes {
+	l, _ := r.lanes.LoadOrCompute(w, func() (*takeLanes, bool) {
+		return &takeLanes{name: "t" + strconv.FormatUint(r.writers.Add(1), 10), free: make(chan *takeLane, MaxTakeLanes)}, false
 	})
 	return l
 }
 
-// acquire returns a free lane, made if there are fewer than maxTakeLanes,
+// acquire returns a free lane, made if there are fewer than MaxTakeLanes,
 // or waits up to wait for one to be released; nil when none was, and at
 // once when every lane is held by a lost take. writer is the process's
 // name in the store; a lane's is it, the set's name and the lane's
@@ -77,14 +77,14 @@ func (l *takeLanes) acquire(ctx context.Context, writer string, wait time.Durati
 	default:
 	}
 	l.mu.Lock()
-	if n := len(l.all); n < maxTakeLanes {
+	if n := len(l.all); n < MaxTakeLanes {
 		lane := &takeLane{writer: writer + "/" + l.name + "." + strconv.Itoa(n)}
 		l.all = append(l.all, lane)
 		l.mu.Unlock()
 		return lane
 	}
 	l.mu.Unlock()
-	if l.lost.Load() >= maxTakeLanes {
+	if l.lost.Load() >= MaxTakeLanes {
 		return nil // none is in flight: none comes free before the store answers
 	}
 	timer := time.NewTimer(wait)
@@ -129,7 +129,7 @@ func (l *takeLanes) settled(seq int64, each func(writer string, total int64)) {
 
 // lostTake is a take whose answer was lost: the store may or may not hold
 // it. Its lane stays held until a replay has written its total (see
-// regionalTier.resendTakes), and what it took counts as held meanwhile
+// Tier.resendTakes), and what it took counts as held meanwhile
 // (it stays listed until the store has answered).
 type lostTake struct {
 	w     *cells.Window

@@ -6,6 +6,12 @@ import (
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
+// WithRegionalStore makes the processes of a region share counts through
+// st (see [store.Regional]).
+func WithRegionalStore(st store.Regional) Option {
+	return func(s *settings) { s.regional = st }
+}
+
 // Default intervals of the global counters. A region's usage reaches
 // another region within one flush plus one sync interval (plus jitter): 2.4 s
 // at most with these, where 10 s each (the conservative setting, a tenth of

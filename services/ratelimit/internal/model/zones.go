@@ -1,4 +1,4 @@
-package ratelimit
+package model
 
 import (
 	"slices"
@@ -116,13 +116,13 @@ func (z *zones) eachSibling(w *cells.Window, f func(*cells.Window)) {
 // carryZones raises the count of calendar window w's cell holding now
 // (unix ms) to what each other zone's window of its identity counts in its
 // period holding now (see the comment at the top of this file).
-func (s *Service) carryZones(w *cells.Window, now int64) {
-	if s.windows.zones.multi.Load() == 0 {
+func (t *Table) carryZones(w *cells.Window, now int64) {
+	if t.zones.multi.Load() == 0 {
 		return // no identity is decided in several zones: nothing to carry
 	}
 	seq, start, end := w.SeqAt(now)
 	var floor int64
-	s.windows.zones.eachSibling(w, func(o *cells.Window) {
+	t.zones.eachSibling(w, func(o *cells.Window) {
 		oseq, ostart, oend := o.SeqAt(now)
 		if 2*(min(end, oend)-max(start, ostart)) < end-start {
 			return // another period of its calendar than ours, mostly
@@ -131,15 +131,15 @@ func (s *Service) carryZones(w *cells.Window, now int64) {
 			floor = max(floor, c.Count.Load()+c.Global.Load())
 		}
 	})
-	cur, _ := w.CellAt(seq, s.regional == nil)
+	cur, _ := w.CellAt(seq, t.Regional == nil)
 	if cur == nil || floor <= cur.Count.Load()+cur.Global.Load() {
 		return
 	}
 	cells.RaiseTo(&cur.Count, floor-cur.Global.Load())
-	if s.regional != nil {
+	if t.Regional != nil {
 		cells.AtomicMax(&cur.Stored, floor-cur.Global.Load()-cur.Unreplayed.Load())
 		cur.Flags.Or(cells.Reseed)
-		s.regional.queueReplay(w, cur, 0)
+		t.Regional.QueueReplay(w, cur, 0)
 	}
-	s.global.NoteGrowth(w, cur, w.Limit.Load())
+	t.Global.NoteGrowth(w, cur, w.Limit.Load())
 }

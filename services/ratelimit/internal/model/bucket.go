@@ -1,4 +1,4 @@
-package ratelimit
+package model
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/regional"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
@@ -28,7 +29,7 @@ import (
 //
 // What the stores share is what every model shares, the admitted cost of
 // each fixed period of the key (the window's cells; a bucket's last a
-// power of two of ms that holds its burst's refill, see cellShift), so
+// power of two of ms that holds its burst's refill, see BucketShift), so
 // that a bucket's state converges through the same grow-only counts: a
 // count the process did not admit itself (another process's, raised by a
 // read of the regional store or a replay's answer, or another region's,
@@ -48,30 +49,34 @@ import (
 // rescale). A change that moves the bucket's memory past a power of two
 // counts it in cells of another length: a window of their own that shares
 // the identity's one bucket, and whose first decision in a process reads
-// what the new cells hold first (see Service.bucketFor). What a process
+// what the new cells hold first (see Table.bucketFor). What a process
 // that reads a bucket cold cannot learn from counts (what the bucket owed
 // before its cells changed length, that a raised burst did not refill it)
-// each change leaves beside the cells as a seed (see Service.seedBucket).
+// each change leaves beside the cells as a seed (see Table.seedBucket).
 
-// tokenBucket is the model of TokenBucket: the window's bucket (see
-// bucketFor), made before the regional store's read (prepare), decides
-// (count); an admission is counted into the window's current cell as
+// tokenBucket is the model of a token bucket: the window's bucket (see
+// bucketFor), made before the regional store's read (Prepare), decides
+// (Count); an admission is counted into the window's current cell as
 // every model's is, and its tokens are what a take back returns.
 type tokenBucket struct{}
 
-func (*tokenBucket) prepare(ctx context.Context, s *Service, w *cells.Window, sp spec, now int64) *bucket {
-	return s.bucketFor(ctx, w, sp, now)
+// Prepare is Model.Prepare for a token bucket: w's bucket, converted to
+// sp (see bucketFor).
+func (*tokenBucket) Prepare(ctx context.Context, t *Table, w *cells.Window, sp Spec, now int64) *Bucket {
+	return t.bucketFor(ctx, w, sp, now)
 }
 
-func (*tokenBucket) takeBack(s *Service, w *cells.Window, c *cells.Cell, sp spec, cost int64) {
-	s.windows.returnTokens(w, c, sp, cost)
+// TakeBack is Model.TakeBack for a token bucket: the tokens cost took go
+// back to w's bucket.
+func (*tokenBucket) TakeBack(t *Table, w *cells.Window, c *cells.Cell, sp Spec, cost int64) {
+	t.returnTokens(w, c, sp, cost)
 }
 
-// bucket is a token bucket's state beside its windows' cells: made for
+// Bucket is a token bucket's state beside its windows' cells: made for
 // the first token bucket decision on an identity and held in the window
-// table's side maps (see windowTable.bucketOf), so that windows of the
+// table's side maps (see Table.bucketOf), so that windows of the
 // other models stay in the 80-byte size class.
-type bucket struct {
+type Bucket struct {
 	// tat is the theoretical arrival time, unix ns.
 	tat atomic.Int64
 	// limit per durMs is the refill rate the latest decision gave, and
@@ -84,29 +89,29 @@ type bucket struct {
 	// its parameters chose): the table forgets the bucket with the last.
 	refs atomic.Int64
 	// windows are those windows, under mu: a decision on one keeps the
-	// others fresh (see Service.refreshSiblings).
+	// others fresh (see Table.refreshSiblings).
 	windows []*cells.Window
 }
 
 // init sets b's parameters to sp's, for a new bucket.
-func (b *bucket) init(sp spec) {
-	b.limit.Store(sp.limit)
-	b.durMs.Store(sp.durationMs)
-	b.burst.Store(sp.burst)
+func (b *Bucket) init(sp Spec) {
+	b.limit.Store(sp.Limit)
+	b.durMs.Store(sp.DurationMs)
+	b.burst.Store(sp.Burst)
 }
 
 // observe makes sp's rate and burst b's, at now (unix ns), and reports
 // whether they changed: a bucket whose parameters change keeps its tokens
 // (see rescale). Decisions with the same parameters as the last pay three
 // loads.
-func (b *bucket) observe(sp spec, now int64) bool {
-	if b.limit.Load() == sp.limit && b.durMs.Load() == sp.durationMs && b.burst.Load() == sp.burst {
+func (b *Bucket) observe(sp Spec, now int64) bool {
+	if b.limit.Load() == sp.Limit && b.durMs.Load() == sp.DurationMs && b.burst.Load() == sp.Burst {
 		return false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	old := spec{limit: b.limit.Load(), durationMs: b.durMs.Load(), burst: b.burst.Load()}
-	if old.limit == sp.limit && old.durationMs == sp.durationMs && old.burst == sp.burst {
+	old := Spec{Limit: b.limit.Load(), DurationMs: b.durMs.Load(), Burst: b.burst.Load()}
+	if old.Limit == sp.Limit && old.DurationMs == sp.DurationMs && old.Burst == sp.Burst {
 		return false
 	}
 	for {
@@ -115,9 +120,9 @@ func (b *bucket) observe(sp spec, now int64) bool {
 			break
 		}
 	}
-	b.limit.Store(sp.limit)
-	b.durMs.Store(sp.durationMs)
-	b.burst.Store(sp.burst)
+	b.limit.Store(sp.Limit)
+	b.durMs.Store(sp.DurationMs)
+	b.burst.Store(sp.Burst)
 	return true
 }
 
@@ -128,25 +133,25 @@ func (b *bucket) observe(sp spec, now int64) bool {
 // larger burst adds what it adds to what is owed (the new room fills as
 // the old did), and a smaller one takes what it takes off it, never
 // past full. Rounded up to the ns: a conversion errs strict.
-func rescale(tat, now int64, from, to spec) int64 {
+func rescale(tat, now int64, from, to Spec) int64 {
 	ns := int64(time.Millisecond)
-	// Owed tokens, over the ns a token of to takes: (tat-now)·from.limit /
-	// (from.durationMs·ns) + to.burst - from.burst, as one fraction.
-	owed := new(big.Int).Mul(big.NewInt(max(tat-now, 0)), big.NewInt(from.limit))
-	owed.Mul(owed, big.NewInt(to.durationMs*ns))
-	den := big.NewInt(from.durationMs * ns)
-	grown := new(big.Int).Mul(big.NewInt(to.burst-from.burst), den)
-	grown.Mul(grown, big.NewInt(to.durationMs*ns))
+	// Owed tokens, over the ns a token of to takes: (tat-now)·from.Limit /
+	// (from.DurationMs·ns) + to.Burst - from.Burst, as one fraction.
+	owed := new(big.Int).Mul(big.NewInt(max(tat-now, 0)), big.NewInt(from.Limit))
+	owed.Mul(owed, big.NewInt(to.DurationMs*ns))
+	den := big.NewInt(from.DurationMs * ns)
+	grown := new(big.Int).Mul(big.NewInt(to.Burst-from.Burst), den)
+	grown.Mul(grown, big.NewInt(to.DurationMs*ns))
 	owed.Add(owed, grown)
 	if owed.Sign() <= 0 {
 		return now
 	}
-	den.Mul(den, big.NewInt(to.limit))
+	den.Mul(den, big.NewInt(to.Limit))
 	q, r := owed.QuoRem(owed, den, new(big.Int))
 	if r.Sign() > 0 {
 		q.Add(q, big.NewInt(1))
 	}
-	bound := debtBound(to.limit, to.durationMs, to.burst)
+	bound := debtBound(to.Limit, to.DurationMs, to.Burst)
 	if !q.IsInt64() || q.Int64() > bound {
 		return now + bound
 	}
@@ -167,7 +172,7 @@ func debtBound(limit, durMs, burst int64) int64 {
 	return maxDebt(refill(max(burst, 1), limit, durMs))
 }
 
-// cellShift returns the exponent of the length of a token bucket's cells
+// BucketShift returns the exponent of the length of a token bucket's cells
 // for a rate of limit per durMs and a burst: the least power of two of ms
 // longer than the time the whole burst takes to refill, from
 // store.MinBucketShift to store.MaxBucketShift (past the longest window).
@@ -176,7 +181,7 @@ func debtBound(limit, durMs, burst int64) int64 {
 // first request) knows every admission the bucket still owes refill for;
 // and a power of two names the same cells for every rate and burst within
 // a factor of two, so that most changes of them keep the bucket's cells.
-func cellShift(limit, durMs, burst int64) int64 {
+func BucketShift(limit, durMs, burst int64) int64 {
 	full := uint64(durMs) // the common case, burst = limit, without a division
 	if burst != limit {
 		full = mulDiv(uint64(burst), uint64(durMs), uint64(limit)) // ms, rounded down: the length is longer
@@ -186,12 +191,12 @@ func cellShift(limit, durMs, burst int64) int64 {
 
 // full reports whether b holds its whole burst at now (unix ms): every
 // token it gave has refilled, so forgetting it loses nothing.
-func (b *bucket) full(now int64) bool { return b.tat.Load() <= now*int64(time.Millisecond) }
+func (b *Bucket) full(now int64) bool { return b.tat.Load() <= now*int64(time.Millisecond) }
 
 // take takes n units admitted elsewhere from b, at the rate and burst it
 // last observed, as if they arrived at at (unix ns), at most to its debt's
 // bound.
-func (b *bucket) take(n, at int64) {
+func (b *Bucket) take(n, at int64) {
 	limit, durMs, burst := b.limit.Load(), b.durMs.Load(), b.burst.Load()
 	if n <= 0 || limit <= 0 || durMs <= 0 {
 		return
@@ -223,6 +228,17 @@ func refill(cost, limit, durMs int64) int64 {
 	return int64(min(q, math.MaxInt64/8))
 }
 
+// RefillMs returns how many ms a bucket that refills limit per durMs
+// takes to refill n tokens, rounded up.
+func RefillMs(n, limit, durMs int64) uint64 {
+	ms := mulDiv(uint64(n), uint64(durMs), uint64(limit)) // rounded down
+	phi, plo := bits.Mul64(uint64(n), uint64(durMs))
+	if qhi, qlo := bits.Mul64(ms, uint64(limit)); qhi != phi || qlo != plo {
+		ms++ // rounded up
+	}
+	return ms
+}
+
 // tokensIn returns how many whole tokens refill in ns.
 func tokensIn(ns, limit, durMs int64) int64 {
 	if ns <= 0 {
@@ -231,20 +247,20 @@ func tokensIn(ns, limit, durMs int64) int64 {
 	return int64(mulDiv(uint64(ns), uint64(limit), uint64(durMs)*uint64(time.Millisecond)))
 }
 
-// count is model.count for a token bucket: it decides a request of cost
+// Count is Model.Count for a token bucket: it decides a request of cost
 // against b, the token bucket sp of w (converted to sp by bucketFor), at
 // now (unix ms), counting an admission into w's current cell.
-func (*tokenBucket) count(s *Service, w *cells.Window, b *bucket, now int64, sp spec, cost int64, report, speculative bool) (decision, *cells.Cell, bool) {
-	cur, _, _, _, now := w.CellsOf(now, s.regional == nil)
+func (*tokenBucket) Count(t *Table, w *cells.Window, b *Bucket, now int64, sp Spec, cost int64, report, speculative bool) (Decision, *cells.Cell, bool) {
+	cur, _, _, _, now := w.CellsOf(now, t.Regional == nil)
 	nowNs := now * int64(time.Millisecond)
-	tau := refill(sp.burst, sp.limit, sp.durationMs)
-	need := refill(cost, sp.limit, sp.durationMs)
-	d := decision{algorithm: TokenBucket, limit: sp.limit, capacity: sp.burst}
+	tau := refill(sp.Burst, sp.Limit, sp.DurationMs)
+	need := refill(cost, sp.Limit, sp.DurationMs)
+	d := Decision{Limit: sp.Limit, Capacity: sp.Burst}
 	// As a window's count (see cells.Contention): after cells.FastCASAttempts lost
 	// races, or on a contended cell, under the key's lock.
 	var held *sync.Mutex
 	if cur.Flags.Load()&cells.Contended != 0 {
-		held = s.contention.Lock(cur)
+		held = t.Contention.Lock(cur)
 	}
 	for attempt := 0; ; attempt++ {
 		tat := b.tat.Load()
@@ -254,28 +270,28 @@ func (*tokenBucket) count(s *Service, w *cells.Window, b *bucket, now int64, sp 
 			// Counted whatever the verdict, up to the debt's bound.
 			next = min(next, max(nowNs+maxDebt(tau), base))
 		}
-		fits := cost <= sp.burst && next-nowNs <= tau
+		fits := cost <= sp.Burst && next-nowNs <= tau
 		if !fits && !report {
-			d.remaining = min(tokensIn(tau-(base-nowNs), sp.limit, sp.durationMs), sp.burst)
-			d.resetMs = ceilMs(base)
-			if cost <= sp.burst {
-				d.retryAfter = ceilMs(next-tau) - now
+			d.Remaining = min(tokensIn(tau-(base-nowNs), sp.Limit, sp.DurationMs), sp.Burst)
+			d.ResetMs = ceilMs(base)
+			if cost <= sp.Burst {
+				d.RetryAfter = ceilMs(next-tau) - now
 			}
 			cells.Unlock(held, cur)
 			return d, cur, false
 		}
 		if cost == 0 {
-			d.success = true
-			d.remaining = min(tokensIn(tau-(base-nowNs), sp.limit, sp.durationMs), sp.burst)
-			d.resetMs = ceilMs(base)
+			d.Success = true
+			d.Remaining = min(tokensIn(tau-(base-nowNs), sp.Limit, sp.DurationMs), sp.Burst)
+			d.ResetMs = ceilMs(base)
 			cells.Unlock(held, cur)
 			return d, cur, false
 		}
-		if s.beforeCAS != nil {
-			s.beforeCAS(w, cur, attempt)
+		if t.BeforeCAS != nil {
+			t.BeforeCAS(w, cur, attempt)
 		}
 		if !b.tat.CompareAndSwap(tat, next) {
-			held = s.contention.AfterLost(held, cur, attempt)
+			held = t.Contention.AfterLost(held, cur, attempt)
 			continue
 		}
 		cells.Unlock(held, cur)
@@ -285,16 +301,16 @@ func (*tokenBucket) count(s *Service, w *cells.Window, b *bucket, now int64, sp 
 			cur.Count.Add(cost)
 			w.EndTransition()
 		} else if report {
-			addCapped(&cur.Count, cost)
+			cells.AddCapped(&cur.Count, cost)
 		} else {
 			cur.Count.Add(cost)
 		}
-		d.success = fits
-		d.remaining = max(0, min(tokensIn(tau-(next-nowNs), sp.limit, sp.durationMs), sp.burst))
-		d.resetMs = ceilMs(next)
+		d.Success = fits
+		d.Remaining = max(0, min(tokensIn(tau-(next-nowNs), sp.Limit, sp.DurationMs), sp.Burst))
+		d.ResetMs = ceilMs(next)
 		if !fits {
 			// A report past the burst: when a check passes again.
-			d.retryAfter = max(ceilMs(next-tau)-now, 0)
+			d.RetryAfter = max(ceilMs(next-tau)-now, 0)
 		}
 		return d, cur, true
 	}
@@ -312,9 +328,9 @@ func ceilMs(ns int64) int64 {
 // returnTokens gives w's bucket back the cost tokens an admission into c
 // took, of a request decided by sp. The count is the caller's to take
 // back.
-func (t *windowTable) returnTokens(w *cells.Window, c *cells.Cell, sp spec, cost int64) {
+func (t *Table) returnTokens(w *cells.Window, c *cells.Cell, sp Spec, cost int64) {
 	if b, ok := t.buckets.Load(w); ok {
-		b.tat.Add(-refill(cost, sp.limit, sp.durationMs))
+		b.tat.Add(-refill(cost, sp.Limit, sp.DurationMs))
 	}
 }
 
@@ -323,7 +339,7 @@ func (t *windowTable) returnTokens(w *cells.Window, c *cells.Cell, sp spec, cost
 // elsewhere: what the raise added is taken from w's bucket, if w has one
 // (see the comment at the top of this file). Only a tier raises a count
 // so, never a decision's own increment.
-func (t *windowTable) Raise(w *cells.Window, c *cells.Cell, v *atomic.Int64, n, now int64) {
+func (t *Table) Raise(w *cells.Window, c *cells.Cell, v *atomic.Int64, n, now int64) {
 	old, raised := cells.RaiseTo(v, n)
 	if !raised || t.buckets.Size() == 0 {
 		return
@@ -337,11 +353,11 @@ func (t *windowTable) Raise(w *cells.Window, c *cells.Cell, v *atomic.Int64, n, 
 
 // applySeed makes the bucket of the window whose seeds rw holds owe at
 // least seed tokens at now (unix ms), when a tier first sees it raised:
-// another process left it with what it owed (see Service.seedBucket), a
+// another process left it with what it owed (see Table.seedBucket), a
 // moment ago, which this one may not know (it made its bucket before the
 // seed reached the store). Taken as the larger, never on top: a seed
 // tells how much was owed, not what was admitted.
-func (t *windowTable) applySeed(rw *cells.Window, seed, now int64) {
+func (t *Table) applySeed(rw *cells.Window, seed, now int64) {
 	k := rw.Key()
 	k.Refunds = false
 	w := t.Find(&k)
@@ -369,34 +385,34 @@ func arrival(w *cells.Window, c *cells.Cell, now int64) int64 {
 }
 
 // bucketFor returns w's bucket for a decision by sp at now (unix ms): the
-// one of w's identity (see windowTable.bucketOf), converted to sp's
-// parameters (see bucket.observe). A window that holds no bucket yet (the
+// one of w's identity (see Table.bucketOf), converted to sp's
+// parameters (see Bucket.observe). A window that holds no bucket yet (the
 // identity's first decision in this process, or its first in cells of this
 // length) reads the regional store first, so that the bucket takes what
 // the cells and their seed hold in one step, and reads it again a strict
 // window's interval later. A change of parameters, or of
 // cell length, leaves a seed (see seedBucket); a bucket whose identity has
 // windows of other lengths keeps those fresh (see refreshSiblings).
-func (s *Service) bucketFor(ctx context.Context, w *cells.Window, sp spec, now int64) *bucket {
-	b, ok := s.windows.buckets.Load(w)
+func (t *Table) bucketFor(ctx context.Context, w *cells.Window, sp Spec, now int64) *Bucket {
+	b, ok := t.buckets.Load(w)
 	if !ok {
-		s.regional.prepare(ctx, w, now)
+		t.Regional.Prepare(ctx, w, now)
 		var attached bool
-		b, attached = s.windows.bucketOf(w, sp, now)
+		b, attached = t.bucketOf(w, sp, now)
 		if attached {
-			defer s.seedBucket(w, b, sp, now)
+			defer t.seedBucket(w, b, sp, now)
 		}
 		// w's next read comes a strict window's interval from now, not
-		// freshnessInterval: a process that moved to these cells at the
+		// regional.FreshnessInterval: a process that moved to these cells at the
 		// same moment leaves its seed a replay later, which this read
 		// did not see.
-		w.RefreshedAt.Store(now - freshnessInterval.Milliseconds() + strictRefresh(w))
+		w.RefreshedAt.Store(now - regional.FreshnessInterval.Milliseconds() + regional.StrictRefresh(w))
 	}
 	if b.observe(sp, now*int64(time.Millisecond)) {
-		s.seedBucket(w, b, sp, now)
+		t.seedBucket(w, b, sp, now)
 	}
-	if b.refs.Load() > 1 && s.regional != nil {
-		s.refreshSiblings(b, w, now)
+	if b.refs.Load() > 1 && t.Regional != nil {
+		t.refreshSiblings(b, w, now)
 	}
 	return b
 }
@@ -407,15 +423,15 @@ func (s *Service) bucketFor(ctx context.Context, w *cells.Window, sp spec, now i
 // the cells of the bucket's other lengths (those that have not moved yet,
 // or whose last admissions there were on their way) is taken from the
 // bucket as promptly as what they count in w's.
-func (s *Service) refreshSiblings(b *bucket, w *cells.Window, now int64) {
+func (t *Table) refreshSiblings(b *Bucket, w *cells.Window, now int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, o := range b.windows {
 		if o == w || o.Idle(o.SeqOf(now)-1) {
 			continue
 		}
-		if last := o.RefreshedAt.Load(); now-last >= strictRefresh(o) && o.RefreshedAt.CompareAndSwap(last, now) {
-			s.regional.queueRefresh(o)
+		if last := o.RefreshedAt.Load(); now-last >= regional.StrictRefresh(o) && o.RefreshedAt.CompareAndSwap(last, now) {
+			t.Regional.QueueRefresh(o)
 		}
 	}
 }
@@ -434,17 +450,17 @@ func (s *Service) refreshSiblings(b *bucket, w *cells.Window, now int64) {
 // reservations), and merged as the largest: the regional store keeps the
 // larger of two processes' seeds (store.Increment.Floor), the global store
 // each region's.
-func (s *Service) seedBucket(w *cells.Window, b *bucket, sp spec, now int64) {
-	owed := owedTokens(b.tat.Load()-now*int64(time.Millisecond), sp.limit, sp.durationMs)
+func (t *Table) seedBucket(w *cells.Window, b *Bucket, sp Spec, now int64) {
+	owed := owedTokens(b.tat.Load()-now*int64(time.Millisecond), sp.Limit, sp.DurationMs)
 	if owed <= 0 {
 		return
 	}
 	k := w.RefundsKey()
-	rw, _, err := s.windows.FindOrCreate(&k)
+	rw, _, err := t.FindOrCreate(&k)
 	if err != nil {
 		return
 	}
-	rw.ObserveLimit(sp.limit)
+	rw.ObserveLimit(sp.Limit)
 	rc, _ := rw.CellAt(w.SeqOf(now), true)
 	if rc == nil {
 		return // the window moved past now meanwhile
@@ -452,12 +468,12 @@ func (s *Service) seedBucket(w *cells.Window, b *bucket, sp spec, now int64) {
 	if _, raised := cells.RaiseTo(&rc.Count, owed); !raised {
 		return
 	}
-	if s.regional != nil {
+	if t.Regional != nil {
 		cells.AtomicMax(&rc.Stored, owed)
 		rc.Flags.Or(cells.Reseed)
-		s.regional.queueReplay(rw, rc, 0)
+		t.Regional.QueueReplay(rw, rc, 0)
 	}
-	s.global.NoteRefund(rw, rc)
+	t.Global.NoteRefund(rw, rc)
 }
 
 // owedTokens returns how many tokens a bucket of limit per durMs that

@@ -1,4 +1,4 @@
-package ratelimit
+package model
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 // windowModel is the model of the windows, which count what they admit
 // in the cells alone: the sliding window (SlidingWindow), which weighs
 // the previous cell by how much of it the sliding window still overlaps
-// (see the package's documentation and weighted); the fixed window
+// (see package ratelimit's documentation, and weighted); the fixed window
 // (FixedWindow: fixed), which counts each cell from zero, the current one
 // alone, as envoyproxy/ratelimit and limitador count; and the calendar
 // window (a request that names a calendar: fixed and zones), a fixed
@@ -27,24 +27,27 @@ type windowModel struct {
 	zones bool
 }
 
-func (*windowModel) prepare(context.Context, *Service, *cells.Window, spec, int64) *bucket {
+// Prepare is Model.Prepare for the windows: nothing to ready, no bucket.
+func (*windowModel) Prepare(context.Context, *Table, *cells.Window, Spec, int64) *Bucket {
 	return nil
 }
 
-func (*windowModel) takeBack(*Service, *cells.Window, *cells.Cell, spec, int64) {}
+// TakeBack is Model.TakeBack for the windows: they keep nothing beside
+// their cells.
+func (*windowModel) TakeBack(*Table, *cells.Window, *cells.Cell, Spec, int64) {}
 
-// count is model.count for the windows: the sliding window's weight of
+// Count is Model.Count for the windows: the sliding window's weight of
 // the previous cell and the current one's count, or the current cell's
 // alone.
-func (m *windowModel) count(s *Service, w *cells.Window, _ *bucket, now int64, sp spec, cost int64, report, speculative bool) (decision, *cells.Cell, bool) {
+func (m *windowModel) Count(t *Table, w *cells.Window, _ *Bucket, now int64, sp Spec, cost int64, report, speculative bool) (Decision, *cells.Cell, bool) {
 	if m.zones {
 		// What other zones' periods counted of this one.
-		s.carryZones(w, now)
+		t.carryZones(w, now)
 	}
 	// The cells of now, found here rather than through CellsOf, whose
 	// call a window's decision, the hottest path, would pay: CellsOf
 	// only when another request already moved w past our clock reading.
-	hydrated := s.regional == nil
+	hydrated := t.Regional == nil
 	seq, start, end := w.SeqAt(now)
 	cur, prev, newer := w.CellsAt(seq, hydrated)
 	if cur == nil {
@@ -68,18 +71,18 @@ func (m *windowModel) count(s *Service, w *cells.Window, _ *bucket, now int64, s
 	if flags&cells.Reserved != 0 {
 		// Refunds of settled reservations count against the cells they
 		// were given back to (totals are clamped at zero below).
-		curRefunds, prevRefunds := s.refundsAt(w, seq)
+		curRefunds, prevRefunds := t.refundsAt(w, seq)
 		curGlobal -= curRefunds
 		if prev != nil {
 			prevGlobal -= prevRefunds
 		}
 	}
-	d := decision{algorithm: sp.algorithm, limit: sp.limit, capacity: sp.limit, resetMs: end}
-	limit := sp.limit
+	d := Decision{Limit: sp.Limit, Capacity: sp.Limit, ResetMs: end}
+	limit := sp.Limit
 	if report && cost > 0 {
-		// Spent already: counted whatever the verdict, up to maxCount, so
+		// Spent already: counted whatever the verdict, up to cells.MaxCount, so
 		// that reports without end never wrap the counter.
-		n := addCapped(&cur.Count, cost)
+		n := cells.AddCapped(&cur.Count, cost)
 		prevTotal := prevGlobal
 		if prev != nil {
 			prevTotal += prev.Count.Load()
@@ -87,11 +90,11 @@ func (m *windowModel) count(s *Service, w *cells.Window, _ *bucket, now int64, s
 		prevTotal = max(prevTotal, 0)
 		curTotal := max(n+curGlobal, 0)
 		effective := curTotal + weighted(prevTotal, elapsed, dur)
-		d.success = effective <= limit
-		d.remaining = min(max(0, limit-effective), limit)
-		if !d.success {
+		d.Success = effective <= limit
+		d.Remaining = min(max(0, limit-effective), limit)
+		if !d.Success {
 			// When a check (cost 0) would pass again.
-			d.retryAfter = windowRetry(m.fixed, sp.limit, elapsed, dur, curTotal, prevTotal, 0)
+			d.RetryAfter = windowRetry(m.fixed, sp.Limit, elapsed, dur, curTotal, prevTotal, 0)
 		}
 		return d, cur, true
 	}
@@ -100,7 +103,7 @@ func (m *windowModel) count(s *Service, w *cells.Window, _ *bucket, now int64, s
 	// (see cells.Contention): never refused for losing races.
 	var held *sync.Mutex
 	if curFlags&cells.Contended != 0 {
-		held = s.contention.Lock(cur)
+		held = t.Contention.Lock(cur)
 	}
 	for attempt := 0; ; attempt++ {
 		n := cur.Count.Load()
@@ -112,20 +115,20 @@ func (m *windowModel) count(s *Service, w *cells.Window, _ *bucket, now int64, s
 		prevTotal = max(prevTotal, 0)
 		effective := curTotal + weighted(prevTotal, elapsed, dur) + cost
 		if cost > limit || effective > limit {
-			d.success = false // a race lost may have found room before
-			d.remaining = min(max(0, limit-(effective-cost)), limit)
-			d.retryAfter = windowRetry(m.fixed, sp.limit, elapsed, dur, curTotal, prevTotal, cost)
+			d.Success = false // a race lost may have found room before
+			d.Remaining = min(max(0, limit-(effective-cost)), limit)
+			d.RetryAfter = windowRetry(m.fixed, sp.Limit, elapsed, dur, curTotal, prevTotal, cost)
 			cells.Unlock(held, cur)
 			return d, cur, false
 		}
-		d.success = true
-		d.remaining = min(limit-effective, limit)
+		d.Success = true
+		d.Remaining = min(limit-effective, limit)
 		if cost == 0 {
 			cells.Unlock(held, cur)
 			return d, cur, false
 		}
-		if s.beforeCAS != nil {
-			s.beforeCAS(w, cur, attempt)
+		if t.BeforeCAS != nil {
+			t.BeforeCAS(w, cur, attempt)
 		}
 		if speculative {
 			if w.ApplySpeculative(cur, n, cost) {
@@ -136,7 +139,7 @@ func (m *windowModel) count(s *Service, w *cells.Window, _ *bucket, now int64, s
 			cells.Unlock(held, cur)
 			return d, cur, true
 		}
-		held = s.contention.AfterLost(held, cur, attempt)
+		held = t.Contention.AfterLost(held, cur, attempt)
 	}
 }
 

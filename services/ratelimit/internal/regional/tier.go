@@ -1,4 +1,11 @@
-package ratelimit
+// Package regional is the limiter's regional tier: it shares the counts
+// of the processes of one region through the regional store (Redis). A
+// decision reads the store first only when its key is cold, strict or
+// its copy aged; what a process counts is replayed every few
+// milliseconds; slots of a concurrency limit are taken in the store
+// atomically. It knows the cell table, the pools and the store, and asks
+// the limiter's models what it needs of them (see Models).
+package regional
 
 import (
 	"context"
@@ -7,13 +14,15 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sync/singleflight"
 
+	"github.com/puzpuzpuz/xsync/v4"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
-	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/pool"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
@@ -23,71 +32,69 @@ import (
 // notices (milliseconds), and per-process knobs would only let processes of
 // one region drift apart.
 const (
-	// replayInterval is how often accepted increments are sent to the
+	// ReplayInterval is how often accepted increments are sent to the
 	// regional store. Another process sees them at most this long (plus a
 	// round trip) after they were accepted; in that time all increments of
 	// one cell coalesce into one command.
-	replayInterval = 10 * time.Millisecond
+	ReplayInterval = 10 * time.Millisecond
 	// backgroundTimeout bounds one background round trip (replay or refresh). A
 	// pipeline of a few thousand cells takes milliseconds; a stuck server must
 	// fail calls fast enough for the store's circuit breaker to open within
 	// seconds.
 	backgroundTimeout = 500 * time.Millisecond
-	// freshnessInterval is how old a warm window's last read may be before a
+	// FreshnessInterval is how old a warm window's last read may be before a
 	// request on it starts a background refresh. The request itself decides
 	// from memory and never waits. A key with a request at least this often
-	// is refreshed before its copy reaches maxCopyAge, so it never waits on
+	// is refreshed before its copy reaches MaxCopyAge, so it never waits on
 	// the store.
-	freshnessInterval = 500 * time.Millisecond
-	// maxCopyAge is the oldest copy of the region's counts a decision may
+	FreshnessInterval = 500 * time.Millisecond
+	// MaxCopyAge is the oldest copy of the region's counts a decision may
 	// rely on. A request on a window whose last read began longer ago (a key
 	// that sat idle) reads the store first, as for a cold cell: otherwise a
 	// process would admit from what it knew before the idle spell, while
 	// other processes spent the budget. Requests that arrive during that
 	// read wait for it instead of asking again.
-	maxCopyAge = time.Second
-	// strictRefreshInterval is how often, at most, a strict window (one that
+	MaxCopyAge = time.Second
+	// StrictRefreshInterval is how often, at most, a strict window (one that
 	// denied, or admitted leaving at most strictHeadroom of its limit, within
 	// the last duration) refreshes from the store before
 	// deciding; windows under 10 s refresh every hundredth of their length.
 	// At most one request per window and interval pays the round trip; the
 	// others decide from memory, so abuse cannot become one store read per
 	// request.
-	strictRefreshInterval = 100 * time.Millisecond
+	StrictRefreshInterval = 100 * time.Millisecond
 	// strictHeadroom: an admission that leaves at most this share of the
 	// limit (a bucket's burst) makes the key strict, as a denial does.
 	strictHeadroom = 0.2
 )
 
-// WithRegionalStore makes the processes of a region share counts through
-// st (see [store.Regional]).
-func WithRegionalStore(st store.Regional) Option {
-	return func(s *settings) { s.regional = st }
-}
-
-// regionalTier shares counts between the processes of one region through
-// the regional store: before a decision it brings the window up to date as
-// far as the decision may wait (prepare), after it queues what was counted
-// (afterDecide), and its loop (run) replays the queued increments and
-// refreshes stale windows. A nil *regionalTier is a process without a
-// regional store: prepare and afterDecide do nothing.
-type regionalTier struct {
+// Tier shares counts between the processes of one region through the
+// regional store: before a decision it brings the window up to date as far
+// as the decision may wait (Prepare), after it queues what was counted
+// (AfterDecide), and its loop (Run) replays the queued increments and
+// refreshes stale windows. A nil *Tier is a process without a regional
+// store: Prepare, PrepareBatch, AfterDecide and Forget do nothing.
+type Tier struct {
 	store   store.Regional
 	clock   Clock
-	metrics *metrics
-	// windows is the service's table: reads of a reserved cell find its
-	// key's refunds window there, or create it.
-	windows *windowTable
+	metrics *Metrics
+	// table is the limiter's cell table: reads of a reserved cell find
+	// its key's refunds window there, or create it; pools are its
+	// concurrency pools.
+	table *cells.Table
+	pools *pool.Set
+	// models is what the tier asks the limiter's models.
+	models Models
 
 	flight    singleflight.Group // one read per cold cell
 	replays   cells.Queue[cells.Ref]
 	refreshes cells.Queue[*cells.Window]
 	// mark, set when the region has a global store, returns the limit to
 	// mark a replayed cell with in the store's index of cells to publish,
-	// or 0 (see globalTier.markFor).
+	// or 0 (see MarkWith).
 	mark func(w *cells.Window, c *cells.Cell) int64
 	// writer names this process's refunds and slots in the store (see
-	// increment and takeSlots).
+	// increment and TakeSlots).
 	writer string
 	// lost holds the takes of slots whose answers were lost, until a
 	// replay writes their totals (see lostTake).
@@ -95,10 +102,61 @@ type regionalTier struct {
 		mu    sync.Mutex
 		takes []*lostTake
 	}
+	// given holds, for each window whose cells this process writes as
+	// totals (refunds, slots), what it wrote into each of its two cells
+	// in all (see giveBack); lanes, for each concurrency limit's window
+	// this process took slots of, the writers it took them as (see
+	// takeLanes). writers numbers their names.
+	given   *xsync.Map[*cells.Window, *givenBack]
+	lanes   *xsync.Map[*cells.Window, *takeLanes]
+	writers atomic.Uint64
 }
 
-func newRegionalTier(st store.Regional, clock Clock, m *metrics, windows *windowTable) *regionalTier {
-	return &regionalTier{store: st, clock: clock, metrics: m, windows: windows, writer: newWriterID()}
+// Clock tells the time: the limiter's clock, which tests move by hand.
+type Clock interface {
+	Now() time.Time
+}
+
+// Models is what the tier asks the limiter's models of a window's cells.
+type Models interface {
+	// Raise raises v, a count of c (a cell of w), to n if below it, at
+	// now (unix ms): the window's model keeps what it derives from its
+	// cells with them (a token bucket's level).
+	Raise(w *cells.Window, c *cells.Cell, v *atomic.Int64, n, now int64)
+	// WrittenAsTotals reports whether w's cells are written to the store
+	// as this process's totals, each the largest of its writer's, rather
+	// than as increments (refunds, slots): a total written twice counts
+	// once.
+	WrittenAsTotals(w *cells.Window) bool
+}
+
+// New returns the tier that shares counts through st, over table and
+// its pools, asking models. It starts no goroutines: see Run.
+func New(st store.Regional, clock Clock, m *Metrics, table *cells.Table, pools *pool.Set, models Models) *Tier {
+	return &Tier{store: st, clock: clock, metrics: m, table: table, pools: pools, models: models,
+		writer: newWriterID(), given: xsync.NewMap[*cells.Window, *givenBack](),
+		lanes: xsync.NewMap[*cells.Window, *takeLanes]()}
+}
+
+// MarkWith makes each replay of a cell ask mark (the global tier's, when
+// the region has a global store whose regional store indexes marks) for
+// the limit to mark it with in the store's index of cells to publish, or
+// 0.
+func (r *Tier) MarkWith(mark func(w *cells.Window, c *cells.Cell) int64) { r.mark = mark }
+
+// Forget drops what the tier keeps of w, which the janitor removed: what
+// it gave back, the lanes it took slots through.
+func (r *Tier) Forget(w *cells.Window) {
+	if r != nil {
+		r.given.Delete(w)
+		r.lanes.Delete(w)
+	}
+}
+
+// Pending returns how many cells wait for a replay and windows for a
+// background refresh.
+func (r *Tier) Pending() (replays, refreshes int) {
+	return r.replays.Len(), r.refreshes.Len()
 }
 
 // newWriterID returns a name for this process's writes of refunds to the
@@ -119,12 +177,12 @@ func newWriterID() string {
 // once, and slots written twice are counted once (the process's takes
 // are totals of other writers, its lanes: see takeLane). A write of totals
 // that fails is sent again with its total, not its delta (see resend).
-func (r *regionalTier) increment(w *cells.Window, c *cells.Cell, delta, now int64) store.Increment {
+func (r *Tier) increment(w *cells.Window, c *cells.Cell, delta, now int64) store.Increment {
 	inc := store.Increment{Key: w.CellKey(c.Seq()), Delta: delta,
 		TTL: time.Duration(w.ExpiresAt(c.Seq())-now) * time.Millisecond}
-	if k := w.Period().Kind(); (w.HoldsRefunds() && k != period.Bucket) || k == period.Pool {
+	if r.models.WrittenAsTotals(w) {
 		inc.Delta = 0
-		name, total := r.windows.giveBack(w, c.Seq(), delta)
+		name, total := r.giveBack(w, c.Seq(), delta)
 		inc.Writer, inc.Total = r.writer+"/"+name, total
 		return inc
 	}
@@ -137,77 +195,78 @@ func (r *regionalTier) increment(w *cells.Window, c *cells.Cell, delta, now int6
 // resend queues c, a cell of w whose write failed, for the next replay:
 // a count's delta is added again (counted twice rather than lost); a
 // total (refunds, slots) already holds it, so it is sent again as it is.
-func (r *regionalTier) resend(w *cells.Window, c *cells.Cell, inc store.Increment) {
+func (r *Tier) resend(w *cells.Window, c *cells.Cell, inc store.Increment) {
 	if inc.Writer != "" || inc.Delta == 0 {
 		c.Flags.Or(cells.Reseed) // sent even without an increment
 	}
-	r.queueReplay(w, c, inc.Delta)
+	r.QueueReplay(w, c, inc.Delta)
 }
 
-// queued returns how many cells and windows wait for the loop.
-func (r *regionalTier) queued() int {
+// Queued returns how many cells and windows wait for the loop.
+func (r *Tier) Queued() int {
 	if r == nil {
 		return 0
 	}
 	return r.replays.Len() + r.refreshes.Len()
 }
 
-// prepare brings w up to date before a decision at now (see prepareWindow).
-func (r *regionalTier) prepare(ctx context.Context, w *cells.Window, now int64) {
+// Prepare brings w up to date before a decision at now (see prepareWindow).
+func (r *Tier) Prepare(ctx context.Context, w *cells.Window, now int64) {
 	if r != nil {
 		r.prepareWindow(ctx, w, now)
 	}
 }
 
-// prepareBatch brings the windows of a batch up to date before a decision
+// PrepareBatch brings the windows of a batch up to date before a decision
 // at now (see prepareBatchWindows).
-func (r *regionalTier) prepareBatch(ctx context.Context, ws []*cells.Window, now int64) {
+func (r *Tier) PrepareBatch(ctx context.Context, ws []*cells.Window, now int64) {
 	if r != nil {
 		r.prepareBatchWindows(ctx, ws, now)
 	}
 }
 
-// afterDecide does the regional tier's share of decision d on w at now (see
-// afterDecideWindow).
-func (r *regionalTier) afterDecide(w *cells.Window, cur *cells.Cell, now int64, d *decision, counted int64) {
+// AfterDecide does the regional tier's share of a decision on w at now,
+// which counted counted into cur, admitted or not, and left remaining of
+// capacity (see afterDecideWindow).
+func (r *Tier) AfterDecide(w *cells.Window, cur *cells.Cell, now, counted int64, admitted bool, remaining, capacity int64) {
 	if r != nil {
-		r.afterDecideWindow(w, cur, now, d, counted)
+		r.afterDecideWindow(w, cur, now, counted, admitted, remaining, capacity)
 	}
 }
 
 // Operations on the regional store, as metric labels.
 const (
-	opCold        = "cold"     // hydrate a cell this process has not seen
-	opAged        = "aged"     // re-read a window whose copy is older than maxCopyAge
-	opStrict      = "strict"   // refresh a strict window before deciding
-	opStale       = "stale"    // refresh a warm window in the background
-	opReplay      = "replay"   // add accepted increments
-	resultOK      = "ok"       // the store answered for every cell
-	resultPartial = "partial"  // the store answered for some cells only
-	resultErr     = "error"    // the store failed or timed out
-	resultRej     = "rejected" // the store's breaker is open: nothing was sent
+	OpCold        = "cold"     // hydrate a cell this process has not seen
+	OpAged        = "aged"     // re-read a window whose copy is older than MaxCopyAge
+	OpStrict      = "strict"   // refresh a strict window before deciding
+	OpStale       = "stale"    // refresh a warm window in the background
+	OpReplay      = "replay"   // add accepted increments
+	ResultOK      = "ok"       // the store answered for every cell
+	ResultPartial = "partial"  // the store answered for some cells only
+	ResultErr     = "error"    // the store failed or timed out
+	ResultRej     = "rejected" // the store's breaker is open: nothing was sent
 )
 
 // call runs call with a timeout and records the operation's outcome
 // and latency: ok, partial (some cells failed), rejected (the store knew
 // its server was down and sent nothing) or error.
-func (r *regionalTier) call(ctx context.Context, op string, timeout time.Duration, call func(context.Context) ([]int64, error)) ([]int64, error) {
+func (r *Tier) call(ctx context.Context, op string, timeout time.Duration, call func(context.Context) ([]int64, error)) ([]int64, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	start := time.Now()
 	counts, err := call(ctx)
 	switch {
 	case err == nil:
-		r.metrics.regionalOps.WithLabelValues(op, resultOK).Inc()
+		r.metrics.Ops.WithLabelValues(op, ResultOK).Inc()
 	case isPartial(err):
-		r.metrics.regionalOps.WithLabelValues(op, resultPartial).Inc()
+		r.metrics.Ops.WithLabelValues(op, ResultPartial).Inc()
 	case errors.Is(err, store.ErrUnavailable):
-		r.metrics.regionalOps.WithLabelValues(op, resultRej).Inc()
+		r.metrics.Ops.WithLabelValues(op, ResultRej).Inc()
 		return counts, err // nothing was sent: no latency to record
 	default:
-		r.metrics.regionalOps.WithLabelValues(op, resultErr).Inc()
+		r.metrics.Ops.WithLabelValues(op, ResultErr).Inc()
 	}
-	r.metrics.regionalLatency.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	r.metrics.Latency.WithLabelValues(op).Observe(time.Since(start).Seconds())
 	return counts, err
 }
 
@@ -225,11 +284,11 @@ func isPartial(err error) bool {
 // prepareWindow brings w up to date with the regional store before a decision
 // at now, as far as the decision may wait for it: a cold cell waits for one
 // read (shared by every request on it), a strict window refreshes at most once
-// per strictRefresh(w), a window whose last read is older than maxCopyAge
+// per StrictRefresh(w), a window whose last read is older than MaxCopyAge
 // is read again as a cold one is, and a warm window whose last read is older
-// than freshnessInterval is refreshed in the background while this request
+// than FreshnessInterval is refreshed in the background while this request
 // decides from memory.
-func (r *regionalTier) prepareWindow(ctx context.Context, w *cells.Window, now int64) {
+func (r *Tier) prepareWindow(ctx context.Context, w *cells.Window, now int64) {
 	cur, _ := w.CellAt(w.SeqOf(now), false)
 	if cur == nil {
 		return // a stale clock reading: decide handles it
@@ -238,30 +297,30 @@ func (r *regionalTier) prepareWindow(ctx context.Context, w *cells.Window, now i
 	last := w.RefreshedAt.Load()
 	switch {
 	case flags&cells.Hydrated == 0:
-		r.hydrate(ctx, w, cur, opCold)
+		r.hydrate(ctx, w, cur, OpCold)
 	case now < w.StrictUntil.Load():
-		if now-last >= strictRefresh(w) && w.RefreshedAt.CompareAndSwap(last, now) {
-			r.refreshNow(ctx, []*cells.Window{w}, now, opStrict)
+		if now-last >= StrictRefresh(w) && w.RefreshedAt.CompareAndSwap(last, now) {
+			r.refreshNow(ctx, []*cells.Window{w}, now, OpStrict)
 		}
-	case now-last >= maxCopyAge.Milliseconds():
+	case now-last >= MaxCopyAge.Milliseconds():
 		// The copy is too old to decide from: make the cell cold again, so
 		// that this request and any that race it wait for one read.
 		if w.RefreshedAt.CompareAndSwap(last, now) {
 			cur.Flags.And(^cells.Hydrated)
 		}
-		r.hydrate(ctx, w, cur, opAged)
-	case now-last >= freshnessInterval.Milliseconds():
+		r.hydrate(ctx, w, cur, OpAged)
+	case now-last >= FreshnessInterval.Milliseconds():
 		if w.RefreshedAt.CompareAndSwap(last, now) {
-			r.queueRefresh(w)
+			r.QueueRefresh(w)
 		}
 	}
 }
 
 // prepareBatchWindows is prepareWindow for the windows of a batch: every cold
 // or strict window is read in one round trip.
-func (r *regionalTier) prepareBatchWindows(ctx context.Context, ws []*cells.Window, now int64) {
+func (r *Tier) prepareBatchWindows(ctx context.Context, ws []*cells.Window, now int64) {
 	var toRead []*cells.Window
-	op := opStrict
+	op := OpStrict
 	for _, w := range ws {
 		cur, _ := w.CellAt(w.SeqOf(now), false)
 		if cur == nil {
@@ -273,21 +332,21 @@ func (r *regionalTier) prepareBatchWindows(ctx context.Context, ws []*cells.Wind
 		case flags&cells.Hydrated == 0:
 			w.RefreshedAt.Store(now)
 			toRead = append(toRead, w)
-			op = opCold
+			op = OpCold
 		case now < w.StrictUntil.Load():
-			if now-last >= strictRefresh(w) && w.RefreshedAt.CompareAndSwap(last, now) {
+			if now-last >= StrictRefresh(w) && w.RefreshedAt.CompareAndSwap(last, now) {
 				toRead = append(toRead, w)
 			}
-		case now-last >= maxCopyAge.Milliseconds():
+		case now-last >= MaxCopyAge.Milliseconds():
 			if w.RefreshedAt.CompareAndSwap(last, now) {
 				toRead = append(toRead, w)
-				if op == opStrict {
-					op = opAged
+				if op == OpStrict {
+					op = OpAged
 				}
 			}
-		case now-last >= freshnessInterval.Milliseconds():
+		case now-last >= FreshnessInterval.Milliseconds():
 			if w.RefreshedAt.CompareAndSwap(last, now) {
-				r.queueRefresh(w)
+				r.QueueRefresh(w)
 			}
 		}
 	}
@@ -300,7 +359,7 @@ func (r *regionalTier) prepareBatchWindows(ctx context.Context, ws []*cells.Wind
 // every request that arrives while the read is under way waits for it (at most
 // store.RequestTimeout) instead of asking again. op names the read in the
 // metrics.
-func (r *regionalTier) hydrate(ctx context.Context, w *cells.Window, cur *cells.Cell, op string) {
+func (r *Tier) hydrate(ctx context.Context, w *cells.Window, cur *cells.Cell, op string) {
 	var buf [24]byte
 	key := string(strconv.AppendUint(buf[:0], uint64(uintptr(unsafe.Pointer(cur))), 36))
 	r.flight.Do(key, func() (any, error) {
@@ -316,9 +375,9 @@ func (r *regionalTier) hydrate(ctx context.Context, w *cells.Window, cur *cells.
 // a window that could not be read is handed to the background loop to retry.
 // The current cells count as hydrated afterwards even if the read failed:
 // requests then decide from memory instead of waiting again.
-func (r *regionalTier) refreshNow(ctx context.Context, ws []*cells.Window, now int64, op string) {
+func (r *Tier) refreshNow(ctx context.Context, ws []*cells.Window, now int64, op string) {
 	for _, w := range r.refresh(ctx, ws, now, op, store.RequestTimeout) {
-		r.queueRefresh(w)
+		r.QueueRefresh(w)
 	}
 	for _, w := range ws {
 		if cur, _ := w.CellAt(w.SeqOf(now), false); cur != nil {
@@ -331,7 +390,7 @@ func (r *regionalTier) refreshNow(ctx context.Context, ws []*cells.Window, now i
 // store in one round trip, merges what it read, and returns the windows it
 // could not read (all of them if the store failed, those of a server that is
 // down if it answered in part).
-func (r *regionalTier) refresh(ctx context.Context, ws []*cells.Window, now int64, op string, timeout time.Duration) (failed []*cells.Window) {
+func (r *Tier) refresh(ctx context.Context, ws []*cells.Window, now int64, op string, timeout time.Duration) (failed []*cells.Window) {
 	keys := make([]store.CellKey, 0, 2*len(ws))
 	for _, w := range ws {
 		seq := w.SeqOf(now)
@@ -378,7 +437,7 @@ func (r *regionalTier) refresh(ctx context.Context, ws []*cells.Window, now int6
 // refundsToRead returns the refunds windows of those of ws whose current or
 // previous cell at now is reserved (see cells.Reserved), creating them: what
 // other processes gave back of those cells is in the regional store.
-func (r *regionalTier) refundsToRead(ws []*cells.Window, now int64) []*cells.Window {
+func (r *Tier) refundsToRead(ws []*cells.Window, now int64) []*cells.Window {
 	var out []*cells.Window
 	for _, w := range ws {
 		seq := w.SeqOf(now)
@@ -392,7 +451,7 @@ func (r *regionalTier) refundsToRead(ws []*cells.Window, now int64) []*cells.Win
 			continue
 		}
 		k := w.RefundsKey()
-		if rw, _, err := r.windows.FindOrCreate(&k); err == nil {
+		if rw, _, err := r.table.FindOrCreate(&k); err == nil {
 			rw.ObserveLimit(w.Limit.Load())
 			out = append(out, rw)
 		}
@@ -407,41 +466,41 @@ func (r *regionalTier) refundsToRead(ws []*cells.Window, now int64) []*cells.Win
 // its data: a Redis restarted without persistence, a cluster master back
 // empty) is re-seeded with that by the next replay (see cells.Cell.Stored). A cell
 // the process has no slot for any more is left alone.
-func (r *regionalTier) merge(w *cells.Window, seq, stored int64) {
+func (r *Tier) merge(w *cells.Window, seq, stored int64) {
 	c := w.CellForMerge(seq, stored)
 	if c == nil {
 		return
 	}
 	n := stored + c.Unreplayed.Load() + c.Speculative.Load()
-	r.windows.Raise(w, c, &c.Count, n, r.clock.Now().UnixMilli())
+	r.models.Raise(w, c, &c.Count, n, r.clock.Now().UnixMilli())
 	if stored < c.Stored.Load() {
 		c.Flags.Or(cells.Reseed)
-		r.queueReplay(w, c, 0)
+		r.QueueReplay(w, c, 0)
 		return
 	}
 	cells.AtomicMax(&c.Stored, stored)
 }
 
-// afterDecideWindow does the regional tier's share of decision d on w at now:
+// afterDecideWindow does the regional tier's share of a decision on w at now:
 // it queues what was counted for replay and keeps the key strict for one
 // duration after a denial, or after an admission that left at most
 // strictHeadroom of its capacity (a window's limit, a bucket's burst).
 // Near the limit is where processes that are each
 // one admission behind the others would together admit too much; strict
 // decisions read the store first.
-func (r *regionalTier) afterDecideWindow(w *cells.Window, cur *cells.Cell, now int64, d *decision, counted int64) {
+func (r *Tier) afterDecideWindow(w *cells.Window, cur *cells.Cell, now, counted int64, admitted bool, remaining, capacity int64) {
 	if counted > 0 {
-		r.queueReplay(w, cur, counted)
+		r.QueueReplay(w, cur, counted)
 	}
-	if d.success && float64(d.remaining) > strictHeadroom*float64(d.capacity) {
+	if admitted && float64(remaining) > strictHeadroom*float64(capacity) {
 		return
 	}
-	r.makeStrict(w, now)
+	r.MakeStrict(w, now)
 }
 
-// makeStrict keeps w strict for one duration from now: its decisions read
-// the store first (at most once per strictRefresh).
-func (r *regionalTier) makeStrict(w *cells.Window, now int64) {
+// MakeStrict keeps w strict for one duration from now: its decisions read
+// the store first (at most once per StrictRefresh).
+func (r *Tier) MakeStrict(w *cells.Window, now int64) {
 	until := now + w.StrictSpan(now)
 	for {
 		old := w.StrictUntil.Load()
@@ -450,16 +509,16 @@ func (r *regionalTier) makeStrict(w *cells.Window, now int64) {
 		}
 		if w.StrictUntil.CompareAndSwap(old, until) {
 			if old <= now {
-				r.metrics.strictActivations.Inc()
+				r.metrics.StrictActivations.Inc()
 			}
 			return
 		}
 	}
 }
 
-// queueReplay records that cost (0 for a cell to re-seed) was accepted into
+// QueueReplay records that cost (0 for a cell to re-seed) was accepted into
 // c and, if c is not queued yet, queues it for the next replay.
-func (r *regionalTier) queueReplay(w *cells.Window, c *cells.Cell, cost int64) {
+func (r *Tier) QueueReplay(w *cells.Window, c *cells.Cell, cost int64) {
 	c.Unreplayed.Add(cost)
 	flags := c.Flags.Load()
 	if flags&cells.Queued != 0 {
@@ -472,21 +531,21 @@ func (r *regionalTier) queueReplay(w *cells.Window, c *cells.Cell, cost int64) {
 		// The cell stays unreplayed and unqueued: its next accepted request
 		// queues it again.
 		c.Flags.And(^cells.Queued)
-		r.metrics.queueOverflow.WithLabelValues("replay").Inc()
+		r.metrics.ReplayOverflow.Inc()
 	}
 }
 
-// queueRefresh queues w for a background read from the regional store.
-func (r *regionalTier) queueRefresh(w *cells.Window) {
+// QueueRefresh queues w for a background read from the regional store.
+func (r *Tier) QueueRefresh(w *cells.Window) {
 	if !r.refreshes.Push(w) {
-		r.metrics.queueOverflow.WithLabelValues("refresh").Inc()
+		r.metrics.RefreshOverflow.Inc()
 	}
 }
 
-// strictRefresh returns how many ms a strict window waits between regional
-// reads: strictRefreshInterval, or a hundredth of the window for windows
+// StrictRefresh returns how many ms a strict window waits between regional
+// reads: StrictRefreshInterval, or a hundredth of the window for windows
 // under 10 s, so that short windows converge within a small share of their
 // length.
-func strictRefresh(w *cells.Window) int64 {
-	return min(strictRefreshInterval.Milliseconds(), w.Period().Ms()/100)
+func StrictRefresh(w *cells.Window) int64 {
+	return min(StrictRefreshInterval.Milliseconds(), w.Period().Ms()/100)
 }

@@ -1,4 +1,4 @@
-package ratelimit
+package regional
 
 import (
 	"context"
@@ -12,56 +12,66 @@ import (
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
-// opSlots names, in the metrics, an acquisition of slots in the regional
+// OpSlots names, in the metrics, an acquisition of slots in the regional
 // store.
-const opSlots = "slots"
+const OpSlots = "slots"
 
-// takeOutcome is how a take of slots in the regional store went.
-type takeOutcome int
+// TakeOutcome is how a take of slots in the regional store went.
+type TakeOutcome int
 
 const (
-	// taken or refused: the store answered.
-	takeAnswered takeOutcome = iota
-	// takeNotSent: the store takes no slots, was not sent the take (its
+	// TakeAnswered: the store answered, taken or refused.
+	TakeAnswered TakeOutcome = iota
+	// TakeNotSent: the store takes no slots, was not sent the take (its
 	// breaker is open, no lane came free in time) or the clock reading was
 	// stale: decide from memory, as for any limit.
-	takeNotSent
-	// takeLost: the take was sent and its answer lost; the store may hold
+	TakeNotSent
+	// TakeLost: the take was sent and its answer lost; the store may hold
 	// it. Decide from memory, and count its slots whatever the decision:
 	// a replay writes its total (see lostTake).
-	takeLost
+	TakeLost
 )
 
-// takeSlots takes cost slots of the pool of w (sp's limit), counted in
-// w's cell, at now in the regional store, in one atomic step with the
-// region's count of what the pool holds, and returns the decision and
-// w's cell when the store answered. Replayed counts reach the store some
+// Taken is what the regional store answered to a take of slots: whether
+// it took them, what the pool holds (with this process's slots it has not
+// sent yet), and, when it did not take them, how many ms until enough of
+// them free themselves (see pool.FreeAfter).
+type Taken struct {
+	OK         bool
+	Held       int64
+	RetryAfter int64
+}
+
+// TakeSlots takes cost slots of the pool of w (of limit), counted in w's
+// cell, at now in the regional store, in one atomic step with the
+// region's count of what the pool holds, and returns the answer and w's
+// cell when the store answered. Replayed counts reach the store some
 // milliseconds after they were taken, in which every process of the
 // region would see the same slots free; a window's few units over its
 // limit are repaid by the next window, but slots held by everyone's stale
 // view stay taken for as long as they are held.
-func (r *regionalTier) takeSlots(ctx context.Context, w *cells.Window, now int64, sp spec, cost int64) (decision, *cells.Cell, takeOutcome) {
+func (r *Tier) TakeSlots(ctx context.Context, w *cells.Window, now, limit, cost int64) (Taken, *cells.Cell, TakeOutcome) {
 	taker, ok := r.store.(store.SlotTaker)
 	if !ok {
-		return decision{}, nil, takeNotSent
+		return Taken{}, nil, TakeNotSent
 	}
-	seq, end := pool.CellOf(w)
+	seq, _ := pool.CellOf(w)
 	cur, _ := w.CellAt(seq, false)
-	g := r.windows.poolOf(w)
+	g := r.pools.Filed(w, r.table)
 	if cur == nil || g == nil || w.Evicted() {
-		return decision{}, nil, takeNotSent // the caller decides again on the window that replaces it
+		return Taken{}, nil, TakeNotSent // the caller decides again on the window that replaces it
 	}
-	lanes := r.windows.lanesOf(w)
+	lanes := r.lanesOf(w)
 	lane := lanes.acquire(ctx, r.writer, store.RequestTimeout)
 	if lane == nil {
-		return decision{}, nil, takeNotSent
+		return Taken{}, nil, TakeNotSent
 	}
 	total := lanes.add(lane, seq, cost)
 	beyond := r.beyond(g, now)
 	var counts store.SlotCounts
-	_, err := r.call(ctx, opSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
+	_, err := r.call(ctx, OpSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
 		var err error
-		counts, err = taker.TakeSlots(ctx, store.SlotTake{Key: w.CellKey(seq), Cost: cost, Limit: sp.limit, Now: now,
+		counts, err = taker.TakeSlots(ctx, store.SlotTake{Key: w.CellKey(seq), Cost: cost, Limit: limit, Now: now,
 			Beyond: beyond, TTL: time.Duration(w.ExpiresAt(seq)-now) * time.Millisecond, Writer: lane.writer, Total: total})
 		return nil, err
 	})
@@ -70,11 +80,11 @@ func (r *regionalTier) takeSlots(ctx context.Context, w *cells.Window, now int64
 		// Not sent: nothing to count twice.
 		lanes.add(lane, seq, -cost)
 		lanes.release(lane, seq)
-		return decision{}, nil, takeNotSent
+		return Taken{}, nil, TakeNotSent
 	case err != nil:
 		lanes.lost.Add(1)
 		r.loseTake(&lostTake{w: w, lanes: lanes, lane: lane, seq: seq, total: total, cost: cost})
-		return decision{}, nil, takeLost
+		return Taken{}, nil, TakeLost
 	case !counts.Taken:
 		lanes.add(lane, seq, -cost)
 	}
@@ -85,20 +95,18 @@ func (r *regionalTier) takeSlots(ctx context.Context, w *cells.Window, now int64
 	if counts.Taken {
 		r.markLater(w, cur)
 	}
-	held := counts.Held(beyond)
-	d := decision{algorithm: Concurrency, limit: sp.limit, capacity: sp.limit, resetMs: end, success: counts.Taken,
-		remaining: min(max(sp.limit-held, 0), sp.limit)}
-	if !d.success {
-		d.retryAfter = pool.FreeAfter(heldCells(counts, beyond), held, cost, sp.limit, now)
+	t := Taken{OK: counts.Taken, Held: counts.Held(beyond)}
+	if !t.OK {
+		t.RetryAfter = pool.FreeAfter(heldCells(counts, beyond), t.Held, cost, limit, now)
 	}
-	return d, cur, takeAnswered
+	return t, cur, TakeAnswered
 }
 
 // mergePool merges read, what the regional store answered of w's pool,
 // into the pool's windows: the store's counts, and this process's not yet
 // sent, are what the region holds; cells this process did not know of
 // (other leases' grids, other expiries) join the pool.
-func (r *regionalTier) mergePool(w *cells.Window, read []store.PoolCell) {
+func (r *Tier) mergePool(w *cells.Window, read []store.PoolCell) {
 	for _, pc := range read {
 		p, ok := period.FromCode(pc.Key.Duration.Milliseconds())
 		if !ok {
@@ -109,7 +117,7 @@ func (r *regionalTier) mergePool(w *cells.Window, read []store.PoolCell) {
 		pw := w
 		if p != w.Period() {
 			var err error
-			if pw, _, err = r.windows.FindOrCreate(&k); err != nil {
+			if pw, _, err = r.table.FindOrCreate(&k); err != nil {
 				continue
 			}
 		}
@@ -118,22 +126,22 @@ func (r *regionalTier) mergePool(w *cells.Window, read []store.PoolCell) {
 			c.Flags.Or(cells.Hydrated)
 		}
 		k.Refunds = true
-		if rw, _, err := r.windows.FindOrCreate(&k); err == nil {
+		if rw, _, err := r.table.FindOrCreate(&k); err == nil {
 			rw.ObserveLimit(w.Limit.Load())
 			r.merge(rw, pc.Key.Sequence, pc.Refunds)
 		}
 	}
 }
 
-// readPool brings the pool of w up to date from the regional store at
+// ReadPool brings the pool of w up to date from the regional store at
 // now (unix ms): every cell of it that has not ended, as the store holds
 // it. A store that cannot take slots is read cell by cell, the cells this
 // process knows of.
-func (r *regionalTier) readPool(ctx context.Context, w *cells.Window, now int64) {
+func (r *Tier) ReadPool(ctx context.Context, w *cells.Window, now int64) {
 	seq, _ := pool.CellOf(w)
 	if taker, ok := r.store.(store.SlotTaker); ok {
 		var cells []store.PoolCell
-		_, err := r.call(ctx, opSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
+		_, err := r.call(ctx, OpSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
 			var err error
 			cells, err = taker.ReadSlots(ctx, w.CellKey(seq), now)
 			return nil, err
@@ -144,7 +152,7 @@ func (r *regionalTier) readPool(ctx context.Context, w *cells.Window, now int64)
 		}
 		return
 	}
-	g := r.windows.pools.Of(w)
+	g := r.pools.Of(w)
 	if g == nil {
 		return
 	}
@@ -152,7 +160,7 @@ func (r *regionalTier) readPool(ctx context.Context, w *cells.Window, now int64)
 	for _, pc := range g.Live(now) {
 		ws = append(ws, pc.W)
 	}
-	r.refreshNow(ctx, ws, now, opSlots)
+	r.refreshNow(ctx, ws, now, OpSlots)
 }
 
 // beyond returns what is held beyond the regional store in each cell of
@@ -165,13 +173,13 @@ func (r *regionalTier) readPool(ctx context.Context, w *cells.Window, now int64)
 // here once the replay has sent it: strict meanwhile). A release answered
 // in another region frees a slot counted here: each cell is summed over
 // the regions before it is clamped, never each region's part alone.
-func (r *regionalTier) beyond(g *pool.Group, now int64) []store.PoolCell {
+func (r *Tier) beyond(g *pool.Group, now int64) []store.PoolCell {
 	var out []store.PoolCell
 	for _, pc := range g.Live(now) {
 		seq, _ := pool.CellOf(pc.W)
 		var n int64
 		if c := pc.W.Cells[seq&1].Load(); c != nil && c.Seq() == seq {
-			n += c.Global.Load() + c.Unreplayed.Load() + r.windows.unacked(pc.W, seq)
+			n += c.Global.Load() + c.Unreplayed.Load() + r.unacked(pc.W, seq)
 		}
 		if pc.Refunds != nil {
 			if rc := pc.Refunds.Cells[seq&1].Load(); rc != nil && rc.Seq() == seq {
@@ -205,7 +213,7 @@ func heldCells(counts store.SlotCounts, beyond []store.PoolCell) []pool.Held {
 
 // loseTake keeps t, a take whose answer was lost, for the next replay,
 // its lane held until then.
-func (r *regionalTier) loseTake(t *lostTake) {
+func (r *Tier) loseTake(t *lostTake) {
 	r.lost.mu.Lock()
 	r.lost.takes = append(r.lost.takes, t)
 	r.lost.mu.Unlock()
@@ -213,7 +221,7 @@ func (r *regionalTier) loseTake(t *lostTake) {
 
 // lostTakes returns what w's takes whose answers were lost took in cell
 // seq: held, whether or not the store has them yet.
-func (r *regionalTier) lostTakes(w *cells.Window, seq int64) int64 {
+func (r *Tier) lostTakes(w *cells.Window, seq int64) int64 {
 	r.lost.mu.Lock()
 	defer r.lost.mu.Unlock()
 	var n int64
@@ -229,7 +237,7 @@ func (r *regionalTier) lostTakes(w *cells.Window, seq int64) int64 {
 // now (unix ms), and frees the lanes of those the store took (or whose
 // cells ended); the others wait for the next replay. They stay listed,
 // and counted as held, until the store has answered.
-func (r *regionalTier) resendTakes(ctx context.Context, now int64) {
+func (r *Tier) resendTakes(ctx context.Context, now int64) {
 	r.lost.mu.Lock()
 	takes := slices.Clone(r.lost.takes)
 	r.lost.mu.Unlock()
@@ -248,7 +256,7 @@ func (r *regionalTier) resendTakes(ctx context.Context, now int64) {
 		sent = append(sent, t)
 	}
 	if len(incs) > 0 {
-		counts, _ := r.call(ctx, opReplay, backgroundTimeout, func(ctx context.Context) ([]int64, error) {
+		counts, _ := r.call(ctx, OpReplay, backgroundTimeout, func(ctx context.Context) ([]int64, error) {
 			return r.store.Increment(ctx, incs)
 		})
 		for i, t := range sent {
@@ -269,20 +277,20 @@ func (r *regionalTier) resendTakes(ctx context.Context, now int64) {
 	}
 }
 
-// writeThrough adds amount to c, a cell of a concurrency limit's window w or
+// WriteThrough adds amount to c, a cell of a concurrency limit's window w or
 // of its releases, in the regional store at once, so that the region's
 // next acquisition, in any process, sees it (a release: the slots free; an
 // extension's count: the slots still held); and reports false when the
 // store failed: the replay sends it again, with this process's total of
 // the cell, which holds amount (see increment), and the caller adds it to
 // nothing else that is replayed.
-func (r *regionalTier) writeThrough(ctx context.Context, w *cells.Window, c *cells.Cell, amount int64) bool {
+func (r *Tier) WriteThrough(ctx context.Context, w *cells.Window, c *cells.Cell, amount int64) bool {
 	now := r.clock.Now().UnixMilli()
 	inc := r.increment(w, c, amount, now)
 	if r.mark != nil {
 		inc.Mark = r.mark(w, c)
 	}
-	counts, err := r.call(ctx, opSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
+	counts, err := r.call(ctx, OpSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
 		return r.store.Increment(ctx, []store.Increment{inc})
 	})
 	return r.written(w, c, inc, counts, err, now)
@@ -292,7 +300,7 @@ func (r *regionalTier) writeThrough(ctx context.Context, w *cells.Window, c *cel
 // cell of w) at once, and reports whether the store took it: it raises
 // c to what the store holds, or, when the write failed, leaves it to the
 // replay (a total is sent again as it is).
-func (r *regionalTier) written(w *cells.Window, c *cells.Cell, inc store.Increment, counts []int64, err error, now int64) bool {
+func (r *Tier) written(w *cells.Window, c *cells.Cell, inc store.Increment, counts []int64, err error, now int64) bool {
 	if err != nil || len(counts) != 1 || counts[0] < 0 {
 		if inc.Mark > 0 {
 			// Not marked after all: the replay that sends amount marks it.
@@ -305,10 +313,10 @@ func (r *regionalTier) written(w *cells.Window, c *cells.Cell, inc store.Increme
 		}
 		return false
 	}
-	r.windows.Raise(w, c, &c.Count, counts[0]+c.Unreplayed.Load()+c.Speculative.Load(), now)
+	r.models.Raise(w, c, &c.Count, counts[0]+c.Unreplayed.Load()+c.Speculative.Load(), now)
 	cells.AtomicMax(&c.Stored, counts[0])
 	if inc.Writer != "" {
-		r.windows.acked(w, c.Seq(), inc.Total)
+		r.acked(w, c.Seq(), inc.Total)
 	}
 	// Not marked when the mark was decided before c held amount (an
 	// extension's count, which may make the cell worth sharing).
@@ -316,16 +324,16 @@ func (r *regionalTier) written(w *cells.Window, c *cells.Cell, inc store.Increme
 	return true
 }
 
-// release writes amount, given back to c (a cell of rw, the releases of
-// w's pool cell), to the regional store at once, as writeThrough does,
+// Release writes amount, given back to c (a cell of rw, the releases of
+// w's pool cell), to the regional store at once, as WriteThrough does,
 // and reads w's pool in the same round trip where the store can
 // (store.SlotTaker): it reports whether it did, and merged what the pool
 // holds. w may be nil (the table holds no window of the cell): then the
 // release is written through alone.
-func (r *regionalTier) release(ctx context.Context, w, rw *cells.Window, c *cells.Cell, amount int64) bool {
+func (r *Tier) Release(ctx context.Context, w, rw *cells.Window, c *cells.Cell, amount int64) bool {
 	taker, ok := r.store.(store.SlotTaker)
 	if !ok || w == nil {
-		r.writeThrough(ctx, rw, c, amount)
+		r.WriteThrough(ctx, rw, c, amount)
 		return false
 	}
 	now := r.clock.Now().UnixMilli()
@@ -334,7 +342,7 @@ func (r *regionalTier) release(ctx context.Context, w, rw *cells.Window, c *cell
 		inc.Mark = r.mark(rw, c)
 	}
 	var cells []store.PoolCell
-	counts, err := r.call(ctx, opSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
+	counts, err := r.call(ctx, OpSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
 		n, read, err := taker.ReleaseSlots(ctx, inc, now)
 		cells = read
 		return []int64{n}, err
@@ -354,26 +362,26 @@ func (r *regionalTier) release(ctx context.Context, w, rw *cells.Window, c *cell
 // this process dies or loses the global store before it publishes it. The
 // replay sends the cell without an increment if it is worth marking then
 // (see cells.ToMark); a cell marked this full flush interval is not queued.
-func (r *regionalTier) markLater(w *cells.Window, c *cells.Cell) {
+func (r *Tier) markLater(w *cells.Window, c *cells.Cell) {
 	if r.mark != nil && c.Flags.Load()&cells.Marked == 0 {
 		c.Flags.Or(cells.ToMark)
-		r.queueReplay(w, c, 0)
+		r.QueueReplay(w, c, 0)
 	}
 }
 
-// readSlots brings the pools of the concurrency limits ws (a window of
+// ReadSlots brings the pools of the concurrency limits ws (a window of
 // each) up to date from the regional store, one read a pool; a failed
 // read leaves them as they are.
-func (r *regionalTier) readSlots(ctx context.Context, ws []*cells.Window, now int64) {
+func (r *Tier) ReadSlots(ctx context.Context, ws []*cells.Window, now int64) {
 	for _, w := range ws {
-		r.readPool(ctx, w, now)
+		r.ReadPool(ctx, w, now)
 	}
 }
 
 // laneTotals appends to incs the settled totals of the lanes this
 // process took w's slots through in cell seq, at now (unix ms).
-func (r *regionalTier) laneTotals(incs []store.Increment, w *cells.Window, seq, now int64) []store.Increment {
-	lanes, ok := r.windows.lanes.Load(w)
+func (r *Tier) laneTotals(incs []store.Increment, w *cells.Window, seq, now int64) []store.Increment {
+	lanes, ok := r.lanes.Load(w)
 	if !ok {
 		return incs
 	}

@@ -1,4 +1,4 @@
-package ratelimit
+package model
 
 import (
 	"slices"
@@ -24,24 +24,24 @@ func bucketIDOf(w *cells.Window) bucketID {
 // making it on first use at sp's rate, and reports whether w attached the
 // bucket that the identity's other windows held until now (its cells
 // changed length). A bucket made takes what w's cells already hold (see
-// arrival) and their seed (see Service.seedBucket), as if owed at once: a
+// arrival) and their seed (see Table.seedBucket), as if owed at once: a
 // cold read errs strict. A bucket attached keeps the emptier of what it
 // knew and the seed (which another process that moved first left with
 // what it owed, itself included) and takes what w's cells count, which
 // this process has not seen: admissions there since the first process
 // moved.
-func (t *windowTable) bucketOf(w *cells.Window, sp spec, now int64) (b *bucket, attached bool) {
+func (t *Table) bucketOf(w *cells.Window, sp Spec, now int64) (b *Bucket, attached bool) {
 	if b, ok := t.buckets.Load(w); ok {
 		return b, false
 	}
 	id := bucketIDOf(w)
-	b, _ = t.bucketIDs.Compute(id, func(old *bucket, loaded bool) (*bucket, xsync.ComputeOp) {
+	b, _ = t.bucketIDs.Compute(id, func(old *Bucket, loaded bool) (*Bucket, xsync.ComputeOp) {
 		if loaded {
 			old.refs.Add(1)
 			attached = true
 			return old, xsync.CancelOp
 		}
-		b := &bucket{}
+		b := &Bucket{}
 		b.init(sp)
 		b.refs.Store(1)
 		return b, xsync.UpdateOp
@@ -50,10 +50,10 @@ func (t *windowTable) bucketOf(w *cells.Window, sp spec, now int64) (b *bucket, 
 		c *cells.Cell
 		n int64
 	}
-	held, loaded := t.buckets.LoadOrCompute(w, func() (*bucket, bool) {
+	held, loaded := t.buckets.LoadOrCompute(w, func() (*Bucket, bool) {
 		if seed := t.seedOf(w, now); seed > 0 {
-			owed := &bucket{}
-			owed.init(spec{limit: b.limit.Load(), durationMs: b.durMs.Load(), burst: b.burst.Load()})
+			owed := &Bucket{}
+			owed.init(Spec{Limit: b.limit.Load(), DurationMs: b.durMs.Load(), Burst: b.burst.Load()})
 			owed.take(seed, now*int64(time.Millisecond))
 			cells.AtomicMax(&b.tat, owed.tat.Load())
 		}
@@ -91,9 +91,9 @@ func (t *windowTable) bucketOf(w *cells.Window, sp spec, now int64) (b *bucket, 
 }
 
 // seedOf returns the largest seed left beside w's cells of now (unix ms)
-// and the one before (see Service.seedBucket), this region's or the sum
+// and the one before (see Table.seedBucket), this region's or the sum
 // of the others'.
-func (t *windowTable) seedOf(w *cells.Window, now int64) int64 {
+func (t *Table) seedOf(w *cells.Window, now int64) int64 {
 	cur, prev := t.refundCells(w, w.SeqOf(now))
 	var seed int64
 	for _, c := range []*cells.Cell{cur, prev} {
@@ -106,7 +106,7 @@ func (t *windowTable) seedOf(w *cells.Window, now int64) int64 {
 
 // dropBucket forgets w's bucket, and the identity's bucket with its last
 // window: the janitor removed w.
-func (t *windowTable) dropBucket(w *cells.Window) {
+func (t *Table) dropBucket(w *cells.Window) {
 	if b, ok := t.buckets.LoadAndDelete(w); ok {
 		b.mu.Lock()
 		b.windows = slices.DeleteFunc(b.windows, func(o *cells.Window) bool { return o == w })
@@ -117,8 +117,8 @@ func (t *windowTable) dropBucket(w *cells.Window) {
 
 // unref counts one window fewer holding b, the bucket of id, and forgets
 // b with the last.
-func (t *windowTable) unref(id bucketID, b *bucket) {
-	t.bucketIDs.Compute(id, func(old *bucket, loaded bool) (*bucket, xsync.ComputeOp) {
+func (t *Table) unref(id bucketID, b *Bucket) {
+	t.bucketIDs.Compute(id, func(old *Bucket, loaded bool) (*Bucket, xsync.ComputeOp) {
 		if loaded && old == b && b.refs.Add(-1) <= 0 {
 			return nil, xsync.DeleteOp
 		}

@@ -1,4 +1,4 @@
-package ratelimit
+package regional
 
 import (
 	"context"
@@ -9,25 +9,25 @@ import (
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
-// run replays accepted increments and refreshes stale windows every
-// replayInterval until ctx is done, then replays once more so that what was
+// Run replays accepted increments and refreshes stale windows every
+// ReplayInterval until ctx is done, then replays once more so that what was
 // accepted before shutdown reaches the regional store.
-func (r *regionalTier) run(ctx context.Context) {
-	t := time.NewTicker(replayInterval)
+func (r *Tier) Run(ctx context.Context) {
+	t := time.NewTicker(ReplayInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			r.replay(context.Background())
+			r.Replay(context.Background())
 			return
 		case <-t.C:
-			r.replay(ctx)
-			r.refreshStale(ctx)
+			r.Replay(ctx)
+			r.RefreshStale(ctx)
 		}
 	}
 }
 
-// replay sends every queued cell's unreplayed increments to the regional
+// Replay sends every queued cell's unreplayed increments to the regional
 // store in one round trip, each with its floor (the highest count the store
 // showed this process, plus the increment), and raises each cell to the
 // count it answers. A store that lost its data is so re-seeded by every process that
@@ -37,7 +37,7 @@ func (r *regionalTier) run(ctx context.Context) {
 // is sent again next time, for as long as its window can still affect a
 // decision. A cell whose count the store took at once (cells.ToMark) is sent
 // without an increment if it is to be marked, and again if that fails.
-func (r *regionalTier) replay(ctx context.Context) {
+func (r *Tier) Replay(ctx context.Context) {
 	r.resendTakes(ctx, r.clock.Now().UnixMilli())
 	items := r.replays.Take()
 	if len(items) == 0 {
@@ -58,7 +58,7 @@ func (r *regionalTier) replay(ctx context.Context) {
 		}
 		if it.C.Seq() < it.W.SeqOf(now)-1 {
 			// The cell can no longer affect any decision anywhere.
-			r.metrics.replayExpired.Add(float64(delta))
+			r.metrics.ReplayExpired.Add(float64(delta))
 			continue
 		}
 		inc := r.increment(it.W, it.C, delta, now)
@@ -85,17 +85,17 @@ func (r *regionalTier) replay(ctx context.Context) {
 	if len(incs) == 0 {
 		return
 	}
-	counts, _ := r.call(ctx, opReplay, backgroundTimeout, func(ctx context.Context) ([]int64, error) {
+	counts, _ := r.call(ctx, OpReplay, backgroundTimeout, func(ctx context.Context) ([]int64, error) {
 		return r.store.Increment(ctx, incs)
 	})
 	for i, it := range sent {
 		if i < len(counts) && counts[i] >= 0 {
 			// The answer holds what the other processes added too.
 			n := counts[i] + it.C.Unreplayed.Load() + it.C.Speculative.Load()
-			r.windows.Raise(it.W, it.C, &it.C.Count, n, now)
+			r.models.Raise(it.W, it.C, &it.C.Count, n, now)
 			cells.AtomicMax(&it.C.Stored, counts[i])
 			if incs[i].Writer != "" {
-				r.windows.acked(it.W, it.C.Seq(), incs[i].Total)
+				r.acked(it.W, it.C.Seq(), incs[i].Total)
 			}
 			continue
 		}
@@ -105,7 +105,7 @@ func (r *regionalTier) replay(ctx context.Context) {
 		}
 		if marksOnly[i] {
 			it.C.Flags.Or(cells.ToMark) // still to mark
-			r.queueReplay(it.W, it.C, 0)
+			r.QueueReplay(it.W, it.C, 0)
 			continue
 		}
 		// Sent again next time, until its window ends (then dropped above).
@@ -113,10 +113,10 @@ func (r *regionalTier) replay(ctx context.Context) {
 	}
 }
 
-// refreshStale reads the windows whose requests found them stale, in one
+// RefreshStale reads the windows whose requests found them stale, in one
 // round trip. Windows that could not be read are queued again unless they
 // went idle.
-func (r *regionalTier) refreshStale(ctx context.Context) {
+func (r *Tier) RefreshStale(ctx context.Context) {
 	queued := r.refreshes.Take()
 	if len(queued) == 0 {
 		return
@@ -130,9 +130,9 @@ func (r *regionalTier) refreshStale(ctx context.Context) {
 		}
 	}
 	now := r.clock.Now().UnixMilli()
-	for _, w := range r.refresh(ctx, ws, now, opStale, backgroundTimeout) {
+	for _, w := range r.refresh(ctx, ws, now, OpStale, backgroundTimeout) {
 		if !w.Idle(w.SeqOf(now) - 1) {
-			r.queueRefresh(w)
+			r.QueueRefresh(w)
 		}
 	}
 }
