@@ -6,7 +6,7 @@ PKGS      := ./...
 BENCHTIME ?= 2s
 BENCHCOUNT ?= 5
 
-.PHONY: help build run run-worker dev dev-down loadgen test test-go deps deps-dev check-generated check-deploy check-chart generate lint bench accuracy tools migrate binaries image scaling-kit
+.PHONY: help build run run-worker dev dev-down loadgen test test-go deps deps-dev check-generated check-deploy check-chart generate lint bench accuracy tools migrate binaries image scaling-kit release notice
 
 # apt-get needs root; elsewhere it goes through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -105,7 +105,8 @@ SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 # What `api --version` and `worker --version` print (internal/version): the
 # chart's appVersion, the commit (-dirty with uncommitted changes to tracked
 # files) and its time, SOURCE_DATE_EPOCH, so that a build stays reproducible.
-VERSION ?= $(shell sed -n 's/^appVersion: *"*\([^"]*\)"*$$/\1/p' deploy/helm/ratelimit/Chart.yaml)
+CHART_VERSION := $(shell sed -n 's/^appVersion: *"*\([^"]*\)"*$$/\1/p' deploy/helm/ratelimit/Chart.yaml)
+VERSION ?= $(CHART_VERSION)
 COMMIT ?= $(shell c=$$(git rev-parse --short HEAD 2>/dev/null) && { git diff --quiet HEAD 2>/dev/null || c=$$c-dirty; echo $$c; } || echo unknown)
 VERSION_PKG := github.com/unkeyed/ratelimit/internal/version
 VERSION_LDFLAGS = -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT) -X $(VERSION_PKG).built=$(SOURCE_DATE_EPOCH)
@@ -129,13 +130,35 @@ binaries: ## build/bin/api and worker (or BIN_DIR=…): the images' static linux
 		GOOS=linux GOARCH=amd64 $(GOBUILD) -o $(BIN_DIR)/$$b ./cmd/$$b || exit 1; \
 	done
 
-image: binaries ## build/images/api.tar and worker.tar: OCI images of the static binaries, without Docker (the API's also as /bin/ratelimit, for Envoy Gateway)
-	mkdir -p build/images
+IMAGE_DIR ?= build/images
+
+image: binaries ## build/images/api.tar and worker.tar (or IMAGE_DIR=…): OCI images of the static binaries, without Docker (the API's also as /bin/ratelimit, for Envoy Gateway)
+	mkdir -p $(IMAGE_DIR)
 	for b in api worker; do \
 		link=; [ $$b = api ] && link=bin/ratelimit; \
 		(cd tools && SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./imagebuild -binary $(abspath $(BIN_DIR))/$$b -name $$b \
-			-link "$$link" -tag ratelimit-$$b:$(IMAGE_TAG) -out ../build/images/$$b.tar) || exit 1; \
+			-link "$$link" -tag ratelimit-$$b:$(IMAGE_TAG) -out $(abspath $(IMAGE_DIR))/$$b.tar) || exit 1; \
 	done
+
+# A release is the chart's appVersion (the one place a version is set):
+# make release refuses another VERSION, and a version CHANGELOG.md has no
+# section for. Its directory holds what is published: the binaries, the
+# images tagged with the version, LICENSE, NOTICE, CHANGELOG.md and
+# SHA256SUMS over them (sha256sum -c SHA256SUMS checks a download).
+RELEASE_DIR ?= build/release/$(VERSION)
+
+release: ## build/release/VERSION/: the linux/amd64 binaries and images of the chart's appVersion, LICENSE, NOTICE, CHANGELOG.md and their SHA256SUMS
+	@[ "$(VERSION)" = "$(CHART_VERSION)" ] || { echo "make release: VERSION=$(VERSION), but deploy/helm/ratelimit/Chart.yaml's appVersion is $(CHART_VERSION): set the version there, the one place"; exit 1; }
+	@grep -q '^## \[$(VERSION)\] - [0-9]' CHANGELOG.md || { echo "make release: CHANGELOG.md has no section '## [$(VERSION)] - YYYY-MM-DD': write what changed first"; exit 1; }
+	@[ -z "$$(git status --porcelain 2>/dev/null)" ] || [ -n "$(RELEASE_DIRTY)" ] || { echo "make release: the tree has uncommitted changes (RELEASE_DIRTY=1 to build anyway, for a test)"; exit 1; }
+	rm -rf $(RELEASE_DIR) && mkdir -p $(RELEASE_DIR)
+	$(MAKE) --no-print-directory image BIN_DIR=$(RELEASE_DIR)/bin IMAGE_DIR=$(RELEASE_DIR)/images IMAGE_TAG=$(VERSION)
+	cp LICENSE NOTICE CHANGELOG.md $(RELEASE_DIR)/
+	cd $(RELEASE_DIR) && sha256sum bin/* images/* LICENSE NOTICE CHANGELOG.md > SHA256SUMS
+	@echo "==> $(RELEASE_DIR): tag it with git tag v$(VERSION)"
+
+notice: ## write NOTICE: the NOTICE files of the modules the programs link (scripts/notice.sh)
+	scripts/notice.sh > NOTICE
 
 # The generated code's digest (scripts/generated-sum.sh): make generate
 # records it; make check-generated regenerates only when the tree's differs.
