@@ -463,7 +463,7 @@ func TestRatelimitConfigCheck(t *testing.T) {
 	t.Parallel()
 	bin := ratelimitBinary(t)
 	run := func(env ...string) (string, error) {
-		cmd := exec.Command(bin, "config", "check")
+		cmd := exec.Command(bin, "config", "check", "--static")
 		cmd.Env = env
 		out, err := cmd.CombinedOutput()
 		return string(out), err

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -38,11 +40,13 @@ func settings(t *testing.T, name string) map[string]string {
 	return vars
 }
 
-// configCheck runs `name config check` with environ and nothing else, and
-// returns what it printed, and its failure.
+// configCheck runs `name config check --static` with environ and nothing
+// else (the settings alone: the files and addresses of a manifest are
+// the machine's it runs on), and returns what it printed, and its
+// failure.
 func configCheck(t *testing.T, name string, environ []string) (string, error) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(bin, name), "config", "check")
+	cmd := exec.Command(filepath.Join(bin, name), "config", "check", "--static")
 	cmd.Env = environ
 	out, err := cmd.CombinedOutput()
 	return string(out), err
@@ -69,4 +73,93 @@ func (l loaded) get(name string) string {
 		return v
 	}
 	return l.defaults[name]
+}
+
+// TestSettingsTyposStopTheStart: an UNKEY_* variable a program does not
+// read, a misspelled setting most likely, fails `config check` (and so
+// the start) naming the setting nearest to it, unless
+// UNKEY_ALLOW_UNKNOWN_SETTINGS allows it; a variable another program
+// reads (a client's token) is no typo. A value a setting's type cannot
+// hold names the variable, what was set and what it takes, not the
+// program's field.
+func TestSettingsTyposStopTheStart(t *testing.T) {
+	t.Parallel()
+	base := map[string][]string{
+		"api":    {"UNKEY_REGION=eu"},
+		"worker": {"UNKEY_MYSQL_DSN=u:p@tcp(127.0.0.1:3306)/db"},
+	}
+	for name, typo := range map[string][2]string{
+		"api":    {"UNKEY_RLS_CONFG=/etc/ratelimit", "UNKEY_RLS_CONFIG"},
+		"worker": {"UNKEY_AUDIT_RETENSION=720h", "UNKEY_AUDIT_RETENTION"},
+	} {
+		env := append(append([]string{}, base[name]...), typo[0], "UNKEY_TOKEN=a-client's")
+		out, err := configCheck(t, name, env)
+		unknown, _, _ := strings.Cut(typo[0], "=")
+		if err == nil || !strings.Contains(out, unknown+": no such setting; did you mean "+typo[1]+"?") {
+			t.Errorf("%s config check with %s: %v %q, want a failure naming %s", name, unknown, err, out, typo[1])
+		}
+		if out, err := configCheck(t, name, append(env, "UNKEY_ALLOW_UNKNOWN_SETTINGS=true")); err != nil {
+			t.Errorf("%s config check with %s allowed: %v %q", name, unknown, err, out)
+		}
+		if out, err := configCheck(t, name, append(append([]string{}, base[name]...), "UNKEY_TOKEN=a-client's")); err != nil {
+			t.Errorf("%s config check with a client's UNKEY_TOKEN: %v %q", name, err, out)
+		}
+	}
+	out, err := configCheck(t, "api", append(base["api"], "UNKEY_GLOBAL_SYNC_INTERVAL=2"))
+	if err == nil || !strings.Contains(out, `UNKEY_GLOBAL_SYNC_INTERVAL: must be a duration such as 500ms, 10s or 1h, got "2"`) ||
+		strings.Contains(out, "GlobalSyncInterval") {
+		t.Errorf("api config check with UNKEY_GLOBAL_SYNC_INTERVAL=2: %v %q, want the variable, the value and what it takes", err, out)
+	}
+}
+
+// TestConfigCheckMeetsStartErrors: `config check` without --static meets
+// what the start would: a rules path or a certificate that is not there,
+// an address another process holds, each named by its variable; with
+// the files there and the addresses free it passes.
+func TestConfigCheckMeetsStartErrors(t *testing.T) {
+	t.Parallel()
+	check := func(name string, environ ...string) (string, error) {
+		cmd := exec.Command(filepath.Join(bin, name), "config", "check")
+		cmd.Env = environ
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	rules := t.TempDir()
+	if err := os.WriteFile(filepath.Join(rules, "config.yaml"), []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit:\n      unit: second\n      requests_per_unit: 10\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	api := []string{"UNKEY_REGION=eu", "UNKEY_HTTP_ADDR=127.0.0.1:0"}
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"UNKEY_RLS_CONFIG=" + filepath.Join(rules, "missing")}, "UNKEY_RLS_CONFIG: "},
+		{[]string{"UNKEY_TLS_CERT_FILE=" + filepath.Join(rules, "cert.pem"), "UNKEY_TLS_KEY_FILE=" + filepath.Join(rules, "key.pem")}, "UNKEY_TLS_CERT_FILE, UNKEY_TLS_KEY_FILE"},
+		{[]string{"UNKEY_GRPC_ADDR=" + held.Addr().String()}, "UNKEY_GRPC_ADDR: cannot listen on " + held.Addr().String()},
+		{[]string{"UNKEY_AUTH_KEYS_FILE=" + filepath.Join(rules, "keys.json")}, "UNKEY_AUTH_KEYS_FILE: "},
+	} {
+		out, err := check("api", append(append([]string{}, api...), tc.env...)...)
+		if err == nil || !strings.Contains(out, tc.want) {
+			t.Errorf("api config check with %q: %v %q, want a failure naming %q", tc.env, err, out, tc.want)
+		}
+		if out, err := configCheck(t, "api", append(append([]string{}, api...), tc.env...)); err != nil {
+			t.Errorf("api config check --static with %q: %v %q, want the settings alone checked", tc.env, err, out)
+		}
+	}
+	if out, err := check("api", append(api, "UNKEY_RLS_CONFIG="+rules, "UNKEY_GRPC_ADDR=127.0.0.1:0")...); err != nil {
+		t.Errorf("api config check with the rules there and free addresses: %v %q", err, out)
+	}
+	worker := []string{"UNKEY_MYSQL_DSN=u:p@tcp(127.0.0.1:3306)/db"}
+	if out, err := check("worker", append(worker, "UNKEY_WORKER_ADDR="+held.Addr().String())...); err == nil ||
+		!strings.Contains(out, "UNKEY_WORKER_ADDR: cannot listen on") {
+		t.Errorf("worker config check on a held address: %v %q, want a failure naming UNKEY_WORKER_ADDR", err, out)
+	}
+	if out, err := check("worker", append(worker, "UNKEY_WORKER_ADDR=127.0.0.1:0")...); err != nil {
+		t.Errorf("worker config check on a free address: %v %q", err, out)
+	}
 }

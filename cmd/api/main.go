@@ -14,7 +14,8 @@
 //	                         UNKEY_RLS_CONFIG would load them, and exit 1 if any is broken
 //	api keys create ...      create a key in MySQL (see api keys for the flags)
 //	api keys generate ...    generate a key for UNKEY_AUTH_KEYS_FILE
-//	api config check         check the settings in the environment and exit
+//	api config check         check the settings in the environment, the files they name
+//	                         and the addresses they bind, and exit (--static: the settings alone)
 //	api --version            print the version and the commit (see internal/version)
 //	api --help               the commands and every setting, with its default
 //
@@ -49,8 +50,10 @@ Usage:
                                        create a key in MySQL (UNKEY_MYSQL_DSN); prints it once
   api keys generate --workspace W --name N --permissions P,...
                                        print a keys-file entry and its key
-  api config check                     check the settings below as serving reads them; exit 1
-                                       naming the first that breaks a rule
+  api config check [--static]          check the settings below as serving reads them, the
+                                       files they name and that their addresses can be bound;
+                                       exit 1 naming the first that breaks a rule (--static:
+                                       the settings alone, for manifests checked elsewhere)
   api --version                        print the version and the commit
   api --help                           this text
 `
@@ -74,8 +77,8 @@ func main() {
 		err = command.Migrate(context.Background(), os.Environ(), os.Stdout)
 	case len(args) >= 3 && args[0] == "rls" && args[1] == "check":
 		err = command.RLSCheck(os.Stdout, args[2:])
-	case len(args) == 2 && args[0] == "config" && args[1] == "check":
-		err = command.ConfigCheck(os.Stdout, environ)
+	case len(args) >= 2 && len(args) <= 3 && args[0] == "config" && args[1] == "check" && (len(args) == 2 || args[2] == "--static"):
+		err = command.ConfigCheck(os.Stdout, environ, len(args) == 3)
 	case len(args) >= 1 && args[0] == "keys":
 		err = command.Keys(context.Background(), os.Environ(), os.Stdout, os.Stderr, args[1:])
 	case len(args) == 1 && (args[0] == "--version" || args[0] == "-version" || args[0] == "version"):

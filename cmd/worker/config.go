@@ -33,6 +33,7 @@ type config struct {
 	// AuditRetention is how long the cleanup keeps audit log entries.
 	AuditRetention time.Duration `env:"UNKEY_AUDIT_RETENTION" envDefault:"2160h" help:"how long the cleanup keeps audit log entries: at least 1h"`
 	cmdutil.Log
+	cmdutil.Settings
 
 	mysql *mysql.Config
 }
@@ -41,6 +42,9 @@ type config struct {
 func loadConfig(environ []string) (config, error) {
 	var c config
 	if err := envconfig.Parse(environ, &c); err != nil {
+		return config{}, err
+	}
+	if err := c.CheckUnknown(environ, c); err != nil {
 		return config{}, err
 	}
 	if c.AuditRetention < time.Hour {

@@ -18,7 +18,8 @@
 //	                         restate-server to FILE (unless one is there) and
 //	                         its public key to FILE.pub, and print the public
 //	                         key for UNKEY_RESTATE_IDENTITY_KEYS
-//	worker config check      check the settings in the environment and exit
+//	worker config check      check the settings in the environment and the address, and exit
+//	                         (--static: the settings alone)
 //	worker --version         print the version and the commit (see internal/version)
 //	worker --help            the commands and every setting, with its default
 package main
@@ -45,8 +46,10 @@ Usage:
   worker                   serve the handlers, register with restate-server, start the schedule
   worker keygen FILE       write a request identity private key for restate-server to FILE
                            (unless one is there) and its public key to FILE.pub
-  worker config check      check the settings below as serving reads them; exit 1 naming
-                           the first that breaks a rule
+  worker config check [--static]
+                           check the settings below as serving reads them, and that its
+                           address can be bound; exit 1 naming the first that breaks a
+                           rule (--static: the settings alone, for manifests checked elsewhere)
   worker --version         print the version and the commit
   worker --help            this text
 
@@ -58,8 +61,8 @@ func main() {
 	switch args := os.Args[1:]; {
 	case len(args) == 0:
 		err = run(context.Background(), os.Environ(), os.Stderr)
-	case len(args) == 2 && args[0] == "config" && args[1] == "check":
-		err = configCheck(os.Stdout, os.Environ())
+	case len(args) >= 2 && len(args) <= 3 && args[0] == "config" && args[1] == "check" && (len(args) == 2 || args[2] == "--static"):
+		err = configCheck(os.Stdout, os.Environ(), len(args) == 3)
 	case len(args) == 2 && args[0] == "keygen":
 		err = keygen(args[1])
 	case len(args) == 1 && (args[0] == "--version" || args[0] == "-version" || args[0] == "version"):
@@ -77,12 +80,20 @@ func main() {
 
 // configCheck reads the settings in environ as serving reads them (the
 // identity key file included) and says, on out, what the worker would do
-// with them; an error names the first setting that breaks a rule. It opens
-// no connection.
-func configCheck(out io.Writer, environ []string) error {
+// with them; an error names the first setting that breaks a rule. Unless
+// static, it also binds the worker's address and lets it go, as serving
+// does at start. It opens no connection.
+func configCheck(out io.Writer, environ []string, static bool) error {
 	cfg, err := loadConfig(environ)
 	if err != nil {
 		return fmt.Errorf("config check: %w", err)
+	}
+	if !static {
+		l, err := net.Listen("tcp", cfg.WorkerAddr)
+		if err != nil {
+			return fmt.Errorf("config check: UNKEY_WORKER_ADDR: cannot listen on %s: %w", cfg.WorkerAddr, err)
+		}
+		l.Close()
 	}
 	fmt.Fprintf(out, "ok: serves Restate's handlers on %s, registers %s with %s, starts its schedule through %s\n",
 		cfg.WorkerAddr, cfg.WorkerURL, cfg.AdminURL, cfg.IngressURL)

@@ -5,18 +5,145 @@
 package envconfig
 
 import (
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/caarlos0/env/v11"
 )
 
 // Parse fills v, a pointer to a struct with caarlos0/env tags, from environ.
-// A missing required variable is an error that names it.
+// A missing required variable is an error that names it; a value its
+// setting's type cannot hold is an error that names the variable, what
+// was set and what the setting takes.
 func Parse(environ []string, v any) error {
 	vars := make(map[string]string, len(environ))
 	for _, kv := range environ {
 		k, val, _ := strings.Cut(kv, "=")
 		vars[k] = val
 	}
-	return env.ParseWithOptions(v, env.Options{Environment: vars})
+	err := env.ParseWithOptions(v, env.Options{Environment: vars})
+	if err == nil {
+		return nil
+	}
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return err
+	}
+	names := fieldVars(v)
+	for _, e := range agg.Errors {
+		var pe env.ParseError
+		if errors.As(e, &pe) {
+			if name, ok := names[pe.Name]; ok {
+				return fmt.Errorf("%s: must be %s, got %q", name, expects(pe.Type), vars[name])
+			}
+		}
+	}
+	return err
+}
+
+// fieldVars returns the variable each field of v's struct is read from,
+// by the field's name (caarlos0/env's errors name the field).
+func fieldVars(v any) map[string]string {
+	out := map[string]string{}
+	var walk func(reflect.Type)
+	walk = func(t reflect.Type) {
+		for f := range t.Fields() {
+			tag, ok := f.Tag.Lookup("env")
+			if !ok {
+				if f.Anonymous && f.Type.Kind() == reflect.Struct {
+					walk(f.Type)
+				}
+				continue
+			}
+			name, _, _ := strings.Cut(tag, ",")
+			out[f.Name] = name
+		}
+	}
+	t := reflect.TypeOf(v)
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	walk(t)
+	return out
+}
+
+// expects says what a setting of type t takes, as its error says it.
+func expects(t reflect.Type) string {
+	switch {
+	case t == reflect.TypeFor[time.Duration]():
+		return "a duration such as 500ms, 10s or 1h"
+	case t.Kind() == reflect.Bool:
+		return "true or false"
+	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Int64, t.Kind() >= reflect.Uint && t.Kind() <= reflect.Uint64:
+		return "a whole number"
+	case t.Kind() == reflect.Float32 || t.Kind() == reflect.Float64:
+		return "a number"
+	}
+	return "a " + t.String()
+}
+
+// Unknown returns an error naming the first variable of environ (in
+// name order) that starts with prefix and is none of known, and the
+// known one nearest to it, a misspelling's likely target; nil if every
+// such variable is known. A misspelled setting is otherwise read as
+// unset, and its default serves where the operator meant another value.
+func Unknown(environ []string, prefix string, known []string, allow string) error {
+	var unknown []string
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, prefix) && !slices.Contains(known, k) {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	slices.Sort(unknown)
+	k := unknown[0]
+	best, bestD := "", -1
+	for _, name := range known {
+		if d := distance(k, name); bestD < 0 || d < bestD || d == bestD && name < best {
+			best, bestD = name, d
+		}
+	}
+	more := ""
+	if len(unknown) > 1 {
+		more = fmt.Sprintf(" (and %d more unknown: %s)", len(unknown)-1, strings.Join(unknown[1:], ", "))
+	}
+	return fmt.Errorf("%s: no such setting; did you mean %s?%s See --help for every setting, or set %s=true to start anyway", k, best, more, allow)
+}
+
+// distance is the Levenshtein distance between a and b: the fewest
+// insertions, deletions and substitutions of one byte that turn a into b.
+func distance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			sub := prev[j-1]
+			if a[i-1] != b[j-1] {
+				sub++
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, sub)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// Names returns the variables the configuration struct v reads.
+func Names(v any) []string {
+	var out []string
+	for _, s := range Settings(v) {
+		out = append(out, s.Name)
+	}
+	return out
 }

@@ -9,13 +9,22 @@ import (
 
 // ConfigCheck reads the settings in environ as serving reads them and
 // says, on out, what the process would do with them; an error names the
-// first setting that breaks a rule. It opens nothing: no store, no file.
-// For a deployment's CI, before a rollout, and for the tests that hold the
-// chart and compose.yaml to the binary.
-func ConfigCheck(out io.Writer, environ []string) error {
+// first setting that breaks a rule. Unless static, it also reads every
+// file a setting names and binds every address, as serving does at start
+// (see daemon.Preflight): run where the process will run, before a
+// rollout, it meets every error the start would. It connects to no store.
+// Static, it reads the settings alone: for a deployment's manifests
+// checked on another machine, and for the tests that hold the chart and
+// compose.yaml to the binary.
+func ConfigCheck(out io.Writer, environ []string, static bool) error {
 	cfg, err := daemon.LoadConfig(environ)
 	if err != nil {
 		return fmt.Errorf("config check: %w", err)
+	}
+	if !static {
+		if err := daemon.Preflight(cfg); err != nil {
+			return fmt.Errorf("config check: %w", err)
+		}
 	}
 	grpc := "not served"
 	if cfg.GRPCAddr != "" {

@@ -88,6 +88,7 @@ type Config struct {
 	// GetRatelimits lags behind.
 	AnalyticsFlushInterval time.Duration `env:"UNKEY_ANALYTICS_FLUSH_INTERVAL" envDefault:"10s" help:"how often the process adds what it counted to the analytics: 100ms to 1h"`
 	cmdutil.Log
+	cmdutil.Settings
 
 	// MaxWindowsPerWorkspace caps the windows one workspace may hold in a
 	// process's memory.
@@ -210,6 +211,9 @@ const maxRegionLength = 48
 func LoadConfig(environ []string) (Config, error) {
 	var c Config
 	if err := envconfig.Parse(environ, &c); err != nil {
+		return Config{}, err
+	}
+	if err := c.CheckUnknown(environ, c); err != nil {
 		return Config{}, err
 	}
 	if len(c.Region) > maxRegionLength || !access.Printable(c.Region) {
