@@ -475,4 +475,12 @@ func TestRatelimitConfigCheck(t *testing.T) {
 	if out, err := run("USE_STATSD=true"); err == nil || !strings.Contains(out, "USE_STATSD=true: not supported") {
 		t.Fatalf("config check with USE_STATSD=true: %v\n%s", err, out)
 	}
+	// Without --static it reads the rules as serving would: a runtime
+	// directory that is not there is named as the user set it.
+	cmd := exec.Command(bin, "config", "check")
+	cmd.Env = []string{"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "RUNTIME_ROOT=" + filepath.Join(t.TempDir(), "missing")}
+	full, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(full), "UNKEY_RLS_CONFIG (from RUNTIME_ROOT)") {
+		t.Fatalf("config check with a RUNTIME_ROOT that is not there: %v\n%s", err, full)
+	}
 }

@@ -61,11 +61,13 @@ Usage:
 func main() {
 	var err error
 	environ := os.Environ()
+	var origins upstreamenv.Origins
 	if filepath.Base(os.Args[0]) == "ratelimit" {
 		// The image's /bin/ratelimit, where envoyproxy/ratelimit was
 		// deployed: its environment, read into this service's settings
-		// (for serving and for config check alike).
-		if environ, err = upstreamenv.Translate(environ); err != nil {
+		// (for serving and for config check alike). An error then names
+		// a setting by the variables it was read from.
+		if environ, origins, err = upstreamenv.Translate(environ); err != nil {
 			fmt.Fprintln(os.Stderr, "ratelimit:", err)
 			os.Exit(1)
 		}
@@ -89,7 +91,7 @@ func main() {
 		err = fmt.Errorf("unknown arguments %q; see api --help", args)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "api:", err)
+		fmt.Fprintln(os.Stderr, "api:", origins.Explain(err))
 		os.Exit(1)
 	}
 }

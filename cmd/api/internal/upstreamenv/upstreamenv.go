@@ -13,62 +13,119 @@
 package upstreamenv
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"path"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
 
 // Translate returns environ with the UNKEY_* (and OTEL_*) settings that
 // envoyproxy/ratelimit's variables in it mean, each added where environ
-// does not set it already. An error names the variable and why.
-func Translate(environ []string) ([]string, error) {
+// does not set it already, and where each added setting came from. An
+// error names the variable and why.
+func Translate(environ []string) ([]string, Origins, error) {
 	env := map[string]string{}
 	for _, kv := range environ {
 		if k, v, ok := strings.Cut(kv, "="); ok {
 			env[k] = v
 		}
 	}
-	t := translation{env: env}
+	t := translation{env: env, from: map[string][]string{}}
 	for _, step := range []func() error{t.refused, t.listeners, t.grpcTLS, t.rules, t.redis, t.metrics, t.logs, t.tracing, t.envoy} {
+		t.read = nil
 		if err := step(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
+	t.read = nil
 	t.set("UNKEY_REGION", "default")
-	return append(append([]string(nil), environ...), t.add...), nil
+	return append(append([]string(nil), environ...), t.add...), Origins(t.from), nil
+}
+
+// Origins holds, for each setting Translate added, the variables of
+// envoyproxy/ratelimit's environment it was derived from (none where it
+// is envoyproxy/ratelimit's default).
+type Origins map[string][]string
+
+// setting matches a setting's name in an error's text.
+var setting = regexp.MustCompile(`\bUNKEY_[A-Z0-9_]+\b`)
+
+// Explain returns err with each setting Translate added named by the
+// variables the user set, which are what the user knows: "UNKEY_RLS_CONFIG
+// (from RUNTIME_ROOT)", or "(envoyproxy/ratelimit's default)". nil stays
+// nil.
+func (o Origins) Explain(err error) error {
+	if err == nil || len(o) == 0 {
+		return err
+	}
+	msg := setting.ReplaceAllStringFunc(err.Error(), func(name string) string {
+		from, ok := o[name]
+		switch {
+		case !ok:
+			return name
+		case len(from) == 0:
+			return name + " (envoyproxy/ratelimit's default)"
+		}
+		return name + " (from " + strings.Join(from, ", ") + ")"
+	})
+	if msg == err.Error() {
+		return err
+	}
+	return errors.New(msg)
 }
 
 type translation struct {
 	env map[string]string
 	add []string // the settings added, k=v
+	// read holds the variables read since the last setting was added;
+	// from, for each setting added, the variables of environ it was
+	// derived from (none: envoyproxy/ratelimit's defaults).
+	read []string
+	from map[string][]string
 }
 
 func has(env map[string]string, k string) bool { _, ok := env[k]; return ok }
 
+// val returns variable k, noting it (when set) as one the next setting
+// derives from (see set).
+func (t *translation) val(k string) string {
+	v := t.env[k]
+	if v != "" && !slices.Contains(t.read, k) {
+		t.read = append(t.read, k)
+	}
+	return v
+}
+
 // get returns the variable, or def where it is not set or empty.
 func (t *translation) get(k, def string) string {
-	if v := t.env[k]; v != "" {
+	if v := t.val(k); v != "" {
 		return v
 	}
 	return def
 }
 
-// set adds setting k=v unless environ sets k itself.
+// set adds setting k=v unless environ sets k itself, noting the
+// variables read since the previous setting as those it derives from.
 func (t *translation) set(k, v string) {
+	read := t.read
+	t.read = nil
 	if has(t.env, k) {
 		return
 	}
 	t.env[k] = v
 	t.add = append(t.add, k+"="+v)
+	t.from[k] = read
 }
 
 // flag reads a boolean variable as envoyproxy/ratelimit's settings do
 // (strconv.ParseBool), false where it is not set.
 func (t *translation) flag(k string) (bool, error) {
-	v := t.env[k]
+	v := t.val(k)
 	if v == "" {
 		return false, nil
 	}
@@ -104,7 +161,7 @@ func (t *translation) refused() error {
 		{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "the Redis server's certificate is always checked, its name included"},
 		{"REDIS_SENTINEL_AUTH", "Redis Sentinel is not supported (REDIS_TYPE single or cluster)"},
 	} {
-		if t.env[r.name] != "" && t.env[r.name] != "false" {
+		if t.val(r.name) != "" && t.val(r.name) != "false" {
 			return fmt.Errorf("%s: not supported: %s", r.name, r.why)
 		}
 	}
@@ -135,7 +192,7 @@ func (t *translation) listeners() error {
 		return err
 	}
 	t.set("UNKEY_GRPC_ADDR", a)
-	if t.env["DEBUG_PORT"] != "" {
+	if t.val("DEBUG_PORT") != "" {
 		if a, err = t.addr("DEBUG_HOST", "0.0.0.0", "DEBUG_PORT", "6070"); err != nil {
 			return err
 		}
@@ -153,13 +210,13 @@ func (t *translation) grpcTLS() error {
 	if err != nil || !on {
 		return err
 	}
-	cert, key := t.env["GRPC_SERVER_TLS_CERT"], t.env["GRPC_SERVER_TLS_KEY"]
+	cert, key := t.val("GRPC_SERVER_TLS_CERT"), t.val("GRPC_SERVER_TLS_KEY")
 	if cert == "" || key == "" {
 		return fmt.Errorf("GRPC_SERVER_USE_TLS=true: needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY")
 	}
 	t.set("UNKEY_GRPC_TLS_CERT_FILE", cert)
 	t.set("UNKEY_GRPC_TLS_KEY_FILE", key)
-	if ca := t.get("GRPC_SERVER_TLS_CA_CERT", t.env["GRPC_CLIENT_TLS_CACERT"]); ca != "" {
+	if ca := t.get("GRPC_SERVER_TLS_CA_CERT", t.val("GRPC_CLIENT_TLS_CACERT")); ca != "" {
 		t.set("UNKEY_GRPC_TLS_CLIENT_CA_FILE", ca)
 	}
 	return nil
@@ -169,7 +226,7 @@ func (t *translation) grpcTLS() error {
 func (t *translation) rules() error {
 	switch typ := strings.ToUpper(t.get("CONFIG_TYPE", "FILE")); typ {
 	case "FILE":
-		dir := path.Join(t.get("RUNTIME_ROOT", "/srv/runtime_data/current"), t.env["RUNTIME_SUBDIRECTORY"],
+		dir := path.Join(t.get("RUNTIME_ROOT", "/srv/runtime_data/current"), t.val("RUNTIME_SUBDIRECTORY"),
 			t.get("RUNTIME_APPDIRECTORY", "config"))
 		t.set("UNKEY_RLS_CONFIG", dir)
 	case "GRPC_XDS_SOTW":
@@ -184,7 +241,7 @@ func (t *translation) rules() error {
 			for _, m := range [][2]string{{"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "UNKEY_RLS_XDS_CA_FILE"},
 				{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "UNKEY_RLS_XDS_CERT_FILE"}, {"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "UNKEY_RLS_XDS_KEY_FILE"},
 				{"CONFIG_GRPC_XDS_SERVER_TLS_SAN", "UNKEY_RLS_XDS_SERVER_NAME"}} {
-				if v := t.env[m[0]]; v != "" {
+				if v := t.val(m[0]); v != "" {
 					t.set(m[1], v)
 				}
 			}
@@ -210,13 +267,13 @@ func (t *translation) rules() error {
 // UNKEY_REDIS_URL names one. What asks for a Redis this service cannot
 // reach stops the start even then.
 func (t *translation) redis() error {
-	u := t.env["REDIS_URL"]
+	u := t.val("REDIS_URL")
 	// Unix (the default) is refused where it is asked for, and where a
 	// REDIS_URL would be reached by it.
-	if socket := strings.ToLower(t.get("REDIS_SOCKET_TYPE", "unix")); socket != "tcp" && (u != "" || t.env["REDIS_SOCKET_TYPE"] != "") {
+	if socket := strings.ToLower(t.get("REDIS_SOCKET_TYPE", "unix")); socket != "tcp" && (u != "" || t.val("REDIS_SOCKET_TYPE") != "") {
 		return fmt.Errorf("REDIS_SOCKET_TYPE=%s: not supported: Redis is reached over TCP (REDIS_SOCKET_TYPE=tcp, REDIS_URL=host:port)", socket)
 	}
-	if typ := strings.ToLower(t.env["REDIS_TYPE"]); typ != "" && typ != "single" && typ != "cluster" {
+	if typ := strings.ToLower(t.val("REDIS_TYPE")); typ != "" && typ != "single" && typ != "cluster" {
 		return fmt.Errorf("REDIS_TYPE=%s: not supported: single or cluster (Redis Sentinel is not)", typ)
 	}
 	tls, err := t.flag("REDIS_TLS")
@@ -228,7 +285,7 @@ func (t *translation) redis() error {
 			return fmt.Errorf("REDIS_TLS=true: needs REDIS_URL (host:port): without it there is no Redis")
 		}
 		for _, k := range []string{"REDIS_AUTH", "REDIS_TLS_CACERT", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY"} {
-			if t.env[k] != "" {
+			if t.val(k) != "" {
 				return fmt.Errorf("%s: needs REDIS_URL (host:port): without it there is no Redis", k)
 			}
 		}
@@ -238,7 +295,7 @@ func (t *translation) redis() error {
 	if tls {
 		scheme = "rediss"
 	}
-	if strings.ToLower(t.env["REDIS_TYPE"]) == "cluster" {
+	if strings.ToLower(t.val("REDIS_TYPE")) == "cluster" {
 		scheme += "+cluster"
 	}
 	hosts := strings.Split(u, ",")
@@ -251,7 +308,7 @@ func (t *translation) redis() error {
 		return fmt.Errorf("REDIS_URL: several hosts need REDIS_TYPE=cluster, got %q", u)
 	}
 	userinfo := ""
-	if auth := t.env["REDIS_AUTH"]; auth != "" {
+	if auth := t.val("REDIS_AUTH"); auth != "" {
 		if user, pass, ok := strings.Cut(auth, ":"); ok {
 			userinfo = url.UserPassword(user, pass).String() + "@"
 		} else {
@@ -261,7 +318,7 @@ func (t *translation) redis() error {
 	t.set("UNKEY_REDIS_URL", scheme+"://"+userinfo+strings.Join(hosts, ","))
 	for _, m := range [][2]string{{"REDIS_TLS_CACERT", "UNKEY_REDIS_TLS_CA_FILE"}, {"REDIS_TLS_CLIENT_CERT", "UNKEY_REDIS_TLS_CERT_FILE"},
 		{"REDIS_TLS_CLIENT_KEY", "UNKEY_REDIS_TLS_KEY_FILE"}} {
-		if v := t.env[m[0]]; v != "" {
+		if v := t.val(m[0]); v != "" {
 			if !tls {
 				return fmt.Errorf("%s: needs REDIS_TLS=true", m[0])
 			}
@@ -290,7 +347,7 @@ func (t *translation) metrics() error {
 
 // logs: envoyproxy/ratelimit's levels (logrus's) onto slog's four.
 func (t *translation) logs() error {
-	if v := t.env["LOG_LEVEL"]; v != "" {
+	if v := t.val("LOG_LEVEL"); v != "" {
 		level, ok := map[string]string{"trace": "debug", "debug": "debug", "info": "info", "warn": "warn", "warning": "warn",
 			"error": "error", "fatal": "error", "panic": "error"}[strings.ToLower(v)]
 		if !ok {
@@ -298,9 +355,9 @@ func (t *translation) logs() error {
 		}
 		t.set("UNKEY_LOG_LEVEL", level)
 	}
-	if v := strings.ToLower(t.env["LOG_FORMAT"]); v != "" {
+	if v := strings.ToLower(t.val("LOG_FORMAT")); v != "" {
 		if v != "json" && v != "text" {
-			return fmt.Errorf("LOG_FORMAT: must be json or text, got %q", t.env["LOG_FORMAT"])
+			return fmt.Errorf("LOG_FORMAT: must be json or text, got %q", t.val("LOG_FORMAT"))
 		}
 		t.set("UNKEY_LOG_FORMAT", v)
 	}
@@ -321,14 +378,14 @@ func (t *translation) tracing() error {
 	t.set("OTEL_SERVICE_NAME", t.get("TRACING_SERVICE_NAME", "RateLimit"))
 	var attrs []string
 	for _, m := range [][2]string{{"TRACING_SERVICE_NAMESPACE", "service.namespace"}, {"TRACING_SERVICE_INSTANCE_ID", "service.instance.id"}} {
-		if v := t.env[m[0]]; v != "" {
+		if v := t.val(m[0]); v != "" {
 			attrs = append(attrs, m[1]+"="+escapeAttribute(v))
 		}
 	}
 	if len(attrs) > 0 {
 		t.set("OTEL_RESOURCE_ATTRIBUTES", strings.Join(attrs, ","))
 	}
-	if r := t.env["TRACING_SAMPLING_RATE"]; r != "" {
+	if r := t.val("TRACING_SAMPLING_RATE"); r != "" {
 		if f, err := strconv.ParseFloat(r, 64); err != nil || f < 0 || f > 1 {
 			return fmt.Errorf("TRACING_SAMPLING_RATE: must be a number from 0 to 1, got %q", r)
 		}
@@ -368,7 +425,7 @@ func (t *translation) envoy() error {
 	}
 	for _, m := range [][2]string{{"NEAR_LIMIT_RATIO", "UNKEY_RLS_NEAR_LIMIT_RATIO"}, {"LIMIT_LIMIT_HEADER", "UNKEY_RLS_LIMIT_HEADER"},
 		{"LIMIT_REMAINING_HEADER", "UNKEY_RLS_REMAINING_HEADER"}, {"LIMIT_RESET_HEADER", "UNKEY_RLS_RESET_HEADER"}} {
-		if v := t.env[m[0]]; v != "" {
+		if v := t.val(m[0]); v != "" {
 			t.set(m[1], v)
 		}
 	}

@@ -1,6 +1,7 @@
 package upstreamenv_test
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -26,7 +27,7 @@ var gatewayEnv = []string{
 
 func added(t *testing.T, environ []string) map[string]string {
 	t.Helper()
-	out, err := upstreamenv.Translate(environ)
+	out, _, err := upstreamenv.Translate(environ)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func TestDefaultsAndMappings(t *testing.T) {
 }
 
 func TestRefused(t *testing.T) {
-	if _, err := upstreamenv.Translate([]string{"REDIS_TLS=FALSE"}); err != nil {
+	if _, _, err := upstreamenv.Translate([]string{"REDIS_TLS=FALSE"}); err != nil {
 		t.Errorf("REDIS_TLS=FALSE without REDIS_URL: %v, want no error", err)
 	}
 	for _, tc := range []struct{ env, want string }{
@@ -119,7 +120,7 @@ func TestRefused(t *testing.T) {
 	} {
 		// Redis and Prometheus on, where the variable tried does not say.
 		env := []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=r:6379", "USE_PROMETHEUS=true", tc.env}
-		if _, err := upstreamenv.Translate(env); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, _, err := upstreamenv.Translate(env); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: Translate = %v, want an error containing %q", tc.env, err, tc.want)
 		}
 	}
@@ -130,8 +131,36 @@ func TestRefused(t *testing.T) {
 		{"REDIS_TLS=true", "REDIS_TLS=true: needs REDIS_URL"},
 		{"REDIS_AUTH=secret", "REDIS_AUTH: needs REDIS_URL"},
 	} {
-		if _, err := upstreamenv.Translate([]string{tc.env}); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, _, err := upstreamenv.Translate([]string{tc.env}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s without REDIS_URL: Translate = %v, want an error containing %q", tc.env, err, tc.want)
 		}
+	}
+}
+
+// TestOriginsNameWhatTheUserSet: an error about a setting Translate added
+// names the variables the user set that it came from (the rules'
+// directory from RUNTIME_ROOT and RUNTIME_SUBDIRECTORY, the listener from
+// PORT), or says it is envoyproxy/ratelimit's default; a setting the user
+// set themselves stays as it is.
+func TestOriginsNameWhatTheUserSet(t *testing.T) {
+	_, origins, err := upstreamenv.Translate([]string{"RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=rl", "PORT=9000",
+		"UNKEY_LOG_LEVEL=debug"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ err, want string }{
+		{"UNKEY_RLS_CONFIG: open /data/rl/config: no such file or directory",
+			"UNKEY_RLS_CONFIG (from RUNTIME_ROOT, RUNTIME_SUBDIRECTORY): open /data/rl/config: no such file or directory"},
+		{"config check: UNKEY_HTTP_ADDR: cannot listen on 0.0.0.0:9000", "config check: UNKEY_HTTP_ADDR (from PORT): cannot listen on 0.0.0.0:9000"},
+		{"UNKEY_REGION: bad", "UNKEY_REGION (envoyproxy/ratelimit's default): bad"},
+		{"UNKEY_LOG_LEVEL: bad", "UNKEY_LOG_LEVEL: bad"},
+		{"UNKEY_RLS_CONFIG_INTERVAL: bad", "UNKEY_RLS_CONFIG_INTERVAL: bad"},
+	} {
+		if got := origins.Explain(errors.New(tc.err)).Error(); got != tc.want {
+			t.Errorf("Explain(%q) = %q, want %q", tc.err, got, tc.want)
+		}
+	}
+	if origins.Explain(nil) != nil {
+		t.Error("Explain(nil) is not nil")
 	}
 }
