@@ -104,17 +104,25 @@ func Unknown(environ []string, prefix string, known []string, allow string) erro
 	}
 	slices.Sort(unknown)
 	k := unknown[0]
-	best, bestD := "", -1
-	for _, name := range known {
-		if d := distance(k, name); bestD < 0 || d < bestD || d == bestD && name < best {
-			best, bestD = name, d
-		}
-	}
+	best, _ := Nearest(k, known)
 	more := ""
 	if len(unknown) > 1 {
 		more = fmt.Sprintf(" (and %d more unknown: %s)", len(unknown)-1, strings.Join(unknown[1:], ", "))
 	}
 	return fmt.Errorf("%s: no such setting; did you mean %s?%s See --help for every setting, or set %s=true to start anyway", k, best, more, allow)
+}
+
+// Nearest returns the name of names nearest to name, the first in name
+// order of those equally near, and how near: the fewest insertions,
+// deletions and substitutions of a byte that turn one into the other.
+func Nearest(name string, names []string) (nearest string, edits int) {
+	edits = -1
+	for _, n := range names {
+		if d := distance(name, n); edits < 0 || d < edits || d == edits && n < nearest {
+			nearest, edits = n, d
+		}
+	}
+	return nearest, edits
 }
 
 // distance is the Levenshtein distance between a and b: the fewest

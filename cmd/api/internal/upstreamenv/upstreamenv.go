@@ -22,6 +22,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/unkeyed/ratelimit/internal/envconfig"
 )
 
 // Translate returns environ with the UNKEY_* (and OTEL_*) settings that
@@ -36,7 +38,7 @@ func Translate(environ []string) ([]string, Origins, error) {
 		}
 	}
 	t := translation{env: env, from: map[string][]string{}}
-	for _, step := range []func() error{t.refused, t.listeners, t.grpcTLS, t.rules, t.redis, t.metrics, t.logs, t.tracing, t.envoy} {
+	for _, step := range []func() error{t.misspelled, t.refused, t.listeners, t.grpcTLS, t.rules, t.redis, t.metrics, t.logs, t.tracing, t.envoy} {
 		t.read = nil
 		if err := step(); err != nil {
 			return nil, nil, err
@@ -134,6 +136,83 @@ func (t *translation) flag(k string) (bool, error) {
 		return false, fmt.Errorf("%s: must be true or false, got %q", k, v)
 	}
 	return b, nil
+}
+
+// upstreamNames are the variables envoyproxy/ratelimit reads: its
+// settings (src/settings/settings.go), and GRPC_SERVER_TLS_CA_CERT, which
+// Envoy Gateway sets.
+var upstreamNames = []string{
+	"BACKEND_TYPE", "CACHE_KEY_PREFIX", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+	"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "CONFIG_GRPC_XDS_NODE_ID",
+	"CONFIG_GRPC_XDS_NODE_METADATA", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+	"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
+	"CONFIG_GRPC_XDS_SERVER_URL", "CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_TYPE", "DEBUG_HOST",
+	"DEBUG_PORT", "DISABLE_STATS", "EXPIRATION_JITTER_MAX_SECONDS", "EXTRA_TAGS",
+	"FORCE_START_WITHOUT_INITIAL_CONFIG", "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN",
+	"GRPC_HOST", "GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE", "GRPC_PORT",
+	"GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_SERVER_USE_TLS", "GRPC_UDS",
+	"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "HOST", "LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER",
+	"LIMIT_RESET_HEADER", "LIMIT_RESPONSE_HEADERS_ENABLED", "LOCAL_CACHE_SIZE_IN_BYTES", "LOG_FORMAT",
+	"LOG_LEVEL", "MEMCACHE_HOST_PORT", "MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_SRV",
+	"MEMCACHE_SRV_REFRESH", "MEMCACHE_TLS", "MEMCACHE_TLS_CACERT", "MEMCACHE_TLS_CLIENT_CERT",
+	"MEMCACHE_TLS_CLIENT_KEY", "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", "MERGE_DOMAIN_CONFIG",
+	"NEAR_LIMIT_RATIO", "PORT", "PROMETHEUS_ADDR", "PROMETHEUS_MAPPER_YAML", "PROMETHEUS_PATH",
+	"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "QUOTA_MODE", "REDIS_AUTH",
+	"REDIS_CLUSTER_PIPELINE_PARALLELISM", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "REDIS_PERSECOND",
+	"REDIS_PERSECOND_AUTH", "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM",
+	"REDIS_PERSECOND_PIPELINE_LIMIT", "REDIS_PERSECOND_PIPELINE_WINDOW",
+	"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "REDIS_PERSECOND_POOL_SIZE",
+	"REDIS_PERSECOND_SENTINEL_AUTH", "REDIS_PERSECOND_SOCKET_TYPE", "REDIS_PERSECOND_TIMEOUT",
+	"REDIS_PERSECOND_TLS", "REDIS_PERSECOND_TYPE", "REDIS_PERSECOND_URL", "REDIS_PIPELINE_LIMIT",
+	"REDIS_PIPELINE_WINDOW", "REDIS_POOL_ON_EMPTY_BEHAVIOR", "REDIS_POOL_SIZE", "REDIS_SENTINEL_AUTH",
+	"REDIS_SOCKET_TYPE", "REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_ELAPSED_TIME",
+	"REDIS_STARTUP_MAX_INTERVAL", "REDIS_TIMEOUT", "REDIS_TLS", "REDIS_TLS_CACERT",
+	"REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
+	"REDIS_TYPE", "REDIS_URL", "RESPONSE_DYNAMIC_METADATA", "RUNTIME_APPDIRECTORY",
+	"RUNTIME_IGNOREDOTFILES", "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_WATCH_ROOT",
+	"SHADOW_MODE", "STATSD_HOST", "STATSD_PORT", "STATS_FLUSH_INTERVAL",
+	"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "TRACING_ENABLED", "TRACING_EXPORTER_PROTOCOL",
+	"TRACING_SAMPLING_RATE", "TRACING_SERVICE_INSTANCE_ID", "TRACING_SERVICE_NAME",
+	"TRACING_SERVICE_NAMESPACE", "USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "USE_PROMETHEUS",
+	"USE_STATSD", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_JITTER",
+	"XDS_CLIENT_BACKOFF_MAX_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+	"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "GRPC_SERVER_TLS_CA_CERT",
+}
+
+// misspelled stops at a variable that is none of envoyproxy/ratelimit's
+// but one edit from one of them (two for a name of ten letters or more):
+// a misspelling, which envoyproxy/ratelimit would have read as unset, and
+// so would this service, silently (REDIS_UR: no Redis). Every other
+// variable of the environment is someone else's and let be, as are
+// Kubernetes' service links (NAME_PORT, NAME_SERVICE_HOST, …).
+// UNKEY_ALLOW_UNKNOWN_SETTINGS=true lets these be too.
+func (t *translation) misspelled() error {
+	if ok, _ := strconv.ParseBool(t.env["UNKEY_ALLOW_UNKNOWN_SETTINGS"]); ok {
+		return nil
+	}
+	var names []string
+	for k := range t.env {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		if slices.Contains(upstreamNames, k) || strings.HasPrefix(k, "UNKEY_") || strings.HasPrefix(k, "OTEL_") || serviceLink(k) {
+			continue
+		}
+		near, edits := envconfig.Nearest(k, upstreamNames)
+		if edits <= max(1, len(k)/5) {
+			return fmt.Errorf("%s: envoyproxy/ratelimit reads no such variable; did you mean %s? (UNKEY_ALLOW_UNKNOWN_SETTINGS=true starts anyway)", k, near)
+		}
+	}
+	return nil
+}
+
+// serviceLink reports whether k is one of the variables Kubernetes sets
+// for each Service of the namespace (NAME_SERVICE_HOST, NAME_SERVICE_PORT,
+// NAME_PORT, NAME_PORT_8080_TCP and its _PROTO, _PORT and _ADDR).
+func serviceLink(k string) bool {
+	return strings.HasSuffix(k, "_SERVICE_HOST") || strings.Contains(k, "_SERVICE_PORT") ||
+		strings.HasSuffix(k, "_PORT") && k != "PORT" || strings.Contains(k, "_PORT_")
 }
 
 // refused stops at a variable this service cannot honour.

@@ -164,3 +164,30 @@ func TestOriginsNameWhatTheUserSet(t *testing.T) {
 		t.Error("Explain(nil) is not nil")
 	}
 }
+
+// TestMisspelledUpstreamVariables: a variable one edit from one of
+// envoyproxy/ratelimit's (two for a long name) stops the start naming the
+// one it likely meant, since either service would read it as unset; the
+// rest of an environment (a shell's, Kubernetes' service links) is let
+// be, and UNKEY_ALLOW_UNKNOWN_SETTINGS lets a misspelling be too.
+func TestMisspelledUpstreamVariables(t *testing.T) {
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"REDIS_UR=redis:6379"}, "REDIS_UR: envoyproxy/ratelimit reads no such variable; did you mean REDIS_URL?"},
+		{[]string{"RUNTIME_RO0T=/data"}, "did you mean RUNTIME_ROOT?"},
+		{[]string{"USE_PROMETEUS=true"}, "did you mean USE_PROMETHEUS?"},
+		{[]string{"PATH=/bin", "HOME=/root", "HOSTNAME=rl-0", "TERM=xterm", "LANG=C.UTF-8", "REDIS_PORT=tcp://10.0.0.1:6379",
+			"RATELIMIT_SERVICE_HOST=10.0.0.2", "RATELIMIT_PORT_8081_TCP_ADDR=10.0.0.2", "KUBERNETES_SERVICE_PORT=443"}, ""},
+		{[]string{"REDIS_UR=redis:6379", "UNKEY_ALLOW_UNKNOWN_SETTINGS=true"}, ""},
+	} {
+		_, _, err := upstreamenv.Translate(tc.env)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%q: %v, want it let be", tc.env, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%q: %v, want %q", tc.env, err, tc.want)
+		}
+	}
+}
