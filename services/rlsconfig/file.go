@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -102,7 +104,49 @@ func parseFile(f File) ([]fileRoot, error) {
 }
 
 // cleanYAMLError drops the "yaml: " prefix, which says nothing a file name
-// does not.
+// does not, and says what a field takes in the words of the file rather
+// than the program's Go types ("cannot unmarshal !!str `lots` into
+// uint32" becomes "got the string \"lots\", want a whole number").
 func cleanYAMLError(err error) string {
-	return strings.TrimPrefix(strings.ReplaceAll(err.Error(), "yaml: unmarshal errors:\n  ", ""), "yaml: ")
+	msg := strings.TrimPrefix(strings.ReplaceAll(err.Error(), "yaml: unmarshal errors:\n  ", ""), "yaml: ")
+	return yamlTypeError.ReplaceAllStringFunc(msg, func(m string) string {
+		sub := yamlTypeError.FindStringSubmatch(m)
+		return "got " + yamlValue(sub[1], sub[2]) + ", want " + yamlWant(sub[3])
+	})
+}
+
+// yamlTypeError matches the decoder's words for a value of the wrong kind:
+// its YAML tag, the value for a scalar, and the Go type it was not.
+var yamlTypeError = regexp.MustCompile("cannot unmarshal !!(\\w+)(?: `([^`]*)`)? into (\\S+)")
+
+// yamlValue says what a file holds: a YAML tag and, for a scalar, its text.
+func yamlValue(tag, text string) string {
+	kind := map[string]string{"str": "the string", "int": "the number", "float": "the number", "bool": "the boolean",
+		"map": "a mapping (key: value lines)", "seq": "a list (- lines)", "null": "nothing"}[tag]
+	if kind == "" {
+		kind = "a " + tag
+	}
+	if text != "" {
+		return kind + " " + strconv.Quote(text)
+	}
+	return kind
+}
+
+// yamlWant says what a Go type takes, in the file's words.
+func yamlWant(goType string) string {
+	switch {
+	case strings.HasPrefix(goType, "[]"):
+		return "a list (- lines)"
+	case strings.HasPrefix(goType, "uint"), strings.HasPrefix(goType, "int"):
+		return "a whole number"
+	case strings.HasPrefix(goType, "float"):
+		return "a number"
+	case goType == "bool":
+		return "true or false"
+	case goType == "string":
+		return "a string"
+	case strings.HasPrefix(goType, "map["), strings.Contains(goType, "."):
+		return "a mapping (key: value lines)"
+	}
+	return goType
 }
