@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/unkeyed/ratelimit/internal/spelling"
 )
 
 // Parse fills v, a pointer to a struct with caarlos0/env tags, from environ.
@@ -104,47 +105,12 @@ func Unknown(environ []string, prefix string, known []string, allow string) erro
 	}
 	slices.Sort(unknown)
 	k := unknown[0]
-	best, _ := Nearest(k, known)
+	best, _ := spelling.Nearest(k, known)
 	more := ""
 	if len(unknown) > 1 {
 		more = fmt.Sprintf(" (and %d more unknown: %s)", len(unknown)-1, strings.Join(unknown[1:], ", "))
 	}
 	return fmt.Errorf("%s: no such setting; did you mean %s?%s See --help for every setting, or set %s=true to start anyway", k, best, more, allow)
-}
-
-// Nearest returns the name of names nearest to name, the first in name
-// order of those equally near, and how near: the fewest insertions,
-// deletions and substitutions of a byte that turn one into the other.
-func Nearest(name string, names []string) (nearest string, edits int) {
-	edits = -1
-	for _, n := range names {
-		if d := distance(name, n); edits < 0 || d < edits || d == edits && n < nearest {
-			nearest, edits = n, d
-		}
-	}
-	return nearest, edits
-}
-
-// distance is the Levenshtein distance between a and b: the fewest
-// insertions, deletions and substitutions of one byte that turn a into b.
-func distance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			sub := prev[j-1]
-			if a[i-1] != b[j-1] {
-				sub++
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, sub)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // Names returns the variables the configuration struct v reads.

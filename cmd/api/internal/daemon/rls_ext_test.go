@@ -352,9 +352,9 @@ func TestRLSJSONEndpoint(t *testing.T) {
 		{`{"domain":"edge_proxy_per_ip","descriptors":[{"entries":[{"key":"remote_address","value":"50.0.0.5"}]}]}`, 429,
 			`"overallCode":"OVER_LIMIT"`},
 		{`{"domain":"edge_proxy_per_ip","descriptors":[]}`, 400, "descriptors: must hold 1 to 100"},
-		{`{"domain":`, 400, `{"code":"invalid_argument","message":"domain: must be valid JSON"}`},
+		{`{"domain":`, 400, `{"code":"invalid_argument","message":"domain: must be valid JSON: it breaks off or stops being JSON at byte 10"}`},
 		{`{"domain":"d","bogus":1,"descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`, 400, `{"code":"invalid_argument","message":"bogus: unknown field`},
-		{`{"domain":"d","descriptors":[{"limit":{"unit":"FORTNIGHT"}}]}`, 400, `{"code":"invalid_argument","message":"body: must be a RateLimitRequest in protobuf's JSON mapping (see envoy.service.ratelimit.v3)"}`},
+		{`{"domain":"d","descriptors":[{"limit":{"unit":"FORTNIGHT"}}]}`, 400, `{"code":"invalid_argument","message":"descriptors[0].limit.unit: must be one of UNKNOWN, SECOND, MINUTE, HOUR, DAY, MONTH, YEAR (or its number), got \"FORTNIGHT\""}`},
 	} {
 		status, body := ts.post(t, "/json", "", strings.NewReader(tc.body), "Content-Type", "application/json")
 		strip := func(s string) string { return strings.ReplaceAll(s, " ", "") }

@@ -326,8 +326,18 @@ func TestValidationOverTheAPI(t *testing.T) {
 		{"Limit", `{"namespace":"n","identifier":"i","limit":"two","duration":1000}`, `limit: must be an integer, got "two"`},
 		{"Limit", `{"namespace":"n","identifier":"i","limit":1,"duration":1000,"cots":5}`, "cots: unknown field: LimitRequest has namespace, identifier, limit, duration, cost, report, reserve, algorithm, burst, calendar"},
 		{"Limit", ``, "body: missing: the request, a JSON object"},
+		{"Limit", `{"namespace":"n","identifier":"i","limit":1`, "body: must be valid JSON: it breaks off or stops being JSON at byte 43"},
 		{"Limit", `{"namespace":"n","identifier":"i","limit":1}`, "duration: missing: a limit needs the length of its window in milliseconds, or a calendar"},
 		{"Limit", `{"namespace":"n","identifier":"i","limit":1,"duration":1000,"report":"yes"}`, "report: must be true or false"},
+		// An enum value: its full name, as protobuf's JSON mapping takes
+		// it; a short form or a typo names the accepted ones and the one
+		// meant.
+		{"Limit", `{"namespace":"n","identifier":"i","limit":1,"calendar":{"unit":"month"}}`,
+			`calendar.unit: must be one of CALENDAR_UNIT_UNSPECIFIED, CALENDAR_UNIT_DAY, CALENDAR_UNIT_WEEK, CALENDAR_UNIT_MONTH, CALENDAR_UNIT_YEAR (or its number), got "month": did you mean "CALENDAR_UNIT_MONTH"? (an enum value is its full name)`},
+		{"Limit", `{"namespace":"n","identifier":"i","limit":1,"calendar":{"unit":"CALENDAR_UNIT_MONHT"}}`,
+			`calendar.unit: must be one of CALENDAR_UNIT_UNSPECIFIED, CALENDAR_UNIT_DAY, CALENDAR_UNIT_WEEK, CALENDAR_UNIT_MONTH, CALENDAR_UNIT_YEAR (or its number), got "CALENDAR_UNIT_MONHT": did you mean "CALENDAR_UNIT_MONTH"? (an enum value is its full name)`},
+		{"Limit", `{"namespace":"n","identifier":"i","limit":1,"duration":1000,"algorithm":"token_bucket"}`,
+			`algorithm: must be one of ALGORITHM_SLIDING_WINDOW, ALGORITHM_FIXED_WINDOW, ALGORITHM_TOKEN_BUCKET (or its number), got "token_bucket": did you mean "ALGORITHM_TOKEN_BUCKET"? (an enum value is its full name)`},
 		{"MultiLimit", `{"limits":[{"namespace":"n","identifier":"i","limit":1,"duration":1000},{"namespace":"n","identifier":"i","limit":1,"duration":1000,"cost":"x"}]}`, `limits[1].cost: must be an integer, got "x"`},
 		{"SetOverride", `{"namespace":"n","identifier":"i","limit":1}`, "duration: missing: SetOverrideRequest needs it"},
 		{"Limit", `{"namespace":"n","identifier":"` + long + `","limit":1,"duration":1000}`, "identifier: " + name},

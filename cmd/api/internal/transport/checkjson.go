@@ -3,6 +3,7 @@ package transport
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/unkeyed/ratelimit/internal/invalid"
+	"github.com/unkeyed/ratelimit/internal/spelling"
 )
 
 // Requests in JSON that the decoder refuses, or that may lack a required
@@ -93,6 +95,13 @@ func where(path string) string {
 	return path
 }
 
+// notJSON is the error of a request that stops being JSON at path: rule,
+// and where the reader stopped (a byte offset, from 0), which for a body
+// cut short is its end.
+func (c checker) notJSON(path, rule string) error {
+	return &invalid.Error{Field: path, Rule: fmt.Sprintf("%s: it breaks off or stops being JSON at byte %d", rule, c.dec.InputOffset())}
+}
+
 // checker reads a JSON request against its message, field by field.
 type checker struct {
 	dec      *json.Decoder
@@ -104,7 +113,7 @@ func (c checker) checkMessage(md protoreflect.MessageDescriptor, path string) er
 	dec := c.dec
 	tok, err := dec.Token()
 	if err != nil {
-		return &invalid.Error{Field: where(path), Rule: "must be a JSON object, and valid JSON"}
+		return c.notJSON(where(path), "must be a JSON object, and valid JSON")
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
 		return &invalid.Error{Field: where(path), Rule: "must be a JSON object"}
@@ -113,7 +122,7 @@ func (c checker) checkMessage(md protoreflect.MessageDescriptor, path string) er
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return &invalid.Error{Field: where(path), Rule: "must be valid JSON"}
+			return c.notJSON(where(path), "must be valid JSON")
 		}
 		name, _ := tok.(string)
 		fd := md.Fields().ByJSONName(name)
@@ -129,7 +138,7 @@ func (c checker) checkMessage(md protoreflect.MessageDescriptor, path string) er
 		}
 	}
 	if _, err := dec.Token(); err != nil { // '}'
-		return &invalid.Error{Field: where(path), Rule: "must be valid JSON"}
+		return c.notJSON(where(path), "must be valid JSON")
 	}
 	for _, name := range c.required.fields(md.FullName()) {
 		if !seen[name] {
@@ -157,7 +166,7 @@ func (c checker) checkValue(fd protoreflect.FieldDescriptor, path string) error 
 	if fd.IsList() {
 		tok, err := dec.Token()
 		if err != nil {
-			return &invalid.Error{Field: path, Rule: "must be valid JSON"}
+			return c.notJSON(path, "must be valid JSON")
 		}
 		if tok == nil {
 			return nil
@@ -198,7 +207,7 @@ func (c checker) checkSingle(fd protoreflect.FieldDescriptor, path string) error
 		}
 		var skip json.RawMessage
 		if err := dec.Decode(&skip); err != nil {
-			return &invalid.Error{Field: path, Rule: "must be valid JSON"}
+			return c.notJSON(path, "must be valid JSON")
 		}
 		return nil
 	case fd.Kind() == protoreflect.MessageKind:
@@ -208,7 +217,7 @@ func (c checker) checkSingle(fd protoreflect.FieldDescriptor, path string) error
 		// protojson refuses it.
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
-			return &invalid.Error{Field: path, Rule: "must be valid JSON"}
+			return c.notJSON(path, "must be valid JSON")
 		}
 		switch {
 		case string(raw) == "null":
@@ -221,7 +230,7 @@ func (c checker) checkSingle(fd protoreflect.FieldDescriptor, path string) error
 	}
 	tok, err := dec.Token()
 	if err != nil {
-		return &invalid.Error{Field: path, Rule: "must be valid JSON"}
+		return c.notJSON(path, "must be valid JSON")
 	}
 	if tok == nil {
 		return nil // null: the field's default, as protobuf's JSON mapping has it
@@ -246,9 +255,55 @@ func (c checker) checkSingle(fd protoreflect.FieldDescriptor, path string) error
 		if rule := checkInteger(s, fd.Kind()); rule != "" {
 			return &invalid.Error{Field: path, Rule: rule}
 		}
+	case protoreflect.EnumKind:
+		if name, ok := tok.(string); ok {
+			return checkEnum(fd.Enum(), name, path)
+		}
+		if _, ok := tok.(json.Number); !ok {
+			return &invalid.Error{Field: path, Rule: "must be one of " + enumNames(fd.Enum()) + " (or its number)"}
+		}
 	default:
-		// Floats, enums and bytes: no request of the API has them; the
-		// decoder judges.
+		// Floats and bytes: no request of the API has them; the decoder
+		// judges.
 	}
 	return nil
+}
+
+// checkEnum refuses name, a value of the enum ed at path that is none of
+// its values' names, naming them and the one name most likely meant.
+// Protobuf's JSON mapping takes an enum value by its name, as the .proto
+// spells it, or by its number: "CALENDAR_UNIT_MONTH" or 3, not "month"
+// (which protojson refuses, and so this API).
+func checkEnum(ed protoreflect.EnumDescriptor, name, path string) error {
+	if ed.Values().ByName(protoreflect.Name(name)) != nil {
+		return nil
+	}
+	var names []string
+	for i := range ed.Values().Len() {
+		names = append(names, string(ed.Values().Get(i).Name()))
+	}
+	meant, edits := spelling.Nearest(name, names)
+	if edits > max(2, len(name)/4) {
+		meant = "" // nothing near: no guess
+	}
+	for _, n := range names {
+		// A short form ("month", "token_bucket"): the name's end.
+		if upper := strings.ToUpper(name); upper != "" && strings.HasSuffix(n, "_"+upper) {
+			meant = n
+		}
+	}
+	rule := fmt.Sprintf("must be one of %s (or its number), got %q", enumNames(ed), name)
+	if meant != "" {
+		rule += fmt.Sprintf(": did you mean %q? (an enum value is its full name)", meant)
+	}
+	return &invalid.Error{Field: path, Rule: rule}
+}
+
+// enumNames lists ed's values by name.
+func enumNames(ed protoreflect.EnumDescriptor) string {
+	var names []string
+	for i := range ed.Values().Len() {
+		names = append(names, string(ed.Values().Get(i).Name()))
+	}
+	return strings.Join(names, ", ")
 }

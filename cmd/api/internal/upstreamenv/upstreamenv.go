@@ -23,7 +23,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/unkeyed/ratelimit/internal/envconfig"
+	"github.com/unkeyed/ratelimit/internal/spelling"
 )
 
 // Translate returns environ with the UNKEY_* (and OTEL_*) settings that
@@ -199,7 +199,7 @@ func (t *translation) misspelled() error {
 		if slices.Contains(upstreamNames, k) || strings.HasPrefix(k, "UNKEY_") || strings.HasPrefix(k, "OTEL_") || serviceLink(k) {
 			continue
 		}
-		near, edits := envconfig.Nearest(k, upstreamNames)
+		near, edits := spelling.Nearest(k, upstreamNames)
 		if edits <= max(1, len(k)/5) {
 			return fmt.Errorf("%s: envoyproxy/ratelimit reads no such variable; did you mean %s? (UNKEY_ALLOW_UNKNOWN_SETTINGS=true starts anyway)", k, near)
 		}
