@@ -312,8 +312,10 @@ func compileLimit(where string, fl fileLimit) (Limit, error) {
 	}
 	l.Algorithm = alg
 	if fl.Burst != nil {
-		if alg != ratelimit.TokenBucket || *fl.Burst < 1 {
-			return Limit{}, fmt.Errorf("%s.burst: must be at least 1, and only with algorithm token_bucket", where)
+		// 0 is requests_per_unit, as the API's burst of 0 is its limit:
+		// one field, one set of bounds wherever a limit is written.
+		if alg != ratelimit.TokenBucket {
+			return Limit{}, fmt.Errorf("%s.burst: must be given only with algorithm token_bucket", where)
 		}
 		l.Burst = int64(*fl.Burst)
 	}

@@ -121,8 +121,8 @@ func xdsModel(model map[string]any, rl *fileRateLimit) error {
 			rl.Algorithm = a
 		case "burst":
 			n, ok := v.(float64)
-			if !ok || n != math.Trunc(n) || n < 1 || n > math.MaxUint32 {
-				return fmt.Errorf("burst: must be a whole number from 1 to %d", uint32(math.MaxUint32))
+			if !ok || n != math.Trunc(n) || n < 0 || n > math.MaxUint32 {
+				return fmt.Errorf("burst: must be a whole number from 0 (requests_per_unit) to %d", uint32(math.MaxUint32))
 			}
 			b := uint32(n)
 			rl.Burst = &b

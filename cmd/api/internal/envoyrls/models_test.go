@@ -101,8 +101,7 @@ descriptors:
 func TestRuleModelErrors(t *testing.T) {
 	for _, tc := range []struct{ rule, want string }{
 		{"{unit: second, requests_per_unit: 1, algorithm: leaky}", `rate_limit.algorithm: "leaky" is not one of sliding_window, fixed_window, token_bucket`},
-		{"{unit: second, requests_per_unit: 1, burst: 5}", "rate_limit.burst: must be at least 1, and only with algorithm token_bucket"},
-		{"{unit: second, requests_per_unit: 1, algorithm: token_bucket, burst: 0}", "rate_limit.burst: must be at least 1"},
+		{"{unit: second, requests_per_unit: 1, burst: 5}", "rate_limit.burst: must be given only with algorithm token_bucket"},
 		{"{unit: day, requests_per_unit: 1, calendar: {unit: day}}", "rate_limit.calendar: must be given without unit and unit_multiplier"},
 		{"{requests_per_unit: 1, calendar: {unit: fortnight}}", `rate_limit.calendar.unit: "fortnight" is not one of day, week, month, year`},
 		{"{requests_per_unit: 1, calendar: {unit: day, time_zone: Mars/Olympus}}", "rate_limit.calendar.time_zone: must be a time zone of the IANA database"},
@@ -131,4 +130,22 @@ descriptors:
 // loadRules compiles one rules file.
 func loadRules(yaml string) (*rlsconfig.Config, error) {
 	return rlsconfig.Load(rlsconfig.File{Name: "test.yaml", Data: []byte(yaml)})
+}
+
+// TestRuleBurstZeroIsTheLimit: a token bucket's burst of 0 in a rule file
+// is its requests_per_unit, as the API's burst of 0 is its limit: the
+// field takes the same values wherever a limit is written.
+func TestRuleBurstZeroIsTheLimit(t *testing.T) {
+	c, err := loadRules("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 7, algorithm: token_bucket, burst: 0}\n")
+	if err != nil {
+		t.Fatalf("burst 0: %v", err)
+	}
+	m, ok := c.Match("d", []rlsconfig.Entry{{Key: "k", Value: "v"}})
+	if !ok || len(m.Rule.Limits) != 1 || m.Rule.Limits[0].Burst != 0 {
+		t.Fatalf("burst 0: %+v %v, want one limit whose burst is its requests_per_unit (0)", m.Rule, ok)
+	}
+	req := ratelimit.Request{Limit: 7, Burst: m.Rule.Limits[0].Burst, Algorithm: ratelimit.TokenBucket}
+	if q, _ := req.Policy(time.Now()); q != 7 {
+		t.Errorf("a burst of 0 holds %d tokens, want 7, its limit", q)
+	}
 }
