@@ -9,6 +9,7 @@ package invalid
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Error reports a request field that breaks a rule. Whoever returns it has
@@ -40,4 +41,25 @@ func InEntry(field string, i int, err error) error {
 		return err
 	}
 	return &Error{Field: fmt.Sprintf("%s[%d].%s", field, i, e.Field), Rule: e.Rule}
+}
+
+// InJSON returns field, a path of names as the .proto and the limiter
+// spell them ("calendar.time_zone", "limits[2].lease_id"), in the
+// spelling of protobuf's JSON mapping and of Unkey's v2 routes,
+// lowerCamelCase ("calendar.timeZone", "limits[2].leaseId"): what a route
+// that speaks JSON names a field by, since that is what its caller wrote.
+func InJSON(field string) string {
+	if !strings.Contains(field, "_") {
+		return field
+	}
+	b := make([]byte, 0, len(field))
+	for i := 0; i < len(field); i++ {
+		if c := field[i]; c == '_' && i+1 < len(field) && field[i+1] >= 'a' && field[i+1] <= 'z' && i > 0 && field[i-1] != '.' {
+			b = append(b, field[i+1]-'a'+'A')
+			i++
+			continue
+		}
+		b = append(b, field[i])
+	}
+	return string(b)
 }

@@ -107,7 +107,7 @@ func TestLeasesAcrossProcessesAndRegions(t *testing.T) {
 	forged := []byte(last)
 	forged[len(forged)/2] ^= 1
 	for _, lease := range []string{string(forged), "not a lease", ""} {
-		if code, out := releaseOn(t, a1, "", lease); code != 400 || !strings.HasPrefix(fmt.Sprint(out["message"]), "lease_id:") {
+		if code, out := releaseOn(t, a1, "", lease); code != 400 || !strings.HasPrefix(fmt.Sprint(out["message"]), "leaseId:") {
 			t.Fatalf("release of %q: %d %v", lease, code, out)
 		}
 	}

@@ -86,7 +86,7 @@ func TestModelsRefuseBadValues(t *testing.T) {
 	ts := startServer(t, "UNKEY_AUTH_TOKENS="+tokA+"=ws_a")
 	const key = `"namespace":"models","identifier":"bad","limit":5`
 	for _, tc := range []struct{ method, body, want string }{
-		{"Limit", `{` + key + `,"calendar":{"unit":"CALENDAR_UNIT_DAY","timeZone":"Mars/Olympus"}}`, "calendar.time_zone: must be a time zone of the IANA database"},
+		{"Limit", `{` + key + `,"calendar":{"unit":"CALENDAR_UNIT_DAY","timeZone":"Mars/Olympus"}}`, "calendar.timeZone: must be a time zone of the IANA database"},
 		{"Limit", `{` + key + `,"calendar":{"timeZone":"Europe/Berlin"}}`, "calendar.unit: must be day, week, month or year"},
 		{"Limit", `{` + key + `,"duration":60000,"calendar":{"unit":"CALENDAR_UNIT_DAY"}}`, "duration: must be omitted with a calendar"},
 		{"Limit", `{` + key + `,"algorithm":"ALGORITHM_TOKEN_BUCKET","calendar":{"unit":"CALENDAR_UNIT_DAY"}}`, "calendar: must be unset with algorithm token_bucket"},
@@ -94,7 +94,7 @@ func TestModelsRefuseBadValues(t *testing.T) {
 		{"Limit", `{` + key + `,"duration":60000,"algorithm":"ALGORITHM_TOKEN_BUCKET","burst":-1}`, "burst: must be between 1 and"},
 		{"Limit", `{` + key + `,"duration":60000,"algorithm":"ALGORITHM_TOKEN_BUCKET","reserve":true}`, "reserve: must be false with algorithm token_bucket"},
 		{"Limit", `{` + key + `}`, "duration: missing: a limit needs the length of its window"},
-		{"BatchLimit", `{"limits":[{` + key + `,"duration":60000},{` + key + `,"calendar":{"unit":"CALENDAR_UNIT_WEEK","timeZone":"Nowhere"}}]}`, "limits[1].calendar.time_zone"},
+		{"BatchLimit", `{"limits":[{` + key + `,"duration":60000},{` + key + `,"calendar":{"unit":"CALENDAR_UNIT_WEEK","timeZone":"Nowhere"}}]}`, "limits[1].calendar.timeZone"},
 		{"MultiLimit", `{"limits":[{` + key + `,"duration":60000},{` + key + `,"duration":60000,"burst":2}]}`, "limits[1].burst"},
 	} {
 		status, out := ts.call(t, tc.method, tokA, tc.body)

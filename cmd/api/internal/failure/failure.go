@@ -66,6 +66,16 @@ type Failure struct {
 	Err error
 }
 
+// JSONMessage is Message with an invalid field named as a route that
+// speaks JSON names it (see invalid.InJSON): "calendar.timeZone", not
+// "calendar.time_zone".
+func (f Failure) JSONMessage() string {
+	if f.Kind == KindInvalidArgument && f.Field != "" {
+		return invalid.InJSON(f.Field) + ": " + f.Rule
+	}
+	return f.Message
+}
+
 // Classify sorts err, from any step of a request (the transport, the
 // pipeline, the limiter, the overrides, keys and reservations), into a
 // Failure.

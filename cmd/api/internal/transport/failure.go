@@ -97,7 +97,7 @@ func (l *Layer) ConnectError(ctx context.Context, procedure string, err error) *
 		ce.Meta().Set("Request-Id", f.RequestID)
 		return ce
 	}
-	return connect.NewError(grpcCodes[f.Kind], errors.New(f.Message))
+	return connect.NewError(grpcCodes[f.Kind], errors.New(f.JSONMessage()))
 }
 
 // ConnectRenderer renders failures as Connect, gRPC or gRPC-Web errors,

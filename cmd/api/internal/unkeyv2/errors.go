@@ -58,7 +58,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, requestID string,
 		requestID = transport.NewRequestID()
 	}
 	p := problems[f.Kind]
-	e := apiError{Title: p.title, Status: p.status, Type: "https://unkey.com/docs/errors/unkey/" + p.typ, Detail: f.Message}
+	e := apiError{Title: p.title, Status: p.status, Type: "https://unkey.com/docs/errors/unkey/" + p.typ, Detail: f.JSONMessage()}
 	switch f.Kind {
 	case failure.KindInternal:
 		e.Detail = "the request could not be completed; the server log has the detail under this requestId"
