@@ -6,7 +6,7 @@ PKGS      := ./...
 BENCHTIME ?= 2s
 BENCHCOUNT ?= 5
 
-.PHONY: help build run run-worker dev dev-down loadgen test test-go deps deps-dev check-generated check-deploy check-chart generate lint bench accuracy tools migrate binaries image scaling-kit release notice
+.PHONY: help build run run-worker dev dev-down loadgen test test-go deps deps-dev check-generated check-deploy check-chart generate lint bench accuracy tools migrate binaries image scaling-kit release notice bench-stores
 
 # apt-get needs root; elsewhere it goes through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -141,8 +141,10 @@ image: binaries ## build/images/api.tar and worker.tar (or IMAGE_DIR=…): OCI i
 	done
 
 # A release is the chart's appVersion (the one place a version is set):
-# make release refuses another VERSION, and a version CHANGELOG.md has no
-# section for. Its directory holds what is published: the binaries, the
+# make release refuses another VERSION, a version CHANGELOG.md has no
+# section for or that is tagged already, changes still listed under
+# [Unreleased], and a tree with uncommitted changes (RELEASE_DIRTY=1, for
+# a test, builds anyway but for the first two). Its directory holds what is published: the binaries, the
 # images tagged with the version, LICENSE, NOTICE, CHANGELOG.md and
 # SHA256SUMS over them (sha256sum -c SHA256SUMS checks a download).
 RELEASE_DIR ?= build/release/$(VERSION)
@@ -150,7 +152,9 @@ RELEASE_DIR ?= build/release/$(VERSION)
 release: ## build/release/VERSION/: the linux/amd64 binaries and images of the chart's appVersion, LICENSE, NOTICE, CHANGELOG.md and their SHA256SUMS
 	@[ "$(VERSION)" = "$(CHART_VERSION)" ] || { echo "make release: VERSION=$(VERSION), but deploy/helm/ratelimit/Chart.yaml's appVersion is $(CHART_VERSION): set the version there, the one place"; exit 1; }
 	@grep -q '^## \[$(VERSION)\] - [0-9]' CHANGELOG.md || { echo "make release: CHANGELOG.md has no section '## [$(VERSION)] - YYYY-MM-DD': write what changed first"; exit 1; }
-	@[ -z "$$(git status --porcelain 2>/dev/null)" ] || [ -n "$(RELEASE_DIRTY)" ] || { echo "make release: the tree has uncommitted changes (RELEASE_DIRTY=1 to build anyway, for a test)"; exit 1; }
+	@[ -n "$(RELEASE_DIRTY)" ] || { git rev-parse --git-dir >/dev/null 2>&1 && [ -z "$$(git status --porcelain)" ]; } || { echo "make release: not a git checkout, or it has uncommitted changes (RELEASE_DIRTY=1 builds anyway, for a test)"; exit 1; }
+	@[ -n "$(RELEASE_DIRTY)" ] || ! git rev-parse -q --verify "refs/tags/v$(VERSION)" >/dev/null || { echo "make release: v$(VERSION) is tagged already: set the next version in Chart.yaml's appVersion"; exit 1; }
+	@[ -n "$(RELEASE_DIRTY)" ] || [ -z "$$(sed -n '/^## \[Unreleased\]/,/^## \[[0-9]/p' CHANGELOG.md | grep '^- ')" ] || { echo "make release: CHANGELOG.md's [Unreleased] section lists changes: move them under [$(VERSION)] first"; exit 1; }
 	rm -rf $(RELEASE_DIR) && mkdir -p $(RELEASE_DIR)
 	$(MAKE) --no-print-directory image BIN_DIR=$(RELEASE_DIR)/bin IMAGE_DIR=$(RELEASE_DIR)/images IMAGE_TAG=$(VERSION)
 	cp LICENSE NOTICE CHANGELOG.md $(RELEASE_DIR)/

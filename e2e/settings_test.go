@@ -92,7 +92,10 @@ func TestSettingsTyposStopTheStart(t *testing.T) {
 		"api":    {"UNKEY_RLS_CONFG=/etc/ratelimit", "UNKEY_RLS_CONFIG"},
 		"worker": {"UNKEY_AUDIT_RETENSION=720h", "UNKEY_AUDIT_RETENTION"},
 	} {
-		env := append(append([]string{}, base[name]...), typo[0], "UNKEY_TOKEN=a-client's")
+		// UNKEY_TOKEN is a client's; the service links are Kubernetes' for
+		// a Service named unkey-ratelimit-api in the pod's namespace.
+		env := append(append([]string{}, base[name]...), typo[0], "UNKEY_TOKEN=a-client's",
+			"UNKEY_RATELIMIT_API_SERVICE_HOST=10.0.0.1", "UNKEY_RATELIMIT_API_PORT=tcp://10.0.0.1:7070")
 		out, err := configCheck(t, name, env)
 		unknown, _, _ := strings.Cut(typo[0], "=")
 		if err == nil || !strings.Contains(out, unknown+": no such setting; did you mean "+typo[1]+"?") {

@@ -38,7 +38,9 @@ type config struct {
 	mysql *mysql.Config
 }
 
-// loadConfig reads the configuration from environ. Errors name the variable.
+// loadConfig reads the configuration from environ. Errors name the
+// variable; an UNKEY_* variable the worker does not read is one, unless
+// UNKEY_ALLOW_UNKNOWN_SETTINGS allows it (see cmdutil.Settings).
 func loadConfig(environ []string) (config, error) {
 	var c config
 	if err := envconfig.Parse(environ, &c); err != nil {

@@ -96,7 +96,7 @@ func Unknown(environ []string, prefix string, known []string, allow string) erro
 	var unknown []string
 	for _, kv := range environ {
 		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, prefix) && !slices.Contains(known, k) {
+		if strings.HasPrefix(k, prefix) && !slices.Contains(known, k) && !ServiceLink(k) {
 			unknown = append(unknown, k)
 		}
 	}
@@ -111,6 +111,16 @@ func Unknown(environ []string, prefix string, known []string, allow string) erro
 		more = fmt.Sprintf(" (and %d more unknown: %s)", len(unknown)-1, strings.Join(unknown[1:], ", "))
 	}
 	return fmt.Errorf("%s: no such setting; did you mean %s?%s See --help for every setting, or set %s=true to start anyway", k, best, more, allow)
+}
+
+// ServiceLink reports whether k is one of the variables Kubernetes sets in
+// every pod for each Service of its namespace (NAME_SERVICE_HOST,
+// NAME_SERVICE_PORT and NAME_SERVICE_PORT_PORTNAME, NAME_PORT and
+// NAME_PORT_8080_TCP with its _PROTO, _PORT and _ADDR), which a Service
+// named like the program (unkey-…) makes UNKEY_…: none is a setting.
+func ServiceLink(k string) bool {
+	return strings.HasSuffix(k, "_SERVICE_HOST") || strings.Contains(k, "_SERVICE_PORT") ||
+		strings.HasSuffix(k, "_PORT") && k != "PORT" || strings.Contains(k, "_PORT_")
 }
 
 // Names returns the variables the configuration struct v reads.

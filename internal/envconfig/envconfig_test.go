@@ -46,6 +46,9 @@ func TestUnknown(t *testing.T) {
 		want    string
 	}{
 		{[]string{"APP_NAME=x", "OTHER_THING=1"}, ""},
+		// Kubernetes' service links of a Service named app-api.
+		{[]string{"APP_API_SERVICE_HOST=10.0.0.1", "APP_API_SERVICE_PORT=80", "APP_API_SERVICE_PORT_HTTP=80", "APP_API_PORT=tcp://10.0.0.1:80",
+			"APP_API_PORT_80_TCP_ADDR=10.0.0.1"}, ""},
 		{[]string{"APP_INTERVALL=2s"}, "APP_INTERVALL: no such setting; did you mean APP_INTERVAL?"},
 		{[]string{"APP_NAM=x", "APP_ENABLE=true"}, "APP_ENABLE: no such setting; did you mean APP_ENABLED? (and 1 more unknown: APP_NAM)"},
 		{[]string{"APP_CONT=1"}, "APP_CONT: no such setting; did you mean APP_COUNT?"},

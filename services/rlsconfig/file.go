@@ -137,7 +137,11 @@ func yamlWant(goType string) string {
 	switch {
 	case strings.HasPrefix(goType, "[]"):
 		return "a list (- lines)"
-	case strings.HasPrefix(goType, "uint"), strings.HasPrefix(goType, "int"):
+	case goType == "uint32":
+		return "a whole number from 0 to 4294967295"
+	case strings.HasPrefix(goType, "uint"):
+		return "a whole number, 0 or more"
+	case strings.HasPrefix(goType, "int"):
 		return "a whole number"
 	case strings.HasPrefix(goType, "float"):
 		return "a number"

@@ -207,7 +207,9 @@ const maxRegionLength = 48
 
 // LoadConfig reads the configuration from environ (as from os.Environ). A
 // missing required variable, or a value that is malformed or not one of the
-// allowed ones, is an error that names the variable and the rule.
+// allowed ones, is an error that names the variable and the rule; so is an
+// UNKEY_* variable the API does not read, unless
+// UNKEY_ALLOW_UNKNOWN_SETTINGS allows it (see cmdutil.Settings).
 func LoadConfig(environ []string) (Config, error) {
 	var c Config
 	if err := envconfig.Parse(environ, &c); err != nil {

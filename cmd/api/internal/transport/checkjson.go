@@ -96,8 +96,9 @@ func where(path string) string {
 }
 
 // notJSON is the error of a request that stops being JSON at path: rule,
-// and where the reader stopped (a byte offset, from 0), which for a body
-// cut short is its end.
+// and where the reader stopped (a byte offset, from 0): the start of the
+// value it could not read, which for a body cut short is the value it
+// breaks off in.
 func (c checker) notJSON(path, rule string) error {
 	return &invalid.Error{Field: path, Rule: fmt.Sprintf("%s: it breaks off or stops being JSON at byte %d", rule, c.dec.InputOffset())}
 }
@@ -286,11 +287,21 @@ func checkEnum(ed protoreflect.EnumDescriptor, name, path string) error {
 	if edits > max(2, len(name)/4) {
 		meant = "" // nothing near: no guess
 	}
+	// A name in lower case ("calendar_unit_month"), or a short form
+	// ("month", "token_bucket") that ends one name only: that name.
+	upper := strings.ToUpper(name)
+	var ends []string
 	for _, n := range names {
-		// A short form ("month", "token_bucket"): the name's end.
-		if upper := strings.ToUpper(name); upper != "" && strings.HasSuffix(n, "_"+upper) {
-			meant = n
+		if n == upper {
+			ends = []string{n}
+			break
 		}
+		if upper != "" && strings.HasSuffix(n, "_"+upper) {
+			ends = append(ends, n)
+		}
+	}
+	if len(ends) == 1 {
+		meant = ends[0]
 	}
 	rule := fmt.Sprintf("must be one of %s (or its number), got %q", enumNames(ed), name)
 	if meant != "" {

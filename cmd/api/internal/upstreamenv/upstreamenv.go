@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/unkeyed/ratelimit/internal/envconfig"
 	"github.com/unkeyed/ratelimit/internal/spelling"
 )
 
@@ -46,6 +47,7 @@ func Translate(environ []string) ([]string, Origins, error) {
 	}
 	t.read = nil
 	t.set("UNKEY_REGION", "default")
+	delete(t.from, "UNKEY_REGION") // this service's default, not envoyproxy/ratelimit's
 	return append(append([]string(nil), environ...), t.add...), Origins(t.from), nil
 }
 
@@ -196,23 +198,15 @@ func (t *translation) misspelled() error {
 	}
 	slices.Sort(names)
 	for _, k := range names {
-		if slices.Contains(upstreamNames, k) || strings.HasPrefix(k, "UNKEY_") || strings.HasPrefix(k, "OTEL_") || serviceLink(k) {
+		if slices.Contains(upstreamNames, k) || strings.HasPrefix(k, "UNKEY_") || strings.HasPrefix(k, "OTEL_") || envconfig.ServiceLink(k) {
 			continue
 		}
 		near, edits := spelling.Nearest(k, upstreamNames)
-		if edits <= max(1, len(k)/5) {
+		if edits <= min(2, max(1, len(k)/5)) {
 			return fmt.Errorf("%s: envoyproxy/ratelimit reads no such variable; did you mean %s? (UNKEY_ALLOW_UNKNOWN_SETTINGS=true starts anyway)", k, near)
 		}
 	}
 	return nil
-}
-
-// serviceLink reports whether k is one of the variables Kubernetes sets
-// for each Service of the namespace (NAME_SERVICE_HOST, NAME_SERVICE_PORT,
-// NAME_PORT, NAME_PORT_8080_TCP and its _PROTO, _PORT and _ADDR).
-func serviceLink(k string) bool {
-	return strings.HasSuffix(k, "_SERVICE_HOST") || strings.Contains(k, "_SERVICE_PORT") ||
-		strings.HasSuffix(k, "_PORT") && k != "PORT" || strings.Contains(k, "_PORT_")
 }
 
 // refused stops at a variable this service cannot honour.

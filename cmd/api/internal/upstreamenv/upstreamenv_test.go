@@ -152,7 +152,8 @@ func TestOriginsNameWhatTheUserSet(t *testing.T) {
 		{"UNKEY_RLS_CONFIG: open /data/rl/config: no such file or directory",
 			"UNKEY_RLS_CONFIG (from RUNTIME_ROOT, RUNTIME_SUBDIRECTORY): open /data/rl/config: no such file or directory"},
 		{"config check: UNKEY_HTTP_ADDR: cannot listen on 0.0.0.0:9000", "config check: UNKEY_HTTP_ADDR (from PORT): cannot listen on 0.0.0.0:9000"},
-		{"UNKEY_REGION: bad", "UNKEY_REGION (envoyproxy/ratelimit's default): bad"},
+		{"UNKEY_REGION: bad", "UNKEY_REGION: bad"}, // this service's default, not read from the environment
+		{"UNKEY_GRPC_ADDR: bad", "UNKEY_GRPC_ADDR (envoyproxy/ratelimit's default): bad"},
 		{"UNKEY_LOG_LEVEL: bad", "UNKEY_LOG_LEVEL: bad"},
 		{"UNKEY_RLS_CONFIG_INTERVAL: bad", "UNKEY_RLS_CONFIG_INTERVAL: bad"},
 	} {
@@ -181,6 +182,9 @@ func TestMisspelledUpstreamVariables(t *testing.T) {
 		{[]string{"PATH=/bin", "HOME=/root", "HOSTNAME=rl-0", "TERM=xterm", "LANG=C.UTF-8", "REDIS_PORT=tcp://10.0.0.1:6379",
 			"RATELIMIT_SERVICE_HOST=10.0.0.2", "RATELIMIT_PORT_8081_TCP_ADDR=10.0.0.2", "KUBERNETES_SERVICE_PORT=443"}, ""},
 		{[]string{"REDIS_UR=redis:6379", "UNKEY_ALLOW_UNKNOWN_SETTINGS=true"}, ""},
+		// Long names three or four edits from one of envoyproxy/
+		// ratelimit's are someone else's: two edits at most.
+		{[]string{"REDIS_SENTINEL_ADDRS=a:1", "GRPC_MAX_CONNECTION_IDLE=5m"}, ""},
 	} {
 		_, _, err := upstreamenv.Translate(tc.env)
 		switch {
