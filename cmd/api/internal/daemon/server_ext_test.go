@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -490,5 +491,27 @@ func TestBatchLimit(t *testing.T) {
 	}
 	if code, out := ts.call(t, "BatchLimit", "", `{"limits":[`+strings.Join(many, ",")+`]}`); code != http.StatusBadRequest || out["message"] != "limits: must hold 1 to 1000 limits" {
 		t.Fatalf("1,001 entries: %d %v", code, out)
+	}
+}
+
+// TestConnectJSONIsCompact: Connect's JSON answers are compact whichever
+// encoder wrote them: the fast one of Limit, and protobuf's JSON mapping
+// for the rest (which spaces its output at random, on purpose), and so
+// are the answers of Envoy's /json route.
+func TestConnectJSONIsCompact(t *testing.T) {
+	ts := startServer(t)
+	limit := `{"namespace":"n","identifier":"i","limit":5,"duration":60000}`
+	for _, tc := range []struct{ path, body string }{
+		{"/ratelimit.v1.RatelimitService/Limit", limit},
+		{"/ratelimit.v1.RatelimitService/MultiLimit", `{"limits":[` + limit + `,` + limit + `]}`},
+		{"/ratelimit.v1.RatelimitService/SetOverride", `{"namespace":"n","identifier":"i","limit":9,"duration":60000}`},
+	} {
+		for range 5 { // protojson's spacing is random: several answers
+			status, out := ts.post(t, tc.path, "", strings.NewReader(tc.body), "Content-Type", "application/json")
+			var compact bytes.Buffer
+			if err := json.Compact(&compact, out); status != http.StatusOK || err != nil || !bytes.Equal(compact.Bytes(), out) {
+				t.Fatalf("%s: %d %s, want a compact JSON answer (%v)", tc.path, status, out, err)
+			}
+		}
 	}
 }

@@ -102,7 +102,7 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request, l *transport
 	}
 	out, ok := appendRateLimitResponse(make([]byte, 0, 256), resp)
 	if !ok {
-		if out, err = protojson.Marshal(resp); err != nil {
+		if out, err = transport.ProtoJSON(resp, false); err != nil {
 			writeJSONError(w, l, r, err)
 			return
 		}

@@ -1,7 +1,9 @@
 package transport
 
 import (
+	"bytes"
 	"compress/gzip"
+	"encoding/json"
 	"fmt"
 
 	"connectrpc.com/connect"
@@ -110,7 +112,31 @@ func (j jsonCodec) Marshal(v any) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("marshal %T: not a protobuf message", v)
 	}
-	return protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(msg)
+	return ProtoJSON(msg, true)
+}
+
+// ProtoJSON encodes msg in protobuf's JSON mapping (with the fields that
+// hold their zero value where emitZero), compact: protojson spaces its
+// output at random on purpose, so that no one relies on its bytes, and the
+// adapters' fast encoders write compact JSON; one protocol answers in one
+// style whichever encoder wrote an answer.
+func ProtoJSON(msg proto.Message, emitZero bool) ([]byte, error) {
+	b, err := protojson.MarshalOptions{EmitUnpopulated: emitZero}.Marshal(msg)
+	if err != nil {
+		return nil, err
+	}
+	return compact(b), nil
+}
+
+// compact returns b, valid JSON, without the whitespace between its
+// tokens (b itself if it is not valid JSON).
+func compact(b []byte) []byte {
+	var out bytes.Buffer
+	out.Grow(len(b))
+	if err := json.Compact(&out, b); err != nil {
+		return b
+	}
+	return out.Bytes()
 }
 
 func (j jsonCodec) Unmarshal(data []byte, v any) error {
