@@ -129,12 +129,20 @@ func (h *Handler) BatchLimit(ctx context.Context, req *connect.Request[ratelimit
 	return connect.NewResponse(out), nil
 }
 
-// toRequest converts an API request. An absent cost means 1. A calendar
-// that names no unit or zone of the database is refused naming its field.
+// toRequest converts an API request. An absent cost means 1. An algorithm
+// or a calendar unit the API does not name (binary protobuf, or a number
+// in JSON, takes any) is refused as this API spells them, and a zone not
+// of the database naming its field.
 func toRequest(m *ratelimitv1.LimitRequest) (ratelimit.Request, error) {
 	cost := int64(1)
 	if m != nil && m.Cost != nil {
 		cost = *m.Cost
+	}
+	if a := m.GetAlgorithm(); a < ratelimitv1.Algorithm_ALGORITHM_SLIDING_WINDOW || a > ratelimitv1.Algorithm_ALGORITHM_TOKEN_BUCKET {
+		// A number no name has (binary protobuf, or a number in JSON):
+		// named as this API spells its values.
+		return ratelimit.Request{}, &invalid.Error{Field: "algorithm",
+			Rule: "must be ALGORITHM_SLIDING_WINDOW, ALGORITHM_FIXED_WINDOW or ALGORITHM_TOKEN_BUCKET"}
 	}
 	r := ratelimit.Request{
 		Namespace:  m.GetNamespace(),
@@ -144,10 +152,14 @@ func toRequest(m *ratelimitv1.LimitRequest) (ratelimit.Request, error) {
 		Cost:       cost,
 		Report:     m.GetReport(),
 		Reserve:    m.GetReserve(),
-		Algorithm:  algorithm(m.GetAlgorithm()),
+		Algorithm:  ratelimit.Algorithm(m.GetAlgorithm()), // one of the API's: checked above
 		Burst:      m.GetBurst(),
 	}
 	if c := m.GetCalendar(); c != nil {
+		if u := c.GetUnit(); u < ratelimitv1.CalendarUnit_CALENDAR_UNIT_DAY || u > ratelimitv1.CalendarUnit_CALENDAR_UNIT_YEAR {
+			return ratelimit.Request{}, &invalid.Error{Field: "calendar.unit",
+				Rule: "must be CALENDAR_UNIT_DAY, CALENDAR_UNIT_WEEK, CALENDAR_UNIT_MONTH or CALENDAR_UNIT_YEAR"}
+		}
 		p, err := ratelimit.NewCalendar(calendar.Unit(c.GetUnit()), c.GetTimeZone())
 		if err != nil {
 			return ratelimit.Request{}, err
@@ -155,15 +167,6 @@ func toRequest(m *ratelimitv1.LimitRequest) (ratelimit.Request, error) {
 		r.Calendar = p
 	}
 	return r, nil
-}
-
-// algorithm converts an API algorithm; a value the API does not name
-// (binary protobuf takes any) becomes one the limiter refuses.
-func algorithm(a ratelimitv1.Algorithm) ratelimit.Algorithm {
-	if a < 0 || a > 255 {
-		return 255
-	}
-	return ratelimit.Algorithm(a)
 }
 
 // calls converts the requests of a batch, naming a refused one by its

@@ -87,7 +87,8 @@ func TestModelsRefuseBadValues(t *testing.T) {
 	const key = `"namespace":"models","identifier":"bad","limit":5`
 	for _, tc := range []struct{ method, body, want string }{
 		{"Limit", `{` + key + `,"calendar":{"unit":"CALENDAR_UNIT_DAY","timeZone":"Mars/Olympus"}}`, "calendar.timeZone: must be a time zone of the IANA database"},
-		{"Limit", `{` + key + `,"calendar":{"timeZone":"Europe/Berlin"}}`, "calendar.unit: must be day, week, month or year"},
+		{"Limit", `{` + key + `,"calendar":{"timeZone":"Europe/Berlin"}}`, "calendar.unit: must be CALENDAR_UNIT_DAY, CALENDAR_UNIT_WEEK, CALENDAR_UNIT_MONTH or CALENDAR_UNIT_YEAR"},
+		{"Limit", `{` + key + `,"duration":60000,"algorithm":7}`, "algorithm: must be ALGORITHM_SLIDING_WINDOW, ALGORITHM_FIXED_WINDOW or ALGORITHM_TOKEN_BUCKET"},
 		{"Limit", `{` + key + `,"duration":60000,"calendar":{"unit":"CALENDAR_UNIT_DAY"}}`, "duration: must be omitted with a calendar"},
 		{"Limit", `{` + key + `,"algorithm":"ALGORITHM_TOKEN_BUCKET","calendar":{"unit":"CALENDAR_UNIT_DAY"}}`, "calendar: must be unset with algorithm token_bucket"},
 		{"Limit", `{` + key + `,"duration":60000,"burst":10}`, "burst: must be unset but with algorithm token_bucket"},
