@@ -50,25 +50,9 @@ func Parse(environ []string, v any) error {
 // by the field's name (caarlos0/env's errors name the field).
 func fieldVars(v any) map[string]string {
 	out := map[string]string{}
-	var walk func(reflect.Type)
-	walk = func(t reflect.Type) {
-		for f := range t.Fields() {
-			tag, ok := f.Tag.Lookup("env")
-			if !ok {
-				if f.Anonymous && f.Type.Kind() == reflect.Struct {
-					walk(f.Type)
-				}
-				continue
-			}
-			name, _, _ := strings.Cut(tag, ",")
-			out[f.Name] = name
-		}
+	for _, s := range Settings(v) {
+		out[s.Field] = s.Name
 	}
-	t := reflect.TypeOf(v)
-	if t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	walk(t)
 	return out
 }
 

@@ -19,6 +19,9 @@ type Setting struct {
 	Required bool
 	// Help says what the setting is, and its bounds.
 	Help string
+	// Field is the name of the struct field the variable is read into
+	// (empty for a library's), which caarlos0/env's errors name.
+	Field string
 }
 
 // Section is a group of settings that a library reads from the process's
@@ -51,7 +54,7 @@ func Settings(v any) []Setting {
 				def = zero(f.Type)
 			}
 			out = append(out, Setting{Name: name, Default: def, Required: strings.Contains(opts, "required"),
-				Help: f.Tag.Get("help")})
+				Help: f.Tag.Get("help"), Field: f.Name})
 		}
 	}
 	t := reflect.TypeOf(v)
