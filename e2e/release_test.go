@@ -15,21 +15,6 @@ import (
 	"github.com/unkeyed/ratelimit/internal/testkit/charttest"
 )
 
-// chartVersion returns the chart's appVersion: the one place the
-// project's version is set.
-func chartVersion(t *testing.T) string {
-	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(charttest.Root(), "deploy", "helm", "ratelimit", "Chart.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`(?m)^appVersion: *"?([^"\n]+)"?$`).FindSubmatch(raw)
-	if m == nil {
-		t.Fatal("Chart.yaml has no appVersion")
-	}
-	return string(m[1])
-}
-
 // TestLicenceAndNotice: LICENSE is the Apache License 2.0, whole, and
 // NOTICE is what scripts/notice.sh writes: the NOTICE file of every
 // module the programs link, which the licence asks a redistribution to
@@ -101,7 +86,7 @@ func TestChangelog(t *testing.T) {
 			t.Errorf("CHANGELOG.md has no link for [%s]", v)
 		}
 	}
-	if v := chartVersion(t); !slices.Contains(versions, v) {
+	if v := charttest.AppVersion(t); !slices.Contains(versions, v) {
 		t.Errorf("CHANGELOG.md has no section for %s, the chart's appVersion", v)
 	}
 }
@@ -115,7 +100,7 @@ func TestChangelog(t *testing.T) {
 func TestRelease(t *testing.T) {
 	t.Parallel()
 	root := charttest.Root()
-	version := chartVersion(t)
+	version := charttest.AppVersion(t)
 	dir := filepath.Join(t.TempDir(), "release")
 	cmd := exec.Command("make", "--no-print-directory", "release", "RELEASE_DIR="+dir, "RELEASE_DIRTY=1", "SOURCE_DATE_EPOCH="+charttest.BuildEpoch)
 	cmd.Dir = root

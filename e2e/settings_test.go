@@ -41,9 +41,9 @@ func settings(t *testing.T, name string) map[string]string {
 }
 
 // configCheck runs `name config check --static` with environ and nothing
-// else (the settings alone: the files and addresses of a manifest are
-// the machine's it runs on), and returns what it printed, and its
-// failure.
+// else (no address bound, only the files a setting is parsed from read:
+// the files and addresses of a manifest are the machine's it runs on),
+// and returns what it printed, and its failure.
 func configCheck(t *testing.T, name string, environ []string) (string, error) {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(bin, name), "config", "check", "--static")
@@ -151,8 +151,20 @@ func TestConfigCheckMeetsStartErrors(t *testing.T) {
 			t.Errorf("api config check with %q: %v %q, want a failure naming %q", tc.env, err, out, tc.want)
 		}
 		if out, err := configCheck(t, "api", append(append([]string{}, api...), tc.env...)); err != nil {
-			t.Errorf("api config check --static with %q: %v %q, want the settings alone checked", tc.env, err, out)
+			t.Errorf("api config check --static with %q: %v %q, want only the settings checked", tc.env, err, out)
 		}
+	}
+	// Two settings that name one address: the start holds the first
+	// when it binds the second, and so does the check.
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := free.Addr().String()
+	free.Close()
+	if out, err := check("api", "UNKEY_REGION=eu", "UNKEY_HTTP_ADDR="+one, "UNKEY_GRPC_ADDR="+one); err == nil ||
+		!strings.Contains(out, "UNKEY_GRPC_ADDR: cannot listen on "+one) {
+		t.Errorf("api config check with one address twice: %v %q, want a failure naming UNKEY_GRPC_ADDR", err, out)
 	}
 	if out, err := check("api", append(api, "UNKEY_RLS_CONFIG="+rules, "UNKEY_GRPC_ADDR=127.0.0.1:0")...); err != nil {
 		t.Errorf("api config check with the rules there and free addresses: %v %q", err, out)

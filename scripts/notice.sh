@@ -2,7 +2,7 @@
 # scripts/notice.sh prints NOTICE: this project's copyright and licence,
 # and the NOTICE file of every module the programs (cmd/api, cmd/worker)
 # link, verbatim, as the Apache License 2.0 (section 4(d)) asks of a work
-# that redistributes them. `make notice` writes it; e2e's TestNotice fails
+# that redistributes them. `make notice` writes it; e2e's TestLicenceAndNotice fails
 # when NOTICE is not what this prints.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -15,7 +15,8 @@
 //	api keys create ...      create a key in MySQL (see api keys for the flags)
 //	api keys generate ...    generate a key for UNKEY_AUTH_KEYS_FILE
 //	api config check         check the settings in the environment, the files they name
-//	                         and the addresses they bind, and exit (--static: the settings alone)
+//	                         and the addresses they bind, and exit (--static: binds nothing,
+//	                         reads only the files a setting is parsed from)
 //	api --version            print the version and the commit (see internal/version)
 //	api --help               the commands and every setting, with its default
 //
@@ -53,7 +54,8 @@ Usage:
   api config check [--static]          check the settings below as serving reads them, the
                                        files they name and that their addresses can be bound;
                                        exit 1 naming the first that breaks a rule (--static:
-                                       the settings alone, for manifests checked elsewhere)
+                                       binds nothing and reads only the files a setting is
+                                       parsed from, for manifests checked elsewhere)
   api --version                        print the version and the commit
   api --help                           this text
 `

@@ -19,7 +19,7 @@
 //	                         its public key to FILE.pub, and print the public
 //	                         key for UNKEY_RESTATE_IDENTITY_KEYS
 //	worker config check      check the settings in the environment and the address, and exit
-//	                         (--static: the settings alone)
+//	                         (--static: binds nothing)
 //	worker --version         print the version and the commit (see internal/version)
 //	worker --help            the commands and every setting, with its default
 package main
@@ -49,7 +49,8 @@ Usage:
   worker config check [--static]
                            check the settings below as serving reads them, and that its
                            address can be bound; exit 1 naming the first that breaks a
-                           rule (--static: the settings alone, for manifests checked elsewhere)
+                           rule (--static: binds nothing, for manifests checked elsewhere;
+                           the identity key file is read either way)
   worker --version         print the version and the commit
   worker --help            this text
 

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -72,15 +73,16 @@ func expects(t reflect.Type) string {
 }
 
 // Unknown returns an error naming the first variable of environ (in
-// name order) that starts with prefix and is none of known, and the
-// known one nearest to it, a misspelling's likely target; nil if every
+// name order) that starts with prefix and is none of known (nor a
+// Kubernetes service link), and the known one it is likely a misspelling
+// of, where one is near (see spelling.Near); nil if every
 // such variable is known. A misspelled setting is otherwise read as
 // unset, and its default serves where the operator meant another value.
 func Unknown(environ []string, prefix string, known []string, allow string) error {
 	var unknown []string
 	for _, kv := range environ {
-		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, prefix) && !slices.Contains(known, k) && !ServiceLink(k) {
+		k, v, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, prefix) && !slices.Contains(known, k) && !ServiceLink(k, v) {
 			unknown = append(unknown, k)
 		}
 	}
@@ -89,22 +91,37 @@ func Unknown(environ []string, prefix string, known []string, allow string) erro
 	}
 	slices.Sort(unknown)
 	k := unknown[0]
-	best, _ := spelling.Nearest(k, known)
+	guess := ""
+	if best, ok := spelling.Near(k, known); ok {
+		guess = " did you mean " + best + "?"
+	}
 	more := ""
 	if len(unknown) > 1 {
 		more = fmt.Sprintf(" (and %d more unknown: %s)", len(unknown)-1, strings.Join(unknown[1:], ", "))
 	}
-	return fmt.Errorf("%s: no such setting; did you mean %s?%s See --help for every setting, or set %s=true to start anyway", k, best, more, allow)
+	return fmt.Errorf("%s: no such setting;%s%s See --help for every setting, or set %s=true to start anyway", k, guess, more, allow)
 }
 
-// ServiceLink reports whether k is one of the variables Kubernetes sets in
-// every pod for each Service of its namespace (NAME_SERVICE_HOST,
-// NAME_SERVICE_PORT and NAME_SERVICE_PORT_PORTNAME, NAME_PORT and
-// NAME_PORT_8080_TCP with its _PROTO, _PORT and _ADDR), which a Service
-// named like the program (unkey-…) makes UNKEY_…: none is a setting.
-func ServiceLink(k string) bool {
-	return strings.HasSuffix(k, "_SERVICE_HOST") || strings.Contains(k, "_SERVICE_PORT") ||
-		strings.HasSuffix(k, "_PORT") && k != "PORT" || strings.Contains(k, "_PORT_")
+// serviceLink matches the names of the variables Kubernetes sets in every
+// pod for each Service of its namespace: NAME_SERVICE_HOST,
+// NAME_SERVICE_PORT and NAME_SERVICE_PORT_PORTNAME, NAME_PORT, and
+// NAME_PORT_8080_TCP with its _PROTO, _PORT and _ADDR.
+var serviceLink = regexp.MustCompile(`_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT|PORT_[0-9]+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)$`)
+
+// ServiceLink reports whether k=v is one of the variables Kubernetes sets
+// in every pod for each Service of its namespace, which a Service named
+// like the program (unkey-…) makes UNKEY_…: none is a setting. A bare
+// NAME_PORT is one only with Kubernetes' value, tcp://, udp:// or
+// sctp://…, so that a misspelled port setting is still caught.
+func ServiceLink(k, v string) bool {
+	m := serviceLink.FindStringSubmatch(k)
+	if m == nil || k == m[0] {
+		return false
+	}
+	if m[1] == "PORT" {
+		return strings.HasPrefix(v, "tcp://") || strings.HasPrefix(v, "udp://") || strings.HasPrefix(v, "sctp://")
+	}
+	return true
 }
 
 // Names returns the variables the configuration struct v reads.

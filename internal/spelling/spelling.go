@@ -16,6 +16,15 @@ func Nearest(name string, names []string) (nearest string, edits int) {
 	return nearest, edits
 }
 
+// Near returns the name of names nearest to name if it is near enough to
+// be a misspelling of it: one edit away, two for a name of ten letters or
+// more (an edit inserts, deletes or replaces a byte). Past that a guess
+// misleads more than it helps.
+func Near(name string, names []string) (string, bool) {
+	nearest, edits := Nearest(name, names)
+	return nearest, edits >= 0 && edits <= min(2, max(1, len(name)/5))
+}
+
 // distance is the Levenshtein distance between a and b: the fewest
 // insertions, deletions and substitutions of one byte that turn a into b.
 func distance(a, b string) int {

@@ -82,8 +82,9 @@
 // What decides sits in rooms under internal/, each importing only the
 // rooms below it: period (what a window's cells are), cells (the cell
 // table, which knows no model and no tier), pool (a concurrency limit's
-// pools), regional and global (the tiers, which ask the models through
-// small interfaces and never a period's kind), and model (the models and
+// pools, which answers whether a window is a pool's), regional and
+// global (the tiers, which ask the models through small interfaces and
+// the pool room, never a period's kind themselves), and model (the models and
 // the table they decide in, which tell the tiers what they counted).
 //
 // A new store implements store.Regional or store.Global in a package of its

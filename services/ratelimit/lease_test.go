@@ -630,7 +630,7 @@ func (s slowTaker) TakeSlots(ctx context.Context, t store.SlotTake) (store.SlotC
 
 // TestManyTakesAtOnce: 400 acquisitions of a limit of 20 at once, on two
 // processes of a region, each take a round trip of 2 ms: more in flight
-// than a process has lanes (regional.MaxTakeLanes), which wait for one. Exactly 20
+// than a process has lanes (the regional tier's maxTakeLanes), which wait for one. Exactly 20
 // are admitted. (Before takes waited for a lane, those that found none
 // decided from memory: 33 held of 20 in the e2e fleet.)
 func TestManyTakesAtOnce(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 // breaks a rule, and a [*CapacityError] for a new key in a workspace that holds
 // the most windows allowed, and counts nothing then. A warm decision does not
 // allocate and, unless the key is strict or its copy of the region's counts is
-// older than regional.MaxCopyAge (see [store.Regional]), does not wait on the network.
+// older than a second (see [store.Regional]), does not wait on the network.
 func (s *Service) Limit(ctx context.Context, req Request) (Response, error) {
 	if err := req.Validate(); err != nil {
 		return Response{}, err

@@ -111,25 +111,35 @@ func MakeBinary(t testing.TB, name, dir string) string {
 	return filepath.Join(dir, name)
 }
 
+// AppVersion returns the chart's appVersion: the one place the project's
+// version is set, which --version, the images and make release read.
+func AppVersion(t testing.TB) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(Root(), "deploy", "helm", "ratelimit", "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "appVersion:"); ok {
+			if v = strings.Trim(strings.TrimSpace(v), `"`); v != "" {
+				return v
+			}
+		}
+	}
+	t.Fatal("the chart has no appVersion")
+	return ""
+}
+
 // WantVersion returns the line `name --version` prints for a build of
 // MakeBinary: the chart's appVersion, git's short hash of HEAD (-dirty
 // with changes to tracked files) and BuildTime.
 func WantVersion(t testing.TB, name string) string {
 	t.Helper()
 	root := Root()
-	raw, err := os.ReadFile(filepath.Join(root, "deploy", "helm", "ratelimit", "Chart.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	appVersion := ""
-	for _, line := range strings.Split(string(raw), "\n") {
-		if v, ok := strings.CutPrefix(line, "appVersion:"); ok {
-			appVersion = strings.Trim(strings.TrimSpace(v), `"`)
-		}
-	}
+	appVersion := AppVersion(t)
 	head, err := exec.Command("git", "-C", root, "rev-parse", "--short", "HEAD").Output()
-	if err != nil || appVersion == "" {
-		t.Fatalf("the chart's appVersion %q, git rev-parse: %v", appVersion, err)
+	if err != nil {
+		t.Fatalf("git rev-parse: %v", err)
 	}
 	commit := strings.TrimSpace(string(head))
 	if exec.Command("git", "-C", root, "diff", "--quiet", "HEAD").Run() != nil {

@@ -12,8 +12,10 @@ import (
 // first setting that breaks a rule. Unless static, it also reads every
 // file a setting names and binds every address, as serving does at start
 // (see daemon.Preflight): run where the process will run, before a
-// rollout, it meets every error the start would. It connects to no store.
-// Static, it reads the settings alone: for a deployment's manifests
+// rollout, it meets every file and address error the start would. It
+// connects to no store and no xDS server. Static, it binds nothing and
+// reads only the files a setting is parsed from (Redis's TLS files): for
+// a deployment's manifests
 // checked on another machine, and for the tests that hold the chart and
 // compose.yaml to the binary.
 func ConfigCheck(out io.Writer, environ []string, static bool) error {

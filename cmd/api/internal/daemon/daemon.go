@@ -183,18 +183,8 @@ func (d *Daemon) build() error {
 	if tracing.On {
 		d.layer.WithTracing(tracing.Provider, tracing.Propagator)
 	}
-	// The certificates' expiry gauges are told apart by the listener.
-	if cfg.TLSCertFile != "" {
-		if d.tls, err = certs.Load(certs.Files{Cert: cfg.TLSCertFile, Key: cfg.TLSKeyFile,
-			ClientCA: cfg.TLSClientCAFile}, logger, prometheus.WrapRegistererWith(prometheus.Labels{"listener": "api"}, reg)); err != nil {
-			return fmt.Errorf("UNKEY_TLS_CERT_FILE, UNKEY_TLS_KEY_FILE, UNKEY_TLS_CLIENT_CA_FILE: %w", err)
-		}
-	}
-	if cfg.GRPCTLSCertFile != "" {
-		if d.grpcTLS, err = certs.Load(certs.Files{Cert: cfg.GRPCTLSCertFile, Key: cfg.GRPCTLSKeyFile,
-			ClientCA: cfg.GRPCTLSClientCAFile}, logger, prometheus.WrapRegistererWith(prometheus.Labels{"listener": "grpc"}, reg)); err != nil {
-			return fmt.Errorf("UNKEY_GRPC_TLS_CERT_FILE, UNKEY_GRPC_TLS_KEY_FILE, UNKEY_GRPC_TLS_CLIENT_CA_FILE: %w", err)
-		}
+	if d.tls, d.grpcTLS, err = loadTLS(cfg, logger, reg); err != nil {
+		return err
 	}
 
 	rls, err := d.newRLS(cfg, p)

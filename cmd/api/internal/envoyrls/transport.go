@@ -146,7 +146,7 @@ var jsonStatus = [...]int{
 // the body shows the message either way).
 func writeJSONError(w http.ResponseWriter, l *transport.Layer, r *http.Request, err error) {
 	f := l.Classify(r.Context(), "/json", "", err)
-	msg := f.Message
+	msg := f.JSONMessage() // a field as the JSON names it, as on the API's other routes
 	if f.Kind == failure.KindInternal {
 		msg = transport.InternalMessage(f.RequestID)
 	}

@@ -261,7 +261,7 @@ func (c checker) checkSingle(fd protoreflect.FieldDescriptor, path string) error
 			return checkEnum(fd.Enum(), name, path)
 		}
 		if _, ok := tok.(json.Number); !ok {
-			return &invalid.Error{Field: path, Rule: "must be one of " + enumNames(fd.Enum()) + " (or its number)"}
+			return &invalid.Error{Field: path, Rule: "must be one of " + strings.Join(enumNames(fd.Enum()), ", ") + " (or its number)"}
 		}
 	default:
 		// Floats and bytes: no request of the API has them; the decoder
@@ -279,12 +279,9 @@ func checkEnum(ed protoreflect.EnumDescriptor, name, path string) error {
 	if ed.Values().ByName(protoreflect.Name(name)) != nil {
 		return nil
 	}
-	var names []string
-	for i := range ed.Values().Len() {
-		names = append(names, string(ed.Values().Get(i).Name()))
-	}
-	meant, edits := spelling.Nearest(name, names)
-	if edits > max(2, len(name)/4) {
+	names := enumNames(ed)
+	meant, near := spelling.Near(name, names)
+	if !near {
 		meant = "" // nothing near: no guess
 	}
 	// A name in lower case ("calendar_unit_month"), or a short form
@@ -303,18 +300,18 @@ func checkEnum(ed protoreflect.EnumDescriptor, name, path string) error {
 	if len(ends) == 1 {
 		meant = ends[0]
 	}
-	rule := fmt.Sprintf("must be one of %s (or its number), got %q", enumNames(ed), name)
+	rule := fmt.Sprintf("must be one of %s (or its number), got %q", strings.Join(names, ", "), name)
 	if meant != "" {
 		rule += fmt.Sprintf(": did you mean %q? (an enum value is its full name)", meant)
 	}
 	return &invalid.Error{Field: path, Rule: rule}
 }
 
-// enumNames lists ed's values by name.
-func enumNames(ed protoreflect.EnumDescriptor) string {
-	var names []string
-	for i := range ed.Values().Len() {
-		names = append(names, string(ed.Values().Get(i).Name()))
+// enumNames returns the names of ed's values.
+func enumNames(ed protoreflect.EnumDescriptor) []string {
+	names := make([]string, ed.Values().Len())
+	for i := range names {
+		names[i] = string(ed.Values().Get(i).Name())
 	}
-	return strings.Join(names, ", ")
+	return names
 }

@@ -129,8 +129,12 @@ func ProtoJSON(msg proto.Message, emitZero bool) ([]byte, error) {
 }
 
 // compact returns b, valid JSON, without the whitespace between its
-// tokens (b itself if it is not valid JSON).
+// tokens (b itself if it is not valid JSON, or holds no space or line
+// break at all: most answers, which are then not copied).
 func compact(b []byte) []byte {
+	if !bytes.ContainsAny(b, " \n") {
+		return b
+	}
 	var out bytes.Buffer
 	out.Grow(len(b))
 	if err := json.Compact(&out, b); err != nil {

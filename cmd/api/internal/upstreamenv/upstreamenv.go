@@ -40,14 +40,11 @@ func Translate(environ []string) ([]string, Origins, error) {
 	}
 	t := translation{env: env, from: map[string][]string{}}
 	for _, step := range []func() error{t.misspelled, t.refused, t.listeners, t.grpcTLS, t.rules, t.redis, t.metrics, t.logs, t.tracing, t.envoy} {
-		t.read = nil
 		if err := step(); err != nil {
 			return nil, nil, err
 		}
 	}
-	t.read = nil
-	t.set("UNKEY_REGION", "default")
-	delete(t.from, "UNKEY_REGION") // this service's default, not envoyproxy/ratelimit's
+	t.set("UNKEY_REGION", "default") // this service's, not envoyproxy/ratelimit's
 	return append(append([]string(nil), environ...), t.add...), Origins(t.from), nil
 }
 
@@ -86,24 +83,15 @@ func (o Origins) Explain(err error) error {
 type translation struct {
 	env map[string]string
 	add []string // the settings added, k=v
-	// read holds the variables read since the last setting was added;
-	// from, for each setting added, the variables of environ it was
-	// derived from (none: envoyproxy/ratelimit's defaults).
-	read []string
+	// from holds, for each setting added from envoyproxy/ratelimit's
+	// variables, those of them environ sets (none: their defaults).
 	from map[string][]string
 }
 
 func has(env map[string]string, k string) bool { _, ok := env[k]; return ok }
 
-// val returns variable k, noting it (when set) as one the next setting
-// derives from (see set).
-func (t *translation) val(k string) string {
-	v := t.env[k]
-	if v != "" && !slices.Contains(t.read, k) {
-		t.read = append(t.read, k)
-	}
-	return v
-}
+// val returns variable k, "" where it is not set.
+func (t *translation) val(k string) string { return t.env[k] }
 
 // get returns the variable, or def where it is not set or empty.
 func (t *translation) get(k, def string) string {
@@ -113,17 +101,26 @@ func (t *translation) get(k, def string) string {
 	return def
 }
 
-// set adds setting k=v unless environ sets k itself, noting the
-// variables read since the previous setting as those it derives from.
-func (t *translation) set(k, v string) {
-	read := t.read
-	t.read = nil
+// set adds setting k=v unless environ sets k itself. from names the
+// variables of envoyproxy/ratelimit's it is derived from; those of them
+// the environment sets are what an error about k names (none: their
+// defaults). A setting with no such variable (the region, OpenTelemetry's)
+// is not noted.
+func (t *translation) set(k, v string, from ...string) {
 	if has(t.env, k) {
 		return
 	}
 	t.env[k] = v
 	t.add = append(t.add, k+"="+v)
-	t.from[k] = read
+	if len(from) > 0 {
+		given := []string{}
+		for _, f := range from {
+			if t.env[f] != "" {
+				given = append(given, f)
+			}
+		}
+		t.from[k] = given
+	}
 }
 
 // flag reads a boolean variable as envoyproxy/ratelimit's settings do
@@ -198,11 +195,10 @@ func (t *translation) misspelled() error {
 	}
 	slices.Sort(names)
 	for _, k := range names {
-		if slices.Contains(upstreamNames, k) || strings.HasPrefix(k, "UNKEY_") || strings.HasPrefix(k, "OTEL_") || envconfig.ServiceLink(k) {
+		if slices.Contains(upstreamNames, k) || strings.HasPrefix(k, "UNKEY_") || strings.HasPrefix(k, "OTEL_") || envconfig.ServiceLink(k, t.env[k]) {
 			continue
 		}
-		near, edits := spelling.Nearest(k, upstreamNames)
-		if edits <= min(2, max(1, len(k)/5)) {
+		if near, ok := spelling.Near(k, upstreamNames); ok {
 			return fmt.Errorf("%s: envoyproxy/ratelimit reads no such variable; did you mean %s? (UNKEY_ALLOW_UNKNOWN_SETTINGS=true starts anyway)", k, near)
 		}
 	}
@@ -260,16 +256,16 @@ func (t *translation) listeners() error {
 	if err != nil {
 		return err
 	}
-	t.set("UNKEY_HTTP_ADDR", a)
+	t.set("UNKEY_HTTP_ADDR", a, "HOST", "PORT")
 	if a, err = t.addr("GRPC_HOST", "0.0.0.0", "GRPC_PORT", "8081"); err != nil {
 		return err
 	}
-	t.set("UNKEY_GRPC_ADDR", a)
+	t.set("UNKEY_GRPC_ADDR", a, "GRPC_HOST", "GRPC_PORT")
 	if t.val("DEBUG_PORT") != "" {
 		if a, err = t.addr("DEBUG_HOST", "0.0.0.0", "DEBUG_PORT", "6070"); err != nil {
 			return err
 		}
-		t.set("UNKEY_DEBUG_ADDR", a)
+		t.set("UNKEY_DEBUG_ADDR", a, "DEBUG_HOST", "DEBUG_PORT")
 	}
 	return nil
 }
@@ -287,10 +283,10 @@ func (t *translation) grpcTLS() error {
 	if cert == "" || key == "" {
 		return fmt.Errorf("GRPC_SERVER_USE_TLS=true: needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY")
 	}
-	t.set("UNKEY_GRPC_TLS_CERT_FILE", cert)
-	t.set("UNKEY_GRPC_TLS_KEY_FILE", key)
+	t.set("UNKEY_GRPC_TLS_CERT_FILE", cert, "GRPC_SERVER_TLS_CERT")
+	t.set("UNKEY_GRPC_TLS_KEY_FILE", key, "GRPC_SERVER_TLS_KEY")
 	if ca := t.get("GRPC_SERVER_TLS_CA_CERT", t.val("GRPC_CLIENT_TLS_CACERT")); ca != "" {
-		t.set("UNKEY_GRPC_TLS_CLIENT_CA_FILE", ca)
+		t.set("UNKEY_GRPC_TLS_CLIENT_CA_FILE", ca, "GRPC_SERVER_TLS_CA_CERT", "GRPC_CLIENT_TLS_CACERT")
 	}
 	return nil
 }
@@ -301,21 +297,21 @@ func (t *translation) rules() error {
 	case "FILE":
 		dir := path.Join(t.get("RUNTIME_ROOT", "/srv/runtime_data/current"), t.val("RUNTIME_SUBDIRECTORY"),
 			t.get("RUNTIME_APPDIRECTORY", "config"))
-		t.set("UNKEY_RLS_CONFIG", dir)
+		t.set("UNKEY_RLS_CONFIG", dir, "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY")
 	case "GRPC_XDS_SOTW":
-		t.set("UNKEY_RLS_XDS_SERVER", t.get("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000"))
-		t.set("UNKEY_RLS_XDS_NODE_ID", t.get("CONFIG_GRPC_XDS_NODE_ID", "default"))
+		t.set("UNKEY_RLS_XDS_SERVER", t.get("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000"), "CONFIG_GRPC_XDS_SERVER_URL")
+		t.set("UNKEY_RLS_XDS_NODE_ID", t.get("CONFIG_GRPC_XDS_NODE_ID", "default"), "CONFIG_GRPC_XDS_NODE_ID")
 		tls, err := t.flag("CONFIG_GRPC_XDS_SERVER_USE_TLS")
 		if err != nil {
 			return err
 		}
 		if tls {
-			t.set("UNKEY_RLS_XDS_TLS", "true")
+			t.set("UNKEY_RLS_XDS_TLS", "true", "CONFIG_GRPC_XDS_SERVER_USE_TLS")
 			for _, m := range [][2]string{{"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "UNKEY_RLS_XDS_CA_FILE"},
 				{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "UNKEY_RLS_XDS_CERT_FILE"}, {"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "UNKEY_RLS_XDS_KEY_FILE"},
 				{"CONFIG_GRPC_XDS_SERVER_TLS_SAN", "UNKEY_RLS_XDS_SERVER_NAME"}} {
 				if v := t.val(m[0]); v != "" {
-					t.set(m[1], v)
+					t.set(m[1], v, m[0])
 				}
 			}
 		}
@@ -324,7 +320,7 @@ func (t *translation) rules() error {
 			return err
 		}
 		if force {
-			t.set("UNKEY_RLS_START_WITHOUT_CONFIG", "true")
+			t.set("UNKEY_RLS_START_WITHOUT_CONFIG", "true", "FORCE_START_WITHOUT_INITIAL_CONFIG")
 		}
 	default:
 		return fmt.Errorf("CONFIG_TYPE=%s: must be FILE or GRPC_XDS_SOTW", typ)
@@ -388,14 +384,14 @@ func (t *translation) redis() error {
 			userinfo = url.UserPassword("", auth).String() + "@"
 		}
 	}
-	t.set("UNKEY_REDIS_URL", scheme+"://"+userinfo+strings.Join(hosts, ","))
+	t.set("UNKEY_REDIS_URL", scheme+"://"+userinfo+strings.Join(hosts, ","), "REDIS_URL", "REDIS_TYPE", "REDIS_TLS", "REDIS_AUTH")
 	for _, m := range [][2]string{{"REDIS_TLS_CACERT", "UNKEY_REDIS_TLS_CA_FILE"}, {"REDIS_TLS_CLIENT_CERT", "UNKEY_REDIS_TLS_CERT_FILE"},
 		{"REDIS_TLS_CLIENT_KEY", "UNKEY_REDIS_TLS_KEY_FILE"}} {
 		if v := t.val(m[0]); v != "" {
 			if !tls {
 				return fmt.Errorf("%s: needs REDIS_TLS=true", m[0])
 			}
-			t.set(m[1], v)
+			t.set(m[1], v, m[0])
 		}
 	}
 	return nil
@@ -414,7 +410,7 @@ func (t *translation) metrics() error {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return fmt.Errorf("PROMETHEUS_ADDR: must be [host]:port, got %q", addr)
 	}
-	t.set("UNKEY_METRICS_ADDR", addr)
+	t.set("UNKEY_METRICS_ADDR", addr, "PROMETHEUS_ADDR")
 	return nil
 }
 
@@ -426,13 +422,13 @@ func (t *translation) logs() error {
 		if !ok {
 			return fmt.Errorf("LOG_LEVEL: must be trace, debug, info, warn, error, fatal or panic, got %q", v)
 		}
-		t.set("UNKEY_LOG_LEVEL", level)
+		t.set("UNKEY_LOG_LEVEL", level, "LOG_LEVEL")
 	}
 	if v := strings.ToLower(t.val("LOG_FORMAT")); v != "" {
 		if v != "json" && v != "text" {
 			return fmt.Errorf("LOG_FORMAT: must be json or text, got %q", t.val("LOG_FORMAT"))
 		}
-		t.set("UNKEY_LOG_FORMAT", v)
+		t.set("UNKEY_LOG_FORMAT", v, "LOG_FORMAT")
 	}
 	return nil
 }
@@ -486,7 +482,7 @@ func (t *translation) envoy() error {
 			return err
 		}
 		if on {
-			t.set(m[1], "true")
+			t.set(m[1], "true", m[0])
 		}
 	}
 	stop, err := t.flag("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
@@ -494,12 +490,12 @@ func (t *translation) envoy() error {
 		return err
 	}
 	if stop {
-		t.set("UNKEY_RLS_COUNT_OVER_LIMIT", "false")
+		t.set("UNKEY_RLS_COUNT_OVER_LIMIT", "false", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
 	}
 	for _, m := range [][2]string{{"NEAR_LIMIT_RATIO", "UNKEY_RLS_NEAR_LIMIT_RATIO"}, {"LIMIT_LIMIT_HEADER", "UNKEY_RLS_LIMIT_HEADER"},
 		{"LIMIT_REMAINING_HEADER", "UNKEY_RLS_REMAINING_HEADER"}, {"LIMIT_RESET_HEADER", "UNKEY_RLS_RESET_HEADER"}} {
 		if v := t.val(m[0]); v != "" {
-			t.set(m[1], v)
+			t.set(m[1], v, m[0])
 		}
 	}
 	return nil

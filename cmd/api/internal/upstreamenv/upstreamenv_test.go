@@ -179,6 +179,9 @@ func TestMisspelledUpstreamVariables(t *testing.T) {
 		{[]string{"REDIS_UR=redis:6379"}, "REDIS_UR: envoyproxy/ratelimit reads no such variable; did you mean REDIS_URL?"},
 		{[]string{"RUNTIME_RO0T=/data"}, "did you mean RUNTIME_ROOT?"},
 		{[]string{"USE_PROMETEUS=true"}, "did you mean USE_PROMETHEUS?"},
+		// A port setting misspelled: no service link (whose value is
+		// tcp://…).
+		{[]string{"GRC_PORT=8081"}, "did you mean GRPC_PORT?"},
 		{[]string{"PATH=/bin", "HOME=/root", "HOSTNAME=rl-0", "TERM=xterm", "LANG=C.UTF-8", "REDIS_PORT=tcp://10.0.0.1:6379",
 			"RATELIMIT_SERVICE_HOST=10.0.0.2", "RATELIMIT_PORT_8081_TCP_ADDR=10.0.0.2", "KUBERNETES_SERVICE_PORT=443"}, ""},
 		{[]string{"REDIS_UR=redis:6379", "UNKEY_ALLOW_UNKNOWN_SETTINGS=true"}, ""},

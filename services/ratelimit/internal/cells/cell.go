@@ -137,19 +137,19 @@ func newCell(seq int64, hydrated bool) *Cell {
 	return c
 }
 
-// MaxCount is the most reports take a cell's count to: 2^56, far past any
+// maxCount is the most reports take a cell's count to: 2^56, far past any
 // limit (at most 2^53), and low enough that the sum of a hundred regions'
 // counts still fits an int64. Reports are counted past the limit and
 // would otherwise overflow a counter with enough of them; nothing else
 // counts past the limit.
-const MaxCount = 1 << 56
+const maxCount = 1 << 56
 
 // AddCapped adds cost (at most the largest cost a request may have) to
-// c, stopping at MaxCount, and returns the new count.
+// c, stopping at maxCount, and returns the new count.
 func AddCapped(c *atomic.Int64, cost int64) int64 {
 	for {
 		old := c.Load()
-		n := min(old+cost, max(old, MaxCount))
+		n := min(old+cost, max(old, maxCount))
 		if n == old || c.CompareAndSwap(old, n) {
 			return n
 		}

@@ -332,7 +332,7 @@ func (g *Tier) worthSharing(w *cells.Window, c *cells.Cell, limit int64) bool {
 	return c.Count.Load() >= g.cellFloor(w, limit) || c.Global.Load() != 0
 }
 
-// cellFloor is the floor of w's cells under limit: floor's, but 1 for a
+// cellFloor is the floor of w's cells under limit: Floor's, but 1 for a
 // token bucket's and a concurrency limit's. A window's count starts from
 // zero each window, so what a region keeps to itself under the floor is a
 // bounded error each window; a bucket carries its level from cell to cell,

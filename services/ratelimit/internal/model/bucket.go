@@ -73,8 +73,8 @@ func (*tokenBucket) TakeBack(t *Table, w *cells.Window, c *cells.Cell, sp Spec, 
 }
 
 // Bucket is a token bucket's state beside its windows' cells: made for
-// the first token bucket decision on an identity and held in the window
-// table's side maps (see Table.bucketOf), so that windows of the
+// the first token bucket decision on an identity and held in Table's
+// maps beside the windows (see Table.bucketOf), so that windows of the
 // other models stay in the 80-byte size class.
 type Bucket struct {
 	// tat is the theoretical arrival time, unix ns.

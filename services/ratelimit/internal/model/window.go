@@ -80,8 +80,9 @@ func (m *windowModel) Count(t *Table, w *cells.Window, _ *Bucket, now int64, sp 
 	d := Decision{Limit: sp.Limit, Capacity: sp.Limit, ResetMs: end}
 	limit := sp.Limit
 	if report && cost > 0 {
-		// Spent already: counted whatever the verdict, up to cells.MaxCount, so
-		// that reports without end never wrap the counter.
+		// Spent already: counted whatever the verdict, up to a cell's
+		// cap (cells.AddCapped), so that reports without end never wrap
+		// the counter.
 		n := cells.AddCapped(&cur.Count, cost)
 		prevTotal := prevGlobal
 		if prev != nil {

@@ -75,12 +75,12 @@ func IsCell(p period.Period) bool { return p.Kind() == period.Pool }
 // releases).
 func IsPool(w *cells.Window) bool { return w.Period().Kind() == period.Pool && !w.HoldsRefunds() }
 
-// Add files w, a pool cell's window new in the table, or the window of its
+// add files w, a pool cell's window new in the table, or the window of its
 // releases, in its pool, once: a window the janitor is removing is not
 // filed, nor one filed already. other returns the cell's other window (its
 // releases', for a cell's; the cell's, for its releases'), nil if the
 // table holds none; it runs while the pool is held.
-func (p *Set) Add(w *cells.Window, other func() *cells.Window) {
+func (p *Set) add(w *cells.Window, other func() *cells.Window) {
 	p.groups.Compute(idOf(w), func(g *Group, loaded bool) (*Group, xsync.ComputeOp) {
 		if w.Evicted() || !loaded && w.HoldsRefunds() {
 			// Removed meanwhile; or releases of a cell no window of
@@ -109,17 +109,14 @@ func (p *Set) Add(w *cells.Window, other func() *cells.Window) {
 	})
 }
 
-// File files w, new in table, in its pool, if it is a pool cell's window
-// or its releases' (see Add): the other window of the cell (its
+// File files w, new in table, a pool cell's window or its releases', in
+// its pool (see add): the other window of the cell (its
 // releases', or the cell's) is looked up while the pool is held, so that
 // a pair made at once is filed together whichever comes second.
 func (p *Set) File(w *cells.Window, table *cells.Table) {
-	if !IsCell(w.Period()) {
-		return
-	}
 	k := w.Key()
 	k.Refunds = !k.Refunds
-	p.Add(w, func() *cells.Window { return table.Find(&k) })
+	p.add(w, func() *cells.Window { return table.Find(&k) })
 }
 
 // Filed returns the pool of w, a pool cell's window in table, filing w

@@ -19,12 +19,12 @@ import (
 // takes a limit's slots through lanes, each a writer of its own in the
 // store, each holding one take at a time.
 
-// MaxTakeLanes bounds the takes of one concurrency limit a process has in
+// maxTakeLanes bounds the takes of one concurrency limit a process has in
 // flight at once, and the writers it adds to each of the limit's cells in
 // the store. A take that finds every lane busy waits for one, as long as
 // a take may wait on the store, and then decides from memory, as when the
 // store fails.
-const MaxTakeLanes = 64
+const maxTakeLanes = 64
 
 // takeLanes are the lanes of one concurrency limit's window in this
 // process.
@@ -60,12 +60,12 @@ type takeLane struct {
 // lanesOf returns the lanes of w, making them on first use.
 func (r *Tier) lanesOf(w *cells.Window) *takeLanes {
 	l, _ := r.lanes.LoadOrCompute(w, func() (*takeLanes, bool) {
-		return &takeLanes{name: "t" + strconv.FormatUint(r.writers.Add(1), 10), free: make(chan *takeLane, MaxTakeLanes)}, false
+		return &takeLanes{name: "t" + strconv.FormatUint(r.writers.Add(1), 10), free: make(chan *takeLane, maxTakeLanes)}, false
 	})
 	return l
 }
 
-// acquire returns a free lane, made if there are fewer than MaxTakeLanes,
+// acquire returns a free lane, made if there are fewer than maxTakeLanes,
 // or waits up to wait for one to be released; nil when none was, and at
 // once when every lane is held by a lost take. writer is the process's
 // name in the store; a lane's is it, the set's name and the lane's
@@ -77,14 +77,14 @@ func (l *takeLanes) acquire(ctx context.Context, writer string, wait time.Durati
 	default:
 	}
 	l.mu.Lock()
-	if n := len(l.all); n < MaxTakeLanes {
+	if n := len(l.all); n < maxTakeLanes {
 		lane := &takeLane{writer: writer + "/" + l.name + "." + strconv.Itoa(n)}
 		l.all = append(l.all, lane)
 		l.mu.Unlock()
 		return lane
 	}
 	l.mu.Unlock()
-	if l.lost.Load() >= MaxTakeLanes {
+	if l.lost.Load() >= maxTakeLanes {
 		return nil // none is in flight: none comes free before the store answers
 	}
 	timer := time.NewTimer(wait)

@@ -12,9 +12,9 @@ import (
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
-// OpSlots names, in the metrics, an acquisition of slots in the regional
+// opSlots names, in the metrics, an acquisition of slots in the regional
 // store.
-const OpSlots = "slots"
+const opSlots = "slots"
 
 // TakeOutcome is how a take of slots in the regional store went.
 type TakeOutcome int
@@ -69,7 +69,7 @@ func (r *Tier) TakeSlots(ctx context.Context, w *cells.Window, now, limit, cost 
 	total := lanes.add(lane, seq, cost)
 	beyond := r.beyond(g, now)
 	var counts store.SlotCounts
-	_, err := r.call(ctx, OpSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
+	_, err := r.call(ctx, opSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
 		var err error
 		counts, err = taker.TakeSlots(ctx, store.SlotTake{Key: w.CellKey(seq), Cost: cost, Limit: limit, Now: now,
 			Beyond: beyond, TTL: time.Duration(w.ExpiresAt(seq)-now) * time.Millisecond, Writer: lane.writer, Total: total})
@@ -141,7 +141,7 @@ func (r *Tier) ReadPool(ctx context.Context, w *cells.Window, now int64) {
 	seq, _ := pool.CellOf(w)
 	if taker, ok := r.store.(store.SlotTaker); ok {
 		var cells []store.PoolCell
-		_, err := r.call(ctx, OpSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
+		_, err := r.call(ctx, opSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
 			var err error
 			cells, err = taker.ReadSlots(ctx, w.CellKey(seq), now)
 			return nil, err
@@ -160,7 +160,7 @@ func (r *Tier) ReadPool(ctx context.Context, w *cells.Window, now int64) {
 	for _, pc := range g.Live(now) {
 		ws = append(ws, pc.W)
 	}
-	r.refreshNow(ctx, ws, now, OpSlots)
+	r.refreshNow(ctx, ws, now, opSlots)
 }
 
 // beyond returns what is held beyond the regional store in each cell of
@@ -290,7 +290,7 @@ func (r *Tier) WriteThrough(ctx context.Context, w *cells.Window, c *cells.Cell,
 	if r.mark != nil {
 		inc.Mark = r.mark(w, c)
 	}
-	counts, err := r.call(ctx, OpSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
+	counts, err := r.call(ctx, opSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
 		return r.store.Increment(ctx, []store.Increment{inc})
 	})
 	return r.written(w, c, inc, counts, err, now)
@@ -342,7 +342,7 @@ func (r *Tier) Release(ctx context.Context, w, rw *cells.Window, c *cells.Cell, 
 		inc.Mark = r.mark(rw, c)
 	}
 	var cells []store.PoolCell
-	counts, err := r.call(ctx, OpSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
+	counts, err := r.call(ctx, opSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
 		n, read, err := taker.ReleaseSlots(ctx, inc, now)
 		cells = read
 		return []int64{n}, err

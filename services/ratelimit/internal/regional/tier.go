@@ -207,7 +207,8 @@ func (r *Tier) Queued() int {
 	if r == nil {
 		return 0
 	}
-	return r.replays.Len() + r.refreshes.Len()
+	replays, refreshes := r.Pending()
+	return replays + refreshes
 }
 
 // Prepare brings w up to date before a decision at now (see prepareWindow).
@@ -244,7 +245,7 @@ const (
 	ResultOK      = "ok"       // the store answered for every cell
 	ResultPartial = "partial"  // the store answered for some cells only
 	ResultErr     = "error"    // the store failed or timed out
-	ResultRej     = "rejected" // the store's breaker is open: nothing was sent
+	resultRej     = "rejected" // the store's breaker is open: nothing was sent
 )
 
 // call runs call with a timeout and records the operation's outcome
@@ -261,7 +262,7 @@ func (r *Tier) call(ctx context.Context, op string, timeout time.Duration, call 
 	case isPartial(err):
 		r.metrics.Ops.WithLabelValues(op, ResultPartial).Inc()
 	case errors.Is(err, store.ErrUnavailable):
-		r.metrics.Ops.WithLabelValues(op, ResultRej).Inc()
+		r.metrics.Ops.WithLabelValues(op, resultRej).Inc()
 		return counts, err // nothing was sent: no latency to record
 	default:
 		r.metrics.Ops.WithLabelValues(op, ResultErr).Inc()
