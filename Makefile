@@ -5,8 +5,10 @@ TOOL      := $(GO) tool -modfile=$(CURDIR)/tools/go.mod
 PKGS      := ./...
 BENCHTIME ?= 2s
 BENCHCOUNT ?= 5
+# Where make build, run, run-worker and loadgen put the programs.
+BUILD_DIR ?= bin
 
-.PHONY: help build run run-worker dev dev-down loadgen test test-go deps deps-dev check-generated check-deploy check-chart generate lint bench accuracy tools migrate binaries image scaling-kit release notice bench-stores
+.PHONY: FORCE help build run run-worker dev dev-down loadgen test test-go deps deps-dev check-generated check-deploy check-chart generate lint bench accuracy tools migrate binaries image scaling-kit release notice bench-stores
 
 # apt-get needs root; elsewhere it goes through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -14,7 +16,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-run-worker: build ## the Restate worker on :9080 (needs restate-server and UNKEY_MYSQL_DSN)
+run-worker: $(BUILD_DIR)/worker ## the Restate worker on :9080 (needs restate-server and UNKEY_MYSQL_DSN)
 	UNKEY_LOG_FORMAT=$${UNKEY_LOG_FORMAT:-text} $(BUILD_DIR)/worker
 
 dev: ## the whole stack, two regions, on this machine without Docker (Ctrl-C stops it)
@@ -23,10 +25,10 @@ dev: ## the whole stack, two regions, on this machine without Docker (Ctrl-C sto
 dev-down: ## stop a stack that make dev started in another terminal
 	scripts/dev.sh down
 
-loadgen: ## drive the API: make loadgen ARGS='-url http://127.0.0.1:7070 -c 32 -n 100000'
-	$(GO) run ./cmd/loadgen $(ARGS)
+loadgen: $(BUILD_DIR)/loadgen ## drive the API: make loadgen ARGS='-url http://127.0.0.1:7070 -c 32 -n 100000' (bin/loadgen, built as the API is)
+	$(BUILD_DIR)/loadgen $(ARGS)
 
-run: build ## the API on 127.0.0.1:7070, region "local", in memory only, open (UNKEY_HTTP_ADDR=:7070 to serve every interface)
+run: $(BUILD_DIR)/api ## the API on 127.0.0.1:7070, region "local", in memory only, open (UNKEY_HTTP_ADDR=:7070 to serve every interface)
 	UNKEY_REGION=$${UNKEY_REGION:-local} UNKEY_LOG_FORMAT=$${UNKEY_LOG_FORMAT:-text} \
 		UNKEY_HTTP_ADDR=$${UNKEY_HTTP_ADDR:-127.0.0.1:7070} $(BUILD_DIR)/api
 
@@ -112,7 +114,6 @@ VERSION_PKG := github.com/unkeyed/ratelimit/internal/version
 VERSION_LDFLAGS = -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT) -X $(VERSION_PKG).built=$(SOURCE_DATE_EPOCH)
 BIN_DIR ?= build/bin
 BINARIES ?= api worker
-BUILD_DIR ?= bin
 
 # Every binary this project builds to run — make build, run, run-worker,
 # dev, binaries and image, and the tests that start the programs — is built
@@ -121,8 +122,26 @@ BUILD_DIR ?= bin
 # cache each other set compiles all of them again (minutes on two cores).
 GOBUILD = CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w -buildid= $(VERSION_LDFLAGS)'
 
-build: ## bin/api and bin/worker for this machine, static, with their version (BUILD_DIR=… to put them elsewhere)
-	$(GOBUILD) -o $(BUILD_DIR)/ ./cmd/api ./cmd/worker
+build: $(BUILD_DIR)/api $(BUILD_DIR)/worker ## bin/api and bin/worker for this machine, static, with their version (BUILD_DIR=… to put them elsewhere)
+
+# A program is built again only when a file it may be built from is newer
+# than it (the module's non-test files, go.mod, go.sum) or the version it
+# would be stamped with changed (a commit, a tree made dirty): make run
+# starts what make build built without linking it again, which go build
+# would (a binary without a build id is never up to date to it). Each is
+# one go build of what it imports and no more: make run compiles neither
+# the worker's dependencies nor the tools'.
+PROGRAM_SOURCES := go.mod go.sum $(shell find cmd connect db internal services -type f ! -name '*_test.go' ! -path '*/testdata/*' 2>/dev/null)
+
+$(BUILD_DIR)/api $(BUILD_DIR)/worker $(BUILD_DIR)/loadgen: $(BUILD_DIR)/%: $(PROGRAM_SOURCES) $(BUILD_DIR)/.version
+	$(GOBUILD) -o $@ ./cmd/$*
+
+# The version the programs are stamped with, rewritten only when it changes.
+$(BUILD_DIR)/.version: FORCE
+	@mkdir -p $(@D)
+	@echo '$(VERSION_LDFLAGS)' | cmp -s - $@ || echo '$(VERSION_LDFLAGS)' > $@
+
+FORCE:
 
 binaries: ## build/bin/api and worker (or BIN_DIR=…): the images' static linux/amd64 binaries, with their version
 	mkdir -p $(BIN_DIR)

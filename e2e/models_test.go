@@ -21,7 +21,7 @@ func TestModelsAcrossRegions(t *testing.T) {
 	b := start("b")
 	models := []struct{ name, fields, algorithm string }{
 		{"fixed window", `"duration":2592000000,"algorithm":"ALGORITHM_FIXED_WINDOW"`, "ALGORITHM_FIXED_WINDOW"},
-		{"calendar month", `"calendar":{"unit":"CALENDAR_UNIT_MONTH","timeZone":"Europe/Berlin"}`, "ALGORITHM_FIXED_WINDOW"},
+		{"calendar month", `"calendar":{"unit":"CALENDAR_UNIT_MONTH","timeZone":"Europe/Berlin"}`, "ALGORITHM_CALENDAR"},
 		{"token bucket", `"duration":2592000000,"algorithm":"ALGORITHM_TOKEN_BUCKET"`, "ALGORITHM_TOKEN_BUCKET"},
 	}
 	body := func(i, cost int) string {

@@ -173,7 +173,7 @@ func truncate(s string, n int) string {
 // alone), never both.
 func checkModel(r *Request, max time.Duration) error {
 	if r.Algorithm > TokenBucket {
-		return &invalid.Error{Field: "algorithm", Rule: "must be sliding_window, fixed_window or token_bucket"}
+		return &invalid.Error{Field: "algorithm", Rule: "must be a sliding window, a fixed window or a token bucket"}
 	}
 	if r.Algorithm == TokenBucket {
 		if r.Burst < 0 || r.Burst > MaxLimit {
@@ -182,10 +182,10 @@ func checkModel(r *Request, max time.Duration) error {
 		if r.Reserve {
 			// A bucket takes what it sees counted, never what is given
 			// back: a refund would return no tokens.
-			return &invalid.Error{Field: "reserve", Rule: "must be false with algorithm token_bucket: reserve on a sliding or fixed window"}
+			return &invalid.Error{Field: "reserve", Rule: "must be false with a token bucket: reserve on a sliding or fixed window"}
 		}
 	} else if r.Burst != 0 {
-		return &invalid.Error{Field: "burst", Rule: "must be unset but with algorithm token_bucket"}
+		return &invalid.Error{Field: "burst", Rule: "must be unset but with a token bucket, whose capacity it is"}
 	}
 	if r.Calendar.IsZero() {
 		if r.Duration == 0 {
@@ -195,7 +195,7 @@ func checkModel(r *Request, max time.Duration) error {
 	}
 	switch {
 	case r.Algorithm == TokenBucket:
-		return &invalid.Error{Field: "calendar", Rule: "must be unset with algorithm token_bucket: a calendar's periods are fixed windows"}
+		return &invalid.Error{Field: "calendar", Rule: "must be unset with a token bucket: a calendar's periods are fixed windows"}
 	case r.Duration != 0:
 		return &invalid.Error{Field: "duration", Rule: "must be omitted with a calendar, whose periods are the windows"}
 	case r.Reserve:

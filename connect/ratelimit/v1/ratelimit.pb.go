@@ -29,13 +29,17 @@ const (
 	// of it the sliding window still overlaps: about limit in any window of
 	// duration. The default.
 	Algorithm_ALGORITHM_SLIDING_WINDOW Algorithm = 0
-	// ALGORITHM_FIXED_WINDOW counts each fixed window of duration (or each
-	// calendar period) from zero: limit in each, reset at its end.
+	// ALGORITHM_FIXED_WINDOW counts each fixed window of duration from zero:
+	// limit in each, reset at its end.
 	Algorithm_ALGORITHM_FIXED_WINDOW Algorithm = 1
 	// ALGORITHM_TOKEN_BUCKET is a bucket of burst tokens refilled at limit
 	// per duration: over any interval of t milliseconds it admits at most
 	// burst + limit * t / duration.
 	Algorithm_ALGORITHM_TOKEN_BUCKET Algorithm = 2
+	// ALGORITHM_CALENDAR is a fixed window whose windows are the periods of
+	// the request's calendar: what a decision with a calendar answers. A
+	// request may name it, with a calendar only.
+	Algorithm_ALGORITHM_CALENDAR Algorithm = 3
 )
 
 // Enum value maps for Algorithm.
@@ -44,11 +48,13 @@ var (
 		0: "ALGORITHM_SLIDING_WINDOW",
 		1: "ALGORITHM_FIXED_WINDOW",
 		2: "ALGORITHM_TOKEN_BUCKET",
+		3: "ALGORITHM_CALENDAR",
 	}
 	Algorithm_value = map[string]int32{
 		"ALGORITHM_SLIDING_WINDOW": 0,
 		"ALGORITHM_FIXED_WINDOW":   1,
 		"ALGORITHM_TOKEN_BUCKET":   2,
+		"ALGORITHM_CALENDAR":       3,
 	}
 )
 
@@ -181,8 +187,8 @@ type LimitRequest struct {
 	Burst int64 `protobuf:"varint,9,opt,name=burst,proto3" json:"burst,omitempty"`
 	// Calendar makes the windows calendar periods on a time zone's clock
 	// (days, ISO weeks, months, years): limit a period, reset at the next
-	// one's start. A fixed window: algorithm is then unset or
-	// ALGORITHM_FIXED_WINDOW, and duration omitted.
+	// one's start. A fixed window: algorithm is then unset,
+	// ALGORITHM_CALENDAR or ALGORITHM_FIXED_WINDOW, and duration omitted.
 	Calendar      *Calendar `protobuf:"bytes,10,opt,name=calendar,proto3" json:"calendar,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -705,8 +711,10 @@ type AcquireResponse struct {
 	// RetryAfter is, when refused, how many milliseconds until held slots
 	// expire if none is released first.
 	RetryAfter int64 `protobuf:"varint,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
-	// ExpiresAt is when the slots free themselves if they are neither
-	// released nor extended, in unix milliseconds.
+	// ExpiresAt is the lease's end, in unix milliseconds: the acquisition's
+	// time plus the lease. The slots are held until then; if they are
+	// neither released nor extended, they free themselves less than a
+	// second or a tenth of the lease later. 0 when refused.
 	ExpiresAt     int64 `protobuf:"varint,6,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -916,8 +924,10 @@ type ExtendResponse struct {
 	// RetryAfter is, when refused, how many milliseconds until held slots
 	// expire if none is released first.
 	RetryAfter int64 `protobuf:"varint,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
-	// ExpiresAt is when the slots free themselves if they are neither
-	// released nor extended again, in unix milliseconds.
+	// ExpiresAt is the new lease's end, in unix milliseconds: the
+	// extension's time plus its lease. The slots are held until then; if
+	// they are neither released nor extended again, they free themselves
+	// less than a second or a tenth of the lease later.
 	ExpiresAt     int64 `protobuf:"varint,6,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2051,11 +2061,12 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\n" +
 	"identifier\x18\x02 \x01(\tR\n" +
 	"identifier\"\x18\n" +
-	"\x16DeleteOverrideResponse*a\n" +
+	"\x16DeleteOverrideResponse*y\n" +
 	"\tAlgorithm\x12\x1c\n" +
 	"\x18ALGORITHM_SLIDING_WINDOW\x10\x00\x12\x1a\n" +
 	"\x16ALGORITHM_FIXED_WINDOW\x10\x01\x12\x1a\n" +
-	"\x16ALGORITHM_TOKEN_BUCKET\x10\x02*\x8d\x01\n" +
+	"\x16ALGORITHM_TOKEN_BUCKET\x10\x02\x12\x16\n" +
+	"\x12ALGORITHM_CALENDAR\x10\x03*\x8d\x01\n" +
 	"\fCalendarUnit\x12\x1d\n" +
 	"\x19CALENDAR_UNIT_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11CALENDAR_UNIT_DAY\x10\x01\x12\x16\n" +

@@ -66,7 +66,7 @@ func (h *Handler) Limit(ctx context.Context, req *connect.Request[ratelimitv1.Li
 		RetryAfter:  d.RetryAfter.Milliseconds(),
 		OverrideId:  d.OverrideID,
 		Reservation: d.Reservation,
-		Algorithm:   ratelimitv1.Algorithm(d.Algorithm),
+		Algorithm:   answered(d.Algorithm, !r.Calendar.IsZero()),
 	})
 	// The IETF's fields, for an application to copy onto its own answer
 	// (gRPC carries them as header metadata). A call through the grpc-go
@@ -138,11 +138,19 @@ func toRequest(m *ratelimitv1.LimitRequest) (ratelimit.Request, error) {
 	if m != nil && m.Cost != nil {
 		cost = *m.Cost
 	}
-	if a := m.GetAlgorithm(); a < ratelimitv1.Algorithm_ALGORITHM_SLIDING_WINDOW || a > ratelimitv1.Algorithm_ALGORITHM_TOKEN_BUCKET {
+	alg := m.GetAlgorithm()
+	switch {
+	case alg < ratelimitv1.Algorithm_ALGORITHM_SLIDING_WINDOW || alg > ratelimitv1.Algorithm_ALGORITHM_CALENDAR:
 		// A number no name has (binary protobuf, or a number in JSON):
 		// named as this API spells its values.
 		return ratelimit.Request{}, &invalid.Error{Field: "algorithm",
-			Rule: "must be ALGORITHM_SLIDING_WINDOW, ALGORITHM_FIXED_WINDOW or ALGORITHM_TOKEN_BUCKET"}
+			Rule: "must be ALGORITHM_SLIDING_WINDOW, ALGORITHM_FIXED_WINDOW, ALGORITHM_TOKEN_BUCKET or ALGORITHM_CALENDAR"}
+	case alg == ratelimitv1.Algorithm_ALGORITHM_CALENDAR && m.GetCalendar() == nil:
+		return ratelimit.Request{}, &invalid.Error{Field: "calendar",
+			Rule: "missing: ALGORITHM_CALENDAR counts in the periods of a calendar ({\"unit\": \"CALENDAR_UNIT_MONTH\"}, say)"}
+	case alg == ratelimitv1.Algorithm_ALGORITHM_CALENDAR:
+		// The limiter's calendar is a fixed window of calendar periods.
+		alg = ratelimitv1.Algorithm_ALGORITHM_FIXED_WINDOW
 	}
 	r := ratelimit.Request{
 		Namespace:  m.GetNamespace(),
@@ -152,7 +160,7 @@ func toRequest(m *ratelimitv1.LimitRequest) (ratelimit.Request, error) {
 		Cost:       cost,
 		Report:     m.GetReport(),
 		Reserve:    m.GetReserve(),
-		Algorithm:  ratelimit.Algorithm(m.GetAlgorithm()), // one of the API's: checked above
+		Algorithm:  ratelimit.Algorithm(alg), // one of the API's: checked above
 		Burst:      m.GetBurst(),
 	}
 	if c := m.GetCalendar(); c != nil {
@@ -194,8 +202,18 @@ func result(l *ratelimitv1.LimitRequest, d pipeline.Decision) *ratelimitv1.Multi
 		Reset_:     d.Reset.UnixMilli(),
 		RetryAfter: d.RetryAfter.Milliseconds(),
 		OverrideId: d.OverrideID,
-		Algorithm:  ratelimitv1.Algorithm(d.Algorithm),
+		Algorithm:  answered(d.Algorithm, l.GetCalendar() != nil),
 	}
+}
+
+// answered is the algorithm a decision by alg answers: a calendar's own
+// name for a request with a calendar (the limiter decides it as a fixed
+// window), so that an answer says which windows it counted in.
+func answered(alg ratelimit.Algorithm, calendar bool) ratelimitv1.Algorithm {
+	if calendar {
+		return ratelimitv1.Algorithm_ALGORITHM_CALENDAR
+	}
+	return ratelimitv1.Algorithm(alg)
 }
 
 // route returns service, the connect-go handler of sd, behind the layer:

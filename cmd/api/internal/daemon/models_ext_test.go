@@ -60,7 +60,7 @@ func TestModelsOverConnectJSON(t *testing.T) {
 		before := nextMonth()
 		out := limit(month)
 		reset, _ := strconv.ParseInt(out["reset"].(string), 10, 64)
-		if out["success"] != (i < 2) || out["algorithm"] != "ALGORITHM_FIXED_WINDOW" || (reset != before && reset != nextMonth()) {
+		if out["success"] != (i < 2) || out["algorithm"] != "ALGORITHM_CALENDAR" || (reset != before && reset != nextMonth()) {
 			t.Fatalf("month call %d: %v, want reset %d (the next month's start in Berlin)", i, out, before)
 		}
 	}
@@ -88,12 +88,14 @@ func TestModelsRefuseBadValues(t *testing.T) {
 	for _, tc := range []struct{ method, body, want string }{
 		{"Limit", `{` + key + `,"calendar":{"unit":"CALENDAR_UNIT_DAY","timeZone":"Mars/Olympus"}}`, "calendar.timeZone: must be a time zone of the IANA database"},
 		{"Limit", `{` + key + `,"calendar":{"timeZone":"Europe/Berlin"}}`, "calendar.unit: must be CALENDAR_UNIT_DAY, CALENDAR_UNIT_WEEK, CALENDAR_UNIT_MONTH or CALENDAR_UNIT_YEAR"},
-		{"Limit", `{` + key + `,"duration":60000,"algorithm":7}`, "algorithm: must be ALGORITHM_SLIDING_WINDOW, ALGORITHM_FIXED_WINDOW or ALGORITHM_TOKEN_BUCKET"},
+		{"Limit", `{` + key + `,"duration":60000,"algorithm":7}`, "algorithm: must be ALGORITHM_SLIDING_WINDOW, ALGORITHM_FIXED_WINDOW, ALGORITHM_TOKEN_BUCKET or ALGORITHM_CALENDAR"},
+		{"Limit", `{` + key + `,"algorithm":"ALGORITHM_CALENDAR"}`, "calendar: missing: ALGORITHM_CALENDAR counts in the periods of a calendar"},
+		{"Limit", `{` + key + `,"algorithm":"ALGORITHM_CALENDAR","duration":60000}`, "calendar: missing"},
 		{"Limit", `{` + key + `,"duration":60000,"calendar":{"unit":"CALENDAR_UNIT_DAY"}}`, "duration: must be omitted with a calendar"},
-		{"Limit", `{` + key + `,"algorithm":"ALGORITHM_TOKEN_BUCKET","calendar":{"unit":"CALENDAR_UNIT_DAY"}}`, "calendar: must be unset with algorithm token_bucket"},
-		{"Limit", `{` + key + `,"duration":60000,"burst":10}`, "burst: must be unset but with algorithm token_bucket"},
+		{"Limit", `{` + key + `,"algorithm":"ALGORITHM_TOKEN_BUCKET","calendar":{"unit":"CALENDAR_UNIT_DAY"}}`, "calendar: must be unset with a token bucket"},
+		{"Limit", `{` + key + `,"duration":60000,"burst":10}`, "burst: must be unset but with a token bucket"},
 		{"Limit", `{` + key + `,"duration":60000,"algorithm":"ALGORITHM_TOKEN_BUCKET","burst":-1}`, "burst: must be between 1 and"},
-		{"Limit", `{` + key + `,"duration":60000,"algorithm":"ALGORITHM_TOKEN_BUCKET","reserve":true}`, "reserve: must be false with algorithm token_bucket"},
+		{"Limit", `{` + key + `,"duration":60000,"algorithm":"ALGORITHM_TOKEN_BUCKET","reserve":true}`, "reserve: must be false with a token bucket"},
 		{"Limit", `{` + key + `}`, "duration: missing: a limit needs the length of its window"},
 		{"BatchLimit", `{"limits":[{` + key + `,"duration":60000},{` + key + `,"calendar":{"unit":"CALENDAR_UNIT_WEEK","timeZone":"Nowhere"}}]}`, "limits[1].calendar.timeZone"},
 		{"MultiLimit", `{"limits":[{` + key + `,"duration":60000},{` + key + `,"duration":60000,"burst":2}]}`, "limits[1].burst"},

@@ -338,7 +338,7 @@ func TestValidationOverTheAPI(t *testing.T) {
 		{"Limit", `{"namespace":"n","identifier":"i","limit":1,"calendar":{"unit":"CALENDAR_UNIT_MONHT"}}`,
 			`calendar.unit: must be one of CALENDAR_UNIT_UNSPECIFIED, CALENDAR_UNIT_DAY, CALENDAR_UNIT_WEEK, CALENDAR_UNIT_MONTH, CALENDAR_UNIT_YEAR (or its number), got "CALENDAR_UNIT_MONHT": did you mean "CALENDAR_UNIT_MONTH"? (an enum value is its full name)`},
 		{"Limit", `{"namespace":"n","identifier":"i","limit":1,"duration":1000,"algorithm":"token_bucket"}`,
-			`algorithm: must be one of ALGORITHM_SLIDING_WINDOW, ALGORITHM_FIXED_WINDOW, ALGORITHM_TOKEN_BUCKET (or its number), got "token_bucket": did you mean "ALGORITHM_TOKEN_BUCKET"? (an enum value is its full name)`},
+			`algorithm: must be one of ALGORITHM_SLIDING_WINDOW, ALGORITHM_FIXED_WINDOW, ALGORITHM_TOKEN_BUCKET, ALGORITHM_CALENDAR (or its number), got "token_bucket": did you mean "ALGORITHM_TOKEN_BUCKET"? (an enum value is its full name)`},
 		{"MultiLimit", `{"limits":[{"namespace":"n","identifier":"i","limit":1,"duration":1000},{"namespace":"n","identifier":"i","limit":1,"duration":1000,"cost":"x"}]}`, `limits[1].cost: must be an integer, got "x"`},
 		{"SetOverride", `{"namespace":"n","identifier":"i","limit":1}`, "duration: missing: SetOverrideRequest needs it"},
 		{"Limit", `{"namespace":"n","identifier":"` + long + `","limit":1,"duration":1000}`, "identifier: " + name},

@@ -60,11 +60,11 @@ func (s *Service) acquire(ctx context.Context, ns pipeline.Namespace, p *plan) (
 	if capacity != nil {
 		out.Limit = int64(l.RequestsPerUnit)
 	}
-	// Until reset: when the slots free themselves at the latest, or, when
-	// refused, when held ones do.
-	out.Reset = s.now().Add(lease.RetryAfter)
-	if lease.ID != "" {
-		out.Reset = lease.ExpiresAt
+	// Until reset: when the slots free themselves at the latest (the end
+	// of the cell of their lease's grid they are counted in, the
+	// limiter's Reset), or, when refused, when held ones do.
+	if lease.ID == "" {
+		out.Reset = s.now().Add(lease.RetryAfter)
 	}
 	p.lease = lease
 	return out, capacity, nil

@@ -25,9 +25,13 @@ type Lease struct {
 	InFlight int64
 	// ID names the slots to release or extend them, "" when refused.
 	ID string
-	// ExpiresAt is when the slots free themselves if they are neither
-	// released nor extended: the lease's end, less than a second or a
-	// tenth of the lease later.
+	// ExpiresAt is the lease's end: when it was acquired or extended, plus
+	// the lease. The slots are held until then; if they are neither
+	// released nor extended they free themselves when the cell of the
+	// lease's grid it falls in ends, less than a second or a tenth of the
+	// lease later (never earlier). So an extension answers the end it
+	// asked for, although it moves the slots to another cell only when
+	// that end is in another one.
 	ExpiresAt time.Time
 	// OverrideID names the override whose limit applied, "" if none.
 	OverrideID string
@@ -154,13 +158,14 @@ func (p *Pipeline) answer(ctx context.Context, out *Lease, a ratelimit.Acquisiti
 	outcome := leaseDenied
 	if resp.Success && resp.Limit > 0 {
 		seq := ratelimit.LeaseCell(resp, a.Lease)
+		now := p.now()
 		t := reservation.Token{
-			IssuedAt: p.now().UnixMilli(), Scope: p.scope, ID: reservation.NewID(), Kind: reservation.KindLease,
+			IssuedAt: now.UnixMilli(), Scope: p.scope, ID: reservation.NewID(), Kind: reservation.KindLease,
 			Workspace: a.Workspace, Namespace: a.Namespace, Identifier: a.Identifier,
 			Duration: a.Lease, Limit: resp.Limit, Sequence: seq, Reserved: a.Cost,
 		}
 		out.ID, out.slot = p.keyring.Sign(ctx, &t), slotOf(&t)
-		out.ExpiresAt = ratelimit.LeaseEnd(a.Lease, seq)
+		out.ExpiresAt = now.Add(a.Lease).Truncate(time.Millisecond)
 		outcome = leaseAcquired
 		if extended != "" {
 			outcome = leaseExtended

@@ -149,7 +149,13 @@ func TestExpiredLeaseIsNotExtended(t *testing.T) {
 	if _, err := ov.Set(ctx, overrides.Override{Workspace: "ws", Namespace: "n", Identifier: "slots", Limit: 0, Duration: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	now = l.ExpiresAt.Add(time.Second)
+	// Past the end of the cell the slots were counted in (the limiter's
+	// Reset), when they freed themselves; ExpiresAt, the lease's end, is
+	// up to a cell of its grid earlier.
+	if l.Reset.Before(l.ExpiresAt) || l.Reset.Sub(l.ExpiresAt) > 6*time.Second {
+		t.Fatalf("a lease of a minute ends at %v and frees itself at %v: want at most a cell (4 s) later", l.ExpiresAt, l.Reset)
+	}
+	now = l.Reset.Add(time.Millisecond)
 	_, err = p.Extend(ctx, l.ID, 0)
 	var bad *invalid.Error
 	if !errors.As(err, &bad) || bad.Field != "lease_id" || !strings.Contains(bad.Rule, "expired") {
@@ -159,3 +165,54 @@ func TestExpiredLeaseIsNotExtended(t *testing.T) {
 		t.Fatalf("acquire under an override of 0: %+v, %v; want refused", again, err)
 	}
 }
+
+// TestExtendAnswersTheNewEnd: an extension answers the end of the lease
+// it asked for, the time of the extension plus the lease, although a
+// second's extension of a lease of a minute keeps the slots in the cell
+// they were counted in (a cell of its grid lasts 4 s), and the slots free
+// themselves less than a second or a tenth of the lease after that end. Before, the answer
+// was that cell's end, the expiry of the lease it replaced.
+func TestExtendAnswersTheNewEnd(t *testing.T) {
+	now := time.UnixMilli(1_800_000_000_500) // half a second into a cell of the 4 s grid
+	clock := clockFunc(func() time.Time { return now })
+	limiter, err := ratelimit.New("test", ratelimit.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ov, err := overrides.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(limiter, ov, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.now = clock.Now
+	ctx := call.WithPrincipal(context.Background(), access.Principal{Workspace: "ws", Permissions: access.All()})
+	a := ratelimit.Acquisition{Namespace: "n", Identifier: "slots", Limit: 5, Lease: time.Minute, Cost: 1}
+	l, err := p.Acquire(ctx, a)
+	if err != nil || !l.Success || !l.ExpiresAt.Equal(now.Add(time.Minute)) || !l.Reset.Equal(now.Add(63500*time.Millisecond)) {
+		t.Fatalf("acquire at %v: %+v, %v; want it to end a minute later", now, l, err)
+	}
+	for _, lease := range []time.Duration{0, time.Minute, 2 * time.Minute, 10 * time.Second} {
+		now = now.Add(time.Second)
+		prev := l
+		l, err = p.Extend(ctx, prev.ID, lease)
+		want := lease
+		if want == 0 {
+			want = time.Minute // the lease it was acquired with
+		}
+		if err != nil || !l.Success || !l.ExpiresAt.Equal(now.Add(want)) || l.InFlight != 1 {
+			t.Fatalf("extend by %v at %v: %+v, %v; want it to end at %v, one slot held", lease, now, l, err, now.Add(want))
+		}
+		if late := l.Reset.Sub(l.ExpiresAt); late < 0 || late >= max(time.Second, want/10) {
+			t.Fatalf("extend by %v: the slots free themselves at %v, want less than a second or a tenth of the lease after the lease's end %v", lease, l.Reset, l.ExpiresAt)
+		}
+	}
+}
+
+// clockFunc is a clock that reads the time from a function.
+type clockFunc func() time.Time
+
+// Now returns f().
+func (f clockFunc) Now() time.Time { return f() }
