@@ -8,7 +8,7 @@ BENCHCOUNT ?= 5
 # Where make build, run, run-worker and loadgen put the programs.
 BUILD_DIR ?= bin
 
-.PHONY: FORCE help build run run-worker dev dev-down loadgen test test-go deps deps-dev check-generated check-deploy check-chart generate lint bench accuracy tools migrate binaries image scaling-kit release notice bench-stores
+.PHONY: FORCE docs help build run run-worker dev dev-down loadgen test test-go deps deps-dev check-generated check-deploy check-chart generate lint bench accuracy tools migrate binaries image scaling-kit release notice bench-stores
 
 # apt-get needs root; elsewhere it goes through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -194,6 +194,9 @@ generate: $(RESTATE_SERVER) ## regenerate the Connect/protobuf and sqlc code and
 	CGO_ENABLED=0 $(TOOL) sqlc generate
 	cd examples/typescript && ../../$(BUF) generate ../../connect --template buf.gen.yaml --path ../../connect/ratelimit/v1/ratelimit.proto
 	scripts/generated-sum.sh > $(GENERATED_SUM)
+
+docs: ## rewrite the generated parts of docs/: every setting (docs/settings.md, from the programs' configuration) and the API reference (docs/api-reference.md, from the proto files)
+	UPDATE_DOCS=1 $(GO) test -count=1 -run 'TestSettingsReference|TestAPIReference' ./cmd/api ./cmd/worker ./docs
 
 check-generated: $(RESTATE_SERVER) ## fail when regenerating would change a committed file (regenerates only when tools/generated.sum does not match the tree)
 	@if [ "$$(scripts/generated-sum.sh)" = "$$(cat $(GENERATED_SUM) 2>/dev/null)" ]; then \

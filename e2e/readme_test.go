@@ -26,7 +26,7 @@ import (
 var notRun = []struct{ prefix, why string }{
 	{"make run", "started by the test instead, as the process make run starts: ./bin/api with UNKEY_REGION=local, " +
 		"in memory and open, on a free port in place of 7070"},
-	{"UNKEY_REGION=eu-west UNKEY_RLS_CONFIG=/srv/", "a deployment's command line: a Redis at redis:6379 and rule files under /srv that are yours"},
+	{"UNKEY_REGION=eu-west UNKEY_RLS_CONFIG=YOUR_RULES_DIR ", "a deployment's command line, its placeholders marked: a Redis and rule files that are yours"},
 	{"make deps", "the worker and restate-server on their own, the alternative to make dev, which holds their ports; " +
 		"make deps installs packages; a MySQL on 3306 of yours"},
 	{"worker keygen /etc/restate/", "writes under /etc and starts restate-server and a worker beside make dev's"},
@@ -46,6 +46,41 @@ var windowBound = map[string]string{
 	"The whole stack on one machine: `make dev`": "the tour's counts across regions add up in one window",
 	"Token budgets":      "a reservation is settled in the window it was counted in",
 	"Decision semantics": "the fixed window's three calls count in one window",
+}
+
+// readDocs returns the fenced blocks of README.md and of the pages of
+// docs/ its table "Where to go next" links, in that order (a new user's),
+// and their prose. A page added to the table is run; one left out of it
+// is not, and the link check (docs.TestLinks) finds it unlinked.
+func readDocs(t *testing.T, root string) ([]mdBlock, string) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, prose := parseBlocks("README.md", string(raw))
+	_, table, ok := strings.Cut(string(raw), "\n## Where to go next\n")
+	if !ok {
+		t.Fatal(`README.md has no section "Where to go next"`)
+	}
+	pages := regexp.MustCompile(`\]\((docs/[a-z-]+\.md)\)`).FindAllStringSubmatch(table, -1)
+	if len(pages) < 10 {
+		t.Fatalf("README.md's table links %d pages of docs/, expected more: is it still found?", len(pages))
+	}
+	seen := map[string]bool{}
+	for _, m := range pages {
+		if seen[m[1]] {
+			continue
+		}
+		seen[m[1]] = true
+		raw, err := os.ReadFile(filepath.Join(root, m[1]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, p := parseBlocks(m[1], string(raw))
+		blocks, prose = append(blocks, b...), prose+"\n"+p
+	}
+	return blocks, prose
 }
 
 // TestReadme runs README.md's shell blocks as written, in order, as a new
@@ -101,11 +136,7 @@ func TestReadme(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	blocks, prose := parseBlocks(string(raw))
+	blocks, prose := readDocs(t, root)
 	start := time.Now()
 
 	// make dev's stack, started at once: it builds and starts while the
@@ -174,7 +205,7 @@ func TestReadme(t *testing.T) {
 			if b.first() == "make run" || strings.HasPrefix(b.first(), "make run ") {
 				quickAPI = startQuickAPI(t, clone, quick)
 			}
-			t.Logf("README.md:%d not run (%s): %s", b.line, b.first(), why)
+			t.Logf("%s:%d not run (%s): %s", b.file, b.line, b.first(), why)
 			continue
 		}
 		if helmOnly(steps) {
@@ -219,10 +250,10 @@ func TestReadme(t *testing.T) {
 		}
 	}
 	if ran < 35 {
-		t.Errorf("ran %d commands of README.md, expected more: are its blocks still found?", ran)
+		t.Errorf("ran %d commands of README.md and its pages, expected more: are their blocks still found?", ran)
 	}
 	checkHelmLines(t, clone, blocks, prose)
-	t.Logf("README.md: %d commands run in %v", ran, time.Since(start).Round(time.Second))
+	t.Logf("README.md and its pages: %d commands run in %v", ran, time.Since(start).Round(time.Second))
 }
 
 // notRunReason is why a block is not run, or "".
@@ -361,7 +392,7 @@ func mapPorts(t *testing.T, s step, ports map[int]int) string {
 		p, _ := strconv.Atoi(m[2])
 		to, ok := ports[p]
 		if !ok {
-			t.Fatalf("README.md:%d: port %d is not one the test maps", s.line, p)
+			t.Fatalf("%s:%d: port %d is not one the test maps", s.file, s.line, p)
 		}
 		return m[1] + ":" + strconv.Itoa(to)
 	})
@@ -379,10 +410,10 @@ func runStep(t *testing.T, sh *shell, s step, command string, retry bool) {
 	t.Helper()
 	check := func(out string) string {
 		if s.answer != "" && !answerMatches(s.answer, out) {
-			return fmt.Sprintf("answered\n  %s\nREADME shows\n  %s", compactOutput(out), s.answer)
+			return fmt.Sprintf("answered\n  %s\n%s shows\n  %s", compactOutput(out), s.file, s.answer)
 		}
 		if m := remainingComment.FindStringSubmatch(s.comment); m != nil && !strings.Contains(out, `"remaining":"`+m[1]+`"`) {
-			return fmt.Sprintf("answered %s; README's comment says remaining %s", out, m[1])
+			return fmt.Sprintf("answered %s; %s's comment says remaining %s", out, s.file, m[1])
 		}
 		if strings.HasPrefix(s.command, "make loadgen ") && !strings.Contains(out, ", failed 0 ") {
 			return "calls failed:\n" + out
@@ -393,14 +424,14 @@ func runStep(t *testing.T, sh *shell, s step, command string, retry bool) {
 	for {
 		out, rc := sh.run(command, 10*time.Minute)
 		if rc != 0 {
-			t.Fatalf("README.md:%d: exit status %d:\n%s\noutput: %s\nstandard error: %s", s.line, rc, command, out, tailFile(sh.stderrLog()))
+			t.Fatalf("%s:%d: exit status %d:\n%s\noutput: %s\nstandard error: %s", s.file, s.line, rc, command, out, tailFile(sh.stderrLog()))
 		}
 		bad := check(out)
 		if bad == "" {
 			return
 		}
 		if !retry || time.Now().After(deadline) {
-			t.Errorf("README.md:%d:\n%s\n%s", s.line, command, bad)
+			t.Errorf("%s:%d:\n%s\n%s", s.file, s.line, command, bad)
 			return
 		}
 		time.Sleep(200 * time.Millisecond)

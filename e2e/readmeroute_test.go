@@ -33,11 +33,11 @@ const rateLimitFilter = "envoy.filters.http.ratelimit"
 // releases nothing; one request done frees a slot for the next.
 func TestReadmeConcurrencyRoute(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("../README.md")
+	raw, err := os.ReadFile("../docs/concurrency.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks, _ := parseBlocks(string(raw))
+	blocks, _ := parseBlocks("docs/concurrency.md", string(raw))
 	var rules, route string
 	for _, b := range blocks {
 		if b.section != "Concurrency limits" || b.lang != "yaml" {

@@ -21,8 +21,9 @@ import (
 
 // mdBlock is one fenced code block of a Markdown file.
 type mdBlock struct {
+	file    string // the file it is in, such as "docs/api.md"
 	line    int    // the line of its opening fence, from 1
-	section string // the heading (## or ###) it is under
+	section string // the heading (#, ## or ###) it is under
 	lang    string // the fence's info string, such as "sh"
 	text    string // its lines, without the fences and the fence's indentation
 }
@@ -32,15 +33,16 @@ func (b mdBlock) first() string { first, _, _ := strings.Cut(b.text, "\n"); retu
 
 var fence = regexp.MustCompile("^( *)```([A-Za-z]*)\\s*$")
 
-// parseBlocks returns the fenced code blocks of a Markdown text, and the
-// text with each block's lines blanked (for finding inline code).
-func parseBlocks(md string) (blocks []mdBlock, prose string) {
+// parseBlocks returns the fenced code blocks of a Markdown text, the
+// file named file, and the text with each block's lines blanked (for
+// finding inline code).
+func parseBlocks(file, md string) (blocks []mdBlock, prose string) {
 	lines := strings.Split(md, "\n")
 	var section string
 	var out []string
 	for i := 0; i < len(lines); i++ {
 		line := lines[i]
-		if strings.HasPrefix(line, "## ") || strings.HasPrefix(line, "### ") {
+		if strings.HasPrefix(line, "# ") || strings.HasPrefix(line, "## ") || strings.HasPrefix(line, "### ") {
 			section = strings.TrimSpace(strings.TrimLeft(line, "#"))
 		}
 		m := fence.FindStringSubmatch(line)
@@ -48,7 +50,7 @@ func parseBlocks(md string) (blocks []mdBlock, prose string) {
 			out = append(out, line)
 			continue
 		}
-		b := mdBlock{line: i + 1, section: section, lang: m[2]}
+		b := mdBlock{file: file, line: i + 1, section: section, lang: m[2]}
 		var body []string
 		for i++; i < len(lines) && strings.TrimSpace(lines[i]) != "```"; i++ {
 			body = append(body, strings.TrimPrefix(lines[i], m[1]))
@@ -62,7 +64,8 @@ func parseBlocks(md string) (blocks []mdBlock, prose string) {
 
 // step is one command of a shell block, with what README shows of it.
 type step struct {
-	line    int    // its first line in README.md
+	file    string // the Markdown file it is in
+	line    int    // its first line there
 	command string // the shell text, continuation lines and here-documents included
 	// comment is the command's trailing comment, on its last line.
 	comment string
@@ -122,12 +125,12 @@ func parseSteps(b mdBlock) ([]step, error) {
 			i++
 			continue
 		case strings.HasPrefix(trimmed, "# {"):
-			return nil, fmt.Errorf("README.md:%d: an answer with no command before it", b.line+1+i)
+			return nil, fmt.Errorf("%s:%d: an answer with no command before it", b.file, b.line+1+i)
 		case strings.HasPrefix(trimmed, "#"):
 			i++
 			continue
 		}
-		s := step{line: b.line + 1 + i}
+		s := step{file: b.file, line: b.line + 1 + i}
 		var cmd []string
 		var q byte
 		var end string
@@ -146,7 +149,7 @@ func parseSteps(b mdBlock) ([]step, error) {
 			}
 		}
 		if q != 0 {
-			return nil, fmt.Errorf("README.md:%d: a quote left open", s.line)
+			return nil, fmt.Errorf("%s:%d: a quote left open", s.file, s.line)
 		}
 		if end != "" {
 			for ; i < len(lines); i++ {

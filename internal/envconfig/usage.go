@@ -176,3 +176,22 @@ func checkDefaults(cfg any) error {
 	}
 	return nil
 }
+
+// Markdown writes settings as the rows of a Markdown table of three
+// columns, variable, default and meaning (a reference page's, written
+// from the tags --help is written from).
+func Markdown(w io.Writer, settings []Setting) {
+	fmt.Fprintln(w, "| variable | default | what it sets |")
+	fmt.Fprintln(w, "|---|---|---|")
+	cell := strings.NewReplacer("|", `\|`, "\n", " ")
+	for _, s := range settings {
+		def := "`" + s.Default + "`"
+		switch {
+		case s.Required:
+			def = "(required)"
+		case s.Default == "":
+			def = "(empty)"
+		}
+		fmt.Fprintf(w, "| `%s` | %s | %s |\n", s.Name, cell.Replace(def), cell.Replace(s.Help))
+	}
+}

@@ -16,7 +16,7 @@ import (
 // Unkey's own SDKs (@unkey/ratelimit and @unkey/api, pinned in package.json
 // and installed by make test's npm ci) and checks every answer: limit until
 // denied, cost, multiLimit, the Overrides class, a decision an override
-// changes, and Unkey's error shapes. Then it runs README.md's TypeScript
+// changes, and Unkey's error shapes. Then it runs docs/unkey.md's TypeScript
 // as written there (see below).
 func TestUnkeySDKs(t *testing.T) {
 	t.Parallel()
@@ -43,18 +43,18 @@ func TestUnkeySDKs(t *testing.T) {
 		t.Fatal("the SDK script did not finish")
 	}
 
-	// The TypeScript of README.md's "Switching from Unkey", as it is but
+	// The TypeScript of docs/unkey.md, as it is but
 	// for the server's address, run as a user would paste it into a .ts
 	// file in a CommonJS package (this repository's): with tsx, as npx tsx
 	// runs it. The file is inside the repository, where Node finds the
 	// SDK in node_modules.
-	readme, err := os.ReadFile(filepath.Join(charttest.Root(), "README.md"))
+	readme, err := os.ReadFile(filepath.Join(charttest.Root(), "docs", "unkey.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	snippet := between(t, string(readme), "```ts\n", "```\n")
 	if strings.Count(snippet, `"http://127.0.0.1:7070"`) != 2 {
-		t.Fatalf("README.md's TypeScript does not call http://127.0.0.1:7070 twice:\n%s", snippet)
+		t.Fatalf("docs/unkey.md's TypeScript does not call http://127.0.0.1:7070 twice:\n%s", snippet)
 	}
 	dir, err := os.MkdirTemp(charttest.Root(), ".readme-snippet-")
 	if err != nil {
@@ -69,11 +69,11 @@ func TestUnkeySDKs(t *testing.T) {
 	cmd.Env = append(os.Environ(), "RATELIMIT_TOKEN="+tokA)
 	out, err = cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "success: true, remaining: 9") {
-		t.Fatalf("README.md's TypeScript: %v\n%s", err, out)
+		t.Fatalf("docs/unkey.md's TypeScript: %v\n%s", err, out)
 	}
 	status, got := ts.call(t, "GetOverride", tokA, `{"namespace":"sms.sign_up","identifier":"partner_*"}`)
 	if override, _ := got["override"].(map[string]any); status != 200 || override["limit"] != "1000" {
-		t.Fatalf("the override README.md's TypeScript sets: %d %v", status, got)
+		t.Fatalf("the override docs/unkey.md's TypeScript sets: %d %v", status, got)
 	}
 }
 
@@ -116,11 +116,11 @@ func between(t *testing.T, s, start, end string) string {
 	t.Helper()
 	_, after, ok := strings.Cut(s, start)
 	if !ok {
-		t.Fatalf("README.md has no %q", start)
+		t.Fatalf("the text has no %q", start)
 	}
 	text, _, ok := strings.Cut(after, end)
 	if !ok {
-		t.Fatalf("README.md has no %q after %q", end, start)
+		t.Fatalf("the text has no %q after %q", end, start)
 	}
 	return text
 }

@@ -159,7 +159,7 @@ func (j jsonCodec) Unmarshal(data []byte, v any) error {
 	if err == nil && !j.c.Required.maybeMissing(msg.ProtoReflect()) {
 		return nil
 	}
-	generic := &invalid.Error{Field: "body", Rule: "must be a JSON object of the RPC's request; see its fields in the README"}
+	generic := &invalid.Error{Field: "body", Rule: "must be a JSON object of the RPC's request; see its fields in docs/api-reference.md"}
 	var refusal *invalid.Error
 	if cerr := CheckJSON(data, msg.ProtoReflect().Descriptor(), j.c.Required); cerr != nil {
 		var ok bool

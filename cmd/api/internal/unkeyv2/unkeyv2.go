@@ -11,6 +11,7 @@ package unkeyv2
 
 import (
 	"context"
+	_ "embed"
 	"io"
 	"net/http"
 	"strings"
@@ -74,8 +75,24 @@ func (h *Handler) Paths() []string {
 	return paths
 }
 
-// Register serves the v2 routes on mux behind the layer.
+// OpenAPI is the OpenAPI 3.1 document of the v2 routes, served at
+// OpenAPIPath: their bodies, answers and errors as the handlers write them
+// (a test of the daemon's checks every answer against it).
+//
+//go:embed openapi.yaml
+var OpenAPI []byte
+
+// OpenAPIPath is where the v2 routes' OpenAPI document is served, on GET,
+// to anyone: it describes the API, and holds nothing of a workspace.
+const OpenAPIPath = "/v2/openapi.yaml"
+
+// Register serves the v2 routes on mux behind the layer, and their
+// OpenAPI document.
 func (h *Handler) Register(mux *http.ServeMux) {
+	mux.HandleFunc("GET "+OpenAPIPath, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/yaml")
+		w.Write(OpenAPI)
+	})
 	render := func(w http.ResponseWriter, r *http.Request, err error) { h.fail(w, r, "", err) }
 	for _, rt := range h.routes() {
 		mux.Handle("POST "+rt.path, h.layer.Route("v2", render, h.serve(rt.fn), strings.TrimPrefix(rt.path, "/v2/")))
