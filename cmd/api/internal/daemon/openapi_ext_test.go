@@ -98,6 +98,9 @@ func TestOpenAPI(t *testing.T) {
 			t.Errorf("the document names %s, which the server does not say it serves: %d %s", p, status, body)
 		}
 	}
+	if !strings.Contains(string(body), "GET /v2/openapi.yaml") {
+		t.Errorf("the answer to a path the server does not serve does not name the document: %s", body)
+	}
 	if n := strings.Count(string(body), "/v2/ratelimit.") - 1; status != 404 || n != len(documented) { // less the path asked
 		t.Errorf("the server names %d v2 routes, the document %d: %d %s", n, len(documented), status, body)
 	}

@@ -102,9 +102,11 @@ func (h *Handler) Register(mux *http.ServeMux) {
 // Services returns none: Unkey's v2 API is JSON over HTTP only.
 func (h *Handler) Services() []string { return nil }
 
-// Routes names the v2 routes, for the answer to a path the server does not
-// serve.
-func (h *Handler) Routes() string { return "POST " + strings.Join(h.Paths(), ", ") }
+// Routes names the v2 routes and their OpenAPI document, for the answer
+// to a path the server does not serve.
+func (h *Handler) Routes() string {
+	return "POST " + strings.Join(h.Paths(), ", ") + ", GET " + OpenAPIPath
+}
 
 // RegisterGRPC registers nothing: Unkey's v2 API is JSON over HTTP only.
 func (h *Handler) RegisterGRPC(*grpc.Server) {}
