@@ -81,7 +81,7 @@ tools: ## build the pinned Go code generators and linters (a cold cache: a few m
 	$(TOOL) staticcheck -version
 
 # The programs are built first, once (the tests that run them — the image,
-# README's commands, make dev, e2e — find them in the cache), and go test
+# the commands of README.md and docs/, make dev, e2e — find them in the cache), and go test
 # runs four test binaries at a time: on two cores, while some wait for the
 # servers they started, others compile or run.
 test-go: deps ## the Go tests, under the race detector
@@ -109,7 +109,10 @@ SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 # files) and its time, SOURCE_DATE_EPOCH, so that a build stays reproducible.
 CHART_VERSION := $(shell sed -n 's/^appVersion: *"*\([^"]*\)"*$$/\1/p' deploy/helm/ratelimit/Chart.yaml)
 VERSION ?= $(CHART_VERSION)
-COMMIT ?= $(shell c=$$(git rev-parse --short HEAD 2>/dev/null) && { git diff --quiet HEAD 2>/dev/null || c=$$c-dirty; echo $$c; } || echo unknown)
+# Read once (?= would run git at each use).
+ifndef COMMIT
+COMMIT := $(shell c=$$(git rev-parse --short HEAD 2>/dev/null) && { git diff --quiet HEAD 2>/dev/null || c=$$c-dirty; echo $$c; } || echo unknown)
+endif
 VERSION_PKG := github.com/unkeyed/ratelimit/internal/version
 VERSION_LDFLAGS = -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT) -X $(VERSION_PKG).built=$(SOURCE_DATE_EPOCH)
 BIN_DIR ?= build/bin
@@ -125,21 +128,26 @@ GOBUILD = CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w -buildid= $(VERSIO
 build: $(BUILD_DIR)/api $(BUILD_DIR)/worker ## bin/api and bin/worker for this machine, static, with their version (BUILD_DIR=… to put them elsewhere)
 
 # A program is built again only when a file it may be built from is newer
-# than it (the module's non-test files, go.mod, go.sum) or the version it
-# would be stamped with changed (a commit, a tree made dirty): make run
-# starts what make build built without linking it again, which go build
-# would (a binary without a build id is never up to date to it). Each is
-# one go build of what it imports and no more: make run compiles neither
-# the worker's dependencies nor the tools'.
-PROGRAM_SOURCES := go.mod go.sum $(shell find cmd connect db internal services -type f ! -name '*_test.go' ! -path '*/testdata/*' 2>/dev/null)
+# than it (the non-test files of the module's directories the programs
+# import, go.mod, go.sum) or what it would be built with changed: the
+# version it is stamped with (a commit, a tree made dirty) or the Go
+# toolchain. make run starts what make build built without linking it
+# again, which go build would (a binary without a build id is never up to
+# date to it). A file deleted is not noticed: make build -B builds anew.
+# Each is one go build of what it imports and no more: make run compiles
+# neither the worker's dependencies nor the tools'.
+PROGRAM_DIRS    := cmd connect db internal services workflows
+PROGRAM_SOURCES := go.mod go.sum $(shell find $(PROGRAM_DIRS) -type f ! -name '*_test.go' ! -path '*/testdata/*' 2>/dev/null)
 
 $(BUILD_DIR)/api $(BUILD_DIR)/worker $(BUILD_DIR)/loadgen: $(BUILD_DIR)/%: $(PROGRAM_SOURCES) $(BUILD_DIR)/.version
 	$(GOBUILD) -o $@ ./cmd/$*
 
-# The version the programs are stamped with, rewritten only when it changes.
+# What the programs are built with, rewritten only when it changes: their
+# version's flags and the toolchain.
+BUILT_WITH = $(VERSION_LDFLAGS) $(shell $(GO) env GOVERSION GOOS GOARCH | tr '\n' ' ')
 $(BUILD_DIR)/.version: FORCE
 	@mkdir -p $(@D)
-	@echo '$(VERSION_LDFLAGS)' | cmp -s - $@ || echo '$(VERSION_LDFLAGS)' > $@
+	@echo '$(BUILT_WITH)' | cmp -s - $@ || echo '$(BUILT_WITH)' > $@
 
 FORCE:
 
@@ -196,7 +204,7 @@ generate: $(RESTATE_SERVER) ## regenerate the Connect/protobuf and sqlc code and
 	scripts/generated-sum.sh > $(GENERATED_SUM)
 
 docs: ## rewrite the generated parts of docs/: every setting (docs/settings.md, from the programs' configuration) and the API reference (docs/api-reference.md, from the proto files)
-	UPDATE_DOCS=1 $(GO) test -count=1 -run 'TestSettingsReference|TestAPIReference' ./cmd/api ./cmd/worker ./docs
+	UPDATE_DOCS=1 $(GO) test -count=1 -p 1 -run 'TestSettingsReference|TestAPIReference' ./cmd/api ./cmd/worker ./docs
 
 check-generated: $(RESTATE_SERVER) ## fail when regenerating would change a committed file (regenerates only when tools/generated.sum does not match the tree)
 	@if [ "$$(scripts/generated-sum.sh)" = "$$(cat $(GENERATED_SUM) 2>/dev/null)" ]; then \
@@ -237,7 +245,8 @@ scaling-kit: ## build/scaling-kit.tgz: e2e's test binary, api and floorserver, s
 
 migrate: ## apply the MySQL schema to UNKEY_MYSQL_DSN (idempotent)
 	@test -n "$$UNKEY_MYSQL_DSN" || { echo "set UNKEY_MYSQL_DSN, e.g. root@tcp(127.0.0.1:3306)/ratelimit"; exit 1; }
-	$(GO) run ./cmd/api migrate
+	$(MAKE) --no-print-directory $(BUILD_DIR)/api
+	$(BUILD_DIR)/api migrate
 
 accuracy: ## rewrite the accuracy tables of docs/ACCURACY.md (single process, region, cross-region, propagation, the models, token budgets, under change)
 	ACCURACY_REPORT=$(CURDIR)/docs/ACCURACY.md $(GO) test -count=1 -run 'TestWrite.*Report' -timeout 30m ./services/ratelimit/

@@ -78,10 +78,10 @@ func slug(text string) string {
 }
 
 // pages are the Markdown files a reader moves between: README.md, the
-// changelog and every page of docs/.
+// changelog, the Envoy example's and every page of docs/.
 func pages(t *testing.T) []string {
 	t.Helper()
-	out := []string{"README.md", "CHANGELOG.md"}
+	out := []string{"README.md", "CHANGELOG.md", "examples/envoy/README.md"}
 	found, err := filepath.Glob("*.md")
 	if err != nil {
 		t.Fatal(err)

@@ -48,6 +48,9 @@ func protoReference(t *testing.T, name string) string {
 			kind = ""
 			comment = nil
 		case protoBlock.MatchString(line):
+			if kind != "" {
+				t.Fatalf("connect/ratelimit/v1/%s:%d: a declaration nested in a %s, which the reference does not know how to write", name, n+1, kind)
+			}
 			m := protoBlock.FindStringSubmatch(line)
 			kind = m[1]
 			level := "###"
@@ -105,6 +108,13 @@ func jsonName(field string) string {
 // TestAPIReference: docs/api-reference.md is what the proto files'
 // declarations and comments make; UPDATE_DOCS=1 (make docs) rewrites it.
 func TestAPIReference(t *testing.T) {
+	found, err := filepath.Glob(filepath.Join("..", "connect", "ratelimit", "v1", "*.proto"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(found) != len(protoFiles) {
+		t.Fatalf("connect/ratelimit/v1 holds %d proto files, the reference lists %d (protoFiles): add the new one", len(found), len(protoFiles))
+	}
 	var b strings.Builder
 	for _, f := range protoFiles {
 		fmt.Fprintf(&b, "\n<a id=\"%s\"></a>\n\n# `%s`\n", strings.TrimSuffix(f, ".proto"), f)

@@ -85,7 +85,7 @@ const (
 // taken atomically in Redis: never more than the limit. Across regions
 // each region sees the others' slots one flush and one sync late: when
 // both start from nothing at once each may take the whole limit (the bound
-// README states: the limit times the regions); once they have heard of
+// docs/concurrency.md states: the limit times the regions); once they have heard of
 // each other (after warmUp), near the limit (docs/ACCURACY.md has the
 // figures; the test asserts the hard bound only, as the lag is seconds on
 // a loaded machine). A release lost on the

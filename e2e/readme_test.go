@@ -19,10 +19,10 @@ import (
 	"github.com/unkeyed/ratelimit/internal/testkit/testserver"
 )
 
-// notRun are the shell blocks of README.md this test cannot run, by the
+// notRun are the shell blocks of README.md and its pages this test cannot run, by the
 // start of their first line, and why. Every other shell block runs (or, if
 // all its commands are helm command lines, is rendered through
-// chartcheck): a block added to README runs unless it is listed here.
+// chartcheck): a block added to a page runs unless it is listed here.
 var notRun = []struct{ prefix, why string }{
 	{"make run", "started by the test instead, as the process make run starts: ./bin/api with UNKEY_REGION=local, " +
 		"in memory and open, on a free port in place of 7070"},
@@ -50,8 +50,8 @@ var windowBound = map[string]string{
 
 // readDocs returns the fenced blocks of README.md and of the pages of
 // docs/ its table "Where to go next" links, in that order (a new user's),
-// and their prose. A page added to the table is run; one left out of it
-// is not, and the link check (docs.TestLinks) finds it unlinked.
+// and their prose. A page added to the table is run; a page of shell
+// blocks left out of it fails the test.
 func readDocs(t *testing.T, root string) ([]mdBlock, string) {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(root, "README.md"))
@@ -59,11 +59,13 @@ func readDocs(t *testing.T, root string) ([]mdBlock, string) {
 		t.Fatal(err)
 	}
 	blocks, prose := parseBlocks("README.md", string(raw))
-	_, table, ok := strings.Cut(string(raw), "\n## Where to go next\n")
+	_, section, ok := strings.Cut(string(raw), "\n## Where to go next\n")
 	if !ok {
 		t.Fatal(`README.md has no section "Where to go next"`)
 	}
-	pages := regexp.MustCompile(`\]\((docs/[a-z-]+\.md)\)`).FindAllStringSubmatch(table, -1)
+	// The table's rows, each a page: "| [title](docs/page.md) | … |".
+	row := regexp.MustCompile(`(?m)^\| \[[^\]]*\]\((docs/[a-z-]+\.md)\)`)
+	pages := row.FindAllStringSubmatch(section, -1)
 	if len(pages) < 10 {
 		t.Fatalf("README.md's table links %d pages of docs/, expected more: is it still found?", len(pages))
 	}
@@ -79,6 +81,21 @@ func readDocs(t *testing.T, root string) ([]mdBlock, string) {
 		}
 		b, p := parseBlocks(m[1], string(raw))
 		blocks, prose = append(blocks, b...), prose+"\n"+p
+	}
+	// A page of shell blocks left out of the table would not run.
+	all, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range all {
+		name := "docs/" + filepath.Base(f)
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := parseBlocks(name, string(raw)); !seen[name] && slices.ContainsFunc(b, func(b mdBlock) bool { return b.lang == "sh" }) {
+			t.Errorf("%s has shell blocks but no row of README.md's table \"Where to go next\": add it there, where this test runs it", name)
+		}
 	}
 	return blocks, prose
 }

@@ -22,7 +22,7 @@ import (
 // limit filter keeps an answer's dynamic metadata under.
 const rateLimitFilter = "envoy.filters.http.ratelimit"
 
-// TestReadmeConcurrencyRoute runs README's "Concurrency limits" recipe as
+// TestReadmeConcurrencyRoute runs docs/concurrency.md's recipe as
 // Envoy would: the rules as the service's configuration, the route's
 // rate_limits decoded into Envoy's own RateLimit messages, and from them
 // the descriptors of each call, built as Envoy builds them (a
@@ -51,7 +51,7 @@ func TestReadmeConcurrencyRoute(t *testing.T) {
 		}
 	}
 	if rules == "" || route == "" {
-		t.Fatal("README's Concurrency limits section has no rules or no route block")
+		t.Fatal("docs/concurrency.md has no rules or no route block")
 	}
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "llm.yaml"), []byte(rules), 0o644); err != nil {
@@ -132,16 +132,16 @@ func envoyRateLimits(t *testing.T, route string) []*routev3.RateLimit {
 	}
 	var action routev3.RouteAction
 	if err := protojson.Unmarshal(js, &action); err != nil {
-		t.Fatalf("README's route is not Envoy's RouteAction.rate_limits: %v", err)
+		t.Fatalf("docs/concurrency.md's route is not Envoy's RouteAction.rate_limits: %v", err)
 	}
 	if len(action.RateLimits) != 2 {
-		t.Fatalf("README's route has %d rate limits, want 2", len(action.RateLimits))
+		t.Fatalf("docs/concurrency.md's route has %d rate limits, want 2", len(action.RateLimits))
 	}
 	return action.RateLimits
 }
 
 // envoyDescriptor builds rl's descriptor for a request with headers and
-// dynamic metadata md as Envoy does for the two actions README's route
+// dynamic metadata md as Envoy does for the two actions docs/concurrency.md's route
 // uses, or nil when Envoy would send none.
 func envoyDescriptor(t *testing.T, rl *routev3.RateLimit, headers map[string]string, md *structpb.Struct) *rlcommonv3.RateLimitDescriptor {
 	t.Helper()

@@ -41,7 +41,7 @@ import (
 )
 
 // usage is api's commands, which --help prints before its settings.
-const usage = `api: the rate limiter's API server (see README.md)
+const usage = `api: the rate limiter's API server (see README.md; every setting: docs/settings.md)
 
 Usage:
   api                                  serve, configured by the settings below

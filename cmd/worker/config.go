@@ -19,14 +19,14 @@ type config struct {
 	MySQLDSN   string `env:"UNKEY_MYSQL_DSN,required" help:"the MySQL or MariaDB whose tables the jobs clean: user:password@tcp(host:3306)/db"`
 	AdminURL   string `env:"UNKEY_RESTATE_ADMIN_URL" envDefault:"http://127.0.0.1:9070" help:"restate-server's admin API, where the worker registers itself: an http:// or https:// URL"`
 	IngressURL string `env:"UNKEY_RESTATE_INGRESS_URL" envDefault:"http://127.0.0.1:8080" help:"restate-server's ingress, through which the worker starts and reads its schedule: an http:// or https:// URL"`
-	WorkerAddr string `env:"UNKEY_WORKER_ADDR" envDefault:"127.0.0.1:9080" help:"where the worker serves Restate's handlers (h2c) and /metrics: host:port"`
+	WorkerAddr string `env:"UNKEY_WORKER_ADDR" envDefault:"127.0.0.1:9080" help:"where the worker serves Restate's handlers (h2c; call the jobs through restate-server's ingress, never here) and /metrics: host:port, loopback unless you say otherwise"`
 	// IdentityKeys are the public keys of the restate-servers allowed to
 	// call the worker (comma-separated publickeyv1_… keys). Empty: requests
 	// are not verified, and the worker warns at start.
-	IdentityKeys []string `env:"UNKEY_RESTATE_IDENTITY_KEYS" help:"comma-separated publickeyv1_ keys of the restate-servers allowed to call the worker; empty: not verified"`
+	IdentityKeys []string `env:"UNKEY_RESTATE_IDENTITY_KEYS" help:"comma-separated publickeyv1_ keys of the restate-servers allowed to call the worker: with one set, a request restate-server did not sign is answered 401 before any handler runs; empty: not verified, the worker runs what reaches it and warns at start"`
 	// IdentityKeyFile names a file of more such keys, one a line (what
 	// `worker keygen FILE` writes to FILE.pub).
-	IdentityKeyFile string `env:"UNKEY_RESTATE_IDENTITY_KEY_FILE" help:"a file of more such keys, one a line"`
+	IdentityKeyFile string `env:"UNKEY_RESTATE_IDENTITY_KEY_FILE" help:"a file of more such keys, one a line (what worker keygen writes beside the private key, as NAME.pub)"`
 	// WorkerURL is where restate-server reaches this worker; by default
 	// http://127.0.0.1:<port of UNKEY_WORKER_ADDR>.
 	WorkerURL string `env:"UNKEY_WORKER_URL" help:"where restate-server reaches this worker; empty: http://127.0.0.1:<port of UNKEY_WORKER_ADDR>"`

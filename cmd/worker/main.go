@@ -9,7 +9,7 @@
 // admin API (idempotent; it retries until the admin API answers), stops a
 // schedule under the key workers used before and starts the retention
 // schedule if none is running. Configuration comes from the environment;
-// see README.md.
+// see docs/worker.md.
 //
 // Usage:
 //
@@ -40,7 +40,7 @@ import (
 )
 
 // usage is worker's commands, which --help prints before its settings.
-const usage = `worker: the rate limiter's Restate worker (see README.md)
+const usage = `worker: the rate limiter's Restate worker (see docs/worker.md; every setting: docs/settings.md)
 
 Usage:
   worker                   serve the handlers, register with restate-server, start the schedule

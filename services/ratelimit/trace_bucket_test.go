@@ -155,7 +155,7 @@ func bucketTrace(t testing.TB, seed uint64, n int, d traceDeployment, changeEver
 			// (a check, cost 0), as an override or a rule reaches every
 			// process at once. (A process that gets none converts its
 			// bucket at its next request, having refilled at the old rate
-			// meanwhile: README.)
+			// meanwhile: docs/models.md.)
 			changeTo(ref, p, now)
 			ref = boundDebt(ref, p, at)
 			if procs > 1 {

@@ -284,7 +284,7 @@ func (d traceDeployment) trimRecent(recent []traceAdmission, now int64) []traceA
 }
 
 // copyAgeBound is how old a copy of the region's counts a key that is not
-// strict may decide from (README, "Strict mode": its last decisions left
+// strict may decide from (docs/regions.md, "Strict mode": its last decisions left
 // more than a fifth of its limit, which the other processes' admissions
 // within regional.MaxCopyAge may spend), with a replay and a loop round.
 const copyAgeBound = int64((regional.MaxCopyAge + regional.ReplayInterval + 10*time.Millisecond) / time.Millisecond)
@@ -292,7 +292,7 @@ const copyAgeBound = int64((regional.MaxCopyAge + regional.ReplayInterval + 10*t
 // copyAge returns how old a copy of the region's counts s may decide r
 // from at now: copyAgeBound where r's key is not strict, 0 where it reads
 // the store first (within the deployment's lag). The harness peeks at
-// whether the key is strict to pick the bound README states; the
+// whether the key is strict to pick the bound docs/regions.md states; the
 // references themselves know nothing of the limiter.
 func copyAge(s *Service, r Request, now int64) int64 {
 	k := keyOf(&r)

@@ -52,7 +52,7 @@ func fixedModel(d time.Duration) windowTraceModel {
 
 // slidingModel is a sliding window of d: this window's counter and the
 // previous one's, weighted by the share of it the sliding window still
-// overlaps, truncated (the formula the README states).
+// overlaps, truncated (the formula docs/models.md states).
 func slidingModel(d time.Duration) windowTraceModel {
 	ms := d.Milliseconds()
 	return windowTraceModel{

@@ -110,7 +110,7 @@ type GetRatelimitsResponse struct {
 	// Series holds the buckets with any decision, oldest first.
 	Series []*RatelimitPoint `protobuf:"bytes,1,rep,name=series,proto3" json:"series,omitempty"`
 	// Top holds the identifiers most denied, then the busiest. Their counts
-	// are estimates (heavy-hitter sketches: see the README); the series'
+	// are estimates (heavy-hitter sketches: see docs/dashboard.md); the series'
 	// totals are exact.
 	Top           []*RatelimitIdentifier `protobuf:"bytes,2,rep,name=top,proto3" json:"top,omitempty"`
 	unknownFields protoimpl.UnknownFields

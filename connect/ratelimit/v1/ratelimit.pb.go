@@ -180,7 +180,8 @@ type LimitRequest struct {
 	// allowed with report, nor in a MultiLimit or BatchLimit, nor with a
 	// token bucket or a calendar.
 	Reserve bool `protobuf:"varint,7,opt,name=reserve,proto3" json:"reserve,omitempty"`
-	// Algorithm is how the limit counts: a sliding window when unset.
+	// Algorithm is how the limit counts: a sliding window when unset (a
+	// calendar's periods, with a calendar).
 	Algorithm Algorithm `protobuf:"varint,8,opt,name=algorithm,proto3,enum=ratelimit.v1.Algorithm" json:"algorithm,omitempty"`
 	// Burst is a token bucket's capacity, 1 to 2^53; limit when unset. Only
 	// with ALGORITHM_TOKEN_BUCKET.
@@ -927,7 +928,7 @@ type ExtendResponse struct {
 	// ExpiresAt is the new lease's end, in unix milliseconds: the
 	// extension's time plus its lease. The slots are held until then; if
 	// they are neither released nor extended again, they free themselves
-	// less than a second or a tenth of the lease later.
+	// less than a second or a tenth of the lease later. 0 when refused.
 	ExpiresAt     int64 `protobuf:"varint,6,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -48,7 +48,7 @@ type Config struct {
 	// DebugContention samples contention for the mutex and block
 	// profiles, which are empty without it: one in 100 contended locks,
 	// and blocking of 10 µs and more, at a small cost to every lock.
-	DebugContention bool `env:"UNKEY_DEBUG_CONTENTION" envDefault:"false" help:"with UNKEY_DEBUG_ADDR: sample contended locks (1 in 100) and blocking (10 µs and more) for /debug/pprof/mutex and /debug/pprof/block, which are empty without it"`
+	DebugContention bool `env:"UNKEY_DEBUG_CONTENTION" envDefault:"false" help:"with UNKEY_DEBUG_ADDR: sample contended locks (1 in 100) and blocking (10 µs and more) for /debug/pprof/mutex and /debug/pprof/block, which are empty without it; costs every lock a little"`
 	// MetricsAddr, if set, serves /metrics there, without a token, instead
 	// of on the API's port (where, once keys exist, it needs a key with
 	// status.read). Keep it on the network only Prometheus reaches.
@@ -153,12 +153,12 @@ type Config struct {
 	// RLSFixedWindows decides every Envoy rule as a fixed window, as
 	// envoyproxy/ratelimit counts, whatever its algorithm: the same counts
 	// as that service during a migration.
-	RLSFixedWindows bool `env:"UNKEY_RLS_FIXED_WINDOWS" help:"decide every Envoy rule as a fixed window, whatever its algorithm: envoyproxy/ratelimit's counts exactly, for a migration"`
+	RLSFixedWindows bool `env:"UNKEY_RLS_FIXED_WINDOWS" help:"decide every Envoy rule as a fixed window, whatever its algorithm: envoyproxy/ratelimit's counts exactly, for a migration (a calendar's periods stay its windows)"`
 	// RLSResponseDynamicMetadata answers Envoy's dynamic metadata with
 	// every ShouldRateLimit (envoyproxy/ratelimit's
 	// RESPONSE_DYNAMIC_METADATA).
 	RLSResponseDynamicMetadata bool    `env:"UNKEY_RLS_RESPONSE_DYNAMIC_METADATA" help:"answer Envoy's dynamic metadata with every ShouldRateLimit"`
-	RLSNearLimitRatio          float64 `env:"UNKEY_RLS_NEAR_LIMIT_RATIO" envDefault:"0.8" help:"the share of a limit past which a hit counts as near it: strictly between 0 and 1"`
+	RLSNearLimitRatio          float64 `env:"UNKEY_RLS_NEAR_LIMIT_RATIO" envDefault:"0.8" help:"the share of a limit past which a hit counts as near it in unkey_rls_near_limit_total: strictly between 0 and 1"`
 	RLSResponseHeaders         bool    `env:"UNKEY_RLS_RESPONSE_HEADERS" help:"add the limit, remaining and reset headers to ShouldRateLimit answers"`
 	// RLSIETFHeaders adds the IETF's RateLimit-Policy and RateLimit
 	// fields to ShouldRateLimit answers (beside the three above, or

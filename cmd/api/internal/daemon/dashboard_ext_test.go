@@ -246,7 +246,7 @@ func checkChart(t *testing.T, v dashboardView, api map[int64]point) {
 // another workspace, without read_analytics, with it for one namespace,
 // refused, and none at all each get the page's reason for what it does not
 // show. Set DASHBOARD_SCREENSHOT=file to save a screenshot after an hour
-// of made-up history is added (the README's).
+// of made-up history is added (docs/dashboard.md's).
 func TestDashboardInChromium(t *testing.T) {
 	t.Parallel()
 	m, _ := dbtest.Start(t)

@@ -78,6 +78,27 @@ func TestModelsOverConnectJSON(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
+	// ALGORITHM_CALENDAR names the calendar's model in a request too, and
+	// every answer of a calendar's decision names it: Limit's, and each
+	// entry of MultiLimit and BatchLimit beside a window's.
+	named := limit(`{"namespace":"models","identifier":"named","limit":2,"algorithm":"ALGORITHM_CALENDAR","calendar":{"unit":"CALENDAR_UNIT_DAY"}}`)
+	if named["success"] != true || named["algorithm"] != "ALGORITHM_CALENDAR" || named["remaining"] != "1" {
+		t.Errorf("a calendar named ALGORITHM_CALENDAR: %v", named)
+	}
+	entries := `{"limits":[{"namespace":"models","identifier":"batch","limit":5,"calendar":{"unit":"CALENDAR_UNIT_YEAR"}},` +
+		`{"namespace":"models","identifier":"batch","limit":5,"duration":60000,"algorithm":"ALGORITHM_FIXED_WINDOW"}]}`
+	for _, method := range []string{"MultiLimit", "BatchLimit"} {
+		status, out := ts.call(t, method, tokA, entries)
+		results, _ := out["results"].([]any)
+		if status != 200 || len(results) != 2 {
+			t.Fatalf("%s: %d %v", method, status, out)
+		}
+		for i, want := range []string{"ALGORITHM_CALENDAR", "ALGORITHM_FIXED_WINDOW"} {
+			if r, _ := results[i].(map[string]any); r["algorithm"] != want || r["success"] != true {
+				t.Errorf("%s result %d: %v, want success by %s", method, i, r, want)
+			}
+		}
+	}
 }
 
 // TestModelsRefuseBadValues: each model's rules name the field, in a

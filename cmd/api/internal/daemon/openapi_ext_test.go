@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"bytes"
 	"encoding/json"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -92,17 +93,14 @@ func TestOpenAPI(t *testing.T) {
 		documented = append(documented, p)
 	}
 	slices.Sort(documented)
-	status, body := ts.post(t, "/v2/ratelimit.nothing", tokA, strings.NewReader(`{}`))
-	for _, p := range documented {
-		if !strings.Contains(string(body), p) {
-			t.Errorf("the document names %s, which the server does not say it serves: %d %s", p, status, body)
-		}
+	status, body := ts.post(t, "/v2/nothing", tokA, strings.NewReader(`{}`))
+	served := regexp.MustCompile(`/v2/ratelimit\.[A-Za-z]+`).FindAllString(string(body), -1)
+	slices.Sort(served)
+	if status != 404 || !slices.Equal(served, documented) {
+		t.Errorf("the server says it serves %q, the document names %q: %d %s", served, documented, status, body)
 	}
 	if !strings.Contains(string(body), "GET /v2/openapi.yaml") {
 		t.Errorf("the answer to a path the server does not serve does not name the document: %s", body)
-	}
-	if n := strings.Count(string(body), "/v2/ratelimit.") - 1; status != 404 || n != len(documented) { // less the path asked
-		t.Errorf("the server names %d v2 routes, the document %d: %d %s", n, len(documented), status, body)
 	}
 
 	// Each route called with its example, in an order that gives the

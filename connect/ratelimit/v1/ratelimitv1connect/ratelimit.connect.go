@@ -88,7 +88,9 @@ type RatelimitServiceClient interface {
 	// slots (lease_id) to release or extend them.
 	Acquire(context.Context, *connect.Request[v1.AcquireRequest]) (*connect.Response[v1.AcquireResponse], error)
 	// Release frees the slots of a lease, once: a second release, or one of a
-	// lease that expired or was extended, frees nothing and is no error.
+	// lease that expired (its slots freed themselves, at its expires_at or up
+	// to a second or a tenth of the lease later) or was extended, frees
+	// nothing and is no error.
 	Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error)
 	// Extend keeps the slots of a lease for another lease and answers a new
 	// lease_id for them; the old one is used up.
@@ -283,7 +285,9 @@ type RatelimitServiceHandler interface {
 	// slots (lease_id) to release or extend them.
 	Acquire(context.Context, *connect.Request[v1.AcquireRequest]) (*connect.Response[v1.AcquireResponse], error)
 	// Release frees the slots of a lease, once: a second release, or one of a
-	// lease that expired or was extended, frees nothing and is no error.
+	// lease that expired (its slots freed themselves, at its expires_at or up
+	// to a second or a tenth of the lease later) or was extended, frees
+	// nothing and is no error.
 	Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error)
 	// Extend keeps the slots of a lease for another lease and answers a new
 	// lease_id for them; the old one is used up.

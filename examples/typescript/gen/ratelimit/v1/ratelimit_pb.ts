@@ -84,7 +84,8 @@ export type LimitRequest = Message<"ratelimit.v1.LimitRequest"> & {
   reserve: boolean;
 
   /**
-   * Algorithm is how the limit counts: a sliding window when unset.
+   * Algorithm is how the limit counts: a sliding window when unset (a
+   * calendar's periods, with a calendar).
    *
    * @generated from field: ratelimit.v1.Algorithm algorithm = 8;
    */
@@ -530,7 +531,7 @@ export type ExtendResponse = Message<"ratelimit.v1.ExtendResponse"> & {
    * ExpiresAt is the new lease's end, in unix milliseconds: the
    * extension's time plus its lease. The slots are held until then; if
    * they are neither released nor extended again, they free themselves
-   * less than a second or a tenth of the lease later.
+   * less than a second or a tenth of the lease later. 0 when refused.
    *
    * @generated from field: int64 expires_at = 6;
    */
@@ -1210,7 +1211,9 @@ export const RatelimitService: GenService<{
   },
   /**
    * Release frees the slots of a lease, once: a second release, or one of a
-   * lease that expired or was extended, frees nothing and is no error.
+   * lease that expired (its slots freed themselves, at its expires_at or up
+   * to a second or a tenth of the lease later) or was extended, frees
+   * nothing and is no error.
    *
    * @generated from rpc ratelimit.v1.RatelimitService.Release
    */
