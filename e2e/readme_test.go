@@ -82,8 +82,10 @@ func readDocs(t *testing.T, root string) ([]mdBlock, string) {
 		b, p := parseBlocks(m[1], string(raw))
 		blocks, prose = append(blocks, b...), prose+"\n"+p
 	}
-	// A page of shell blocks left out of the table would not run.
-	all, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	// A page of shell blocks left out of the table would not run (the
+	// reports, ACCURACY.md and the others in capitals, hold the commands
+	// of their measurements, not a task's).
+	all, err := filepath.Glob(filepath.Join(root, "docs", "[a-z]*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

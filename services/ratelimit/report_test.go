@@ -88,3 +88,42 @@ func TestReportsNeverWrap(t *testing.T) {
 		t.Fatalf("a request after 2,000 reports of 2^53: %+v", resp)
 	}
 }
+
+// TestRefusedReportWaits: a refused report (counted whatever the verdict,
+// as Envoy's hits over the limit are) answers RetryAfter as any request
+// does: how long until a request of its cost passes, the one just counted
+// included. One millisecond sooner the same request (not a report, so
+// that it counts nothing when refused) is refused, and then it passes;
+// for each model, mid-window.
+func TestRefusedReportWaits(t *testing.T) {
+	for _, m := range []struct {
+		name string
+		alg  Algorithm
+	}{{"sliding window", SlidingWindow}, {"fixed window", FixedWindow}, {"token bucket", TokenBucket}} {
+		t.Run(m.name, func(t *testing.T) {
+			clock := newFakeClock(1_800_000_015_200)
+			s := newTestService(t, clock)
+			r := req("hits", 4, time.Minute, 1)
+			r.Algorithm, r.Report = m.alg, true
+			var refused Response
+			for range 6 {
+				if refused = mustLimit(t, s, r); !refused.Success {
+					break
+				}
+			}
+			if refused.Success || refused.RetryAfter <= 0 {
+				t.Fatalf("a report past the limit: %+v, want refused with a wait", refused)
+			}
+			plain := r
+			plain.Report = false
+			clock.Advance(refused.RetryAfter - time.Millisecond)
+			if resp := mustLimit(t, s, plain); resp.Success {
+				t.Fatalf("1 ms before RetryAfter %v: %+v, want refused", refused.RetryAfter, resp)
+			}
+			clock.Advance(time.Millisecond)
+			if resp := mustLimit(t, s, plain); !resp.Success {
+				t.Fatalf("at RetryAfter %v: %+v, want admitted", refused.RetryAfter, resp)
+			}
+		})
+	}
+}

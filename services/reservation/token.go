@@ -12,6 +12,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
@@ -144,7 +145,11 @@ func (s *Signer) Sign(t *Token) string {
 
 // Open verifies token and returns what it carries, or ErrInvalid.
 func (s *Signer) Open(token string) (Token, error) {
-	// Strict: a token has one spelling, so no changed one opens.
+	// Strict: a token has one spelling, so no changed one opens. Strict
+	// decoding still skips CR and LF, which no token holds: refused.
+	if strings.ContainsAny(token, "\r\n") {
+		return Token{}, ErrInvalid
+	}
 	raw, err := base64.RawURLEncoding.Strict().DecodeString(token)
 	if err != nil || len(raw) < 1+16+macSize {
 		return Token{}, ErrInvalid

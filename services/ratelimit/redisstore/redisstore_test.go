@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,10 +58,25 @@ func TestClusterOptions(t *testing.T) {
 	if opts, err := ClusterOptions("rediss+cluster://h:1"); err != nil || opts.TLSConfig == nil {
 		t.Fatalf("rediss+cluster: %+v, %v", opts, err)
 	}
-	for _, bad := range []string{"redis://h:1", "http+cluster://h:1", "redis+cluster://h:1,,h:2"} {
+	for _, bad := range []string{"redis://h:1", "http+cluster://h:1", "redis+cluster://h:1,,h:2", "rediss+cluster://h:1?skip_verify=true"} {
 		if _, err := ClusterOptions(bad); err == nil {
 			t.Errorf("ClusterOptions(%q) accepted", bad)
 		}
+	}
+}
+
+// TestCertificatesAlwaysChecked: a URL that would turn off the checks of
+// Redis's certificate (go-redis's skip_verify) is refused, one server's
+// and a cluster's; TLS without it is taken.
+func TestCertificatesAlwaysChecked(t *testing.T) {
+	if _, err := Options("rediss://h:6380?skip_verify=true"); err == nil || !strings.Contains(err.Error(), "skip_verify") {
+		t.Errorf("Options with skip_verify: %v, want refused naming it", err)
+	}
+	if _, err := ClusterOptions("rediss+cluster://h:1,h:2?skip_verify=true"); err == nil || !strings.Contains(err.Error(), "skip_verify") {
+		t.Errorf("ClusterOptions with skip_verify: %v, want refused naming it", err)
+	}
+	if opts, err := Options("rediss://h:6380"); err != nil || opts.TLSConfig == nil || opts.TLSConfig.InsecureSkipVerify {
+		t.Errorf("Options(rediss://h:6380): %+v, %v; want TLS that verifies", opts, err)
 	}
 }
 

@@ -1,6 +1,8 @@
 package redisstore
 
 import (
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -25,6 +27,9 @@ const dialAttempts = 1
 func Options(url string) (*redis.Options, error) {
 	opts, err := redis.ParseURL(url)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkTLS(opts.TLSConfig); err != nil {
 		return nil, err
 	}
 	tune(&opts.ContextTimeoutEnabled, &opts.MaxRetries, &opts.DialerRetries, &opts.DialTimeout, &opts.PoolTimeout)
@@ -70,8 +75,21 @@ func ClusterOptions(url string) (*redis.ClusterOptions, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkTLS(opts.TLSConfig); err != nil {
+		return nil, err
+	}
 	tune(&opts.ContextTimeoutEnabled, &opts.MaxRetries, &opts.DialerRetries, &opts.DialTimeout, &opts.PoolTimeout)
 	return opts, nil
+}
+
+// checkTLS refuses a URL whose options turn off the checks of Redis's
+// certificate (go-redis's skip_verify): a rediss:// connection always
+// verifies it, against the system's roots or UNKEY_REDIS_TLS_CA_FILE.
+func checkTLS(c *tls.Config) error {
+	if c != nil && c.InsecureSkipVerify {
+		return errors.New("skip_verify is not allowed: Redis's certificate is always checked (give its CA in UNKEY_REDIS_TLS_CA_FILE)")
+	}
+	return nil
 }
 
 // tune sets what Options documents on the fields of a client's options,

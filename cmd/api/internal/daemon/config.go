@@ -163,7 +163,9 @@ type Config struct {
 	// RLSIETFHeaders adds the IETF's RateLimit-Policy and RateLimit
 	// fields to ShouldRateLimit answers (beside the three above, or
 	// instead where RLSResponseHeaders is off).
-	RLSIETFHeaders     bool   `env:"UNKEY_RLS_IETF_HEADERS" help:"add the IETF's RateLimit-Policy and RateLimit fields (draft-ietf-httpapi-ratelimit-headers) to ShouldRateLimit answers"`
+	RLSIETFHeaders bool `env:"UNKEY_RLS_IETF_HEADERS" help:"add the IETF's RateLimit-Policy and RateLimit fields (draft-ietf-httpapi-ratelimit-headers) to ShouldRateLimit answers"`
+	// RLSRetryAfter adds Retry-After to every refusal of ShouldRateLimit.
+	RLSRetryAfter      bool   `env:"UNKEY_RLS_RETRY_AFTER" envDefault:"true" help:"add Retry-After (RFC 9110: seconds, rounded up, until the request would pass with no other traffic) to every OVER_LIMIT answer of ShouldRateLimit, which Envoy puts on its 429; none when no wait helps"`
 	RLSLimitHeader     string `env:"UNKEY_RLS_LIMIT_HEADER" envDefault:"RateLimit-Limit" help:"the limit header's name: a valid HTTP header name"`
 	RLSRemainingHeader string `env:"UNKEY_RLS_REMAINING_HEADER" envDefault:"RateLimit-Remaining" help:"the remaining header's name: a valid HTTP header name"`
 	RLSResetHeader     string `env:"UNKEY_RLS_RESET_HEADER" envDefault:"RateLimit-Reset" help:"the reset header's name: a valid HTTP header name"`

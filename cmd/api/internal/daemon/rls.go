@@ -25,7 +25,8 @@ func (d *Daemon) newRLS(cfg Config, p *pipeline.Pipeline) (*envoyrls.Service, er
 	current := func() *rlsconfig.Config { return empty }
 	opts := []envoyrls.Option{envoyrls.WithShadowMode(cfg.RLSShadowMode), envoyrls.WithNearLimitRatio(cfg.RLSNearLimitRatio),
 		envoyrls.WithOverLimitHitsCounted(cfg.RLSCountOverLimit), envoyrls.WithDynamicMetadata(cfg.RLSResponseDynamicMetadata),
-		envoyrls.WithIETFHeaders(cfg.RLSIETFHeaders), envoyrls.WithFixedWindows(cfg.RLSFixedWindows)}
+		envoyrls.WithIETFHeaders(cfg.RLSIETFHeaders), envoyrls.WithFixedWindows(cfg.RLSFixedWindows),
+		envoyrls.WithRetryAfter(cfg.RLSRetryAfter)}
 	switch {
 	case cfg.RLSConfig != "":
 		src, err := rlsconfig.NewSource(cfg.RLSConfig, rlsconfig.WithInterval(cfg.RLSConfigInterval),
@@ -54,7 +55,10 @@ func (d *Daemon) newRLS(cfg Config, p *pipeline.Pipeline) (*envoyrls.Service, er
 		d.loops = append(d.loops, src)
 		if !cfg.RLSStartWithoutConfig {
 			opts = append(opts, envoyrls.WithRulesLoaded(src.Loaded))
-			d.readyChecks = append(d.readyChecks, readyCheck{what: "the first rate limit configuration from " + cfg.RLSXDSServer,
+			// Named without its address: the probes answer anyone, and
+			// the address is the operator's (the start's log line below
+			// names it).
+			d.readyChecks = append(d.readyChecks, readyCheck{what: "the first rate limit configuration from the xDS management server (UNKEY_RLS_XDS_SERVER)",
 				done: src.FirstLoad()})
 		}
 		d.logger.Info("envoy rate limit service takes its rules over xDS", "server", cfg.RLSXDSServer, "node_id", cfg.RLSXDSNodeID,

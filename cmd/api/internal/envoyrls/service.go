@@ -109,7 +109,9 @@ type Service struct {
 	// loaded, if set, reports whether the rules have arrived: until they
 	// have, a request is answered rlsconfig.ErrNoConfig.
 	loaded func() bool
-	now    func() time.Time
+	// noRetryAfter leaves Retry-After off a refusal (see WithRetryAfter).
+	noRetryAfter bool
+	now          func() time.Time
 }
 
 // Headers are the names of the headers Envoy adds to its response: the
@@ -137,6 +139,14 @@ func WithResponseHeaders(h Headers) Option { return func(s *Service) { s.headers
 // the rule (its limit's name, else its name, else its path). Beside the
 // headers of WithResponseHeaders, or instead of them.
 func WithIETFHeaders(on bool) Option { return func(s *Service) { s.ietf = on } }
+
+// WithRetryAfter sets whether a refused request's answer (OVER_LIMIT)
+// carries Retry-After (RFC 9110), which Envoy adds to its 429: the
+// seconds, rounded up, until the request would pass if no other traffic
+// arrived, as the models that refused it compute the wait (on by
+// default). An answer no wait helps (a cost above a limit, a rule of 0)
+// carries none.
+func WithRetryAfter(on bool) Option { return func(s *Service) { s.noRetryAfter = !on } }
 
 // WithOverLimitHitsCounted sets whether a hit over its limit is counted,
 // as envoyproxy/ratelimit counts it (true, the default): an AI gateway's
@@ -288,6 +298,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
 		s.metrics.globalShadow.Inc()
 	}
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && !s.noRetryAfter {
+		if wait := refusedFor(plans, resp.Statuses); wait > 0 {
+			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
+				&corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(ceilSeconds(wait), 10)})
+		}
+	}
 	if s.ietf {
 		// Every limited descriptor, quotas spent included.
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, ietfHeaders(plans, resp.Statuses)...)
@@ -301,6 +317,43 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}...)
 	}
 	return resp, nil
+}
+
+// refusedFor returns how long a refused request stays refused if no
+// other traffic arrives: until every descriptor over its limit that is not
+// a quota admits it (the longest of their waits), and, when every quota is
+// spent, until one of them does (the shortest); 0 when some descriptor
+// over its limit is one no wait helps.
+func refusedFor(plans []plan, statuses []*rlsv3.RateLimitResponse_DescriptorStatus) time.Duration {
+	var others, quotaWait time.Duration
+	quotaOver, quotaOK := false, false
+	for i := range plans {
+		p := &plans[i]
+		quota := p.counted && p.rule != nil && p.rule.QuotaMode
+		over := statuses[i].Code == rlsv3.RateLimitResponse_OVER_LIMIT
+		switch {
+		case quota && !over:
+			quotaOK = true
+		case quota:
+			quotaOver = true
+			if p.retryAfter > 0 && (quotaWait == 0 || p.retryAfter < quotaWait) {
+				quotaWait = p.retryAfter
+			}
+		case !over:
+		case p.retryAfter <= 0:
+			return 0
+		default:
+			others = max(others, p.retryAfter)
+		}
+	}
+	if quotaOver && !quotaOK {
+		// Every quota is spent: the request waits for the first to free.
+		if quotaWait == 0 {
+			return 0
+		}
+		others = max(others, quotaWait)
+	}
+	return others
 }
 
 // closer reports whether a is closer to its limit than b: over it, or
@@ -377,9 +430,12 @@ type plan struct {
 	// releasing marks a release descriptor (see ReleaseKey), and release
 	// holds the lease ids it frees; lease holds the slots a concurrency
 	// limit took, and what it saw in flight.
-	releasing bool
-	release   string
-	lease     pipeline.Lease
+	// retryAfter is, for a descriptor over its limit, how long until it
+	// admits the request if no other traffic arrives (0: no wait helps).
+	retryAfter time.Duration
+	releasing  bool
+	release    string
+	lease      pipeline.Lease
 	// fromRequest marks a limit the request carries (a descriptor-level
 	// limit): bounded as Limit's are, a window of at most 30 days and a
 	// limit of at least 1, where the operator's rules may use a year's
@@ -520,6 +576,7 @@ func (s *Service) decide(ctx context.Context, ns pipeline.Namespace, domain stri
 		s.metrics.shadowHits(domain, p)
 	case !d.Success:
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		p.retryAfter = d.RetryAfter
 		s.metrics.over(domain, p)
 	default:
 		s.metrics.within(domain, p)

@@ -369,8 +369,12 @@ func (t *translation) redis() error {
 	}
 	hosts := strings.Split(u, ",")
 	for _, h := range hosts {
-		if _, _, err := net.SplitHostPort(h); err != nil {
-			return fmt.Errorf("REDIS_URL: must be host:port (a comma-separated list for a cluster), got %q", u)
+		// The port a number: what follows it (a query's options, such as
+		// skip_verify) would reach the Redis URL, whose certificate
+		// checks REDIS_TLS keeps on.
+		_, port, err := net.SplitHostPort(h)
+		if n, perr := strconv.ParseUint(port, 10, 16); err != nil || perr != nil || n == 0 {
+			return fmt.Errorf("REDIS_URL: must be host:port (a comma-separated list for a cluster; no options), got %q", u)
 		}
 	}
 	if len(hosts) > 1 && !strings.HasSuffix(scheme, "+cluster") {
@@ -455,7 +459,7 @@ func (t *translation) tracing() error {
 		t.set("OTEL_RESOURCE_ATTRIBUTES", strings.Join(attrs, ","))
 	}
 	if r := t.val("TRACING_SAMPLING_RATE"); r != "" {
-		if f, err := strconv.ParseFloat(r, 64); err != nil || f < 0 || f > 1 {
+		if f, err := strconv.ParseFloat(r, 64); err != nil || !(f >= 0 && f <= 1) { // NaN too
 			return fmt.Errorf("TRACING_SAMPLING_RATE: must be a number from 0 to 1, got %q", r)
 		}
 		t.set("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")

@@ -124,6 +124,20 @@ func TestRefused(t *testing.T) {
 			t.Errorf("%s: Translate = %v, want an error containing %q", tc.env, err, tc.want)
 		}
 	}
+	// A sampling rate that is no number from 0 to 1, NaN included; a Redis
+	// address with options after its port (which would reach the Redis
+	// URL: skip_verify turns off its certificate checks).
+	for _, tc := range []struct{ env, want string }{
+		{"TRACING_ENABLED=true TRACING_SAMPLING_RATE=NaN", "TRACING_SAMPLING_RATE: must be a number from 0 to 1"},
+		{"TRACING_ENABLED=true TRACING_SAMPLING_RATE=Inf", "TRACING_SAMPLING_RATE: must be a number from 0 to 1"},
+		{"REDIS_URL=r:6379?skip_verify=true", "REDIS_URL: must be host:port"},
+		{"REDIS_URL=r:http", "REDIS_URL: must be host:port"},
+	} {
+		env := append([]string{"REDIS_SOCKET_TYPE=tcp"}, strings.Fields(tc.env)...)
+		if _, _, err := upstreamenv.Translate(env); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Translate = %v, want an error containing %q", tc.env, err, tc.want)
+		}
+	}
 	// Without REDIS_URL, what asks for a Redis stops the start all the same.
 	for _, tc := range []struct{ env, want string }{
 		{"REDIS_TYPE=sentinel", "REDIS_TYPE=sentinel: not supported"},

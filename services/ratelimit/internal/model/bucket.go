@@ -308,9 +308,11 @@ func (*tokenBucket) Count(t *Table, w *cells.Window, b *Bucket, now int64, sp Sp
 		d.Success = fits
 		d.Remaining = max(0, min(tokensIn(tau-(next-nowNs), sp.Limit, sp.DurationMs), sp.Burst))
 		d.ResetMs = ceilMs(next)
-		if !fits {
-			// A report past the burst: when a check passes again.
-			d.RetryAfter = max(ceilMs(next-tau)-now, 0)
+		if !fits && cost <= sp.Burst {
+			// A report past the burst: when a request of the same cost
+			// would pass (Envoy's next hit, counted over the limit as
+			// this one was); none helps one above the burst.
+			d.RetryAfter = max(ceilMs(next+need-tau)-now, 0)
 		}
 		return d, cur, true
 	}

@@ -94,8 +94,10 @@ func (m *windowModel) Count(t *Table, w *cells.Window, _ *Bucket, now int64, sp 
 		d.Success = effective <= limit
 		d.Remaining = min(max(0, limit-effective), limit)
 		if !d.Success {
-			// When a check (cost 0) would pass again.
-			d.RetryAfter = windowRetry(m.fixed, sp.Limit, elapsed, dur, curTotal, prevTotal, 0)
+			// When a request of the same cost would pass (Envoy's next
+			// hit, counted over the limit as this one was): 0 when no
+			// wait helps, as for any request.
+			d.RetryAfter = windowRetry(m.fixed, sp.Limit, elapsed, dur, curTotal, prevTotal, cost)
 		}
 		return d, cur, true
 	}
