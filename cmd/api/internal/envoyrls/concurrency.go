@@ -77,7 +77,12 @@ func (s *Service) acquire(ctx context.Context, ns pipeline.Namespace, p *plan) (
 // each counts one bad release.
 func (s *Service) release(ctx context.Context, ns pipeline.Namespace, domain string, p *plan) *rlsv3.RateLimitResponse_DescriptorStatus {
 	for id := range strings.SplitSeq(p.release, ",") {
-		r, err := ns.Release(ctx, strings.TrimSpace(id))
+		if id == "" || ctx.Err() != nil {
+			// Nothing named, or the caller is gone: no work for no one
+			// (a lease not released frees itself when it ends).
+			continue
+		}
+		r, err := ns.Release(ctx, id)
 		if err != nil {
 			s.metrics.badReleases.Inc()
 			continue
@@ -87,6 +92,30 @@ func (s *Service) release(ctx context.Context, ns pipeline.Namespace, domain str
 		}
 	}
 	return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+}
+
+// uniqueReleases leaves each lease id of the plans' release entries in the
+// first that names it, trimmed, and drops empty ones: an id repeated in a
+// request costs one ledger claim, not one a copy.
+func uniqueReleases(plans []plan) {
+	var seen map[string]bool
+	for i := range plans {
+		p := &plans[i]
+		if !p.releasing {
+			continue
+		}
+		if seen == nil {
+			seen = map[string]bool{}
+		}
+		var ids []string
+		for id := range strings.SplitSeq(p.release, ",") {
+			if id = strings.TrimSpace(id); id != "" && !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
+			}
+		}
+		p.release = strings.Join(ids, ",")
+	}
 }
 
 // leases returns the lease ids the plans acquired, joined, or "".

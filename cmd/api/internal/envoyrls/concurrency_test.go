@@ -2,7 +2,10 @@ package envoyrls
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,10 +16,12 @@ import (
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/access"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 	"github.com/unkeyed/ratelimit/services/reservation"
 	ledgermem "github.com/unkeyed/ratelimit/services/reservation/memstore"
+	ledgerstore "github.com/unkeyed/ratelimit/services/reservation/store"
 	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
 
@@ -84,5 +89,69 @@ descriptors:
 	}
 	if v := testutil.ToFloat64(a.metrics.inFlight.WithLabelValues("llm", "llm.user")); v != 1 {
 		t.Errorf("a's gauge after a repeated release: %v, want its slot still counted (1)", v)
+	}
+}
+
+// countingLedger counts the claims made of a ledger.
+type countingLedger struct {
+	ledgerstore.Ledger
+	claims atomic.Int64
+}
+
+// Claim counts the claim and makes it of the ledger.
+func (l *countingLedger) Claim(ctx context.Context, id [16]byte, workspace string, cost int64, expires time.Time) (bool, int64, error) {
+	l.claims.Add(1)
+	return l.Ledger.Claim(ctx, id, workspace, cost, expires)
+}
+
+// TestReleaseWorkIsBounded: a stream-done call's release entries cost a
+// ledger claim a distinct lease id, whatever they repeat: one id sent 60
+// times in two descriptors (and empty ids between them) is one claim and
+// one slot freed. More ids than a request can hold leases (one a
+// descriptor) are refused before any is claimed, naming the descriptor.
+func TestReleaseWorkIsBounded(t *testing.T) {
+	cfg, err := rlsconfig.Load(rlsconfig.File{Name: "llm.yaml", Data: []byte(`domain: llm
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: concurrency}
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger := &countingLedger{Ledger: ledgermem.New(ledgermem.DefaultRecords, time.Now)}
+	limiter, err := ratelimit.New("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := newPipeline(t, limiter, pipeline.WithReservations(reservation.NewKeyring(nil, slog.New(slog.DiscardHandler)), ledger, ""))
+	s := newServiceOnPipeline(t, p, cfg, prometheus.NewRegistry())
+	ctx := call.WithPrincipal(context.Background(), access.OpenPrincipal())
+	ask := func(descs ...*rlcommonv3.RateLimitDescriptor) (*rlsv3.RateLimitResponse, error) {
+		return s.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "llm", Descriptors: descs})
+	}
+	resp, err := ask(one("user", "u")...)
+	lease := resp.GetDynamicMetadata().GetFields()[LeaseMetadataKey].GetStringValue()
+	if err != nil || lease == "" {
+		t.Fatalf("acquire: %v, %v", resp, err)
+	}
+	release := func(ids string) *rlcommonv3.RateLimitDescriptor {
+		return &rlcommonv3.RateLimitDescriptor{Entries: []*rlcommonv3.RateLimitDescriptor_Entry{
+			{Key: "user", Value: "u"}, {Key: ReleaseKey, Value: ids}}}
+	}
+	repeated := strings.TrimSuffix(strings.Repeat(lease+",,", 5), ",")
+	if _, err := ask(release(repeated), release(repeated)); err != nil {
+		t.Fatal(err)
+	}
+	if n := ledger.claims.Load(); n != 1 {
+		t.Errorf("one lease id sent 10 times: %d ledger claims, want 1", n)
+	}
+	if n := testutil.ToFloat64(s.metrics.inFlight.WithLabelValues("llm", "llm.user")); n != 0 {
+		t.Errorf("in flight after the release: %v, want 0", n)
+	}
+	ledger.claims.Store(0)
+	_, err = ask(release(strings.TrimSuffix(strings.Repeat("x,", MaxReleaseIDs), ",")), release("y"))
+	var bad *invalid.Error
+	if !errors.As(err, &bad) || !strings.Contains(bad.Error(), "descriptors[1]") || ledger.claims.Load() != 0 {
+		t.Errorf("%d lease ids in one request: %v after %d claims, want refused naming descriptors[1] before any", MaxReleaseIDs+1, err, ledger.claims.Load())
 	}
 }

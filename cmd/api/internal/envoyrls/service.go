@@ -65,6 +65,12 @@ const (
 	// most about 1,100 characters (a 255-character namespace and
 	// identifier), most about 150.
 	MaxReleaseBytes = 8192
+	// MaxReleaseIDs bounds the lease ids of a request's release entries
+	// altogether: a request-path call acquires at most one lease a
+	// descriptor, so a stream-done call that releases them carries at
+	// most MaxDescriptors. More would be work (a ledger claim each) that
+	// no request asked for.
+	MaxReleaseIDs = MaxDescriptors
 	// MaxIdentifier bounds a descriptor's counter name, its entries
 	// written out (see rlsconfig.Identifier), in characters: what a
 	// decision does with it (the digest of a long one, the override
@@ -234,6 +240,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			}
 		}
 	}
+	uniqueReleases(plans)
 	now := s.now()
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
 	closest := -1
@@ -378,7 +385,17 @@ func validate(req *rlsv3.RateLimitRequest) error {
 	if req.Domain == "" {
 		return &invalid.Error{Field: "domain", Rule: "must not be empty"}
 	}
+	ids := 0
 	for i, d := range req.Descriptors {
+		for _, e := range d.GetEntries() {
+			if e.GetKey() == ReleaseKey {
+				ids += strings.Count(e.GetValue(), ",") + 1
+			}
+		}
+		if ids > MaxReleaseIDs {
+			return &invalid.Error{Field: fmt.Sprintf("descriptors[%d]", i),
+				Rule: fmt.Sprintf("must carry at most %d lease ids in the request's release entries altogether (one a descriptor the request-path call acquired)", MaxReleaseIDs)}
+		}
 		if len(d.GetEntries()) == 0 || len(d.GetEntries()) > MaxEntries {
 			return &invalid.Error{Field: fmt.Sprintf("descriptors[%d].entries", i),
 				Rule: fmt.Sprintf("must hold 1 to %d entries", MaxEntries)}
