@@ -76,10 +76,15 @@ func (s *Service) acquire(ctx context.Context, ns pipeline.Namespace, p *plan) (
 // frees nothing, and neither does an empty one (an empty value is one):
 // each counts one bad release.
 func (s *Service) release(ctx context.Context, ns pipeline.Namespace, domain string, p *plan) *rlsv3.RateLimitResponse_DescriptorStatus {
-	for id := range strings.SplitSeq(p.release, ",") {
-		if id == "" || ctx.Err() != nil {
-			// Nothing named, or the caller is gone: no work for no one
-			// (a lease not released frees itself when it ends).
+	for _, id := range p.releaseIDs {
+		switch {
+		case ctx.Err() != nil:
+			// The caller is gone: no work for no one (a lease not
+			// released frees itself when it ends).
+			continue
+		case id == "":
+			// Nothing named: a bad release, which costs no claim.
+			s.metrics.badReleases.Inc()
 			continue
 		}
 		r, err := ns.Release(ctx, id)
@@ -94,9 +99,9 @@ func (s *Service) release(ctx context.Context, ns pipeline.Namespace, domain str
 	return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 }
 
-// uniqueReleases leaves each lease id of the plans' release entries in the
-// first that names it, trimmed, and drops empty ones: an id repeated in a
-// request costs one ledger claim, not one a copy.
+// uniqueReleases leaves each lease id of the plans' release entries,
+// trimmed, in the first that names it (an empty one too): an id repeated
+// in a request costs one ledger claim, or one bad release, not one a copy.
 func uniqueReleases(plans []plan) {
 	var seen map[string]bool
 	for i := range plans {
@@ -107,14 +112,13 @@ func uniqueReleases(plans []plan) {
 		if seen == nil {
 			seen = map[string]bool{}
 		}
-		var ids []string
+		p.releaseIDs = nil
 		for id := range strings.SplitSeq(p.release, ",") {
-			if id = strings.TrimSpace(id); id != "" && !seen[id] {
+			if id = strings.TrimSpace(id); !seen[id] {
 				seen[id] = true
-				ids = append(ids, id)
+				p.releaseIDs = append(p.releaseIDs, id)
 			}
 		}
-		p.release = strings.Join(ids, ",")
 	}
 }
 

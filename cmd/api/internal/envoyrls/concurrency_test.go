@@ -105,9 +105,9 @@ func (l *countingLedger) Claim(ctx context.Context, id [16]byte, workspace strin
 }
 
 // TestReleaseWorkIsBounded: a stream-done call's release entries cost a
-// ledger claim a distinct lease id, whatever they repeat: one id sent 60
-// times in two descriptors (and empty ids between them) is one claim and
-// one slot freed. More ids than a request can hold leases (one a
+// ledger claim a distinct lease id, whatever they repeat: one id sent 10
+// times in two descriptors (and empty ids between them) is one claim, one
+// slot freed and one bad release (the empty id). More ids than a request can hold leases (one a
 // descriptor) are refused before any is claimed, naming the descriptor.
 func TestReleaseWorkIsBounded(t *testing.T) {
 	cfg, err := rlsconfig.Load(rlsconfig.File{Name: "llm.yaml", Data: []byte(`domain: llm
@@ -147,6 +147,9 @@ descriptors:
 	}
 	if n := testutil.ToFloat64(s.metrics.inFlight.WithLabelValues("llm", "llm.user")); n != 0 {
 		t.Errorf("in flight after the release: %v, want 0", n)
+	}
+	if n := testutil.ToFloat64(s.metrics.badReleases); n != 1 {
+		t.Errorf("bad releases: %v, want 1 (the empty id, once)", n)
 	}
 	ledger.claims.Store(0)
 	_, err = ask(release(strings.TrimSuffix(strings.Repeat("x,", MaxReleaseIDs), ",")), release("y"))

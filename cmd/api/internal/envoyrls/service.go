@@ -451,6 +451,9 @@ type plan struct {
 	// admits the request if no other traffic arrives (0: no wait helps).
 	retryAfter time.Duration
 	releasing  bool
+	// releaseIDs are the ids of release that no earlier descriptor of the
+	// request named (see uniqueReleases): those it releases.
+	releaseIDs []string
 	release    string
 	lease      pipeline.Lease
 	// fromRequest marks a limit the request carries (a descriptor-level
