@@ -444,17 +444,17 @@ type plan struct {
 	policy string
 	quota  int64
 	window time.Duration
-	// releasing marks a release descriptor (see ReleaseKey), and release
-	// holds the lease ids it frees; lease holds the slots a concurrency
-	// limit took, and what it saw in flight.
 	// retryAfter is, for a descriptor over its limit, how long until it
 	// admits the request if no other traffic arrives (0: no wait helps).
 	retryAfter time.Duration
+	// releasing marks a release descriptor (see ReleaseKey), and release
+	// holds its entry's lease ids; releaseIDs are those of them no earlier
+	// descriptor of the request named (see uniqueReleases), the ones it
+	// frees. lease holds the slots a concurrency limit took, and what it
+	// saw in flight.
 	releasing  bool
-	// releaseIDs are the ids of release that no earlier descriptor of the
-	// request named (see uniqueReleases): those it releases.
-	releaseIDs []string
 	release    string
+	releaseIDs []string
 	lease      pipeline.Lease
 	// fromRequest marks a limit the request carries (a descriptor-level
 	// limit): bounded as Limit's are, a window of at most 30 days and a
