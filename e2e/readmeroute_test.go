@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,8 +10,6 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"go.yaml.in/yaml/v3"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/unkeyed/ratelimit/internal/testkit/rlscall"
@@ -122,16 +119,8 @@ func TestReadmeConcurrencyRoute(t *testing.T) {
 // envoyRateLimits decodes a route's rate_limits YAML into Envoy's messages.
 func envoyRateLimits(t *testing.T, route string) []*routev3.RateLimit {
 	t.Helper()
-	var v any
-	if err := yaml.Unmarshal([]byte(route), &v); err != nil {
-		t.Fatal(err)
-	}
-	js, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var action routev3.RouteAction
-	if err := protojson.Unmarshal(js, &action); err != nil {
+	if err := rlscall.DecodeYAML([]byte(route), &action); err != nil {
 		t.Fatalf("docs/concurrency.md's route is not Envoy's RouteAction.rate_limits: %v", err)
 	}
 	if len(action.RateLimits) != 2 {

@@ -3,7 +3,7 @@
 // and gRPC-Web on one port, Unkey's v2 API, Envoy's rate limit service, on
 // grpc-go too if asked), with health, readiness, metrics and the dashboard;
 // package daemon builds and runs the process, configured by the
-// environment (see README.md and api --help). The other commands manage
+// environment (see docs/configuration.md, docs/settings.md and api --help). The other commands manage
 // what the server reads: its schema, its rule files, its keys.
 //
 // Usage:

@@ -3,7 +3,6 @@
 package envoy_test
 
 import (
-	"encoding/json"
 	"os"
 	"testing"
 
@@ -12,11 +11,10 @@ import (
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
-	"go.yaml.in/yaml/v3"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/unkeyed/ratelimit/internal/testkit/rlscall"
 	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
 
@@ -49,16 +47,8 @@ func TestEnvoyExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tree any
-	if err := yaml.Unmarshal(raw, &tree); err != nil {
-		t.Fatal(err)
-	}
-	js, err := json.Marshal(tree)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var bs bootstrapv3.Bootstrap
-	if err := protojson.Unmarshal(js, &bs); err != nil {
+	if err := rlscall.DecodeYAML(raw, &bs); err != nil {
 		t.Fatalf("envoy.yaml is no Envoy bootstrap: %v", err)
 	}
 	if err := bs.ValidateAll(); err != nil {

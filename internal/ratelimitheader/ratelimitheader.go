@@ -23,14 +23,14 @@ const (
 // Policy returns the RateLimit-Policy item of policy name: its quota in a
 // window (whole seconds, at least 1), `"name";q=100;w=60`.
 func Policy(name string, quota int64, window time.Duration) string {
-	return item(name, "q", max(quota, 0), "w", max(ceilSeconds(window), 1))
+	return item(name, "q", max(quota, 0), "w", max(CeilSeconds(window), 1))
 }
 
 // Limit returns the RateLimit item of policy name: what remains of its
 // quota and the seconds until its window resets (rounded up),
 // `"name";r=42;t=17`.
 func Limit(name string, remaining int64, reset time.Duration) string {
-	return item(name, "r", max(remaining, 0), "t", max(ceilSeconds(reset), 0))
+	return item(name, "r", max(remaining, 0), "t", max(CeilSeconds(reset), 0))
 }
 
 // maxInteger is the largest Structured Field integer: 15 digits. A quota
@@ -70,8 +70,9 @@ var (
 	canonicalLimit  = http.CanonicalHeaderKey(LimitField)
 )
 
-// ceilSeconds is d in whole seconds, rounded up.
-func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+// CeilSeconds is d in whole seconds, rounded up: how every field of
+// seconds is written (a wait cut short would send a client back early).
+func CeilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
 
 // writeName writes name as a Structured Field string: quoted, '"' and '\'
 // escaped, and every byte a string may not hold (outside printable ASCII)

@@ -3,17 +3,17 @@
 // suggests for a misspelled setting, variable or enum value.
 package spelling
 
-// Nearest returns the name of names nearest to name, the first in name
+// nearest returns the name of names nearest to name, the first in name
 // order of those equally near, and how near: the fewest insertions,
 // deletions and substitutions of a byte that turn one into the other.
-func Nearest(name string, names []string) (nearest string, edits int) {
+func nearest(name string, names []string) (best string, edits int) {
 	edits = -1
 	for _, n := range names {
-		if d := distance(name, n); edits < 0 || d < edits || d == edits && n < nearest {
-			nearest, edits = n, d
+		if d := distance(name, n); edits < 0 || d < edits || d == edits && n < best {
+			best, edits = n, d
 		}
 	}
-	return nearest, edits
+	return best, edits
 }
 
 // Near returns the name of names nearest to name if it is near enough to
@@ -21,8 +21,8 @@ func Nearest(name string, names []string) (nearest string, edits int) {
 // more (an edit inserts, deletes or replaces a byte). Past that a guess
 // misleads more than it helps.
 func Near(name string, names []string) (string, bool) {
-	nearest, edits := Nearest(name, names)
-	return nearest, edits >= 0 && edits <= min(2, max(1, len(name)/5))
+	best, edits := nearest(name, names)
+	return best, edits >= 0 && edits <= min(2, max(1, len(name)/5))
 }
 
 // distance is the Levenshtein distance between a and b: the fewest

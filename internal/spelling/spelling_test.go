@@ -14,8 +14,8 @@ func TestNearest(t *testing.T) {
 		{"REDIS_TL", "REDIS_TLS", 1},
 		{"", "REDIS_TLS", 9}, // equally far from both REDIS_ names: the first in name order
 	} {
-		if got, edits := Nearest(tc.name, names); got != tc.want || edits != tc.edits {
-			t.Errorf("Nearest(%q) = %q, %d; want %q, %d", tc.name, got, edits, tc.want, tc.edits)
+		if got, edits := nearest(tc.name, names); got != tc.want || edits != tc.edits {
+			t.Errorf("nearest(%q) = %q, %d; want %q, %d", tc.name, got, edits, tc.want, tc.edits)
 		}
 	}
 }

@@ -366,8 +366,9 @@ type LimitResponse struct {
 	// unix milliseconds; for a token bucket, when it is full again.
 	Reset_ int64 `protobuf:"varint,4,opt,name=reset,proto3" json:"reset,omitempty"`
 	// RetryAfter is how many milliseconds until a request of the same cost
-	// would pass if no other traffic arrived; 0 on success, and when no wait
-	// can help because the cost exceeds the limit.
+	// would pass if no other traffic arrived (after a refused report, the
+	// report counted); 0 on success, and when no wait can help because the
+	// cost exceeds the limit (a token bucket's burst).
 	RetryAfter int64 `protobuf:"varint,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	// OverrideId names the override whose limit and duration decided this
 	// request; empty when none applied.
@@ -709,8 +710,9 @@ type AcquireResponse struct {
 	InFlight int64 `protobuf:"varint,3,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
 	// Limit is the limit that applied.
 	Limit int64 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
-	// RetryAfter is, when refused, how many milliseconds until held slots
-	// expire if none is released first.
+	// RetryAfter is, when refused, how many milliseconds until enough held
+	// slots free themselves if none is released first (up to a second or a
+	// tenth of their lease after their expires_at).
 	RetryAfter int64 `protobuf:"varint,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	// ExpiresAt is the lease's end, in unix milliseconds: the acquisition's
 	// time plus the lease. The slots are held until then; if they are
@@ -922,8 +924,9 @@ type ExtendResponse struct {
 	InFlight int64 `protobuf:"varint,3,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
 	// Limit is the limit that applied.
 	Limit int64 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
-	// RetryAfter is, when refused, how many milliseconds until held slots
-	// expire if none is released first.
+	// RetryAfter is, when refused, how many milliseconds until enough held
+	// slots free themselves if none is released first (up to a second or a
+	// tenth of their lease after their expires_at).
 	RetryAfter int64 `protobuf:"varint,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	// ExpiresAt is the new lease's end, in unix milliseconds: the
 	// extension's time plus its lease. The slots are held until then; if

@@ -5,10 +5,14 @@
 package rlscall
 
 import (
+	"encoding/json"
 	"testing"
 
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/unkeyed/ratelimit/internal/testkit/loopback"
@@ -52,4 +56,19 @@ func StatusOf(s *rlsv3.RateLimitResponse_DescriptorStatus) Status {
 		got.Limit, got.Unit = l.RequestsPerUnit, l.Unit.String()
 	}
 	return got
+}
+
+// DecodeYAML decodes an Envoy configuration written in YAML into m as
+// Envoy reads one: the YAML as JSON, in protobuf's JSON mapping, with
+// every typed_config one of the messages registered in the test binary.
+func DecodeYAML(text []byte, m proto.Message) error {
+	var tree any
+	if err := yaml.Unmarshal(text, &tree); err != nil {
+		return err
+	}
+	js, err := json.Marshal(tree)
+	if err != nil {
+		return err
+	}
+	return protojson.Unmarshal(js, m)
 }

@@ -10,6 +10,7 @@ package connectapi
 import (
 	"context"
 	"net/http"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -143,8 +144,7 @@ func toRequest(m *ratelimitv1.LimitRequest) (ratelimit.Request, error) {
 	case alg < ratelimitv1.Algorithm_ALGORITHM_SLIDING_WINDOW || alg > ratelimitv1.Algorithm_ALGORITHM_CALENDAR:
 		// A number no name has (binary protobuf, or a number in JSON):
 		// named as this API spells its values.
-		return ratelimit.Request{}, &invalid.Error{Field: "algorithm",
-			Rule: "must be ALGORITHM_SLIDING_WINDOW, ALGORITHM_FIXED_WINDOW, ALGORITHM_TOKEN_BUCKET or ALGORITHM_CALENDAR"}
+		return ratelimit.Request{}, &invalid.Error{Field: "algorithm", Rule: algorithmRule}
 	case alg == ratelimitv1.Algorithm_ALGORITHM_CALENDAR && m.GetCalendar() == nil:
 		return ratelimit.Request{}, &invalid.Error{Field: "calendar",
 			Rule: "missing: ALGORITHM_CALENDAR counts in the periods of a calendar ({\"unit\": \"CALENDAR_UNIT_MONTH\"}, say)"}
@@ -165,8 +165,7 @@ func toRequest(m *ratelimitv1.LimitRequest) (ratelimit.Request, error) {
 	}
 	if c := m.GetCalendar(); c != nil {
 		if u := c.GetUnit(); u < ratelimitv1.CalendarUnit_CALENDAR_UNIT_DAY || u > ratelimitv1.CalendarUnit_CALENDAR_UNIT_YEAR {
-			return ratelimit.Request{}, &invalid.Error{Field: "calendar.unit",
-				Rule: "must be CALENDAR_UNIT_DAY, CALENDAR_UNIT_WEEK, CALENDAR_UNIT_MONTH or CALENDAR_UNIT_YEAR"}
+			return ratelimit.Request{}, &invalid.Error{Field: "calendar.unit", Rule: unitRule}
 		}
 		p, err := ratelimit.NewCalendar(calendar.Unit(c.GetUnit()), c.GetTimeZone())
 		if err != nil {
@@ -175,6 +174,26 @@ func toRequest(m *ratelimitv1.LimitRequest) (ratelimit.Request, error) {
 		r.Calendar = p
 	}
 	return r, nil
+}
+
+// The rules of the enum fields, in the values' names as the wire spells
+// them, from the proto's descriptors: every algorithm, every unit but the
+// unset one.
+var (
+	algorithmRule = mustBeOneOf(ratelimitv1.Algorithm(0).Descriptor(), ratelimitv1.Algorithm_ALGORITHM_SLIDING_WINDOW.Number())
+	unitRule      = mustBeOneOf(ratelimitv1.CalendarUnit(0).Descriptor(), ratelimitv1.CalendarUnit_CALENDAR_UNIT_DAY.Number())
+)
+
+// mustBeOneOf is the rule "must be A, B or C" of the values of ed numbered
+// first or more.
+func mustBeOneOf(ed protoreflect.EnumDescriptor, first protoreflect.EnumNumber) string {
+	var names []string
+	for i := range ed.Values().Len() {
+		if v := ed.Values().Get(i); v.Number() >= first {
+			names = append(names, string(v.Name()))
+		}
+	}
+	return "must be " + strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // calls converts the requests of a batch, naming a refused one by its

@@ -3,6 +3,7 @@ package envoyrls
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -70,8 +71,10 @@ func (s *Service) acquire(ctx context.Context, ns pipeline.Namespace, p *plan) (
 	return out, capacity, nil
 }
 
-// release frees the slots of the lease ids p.release holds, each once,
-// and answers OK: Envoy ignores the answer of a stream-done call. An id
+// release frees the slots of p.releaseIDs, its entry's ids that no
+// earlier descriptor of the request named (see uniqueReleases), and none
+// once the caller has gone, and answers OK: Envoy ignores the answer of
+// a stream-done call. An id
 // this service did not issue to the caller's workspace, for the domain,
 // frees nothing, and neither does an empty one (an empty value is one):
 // each counts one bad release.
@@ -81,7 +84,7 @@ func (s *Service) release(ctx context.Context, ns pipeline.Namespace, domain str
 		case ctx.Err() != nil:
 			// The caller is gone: no work for no one (a lease not
 			// released frees itself when it ends).
-			continue
+			return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 		case id == "":
 			// Nothing named: a bad release, which costs no claim.
 			s.metrics.badReleases.Inc()
@@ -103,22 +106,21 @@ func (s *Service) release(ctx context.Context, ns pipeline.Namespace, domain str
 // trimmed, in the first that names it (an empty one too): an id repeated
 // in a request costs one ledger claim, or one bad release, not one a copy.
 func uniqueReleases(plans []plan) {
-	var seen map[string]bool
+	// At most MaxReleaseIDs ids (validate): a scan of those kept is
+	// cheaper than a map.
+	var kept []string
 	for i := range plans {
 		p := &plans[i]
 		if !p.releasing {
 			continue
 		}
-		if seen == nil {
-			seen = map[string]bool{}
-		}
-		p.releaseIDs = nil
+		first := len(kept)
 		for id := range strings.SplitSeq(p.release, ",") {
-			if id = strings.TrimSpace(id); !seen[id] {
-				seen[id] = true
-				p.releaseIDs = append(p.releaseIDs, id)
+			if id = strings.TrimSpace(id); !slices.Contains(kept, id) {
+				kept = append(kept, id)
 			}
 		}
+		p.releaseIDs = kept[first:len(kept):len(kept)]
 	}
 }
 

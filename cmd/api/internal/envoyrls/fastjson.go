@@ -99,10 +99,11 @@ func scanDescriptor(p *fastjson.Scanner) (*rlcommonv3.RateLimitDescriptor, bool)
 // protojson writes it (fields at their zero value left out), if it is of
 // the common shape: an overall code and statuses, each with its code, its
 // current limit (name, requests per unit, unit), what remains and when it
-// resets; no headers, body, metadata or quota. It reports whether it did.
+// resets; and response headers of plain keys and values (a refusal's
+// Retry-After); no request headers, body, metadata or quota. It reports
+// whether it did.
 func appendRateLimitResponse(b []byte, m *rlsv3.RateLimitResponse) ([]byte, bool) {
-	if len(m.ResponseHeadersToAdd) > 0 || len(m.RequestHeadersToAdd) > 0 || len(m.RawBody) > 0 ||
-		m.DynamicMetadata != nil || m.Quota != nil {
+	if len(m.RequestHeadersToAdd) > 0 || len(m.RawBody) > 0 || m.DynamicMetadata != nil || m.Quota != nil {
 		return b, false
 	}
 	b = append(b, '{')
@@ -124,6 +125,32 @@ func appendRateLimitResponse(b []byte, m *rlsv3.RateLimitResponse) ([]byte, bool
 			if b, ok = appendStatus(b, s); !ok {
 				return nil, false
 			}
+		}
+		b = append(b, ']')
+	}
+	if len(m.ResponseHeadersToAdd) > 0 {
+		b = appendField(b, &fields, "responseHeadersToAdd")
+		b = append(b, '[')
+		for i, h := range m.ResponseHeadersToAdd {
+			if h == nil || len(h.RawValue) > 0 {
+				return nil, false
+			}
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '{')
+			headerFields := 0
+			for _, f := range [2][2]string{{"key", h.Key}, {"value", h.Value}} {
+				if f[1] == "" {
+					continue
+				}
+				b = appendField(b, &headerFields, f[0])
+				var ok bool
+				if b, ok = fastjson.AppendPlain(b, f[1]); !ok {
+					return nil, false
+				}
+			}
+			b = append(b, '}')
 		}
 		b = append(b, ']')
 	}

@@ -1,6 +1,7 @@
 package envoyrls
 
 import (
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -83,6 +84,10 @@ func TestFastRateLimitResponse(t *testing.T) {
 			}
 			m.Statuses = append(m.Statuses, s)
 		}
+		for range pick(3) {
+			m.ResponseHeadersToAdd = append(m.ResponseHeadersToAdd, &corev3.HeaderValue{
+				Key: []string{"Retry-After", "RateLimit-Limit", ""}[pick(3)], Value: []string{"45", "10", ""}[pick(3)]})
+		}
 		out, ok := appendRateLimitResponse(nil, m)
 		if !ok {
 			t.Fatalf("%v: not written", m)
@@ -98,6 +103,10 @@ func TestFastRateLimitResponse(t *testing.T) {
 	md, _ := structpb.NewStruct(map[string]any{"k": "v"})
 	for _, m := range []*rlsv3.RateLimitResponse{
 		{ResponseHeadersToAdd: nil, RawBody: []byte("x")},
+		{RequestHeadersToAdd: []*corev3.HeaderValue{{Key: "k", Value: "v"}}},
+		{ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: "RateLimit", Value: `"per_user";r=9;t=42`}}},
+		{ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: "k", RawValue: []byte("v")}}},
+		{ResponseHeadersToAdd: []*corev3.HeaderValue{nil}},
 		{DynamicMetadata: md},
 		{Quota: &rlsv3.RateLimitResponse_Quota{}},
 		{Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Quota: &rlsv3.RateLimitResponse_Quota{}}}},

@@ -14,12 +14,6 @@ import (
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
-// fixedClock is a clock that stands still where the test puts it.
-type fixedClock struct{ now time.Time }
-
-// Now returns c.now.
-func (c *fixedClock) Now() time.Time { return c.now }
-
 // retryAfter returns the Retry-After header of resp, "" if none.
 func retryAfter(resp *rlsv3.RateLimitResponse) string {
 	for _, h := range resp.GetResponseHeadersToAdd() {
@@ -57,9 +51,9 @@ descriptors:
 	ctx := call.WithPrincipal(context.Background(), access.OpenPrincipal())
 	// 15.2 s into a minute, and into an hour.
 	start := time.Date(2026, 11, 29, 10, 0, 15, 200_000_000, time.UTC)
-	newAt := func(opts ...Option) (*Service, *fixedClock) {
+	newAt := func(opts ...Option) (*Service, *manualClock) {
 		t.Helper()
-		clock := &fixedClock{now: start}
+		clock := &manualClock{now: start}
 		limiter, err := ratelimit.New("test", ratelimit.WithClock(clock))
 		if err != nil {
 			t.Fatal(err)
@@ -118,7 +112,7 @@ descriptors:
 	}
 	wait := retryAfter(ask(s, d("bucket")))
 	secs, _ := time.ParseDuration(wait + "s")
-	clock.now = clock.now.Add(secs)
+	clock.advance(secs)
 	if resp := ask(s, d("bucket")); wait == "" || resp.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Errorf("the bucket's hit %s s after a refusal that said Retry-After %q: %v", wait, wait, resp.OverallCode)
 	}
@@ -131,7 +125,7 @@ descriptors:
 			t.Fatalf("sliding window, call %d: Retry-After %q, want %q", i+1, got, want)
 		}
 	}
-	clock.now = clock.now.Add(65 * time.Second)
+	clock.advance(65 * time.Second)
 	if resp := ask(s, d("sliding")); resp.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Errorf("the sliding window's hit 65 s after a refusal that said so: %v", resp.OverallCode)
 	}

@@ -150,8 +150,10 @@ func WithIETFHeaders(on bool) Option { return func(s *Service) { s.ietf = on } }
 // carries Retry-After (RFC 9110), which Envoy adds to its 429: the
 // seconds, rounded up, until the request would pass if no other traffic
 // arrived, as the models that refused it compute the wait (on by
-// default). An answer no wait helps (a cost above a limit, a rule of 0)
-// carries none.
+// default): the longest wait of the descriptors over their limits that
+// are not quotas and, when every quota is spent, at least the shortest of
+// theirs. An answer no wait helps (a cost above a limit, a rule of 0, a
+// workspace at its window cap) carries none.
 func WithRetryAfter(on bool) Option { return func(s *Service) { s.noRetryAfter = !on } }
 
 // WithOverLimitHitsCounted sets whether a hit over its limit is counted,
@@ -264,7 +266,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		if p.unlimited {
 			continue
 		}
-		quota := p.counted && p.rule != nil && p.rule.QuotaMode
+		quota := p.isQuota()
 		if quota {
 			quotas++
 		}
@@ -308,7 +310,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && !s.noRetryAfter {
 		if wait := refusedFor(plans, resp.Statuses); wait > 0 {
 			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
-				&corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(ceilSeconds(wait), 10)})
+				&corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(ratelimitheader.CeilSeconds(wait), 10)})
 		}
 	}
 	if s.ietf {
@@ -320,11 +322,15 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, []*corev3.HeaderValue{
 			{Key: s.headers.Limit, Value: strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10)},
 			{Key: s.headers.Remaining, Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
-			{Key: s.headers.Reset, Value: strconv.FormatInt(ceilSeconds(st.DurationUntilReset.AsDuration()), 10)},
+			{Key: s.headers.Reset, Value: strconv.FormatInt(ratelimitheader.CeilSeconds(st.DurationUntilReset.AsDuration()), 10)},
 		}...)
 	}
 	return resp, nil
 }
+
+// isQuota reports whether p is a counted descriptor of a quota_mode rule:
+// over its limit, it refuses the request only when every quota is.
+func (p *plan) isQuota() bool { return p.counted && p.rule != nil && p.rule.QuotaMode }
 
 // refusedFor returns how long a refused request stays refused if no
 // other traffic arrives: until every descriptor over its limit that is not
@@ -336,7 +342,7 @@ func refusedFor(plans []plan, statuses []*rlsv3.RateLimitResponse_DescriptorStat
 	quotaOver, quotaOK := false, false
 	for i := range plans {
 		p := &plans[i]
-		quota := p.counted && p.rule != nil && p.rule.QuotaMode
+		quota := p.isQuota()
 		over := statuses[i].Code == rlsv3.RateLimitResponse_OVER_LIMIT
 		switch {
 		case quota && !over:
@@ -373,8 +379,6 @@ func closer(a, b *rlsv3.RateLimitResponse_DescriptorStatus) bool {
 	return a.LimitRemaining < b.LimitRemaining
 }
 
-func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
-
 // validate checks what the pipeline does not: the request's shape.
 func validate(req *rlsv3.RateLimitRequest) error {
 	// The bound first: a request over it may have been left undecoded
@@ -387,15 +391,6 @@ func validate(req *rlsv3.RateLimitRequest) error {
 	}
 	ids := 0
 	for i, d := range req.Descriptors {
-		for _, e := range d.GetEntries() {
-			if e.GetKey() == ReleaseKey {
-				ids += strings.Count(e.GetValue(), ",") + 1
-			}
-		}
-		if ids > MaxReleaseIDs {
-			return &invalid.Error{Field: fmt.Sprintf("descriptors[%d]", i),
-				Rule: fmt.Sprintf("must carry at most %d lease ids in the request's release entries altogether (one a descriptor the request-path call acquired)", MaxReleaseIDs)}
-		}
 		if len(d.GetEntries()) == 0 || len(d.GetEntries()) > MaxEntries {
 			return &invalid.Error{Field: fmt.Sprintf("descriptors[%d].entries", i),
 				Rule: fmt.Sprintf("must hold 1 to %d entries", MaxEntries)}
@@ -407,6 +402,10 @@ func validate(req *rlsv3.RateLimitRequest) error {
 			maxValue := MaxEntryBytes
 			if e.GetKey() == ReleaseKey {
 				maxValue = MaxReleaseBytes
+				if ids += strings.Count(e.GetValue(), ",") + 1; ids > MaxReleaseIDs {
+					return &invalid.Error{Field: fmt.Sprintf("descriptors[%d]", i),
+						Rule: fmt.Sprintf("must carry at most %d lease ids in the request's release entries altogether (one a descriptor the request-path call acquired)", MaxReleaseIDs)}
+				}
 			}
 			if len(e.GetKey()) > MaxEntryBytes || len(e.GetValue()) > maxValue {
 				return &invalid.Error{Field: fmt.Sprintf("descriptors[%d].entries[%d]", i, j),

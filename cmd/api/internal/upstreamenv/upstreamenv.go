@@ -48,9 +48,10 @@ func Translate(environ []string) ([]string, Origins, error) {
 	return append(append([]string(nil), environ...), t.add...), Origins(t.from), nil
 }
 
-// Origins holds, for each setting Translate added, the variables of
-// envoyproxy/ratelimit's environment it was derived from (none where it
-// is envoyproxy/ratelimit's default).
+// Origins holds, for each setting Translate added from variables of
+// envoyproxy/ratelimit's environment, those it was derived from (none
+// where it is envoyproxy/ratelimit's default); a setting of this
+// service's own (the region) has no entry.
 type Origins map[string][]string
 
 // setting matches a setting's name in an error's text.
@@ -104,7 +105,7 @@ func (t *translation) get(k, def string) string {
 // set adds setting k=v unless environ sets k itself. from names the
 // variables of envoyproxy/ratelimit's it is derived from; those of them
 // the environment sets are what an error about k names (none: their
-// defaults). A setting with no such variable (the region, OpenTelemetry's)
+// defaults). A setting given no from (the region, this service's own)
 // is not noted.
 func (t *translation) set(k, v string, from ...string) {
 	if has(t.env, k) {

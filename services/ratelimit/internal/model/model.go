@@ -87,7 +87,8 @@ type Decision struct {
 	// Remaining is what is left after the decision.
 	Remaining int64
 	// ResetMs is when the window resets (unix ms); RetryAfter how many ms
-	// until a denied request may pass, 0 when no wait helps.
+	// until a request of the same cost may pass after a denial (a refused
+	// report's too, counted as it was), 0 when no wait helps.
 	ResetMs    int64
 	RetryAfter int64
 }

@@ -185,8 +185,9 @@ export type LimitResponse = Message<"ratelimit.v1.LimitResponse"> & {
 
   /**
    * RetryAfter is how many milliseconds until a request of the same cost
-   * would pass if no other traffic arrived; 0 on success, and when no wait
-   * can help because the cost exceeds the limit.
+   * would pass if no other traffic arrived (after a refused report, the
+   * report counted); 0 on success, and when no wait can help because the
+   * cost exceeds the limit (a token bucket's burst).
    *
    * @generated from field: int64 retry_after = 5;
    */
@@ -396,8 +397,9 @@ export type AcquireResponse = Message<"ratelimit.v1.AcquireResponse"> & {
   limit: bigint;
 
   /**
-   * RetryAfter is, when refused, how many milliseconds until held slots
-   * expire if none is released first.
+   * RetryAfter is, when refused, how many milliseconds until enough held
+   * slots free themselves if none is released first (up to a second or a
+   * tenth of their lease after their expires_at).
    *
    * @generated from field: int64 retry_after = 5;
    */
@@ -520,8 +522,9 @@ export type ExtendResponse = Message<"ratelimit.v1.ExtendResponse"> & {
   limit: bigint;
 
   /**
-   * RetryAfter is, when refused, how many milliseconds until held slots
-   * expire if none is released first.
+   * RetryAfter is, when refused, how many milliseconds until enough held
+   * slots free themselves if none is released first (up to a second or a
+   * tenth of their lease after their expires_at).
    *
    * @generated from field: int64 retry_after = 5;
    */
