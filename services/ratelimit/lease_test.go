@@ -823,9 +823,9 @@ func (r *roundTrips) TakeSlots(ctx context.Context, t store.SlotTake) (store.Slo
 	return r.MemRegional.TakeSlots(ctx, t)
 }
 
-func (r *roundTrips) ReadSlots(ctx context.Context, k store.CellKey, now int64) ([]store.PoolCell, error) {
+func (r *roundTrips) ReadSlots(ctx context.Context, k store.CellKey, now int64, writer string) (store.SlotCounts, error) {
 	r.calls.Add(1)
-	return r.MemRegional.ReadSlots(ctx, k, now)
+	return r.MemRegional.ReadSlots(ctx, k, now, writer)
 }
 
 func (r *roundTrips) ReleaseSlots(ctx context.Context, inc store.Increment, now int64) (int64, []store.PoolCell, error) {

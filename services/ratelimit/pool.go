@@ -90,13 +90,13 @@ func (s *Service) decideSlots(ctx context.Context, w *cells.Window, now int64, s
 		}
 		// The store took no slots, or failed: decide from memory, as a
 		// strict key does, after a read of what the region holds (the
-		// store's reads may answer where its writes did not). What the
-		// others took since their last replay is all this process
-		// cannot know.
+		// store's reads may answer where its writes did not; a lost
+		// take has read it). What the others took since their last
+		// replay is all this process cannot know.
 		s.regional.MakeStrict(w, now)
 		lost = outcome == regional.TakeLost
 	}
-	if s.regional != nil {
+	if s.regional != nil && !lost {
 		// A check, or a take the store did not answer: what the region
 		// holds, read in the store first, every cell of the pool.
 		s.regional.ReadPool(ctx, w, now)

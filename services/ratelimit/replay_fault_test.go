@@ -228,6 +228,42 @@ func TestAcquireUnderWriteFaults(t *testing.T) {
 	}
 }
 
+// TestLastSlotUnderWriteFaults: two processes on one regional store, a
+// concurrency limit of 1. A's take of the one slot meets a fault (lost,
+// applied and answered late, applied twice); A is admitted whichever,
+// the store counts its slot once, and B is refused until A releases it.
+// (Before, a take applied and answered late was decided again from
+// memory against a pool that held its own slot already: A was refused
+// the slot it held, which no one could use until its cell ended.)
+func TestLastSlotUnderWriteFaults(t *testing.T) {
+	for _, f := range refundFaults {
+		t.Run(f.name, func(t *testing.T) {
+			_, faulty, a, b := twoOnFaultyStore(t)
+			lim := acq("last", 1, time.Minute)
+			faulty.SetWriteFault(onSlots(f.fault))
+			sl, ok := acquire(t, a.Service, lim)
+			faulty.SetWriteFault(nil)
+			if !ok {
+				t.Fatal("A was refused the one slot")
+			}
+			for range 3 {
+				a.tick()
+				b.tick()
+			}
+			if n := faulty.Regional.(*storetest.MemRegional).Count(slotCell(sl)); n != 1 {
+				t.Fatalf("the store counts %d slots of A's one", n)
+			}
+			if got := takeUpTo(t, b.Service, lim, 2); got != 0 {
+				t.Fatalf("B took %d slots while A held the one", got)
+			}
+			mustRelease(t, a.Service, sl)
+			if got := takeUpTo(t, b.Service, lim, 2); got != 1 {
+				t.Fatalf("B took %d slots after A released the one, want 1", got)
+			}
+		})
+	}
+}
+
 // TestUnsentSlotsStayHeld: A holds a slot of 2 and extends it half a
 // lease later, while the write of the extension's count to the regional
 // store is lost. The old cell is not freed then (the region would see the

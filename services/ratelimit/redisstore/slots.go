@@ -130,7 +130,7 @@ func (o *Store) TakeSlots(ctx context.Context, t store.SlotTake) (store.SlotCoun
 		}
 		vals, err := takeSlotsScript.Run(ctx, o.client, names, args...).Slice()
 		if err == nil {
-			out, err = parseSlots(&t.Key, vals)
+			out, err = parseSlots(&t.Key, vals, false)
 		}
 		if err != nil {
 			b.fail(0, fmt.Errorf("redis take slots: %w", err))
@@ -145,11 +145,17 @@ func (o *Store) TakeSlots(ctx context.Context, t store.SlotTake) (store.SlotCoun
 // readSlotsScript reads a concurrency limit's pool as takeSlotsScript
 // does (the index KEYS[1], cells at ARGV[1] and a member, the cell of
 // member ARGV[3] whatever the index holds), the cells that end after
-// ARGV[2] (unix ms), and writes nothing. It answers 0 and, for each cell,
-// its member, count and refunds. ARGV[4] is the largest count.
+// ARGV[2] (unix ms), and writes nothing. It answers the total of writer
+// ARGV[5] in the totals of the cell's writers (KEYS[2]; 0 when ARGV[5] is
+// empty or has none) and, for each cell, its member, count and refunds.
+// ARGV[4] is the largest count.
 var readSlotsScript = redis.NewScript(luaCount + `
 local members = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[2], '+inf')
 local out, seen = {0}, {}
+if ARGV[5] ~= '' then
+  local n = tonumber(redis.call('HGET', KEYS[2], ARGV[5]) or '0')
+  if n ~= nil then out[1] = math.min(math.max(n, 0), max) end
+end
 members[#members + 1] = ARGV[3]
 for _, m in ipairs(members) do
   if not seen[m] then
@@ -163,27 +169,32 @@ return out`)
 
 // ReadSlots implements [store.SlotTaker] with one read-only script on the
 // node of the pool's cells (not sent while its breaker is open).
-func (o *Store) ReadSlots(ctx context.Context, k store.CellKey, now int64) ([]store.PoolCell, error) {
+func (o *Store) ReadSlots(ctx context.Context, k store.CellKey, now int64, writer string) (store.SlotCounts, error) {
 	if !store.IsPoolCode(k.Duration.Milliseconds()) || k.Refunds {
-		return nil, fmt.Errorf("redis read slots: %d is not a pool's cell", k.Duration.Milliseconds())
+		return store.SlotCounts{}, fmt.Errorf("redis read slots: %d is not a pool's cell", k.Duration.Milliseconds())
 	}
 	prefix := poolPrefix(&k)
-	names := []string{prefix + poolIndexSuffix}
 	b := o.nodes.route(ctx, []string{Key(&k)}, o.nodeOf)
 	var out store.SlotCounts
 	if b.sent(0) {
-		vals, err := readSlotsScript.Run(ctx, o.client, names, prefix, now, poolMember(&k), store.MaxCount).Slice()
+		vals, err := readSlotsScript.Run(ctx, o.client, readSlotsKeys(&k), prefix, now, poolMember(&k), store.MaxCount, writer).Slice()
 		if err == nil {
-			out, err = parseSlots(&k, vals)
+			out, err = parseSlots(&k, vals, true)
 		}
 		if err != nil {
 			b.fail(0, fmt.Errorf("redis read slots: %w", err))
 		}
 	}
 	if _, err := b.finish([]int64{0}); err != nil {
-		return nil, err
+		return store.SlotCounts{}, err
 	}
-	return out.Cells, nil
+	return out, nil
+}
+
+// readSlotsKeys returns readSlotsScript's keys for a read of the pool of
+// k: the pool's index and the totals of k's writers.
+func readSlotsKeys(k *store.CellKey) []string {
+	return []string{poolPrefix(k) + poolIndexSuffix, Key(k) + writersSuffix}
 }
 
 // ReleaseSlots implements [store.SlotTaker]: the write of the releases'
@@ -207,14 +218,14 @@ func (o *Store) ReleaseSlots(ctx context.Context, inc store.Increment, now int64
 		pipe := o.client.Pipeline()
 		write := evalTotal(ctx, pipe, key, &inc)
 		o.mark(ctx, pipe, []store.Increment{inc}, []string{key}, b.sent, time.Now())
-		read := readSlotsScript.Eval(ctx, pipe, []string{prefix + poolIndexSuffix}, prefix, now, poolMember(&pool), store.MaxCount)
+		read := readSlotsScript.Eval(ctx, pipe, readSlotsKeys(&pool), prefix, now, poolMember(&pool), store.MaxCount, "")
 		_, _ = pipe.Exec(ctx) // each command's own error is read below
 		var err error
 		if n, err = write.Int64(); err == nil {
 			var vals []any
 			if vals, err = read.Slice(); err == nil {
 				var out store.SlotCounts
-				out, err = parseSlots(&pool, vals)
+				out, err = parseSlots(&pool, vals, true)
 				cells = out.Cells
 			}
 		}
@@ -228,13 +239,19 @@ func (o *Store) ReleaseSlots(ctx context.Context, inc store.Increment, now int64
 	return clampCount(n), cells, nil
 }
 
-// parseSlots reads takeSlotsScript's answer for a take in the pool of k.
-func parseSlots(k *store.CellKey, vals []any) (store.SlotCounts, error) {
+// parseSlots reads takeSlotsScript's answer for a take in the pool of k,
+// or (read) readSlotsScript's, whose first value is a writer's total.
+func parseSlots(k *store.CellKey, vals []any, read bool) (store.SlotCounts, error) {
 	if len(vals)%3 != 1 {
 		return store.SlotCounts{}, fmt.Errorf("%d values answered, want 1 and three a cell", len(vals))
 	}
-	taken, _ := vals[0].(int64)
-	out := store.SlotCounts{Taken: taken == 1, Cells: make([]store.PoolCell, 0, len(vals)/3)}
+	first, _ := vals[0].(int64)
+	out := store.SlotCounts{Cells: make([]store.PoolCell, 0, len(vals)/3)}
+	if read {
+		out.Written = first
+	} else {
+		out.Taken = first == 1
+	}
 	for i := 1; i < len(vals); i += 3 {
 		m, _ := vals[i].(string)
 		code, seq, ok := strings.Cut(m, ":")

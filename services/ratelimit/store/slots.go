@@ -34,9 +34,12 @@ type SlotTaker interface {
 	TakeSlots(ctx context.Context, t SlotTake) (SlotCounts, error)
 	// ReadSlots answers what the store holds of the pool of k at now
 	// (unix ms), as TakeSlots does, and takes nothing: every cell that
-	// has not ended, and k's own, with its count and refunds. It writes
-	// nothing: a read of the pool succeeds where writes fail.
-	ReadSlots(ctx context.Context, k CellKey, now int64) ([]PoolCell, error)
+	// has not ended, and k's own, with its count and refunds; and, when
+	// writer is not empty, the total the store holds for writer in k
+	// (Written; 0 for none): whether a take whose answer was lost was
+	// applied, since a writer's total never shrinks. It writes nothing:
+	// a read of the pool succeeds where writes fail.
+	ReadSlots(ctx context.Context, k CellKey, now int64, writer string) (SlotCounts, error)
 	// ReleaseSlots writes inc, the releases of a pool cell (its Key's
 	// Refunds set, a Writer and its Total: see [Increment]), and answers
 	// in the same step what inc's cell holds afterwards and what the
@@ -86,10 +89,13 @@ type PoolCell struct {
 }
 
 // SlotCounts is what a store holds of a concurrency limit's pool after a
-// [SlotTaker.TakeSlots].
+// [SlotTaker.TakeSlots] or at a [SlotTaker.ReadSlots].
 type SlotCounts struct {
-	// Taken reports whether the slots were counted.
+	// Taken reports whether a take's slots were counted.
 	Taken bool
+	// Written is, in a read's answer, the total the store holds for the
+	// writer the read named in its cell.
+	Written int64
 	// Cells are the pool's cells that had not ended, each with its count
 	// and its refunds, in no order.
 	Cells []PoolCell

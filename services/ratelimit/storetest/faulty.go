@@ -147,18 +147,18 @@ func (f *FaultyRegional) slotWrite(k store.CellKey, write func(store.SlotTaker) 
 // ReadSlots implements [store.SlotTaker] when the wrapped store does,
 // failing as a read of the cell would: when the store is down or the
 // key's identifier unreachable; write faults spare it.
-func (f *FaultyRegional) ReadSlots(ctx context.Context, k store.CellKey, now int64) ([]store.PoolCell, error) {
+func (f *FaultyRegional) ReadSlots(ctx context.Context, k store.CellKey, now int64, writer string) (store.SlotCounts, error) {
 	taker, ok := f.Regional.(store.SlotTaker)
 	if !ok || f.down.Load() {
-		return nil, ErrDown
+		return store.SlotCounts{}, ErrDown
 	}
 	f.mu.Lock()
 	failed := f.unreachable[k.Identifier]
 	f.mu.Unlock()
 	if failed {
-		return nil, ErrDown
+		return store.SlotCounts{}, ErrDown
 	}
-	return taker.ReadSlots(ctx, k, now)
+	return taker.ReadSlots(ctx, k, now, writer)
 }
 
 // ReleaseSlots implements [store.SlotTaker] when the wrapped store does,

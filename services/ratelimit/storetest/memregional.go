@@ -135,16 +135,20 @@ func (m *MemRegional) TakeSlots(ctx context.Context, t store.SlotTake) (store.Sl
 }
 
 // ReadSlots implements [store.SlotTaker].
-func (m *MemRegional) ReadSlots(ctx context.Context, k store.CellKey, now int64) ([]store.PoolCell, error) {
+func (m *MemRegional) ReadSlots(ctx context.Context, k store.CellKey, now int64, writer string) (store.SlotCounts, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return store.SlotCounts{}, err
 	}
 	if !store.IsPoolCode(k.Duration.Milliseconds()) || k.Refunds {
-		return nil, fmt.Errorf("read slots: %d is not a pool's cell", k.Duration.Milliseconds())
+		return store.SlotCounts{}, fmt.Errorf("read slots: %d is not a pool's cell", k.Duration.Milliseconds())
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.pool(k, now, nil).Cells, nil
+	c := m.pool(k, now, nil)
+	if writer != "" {
+		c.Written = m.totals[k][writer]
+	}
+	return c, nil
 }
 
 // ReleaseSlots implements [store.SlotTaker]: the write, then the read, as

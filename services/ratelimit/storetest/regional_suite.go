@@ -199,6 +199,18 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 		// The refused takes wrote nothing.
 		counts, err = s.Load(ctx, []store.CellKey{cur})
 		wantCounts(t, "the cell", counts, err, []int64{3})
+		// A read names what each writer's takes hold: A's total is 1 (its
+		// take whose answer was lost was applied; the refused one was
+		// not), B's 2, a writer that took nothing none.
+		for _, w := range []struct {
+			writer string
+			want   int64
+		}{{"a", 1}, {"b", 2}, {"c", 0}, {"", 0}} {
+			read, err := taker.ReadSlots(ctx, cur, now, w.writer)
+			if err != nil || read.Written != w.want || read.Taken || read.Held(nil) != 3 {
+				t.Fatalf("read for writer %q: %+v, %v; want written %d, 3 held", w.writer, read, err, w.want)
+			}
+		}
 	})
 	t.Run("TakeSlotsAtTheLargestLimit", func(t *testing.T) {
 		s, ws := newStore(t), workspace(t)
@@ -243,9 +255,9 @@ func TestRegional(t *testing.T, newStore func(t *testing.T) store.Regional) {
 			}
 		}
 		// The read answers the same.
-		cells, err := taker.ReadSlots(ctx, cur, now)
-		if err != nil || (store.SlotCounts{Cells: cells}).Held(nil) != 3 {
-			t.Fatalf("read after the release: %+v, %v; want 3 held", cells, err)
+		read, err := taker.ReadSlots(ctx, cur, now, "")
+		if err != nil || read.Held(nil) != 3 {
+			t.Fatalf("read after the release: %+v, %v; want 3 held", read, err)
 		}
 		// Only a pool cell's releases, written as a total, are released.
 		for _, bad := range []store.Increment{{Key: cur, Writer: "a/r", Total: 3, TTL: time.Hour}, {Key: released, Delta: 1, TTL: time.Hour}} {

@@ -26,9 +26,10 @@ const (
 	// breaker is open, no lane came free in time) or the clock reading was
 	// stale: decide from memory, as for any limit.
 	TakeNotSent
-	// TakeLost: the take was sent and its answer lost; the store may hold
-	// it. Decide from memory, and count its slots whatever the decision:
-	// a replay writes its total (see lostTake).
+	// TakeLost: the take was sent and its answer lost, and a read of the
+	// pool could not tell that the store holds it (the pool, when the
+	// read answered, is merged). Decide from memory, and count its slots
+	// whatever the decision: a replay writes its total (see lostTake).
 	TakeLost
 )
 
@@ -82,9 +83,22 @@ func (r *Tier) TakeSlots(ctx context.Context, w *cells.Window, now, limit, cost 
 		lanes.release(lane, seq)
 		return Taken{}, nil, TakeNotSent
 	case err != nil:
-		lanes.lost.Add(1)
-		r.loseTake(&lostTake{w: w, lanes: lanes, lane: lane, seq: seq, total: total, cost: cost})
-		return Taken{}, nil, TakeLost
+		// The answer was lost: the store may hold the take. A read of
+		// the pool tells, with the writer's total (it never shrinks):
+		// a take applied and answered late is answered taken, as the
+		// store would have, rather than decided again from memory
+		// against a pool that already holds its slots.
+		read, ok := r.readPool(ctx, w, seq, now, lane.writer)
+		if !ok || read.Written < total {
+			lanes.lost.Add(1)
+			r.loseTake(&lostTake{w: w, lanes: lanes, lane: lane, seq: seq, total: total, cost: cost})
+			if ok {
+				r.mergePool(w, read.Cells)
+				w.RefreshedAt.Store(now)
+			}
+			return Taken{}, nil, TakeLost
+		}
+		counts = store.SlotCounts{Taken: true, Cells: read.Cells}
 	case !counts.Taken:
 		lanes.add(lane, seq, -cost)
 	}
@@ -139,15 +153,9 @@ func (r *Tier) mergePool(w *cells.Window, read []store.PoolCell) {
 // process knows of.
 func (r *Tier) ReadPool(ctx context.Context, w *cells.Window, now int64) {
 	seq, _ := pool.CellOf(w)
-	if taker, ok := r.store.(store.SlotTaker); ok {
-		var cells []store.PoolCell
-		_, err := r.call(ctx, opSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
-			var err error
-			cells, err = taker.ReadSlots(ctx, w.CellKey(seq), now)
-			return nil, err
-		})
-		if err == nil {
-			r.mergePool(w, cells)
+	if _, ok := r.store.(store.SlotTaker); ok {
+		if read, ok := r.readPool(ctx, w, seq, now, ""); ok {
+			r.mergePool(w, read.Cells)
 			w.RefreshedAt.Store(now)
 		}
 		return
@@ -161,6 +169,23 @@ func (r *Tier) ReadPool(ctx context.Context, w *cells.Window, now int64) {
 		ws = append(ws, pc.W)
 	}
 	r.refreshNow(ctx, ws, now, opSlots)
+}
+
+// readPool reads the pool of w, its cell seq, from the regional store (a
+// SlotTaker) at now (unix ms), with writer's total in the cell when
+// writer is not empty, and reports whether the store answered.
+func (r *Tier) readPool(ctx context.Context, w *cells.Window, seq, now int64, writer string) (store.SlotCounts, bool) {
+	taker, ok := r.store.(store.SlotTaker)
+	if !ok {
+		return store.SlotCounts{}, false
+	}
+	var read store.SlotCounts
+	_, err := r.call(ctx, opSlots, store.RequestTimeout, func(ctx context.Context) ([]int64, error) {
+		var err error
+		read, err = taker.ReadSlots(ctx, w.CellKey(seq), now, writer)
+		return nil, err
+	})
+	return read, err == nil
 }
 
 // beyond returns what is held beyond the regional store in each cell of
