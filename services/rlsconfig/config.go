@@ -39,6 +39,9 @@ type Config struct {
 	// seq orders the configurations of a process: a later one compiled
 	// later (see Newer).
 	seq uint64
+	// calendarZone is the compiler's (see Compiler.CalendarZone), read
+	// while compiling.
+	calendarZone *string
 }
 
 // compiled numbers the configurations a process compiles, in order.
@@ -46,6 +49,16 @@ var compiled atomic.Uint64
 
 // Newer reports whether c was compiled after other.
 func (c *Config) Newer(other *Config) bool { return c.seq > other.seq }
+
+// again returns c as if compiled now: the same rules (a compiled
+// configuration is never changed), later in the order of Newer than every
+// configuration compiled so far. A configuration put back in force (a
+// version flapping back) is so the newest.
+func (c *Config) again() *Config {
+	cp := *c
+	cp.seq = compiled.Add(1)
+	return &cp
+}
 
 // HasRule reports whether a rule of the configuration has path (see
 // Rule.Path).
@@ -126,7 +139,11 @@ const NamespacePrefix = "envoy:"
 // Load compiles files into a configuration. Every error names the file and,
 // where it can, the descriptor; nothing of a broken set of files is used.
 // Two files may not define the same domain.
-func Load(files ...File) (*Config, error) {
+func Load(files ...File) (*Config, error) { return Compiler{Bounds: DefaultBounds}.Load(files...) }
+
+// Load is [Load] by c: files past its bounds are refused naming the
+// bound.
+func (c Compiler) Load(files ...File) (*Config, error) {
 	sources := make([]source, len(files))
 	for i, f := range files {
 		roots, err := parseFile(f)
@@ -135,7 +152,10 @@ func Load(files ...File) (*Config, error) {
 		}
 		sources[i] = source{name: f.Name, roots: roots}
 	}
-	return compileSources(sources)
+	if err := c.Bounds.checkFiles(sources); err != nil {
+		return nil, err
+	}
+	return c.compileSources(sources)
 }
 
 // source is the domains of one file or one xDS resource, named for errors.
@@ -146,8 +166,8 @@ type source struct {
 
 // compileSources compiles the domains of sources into one configuration;
 // a domain may be defined once.
-func compileSources(sources []source) (*Config, error) {
-	c := &Config{domains: map[string]*node{}, paths: map[string]struct{}{}, models: map[string]int{}, seq: compiled.Add(1)}
+func (cc Compiler) compileSources(sources []source) (*Config, error) {
+	c := &Config{calendarZone: cc.CalendarZone, domains: map[string]*node{}, paths: map[string]struct{}{}, models: map[string]int{}, seq: compiled.Add(1)}
 	origin := map[string]string{}
 	for _, src := range sources {
 		for _, root := range src.roots {
@@ -208,7 +228,7 @@ func (c *Config) compile(parent *node, path string, levels []string, descriptors
 			return fmt.Errorf("%s: share_threshold can only be used with a wildcard value (one with a '*')", here)
 		}
 		if d.RateLimit != nil || len(d.RateLimits) > 0 {
-			r, err := compileRule(here, d)
+			r, err := compileRule(here, d, c.calendarZone)
 			if err != nil {
 				return err
 			}
@@ -227,7 +247,7 @@ func (c *Config) compile(parent *node, path string, levels []string, descriptors
 	return nil
 }
 
-func compileRule(path string, d fileDescriptor) (*Rule, error) {
+func compileRule(path string, d fileDescriptor, calendarZone *string) (*Rule, error) {
 	r := &Rule{Path: path, ShadowMode: d.ShadowMode, DetailedMetric: d.DetailedMetric, QuotaMode: d.QuotaMode}
 	if d.Metadata != nil {
 		md, err := structpb.NewStruct(d.Metadata)
@@ -251,7 +271,7 @@ func compileRule(path string, d fileDescriptor) (*Rule, error) {
 			return nil, fmt.Errorf("%s: rate_limits: must not be given when rate_limit.unlimited is true", path)
 		}
 		if !rl.Unlimited {
-			l, err := compileLimit(path+": rate_limit", rl.fileLimit)
+			l, err := compileLimit(path+": rate_limit", rl.fileLimit, calendarZone)
 			if err != nil {
 				return nil, err
 			}
@@ -269,7 +289,7 @@ func compileRule(path string, d fileDescriptor) (*Rule, error) {
 		}
 	}
 	for i, fl := range d.RateLimits {
-		l, err := compileLimit(fmt.Sprintf("%s: rate_limits[%d]", path, i), fl)
+		l, err := compileLimit(fmt.Sprintf("%s: rate_limits[%d]", path, i), fl, calendarZone)
 		if err != nil {
 			return nil, err
 		}
@@ -301,7 +321,7 @@ func compileRule(path string, d fileDescriptor) (*Rule, error) {
 
 // compileLimit reads one limit (of rate_limit or of rate_limits), where
 // names it in errors.
-func compileLimit(where string, fl fileLimit) (Limit, error) {
+func compileLimit(where string, fl fileLimit, calendarZone *string) (Limit, error) {
 	l := Limit{UnitMultiplier: 1, Name: fl.Name}
 	if fl.RequestsPerUnit != nil {
 		l.RequestsPerUnit = *fl.RequestsPerUnit
@@ -309,6 +329,17 @@ func compileLimit(where string, fl fileLimit) (Limit, error) {
 	alg, ok := algorithms[strings.ToLower(fl.Algorithm)]
 	if !ok {
 		return Limit{}, fmt.Errorf("%s.algorithm: %q is not one of sliding_window, fixed_window, token_bucket, concurrency", where, fl.Algorithm)
+	}
+	if _, calendarUnit := calendarUnits[strings.ToLower(fl.Unit)]; calendarZone != nil && calendarUnit && fl.Calendar == nil &&
+		alg != ratelimit.TokenBucket && alg != ratelimit.Concurrency {
+		// Calendar units (see Compiler.CalendarZone): the unit names
+		// the calendar's periods, in the compiler's zone.
+		if fl.UnitMultiplier != nil && *fl.UnitMultiplier != 1 {
+			return Limit{}, fmt.Errorf("%s.unit_multiplier: must be 1 (or not given) for unit %s with calendar units on (UNKEY_RLS_CALENDAR_UNITS): a window is one calendar %s",
+				where, strings.ToLower(fl.Unit), strings.ToLower(fl.Unit))
+		}
+		fl.Calendar = &fileCalendar{Unit: fl.Unit, TimeZone: *calendarZone}
+		fl.Unit, fl.UnitMultiplier = "", nil
 	}
 	l.Algorithm = alg
 	if fl.Burst != nil {

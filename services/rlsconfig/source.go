@@ -42,6 +42,8 @@ type Source struct {
 	looked string
 
 	loads *loadCounters
+	// compiler compiles the files.
+	compiler Compiler
 }
 
 // Option configures a Source.
@@ -49,6 +51,10 @@ type Option func(*Source)
 
 // WithInterval sets how often the files are looked at (DefaultInterval).
 func WithInterval(d time.Duration) Option { return func(s *Source) { s.interval = d } }
+
+// WithCompiler sets how the files are compiled (within DefaultBounds,
+// units as lengths): files past its bounds are refused naming the bound.
+func WithCompiler(c Compiler) Option { return func(s *Source) { s.compiler = c } }
 
 // WithLogger sets the logger of reloads and refused files.
 func WithLogger(l *slog.Logger) Option { return func(s *Source) { s.logger = l } }
@@ -60,7 +66,7 @@ func WithRegisterer(reg prometheus.Registerer) Option { return func(s *Source) {
 // that does not compile at start is an error: a service must not start
 // without the limits it was given.
 func NewSource(path string, opts ...Option) (*Source, error) {
-	s := &Source{path: path, interval: DefaultInterval, logger: slog.New(slog.DiscardHandler)}
+	s := &Source{path: path, interval: DefaultInterval, logger: slog.New(slog.DiscardHandler), compiler: Compiler{Bounds: DefaultBounds}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -76,7 +82,7 @@ func NewSource(path string, opts ...Option) (*Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := Load(files...)
+	c, err := s.compiler.Load(files...)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +127,7 @@ func (s *Source) Reload() bool {
 		return false
 	}
 	s.seen = fp
-	c, err := Load(files...)
+	c, err := s.compiler.Load(files...)
 	if err != nil {
 		s.loads.failed()
 		s.logger.Error("rate limit config refused; the last good config stays in force", "path", s.path, "error", err)

@@ -18,6 +18,15 @@ import (
 // files' alone. A limit's model, which the type has no field for, is read
 // from its descriptor's metadata (see ModelMetadataKey).
 func LoadXDS(configs ...*rlsconfv3.RateLimitConfig) (*Config, error) {
+	return Compiler{Bounds: DefaultBounds}.LoadXDS(configs...)
+}
+
+// LoadXDS is [LoadXDS] by c: resources past its bounds are refused naming
+// the bound, before anything of them is converted.
+func (c Compiler) LoadXDS(configs ...*rlsconfv3.RateLimitConfig) (*Config, error) {
+	if err := c.Bounds.checkXDS(configs); err != nil {
+		return nil, err
+	}
 	sources := make([]source, len(configs))
 	for i, rc := range configs {
 		name := fmt.Sprintf("xds resource %q", rc.GetName())
@@ -27,7 +36,7 @@ func LoadXDS(configs ...*rlsconfv3.RateLimitConfig) (*Config, error) {
 		}
 		sources[i] = source{name: name, roots: []fileRoot{{Domain: rc.GetDomain(), Descriptors: descriptors}}}
 	}
-	return compileSources(sources)
+	return c.compileSources(sources)
 }
 
 // xdsDescriptors converts descriptors of the xDS type, the children of

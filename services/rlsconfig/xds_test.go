@@ -318,3 +318,75 @@ func TestLoadXDSModelErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestXDSSourceBoundsAndFlapping: a management server's configuration
+// past a bound (descriptors nested 9,000 deep) is NACKed naming the bound,
+// and the last good rules stay; a server that then flaps between two good
+// configurations under new versions, twenty times, has each compiled once.
+func TestXDSSourceBoundsAndFlapping(t *testing.T) {
+	srv := xdsserver.Start(t, "envoy-ratelimit")
+	reg := prometheus.NewRegistry()
+	src, err := rlsconfig.NewXDSSource(srv.Addr(), "envoy-ratelimit", rlsconfig.WithXDSRegisterer(reg),
+		rlsconfig.WithXDSBackoff(time.Millisecond, 5*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { src.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	monthly := func() uint32 {
+		m, ok := src.Config().Match("eg", []rlsconfig.Entry{{Key: "httproute/default/backend/rule/0/match/0/*",
+			Value: "httproute/default/backend/rule/0/match/0/*"}, {Key: "rule-1-match-0", Value: "t"}})
+		if !ok {
+			return 0
+		}
+		return m.Rule.Limits[0].RequestsPerUnit
+	}
+	v1 := srv.Push(gatewayConfig("eg", 100))
+	poll.Until(t, 5*time.Second, "version 1 in force", func() bool { return monthly() == 100 && srv.Acknowledged(v1) })
+
+	deep := gatewayConfig("eg", 200)
+	d := deep.Descriptors[0]
+	for range 9000 {
+		d = &rlsconfv3.RateLimitDescriptor{Key: "k", Value: "v", Descriptors: []*rlsconfv3.RateLimitDescriptor{d}}
+	}
+	deep.Descriptors = append(deep.Descriptors, d)
+	v2 := srv.Push(deep)
+	poll.Until(t, 5*time.Second, "the NACK of the nested version", func() bool { return srv.Refused(v1, "UNKEY_RLS_MAX_DEPTH") })
+	if monthly() != 100 {
+		t.Fatalf("after the refused version %s: monthly %d, want version %s's 100", v2, monthly(), v1)
+	}
+
+	var last string
+	for i := range 20 {
+		last = srv.Push(gatewayConfig("eg", uint32(300+100*(i%2))))
+		poll.Until(t, 5*time.Second, "the ACK of a flapping version", func() bool { return srv.Acknowledged(last) })
+	}
+	if monthly() != 400 {
+		t.Fatalf("after flapping, version %s: monthly %d, want 400", last, monthly())
+	}
+	// Compiled: version 1, the nested one, and the two flapping ones.
+	if ok, errs := loads(t, reg, "ok"), loads(t, reg, "error"); ok != 3 || errs != 1 {
+		t.Fatalf("compiled %v good and %v refused configurations; want 3 and 1 (each distinct content once)", ok, errs)
+	}
+}
+
+// loads returns the source's loads of result.
+func loads(t *testing.T, reg *prometheus.Registry, result string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "unkey_rls_config_loads_total" {
+			for _, m := range mf.GetMetric() {
+				if m.GetLabel()[0].GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}

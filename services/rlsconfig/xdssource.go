@@ -2,6 +2,8 @@ package rlsconfig
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -60,6 +62,9 @@ type XDSSource struct {
 
 	loads     *loadCounters
 	connected prometheus.Gauge
+
+	// compiler compiles each configuration received.
+	compiler Compiler
 }
 
 // XDSOption configures an XDSSource.
@@ -79,6 +84,11 @@ func WithXDSBackoff(min, max time.Duration) XDSOption {
 	return func(s *XDSSource) { s.minBackoff, s.maxBackoff = min, max }
 }
 
+// WithXDSCompiler sets how each configuration received is compiled
+// (within DefaultBounds, units as lengths): one past its bounds is refused
+// naming the bound.
+func WithXDSCompiler(c Compiler) XDSOption { return func(s *XDSSource) { s.compiler = c } }
+
 // WithXDSLogger sets the logger of loads, refusals and reconnections.
 func WithXDSLogger(l *slog.Logger) XDSOption { return func(s *XDSSource) { s.logger = l } }
 
@@ -96,7 +106,7 @@ func NewXDSSource(server, nodeID string, opts ...XDSOption) (*XDSSource, error) 
 	}
 	s := &XDSSource{server: server, node: &corev3.Node{Id: nodeID}, logger: slog.New(slog.DiscardHandler),
 		creds:      func() (credentials.TransportCredentials, error) { return insecure.NewCredentials(), nil },
-		minBackoff: 250 * time.Millisecond, maxBackoff: 2 * time.Second, firstLoad: make(chan struct{})}
+		minBackoff: 250 * time.Millisecond, maxBackoff: 2 * time.Second, firstLoad: make(chan struct{}), compiler: Compiler{Bounds: DefaultBounds}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -108,7 +118,7 @@ func NewXDSSource(server, nodeID string, opts ...XDSOption) (*XDSSource, error) 
 		return nil, err
 	}
 	s.current.Store(empty)
-	if s.loads, err = registerLoads(s.reg, "Rate limit configurations received that were compiled, by result: ok (in force now) or error (refused; the last good configuration stays).", s.Config); err != nil {
+	if s.loads, err = registerLoads(s.reg, "Rate limit configurations received that were compiled (one a stream compiled lately, a version flapping back, is not compiled again), by result: ok (in force now) or error (refused; the last good configuration stays).", s.Config); err != nil {
 		return nil, err
 	}
 	s.connected = prometheus.NewGauge(prometheus.GaugeOpts{Name: "unkey_rls_xds_connected",
@@ -116,6 +126,7 @@ func NewXDSSource(server, nodeID string, opts ...XDSOption) (*XDSSource, error) 
 	if err := s.reg.Register(s.connected); err != nil {
 		return nil, err
 	}
+
 	return s, nil
 }
 
@@ -183,53 +194,77 @@ func (s *XDSSource) stream(ctx context.Context) (got bool, err error) {
 	}
 	s.connected.Set(1) // open, whether or not the server has rules for this node yet
 	var acked string   // the version in force from this stream
-	// refused and refusedErr are the last version refused and why: a
-	// server that sends it again (go-control-plane's cache answers a
-	// refusal with the version it holds) is refused again, without
-	// compiling it again, after a wait that doubles each time up to
-	// maxBackoff, so that the two do not loop at network speed.
-	var refused string
-	var refusedErr error
+	// A server whose versions flap (one configuration, then another, and
+	// back; or the same one under new versions) costs one compile per
+	// distinct content: the latest configurations, good and refused, are
+	// kept by their resources' digest. After a refusal the next response
+	// waits, doubling up to maxBackoff, so that a server that answers a
+	// NACK at network speed (go-control-plane's cache sends the version
+	// it holds again), or sends bad versions so, is answered at that
+	// pace; a refusal is logged once per refusalLogInterval, with how
+	// many came since.
+	var seen compiledCache
+	var inForce [sha256.Size]byte
 	wait := s.minBackoff
+	var refusedAt, loggedAt time.Time
+	unlogged := 0
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
 			return got, fmt.Errorf("xds receive from %s: %w", s.server, err)
 		}
 		got = true
-		reply := &discoveryv3.DiscoveryRequest{Node: s.node, TypeUrl: resource.RateLimitConfigType, ResponseNonce: resp.GetNonce()}
-		var c *Config
-		switch {
-		case resp.GetTypeUrl() != resource.RateLimitConfigType:
-			err = fmt.Errorf("type %q: this client asks for %s only", resp.GetTypeUrl(), resource.RateLimitConfigType)
-		case refusedErr != nil && resp.GetVersionInfo() == refused:
-			err = refusedErr
-			if err := sleep(ctx, wait); err != nil {
+		if !refusedAt.IsZero() {
+			if err := sleep(ctx, wait-time.Since(refusedAt)); err != nil {
 				return got, err
 			}
-			wait = min(2*wait, s.maxBackoff)
-		default:
-			c, err = decodeXDS(resp.GetResources())
-			if err != nil {
-				refused, refusedErr, wait = resp.GetVersionInfo(), err, s.minBackoff
-				s.loads.failed()
-				s.logger.Error("xds: rate limit config refused; the last good config stays in force", "server", s.server,
-					"version", resp.GetVersionInfo(), "error", err)
+		}
+		reply := &discoveryv3.DiscoveryRequest{Node: s.node, TypeUrl: resource.RateLimitConfigType, ResponseNonce: resp.GetNonce()}
+		var c *Config
+		var digest [sha256.Size]byte
+		if resp.GetTypeUrl() != resource.RateLimitConfigType {
+			err = fmt.Errorf("type %q: this client asks for %s only", resp.GetTypeUrl(), resource.RateLimitConfigType)
+		} else {
+			digest = digestOf(resp.GetResources())
+			var known bool
+			if c, err, known = seen.get(digest); !known {
+				c, err = s.compiler.decodeXDS(resp.GetResources())
+				seen.put(digest, c, err)
+				if err != nil {
+					s.loads.failed()
+				} else {
+					s.loads.ok()
+				}
 			}
 		}
 		if err != nil {
+			if !refusedAt.IsZero() {
+				wait = min(2*wait, s.maxBackoff)
+			}
+			refusedAt = time.Now()
+			if unlogged++; time.Since(loggedAt) >= refusalLogInterval {
+				s.logger.Error("xds: rate limit config refused; the last good config stays in force", "server", s.server,
+					"version", resp.GetVersionInfo(), "error", err, "refused_since_last_logged", unlogged)
+				loggedAt, unlogged = time.Now(), 0
+			}
 			reply.VersionInfo = acked
 			reply.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
 		} else {
-			acked, refused, refusedErr = resp.GetVersionInfo(), "", nil
+			refusedAt, wait = time.Time{}, s.minBackoff
+			acked = resp.GetVersionInfo()
 			reply.VersionInfo = acked
-			s.current.Store(c)
-			s.loads.ok()
+			if !s.loaded.Load() || digest != inForce {
+				// Put back in force as compiled anew, so that what
+				// follows configurations in order (see Newer) sees it
+				// as the newest.
+				s.current.Store(c.again())
+				inForce = digest
+				domains, rules := c.Domains()
+				s.logger.Info("xds: rate limit config in force", "server", s.server, "version", acked, "domains", domains, "rules", rules)
+			}
 			if !s.loaded.Swap(true) {
 				close(s.firstLoad)
 			}
-			domains, rules := c.Domains()
-			s.logger.Info("xds: rate limit config in force", "server", s.server, "version", acked, "domains", domains, "rules", rules)
 		}
 		if err := stream.Send(reply); err != nil {
 			return got, fmt.Errorf("xds reply to %s: %w", s.server, err)
@@ -237,8 +272,60 @@ func (s *XDSSource) stream(ctx context.Context) (got bool, err error) {
 	}
 }
 
+// refusalLogInterval is the least time between two log lines of refused
+// configurations of one stream.
+const refusalLogInterval = time.Minute
+
+// compiledCache holds the latest configurations a stream compiled, good
+// and refused, by their resources' digest (see digestOf): two of each,
+// enough for a server that flaps between two.
+type compiledCache struct {
+	entries [4]struct {
+		digest [sha256.Size]byte
+		c      *Config
+		err    error
+	}
+	next int
+}
+
+// get returns the configuration compiled from resources of digest, or
+// why it was refused, and whether it is held.
+func (m *compiledCache) get(digest [sha256.Size]byte) (*Config, error, bool) {
+	for _, e := range m.entries {
+		if (e.c != nil || e.err != nil) && e.digest == digest {
+			return e.c, e.err, true
+		}
+	}
+	return nil, nil, false
+}
+
+// put holds c, or err, as what resources of digest compile to, in place
+// of the oldest.
+func (m *compiledCache) put(digest [sha256.Size]byte, c *Config, err error) {
+	e := &m.entries[m.next]
+	e.digest, e.c, e.err = digest, c, err
+	m.next = (m.next + 1) % len(m.entries)
+}
+
+// digestOf returns the SHA-256 of resources, each one's type and bytes in
+// order: equal for the same resources under any version.
+func digestOf(resources []*anypb.Any) [sha256.Size]byte {
+	h := sha256.New()
+	var n [8]byte
+	for _, r := range resources {
+		for _, b := range [][]byte{[]byte(r.GetTypeUrl()), r.GetValue()} {
+			binary.LittleEndian.PutUint64(n[:], uint64(len(b)))
+			h.Write(n[:])
+			h.Write(b)
+		}
+	}
+	var out [sha256.Size]byte
+	h.Sum(out[:0])
+	return out
+}
+
 // decodeXDS compiles a response's resources.
-func decodeXDS(resources []*anypb.Any) (*Config, error) {
+func (c Compiler) decodeXDS(resources []*anypb.Any) (*Config, error) {
 	configs := make([]*rlsconfv3.RateLimitConfig, len(resources))
 	for i, r := range resources {
 		rc := &rlsconfv3.RateLimitConfig{}
@@ -250,7 +337,7 @@ func decodeXDS(resources []*anypb.Any) (*Config, error) {
 		}
 		configs[i] = rc
 	}
-	return LoadXDS(configs...)
+	return c.LoadXDS(configs...)
 }
 
 // sleep waits for d, or until ctx ends, whose error it then returns.

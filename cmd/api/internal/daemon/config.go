@@ -16,6 +16,7 @@ import (
 	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/internal/envconfig"
 	"github.com/unkeyed/ratelimit/services/access"
+	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
 	"github.com/unkeyed/ratelimit/services/ratelimit/redisstore"
 	"github.com/unkeyed/ratelimit/services/reservation"
 )
@@ -146,6 +147,16 @@ type Config struct {
 	RLSXDSKeyFile         string `env:"UNKEY_RLS_XDS_KEY_FILE" help:"PEM key of UNKEY_RLS_XDS_CERT_FILE"`
 	RLSXDSServerName      string `env:"UNKEY_RLS_XDS_SERVER_NAME" help:"the name the xDS server's certificate must carry; empty: the host of UNKEY_RLS_XDS_SERVER"`
 	RLSStartWithoutConfig bool   `env:"UNKEY_RLS_START_WITHOUT_CONFIG" help:"with UNKEY_RLS_XDS_SERVER: ready, and every ShouldRateLimit answered OK, before the first rules arrive"`
+	// RLSMaxDepth, RLSMaxDescriptors and RLSMaxRulesBytes bound a
+	// configuration of rules, from files or xDS (see rlsconfig.Bounds):
+	// one past them is refused, the last good one staying in force.
+	RLSMaxDepth       int   `env:"UNKEY_RLS_MAX_DEPTH" envDefault:"32" help:"the deepest descriptors of the rules may nest (a request's descriptor matches at most 32 levels); deeper rules are refused (an xDS config NACKed), the last good ones stay: 1 to 32"`
+	RLSMaxDescriptors int   `env:"UNKEY_RLS_MAX_DESCRIPTORS" envDefault:"100000" help:"the most descriptors the rules may hold, all domains and levels together; more are refused (an xDS config NACKed), the last good ones stay: at least 1"`
+	RLSMaxRulesBytes  int64 `env:"UNKEY_RLS_MAX_RULES_BYTES" envDefault:"67108864" help:"the most memory the compiled rules may take, as estimated from their paths and metadata before compiling; past it they are refused (an xDS config NACKed), the last good ones stay: 1048576 to 17179869184"`
+	// RLSCalendarUnits decides a rule's DAY, WEEK, MONTH and YEAR as
+	// that calendar period in RLSTimeZone (see rlsconfig.Compiler).
+	RLSCalendarUnits bool   `env:"UNKEY_RLS_CALENDAR_UNITS" help:"decide every rule's unit of day, week, month or year (from files and xDS) as that calendar period in UNKEY_RLS_TIME_ZONE, not its length (a month of 30 days); a token bucket or a concurrency rule keeps the length; unit_multiplier other than 1 is then refused for them"`
+	RLSTimeZone      string `env:"UNKEY_RLS_TIME_ZONE" envDefault:"UTC" help:"the IANA time zone (such as Europe/Berlin) of the calendar periods of UNKEY_RLS_CALENDAR_UNITS"`
 	// RLSCountOverLimit counts a hit over its limit, as envoyproxy/
 	// ratelimit does (an AI gateway's usage report must spend the budget
 	// it crosses); false counts only admitted hits.
@@ -240,6 +251,18 @@ func LoadConfig(environ []string) (Config, error) {
 	if c.GlobalFullFlushInterval < c.GlobalFlushInterval {
 		return Config{}, fmt.Errorf("UNKEY_GLOBAL_FULL_FLUSH_INTERVAL: must be at least UNKEY_GLOBAL_FLUSH_INTERVAL (%s), got %s",
 			c.GlobalFlushInterval, c.GlobalFullFlushInterval)
+	}
+	if c.RLSMaxDepth < 1 || c.RLSMaxDepth > 32 {
+		return Config{}, fmt.Errorf("UNKEY_RLS_MAX_DEPTH: must be between 1 and 32, got %d", c.RLSMaxDepth)
+	}
+	if c.RLSMaxDescriptors < 1 {
+		return Config{}, fmt.Errorf("UNKEY_RLS_MAX_DESCRIPTORS: must be at least 1, got %d", c.RLSMaxDescriptors)
+	}
+	if c.RLSMaxRulesBytes < 1<<20 || c.RLSMaxRulesBytes > 16<<30 {
+		return Config{}, fmt.Errorf("UNKEY_RLS_MAX_RULES_BYTES: must be between 1048576 and 17179869184, got %d", c.RLSMaxRulesBytes)
+	}
+	if _, err := calendar.New(calendar.Month, c.RLSTimeZone); err != nil {
+		return Config{}, fmt.Errorf("UNKEY_RLS_TIME_ZONE: must be a time zone of the IANA database (such as Europe/Berlin) or UTC, got %q", c.RLSTimeZone)
 	}
 	if !(c.RLSNearLimitRatio > 0 && c.RLSNearLimitRatio < 1) {
 		return Config{}, fmt.Errorf("UNKEY_RLS_NEAR_LIMIT_RATIO: must be between 0 and 1 (exclusive), got %v", c.RLSNearLimitRatio)

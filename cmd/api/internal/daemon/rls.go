@@ -27,9 +27,10 @@ func (d *Daemon) newRLS(cfg Config, p *pipeline.Pipeline) (*envoyrls.Service, er
 		envoyrls.WithOverLimitHitsCounted(cfg.RLSCountOverLimit), envoyrls.WithDynamicMetadata(cfg.RLSResponseDynamicMetadata),
 		envoyrls.WithIETFHeaders(cfg.RLSIETFHeaders), envoyrls.WithFixedWindows(cfg.RLSFixedWindows),
 		envoyrls.WithRetryAfter(cfg.RLSRetryAfter)}
+	compiler := rulesCompiler(cfg)
 	switch {
 	case cfg.RLSConfig != "":
-		src, err := rlsconfig.NewSource(cfg.RLSConfig, rlsconfig.WithInterval(cfg.RLSConfigInterval),
+		src, err := rlsconfig.NewSource(cfg.RLSConfig, rlsconfig.WithInterval(cfg.RLSConfigInterval), rlsconfig.WithCompiler(compiler),
 			rlsconfig.WithLogger(d.logger), rlsconfig.WithRegisterer(d.registry))
 		if err != nil {
 			return nil, fmt.Errorf("UNKEY_RLS_CONFIG: %w", err)
@@ -40,7 +41,8 @@ func (d *Daemon) newRLS(cfg Config, p *pipeline.Pipeline) (*envoyrls.Service, er
 		d.logger.Info("envoy rate limit service configured", "path", cfg.RLSConfig, "domains", domains, "rules", rules,
 			"shadow_mode", cfg.RLSShadowMode)
 	case cfg.RLSXDSServer != "":
-		xopts := []rlsconfig.XDSOption{rlsconfig.WithXDSLogger(d.logger), rlsconfig.WithXDSRegisterer(d.registry)}
+		xopts := []rlsconfig.XDSOption{rlsconfig.WithXDSLogger(d.logger), rlsconfig.WithXDSRegisterer(d.registry),
+			rlsconfig.WithXDSCompiler(compiler)}
 		if cfg.RLSXDSTLS {
 			xopts = append(xopts, rlsconfig.WithXDSCredentials(func() (credentials.TransportCredentials, error) { return xdsTLS(cfg) }))
 			if _, err := xdsTLS(cfg); err != nil { // files that cannot be read stop the start
@@ -94,4 +96,15 @@ func xdsTLS(cfg Config) (credentials.TransportCredentials, error) {
 		c.Certificates = []tls.Certificate{pair}
 	}
 	return credentials.NewTLS(c), nil
+}
+
+// rulesCompiler returns how cfg's rules are compiled: within its bounds,
+// with calendar units if it turns them on.
+func rulesCompiler(cfg Config) rlsconfig.Compiler {
+	c := rlsconfig.Compiler{Bounds: rlsconfig.Bounds{MaxDepth: cfg.RLSMaxDepth, MaxDescriptors: cfg.RLSMaxDescriptors,
+		MaxBytes: cfg.RLSMaxRulesBytes}}
+	if cfg.RLSCalendarUnits {
+		c.CalendarZone = &cfg.RLSTimeZone
+	}
+	return c
 }

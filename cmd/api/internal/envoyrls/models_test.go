@@ -7,6 +7,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
@@ -147,5 +148,78 @@ func TestRuleBurstZeroIsTheLimit(t *testing.T) {
 	req := ratelimit.Request{Limit: 7, Burst: m.Rule.Limits[0].Burst, Algorithm: ratelimit.TokenBucket}
 	if q, _ := req.Policy(time.Now()); q != 7 {
 		t.Errorf("a burst of 0 holds %d tokens, want 7, its limit", q)
+	}
+}
+
+// TestCalendarUnits: with calendar units (UNKEY_RLS_CALENDAR_UNITS, the
+// zone UNKEY_RLS_TIME_ZONE), an Envoy Gateway policy's unit of MONTH,
+// which says no more over xDS, is the calendar month in the zone: a
+// budget spent on the 31st of January admits again at midnight of the
+// 1st of February in that zone, not 30 days later; named MONTH. A token
+// bucket's DAY stays a rate; a multiplier with a calendar unit is
+// refused naming the setting.
+func TestCalendarUnits(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	zone := "Europe/Berlin"
+	calendarUnits := rlsconfig.Compiler{Bounds: rlsconfig.DefaultBounds, CalendarZone: &zone}
+	month := uint32(3)
+	cfg, err := calendarUnits.LoadXDS(&rlsconfv3.RateLimitConfig{Name: "eg", Domain: "d", Descriptors: []*rlsconfv3.RateLimitDescriptor{
+		{Key: "budget", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_MONTH, RequestsPerUnit: month}},
+		{Key: "daily", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_DAY, RequestsPerUnit: 24}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := cfg.Models(); m["calendar"] != 2 {
+		t.Fatalf("models %v: want both limits calendar periods (a MONTH and a DAY)", m)
+	}
+	clock := &manualClock{now: time.Date(2027, 1, 31, 23, 0, 0, 0, berlin)}
+	limiter, err := ratelimit.New("test", ratelimit.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := newServiceWith(t, limiter, cfg, prometheus.NewRegistry(), WithClock(clock.Now), WithOverLimitHitsCounted(false))
+	ctx := call.WithPrincipal(context.Background(), access.OpenPrincipal())
+	admit := func(n int) (ok int, last *rlsv3.RateLimitResponse) {
+		for range n {
+			resp, err := s.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: one("budget", "v")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.OverallCode == rlsv3.RateLimitResponse_OK {
+				ok++
+			}
+			last = resp
+		}
+		return ok, last
+	}
+	ok, last := admit(5)
+	st := last.Statuses[0]
+	if ok != 3 || st.CurrentLimit.Unit != rlsv3.RateLimitResponse_RateLimit_MONTH || st.DurationUntilReset.AsDuration() != time.Hour {
+		t.Fatalf("on the 31st at 23:00 in Berlin: %d admitted of 3, %v; want 3, MONTH, reset in an hour (midnight of the 1st)", ok, st)
+	}
+	clock.now = time.Date(2027, 2, 1, 0, 0, 0, 0, berlin)
+	if ok, _ := admit(5); ok != 3 {
+		t.Fatalf("at midnight of the 1st in Berlin %d admitted, want the month's 3 again", ok)
+	}
+
+	// A token bucket keeps its rate; a multiplier is refused.
+	c, err := calendarUnits.Load(rlsconfig.File{Name: "t.yaml", Data: []byte("domain: d\ndescriptors:\n  - key: b\n    rate_limit: {unit: day, requests_per_unit: 24, algorithm: token_bucket}\n")})
+	if err != nil || c.Models()["token_bucket"] != 1 {
+		t.Fatalf("a token bucket's day: %v, %v; want a token bucket", c, err)
+	}
+	_, err = calendarUnits.Load(rlsconfig.File{Name: "t.yaml", Data: []byte("domain: d\ndescriptors:\n  - key: m\n    rate_limit: {unit: month, unit_multiplier: 3, requests_per_unit: 1}\n")})
+	if err == nil || !strings.Contains(err.Error(), "rate_limit.unit_multiplier") || !strings.Contains(err.Error(), "UNKEY_RLS_CALENDAR_UNITS") {
+		t.Fatalf("a quarter as 3 months with calendar units: %v; want refused naming unit_multiplier and the setting", err)
+	}
+	// Without calendar units, a MONTH is 30 days, as envoyproxy/ratelimit
+	// counts it.
+	plain, err := rlsconfig.LoadXDS(&rlsconfv3.RateLimitConfig{Name: "eg", Domain: "d", Descriptors: []*rlsconfv3.RateLimitDescriptor{
+		{Key: "budget", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_MONTH, RequestsPerUnit: month}}}})
+	if err != nil || plain.Models()["sliding_window"] != 1 {
+		t.Fatalf("without calendar units: %v, %v; want a sliding window", plain.Models(), err)
 	}
 }
