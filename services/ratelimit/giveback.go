@@ -22,6 +22,9 @@ type Returned struct {
 	// process knows fresh (read with the release, or there is no
 	// regional store): After answers from memory. nil otherwise.
 	pool *cells.Window
+	// req, when set, is the check After answers (a refund's: it knows
+	// the limit's model, which a hold does not carry).
+	req *Request
 }
 
 // After answers the limit after the give-back, as a check of it (cost 0)
@@ -33,8 +36,11 @@ type Returned struct {
 // not need it does not pay for it. The zero Returned answers the zero
 // Response.
 func (r Returned) After(ctx context.Context) (Response, error) {
-	if r.s == nil {
+	switch {
+	case r.s == nil:
 		return Response{}, nil
+	case r.req != nil && r.hold.Kind != Slots:
+		return r.s.Decide(ctx, *r.req)
 	}
 	return r.s.after(ctx, &r.hold, r.pool)
 }
@@ -96,6 +102,12 @@ func (s *Service) giveBack(ctx context.Context, h Hold) (int64, *cells.Window, e
 	if h.Amount == 0 {
 		return 0, nil, nil
 	}
+	return s.giveTo(ctx, key, h.Sequence, h.Limit, h.Amount, h.Kind == Slots)
+}
+
+// giveTo gives amount back to cell seq of key's window (of a limit of
+// limit): slots are released, anything else refunded (see giveBack).
+func (s *Service) giveTo(ctx context.Context, key cells.Key, seq, limit, amount int64, slots bool) (int64, *cells.Window, error) {
 	for range maxEvictionRetries {
 		// The key's window, if the process holds it or can, learns that
 		// its cell has refunds; the refunds window is never refused (the
@@ -106,7 +118,7 @@ func (s *Service) giveBack(ctx context.Context, h Hold) (int64, *cells.Window, e
 			w, _ = s.windows.ForRequest(&key)
 		}
 		if w != nil {
-			if c, _ := w.CellAt(h.Sequence, s.regional == nil); c != nil {
+			if c, _ := w.CellAt(seq, s.regional == nil); c != nil {
 				c.Flags.Or(cells.Reserved)
 			}
 		}
@@ -116,16 +128,16 @@ func (s *Service) giveBack(ctx context.Context, h Hold) (int64, *cells.Window, e
 		if err != nil {
 			return 0, nil, err
 		}
-		rw.ObserveLimit(h.Limit)
-		rc, _ := rw.CellAt(h.Sequence, true)
+		rw.ObserveLimit(limit)
+		rc, _ := rw.CellAt(seq, true)
 		if rc == nil {
 			return 0, nil, nil // the window moved on past the cell meanwhile
 		}
-		cells.AddCapped(&rc.Count, h.Amount)
+		cells.AddCapped(&rc.Count, amount)
 		if rw.Evicted() {
 			// The janitor is removing the refunds window: take the amount
 			// back and count it into the window that replaces it.
-			rc.Count.Add(-h.Amount)
+			rc.Count.Add(-amount)
 			runtime.Gosched()
 			continue
 		}
@@ -133,23 +145,23 @@ func (s *Service) giveBack(ctx context.Context, h Hold) (int64, *cells.Window, e
 		switch {
 		case s.regional == nil:
 			// Memory is all there is: the pool as it stands.
-			if h.Kind == Slots {
+			if slots {
 				pool = w
 			}
-		case h.Kind == Slots:
+		case slots:
 			// A release is in the store before it is answered: no
 			// process takes a slot a moment late for it, and the pool
 			// is read with it. One the store failed is sent again by
 			// the replay.
-			if s.regional.Release(ctx, w, rw, rc, h.Amount) {
+			if s.regional.Release(ctx, w, rw, rc, amount) {
 				pool = w
 			}
 		default:
-			s.regional.QueueReplay(rw, rc, h.Amount)
+			s.regional.QueueReplay(rw, rc, amount)
 		}
 		s.global.NoteRefund(rw, rc)
-		s.metrics.refunded.Add(float64(h.Amount))
-		return h.Amount, pool, nil
+		s.metrics.refunded.Add(float64(amount))
+		return amount, pool, nil
 	}
 	return 0, nil, nil
 }

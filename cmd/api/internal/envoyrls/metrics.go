@@ -31,6 +31,8 @@ type metrics struct {
 	// workspace, for the domain), changed, empty, or a store that failed.
 	inFlight    *prometheus.GaugeVec
 	badReleases prometheus.Counter
+	// refunded counts the hits negative hits gave back (see refund).
+	refunded prometheus.Counter
 	// nearRatio: a hit that leaves less than (1 - nearRatio) of the limit
 	// is near it (UNKEY_RLS_NEAR_LIMIT_RATIO, 0.8 as in envoyproxy/ratelimit).
 	nearRatio float64
@@ -169,7 +171,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		[]string{"domain", "rule"})
 	m.badReleases = prometheus.NewCounter(prometheus.CounterOpts{Name: "unkey_rls_bad_releases_total",
 		Help: "Lease ids in release descriptors whose release failed: not issued by this service to the workspace for the domain, changed, empty, or a store that failed."})
-	collectors := []prometheus.Collector{m.globalShadow, m.inFlight, m.badReleases}
+	m.refunded = prometheus.NewCounter(prometheus.CounterOpts{Name: "unkey_rls_negative_hits_total",
+		Help: "Hits Envoy's negative hits (is_negative_hits) gave back to the limits they were counted in: no more than each window held."})
+	collectors := []prometheus.Collector{m.globalShadow, m.inFlight, m.badReleases, m.refunded}
 	for i, stat := range [stats]struct{ ours, help, upstream string }{
 		statHits:   {"unkey_rls_hits_total", "Hits of descriptors that matched a rule of Envoy's rate limit service, by domain and rule.", "total_hits"},
 		statOver:   {"unkey_rls_over_limit_total", "Hits over their rule's limit (shadow-mode rules included).", "over_limit"},

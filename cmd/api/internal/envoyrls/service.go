@@ -455,6 +455,9 @@ type plan struct {
 	release    string
 	releaseIDs []string
 	lease      pipeline.Lease
+	// negative marks Envoy's negative hits (is_negative_hits): cost is
+	// given back to the descriptor's limits, not counted (see refund).
+	negative bool
 	// fromRequest marks a limit the request carries (a descriptor-level
 	// limit): bounded as Limit's are, a window of at most 30 days and a
 	// limit of at least 1, where the operator's rules may use a year's
@@ -510,7 +513,8 @@ func (s *Service) plan(cfg *rlsconfig.Config, req *rlsv3.RateLimitRequest, d *rl
 		// One fixed label for every request-supplied limit: a client
 		// chooses its keys as freely as its values.
 		return plan{counted: true, limits: []rlsconfig.Limit{{RequestsPerUnit: l.RequestsPerUnit, Unit: unit, UnitMultiplier: 1}},
-			identifier: id, metric: descriptorLimitMetric, keys: [2]string{descriptorLimitMetric}, cost: cost, fromRequest: true}, nil
+			identifier: id, metric: descriptorLimitMetric, keys: [2]string{descriptorLimitMetric}, cost: cost, fromRequest: true,
+			negative: d.GetIsNegativeHits()}, nil
 	}
 	m, ok := cfg.Match(req.Domain, entries)
 	if !ok {
@@ -521,7 +525,7 @@ func (s *Service) plan(cfg *rlsconfig.Config, req *rlsv3.RateLimitRequest, d *rl
 	}
 	r := m.Rule
 	return plan{rule: r, counted: !r.Unlimited, unlimited: r.Unlimited, shadow: r.ShadowMode, limits: r.Limits,
-		identifier: m.Identifier, metric: m.Metric, keys: m.MetricKeys, cost: cost}, nil
+		identifier: m.Identifier, metric: m.Metric, keys: m.MetricKeys, cost: cost, negative: d.GetIsNegativeHits()}, nil
 }
 
 // checkIdentifier refuses a descriptor whose counter name is longer than
@@ -549,6 +553,9 @@ func (s *Service) decide(ctx context.Context, ns pipeline.Namespace, domain stri
 	}
 	if p.releasing {
 		return s.release(ctx, ns, domain, p), nil
+	}
+	if p.negative {
+		return s.refund(ctx, ns, p, now)
 	}
 	var d limitDecision
 	var capacity *ratelimit.CapacityError

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/daemon/daemontest"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
@@ -123,4 +124,44 @@ func postJSON(t *testing.T, url, token, body string) (int, string) {
 	t.Helper()
 	status, raw := loopback.Post(t, url+"/json", token, "application/json", strings.NewReader(body))
 	return status, string(raw)
+}
+
+// TestNegativeHitsOverTransports: Envoy's negative hits through grpc-go
+// (main port and grpc-go port) and envoyproxy/ratelimit's /json give back
+// to the counter the hits were counted in.
+func TestNegativeHitsOverTransports(t *testing.T) {
+	url, grpcAddr := serve(t)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token)
+	main, own := client(t, strings.TrimPrefix(url, "http://")), client(t, grpcAddr)
+	negative := request("edge", "dave")
+	negative.Descriptors[0].IsNegativeHits = true
+	negative.Descriptors[0].HitsAddend = wrapperspb.UInt64(3)
+	for i, c := range []rlsv3.RateLimitServiceClient{main, own} {
+		// Two hits of 2 admitted, the third refused (and counted, as
+		// envoyproxy/ratelimit counts it); the three given back.
+		for j, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+			if resp, err := c.ShouldRateLimit(ctx, request("edge", "dave")); err != nil || resp.OverallCode != want {
+				t.Fatalf("client %d, hit %d: %v, %v; want %v", i, j, resp, err, want)
+			}
+		}
+		if resp, err := c.ShouldRateLimit(ctx, negative); err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("client %d, negative hits: %v, %v", i, resp, err)
+		}
+	}
+	hit := `{"domain":"edge","descriptors":[{"entries":[{"key":"user","value":"dave"}]}]}`
+	for range 2 {
+		if status, body := postJSON(t, url, token, hit); status != http.StatusOK {
+			t.Fatalf("/json hit after the refunds: %d %s", status, body)
+		}
+	}
+	status, body := postJSON(t, url, token, `{"domain":"edge","descriptors":[{"entries":[{"key":"user","value":"dave"}],"isNegativeHits":true}]}`)
+	if status != http.StatusOK || !strings.Contains(body, `"overallCode":"OK"`) {
+		t.Fatalf("/json negative hits: %d %s", status, body)
+	}
+	// One given back of the two: one hit more, then over.
+	for i, want := range []int{http.StatusOK, http.StatusTooManyRequests} {
+		if status, body := postJSON(t, url, token, hit); status != want {
+			t.Fatalf("/json hit %d after the refund: %d %s, want %d", i, status, body, want)
+		}
+	}
 }

@@ -317,6 +317,15 @@ func (r *Tier) prepareWindow(ctx context.Context, w *cells.Window, now int64) {
 	}
 }
 
+// ReadNow brings w's cells of now and the one before, and their refunds,
+// up to date from the regional store at now, whatever its copy's age: a
+// give-back that must not pass what the cell holds reads it first.
+func (r *Tier) ReadNow(ctx context.Context, w *cells.Window, now int64) {
+	if r != nil {
+		r.refreshNow(ctx, []*cells.Window{w}, now, OpStrict)
+	}
+}
+
 // prepareBatchWindows is prepareWindow for the windows of a batch: every cold
 // or strict window is read in one round trip.
 func (r *Tier) prepareBatchWindows(ctx context.Context, ws []*cells.Window, now int64) {

@@ -1,0 +1,62 @@
+package envoyrls
+
+import (
+	"context"
+	"math"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
+)
+
+// Negative hits. A descriptor with is_negative_hits (Envoy since 1.37:
+// hits sent back, such as a request that turned out cheaper than its
+// estimate, or concurrency emulated by hits on stream end) gives its hits
+// back to every limit it counts in, as envoyproxy/ratelimit decrements
+// its counters, and is answered OK. Each limit takes them as
+// ratelimit.Service.Refund gives: a window in the cell of now (a sliding
+// window's remainder in the cell before), never below zero as the process
+// knows it after reading the store; a concurrency rule's slots from the
+// cells that end first; a token bucket nothing. Envoy sends no token of
+// the hits it gives back, so the cell they were counted in is not known:
+// hits counted just before a window's end and given back after it are
+// given back to the new window only as far as it holds as much. A refund
+// reaches the other processes and regions as every give-back does,
+// written as this process's total (a write replayed after a timeout is
+// counted once); Envoy's own retry of a negative-hits call is a second
+// refund.
+
+// refund gives p.cost back to each of p's limits and answers OK with the
+// tightest limit after it.
+func (s *Service) refund(ctx context.Context, ns pipeline.Namespace, p *plan, now time.Time) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
+	var out limitDecision
+	for i, l := range p.limits {
+		r := ratelimit.Request{Namespace: ns.Name(), Identifier: p.identifier, Limit: int64(l.RequestsPerUnit),
+			Duration: l.Duration(), Cost: p.cost, Algorithm: l.Algorithm, Burst: l.Burst, Calendar: l.Calendar}
+		c := pipeline.Call{Request: r, Bounds: operatorBounds}
+		if p.fromRequest {
+			c.Bounds = callerBounds
+		}
+		d, given, err := ns.Refund(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		s.metrics.refunded.Add(float64(given))
+		if i == 0 || tighter(d, out.Decision) {
+			out = limitDecision{Decision: d, name: l.Name, unit: unitOf(l, d.Duration)}
+		}
+	}
+	if len(p.limits) == 0 {
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, nil
+	}
+	return &rlsv3.RateLimitResponse_DescriptorStatus{
+		Code: rlsv3.RateLimitResponse_OK,
+		CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: out.name, RequestsPerUnit: uint32(min(out.Limit, math.MaxUint32)),
+			Unit: rlsv3.RateLimitResponse_RateLimit_Unit(out.unit)},
+		LimitRemaining:     uint32(min(max(out.Remaining, 0), math.MaxUint32)),
+		DurationUntilReset: durationpb.New(max(out.Reset.Sub(now), 0)),
+	}, nil
+}

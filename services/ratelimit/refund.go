@@ -1,0 +1,178 @@
+package ratelimit
+
+import (
+	"context"
+	"slices"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/pool"
+)
+
+// Refund gives req.Cost back to req's limit now: what a caller counted and
+// takes back without a token of what it counted (Envoy's negative hits: a
+// request that turned out cheaper, a stream that ended), so the cell the
+// cost was counted in is not known. What it gives back, and where:
+//
+//   - A window (sliding, fixed, a calendar's period): the cell of now, no
+//     more than it holds; a sliding window's remainder to the cell before,
+//     which it still weighs. A fixed window's earlier cells count no more,
+//     and get nothing.
+//   - A concurrency limit: up to Cost slots are released, from the cells
+//     of the pool that end first, each no more than it holds: in place of
+//     a slot that is still held, one that would have freed itself no
+//     later, so what stays held stays held at least as long.
+//   - A token bucket: nothing (Given is 0). Its state is shared as counts
+//     of tokens taken, which grow only; a bucket's give-back would need a
+//     count of its own.
+//
+// What a cell holds is what this process knows of it, read as any decision
+// reads it (req is checked first, cost 0): its count, the region's and the
+// other regions', less what was given back already. So a refund never
+// takes a cell below zero as far as this process knows, and errs strict
+// where it knows less. Given back, it reaches the other processes and
+// regions as every give-back does: written as this process's total, so
+// that a write replayed after a timeout is counted once. The caller's own
+// retries are not told apart from new refunds. It returns a
+// [*invalid.Error] for bad values, as [Service.Limit] does.
+func (s *Service) Refund(ctx context.Context, req Request) (Returned, error) {
+	var err error
+	if req.Algorithm == Concurrency {
+		// Checked as the acquisition it gives back to: its lease in
+		// Duration.
+		a := Acquisition{Workspace: req.Workspace, Namespace: req.Namespace, Identifier: req.Identifier,
+			Limit: req.Limit, Lease: req.Duration, Cost: req.Cost}
+		err = a.Validate()
+	} else {
+		err = OperatorBounds.CheckRequest(&req)
+	}
+	if err != nil {
+		return Returned{}, err
+	}
+	if req.Cost == 0 || req.Limit == 0 || (req.Algorithm == TokenBucket && req.Calendar.IsZero()) {
+		return Returned{}, nil
+	}
+	check := req
+	check.Cost = 0
+	if _, err := s.Decide(ctx, check); err != nil {
+		return Returned{}, err
+	}
+	now := s.clock.Now().UnixMilli()
+	var given int64
+	var fresh *cells.Window
+	if algorithmOf(&req) == Concurrency {
+		given, fresh, err = s.refundSlots(ctx, &req, now)
+	} else {
+		given, err = s.refundWindow(ctx, &req, now)
+	}
+	if err != nil {
+		return Returned{}, err
+	}
+	h := Hold{Workspace: req.Workspace, Namespace: req.Namespace, Identifier: req.Identifier, Duration: req.Duration,
+		Limit: req.Limit, Amount: given}
+	if algorithmOf(&req) == Concurrency {
+		h.Kind = Slots
+	}
+	return Returned{Given: given, s: s, hold: h, pool: fresh, req: &check}, nil
+}
+
+// refundWindow gives req.Cost back to the cell of now of req's window (a
+// sliding window's remainder to the cell before), each no more than it
+// holds, and returns what it gave.
+func (s *Service) refundWindow(ctx context.Context, req *Request, now int64) (int64, error) {
+	key := keyOf(req)
+	w := s.windows.Find(&key)
+	if w == nil {
+		return 0, nil // nothing counted here, as far as this process knows
+	}
+	seq, _, _ := w.SeqAt(now)
+	seqs := []int64{seq}
+	if algorithmOf(req) == SlidingWindow {
+		seqs = append(seqs, seq-1)
+	}
+	// What the region holds, and has given back, read now: a refund
+	// caps at it. The cells are marked as given back to, so that the
+	// read takes in their refunds (other processes' too) and every
+	// decision on them does from now on.
+	for _, sq := range seqs {
+		if c, _ := w.CellAt(sq, s.regional == nil); c != nil {
+			c.Flags.Or(cells.Reserved)
+		}
+	}
+	s.regional.ReadNow(ctx, w, now)
+	left, given := req.Cost, int64(0)
+	for _, sq := range seqs {
+		n := min(left, s.heldIn(w, sq))
+		if n <= 0 {
+			continue
+		}
+		g, _, err := s.giveTo(ctx, key, sq, req.Limit, n, false)
+		if err != nil {
+			return given, err
+		}
+		given += g
+		if left -= g; left == 0 {
+			break
+		}
+	}
+	return given, nil
+}
+
+// refundSlots releases up to req.Cost slots of the pool of req's
+// concurrency limit, from the cells that end first, each no more than it
+// holds, and returns how many, and a window of the pool if what this
+// process knows of it is fresh (see giveBack).
+func (s *Service) refundSlots(ctx context.Context, req *Request, now int64) (int64, *cells.Window, error) {
+	key := poolKey(req, now)
+	w := s.windows.Find(&key)
+	if w == nil {
+		return 0, nil, nil
+	}
+	g := s.windows.Pools().Of(w)
+	if g == nil {
+		return 0, nil, nil
+	}
+	type held struct {
+		w        *cells.Window
+		seq, end int64
+		n        int64
+	}
+	var cs []held
+	for _, pc := range g.Live(now) {
+		seq, end := pool.CellOf(pc.W)
+		if n := s.heldIn(pc.W, seq); n > 0 {
+			cs = append(cs, held{pc.W, seq, end, n})
+		}
+	}
+	slices.SortFunc(cs, func(a, b held) int { return int(min(max(a.end-b.end, -1), 1)) })
+	left, given := req.Cost, int64(0)
+	var fresh *cells.Window
+	for _, c := range cs {
+		n, f, err := s.giveTo(ctx, c.w.Key(), c.seq, req.Limit, min(left, c.n), true)
+		if err != nil {
+			return given, fresh, err
+		}
+		given, fresh = given+n, f
+		if left -= n; left == 0 {
+			break
+		}
+	}
+	return given, fresh, nil
+}
+
+// heldIn returns what cell seq of w holds as this process knows it: its
+// count and the others', less what was given back to it, never below
+// zero.
+func (s *Service) heldIn(w *cells.Window, seq int64) int64 {
+	c := w.Cells[seq&1].Load()
+	if c == nil || c.Seq() != seq {
+		return 0
+	}
+	n := c.Count.Load() + c.Global.Load()
+	rk := w.RefundsKey()
+	if rw := s.windows.Find(&rk); rw != nil {
+		if r := rw.Cells[seq&1].Load(); r != nil && r.Seq() == seq {
+			n -= r.Count.Load() + r.Global.Load()
+		}
+	}
+	return max(n, 0)
+}

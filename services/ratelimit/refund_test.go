@@ -1,0 +1,231 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
+	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
+)
+
+// refundOn runs a Refund of r on s and returns what it gave back.
+func refundOn(t *testing.T, s *Service, r Request) int64 {
+	t.Helper()
+	ret, err := s.Refund(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ret.Given
+}
+
+// admitted makes n requests of r on s and returns how many passed.
+func admitted(t *testing.T, s *Service, r Request, n int) int {
+	t.Helper()
+	ok := 0
+	for range n {
+		resp, err := s.Limit(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Success {
+			ok++
+		}
+	}
+	return ok
+}
+
+// TestRefund: a refund gives its cost back to the cell of now, never
+// more than the cell holds; a fixed window's earlier cell gets nothing, a
+// sliding window's earlier cell what the current one lacked; a
+// concurrency limit's slots are released from the cell that ends first;
+// a token bucket gets nothing.
+func TestRefund(t *testing.T) {
+	clock := newFakeClock(1_700_000_040_000) // the start of a minute
+	s, err := New("test", WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixed := Request{Workspace: "ws", Namespace: "ns", Identifier: "fixed", Limit: 5, Duration: time.Minute, Cost: 1, Algorithm: FixedWindow}
+	if n := admitted(t, s, fixed, 7); n != 5 {
+		t.Fatalf("fixed: %d admitted of 5", n)
+	}
+	two, lots := fixed, fixed
+	two.Cost, lots.Cost = 2, 100
+	if g := refundOn(t, s, two); g != 2 {
+		t.Fatalf("fixed: a refund of 2 gave %d", g)
+	}
+	if n := admitted(t, s, fixed, 5); n != 2 {
+		t.Fatalf("fixed: %d admitted after a refund of 2", n)
+	}
+	if g := refundOn(t, s, lots); g != 5 {
+		t.Fatalf("fixed: a refund of 100 with 5 counted gave %d, want 5 (never below zero)", g)
+	}
+	if n := admitted(t, s, fixed, 7); n != 5 {
+		t.Fatalf("fixed: %d admitted after the window was refunded to zero, want 5", n)
+	}
+	clock.Advance(time.Minute)
+	if g := refundOn(t, s, two); g != 0 {
+		t.Fatalf("fixed: a refund in a new window gave %d to it, want 0 (the hits were counted in the last)", g)
+	}
+
+	sliding := fixed
+	sliding.Identifier, sliding.Algorithm = "sliding", SlidingWindow
+	if n := admitted(t, s, sliding, 5); n != 5 {
+		t.Fatalf("sliding: %d admitted of 5", n)
+	}
+	clock.Advance(90 * time.Second) // half into the next cell: the last one's 5 weigh 2 (2.5, floored)
+	if n := admitted(t, s, sliding, 5); n != 3 {
+		t.Fatalf("sliding: %d admitted half a window on, want 3", n)
+	}
+	// 4 given back: the current cell's 3, then 1 of the last's.
+	slidingFour := sliding
+	slidingFour.Cost = 4
+	if g := refundOn(t, s, slidingFour); g != 4 {
+		t.Fatalf("sliding: a refund of 4 gave %d", g)
+	}
+	// 0 now, and the last cell's 4 weigh 2: 3 admitted.
+	if n := admitted(t, s, sliding, 5); n != 3 {
+		t.Fatalf("sliding: %d admitted after the refund, want 3", n)
+	}
+
+	bucket := Request{Workspace: "ws", Namespace: "ns", Identifier: "bucket", Limit: 5, Duration: time.Minute, Cost: 1, Algorithm: TokenBucket}
+	admitted(t, s, bucket, 5)
+	if g := refundOn(t, s, bucket); g != 0 {
+		t.Fatalf("bucket: a refund gave %d; want 0 (not supported)", g)
+	}
+}
+
+// TestRefundSlots: a concurrency limit of 2 whose slots were taken in two
+// cells: a refund of one releases the one of the cell that ends first,
+// and the pool holds one; a refund of 5 releases what is held, no more.
+func TestRefundSlots(t *testing.T) {
+	clock := newFakeClock(1_700_000_040_000)
+	s, err := New("test", WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := acq("pool", 2, time.Minute)
+	first, ok := acquire(t, s, lim)
+	if !ok {
+		t.Fatal("the first slot was refused")
+	}
+	clock.Advance(40 * time.Second)
+	second, ok := acquire(t, s, lim)
+	if !ok || second.Sequence == first.Sequence {
+		t.Fatalf("the second slot: %v, cell %d (the first's %d); want taken in a later cell", ok, second.Sequence, first.Sequence)
+	}
+	r := Request{Workspace: "ws", Namespace: "ns", Identifier: "pool", Limit: 2, Duration: time.Minute, Cost: 1, Algorithm: Concurrency}
+	if g := refundOn(t, s, r); g != 1 {
+		t.Fatalf("a refund of one slot gave %d", g)
+	}
+	if n := inFlight(t, s, lim); n != 1 {
+		t.Fatalf("%d held after a refund of one of 2", n)
+	}
+	// The first cell's slot went: when it ends, the second's is still held.
+	clock.Set(first.ExpiresAt().UnixMilli())
+	if n := inFlight(t, s, lim); n != 1 {
+		t.Fatalf("%d held once the first cell ended, want the second's 1", n)
+	}
+	r.Cost = 5
+	if g := refundOn(t, s, r); g != 1 {
+		t.Fatalf("a refund of 5 with 1 held gave %d, want 1", g)
+	}
+	if n := inFlight(t, s, lim); n != 0 {
+		t.Fatalf("%d held after every slot was refunded", n)
+	}
+}
+
+// TestRefundTracesUnderWriteFaults: two processes on one regional store
+// whose writes of refunds meet faults (lost, applied and answered late,
+// applied twice), a seeded random trace of hits and refunds of a fixed
+// window of 10 on either process, every process's replay run after each
+// step. The reference is a counter per window, written from first
+// principles: a hit of cost c is admitted when held + c <= 10, a refund
+// gives min(c, held). A process gives back no more than the reference
+// holds plus the refunds the store has not been sent yet (lost writes,
+// which the other process cannot know of until a replay sends them: the
+// convergence bound of refunds), and admits nothing past the limit plus
+// what it so gave back too much, when no write is lost (with lost writes
+// the other process also decides on hits it has not read yet, the
+// regional tier's own lag, which this trace does not bound). Once the
+// faults stop and the replays run, the store holds every refund given,
+// once.
+func TestRefundTracesUnderWriteFaults(t *testing.T) {
+	for _, lost := range []bool{false, true} {
+		faults := []storetest.WriteFault{storetest.WriteOK, storetest.WriteLate, storetest.WriteTwice}
+		if lost {
+			faults = append(faults, storetest.WriteLost)
+		}
+		for seed := range uint64(20) {
+			t.Run(fmt.Sprintf("lost=%v/%d", lost, seed), func(t *testing.T) {
+				refundTrace(t, seed, faults, !lost)
+			})
+		}
+	}
+}
+
+// refundTrace runs one trace of TestRefundTracesUnderWriteFaults.
+func refundTrace(t *testing.T, seed uint64, faults []storetest.WriteFault, exact bool) {
+	rng := rand.New(rand.NewPCG(seed, 59))
+	clock, faulty, a, b := twoOnFaultyStore(t)
+	mem := faulty.Regional.(*storetest.MemRegional)
+	faulty.SetWriteFault(func(k store.CellKey) storetest.WriteFault {
+		if k.Refunds {
+			return faults[rng.IntN(len(faults))]
+		}
+		return storetest.WriteOK
+	})
+	req := Request{Workspace: "ws", Namespace: "ns", Identifier: "trace", Limit: 10, Duration: time.Minute, Algorithm: FixedWindow}
+	window := clock.Now().UnixMilli() / 60_000
+	// held is the reference's count; given the refunds the service gave
+	// in the window; excess what it gave past the reference.
+	var held, given, excess int64
+	refunds := func() store.CellKey {
+		return store.CellKey{Workspace: "ws", Namespace: "ns", Identifier: "trace", Duration: time.Minute, Sequence: window, Refunds: true}
+	}
+	for step := range 400 {
+		if w := clock.Now().UnixMilli() / 60_000; w != window {
+			held, given, excess, window = 0, 0, 0, w
+		}
+		p := a
+		if rng.IntN(2) == 1 {
+			p = b
+		}
+		r := req
+		r.Cost = 1 + rng.Int64N(3)
+		if rng.IntN(3) == 0 {
+			unsent := given - mem.Count(refunds())
+			g := refundOn(t, p.Service, r)
+			if g > min(r.Cost, held+unsent) {
+				t.Fatalf("step %d: a refund of %d gave %d with %d held and %d given back unsent", step, r.Cost, g, held, unsent)
+			}
+			excess += max(g-held, 0)
+			held, given = max(held-g, 0), given+g
+		} else {
+			resp, err := p.Limit(context.Background(), r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Success {
+				if exact && held+r.Cost > req.Limit+excess {
+					t.Fatalf("step %d: admitted %d with %d held of %d (%d given back too much)", step, r.Cost, held, req.Limit, excess)
+				}
+				held += r.Cost
+			}
+		}
+		a.tick()
+		b.tick()
+		clock.Advance(time.Duration(rng.IntN(2000)) * time.Millisecond)
+	}
+	faulty.SetWriteFault(nil)
+	for range 3 {
+		a.tick()
+		b.tick()
+	}
+	if n := mem.Count(refunds()); n != given {
+		t.Fatalf("the store holds %d refunds of the window, %d were given", n, given)
+	}
+}
