@@ -54,7 +54,7 @@ func (r Returned) After(ctx context.Context) (Response, error) {
 // [*invalid.Error] for bad values; the workspace's window cap never
 // refuses a give-back.
 func (s *Service) GiveBack(ctx context.Context, h Hold) (Returned, error) {
-	given, pool, err := s.giveBack(ctx, h)
+	given, pool, err := s.giveBack(ctx, h, false)
 	if err != nil {
 		return Returned{}, err
 	}
@@ -82,7 +82,10 @@ func (s *Service) after(ctx context.Context, h *Hold, pool *cells.Window) (Respo
 // for slots the window of their cell if what this process knows of their
 // pool is fresh (read in the regional store with the release, or there is
 // none), else nil.
-func (s *Service) giveBack(ctx context.Context, h Hold) (int64, *cells.Window, error) {
+//
+// later writes slots given back with the next replay rather than at once
+// (see ReleaseLater).
+func (s *Service) giveBack(ctx context.Context, h Hold, later bool) (int64, *cells.Window, error) {
 	if err := OperatorBounds.CheckHold(&h); err != nil {
 		return 0, nil, err
 	}
@@ -102,12 +105,13 @@ func (s *Service) giveBack(ctx context.Context, h Hold) (int64, *cells.Window, e
 	if h.Amount == 0 {
 		return 0, nil, nil
 	}
-	return s.giveTo(ctx, key, h.Sequence, h.Limit, h.Amount, h.Kind == Slots)
+	return s.giveTo(ctx, key, h.Sequence, h.Limit, h.Amount, h.Kind == Slots, later)
 }
 
 // giveTo gives amount back to cell seq of key's window (of a limit of
-// limit): slots are released, anything else refunded (see giveBack).
-func (s *Service) giveTo(ctx context.Context, key cells.Key, seq, limit, amount int64, slots bool) (int64, *cells.Window, error) {
+// limit): slots are released, anything else refunded (see giveBack);
+// later: slots are written with the next replay.
+func (s *Service) giveTo(ctx context.Context, key cells.Key, seq, limit, amount int64, slots, later bool) (int64, *cells.Window, error) {
 	for range maxEvictionRetries {
 		// The key's window, if the process holds it or can, learns that
 		// its cell has refunds; the refunds window is never refused (the
@@ -148,7 +152,7 @@ func (s *Service) giveTo(ctx context.Context, key cells.Key, seq, limit, amount 
 			if slots {
 				pool = w
 			}
-		case slots:
+		case slots && !later:
 			// A release is in the store before it is answered: no
 			// process takes a slot a moment late for it, and the pool
 			// is read with it. One the store failed is sent again by

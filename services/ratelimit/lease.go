@@ -55,6 +55,23 @@ func (s *Service) Release(ctx context.Context, sl Slot) (Returned, error) {
 	return s.GiveBack(ctx, sl.Hold())
 }
 
+// ReleaseLater frees sl as Release does, but its release reaches the
+// regional store with the next replay, in one write with the process's
+// others, rather than in a round trip of its own: for slots held a moment
+// and given back that no one waits for (an acquisition whose request
+// another limit refused), so that a request of many such limits costs one
+// write, not one a limit. Until that replay (regional.ReplayInterval)
+// other processes still count the slots held, which errs strict. After
+// answers as a check of the pool reads it.
+func (s *Service) ReleaseLater(ctx context.Context, sl Slot) (Returned, error) {
+	h := sl.Hold()
+	given, _, err := s.giveBack(ctx, h, true)
+	if err != nil {
+		return Returned{}, err
+	}
+	return Returned{Given: given, s: s, hold: h}, nil
+}
+
 // Extend keeps sl for lease from now (sl.Lease if lease is 0), whatever
 // else is held (the holder had the slots already): it counts them in the
 // cell of their new expiry and frees them from their old one. Slots whose
@@ -97,14 +114,14 @@ func (s *Service) Extend(ctx context.Context, sl Slot, lease time.Duration) (Res
 	if !sent {
 		return s.state(ctx, a, to, nil)
 	}
-	freed, pool, err := s.giveBack(ctx, sl.Hold())
+	freed, pool, err := s.giveBack(ctx, sl.Hold(), false)
 	if err != nil || freed == 0 {
 		// The old cell ended meanwhile: the slots were free. Undo the
 		// count.
 		moved := sl
 		moved.Lease = lease
 		moved.Sequence = to.Period.Cell()
-		if _, _, uerr := s.giveBack(ctx, moved.Hold()); uerr != nil {
+		if _, _, uerr := s.giveBack(ctx, moved.Hold(), false); uerr != nil {
 			return Response{}, uerr
 		}
 		if err != nil {

@@ -105,7 +105,7 @@ func (s *Service) refundWindow(ctx context.Context, req *Request, now int64) (in
 		if n <= 0 {
 			continue
 		}
-		g, _, err := s.giveTo(ctx, key, sq, req.Limit, n, false)
+		g, _, err := s.giveTo(ctx, key, sq, req.Limit, n, false, false)
 		if err != nil {
 			return given, err
 		}
@@ -147,7 +147,7 @@ func (s *Service) refundSlots(ctx context.Context, req *Request, now int64) (int
 	left, given := req.Cost, int64(0)
 	var fresh *cells.Window
 	for _, c := range cs {
-		n, f, err := s.giveTo(ctx, c.w.Key(), c.seq, req.Limit, min(left, c.n), true)
+		n, f, err := s.giveTo(ctx, c.w.Key(), c.seq, req.Limit, min(left, c.n), true, false)
 		if err != nil {
 			return given, fresh, err
 		}

@@ -93,13 +93,18 @@ func (n Namespace) Release(ctx context.Context, id string) (Released, error) {
 	return n.p.release(ctx, id, n.name)
 }
 
-// GiveBack frees at once the slots of *l, a lease of n that Acquire
-// answered and whose id the caller never passed on (Envoy's request that
-// another rule refused), empties *l, so that they are given back once,
-// and answers as Release does: since no one else holds the id, no ledger
-// records it, which costs the counts alone however the ledger fares. A
-// refused lease holds nothing to give back (a zero answer). It must not
-// be called for an id that left the caller, which Release frees once.
+// GiveBack frees the slots of *l, a lease of n that Acquire answered and
+// whose id the caller never passed on (Envoy's request that another rule
+// refused), and empties *l, so that they are given back once: since no
+// one else holds the id, no ledger records it, which costs the counts
+// alone however the ledger fares. The release reaches the regional store
+// with the next replay, in one write with the others (see
+// ratelimit.Service.ReleaseLater): a refused request of many concurrency
+// rules costs one write, not one a rule. It answers what it freed; the
+// slots held after it are not counted (InFlight -1), which would cost a
+// read a rule. A refused lease holds nothing to give back (a zero
+// answer). It must not be called for an id that left the caller, which
+// Release frees once.
 func (n Namespace) GiveBack(ctx context.Context, l *Lease) (Released, error) {
 	if l.ID == "" {
 		return Released{}, nil
@@ -109,12 +114,12 @@ func (n Namespace) GiveBack(ctx context.Context, l *Lease) (Released, error) {
 	}
 	slot := l.slot
 	*l = Lease{}
-	ret, err := n.p.limiter.Release(ctx, slot)
+	ret, err := n.p.limiter.ReleaseLater(ctx, slot)
 	if err != nil {
 		return Released{}, err
 	}
 	n.p.metrics.leases.WithLabelValues(leaseReleased).Inc()
-	return released(ctx, slot.Limit, ret), nil
+	return Released{Freed: ret.Given, Limit: slot.Limit, InFlight: -1}, nil
 }
 
 // acquire is Acquire; authorized says the namespace was authorized, by an
