@@ -312,6 +312,22 @@ func TestWithoutForceStart(t *testing.T) {
 		strings.Contains(string(body), xds.Addr()) {
 		t.Fatalf("GET /healthcheck before any rules: %d %q", resp.StatusCode, body)
 	}
+	// With a token (any, on this server without keys: an operator's
+	// permission), where it waits too.
+	req, err := http.NewRequest(http.MethodGet, p.url()+"/healthcheck", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer operator-token-0123456789")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "at "+xds.Addr()) {
+		t.Fatalf("GET /healthcheck with an operator's token before any rules: %d %q, want the address", resp.StatusCode, body)
+	}
 	conn := loopback.Dial(t, "127.0.0.1:"+strconv.Itoa(grpcPort))
 	envoy := rlsv3.NewRateLimitServiceClient(conn)
 	if _, err := envoy.ShouldRateLimit(context.Background(), userRequest("eg", "alice")); status.Code(err) != codes.Unavailable ||

@@ -71,6 +71,16 @@ func TestLoadConfigErrorsNameTheVariable(t *testing.T) {
 		{[]string{"UNKEY_REGION=r", "UNKEY_TLS_CLIENT_CA_FILE=ca.pem"}, "UNKEY_TLS_CLIENT_CA_FILE: needs UNKEY_TLS_CERT_FILE"},
 		{[]string{"UNKEY_REGION=r", "UNKEY_RESERVATION_SECRET=short"}, "UNKEY_RESERVATION_SECRET: must be at least 32 bytes"},
 		{[]string{"UNKEY_REGION=r", "UNKEY_GRPC_MAX_CONNECTIONS=0"}, "UNKEY_GRPC_MAX_CONNECTIONS: must be between 1 and 1000000"},
+		// Every float refuses NaN and the infinities.
+		{[]string{"UNKEY_REGION=r", "UNKEY_RLS_NEAR_LIMIT_RATIO=NaN"}, "UNKEY_RLS_NEAR_LIMIT_RATIO: must be between 0 and 1"},
+		{[]string{"UNKEY_REGION=r", "UNKEY_RLS_NEAR_LIMIT_RATIO=+Inf"}, "UNKEY_RLS_NEAR_LIMIT_RATIO: must be between 0 and 1"},
+		{[]string{"UNKEY_REGION=r", "UNKEY_AUDIT_CHANGES_PER_SECOND=NaN"}, "UNKEY_AUDIT_CHANGES_PER_SECOND: must be between 0.01 and 10000"},
+		{[]string{"UNKEY_REGION=r", "UNKEY_AUDIT_CHANGES_PER_SECOND=Inf"}, "UNKEY_AUDIT_CHANGES_PER_SECOND: must be between 0.01 and 10000"},
+		// The rules' bounds and calendar units.
+		{[]string{"UNKEY_REGION=r", "UNKEY_RLS_MAX_DEPTH=33"}, "UNKEY_RLS_MAX_DEPTH: must be between 1 and 32, got 33"},
+		{[]string{"UNKEY_REGION=r", "UNKEY_RLS_MAX_DESCRIPTORS=0"}, "UNKEY_RLS_MAX_DESCRIPTORS: must be at least 1"},
+		{[]string{"UNKEY_REGION=r", "UNKEY_RLS_MAX_RULES_BYTES=1000"}, "UNKEY_RLS_MAX_RULES_BYTES: must be between 1048576 and 17179869184"},
+		{[]string{"UNKEY_REGION=r", "UNKEY_RLS_TIME_ZONE=Mars/Olympus"}, `UNKEY_RLS_TIME_ZONE: must be a time zone of the IANA database (such as Europe/Berlin) or UTC, got "Mars/Olympus"`},
 	}
 	for _, tc := range cases {
 		_, err := LoadConfig(tc.env)

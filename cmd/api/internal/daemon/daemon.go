@@ -269,12 +269,15 @@ func (d *Daemon) Limiter() *ratelimit.Service { return d.limiter }
 // Ready reports whether the process takes traffic: from the end of the
 // loads before serving until the shutdown begins (what GET /readyz
 // answers).
-func (d *Daemon) Ready() bool { return d.notReady() == "" }
+func (d *Daemon) Ready() bool { return d.notReady(false) == "" }
 
 // readyCheck is something the process waits for before it reports ready,
 // named for the answer of /readyz.
 type readyCheck struct {
 	what string
+	// detail says more to an operator (a caller with status.read): the
+	// address waited on, which the probes, open to anyone, do not name.
+	detail string
 	// done is closed once what it waits for is there, for good.
 	done <-chan struct{}
 }
@@ -289,13 +292,17 @@ func (c readyCheck) passed() bool {
 	}
 }
 
-// notReady returns what the process waits for, "" when it is ready.
-func (d *Daemon) notReady() string {
+// notReady returns what the process waits for, "" when it is ready; with
+// its detail for an operator.
+func (d *Daemon) notReady(operator bool) string {
 	if !d.ready.Load() {
 		return "not ready"
 	}
 	for _, c := range d.readyChecks {
 		if !c.passed() {
+			if operator && c.detail != "" {
+				return "not ready: waiting for " + c.what + " " + c.detail
+			}
 			return "not ready: waiting for " + c.what
 		}
 	}

@@ -57,11 +57,11 @@ func (d *Daemon) newRLS(cfg Config, p *pipeline.Pipeline) (*envoyrls.Service, er
 		d.loops = append(d.loops, src)
 		if !cfg.RLSStartWithoutConfig {
 			opts = append(opts, envoyrls.WithRulesLoaded(src.Loaded))
-			// Named without its address: the probes answer anyone, and
-			// the address is the operator's (the start's log line below
-			// names it).
+			// The address is named to an operator alone (a caller with
+			// status.read): the probes answer anyone, and the address
+			// is the deployment's own (the start's log line names it).
 			d.readyChecks = append(d.readyChecks, readyCheck{what: "the first rate limit configuration from the xDS management server (UNKEY_RLS_XDS_SERVER)",
-				done: src.FirstLoad()})
+				detail: "at " + cfg.RLSXDSServer, done: src.FirstLoad()})
 		}
 		d.logger.Info("envoy rate limit service takes its rules over xDS", "server", cfg.RLSXDSServer, "node_id", cfg.RLSXDSNodeID,
 			"tls", cfg.RLSXDSTLS, "start_without_config", cfg.RLSStartWithoutConfig, "shadow_mode", cfg.RLSShadowMode)

@@ -90,8 +90,10 @@ func (d *Daemon) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
-	ready := func(w http.ResponseWriter, _ *http.Request) {
-		if why := d.notReady(); why != "" {
+	ready := func(w http.ResponseWriter, r *http.Request) {
+		// The address waited on only for an operator: the probes answer
+		// anyone.
+		if why := d.notReady(d.layer.IsOperator(r)); why != "" {
 			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}
@@ -174,7 +176,7 @@ type readyHealth struct {
 // Check answers a health check.
 func (h readyHealth) Check(ctx context.Context, req *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
 	resp, err := h.Checker.Check(ctx, req) // an unknown service stays not found
-	if err == nil && h.d.notReady() != "" {
+	if err == nil && h.d.notReady(false) != "" {
 		resp.Status = grpchealth.StatusNotServing
 	}
 	return resp, err

@@ -27,3 +27,17 @@ func (l *Layer) Operator(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	}))
 }
+
+// IsOperator reports whether r carries a token that holds status.read,
+// the operator's permission (on a server without keys, any token): a
+// route that answers anyone (a probe) tells such a caller more (an
+// address of the deployment's own). A request without a token is no
+// operator's, on any server.
+func (l *Layer) IsOperator(r *http.Request) bool {
+	auth := r.Header.Get("Authorization")
+	if auth == "" {
+		return false
+	}
+	pr, err := l.authenticated(access.Authenticate(l.keys, auth))
+	return err == nil && pr.Permissions.Has(access.ReadStatus)
+}
