@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )
@@ -89,6 +90,22 @@ func TestRefund(t *testing.T) {
 	// 0 now, and the last cell's 4 weigh 2: 3 admitted.
 	if n := admitted(t, s, sliding, 5); n != 3 {
 		t.Fatalf("sliding: %d admitted after the refund, want 3", n)
+	}
+
+	// A calendar day: the period of now.
+	day, err := NewCalendar(calendar.Day, "Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	daily := Request{Workspace: "ws", Namespace: "ns", Identifier: "daily", Limit: 3, Cost: 1, Calendar: day}
+	if n := admitted(t, s, daily, 4); n != 3 {
+		t.Fatalf("calendar: %d admitted of 3", n)
+	}
+	if g := refundOn(t, s, daily); g != 1 {
+		t.Fatalf("calendar: a refund of 1 gave %d", g)
+	}
+	if n := admitted(t, s, daily, 4); n != 1 {
+		t.Fatalf("calendar: %d admitted after one given back, want 1", n)
 	}
 
 	bucket := Request{Workspace: "ws", Namespace: "ns", Identifier: "bucket", Limit: 5, Duration: time.Minute, Cost: 1, Algorithm: TokenBucket}
