@@ -138,14 +138,7 @@ func TestXDSSource(t *testing.T) {
 	if d, _ := src.Config().Domains(); d != 0 || src.Loaded() {
 		t.Fatalf("before any snapshot: %d domains, loaded %v", d, src.Loaded())
 	}
-	monthly := func() uint32 {
-		m, ok := src.Config().Match("eg", []rlsconfig.Entry{{Key: "httproute/default/backend/rule/0/match/0/*",
-			Value: "httproute/default/backend/rule/0/match/0/*"}, {Key: "rule-1-match-0", Value: "t"}})
-		if !ok {
-			return 0
-		}
-		return m.Rule.Limits[0].RequestsPerUnit
-	}
+	monthly := func() uint32 { return monthlyOf(src) }
 	v1 := srv.Push(gatewayConfig("eg", 100))
 	select {
 	case <-src.FirstLoad():
@@ -335,14 +328,7 @@ func TestXDSSourceBoundsAndFlapping(t *testing.T) {
 	done := make(chan struct{})
 	go func() { src.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
-	monthly := func() uint32 {
-		m, ok := src.Config().Match("eg", []rlsconfig.Entry{{Key: "httproute/default/backend/rule/0/match/0/*",
-			Value: "httproute/default/backend/rule/0/match/0/*"}, {Key: "rule-1-match-0", Value: "t"}})
-		if !ok {
-			return 0
-		}
-		return m.Rule.Limits[0].RequestsPerUnit
-	}
+	monthly := func() uint32 { return monthlyOf(src) }
 	v1 := srv.Push(gatewayConfig("eg", 100))
 	poll.Until(t, 5*time.Second, "version 1 in force", func() bool { return monthly() == 100 && srv.Acknowledged(v1) })
 
@@ -389,4 +375,15 @@ func loads(t *testing.T, reg *prometheus.Registry, result string) float64 {
 		}
 	}
 	return 0
+}
+
+// monthlyOf returns the monthly limit of gatewayConfig's rule in src's
+// rules in force, 0 when there is none.
+func monthlyOf(src *rlsconfig.XDSSource) uint32 {
+	m, ok := src.Config().Match("eg", []rlsconfig.Entry{{Key: "httproute/default/backend/rule/0/match/0/*",
+		Value: "httproute/default/backend/rule/0/match/0/*"}, {Key: "rule-1-match-0", Value: "t"}})
+	if !ok {
+		return 0
+	}
+	return m.Rule.Limits[0].RequestsPerUnit
 }

@@ -60,48 +60,37 @@ descriptors:
 		}
 		return ok
 	}
-	if n := admit("fixed", 7); n != 5 {
-		t.Fatalf("fixed: %d admitted of 5", n)
+	if resp := send("fixed", 0, false); resp.Statuses[0].LimitRemaining != 5 {
+		t.Fatalf("fixed: a check: %v", resp)
 	}
-	if resp := send("fixed", 3, true); resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 3 {
-		t.Fatalf("fixed: negative hits of 3: %v; want OK, 3 remaining", resp)
-	}
-	if n := admit("fixed", 7); n != 3 {
-		t.Fatalf("fixed: %d admitted after 3 given back", n)
-	}
-	send("fixed", 100, true)
-	if n := admit("fixed", 7); n != 5 {
-		t.Fatalf("fixed: %d admitted after 100 given back with 5 counted; want 5 (never below zero)", n)
-	}
-
-	if n := admit("two", 6); n != 5 {
-		t.Fatalf("two limits: %d admitted of the minute's 5", n)
-	}
-	send("two", 2, true)
-	// The minute's window holds 3 and the hour's 3: 2 more in the minute.
-	if n := admit("two", 6); n != 2 {
-		t.Fatalf("two limits: %d admitted after 2 given back, want 2", n)
-	}
-	clock.now = clock.now.Add(2 * time.Minute)
-	// The minute's window is empty again; the hour's holds 5 of 8 (5,
-	// less the 2 given back, and 2 more): 3 more.
-	if n := admit("two", 6); n != 3 {
-		t.Fatalf("two limits: %d admitted two minutes on, want the hour's 3 left of 8", n)
-	}
-
-	if n := admit("slots", 3); n != 2 {
-		t.Fatalf("slots: %d taken of 2", n)
-	}
-	send("slots", 1, true)
-	if n := admit("slots", 3); n != 1 {
-		t.Fatalf("slots: %d taken after one was given back, want 1", n)
-	}
-
-	if n := admit("bucket", 7); n != 5 {
-		t.Fatalf("bucket: %d admitted of its burst of 5", n)
-	}
-	send("bucket", 5, true)
-	if n := admit("bucket", 1); n != 0 {
-		t.Fatalf("bucket: %d admitted after negative hits: a bucket gets nothing back", n)
+	// Each step gives back (give) and then makes hits (of which want
+	// admitted), after advance.
+	for _, step := range []struct {
+		why        string
+		key        string
+		advance    time.Duration
+		give       uint64
+		hits, want int
+	}{
+		{"fixed: the limit", "fixed", 0, 0, 7, 5},
+		{"fixed: 3 given back", "fixed", 0, 3, 7, 3},
+		{"fixed: 100 given back with 5 counted (never below zero)", "fixed", 0, 100, 7, 5},
+		{"two limits: the minute's", "two", 0, 0, 6, 5},
+		{"two limits: 2 given back to both windows", "two", 0, 2, 6, 2},
+		{"two limits: two minutes on, the hour's 3 left of 8 (5, less 2, and 2 more)", "two", 2 * time.Minute, 0, 6, 3},
+		{"slots: the limit", "slots", 0, 0, 3, 2},
+		{"slots: one released", "slots", 0, 1, 3, 1},
+		{"bucket: its burst", "bucket", 0, 0, 7, 5},
+		{"bucket: nothing given back", "bucket", 0, 5, 1, 0},
+	} {
+		clock.now = clock.now.Add(step.advance)
+		if step.give > 0 {
+			if resp := send(step.key, step.give, true); resp.OverallCode != rlsv3.RateLimitResponse_OK {
+				t.Fatalf("%s: negative hits answered %v, want OK", step.why, resp)
+			}
+		}
+		if n := admit(step.key, step.hits); n != step.want {
+			t.Fatalf("%s: %d admitted of %d, want %d", step.why, n, step.hits, step.want)
+		}
 	}
 }
