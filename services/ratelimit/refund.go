@@ -21,9 +21,11 @@ import (
 //     of the pool that end first, each no more than it holds: in place of
 //     a slot that is still held, one that would have freed itself no
 //     later, so what stays held stays held at least as long.
-//   - A token bucket: nothing (Given is 0). Its state is shared as counts
-//     of tokens taken, which grow only; a bucket's give-back would need a
-//     count of its own.
+//   - A token bucket: up to Cost tokens back to this process's bucket,
+//     never past full (a part of a token owed counts as one). Its state
+//     is shared as counts of tokens taken, which only grow: the other
+//     processes and regions keep counting the tokens spent until they
+//     refill, which errs strict.
 //
 // What a cell holds is what this process knows of it, read as any decision
 // reads it (req is checked first, cost 0): its count, the region's and the
@@ -48,7 +50,7 @@ func (s *Service) Refund(ctx context.Context, req Request) (Returned, error) {
 	if err != nil {
 		return Returned{}, err
 	}
-	if req.Cost == 0 || req.Limit == 0 || (req.Algorithm == TokenBucket && req.Calendar.IsZero()) {
+	if req.Cost == 0 || req.Limit == 0 {
 		return Returned{}, nil
 	}
 	check := req
@@ -59,9 +61,15 @@ func (s *Service) Refund(ctx context.Context, req Request) (Returned, error) {
 	now := s.clock.Now().UnixMilli()
 	var given int64
 	var fresh *cells.Window
-	if algorithmOf(&req) == Concurrency {
+	switch algorithmOf(&req) {
+	case Concurrency:
 		given, fresh, err = s.refundSlots(ctx, &req, now)
-	} else {
+	case TokenBucket:
+		key := keyOf(&req)
+		if w := s.windows.Find(&key); w != nil {
+			given = s.windows.GiveTokens(w, req.Cost, now)
+		}
+	default:
 		given, err = s.refundWindow(ctx, &req, now)
 	}
 	if err != nil {

@@ -42,7 +42,7 @@ func admitted(t *testing.T, s *Service, r Request, n int) int {
 // more than the cell holds; a fixed window's earlier cell gets nothing, a
 // sliding window's earlier cell what the current one lacked; a
 // concurrency limit's slots are released from the cell that ends first;
-// a token bucket gets nothing.
+// a token bucket gets tokens back up to its burst.
 func TestRefund(t *testing.T) {
 	clock := newFakeClock(1_700_000_040_000) // the start of a minute
 	s, err := New("test", WithClock(clock))
@@ -108,10 +108,26 @@ func TestRefund(t *testing.T) {
 		t.Fatalf("calendar: %d admitted after one given back, want 1", n)
 	}
 
+	// A bucket of 5 a minute: empty, 2 tokens back, 2 admitted; 12 s
+	// later one more refilled, and a refund of 10 fills it (5), no more.
 	bucket := Request{Workspace: "ws", Namespace: "ns", Identifier: "bucket", Limit: 5, Duration: time.Minute, Cost: 1, Algorithm: TokenBucket}
-	admitted(t, s, bucket, 5)
-	if g := refundOn(t, s, bucket); g != 0 {
-		t.Fatalf("bucket: a refund gave %d; want 0 (not supported)", g)
+	if n := admitted(t, s, bucket, 7); n != 5 {
+		t.Fatalf("bucket: %d admitted of its burst of 5", n)
+	}
+	bucketTwo, bucketTen := bucket, bucket
+	bucketTwo.Cost, bucketTen.Cost = 2, 10
+	if g := refundOn(t, s, bucketTwo); g != 2 {
+		t.Fatalf("bucket: a refund of 2 gave %d", g)
+	}
+	if n := admitted(t, s, bucket, 3); n != 2 {
+		t.Fatalf("bucket: %d admitted after 2 tokens back", n)
+	}
+	clock.Advance(12 * time.Second)
+	if g := refundOn(t, s, bucketTen); g != 4 {
+		t.Fatalf("bucket: a refund of 10 with 1 of 5 left gave %d, want 4 (up to its burst)", g)
+	}
+	if n := admitted(t, s, bucket, 7); n != 5 {
+		t.Fatalf("bucket: %d admitted once full, want its burst of 5", n)
 	}
 }
 
@@ -244,5 +260,52 @@ func refundTrace(t *testing.T, seed uint64, faults []storetest.WriteFault, exact
 	}
 	if n := mem.Count(refunds()); n != given {
 		t.Fatalf("the store holds %d refunds of the window, %d were given", n, given)
+	}
+}
+
+// TestBucketRefundTraces: seeded random traces of takes and refunds of a
+// token bucket of 5 a minute in one process, against a bucket written
+// from first principles (tokens refill at one per 12 s up to 5; a take of
+// c passes when c tokens are there; a refund of c adds c, up to 5): the
+// same admissions, and the same tokens given back, at every step. Steps
+// fall on whole tokens' times, where the two agree exactly.
+func TestBucketRefundTraces(t *testing.T) {
+	for seed := range uint64(20) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 1))
+			clock := newFakeClock(1_700_000_040_000)
+			s, err := New("test", WithClock(clock))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := Request{Workspace: "ws", Namespace: "ns", Identifier: "b", Limit: 5, Duration: time.Minute, Algorithm: TokenBucket}
+			tokens := int64(5)
+			for step := range 300 {
+				if k := rng.IntN(3); k > 0 {
+					clock.Advance(time.Duration(k) * 12 * time.Second)
+					tokens = min(5, tokens+int64(k))
+				}
+				r := req
+				r.Cost = 1 + rng.Int64N(3)
+				if rng.IntN(3) == 0 {
+					want := min(r.Cost, 5-tokens)
+					if g := refundOn(t, s, r); g != want {
+						t.Fatalf("step %d: a refund of %d with %d tokens gave %d, want %d", step, r.Cost, tokens, g, want)
+					}
+					tokens += want
+					continue
+				}
+				resp, err := s.Limit(context.Background(), r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := tokens >= r.Cost; resp.Success != want {
+					t.Fatalf("step %d: a take of %d with %d tokens: admitted %v, want %v", step, r.Cost, tokens, resp.Success, want)
+				}
+				if resp.Success {
+					tokens -= r.Cost
+				}
+			}
+		})
 	}
 }

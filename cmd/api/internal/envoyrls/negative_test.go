@@ -19,7 +19,8 @@ import (
 // to every limit of its rule, never below zero, and is answered OK: a
 // fixed window admits again what was given back, and no more once it held
 // nothing; a rule of two limits gets them back in both windows; a
-// concurrency rule releases a slot; a token bucket gets nothing back.
+// concurrency rule releases a slot; a token bucket gets tokens back up to
+// its burst.
 func TestNegativeHits(t *testing.T) {
 	const rules = `domain: d
 descriptors:
@@ -81,7 +82,8 @@ descriptors:
 		{"slots: the limit", "slots", 0, 0, 3, 2},
 		{"slots: one released", "slots", 0, 1, 3, 1},
 		{"bucket: its burst", "bucket", 0, 0, 7, 5},
-		{"bucket: nothing given back", "bucket", 0, 5, 1, 0},
+		{"bucket: 2 tokens back", "bucket", 0, 2, 3, 2},
+		{"bucket: 100 back fill it, no more", "bucket", 0, 100, 7, 5},
 	} {
 		clock.now = clock.now.Add(step.advance)
 		if step.give > 0 {

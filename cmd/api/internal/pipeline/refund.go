@@ -11,7 +11,7 @@ import (
 // Refund gives c's cost back to its limit in the namespace, as
 // ratelimit.Service.Refund does (the cell of now, no more than it holds;
 // a concurrency limit's slots from the cells that end first; a token
-// bucket nothing), after the override that applies to it, so that it
+// bucket's tokens up to its burst), after the override that applies to it, so that it
 // reaches the window the cost was counted in. It answers what it gave
 // back and the limit after it, as a check answers. A call that names
 // another namespace is denied.

@@ -336,6 +336,31 @@ func (t *Table) returnTokens(w *cells.Window, c *cells.Cell, sp Spec, cost int64
 	}
 }
 
+// GiveTokens gives up to cost tokens back to w's bucket at now (unix ms),
+// never past full, and returns how many it gave (a part of a token owed
+// counts as one): a give-back of this process's own. The counts the
+// processes share only grow, so the tokens stay spent in what the others
+// read, until they refill, which errs strict.
+func (t *Table) GiveTokens(w *cells.Window, cost, now int64) int64 {
+	b, ok := t.buckets.Load(w)
+	if !ok || cost <= 0 {
+		return 0
+	}
+	nowNs := now * int64(time.Millisecond)
+	for {
+		limit, durMs := b.limit.Load(), b.durMs.Load()
+		tat := b.tat.Load()
+		if tat <= nowNs {
+			return 0 // full
+		}
+		one := refill(1, limit, durMs)
+		give := min(cost, (tat-nowNs+one-1)/one)
+		if b.tat.CompareAndSwap(tat, max(tat-refill(give, limit, durMs), nowNs)) {
+			return give
+		}
+	}
+}
+
 // Raise raises v, a count of c (its own or the other regions'), a cell of
 // w, to n at now (unix ms), as a tier does with what it saw counted
 // elsewhere: what the raise added is taken from w's bucket, if w has one
