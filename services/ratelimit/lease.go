@@ -60,9 +60,10 @@ func (s *Service) Release(ctx context.Context, sl Slot) (Returned, error) {
 // others, rather than in a round trip of its own: for slots held a moment
 // and given back that no one waits for (an acquisition whose request
 // another limit refused), so that a request of many such limits costs one
-// write, not one a limit. Until that replay (regional.ReplayInterval)
-// other processes still count the slots held, which errs strict. After
-// answers as a check of the pool reads it.
+// write, not one a limit. Until that replay (regional.ReplayInterval;
+// when the replay queue is full, the cell's next write, and at the latest
+// the end of the slots' cell) other processes still count the slots held,
+// which errs strict. After answers as a check of the pool reads it.
 func (s *Service) ReleaseLater(ctx context.Context, sl Slot) (Returned, error) {
 	h := sl.Hold()
 	given, _, err := s.giveBack(ctx, h, true)

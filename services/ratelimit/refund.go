@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"slices"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
@@ -27,14 +28,19 @@ import (
 //     processes and regions keep counting the tokens spent until they
 //     refill, which errs strict.
 //
-// What a cell holds is what this process knows of it, read as any decision
-// reads it (req is checked first, cost 0): its count, the region's and the
-// other regions', less what was given back already. So a refund never
-// takes a cell below zero as far as this process knows, and errs strict
-// where it knows less. Given back, it reaches the other processes and
-// regions as every give-back does: written as this process's total, so
-// that a write replayed after a timeout is counted once. The caller's own
-// retries are not told apart from new refunds. It returns a
+// What a cell holds is what this process knows of it, read from the
+// regional store first (req is checked first, cost 0, and a window's cells
+// are read again with their refunds): its count, the region's and the
+// other regions', less what was given back already; this process's
+// refunds of a key are serialized, so that two cannot both give back the
+// same count. So a refund never takes a cell below zero as far as this
+// process knows. What it does not know errs both ways: hits not yet read
+// make it give back less; refunds another process or region has given and
+// not yet written (a replay interval, or a flush of the global tier) make
+// it give back up to those too. Given back, it reaches the other
+// processes and regions as every give-back does: written as this
+// process's total, so that a write replayed after a timeout is counted
+// once. The caller's own retries are not told apart from new refunds. It returns a
 // [*invalid.Error] for bad values, as [Service.Limit] does.
 func (s *Service) Refund(ctx context.Context, req Request) (Returned, error) {
 	var err error
@@ -56,8 +62,19 @@ func (s *Service) Refund(ctx context.Context, req Request) (Returned, error) {
 	check := req
 	check.Cost = 0
 	if _, err := s.Decide(ctx, check); err != nil {
+		var full *CapacityError
+		if errors.As(err, &full) {
+			// The workspace holds no window for the key: nothing
+			// counted here to give back.
+			return Returned{}, nil
+		}
 		return Returned{}, err
 	}
+	// One refund of a key at a time in this process: the cap read and the
+	// give-back are one step.
+	mu := &s.refunds[stripe(req.Workspace, req.Namespace, req.Identifier)%uint64(len(s.refunds))]
+	mu.Lock()
+	defer mu.Unlock()
 	now := s.clock.Now().UnixMilli()
 	var given int64
 	var fresh *cells.Window
@@ -183,4 +200,19 @@ func (s *Service) heldIn(w *cells.Window, seq int64) int64 {
 		}
 	}
 	return max(n, 0)
+}
+
+// stripe returns a hash of a key's workspace, namespace and identifier
+// (FNV-1a), to pick its lock.
+func stripe(parts ...string) uint64 {
+	h := uint64(14695981039346656037)
+	for _, p := range parts {
+		for i := 0; i < len(p); i++ {
+			h ^= uint64(p[i])
+			h *= 1099511628211
+		}
+		h ^= 0xff // between parts
+		h *= 1099511628211
+	}
+	return h
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -307,5 +309,43 @@ func TestBucketRefundTraces(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRefundsOfAKeyAreSerialized: eight refunds of 5 at once on a window
+// that holds 5 give back 5 in all, whichever runs first; and a refund for
+// a key a full workspace holds no window for gives nothing, without an
+// error.
+func TestRefundsOfAKeyAreSerialized(t *testing.T) {
+	clock := newFakeClock(1_700_000_040_000)
+	s, err := New("test", WithClock(clock), WithMaxWindowsPerWorkspace(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Request{Workspace: "ws", Namespace: "ns", Identifier: "k", Limit: 5, Duration: time.Minute, Cost: 1, Algorithm: FixedWindow}
+	for range 20 {
+		admitted(t, s, r, 5)
+		five := r
+		five.Cost = 5
+		var wg sync.WaitGroup
+		var given atomic.Int64
+		for range 8 {
+			wg.Go(func() {
+				ret, err := s.Refund(context.Background(), five)
+				if err != nil {
+					t.Error(err)
+				}
+				given.Add(ret.Given)
+			})
+		}
+		wg.Wait()
+		if g := given.Load(); g != 5 {
+			t.Fatalf("eight refunds of 5 with 5 held gave %d in all", g)
+		}
+	}
+	other := r
+	other.Identifier = "another"
+	if ret, err := s.Refund(context.Background(), other); err != nil || ret.Given != 0 {
+		t.Fatalf("a refund of a key the full workspace has no window for: %+v, %v; want nothing, no error", ret, err)
 	}
 }

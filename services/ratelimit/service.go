@@ -31,6 +31,11 @@ type Service struct {
 	regional *regional.Tier
 	global   *global.Tier
 
+	// refunds serializes the refunds of a key in this process (a stripe
+	// of keys a lock), so that two cannot both give back what its cell
+	// holds (see Refund).
+	refunds [64]sync.Mutex
+
 	janitorEvery time.Duration
 	// running is set while Run runs.
 	running atomic.Bool

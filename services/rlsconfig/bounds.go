@@ -9,7 +9,8 @@ import (
 
 // Compiler compiles rules: files (Load) and xDS resources (LoadXDS).
 type Compiler struct {
-	// Bounds bound what a configuration may hold.
+	// Bounds bound what a configuration may hold; a bound left zero is
+	// DefaultBounds'.
 	Bounds Bounds
 	// CalendarZone, when not nil, turns on calendar units: a rule's unit
 	// of day, week, month or year, without a calendar of its own, is that
@@ -62,6 +63,20 @@ func CompiledBytes(pathBytes, metadataBytes int) int64 {
 	return 2*int64(pathBytes) + 2*int64(metadataBytes) + descriptorBytes
 }
 
+// orDefault returns b with each bound left zero set to DefaultBounds'.
+func (b Bounds) orDefault() Bounds {
+	if b.MaxDepth == 0 {
+		b.MaxDepth = DefaultBounds.MaxDepth
+	}
+	if b.MaxDescriptors == 0 {
+		b.MaxDescriptors = DefaultBounds.MaxDescriptors
+	}
+	if b.MaxBytes == 0 {
+		b.MaxBytes = DefaultBounds.MaxBytes
+	}
+	return b
+}
+
 // tally counts a configuration's descriptors against b as they are
 // walked, and names the first bound passed.
 type tally struct {
@@ -92,7 +107,7 @@ func (t *tally) add(depth, pathBytes, metadataBytes int) error {
 // time, and no string built, so that what the walk costs is bounded
 // whatever the response.
 func (b Bounds) checkXDS(configs []*rlsconfv3.RateLimitConfig) error {
-	t := tally{b: b}
+	t := tally{b: b.orDefault()}
 	type frame struct {
 		d         *rlsconfv3.RateLimitDescriptor
 		depth     int
@@ -125,7 +140,7 @@ func (b Bounds) checkXDS(configs []*rlsconfv3.RateLimitConfig) error {
 // checkFiles walks the descriptors of the files' domains against b, as
 // checkXDS does.
 func (b Bounds) checkFiles(sources []source) error {
-	t := tally{b: b}
+	t := tally{b: b.orDefault()}
 	var walk func(src, domain string, ds []fileDescriptor, depth, pathBytes int) error
 	walk = func(src, domain string, ds []fileDescriptor, depth, pathBytes int) error {
 		for i := range ds {

@@ -65,6 +65,17 @@ type XDSSource struct {
 
 	// compiler compiles each configuration received.
 	compiler Compiler
+	// seen holds the latest configurations compiled, good and refused,
+	// across streams (a server that sends a bad one and hangs up is not
+	// compiled again at each reconnection); refusals are logged at most
+	// once per refusalLogInterval (loggedAt), unlogged counting those
+	// since, the latest of them in unloggedVersion and unloggedErr. Run's
+	// goroutine alone uses them.
+	seen            compiledCache
+	loggedAt        time.Time
+	unlogged        int
+	unloggedVersion string
+	unloggedErr     error
 }
 
 // XDSOption configures an XDSSource.
@@ -197,17 +208,16 @@ func (s *XDSSource) stream(ctx context.Context) (got bool, err error) {
 	// A server whose versions flap (one configuration, then another, and
 	// back; or the same one under new versions) costs one compile per
 	// distinct content: the latest configurations, good and refused, are
-	// kept by their resources' digest. After a refusal the next response
-	// waits, doubling up to maxBackoff, so that a server that answers a
-	// NACK at network speed (go-control-plane's cache sends the version
-	// it holds again), or sends bad versions so, is answered at that
-	// pace; a refusal is logged once per refusalLogInterval, with how
-	// many came since.
-	var seen compiledCache
+	// kept by their resources' digest (s.seen). After a refusal the next
+	// response waits, doubling up to maxBackoff, so that a server that
+	// answers a NACK at network speed (go-control-plane's cache sends the
+	// version it holds again), or sends bad versions so, is answered at
+	// that pace; refusals are logged at most once per refusalLogInterval
+	// (see refused), and those kept back are told before the next good
+	// configuration.
 	var inForce [sha256.Size]byte
 	wait := s.minBackoff
-	var refusedAt, loggedAt time.Time
-	unlogged := 0
+	var refusedAt time.Time
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
@@ -227,9 +237,9 @@ func (s *XDSSource) stream(ctx context.Context) (got bool, err error) {
 		} else {
 			digest = digestOf(resp.GetResources())
 			var known bool
-			if c, err, known = seen.get(digest); !known {
+			if c, err, known = s.seen.get(digest); !known {
 				c, err = s.compiler.decodeXDS(resp.GetResources())
-				seen.put(digest, c, err)
+				s.seen.put(digest, c, err)
 				if err != nil {
 					s.loads.failed()
 				} else {
@@ -242,15 +252,18 @@ func (s *XDSSource) stream(ctx context.Context) (got bool, err error) {
 				wait = min(2*wait, s.maxBackoff)
 			}
 			refusedAt = time.Now()
-			if unlogged++; time.Since(loggedAt) >= refusalLogInterval {
-				s.logger.Error("xds: rate limit config refused; the last good config stays in force", "server", s.server,
-					"version", resp.GetVersionInfo(), "error", err, "refused_since_last_logged", unlogged)
-				loggedAt, unlogged = time.Now(), 0
-			}
+			s.refused(resp.GetVersionInfo(), err)
 			reply.VersionInfo = acked
 			reply.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
 		} else {
 			refusedAt, wait = time.Time{}, s.minBackoff
+			if s.unlogged > 0 {
+				// Refusals the throttle kept back are told before the
+				// good configuration is.
+				s.logger.Error("xds: rate limit configs refused and not logged; the last good config stayed in force", "server", s.server,
+					"refused", s.unlogged, "last_version", s.unloggedVersion, "last_error", s.unloggedErr)
+				s.unlogged = 0
+			}
 			acked = resp.GetVersionInfo()
 			reply.VersionInfo = acked
 			if !s.loaded.Load() || digest != inForce {
@@ -273,12 +286,26 @@ func (s *XDSSource) stream(ctx context.Context) (got bool, err error) {
 }
 
 // refusalLogInterval is the least time between two log lines of refused
-// configurations of one stream.
+// configurations.
 const refusalLogInterval = time.Minute
 
-// compiledCache holds the latest configurations a stream compiled, good
-// and refused, by their resources' digest (see digestOf): two of each,
-// enough for a server that flaps between two.
+// refused logs that the configuration of version was refused for err, or
+// counts it when a refusal was logged less than refusalLogInterval ago.
+func (s *XDSSource) refused(version string, err error) {
+	if time.Since(s.loggedAt) < refusalLogInterval {
+		s.unlogged++
+		s.unloggedVersion, s.unloggedErr = version, err
+		return
+	}
+	s.logger.Error("xds: rate limit config refused; the last good config stays in force", "server", s.server,
+		"version", version, "error", err, "refused_and_not_logged_before", s.unlogged)
+	s.loggedAt, s.unlogged = time.Now(), 0
+}
+
+// compiledCache holds the latest configurations compiled, good or
+// refused, by their resources' digest (see digestOf): four, enough for a
+// server that flaps between two good ones with a bad one or two among
+// them.
 type compiledCache struct {
 	entries [4]struct {
 		digest [sha256.Size]byte

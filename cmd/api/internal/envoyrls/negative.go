@@ -9,7 +9,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
-	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
 // Negative hits. A descriptor with is_negative_hits (Envoy since 1.37:
@@ -31,22 +30,21 @@ import (
 // counted once); Envoy's own retry of a negative-hits call is a second
 // refund.
 
-// refund gives p.cost back to each of p's limits and answers OK with the
-// tightest limit after it.
+// refund gives p.cost back to each of p's limits, as a hit of it is
+// counted (see calls: with WithFixedWindows every limit a fixed window; an
+// override's one window once), and answers OK with the tightest limit
+// after it.
 func (s *Service) refund(ctx context.Context, ns pipeline.Namespace, p *plan, now time.Time) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
 	var out limitDecision
-	for i, l := range p.limits {
-		r := ratelimit.Request{Namespace: ns.Name(), Identifier: p.identifier, Limit: int64(l.RequestsPerUnit),
-			Duration: l.Duration(), Cost: p.cost, Algorithm: l.Algorithm, Burst: l.Burst, Calendar: l.Calendar}
-		c := pipeline.Call{Request: r, Bounds: operatorBounds}
-		if p.fromRequest {
-			c.Bounds = callerBounds
-		}
+	var one [1]pipeline.Call
+	for i, c := range s.calls(ctx, ns, p, one[:0]) {
+		c.Request.Report = false
 		d, given, err := ns.Refund(ctx, c)
 		if err != nil {
 			return nil, err
 		}
 		s.metrics.refunded.Add(float64(given))
+		l := p.limits[i]
 		if i == 0 || tighter(d, out.Decision) {
 			out = limitDecision{Decision: d, name: l.Name, unit: unitOf(l, d.Duration)}
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 	"github.com/unkeyed/ratelimit/services/access"
+	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
@@ -94,5 +95,62 @@ descriptors:
 		if n := admit(step.key, step.hits); n != step.want {
 			t.Fatalf("%s: %d admitted of %d, want %d", step.why, n, step.hits, step.want)
 		}
+	}
+}
+
+// TestNegativeHitsAsHitsCount: negative hits are given back as the hits
+// were counted: under an override of a rule of two limits, once, to the
+// override's one window (before: once a limit, to that same window, twice
+// the hits); with UNKEY_RLS_FIXED_WINDOWS, to the fixed window of a token
+// bucket's rule, which is what counted them.
+func TestNegativeHitsAsHitsCount(t *testing.T) {
+	const rules = `domain: d
+descriptors:
+  - key: two
+    rate_limits:
+      - {unit: minute, requests_per_unit: 5}
+      - {unit: hour, requests_per_unit: 8}
+  - key: bucket
+    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: token_bucket, burst: 10}
+`
+	ctx := call.WithPrincipal(context.Background(), access.OpenPrincipal())
+	send := func(s *Service, key string, hits uint64, negative bool) bool {
+		t.Helper()
+		resp, err := s.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommonv3.RateLimitDescriptor{{
+			Entries:    []*rlcommonv3.RateLimitDescriptor_Entry{{Key: key, Value: "v"}},
+			HitsAddend: wrapperspb.UInt64(hits), IsNegativeHits: negative}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.OverallCode == rlsv3.RateLimitResponse_OK
+	}
+	admit := func(s *Service, key string, n int) (ok int) {
+		for range n {
+			if send(s, key, 1, false) {
+				ok++
+			}
+		}
+		return ok
+	}
+	s, ov := newService(t, rules, WithOverLimitHitsCounted(false))
+	if _, err := ov.Set(ctx, overrides.Override{Workspace: access.OpenWorkspace, Namespace: "envoy:d", Identifier: "two=v",
+		Limit: 4, Duration: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if n := admit(s, "two", 6); n != 4 {
+		t.Fatalf("under an override of 4: %d admitted", n)
+	}
+	send(s, "two", 2, true)
+	if n := admit(s, "two", 6); n != 2 {
+		t.Fatalf("under an override of 4, 2 given back: %d admitted, want 2", n)
+	}
+
+	fixed, _ := newService(t, rules, WithOverLimitHitsCounted(false), WithFixedWindows(true))
+	if n := admit(fixed, "bucket", 7); n != 5 {
+		t.Fatalf("fixed windows: the bucket's rule admitted %d, want its fixed window's 5", n)
+	}
+	send(fixed, "bucket", 3, true)
+	if n := admit(fixed, "bucket", 7); n != 3 {
+		t.Fatalf("fixed windows: %d admitted after 3 given back, want 3", n)
 	}
 }

@@ -629,34 +629,7 @@ type limitDecision struct {
 // otherwise.
 func (s *Service) limit(ctx context.Context, ns pipeline.Namespace, p *plan) (limitDecision, *ratelimit.CapacityError, error) {
 	var one [1]pipeline.Call // most descriptors have one limit: no allocation
-	calls := one[:min(len(p.limits), 1)]
-	if len(p.limits) > 1 {
-		calls = make([]pipeline.Call, len(p.limits))
-	}
-	for i, l := range p.limits {
-		// The counter's name is the adapter's, built from the descriptor
-		// (a long one is counted under its digest); an operator's rule
-		// may have a year's window and a limit of 0 that blocks, a
-		// request's own limit not (see plan.fromRequest).
-		calls[i] = pipeline.Call{
-			Request: ratelimit.Request{Namespace: ns.Name(), Identifier: p.identifier,
-				Limit: int64(l.RequestsPerUnit), Duration: l.Duration(), Cost: p.cost, Report: !s.uncountedOverLimit,
-				Algorithm: l.Algorithm, Burst: l.Burst, Calendar: l.Calendar},
-			Bounds: operatorBounds}
-		if s.fixedWindows {
-			// envoyproxy/ratelimit's counts, exactly: a counter per
-			// window of the rule's length.
-			calls[i].Request.Algorithm, calls[i].Request.Burst = ratelimit.FixedWindow, 0
-		}
-		if p.fromRequest {
-			calls[i].Bounds = callerBounds
-		}
-	}
-	if len(calls) > 1 && ns.Overridden(ctx, p.identifier) {
-		// The override's limit and window replace the rule's: one
-		// window, counted once.
-		calls = calls[:1]
-	}
+	calls := s.calls(ctx, ns, p, one[:0])
 	var capacity *ratelimit.CapacityError
 	if len(calls) > 1 && s.uncountedOverLimit {
 		m, err := ns.Multi(ctx, calls)
@@ -697,6 +670,38 @@ func (s *Service) limit(ctx context.Context, ns pipeline.Namespace, p *plan) (li
 		}
 	}
 	return out, capacity, nil
+}
+
+// calls appends to buf, and returns, the calls of p's limits, each its own
+// window, as a hit is counted and negative hits are given back: the
+// counter's name is the adapter's, built from the descriptor (a long one
+// is counted under its digest); an operator's rule may have a year's
+// window and a limit of 0 that blocks, a request's own limit not (see
+// plan.fromRequest); with WithFixedWindows every limit is a fixed window
+// of its length; an override that applies replaces the limits with its
+// one (one window, counted once).
+func (s *Service) calls(ctx context.Context, ns pipeline.Namespace, p *plan, buf []pipeline.Call) []pipeline.Call {
+	calls := buf
+	for _, l := range p.limits {
+		c := pipeline.Call{
+			Request: ratelimit.Request{Namespace: ns.Name(), Identifier: p.identifier,
+				Limit: int64(l.RequestsPerUnit), Duration: l.Duration(), Cost: p.cost, Report: !s.uncountedOverLimit,
+				Algorithm: l.Algorithm, Burst: l.Burst, Calendar: l.Calendar},
+			Bounds: operatorBounds}
+		if s.fixedWindows {
+			// envoyproxy/ratelimit's counts, exactly: a counter per
+			// window of the rule's length.
+			c.Request.Algorithm, c.Request.Burst = ratelimit.FixedWindow, 0
+		}
+		if p.fromRequest {
+			c.Bounds = callerBounds
+		}
+		calls = append(calls, c)
+	}
+	if len(calls) > 1 && ns.Overridden(ctx, p.identifier) {
+		calls = calls[:1]
+	}
+	return calls
 }
 
 // tighter reports whether a is closer to its limit than b: denied, or
