@@ -162,6 +162,11 @@ func (s *Service) giveTo(ctx context.Context, key cells.Key, seq, limit, amount 
 			}
 		default:
 			s.regional.QueueReplay(rw, rc, amount)
+			if slots {
+				// Sent later: what this process knows of the pool,
+				// the release counted, answers After from memory.
+				pool = w
+			}
 		}
 		s.global.NoteRefund(rw, rc)
 		s.metrics.refunded.Add(float64(amount))

@@ -63,14 +63,15 @@ func (s *Service) Release(ctx context.Context, sl Slot) (Returned, error) {
 // write, not one a limit. Until that replay (regional.ReplayInterval;
 // when the replay queue is full, the cell's next write, and at the latest
 // the end of the slots' cell) other processes still count the slots held,
-// which errs strict. After answers as a check of the pool reads it.
+// which errs strict. After answers from what this process knows of the
+// pool, the release counted: no read.
 func (s *Service) ReleaseLater(ctx context.Context, sl Slot) (Returned, error) {
 	h := sl.Hold()
-	given, _, err := s.giveBack(ctx, h, true)
+	given, pool, err := s.giveBack(ctx, h, true)
 	if err != nil {
 		return Returned{}, err
 	}
-	return Returned{Given: given, s: s, hold: h}, nil
+	return Returned{Given: given, s: s, hold: h, pool: pool}, nil
 }
 
 // Extend keeps sl for lease from now (sl.Lease if lease is 0), whatever

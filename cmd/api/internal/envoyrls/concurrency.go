@@ -142,11 +142,15 @@ func leases(plans []plan) string {
 // down frees them all the same), and their releases reach the regional
 // store with the next replay, in one write (see pipeline.Namespace.
 // GiveBack): a refused request of 99 concurrency rules costs one write,
-// not 99 round trips. The in-flight gauges are left to the next
-// acquisition or release, which counts what is held.
-func (s *Service) giveBack(ctx context.Context, ns pipeline.Namespace, plans []plan) {
+// not 99 round trips. Each rule's in-flight gauge is set to what its
+// give-back saw (from this process's memory), as a release sets it, unless
+// it could not count the slots held (see pipeline.Released).
+func (s *Service) giveBack(ctx context.Context, ns pipeline.Namespace, domain string, plans []plan) {
 	for i := range plans {
-		_, _ = ns.GiveBack(ctx, &plans[i].lease) // a failed give-back frees nothing: the slots free themselves at their lease's end
+		r, err := ns.GiveBack(ctx, &plans[i].lease)
+		if err == nil && r.Freed > 0 && r.InFlight >= 0 && plans[i].rule != nil {
+			s.metrics.inFlight.WithLabelValues(domain, truncateLabel(plans[i].rule.Path)).Set(float64(r.InFlight))
+		}
 	}
 }
 

@@ -259,7 +259,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		if err != nil {
 			// Failed: the request holds no slot (it would never be
 			// released: the answer carries no lease).
-			s.giveBack(ctx, ns, plans)
+			s.giveBack(ctx, ns, req.Domain, plans)
 			return nil, err
 		}
 		resp.Statuses[i] = st
@@ -289,7 +289,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && !s.shadow {
 		// Refused: the request holds no slot.
-		s.giveBack(ctx, ns, plans)
+		s.giveBack(ctx, ns, req.Domain, plans)
 	}
 	if s.dynamicMetadata {
 		resp.DynamicMetadata = dynamicMetadata(req, plans, passed)

@@ -100,10 +100,9 @@ func (n Namespace) Release(ctx context.Context, id string) (Released, error) {
 // alone however the ledger fares. The release reaches the regional store
 // with the next replay, in one write with the others (see
 // ratelimit.Service.ReleaseLater): a refused request of many concurrency
-// rules costs one write, not one a rule. It answers what it freed; the
-// slots held after it are not counted (InFlight -1), which would cost a
-// read a rule. A refused lease holds nothing to give back (a zero
-// answer). It must not be called for an id that left the caller, which
+// rules costs one write, not one a rule. It answers as Release does, the
+// slots held after it counted from what this process knows (no read). A
+// refused lease holds nothing to give back (a zero answer). It must not be called for an id that left the caller, which
 // Release frees once.
 func (n Namespace) GiveBack(ctx context.Context, l *Lease) (Released, error) {
 	if l.ID == "" {
@@ -119,7 +118,7 @@ func (n Namespace) GiveBack(ctx context.Context, l *Lease) (Released, error) {
 		return Released{}, err
 	}
 	n.p.metrics.leases.WithLabelValues(leaseReleased).Inc()
-	return Released{Freed: ret.Given, Limit: slot.Limit, InFlight: -1}, nil
+	return released(ctx, slot.Limit, ret), nil
 }
 
 // acquire is Acquire; authorized says the namespace was authorized, by an
