@@ -802,37 +802,6 @@ func TestCollidedPoolKeys(t *testing.T) {
 	}
 }
 
-// roundTrips is a regional store that counts the calls made to it.
-type roundTrips struct {
-	*storetest.MemRegional
-	calls atomic.Int64
-}
-
-func (r *roundTrips) Load(ctx context.Context, keys []store.CellKey) ([]int64, error) {
-	r.calls.Add(1)
-	return r.MemRegional.Load(ctx, keys)
-}
-
-func (r *roundTrips) Increment(ctx context.Context, incs []store.Increment) ([]int64, error) {
-	r.calls.Add(1)
-	return r.MemRegional.Increment(ctx, incs)
-}
-
-func (r *roundTrips) TakeSlots(ctx context.Context, t store.SlotTake) (store.SlotCounts, error) {
-	r.calls.Add(1)
-	return r.MemRegional.TakeSlots(ctx, t)
-}
-
-func (r *roundTrips) ReadSlots(ctx context.Context, k store.CellKey, now int64, writer string) (store.SlotCounts, error) {
-	r.calls.Add(1)
-	return r.MemRegional.ReadSlots(ctx, k, now, writer)
-}
-
-func (r *roundTrips) ReleaseSlots(ctx context.Context, inc store.Increment, now int64) (int64, []store.PoolCell, error) {
-	r.calls.Add(1)
-	return r.MemRegional.ReleaseSlots(ctx, inc, now)
-}
-
 // TestReleaseIsOneRoundTrip: a release writes the slots' releases and
 // reads what the pool holds after them in one call to the regional store,
 // and answers from it: in the process that took them, and in one that
@@ -841,7 +810,7 @@ func (r *roundTrips) ReleaseSlots(ctx context.Context, inc store.Increment, now 
 // read. (Before, a release was a write and then a read of the pool, and
 // an extension three calls.)
 func TestReleaseIsOneRoundTrip(t *testing.T) {
-	o := &roundTrips{MemRegional: storetest.NewMemRegional()}
+	o := storetest.NewCountingRegional()
 	clock := newFakeClock(1_700_000_010_000)
 	pa, pb := newRegional(t, o, clock), newRegional(t, o, clock)
 	a := acq("user", 10, time.Minute)
@@ -854,19 +823,19 @@ func TestReleaseIsOneRoundTrip(t *testing.T) {
 		slots = append(slots, sl)
 	}
 	for i, p := range []*regionalService{pa, pb} {
-		before := o.calls.Load()
+		before := o.Calls()
 		ret, err := p.Release(context.Background(), slots[i])
 		if err != nil || ret.Given != 1 {
 			t.Fatalf("release %d: %+v, %v", i, ret, err)
 		}
-		if calls := o.calls.Load() - before; calls != 1 {
+		if calls := o.Calls() - before; calls != 1 {
 			t.Fatalf("release %d took %d calls to the regional store, want 1", i, calls)
 		}
 		after, err := ret.After(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if calls := o.calls.Load() - before; calls != 1 {
+		if calls := o.Calls() - before; calls != 1 {
 			t.Fatalf("release %d and its answer took %d calls to the regional store, want 1", i, calls)
 		}
 		if held, want := after.Limit-after.Remaining, int64(3-i); after.Limit != 10 || held != want {
@@ -879,12 +848,12 @@ func TestReleaseIsOneRoundTrip(t *testing.T) {
 			t.Fatalf("release %d answered %+v; a check after it %+v, %v", i, after, check, err)
 		}
 	}
-	before := o.calls.Load()
+	before := o.Calls()
 	resp, err := pa.Extend(context.Background(), slots[2], 2*time.Minute)
 	if err != nil || !resp.Success {
 		t.Fatalf("extend: %+v, %v", resp, err)
 	}
-	if calls := o.calls.Load() - before; calls != 2 {
+	if calls := o.Calls() - before; calls != 2 {
 		t.Fatalf("an extension took %d calls to the regional store, want 2", calls)
 	}
 	if held := resp.Limit - resp.Remaining; held != 2 {

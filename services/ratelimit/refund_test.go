@@ -25,15 +25,10 @@ func refundOn(t *testing.T, s *Service, r Request) int64 {
 }
 
 // admitted makes n requests of r on s and returns how many passed.
-func admitted(t *testing.T, s *Service, r Request, n int) int {
+func admitted(t *testing.T, s *Service, r Request, n int) (ok int) {
 	t.Helper()
-	ok := 0
 	for range n {
-		resp, err := s.Limit(context.Background(), r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if resp.Success {
+		if mustLimit(t, s, r).Success {
 			ok++
 		}
 	}
@@ -47,10 +42,7 @@ func admitted(t *testing.T, s *Service, r Request, n int) int {
 // a token bucket gets tokens back up to its burst.
 func TestRefund(t *testing.T) {
 	clock := newFakeClock(1_700_000_040_000) // the start of a minute
-	s, err := New("test", WithClock(clock))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newTestService(t, clock)
 	fixed := Request{Workspace: "ws", Namespace: "ns", Identifier: "fixed", Limit: 5, Duration: time.Minute, Cost: 1, Algorithm: FixedWindow}
 	if n := admitted(t, s, fixed, 7); n != 5 {
 		t.Fatalf("fixed: %d admitted of 5", n)
@@ -138,10 +130,7 @@ func TestRefund(t *testing.T) {
 // and the pool holds one; a refund of 5 releases what is held, no more.
 func TestRefundSlots(t *testing.T) {
 	clock := newFakeClock(1_700_000_040_000)
-	s, err := New("test", WithClock(clock))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newTestService(t, clock)
 	lim := acq("pool", 2, time.Minute)
 	first, ok := acquire(t, s, lim)
 	if !ok {
@@ -276,10 +265,7 @@ func TestBucketRefundTraces(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 1))
 			clock := newFakeClock(1_700_000_040_000)
-			s, err := New("test", WithClock(clock))
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := newTestService(t, clock)
 			req := Request{Workspace: "ws", Namespace: "ns", Identifier: "b", Limit: 5, Duration: time.Minute, Algorithm: TokenBucket}
 			tokens := int64(5)
 			for step := range 300 {
@@ -318,10 +304,7 @@ func TestBucketRefundTraces(t *testing.T) {
 // error.
 func TestRefundsOfAKeyAreSerialized(t *testing.T) {
 	clock := newFakeClock(1_700_000_040_000)
-	s, err := New("test", WithClock(clock), WithMaxWindowsPerWorkspace(1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newTestService(t, clock, WithMaxWindowsPerWorkspace(1))
 	r := Request{Workspace: "ws", Namespace: "ns", Identifier: "k", Limit: 5, Duration: time.Minute, Cost: 1, Algorithm: FixedWindow}
 	for range 20 {
 		admitted(t, s, r, 5)

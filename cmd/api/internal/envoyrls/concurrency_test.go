@@ -21,7 +21,6 @@ import (
 	"github.com/unkeyed/ratelimit/internal/testkit/poll"
 	"github.com/unkeyed/ratelimit/services/access"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
-	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 	"github.com/unkeyed/ratelimit/services/reservation"
 	ledgermem "github.com/unkeyed/ratelimit/services/reservation/memstore"
@@ -163,32 +162,6 @@ descriptors:
 	}
 }
 
-// countingRegional counts a regional store's calls by kind.
-type countingRegional struct {
-	*storetest.MemRegional
-	takes, increments, releases, reads atomic.Int64
-}
-
-func (c *countingRegional) Increment(ctx context.Context, incs []store.Increment) ([]int64, error) {
-	c.increments.Add(1)
-	return c.MemRegional.Increment(ctx, incs)
-}
-
-func (c *countingRegional) TakeSlots(ctx context.Context, t store.SlotTake) (store.SlotCounts, error) {
-	c.takes.Add(1)
-	return c.MemRegional.TakeSlots(ctx, t)
-}
-
-func (c *countingRegional) ReadSlots(ctx context.Context, k store.CellKey, now int64, writer string) (store.SlotCounts, error) {
-	c.reads.Add(1)
-	return c.MemRegional.ReadSlots(ctx, k, now, writer)
-}
-
-func (c *countingRegional) ReleaseSlots(ctx context.Context, inc store.Increment, now int64) (int64, []store.PoolCell, error) {
-	c.releases.Add(1)
-	return c.MemRegional.ReleaseSlots(ctx, inc, now)
-}
-
 // TestRefusedRequestGivesBackInOneWrite: a request of 99 concurrency
 // descriptors and one over its limit is refused; its 99 slots are given
 // back with the next replay, in one write, not in a release and a read
@@ -205,7 +178,7 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	mem := &countingRegional{MemRegional: storetest.NewMemRegional()}
+	mem := storetest.NewCountingRegional()
 	limiter, err := ratelimit.New("a", ratelimit.WithRegionalStore(mem))
 	if err != nil {
 		t.Fatal(err)
@@ -225,7 +198,7 @@ descriptors:
 	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("the request: %v, %v; want refused", resp, err)
 	}
-	if takes, rel, reads := mem.takes.Load(), mem.releases.Load(), mem.reads.Load(); takes != 99 || rel != 0 || reads != 0 {
+	if takes, rel, reads := mem.Takes.Load(), mem.Releases.Load(), mem.Reads.Load(); takes != 99 || rel != 0 || reads != 0 {
 		t.Fatalf("the refused request made %d takes, %d releases and %d reads; want its 99 takes alone", takes, rel, reads)
 	}
 	// Another process sees the 99 slots free once the replay has run.
@@ -244,5 +217,5 @@ descriptors:
 		}
 		return free == 99
 	})
-	t.Logf("the give-backs of 99 slots took %d writes", mem.increments.Load())
+	t.Logf("the give-backs of 99 slots took %d writes", mem.Increments.Load())
 }
