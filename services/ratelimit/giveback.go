@@ -14,13 +14,15 @@ import (
 type Returned struct {
 	// Given is what was given back: the hold's amount, or 0 when its cell
 	// no longer counts (a window after its own ended; slots whose cell
-	// ended, which freed them) or lies in the future.
+	// ended, which freed them) or lies in the future; a refund's part of
+	// its cost that the cells held (see Service.Refund).
 	Given int64
 	s     *Service
 	hold  Hold
-	// pool is a window of the pool of slots given back whose count this
-	// process knows fresh (read with the release, or there is no
-	// regional store): After answers from memory. nil otherwise.
+	// pool is a window of the pool of slots given back that After
+	// answers from memory: read with the release, or there is no
+	// regional store, or the release is sent with the next replay
+	// (ReleaseLater, a refund), counted here. nil otherwise.
 	pool *cells.Window
 	// req, when set, is the check After answers (a refund's: it knows
 	// the limit's model, which a hold does not carry).
@@ -30,9 +32,11 @@ type Returned struct {
 // After answers the limit after the give-back, as a check of it (cost 0)
 // answers: for slots, Limit less Remaining are held, from what the
 // regional store answered with the release (one round trip for both,
-// where it answered: no call here); for a reservation, what remains of its
-// window, as any check reads it, read as a sliding window's (a hold, as a
-// reservation's token, does not carry its algorithm). A caller that does
+// where it answered: no call here) or, a release sent with the next
+// replay, from memory; for a reservation, what remains of its window, as
+// any check reads it, read as a sliding window's (a hold, as a
+// reservation's token, does not carry its algorithm); for a refund, a
+// check of its request, its own model. A caller that does
 // not need it does not pay for it. The zero Returned answers the zero
 // Response.
 func (r Returned) After(ctx context.Context) (Response, error) {
@@ -79,9 +83,8 @@ func (s *Service) after(ctx context.Context, h *Hold, pool *cells.Window) (Respo
 }
 
 // giveBack gives h.Amount back to h's cell and returns what it gave, and
-// for slots the window of their cell if what this process knows of their
-// pool is fresh (read in the regional store with the release, or there is
-// none), else nil.
+// for slots the window of their cell when After may answer from memory
+// (see Returned.pool), else nil.
 //
 // later writes slots given back with the next replay rather than at once
 // (see ReleaseLater).

@@ -97,8 +97,8 @@ func (s *Service) decideSlots(ctx context.Context, w *cells.Window, now int64, s
 		lost = outcome == regional.TakeLost
 	}
 	if s.regional != nil && !lost {
-		// A check, or a take the store did not answer: what the region
-		// holds, read in the store first, every cell of the pool.
+		// A check, or a take not sent: what the region holds, read in
+		// the store first, every cell of the pool (a lost take read it).
 		s.regional.ReadPool(ctx, w, now)
 	}
 	s.regional.Prepare(ctx, w, now)

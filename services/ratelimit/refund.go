@@ -3,7 +3,9 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"slices"
+	"sync"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/pool"
@@ -21,7 +23,9 @@ import (
 //   - A concurrency limit: up to Cost slots are released, from the cells
 //     of the pool that end first, each no more than it holds: in place of
 //     a slot that is still held, one that would have freed itself no
-//     later, so what stays held stays held at least as long.
+//     later, so what stays held stays held at least as long. They reach
+//     the regional store with the next replay, as [Service.ReleaseLater]'s
+//     do.
 //   - A token bucket: up to Cost tokens back to this process's bucket,
 //     never past full (a part of a token owed counts as one). Its state
 //     is shared as counts of tokens taken, which only grow: the other
@@ -70,18 +74,17 @@ func (s *Service) Refund(ctx context.Context, req Request) (Returned, error) {
 		}
 		return Returned{}, err
 	}
-	// One refund of a key at a time in this process: the cap read and the
-	// give-back are one step.
-	mu := &s.refunds[stripe(req.Workspace, req.Namespace, req.Identifier)%uint64(len(s.refunds))]
-	mu.Lock()
-	defer mu.Unlock()
 	now := s.clock.Now().UnixMilli()
 	var given int64
 	var fresh *cells.Window
 	switch algorithmOf(&req) {
 	case Concurrency:
+		mu := s.refundLock(&req)
+		mu.Lock()
 		given, fresh, err = s.refundSlots(ctx, &req, now)
+		mu.Unlock()
 	case TokenBucket:
+		// The bucket's state is one atomic instant: no lock.
 		key := keyOf(&req)
 		if w := s.windows.Find(&key); w != nil {
 			given = s.windows.GiveTokens(w, req.Cost, now)
@@ -124,6 +127,12 @@ func (s *Service) refundWindow(ctx context.Context, req *Request, now int64) (in
 		}
 	}
 	s.regional.ReadNow(ctx, w, now)
+	// One refund of a key at a time in this process, its cap read and
+	// its give-back one step (no I/O under the lock: the give-back is
+	// replayed).
+	mu := s.refundLock(req)
+	mu.Lock()
+	defer mu.Unlock()
 	left, given := req.Cost, int64(0)
 	for _, sq := range seqs {
 		n := min(left, s.heldIn(w, sq))
@@ -144,8 +153,9 @@ func (s *Service) refundWindow(ctx context.Context, req *Request, now int64) (in
 
 // refundSlots releases up to req.Cost slots of the pool of req's
 // concurrency limit, from the cells that end first, each no more than it
-// holds, and returns how many, and a window of the pool if what this
-// process knows of it is fresh (see giveBack).
+// holds, written with the next replay (as ReleaseLater does: no round
+// trip under the caller's lock), and returns how many, and a window of
+// the pool that answers from memory (see giveBack).
 func (s *Service) refundSlots(ctx context.Context, req *Request, now int64) (int64, *cells.Window, error) {
 	key := poolKey(req, now)
 	w := s.windows.Find(&key)
@@ -172,7 +182,7 @@ func (s *Service) refundSlots(ctx context.Context, req *Request, now int64) (int
 	left, given := req.Cost, int64(0)
 	var fresh *cells.Window
 	for _, c := range cs {
-		n, f, err := s.giveTo(ctx, c.w.Key(), c.seq, req.Limit, min(left, c.n), true, false)
+		n, f, err := s.giveTo(ctx, c.w.Key(), c.seq, req.Limit, min(left, c.n), true, true)
 		if err != nil {
 			return given, fresh, err
 		}
@@ -202,17 +212,18 @@ func (s *Service) heldIn(w *cells.Window, seq int64) int64 {
 	return max(n, 0)
 }
 
-// stripe returns a hash of a key's workspace, namespace and identifier
-// (FNV-1a), to pick its lock.
-func stripe(parts ...string) uint64 {
-	h := uint64(14695981039346656037)
-	for _, p := range parts {
-		for i := 0; i < len(p); i++ {
-			h ^= uint64(p[i])
-			h *= 1099511628211
-		}
-		h ^= 0xff // between parts
-		h *= 1099511628211
-	}
-	return h
+// refundSeed seeds the hash that picks a key's refund lock.
+var refundSeed = maphash.MakeSeed()
+
+// refundLock returns the lock of req's key's refunds (its workspace,
+// namespace and identifier: a pool's leases of any length share it).
+func (s *Service) refundLock(req *Request) *sync.Mutex {
+	var h maphash.Hash
+	h.SetSeed(refundSeed)
+	h.WriteString(req.Workspace)
+	h.WriteByte(0)
+	h.WriteString(req.Namespace)
+	h.WriteByte(0)
+	h.WriteString(req.Identifier)
+	return &s.refunds[h.Sum64()%uint64(len(s.refunds))]
 }

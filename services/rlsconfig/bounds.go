@@ -39,7 +39,8 @@ type Bounds struct {
 	// those with a limit and those that only lead to one.
 	MaxDescriptors int
 	// MaxBytes bounds what the compiled rules take in memory, as
-	// CompiledBytes estimates it.
+	// estimated from each descriptor's path and metadata (see
+	// compiledBytes).
 	MaxBytes int64
 }
 
@@ -54,12 +55,12 @@ var DefaultBounds = Bounds{MaxDepth: 32, MaxDescriptors: 100_000, MaxBytes: 64 <
 // keys.
 const descriptorBytes = 512
 
-// CompiledBytes estimates what a descriptor whose path (domain.key_value…)
+// compiledBytes estimates what a descriptor whose path (domain.key_value…)
 // is pathBytes long and whose metadata is metadataBytes takes once
 // compiled: its path twice (the rule's and the conversion's), its
 // metadata twice (decoded, and as Envoy gets it back), and
 // descriptorBytes.
-func CompiledBytes(pathBytes, metadataBytes int) int64 {
+func compiledBytes(pathBytes, metadataBytes int) int64 {
 	return 2*int64(pathBytes) + 2*int64(metadataBytes) + descriptorBytes
 }
 
@@ -90,7 +91,7 @@ type tally struct {
 // passes, if any, for the caller to place.
 func (t *tally) add(depth, pathBytes, metadataBytes int) error {
 	t.descriptors++
-	t.bytes += CompiledBytes(pathBytes, metadataBytes)
+	t.bytes += compiledBytes(pathBytes, metadataBytes)
 	switch {
 	case depth > t.b.MaxDepth:
 		return fmt.Errorf("descriptors nest more than %d deep, the bound of nesting (UNKEY_RLS_MAX_DEPTH): a request's descriptor matches at most 32 levels", t.b.MaxDepth)
@@ -138,7 +139,8 @@ func (b Bounds) checkXDS(configs []*rlsconfv3.RateLimitConfig) error {
 }
 
 // checkFiles walks the descriptors of the files' domains against b, as
-// checkXDS does.
+// checkXDS does, their metadata not counted (a file holds at most 1 MiB,
+// all of them 4 MiB: see ReadPath).
 func (b Bounds) checkFiles(sources []source) error {
 	t := tally{b: b.orDefault()}
 	var walk func(src, domain string, ds []fileDescriptor, depth, pathBytes int) error

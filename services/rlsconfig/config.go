@@ -39,9 +39,6 @@ type Config struct {
 	// seq orders the configurations of a process: a later one compiled
 	// later (see Newer).
 	seq uint64
-	// calendarZone is the compiler's (see Compiler.CalendarZone), read
-	// while compiling.
-	calendarZone *string
 }
 
 // compiled numbers the configurations a process compiles, in order.
@@ -139,7 +136,7 @@ const NamespacePrefix = "envoy:"
 // Load compiles files into a configuration. Every error names the file and,
 // where it can, the descriptor; nothing of a broken set of files is used.
 // Two files may not define the same domain.
-func Load(files ...File) (*Config, error) { return Compiler{Bounds: DefaultBounds}.Load(files...) }
+func Load(files ...File) (*Config, error) { return Compiler{}.Load(files...) }
 
 // Load is [Load] by c: files past its bounds are refused naming the
 // bound.
@@ -167,7 +164,7 @@ type source struct {
 // compileSources compiles the domains of sources into one configuration;
 // a domain may be defined once.
 func (cc Compiler) compileSources(sources []source) (*Config, error) {
-	c := &Config{calendarZone: cc.CalendarZone, domains: map[string]*node{}, paths: map[string]struct{}{}, models: map[string]int{}, seq: compiled.Add(1)}
+	c := &Config{domains: map[string]*node{}, paths: map[string]struct{}{}, models: map[string]int{}, seq: compiled.Add(1)}
 	origin := map[string]string{}
 	for _, src := range sources {
 		for _, root := range src.roots {
@@ -179,7 +176,7 @@ func (cc Compiler) compileSources(sources []source) (*Config, error) {
 			}
 			origin[root.Domain] = src.name
 			d := &node{exact: map[entry]*node{}}
-			if err := c.compile(d, root.Domain, nil, root.Descriptors); err != nil {
+			if err := c.compile(d, root.Domain, nil, root.Descriptors, cc.CalendarZone); err != nil {
 				return nil, fmt.Errorf("%s: %w", src.name, err)
 			}
 			c.domains[root.Domain] = d
@@ -200,7 +197,7 @@ func checkDomain(domain string) error {
 
 // compile adds descriptors as children of parent, whose path is path and
 // whose levels are named levels.
-func (c *Config) compile(parent *node, path string, levels []string, descriptors []fileDescriptor) error {
+func (c *Config) compile(parent *node, path string, levels []string, descriptors []fileDescriptor, calendarZone *string) error {
 	for _, d := range descriptors {
 		if d.Key == "" {
 			return fmt.Errorf("%s: a descriptor has an empty key", path)
@@ -228,7 +225,7 @@ func (c *Config) compile(parent *node, path string, levels []string, descriptors
 			return fmt.Errorf("%s: share_threshold can only be used with a wildcard value (one with a '*')", here)
 		}
 		if d.RateLimit != nil || len(d.RateLimits) > 0 {
-			r, err := compileRule(here, d, c.calendarZone)
+			r, err := compileRule(here, d, calendarZone)
 			if err != nil {
 				return err
 			}
@@ -240,7 +237,7 @@ func (c *Config) compile(parent *node, path string, levels []string, descriptors
 				c.models[l.Model()]++
 			}
 		}
-		if err := c.compile(n, here, append(levels[:len(levels):len(levels)], name), d.Descriptors); err != nil {
+		if err := c.compile(n, here, append(levels[:len(levels):len(levels)], name), d.Descriptors, calendarZone); err != nil {
 			return err
 		}
 	}

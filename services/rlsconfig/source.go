@@ -66,7 +66,7 @@ func WithRegisterer(reg prometheus.Registerer) Option { return func(s *Source) {
 // that does not compile at start is an error: a service must not start
 // without the limits it was given.
 func NewSource(path string, opts ...Option) (*Source, error) {
-	s := &Source{path: path, interval: DefaultInterval, logger: slog.New(slog.DiscardHandler), compiler: Compiler{Bounds: DefaultBounds}}
+	s := &Source{path: path, interval: DefaultInterval, logger: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(s)
 	}

@@ -18,7 +18,7 @@ import (
 // files' alone. A limit's model, which the type has no field for, is read
 // from its descriptor's metadata (see ModelMetadataKey).
 func LoadXDS(configs ...*rlsconfv3.RateLimitConfig) (*Config, error) {
-	return Compiler{Bounds: DefaultBounds}.LoadXDS(configs...)
+	return Compiler{}.LoadXDS(configs...)
 }
 
 // LoadXDS is [LoadXDS] by c: resources past its bounds are refused naming

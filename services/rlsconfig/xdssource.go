@@ -117,7 +117,7 @@ func NewXDSSource(server, nodeID string, opts ...XDSOption) (*XDSSource, error) 
 	}
 	s := &XDSSource{server: server, node: &corev3.Node{Id: nodeID}, logger: slog.New(slog.DiscardHandler),
 		creds:      func() (credentials.TransportCredentials, error) { return insecure.NewCredentials(), nil },
-		minBackoff: 250 * time.Millisecond, maxBackoff: 2 * time.Second, firstLoad: make(chan struct{}), compiler: Compiler{Bounds: DefaultBounds}}
+		minBackoff: 250 * time.Millisecond, maxBackoff: 2 * time.Second, firstLoad: make(chan struct{})}
 	for _, o := range opts {
 		o(s)
 	}

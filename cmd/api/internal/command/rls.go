@@ -8,9 +8,11 @@ import (
 	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
 
-// RLSCheck compiles each path as UNKEY_RLS_CONFIG would load it, prints
-// what it holds or why it is refused, and fails if any path is refused: for
-// users' CI, before a file reaches the service.
+// RLSCheck compiles each path as UNKEY_RLS_CONFIG would load it with the
+// default bounds and units as lengths (UNKEY_RLS_CALENDAR_UNITS and the
+// UNKEY_RLS_MAX_ settings are not read), prints what it holds or why it
+// is refused, and fails if any path is refused: for users' CI, before a
+// file reaches the service.
 func RLSCheck(out io.Writer, paths []string) error {
 	failed := 0
 	for _, path := range paths {

@@ -155,7 +155,7 @@ type Config struct {
 	RLSMaxRulesBytes  int64 `env:"UNKEY_RLS_MAX_RULES_BYTES" envDefault:"67108864" help:"the most memory the compiled rules may take, as estimated from their paths and metadata before compiling; past it they are refused (an xDS config NACKed), the last good ones stay: 1048576 to 17179869184"`
 	// RLSCalendarUnits decides a rule's DAY, WEEK, MONTH and YEAR as
 	// that calendar period in RLSTimeZone (see rlsconfig.Compiler).
-	RLSCalendarUnits bool   `env:"UNKEY_RLS_CALENDAR_UNITS" help:"decide every rule's unit of day, week, month or year (from files and xDS) as that calendar period in UNKEY_RLS_TIME_ZONE, not its length (a month of 30 days); a token bucket or a concurrency rule keeps the length; unit_multiplier other than 1 is then refused for them"`
+	RLSCalendarUnits bool   `env:"UNKEY_RLS_CALENDAR_UNITS" help:"decide every rule's unit of day, week, month or year (from files and xDS) as that calendar period in UNKEY_RLS_TIME_ZONE, not its length (a month of 30 days); a token bucket or a concurrency rule keeps the length; a calendar unit's unit_multiplier other than 1 is then refused"`
 	RLSTimeZone      string `env:"UNKEY_RLS_TIME_ZONE" envDefault:"UTC" help:"the IANA time zone (such as Europe/Berlin) of the calendar periods of UNKEY_RLS_CALENDAR_UNITS"`
 	// RLSCountOverLimit counts a hit over its limit, as envoyproxy/
 	// ratelimit does (an AI gateway's usage report must spend the budget

@@ -91,9 +91,12 @@ func (d *Daemon) Handler() http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	ready := func(w http.ResponseWriter, r *http.Request) {
-		// The address waited on only for an operator: the probes answer
-		// anyone.
-		if why := d.notReady(d.layer.IsOperator(r)); why != "" {
+		// The address waited on only for an operator (the probes answer
+		// anyone), whose token is read only while not ready.
+		if why := d.notReady(false); why != "" {
+			if d.layer.IsOperator(r) {
+				why = d.notReady(true)
+			}
 			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}

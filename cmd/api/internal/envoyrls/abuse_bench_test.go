@@ -25,14 +25,10 @@ import (
 
 // BenchmarkVictimUnderReleaseAttack measures another caller's decisions
 // (a victim's p50, and its ratio to the quiet p50 of the same run) while
-// two attackers send, as fast as they are answered, the requests that
-// cost the most before the bounds of a release call: forged lease ids of
-// 150 characters, as many as an entry holds (54; one request carried
-// 12,200 before), one
-// valid id as often as an entry holds (one ledger claim; 7,300 before), and a refused
-// request of 99 concurrency descriptors (its give-backs one write). The
-// issue asked for the victim's p50 within 1.5 times the quiet one:
-// docs/RELIABILITY.md, fifth round, reports the run.
+// two attackers send, as fast as they are answered, the release calls and
+// refusals that cost the most: forged lease ids of 150 characters, as
+// many as an entry holds; one valid id as often as an entry holds; and a
+// refused request of 99 concurrency descriptors.
 func BenchmarkVictimUnderReleaseAttack(b *testing.B) {
 	cfg, err := rlsconfig.Load(rlsconfig.File{Name: "r.yaml", Data: []byte(`domain: d
 descriptors:

@@ -74,10 +74,9 @@ func (s *Service) acquire(ctx context.Context, ns pipeline.Namespace, p *plan) (
 // release frees the slots of p.releaseIDs, its entry's ids that no
 // earlier descriptor of the request named (see uniqueReleases), and none
 // once the caller has gone, and answers OK: Envoy ignores the answer of
-// a stream-done call. An id
-// this service did not issue to the caller's workspace, for the domain,
-// frees nothing, and neither does an empty one (an empty value is one):
-// each counts one bad release.
+// a stream-done call. An id this service did not issue to the caller's
+// workspace, for the domain, frees nothing, and neither does an empty one
+// (an empty value is one): each counts one bad release.
 func (s *Service) release(ctx context.Context, ns pipeline.Namespace, domain string, p *plan) *rlsv3.RateLimitResponse_DescriptorStatus {
 	for _, id := range p.releaseIDs {
 		switch {

@@ -20,7 +20,8 @@ const opSlots = "slots"
 type TakeOutcome int
 
 const (
-	// TakeAnswered: the store answered, taken or refused.
+	// TakeAnswered: the store answered, taken or refused, or its answer
+	// was lost and a read of the pool showed the take applied (taken).
 	TakeAnswered TakeOutcome = iota
 	// TakeNotSent: the store takes no slots, was not sent the take (its
 	// breaker is open, no lane came free in time) or the clock reading was
@@ -46,7 +47,8 @@ type Taken struct {
 // TakeSlots takes cost slots of the pool of w (of limit), counted in w's
 // cell, at now in the regional store, in one atomic step with the
 // region's count of what the pool holds, and returns the answer and w's
-// cell when the store answered. Replayed counts reach the store some
+// cell when the store answered (or, its answer lost, a read with the
+// writer's total showed the take applied). Replayed counts reach the store some
 // milliseconds after they were taken, in which every process of the
 // region would see the same slots free; a window's few units over its
 // limit are repaid by the next window, but slots held by everyone's stale
