@@ -41,8 +41,9 @@
 //   - key: workspace, namespace, identifier and period: what one limit
 //     counts (cells.Key).
 //   - period: what a window's cells are, a value of package
-//     internal/period (a length, a calendar, a token bucket's cells, a
-//     concurrency limit's pool cell) with each kind's arithmetic. The
+//     internal/period (a length, a calendar, a token bucket's cells, the
+//     tokens given back to a bucket, a concurrency limit's pool cell) with
+//     each kind's arithmetic. The
 //     stores name it by a number where a length would be; only
 //     period.FromCode and Period.Code cross between the two.
 //   - window: the window of one key, held in memory: its two most

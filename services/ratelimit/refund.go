@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"hash/maphash"
+	"runtime"
 	"slices"
 	"sync"
 
@@ -26,11 +27,11 @@ import (
 //     later, so what stays held stays held at least as long. They reach
 //     the regional store with the next replay, as [Service.ReleaseLater]'s
 //     do.
-//   - A token bucket: up to Cost tokens back to this process's bucket,
-//     never past full (a part of a token owed counts as one). Its state
-//     is shared as counts of tokens taken, which only grow: the other
-//     processes and regions keep counting the tokens spent until they
-//     refill, which errs strict.
+//   - A token bucket: up to Cost tokens back, never past full (a part
+//     of a token owed counts as one), counted beside the bucket's cells
+//     as the tokens given back to it, which the other processes and
+//     regions give back to theirs as they see them (each never past
+//     full).
 //
 // What a cell holds is what this process knows of it, read from the
 // regional store first (req is checked first, cost 0, and a window's cells
@@ -84,11 +85,8 @@ func (s *Service) Refund(ctx context.Context, req Request) (Returned, error) {
 		given, fresh, err = s.refundSlots(ctx, &req, now)
 		mu.Unlock()
 	case TokenBucket:
-		// The bucket's state is one atomic instant: no lock.
-		key := keyOf(&req)
-		if w := s.windows.Find(&key); w != nil {
-			given = s.windows.GiveTokens(w, req.Cost, now)
-		}
+		// The bucket's own lock: its state is one instant.
+		given = s.refundTokens(&req, now)
 	default:
 		given, err = s.refundWindow(ctx, &req, now)
 	}
@@ -149,6 +147,54 @@ func (s *Service) refundWindow(ctx context.Context, req *Request, now int64) (in
 		}
 	}
 	return given, nil
+}
+
+// refundTokens gives up to req.Cost tokens back to req's token bucket at
+// now (unix ms), never past full, counted into the cell of now of the
+// tokens given back to it, and returns how many (see model.GiveTokens).
+// They reach the regional store with the next replay, as each process's
+// total, and the other regions as refunds do.
+func (s *Service) refundTokens(req *Request, now int64) int64 {
+	key := keyOf(req)
+	w := s.windows.Find(&key)
+	if w == nil {
+		return 0 // nothing taken here, as far as this process knows
+	}
+	gk := w.GivenKey()
+	var given int64
+	for range maxEvictionRetries {
+		// The given tokens' window is a refunds window: the cell table
+		// never refuses it.
+		gw, _, err := s.windows.FindOrCreate(&gk)
+		if err != nil {
+			return given
+		}
+		gw.ObserveLimit(req.Limit)
+		gc, _ := gw.CellAt(w.SeqOf(now), true)
+		if gc == nil {
+			return given // the window moved on past the cell meanwhile
+		}
+		if given == 0 {
+			if given = s.windows.GiveTokens(w, gw, gc, req.Cost, now); given == 0 {
+				return 0
+			}
+		} else {
+			// Given back already, and counted into a window the janitor
+			// removed: counted again into the one that replaces it.
+			cells.AddCapped(&gc.Count, given)
+		}
+		if gw.Evicted() {
+			runtime.Gosched()
+			continue
+		}
+		if s.regional != nil {
+			s.regional.QueueReplay(gw, gc, given)
+		}
+		s.global.NoteRefund(gw, gc)
+		s.metrics.refunded.Add(float64(given))
+		return given
+	}
+	return given
 }
 
 // refundSlots releases up to req.Cost slots of the pool of req's

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/regional"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit/storetest"
 )
@@ -295,6 +296,165 @@ func TestBucketRefundTraces(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestBucketRefundTracesUnderChange: random traces of a token bucket
+// whose parameters change on one request in 200, one request in five a
+// refund (Envoy's negative hits) at any process, against x/time/rate
+// given back what each refund gave. In one process nothing is admitted
+// that the reference would refuse. Across two processes of a region (the
+// other's give-backs seen as its admissions are, with and without one
+// regional write in ten faulted) what is admitted past the region's
+// convergence bound stays under 1 % of the tokens, as without refunds:
+// it is what two processes give back within a replay and a read of each
+// other past what the one bucket owed (each gives back no more than its
+// own bucket owes; see docs/models.md). Across two regions no share is
+// asserted, as for every bucket trace across regions (a region spends a
+// burst before it hears of the others); the report measures it. The
+// over-denial logged is what a process has not yet seen given back
+// elsewhere (before give-backs were shared, every refund another process
+// took was denied until the bucket refilled: 31 to 34 % of the requests
+// of the same traces).
+func TestBucketRefundTracesUnderChange(t *testing.T) {
+	for _, row := range []struct {
+		name   string
+		d      traceDeployment
+		n      int
+		nearby bool
+		share  float64 // -1: not asserted
+	}{
+		{"one process", traceDeployment{procs: 1}, *traceBudget, false, 0},
+		{"two processes", traceDeployment{procs: 2}, *traceBudget / 4, true, 0.01},
+		{"two processes, 1 regional write in 10 faulted", traceDeployment{procs: 2, faultEvery: 10}, *traceBudget / 4, true, 0.01},
+		{"two regions of two processes, 1 regional write in 10 faulted", traceDeployment{procs: 2, regions: 2, faultEvery: 10}, *traceBudget / 8, true, -1},
+	} {
+		t.Run(row.name, func(t *testing.T) {
+			var total traceCount
+			for _, seed := range traceSeeds(t, 4) {
+				c := bucketTrace(t, seed, row.n, row.d, 200, row.nearby, 5)
+				if row.share >= 0 && c.overTokens > row.share*float64(c.tokens) {
+					t.Errorf("seed %d: %d of %d admissions over x/time/rate past the convergence bound (%.1f tokens of %d)",
+						seed, c.overAdmitted, c.admitted, c.overTokens, c.tokens)
+				}
+				total.add(c)
+			}
+			t.Logf("%d requests, %d admitted (%d tokens), %d given back, %d over-admitted (%.1f tokens), %d over-denied (%.3f %%)",
+				total.requests, total.admitted, total.tokens, total.refunded, total.overAdmitted, total.overTokens, total.overDenied, pct(total.overDenied, total.requests))
+		})
+	}
+}
+
+// TestBucketRefundTracesOnRealServers: the two-process refund traces on
+// a real Redis, one write in ten faulted at the store seam: past the
+// region's convergence bound under 1 % of the tokens, as in memory.
+func TestBucketRefundTracesOnRealServers(t *testing.T) {
+	runTraces(t, realDeployments(t)[:1], 2, 0.01, func(seed uint64, d traceDeployment) traceCount {
+		return bucketTrace(t, seed, *traceBudget/40, d, 200, true, 5)
+	})
+}
+
+// givenCell returns the store's cell of the tokens given back to r's
+// token bucket at now (unix ms).
+func givenCell(r Request, now int64) store.CellKey {
+	k := keyOf(&r)
+	p := k.Period.Given()
+	return store.CellKey{Workspace: r.Workspace, Namespace: r.Namespace, Identifier: r.Identifier,
+		Duration: time.Duration(p.Code()) * time.Millisecond, Sequence: now / p.Ms(), Refunds: true}
+}
+
+// TestBucketRefundsReachOtherProcesses: a token bucket of 10 an hour on
+// two processes of a region. A takes all 10 and B, reading the store,
+// is refused; A is refunded 10 while the write of what it gave back is
+// lost, applied and answered late, or applied twice; the replay loop
+// runs. B then admits 10 and no more, the store holds 10 given back, and
+// A, having seen B's, admits nothing. (Before, a bucket's give-back
+// stayed in the process that was asked: B admitted none.)
+func TestBucketRefundsReachOtherProcesses(t *testing.T) {
+	for _, f := range refundFaults {
+		t.Run(f.name, func(t *testing.T) {
+			clock, faulty, a, b := twoOnFaultyStore(t)
+			r := req("bucket", 10, time.Hour, 1)
+			r.Algorithm = TokenBucket
+			ten := r
+			ten.Cost = 10
+			if !mustLimit(t, a.Service, ten).Success {
+				t.Fatal("A was refused 10 of a full bucket of 10")
+			}
+			a.tick()
+			if mustLimit(t, b.Service, r).Success {
+				t.Fatal("B admitted from a bucket A emptied")
+			}
+			faulty.SetWriteFault(onRefunds(f.fault))
+			if g := refundOn(t, a.Service, ten); g != 10 {
+				t.Fatalf("A gave back %d of 10 taken", g)
+			}
+			a.tick()
+			faulty.SetWriteFault(nil)
+			for range 3 {
+				a.tick()
+				b.tick()
+			}
+			// B's key is strict (it refused): its next decision reads
+			// the store.
+			clock.Advance(regional.StrictRefreshInterval)
+			if n := admitted(t, b.Service, r, 11); n != 10 {
+				t.Fatalf("B admitted %d of 11 after A gave all 10 back, want 10", n)
+			}
+			if n := faulty.Regional.(*storetest.MemRegional).Count(givenCell(r, clock.Now().UnixMilli())); n != 10 {
+				t.Fatalf("the store holds %d tokens given back, want 10", n)
+			}
+			for range 3 {
+				a.tick()
+				b.tick()
+			}
+			clock.Advance(regional.MaxCopyAge)
+			if mustLimit(t, a.Service, r).Success {
+				t.Fatal("A admitted from a bucket B emptied again")
+			}
+		})
+	}
+}
+
+// TestBucketRefundsReachOtherRegions: the same across two regions that
+// share one global store: what us gives back reaches eu with a flush and
+// a sync, once however often each runs.
+func TestBucketRefundsReachOtherRegions(t *testing.T) {
+	mem := storetest.NewMemGlobal()
+	clock := newFakeClock(1_700_000_010_000)
+	us, eu := newRegion(t, "us", mem, clock), newRegion(t, "eu", mem, clock)
+	r := req("bucket", 10, time.Hour, 1)
+	r.Algorithm = TokenBucket
+	ten := r
+	ten.Cost = 10
+	if mustLimit(t, eu.Service, req("bucket", 10, time.Hour, 0)).Remaining != 10 {
+		t.Fatal("eu's bucket is not full")
+	}
+	if !mustLimit(t, us.Service, ten).Success {
+		t.Fatal("us was refused 10 of a full bucket of 10")
+	}
+	us.flush()
+	eu.sync()
+	if mustLimit(t, eu.Service, r).Success {
+		t.Fatal("eu admitted from a bucket us emptied")
+	}
+	if g := refundOn(t, us.Service, ten); g != 10 {
+		t.Fatalf("us gave back %d of 10 taken", g)
+	}
+	for range 2 {
+		us.promptFlush()
+		us.flush()
+		eu.sync()
+		eu.flush()
+		us.sync()
+	}
+	if n := admitted(t, eu.Service, r, 11); n != 10 {
+		t.Fatalf("eu admitted %d of 11 after us gave all 10 back, want 10", n)
+	}
+	eu.flush()
+	us.sync()
+	if mustLimit(t, us.Service, r).Success {
+		t.Fatal("us admitted from a bucket eu emptied again")
 	}
 }
 

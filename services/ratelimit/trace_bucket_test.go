@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -83,6 +84,8 @@ type traceCount struct {
 	// the reference's tokens.
 	overAdmitted, overDenied int
 	overTokens               float64
+	// refunded is what refunds gave back.
+	refunded int64
 }
 
 func (c *traceCount) add(o traceCount) {
@@ -92,6 +95,7 @@ func (c *traceCount) add(o traceCount) {
 	c.overAdmitted += o.overAdmitted
 	c.overDenied += o.overDenied
 	c.overTokens += o.overTokens
+	c.refunded += o.refunded
 }
 
 // randomBucketParams returns parameters a caller might send: a rate of 1
@@ -122,8 +126,10 @@ func nearbyBucketParams(rng *rand.Rand, p bucketParams) bucketParams {
 // d, its parameters changing on one request in changeEvery (to any
 // others, or with nearby to some within a tenth of the last), with time
 // moving on between requests so that the traffic runs at about twice the
-// rate.
-func bucketTrace(t testing.TB, seed uint64, n int, d traceDeployment, changeEvery int, nearby bool) traceCount {
+// rate. With refundEvery, one request in that many is a refund (Envoy's
+// negative hits) at any process instead: the reference gets back what
+// the limiter gave, never past its burst.
+func bucketTrace(t testing.TB, seed uint64, n int, d traceDeployment, changeEvery int, nearby bool, refundEvery int) traceCount {
 	rng := rand.New(rand.NewPCG(seed, uint64(d.procs)))
 	start := int64(1_700_000_000_000) + rng.Int64N(1<<40)
 	clock := newFakeClock(start)
@@ -172,6 +178,18 @@ func bucketTrace(t testing.TB, seed uint64, n int, d traceDeployment, changeEver
 		// tokens again. That is the region's convergence bound; what it
 		// admits beyond it is an over-admission.
 		proc := rng.IntN(procs)
+		if refundEvery > 0 && rng.IntN(refundEvery) == 0 {
+			ret, err := ps[proc].Refund(context.Background(), p.request("k", cost))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ret.Given > cost {
+				t.Fatalf("a refund of %d gave %d", cost, ret.Given)
+			}
+			giveBackRef(ref, at, ret.Given)
+			c.refunded += ret.Given
+			continue
+		}
 		unseen := float64(d.unseen(recent, region, proc, now, copyAge(ps[proc], p.request("k", cost), now)))
 		refOK := cost <= p.burst && tokens+unseen+1e-6 >= float64(cost)
 		refStrictOK := cost <= p.burst && tokens+1e-6 >= float64(cost)
@@ -198,13 +216,23 @@ func bucketTrace(t testing.TB, seed uint64, n int, d traceDeployment, changeEver
 	return c
 }
 
+// giveBackRef gives n tokens back to ref at at: x/time/rate's ReserveN
+// of a negative count adds them to its tokens, and every later read of
+// the limiter (TokensAt, a reservation, a change of its limit or burst)
+// caps them at its burst first, so that they fill the bucket no further.
+func giveBackRef(ref *rate.Limiter, at time.Time, n int64) {
+	if n > 0 {
+		ref.ReserveN(at, -int(n))
+	}
+}
+
 // TestBucketTracesUnderChange: in one process, a bucket whose parameters
 // change on one request in 200 admits nothing x/time/rate would refuse
 // (before, buckets with an explicit burst admitted 11.8 % more).
 func TestBucketTracesUnderChange(t *testing.T) {
 	var total traceCount
 	for _, seed := range traceSeeds(t, 4) {
-		c := bucketTrace(t, seed, *traceBudget, traceDeployment{procs: 1}, 200, false)
+		c := bucketTrace(t, seed, *traceBudget, traceDeployment{procs: 1}, 200, false, 0)
 		if c.overAdmitted != 0 {
 			t.Errorf("seed %d: %d of %d admissions over x/time/rate (%.1f tokens)", seed, c.overAdmitted, c.admitted, c.overTokens)
 		}
@@ -227,7 +255,7 @@ func TestBucketTracesUnderChange(t *testing.T) {
 func TestBucketTracesTwoProcesses(t *testing.T) {
 	var total traceCount
 	for _, seed := range traceSeeds(t, 4) {
-		c := bucketTrace(t, seed, *traceBudget/4, traceDeployment{procs: 2}, 200, true)
+		c := bucketTrace(t, seed, *traceBudget/4, traceDeployment{procs: 2}, 200, true, 0)
 		if c.overTokens > 0.01*float64(c.tokens) {
 			t.Errorf("seed %d: %d of %d admissions over x/time/rate past the convergence bound (%.1f tokens)", seed, c.overAdmitted, c.admitted, c.overTokens)
 		}
@@ -267,10 +295,29 @@ func TestWriteChangeReport(t *testing.T) {
 		n, budget := row.d.reportBudget()
 		seeds := traceSeeds(t, n)
 		for _, seed := range seeds {
-			total.add(bucketTrace(t, seed, budget, row.d, 200, row.nearby))
+			total.add(bucketTrace(t, seed, budget, row.d, 200, row.nearby, 0))
 		}
 		fmt.Fprintf(&b, "| token bucket | %s | on 1 request in 200, %s | x/time/rate, SetLimitAt and SetBurstAt | %d | %d | %d | %d (%.1f tokens, %.3f %% of those admitted) | %d (%.3f %%) |\n",
 			row.deployment, row.changes, len(seeds), total.requests, total.admitted, total.overAdmitted, total.overTokens,
+			100*total.overTokens/float64(total.tokens), total.overDenied, pct(total.overDenied, total.requests))
+	}
+	// With refunds (Envoy's negative hits) on one request in five, at
+	// any process: the reference is given back what each refund gave.
+	for _, row := range []namedDeployment{
+		{"one process", traceDeployment{procs: 1}},
+		{"two processes, one regional store (in memory)", traceDeployment{procs: 2}},
+		{"two processes, 1 regional write in 10 lost, late or twice", traceDeployment{procs: 2, faultEvery: 10}},
+		{"two regions of two processes, global store (in memory), 1 regional write in 10 faulted", traceDeployment{procs: 2, regions: 2, faultEvery: 10}},
+		onServers[0],
+	} {
+		var total traceCount
+		n, budget := row.d.reportBudget()
+		seeds := traceSeeds(t, n)
+		for _, seed := range seeds {
+			total.add(bucketTrace(t, seed, budget, row.d, 200, row.d.procs > 1, 5))
+		}
+		fmt.Fprintf(&b, "| token bucket, 1 request in 5 a refund | %s | on 1 request in 200 | x/time/rate given back what each refund gave | %d | %d | %d | %d (%.1f tokens, %.3f %% of those admitted) | %d (%.3f %%) |\n",
+			row.name, len(seeds), total.requests, total.admitted, total.overAdmitted, total.overTokens,
 			100*total.overTokens/float64(total.tokens), total.overDenied, pct(total.overDenied, total.requests))
 	}
 	for _, row := range append(slices.Clone(leaseDeployments), onServers...) {
@@ -352,6 +399,6 @@ func newTraceRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0)
 // asserts a share.) A short budget: each request is a round trip or more.
 func TestBucketTracesOnRealServers(t *testing.T) {
 	runTraces(t, realDeployments(t)[:1], 2, 0.01, func(seed uint64, d traceDeployment) traceCount {
-		return bucketTrace(t, seed, *traceBudget/40, d, 200, true)
+		return bucketTrace(t, seed, *traceBudget/40, d, 200, true, 0)
 	})
 }

@@ -197,9 +197,32 @@ func IsBucketCode(durationMs int64) bool {
 	return durationMs >= bucketBase+MinBucketShift && durationMs <= bucketBase+MaxBucketShift
 }
 
+// givenBase is what GivenCode adds to the exponent of a token bucket's
+// cell length: 64 past bucketBase, so that the codes of the tokens given
+// back to a bucket never meet the bucket's own.
+const givenBase = bucketBase + 64
+
+// GivenCode returns the duration, in ms, that names the cells of the
+// tokens given back to a token bucket whose cells last 2^shift ms (see
+// BucketCode): the bucket's refunds, counted apart from its cells'
+// refunds, which carry its seed (what it owed when its parameters
+// changed, max-merged) and cannot carry a sum as well. They are written
+// as refunds are, each process's total (see [Increment.Writer]), and on
+// the same grid as the bucket's cells.
+func GivenCode(shift int64) int64 { return givenBase + shift }
+
+// GivenCodeShift returns the exponent of the cell length a GivenCode
+// names.
+func GivenCodeShift(code int64) int64 { return code - givenBase }
+
+// IsGivenCode reports whether durationMs is a GivenCode.
+func IsGivenCode(durationMs int64) bool {
+	return durationMs >= givenBase+MinBucketShift && durationMs <= givenBase+MaxBucketShift
+}
+
 // CellLength returns the length in ms of the cells of a window of
-// durationMs: a pool code's grid, a bucket code's power of two, or
-// durationMs itself. A calendar's code has no one length: callers ask
+// durationMs: a pool code's grid, a bucket code's (or a given code's)
+// power of two, or durationMs itself. A calendar's code has no one length: callers ask
 // calendar.IsCode first.
 func CellLength(durationMs int64) int64 {
 	switch {
@@ -208,6 +231,8 @@ func CellLength(durationMs int64) int64 {
 		return 1000 << shift
 	case IsBucketCode(durationMs):
 		return 1 << (durationMs - bucketBase)
+	case IsGivenCode(durationMs):
+		return 1 << (durationMs - givenBase)
 	}
 	return durationMs
 }

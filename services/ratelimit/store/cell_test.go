@@ -53,20 +53,30 @@ func TestPoolCodes(t *testing.T) {
 	}
 }
 
-// TestBucketCodes: a bucket's code is neither a length, a pool cell.s nor a
-// calendar's, and names cells of its power of two of ms.
+// TestBucketCodes: a bucket's code, and the code of the tokens given
+// back to it, is neither a length, a pool cell's, a calendar's nor the
+// other, and names cells of its power of two of ms.
 func TestBucketCodes(t *testing.T) {
 	for shift := int64(store.MinBucketShift); shift <= store.MaxBucketShift; shift++ {
-		code := store.BucketCode(shift)
-		if !store.IsBucketCode(code) || store.IsPoolCode(code) || calendar.IsCode(code) {
-			t.Fatalf("code %d: IsBucketCode %v, IsPoolCode %v, a calendar's %v",
-				code, store.IsBucketCode(code), store.IsPoolCode(code), calendar.IsCode(code))
+		code, given := store.BucketCode(shift), store.GivenCode(shift)
+		if !store.IsBucketCode(code) || store.IsPoolCode(code) || calendar.IsCode(code) || store.IsGivenCode(code) {
+			t.Fatalf("code %d: IsBucketCode %v, IsPoolCode %v, a calendar's %v, IsGivenCode %v",
+				code, store.IsBucketCode(code), store.IsPoolCode(code), calendar.IsCode(code), store.IsGivenCode(code))
 		}
-		if got := store.CellLength(code); got != 1<<shift {
-			t.Fatalf("CellLength(BucketCode(%d)) = %d, want %d", shift, got, int64(1)<<shift)
+		if !store.IsGivenCode(given) || store.IsBucketCode(given) || store.IsPoolCode(given) || calendar.IsCode(given) {
+			t.Fatalf("given code %d: IsGivenCode %v, IsBucketCode %v, IsPoolCode %v, a calendar's %v",
+				given, store.IsGivenCode(given), store.IsBucketCode(given), store.IsPoolCode(given), calendar.IsCode(given))
 		}
-		if d := time.Duration(code) * time.Millisecond; d.Milliseconds() != code {
-			t.Fatalf("code %d does not fit a time.Duration", code)
+		if store.GivenCodeShift(given) != shift {
+			t.Fatalf("GivenCodeShift(GivenCode(%d)) = %d", shift, store.GivenCodeShift(given))
+		}
+		for _, c := range []int64{code, given} {
+			if got := store.CellLength(c); got != 1<<shift {
+				t.Fatalf("CellLength(%d) = %d, want %d", c, got, int64(1)<<shift)
+			}
+			if d := time.Duration(c) * time.Millisecond; d.Milliseconds() != c {
+				t.Fatalf("code %d does not fit a time.Duration", c)
+			}
 		}
 	}
 	if store.IsBucketCode(1 << 35) {

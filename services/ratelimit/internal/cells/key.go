@@ -2,8 +2,10 @@ package cells
 
 import (
 	"hash/maphash"
+	"time"
 
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
+	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
 
 // Key identifies one window: every cell of one limit of one
@@ -19,6 +21,22 @@ type Key struct {
 	// Refunds names the window that holds the key's refunds (see
 	// Service.GiveBack) rather than the key's own.
 	Refunds bool
+}
+
+// CellKey returns the name of k's cell of seq, for the stores (as the
+// window of k names it: see Window.CellKey).
+func (k *Key) CellKey(seq int64) store.CellKey {
+	return store.CellKey{Workspace: k.Workspace, Namespace: k.Namespace, Identifier: k.Identifier,
+		Duration: time.Duration(k.Period.Code()) * time.Millisecond, Sequence: seq, Refunds: k.Refunds}
+}
+
+// Owner returns the key of the window whose refunds k names (k, for a
+// key that names a window's own counts): k without Refunds, and for the
+// tokens given back to a token bucket, the bucket's cells.
+func (k Key) Owner() Key {
+	k.Refunds = false
+	k.Period = k.Period.Bucket()
+	return k
 }
 
 // Hash hashes every part separately and mixes the results, so that parts can

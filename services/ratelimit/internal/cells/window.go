@@ -110,6 +110,16 @@ func (w *Window) RefundsKey() Key {
 	return k
 }
 
+// GivenKey returns the key of the window that holds the tokens given
+// back to w, a token bucket's window (see period.Period.Given): a refunds
+// window of its own, beside RefundsKey's, which holds the bucket's seed.
+func (w *Window) GivenKey() Key {
+	k := w.Key()
+	k.Period = k.Period.Given()
+	k.Refunds = true
+	return k
+}
+
 // CellKey returns the name of w's cell of seq, for the stores.
 func (w *Window) CellKey(seq int64) store.CellKey {
 	sc := w.scope.Value()

@@ -195,8 +195,9 @@ func (t *Table) loadOrCreate(k *Key, h uint64) (*Window, bool, error) {
 func (t *Table) reserve(k *Key) bool {
 	if k.Refunds {
 		// A key's refunds window is not counted: there is at most one for
-		// each window the cap admitted, and a refund must never be turned
-		// away after its reservation was counted.
+		// each window the cap admitted (two for a token bucket's: its
+		// seed, and the tokens given back to it), and a refund must never
+		// be turned away after its reservation was counted.
 		return true
 	}
 	n, _ := t.perWorkspace.LoadOrCompute(k.Workspace, func() (*atomic.Int64, bool) {

@@ -535,13 +535,13 @@ func (g *Tier) apply(row *store.GlobalCount, now int64) bool {
 	return true
 }
 
-// reserve marks the cell seq of the key whose refunds k names as reserved,
-// so that decisions weigh the refunds a sync imports for it, and returns
-// the key's window, or nil if the process does not hold that cell: refunds
-// of a key without a window here are of no decision's concern.
+// reserve marks the cell seq of the key whose refunds k names (see
+// cells.Key.Owner) as reserved, so that decisions weigh the refunds a sync
+// imports for it, and returns the key's window, or nil if the process does
+// not hold that cell: refunds of a key without a window here are of no
+// decision's concern.
 func (g *Tier) reserve(k *cells.Key, seq int64) *cells.Window {
-	key := *k
-	key.Refunds = false
+	key := k.Owner()
 	w := g.table.Find(&key)
 	if w == nil {
 		return nil

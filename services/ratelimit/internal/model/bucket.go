@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/big"
 	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,7 +41,11 @@ import (
 // than it was, never fuller: what it gets wrong the other way is what the
 // processes admit between two reads of each other, as with every model.
 // What is counted whatever the verdict takes it at most one burst past
-// empty (maxDebt).
+// empty (maxDebt). Tokens given back (a refund: Envoy's negative hits)
+// are counted as the admissions are, in a grow-only count of their own
+// beside the cells (see cells.Window.GivenKey): each process gives its
+// bucket back what that count grew by since it last did, once however
+// often it sees it, never past full (see GiveTokens and giveBackTo).
 //
 // A bucket is one state per identity (workspace, namespace, identifier):
 // its rate, burst and unit are parameters, not identity. A decision with
@@ -91,6 +96,18 @@ type Bucket struct {
 	// windows are those windows, under mu: a decision on one keeps the
 	// others fresh (see Table.refreshSiblings).
 	windows []*cells.Window
+	// settled is, under mu, for each cell of tokens given back to the
+	// bucket that counts now (see Table.giveBackTo), how much of it the
+	// bucket took back: what a count of it seen again gives only the
+	// growth of, however often it is seen (a read, a replay's answer, a
+	// sync, a window the janitor removed and a read made again).
+	settled []settledCell
+}
+
+// settledCell is how much of one cell of tokens given back a bucket took
+// back: the cell's code and sequence, and the total.
+type settledCell struct {
+	code, seq, n int64
 }
 
 // init sets b's parameters to sp's, for a new bucket.
@@ -337,16 +354,20 @@ func (t *Table) returnTokens(w *cells.Window, c *cells.Cell, sp Spec, cost int64
 }
 
 // GiveTokens gives up to cost tokens back to w's bucket at now (unix ms),
-// never past full, and returns how many it gave (a part of a token owed
-// counts as one): a give-back of this process's own. The counts the
-// processes share only grow, so the tokens stay spent in what the others
-// read, until they refill, which errs strict.
-func (t *Table) GiveTokens(w *cells.Window, cost, now int64) int64 {
+// never past full, counts them into gc, the cell of w's given tokens (see
+// cells.Window.GivenKey) of now, and returns how many it gave (a part of
+// a token owed counts as one). What gc counts reaches the other processes
+// and regions, which take as many back from their buckets (see
+// giveBackTo); this bucket has them back already.
+func (t *Table) GiveTokens(w, gw *cells.Window, gc *cells.Cell, cost, now int64) int64 {
 	b, ok := t.buckets.Load(w)
 	if !ok || cost <= 0 {
 		return 0
 	}
 	nowNs := now * int64(time.Millisecond)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var give int64
 	for {
 		limit, durMs := b.limit.Load(), b.durMs.Load()
 		tat := b.tat.Load()
@@ -354,9 +375,80 @@ func (t *Table) GiveTokens(w *cells.Window, cost, now int64) int64 {
 			return 0 // full
 		}
 		one := refill(1, limit, durMs)
-		give := min(cost, (tat-nowNs+one-1)/one)
+		give = min(cost, (tat-nowNs+one-1)/one)
 		if b.tat.CompareAndSwap(tat, max(tat-refill(give, limit, durMs), nowNs)) {
-			return give
+			break
+		}
+	}
+	cells.AddCapped(&gc.Count, give)
+	s := b.settledOf(gw.Period().Code(), gc.Seq(), now)
+	s.n += give
+	return give
+}
+
+// giveBackTo gives the bucket of gw's identity back what c, a cell of
+// the tokens given back to it, holds (this region's count and the other
+// regions') past what the bucket took back of it already, at now (unix
+// ms), never past full: the growth of what other processes and regions
+// gave back, seen by a read, a replay's answer or a sync, or what the
+// cells held when the bucket was made. Seen again, a count gives
+// nothing: a give-back replayed after a timeout, or read twice, is taken
+// back once.
+func (t *Table) giveBackTo(gw *cells.Window, c *cells.Cell, now int64) {
+	k := gw.Key()
+	b, ok := t.bucketIDs.Load(bucketID{k.Workspace, k.Namespace, k.Identifier})
+	if !ok {
+		return // no bucket: one made reads the cells (see bucketOf)
+	}
+	b.settle(gw.Period().Code(), c, now)
+}
+
+// settle takes back into b what c, a cell of given tokens named by code,
+// holds past what b took back of it, at now (unix ms).
+func (b *Bucket) settle(code int64, c *cells.Cell, now int64) {
+	if c.Seq() < now/store.CellLength(code)-1 {
+		return // given back of tokens the bucket has refilled since
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.settledOf(code, c.Seq(), now)
+	total := c.Count.Load() + c.Global.Load()
+	if total <= s.n {
+		return
+	}
+	b.give(total-s.n, now*int64(time.Millisecond))
+	s.n = total
+}
+
+// settledOf returns what b took back of the given tokens of cell seq of
+// code, under b.mu, made on first use; cells that count no more at now
+// (unix ms) are forgotten.
+func (b *Bucket) settledOf(code, seq, now int64) *settledCell {
+	b.settled = slices.DeleteFunc(b.settled, func(s settledCell) bool {
+		return s.seq < now/store.CellLength(s.code)-1
+	})
+	for i := range b.settled {
+		if s := &b.settled[i]; s.code == code && s.seq == seq {
+			return s
+		}
+	}
+	b.settled = append(b.settled, settledCell{code: code, seq: seq})
+	return &b.settled[len(b.settled)-1]
+}
+
+// give gives n tokens back to b at at (unix ns), at the rate it last
+// observed, never past full.
+func (b *Bucket) give(n, at int64) {
+	limit, durMs := b.limit.Load(), b.durMs.Load()
+	if n <= 0 || limit <= 0 || durMs <= 0 {
+		return
+	}
+	back := refill(n, limit, durMs)
+	for {
+		tat := b.tat.Load()
+		next := max(tat-back, at)
+		if next >= tat || b.tat.CompareAndSwap(tat, next) {
+			return
 		}
 	}
 }
@@ -371,10 +463,13 @@ func (t *Table) Raise(w *cells.Window, c *cells.Cell, v *atomic.Int64, n, now in
 	if !raised || t.buckets.Size() == 0 {
 		return
 	}
-	if b, ok := t.buckets.Load(w); ok {
+	switch b, ok := t.buckets.Load(w); {
+	case ok:
 		b.take(n-old, arrival(w, c, now))
-	} else if w.HoldsRefunds() && w.Period().Kind() == period.Bucket {
+	case w.HoldsRefunds() && w.Period().Kind() == period.Bucket:
 		t.applySeed(w, n, now)
+	case w.Period().Kind() == period.Given:
+		t.giveBackTo(w, c, now)
 	}
 }
 

@@ -24,8 +24,9 @@ func bucketIDOf(w *cells.Window) bucketID {
 // making it on first use at sp's rate, and reports whether w attached the
 // bucket that the identity's other windows held until now (its cells
 // changed length). A bucket made takes what w's cells already hold (see
-// arrival) and their seed (see Table.seedBucket), as if owed at once: a
-// cold read errs strict. A bucket attached keeps the emptier of what it
+// arrival) and their seed (see Table.seedBucket), as if owed at once (a
+// cold read errs strict), and takes back what was given back of them
+// (see Table.giveBackTo). A bucket attached keeps the emptier of what it
 // knew and the seed (which another process that moved first left with
 // what it owed, itself included) and takes what w's cells count, which
 // this process has not seen: admissions there since the first process
@@ -79,6 +80,16 @@ func (t *Table) bucketOf(w *cells.Window, sp Spec, now int64) (b *Bucket, attach
 		if s.c != nil {
 			if n := s.c.Count.Load() + s.c.Global.Load(); n > s.n {
 				b.take(n-s.n, arrival(w, s.c, now))
+			}
+		}
+	}
+	// What was given back of the bucket, taken back after what was
+	// taken (see giveBackTo; settled once, however often seen).
+	gk := w.GivenKey()
+	if gw := t.Find(&gk); gw != nil {
+		for _, i := range gw.CellOrder() {
+			if c := gw.Cells[i].Load(); c != nil {
+				b.settle(gk.Period.Code(), c, now)
 			}
 		}
 	}

@@ -1,7 +1,7 @@
 // Package period names the cells of a window and does each kind's
 // arithmetic: which cell holds an instant, when a cell starts and ends,
 // when it can no longer affect a decision. A window's cells are fixed
-// periods of one of four kinds:
+// periods of one of five kinds:
 //
 //   - a length: the cells of a sliding or fixed window, one window long;
 //   - a calendar: days, ISO weeks, months or years in a time zone;
@@ -10,7 +10,10 @@
 //     burst keeps its cells;
 //   - one cell of a concurrency limit's pool: the slots that free
 //     themselves at its end, on a grid of a power of two seconds fitted
-//     to their lease.
+//     to their lease;
+//   - the tokens given back to a token bucket, on its cells' grid: a
+//     window of refunds of its own, since the bucket's refunds carry its
+//     seed.
 //
 // A [Period] is a value: comparable, the same whichever call made it. The
 // stores know a period only by a number where a window's length would be
@@ -39,6 +42,10 @@ const (
 	// Pool is one cell of a concurrency limit's pool: the slots counted
 	// in it free themselves at its end.
 	Pool
+	// Given is the tokens given back to a token bucket, on the grid of
+	// its Bucket cells: only ever a refunds window's (see
+	// [Period.Given]).
+	Given
 )
 
 // String names the kind.
@@ -52,16 +59,19 @@ func (k Kind) String() string {
 		return "bucket"
 	case Pool:
 		return "pool"
+	case Given:
+		return "given"
 	}
 	return "none"
 }
 
 // Period is the cells of a window. The zero value names none; make one
-// with [OfLength], [OfCalendar], [BucketCells], [PoolCell] or [ForLease].
+// with [OfLength], [OfCalendar], [BucketCells], [PoolCell] or [ForLease],
+// or a bucket's [Period.Given].
 type Period struct {
 	kind Kind
-	// shift is a Bucket's cell length, 2^shift ms, or a Pool's grid,
-	// 2^shift s.
+	// shift is a Bucket's (and a Given's) cell length, 2^shift ms, or a
+	// Pool's grid, 2^shift s.
 	shift uint8
 	// n is a Length's length in ms, or a Pool's cell.
 	n   int64
@@ -77,6 +87,26 @@ func OfCalendar(c calendar.Period) Period { return Period{kind: Calendar, cal: c
 // BucketCells returns a token bucket's cells of 2^shift ms, shift from
 // store.MinBucketShift to store.MaxBucketShift.
 func BucketCells(shift int64) Period { return Period{kind: Bucket, shift: uint8(shift)} }
+
+// Given returns the cells of the tokens given back to the token bucket
+// whose cells p is (a Bucket's; any other period names none): the same
+// grid, apart in every store, and counted as refunds are (see
+// store.GivenCode). Bucket reverses it.
+func (p Period) Given() Period {
+	if p.kind != Bucket {
+		return Period{}
+	}
+	return Period{kind: Given, shift: p.shift}
+}
+
+// Bucket returns the cells of the token bucket whose given tokens p
+// counts (a Given's), else p.
+func (p Period) Bucket() Period {
+	if p.kind != Given {
+		return p
+	}
+	return Period{kind: Bucket, shift: p.shift}
+}
 
 // PoolCell returns cell of a pool's grid of 2^shift s (shift from 0 to
 // store.MaxPoolShift): the slots that free themselves at cell·2^shift s.
@@ -108,6 +138,8 @@ func FromCode(code int64) (Period, bool) {
 		return PoolCell(shift, cell), true
 	case store.IsBucketCode(code):
 		return BucketCells(store.BucketCodeShift(code)), true
+	case store.IsGivenCode(code):
+		return Period{kind: Given, shift: uint8(store.GivenCodeShift(code))}, true
 	case calendar.IsCode(code):
 		c, ok := calendar.ByCode(code)
 		if !ok {
@@ -126,6 +158,8 @@ func (p Period) Code() int64 {
 		return p.cal.Code()
 	case Bucket:
 		return store.BucketCode(int64(p.shift))
+	case Given:
+		return store.GivenCode(int64(p.shift))
 	case Pool:
 		return store.PoolCode(int64(p.shift), p.n)
 	}
@@ -156,14 +190,14 @@ func (p Period) Cell() int64 { return p.n }
 // themselves, in unix ms.
 func (p Period) CellEnd() int64 { return store.PoolCellEnd(int64(p.shift), p.n) }
 
-// Ms returns the length of p's cells in ms: a Length's, a Bucket's, a
-// Pool's grid; for a Calendar, the shortest period of its unit (a day
+// Ms returns the length of p's cells in ms: a Length's, a Bucket's (and
+// a Given's), a Pool's grid; for a Calendar, the shortest period of its unit (a day
 // that loses an hour to daylight saving).
 func (p Period) Ms() int64 {
 	switch p.kind {
 	case Calendar:
 		return p.cal.Unit().Shortest().Milliseconds()
-	case Bucket:
+	case Bucket, Given:
 		return 1 << p.shift
 	case Pool:
 		return 1000 << p.shift

@@ -26,6 +26,36 @@ func periods(t *testing.T) []period.Period {
 		period.OfCalendar(berlin), period.OfCalendar(day),
 		period.BucketCells(store.MinBucketShift), period.BucketCells(20), period.BucketCells(store.MaxBucketShift),
 		period.PoolCell(0, 1_764_000_000), period.PoolCell(3, 220_500_000), period.PoolCell(store.MaxPoolShift, 6_890_625),
+		period.BucketCells(store.MinBucketShift).Given(), period.BucketCells(20).Given(), period.BucketCells(store.MaxBucketShift).Given(),
+	}
+}
+
+// TestGiven: the tokens given back to a bucket are on its cells' grid,
+// of a kind of their own, and name the bucket back; no other period has
+// them.
+func TestGiven(t *testing.T) {
+	for _, shift := range []int64{store.MinBucketShift, 20, store.MaxBucketShift} {
+		b := period.BucketCells(shift)
+		g := b.Given()
+		if g.Kind() != period.Given || g.Bucket() != b || g.Ms() != b.Ms() || g == b {
+			t.Fatalf("BucketCells(%d).Given() = %+v: kind %v, Bucket() %+v, %d ms", shift, g, g.Kind(), g.Bucket(), g.Ms())
+		}
+		for _, now := range []int64{1_700_000_000_000, 1_700_000_000_000 + 3<<shift + 17} {
+			gs, gStart, gEnd := g.At(now)
+			bs, bStart, bEnd := b.At(now)
+			if gs != bs || gStart != bStart || gEnd != bEnd || g.ExpiresAt(gs) != b.ExpiresAt(bs) {
+				t.Fatalf("shift %d at %d: given cell %d [%d, %d) expires %d, the bucket's %d [%d, %d) expires %d",
+					shift, now, gs, gStart, gEnd, g.ExpiresAt(gs), bs, bStart, bEnd, b.ExpiresAt(bs))
+			}
+		}
+	}
+	for _, p := range []period.Period{period.OfLength(60_000), period.PoolCell(0, 5)} {
+		if g := p.Given(); g != (period.Period{}) {
+			t.Fatalf("%v.Given() = %+v, want none", p.Kind(), g)
+		}
+		if p.Bucket() != p {
+			t.Fatalf("%v.Bucket() = %+v, want itself", p.Kind(), p.Bucket())
+		}
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 
 	"github.com/puzpuzpuz/xsync/v4"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
+	"github.com/unkeyed/ratelimit/services/ratelimit/internal/period"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/pool"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 )
@@ -408,9 +409,9 @@ func (r *Tier) refresh(ctx context.Context, ws []*cells.Window, now int64, op st
 	}
 	// The refunds of reserved cells are read in the same round trip.
 	refunds := r.refundsToRead(ws, now)
-	for _, rw := range refunds {
-		seq := rw.SeqOf(now)
-		keys = append(keys, rw.CellKey(seq), rw.CellKey(seq-1))
+	for _, rr := range refunds {
+		seq, _, _ := rr.key.Period.At(now)
+		keys = append(keys, rr.key.CellKey(seq), rr.key.CellKey(seq-1))
 	}
 	counts, err := r.call(ctx, op, timeout, func(ctx context.Context) ([]int64, error) {
 		return r.store.Load(ctx, keys)
@@ -432,23 +433,50 @@ func (r *Tier) refresh(ctx context.Context, ws []*cells.Window, now int64, op st
 		}
 	}
 	counts = counts[2*len(ws):]
-	for i, rw := range refunds {
+	for i, rr := range refunds {
+		cur, prev := counts[2*i], counts[2*i+1]
+		rw := rr.w
+		if rw == nil {
+			if cur <= 0 && prev <= 0 {
+				continue // nothing given back, and nothing held to merge into
+			}
+			var err error
+			if rw, _, err = r.table.FindOrCreate(&rr.key); err != nil {
+				continue
+			}
+			rw.ObserveLimit(rr.limit)
+		}
 		seq := rw.SeqOf(now)
-		if cur := counts[2*i]; cur >= 0 {
+		if cur >= 0 {
 			r.merge(rw, seq, cur)
 		}
-		if prev := counts[2*i+1]; prev >= 0 {
+		if prev >= 0 {
 			r.merge(rw, seq-1, prev)
 		}
 	}
 	return failed
 }
 
+// refundsRead is a refunds window a read fetches: its key, the window if
+// the table holds it (one the read finds something for is made then),
+// and the limit of the window whose refunds it holds.
+type refundsRead struct {
+	key   cells.Key
+	w     *cells.Window
+	limit int64
+}
+
 // refundsToRead returns the refunds windows of those of ws whose current or
-// previous cell at now is reserved (see cells.Reserved), creating them: what
-// other processes gave back of those cells is in the regional store.
-func (r *Tier) refundsToRead(ws []*cells.Window, now int64) []*cells.Window {
-	var out []*cells.Window
+// previous cell at now is reserved (see cells.Reserved): what other
+// processes gave back of those cells is in the regional store. A token
+// bucket's window has two: its refunds, which carry its seed, and the
+// tokens given back to it (see cells.Window.GivenKey). They are merged
+// after the windows' own cells, so that a bucket takes what was admitted
+// before it takes back what was given of it. A refunds window the table
+// does not hold is made only if the store holds something for it: most
+// buckets are never given back to.
+func (r *Tier) refundsToRead(ws []*cells.Window, now int64) []refundsRead {
+	var out []refundsRead
 	for _, w := range ws {
 		seq := w.SeqOf(now)
 		reserved := false
@@ -460,10 +488,17 @@ func (r *Tier) refundsToRead(ws []*cells.Window, now int64) []*cells.Window {
 		if !reserved {
 			continue
 		}
-		k := w.RefundsKey()
-		if rw, _, err := r.table.FindOrCreate(&k); err == nil {
-			rw.ObserveLimit(w.Limit.Load())
-			out = append(out, rw)
+		ks := []cells.Key{w.RefundsKey()}
+		if w.Period().Kind() == period.Bucket {
+			ks = append(ks, w.GivenKey())
+		}
+		limit := w.Limit.Load()
+		for _, k := range ks {
+			rw := r.table.Find(&k)
+			if rw != nil {
+				rw.ObserveLimit(limit)
+			}
+			out = append(out, refundsRead{key: k, w: rw, limit: limit})
 		}
 	}
 	return out
