@@ -142,3 +142,60 @@ type rlsStatus rlscall.Status
 func statusOf(s *rlsv3.RateLimitResponse_DescriptorStatus) rlsStatus {
 	return rlsStatus(rlscall.StatusOf(s))
 }
+
+// TestRLSBucketNegativeHitsAcrossTheFleet: a token bucket rule of 10 an
+// hour, two API processes on one real Redis, and a third in another
+// region on a real MariaDB. One process of the region spends the whole
+// bucket; Envoy's negative hits for all 10 reach the other process (its
+// replicas share no connection); the first then admits 10 again, and so
+// does the other region, once each (before, a bucket's give-back stayed
+// in the process that took the call: neither admitted any).
+func TestRLSBucketNegativeHitsAcrossTheFleet(t *testing.T) {
+	t.Parallel()
+	r := testserver.StartRedis(t)
+	m, _ := dbtest.Start(t)
+	dir := writeRLSConfig(t, "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: token_bucket}\n")
+	env := []string{"UNKEY_RLS_CONFIG=" + dir, "UNKEY_MYSQL_DSN=" + m.DSN, "UNKEY_GLOBAL_FLUSH_INTERVAL=100ms",
+		"UNKEY_GLOBAL_FULL_FLUSH_INTERVAL=100ms", "UNKEY_GLOBAL_SYNC_INTERVAL=100ms"}
+	a := startServer(t, append(env, "UNKEY_REGION=eu", "UNKEY_REDIS_URL="+r.URL())...)
+	b := startServer(t, append(env, "UNKEY_REGION=eu", "UNKEY_REDIS_URL="+r.URL())...)
+	us := startServer(t, append(env, "UNKEY_REGION=us")...)
+	clients := map[string]rlsv3.RateLimitServiceClient{}
+	for name, s := range map[string]*testServer{"eu-a": a, "eu-b": b, "us": us} {
+		clients[name] = rlscall.Client(t, strings.TrimPrefix(s.url, "http://"))
+	}
+	send := func(name string, hits uint64, negative bool) rlsStatus {
+		t.Helper()
+		d := rlscall.WithHits(rlscall.Desc("user", "alice"), hits)
+		d.IsNegativeHits = negative
+		resp, err := clients[name].ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "api",
+			Descriptors: []*rlcommonv3.RateLimitDescriptor{d}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return statusOf(resp.Statuses[0])
+	}
+	if got := send("eu-a", 10, false); got.Over || got.Remaining != 0 {
+		t.Fatalf("eu-a spends the bucket's 10: %+v", got)
+	}
+	for _, name := range []string{"eu-b", "us"} {
+		poll.Until(t, 10*time.Second, name+" to see the bucket spent", func() bool { return send(name, 0, false).Remaining == 0 })
+	}
+	if got := send("eu-b", 10, true); got.Over {
+		t.Fatalf("eu-b's negative hits: %+v", got)
+	}
+	for _, name := range []string{"eu-a", "us"} {
+		start := time.Now()
+		poll.Until(t, 10*time.Second, name+" to see the 10 given back", func() bool { return send(name, 0, false).Remaining == 10 })
+		t.Logf("%s saw the 10 given back after %v", name, time.Since(start).Round(time.Millisecond))
+	}
+	admitted := 0
+	for range 11 {
+		if !send("eu-a", 1, false).Over {
+			admitted++
+		}
+	}
+	if admitted != 10 {
+		t.Fatalf("eu-a admitted %d of 11 after 10 were given back, want 10", admitted)
+	}
+}
