@@ -246,10 +246,7 @@ func refundTrace(t *testing.T, seed uint64, faults []storetest.WriteFault, exact
 		clock.Advance(time.Duration(rng.IntN(2000)) * time.Millisecond)
 	}
 	faulty.SetWriteFault(nil)
-	for range 3 {
-		a.tick()
-		b.tick()
-	}
+	tickAll(3, a, b)
 	if n := mem.Count(refunds()); n != given {
 		t.Fatalf("the store holds %d refunds of the window, %d were given", n, given)
 	}
@@ -391,10 +388,7 @@ func TestBucketRefundsReachOtherProcesses(t *testing.T) {
 			}
 			a.tick()
 			faulty.SetWriteFault(nil)
-			for range 3 {
-				a.tick()
-				b.tick()
-			}
+			tickAll(3, a, b)
 			// B's key is strict (it refused): its next decision reads
 			// the store.
 			clock.Advance(regional.StrictRefreshInterval)
@@ -404,10 +398,7 @@ func TestBucketRefundsReachOtherProcesses(t *testing.T) {
 			if n := faulty.Regional.(*storetest.MemRegional).Count(givenCell(r, clock.Now().UnixMilli())); n != 10 {
 				t.Fatalf("the store holds %d tokens given back, want 10", n)
 			}
-			for range 3 {
-				a.tick()
-				b.tick()
-			}
+			tickAll(3, a, b)
 			clock.Advance(regional.MaxCopyAge)
 			if mustLimit(t, a.Service, r).Success {
 				t.Fatal("A admitted from a bucket B emptied again")

@@ -34,6 +34,16 @@ func onRefunds(f storetest.WriteFault) func(store.CellKey) storetest.WriteFault 
 	}
 }
 
+// tickAll runs n rounds of the replay and refresh loop of each of ps in
+// turn.
+func tickAll(n int, ps ...*regionalService) {
+	for range n {
+		for _, p := range ps {
+			p.tick()
+		}
+	}
+}
+
 // twoOnFaultyStore returns two processes on one in-memory regional store
 // behind a fault wrapper, on one fake clock.
 func twoOnFaultyStore(t *testing.T) (*fakeClock, *storetest.FaultyRegional, *regionalService, *regionalService) {
@@ -67,10 +77,7 @@ func TestReleaseUnderWriteFaults(t *testing.T) {
 				t.Fatalf("release: %+v, %v", freed, err)
 			}
 			faulty.SetWriteFault(nil)
-			for range 3 {
-				a.tick()
-				b.tick()
-			}
+			tickAll(3, a, b)
 			if got := takeUpTo(t, b.Service, lim, 2); got != 1 {
 				t.Fatalf("B took %d slots after A held 2 and released 1: %d held against a limit of 2", got, 1+got)
 			}
@@ -101,10 +108,7 @@ func TestSettleUnderWriteFaults(t *testing.T) {
 			if !resp.Success {
 				t.Fatal("A's reservation of 50 refused")
 			}
-			for range 2 {
-				a.tick()
-				b.tick()
-			}
+			tickAll(2, a, b)
 			faulty.SetWriteFault(onRefunds(f.fault))
 			refund := Hold{Workspace: "ws", Namespace: "ns", Identifier: "user", Duration: time.Minute, Limit: 100,
 				Sequence: CellOf(resp, time.Minute), Amount: 40}
@@ -115,10 +119,7 @@ func TestSettleUnderWriteFaults(t *testing.T) {
 				a.tick()
 			}
 			faulty.SetWriteFault(nil)
-			for range 3 {
-				a.tick()
-				b.tick()
-			}
+			tickAll(3, a, b)
 			// B's copy is read again before its next decision.
 			clock.Advance(regional.MaxCopyAge)
 			check := req("user", 100, time.Minute, 0)
@@ -209,10 +210,7 @@ func TestAcquireUnderWriteFaults(t *testing.T) {
 				t.Fatal("A was refused its slot")
 			}
 			faulty.SetWriteFault(nil)
-			for range 3 {
-				a.tick()
-				b.tick()
-			}
+			tickAll(3, a, b)
 			cell := slotCell(sl)
 			if n := faulty.Regional.(*storetest.MemRegional).Count(cell); n != 1 {
 				t.Fatalf("the store counts %d slots of A's one", n)
@@ -246,10 +244,7 @@ func TestLastSlotUnderWriteFaults(t *testing.T) {
 			if !ok {
 				t.Fatal("A was refused the one slot")
 			}
-			for range 3 {
-				a.tick()
-				b.tick()
-			}
+			tickAll(3, a, b)
 			if n := faulty.Regional.(*storetest.MemRegional).Count(slotCell(sl)); n != 1 {
 				t.Fatalf("the store counts %d slots of A's one", n)
 			}
