@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/unkeyed/ratelimit/services/ratelimit/calendar"
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/regional"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
@@ -446,6 +448,26 @@ func TestBucketRefundsReachOtherRegions(t *testing.T) {
 	us.sync()
 	if mustLimit(t, us.Service, r).Success {
 		t.Fatal("us admitted from a bucket eu emptied again")
+	}
+}
+
+// TestRefundReadsTheStoreFirst: a window's refund reads what the regional
+// store holds of the cell first, one read counted as the refund's own
+// operation (not a strict window's).
+func TestRefundReadsTheStoreFirst(t *testing.T) {
+	_, _, a, _ := twoOnFaultyStore(t)
+	r := req("k", 10, time.Minute, 3)
+	r.Algorithm = FixedWindow
+	mustLimit(t, a.Service, r)
+	strict := testutil.ToFloat64(a.metrics.regional.Ops.WithLabelValues(regional.OpStrict, regional.ResultOK))
+	if g := refundOn(t, a.Service, r); g != 3 {
+		t.Fatalf("a refund of 3 with 3 counted gave %d", g)
+	}
+	if got := testutil.ToFloat64(a.metrics.regional.Ops.WithLabelValues(regional.OpRefund, regional.ResultOK)); got != 1 {
+		t.Fatalf("%v refund reads counted, want 1", got)
+	}
+	if got := testutil.ToFloat64(a.metrics.regional.Ops.WithLabelValues(regional.OpStrict, regional.ResultOK)); got != strict {
+		t.Fatalf("the refund's read counted as a strict window's: %v → %v", strict, got)
 	}
 }
 

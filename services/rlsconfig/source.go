@@ -140,18 +140,14 @@ func (s *Source) Reload() bool {
 	return true
 }
 
-// fingerprint digests the files' names and contents.
+// fingerprint digests the files' names and contents, in order.
 func fingerprint(files []File) [sha256.Size]byte {
-	h := sha256.New()
+	d := newDigester()
 	for _, f := range files {
-		h.Write([]byte(f.Name))
-		h.Write([]byte{0})
-		h.Write(f.Data)
-		h.Write([]byte{0})
+		d.add([]byte(f.Name))
+		d.add(f.Data)
 	}
-	var fp [sha256.Size]byte
-	h.Sum(fp[:0])
-	return fp
+	return d.sum()
 }
 
 // lookAt describes the files ReadPath would read at path by their names,

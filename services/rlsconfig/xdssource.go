@@ -3,7 +3,6 @@ package rlsconfig
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -337,18 +336,12 @@ func (m *compiledCache) put(digest [sha256.Size]byte, c *Config, err error) {
 // digestOf returns the SHA-256 of resources, each one's type and bytes in
 // order: equal for the same resources under any version.
 func digestOf(resources []*anypb.Any) [sha256.Size]byte {
-	h := sha256.New()
-	var n [8]byte
+	d := newDigester()
 	for _, r := range resources {
-		for _, b := range [][]byte{[]byte(r.GetTypeUrl()), r.GetValue()} {
-			binary.LittleEndian.PutUint64(n[:], uint64(len(b)))
-			h.Write(n[:])
-			h.Write(b)
-		}
+		d.add([]byte(r.GetTypeUrl()))
+		d.add(r.GetValue())
 	}
-	var out [sha256.Size]byte
-	h.Sum(out[:0])
-	return out
+	return d.sum()
 }
 
 // decodeXDS compiles a response's resources.

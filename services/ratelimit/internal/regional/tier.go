@@ -241,6 +241,7 @@ const (
 	OpCold        = "cold"     // hydrate a cell this process has not seen
 	OpAged        = "aged"     // re-read a window whose copy is older than MaxCopyAge
 	OpStrict      = "strict"   // refresh a strict window before deciding
+	OpRefund      = "refund"   // read a window before giving back to it
 	OpStale       = "stale"    // refresh a warm window in the background
 	OpReplay      = "replay"   // add accepted increments
 	ResultOK      = "ok"       // the store answered for every cell
@@ -323,7 +324,7 @@ func (r *Tier) prepareWindow(ctx context.Context, w *cells.Window, now int64) {
 // give-back that must not pass what the cell holds reads it first.
 func (r *Tier) ReadNow(ctx context.Context, w *cells.Window, now int64) {
 	if r != nil {
-		r.refreshNow(ctx, []*cells.Window{w}, now, OpStrict)
+		r.refreshNow(ctx, []*cells.Window{w}, now, OpRefund)
 	}
 }
 
