@@ -11,7 +11,8 @@
 //	api                      serve the API
 //	api migrate              apply the MySQL schema to UNKEY_MYSQL_DSN (idempotent) and exit
 //	api rls check PATH...    check envoyproxy/ratelimit config files or directories, as
-//	                         UNKEY_RLS_CONFIG would load them, and exit 1 if any is broken
+//	                         UNKEY_RLS_CONFIG would load them (with the environment's
+//	                         UNKEY_RLS_* rule settings), and exit 1 if any is broken
 //	api keys create ...      create a key in MySQL (see api keys for the flags)
 //	api keys generate ...    generate a key for UNKEY_AUTH_KEYS_FILE
 //	api config check         check the settings in the environment, the files they name
@@ -46,7 +47,8 @@ const usage = `api: the rate limiter's API server (see README.md; every setting:
 Usage:
   api                                  serve, configured by the settings below
   api migrate                          apply the MySQL schema to UNKEY_MYSQL_DSN (idempotent)
-  api rls check PATH...                check envoyproxy/ratelimit rule files or directories
+  api rls check PATH...                check envoyproxy/ratelimit rule files or directories, compiled
+                                       with the UNKEY_RLS_* rule settings below
   api keys create --workspace W --name N --permissions P,... [--expires-at RFC3339]
                                        create a key in MySQL (UNKEY_MYSQL_DSN); prints it once
   api keys generate --workspace W --name N --permissions P,...
@@ -80,7 +82,7 @@ func main() {
 	case len(args) == 1 && args[0] == "migrate":
 		err = command.Migrate(context.Background(), os.Environ(), os.Stdout)
 	case len(args) >= 3 && args[0] == "rls" && args[1] == "check":
-		err = command.RLSCheck(os.Stdout, args[2:])
+		err = command.RLSCheck(os.Stdout, environ, args[2:])
 	case len(args) >= 2 && len(args) <= 3 && args[0] == "config" && args[1] == "check" && (len(args) == 2 || args[2] == "--static"):
 		err = command.ConfigCheck(os.Stdout, environ, len(args) == 3)
 	case len(args) >= 1 && args[0] == "keys":

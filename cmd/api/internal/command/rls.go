@@ -3,20 +3,36 @@ package command
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/daemon"
 	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
 
-// RLSCheck compiles each path as UNKEY_RLS_CONFIG would load it with the
-// default bounds and units as lengths (UNKEY_RLS_CALENDAR_UNITS and the
-// UNKEY_RLS_MAX_ settings are not read), prints what it holds or why it
-// is refused, and fails if any path is refused: for users' CI, before a
-// file reaches the service.
-func RLSCheck(out io.Writer, paths []string) error {
+// RLSCheck compiles each path as UNKEY_RLS_CONFIG would load it in a
+// process of environ (its rule settings: UNKEY_RLS_CALENDAR_UNITS and
+// UNKEY_RLS_TIME_ZONE, the UNKEY_RLS_MAX_ bounds), prints what it holds
+// or why it is refused, and fails if any path is refused: for users' CI,
+// before a file reaches the service.
+func RLSCheck(out io.Writer, environ []string, paths []string) error {
+	// A check serves nothing: it needs no region, the one setting every
+	// process must name.
+	if !slices.ContainsFunc(environ, func(kv string) bool { return strings.HasPrefix(kv, "UNKEY_REGION=") }) {
+		environ = append(slices.Clip(environ), "UNKEY_REGION=rls-check")
+	}
+	cfg, err := daemon.LoadConfig(environ)
+	if err != nil {
+		return fmt.Errorf("rls check: %w", err)
+	}
+	compiler := daemon.RulesCompiler(cfg)
 	failed := 0
 	for _, path := range paths {
-		c, err := rlsconfig.LoadPath(path)
+		var c *rlsconfig.Config
+		files, err := rlsconfig.ReadPath(path)
+		if err == nil {
+			c, err = compiler.Load(files...)
+		}
 		if err != nil {
 			fmt.Fprintf(out, "FAIL %v\n", err)
 			failed++

@@ -31,7 +31,7 @@ func Preflight(cfg Config) error {
 		}
 	}
 	if cfg.RLSConfig != "" {
-		if _, err := rlsconfig.NewSource(cfg.RLSConfig, rlsconfig.WithCompiler(rulesCompiler(cfg)), rlsconfig.WithLogger(logger), rlsconfig.WithRegisterer(reg)); err != nil {
+		if _, err := rlsconfig.NewSource(cfg.RLSConfig, rlsconfig.WithCompiler(RulesCompiler(cfg)), rlsconfig.WithLogger(logger), rlsconfig.WithRegisterer(reg)); err != nil {
 			return fmt.Errorf("UNKEY_RLS_CONFIG: %w", err)
 		}
 	}

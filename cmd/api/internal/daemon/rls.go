@@ -27,7 +27,7 @@ func (d *Daemon) newRLS(cfg Config, p *pipeline.Pipeline) (*envoyrls.Service, er
 		envoyrls.WithOverLimitHitsCounted(cfg.RLSCountOverLimit), envoyrls.WithDynamicMetadata(cfg.RLSResponseDynamicMetadata),
 		envoyrls.WithIETFHeaders(cfg.RLSIETFHeaders), envoyrls.WithFixedWindows(cfg.RLSFixedWindows),
 		envoyrls.WithRetryAfter(cfg.RLSRetryAfter)}
-	compiler := rulesCompiler(cfg)
+	compiler := RulesCompiler(cfg)
 	switch {
 	case cfg.RLSConfig != "":
 		src, err := rlsconfig.NewSource(cfg.RLSConfig, rlsconfig.WithInterval(cfg.RLSConfigInterval), rlsconfig.WithCompiler(compiler),
@@ -98,9 +98,10 @@ func xdsTLS(cfg Config) (credentials.TransportCredentials, error) {
 	return credentials.NewTLS(c), nil
 }
 
-// rulesCompiler returns how cfg's rules are compiled: within its bounds,
-// with calendar units if it turns them on.
-func rulesCompiler(cfg Config) rlsconfig.Compiler {
+// RulesCompiler returns how cfg's rules are compiled: within its bounds,
+// with calendar units if it turns them on (the service's, and api rls
+// check's).
+func RulesCompiler(cfg Config) rlsconfig.Compiler {
 	c := rlsconfig.Compiler{Bounds: rlsconfig.Bounds{MaxDepth: cfg.RLSMaxDepth, MaxDescriptors: cfg.RLSMaxDescriptors,
 		MaxBytes: cfg.RLSMaxRulesBytes}}
 	if cfg.RLSCalendarUnits {
