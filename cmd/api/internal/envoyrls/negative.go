@@ -19,9 +19,9 @@ import (
 // ratelimit.Service.Refund gives: a window in the cell of now (a sliding
 // window's remainder in the cell before), never below zero as the process
 // knows it after reading the store; a concurrency rule's slots from the
-// cells that end first; a token bucket's tokens, up to its burst, in the
-// process that takes them (the others keep counting them spent until they
-// refill). Envoy sends no token of
+// cells that end first; a token bucket's tokens, up to its burst (counted
+// as the tokens given back to it, which every process and region gives
+// back to its own bucket). Envoy sends no token of
 // the hits it gives back, so the cell they were counted in is not known:
 // hits counted just before a window's end and given back after it are
 // given back to the new window only as far as it holds as much. A refund
