@@ -85,7 +85,7 @@ func (s *Service) Refund(ctx context.Context, req Request) (Returned, error) {
 		given, fresh, err = s.refundSlots(ctx, &req, now)
 		mu.Unlock()
 	case TokenBucket:
-		// The bucket's own lock: its state is one instant.
+		// Table.GiveTokens takes the bucket's own lock.
 		given = s.refundTokens(&req, now)
 	default:
 		given, err = s.refundWindow(ctx, &req, now)
@@ -151,7 +151,7 @@ func (s *Service) refundWindow(ctx context.Context, req *Request, now int64) (in
 
 // refundTokens gives up to req.Cost tokens back to req's token bucket at
 // now (unix ms), never past full, counted into the cell of now of the
-// tokens given back to it, and returns how many (see model.GiveTokens).
+// tokens given back to it, and returns how many (see Table.GiveTokens).
 // They reach the regional store with the next replay, as each process's
 // total, and the other regions as refunds do.
 func (s *Service) refundTokens(req *Request, now int64) int64 {
@@ -180,10 +180,16 @@ func (s *Service) refundTokens(req *Request, now int64) int64 {
 			}
 		} else {
 			// Given back already, and counted into a window the janitor
-			// removed: counted again into the one that replaces it.
+			// removed: counted into the one that replaces it, whose
+			// cell may hold other processes' give-backs a read brought
+			// meanwhile, which the bucket takes back now.
 			cells.AddCapped(&gc.Count, given)
+			s.windows.SettleGiven(gw, gc, now)
 		}
 		if gw.Evicted() {
+			// The janitor is removing it (or looked, and keeps it): the
+			// count is taken out again and put where it will be written.
+			gc.Count.Add(-given)
 			runtime.Gosched()
 			continue
 		}

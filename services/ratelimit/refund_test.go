@@ -471,6 +471,91 @@ func TestRefundReadsTheStoreFirst(t *testing.T) {
 	}
 }
 
+// TestBucketRefundsReachOtherRegionsAcrossACell: us spends a bucket of
+// 10 an hour at the end of one of its cells and is refunded all 10 at the
+// start of the next, a cell eu's bucket has not counted in yet; eu's sync
+// gives the 10 back all the same (a bucket's level carries from cell to
+// cell; before, a refund row of a cell the process held no cell of was
+// dropped until a full sync, five minutes later).
+func TestBucketRefundsReachOtherRegionsAcrossACell(t *testing.T) {
+	r := req("bucket", 10, time.Hour, 1)
+	r.Algorithm = TokenBucket
+	cell := keyOf(&r).Period.Ms()
+	mem := storetest.NewMemGlobal()
+	clock := newFakeClock((1_700_000_000_000/cell+1)*cell - 1000) // a second before a cell ends
+	us, eu := newRegion(t, "us", mem, clock), newRegion(t, "eu", mem, clock)
+	ten := r
+	ten.Cost = 10
+	if mustLimit(t, eu.Service, req("bucket", 10, time.Hour, 0)).Remaining != 10 {
+		t.Fatal("eu's bucket is not full")
+	}
+	if !mustLimit(t, us.Service, ten).Success {
+		t.Fatal("us was refused 10 of a full bucket of 10")
+	}
+	us.flush()
+	eu.sync()
+	if mustLimit(t, eu.Service, r).Success {
+		t.Fatal("eu admitted from a bucket us emptied")
+	}
+	clock.Advance(2 * time.Second) // the next cell
+	if g := refundOn(t, us.Service, ten); g != 10 {
+		t.Fatalf("us gave back %d of 10 taken", g)
+	}
+	us.promptFlush()
+	eu.sync()
+	if n := admitted(t, eu.Service, r, 11); n != 10 {
+		t.Fatalf("eu admitted %d of 11 after us gave all 10 back in a cell eu had not counted in, want 10", n)
+	}
+}
+
+// TestGivenTokensSettleOnce: what a cell of tokens given back holds is
+// given back to the bucket once, however often and however late it is
+// seen: again at the same instant it gives nothing, and seen with an
+// older clock reading (a sync or a replay that read the clock before its
+// round trip) after the bucket forgot the cell, it gives nothing either
+// (before, the forgotten cell's whole count was given back again).
+func TestGivenTokensSettleOnce(t *testing.T) {
+	clock := newFakeClock(1_700_000_000_000)
+	s := newTestService(t, clock)
+	r := req("bucket", 10, time.Hour, 10)
+	r.Algorithm = TokenBucket
+	if !mustLimit(t, s, r).Success {
+		t.Fatal("refused 10 of a full bucket of 10")
+	}
+	key := keyOf(&r)
+	w := s.windows.Find(&key)
+	gk := w.GivenKey()
+	gw, _, err := s.windows.FindOrCreate(&gk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := clock.Now().UnixMilli()
+	old, _ := gw.CellAt(gw.SeqOf(now), true)
+	// Another process gave 4 back: a read raises the cell.
+	old.Count.Store(4)
+	s.windows.SettleGiven(gw, old, now)
+	s.windows.SettleGiven(gw, old, now)
+	one := r
+	one.Cost = 1
+	if n := admitted(t, s, one, 5); n != 4 {
+		t.Fatalf("admitted %d of 5 after 4 given back, want 4", n)
+	}
+	// Two cells on: the bucket has refilled, is emptied again, and a
+	// settle of the cell of now forgets the old one.
+	cell := gw.Period().Ms()
+	clock.Advance(time.Duration(2*cell) * time.Millisecond)
+	now = clock.Now().UnixMilli()
+	if !mustLimit(t, s, r).Success {
+		t.Fatal("refused 10 of a refilled bucket of 10")
+	}
+	fresh, _ := gw.CellAt(gw.SeqOf(now), true)
+	s.windows.SettleGiven(gw, fresh, now)
+	s.windows.SettleGiven(gw, old, now-cell)
+	if mustLimit(t, s, one).Success {
+		t.Fatal("a late sight of a forgotten cell gave its tokens back again")
+	}
+}
+
 // TestRefundsOfAKeyAreSerialized: eight refunds of 5 at once on a window
 // that holds 5 give back 5 in all, whichever runs first; and a refund for
 // a key a full workspace holds no window for gives nothing, without an

@@ -14,7 +14,9 @@ import (
 // process of environ (its rule settings: UNKEY_RLS_CALENDAR_UNITS and
 // UNKEY_RLS_TIME_ZONE, the UNKEY_RLS_MAX_ bounds), prints what it holds
 // or why it is refused, and fails if any path is refused: for users' CI,
-// before a file reaches the service.
+// before a file reaches the service. environ is read as the service reads
+// it: a setting the service would refuse (misspelt, malformed, one of a
+// pair) fails the check too; only UNKEY_REGION may be left out.
 func RLSCheck(out io.Writer, environ []string, paths []string) error {
 	// A check serves nothing: it needs no region, the one setting every
 	// process must name.

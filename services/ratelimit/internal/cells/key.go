@@ -25,7 +25,7 @@ type Key struct {
 
 // CellKey returns the name of k's cell of seq, for the stores (as the
 // window of k names it: see Window.CellKey).
-func (k *Key) CellKey(seq int64) store.CellKey {
+func (k Key) CellKey(seq int64) store.CellKey {
 	return store.CellKey{Workspace: k.Workspace, Namespace: k.Namespace, Identifier: k.Identifier,
 		Duration: time.Duration(k.Period.Code()) * time.Millisecond, Sequence: seq, Refunds: k.Refunds}
 }

@@ -372,8 +372,7 @@ func (g *Tier) slotCells(ctx context.Context, grown []cells.Ref, now int64) map[
 		}
 		w := it.W
 		if w.HoldsRefunds() {
-			k := w.Key()
-			k.Refunds = false
+			k := w.Key().Owner()
 			if w = g.table.Find(&k); w == nil {
 				continue
 			}
@@ -486,6 +485,9 @@ func (g *Tier) apply(row *store.GlobalCount, now int64) bool {
 		g.metrics.RowsFuture.Inc()
 		return false
 	}
+	if p.Kind() == period.Given && !row.Key.Refunds {
+		return false // given tokens are refunds alone: nothing counts in the row's other half
+	}
 	k := cells.Key{Workspace: row.Key.Workspace, Namespace: row.Key.Namespace, Identifier: row.Key.Identifier,
 		Period: p, Refunds: row.Key.Refunds}
 	var main *cells.Window
@@ -539,12 +541,14 @@ func (g *Tier) apply(row *store.GlobalCount, now int64) bool {
 // cells.Key.Owner) as reserved, so that decisions weigh the refunds a sync
 // imports for it, and returns the key's window, or nil if the process does
 // not hold that cell: refunds of a key without a window here are of no
-// decision's concern.
+// decision's concern. The tokens given back to a token bucket need only
+// its window: its level carries from cell to cell, and another region may
+// give back in a cell this process has not counted in yet.
 func (g *Tier) reserve(k *cells.Key, seq int64) *cells.Window {
 	key := k.Owner()
 	w := g.table.Find(&key)
-	if w == nil {
-		return nil
+	if w == nil || k.Period.Kind() == period.Given {
+		return w
 	}
 	c := w.Cells[seq&1].Load()
 	if c == nil || c.Seq() != seq {

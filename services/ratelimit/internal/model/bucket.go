@@ -45,7 +45,7 @@ import (
 // are counted as the admissions are, in a grow-only count of their own
 // beside the cells (see cells.Window.GivenKey): each process gives its
 // bucket back what that count grew by since it last did, once however
-// often it sees it, never past full (see GiveTokens and giveBackTo).
+// often it sees it, never past full (see GiveTokens and SettleGiven).
 //
 // A bucket is one state per identity (workspace, namespace, identifier):
 // its rate, burst and unit are parameters, not identity. A decision with
@@ -88,7 +88,8 @@ type Bucket struct {
 	// burst its capacity: what tat is measured in, what counts seen
 	// elsewhere are taken at, and what bounds the bucket's debt.
 	limit, durMs, burst atomic.Int64
-	// mu serializes changes of the parameters, which convert tat.
+	// mu serializes changes of the parameters, which convert tat, and
+	// give-backs (GiveTokens, settle), which keep settled.
 	mu sync.Mutex
 	// refs counts the windows that hold the bucket (one per cell length
 	// its parameters chose): the table forgets the bucket with the last.
@@ -97,11 +98,14 @@ type Bucket struct {
 	// others fresh (see Table.refreshSiblings).
 	windows []*cells.Window
 	// settled is, under mu, for each cell of tokens given back to the
-	// bucket that counts now (see Table.giveBackTo), how much of it the
+	// bucket that counts now (see Table.SettleGiven), how much of it the
 	// bucket took back: what a count of it seen again gives only the
 	// growth of, however often it is seen (a read, a replay's answer, a
 	// sync, a window the janitor removed and a read made again).
 	settled []settledCell
+	// settledAt is the latest instant a give-back brought, unix ms, under
+	// mu: what settled forgets cells by.
+	settledAt int64
 }
 
 // settledCell is how much of one cell of tokens given back a bucket took
@@ -358,7 +362,7 @@ func (t *Table) returnTokens(w *cells.Window, c *cells.Cell, sp Spec, cost int64
 // cells.Window.GivenKey) of now, and returns how many it gave (a part of
 // a token owed counts as one). What gc counts reaches the other processes
 // and regions, which take as many back from their buckets (see
-// giveBackTo); this bucket has them back already.
+// SettleGiven); this bucket has them back already.
 func (t *Table) GiveTokens(w, gw *cells.Window, gc *cells.Cell, cost, now int64) int64 {
 	b, ok := t.buckets.Load(w)
 	if !ok || cost <= 0 {
@@ -386,15 +390,16 @@ func (t *Table) GiveTokens(w, gw *cells.Window, gc *cells.Cell, cost, now int64)
 	return give
 }
 
-// giveBackTo gives the bucket of gw's identity back what c, a cell of
+// SettleGiven gives the bucket of gw's identity back what c, a cell of
 // the tokens given back to it, holds (this region's count and the other
 // regions') past what the bucket took back of it already, at now (unix
 // ms), never past full: the growth of what other processes and regions
 // gave back, seen by a read, a replay's answer or a sync, or what the
 // cells held when the bucket was made. Seen again, a count gives
 // nothing: a give-back replayed after a timeout, or read twice, is taken
-// back once.
-func (t *Table) giveBackTo(gw *cells.Window, c *cells.Cell, now int64) {
+// back once. The tiers call it through Raise; a refund whose count moved
+// to another window of the cell calls it itself.
+func (t *Table) SettleGiven(gw *cells.Window, c *cells.Cell, now int64) {
 	k := gw.Key()
 	b, ok := t.bucketIDs.Load(bucketID{k.Workspace, k.Namespace, k.Identifier})
 	if !ok {
@@ -404,13 +409,19 @@ func (t *Table) giveBackTo(gw *cells.Window, c *cells.Cell, now int64) {
 }
 
 // settle takes back into b what c, a cell of given tokens named by code,
-// holds past what b took back of it, at now (unix ms).
+// holds past what b took back of it, at now (unix ms). A bucket not yet
+// given to a window (bucketOf has not taken its cells' counts) takes
+// nothing: bucketOf settles after it takes.
 func (b *Bucket) settle(code int64, c *cells.Cell, now int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.windows) == 0 {
+		return
+	}
+	now = max(now, b.settledAt)
 	if c.Seq() < now/store.CellLength(code)-1 {
 		return // given back of tokens the bucket has refilled since
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	s := b.settledOf(code, c.Seq(), now)
 	total := c.Count.Load() + c.Global.Load()
 	if total <= s.n {
@@ -421,11 +432,16 @@ func (b *Bucket) settle(code int64, c *cells.Cell, now int64) {
 }
 
 // settledOf returns what b took back of the given tokens of cell seq of
-// code, under b.mu, made on first use; cells that count no more at now
-// (unix ms) are forgotten.
+// code, under b.mu, made on first use. Cells that count no more are
+// forgotten, by the latest now (unix ms) any caller brought: a caller
+// whose now is older (a sync or a replay that read the clock before its
+// round trip) must not take a forgotten cell for a new one, whose whole
+// count it would give back again (settle refuses those cells by the same
+// instant).
 func (b *Bucket) settledOf(code, seq, now int64) *settledCell {
+	b.settledAt = max(b.settledAt, now)
 	b.settled = slices.DeleteFunc(b.settled, func(s settledCell) bool {
-		return s.seq < now/store.CellLength(s.code)-1
+		return s.seq < b.settledAt/store.CellLength(s.code)-1
 	})
 	for i := range b.settled {
 		if s := &b.settled[i]; s.code == code && s.seq == seq {
@@ -469,7 +485,7 @@ func (t *Table) Raise(w *cells.Window, c *cells.Cell, v *atomic.Int64, n, now in
 	case w.HoldsRefunds() && w.Period().Kind() == period.Bucket:
 		t.applySeed(w, n, now)
 	case w.Period().Kind() == period.Given:
-		t.giveBackTo(w, c, now)
+		t.SettleGiven(w, c, now)
 	}
 }
 
@@ -480,8 +496,7 @@ func (t *Table) Raise(w *cells.Window, c *cells.Cell, v *atomic.Int64, n, now in
 // seed reached the store). Taken as the larger, never on top: a seed
 // tells how much was owed, not what was admitted.
 func (t *Table) applySeed(rw *cells.Window, seed, now int64) {
-	k := rw.Key()
-	k.Refunds = false
+	k := rw.Key().Owner()
 	w := t.Find(&k)
 	if w == nil {
 		return

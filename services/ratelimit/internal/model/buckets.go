@@ -26,7 +26,7 @@ func bucketIDOf(w *cells.Window) bucketID {
 // changed length). A bucket made takes what w's cells already hold (see
 // arrival) and their seed (see Table.seedBucket), as if owed at once (a
 // cold read errs strict), and takes back what was given back of them
-// (see Table.giveBackTo). A bucket attached keeps the emptier of what it
+// (see Table.SettleGiven). A bucket attached keeps the emptier of what it
 // knew and the seed (which another process that moved first left with
 // what it owed, itself included) and takes what w's cells count, which
 // this process has not seen: admissions there since the first process
@@ -84,7 +84,7 @@ func (t *Table) bucketOf(w *cells.Window, sp Spec, now int64) (b *Bucket, attach
 		}
 	}
 	// What was given back of the bucket, taken back after what was
-	// taken (see giveBackTo; settled once, however often seen).
+	// taken (see SettleGiven; settled once, however often seen).
 	gk := w.GivenKey()
 	if gw := t.Find(&gk); gw != nil {
 		for _, i := range gw.CellOrder() {

@@ -19,11 +19,11 @@ func TestWindowMadeAgainWritesAsAnotherWriter(t *testing.T) {
 	k := cells.Key{Workspace: "ws", Namespace: "ns", Identifier: "pool", Period: period.ForLease(60_000, 1_700_000_010_000)}
 	old := cells.NewWindow(&k)
 	oldLane := r.lanesOf(old).acquire(context.Background(), "p", 0)
-	oldName, _ := r.giveBack(old, 1, 1)
+	oldName, _ := r.addTotal(old, 1, 1)
 	r.Forget(old)
 	again := cells.NewWindow(&k)
 	lane := r.lanesOf(again).acquire(context.Background(), "p", 0)
-	name, _ := r.giveBack(again, 1, 1)
+	name, _ := r.addTotal(again, 1, 1)
 	if lane.writer == oldLane.writer || name == oldName {
 		t.Fatalf("the window made again writes as %q and %q, the old one as %q and %q", lane.writer, name, oldLane.writer, oldName)
 	}

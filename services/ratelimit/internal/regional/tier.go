@@ -103,12 +103,12 @@ type Tier struct {
 		mu    sync.Mutex
 		takes []*lostTake
 	}
-	// given holds, for each window whose cells this process writes as
+	// totals holds, for each window whose cells this process writes as
 	// totals (refunds, slots), what it wrote into each of its two cells
-	// in all (see giveBack); lanes, for each concurrency limit's window
+	// in all (see addTotal); lanes, for each concurrency limit's window
 	// this process took slots of, the writers it took them as (see
 	// takeLanes). writers numbers their names.
-	given   *xsync.Map[*cells.Window, *givenBack]
+	totals  *xsync.Map[*cells.Window, *writtenTotals]
 	lanes   *xsync.Map[*cells.Window, *takeLanes]
 	writers atomic.Uint64
 }
@@ -135,7 +135,7 @@ type Models interface {
 // its pools, asking models. It starts no goroutines: see Run.
 func New(st store.Regional, clock Clock, m *Metrics, table *cells.Table, pools *pool.Set, models Models) *Tier {
 	return &Tier{store: st, clock: clock, metrics: m, table: table, pools: pools, models: models,
-		writer: newWriterID(), given: xsync.NewMap[*cells.Window, *givenBack](),
+		writer: newWriterID(), totals: xsync.NewMap[*cells.Window, *writtenTotals](),
 		lanes: xsync.NewMap[*cells.Window, *takeLanes]()}
 }
 
@@ -149,7 +149,7 @@ func (r *Tier) MarkWith(mark func(w *cells.Window, c *cells.Cell) int64) { r.mar
 // it gave back, the lanes it took slots through.
 func (r *Tier) Forget(w *cells.Window) {
 	if r != nil {
-		r.given.Delete(w)
+		r.totals.Delete(w)
 		r.lanes.Delete(w)
 	}
 }
@@ -183,7 +183,7 @@ func (r *Tier) increment(w *cells.Window, c *cells.Cell, delta, now int64) store
 		TTL: time.Duration(w.ExpiresAt(c.Seq())-now) * time.Millisecond}
 	if r.models.WrittenAsTotals(w) {
 		inc.Delta = 0
-		name, total := r.giveBack(w, c.Seq(), delta)
+		name, total := r.addTotal(w, c.Seq(), delta)
 		inc.Writer, inc.Total = r.writer+"/"+name, total
 		return inc
 	}
@@ -489,12 +489,12 @@ func (r *Tier) refundsToRead(ws []*cells.Window, now int64) []refundsRead {
 		if !reserved {
 			continue
 		}
-		ks := []cells.Key{w.RefundsKey()}
+		ks, n := [2]cells.Key{w.RefundsKey()}, 1
 		if w.Period().Kind() == period.Bucket {
-			ks = append(ks, w.GivenKey())
+			ks[1], n = w.GivenKey(), 2
 		}
 		limit := w.Limit.Load()
-		for _, k := range ks {
+		for _, k := range ks[:n] {
 			rw := r.table.Find(&k)
 			if rw != nil {
 				rw.ObserveLimit(limit)

@@ -7,10 +7,10 @@ import (
 	"github.com/unkeyed/ratelimit/services/ratelimit/internal/cells"
 )
 
-// givenBack is what this process wrote into the two cells of one window
+// writtenTotals is what this process wrote into the two cells of one window
 // whose cells are written as totals (refunds; a concurrency limit's
 // slots) so far, by sequence, and what the store acknowledged of it.
-type givenBack struct {
+type writtenTotals struct {
 	// name is the writer's name within the process: one per window
 	// object, so that a window the janitor removed and another request
 	// made again writes as another writer, whose total starts from zero
@@ -20,27 +20,27 @@ type givenBack struct {
 	cells.Totals
 }
 
-// giveBack adds amount (0 or more) to what this process wrote into w's
+// addTotal adds amount (0 or more) to what this process wrote into w's
 // cell seq, and returns the writer's name and the new total: what a write
 // of the cell to the regional store carries (see store.Increment.Writer).
-func (r *Tier) giveBack(w *cells.Window, seq, amount int64) (string, int64) {
-	g := r.givenOf(w)
+func (r *Tier) addTotal(w *cells.Window, seq, amount int64) (string, int64) {
+	g := r.totalsOf(w)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.name, g.Add(seq, amount)
 }
 
-// givenOf returns w's totals, made on first use with a name of their own.
-func (r *Tier) givenOf(w *cells.Window) *givenBack {
-	g, _ := r.given.LoadOrCompute(w, func() (*givenBack, bool) {
-		return &givenBack{name: "g" + strconv.FormatUint(r.writers.Add(1), 10)}, false
+// totalsOf returns w's totals, made on first use with a name of their own.
+func (r *Tier) totalsOf(w *cells.Window) *writtenTotals {
+	g, _ := r.totals.LoadOrCompute(w, func() (*writtenTotals, bool) {
+		return &writtenTotals{name: "g" + strconv.FormatUint(r.writers.Add(1), 10)}, false
 	})
 	return g
 }
 
 // acked records that the store holds total of w's cell seq.
 func (r *Tier) acked(w *cells.Window, seq, total int64) {
-	g, ok := r.given.Load(w)
+	g, ok := r.totals.Load(w)
 	if !ok {
 		return
 	}
@@ -53,7 +53,7 @@ func (r *Tier) acked(w *cells.Window, seq, total int64) {
 // store has not acknowledged: a write that failed and waits for the
 // replay, which the store may not hold.
 func (r *Tier) unacked(w *cells.Window, seq int64) int64 {
-	g, ok := r.given.Load(w)
+	g, ok := r.totals.Load(w)
 	if !ok {
 		return 0
 	}
