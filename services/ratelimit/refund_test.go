@@ -409,16 +409,18 @@ func TestBucketRefundsReachOtherProcesses(t *testing.T) {
 	}
 }
 
-// TestBucketRefundsReachOtherRegions: the same across two regions that
-// share one global store: what us gives back reaches eu with a flush and
-// a sync, once however often each runs.
-func TestBucketRefundsReachOtherRegions(t *testing.T) {
+// spentInTwoRegions makes two regions, us and eu, on one global store and
+// a clock at start (unix ms), where us spends the whole of a token bucket
+// of 10 an hour that eu then sees spent; it returns the clock, the regions
+// and requests of 1 and 10.
+func spentInTwoRegions(t *testing.T, start int64) (clock *fakeClock, us, eu *region, one, ten Request) {
+	t.Helper()
 	mem := storetest.NewMemGlobal()
-	clock := newFakeClock(1_700_000_010_000)
-	us, eu := newRegion(t, "us", mem, clock), newRegion(t, "eu", mem, clock)
-	r := req("bucket", 10, time.Hour, 1)
-	r.Algorithm = TokenBucket
-	ten := r
+	clock = newFakeClock(start)
+	us, eu = newRegion(t, "us", mem, clock), newRegion(t, "eu", mem, clock)
+	one = req("bucket", 10, time.Hour, 1)
+	one.Algorithm = TokenBucket
+	ten = one
 	ten.Cost = 10
 	if mustLimit(t, eu.Service, req("bucket", 10, time.Hour, 0)).Remaining != 10 {
 		t.Fatal("eu's bucket is not full")
@@ -428,9 +430,17 @@ func TestBucketRefundsReachOtherRegions(t *testing.T) {
 	}
 	us.flush()
 	eu.sync()
-	if mustLimit(t, eu.Service, r).Success {
+	if mustLimit(t, eu.Service, one).Success {
 		t.Fatal("eu admitted from a bucket us emptied")
 	}
+	return clock, us, eu, one, ten
+}
+
+// TestBucketRefundsReachOtherRegions: the same across two regions that
+// share one global store: what us gives back reaches eu with a flush and
+// a sync, once however often each runs.
+func TestBucketRefundsReachOtherRegions(t *testing.T) {
+	_, us, eu, r, ten := spentInTwoRegions(t, 1_700_000_010_000)
 	if g := refundOn(t, us.Service, ten); g != 10 {
 		t.Fatalf("us gave back %d of 10 taken", g)
 	}
@@ -448,6 +458,29 @@ func TestBucketRefundsReachOtherRegions(t *testing.T) {
 	us.sync()
 	if mustLimit(t, us.Service, r).Success {
 		t.Fatal("us admitted from a bucket eu emptied again")
+	}
+}
+
+// TestBucketRefundsReachOtherRegionsAcrossACell: us spends a bucket of
+// 10 an hour at the end of one of its cells and is refunded all 10 at the
+// start of the next, a cell eu's bucket has not counted in yet; eu's sync
+// gives the 10 back all the same (a bucket's level carries from cell to
+// cell; before, a refund row of a cell the process held no cell of was
+// dropped until a full sync, five minutes later).
+func TestBucketRefundsReachOtherRegionsAcrossACell(t *testing.T) {
+	b := req("bucket", 10, time.Hour, 1)
+	b.Algorithm = TokenBucket
+	cell := keyOf(&b).Period.Ms()
+	// A second before a cell ends; then the next cell.
+	clock, us, eu, r, ten := spentInTwoRegions(t, (1_700_000_000_000/cell+1)*cell-1000)
+	clock.Advance(2 * time.Second)
+	if g := refundOn(t, us.Service, ten); g != 10 {
+		t.Fatalf("us gave back %d of 10 taken", g)
+	}
+	us.promptFlush()
+	eu.sync()
+	if n := admitted(t, eu.Service, r, 11); n != 10 {
+		t.Fatalf("eu admitted %d of 11 after us gave all 10 back in a cell eu had not counted in, want 10", n)
 	}
 }
 
@@ -472,41 +505,6 @@ func TestRefundReadsTheStoreFirst(t *testing.T) {
 }
 
 // TestBucketRefundsReachOtherRegionsAcrossACell: us spends a bucket of
-// 10 an hour at the end of one of its cells and is refunded all 10 at the
-// start of the next, a cell eu's bucket has not counted in yet; eu's sync
-// gives the 10 back all the same (a bucket's level carries from cell to
-// cell; before, a refund row of a cell the process held no cell of was
-// dropped until a full sync, five minutes later).
-func TestBucketRefundsReachOtherRegionsAcrossACell(t *testing.T) {
-	r := req("bucket", 10, time.Hour, 1)
-	r.Algorithm = TokenBucket
-	cell := keyOf(&r).Period.Ms()
-	mem := storetest.NewMemGlobal()
-	clock := newFakeClock((1_700_000_000_000/cell+1)*cell - 1000) // a second before a cell ends
-	us, eu := newRegion(t, "us", mem, clock), newRegion(t, "eu", mem, clock)
-	ten := r
-	ten.Cost = 10
-	if mustLimit(t, eu.Service, req("bucket", 10, time.Hour, 0)).Remaining != 10 {
-		t.Fatal("eu's bucket is not full")
-	}
-	if !mustLimit(t, us.Service, ten).Success {
-		t.Fatal("us was refused 10 of a full bucket of 10")
-	}
-	us.flush()
-	eu.sync()
-	if mustLimit(t, eu.Service, r).Success {
-		t.Fatal("eu admitted from a bucket us emptied")
-	}
-	clock.Advance(2 * time.Second) // the next cell
-	if g := refundOn(t, us.Service, ten); g != 10 {
-		t.Fatalf("us gave back %d of 10 taken", g)
-	}
-	us.promptFlush()
-	eu.sync()
-	if n := admitted(t, eu.Service, r, 11); n != 10 {
-		t.Fatalf("eu admitted %d of 11 after us gave all 10 back in a cell eu had not counted in, want 10", n)
-	}
-}
 
 // TestGivenTokensSettleOnce: what a cell of tokens given back holds is
 // given back to the bucket once, however often and however late it is
