@@ -94,7 +94,7 @@ func (s *Service) StreamRateLimitQuotas(srv rlqsv3.RateLimitQuotaService_StreamR
 		if err != nil {
 			return err
 		}
-		resp, err := s.Report(srv.Context(), st, rep)
+		resp, err := s.report(srv.Context(), st, rep)
 		if err != nil {
 			return err
 		}
@@ -106,9 +106,9 @@ func (s *Service) StreamRateLimitQuotas(srv rlqsv3.RateLimitQuotaService_StreamR
 	}
 }
 
-// Report counts rep, one report of st's Envoy, and returns the actions to
+// report counts rep, one report of st's Envoy, and returns the actions to
 // send it.
-func (s *Service) Report(ctx context.Context, st *stream, rep *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimitQuotaResponse, error) {
+func (s *Service) report(ctx context.Context, st *stream, rep *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimitQuotaResponse, error) {
 	switch {
 	case rep.GetDomain() == "":
 		return nil, status.Error(codes.InvalidArgument, "domain: must be set")

@@ -153,7 +153,7 @@ func runFleet(t *testing.T, n, windows int, demand func(envoy int, at time.Durat
 		if static || rep == nil {
 			return
 		}
-		resp, err := svc.Report(context.Background(), streams[i], rep)
+		resp, err := svc.report(context.Background(), streams[i], rep)
 		if err != nil {
 			t.Fatal(err)
 		}
