@@ -45,8 +45,8 @@ import (
 // it give back up to those too. Given back, it reaches the other
 // processes and regions as every give-back does: written as this
 // process's total, so that a write replayed after a timeout is counted
-// once. The caller's own retries are not told apart from new refunds. It returns a
-// [*invalid.Error] for bad values, as [Service.Limit] does.
+// once. The caller's own retries are not told apart from new refunds. It
+// returns a [*invalid.Error] for bad values, as [Service.Limit] does.
 func (s *Service) Refund(ctx context.Context, req Request) (Returned, error) {
 	var err error
 	if req.Algorithm == Concurrency {
@@ -133,7 +133,7 @@ func (s *Service) refundWindow(ctx context.Context, req *Request, now int64) (in
 	defer mu.Unlock()
 	left, given := req.Cost, int64(0)
 	for _, sq := range seqs {
-		n := min(left, s.heldIn(w, sq))
+		n := min(left, s.windows.HeldIn(w, sq))
 		if n <= 0 {
 			continue
 		}
@@ -226,7 +226,7 @@ func (s *Service) refundSlots(ctx context.Context, req *Request, now int64) (int
 	var cs []held
 	for _, pc := range g.Live(now) {
 		seq, end := pool.CellOf(pc.W)
-		if n := s.heldIn(pc.W, seq); n > 0 {
+		if n := s.windows.HeldIn(pc.W, seq); n > 0 {
 			cs = append(cs, held{pc.W, seq, end, n})
 		}
 	}
@@ -244,24 +244,6 @@ func (s *Service) refundSlots(ctx context.Context, req *Request, now int64) (int
 		}
 	}
 	return given, fresh, nil
-}
-
-// heldIn returns what cell seq of w holds as this process knows it: its
-// count and the others', less what was given back to it, never below
-// zero.
-func (s *Service) heldIn(w *cells.Window, seq int64) int64 {
-	c := w.Cells[seq&1].Load()
-	if c == nil || c.Seq() != seq {
-		return 0
-	}
-	n := c.Count.Load() + c.Global.Load()
-	rk := w.RefundsKey()
-	if rw := s.windows.Find(&rk); rw != nil {
-		if r := rw.Cells[seq&1].Load(); r != nil && r.Seq() == seq {
-			n -= r.Count.Load() + r.Global.Load()
-		}
-	}
-	return max(n, 0)
 }
 
 // refundSeed seeds the hash that picks a key's refund lock.

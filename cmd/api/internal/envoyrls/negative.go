@@ -2,11 +2,9 @@ package envoyrls
 
 import (
 	"context"
-	"math"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 )
@@ -21,8 +19,8 @@ import (
 // knows it after reading the store; a concurrency rule's slots from the
 // cells that end first; a token bucket's tokens, up to its burst (counted
 // as the tokens given back to it, which every process and region gives
-// back to its own bucket). Envoy sends no token of
-// the hits it gives back, so the cell they were counted in is not known:
+// back to its own bucket). Envoy sends no token of the hits it gives
+// back, so the cell they were counted in is not known:
 // hits counted just before a window's end and given back after it are
 // given back to the new window only as far as it holds as much. A refund
 // reaches the other processes and regions as every give-back does,
@@ -52,11 +50,5 @@ func (s *Service) refund(ctx context.Context, ns pipeline.Namespace, p *plan, no
 	if len(p.limits) == 0 {
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, nil
 	}
-	return &rlsv3.RateLimitResponse_DescriptorStatus{
-		Code: rlsv3.RateLimitResponse_OK,
-		CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: out.name, RequestsPerUnit: uint32(min(out.Limit, math.MaxUint32)),
-			Unit: rlsv3.RateLimitResponse_RateLimit_Unit(out.unit)},
-		LimitRemaining:     uint32(min(max(out.Remaining, 0), math.MaxUint32)),
-		DurationUntilReset: durationpb.New(max(out.Reset.Sub(now), 0)),
-	}, nil
+	return out.status(now), nil
 }

@@ -580,13 +580,7 @@ func (s *Service) decide(ctx context.Context, ns pipeline.Namespace, domain stri
 	}
 	s.metrics.label(domain, p, call.Workspace(ctx))
 	s.metrics.hits(domain, p)
-	st := &rlsv3.RateLimitResponse_DescriptorStatus{
-		Code: rlsv3.RateLimitResponse_OK,
-		CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: d.name, RequestsPerUnit: uint32(min(d.Limit, math.MaxUint32)),
-			Unit: rlsv3.RateLimitResponse_RateLimit_Unit(d.unit)},
-		LimitRemaining:     uint32(min(max(d.Remaining, 0), math.MaxUint32)),
-		DurationUntilReset: durationpb.New(max(d.Reset.Sub(now), 0)),
-	}
+	st := d.status(now)
 	switch {
 	case capacity != nil:
 		// The workspace holds the most windows allowed, and this key is
@@ -618,6 +612,18 @@ type limitDecision struct {
 	pipeline.Decision
 	name string
 	unit rlsconfig.Unit
+}
+
+// status returns d as the OK status of its descriptor at now: its limit,
+// what remains of it and when it resets.
+func (d *limitDecision) status(now time.Time) *rlsv3.RateLimitResponse_DescriptorStatus {
+	return &rlsv3.RateLimitResponse_DescriptorStatus{
+		Code: rlsv3.RateLimitResponse_OK,
+		CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: d.name, RequestsPerUnit: uint32(min(d.Limit, math.MaxUint32)),
+			Unit: rlsv3.RateLimitResponse_RateLimit_Unit(d.unit)},
+		LimitRemaining:     uint32(min(max(d.Remaining, 0), math.MaxUint32)),
+		DurationUntilReset: durationpb.New(max(d.Reset.Sub(now), 0)),
+	}
 }
 
 // limit decides p's limits, each in its own window, and returns the

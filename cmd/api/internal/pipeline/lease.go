@@ -102,8 +102,8 @@ func (n Namespace) Release(ctx context.Context, id string) (Released, error) {
 // ratelimit.Service.ReleaseLater): a refused request of many concurrency
 // rules costs one write, not one a rule. It answers as Release does, the
 // slots held after it counted from what this process knows (no read). A
-// refused lease holds nothing to give back (a zero answer). It must not be called for an id that left the caller, which
-// Release frees once.
+// refused lease holds nothing to give back (a zero answer). It must not
+// be called for an id that left the caller, which Release frees once.
 func (n Namespace) GiveBack(ctx context.Context, l *Lease) (Released, error) {
 	if l.ID == "" {
 		return Released{}, nil

@@ -11,10 +11,10 @@ import (
 // Refund gives c's cost back to its limit in the namespace, as
 // ratelimit.Service.Refund does (the cell of now, no more than it holds;
 // a concurrency limit's slots from the cells that end first; a token
-// bucket's tokens up to its burst), after the override that applies to it, so that it
-// reaches the window the cost was counted in. It answers what it gave
-// back and the limit after it, as a check answers. A call that names
-// another namespace is denied.
+// bucket's tokens up to its burst), after the override that applies to
+// it, so that it reaches the window the cost was counted in. It answers
+// what it gave back and the limit after it, as a check answers. A call
+// that names another namespace is denied.
 func (n Namespace) Refund(ctx context.Context, c Call) (Decision, int64, error) {
 	if c.Request.Namespace != n.name {
 		return Decision{}, 0, &access.DeniedError{Permission: access.Name(access.Limit, c.Request.Namespace)}

@@ -48,11 +48,11 @@ type Taken struct {
 // cell, at now in the regional store, in one atomic step with the
 // region's count of what the pool holds, and returns the answer and w's
 // cell when the store answered (or, its answer lost, a read with the
-// writer's total showed the take applied). Replayed counts reach the store some
-// milliseconds after they were taken, in which every process of the
-// region would see the same slots free; a window's few units over its
-// limit are repaid by the next window, but slots held by everyone's stale
-// view stay taken for as long as they are held.
+// writer's total showed the take applied). Replayed counts reach the
+// store some milliseconds after they were taken, in which every process
+// of the region would see the same slots free; a window's few units over
+// its limit are repaid by the next window, but slots held by everyone's
+// stale view stay taken for as long as they are held.
 func (r *Tier) TakeSlots(ctx context.Context, w *cells.Window, now, limit, cost int64) (Taken, *cells.Cell, TakeOutcome) {
 	taker, ok := r.store.(store.SlotTaker)
 	if !ok {
