@@ -237,3 +237,38 @@ func TestProcessLive(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordNCountsEveryDecision: what a proxy reports it decided itself
+// (RecordN) counts as that many decisions, in the totals and in the
+// ranking of denials, beside decisions recorded one at a time; a report of
+// none counts nothing.
+func TestRecordNCountsEveryDecision(t *testing.T) {
+	store := memstore.New(1_000_000, time.Now)
+	now := time.Now().Truncate(time.Minute)
+	r, err := analytics.NewRecorder(store, slog.New(slog.DiscardHandler), prometheus.NewRegistry(),
+		analytics.WithClock(func() time.Time { return now }), analytics.WithFlushInterval(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	r.RecordN("ws", "envoy", "bucket_a", false, 700)
+	r.RecordN("ws", "envoy", "bucket_a", true, 300)
+	r.RecordN("ws", "envoy", "bucket_c", false, 0)
+	for range 5 {
+		r.Record("ws", "envoy", "bucket_b", false)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	series, _ := store.Series(context.Background(), "ws", "envoy", analytics.Minute, now, now.Add(time.Minute))
+	if len(series) != 1 || series[0].Passed != 300 || series[0].Denied != 705 {
+		t.Fatalf("series %v, want one minute of 300 passed and 705 denied", series)
+	}
+	top, _ := store.Top(context.Background(), "ws", "envoy", now, now.Add(time.Minute), 10)
+	if len(top) != 2 || top[0].Identifier != "bucket_a" || top[1].Identifier != "bucket_b" {
+		t.Fatalf("top %v, want bucket_a (700 denied) then bucket_b (5)", top)
+	}
+}

@@ -71,7 +71,8 @@ func (b batch) rows() int { return len(b.buckets) + len(b.top) }
 type decision struct {
 	workspace, namespace, identifier string
 	passed                           bool
-	minute                           int64 // unix ms
+	n                                uint64 // decisions, 1 but for RecordN
+	minute                           int64  // unix ms
 }
 
 // scopeMinute names a namespace's minute.
@@ -171,7 +172,17 @@ func (r *Recorder) reset() {
 // never blocks: a decision that finds the queue full is dropped and
 // counted.
 func (r *Recorder) Record(workspace, namespace, identifier string, passed bool) {
-	d := decision{workspace: workspace, namespace: namespace, identifier: identifier, passed: passed,
+	r.RecordN(workspace, namespace, identifier, passed, 1)
+}
+
+// RecordN counts n decisions of identifier alike, as Record does: those a
+// proxy made itself and reported (Envoy's quota filter reports how many
+// requests it denied).
+func (r *Recorder) RecordN(workspace, namespace, identifier string, passed bool, n uint64) {
+	if n == 0 {
+		return
+	}
+	d := decision{workspace: workspace, namespace: namespace, identifier: identifier, passed: passed, n: n,
 		minute: r.now().UnixMilli() / 60_000 * 60_000}
 	select {
 	case r.queue <- d:
@@ -230,12 +241,12 @@ func (r *Recorder) count(d decision) {
 		r.tallies[k] = t
 		r.perWS[k.workspace]++
 	}
-	t.traffic.Add(d.identifier, 1)
+	t.traffic.Add(d.identifier, d.n)
 	if d.passed {
-		t.passed++
+		t.passed += int64(d.n)
 	} else {
-		t.denied++
-		t.denials.Add(d.identifier, 1)
+		t.denied += int64(d.n)
+		t.denials.Add(d.identifier, d.n)
 	}
 }
 

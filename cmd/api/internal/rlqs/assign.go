@@ -2,7 +2,6 @@ package rlqs
 
 import (
 	"math"
-	"sync"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -29,9 +28,6 @@ const (
 	// maxDenyTTL bounds a DENY_ALL's time to live: a window that frees
 	// later is denied again at the next report.
 	maxDenyTTL = time.Minute
-	// idleShare is the least share of an Envoy's weight: a tenth of an
-	// equal share, so that one that was idle can start.
-	idleShare = 0.1
 )
 
 // limit is what a bucket's rule leaves of it.
@@ -42,100 +38,86 @@ type limit struct {
 	untilReset    time.Duration
 }
 
+// spent reports whether nothing of l remains until it resets.
+func (l limit) spent() bool { return l.limited && (l.over || l.remaining <= 0) }
+
 // bucket is one bucket of one stream: its demand and what it was sent.
 type bucket struct {
-	// key names the bucket across streams: domain and bucket id.
-	key string
-	id  map[string]string
+	// key names the bucket across streams: domain and bucket id; idKey
+	// within its stream, the bucket id alone (see keyOf).
+	key, idKey string
+	id         map[string]string
 	// demand is what the Envoy was asked in its last report that counted
-	// time, allowed and denied, a second.
+	// time, allowed and denied, a second; known once there was one.
 	demand float64
-	sent   *typev3.RateLimitStrategy
-	sentAt time.Time
+	known  bool
+	// lastActive is when a report last counted a request of it (or its
+	// first report).
+	lastActive time.Time
+	sent       *typev3.RateLimitStrategy
+	sentAt     time.Time
+	ttl        time.Duration
 }
 
-// observe takes u, a report of b, at now.
-func (b *bucket) observe(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, now time.Time) {
+func newBucket(domain, key string, id map[string]string, now time.Time) *bucket {
+	b := &bucket{key: domain + "\x00" + key, idKey: key, id: make(map[string]string, len(id)), lastActive: now}
+	for k, v := range id {
+		b.id[k] = v
+	}
+	return b
+}
+
+// observe takes u, a report of b.
+func (b *bucket) observe(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage) {
 	if secs := u.GetTimeElapsed().GetSeconds(); secs > 0 {
 		b.demand = float64(u.GetNumRequestsAllowed()+u.GetNumRequestsDenied()) / float64(secs)
+		b.known = true
 	}
 }
 
-// shares holds, for each bucket, the streams of this process subscribed
-// to it: what its budget is shared among.
-type shares struct {
-	mu    sync.Mutex
-	byKey map[string]map[*stream]*bucket
-}
-
-func newShares() *shares { return &shares{byKey: map[string]map[*stream]*bucket{}} }
-
-// share returns b's share (0 to 1) of its bucket's budget, subscribing st.
-func (s *shares) share(st *stream, b *bucket) float64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	subs, ok := s.byKey[b.key]
-	if !ok {
-		subs = map[*stream]*bucket{}
-		s.byKey[b.key] = subs
-	}
-	subs[st] = b
-	var total float64
-	for _, o := range subs {
-		total += o.demand
-	}
-	if total == 0 {
-		return 1 / float64(len(subs))
-	}
-	least := idleShare * total / float64(len(subs))
-	var weights float64
-	for _, o := range subs {
-		weights += max(o.demand, least)
-	}
-	return max(b.demand, least) / weights
-}
-
-// leave unsubscribes st from every bucket.
-func (s *shares) leave(st *stream) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, b := range st.buckets {
-		if subs := s.byKey[b.key]; subs != nil {
-			delete(subs, st)
-			if len(subs) == 0 {
-				delete(s.byKey, b.key)
-			}
-		}
-	}
-}
-
-// assign returns the action to send b of st, whose limit is lim, at now,
-// or nil when what it holds stands.
-func (s *Service) assign(st *stream, b *bucket, lim limit, now time.Time) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+// assign returns the action to send b of st, whose limit is lim and whose
+// share of it is share (0 to 1), at now, or nil when what it holds
+// stands. A bucket whose limit is spent is denied until the reset, and so
+// is every other bucket of its key on this process's streams, at once.
+func (s *Service) assign(st *stream, b *bucket, lim limit, share float64, now time.Time) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	var strategy *typev3.RateLimitStrategy
 	ttl := TTL
-	share := s.shares.share(st, b)
 	switch {
 	case !lim.limited:
-		strategy = blanket(typev3.RateLimitStrategy_ALLOW_ALL)
-	case lim.over || lim.remaining <= 0:
+		strategy = blanket(s.noRule)
+	case lim.spent():
 		strategy = blanket(typev3.RateLimitStrategy_DENY_ALL)
 		ttl = min(max(lim.untilReset.Truncate(time.Second)+time.Second, time.Second), maxDenyTTL)
+		if !isDeny(b.sent) {
+			for _, o := range s.subs.others(b.key, st) {
+				o.deny(b.idKey, ttl)
+			}
+		}
 	default:
 		// What remains, spent evenly until the reset, this Envoy's share
 		// of it a second.
 		perSecond := float64(lim.remaining) / max(lim.untilReset, ReportInterval).Seconds() * share
 		strategy = tokenBucket(perSecond)
 	}
-	if b.sent != nil && proto.Equal(b.sent, strategy) && now.Sub(b.sentAt) < ttl/2 {
+	if b.sent != nil && proto.Equal(b.sent, strategy) && now.Sub(b.sentAt) < b.ttl/2 {
 		return nil
 	}
-	b.sent, b.sentAt = strategy, now
+	b.sent, b.sentAt, b.ttl = strategy, now, ttl
+	return b.action(strategy, ttl)
+}
+
+// action returns the assignment of strategy to b for ttl.
+func (b *bucket) action(strategy *typev3.RateLimitStrategy, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	return &rlqsv3.RateLimitQuotaResponse_BucketAction{
 		BucketId: &rlqsv3.BucketId{Bucket: b.id},
 		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
 			QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
 				AssignmentTimeToLive: durationpb.New(ttl), RateLimitStrategy: strategy}}}
+}
+
+// isDeny reports whether s is DENY_ALL.
+func isDeny(s *typev3.RateLimitStrategy) bool {
+	return s.GetBlanketRule() == typev3.RateLimitStrategy_DENY_ALL && s.GetStrategy() != nil
 }
 
 // blanket returns a blanket rule.

@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -20,7 +22,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 	"github.com/unkeyed/ratelimit/internal/testkit/rlqsenvoy"
+	"github.com/unkeyed/ratelimit/services/access"
 )
 
 // windowCounter is a Decider of one rule: limit requests a window of
@@ -58,14 +62,76 @@ func (c *windowCounter) ShouldRateLimit(_ context.Context, req *rlsv3.RateLimitR
 	return &rlsv3.RateLimitResponse{OverallCode: st.Code, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st}}, nil
 }
 
+func (c *windowCounter) Concurrent(string, *rlcommonv3.RateLimitDescriptor) bool { return false }
+
+// tallies is a Fleet in memory: exact sliding windows of what was added,
+// on the test's clock.
+type tallies struct {
+	mu     sync.Mutex
+	now    func() time.Time
+	added  map[string][]added
+	denied map[string]uint64
+}
+
+type added struct {
+	at time.Time
+	n  int64
+}
+
+func newTallies(now func() time.Time) *tallies {
+	return &tallies{now: now, added: map[string][]added{}, denied: map[string]uint64{}}
+}
+
+func (f *tallies) Tally(_ context.Context, namespace, identifier string, n int64, window time.Duration) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k, now := namespace+" "+identifier, f.now()
+	kept := f.added[k][:0]
+	var sum int64
+	for _, a := range f.added[k] {
+		if now.Sub(a.at) < window {
+			kept = append(kept, a)
+			sum += a.n
+		}
+	}
+	f.added[k] = append(kept, added{now, n})
+	return sum + n, nil
+}
+
+func (f *tallies) RecordDenied(_ context.Context, namespace, identifier string, n uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.denied[namespace+" "+identifier] += n
+}
+
+// newService returns a service deciding with d and tallying in memory, on
+// clock.
+func newService(t *testing.T, d Decider, clock func() time.Time, opts ...Option) *Service {
+	t.Helper()
+	s, err := New(d, newTallies(clock), prometheus.NewRegistry(), append([]Option{WithClock(clock)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// newStream returns a stream of workspace ws as the service opens one.
+func newStream(s *Service, ws string) *stream {
+	st, err := s.open(call.WithPrincipal(context.Background(), access.Principal{Workspace: ws}), fmt.Sprint(ws, len(s.streams)))
+	if err != nil {
+		panic(err)
+	}
+	return st
+}
+
 // TestStreamAnswersReports: over a real gRPC stream, a report of a bucket
 // no rule limits is answered ALLOW_ALL, one of a limited bucket a token
 // bucket, both with a time to live of whole seconds; a report of another
 // domain ends the stream with invalid_argument naming the field.
 func TestStreamAnswersReports(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
-	svc := New(&windowCounter{limit: 600, length: time.Minute, now: func() time.Time { return now }, counts: map[string]int64{}},
-		WithClock(func() time.Time { return now }))
+	clock := func() time.Time { return now }
+	svc := newService(t, &windowCounter{limit: 600, length: time.Minute, now: clock, counts: map[string]int64{}}, clock)
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer()
 	rlqsv3.RegisterRateLimitQuotaServiceServer(srv, svc)
@@ -118,24 +184,36 @@ type fleetRun struct {
 	admitted, asked []int64
 }
 
-// runFleet simulates n Envoys on one service for windows minutes, in
-// steps of 10 ms, each asking at its rate (demand a second, by Envoy and
-// time), reporting when Envoy's filter does and applying every answer at
-// once. With static, the service is not asked: every Envoy holds the
-// whole rate (1,000 a minute) as its own token bucket.
-func runFleet(t *testing.T, n, windows int, demand func(envoy int, at time.Duration) float64, static bool) fleetRun {
+// runFleet simulates n Envoys for windows minutes, in steps of 10 ms,
+// each asking at its rate (demand a second, by Envoy and time), reporting
+// when Envoy's filter does and applying every answer at once, Envoy i on
+// process i%processes of a fleet whose processes share one limit's counts
+// and one set of tallies. With processes 0 no service is asked: every
+// Envoy holds the whole rate (1,000 a minute) as its own token bucket, as
+// static quotas do.
+func runFleet(t *testing.T, n, windows int, demand func(envoy int, at time.Duration) float64, processes int) fleetRun {
 	t.Helper()
 	start := time.Unix(1_800_000_000, 0)
 	now := start
 	clock := func() time.Time { return now }
-	svc := New(&windowCounter{limit: 1000, length: time.Minute, now: clock, counts: map[string]int64{}}, WithClock(clock))
+	static := processes == 0
+	counter := &windowCounter{limit: 1000, length: time.Minute, now: clock, counts: map[string]int64{}}
+	fleet := newTallies(clock)
+	svcs := make([]*Service, max(processes, 1))
+	for i := range svcs {
+		s, err := New(counter, fleet, prometheus.NewRegistry(), WithClock(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		svcs[i] = s
+	}
 	id := map[string]string{"user": "shared"}
 	envoys := make([]*rlqsenvoy.Filter, n)
 	streams := make([]*stream, n)
 	owed := make([]float64, n) // requests asked and not yet sent, fractions
 	for i := range envoys {
 		envoys[i] = rlqsenvoy.New("d")
-		streams[i] = &stream{buckets: map[string]*bucket{}}
+		streams[i] = newStream(svcs[i%len(svcs)], "ws")
 	}
 	if static {
 		full := &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
@@ -153,11 +231,21 @@ func runFleet(t *testing.T, n, windows int, demand func(envoy int, at time.Durat
 		if static || rep == nil {
 			return
 		}
+		svc := svcs[i%len(svcs)]
 		resp, err := svc.report(context.Background(), streams[i], rep)
 		if err != nil {
 			t.Fatal(err)
 		}
 		envoys[i].Apply(resp, now)
+		// What other streams pushed to this one's Envoy, at once.
+		for j, st := range streams {
+			select {
+			case <-st.wake:
+				resp, _ := svcs[j%len(svcs)].pushed(st)
+				envoys[j].Apply(resp, now)
+			default:
+			}
+		}
 	}
 	run := fleetRun{admitted: make([]int64, windows), asked: make([]int64, windows)}
 	step := 10 * time.Millisecond
@@ -208,12 +296,16 @@ func TestFleetSharesOneBudget(t *testing.T) {
 		}
 		return 2
 	}
-	shared := runFleet(t, 10, 5, demand, false)
-	static := runFleet(t, 10, 5, demand, true)
-	for w := range shared.admitted {
-		t.Logf("window %d: asked %d; shared budget admitted %d, static quotas %d", w, shared.asked[w], shared.admitted[w], static.admitted[w])
-		if a := shared.admitted[w]; a > 1100 || a < 800 {
-			t.Errorf("window %d: the shared budget admitted %d of a limit of 1,000 (asked %d), want 800 to 1,100", w, a, shared.asked[w])
+	static := runFleet(t, 10, 5, demand, 0)
+	for _, processes := range []int{1, 2, 3} {
+		shared := runFleet(t, 10, 5, demand, processes)
+		for w := range shared.admitted {
+			t.Logf("%d processes, window %d: asked %d; shared budget admitted %d, static quotas %d", processes, w, shared.asked[w],
+				shared.admitted[w], static.admitted[w])
+			if a := shared.admitted[w]; a > 1100 || a < 800 {
+				t.Errorf("%d processes, window %d: the shared budget admitted %d of a limit of 1,000 (asked %d), want 800 to 1,100",
+					processes, w, a, shared.asked[w])
+			}
 		}
 	}
 }

@@ -58,6 +58,7 @@ func (l *Layer) GRPCServer(lim Limits, c Codecs, opts ...grpc.ServerOption) *grp
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: lim.IdleTimeout}),
 		grpc.InTapHandle(l.grpcTap(lim, lim.ReadTimeout+lim.WriteTimeout)),
 		grpc.ChainUnaryInterceptor(l.grpcFailures),
+		grpc.ChainStreamInterceptor(l.grpcStreamFailures),
 		// A pool of goroutines serves the streams, 64 a core, instead of
 		// a new goroutine for each (grpc-go still starts one when every
 		// worker is busy): a fresh goroutine's stack grew, copied, in
@@ -76,26 +77,42 @@ type grpcMethods struct {
 	server *grpc.Server
 	once   sync.Once
 	known  map[string]bool // full method names, read once serving began
+	// streams are the known methods whose client streams: long-lived
+	// calls (see StreamRoute).
+	streams map[string]bool
 }
 
 // name returns the method of fullMethod ("/service/Method") as labels
 // name it: its last segment if the server serves it, else "unknown".
 func (g *grpcMethods) name(fullMethod string) string {
+	g.read()
+	if !g.known[fullMethod] {
+		return "unknown"
+	}
+	return fullMethod[strings.LastIndexByte(fullMethod, '/')+1:]
+}
+
+// read reads the methods the server serves, once.
+func (g *grpcMethods) read() {
 	g.once.Do(func() {
-		g.known = map[string]bool{}
+		g.known, g.streams = map[string]bool{}, map[string]bool{}
 		if g.server == nil {
 			return
 		}
 		for service, info := range g.server.GetServiceInfo() {
 			for _, m := range info.Methods {
 				g.known["/"+service+"/"+m.Name] = true
+				g.streams["/"+service+"/"+m.Name] = m.IsClientStream
 			}
 		}
 	})
-	if !g.known[fullMethod] {
-		return "unknown"
-	}
-	return fullMethod[strings.LastIndexByte(fullMethod, '/')+1:]
+}
+
+// longLived reports whether fullMethod is a method the server serves
+// whose client streams.
+func (g *grpcMethods) longLived(fullMethod string) bool {
+	g.read()
+	return g.streams[fullMethod]
 }
 
 // streamCancel carries the cancel function of a stream's deadline, for
@@ -119,10 +136,15 @@ func (l *Layer) grpcTap(lim Limits, within time.Duration) tap.ServerInHandle {
 			if v := info.Header.Get("authorization"); len(v) > 0 {
 				authorization = v[0]
 			}
-			ctx = call.WithCall(ctx, time.Now())
+			long := l.grpc.longLived(info.FullMethodName)
+			if !long {
+				// A long-lived stream is neither timed nor traced: it
+				// lasts as long as its client keeps it.
+				ctx = call.WithCall(ctx, time.Now())
+			}
 			// A method the server does not serve gets no span: grpc-go
 			// answers it without our interceptor, which ends spans.
-			if method := l.grpc.name(info.FullMethodName); l.tracing != nil && method != "unknown" {
+			if method := l.grpc.name(info.FullMethodName); l.tracing != nil && method != "unknown" && !long {
 				ctx, _ = l.tracing.startSpan(ctx, method, mdCarrier(info.Header))
 			}
 			pr, err := l.authenticated(access.Authenticate(l.keys, authorization))
@@ -132,6 +154,9 @@ func (l *Layer) grpcTap(lim Limits, within time.Duration) tap.ServerInHandle {
 				return nil, grpcStatus(ce)
 			}
 			ctx = call.WithPrincipal(ctx, pr)
+			if long {
+				return l.openLongLived(ctx, pr.Workspace, lim)
+			}
 			ctx, cancel := context.WithTimeout(ctx, within)
 			ctx = context.WithValue(ctx, streamCancel{}, cancel)
 			if lim.UnreadPerWorkspace > 0 {
@@ -164,6 +189,24 @@ func (l *Layer) grpcTap(lim Limits, within time.Duration) tap.ServerInHandle {
 		}
 		return ctx, nil
 	}
+}
+
+// openLongLived returns the context of a long-lived stream of workspace
+// (see awaitFirst): no deadline once its first message has arrived, and
+// until then a place among the workspace's unread streams, refused as
+// busy when it has lim.UnreadPerWorkspace.
+func (l *Layer) openLongLived(ctx context.Context, workspace string, lim Limits) (context.Context, error) {
+	ctx = awaitFirst(ctx, lim.ReadTimeout)
+	f := firstOf(ctx)
+	if lim.UnreadPerWorkspace > 0 {
+		u, ok := l.unread.open(ctx, workspace, lim.UnreadPerWorkspace)
+		if !ok {
+			f.arrived() // stops the timer
+			return nil, grpcStatus(ErrBusy)
+		}
+		f.unread = u
+	}
+	return ctx, nil
 }
 
 // unreadStreams counts, per workspace, the streams of the grpc-go port

@@ -1,0 +1,252 @@
+package rlqs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
+	"github.com/unkeyed/ratelimit/services/access"
+)
+
+// usage returns a report of domain d: one usage of each bucket, allowed
+// and denied in elapsed seconds.
+func usage(d string, elapsed int64, allowed, denied uint64, ids ...map[string]string) *rlqsv3.RateLimitQuotaUsageReports {
+	rep := &rlqsv3.RateLimitQuotaUsageReports{Domain: d}
+	for _, id := range ids {
+		rep.BucketQuotaUsages = append(rep.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			BucketId: &rlqsv3.BucketId{Bucket: id}, TimeElapsed: durationpb.New(time.Duration(elapsed) * time.Second),
+			NumRequestsAllowed: allowed, NumRequestsDenied: denied})
+	}
+	return rep
+}
+
+func user(name string) map[string]string { return map[string]string{"user": name} }
+
+// TestSpentWindowIsPushedToEveryEnvoy: once one Envoy's report spends the
+// window, every other Envoy of the bucket on the process is handed
+// DENY_ALL at once, until the reset, without waiting for its own report;
+// one that holds a denial already is sent nothing again.
+func TestSpentWindowIsPushedToEveryEnvoy(t *testing.T) {
+	now := time.Unix(1_800_000_010, 0)
+	clock := func() time.Time { return now }
+	svc := newService(t, &windowCounter{limit: 100, length: time.Minute, now: clock, counts: map[string]int64{}}, clock)
+	a, b, c := newStream(svc, "ws"), newStream(svc, "ws"), newStream(svc, "ws")
+	for _, st := range []*stream{a, b, c} {
+		if _, err := svc.report(context.Background(), st, usage("d", 0, 0, 0, user("u"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := svc.report(context.Background(), a, usage("d", 5, 100, 0, user("u")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := resp.BucketAction[0].GetQuotaAssignmentAction().GetRateLimitStrategy(); !isDeny(s) {
+		t.Fatalf("the report that spent the window: %v, want DENY_ALL", s)
+	}
+	for i, st := range []*stream{b, c} {
+		select {
+		case <-st.wake:
+		default:
+			t.Fatalf("stream %d: not woken", i)
+		}
+		pushed, last := svc.pushed(st)
+		q := pushed.GetBucketAction()[0].GetQuotaAssignmentAction()
+		if last || !isDeny(q.GetRateLimitStrategy()) || q.GetAssignmentTimeToLive().AsDuration() != 51*time.Second {
+			t.Fatalf("stream %d was pushed %v, want DENY_ALL for the 50 s to the reset, rounded up", i, pushed)
+		}
+	}
+	// b's own report finds the window spent: it holds the denial already.
+	if resp, _ := svc.report(context.Background(), b, usage("d", 5, 0, 3, user("u"))); len(resp.GetBucketAction()) != 0 {
+		t.Fatalf("a denial sent again: %v", resp)
+	}
+}
+
+// TestBoundsRefuseWithAReason: a stream past its buckets, a workspace past
+// its buckets across streams, and a connection past its streams are each
+// refused with resource_exhausted naming the bound and its setting, and
+// counted; a refused bucket is not held.
+func TestBoundsRefuseWithAReason(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { return now }
+	svc := newService(t, &windowCounter{limit: 100, length: time.Minute, now: clock, counts: map[string]int64{}}, clock,
+		WithLimits(Limits{BucketsPerStream: 2, BucketsPerWorkspace: 3, StreamsPerConnection: 2}))
+	a, b := newStream(svc, "ws"), newStream(svc, "ws")
+	_, err := svc.report(context.Background(), a, usage("d", 0, 0, 0, user("1"), user("2"), user("3")))
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "bucket_quota_usages[2]") ||
+		!strings.Contains(err.Error(), "UNKEY_RLQS_MAX_BUCKETS_PER_STREAM") {
+		t.Fatalf("a third bucket on a stream of two: %v", err)
+	}
+	if _, err := svc.report(context.Background(), b, usage("d", 0, 0, 0, user("4"))); err != nil {
+		t.Fatal(err)
+	}
+	_, err = svc.report(context.Background(), b, usage("d", 0, 0, 0, user("5")))
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "UNKEY_RLQS_MAX_BUCKETS_PER_WORKSPACE") {
+		t.Fatalf("a fourth bucket of a workspace of three: %v", err)
+	}
+	if _, err := svc.report(context.Background(), newStream(svc, "other"), usage("d", 0, 0, 0, user("5"))); err != nil {
+		t.Fatalf("another workspace's bucket: %v", err)
+	}
+	svc.close(a) // gives its two buckets back
+	if _, err := svc.report(context.Background(), b, usage("d", 0, 0, 0, user("5"))); err != nil {
+		t.Fatalf("once a stream closed: %v", err)
+	}
+	ctx := call.WithPrincipal(context.Background(), access.Principal{Workspace: "ws"})
+	for i := range 3 {
+		_, err := svc.open(ctx, "10.0.0.1:4000")
+		if i < 2 && err != nil || i == 2 && (status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "UNKEY_RLQS_MAX_STREAMS_PER_CONNECTION")) {
+			t.Fatalf("stream %d of a connection of two: %v", i, err)
+		}
+	}
+}
+
+// TestSilentBucketsAreAbandoned: a bucket whose reports count no request
+// for AbandonAfter is abandoned (and its place given back), while one
+// that keeps asking is not.
+func TestSilentBucketsAreAbandoned(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { return now }
+	svc := newService(t, &windowCounter{limit: 100_000, length: time.Minute, now: clock, counts: map[string]int64{}}, clock,
+		WithLimits(Limits{AbandonAfter: 30 * time.Second}))
+	st := newStream(svc, "ws")
+	if _, err := svc.report(context.Background(), st, usage("d", 0, 0, 0, user("quiet"), user("busy"))); err != nil {
+		t.Fatal(err)
+	}
+	var abandoned []string
+	for range 7 {
+		now = now.Add(ReportInterval)
+		rep := usage("d", 5, 4, 0, user("busy"))
+		if len(abandoned) == 0 { // an Envoy forgets an abandoned bucket
+			rep.BucketQuotaUsages = append(rep.BucketQuotaUsages, usage("d", 5, 0, 0, user("quiet")).BucketQuotaUsages...)
+		}
+		resp, err := svc.report(context.Background(), st, rep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range resp.BucketAction {
+			if a.GetAbandonAction() != nil {
+				abandoned = append(abandoned, fmt.Sprint(now.Sub(time.Unix(1_800_000_000, 0)), " ", a.BucketId.Bucket["user"]))
+			}
+		}
+	}
+	if fmt.Sprint(abandoned) != "[30s quiet]" {
+		t.Fatalf("abandoned %v, want the quiet bucket once, after 30 s", abandoned)
+	}
+	if len(st.buckets) != 1 || svc.workspaces["ws"] != 1 {
+		t.Fatalf("held: %d buckets, workspace %d; want the busy one", len(st.buckets), svc.workspaces["ws"])
+	}
+}
+
+// pipe is a Stream whose reports the test sends and whose answers it
+// reads.
+type pipe struct {
+	ctx     context.Context
+	reports chan *rlqsv3.RateLimitQuotaUsageReports
+	answers chan *rlqsv3.RateLimitQuotaResponse
+}
+
+func newPipe() *pipe {
+	return &pipe{ctx: call.WithPrincipal(context.Background(), access.Principal{Workspace: "ws"}),
+		reports: make(chan *rlqsv3.RateLimitQuotaUsageReports), answers: make(chan *rlqsv3.RateLimitQuotaResponse, 16)}
+}
+
+func (p *pipe) Context() context.Context { return p.ctx }
+func (p *pipe) Recv() (*rlqsv3.RateLimitQuotaUsageReports, error) {
+	rep, ok := <-p.reports
+	if !ok {
+		return nil, io.EOF
+	}
+	return rep, nil
+}
+func (p *pipe) Send(r *rlqsv3.RateLimitQuotaResponse) error { p.answers <- r; return nil }
+
+// TestDrainExpiresEveryAssignment: draining sends each stream its
+// assignments again with a time to live of 0, ends it, refuses new
+// streams as unavailable, and returns once none is left.
+func TestDrainExpiresEveryAssignment(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { return now }
+	svc := newService(t, &windowCounter{limit: 600, length: time.Minute, now: clock, counts: map[string]int64{}}, clock)
+	p := newPipe()
+	served := make(chan error, 1)
+	go func() { served <- svc.Serve("conn", p) }()
+	p.reports <- usage("d", 0, 0, 0, user("a"), map[string]string{"route": "r"})
+	first := <-p.answers
+	if len(first.BucketAction) != 2 {
+		t.Fatalf("first answer %v", first)
+	}
+	if err := svc.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	last := <-p.answers
+	if len(last.BucketAction) != 2 {
+		t.Fatalf("drain sent %v, want both buckets", last)
+	}
+	for _, a := range last.BucketAction {
+		if ttl := a.GetQuotaAssignmentAction().GetAssignmentTimeToLive(); ttl == nil || ttl.AsDuration() != 0 {
+			t.Fatalf("drain sent %v, want a time to live of 0", a)
+		}
+	}
+	if err := <-served; err != nil {
+		t.Fatalf("a drained stream ended with %v, want OK", err)
+	}
+	if err := svc.Serve("conn", newPipe()); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a stream while draining: %v", err)
+	}
+}
+
+// flaky decides as d, but fails while down; deciding a concurrency limit
+// for "lease".
+type flaky struct {
+	*windowCounter
+	down bool
+}
+
+func (f *flaky) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if f.down {
+		return nil, errors.New("redis: connection refused")
+	}
+	return f.windowCounter.ShouldRateLimit(ctx, req)
+}
+
+func (f *flaky) Concurrent(_ string, d *rlcommonv3.RateLimitDescriptor) bool {
+	return d.Entries[0].Key == "lease"
+}
+
+// TestFailuresLeaveAssignmentsStanding: a decision that fails for want of
+// a store answers nothing for the bucket (the Envoy keeps what it holds)
+// and keeps the stream; a bucket of a concurrency rule gets the no-rule
+// behaviour, as configured.
+func TestFailuresLeaveAssignmentsStanding(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { return now }
+	d := &flaky{windowCounter: &windowCounter{limit: 600, length: time.Minute, now: clock, counts: map[string]int64{}}}
+	svc := newService(t, d, clock, WithNoRule(typev3.RateLimitStrategy_DENY_ALL))
+	st := newStream(svc, "ws")
+	resp, err := svc.report(context.Background(), st, usage("d", 0, 0, 0, user("a"), map[string]string{"lease": "x"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.BucketAction) != 2 || resp.BucketAction[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket() == nil ||
+		!isDeny(resp.BucketAction[1].GetQuotaAssignmentAction().GetRateLimitStrategy()) {
+		t.Fatalf("answer %v: want a token bucket, then the no-rule DENY_ALL for the concurrency rule's bucket", resp)
+	}
+	d.down = true
+	now = now.Add(TTL)
+	resp, err = svc.report(context.Background(), st, usage("d", 5, 3, 0, user("a")))
+	if err != nil || len(resp.BucketAction) != 0 {
+		t.Fatalf("with the store down: %v, %v; want no action and no error", resp, err)
+	}
+}
