@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/unkeyed/ratelimit/internal/testkit/golden"
 )
 
 // accuracyRun is the outcome of one synthetic trace judged against an exact
@@ -186,17 +188,4 @@ func TestWriteAccuracyReport(t *testing.T) {
 
 // replaceSection replaces the text between the markers
 // <!-- name:begin --> and <!-- name:end --> in file with body.
-func replaceSection(file, name, body string) error {
-	raw, err := os.ReadFile(file)
-	if err != nil {
-		return err
-	}
-	begin, end := "<!-- "+name+":begin -->\n", "<!-- "+name+":end -->"
-	text := string(raw)
-	i, j := strings.Index(text, begin), strings.Index(text, end)
-	if i < 0 || j < i {
-		return fmt.Errorf("%s has no %s section markers", file, name)
-	}
-	text = text[:i+len(begin)] + body + text[j:]
-	return os.WriteFile(file, []byte(text), 0o644)
-}
+func replaceSection(file, name, body string) error { return golden.Measured(file, name, body) }

@@ -181,6 +181,14 @@ type Config struct {
 	RLSRemainingHeader string `env:"UNKEY_RLS_REMAINING_HEADER" envDefault:"RateLimit-Remaining" help:"the remaining header's name: a valid HTTP header name"`
 	RLSResetHeader     string `env:"UNKEY_RLS_RESET_HEADER" envDefault:"RateLimit-Reset" help:"the reset header's name: a valid HTTP header name"`
 
+	// Envoy's Rate Limit Quota Service (package rlqs): what a bucket no
+	// rule limits is assigned, and the bounds on what one caller holds.
+	RLQSNoRule                  string        `env:"UNKEY_RLQS_NO_RULE" envDefault:"allow_all" help:"what Envoy's quota filter is assigned for a bucket no rule limits: allow_all or deny_all"`
+	RLQSMaxStreamsPerConnection int           `env:"UNKEY_RLQS_MAX_STREAMS_PER_CONNECTION" envDefault:"16" help:"the most quota streams one connection may have open (Envoy opens one per server and domain): 1 to 10000"`
+	RLQSMaxBucketsPerStream     int           `env:"UNKEY_RLQS_MAX_BUCKETS_PER_STREAM" envDefault:"1000" help:"the most buckets one quota stream may report; past it the stream ends, resource_exhausted: 1 to 1000000"`
+	RLQSMaxBucketsPerWorkspace  int           `env:"UNKEY_RLQS_MAX_BUCKETS_PER_WORKSPACE" envDefault:"10000" help:"the most buckets the quota streams of one workspace may report to one process, all together: 1 to 10000000"`
+	RLQSAbandonAfter            time.Duration `env:"UNKEY_RLQS_ABANDON_AFTER" envDefault:"60s" help:"how long a quota bucket may report no request before its Envoy is told to abandon it: 10s to 24h"`
+
 	// Bounds on what one client may hold of the server; see
 	// transport.Limits.
 	ReadTimeout          time.Duration `env:"UNKEY_HTTP_READ_TIMEOUT" envDefault:"10s" help:"the longest a client may take to send a whole request: 100ms to 1h"`
@@ -307,6 +315,22 @@ func LoadConfig(environ []string) (Config, error) {
 	}
 	if c.GRPCUnreadPerWorkspace < 1 || c.GRPCUnreadPerWorkspace > 100_000 {
 		return Config{}, fmt.Errorf("UNKEY_GRPC_UNREAD_PER_WORKSPACE: must be between 1 and 100000, got %d", c.GRPCUnreadPerWorkspace)
+	}
+	if c.RLQSNoRule != "allow_all" && c.RLQSNoRule != "deny_all" {
+		return Config{}, fmt.Errorf("UNKEY_RLQS_NO_RULE: must be allow_all or deny_all, got %q", c.RLQSNoRule)
+	}
+	for _, b := range []struct {
+		name    string
+		v, most int
+	}{{"UNKEY_RLQS_MAX_STREAMS_PER_CONNECTION", c.RLQSMaxStreamsPerConnection, 10_000},
+		{"UNKEY_RLQS_MAX_BUCKETS_PER_STREAM", c.RLQSMaxBucketsPerStream, 1_000_000},
+		{"UNKEY_RLQS_MAX_BUCKETS_PER_WORKSPACE", c.RLQSMaxBucketsPerWorkspace, 10_000_000}} {
+		if b.v < 1 || b.v > b.most {
+			return Config{}, fmt.Errorf("%s: must be between 1 and %d, got %d", b.name, b.most, b.v)
+		}
+	}
+	if c.RLQSAbandonAfter < 10*time.Second || c.RLQSAbandonAfter > 24*time.Hour {
+		return Config{}, fmt.Errorf("UNKEY_RLQS_ABANDON_AFTER: must be between 10s and 24h, got %s", c.RLQSAbandonAfter)
 	}
 	if c.HTTPMaxConnections < 1 || c.HTTPMaxConnections > 1_000_000 {
 		return Config{}, fmt.Errorf("UNKEY_HTTP_MAX_CONNECTIONS: must be between 1 and 1000000, got %d", c.HTTPMaxConnections)

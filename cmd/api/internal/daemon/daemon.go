@@ -17,6 +17,7 @@ import (
 	"github.com/unkeyed/ratelimit/cmd/api/internal/connectapi"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/dashboard"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/rlqs"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/unkeyv2"
 	"github.com/unkeyed/ratelimit/internal/certs"
@@ -44,6 +45,9 @@ type Daemon struct {
 	// layer is the transport every adapter shares.
 	layer    *transport.Layer
 	adapters []Adapter
+	// quota is Envoy's quota service, whose streams are drained before
+	// the servers stop (they would otherwise hold the stop to its end).
+	quota *rlqs.Service
 	// loops run from Serve until the servers stopped.
 	loops []Loop
 	// loads run before the process reports ready.
@@ -191,6 +195,9 @@ func (d *Daemon) build() error {
 	if err != nil {
 		return err
 	}
+	if d.quota, err = d.newQuota(cfg, rls, p); err != nil {
+		return err
+	}
 	d.adapters = []Adapter{
 		connectapi.New(d.layer, p),
 		connectapi.NewKeys(d.layer, manager),
@@ -199,6 +206,7 @@ func (d *Daemon) build() error {
 			FlushInterval: cfg.AnalyticsFlushInterval, InMemory: cfg.mysql == nil}),
 		unkeyv2.New(d.layer, p),
 		rls,
+		rlqs.NewAdapter(d.layer, d.quota),
 		dashboard.New(),
 	}
 	d.health = grpchealth.NewStaticChecker(d.services()...)

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"net"
 
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/rlqs"
 	"github.com/unkeyed/ratelimit/internal/certs"
 	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
@@ -71,6 +73,18 @@ func (d *Daemon) newRLS(cfg Config, p *pipeline.Pipeline) (*envoyrls.Service, er
 			Remaining: cfg.RLSRemainingHeader, Reset: cfg.RLSResetHeader}))
 	}
 	return envoyrls.New(d.layer, p, current, d.registry, opts...)
+}
+
+// newQuota builds Envoy's quota service of cfg on the rate limit service's
+// rules and decisions, its budgets shared through p's tallies.
+func (d *Daemon) newQuota(cfg Config, rls *envoyrls.Service, p *pipeline.Pipeline) (*rlqs.Service, error) {
+	noRule := typev3.RateLimitStrategy_ALLOW_ALL
+	if cfg.RLQSNoRule == "deny_all" {
+		noRule = typev3.RateLimitStrategy_DENY_ALL
+	}
+	return rlqs.New(rls, p, d.registry, rlqs.WithLogger(d.logger), rlqs.WithNoRule(noRule), rlqs.WithLimits(rlqs.Limits{
+		StreamsPerConnection: cfg.RLQSMaxStreamsPerConnection, BucketsPerStream: cfg.RLQSMaxBucketsPerStream,
+		BucketsPerWorkspace: cfg.RLQSMaxBucketsPerWorkspace, AbandonAfter: cfg.RLQSAbandonAfter}))
 }
 
 // xdsTLS returns the TLS credentials of the connection to the xDS server,

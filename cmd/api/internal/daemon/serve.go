@@ -145,6 +145,13 @@ func (d *Daemon) Serve(ctx context.Context, ln, grpcLn net.Listener) error {
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
 		defer cancel()
 		var err error
+		// Envoy's quota streams first: each is told its assignments
+		// expire now (its Envoy falls back to its own behaviour, then
+		// reconnects elsewhere) and ends; the servers would otherwise
+		// wait for them to the end of the timeout.
+		if qerr := d.quota.Drain(shutdownCtx); qerr != nil {
+			err = qerr
+		}
 		if serr := srv.Shutdown(shutdownCtx); serr != nil {
 			err = fmt.Errorf("shut down http server: %w", serr)
 		}

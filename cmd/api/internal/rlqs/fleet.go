@@ -192,10 +192,3 @@ func (s *subscribers) since(key string) time.Time {
 	}
 	return time.Time{}
 }
-
-// keys returns how many buckets the process serves, all streams together.
-func (s *subscribers) keys() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.byKey)
-}

@@ -40,7 +40,9 @@ import (
 // when it opens, before any of its message is read (a stream without a
 // known token is refused there, costing no goroutine or buffer), and a call
 // must end within the read and write timeouts together, so that a client
-// that sends its message slowly holds nothing for long; a workspace has at
+// that sends its message slowly holds nothing for long (a long-lived
+// stream, whose client streams, must send its first message within the
+// read timeout instead, see stream.go); a workspace has at
 // most lim.UnreadPerWorkspace calls whose message has not arrived. Health
 // checks and reflection need no token: their callers share one such count
 // and the same deadline (a health watch excepted). The adapters register

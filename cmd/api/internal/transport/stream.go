@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -25,21 +26,39 @@ import (
 // StreamRoute returns next, the handler of a long-lived stream, behind the
 // layer: a panic is recovered and rendered, the caller authenticated from
 // its headers before anything is read (and its connection trusted), as
-// [Layer.Route] does; but the server's read and write deadlines are lifted
-// for the stream, and each message, not the body, is capped (see
-// [Layer.StreamHandlerOptions]). It is not timed: a stream lasts as long
-// as its client keeps it.
+// [Layer.Route] does; the server's read and write deadlines hold until the
+// stream's first bytes arrive and are lifted then; each message, not the
+// body, is capped (see [Layer.StreamHandlerOptions]). It is not timed: a
+// stream lasts as long as its client keeps it.
 func (l *Layer) StreamRoute(render Renderer, next http.Handler) http.Handler {
 	return l.recover(render, l.authenticate(render, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rc := http.NewResponseController(w)
 		// HTTP/1.1 cannot carry a bidirectional stream: connect-go
 		// refuses it, within the deadlines it keeps.
 		if r.ProtoMajor >= 2 {
-			rc.SetReadDeadline(time.Time{})
-			rc.SetWriteDeadline(time.Time{})
+			r.Body = &liftingBody{ReadCloser: r.Body, rc: http.NewResponseController(w)}
 		}
 		next.ServeHTTP(w, r)
 	})))
+}
+
+// liftingBody is a stream's body that lifts the stream's deadlines once
+// its first bytes have arrived. The HTTP/2 server takes a deadline's
+// change from any goroutine.
+type liftingBody struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	once sync.Once
+}
+
+func (b *liftingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.once.Do(func() {
+			b.rc.SetReadDeadline(time.Time{})
+			b.rc.SetWriteDeadline(time.Time{})
+		})
+	}
+	return n, err
 }
 
 // StreamHandlerOptions are HandlerOptions for a long-lived stream: each
