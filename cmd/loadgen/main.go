@@ -3,8 +3,9 @@
 // and the server CPU per call (from the servers' own
 // process_cpu_seconds_total, so two builds can be compared with the same
 // client). It speaks Connect JSON (HTTP/1.1), gRPC (h2c), Unkey's v2
-// limit route (HTTP/1.1) or Envoy's ShouldRateLimit (gRPC; start the
-// server with UNKEY_RLS_CONFIG=cmd/loadgen/rls.yaml), spreads requests over one or more API URLs and,
+// limit route (HTTP/1.1), Envoy's ShouldRateLimit (gRPC; start the
+// server with UNKEY_RLS_CONFIG=cmd/loadgen/rls.yaml) or Envoy's quota
+// reports (gRPC streams, the same rules), spreads requests over one or more API URLs and,
 // like a load balancer, retries a request that could not be delivered on
 // the next URL.
 //
@@ -29,8 +30,9 @@ func main() {
 	var asJSON bool
 	flag.StringVar(&urls, "url", "http://127.0.0.1:7070", "comma-separated API base URLs, used round robin")
 	flag.StringVar(&metrics, "metrics-url", "", "comma-separated base URLs of the servers' /metrics, for the CPU per call (default: -url)")
-	flag.StringVar(&o.Protocol, "protocol", "json", "json (Connect JSON over HTTP/1.1), grpc (gRPC over h2c), v2 (/v2/ratelimit.limit over HTTP/1.1) or rls (Envoy's ShouldRateLimit over gRPC)")
-	flag.StringVar(&o.RLSDomain, "domain", "loadgen", "with -protocol rls: the domain of every request")
+	flag.StringVar(&o.Protocol, "protocol", "json", "json (Connect JSON over HTTP/1.1), grpc (gRPC over h2c), v2 (/v2/ratelimit.limit over HTTP/1.1), rls (Envoy's ShouldRateLimit over gRPC) or rlqs (Envoy's quota reports over gRPC streams, a call one report)")
+	flag.StringVar(&o.RLSDomain, "domain", "loadgen", "with -protocol rls or rlqs: the domain of every request")
+	flag.IntVar(&o.RLQSRequestsPerReport, "requests-per-report", 100, "with -protocol rlqs: the requests each report counts (an Envoy's 5 s of a bucket)")
 	flag.IntVar(&o.RLSDescriptors, "descriptors", 1, "with -protocol rls: descriptors per request")
 	flag.StringVar(&o.Token, "token", "", "bearer token")
 	flag.IntVar(&o.Concurrency, "c", 32, "concurrent requests")
@@ -62,6 +64,9 @@ func main() {
 		fmt.Printf("server CPU %v: %v per call\n", res.ServerCPU.Round(time.Millisecond), res.CPUPerCall)
 		if o.Protocol == "rls" {
 			fmt.Printf("%v per descriptor\n", res.CPUPerCall/time.Duration(o.RLSDescriptors))
+		}
+		if o.Protocol == "rlqs" {
+			fmt.Printf("%v per reported request\n", res.CPUPerCall/time.Duration(o.RLQSRequestsPerReport))
 		}
 	}
 	if res.FirstError != "" {

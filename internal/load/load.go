@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,7 +21,9 @@ import (
 
 	"connectrpc.com/connect"
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	ratelimitv1 "github.com/unkeyed/ratelimit/connect/ratelimit/v1"
 	"github.com/unkeyed/ratelimit/connect/ratelimit/v1/ratelimitv1connect"
@@ -52,13 +55,17 @@ type Options struct {
 	URLs []string
 	// Protocol is json (Connect JSON over HTTP/1.1 keep-alive), grpc
 	// (gRPC over h2c), v2 (Unkey's /v2/ratelimit.limit over HTTP/1.1
-	// keep-alive) or rls (Envoy's ShouldRateLimit over gRPC, in domain
+	// keep-alive), rls (Envoy's ShouldRateLimit over gRPC, in domain
 	// RLSDomain, with RLSDescriptors descriptors of one entry "user" each:
 	// the server's UNKEY_RLS_CONFIG must have a rule for it, such as
-	// cmd/loadgen/rls.yaml).
-	Protocol       string
-	RLSDomain      string
-	RLSDescriptors int
+	// cmd/loadgen/rls.yaml) or rlqs (Envoy's quota reports over gRPC
+	// streams, one a worker, in domain RLSDomain: a call is one report of
+	// one bucket, user=<identifier>, of RLQSRequestsPerReport requests
+	// allowed in 5 s, as an Envoy reports a bucket that saw that many).
+	Protocol              string
+	RLSDomain             string
+	RLSDescriptors        int
+	RLQSRequestsPerReport int
 	Token          string
 	Concurrency    int
 	Requests       int
@@ -89,18 +96,21 @@ type Sample struct {
 
 // Run drives the API and returns what it saw.
 func Run(ctx context.Context, o Options) (Result, error) {
-	if o.Protocol != "json" && o.Protocol != "grpc" && o.Protocol != "v2" && o.Protocol != "rls" {
-		return Result{}, fmt.Errorf("-protocol: must be json, grpc, v2 or rls, got %q", o.Protocol)
+	if !slices.Contains([]string{"json", "grpc", "v2", "rls", "rlqs"}, o.Protocol) {
+		return Result{}, fmt.Errorf("-protocol: must be json, grpc, v2, rls or rlqs, got %q", o.Protocol)
 	}
 	if o.Protocol == "rls" && (o.RLSDescriptors < 1 || o.RLSDomain == "") {
 		return Result{}, errors.New("-descriptors must be at least 1 and -domain must name a domain for -protocol rls")
+	}
+	if o.Protocol == "rlqs" && (o.RLQSRequestsPerReport < 1 || o.RLSDomain == "") {
+		return Result{}, errors.New("-requests-per-report must be at least 1 and -domain must name a domain for -protocol rlqs")
 	}
 	if o.Concurrency < 1 || o.Requests < 1 || o.Keys < 1 || len(o.URLs) == 0 {
 		return Result{}, errors.New("-c, -n and -keys must be at least 1, and -url must name a URL")
 	}
 	var protocols http.Protocols
 	var copts []connect.ClientOption
-	if o.Protocol == "grpc" || o.Protocol == "rls" {
+	if o.Protocol == "grpc" || o.Protocol == "rls" || o.Protocol == "rlqs" {
 		protocols.SetUnencryptedHTTP2(true)
 		copts = append(copts, connect.WithGRPC())
 	} else {
@@ -113,6 +123,12 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		u = strings.TrimSpace(u)
 		if o.Protocol == "v2" {
 			clients[i] = &v2Client{hc: hc, url: u + "/v2/ratelimit.limit"}
+			continue
+		}
+		if o.Protocol == "rlqs" {
+			clients[i] = &rlqsClient{domain: o.RLSDomain, perReport: uint64(o.RLQSRequestsPerReport),
+				c:       connect.NewClient[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse](hc, u+rlqsProcedure, copts...),
+				streams: make(chan *rlqsStream, o.Concurrency), token: o.Token}
 			continue
 		}
 		if o.Protocol == "rls" {
@@ -182,6 +198,14 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		})
 	}
 	wg.Wait()
+	// A stream's reports are all handled once the server ends it.
+	for _, c := range clients {
+		if f, ok := c.(interface{ finish() error }); ok {
+			if err := f.finish(); err != nil {
+				firstErr.Do(func() { res.FirstError = err.Error() })
+			}
+		}
+	}
 	res.Elapsed = time.Since(start)
 	res.Passed, res.Denied, res.Failed, res.Retried = passed.Load(), denied.Load(), failed.Load(), retry.Load()
 	res.Requests = res.Passed + res.Denied + res.Failed
@@ -288,6 +312,75 @@ func (c *rlsClient) limit(ctx context.Context, req *connect.Request[ratelimitv1.
 		return false, err
 	}
 	return resp.Msg.OverallCode == rlsv3.RateLimitResponse_OK, nil
+}
+
+// rlqsProcedure is Envoy's StreamRateLimitQuotas.
+const rlqsProcedure = "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas"
+
+// rlqsClient sends Envoy's quota reports to one process, over as many
+// streams as the run has workers, each used by one worker at a time.
+type rlqsClient struct {
+	c         *connect.Client[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]
+	domain    string
+	token     string
+	perReport uint64
+	streams   chan *rlqsStream // idle streams
+	mu        sync.Mutex
+	all       []*rlqsStream
+}
+
+// rlqsStream is one stream and the reading of its answers.
+type rlqsStream struct {
+	s    *connect.BidiStreamForClient[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]
+	done chan error // the stream's end, once the server ends it
+}
+
+// limit sends one report of the bucket user=<identifier>; the server
+// answers only what changes, so the call does not wait for an answer.
+func (c *rlqsClient) limit(ctx context.Context, req *connect.Request[ratelimitv1.LimitRequest]) (bool, error) {
+	var st *rlqsStream
+	select {
+	case st = <-c.streams:
+	default:
+		bs := c.c.CallBidiStream(context.WithoutCancel(ctx))
+		if c.token != "" {
+			bs.RequestHeader().Set("Authorization", "Bearer "+c.token)
+		}
+		st = &rlqsStream{s: bs, done: make(chan error, 1)}
+		go func() {
+			for {
+				if _, err := bs.Receive(); err != nil {
+					if errors.Is(err, io.EOF) {
+						err = nil
+					}
+					st.done <- err
+					return
+				}
+			}
+		}()
+		c.mu.Lock()
+		c.all = append(c.all, st)
+		c.mu.Unlock()
+	}
+	defer func() { c.streams <- st }()
+	err := st.s.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: c.domain, BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
+		BucketId:           &rlqsv3.BucketId{Bucket: map[string]string{"user": req.Msg.Identifier}},
+		TimeElapsed:        durationpb.New(5 * time.Second),
+		NumRequestsAllowed: c.perReport}}})
+	return err == nil, err
+}
+
+// finish ends every stream and waits for the server to end each, its
+// reports handled.
+func (c *rlqsClient) finish() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var errs []error
+	for _, st := range c.all {
+		st.s.CloseRequest()
+		errs = append(errs, <-st.done)
+	}
+	return errors.Join(errs...)
 }
 
 // serversCPU sums process_cpu_seconds_total over the /metrics of every

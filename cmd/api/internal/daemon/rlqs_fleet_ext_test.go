@@ -97,22 +97,27 @@ func runRealFleet(t *testing.T, addrs []string, id string, windows int) *fleetWi
 					MaxTokens: fleetLimit, TokensPerFill: wrapperspb.UInt32(fleetLimit), FillInterval: durationpb.New(time.Minute)}}}}}}}}
 	var wg sync.WaitGroup
 	for i := range 10 {
-		stream := quotaStream(t, addrs[i%len(addrs)], tokA)
 		envoy, static := rlqsenvoy.New("fleet"), rlqsenvoy.New("fleet")
 		static.Request(bucket, start)
 		static.Apply(full, start)
 		var mu sync.Mutex // the filter's, between its requests and its answers
-		go func() {
-			for {
-				resp, err := stream.Recv()
-				if err != nil {
-					return
+		// Envoy opens its stream with its first report, at its first
+		// request: an Envoy silent at first has none until then.
+		var stream rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient
+		open := func() {
+			stream = quotaStream(t, addrs[i%len(addrs)], tokA)
+			go func() {
+				for {
+					resp, err := stream.Recv()
+					if err != nil {
+						return
+					}
+					mu.Lock()
+					envoy.Apply(resp, time.Now())
+					mu.Unlock()
 				}
-				mu.Lock()
-				envoy.Apply(resp, time.Now())
-				mu.Unlock()
-			}
-		}()
+			}()
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -148,6 +153,9 @@ func runRealFleet(t *testing.T, addrs []string, id string, windows int) *fleetWi
 				}
 				mu.Unlock()
 				for _, rep := range reports {
+					if stream == nil {
+						open()
+					}
 					if err := stream.Send(rep); err != nil {
 						t.Errorf("envoy %d: %v", i, err)
 						return

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 
-	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -161,13 +160,4 @@ func withLeases(md *structpb.Struct, ids string) *structpb.Struct {
 	}
 	md.Fields[LeaseMetadataKey] = structpb.NewStringValue(ids)
 	return md
-}
-
-// Concurrent reports whether descriptor d of domain is decided by a
-// concurrency limit, under the rules in force: deciding it takes slots,
-// which Envoy's quota filter has no way to give back, so the quota service
-// (package rlqs) does not decide such a bucket.
-func (s *Service) Concurrent(domain string, d *rlcommonv3.RateLimitDescriptor) bool {
-	p, err := s.plan(s.config(), &rlsv3.RateLimitRequest{Domain: domain}, d)
-	return err == nil && p.isConcurrency()
 }

@@ -9,6 +9,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
 // Assignments. Envoy's filter reports every 5 s, whatever its
@@ -30,16 +33,29 @@ const (
 	maxDenyTTL = time.Minute
 )
 
-// limit is what a bucket's rule leaves of it.
-type limit struct {
-	// limited is false for a bucket no rule limits.
-	limited, over bool
-	remaining     int64
-	untilReset    time.Duration
+// spent reports whether nothing of q's limit remains until it frees.
+func spent(q envoyrls.QuotaDecision) bool { return q.Limited && (q.Over || q.Remaining <= 0) }
+
+// paced reports whether q is a limit whose remains are shared out as
+// token buckets: limited, enforced, not spent.
+func paced(q envoyrls.QuotaDecision) bool {
+	return q.Limited && !q.Concurrent && !q.Shadow && !q.Unlimited && !spent(q)
 }
 
-// spent reports whether nothing of l remains until it resets.
-func (l limit) spent() bool { return l.limited && (l.over || l.remaining <= 0) }
+// pace returns the rate, a second, at which the whole fleet may spend q's
+// limit: what remains, evenly until the reset (a token bucket's: until it
+// is full again, so that a full bucket's burst is spent within a report
+// and an emptier one's at about its refill); a sliding window also frees
+// what its previous window counted as that window slides out, which at a
+// steady rate is what the window holds beside what remains, over its
+// length.
+func pace(q envoyrls.QuotaDecision) float64 {
+	r := float64(q.Remaining) / max(q.UntilReset, ReportInterval).Seconds()
+	if q.Algorithm == ratelimit.SlidingWindow && q.Window > 0 {
+		r += float64(max(q.Quota-q.Remaining, 0)) / q.Window.Seconds()
+	}
+	return r
+}
 
 // bucket is one bucket of one stream: its demand and what it was sent.
 type bucket struct {
@@ -75,29 +91,32 @@ func (b *bucket) observe(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage) 
 	}
 }
 
-// assign returns the action to send b of st, whose limit is lim and whose
-// share of it is share (0 to 1), at now, or nil when what it holds
-// stands. A bucket whose limit is spent is denied until the reset, and so
-// is every other bucket of its key on this process's streams, at once.
-func (s *Service) assign(st *stream, b *bucket, lim limit, share float64, now time.Time) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+// assign returns the action to send b of st, decided as q with share (0
+// to 1) of the fleet's budget, at now, or nil when what it holds stands.
+// A spent limit is denied (and so is every other bucket of its key on
+// this process's streams, at once): a window until its reset, a sliding
+// window or a token bucket, which free a little at every moment, until
+// the next reports decide again.
+func (s *Service) assign(st *stream, b *bucket, q envoyrls.QuotaDecision, share float64, now time.Time) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	var strategy *typev3.RateLimitStrategy
 	ttl := TTL
 	switch {
-	case !lim.limited:
+	case q.Unlimited || q.Shadow:
+		strategy = blanket(typev3.RateLimitStrategy_ALLOW_ALL)
+	case !q.Limited || q.Concurrent:
 		strategy = blanket(s.noRule)
-	case lim.spent():
+	case spent(q):
 		strategy = blanket(typev3.RateLimitStrategy_DENY_ALL)
-		ttl = min(max(lim.untilReset.Truncate(time.Second)+time.Second, time.Second), maxDenyTTL)
+		if q.Algorithm == ratelimit.FixedWindow {
+			ttl = min(max(q.UntilReset.Truncate(time.Second)+time.Second, time.Second), maxDenyTTL)
+		}
 		if !isDeny(b.sent) {
 			for _, o := range s.subs.others(b.key, st) {
 				o.deny(b.idKey, ttl)
 			}
 		}
 	default:
-		// What remains, spent evenly until the reset, this Envoy's share
-		// of it a second.
-		perSecond := float64(lim.remaining) / max(lim.untilReset, ReportInterval).Seconds() * share
-		strategy = tokenBucket(perSecond)
+		strategy = tokenBucket(pace(q) * share)
 	}
 	if b.sent != nil && proto.Equal(b.sent, strategy) && now.Sub(b.sentAt) < b.ttl/2 {
 		return nil
@@ -126,31 +145,35 @@ func blanket(r typev3.RateLimitStrategy_BlanketRule) *typev3.RateLimitStrategy {
 }
 
 // tokenBucket returns the token bucket of about perSecond requests a
-// second, rounded down to a step of a quarter power of two (so that a
-// rate that moves a little keeps its bucket, and its tokens), in whole
-// seconds: tokens a second at one a second or more, one token every few
-// seconds below. It holds one fill. Envoy compares two buckets' fill
-// intervals by their nanoseconds alone, and rates them by their whole
+// second, rounded to a step of a quarter power of two (so that a rate
+// that moves a little keeps its bucket, and its tokens), in whole seconds:
+// tokens a second at one a second or more; tokens every ten seconds from a
+// tenth of one (0.84 a second is 8 every 10 s, not 1 every 2 s); one token
+// every few seconds below. It holds one fill. Envoy compares two buckets'
+// fill intervals by their nanoseconds alone, and rates them by their whole
 // seconds: a fill interval of s seconds carries s nanoseconds, so that one
 // of another length is taken for a change.
 func tokenBucket(perSecond float64) *typev3.RateLimitStrategy {
 	q := quantize(perSecond)
 	perFill, every := uint32(1), int64(1)
-	if q >= 1 {
+	switch {
+	case q >= 1:
 		perFill = uint32(min(q, math.MaxUint32))
-	} else {
-		every = int64(math.Ceil(1 / max(q, 1.0/3600)))
+	case q >= 0.1:
+		perFill, every = uint32(math.Round(q*10)), 10
+	default:
+		every = int64(math.Round(1 / max(q, 1.0/3600)))
 	}
 	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
 		MaxTokens: perFill, TokensPerFill: wrapperspb.UInt32(perFill),
 		FillInterval: &durationpb.Duration{Seconds: every, Nanos: int32(every)}}}}
 }
 
-// quantize rounds r down to a quarter power of two: 1, 1.19, 1.41, 1.68,
-// 2, …; 0 for none.
+// quantize rounds r to the nearest quarter power of two: 1, 1.19, 1.41,
+// 1.68, 2, …; 0 for none.
 func quantize(r float64) float64 {
 	if r <= 0 {
 		return 0
 	}
-	return math.Pow(2, math.Floor(math.Log2(r)*4)/4)
+	return math.Pow(2, math.Round(math.Log2(r)*4)/4)
 }

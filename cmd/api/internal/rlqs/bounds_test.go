@@ -11,13 +11,13 @@ import (
 
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
 	"github.com/unkeyed/ratelimit/services/access"
 )
 
@@ -214,15 +214,14 @@ type flaky struct {
 	down bool
 }
 
-func (f *flaky) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	if f.down {
-		return nil, errors.New("redis: connection refused")
+func (f *flaky) Quota(ctx context.Context, domain string, d *rlcommonv3.RateLimitDescriptor) (envoyrls.QuotaDecision, error) {
+	switch {
+	case f.down:
+		return envoyrls.QuotaDecision{}, errors.New("redis: connection refused")
+	case d.Entries[0].Key == "lease":
+		return envoyrls.QuotaDecision{Concurrent: true}, nil
 	}
-	return f.windowCounter.ShouldRateLimit(ctx, req)
-}
-
-func (f *flaky) Concurrent(_ string, d *rlcommonv3.RateLimitDescriptor) bool {
-	return d.Entries[0].Key == "lease"
+	return f.windowCounter.Quota(ctx, domain, d)
 }
 
 // TestFailuresLeaveAssignmentsStanding: a decision that fails for want of

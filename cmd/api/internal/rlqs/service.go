@@ -38,7 +38,6 @@ import (
 
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
@@ -46,17 +45,15 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
 	"github.com/unkeyed/ratelimit/internal/invalid"
 )
 
-// Decider decides a descriptor as the rate limit service does: the
-// limit its rule gives it, its hits_addend counted whatever the verdict.
-// envoyrls.Service is one.
+// Decider decides a descriptor as the rate limit service does: the limit
+// its rule gives it, its hits_addend counted whatever the verdict, and the
+// model that decided. envoyrls.Service is one.
 type Decider interface {
-	ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error)
-	// Concurrent reports whether d is decided by a concurrency limit,
-	// which takes slots a quota filter cannot give back.
-	Concurrent(domain string, d *rlcommonv3.RateLimitDescriptor) bool
+	Quota(ctx context.Context, domain string, d *rlcommonv3.RateLimitDescriptor) (envoyrls.QuotaDecision, error)
 }
 
 // Limits bound what one caller may hold of the service. A bound of 0 is
@@ -403,14 +400,7 @@ func (s *Service) usage(ctx context.Context, st *stream, b *bucket, u *rlqsv3.Ra
 	if allowed+denied > 0 {
 		b.lastActive = now
 	}
-	d := b.descriptor(allowed)
-	if s.decide.Concurrent(st.domain, d) {
-		// A concurrency limit counts requests in flight, which a quota
-		// filter neither reports nor ends: such a bucket is one without
-		// a rule here (RLS enforces it).
-		return s.assign(st, b, limit{}, 0, now), nil
-	}
-	lim, err := s.limitOf(ctx, st.domain, d)
+	q, err := s.decide.Quota(ctx, st.domain, b.descriptor(allowed))
 	var bad *invalid.Error
 	switch {
 	case errors.As(err, &bad):
@@ -420,30 +410,15 @@ func (s *Service) usage(ctx context.Context, st *stream, b *bucket, u *rlqsv3.Ra
 			"domain", st.domain, "error", err)
 		return nil, nil
 	}
-	if denied > 0 && lim.limited {
+	if denied > 0 && q.Limited {
 		s.fleet.RecordDenied(ctx, namespaceOf(st.domain), b.identifier(), denied)
 	}
 	share := 1.0
-	if lim.limited && !lim.spent() {
+	if paced(q) {
 		share = s.share(ctx, st, b, u, now)
 	}
 	b.observe(u)
-	return s.assign(st, b, lim, share, now), nil
-}
-
-// limitOf decides descriptor d in domain and returns what its rule leaves
-// of it after.
-func (s *Service) limitOf(ctx context.Context, domain string, d *rlcommonv3.RateLimitDescriptor) (limit, error) {
-	resp, err := s.decide.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*rlcommonv3.RateLimitDescriptor{d}})
-	if err != nil {
-		return limit{}, err
-	}
-	st := resp.GetStatuses()[0]
-	if st.GetCurrentLimit() == nil {
-		return limit{}, nil // no rule: unlimited
-	}
-	return limit{limited: true, over: st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT,
-		remaining: int64(st.GetLimitRemaining()), untilReset: st.GetDurationUntilReset().AsDuration()}, nil
+	return s.assign(st, b, q, share, now), nil
 }
 
 // descriptor returns b's entries in key order as a descriptor of allowed

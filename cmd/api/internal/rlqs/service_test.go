@@ -23,8 +23,10 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
+	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
 	"github.com/unkeyed/ratelimit/internal/testkit/rlqsenvoy"
 	"github.com/unkeyed/ratelimit/services/access"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
 // windowCounter is a Decider of one rule: limit requests a window of
@@ -62,7 +64,16 @@ func (c *windowCounter) ShouldRateLimit(_ context.Context, req *rlsv3.RateLimitR
 	return &rlsv3.RateLimitResponse{OverallCode: st.Code, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st}}, nil
 }
 
-func (c *windowCounter) Concurrent(string, *rlcommonv3.RateLimitDescriptor) bool { return false }
+func (c *windowCounter) Quota(ctx context.Context, domain string, d *rlcommonv3.RateLimitDescriptor) (envoyrls.QuotaDecision, error) {
+	resp, err := c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*rlcommonv3.RateLimitDescriptor{d}})
+	if err != nil {
+		return envoyrls.QuotaDecision{}, err
+	}
+	st := resp.Statuses[0]
+	return envoyrls.QuotaDecision{Limited: st.CurrentLimit != nil, Over: st.Code == rlsv3.RateLimitResponse_OVER_LIMIT,
+		Remaining: int64(st.LimitRemaining), UntilReset: st.DurationUntilReset.AsDuration(),
+		Algorithm: ratelimit.FixedWindow, Quota: c.limit, Window: c.length}, nil
+}
 
 // tallies is a Fleet in memory: exact sliding windows of what was added,
 // on the test's clock.
@@ -193,15 +204,28 @@ type fleetRun struct {
 // static quotas do.
 func runFleet(t *testing.T, n, windows int, demand func(envoy int, at time.Duration) float64, processes int) fleetRun {
 	t.Helper()
+	return runFleetOn(t, n, windows, demand, processes, func(clock func() time.Time) (Decider, Fleet, context.Context) {
+		return &windowCounter{limit: 1000, length: time.Minute, now: clock, counts: map[string]int64{}}, newTallies(clock),
+			context.Background()
+	})
+}
+
+// backend builds what the processes of a simulated fleet share, on clock:
+// the decider of the bucket's rule (1,000 a minute), the fleet's tallies,
+// and the context of the Envoys' calls.
+type backend func(clock func() time.Time) (Decider, Fleet, context.Context)
+
+// runFleetOn is runFleet on the decider and tallies of newBackend.
+func runFleetOn(t *testing.T, n, windows int, demand func(envoy int, at time.Duration) float64, processes int, newBackend backend) fleetRun {
+	t.Helper()
 	start := time.Unix(1_800_000_000, 0)
 	now := start
 	clock := func() time.Time { return now }
 	static := processes == 0
-	counter := &windowCounter{limit: 1000, length: time.Minute, now: clock, counts: map[string]int64{}}
-	fleet := newTallies(clock)
+	decider, fleet, ctx := newBackend(clock)
 	svcs := make([]*Service, max(processes, 1))
 	for i := range svcs {
-		s, err := New(counter, fleet, prometheus.NewRegistry(), WithClock(clock))
+		s, err := New(decider, fleet, prometheus.NewRegistry(), WithClock(clock))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -232,7 +256,7 @@ func runFleet(t *testing.T, n, windows int, demand func(envoy int, at time.Durat
 			return
 		}
 		svc := svcs[i%len(svcs)]
-		resp, err := svc.report(context.Background(), streams[i], rep)
+		resp, err := svc.report(ctx, streams[i], rep)
 		if err != nil {
 			t.Fatal(err)
 		}
