@@ -66,14 +66,14 @@ type Options struct {
 	RLSDomain             string
 	RLSDescriptors        int
 	RLQSRequestsPerReport int
-	Token          string
-	Concurrency    int
-	Requests       int
-	MaxDuration    time.Duration
-	Keys           int
-	Limit          int64
-	WindowMs       int64
-	Namespace      string
+	Token                 string
+	Concurrency           int
+	Requests              int
+	MaxDuration           time.Duration
+	Keys                  int
+	Limit                 int64
+	WindowMs              int64
+	Namespace             string
 	// MetricsURLs are the base URLs of the servers' /metrics, for the CPU
 	// per call; URLs if empty (the gRPC-only port has none: name the main
 	// port here).
