@@ -81,7 +81,8 @@ func assigned(t *testing.T, stream rlqsv3.RateLimitQuotaService_StreamRateLimitQ
 
 // TestRLQSOnBothPorts: Envoy's quota service on the main port and the
 // grpc-go port: a stream without a key is refused, and one with a key
-// that sends nothing is ended within the read timeout; a keyed one is
+// that sends nothing is ended within the read timeout, one whose bucket
+// breaks the rules' bounds with invalid_argument naming it; a keyed one is
 // assigned a token bucket, outlives the read and write timeouts that
 // bound every other call, and counts its reports in the cells the rate
 // limit service decides (a window spent through one port is DENY_ALL on
@@ -104,6 +105,13 @@ func TestRLQSOnBothPorts(t *testing.T) {
 		start := time.Now()
 		if _, err := silent.Recv(); err == nil || time.Since(start) > 5*time.Second {
 			t.Fatalf("%s port, a stream that sends nothing: %v after %v, want it ended within the read timeout", name, err, time.Since(start))
+		}
+	}
+	for name, addr := range map[string]string{"main": mainAddr, "grpc-go": ts.grpcAddr} {
+		bad := quotaStream(t, addr, tokA)
+		bad.Send(quotaReport(strings.Repeat("x", 2000), 0, 0, 0))
+		if _, err := bad.Recv(); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `.bucket["user"]: key and value must be at most 1024 bytes`) {
+			t.Fatalf("%s port, a bucket value of 2,000 bytes: %v, want invalid_argument naming it", name, err)
 		}
 	}
 	main, other := quotaStream(t, mainAddr, tokA), quotaStream(t, ts.grpcAddr, tokA)

@@ -12,6 +12,7 @@ import (
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -247,5 +248,85 @@ func TestFailuresLeaveAssignmentsStanding(t *testing.T) {
 	resp, err = svc.report(context.Background(), st, usage("d", 5, 3, 0, user("a")))
 	if err != nil || len(resp.BucketAction) != 0 {
 		t.Fatalf("with the store down: %v, %v; want no action and no error", resp, err)
+	}
+}
+
+// TestBucketIDsAreDescriptors: a bucket id the rate limit service could
+// not take as a descriptor ends the stream with invalid_argument naming
+// the report's entry and the rule, and nothing of it is held.
+func TestBucketIDsAreDescriptors(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { return now }
+	svc := newService(t, &windowCounter{limit: 100, length: time.Minute, now: clock, counts: map[string]int64{}}, clock)
+	many := map[string]string{}
+	for i := range 33 {
+		many[fmt.Sprint("k", i)] = "v"
+	}
+	for _, tc := range []struct {
+		id   map[string]string
+		want string
+	}{
+		{map[string]string{}, "bucket_quota_usages[1].bucket_id.bucket: must hold 1 to 32 entries"},
+		{many, "bucket_quota_usages[1].bucket_id.bucket: must hold 1 to 32 entries"},
+		{map[string]string{"": "v"}, "must not hold an empty key"},
+		{map[string]string{"unkey.release": "l1"}, `bucket_quota_usages[1].bucket_id.bucket["unkey.release"]: must not be a release entry`},
+		{map[string]string{"user": strings.Repeat("x", 1025)}, `bucket_quota_usages[1].bucket_id.bucket["user"]: key and value must be at most 1024 bytes each`},
+	} {
+		st := newStream(svc, "ws")
+		_, err := svc.report(context.Background(), st, usage("d", 0, 0, 0, user("ok"), tc.id))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("bucket id of %d entries: %v, want %q", len(tc.id), err, tc.want)
+		}
+		svc.close(st)
+	}
+	if n := svc.workspaces["ws"]; n != 0 {
+		t.Fatalf("%d buckets held after the refusals and closes", n)
+	}
+}
+
+// stuck is a Stream whose Envoy never reads: every Send blocks until the
+// test ends it.
+type stuck struct {
+	*pipe
+	release chan struct{}
+}
+
+func (s *stuck) Send(*rlqsv3.RateLimitQuotaResponse) error { <-s.release; return errors.New("ended") }
+
+// TestASlowEnvoyBlocksNoOther: an Envoy that stops reading holds its own
+// stream's writer only: another Envoy of the same bucket on the process
+// is answered, and the denial its report causes is pushed without
+// waiting on the stuck one; the denials it reports reach the analytics.
+func TestASlowEnvoyBlocksNoOther(t *testing.T) {
+	now := time.Unix(1_800_000_010, 0)
+	clock := func() time.Time { return now }
+	fleet := newTallies(clock)
+	svc, err := New(&windowCounter{limit: 100, length: time.Minute, now: clock, counts: map[string]int64{}}, fleet,
+		prometheus.NewRegistry(), WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := &stuck{pipe: newPipe(), release: make(chan struct{})}
+	defer close(slow.release)
+	go svc.Serve("slow", slow)
+	slow.reports <- usage("d", 0, 0, 0, user("u")) // its answer is never read
+	fast := newPipe()
+	go svc.Serve("fast", fast)
+	for i, rep := range []*rlqsv3.RateLimitQuotaUsageReports{usage("d", 0, 0, 0, user("u")), usage("d", 5, 100, 7, user("u"))} {
+		select {
+		case fast.reports <- rep:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("report %d: the fast Envoy's stream does not read", i)
+		}
+		select {
+		case <-fast.answers:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("report %d: the fast Envoy is not answered while another is stuck", i)
+		}
+	}
+	fleet.mu.Lock()
+	defer fleet.mu.Unlock()
+	if n := fleet.denied["envoy:d user=u"]; n != 7 {
+		t.Fatalf("denials in the analytics: %v, want 7 of user=u", fleet.denied)
 	}
 }

@@ -364,8 +364,8 @@ func (s *Service) report(ctx context.Context, st *stream, rep *rlqsv3.RateLimitQ
 	resp := &rlqsv3.RateLimitQuotaResponse{}
 	for i, u := range rep.GetBucketQuotaUsages() {
 		id := u.GetBucketId().GetBucket()
-		if len(id) == 0 {
-			return nil, status.Errorf(codes.InvalidArgument, "bucket_quota_usages[%d].bucket_id: must name at least one entry", i)
+		if err := checkBucketID(i, id); err != nil {
+			return nil, err
 		}
 		k := keyOf(id)
 		b, ok := st.buckets[k]
@@ -387,6 +387,29 @@ func (s *Service) report(ctx context.Context, st *stream, rep *rlqsv3.RateLimitQ
 	}
 	resp.BucketAction = append(resp.BucketAction, s.abandon(st, now)...)
 	return resp, nil
+}
+
+// checkBucketID refuses the bucket id of a report's i-th usage unless it
+// can be a descriptor of the rate limit service: 1 to envoyrls.MaxEntries
+// entries, each key set, keys and values of at most
+// envoyrls.MaxEntryBytes, and no release entry (a quota filter holds no
+// lease to release).
+func checkBucketID(i int, id map[string]string) error {
+	field := fmt.Sprintf("bucket_quota_usages[%d].bucket_id.bucket", i)
+	if len(id) == 0 || len(id) > envoyrls.MaxEntries {
+		return &invalid.Error{Field: field, Rule: fmt.Sprintf("must hold 1 to %d entries", envoyrls.MaxEntries)}
+	}
+	for _, k := range slices.Sorted(maps.Keys(id)) {
+		switch {
+		case k == "":
+			return &invalid.Error{Field: field, Rule: "must not hold an empty key"}
+		case k == envoyrls.ReleaseKey:
+			return &invalid.Error{Field: fmt.Sprintf("%s[%q]", field, k), Rule: "must not be a release entry: a quota bucket holds no lease"}
+		case len(k) > envoyrls.MaxEntryBytes || len(id[k]) > envoyrls.MaxEntryBytes:
+			return &invalid.Error{Field: fmt.Sprintf("%s[%.32q]", field, k), Rule: fmt.Sprintf("key and value must be at most %d bytes each", envoyrls.MaxEntryBytes)}
+		}
+	}
+	return nil
 }
 
 // usage counts u, the usage of b reported on st, and returns b's action,
