@@ -38,22 +38,6 @@ func fleetRules(t *testing.T) string {
 	return dir
 }
 
-// fleetDemand is what each of ten Envoys asks a second, at a moment of a
-// minute: one ten times the others, one silent for the first half of the
-// minute and then bursting at five times; about 2,460 a minute together,
-// two and a half times the limit.
-func fleetDemand(envoy int, at time.Duration) float64 {
-	switch {
-	case envoy == 0:
-		return 20
-	case envoy == 9 && at%time.Minute < 30*time.Second:
-		return 0
-	case envoy == 9:
-		return 10
-	}
-	return 2
-}
-
 // fleetWindows counts, by window (Unix minutes), what a fleet admitted and
 // what it was asked.
 type fleetWindows struct {
@@ -77,9 +61,9 @@ func (w *fleetWindows) add(window int64, ok, static bool) {
 
 // runRealFleet runs ten emulated Envoys (Envoy's filter, package
 // rlqsenvoy) against the quota service of real processes, Envoy i on
-// addrs[i%len(addrs)] over its own gRPC stream, each asking fleetDemand of
-// bucket user=id in real time, until the end of the windows-th whole
-// minute after now; beside each, an Envoy holding the whole rate as a
+// addrs[i%len(addrs)] over its own gRPC stream, each asking its share of
+// rlqsenvoy.SkewedDemand of bucket user=id in real time, until the end of
+// the windows-th whole minute after now; beside each, an Envoy holding the whole rate as a
 // static quota asks the same. It returns each whole window's counts.
 func runRealFleet(t *testing.T, addrs []string, id string, windows int) *fleetWindows {
 	t.Helper()
@@ -130,7 +114,7 @@ func runRealFleet(t *testing.T, addrs []string, id string, windows int) *fleetWi
 				if !now.Before(end) {
 					return
 				}
-				owed += fleetDemand(i, now.Sub(first.Add(-time.Hour))) * now.Sub(last).Seconds()
+				owed += rlqsenvoy.SkewedDemand(i, now.Sub(first.Add(-time.Hour))) * now.Sub(last).Seconds()
 				last = now
 				window := now.Unix() / 60
 				var reports []*rlqsv3.RateLimitQuotaUsageReports

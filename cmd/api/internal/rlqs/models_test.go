@@ -12,6 +12,7 @@ import (
 	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/transport"
+	"github.com/unkeyed/ratelimit/internal/testkit/rlqsenvoy"
 	"github.com/unkeyed/ratelimit/services/access"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
@@ -68,17 +69,7 @@ func onRules(t *testing.T, yaml string) backend {
 // refill and a tenth in each after, at least 80 % of it; a calendar day
 // of 1,000 at most 1,100 in all, its day never over.
 func TestEveryModelSharesOneBudget(t *testing.T) {
-	demand := func(envoy int, at time.Duration) float64 {
-		switch {
-		case envoy == 0:
-			return 20
-		case envoy == 9 && at%time.Minute < 30*time.Second:
-			return 0
-		case envoy == 9:
-			return 10
-		}
-		return 2
-	}
+	demand := rlqsenvoy.SkewedDemand
 	for _, m := range []struct {
 		name, limit string
 		most        func(minute int) int64 // what a minute may admit

@@ -302,24 +302,15 @@ func runFleetOn(t *testing.T, n, windows int, demand func(envoy int, at time.Dur
 // TestFleetSharesOneBudget: ten Envoys on one bucket of 1,000 a minute,
 // one asking ten times what each other asks, one silent for the first
 // half minute of each window and then bursting, all together asking
-// about three times the limit, for five minutes. Each window admits at
-// most the limit and what the Envoys' assignments let through between
-// two reports once it is spent (a report interval at the rate they were
-// assigned: under a tenth of the limit), and at least 80 % of the limit;
-// every Envoy holding the whole rate, as static quotas do, admits up to
-// ten times it.
+// about two and a half times the limit, for five minutes, on one, two and
+// three processes sharing one count and one set of tallies. Each window
+// admits at most the limit and what the Envoys' assignments let through
+// between two reports once it is spent (a report interval at the rate
+// they were assigned: under a tenth of the limit), and at least 80 % of
+// the limit; every Envoy holding the whole rate, as static quotas do,
+// admits all it asks.
 func TestFleetSharesOneBudget(t *testing.T) {
-	demand := func(envoy int, at time.Duration) float64 {
-		switch {
-		case envoy == 0:
-			return 20 // ten times the others
-		case envoy == 9 && at%time.Minute < 30*time.Second:
-			return 0
-		case envoy == 9:
-			return 10
-		}
-		return 2
-	}
+	demand := rlqsenvoy.SkewedDemand
 	static := runFleet(t, 10, 5, demand, 0)
 	for _, processes := range []int{1, 2, 3} {
 		shared := runFleet(t, 10, 5, demand, processes)
