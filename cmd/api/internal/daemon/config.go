@@ -185,6 +185,7 @@ type Config struct {
 	// rule limits is assigned, and the bounds on what one caller holds.
 	RLQSNoRule                  string        `env:"UNKEY_RLQS_NO_RULE" envDefault:"allow_all" help:"what Envoy's quota filter is assigned for a bucket no rule limits: allow_all or deny_all"`
 	RLQSMaxStreamsPerConnection int           `env:"UNKEY_RLQS_MAX_STREAMS_PER_CONNECTION" envDefault:"16" help:"the most quota streams one connection may have open (Envoy opens one per server and domain): 1 to 10000"`
+	RLQSMaxStreamsPerWorkspace  int           `env:"UNKEY_RLQS_MAX_STREAMS_PER_WORKSPACE" envDefault:"1000" help:"the most quota streams the keys of one workspace may have open on one process: 1 to 1000000"`
 	RLQSMaxBucketsPerStream     int           `env:"UNKEY_RLQS_MAX_BUCKETS_PER_STREAM" envDefault:"1000" help:"the most buckets one quota stream may report; past it the stream ends, resource_exhausted: 1 to 1000000"`
 	RLQSMaxBucketsPerWorkspace  int           `env:"UNKEY_RLQS_MAX_BUCKETS_PER_WORKSPACE" envDefault:"10000" help:"the most buckets the quota streams of one workspace may report to one process, all together: 1 to 10000000"`
 	RLQSAbandonAfter            time.Duration `env:"UNKEY_RLQS_ABANDON_AFTER" envDefault:"60s" help:"how long a quota bucket may report no request before its Envoy is told to abandon it: 10s to 24h"`
@@ -323,6 +324,7 @@ func LoadConfig(environ []string) (Config, error) {
 		name    string
 		v, most int
 	}{{"UNKEY_RLQS_MAX_STREAMS_PER_CONNECTION", c.RLQSMaxStreamsPerConnection, 10_000},
+		{"UNKEY_RLQS_MAX_STREAMS_PER_WORKSPACE", c.RLQSMaxStreamsPerWorkspace, 1_000_000},
 		{"UNKEY_RLQS_MAX_BUCKETS_PER_STREAM", c.RLQSMaxBucketsPerStream, 1_000_000},
 		{"UNKEY_RLQS_MAX_BUCKETS_PER_WORKSPACE", c.RLQSMaxBucketsPerWorkspace, 10_000_000}} {
 		if b.v < 1 || b.v > b.most {

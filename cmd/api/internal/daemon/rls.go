@@ -83,7 +83,8 @@ func (d *Daemon) newQuota(cfg Config, rls *envoyrls.Service, p *pipeline.Pipelin
 		noRule = typev3.RateLimitStrategy_DENY_ALL
 	}
 	return rlqs.New(rls, p, d.registry, rlqs.WithLogger(d.logger), rlqs.WithNoRule(noRule), rlqs.WithLimits(rlqs.Limits{
-		StreamsPerConnection: cfg.RLQSMaxStreamsPerConnection, BucketsPerStream: cfg.RLQSMaxBucketsPerStream,
+		StreamsPerConnection: cfg.RLQSMaxStreamsPerConnection, StreamsPerWorkspace: cfg.RLQSMaxStreamsPerWorkspace,
+		BucketsPerStream: cfg.RLQSMaxBucketsPerStream,
 		BucketsPerWorkspace: cfg.RLQSMaxBucketsPerWorkspace, AbandonAfter: cfg.RLQSAbandonAfter}))
 }
 

@@ -25,7 +25,8 @@ type QuotaDecision struct {
 	// quota filter has no way to give back.
 	Concurrent bool
 	// Over is set when the descriptor is over its limit; never in shadow
-	// mode (Shadow), which answers OK to everything.
+	// mode (Shadow: the service's, or the rule's shadow_mode), which
+	// answers OK to everything it counts.
 	Over, Shadow bool
 	// Remaining is what is left of the limit after the decision, and
 	// UntilReset how long until it resets (a token bucket: until it is
@@ -49,12 +50,14 @@ type decided struct {
 	algorithm ratelimit.Algorithm
 	quota     int64
 	window    time.Duration
+	shadow    bool // the rule's shadow_mode
 }
 
-// record records d into the decided of ctx, if it carries one.
-func record(ctx context.Context, d *limitDecision) {
+// record records d, the decision of p, into the decided of ctx, if it
+// carries one.
+func record(ctx context.Context, d *limitDecision, p *plan) {
 	if out, ok := ctx.Value(decidedKey{}).(*decided); ok {
-		*out = decided{algorithm: d.Algorithm, quota: d.Quota, window: d.QuotaWindow}
+		*out = decided{algorithm: d.Algorithm, quota: d.Quota, window: d.QuotaWindow, shadow: p.shadow}
 	}
 }
 
@@ -77,7 +80,7 @@ func (s *Service) Quota(ctx context.Context, domain string, d *rlcommonv3.RateLi
 		Limited:    st.GetCurrentLimit() != nil,
 		Unlimited:  st.GetCurrentLimit() == nil && st.GetLimitRemaining() == math.MaxUint32,
 		Over:       resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT,
-		Shadow:     s.shadow,
+		Shadow:     s.shadow || got.shadow,
 		Remaining:  int64(st.GetLimitRemaining()),
 		UntilReset: st.GetDurationUntilReset().AsDuration(),
 		Algorithm:  got.algorithm,

@@ -17,14 +17,16 @@ import (
 // TestQuotaNamesTheModel: Quota decides a descriptor as ShouldRateLimit
 // does (its hits counted) and says what decided it: each model with its
 // quota in its window, an unlimited rule apart from no rule, a
-// concurrency rule without deciding it (no slot taken), and shadow mode.
+// concurrency rule without deciding it (no slot taken), and shadow mode,
+// the service's and a rule's.
 func TestQuotaNamesTheModel(t *testing.T) {
 	const rules = "domain: d\ndescriptors:\n" +
 		"  - {key: s, rate_limit: {unit: minute, requests_per_unit: 100}}\n" +
 		"  - {key: f, rate_limit: {unit: minute, requests_per_unit: 100, algorithm: fixed_window}}\n" +
 		"  - {key: b, rate_limit: {unit: minute, requests_per_unit: 60, algorithm: token_bucket, burst: 10}}\n" +
 		"  - {key: c, rate_limit: {unit: minute, requests_per_unit: 3, algorithm: concurrency}}\n" +
-		"  - {key: u, rate_limit: {unlimited: true}}\n"
+		"  - {key: u, rate_limit: {unlimited: true}}\n" +
+		"  - {key: sh, shadow_mode: true, rate_limit: {unit: minute, requests_per_unit: 1, algorithm: fixed_window}}\n"
 	ctx := call.WithPrincipal(context.Background(), access.Principal{Workspace: "ws", Permissions: access.All()})
 	desc := func(key string, hits uint64) *rlcommonv3.RateLimitDescriptor {
 		return &rlcommonv3.RateLimitDescriptor{Entries: []*rlcommonv3.RateLimitDescriptor_Entry{{Key: key, Value: "v"}},
@@ -43,6 +45,7 @@ func TestQuotaNamesTheModel(t *testing.T) {
 		{"b", 5, QuotaDecision{Limited: true, Remaining: 5, Algorithm: ratelimit.TokenBucket, Quota: 10, Window: 10 * time.Second}, 5 * time.Second},
 		{"c", 1, QuotaDecision{Concurrent: true}, 0},
 		{"u", 1, QuotaDecision{Unlimited: true, Remaining: 1<<32 - 1}, 0},
+		{"sh", 5, QuotaDecision{Limited: true, Shadow: true, Remaining: 0, Algorithm: ratelimit.FixedWindow, Quota: 1, Window: time.Minute}, 0},
 		{"none", 1, QuotaDecision{}, 0},
 	} {
 		got, err := s.Quota(ctx, "d", desc(tc.key, tc.hits))

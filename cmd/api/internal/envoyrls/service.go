@@ -572,7 +572,7 @@ func (s *Service) decide(ctx context.Context, ns pipeline.Namespace, domain stri
 		return nil, err
 	}
 	p.quota, p.window, p.policy = d.Quota, d.QuotaWindow, descriptorLimitMetric
-	record(ctx, &d)
+	record(ctx, &d, p)
 	if d.OverrideID != "" {
 		d.name = "" // the override decided, not the limit of that name
 	}

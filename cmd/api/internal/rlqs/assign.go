@@ -59,8 +59,9 @@ func pace(q envoyrls.QuotaDecision) float64 {
 
 // bucket is one bucket of one stream: its demand and what it was sent.
 type bucket struct {
-	// key names the bucket across streams: domain and bucket id; idKey
-	// within its stream, the bucket id alone (see keyOf).
+	// key names the bucket across streams: workspace, domain and bucket
+	// id (another workspace's bucket of the same id is another bucket);
+	// idKey names it within its stream, the bucket id alone (see keyOf).
 	key, idKey string
 	id         map[string]string
 	// demand is what the Envoy was asked in its last report that counted
@@ -75,8 +76,10 @@ type bucket struct {
 	ttl        time.Duration
 }
 
-func newBucket(domain, key string, id map[string]string, now time.Time) *bucket {
-	b := &bucket{key: domain + "\x00" + key, idKey: key, id: make(map[string]string, len(id)), lastActive: now}
+// newBucket returns the bucket of id (whose keyOf is key) on a stream of
+// workspace in domain, first reported at now.
+func newBucket(workspace, domain, key string, id map[string]string, now time.Time) *bucket {
+	b := &bucket{key: workspace + "\x00" + domain + "\x00" + key, idKey: key, id: make(map[string]string, len(id)), lastActive: now}
 	for k, v := range id {
 		b.id[k] = v
 	}
@@ -146,10 +149,12 @@ func blanket(r typev3.RateLimitStrategy_BlanketRule) *typev3.RateLimitStrategy {
 
 // tokenBucket returns the token bucket of about perSecond requests a
 // second, rounded to a step of a quarter power of two (so that a rate
-// that moves a little keeps its bucket, and its tokens), in whole seconds:
-// tokens a second at one a second or more; tokens every ten seconds from a
-// tenth of one (0.84 a second is 8 every 10 s, not 1 every 2 s); one token
-// every few seconds below. It holds one fill. Envoy compares two buckets'
+// that moves a little keeps its bucket, and its tokens), in whole seconds,
+// each within a few percent of it: tokens a second from ten a second;
+// tokens every 5 s from one a second (1.41 a second is 7 every 5 s, not 1
+// a second); tokens every 10 s from a tenth of one (0.84 a second is 8
+// every 10 s, not 1 every 2 s); one token every few seconds below. It holds
+// one fill. Envoy compares two buckets'
 // fill intervals by their nanoseconds alone, and rates them by their whole
 // seconds: a fill interval of s seconds carries s nanoseconds, so that one
 // of another length is taken for a change.
@@ -157,8 +162,10 @@ func tokenBucket(perSecond float64) *typev3.RateLimitStrategy {
 	q := quantize(perSecond)
 	perFill, every := uint32(1), int64(1)
 	switch {
+	case q >= 10:
+		perFill = uint32(min(math.Round(q), math.MaxUint32))
 	case q >= 1:
-		perFill = uint32(min(q, math.MaxUint32))
+		perFill, every = uint32(math.Round(q*5)), 5
 	case q >= 0.1:
 		perFill, every = uint32(math.Round(q*10)), 10
 	default:

@@ -39,13 +39,14 @@ func user(name string) map[string]string { return map[string]string{"user": name
 // TestSpentWindowIsPushedToEveryEnvoy: once one Envoy's report spends the
 // window, every other Envoy of the bucket on the process is handed
 // DENY_ALL at once, until the reset, without waiting for its own report;
-// one that holds a denial already is sent nothing again.
+// one that holds a denial already is sent nothing again; another
+// workspace's bucket of the same id, counted apart, is not.
 func TestSpentWindowIsPushedToEveryEnvoy(t *testing.T) {
 	now := time.Unix(1_800_000_010, 0)
 	clock := func() time.Time { return now }
 	svc := newService(t, &windowCounter{limit: 100, length: time.Minute, now: clock, counts: map[string]int64{}}, clock)
-	a, b, c := newStream(svc, "ws"), newStream(svc, "ws"), newStream(svc, "ws")
-	for _, st := range []*stream{a, b, c} {
+	a, b, c, other := newStream(svc, "ws"), newStream(svc, "ws"), newStream(svc, "ws"), newStream(svc, "other")
+	for _, st := range []*stream{a, b, c, other} {
 		if _, err := svc.report(context.Background(), st, usage("d", 0, 0, 0, user("u"))); err != nil {
 			t.Fatal(err)
 		}
@@ -69,6 +70,11 @@ func TestSpentWindowIsPushedToEveryEnvoy(t *testing.T) {
 			t.Fatalf("stream %d was pushed %v, want DENY_ALL for the 50 s to the reset, rounded up", i, pushed)
 		}
 	}
+	select {
+	case <-other.wake:
+		t.Fatal("another workspace's Envoy of the same bucket id was pushed a denial of this one's limit")
+	default:
+	}
 	// b's own report finds the window spent: it holds the denial already.
 	if resp, _ := svc.report(context.Background(), b, usage("d", 5, 0, 3, user("u"))); len(resp.GetBucketAction()) != 0 {
 		t.Fatalf("a denial sent again: %v", resp)
@@ -76,14 +82,14 @@ func TestSpentWindowIsPushedToEveryEnvoy(t *testing.T) {
 }
 
 // TestBoundsRefuseWithAReason: a stream past its buckets, a workspace past
-// its buckets across streams, and a connection past its streams are each
-// refused with resource_exhausted naming the bound and its setting, and
+// its buckets across streams, a connection past its streams, and a
+// workspace past its streams across connections are each refused with resource_exhausted naming the bound and its setting, and
 // counted; a refused bucket is not held.
 func TestBoundsRefuseWithAReason(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	clock := func() time.Time { return now }
 	svc := newService(t, &windowCounter{limit: 100, length: time.Minute, now: clock, counts: map[string]int64{}}, clock,
-		WithLimits(Limits{BucketsPerStream: 2, BucketsPerWorkspace: 3, StreamsPerConnection: 2}))
+		WithLimits(Limits{BucketsPerStream: 2, BucketsPerWorkspace: 3, StreamsPerConnection: 2, StreamsPerWorkspace: 3}))
 	a, b := newStream(svc, "ws"), newStream(svc, "ws")
 	_, err := svc.report(context.Background(), a, usage("d", 0, 0, 0, user("1"), user("2"), user("3")))
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "bucket_quota_usages[2]") ||
@@ -104,12 +110,21 @@ func TestBoundsRefuseWithAReason(t *testing.T) {
 	if _, err := svc.report(context.Background(), b, usage("d", 0, 0, 0, user("5"))); err != nil {
 		t.Fatalf("once a stream closed: %v", err)
 	}
-	ctx := call.WithPrincipal(context.Background(), access.Principal{Workspace: "ws"})
+	ctx := call.WithPrincipal(context.Background(), access.Principal{Workspace: "conns"})
 	for i := range 3 {
-		_, err := svc.open(ctx, "10.0.0.1:4000")
+		_, err := svc.openStream(ctx, "10.0.0.1:4000", func() {})
 		if i < 2 && err != nil || i == 2 && (status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "UNKEY_RLQS_MAX_STREAMS_PER_CONNECTION")) {
 			t.Fatalf("stream %d of a connection of two: %v", i, err)
 		}
+	}
+	// Workspace "conns" holds two streams: a third, on another
+	// connection, is its last (a bound of three); a fourth is refused.
+	if _, err := svc.openStream(ctx, "10.0.0.2:4000", func() {}); err != nil {
+		t.Fatalf("a third stream of the workspace: %v", err)
+	}
+	if _, err := svc.openStream(ctx, "10.0.0.3:4000", func() {}); status.Code(err) != codes.ResourceExhausted ||
+		!strings.Contains(err.Error(), "UNKEY_RLQS_MAX_STREAMS_PER_WORKSPACE") {
+		t.Fatalf("a fourth stream of a workspace of three: %v", err)
 	}
 }
 
@@ -252,7 +267,7 @@ func TestFailuresLeaveAssignmentsStanding(t *testing.T) {
 }
 
 // TestBucketIDsAreDescriptors: a bucket id the rate limit service could
-// not take as a descriptor ends the stream with invalid_argument naming
+// not take as a descriptor, or a count past the largest cost, ends the stream with invalid_argument naming
 // the report's entry and the rule, and nothing of it is held.
 func TestBucketIDsAreDescriptors(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
@@ -271,9 +286,15 @@ func TestBucketIDsAreDescriptors(t *testing.T) {
 		{map[string]string{"": "v"}, "must not hold an empty key"},
 		{map[string]string{"unkey.release": "l1"}, `bucket_quota_usages[1].bucket_id.bucket["unkey.release"]: must not be a release entry`},
 		{map[string]string{"user": strings.Repeat("x", 1025)}, `bucket_quota_usages[1].bucket_id.bucket["user"]: key and value must be at most 1024 bytes each`},
+		{nil, "bucket_quota_usages[1].num_requests_denied: must be at most 9007199254740992"},
 	} {
 		st := newStream(svc, "ws")
-		_, err := svc.report(context.Background(), st, usage("d", 0, 0, 0, user("ok"), tc.id))
+		rep := usage("d", 0, 0, 0, user("ok"), tc.id)
+		if tc.id == nil {
+			rep = usage("d", 5, 0, 0, user("ok"), user("x"))
+			rep.BucketQuotaUsages[1].NumRequestsDenied = 1 << 60
+		}
+		_, err := svc.report(context.Background(), st, rep)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("bucket id of %d entries: %v, want %q", len(tc.id), err, tc.want)
 		}
@@ -329,4 +350,72 @@ func TestASlowEnvoyBlocksNoOther(t *testing.T) {
 	if n := fleet.denied["envoy:d user=u"]; n != 7 {
 		t.Fatalf("denials in the analytics: %v, want 7 of user=u", fleet.denied)
 	}
+}
+
+// TestStreamsEnd: a stream that reports nothing for AbandonAfter is ended
+// (an Envoy holding a bucket reports it every 5 s), and a drain that runs
+// out of time ends the streams left, one whose Envoy does not read among
+// them, and says how many.
+func TestStreamsEnd(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { return now }
+	svc := newService(t, &windowCounter{limit: 100, length: time.Minute, now: clock, counts: map[string]int64{}}, clock,
+		WithLimits(Limits{AbandonAfter: 50 * time.Millisecond, DrainTimeout: 50 * time.Millisecond}))
+	quiet := newPipe()
+	ended := make(chan error, 1)
+	go func() { ended <- svc.Serve("quiet", quiet) }()
+	quiet.reports <- usage("d", 0, 0, 0, user("u"))
+	<-quiet.answers
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Fatalf("a silent stream ended with %v, want OK", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a stream silent past AbandonAfter was not ended")
+	}
+
+	slow := &stuck{pipe: newPipe(), release: make(chan struct{})}
+	go func() { ended <- svc.Serve("slow", slow) }()
+	slow.reports <- usage("d", 0, 0, 0, user("u")) // its answer is never read
+	err := svc.Drain(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "1 did not end") {
+		t.Fatalf("drain with a stuck stream: %v, want it counted", err)
+	}
+	close(slow.release) // the Envoy's connection drops: its Send fails
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stuck stream did not end once drained")
+	}
+}
+
+// TestShadowRulesAreNotEnforced: a bucket of a rule in shadow mode is
+// allowed whatever its count, as ShouldRateLimit answers it OK.
+func TestShadowRulesAreNotEnforced(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { return now }
+	svc := newService(t, shadowed{&windowCounter{limit: 1, length: time.Minute, now: clock, counts: map[string]int64{}}}, clock)
+	st := newStream(svc, "ws")
+	for i, rep := range []*rlqsv3.RateLimitQuotaUsageReports{usage("d", 0, 0, 0, user("u")), usage("d", 5, 50, 0, user("u"))} {
+		resp, err := svc.report(context.Background(), st, rep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 && resp.BucketAction[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule() != typev3.RateLimitStrategy_ALLOW_ALL {
+			t.Fatalf("a shadow rule's bucket: %v, want ALLOW_ALL", resp)
+		}
+		if i == 1 && len(resp.BucketAction) != 0 {
+			t.Fatalf("a shadow rule's bucket 50 over its limit: %v, want ALLOW_ALL to stand", resp)
+		}
+	}
+}
+
+// shadowed decides as its counter, in shadow mode.
+type shadowed struct{ *windowCounter }
+
+func (s shadowed) Quota(ctx context.Context, domain string, d *rlcommonv3.RateLimitDescriptor) (envoyrls.QuotaDecision, error) {
+	q, err := s.windowCounter.Quota(ctx, domain, d)
+	q.Shadow, q.Over = true, false
+	return q, err
 }

@@ -7,6 +7,8 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/unkeyed/ratelimit/services/access"
 )
 
 // metrics are the service's series. Every label takes a fixed set of
@@ -19,7 +21,7 @@ type metrics struct {
 }
 
 // refusalReasons are the reasons a stream is refused or ended.
-var refusalReasons = []string{"streams_per_connection", "buckets_per_stream", "buckets_per_workspace", "draining", "invalid"}
+var refusalReasons = []string{"streams_per_connection", "streams_per_workspace", "buckets_per_stream", "buckets_per_workspace", "draining", "denied", "invalid"}
 
 func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 	m := &metrics{
@@ -33,7 +35,7 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 		}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "unkey_rlqs_refused_total",
-			Help: "Quota streams refused or ended by the server, by reason: streams_per_connection, buckets_per_stream, buckets_per_workspace (a bound), draining (the server shuts down), invalid (a report that breaks a rule).",
+			Help: "Quota streams refused or ended by the server, by reason: streams_per_connection, streams_per_workspace, buckets_per_stream, buckets_per_workspace (a bound), draining (the server shuts down), denied (a key that may not decide the domain's limits), invalid (a report that breaks a rule).",
 		}, []string{"reason"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "unkey_rlqs_reported_requests_total",
@@ -96,14 +98,18 @@ func (m *metrics) sent(resp *rlqsv3.RateLimitQuotaResponse) {
 }
 
 // refused counts a stream ended by err, a report's failure: a bound's
-// reason, or invalid.
+// reason, a denial, or invalid.
 func (m *metrics) refused(err error) {
 	var r *refusal
-	if errors.As(err, &r) {
+	var denial *access.DeniedError
+	switch {
+	case errors.As(err, &r):
 		m.refusedFor(r.reason)
-		return
+	case errors.As(err, &denial):
+		m.refusedFor("denied")
+	default:
+		m.refusedFor("invalid")
 	}
-	m.refusedFor("invalid")
 }
 
 func (m *metrics) refusedFor(reason string) { m.refusals.WithLabelValues(reason).Inc() }

@@ -47,6 +47,8 @@ import (
 	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
 	"github.com/unkeyed/ratelimit/internal/invalid"
+	"github.com/unkeyed/ratelimit/services/access"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
 // Decider decides a descriptor as the rate limit service does: the limit
@@ -62,6 +64,10 @@ type Limits struct {
 	// StreamsPerConnection bounds the quota streams one connection has
 	// open (Envoy opens one per server and domain). Default 16.
 	StreamsPerConnection int
+	// StreamsPerWorkspace bounds the quota streams the keys of one
+	// workspace have open on this process, all connections together.
+	// Default 1,000.
+	StreamsPerWorkspace int
 	// BucketsPerStream bounds the buckets one stream reports: Envoy's
 	// bucket_id_builder can make one of every header value, and each
 	// costs a decision and two tallies a report. Default 1,000.
@@ -71,15 +77,26 @@ type Limits struct {
 	BucketsPerWorkspace int
 	// AbandonAfter is how long a bucket may report no request before the
 	// service tells its Envoy to abandon it (the Envoy forgets it, and
-	// reports it anew on its next request). Default a minute, twelve
-	// reports.
+	// reports it anew on its next request), and how long a stream may
+	// send no report before it is ended (an Envoy reports every bucket
+	// it holds every 5 s; one that holds none opens a stream again with
+	// its next). Default a minute, twelve reports.
 	AbandonAfter time.Duration
+	// DrainTimeout bounds how long Drain waits for the streams to take
+	// their expiry and end before it ends those left. Default 2 s.
+	DrainTimeout time.Duration
 }
 
 // withDefaults returns l with each unset bound at its default.
 func (l Limits) withDefaults() Limits {
 	if l.StreamsPerConnection <= 0 {
 		l.StreamsPerConnection = 16
+	}
+	if l.StreamsPerWorkspace <= 0 {
+		l.StreamsPerWorkspace = 1000
+	}
+	if l.DrainTimeout <= 0 {
+		l.DrainTimeout = 2 * time.Second
 	}
 	if l.BucketsPerStream <= 0 {
 		l.BucketsPerStream = 1000
@@ -107,6 +124,7 @@ type Service struct {
 
 	mu         sync.Mutex
 	conns      map[string]int // open streams by connection
+	open       map[string]int // open streams by workspace
 	workspaces map[string]int // buckets by workspace
 	streams    map[*stream]struct{}
 	draining   bool
@@ -137,7 +155,7 @@ func WithNoRule(rule typev3.RateLimitStrategy_BlanketRule) Option {
 // nothing: each stream is served by the call that opened it.
 func New(d Decider, fleet Fleet, reg prometheus.Registerer, opts ...Option) (*Service, error) {
 	s := &Service{decide: d, fleet: fleet, now: time.Now, logger: slog.New(slog.DiscardHandler),
-		noRule: typev3.RateLimitStrategy_ALLOW_ALL, conns: map[string]int{}, workspaces: map[string]int{},
+		noRule: typev3.RateLimitStrategy_ALLOW_ALL, conns: map[string]int{}, open: map[string]int{}, workspaces: map[string]int{},
 		streams: map[*stream]struct{}{}, drained: make(chan struct{}), subs: subscribers{byKey: map[string]*subscription{}}}
 	for _, o := range opts {
 		o(s)
@@ -176,11 +194,13 @@ func (s *Service) StreamRateLimitQuotas(srv rlqsv3.RateLimitQuotaService_StreamR
 func (s *Service) Serve(conn string, srv Stream) error {
 	ctx, cancel := context.WithCancel(srv.Context())
 	defer cancel()
-	st, err := s.open(ctx, conn)
+	st, err := s.openStream(ctx, conn, cancel)
 	if err != nil {
 		return err
 	}
 	defer s.close(st)
+	idle := time.NewTimer(s.limits.AbandonAfter)
+	defer idle.Stop()
 	reports, failed := make(chan *rlqsv3.RateLimitQuotaUsageReports), make(chan error, 1)
 	go func() {
 		for {
@@ -201,10 +221,13 @@ func (s *Service) Serve(conn string, srv Stream) error {
 		var last bool
 		select {
 		case rep := <-reports:
+			idle.Reset(s.limits.AbandonAfter)
 			if resp, err = s.report(ctx, st, rep); err != nil {
 				s.metrics.refused(err)
 				return err
 			}
+		case <-idle.C:
+			return nil // no bucket reported: the Envoy holds none
 		case <-st.wake:
 			resp, last = s.pushed(st)
 		case err := <-failed:
@@ -213,7 +236,9 @@ func (s *Service) Serve(conn string, srv Stream) error {
 			}
 			return err
 		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err()
+			// The Envoy's reset, the first report's deadline (see
+			// transport.awaitFirst), or a drain that ran out of time.
+			return status.FromContextError(context.Cause(ctx)).Err()
 		}
 		if len(resp.GetBucketAction()) > 0 {
 			if err := srv.Send(resp); err != nil {
@@ -233,6 +258,7 @@ func (s *Service) Serve(conn string, srv Stream) error {
 type stream struct {
 	workspace, conn string
 	domain          string
+	cancel          context.CancelFunc // ends the stream
 	buckets         map[string]*bucket // by bucket id (keyOf)
 	wake            chan struct{}      // one pending signal at most
 
@@ -241,22 +267,29 @@ type stream struct {
 	drain  bool
 }
 
-// open registers a new stream of the call of ctx over conn, unless conn
-// holds as many as it may, or the service is draining.
-func (s *Service) open(ctx context.Context, conn string) (*stream, error) {
+// openStream registers a new stream of the call of ctx over conn, which
+// cancel ends, unless conn or the call's workspace holds as many as it
+// may, or the service is draining.
+func (s *Service) openStream(ctx context.Context, conn string, cancel context.CancelFunc) (*stream, error) {
+	workspace := call.Workspace(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.draining {
+	switch {
+	case s.draining:
 		s.metrics.refusedFor("draining")
 		return nil, status.Error(codes.Unavailable, "the server is shutting down: open the stream again (another server answers)")
-	}
-	if s.conns[conn] >= s.limits.StreamsPerConnection {
+	case s.conns[conn] >= s.limits.StreamsPerConnection:
 		s.metrics.refusedFor("streams_per_connection")
 		return nil, status.Errorf(codes.ResourceExhausted, "a connection may have at most %d quota streams open (UNKEY_RLQS_MAX_STREAMS_PER_CONNECTION)",
 			s.limits.StreamsPerConnection)
+	case s.open[workspace] >= s.limits.StreamsPerWorkspace:
+		s.metrics.refusedFor("streams_per_workspace")
+		return nil, status.Errorf(codes.ResourceExhausted, "a workspace may have at most %d quota streams open on one server (UNKEY_RLQS_MAX_STREAMS_PER_WORKSPACE)",
+			s.limits.StreamsPerWorkspace)
 	}
 	s.conns[conn]++
-	st := &stream{workspace: call.Workspace(ctx), conn: conn, buckets: map[string]*bucket{}, wake: make(chan struct{}, 1),
+	s.open[workspace]++
+	st := &stream{workspace: workspace, conn: conn, cancel: cancel, buckets: map[string]*bucket{}, wake: make(chan struct{}, 1),
 		denied: map[string]time.Duration{}}
 	s.streams[st] = struct{}{}
 	return st, nil
@@ -272,6 +305,9 @@ func (s *Service) close(st *stream) {
 	defer s.mu.Unlock()
 	if s.conns[st.conn]--; s.conns[st.conn] <= 0 {
 		delete(s.conns, st.conn)
+	}
+	if s.open[st.workspace]--; s.open[st.workspace] <= 0 {
+		delete(s.open, st.workspace)
 	}
 	s.forget(st.workspace, len(st.buckets))
 	delete(s.streams, st)
@@ -308,8 +344,10 @@ func (s *Service) admit(st *stream, field string) error {
 // Drain ends every stream, each after sending its Envoy its assignments
 // again with a time to live of 0 (the Envoy then falls back to its
 // filter's expired-assignment behaviour at once, rather than enforcing a
-// share this server no longer counts), refuses new streams, and returns
-// once no stream is left or ctx ends.
+// share this server no longer counts), and refuses new streams. It waits
+// for the streams to end up to Limits.DrainTimeout (or ctx's end), then
+// ends those left (one whose Envoy does not read, or whose report waits on
+// a store) and returns an error counting them.
 func (s *Service) Drain(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.draining {
@@ -325,12 +363,20 @@ func (s *Service) Drain(ctx context.Context) error {
 		}
 	}
 	s.mu.Unlock()
+	wait := time.NewTimer(s.limits.DrainTimeout)
+	defer wait.Stop()
 	select {
 	case <-s.drained:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("drain quota streams: %w", ctx.Err())
+	case <-wait.C:
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for st := range s.streams {
+		st.cancel()
+	}
+	return fmt.Errorf("drain quota streams: %d did not end within %v, ended", len(s.streams), s.limits.DrainTimeout)
 }
 
 // signal wakes st's serving goroutine, unless a signal is pending.
@@ -364,7 +410,7 @@ func (s *Service) report(ctx context.Context, st *stream, rep *rlqsv3.RateLimitQ
 	resp := &rlqsv3.RateLimitQuotaResponse{}
 	for i, u := range rep.GetBucketQuotaUsages() {
 		id := u.GetBucketId().GetBucket()
-		if err := checkBucketID(i, id); err != nil {
+		if err := checkUsage(i, u); err != nil {
 			return nil, err
 		}
 		k := keyOf(id)
@@ -373,10 +419,11 @@ func (s *Service) report(ctx context.Context, st *stream, rep *rlqsv3.RateLimitQ
 			if err := s.admit(st, fmt.Sprintf("bucket_quota_usages[%d]", i)); err != nil {
 				return nil, err
 			}
-			b = newBucket(st.domain, k, id, now)
+			b = newBucket(st.workspace, st.domain, k, id, now)
 			st.buckets[k] = b
 			s.subs.join(b.key, st, now)
 		}
+		s.metrics.reported(u.GetNumRequestsAllowed(), u.GetNumRequestsDenied())
 		a, err := s.usage(ctx, st, b, u, now)
 		if err != nil {
 			return nil, fmt.Errorf("bucket_quota_usages[%d]: %w", i, err)
@@ -389,12 +436,18 @@ func (s *Service) report(ctx context.Context, st *stream, rep *rlqsv3.RateLimitQ
 	return resp, nil
 }
 
-// checkBucketID refuses the bucket id of a report's i-th usage unless it
-// can be a descriptor of the rate limit service: 1 to envoyrls.MaxEntries
-// entries, each key set, keys and values of at most
-// envoyrls.MaxEntryBytes, and no release entry (a quota filter holds no
-// lease to release).
-func checkBucketID(i int, id map[string]string) error {
+// checkUsage refuses a report's i-th usage unless its counts are at most
+// ratelimit.MaxCost and its bucket id can be a descriptor of the rate
+// limit service: 1 to envoyrls.MaxEntries entries, each key set, keys and
+// values of at most envoyrls.MaxEntryBytes, and no release entry (a quota
+// filter holds no lease to release).
+func checkUsage(i int, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage) error {
+	for name, n := range map[string]uint64{"num_requests_allowed": u.GetNumRequestsAllowed(), "num_requests_denied": u.GetNumRequestsDenied()} {
+		if n > ratelimit.MaxCost {
+			return &invalid.Error{Field: fmt.Sprintf("bucket_quota_usages[%d].%s", i, name), Rule: fmt.Sprintf("must be at most %d", int64(ratelimit.MaxCost))}
+		}
+	}
+	id := u.GetBucketId().GetBucket()
 	field := fmt.Sprintf("bucket_quota_usages[%d].bucket_id.bucket", i)
 	if len(id) == 0 || len(id) > envoyrls.MaxEntries {
 		return &invalid.Error{Field: field, Rule: fmt.Sprintf("must hold 1 to %d entries", envoyrls.MaxEntries)}
@@ -419,15 +472,15 @@ func checkBucketID(i int, id map[string]string) error {
 // the rules refuse) is returned.
 func (s *Service) usage(ctx context.Context, st *stream, b *bucket, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, now time.Time) (*rlqsv3.RateLimitQuotaResponse_BucketAction, error) {
 	allowed, denied := u.GetNumRequestsAllowed(), u.GetNumRequestsDenied()
-	s.metrics.reported(allowed, denied)
 	if allowed+denied > 0 {
 		b.lastActive = now
 	}
 	q, err := s.decide.Quota(ctx, st.domain, b.descriptor(allowed))
 	var bad *invalid.Error
+	var denial *access.DeniedError
 	switch {
-	case errors.As(err, &bad):
-		return nil, err
+	case errors.As(err, &bad), errors.As(err, &denial):
+		return nil, err // the caller's: its key, its entries
 	case err != nil:
 		s.logger.Warn("a quota bucket's limit could not be decided: its assignment stands until the next report",
 			"domain", st.domain, "error", err)

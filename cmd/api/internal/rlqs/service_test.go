@@ -128,7 +128,7 @@ func newService(t *testing.T, d Decider, clock func() time.Time, opts ...Option)
 
 // newStream returns a stream of workspace ws as the service opens one.
 func newStream(s *Service, ws string) *stream {
-	st, err := s.open(call.WithPrincipal(context.Background(), access.Principal{Workspace: ws}), fmt.Sprint(ws, len(s.streams)))
+	st, err := s.openStream(call.WithPrincipal(context.Background(), access.Principal{Workspace: ws}), fmt.Sprint(ws, len(s.streams)), func() {})
 	if err != nil {
 		panic(err)
 	}

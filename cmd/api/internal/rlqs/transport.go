@@ -58,8 +58,12 @@ func (a *Adapter) Register(mux *http.ServeMux) {
 	mux.Handle("/"+ServiceName+"/", l.StreamRoute(l.ConnectRenderer(), transport.KnownMethods(sd, connect.NewBidiStreamHandler(Procedure,
 		func(ctx context.Context, bs *connect.BidiStream[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]) error {
 			err := a.Serve(bs.Peer().Addr, connectStream{ctx: ctx, bs: bs})
-			if err == nil {
+			var ce *connect.Error
+			switch {
+			case err == nil:
 				return nil
+			case errors.As(err, &ce):
+				return ce // the stream's own: a reset, a message over the cap
 			}
 			if st, ok := status.FromError(err); ok {
 				return connect.NewError(connect.Code(st.Code()), errors.New(st.Message()))

@@ -57,7 +57,11 @@ func (l *Layer) GRPCServer(lim Limits, c Codecs, opts ...grpc.ServerOption) *grp
 		grpc.MaxConcurrentStreams(uint32(lim.MaxConcurrentStreams)),
 		grpc.MaxHeaderListSize(uint32(lim.MaxHeaderBytes)),
 		grpc.ConnectionTimeout(lim.ReadTimeout),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: lim.IdleTimeout}),
+		// A connection idle for the idle timeout is closed; one that
+		// carries a long-lived stream is pinged as often, and dropped
+		// when its peer does not answer within the read timeout.
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: lim.IdleTimeout, Time: lim.IdleTimeout,
+			Timeout: lim.ReadTimeout}),
 		grpc.InTapHandle(l.grpcTap(lim, lim.ReadTimeout+lim.WriteTimeout)),
 		grpc.ChainUnaryInterceptor(l.grpcFailures),
 		grpc.ChainStreamInterceptor(l.grpcStreamFailures),

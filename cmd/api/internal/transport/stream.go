@@ -17,10 +17,12 @@ import (
 // microseconds, so both ports bound a call by the read and write timeouts
 // together; a quota stream (Envoy's StreamRateLimitQuotas) stays open for
 // as long as its Envoy runs, reporting every few seconds. Such a stream is
-// authenticated as any call, when it opens; its first message must arrive
-// within the read timeout (a stream that sends nothing holds nothing for
-// long); after that it is bounded by its service (messages, buckets and
-// streams per connection), by the connection's keepalive pings, and each
+// authenticated as any call, when it opens; its first message (on the
+// main port, its first bytes) must arrive within the read timeout, so that
+// a stream that sends nothing holds nothing for long; after that it is
+// bounded by its service (streams per connection and per workspace,
+// buckets, a report at least every so often), by the connection's
+// keepalive pings (a peer that stops answering them is dropped), and each
 // message by [MaxRequestBytes].
 
 // StreamRoute returns next, the handler of a long-lived stream, behind the
@@ -92,8 +94,8 @@ type firstMessageKey struct{}
 // awaitFirst returns ctx, a long-lived stream's, ended unless its first
 // message arrives within within.
 func awaitFirst(ctx context.Context, within time.Duration) context.Context {
-	ctx, cancel := context.WithCancel(ctx)
-	f := &firstMessage{timer: time.AfterFunc(within, cancel)}
+	ctx, cancel := context.WithCancelCause(ctx)
+	f := &firstMessage{timer: time.AfterFunc(within, func() { cancel(context.DeadlineExceeded) })}
 	return context.WithValue(ctx, firstMessageKey{}, f)
 }
 
