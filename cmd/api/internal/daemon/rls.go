@@ -84,7 +84,7 @@ func (d *Daemon) newQuota(cfg Config, rls *envoyrls.Service, p *pipeline.Pipelin
 	}
 	return rlqs.New(rls, p, d.registry, rlqs.WithLogger(d.logger), rlqs.WithNoRule(noRule), rlqs.WithLimits(rlqs.Limits{
 		StreamsPerConnection: cfg.RLQSMaxStreamsPerConnection, StreamsPerWorkspace: cfg.RLQSMaxStreamsPerWorkspace,
-		BucketsPerStream: cfg.RLQSMaxBucketsPerStream,
+		BucketsPerStream:    cfg.RLQSMaxBucketsPerStream,
 		BucketsPerWorkspace: cfg.RLQSMaxBucketsPerWorkspace, AbandonAfter: cfg.RLQSAbandonAfter}))
 }
 
