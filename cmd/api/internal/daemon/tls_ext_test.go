@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -128,7 +130,8 @@ func TestTLS(t *testing.T) {
 }
 
 // TestMutualTLS: with UNKEY_TLS_CLIENT_CA_FILE a client without a
-// certificate that CA signed fails the handshake; one with it is answered.
+// certificate that CA signed fails the handshake; one with it is
+// answered, an Envoy's quota stream on either port too.
 func TestMutualTLS(t *testing.T) {
 	ca := testserver.NewCA(t)
 	dir, clientDir := t.TempDir(), t.TempDir()
@@ -163,6 +166,23 @@ func TestMutualTLS(t *testing.T) {
 		t.Fatalf("a client with a certificate the CA signed: %v, %v", resp, err)
 	}
 	resp.Body.Close()
+	// Envoy's quota stream with its certificate, on both ports: answered
+	// (no rule, so ALLOW_ALL).
+	for _, target := range []string{addr, ts.grpcAddr} {
+		conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool,
+			Certificates: []tls.Certificate{pair}})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		stream, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s, _ := assigned(t, stream, quotaReport("alice", 0, 0, 0)); s.GetBlanketRule() != typev3.RateLimitStrategy_ALLOW_ALL {
+			t.Fatalf("%s: a quota stream under mutual TLS was assigned %v, want ALLOW_ALL (no rule)", target, s)
+		}
+	}
 }
 
 // TestExpiredCertificate: a server whose certificate has expired starts
