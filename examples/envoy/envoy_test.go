@@ -36,6 +36,24 @@ func unpack(t *testing.T, where string, a *anypb.Any, m validator) {
 	}
 }
 
+// bootstrap reads file as Envoy decodes a YAML bootstrap, into
+// go-control-plane's Bootstrap, and runs Envoy's validation on it.
+func bootstrap(t *testing.T, file string) *bootstrapv3.Bootstrap {
+	t.Helper()
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bs bootstrapv3.Bootstrap
+	if err := rlscall.DecodeYAML(raw, &bs); err != nil {
+		t.Fatalf("%s is no Envoy bootstrap: %v", file, err)
+	}
+	if err := bs.ValidateAll(); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	return &bs
+}
+
 // TestEnvoyExample: envoy.yaml decodes, as Envoy decodes a YAML bootstrap,
 // into go-control-plane's Bootstrap with every typed_config one of Envoy's
 // messages, and each passes Envoy's validation; its rate limit filter asks
@@ -43,17 +61,7 @@ func unpack(t *testing.T, where string, a *anypb.Any, m validator) {
 // the service on, over HTTP/2; and the descriptor its route sends
 // (remote_address) matches a rule of that domain.
 func TestEnvoyExample(t *testing.T) {
-	raw, err := os.ReadFile("envoy.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var bs bootstrapv3.Bootstrap
-	if err := rlscall.DecodeYAML(raw, &bs); err != nil {
-		t.Fatalf("envoy.yaml is no Envoy bootstrap: %v", err)
-	}
-	if err := bs.ValidateAll(); err != nil {
-		t.Fatalf("envoy.yaml: %v", err)
-	}
+	bs := bootstrap(t, "envoy.yaml")
 
 	var hcm hcmv3.HttpConnectionManager
 	listeners := bs.GetStaticResources().GetListeners()

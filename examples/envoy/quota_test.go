@@ -1,18 +1,15 @@
 package envoy_test
 
 import (
-	"os"
 	"testing"
 	"time"
 
-	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 
-	"github.com/unkeyed/ratelimit/internal/testkit/rlscall"
 	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
 
@@ -26,17 +23,7 @@ import (
 // anonymous one) match rules of that domain, as the service matches a
 // bucket_id: its entries in key order as a descriptor's.
 func TestQuotaExample(t *testing.T) {
-	raw, err := os.ReadFile("quota.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var bs bootstrapv3.Bootstrap
-	if err := rlscall.DecodeYAML(raw, &bs); err != nil {
-		t.Fatalf("quota.yaml is no Envoy bootstrap: %v", err)
-	}
-	if err := bs.ValidateAll(); err != nil {
-		t.Fatalf("quota.yaml: %v", err)
-	}
+	bs := bootstrap(t, "quota.yaml")
 	var hcm hcmv3.HttpConnectionManager
 	unpack(t, "the HTTP connection manager", bs.GetStaticResources().GetListeners()[0].GetFilterChains()[0].GetFilters()[0].GetTypedConfig(), &hcm)
 	filters := hcm.GetHttpFilters()
