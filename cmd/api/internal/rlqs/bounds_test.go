@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -310,9 +311,19 @@ func TestBucketIDsAreDescriptors(t *testing.T) {
 type stuck struct {
 	*pipe
 	release chan struct{}
+	sending chan struct{} // closed once a Send blocks
+	once    sync.Once
 }
 
-func (s *stuck) Send(*rlqsv3.RateLimitQuotaResponse) error { <-s.release; return errors.New("ended") }
+func newStuck() *stuck {
+	return &stuck{pipe: newPipe(), release: make(chan struct{}), sending: make(chan struct{})}
+}
+
+func (s *stuck) Send(*rlqsv3.RateLimitQuotaResponse) error {
+	s.once.Do(func() { close(s.sending) })
+	<-s.release
+	return errors.New("ended")
+}
 
 // TestASlowEnvoyBlocksNoOther: an Envoy that stops reading holds its own
 // stream's writer only: another Envoy of the same bucket on the process
@@ -327,7 +338,7 @@ func TestASlowEnvoyBlocksNoOther(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	slow := &stuck{pipe: newPipe(), release: make(chan struct{})}
+	slow := newStuck()
 	defer close(slow.release)
 	go svc.Serve("slow", slow)
 	slow.reports <- usage("d", 0, 0, 0, user("u")) // its answer is never read
@@ -375,9 +386,10 @@ func TestStreamsEnd(t *testing.T) {
 		t.Fatal("a stream silent past AbandonAfter was not ended")
 	}
 
-	slow := &stuck{pipe: newPipe(), release: make(chan struct{})}
+	slow := newStuck()
 	go func() { ended <- svc.Serve("slow", slow) }()
 	slow.reports <- usage("d", 0, 0, 0, user("u")) // its answer is never read
+	<-slow.sending
 	err := svc.Drain(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "1 did not end") {
 		t.Fatalf("drain with a stuck stream: %v, want it counted", err)
