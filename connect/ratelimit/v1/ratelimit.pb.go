@@ -190,7 +190,15 @@ type LimitRequest struct {
 	// (days, ISO weeks, months, years): limit a period, reset at the next
 	// one's start. A fixed window: algorithm is then unset,
 	// ALGORITHM_CALENDAR or ALGORITHM_FIXED_WINDOW, and duration omitted.
-	Calendar      *Calendar `protobuf:"bytes,10,opt,name=calendar,proto3" json:"calendar,omitempty"`
+	Calendar *Calendar `protobuf:"bytes,10,opt,name=calendar,proto3" json:"calendar,omitempty"`
+	// Shadow tries the limit without enforcing it: the request is decided
+	// and counted as any other (a request the limit refuses counts nothing),
+	// but the answer admits it (success is true) and says shadow_denied where
+	// the limit would have refused it. A new limit's rollout: watch whom it
+	// would refuse before it does. Not allowed with reserve. In a
+	// MultiLimit a shadow entry never fails the others: it is counted only
+	// when they pass.
+	Shadow        bool `protobuf:"varint,11,opt,name=shadow,proto3" json:"shadow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -295,6 +303,13 @@ func (x *LimitRequest) GetCalendar() *Calendar {
 	return nil
 }
 
+func (x *LimitRequest) GetShadow() bool {
+	if x != nil {
+		return x.Shadow
+	}
+	return false
+}
+
 // Calendar names calendar periods: a unit on a time zone's clock.
 type Calendar struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -378,7 +393,10 @@ type LimitResponse struct {
 	// refused.
 	Reservation string `protobuf:"bytes,7,opt,name=reservation,proto3" json:"reservation,omitempty"`
 	// Algorithm is the model that decided.
-	Algorithm     Algorithm `protobuf:"varint,8,opt,name=algorithm,proto3,enum=ratelimit.v1.Algorithm" json:"algorithm,omitempty"`
+	Algorithm Algorithm `protobuf:"varint,8,opt,name=algorithm,proto3,enum=ratelimit.v1.Algorithm" json:"algorithm,omitempty"`
+	// ShadowDenied reports, for a shadow request (success then always
+	// true), that the limit would have refused it.
+	ShadowDenied  bool `protobuf:"varint,9,opt,name=shadow_denied,json=shadowDenied,proto3" json:"shadow_denied,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -467,6 +485,13 @@ func (x *LimitResponse) GetAlgorithm() Algorithm {
 		return x.Algorithm
 	}
 	return Algorithm_ALGORITHM_SLIDING_WINDOW
+}
+
+func (x *LimitResponse) GetShadowDenied() bool {
+	if x != nil {
+		return x.ShadowDenied
+	}
+	return false
 }
 
 // SettleRequest settles a reservation.
@@ -1288,7 +1313,10 @@ type MultiLimitResult struct {
 	// limit; empty when none applied.
 	OverrideId string `protobuf:"bytes,8,opt,name=override_id,json=overrideId,proto3" json:"override_id,omitempty"`
 	// Algorithm is the model that decided this limit.
-	Algorithm     Algorithm `protobuf:"varint,9,opt,name=algorithm,proto3,enum=ratelimit.v1.Algorithm" json:"algorithm,omitempty"`
+	Algorithm Algorithm `protobuf:"varint,9,opt,name=algorithm,proto3,enum=ratelimit.v1.Algorithm" json:"algorithm,omitempty"`
+	// ShadowDenied reports, for a shadow entry (success then always true),
+	// that this limit would have refused it.
+	ShadowDenied  bool `protobuf:"varint,10,opt,name=shadow_denied,json=shadowDenied,proto3" json:"shadow_denied,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1384,6 +1412,13 @@ func (x *MultiLimitResult) GetAlgorithm() Algorithm {
 		return x.Algorithm
 	}
 	return Algorithm_ALGORITHM_SLIDING_WINDOW
+}
+
+func (x *MultiLimitResult) GetShadowDenied() bool {
+	if x != nil {
+		return x.ShadowDenied
+	}
+	return false
 }
 
 // Override replaces the limit and duration of the requests whose identifier
@@ -1928,7 +1963,7 @@ var File_ratelimit_v1_ratelimit_proto protoreflect.FileDescriptor
 
 const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\"\xd3\x02\n" +
+	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\"\xeb\x02\n" +
 	"\fLimitRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1e\n" +
 	"\n" +
@@ -1942,11 +1977,12 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\talgorithm\x18\b \x01(\x0e2\x17.ratelimit.v1.AlgorithmR\talgorithm\x12\x14\n" +
 	"\x05burst\x18\t \x01(\x03R\x05burst\x122\n" +
 	"\bcalendar\x18\n" +
-	" \x01(\v2\x16.ratelimit.v1.CalendarR\bcalendarB\a\n" +
+	" \x01(\v2\x16.ratelimit.v1.CalendarR\bcalendar\x12\x16\n" +
+	"\x06shadow\x18\v \x01(\bR\x06shadowB\a\n" +
 	"\x05_cost\"W\n" +
 	"\bCalendar\x12.\n" +
 	"\x04unit\x18\x01 \x01(\x0e2\x1a.ratelimit.v1.CalendarUnitR\x04unit\x12\x1b\n" +
-	"\ttime_zone\x18\x02 \x01(\tR\btimeZone\"\x8e\x02\n" +
+	"\ttime_zone\x18\x02 \x01(\tR\btimeZone\"\xb3\x02\n" +
 	"\rLimitResponse\x12\x18\n" +
 	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -1957,7 +1993,8 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\voverride_id\x18\x06 \x01(\tR\n" +
 	"overrideId\x12 \n" +
 	"\vreservation\x18\a \x01(\tR\vreservation\x125\n" +
-	"\talgorithm\x18\b \x01(\x0e2\x17.ratelimit.v1.AlgorithmR\talgorithm\"S\n" +
+	"\talgorithm\x18\b \x01(\x0e2\x17.ratelimit.v1.AlgorithmR\talgorithm\x12#\n" +
+	"\rshadow_denied\x18\t \x01(\bR\fshadowDenied\"S\n" +
 	"\rSettleRequest\x12 \n" +
 	"\vreservation\x18\x01 \x01(\tR\vreservation\x12\x17\n" +
 	"\x04cost\x18\x02 \x01(\x03H\x00R\x04cost\x88\x01\x01B\a\n" +
@@ -2012,7 +2049,7 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x11BatchLimitRequest\x122\n" +
 	"\x06limits\x18\x01 \x03(\v2\x1a.ratelimit.v1.LimitRequestR\x06limits\"N\n" +
 	"\x12BatchLimitResponse\x128\n" +
-	"\aresults\x18\x01 \x03(\v2\x1e.ratelimit.v1.MultiLimitResultR\aresults\"\xad\x02\n" +
+	"\aresults\x18\x01 \x03(\v2\x1e.ratelimit.v1.MultiLimitResultR\aresults\"\xd2\x02\n" +
 	"\x10MultiLimitResult\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1e\n" +
 	"\n" +
@@ -2026,7 +2063,9 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"retryAfter\x12\x1f\n" +
 	"\voverride_id\x18\b \x01(\tR\n" +
 	"overrideId\x125\n" +
-	"\talgorithm\x18\t \x01(\x0e2\x17.ratelimit.v1.AlgorithmR\talgorithm\"\xa0\x01\n" +
+	"\talgorithm\x18\t \x01(\x0e2\x17.ratelimit.v1.AlgorithmR\talgorithm\x12#\n" +
+	"\rshadow_denied\x18\n" +
+	" \x01(\bR\fshadowDenied\"\xa0\x01\n" +
 	"\bOverride\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1e\n" +

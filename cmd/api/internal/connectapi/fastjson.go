@@ -55,7 +55,9 @@ func appendLimitResponse(b []byte, m *ratelimitv1.LimitResponse) []byte {
 	b = appendJSONString(b, m.Reservation)
 	b = append(b, `,"algorithm":"`...)
 	b = append(b, m.Algorithm.String()...)
-	return append(b, `"}`...)
+	b = append(b, `","shadowDenied":`...)
+	b = strconv.AppendBool(b, m.ShadowDenied)
+	return append(b, '}')
 }
 
 // parsePlainLimit parses a limit request the way nearly every caller sends

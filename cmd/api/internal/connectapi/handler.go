@@ -55,19 +55,20 @@ func (h *Handler) Limit(ctx context.Context, req *connect.Request[ratelimitv1.Li
 	if err != nil {
 		return nil, h.fail(ctx, ratelimitv1connect.RatelimitServiceLimitProcedure, err)
 	}
-	d, err := h.pipeline.Limit(ctx, pipeline.Call{Request: r})
+	d, err := h.pipeline.Limit(ctx, pipeline.Call{Request: r, Shadow: req.Msg.GetShadow()})
 	if err != nil {
 		return nil, h.fail(ctx, ratelimitv1connect.RatelimitServiceLimitProcedure, err)
 	}
 	res := connect.NewResponse(&ratelimitv1.LimitResponse{
-		Success:     d.Success,
-		Limit:       d.Limit,
-		Remaining:   d.Remaining,
-		Reset_:      d.Reset.UnixMilli(),
-		RetryAfter:  d.RetryAfter.Milliseconds(),
-		OverrideId:  d.OverrideID,
-		Reservation: d.Reservation,
-		Algorithm:   answered(d.Algorithm, !r.Calendar.IsZero()),
+		Success:      d.Success,
+		Limit:        d.Limit,
+		Remaining:    d.Remaining,
+		Reset_:       d.Reset.UnixMilli(),
+		RetryAfter:   d.RetryAfter.Milliseconds(),
+		OverrideId:   d.OverrideID,
+		Reservation:  d.Reservation,
+		Algorithm:    answered(d.Algorithm, !r.Calendar.IsZero()),
+		ShadowDenied: d.ShadowDenied,
 	})
 	// The IETF's fields, for an application to copy onto its own answer
 	// (gRPC carries them as header metadata). A call through the grpc-go
@@ -205,7 +206,7 @@ func calls(limits []*ratelimitv1.LimitRequest) ([]pipeline.Call, error) {
 		if err != nil {
 			return nil, invalid.InEntry("limits", i, err)
 		}
-		out[i] = pipeline.Call{Request: r}
+		out[i] = pipeline.Call{Request: r, Shadow: l.GetShadow()}
 	}
 	return out, nil
 }
@@ -213,15 +214,16 @@ func calls(limits []*ratelimitv1.LimitRequest) ([]pipeline.Call, error) {
 // result answers one entry of a batch, repeating its key as sent.
 func result(l *ratelimitv1.LimitRequest, d pipeline.Decision) *ratelimitv1.MultiLimitResult {
 	return &ratelimitv1.MultiLimitResult{
-		Namespace:  l.GetNamespace(),
-		Identifier: l.GetIdentifier(),
-		Success:    d.Success,
-		Limit:      d.Limit,
-		Remaining:  d.Remaining,
-		Reset_:     d.Reset.UnixMilli(),
-		RetryAfter: d.RetryAfter.Milliseconds(),
-		OverrideId: d.OverrideID,
-		Algorithm:  answered(d.Algorithm, l.GetCalendar() != nil),
+		Namespace:    l.GetNamespace(),
+		Identifier:   l.GetIdentifier(),
+		Success:      d.Success,
+		Limit:        d.Limit,
+		Remaining:    d.Remaining,
+		Reset_:       d.Reset.UnixMilli(),
+		RetryAfter:   d.RetryAfter.Milliseconds(),
+		OverrideId:   d.OverrideID,
+		Algorithm:    answered(d.Algorithm, l.GetCalendar() != nil),
+		ShadowDenied: d.ShadowDenied,
 	}
 }
 

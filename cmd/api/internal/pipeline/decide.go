@@ -30,6 +30,9 @@ type Call struct {
 	// call counts in the workspace of the key that made it (see
 	// call.PrincipalOf), whatever an adapter puts there.
 	Request ratelimit.Request
+	// Shadow makes the call a shadow one (see shadow.go): decided and
+	// counted as any other, but admitted whatever its limit says.
+	Shadow bool
 	// Bounds are what the call's sender may ask: the zero value is
 	// ratelimit.CallerBounds, a caller's own limits; an operator's rules
 	// (an Envoy rule's requests_per_unit: 0 blocks, a year's window) are
@@ -56,6 +59,9 @@ type Decision struct {
 	// Reservation is the token that settles an admitted reservation (see
 	// Settle), "" for any other call.
 	Reservation string
+	// ShadowDenied is set for a shadow call its limit would have refused
+	// (Success is then true).
+	ShadowDenied bool
 }
 
 // validate checks c by the limiter's rules and the adapter's, and returns
@@ -64,6 +70,9 @@ func (c *Call) validate(workspace string) (ratelimit.Request, error) {
 	r := c.Request
 	r.Workspace = workspace
 	if err := c.Bounds.CheckRequest(&r); err != nil {
+		return ratelimit.Request{}, err
+	}
+	if err := checkShadow(c); err != nil {
 		return ratelimit.Request{}, err
 	}
 	r.Identifier = CounterIdentifier(r.Identifier)
@@ -168,17 +177,19 @@ func (p *Pipeline) limit(ctx context.Context, c Call, authorized bool) (Decision
 	if r.Reserve && d.Success && r.Limit > 0 {
 		d.Reservation = p.reserve(ctx, &r, d.Response)
 	}
-	p.metrics.decision("Limit", d.Success)
-	p.record(&r, d.Success)
+	shade(&c, &d)
+	p.metrics.decision("Limit", outcomeOf(&d))
+	p.record(&r, outcomeOf(&d))
 	setDecided(ctx, d.Success)
 	return d, nil
 }
 
-// record counts a decision of r by its model and in the analytics.
-func (p *Pipeline) record(r *ratelimit.Request, passed bool) {
-	p.metrics.limitDecided(r, passed)
+// record counts a decision of r by its model and in the analytics (a
+// shadow denial as the admission it was).
+func (p *Pipeline) record(r *ratelimit.Request, o outcome) {
+	p.metrics.limitDecided(r, o)
 	if p.analytics != nil {
-		p.analytics.Record(r.Workspace, r.Namespace, r.Identifier, passed)
+		p.analytics.Record(r.Workspace, r.Namespace, r.Identifier, o != outcomeDenied)
 	}
 }
 
@@ -268,8 +279,9 @@ func (p *Pipeline) Batch(ctx context.Context, calls []Call) ([]Decision, error) 
 		if err != nil {
 			d.Success, d.Remaining, d.RetryAfter = false, 0, 0
 		}
-		p.metrics.decision("Limit", d.Success)
-		p.record(&reqs[i], d.Success)
+		shade(&calls[i], &d)
+		p.metrics.decision("Limit", outcomeOf(&d))
+		p.record(&reqs[i], outcomeOf(&d))
 		setDecided(ctx, d.Success) // a batch with any entry denied is denied
 		out[i] = d
 	}
@@ -310,18 +322,24 @@ func (p *Pipeline) Multi(ctx context.Context, calls []Call) (MultiDecision, erro
 		return MultiDecision{}, err
 	}
 	defer leave()
-	resp, err := p.limiter.DecideAll(ctx, reqs)
-	if err != nil {
+	if err := p.multiWithShadows(ctx, calls, reqs, &out); err != nil {
 		return MultiDecision{}, err
 	}
-	out.Passed = resp.Passed
-	for i := range resp.Results {
-		out.Results[i].Response = resp.Results[i]
-		out.Results[i].Duration = reqs[i].Window(resp.Results[i].Reset)
-		out.Results[i].Quota, out.Results[i].QuotaWindow = reqs[i].Policy(resp.Results[i].Reset)
-		p.record(&reqs[i], resp.Passed && resp.Results[i].Success) // admitted: counted
+	for i := range out.Results {
+		d := &out.Results[i]
+		d.Duration = reqs[i].Window(d.Reset)
+		d.Quota, d.QuotaWindow = reqs[i].Policy(d.Reset)
+		o := outcomeOf(d)
+		if o == outcomePassed && !out.Passed && !calls[i].Shadow {
+			o = outcomeDenied // admitted alone, not counted: the batch failed
+		}
+		p.record(&reqs[i], o)
 	}
-	p.metrics.decision("MultiLimit", resp.Passed)
-	setDecided(ctx, resp.Passed)
+	o := outcomeDenied
+	if out.Passed {
+		o = outcomePassed
+	}
+	p.metrics.decision("MultiLimit", o)
+	setDecided(ctx, out.Passed)
 	return out, nil
 }

@@ -178,7 +178,11 @@ func (p *Pipeline) answer(ctx context.Context, out *Lease, a ratelimit.Acquisiti
 		out.Success = false
 	}
 	p.metrics.leases.WithLabelValues(outcome).Inc()
-	p.metrics.limitDecided(&ratelimit.Request{Algorithm: ratelimit.Concurrency}, out.Success)
+	o := outcomeDenied
+	if out.Success {
+		o = outcomePassed
+	}
+	p.metrics.limitDecided(&ratelimit.Request{Algorithm: ratelimit.Concurrency}, o)
 	if p.analytics != nil {
 		p.analytics.Record(a.Workspace, a.Namespace, a.Identifier, out.Success)
 	}

@@ -10,16 +10,16 @@ import (
 // values below; workspaces and identifiers never become labels.
 type metrics struct {
 	decisions *prometheus.CounterVec
-	// resolved counters for the four label combinations, so a request does
-	// not look its counter up.
-	limitPassed, limitDenied, multiPassed, multiDenied prometheus.Counter
+	// resolved counters by RPC (Limit, MultiLimit) and outcome, so a
+	// request does not look its counter up.
+	limit, multi [len(outcomeNames)]prometheus.Counter
 	// settlements counts settles by result.
 	settlements *prometheus.CounterVec
 	// leases counts acquisitions, releases and extensions by outcome.
 	leases *prometheus.CounterVec
-	// byModel counts each limit decided by its model and whether it
-	// admitted: [model][passed], resolved at start.
-	byModel [len(modelNames)][2]prometheus.Counter
+	// byModel counts each limit decided by its model and outcome:
+	// [model][outcome], resolved at start.
+	byModel [len(modelNames)][len(outcomeNames)]prometheus.Counter
 }
 
 // modelNames name the models in unkey_ratelimit_limits_decided_total, by
@@ -29,7 +29,7 @@ var modelNames = [...]string{"sliding_window", "fixed_window", "token_bucket", "
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "unkey_ratelimit_decisions_total",
-		Help: "Rate limit decisions by RPC (Limit, MultiLimit; each entry of a BatchLimit counts as a Limit) and outcome (passed, denied).",
+		Help: "Rate limit decisions by RPC (Limit, MultiLimit; each entry of a BatchLimit counts as a Limit) and outcome (passed, denied, shadow_denied: a shadow request its limit would have refused, admitted).",
 	}, []string{"rpc", "outcome"})
 	if err := reg.Register(decisions); err != nil {
 		return nil, err
@@ -40,7 +40,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}, []string{"result"})
 	limits := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "unkey_ratelimit_limits_decided_total",
-		Help: "Limits decided (a Limit, each entry of a batch, an Acquire or an Extend), by model (sliding_window, fixed_window, token_bucket, concurrency, calendar) and outcome (passed, denied).",
+		Help: "Limits decided (a Limit, each entry of a batch, an Acquire or an Extend), by model (sliding_window, fixed_window, token_bucket, concurrency, calendar) and outcome (passed, denied, shadow_denied).",
 	}, []string{"model", "outcome"})
 	if err := reg.Register(limits); err != nil {
 		return nil, err
@@ -61,45 +61,34 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if err := reg.Register(leases); err != nil {
 		return nil, err
 	}
-	m := &metrics{
-		decisions:   decisions,
-		settlements: settlements,
-		leases:      leases,
-		limitPassed: decisions.WithLabelValues("Limit", "passed"),
-		limitDenied: decisions.WithLabelValues("Limit", "denied"),
-		multiPassed: decisions.WithLabelValues("MultiLimit", "passed"),
-		multiDenied: decisions.WithLabelValues("MultiLimit", "denied"),
-	}
-	for i, name := range modelNames {
-		m.byModel[i][0] = limits.WithLabelValues(name, "denied")
-		m.byModel[i][1] = limits.WithLabelValues(name, "passed")
+	m := &metrics{decisions: decisions, settlements: settlements, leases: leases}
+	for o, name := range outcomeNames {
+		m.limit[o] = decisions.WithLabelValues("Limit", name)
+		if outcome(o) != outcomeShadowDenied { // a MultiLimit is passed or denied
+			m.multi[o] = decisions.WithLabelValues("MultiLimit", name)
+		}
+		for i, model := range modelNames {
+			m.byModel[i][o] = limits.WithLabelValues(model, name)
+		}
 	}
 	return m, nil
 }
 
-// limitDecided counts one limit of r decided.
-func (m *metrics) limitDecided(r *ratelimit.Request, passed bool) {
+// limitDecided counts one limit of r decided, with outcome o.
+func (m *metrics) limitDecided(r *ratelimit.Request, o outcome) {
 	model := min(int(r.Algorithm), len(modelNames)-2)
 	if !r.Calendar.IsZero() {
 		model = len(modelNames) - 1
 	}
-	outcome := 0
-	if passed {
-		outcome = 1
-	}
-	m.byModel[model][outcome].Inc()
+	m.byModel[model][o].Inc()
 }
 
-// decision counts one decision of rpc.
-func (m *metrics) decision(rpc string, passed bool) {
-	switch {
-	case rpc == "Limit" && passed:
-		m.limitPassed.Inc()
-	case rpc == "Limit":
-		m.limitDenied.Inc()
-	case passed:
-		m.multiPassed.Inc()
-	default:
-		m.multiDenied.Inc()
+// decision counts one decision of rpc (Limit or MultiLimit), with outcome
+// o.
+func (m *metrics) decision(rpc string, o outcome) {
+	if rpc == "Limit" {
+		m.limit[o].Inc()
+		return
 	}
+	m.multi[o].Inc()
 }

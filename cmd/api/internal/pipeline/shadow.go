@@ -1,0 +1,101 @@
+package pipeline
+
+import (
+	"context"
+
+	"github.com/unkeyed/ratelimit/internal/invalid"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
+)
+
+// Shadow limits. A shadow call is decided and counted as any other (a
+// request its limit refuses counts nothing), but its answer admits it and
+// says the limit would have refused it (Decision.ShadowDenied): a new
+// limit's rollout, watching whom it would refuse before it does. The
+// metrics count such a decision as shadow_denied, apart from the real
+// denials.
+
+// outcome is how a decision ended, as the metrics count it.
+type outcome uint8
+
+const (
+	outcomeDenied outcome = iota
+	outcomePassed
+	outcomeShadowDenied
+)
+
+// outcomeNames label the outcomes, by outcome.
+var outcomeNames = [...]string{"denied", "passed", "shadow_denied"}
+
+// outcomeOf is d's outcome.
+func outcomeOf(d *Decision) outcome {
+	switch {
+	case d.ShadowDenied:
+		return outcomeShadowDenied
+	case d.Success:
+		return outcomePassed
+	}
+	return outcomeDenied
+}
+
+// checkShadow refuses a shadow call that reserves: a refused reservation
+// gives no token to settle, and an admitted one would hold its estimate.
+func checkShadow(c *Call) error {
+	if c.Shadow && c.Request.Reserve {
+		return &invalid.Error{Field: "shadow", Rule: "must not be set with reserve: a shadow decision reserves nothing"}
+	}
+	return nil
+}
+
+// shade turns the decision d of c, made as any other, into a shadow
+// call's: admitted, and marked where the limit refused it.
+func shade(c *Call, d *Decision) {
+	if c.Shadow && !d.Success {
+		d.Success, d.ShadowDenied, d.RetryAfter = true, true, 0
+	}
+}
+
+// multiWithShadows decides a Multi whose calls include shadow ones: the
+// others together, all or nothing, as Multi does; each shadow call on its
+// own after them, counted only if they passed (a failed Multi counts
+// nothing anywhere) and otherwise asked without counting whether its cost
+// would fit. A shadow call never fails the others.
+func (p *Pipeline) multiWithShadows(ctx context.Context, calls []Call, reqs []ratelimit.Request, out *MultiDecision) error {
+	var enforced []ratelimit.Request
+	var at []int
+	for i := range calls {
+		if !calls[i].Shadow {
+			enforced = append(enforced, reqs[i])
+			at = append(at, i)
+		}
+	}
+	out.Passed = true
+	if len(enforced) > 0 {
+		resp, err := p.limiter.DecideAll(ctx, enforced)
+		if err != nil {
+			return err
+		}
+		out.Passed = resp.Passed
+		for j, i := range at {
+			out.Results[i].Response = resp.Results[j]
+		}
+	}
+	for i := range calls {
+		if !calls[i].Shadow {
+			continue
+		}
+		r := reqs[i]
+		if !out.Passed {
+			r.Cost, r.Report = 0, false // asked, not counted
+		}
+		resp, err := p.limiter.Decide(ctx, r)
+		if err != nil {
+			return err
+		}
+		if !out.Passed {
+			resp.Success = resp.Remaining >= reqs[i].Cost
+		}
+		out.Results[i].Response = resp
+		shade(&calls[i], &out.Results[i])
+	}
+	return nil
+}

@@ -1,0 +1,117 @@
+package pipeline
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
+	"github.com/unkeyed/ratelimit/services/access"
+	"github.com/unkeyed/ratelimit/services/overrides"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
+)
+
+// TestShadowAdmitsAndSays: a shadow call is decided and counted as any
+// other (within its limit it spends it; past it, nothing), but always
+// admitted, shadowDenied where the limit refused it; the metrics count
+// those apart from real denials; a shadow reservation is refused.
+func TestShadowAdmitsAndSays(t *testing.T) {
+	limiter, err := ratelimit.New("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ov, _ := overrides.New()
+	reg := prometheus.NewRegistry()
+	p, err := New(limiter, ov, reg, WithBatchEntriesInFlight(1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := call.WithPrincipal(context.Background(), access.Principal{Workspace: "ws", Permissions: access.All()})
+	for i, want := range []struct {
+		shadowDenied bool
+		remaining    int64
+	}{{false, 1}, {false, 0}, {true, 0}, {true, 0}} {
+		d, err := p.Limit(ctx, Call{Request: req("s", 2), Shadow: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Success || d.ShadowDenied != want.shadowDenied || d.Remaining != want.remaining || d.RetryAfter != 0 {
+			t.Fatalf("shadow call %d: %+v, want admitted, shadowDenied %v, %d remaining", i, d, want.shadowDenied, want.remaining)
+		}
+	}
+	// The same limit enforced: the shadow calls spent it, no more.
+	if d, _ := p.Limit(ctx, Call{Request: req("s", 2)}); d.Success {
+		t.Fatalf("the enforced call after two shadow admissions and two shadow denials: %+v, want denied", d)
+	}
+	if d, _ := p.Limit(ctx, Call{Request: req("s", 4)}); !d.Success || d.Remaining != 1 {
+		t.Fatalf("a limit of 4 on the same counter: %+v, want 1 left (the denied shadow calls counted nothing)", d)
+	}
+	if got := testutil.ToFloat64(p.metrics.limit[outcomeShadowDenied]); got != 2 {
+		t.Fatalf("shadow_denied decisions: %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(p.metrics.limit[outcomeDenied]); got != 1 {
+		t.Fatalf("denied decisions: %v, want 1 (the enforced one)", got)
+	}
+	r := req("r", 2)
+	r.Reserve = true
+	if _, err := p.Limit(ctx, Call{Request: r, Shadow: true}); err == nil || !strings.Contains(err.Error(), "shadow: must not be set with reserve") {
+		t.Fatalf("a shadow reservation: %v", err)
+	}
+	// A batch: each entry on its own.
+	ds, err := p.Batch(ctx, []Call{{Request: req("b", 1), Shadow: true}, {Request: req("b", 1), Shadow: true}, {Request: req("b", 1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ds[0].Success || ds[0].ShadowDenied || !ds[1].Success || !ds[1].ShadowDenied || ds[2].Success || ds[2].ShadowDenied {
+		t.Fatalf("batch: %+v", ds)
+	}
+}
+
+// TestShadowEntriesNeverFailAMulti: a MultiLimit's shadow entries are
+// decided after the others: counted when the others pass, only asked when
+// they fail; a shadow entry past its limit never fails the others.
+func TestShadowEntriesNeverFailAMulti(t *testing.T) {
+	p, _ := newPipeline(t)
+	ctx := call.WithPrincipal(context.Background(), access.Principal{Workspace: "ws", Permissions: access.All()})
+	remaining := func(id string, limit int64) int64 {
+		r := req(id, limit)
+		r.Cost = 0
+		d, err := p.Limit(ctx, Call{Request: r})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Remaining
+	}
+	// The shadow entry's limit is 1 and already spent: the others pass.
+	p.Limit(ctx, Call{Request: req("full", 1)})
+	m, err := p.Multi(ctx, []Call{{Request: req("a", 5)}, {Request: req("full", 1), Shadow: true}, {Request: req("c", 5), Shadow: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Passed || !m.Results[1].Success || !m.Results[1].ShadowDenied || m.Results[2].ShadowDenied {
+		t.Fatalf("a multi with a spent shadow entry: %+v", m)
+	}
+	if remaining("a", 5) != 4 || remaining("c", 5) != 4 {
+		t.Fatal("the passing multi did not count its enforced and shadow entries")
+	}
+	// An enforced entry fails: nothing is counted, the shadow entry only
+	// asked.
+	p.Limit(ctx, Call{Request: req("blocked", 1)})
+	m, err = p.Multi(ctx, []Call{{Request: req("blocked", 1)}, {Request: req("c", 5), Shadow: true}, {Request: req("full", 1), Shadow: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Passed || !m.Results[1].Success || m.Results[1].ShadowDenied || !m.Results[2].ShadowDenied {
+		t.Fatalf("a failed multi with shadow entries: %+v", m)
+	}
+	if remaining("c", 5) != 4 {
+		t.Fatal("a failed multi counted its shadow entry")
+	}
+	// Shadow entries alone: each counted on its own.
+	if m, _ := p.Multi(ctx, []Call{{Request: req("c", 5), Shadow: true}}); !m.Passed || remaining("c", 5) != 3 {
+		t.Fatalf("a multi of one shadow entry: %+v", m)
+	}
+}
