@@ -15,7 +15,7 @@ import (
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
-func newPipeline(t *testing.T, opts ...Option) (*Pipeline, *overrides.Registry) {
+func newPipeline(t testing.TB, opts ...Option) (*Pipeline, *overrides.Registry) {
 	t.Helper()
 	limiter, err := ratelimit.New("test")
 	if err != nil {
