@@ -45,11 +45,12 @@ func (q *Queries) AnalyticsBatchesPurge(ctx context.Context, arg AnalyticsBatche
 }
 
 const analyticsNamespaces = `-- name: AnalyticsNamespaces :many
-SELECT namespace, CAST(SUM(passed) AS SIGNED) AS passed, CAST(SUM(denied) AS SIGNED) AS denied
+SELECT namespace, CAST(SUM(passed) AS SIGNED) AS passed, CAST(SUM(denied) AS SIGNED) AS denied,
+    CAST(SUM(shadow_denied) AS SIGNED) AS shadow_denied
 FROM ratelimit_analytics
 WHERE workspace_id = ? AND granularity = ? AND bucket >= ? AND bucket < ?
 GROUP BY namespace
-ORDER BY SUM(denied) DESC, SUM(passed) DESC, namespace
+ORDER BY SUM(denied) DESC, SUM(shadow_denied) DESC, SUM(passed) DESC, namespace
 LIMIT ?
 `
 
@@ -62,9 +63,10 @@ type AnalyticsNamespacesParams struct {
 }
 
 type AnalyticsNamespacesRow struct {
-	Namespace string
-	Passed    int64
-	Denied    int64
+	Namespace    string
+	Passed       int64
+	Denied       int64
+	ShadowDenied int64
 }
 
 // AnalyticsNamespaces returns a workspace's namespaces with decisions in
@@ -85,7 +87,12 @@ func (q *Queries) AnalyticsNamespaces(ctx context.Context, arg AnalyticsNamespac
 	var items []AnalyticsNamespacesRow
 	for rows.Next() {
 		var i AnalyticsNamespacesRow
-		if err := rows.Scan(&i.Namespace, &i.Passed, &i.Denied); err != nil {
+		if err := rows.Scan(
+			&i.Namespace,
+			&i.Passed,
+			&i.Denied,
+			&i.ShadowDenied,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -120,12 +127,12 @@ func (q *Queries) AnalyticsPurge(ctx context.Context, arg AnalyticsPurgeParams) 
 }
 
 const analyticsRollup = `-- name: AnalyticsRollup :exec
-INSERT INTO ratelimit_analytics (workspace_id, namespace, granularity, bucket, passed, denied)
-SELECT src.workspace_id, src.namespace, ?, ?, SUM(src.passed), SUM(src.denied)
+INSERT INTO ratelimit_analytics (workspace_id, namespace, granularity, bucket, passed, denied, shadow_denied)
+SELECT src.workspace_id, src.namespace, ?, ?, SUM(src.passed), SUM(src.denied), SUM(src.shadow_denied)
 FROM ratelimit_analytics src
 WHERE src.granularity = ? AND src.bucket >= ? AND src.bucket < ?
 GROUP BY src.workspace_id, src.namespace
-ON DUPLICATE KEY UPDATE passed = VALUES(passed), denied = VALUES(denied)
+ON DUPLICATE KEY UPDATE passed = VALUES(passed), denied = VALUES(denied), shadow_denied = VALUES(shadow_denied)
 `
 
 type AnalyticsRollupParams struct {
@@ -150,7 +157,7 @@ func (q *Queries) AnalyticsRollup(ctx context.Context, arg AnalyticsRollupParams
 }
 
 const analyticsSeries = `-- name: AnalyticsSeries :many
-SELECT bucket, passed, denied FROM ratelimit_analytics
+SELECT bucket, passed, denied, shadow_denied FROM ratelimit_analytics
 WHERE workspace_id = ? AND namespace = ? AND granularity = ? AND bucket >= ? AND bucket < ?
 ORDER BY bucket
 `
@@ -164,9 +171,10 @@ type AnalyticsSeriesParams struct {
 }
 
 type AnalyticsSeriesRow struct {
-	Bucket int64
-	Passed uint64
-	Denied uint64
+	Bucket       int64
+	Passed       uint64
+	Denied       uint64
+	ShadowDenied uint64
 }
 
 // AnalyticsSeries returns a namespace's buckets of one granularity in
@@ -186,7 +194,12 @@ func (q *Queries) AnalyticsSeries(ctx context.Context, arg AnalyticsSeriesParams
 	var items []AnalyticsSeriesRow
 	for rows.Next() {
 		var i AnalyticsSeriesRow
-		if err := rows.Scan(&i.Bucket, &i.Passed, &i.Denied); err != nil {
+		if err := rows.Scan(
+			&i.Bucket,
+			&i.Passed,
+			&i.Denied,
+			&i.ShadowDenied,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -201,11 +214,12 @@ func (q *Queries) AnalyticsSeries(ctx context.Context, arg AnalyticsSeriesParams
 }
 
 const analyticsTop = `-- name: AnalyticsTop :many
-SELECT identifier, CAST(SUM(passed) AS SIGNED) AS passed, CAST(SUM(denied) AS SIGNED) AS denied
+SELECT identifier, CAST(SUM(passed) AS SIGNED) AS passed, CAST(SUM(denied) AS SIGNED) AS denied,
+    CAST(SUM(shadow_denied) AS SIGNED) AS shadow_denied
 FROM ratelimit_analytics_top
 WHERE workspace_id = ? AND namespace = ? AND granularity = ? AND bucket >= ? AND bucket < ?
 GROUP BY identifier
-ORDER BY SUM(denied) DESC, SUM(passed) DESC, identifier
+ORDER BY SUM(denied) DESC, SUM(shadow_denied) DESC, SUM(passed) DESC, identifier
 LIMIT ?
 `
 
@@ -219,13 +233,15 @@ type AnalyticsTopParams struct {
 }
 
 type AnalyticsTopRow struct {
-	Identifier string
-	Passed     int64
-	Denied     int64
+	Identifier   string
+	Passed       int64
+	Denied       int64
+	ShadowDenied int64
 }
 
 // AnalyticsTop sums a namespace's named identifiers over the buckets of one
-// granularity in [from, to) and returns the most denied, then the busiest.
+// granularity in [from, to) and returns the most denied, then the most
+// shadow-denied, then the busiest.
 func (q *Queries) AnalyticsTop(ctx context.Context, arg AnalyticsTopParams) ([]AnalyticsTopRow, error) {
 	rows, err := q.db.QueryContext(ctx, analyticsTop,
 		arg.WorkspaceID,
@@ -242,7 +258,12 @@ func (q *Queries) AnalyticsTop(ctx context.Context, arg AnalyticsTopParams) ([]A
 	var items []AnalyticsTopRow
 	for rows.Next() {
 		var i AnalyticsTopRow
-		if err := rows.Scan(&i.Identifier, &i.Passed, &i.Denied); err != nil {
+		if err := rows.Scan(
+			&i.Identifier,
+			&i.Passed,
+			&i.Denied,
+			&i.ShadowDenied,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -5,13 +5,14 @@
 package db
 
 type RatelimitAnalytic struct {
-	Pk          uint64
-	WorkspaceID string
-	Namespace   string
-	Granularity uint8
-	Bucket      int64
-	Passed      uint64
-	Denied      uint64
+	Pk           uint64
+	WorkspaceID  string
+	Namespace    string
+	Granularity  uint8
+	Bucket       int64
+	Passed       uint64
+	Denied       uint64
+	ShadowDenied uint64
 }
 
 type RatelimitAnalyticsBatch struct {
@@ -20,14 +21,15 @@ type RatelimitAnalyticsBatch struct {
 }
 
 type RatelimitAnalyticsTop struct {
-	Pk          uint64
-	WorkspaceID string
-	Namespace   string
-	Granularity uint8
-	Bucket      int64
-	Identifier  string
-	Passed      uint64
-	Denied      uint64
+	Pk           uint64
+	WorkspaceID  string
+	Namespace    string
+	Granularity  uint8
+	Bucket       int64
+	Identifier   string
+	Passed       uint64
+	Denied       uint64
+	ShadowDenied uint64
 }
 
 type RatelimitAuditLog struct {

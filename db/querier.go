@@ -30,7 +30,8 @@ type Querier interface {
 	// [from, to) (unix ms).
 	AnalyticsSeries(ctx context.Context, arg AnalyticsSeriesParams) ([]AnalyticsSeriesRow, error)
 	// AnalyticsTop sums a namespace's named identifiers over the buckets of one
-	// granularity in [from, to) and returns the most denied, then the busiest.
+	// granularity in [from, to) and returns the most denied, then the most
+	// shadow-denied, then the busiest.
 	AnalyticsTop(ctx context.Context, arg AnalyticsTopParams) ([]AnalyticsTopRow, error)
 	// AnalyticsTopClear deletes the named identifiers of one coarse bucket,
 	// before AnalyticsTopRollup writes them again.

@@ -104,6 +104,13 @@ func upgrade(ctx context.Context, db execer) error {
 	if err := addColumn(ctx, db, "ratelimit_processes", "flush_interval_ms", "bigint unsigned NOT NULL DEFAULT 0"); err != nil {
 		return err
 	}
+	// The analytics count shadow denials apart: 0 in the rows of an
+	// earlier version, which had none.
+	for _, table := range []string{"ratelimit_analytics", "ratelimit_analytics_top"} {
+		if err := addColumn(ctx, db, table, "shadow_denied", "bigint unsigned NOT NULL DEFAULT 0"); err != nil {
+			return err
+		}
+	}
 	collation, err := noPadCollation(ctx, db)
 	if err != nil {
 		return err

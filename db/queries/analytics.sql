@@ -1,30 +1,32 @@
 -- name: AnalyticsSeries :many
 -- AnalyticsSeries returns a namespace's buckets of one granularity in
 -- [from, to) (unix ms).
-SELECT bucket, passed, denied FROM ratelimit_analytics
+SELECT bucket, passed, denied, shadow_denied FROM ratelimit_analytics
 WHERE workspace_id = ? AND namespace = ? AND granularity = ? AND bucket >= sqlc.arg(from_ms) AND bucket < sqlc.arg(to_ms)
 ORDER BY bucket;
 
 -- name: AnalyticsTop :many
 -- AnalyticsTop sums a namespace's named identifiers over the buckets of one
--- granularity in [from, to) and returns the most denied, then the busiest.
-SELECT identifier, CAST(SUM(passed) AS SIGNED) AS passed, CAST(SUM(denied) AS SIGNED) AS denied
+-- granularity in [from, to) and returns the most denied, then the most
+-- shadow-denied, then the busiest.
+SELECT identifier, CAST(SUM(passed) AS SIGNED) AS passed, CAST(SUM(denied) AS SIGNED) AS denied,
+    CAST(SUM(shadow_denied) AS SIGNED) AS shadow_denied
 FROM ratelimit_analytics_top
 WHERE workspace_id = ? AND namespace = ? AND granularity = ? AND bucket >= sqlc.arg(from_ms) AND bucket < sqlc.arg(to_ms)
 GROUP BY identifier
-ORDER BY SUM(denied) DESC, SUM(passed) DESC, identifier
+ORDER BY SUM(denied) DESC, SUM(shadow_denied) DESC, SUM(passed) DESC, identifier
 LIMIT ?;
 
 -- name: AnalyticsRollup :exec
 -- AnalyticsRollup replaces the counts of the coarser bucket that starts at
 -- bucket (granularity coarse) by the sum of the finer buckets (granularity
 -- fine) in [bucket, bucket_end): run again, it writes the same.
-INSERT INTO ratelimit_analytics (workspace_id, namespace, granularity, bucket, passed, denied)
-SELECT src.workspace_id, src.namespace, sqlc.arg(coarse), sqlc.arg(bucket), SUM(src.passed), SUM(src.denied)
+INSERT INTO ratelimit_analytics (workspace_id, namespace, granularity, bucket, passed, denied, shadow_denied)
+SELECT src.workspace_id, src.namespace, sqlc.arg(coarse), sqlc.arg(bucket), SUM(src.passed), SUM(src.denied), SUM(src.shadow_denied)
 FROM ratelimit_analytics src
 WHERE src.granularity = sqlc.arg(fine) AND src.bucket >= sqlc.arg(bucket) AND src.bucket < sqlc.arg(bucket_end)
 GROUP BY src.workspace_id, src.namespace
-ON DUPLICATE KEY UPDATE passed = VALUES(passed), denied = VALUES(denied);
+ON DUPLICATE KEY UPDATE passed = VALUES(passed), denied = VALUES(denied), shadow_denied = VALUES(shadow_denied);
 
 -- name: AnalyticsTopClear :exec
 -- AnalyticsTopClear deletes the named identifiers of one coarse bucket,
@@ -64,11 +66,12 @@ DELETE FROM ratelimit_processes WHERE seen_at < ?;
 -- AnalyticsNamespaces returns a workspace's namespaces with decisions in
 -- the buckets of one granularity in [from, to), with their totals, the
 -- most denied first.
-SELECT namespace, CAST(SUM(passed) AS SIGNED) AS passed, CAST(SUM(denied) AS SIGNED) AS denied
+SELECT namespace, CAST(SUM(passed) AS SIGNED) AS passed, CAST(SUM(denied) AS SIGNED) AS denied,
+    CAST(SUM(shadow_denied) AS SIGNED) AS shadow_denied
 FROM ratelimit_analytics
 WHERE workspace_id = ? AND granularity = ? AND bucket >= sqlc.arg(from_ms) AND bucket < sqlc.arg(to_ms)
 GROUP BY namespace
-ORDER BY SUM(denied) DESC, SUM(passed) DESC, namespace
+ORDER BY SUM(denied) DESC, SUM(shadow_denied) DESC, SUM(passed) DESC, namespace
 LIMIT ?;
 
 -- name: AnalyticsBatchClaim :execrows

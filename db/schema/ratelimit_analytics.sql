@@ -1,5 +1,6 @@
 -- ratelimit_analytics holds how many decisions of a namespace passed and
--- were denied, per bucket of a granularity: 1 a minute (written by the API
+-- were denied (and how many shadow decisions passed where their limit would
+-- have refused: shadow_denied, apart from both), per bucket of a granularity: 1 a minute (written by the API
 -- processes, each adding what it decided since its last flush), 2 an hour
 -- and 3 a day (rolled up from the finer ones by the worker's cleanup, which
 -- replaces a bucket's counts each time it recomputes them). bucket is the
@@ -13,6 +14,7 @@ CREATE TABLE IF NOT EXISTS `ratelimit_analytics` (
     `bucket` bigint NOT NULL,
     `passed` bigint unsigned NOT NULL,
     `denied` bigint unsigned NOT NULL,
+    `shadow_denied` bigint unsigned NOT NULL DEFAULT 0,
     CONSTRAINT `ratelimit_analytics_pk` PRIMARY KEY (`pk`),
     CONSTRAINT `unique_analytics_bucket` UNIQUE (`workspace_id`, `namespace`, `granularity`, `bucket`),
     INDEX `analytics_granularity_bucket_idx` (`granularity`, `bucket`)
@@ -20,7 +22,7 @@ CREATE TABLE IF NOT EXISTS `ratelimit_analytics` (
 
 -- ratelimit_analytics_top holds, per bucket, the identifiers of a namespace
 -- that a process's heavy-hitter sketches named (the most denied and the
--- busiest), with the passed and denied decisions counted for them: minutes
+-- busiest), with the passed, denied and shadow-denied decisions counted for them: minutes
 -- added to by the processes, hours and days rolled up by the cleanup, which
 -- keeps the 100 most denied (then busiest) identifiers of each.
 CREATE TABLE IF NOT EXISTS `ratelimit_analytics_top` (
@@ -32,6 +34,7 @@ CREATE TABLE IF NOT EXISTS `ratelimit_analytics_top` (
     `identifier` varchar(255) NOT NULL,
     `passed` bigint unsigned NOT NULL,
     `denied` bigint unsigned NOT NULL,
+    `shadow_denied` bigint unsigned NOT NULL DEFAULT 0,
     CONSTRAINT `ratelimit_analytics_top_pk` PRIMARY KEY (`pk`),
     CONSTRAINT `unique_analytics_top` UNIQUE (`workspace_id`, `namespace`, `granularity`, `bucket`, `identifier`),
     INDEX `analytics_top_granularity_bucket_idx` (`granularity`, `bucket`)

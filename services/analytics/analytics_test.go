@@ -272,3 +272,36 @@ func TestRecordNCountsEveryDecision(t *testing.T) {
 		t.Fatalf("top %v, want bucket_a (700 denied) then bucket_b (5)", top)
 	}
 }
+
+// TestShadowDenialsCountApart: decisions a shadow limit would have refused
+// count neither as passed nor as denied, and name the identifier they fell
+// on even where it was never denied.
+func TestShadowDenialsCountApart(t *testing.T) {
+	store := memstore.New(1_000_000, time.Now)
+	now := time.Now().Truncate(time.Minute)
+	r, err := analytics.NewRecorder(store, slog.New(slog.DiscardHandler), prometheus.NewRegistry(),
+		analytics.WithClock(func() time.Time { return now }), analytics.WithFlushInterval(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	for range 3 {
+		r.RecordShadowDenied("ws", "api", "rollout")
+	}
+	r.Record("ws", "api", "rollout", true)
+	r.Record("ws", "api", "bob", false)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	series, _ := store.Series(context.Background(), "ws", "api", analytics.Minute, now, now.Add(time.Minute))
+	if len(series) != 1 || series[0].Passed != 1 || series[0].Denied != 1 || series[0].ShadowDenied != 3 {
+		t.Fatalf("series %v, want 1 passed, 1 denied, 3 shadow-denied", series)
+	}
+	top, _ := store.Top(context.Background(), "ws", "api", now, now.Add(time.Minute), 10)
+	if fmt.Sprint(top) != "[{bob 0 1 0} {rollout 1 0 3}]" {
+		t.Fatalf("top %v, want bob (denied) then rollout (1 passed, 3 shadow-denied)", top)
+	}
+}

@@ -71,6 +71,7 @@ func (b batch) rows() int { return len(b.buckets) + len(b.top) }
 type decision struct {
 	workspace, namespace, identifier string
 	passed                           bool
+	shadow                           bool   // passed, where a shadow limit would have refused
 	n                                uint64 // decisions, 1 but for RecordN
 	minute                           int64  // unix ms
 }
@@ -83,8 +84,10 @@ type scopeMinute struct {
 
 // tally is what a flush interval counted of one namespace's minute.
 type tally struct {
-	passed, denied   int64
-	traffic, denials *topk.Sketch
+	passed, denied, shadowDenied int64
+	// traffic counts every decision by identifier, denials the denied,
+	// shadows the shadow-denied (created at the first).
+	traffic, denials, shadows *topk.Sketch
 }
 
 // Recorder counts a process's decisions and adds them to a Store every
@@ -175,6 +178,20 @@ func (r *Recorder) Record(workspace, namespace, identifier string, passed bool) 
 	r.RecordN(workspace, namespace, identifier, passed, 1)
 }
 
+// RecordShadowDenied counts one decision of identifier that admitted where
+// its shadow limit would have refused: apart from the denials, so that a
+// shadow limit's rollout shows whom it would refuse. It never blocks, as
+// Record.
+func (r *Recorder) RecordShadowDenied(workspace, namespace, identifier string) {
+	d := decision{workspace: workspace, namespace: namespace, identifier: identifier, passed: true, shadow: true, n: 1,
+		minute: r.now().UnixMilli() / 60_000 * 60_000}
+	select {
+	case r.queue <- d:
+	default:
+		r.droppedQueue.Inc()
+	}
+}
+
 // RecordN counts n decisions of identifier alike, as Record does: those a
 // proxy made itself and reported (Envoy's quota filter reports how many
 // requests it denied).
@@ -242,9 +259,16 @@ func (r *Recorder) count(d decision) {
 		r.perWS[k.workspace]++
 	}
 	t.traffic.Add(d.identifier, d.n)
-	if d.passed {
+	switch {
+	case d.shadow:
+		t.shadowDenied += int64(d.n)
+		if t.shadows == nil {
+			t.shadows = topk.New(SketchSize)
+		}
+		t.shadows.Add(d.identifier, d.n)
+	case d.passed:
 		t.passed += int64(d.n)
-	} else {
+	default:
 		t.denied += int64(d.n)
 		t.denials.Add(d.identifier, d.n)
 	}
@@ -271,10 +295,10 @@ func (r *Recorder) flush(ctx context.Context) {
 			emit()
 		}
 		cur.buckets = append(cur.buckets, Bucket{Workspace: k.workspace, Namespace: k.namespace, Start: start,
-			Passed: t.passed, Denied: t.denied})
+			Passed: t.passed, Denied: t.denied, ShadowDenied: t.shadowDenied})
 		for _, it := range top {
 			cur.top = append(cur.top, Entry{Bucket: Bucket{Workspace: k.workspace, Namespace: k.namespace, Start: start,
-				Passed: it.Passed, Denied: it.Denied}, Identifier: it.Identifier})
+				Passed: it.Passed, Denied: it.Denied, ShadowDenied: it.ShadowDenied}, Identifier: it.Identifier})
 		}
 	}
 	emit()
@@ -320,15 +344,16 @@ func (r *Recorder) keep(batches []batch) {
 func sumDecisions(bs []Bucket) int64 {
 	var n int64
 	for _, b := range bs {
-		n += b.Passed + b.Denied
+		n += b.Passed + b.Denied + b.ShadowDenied
 	}
 	return n
 }
 
 // named returns the identifiers a tally's sketches name: the TopPerFlush
-// most denied and the TopPerFlush busiest, with their denials (from the
-// denials sketch, 0 if it does not keep them) and passed decisions (the
-// traffic sketch's count less those).
+// most denied, the TopPerFlush most shadow-denied and the TopPerFlush
+// busiest, with their denials and shadow denials (from their sketches, 0
+// where one does not keep them) and passed decisions (the traffic sketch's
+// count less those).
 func named(t *tally) []Identifier {
 	var out []Identifier
 	seen := map[string]bool{}
@@ -337,18 +362,28 @@ func named(t *tally) []Identifier {
 			return
 		}
 		seen[key] = true
-		var denied, total int64
+		var denied, shadow, total int64
 		if it, ok := t.denials.Get(key); ok {
 			denied = int64(it.Count)
 		}
-		total = denied
+		if t.shadows != nil {
+			if it, ok := t.shadows.Get(key); ok {
+				shadow = int64(it.Count)
+			}
+		}
+		total = denied + shadow
 		if it, ok := t.traffic.Get(key); ok {
 			total = max(total, int64(it.Count))
 		}
-		out = append(out, Identifier{Identifier: key, Passed: total - denied, Denied: denied})
+		out = append(out, Identifier{Identifier: key, Passed: total - denied - shadow, Denied: denied, ShadowDenied: shadow})
 	}
 	for _, it := range t.denials.Top(TopPerFlush) {
 		add(it.Key)
+	}
+	if t.shadows != nil {
+		for _, it := range t.shadows.Top(TopPerFlush) {
+			add(it.Key)
+		}
 	}
 	for _, it := range t.traffic.Top(TopPerFlush) {
 		add(it.Key)

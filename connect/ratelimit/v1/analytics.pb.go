@@ -169,7 +169,10 @@ type RatelimitPoint struct {
 	// Passed counts the decisions that admitted.
 	Passed int64 `protobuf:"varint,2,opt,name=passed,proto3" json:"passed,omitempty"`
 	// Denied counts the decisions that refused.
-	Denied        int64 `protobuf:"varint,3,opt,name=denied,proto3" json:"denied,omitempty"`
+	Denied int64 `protobuf:"varint,3,opt,name=denied,proto3" json:"denied,omitempty"`
+	// ShadowDenied counts the shadow decisions that admitted where their
+	// limit would have refused (apart from passed and denied).
+	ShadowDenied  int64 `protobuf:"varint,4,opt,name=shadow_denied,json=shadowDenied,proto3" json:"shadow_denied,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -225,6 +228,13 @@ func (x *RatelimitPoint) GetDenied() int64 {
 	return 0
 }
 
+func (x *RatelimitPoint) GetShadowDenied() int64 {
+	if x != nil {
+		return x.ShadowDenied
+	}
+	return 0
+}
+
 // RatelimitIdentifier is one identifier's decisions over the range.
 type RatelimitIdentifier struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -234,7 +244,10 @@ type RatelimitIdentifier struct {
 	// Passed counts its decisions that admitted.
 	Passed int64 `protobuf:"varint,2,opt,name=passed,proto3" json:"passed,omitempty"`
 	// Denied counts its decisions that refused.
-	Denied        int64 `protobuf:"varint,3,opt,name=denied,proto3" json:"denied,omitempty"`
+	Denied int64 `protobuf:"varint,3,opt,name=denied,proto3" json:"denied,omitempty"`
+	// ShadowDenied counts its shadow decisions that admitted where their
+	// limit would have refused.
+	ShadowDenied  int64 `protobuf:"varint,4,opt,name=shadow_denied,json=shadowDenied,proto3" json:"shadow_denied,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -286,6 +299,13 @@ func (x *RatelimitIdentifier) GetPassed() int64 {
 func (x *RatelimitIdentifier) GetDenied() int64 {
 	if x != nil {
 		return x.Denied
+	}
+	return 0
+}
+
+func (x *RatelimitIdentifier) GetShadowDenied() int64 {
+	if x != nil {
+		return x.ShadowDenied
 	}
 	return 0
 }
@@ -411,7 +431,10 @@ type NamespaceTotal struct {
 	// Passed counts its decisions that admitted.
 	Passed int64 `protobuf:"varint,2,opt,name=passed,proto3" json:"passed,omitempty"`
 	// Denied counts its decisions that refused.
-	Denied        int64 `protobuf:"varint,3,opt,name=denied,proto3" json:"denied,omitempty"`
+	Denied int64 `protobuf:"varint,3,opt,name=denied,proto3" json:"denied,omitempty"`
+	// ShadowDenied counts its shadow decisions that admitted where their
+	// limit would have refused.
+	ShadowDenied  int64 `protobuf:"varint,4,opt,name=shadow_denied,json=shadowDenied,proto3" json:"shadow_denied,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -463,6 +486,13 @@ func (x *NamespaceTotal) GetPassed() int64 {
 func (x *NamespaceTotal) GetDenied() int64 {
 	if x != nil {
 		return x.Denied
+	}
+	return 0
+}
+
+func (x *NamespaceTotal) GetShadowDenied() int64 {
+	if x != nil {
+		return x.ShadowDenied
 	}
 	return 0
 }
@@ -704,17 +734,19 @@ const file_ratelimit_v1_analytics_proto_rawDesc = "" +
 	"\x03top\x18\x05 \x01(\x05R\x03top\"\x82\x01\n" +
 	"\x15GetRatelimitsResponse\x124\n" +
 	"\x06series\x18\x01 \x03(\v2\x1c.ratelimit.v1.RatelimitPointR\x06series\x123\n" +
-	"\x03top\x18\x02 \x03(\v2!.ratelimit.v1.RatelimitIdentifierR\x03top\"T\n" +
+	"\x03top\x18\x02 \x03(\v2!.ratelimit.v1.RatelimitIdentifierR\x03top\"y\n" +
 	"\x0eRatelimitPoint\x12\x12\n" +
 	"\x04time\x18\x01 \x01(\x03R\x04time\x12\x16\n" +
 	"\x06passed\x18\x02 \x01(\x03R\x06passed\x12\x16\n" +
-	"\x06denied\x18\x03 \x01(\x03R\x06denied\"e\n" +
+	"\x06denied\x18\x03 \x01(\x03R\x06denied\x12#\n" +
+	"\rshadow_denied\x18\x04 \x01(\x03R\fshadowDenied\"\x8a\x01\n" +
 	"\x13RatelimitIdentifier\x12\x1e\n" +
 	"\n" +
 	"identifier\x18\x01 \x01(\tR\n" +
 	"identifier\x12\x16\n" +
 	"\x06passed\x18\x02 \x01(\x03R\x06passed\x12\x16\n" +
-	"\x06denied\x18\x03 \x01(\x03R\x06denied\";\n" +
+	"\x06denied\x18\x03 \x01(\x03R\x06denied\x12#\n" +
+	"\rshadow_denied\x18\x04 \x01(\x03R\fshadowDenied\";\n" +
 	"\x15ListNamespacesRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\x03R\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\x03R\x02to\"r\n" +
@@ -722,11 +754,12 @@ const file_ratelimit_v1_analytics_proto_rawDesc = "" +
 	"\n" +
 	"namespaces\x18\x01 \x03(\v2\x1c.ratelimit.v1.NamespaceTotalR\n" +
 	"namespaces\x12\x1a\n" +
-	"\bwithheld\x18\x02 \x01(\x05R\bwithheld\"^\n" +
+	"\bwithheld\x18\x02 \x01(\x05R\bwithheld\"\x83\x01\n" +
 	"\x0eNamespaceTotal\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
 	"\x06passed\x18\x02 \x01(\x03R\x06passed\x12\x16\n" +
-	"\x06denied\x18\x03 \x01(\x03R\x06denied\"\x12\n" +
+	"\x06denied\x18\x03 \x01(\x03R\x06denied\x12#\n" +
+	"\rshadow_denied\x18\x04 \x01(\x03R\fshadowDenied\"\x12\n" +
 	"\x10GetStatusRequest\"\xc2\x01\n" +
 	"\x11GetStatusResponse\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x129\n" +

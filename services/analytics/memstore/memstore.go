@@ -76,6 +76,7 @@ func (m *Store) Add(_ context.Context, batch string, buckets []store.Bucket, top
 		}
 		p.Passed += b.Passed
 		p.Denied += b.Denied
+		p.ShadowDenied += b.ShadowDenied
 	}
 	for _, e := range top {
 		k := memTopKey{memKey{e.Workspace, e.Namespace, e.Start.UnixMilli()}, e.Identifier}
@@ -90,6 +91,7 @@ func (m *Store) Add(_ context.Context, batch string, buckets []store.Bucket, top
 		}
 		it.Passed += e.Passed
 		it.Denied += e.Denied
+		it.ShadowDenied += e.ShadowDenied
 	}
 	if full {
 		return ErrFull
@@ -129,7 +131,7 @@ func (m *Store) Series(_ context.Context, workspace, namespace string, g store.G
 		if k.workspace != workspace || k.namespace != namespace || k.minute < from.UnixMilli() || k.minute >= to.UnixMilli() {
 			continue
 		}
-		store.AddPoint(sums, k.minute/size*size, p.Passed, p.Denied)
+		store.AddPoint(sums, k.minute/size*size, p.Passed, p.Denied, p.ShadowDenied)
 	}
 	return store.SortedPoints(sums), nil
 }
@@ -143,7 +145,7 @@ func (m *Store) Top(_ context.Context, workspace, namespace string, from, to tim
 		if k.workspace != workspace || k.namespace != namespace || k.minute < from.UnixMilli() || k.minute >= to.UnixMilli() {
 			continue
 		}
-		store.AddIdentifier(sums, k.identifier, it.Passed, it.Denied)
+		store.AddIdentifier(sums, k.identifier, it.Passed, it.Denied, it.ShadowDenied)
 	}
 	return store.Rank(sums, n), nil
 }
@@ -157,7 +159,7 @@ func (m *Store) Namespaces(_ context.Context, workspace string, from, to time.Ti
 		if k.workspace != workspace || k.minute < from.UnixMilli() || k.minute >= to.UnixMilli() {
 			continue
 		}
-		store.AddIdentifier(sums, k.namespace, p.Passed, p.Denied)
+		store.AddIdentifier(sums, k.namespace, p.Passed, p.Denied, p.ShadowDenied)
 	}
 	return store.Rank(sums, n), nil
 }

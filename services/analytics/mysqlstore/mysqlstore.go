@@ -70,7 +70,8 @@ func addRows(ctx context.Context, q *db.Queries, buckets []store.Bucket, top []s
 	rows := make([]db.RatelimitAnalytic, len(buckets))
 	for i, b := range buckets {
 		rows[i] = db.RatelimitAnalytic{WorkspaceID: b.Workspace, Namespace: b.Namespace, Granularity: uint8(store.Minute),
-			Bucket: b.Start.UnixMilli(), Passed: uint64(max(b.Passed, 0)), Denied: uint64(max(b.Denied, 0))}
+			Bucket: b.Start.UnixMilli(), Passed: uint64(max(b.Passed, 0)), Denied: uint64(max(b.Denied, 0)),
+			ShadowDenied: uint64(max(b.ShadowDenied, 0))}
 	}
 	slices.SortFunc(rows, func(a, b db.RatelimitAnalytic) int {
 		return compareBuckets(a.WorkspaceID, a.Namespace, a.Bucket, b.WorkspaceID, b.Namespace, b.Bucket)
@@ -83,7 +84,8 @@ func addRows(ctx context.Context, q *db.Queries, buckets []store.Bucket, top []s
 	entries := make([]db.RatelimitAnalyticsTop, len(top))
 	for i, e := range top {
 		entries[i] = db.RatelimitAnalyticsTop{WorkspaceID: e.Workspace, Namespace: e.Namespace, Granularity: uint8(store.Minute),
-			Bucket: e.Start.UnixMilli(), Identifier: e.Identifier, Passed: uint64(max(e.Passed, 0)), Denied: uint64(max(e.Denied, 0))}
+			Bucket: e.Start.UnixMilli(), Identifier: e.Identifier, Passed: uint64(max(e.Passed, 0)), Denied: uint64(max(e.Denied, 0)),
+			ShadowDenied: uint64(max(e.ShadowDenied, 0))}
 	}
 	slices.SortFunc(entries, func(a, b db.RatelimitAnalyticsTop) int {
 		return cmp.Or(compareBuckets(a.WorkspaceID, a.Namespace, a.Bucket, b.WorkspaceID, b.Namespace, b.Bucket),
@@ -135,7 +137,7 @@ func (m *Store) Series(ctx context.Context, workspace, namespace string, g store
 			return nil, fmt.Errorf("read analytics: %w", err)
 		}
 		for _, r := range rows {
-			store.AddPoint(sums, r.Bucket/size*size, int64(r.Passed), int64(r.Denied))
+			store.AddPoint(sums, r.Bucket/size*size, int64(r.Passed), int64(r.Denied), int64(r.ShadowDenied))
 		}
 	}
 	return store.SortedPoints(sums), nil
@@ -152,7 +154,7 @@ func (m *Store) Top(ctx context.Context, workspace, namespace string, from, to t
 			return nil, fmt.Errorf("read top identifiers: %w", err)
 		}
 		for _, r := range rows {
-			store.AddIdentifier(sums, r.Identifier, r.Passed, r.Denied)
+			store.AddIdentifier(sums, r.Identifier, r.Passed, r.Denied, r.ShadowDenied)
 		}
 	}
 	return store.Rank(sums, n), nil
@@ -168,7 +170,7 @@ func (m *Store) Namespaces(ctx context.Context, workspace string, from, to time.
 			return nil, fmt.Errorf("read namespaces: %w", err)
 		}
 		for _, r := range rows {
-			store.AddIdentifier(sums, r.Namespace, r.Passed, r.Denied)
+			store.AddIdentifier(sums, r.Namespace, r.Passed, r.Denied, r.ShadowDenied)
 		}
 	}
 	return store.Rank(sums, n), nil

@@ -42,12 +42,14 @@ func (g Granularity) String() string {
 	return "minute"
 }
 
-// Bucket is a namespace's decisions in one bucket.
+// Bucket is a namespace's decisions in one bucket: those that admitted,
+// those that refused, and the shadow decisions that admitted where their
+// limit would have refused (counted apart: a shadow limit's rollout).
 type Bucket struct {
 	Workspace, Namespace string
 	// Start is the bucket's start.
-	Start          time.Time
-	Passed, Denied int64
+	Start                        time.Time
+	Passed, Denied, ShadowDenied int64
 }
 
 // Entry is a named identifier's decisions in one bucket.
@@ -58,14 +60,14 @@ type Entry struct {
 
 // Point is one bucket of a series.
 type Point struct {
-	Start          time.Time
-	Passed, Denied int64
+	Start                        time.Time
+	Passed, Denied, ShadowDenied int64
 }
 
 // Identifier is a named identifier's decisions over a query's range.
 type Identifier struct {
-	Identifier     string
-	Passed, Denied int64
+	Identifier                   string
+	Passed, Denied, ShadowDenied int64
 }
 
 // Store keeps the minutes the processes add and answers queries over them
@@ -82,7 +84,8 @@ type Store interface {
 	// first, those with no decision left out.
 	Series(ctx context.Context, workspace, namespace string, g Granularity, from, to time.Time) ([]Point, error)
 	// Top returns up to n identifiers of a namespace named in [from, to),
-	// the most denied first, then the busiest.
+	// the most denied first, then the most shadow-denied, then the
+	// busiest.
 	Top(ctx context.Context, workspace, namespace string, from, to time.Time, n int) ([]Identifier, error)
 	// Namespaces returns up to n namespaces of a workspace with decisions
 	// in [from, to), with their totals (as Identifiers named by

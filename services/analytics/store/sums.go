@@ -10,9 +10,9 @@ import (
 // returned at a finer granularity): Series, Top and Namespaces answer
 // through them alike.
 
-// AddPoint adds passed and denied to the point of sums that starts at
-// start (unix ms), creating it.
-func AddPoint(sums map[int64]*Point, start, passed, denied int64) {
+// AddPoint adds passed, denied and shadow-denied decisions to the point of
+// sums that starts at start (unix ms), creating it.
+func AddPoint(sums map[int64]*Point, start, passed, denied, shadowDenied int64) {
 	p, ok := sums[start]
 	if !ok {
 		p = &Point{Start: time.UnixMilli(start)}
@@ -20,10 +20,12 @@ func AddPoint(sums map[int64]*Point, start, passed, denied int64) {
 	}
 	p.Passed += passed
 	p.Denied += denied
+	p.ShadowDenied += shadowDenied
 }
 
-// AddIdentifier adds passed and denied to key's entry of sums, creating it.
-func AddIdentifier(sums map[string]*Identifier, key string, passed, denied int64) {
+// AddIdentifier adds passed, denied and shadow-denied decisions to key's
+// entry of sums, creating it.
+func AddIdentifier(sums map[string]*Identifier, key string, passed, denied, shadowDenied int64) {
 	it, ok := sums[key]
 	if !ok {
 		it = &Identifier{Identifier: key}
@@ -31,6 +33,7 @@ func AddIdentifier(sums map[string]*Identifier, key string, passed, denied int64
 	}
 	it.Passed += passed
 	it.Denied += denied
+	it.ShadowDenied += shadowDenied
 }
 
 // SortedPoints returns the points of sums, oldest first.
@@ -44,14 +47,15 @@ func SortedPoints(sums map[int64]*Point) []Point {
 }
 
 // Rank returns up to n identifiers of sums, the most denied first, then the
-// busiest, then by name.
+// most shadow-denied, then the busiest, then by name.
 func Rank(sums map[string]*Identifier, n int) []Identifier {
 	out := make([]Identifier, 0, len(sums))
 	for _, it := range sums {
 		out = append(out, *it)
 	}
 	slices.SortFunc(out, func(a, b Identifier) int {
-		return cmp.Or(cmp.Compare(b.Denied, a.Denied), cmp.Compare(b.Passed+b.Denied, a.Passed+a.Denied),
+		return cmp.Or(cmp.Compare(b.Denied, a.Denied), cmp.Compare(b.ShadowDenied, a.ShadowDenied),
+			cmp.Compare(b.Passed+b.Denied, a.Passed+a.Denied),
 			cmp.Compare(a.Identifier, b.Identifier))
 	})
 	return out[:min(n, len(out))]

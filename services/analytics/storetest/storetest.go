@@ -39,36 +39,40 @@ func TestStore(t *testing.T, s store.Store) {
 	if err := s.Add(ctx, "p1-1", first, firstTop); err != nil {
 		t.Fatal(err)
 	}
-	// A second process adds to the same minute.
-	if err := s.Add(ctx, "p2-1", []store.Bucket{b("ws", "api", 0, 1, 3)}, []store.Entry{e(0, "alice", 0, 3), e(0, "carol", 1, 0)}); err != nil {
+	// A second process adds to the same minute, shadow denials among its
+	// decisions (counted apart from both).
+	shadowed, dave := b("ws", "api", 0, 1, 3), e(0, "dave", 0, 0)
+	shadowed.ShadowDenied, dave.ShadowDenied = 4, 4
+	if err := s.Add(ctx, "p2-1", []store.Bucket{shadowed}, []store.Entry{e(0, "alice", 0, 3), e(0, "carol", 1, 0), dave}); err != nil {
 		t.Fatal(err)
 	}
 	series, err := s.Series(ctx, "ws", "api", store.Minute, m(0), m(60))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprint([]store.Point{{Start: m(0), Passed: 11, Denied: 5}, {Start: m(1), Passed: 5}})
+	want := fmt.Sprint([]store.Point{{Start: m(0), Passed: 11, Denied: 5, ShadowDenied: 4}, {Start: m(1), Passed: 5}})
 	if fmt.Sprint(series) != want {
 		t.Errorf("minutes: %v, want %v", series, want)
 	}
 	hours, err := s.Series(ctx, "ws", "api", store.Hour, m(0), m(60))
-	if err != nil || len(hours) != 1 || hours[0].Passed != 16 || hours[0].Denied != 5 || !hours[0].Start.Equal(m(0)) {
-		t.Errorf("hours: %v, %v; want one of 16 passed, 5 denied", hours, err)
+	if err != nil || len(hours) != 1 || hours[0].Passed != 16 || hours[0].Denied != 5 || hours[0].ShadowDenied != 4 || !hours[0].Start.Equal(m(0)) {
+		t.Errorf("hours: %v, %v; want one of 16 passed, 5 denied, 4 shadow-denied", hours, err)
 	}
 	top, err := s.Top(ctx, "ws", "api", m(0), m(60), 10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "[{alice 3 5} {bob 12 0} {carol 1 0}]"; fmt.Sprint(top) != want {
+	// The most denied, then the most shadow-denied, then the busiest.
+	if want := "[{alice 3 5 0} {dave 0 0 4} {bob 12 0 0} {carol 1 0 0}]"; fmt.Sprint(top) != want {
 		t.Errorf("top: %v, want %s", top, want)
 	}
-	if top, _ := s.Top(ctx, "ws", "api", m(1), m(2), 10); fmt.Sprint(top) != "[{bob 5 0}]" {
+	if top, _ := s.Top(ctx, "ws", "api", m(1), m(2), 10); fmt.Sprint(top) != "[{bob 5 0 0}]" {
 		t.Errorf("top of the second minute: %v", top)
 	}
 	if top, _ := s.Top(ctx, "ws", "api", m(0), m(60), 1); len(top) != 1 || top[0].Identifier != "alice" {
 		t.Errorf("top 1: %v", top)
 	}
-	if ns, err := s.Namespaces(ctx, "ws", m(0), m(60), 10); err != nil || fmt.Sprint(ns) != "[{other 7 7} {api 16 5}]" {
+	if ns, err := s.Namespaces(ctx, "ws", m(0), m(60), 10); err != nil || fmt.Sprint(ns) != "[{other 7 7 0} {api 16 5 4}]" {
 		t.Errorf("namespaces: %v, %v; want other (7 denied) before api (5)", ns, err)
 	}
 }

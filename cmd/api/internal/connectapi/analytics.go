@@ -178,10 +178,12 @@ func (h *Analytics) getRatelimits(ctx context.Context, m *ratelimitv1.GetRatelim
 	out := &ratelimitv1.GetRatelimitsResponse{Series: make([]*ratelimitv1.RatelimitPoint, len(series)),
 		Top: make([]*ratelimitv1.RatelimitIdentifier, len(named))}
 	for i, p := range series {
-		out.Series[i] = &ratelimitv1.RatelimitPoint{Time: p.Start.UnixMilli(), Passed: p.Passed, Denied: p.Denied}
+		out.Series[i] = &ratelimitv1.RatelimitPoint{Time: p.Start.UnixMilli(), Passed: p.Passed, Denied: p.Denied,
+			ShadowDenied: p.ShadowDenied}
 	}
 	for i, it := range named {
-		out.Top[i] = &ratelimitv1.RatelimitIdentifier{Identifier: it.Identifier, Passed: it.Passed, Denied: it.Denied}
+		out.Top[i] = &ratelimitv1.RatelimitIdentifier{Identifier: it.Identifier, Passed: it.Passed, Denied: it.Denied,
+			ShadowDenied: it.ShadowDenied}
 	}
 	return out, nil
 }
@@ -227,7 +229,8 @@ func (h *Analytics) ListNamespaces(ctx context.Context, req *connect.Request[rat
 			continue
 		}
 		if len(out.Namespaces) < maxNamespaces {
-			out.Namespaces = append(out.Namespaces, &ratelimitv1.NamespaceTotal{Namespace: n.Identifier, Passed: n.Passed, Denied: n.Denied})
+			out.Namespaces = append(out.Namespaces, &ratelimitv1.NamespaceTotal{Namespace: n.Identifier, Passed: n.Passed, Denied: n.Denied,
+				ShadowDenied: n.ShadowDenied})
 		}
 	}
 	return connect.NewResponse(out), nil

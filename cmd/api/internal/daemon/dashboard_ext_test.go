@@ -270,6 +270,10 @@ func TestDashboardInChromium(t *testing.T) {
 	limit("sms.send", "alice", 4)
 	limit("sms.send", "bob", 7)
 	limit("api.requests", "carol", 3)
+	// A shadow limit of 1 on a rollout: one admission, two shadow denials.
+	for range 3 {
+		ts.call(t, "Limit", tokA, `{"namespace":"sms.send","identifier":"rollout","limit":1,"duration":60000,"shadow":true}`)
+	}
 	if status, out := ts.call(t, "SetOverride", tokA,
 		`{"namespace":"sms.send","identifier":"vip_*","limit":1000,"duration":60000,"burst":5000}`); status != 200 {
 		t.Fatalf("SetOverride: %d %v", status, out)
@@ -291,7 +295,7 @@ func TestDashboardInChromium(t *testing.T) {
 			fmt.Sscan(fmt.Sprint(it.(map[string]any)["denied"]), &b)
 			named += a + b
 		}
-		return p+d == 41 && p2 == 3 && named == 41
+		return p+d == 42 && p2 == 3 && named == 42
 	})
 	passed, denied := totals(api)
 
@@ -345,6 +349,11 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	if len(view.Top) == 0 || view.Top[0][0] != "spammer" {
 		t.Errorf("the most limited identifier shown: %v, want spammer", view.Top)
+	}
+	// The rollout's shadow denials, per identifier, apart from denials.
+	if i := slices.IndexFunc(view.Top, func(row []string) bool { return row[0] == "rollout" }); i < 0 ||
+		!slices.Equal(view.Top[i], []string{"rollout", "1", "0", "2"}) {
+		t.Errorf("identifiers shown %v, want rollout with 1 passed, 0 denied, 2 shadow-denied", view.Top)
 	}
 	if len(view.Overrides) != 1 || view.Overrides[0][0] != "vip_*" || view.Overrides[0][1] != "1,000" ||
 		len(view.Overrides[0]) != 4 || view.Overrides[0][3] != "5,000" {

@@ -1,7 +1,12 @@
 package daemon_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/unkeyed/ratelimit/internal/testkit/poll"
 )
 
 // TestShadowLimitOverTheWire: a shadow Limit over Connect JSON is
@@ -9,7 +14,7 @@ import (
 // a MultiLimit's shadow entries alike, and the metrics count the shadow
 // denials apart.
 func TestShadowLimitOverTheWire(t *testing.T) {
-	ts := startServer(t, "UNKEY_AUTH_TOKENS="+tokA+"=ws_a")
+	ts := startServer(t, "UNKEY_AUTH_TOKENS="+tokA+"=ws_a", "UNKEY_ANALYTICS_FLUSH_INTERVAL=100ms")
 	const body = `{"namespace":"rollout","identifier":"u","limit":1,"duration":2592000000,"shadow":true}`
 	for i, want := range []bool{false, true} {
 		code, out := ts.call(t, "Limit", tokA, body)
@@ -35,5 +40,18 @@ func TestShadowLimitOverTheWire(t *testing.T) {
 	code, out = ts.call(t, "Limit", tokA, `{"namespace":"rollout","identifier":"r","limit":1,"duration":2592000000,"shadow":true,"reserve":true}`)
 	if code != 400 || out["message"] != "shadow: must not be set with reserve: a shadow decision reserves nothing" {
 		t.Fatalf("a shadow reservation: %d %v", code, out)
+	}
+	// The analytics count the shadow denials apart: u was shadow-denied
+	// three times (the second Limit, the batch's and the multi's shadow
+	// entries) and denied once (the batch's enforced entry); u's first
+	// call and v passed.
+	var series, top string
+	poll.Until(t, 10*time.Second, "the analytics to count the shadow denials", func() bool {
+		_, out := getRatelimits(t, ts, tokA, "rollout")
+		series, top = fmt.Sprint(out["series"]), fmt.Sprint(out["top"])
+		return strings.Contains(series, "shadowDenied:3")
+	})
+	if !strings.Contains(series, "denied:1 passed:2 shadowDenied:3") || !strings.Contains(top, "denied:1 identifier:u passed:1 shadowDenied:3") {
+		t.Fatalf("analytics: series %s, top %s; want 2 passed, 1 denied and 3 shadow-denied, u named with them", series, top)
 	}
 }

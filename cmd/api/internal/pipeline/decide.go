@@ -184,12 +184,16 @@ func (p *Pipeline) limit(ctx context.Context, c Call, authorized bool) (Decision
 	return d, nil
 }
 
-// record counts a decision of r by its model and in the analytics (a
-// shadow denial as the admission it was).
+// record counts a decision of r by its model and in the analytics, a
+// shadow denial apart from the denials.
 func (p *Pipeline) record(r *ratelimit.Request, o outcome) {
 	p.metrics.limitDecided(r, o)
-	if p.analytics != nil {
-		p.analytics.Record(r.Workspace, r.Namespace, r.Identifier, o != outcomeDenied)
+	switch {
+	case p.analytics == nil:
+	case o == outcomeShadowDenied:
+		p.analytics.RecordShadowDenied(r.Workspace, r.Namespace, r.Identifier)
+	default:
+		p.analytics.Record(r.Workspace, r.Namespace, r.Identifier, o == outcomePassed)
 	}
 }
 

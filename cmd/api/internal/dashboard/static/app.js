@@ -326,6 +326,7 @@ function clearNamespace() {
   document.getElementById("ns-name").textContent = "–";
   document.getElementById("total-passed").textContent = "0";
   document.getElementById("total-denied").textContent = "0";
+  document.getElementById("total-shadow-denied").textContent = "0";
   fill("top", []);
   fill("overrides", []);
   const { r, from, to } = span();
@@ -344,17 +345,19 @@ async function loadNamespace(ns) {
   const { r, from, to } = span();
   const out = await call("AnalyticsService", "GetRatelimits", { namespace: ns, from, to, granularity: r.granularity, top: 10 });
   const series = new Map();
-  let passed = 0, denied = 0;
+  let passed = 0, denied = 0, shadowDenied = 0;
   for (const p of out.series || []) {
     series.set(num(p.time), { passed: num(p.passed), denied: num(p.denied) });
     passed += num(p.passed);
     denied += num(p.denied);
+    shadowDenied += num(p.shadowDenied);
   }
   document.getElementById("total-passed").textContent = count(passed);
   document.getElementById("total-denied").textContent = count(denied);
+  document.getElementById("total-shadow-denied").textContent = count(shadowDenied);
   Object.assign(chart, { series, from, to, step: r.step, granularity: r.granularity });
   drawChart();
-  fill("top", (out.top || []).map((t) => [t.identifier, num(t.passed), num(t.denied)]));
+  fill("top", (out.top || []).map((t) => [t.identifier, num(t.passed), num(t.denied), num(t.shadowDenied)]));
   try {
     const ov = await call("RatelimitService", "ListOverrides", { namespace: ns, limit: 100 });
     fill("overrides", (ov.overrides || []).map((o) => [o.identifier, num(o.limit), `${num(o.duration) / 1000} s`,
