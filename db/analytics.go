@@ -56,8 +56,9 @@ func (q *Queries) analyticsAdd(ctx context.Context, table string, width int, arg
 }
 
 // analyticsTopRollup writes the named identifiers of the coarse bucket that
-// starts at bucket: per namespace, the maxRows most denied (then busiest)
-// identifiers of the finer buckets in [bucket, bucketEnd), summed.
+// starts at bucket: per namespace, the maxRows most denied (then most
+// shadow-denied, then busiest) identifiers of the finer buckets in
+// [bucket, bucketEnd), summed.
 const analyticsTopRollup = `INSERT INTO ratelimit_analytics_top (workspace_id, namespace, granularity, bucket, identifier, passed, denied, shadow_denied)
 SELECT ranked.workspace_id, ranked.namespace, ?, ?, ranked.identifier, ranked.p, ranked.d, ranked.s
 FROM (

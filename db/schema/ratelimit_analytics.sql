@@ -21,10 +21,11 @@ CREATE TABLE IF NOT EXISTS `ratelimit_analytics` (
 ) DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
 -- ratelimit_analytics_top holds, per bucket, the identifiers of a namespace
--- that a process's heavy-hitter sketches named (the most denied and the
--- busiest), with the passed, denied and shadow-denied decisions counted for them: minutes
--- added to by the processes, hours and days rolled up by the cleanup, which
--- keeps the 100 most denied (then busiest) identifiers of each.
+-- that a process's heavy-hitter sketches named (the most denied, the most
+-- shadow-denied and the busiest), with the passed, denied and shadow-denied
+-- decisions counted for them: minutes added to by the processes, hours and
+-- days rolled up by the cleanup, which keeps the 100 most denied (then most
+-- shadow-denied, then busiest) identifiers of each.
 CREATE TABLE IF NOT EXISTS `ratelimit_analytics_top` (
     `pk` bigint unsigned AUTO_INCREMENT NOT NULL,
     `workspace_id` varchar(191) NOT NULL,

@@ -109,9 +109,9 @@ type GetRatelimitsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Series holds the buckets with any decision, oldest first.
 	Series []*RatelimitPoint `protobuf:"bytes,1,rep,name=series,proto3" json:"series,omitempty"`
-	// Top holds the identifiers most denied, then the busiest. Their counts
-	// are estimates (heavy-hitter sketches: see docs/dashboard.md); the series'
-	// totals are exact.
+	// Top holds the identifiers most denied, then the most shadow-denied,
+	// then the busiest. Their counts are estimates (heavy-hitter sketches:
+	// see docs/dashboard.md); the series' totals are exact.
 	Top           []*RatelimitIdentifier `protobuf:"bytes,2,rep,name=top,proto3" json:"top,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -192,8 +192,9 @@ type LimitRequest struct {
 	// ALGORITHM_CALENDAR or ALGORITHM_FIXED_WINDOW, and duration omitted.
 	Calendar *Calendar `protobuf:"bytes,10,opt,name=calendar,proto3" json:"calendar,omitempty"`
 	// Shadow tries the limit without enforcing it: the request is decided
-	// and counted as any other (a request the limit refuses counts nothing),
-	// but the answer admits it (success is true) and says shadow_denied where
+	// and counted as any other (a request the limit refuses counts nothing; a
+	// report counts whatever the verdict, as every report), but the answer
+	// admits it (success is true) and says shadow_denied where
 	// the limit would have refused it. A new limit's rollout: watch whom it
 	// would refuse before it does. Not allowed with reserve. In a
 	// MultiLimit a shadow entry never fails the others: it is counted only
@@ -1140,8 +1141,8 @@ func (x *MultiLimitRequest) GetLimits() []*LimitRequest {
 // MultiLimitResponse is the decision for a MultiLimitRequest.
 type MultiLimitResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Passed reports whether every limit admitted the request; only then was
-	// anything counted.
+	// Passed reports whether every limit admitted the request (shadow
+	// entries apart); only then was anything counted.
 	Passed bool `protobuf:"varint,1,opt,name=passed,proto3" json:"passed,omitempty"`
 	// Results holds one result per requested limit, in request order.
 	Results       []*MultiLimitResult `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
@@ -1296,7 +1297,8 @@ type MultiLimitResult struct {
 	// Identifier repeats the limit's identifier.
 	Identifier string `protobuf:"bytes,2,opt,name=identifier,proto3" json:"identifier,omitempty"`
 	// Success reports whether this limit alone admits the request. The batch
-	// counts only when every result succeeds (MultiLimitResponse.passed).
+	// counts only when every result succeeds (MultiLimitResponse.passed); a
+	// shadow entry's always does.
 	Success bool `protobuf:"varint,3,opt,name=success,proto3" json:"success,omitempty"`
 	// Limit repeats the limit.
 	Limit int64 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`

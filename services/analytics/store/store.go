@@ -89,7 +89,8 @@ type Store interface {
 	Top(ctx context.Context, workspace, namespace string, from, to time.Time, n int) ([]Identifier, error)
 	// Namespaces returns up to n namespaces of a workspace with decisions
 	// in [from, to), with their totals (as Identifiers named by
-	// namespace), the most denied first, then the busiest.
+	// namespace), the most denied first, then the most shadow-denied, then
+	// the busiest.
 	Namespaces(ctx context.Context, workspace string, from, to time.Time, n int) ([]Identifier, error)
 }
 

@@ -139,8 +139,8 @@ func (n Namespace) Limit(ctx context.Context, c Call) (Decision, error) {
 }
 
 // Multi is Pipeline.Multi for calls in the namespace: all admitted and
-// counted, or nothing counted. A call that names another namespace is
-// denied.
+// counted, or nothing counted (shadow calls apart). A call that names
+// another namespace is denied.
 func (n Namespace) Multi(ctx context.Context, calls []Call) (MultiDecision, error) {
 	for i := range calls {
 		if calls[i].Request.Namespace != n.name {
@@ -294,14 +294,17 @@ func (p *Pipeline) Batch(ctx context.Context, calls []Call) ([]Decision, error) 
 
 // MultiDecision is the answer to Multi.
 type MultiDecision struct {
-	// Passed reports whether every call was admitted, and so counted.
+	// Passed reports whether every call but the shadow ones was admitted,
+	// and so counted.
 	Passed  bool
 	Results []Decision
 }
 
 // Multi decides calls together: either every one is admitted and all are
 // counted, or nothing is counted anywhere. A call blocked by an override
-// (limit 0) fails the whole batch; the others are then only checked.
+// (limit 0) fails the whole batch; the others are then only checked. A
+// shadow call takes no part in the verdict: it is decided after the others
+// (see multiWithShadows).
 func (p *Pipeline) Multi(ctx context.Context, calls []Call) (MultiDecision, error) {
 	workspace := call.Workspace(ctx)
 	reqs, err := validateEach(calls, ratelimit.MaxBatch, workspace)
@@ -334,7 +337,7 @@ func (p *Pipeline) Multi(ctx context.Context, calls []Call) (MultiDecision, erro
 		d.Duration = reqs[i].Window(d.Reset)
 		d.Quota, d.QuotaWindow = reqs[i].Policy(d.Reset)
 		o := outcomeOf(d)
-		if o == outcomePassed && !out.Passed && !calls[i].Shadow {
+		if o == outcomePassed && !out.Passed {
 			o = outcomeDenied // admitted alone, not counted: the batch failed
 		}
 		p.record(&reqs[i], o)

@@ -2,16 +2,18 @@ package pipeline
 
 import (
 	"context"
+	"slices"
 
 	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
 // Shadow limits. A shadow call is decided and counted as any other (a
-// request its limit refuses counts nothing), but its answer admits it and
-// says the limit would have refused it (Decision.ShadowDenied): a new
-// limit's rollout, watching whom it would refuse before it does. The
-// metrics count such a decision as shadow_denied, apart from the real
+// request its limit refuses counts nothing; a report counts whatever the
+// verdict, as every report), but its answer admits it and says the limit
+// would have refused it (Decision.ShadowDenied): a new limit's rollout,
+// watching whom it would refuse before it does. The metrics and the
+// analytics count such a decision as shadow_denied, apart from the real
 // denials.
 
 // outcome is how a decision ended, as the metrics count it.
@@ -54,12 +56,26 @@ func shade(c *Call, d *Decision) {
 	}
 }
 
-// multiWithShadows decides a Multi whose calls include shadow ones: the
-// others together, all or nothing, as Multi does; each shadow call on its
-// own after them, counted only if they passed (a failed Multi counts
-// nothing anywhere) and otherwise asked without counting whether its cost
-// would fit. A shadow call never fails the others.
+// multiWithShadows decides a Multi: its calls together, all or nothing,
+// as the limiter's DecideAll does, when none is a shadow call; otherwise
+// the others together, then each shadow call on its own after them,
+// counted only if they passed (a failed Multi counts nothing anywhere) and
+// otherwise asked, without counting, whether its cost would fit. A shadow
+// call never fails the others: one the limiter cannot decide (its
+// workspace at its window cap) is shadow-denied, as a Batch's entry is
+// denied, never an error once the others are counted.
 func (p *Pipeline) multiWithShadows(ctx context.Context, calls []Call, reqs []ratelimit.Request, out *MultiDecision) error {
+	if !slices.ContainsFunc(calls, func(c Call) bool { return c.Shadow }) {
+		resp, err := p.limiter.DecideAll(ctx, reqs)
+		if err != nil {
+			return err
+		}
+		out.Passed = resp.Passed
+		for i := range resp.Results {
+			out.Results[i].Response = resp.Results[i]
+		}
+		return nil
+	}
 	var enforced []ratelimit.Request
 	var at []int
 	for i := range calls {
@@ -84,14 +100,14 @@ func (p *Pipeline) multiWithShadows(ctx context.Context, calls []Call, reqs []ra
 			continue
 		}
 		r := reqs[i]
-		if !out.Passed {
+		if !out.Passed && r.Cost > 0 {
 			r.Cost, r.Report = 0, false // asked, not counted
 		}
 		resp, err := p.limiter.Decide(ctx, r)
-		if err != nil {
-			return err
-		}
-		if !out.Passed {
+		switch {
+		case err != nil:
+			resp.Success = false
+		case !out.Passed && reqs[i].Cost > 0:
 			resp.Success = resp.Remaining >= reqs[i].Cost
 		}
 		out.Results[i].Response = resp

@@ -115,3 +115,34 @@ func TestShadowEntriesNeverFailAMulti(t *testing.T) {
 		t.Fatalf("a multi of one shadow entry: %+v", m)
 	}
 }
+
+// TestShadowEntryBeyondTheWindowCap: a MultiLimit's shadow entry that the
+// limiter cannot decide (its workspace at its window cap) is shadow-denied,
+// never an error once the others were counted.
+func TestShadowEntryBeyondTheWindowCap(t *testing.T) {
+	limiter, err := ratelimit.New("test", ratelimit.WithMaxWindowsPerWorkspace(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ov, _ := overrides.New()
+	p, err := New(limiter, ov, prometheus.NewRegistry(), WithBatchEntriesInFlight(1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := call.WithPrincipal(context.Background(), access.Principal{Workspace: "ws", Permissions: access.All()})
+	if d, err := p.Limit(ctx, Call{Request: req("a", 5)}); err != nil || !d.Success {
+		t.Fatalf("the workspace's one window: %+v, %v", d, err)
+	}
+	m, err := p.Multi(ctx, []Call{{Request: req("a", 5)}, {Request: req("new", 5), Shadow: true}})
+	if err != nil {
+		t.Fatalf("a multi whose shadow entry is past the window cap: %v, want no error", err)
+	}
+	if !m.Passed || !m.Results[1].Success || !m.Results[1].ShadowDenied {
+		t.Fatalf("multi %+v: want passed, the shadow entry shadow-denied", m)
+	}
+	r := req("a", 5)
+	r.Cost = 0
+	if d, _ := p.Limit(ctx, Call{Request: r}); d.Remaining != 3 {
+		t.Fatalf("the enforced entry: %d remaining, want 3 (counted once by the multi)", d.Remaining)
+	}
+}

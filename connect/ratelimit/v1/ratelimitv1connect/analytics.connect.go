@@ -47,8 +47,8 @@ const (
 // AnalyticsServiceClient is a client for the ratelimit.v1.AnalyticsService service.
 type AnalyticsServiceClient interface {
 	// GetRatelimits returns a namespace's decisions in [from, to) by bucket of
-	// granularity, and the identifiers most denied (then busiest) in that
-	// range. Needs ratelimit.<namespace>.read_analytics.
+	// granularity, and the identifiers most denied (then most shadow-denied,
+	// then busiest) in that range. Needs ratelimit.<namespace>.read_analytics.
 	GetRatelimits(context.Context, *connect.Request[v1.GetRatelimitsRequest]) (*connect.Response[v1.GetRatelimitsResponse], error)
 	// ListNamespaces returns the workspace's namespaces with decisions in
 	// [from, to) that the caller may read the analytics of, the most denied
@@ -118,8 +118,8 @@ func (c *analyticsServiceClient) GetStatus(ctx context.Context, req *connect.Req
 // AnalyticsServiceHandler is an implementation of the ratelimit.v1.AnalyticsService service.
 type AnalyticsServiceHandler interface {
 	// GetRatelimits returns a namespace's decisions in [from, to) by bucket of
-	// granularity, and the identifiers most denied (then busiest) in that
-	// range. Needs ratelimit.<namespace>.read_analytics.
+	// granularity, and the identifiers most denied (then most shadow-denied,
+	// then busiest) in that range. Needs ratelimit.<namespace>.read_analytics.
 	GetRatelimits(context.Context, *connect.Request[v1.GetRatelimitsRequest]) (*connect.Response[v1.GetRatelimitsResponse], error)
 	// ListNamespaces returns the workspace's namespaces with decisions in
 	// [from, to) that the caller may read the analytics of, the most denied

@@ -71,7 +71,8 @@ type RatelimitServiceClient interface {
 	// counts it.
 	Limit(context.Context, *connect.Request[v1.LimitRequest]) (*connect.Response[v1.LimitResponse], error)
 	// MultiLimit decides several limits at once, all or nothing: when any limit
-	// fails, nothing is counted anywhere (memory, Redis, MySQL).
+	// fails, nothing is counted anywhere (memory, Redis, MySQL). A shadow
+	// entry takes no part: it is counted only when the others pass.
 	MultiLimit(context.Context, *connect.Request[v1.MultiLimitRequest]) (*connect.Response[v1.MultiLimitResponse], error)
 	// BatchLimit decides up to 1,000 independent requests in one call, for a
 	// gateway deciding many unrelated requests: each has its own verdict and is
@@ -268,7 +269,8 @@ type RatelimitServiceHandler interface {
 	// counts it.
 	Limit(context.Context, *connect.Request[v1.LimitRequest]) (*connect.Response[v1.LimitResponse], error)
 	// MultiLimit decides several limits at once, all or nothing: when any limit
-	// fails, nothing is counted anywhere (memory, Redis, MySQL).
+	// fails, nothing is counted anywhere (memory, Redis, MySQL). A shadow
+	// entry takes no part: it is counted only when the others pass.
 	MultiLimit(context.Context, *connect.Request[v1.MultiLimitRequest]) (*connect.Response[v1.MultiLimitResponse], error)
 	// BatchLimit decides up to 1,000 independent requests in one call, for a
 	// gateway deciding many unrelated requests: each has its own verdict and is

@@ -111,8 +111,9 @@ export type LimitRequest = Message<"ratelimit.v1.LimitRequest"> & {
 
   /**
    * Shadow tries the limit without enforcing it: the request is decided
-   * and counted as any other (a request the limit refuses counts nothing),
-   * but the answer admits it (success is true) and says shadow_denied where
+   * and counted as any other (a request the limit refuses counts nothing; a
+   * report counts whatever the verdict, as every report), but the answer
+   * admits it (success is true) and says shadow_denied where
    * the limit would have refused it. A new limit's rollout: watch whom it
    * would refuse before it does. Not allowed with reserve. In a
    * MultiLimit a shadow entry never fails the others: it is counted only
@@ -627,8 +628,8 @@ export const MultiLimitRequestSchema: GenMessage<MultiLimitRequest> = /*@__PURE_
  */
 export type MultiLimitResponse = Message<"ratelimit.v1.MultiLimitResponse"> & {
   /**
-   * Passed reports whether every limit admitted the request; only then was
-   * anything counted.
+   * Passed reports whether every limit admitted the request (shadow
+   * entries apart); only then was anything counted.
    *
    * @generated from field: bool passed = 1;
    */
@@ -716,7 +717,8 @@ export type MultiLimitResult = Message<"ratelimit.v1.MultiLimitResult"> & {
 
   /**
    * Success reports whether this limit alone admits the request. The batch
-   * counts only when every result succeeds (MultiLimitResponse.passed).
+   * counts only when every result succeeds (MultiLimitResponse.passed); a
+   * shadow entry's always does.
    *
    * @generated from field: bool success = 3;
    */
@@ -1194,7 +1196,8 @@ export const RatelimitService: GenService<{
   },
   /**
    * MultiLimit decides several limits at once, all or nothing: when any limit
-   * fails, nothing is counted anywhere (memory, Redis, MySQL).
+   * fails, nothing is counted anywhere (memory, Redis, MySQL). A shadow
+   * entry takes no part: it is counted only when the others pass.
    *
    * @generated from rpc ratelimit.v1.RatelimitService.MultiLimit
    */
