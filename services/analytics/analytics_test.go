@@ -238,14 +238,11 @@ func TestProcessLive(t *testing.T) {
 	}
 }
 
-// TestRecordNCountsEveryDecision: what a proxy reports it decided itself
-// (RecordN) counts as that many decisions, in the totals and in the
-// ranking of denials, beside decisions recorded one at a time; a report of
-// none counts nothing.
-func TestRecordNCountsEveryDecision(t *testing.T) {
-	store := memstore.New(1_000_000, time.Now)
-	now := time.Now().Truncate(time.Minute)
-	r, err := analytics.NewRecorder(store, slog.New(slog.DiscardHandler), prometheus.NewRegistry(),
+// runRecorder runs a recorder on st at the fixed time now, flushing only
+// when flush stops it.
+func runRecorder(t *testing.T, st analytics.Store, now time.Time) (r *analytics.Recorder, flush func()) {
+	t.Helper()
+	r, err := analytics.NewRecorder(st, slog.New(slog.DiscardHandler), prometheus.NewRegistry(),
 		analytics.WithClock(func() time.Time { return now }), analytics.WithFlushInterval(time.Hour))
 	if err != nil {
 		t.Fatal(err)
@@ -253,16 +250,29 @@ func TestRecordNCountsEveryDecision(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
+	return r, func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestRecordNCountsEveryDecision: what a proxy reports it decided itself
+// (RecordN) counts as that many decisions, in the totals and in the
+// ranking of denials, beside decisions recorded one at a time; a report of
+// none counts nothing.
+func TestRecordNCountsEveryDecision(t *testing.T) {
+	store := memstore.New(1_000_000, time.Now)
+	now := time.Now().Truncate(time.Minute)
+	r, flush := runRecorder(t, store, now)
 	r.RecordN("ws", "envoy", "bucket_a", false, 700)
 	r.RecordN("ws", "envoy", "bucket_a", true, 300)
 	r.RecordN("ws", "envoy", "bucket_c", false, 0)
 	for range 5 {
 		r.Record("ws", "envoy", "bucket_b", false)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	flush()
 	series, _ := store.Series(context.Background(), "ws", "envoy", analytics.Minute, now, now.Add(time.Minute))
 	if len(series) != 1 || series[0].Passed != 300 || series[0].Denied != 705 {
 		t.Fatalf("series %v, want one minute of 300 passed and 705 denied", series)
@@ -279,23 +289,13 @@ func TestRecordNCountsEveryDecision(t *testing.T) {
 func TestShadowDenialsCountApart(t *testing.T) {
 	store := memstore.New(1_000_000, time.Now)
 	now := time.Now().Truncate(time.Minute)
-	r, err := analytics.NewRecorder(store, slog.New(slog.DiscardHandler), prometheus.NewRegistry(),
-		analytics.WithClock(func() time.Time { return now }), analytics.WithFlushInterval(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
+	r, flush := runRecorder(t, store, now)
 	for range 3 {
 		r.RecordShadowDenied("ws", "api", "rollout")
 	}
 	r.Record("ws", "api", "rollout", true)
 	r.Record("ws", "api", "bob", false)
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	flush()
 	series, _ := store.Series(context.Background(), "ws", "api", analytics.Minute, now, now.Add(time.Minute))
 	if len(series) != 1 || series[0].Passed != 1 || series[0].Denied != 1 || series[0].ShadowDenied != 3 {
 		t.Fatalf("series %v, want 1 passed, 1 denied, 3 shadow-denied", series)
