@@ -183,24 +183,22 @@ func (r *Recorder) Record(workspace, namespace, identifier string, passed bool) 
 // shadow limit's rollout shows whom it would refuse. It never blocks, as
 // Record.
 func (r *Recorder) RecordShadowDenied(workspace, namespace, identifier string) {
-	d := decision{workspace: workspace, namespace: namespace, identifier: identifier, passed: true, shadow: true, n: 1,
-		minute: r.now().UnixMilli() / 60_000 * 60_000}
-	select {
-	case r.queue <- d:
-	default:
-		r.droppedQueue.Inc()
-	}
+	r.enqueue(decision{workspace: workspace, namespace: namespace, identifier: identifier, passed: true, shadow: true, n: 1})
 }
 
 // RecordN counts n decisions of identifier alike, as Record does: those a
 // proxy made itself and reported (Envoy's quota filter reports how many
 // requests it denied).
 func (r *Recorder) RecordN(workspace, namespace, identifier string, passed bool, n uint64) {
-	if n == 0 {
-		return
+	if n > 0 {
+		r.enqueue(decision{workspace: workspace, namespace: namespace, identifier: identifier, passed: passed, n: n})
 	}
-	d := decision{workspace: workspace, namespace: namespace, identifier: identifier, passed: passed, n: n,
-		minute: r.now().UnixMilli() / 60_000 * 60_000}
+}
+
+// enqueue hands d, stamped with its minute, to Run, or drops and counts it
+// when the queue is full.
+func (r *Recorder) enqueue(d decision) {
+	d.minute = r.now().UnixMilli() / 60_000 * 60_000
 	select {
 	case r.queue <- d:
 	default:

@@ -3,7 +3,9 @@ package daemon
 import (
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"net"
+	"time"
 
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/credentials"
@@ -12,6 +14,7 @@ import (
 	"github.com/unkeyed/ratelimit/cmd/api/internal/pipeline"
 	"github.com/unkeyed/ratelimit/cmd/api/internal/rlqs"
 	"github.com/unkeyed/ratelimit/internal/certs"
+	"github.com/unkeyed/ratelimit/internal/cmdutil"
 	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
 
@@ -82,7 +85,11 @@ func (d *Daemon) newQuota(cfg Config, rls *envoyrls.Service, p *pipeline.Pipelin
 	if cfg.RLQSNoRule == "deny_all" {
 		noRule = typev3.RateLimitStrategy_DENY_ALL
 	}
-	return rlqs.New(rls, p, d.registry, rlqs.WithLogger(d.logger), rlqs.WithNoRule(noRule), rlqs.WithLimits(rlqs.Limits{
+	// A store that does not answer is logged once a report a bucket:
+	// throttled, as net/http's errors are, so that Envoys' reports cannot
+	// grow the log without bound.
+	logger := slog.New(cmdutil.Throttle(d.logger.Handler(), time.Second, 10))
+	return rlqs.New(rls, p, d.registry, rlqs.WithLogger(logger), rlqs.WithNoRule(noRule), rlqs.WithLimits(rlqs.Limits{
 		StreamsPerConnection: cfg.RLQSMaxStreamsPerConnection, StreamsPerWorkspace: cfg.RLQSMaxStreamsPerWorkspace,
 		BucketsPerStream:    cfg.RLQSMaxBucketsPerStream,
 		BucketsPerWorkspace: cfg.RLQSMaxBucketsPerWorkspace, AbandonAfter: cfg.RLQSAbandonAfter}))

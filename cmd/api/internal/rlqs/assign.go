@@ -1,9 +1,11 @@
 package rlqs
 
 import (
+	"maps"
 	"math"
 	"time"
 
+	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/proto"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/envoyrls"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
+	"github.com/unkeyed/ratelimit/services/rlsconfig"
 )
 
 // Assignments. Envoy's filter reports every 5 s, whatever its
@@ -64,6 +67,12 @@ type bucket struct {
 	// idKey names it within its stream, the bucket id alone (see keyOf).
 	key, idKey string
 	id         map[string]string
+	// entries are the id's, in key order: the descriptor it is decided
+	// as; identifier names its counter in the analytics, and demandTally
+	// and presentTally its fleet tallies (see fleet.go). Each is made
+	// once, at the bucket's first report.
+	entries                               []*rlcommonv3.RateLimitDescriptor_Entry
+	identifier, demandTally, presentTally string
 	// demand is what the Envoy was asked in its last report that counted
 	// time, allowed and denied, a second; known once there was one.
 	demand float64
@@ -76,13 +85,17 @@ type bucket struct {
 	ttl        time.Duration
 }
 
-// newBucket returns the bucket of id (whose keyOf is key) on a stream of
-// workspace in domain, first reported at now.
-func newBucket(workspace, domain, key string, id map[string]string, now time.Time) *bucket {
-	b := &bucket{key: workspace + "\x00" + domain + "\x00" + key, idKey: key, id: make(map[string]string, len(id)), lastActive: now}
-	for k, v := range id {
-		b.id[k] = v
+// newBucket returns the bucket of id (whose keys in order are keys, and
+// keyOf is key) on a stream of workspace in domain, first reported at now.
+func newBucket(workspace, domain, key string, id map[string]string, keys []string, now time.Time) *bucket {
+	b := &bucket{key: workspace + "\x00" + domain + "\x00" + key, idKey: key, id: maps.Clone(id), lastActive: now}
+	named := make([]rlsconfig.Entry, len(keys))
+	for i, k := range keys {
+		b.entries = append(b.entries, &rlcommonv3.RateLimitDescriptor_Entry{Key: k, Value: id[k]})
+		named[i] = rlsconfig.Entry{Key: k, Value: id[k]}
 	}
+	b.identifier = rlsconfig.Identifier(named)
+	b.demandTally, b.presentTally = tallyName("demand", b.key), tallyName("present", b.key)
 	return b
 }
 

@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -54,10 +52,10 @@ func (s *Service) share(ctx context.Context, st *stream, b *bucket, u *rlqsv3.Ra
 		asked = 0 // the first report: counted once its time is known
 	}
 	ns := namespaceOf(st.domain)
-	demand, err := s.fleet.Tally(ctx, ns, b.tally("demand"), asked, FleetWindow)
+	demand, err := s.fleet.Tally(ctx, ns, b.demandTally, asked, FleetWindow)
 	var present int64
 	if err == nil {
-		present, err = s.fleet.Tally(ctx, ns, b.tally("present"), secs, FleetWindow)
+		present, err = s.fleet.Tally(ctx, ns, b.presentTally, secs, FleetWindow)
 	}
 	if err != nil {
 		s.logger.Warn("a quota bucket's fleet tallies could not be read: an equal share among this process's Envoys",
@@ -80,31 +78,22 @@ func (s *Service) share(ctx context.Context, st *stream, b *bucket, u *rlqsv3.Ra
 	return min(w/max(fleet, w), 1)
 }
 
-// tally names one of b's fleet tallies: what of (demand, present) and a
-// digest of its key, which may be long and hold any byte.
-func (b *bucket) tally(what string) string {
-	sum := sha256.Sum256([]byte(b.key))
+// tallyName names one of a bucket's fleet tallies: what of (demand,
+// present) and a digest of its key, which may be long and hold any byte.
+func tallyName(what, key string) string {
+	sum := sha256.Sum256([]byte(key))
 	return "rlqs:" + what + ":" + hex.EncodeToString(sum[:12])
-}
-
-// identifier names b's counter as the rate limit service names a
-// descriptor's (its entries as key=value), for the analytics.
-func (b *bucket) identifier() string {
-	entries := make([]rlsconfig.Entry, 0, len(b.id))
-	for _, k := range slices.Sorted(maps.Keys(b.id)) {
-		entries = append(entries, rlsconfig.Entry{Key: k, Value: b.id[k]})
-	}
-	return rlsconfig.Identifier(entries)
 }
 
 // namespaceOf is the namespace of domain's counters, the rate limit
 // service's.
 func namespaceOf(domain string) string { return rlsconfig.NamespacePrefix + domain }
 
-// keyOf names a bucket id: equal maps name one bucket.
-func keyOf(id map[string]string) string {
+// keyOf names a bucket id, whose keys in order are keys: equal maps name
+// one bucket.
+func keyOf(id map[string]string, keys []string) string {
 	var b []byte
-	for _, k := range slices.Sorted(maps.Keys(id)) {
+	for _, k := range keys {
 		b = append(b, k...)
 		b = append(b, 0)
 		b = append(b, id[k]...)

@@ -17,7 +17,11 @@ type metrics struct {
 	assignments *prometheus.CounterVec // by strategy
 	abandoned   prometheus.Counter
 	refusals    *prometheus.CounterVec // by reason
-	requests    *prometheus.CounterVec // reported, by verdict
+	// tokenBucket, allowAll, denyAll and expire are the assignments'
+	// counters, and allowed and denied the reported requests', resolved
+	// once: every report counts into them.
+	tokenBucket, allowAll, denyAll, expire prometheus.Counter
+	allowed, denied                        prometheus.Counter
 }
 
 // refusalReasons are the reasons a stream is refused or ended.
@@ -37,14 +41,14 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 			Name: "unkey_rlqs_refused_total",
 			Help: "Quota streams refused or ended by the server, by reason: streams_per_connection, streams_per_workspace, buckets_per_stream, buckets_per_workspace (a bound), draining (the server shuts down), denied (a key that may not decide the domain's limits), invalid (a report that breaks a rule).",
 		}, []string{"reason"}),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "unkey_rlqs_reported_requests_total",
-			Help: "Requests Envoys reported on their quota streams, by verdict: allowed (counted as hits of the bucket's limit) or denied (by the Envoy, enforcing its assignment).",
-		}, []string{"verdict"}),
 	}
-	for _, st := range []string{"token_bucket", "allow_all", "deny_all", "expire"} {
-		m.assignments.WithLabelValues(st)
-	}
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "unkey_rlqs_reported_requests_total",
+		Help: "Requests Envoys reported on their quota streams, by verdict: allowed (counted as hits of the bucket's limit) or denied (by the Envoy, enforcing its assignment).",
+	}, []string{"verdict"})
+	m.tokenBucket, m.allowAll = m.assignments.WithLabelValues("token_bucket"), m.assignments.WithLabelValues("allow_all")
+	m.denyAll, m.expire = m.assignments.WithLabelValues("deny_all"), m.assignments.WithLabelValues("expire")
+	m.allowed, m.denied = requests.WithLabelValues("allowed"), requests.WithLabelValues("denied")
 	for _, r := range refusalReasons {
 		m.refusals.WithLabelValues(r)
 	}
@@ -68,7 +72,7 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 		}
 		return float64(n)
 	})
-	for _, c := range []prometheus.Collector{m.assignments, m.abandoned, m.refusals, m.requests, streams, buckets} {
+	for _, c := range []prometheus.Collector{m.assignments, m.abandoned, m.refusals, requests, streams, buckets} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register quota service metrics: %w", err)
 		}
@@ -86,13 +90,13 @@ func (m *metrics) sent(resp *rlqsv3.RateLimitQuotaResponse) {
 		q := a.GetQuotaAssignmentAction()
 		switch {
 		case q.GetAssignmentTimeToLive().AsDuration() == 0:
-			m.assignments.WithLabelValues("expire").Inc()
+			m.expire.Inc()
 		case q.GetRateLimitStrategy().GetTokenBucket() != nil:
-			m.assignments.WithLabelValues("token_bucket").Inc()
+			m.tokenBucket.Inc()
 		case q.GetRateLimitStrategy().GetBlanketRule() == typev3.RateLimitStrategy_DENY_ALL:
-			m.assignments.WithLabelValues("deny_all").Inc()
+			m.denyAll.Inc()
 		default:
-			m.assignments.WithLabelValues("allow_all").Inc()
+			m.allowAll.Inc()
 		}
 	}
 }
@@ -116,6 +120,6 @@ func (m *metrics) refusedFor(reason string) { m.refusals.WithLabelValues(reason)
 
 // reported counts a bucket's reported requests.
 func (m *metrics) reported(allowed, denied uint64) {
-	m.requests.WithLabelValues("allowed").Add(float64(allowed))
-	m.requests.WithLabelValues("denied").Add(float64(denied))
+	m.allowed.Add(float64(allowed))
+	m.denied.Add(float64(denied))
 }

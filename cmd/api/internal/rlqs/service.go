@@ -12,10 +12,10 @@
 // name. What each Envoy is assigned (see assign.go): a token bucket of its
 // share of what remains of the limit until it resets, its share its
 // demand over the demand of every Envoy of the fleet on the bucket
-// (counted in shared tallies, see fleet.go); DENY_ALL until the reset once
-// nothing remains, pushed at once to the other Envoys of the bucket this
-// process serves; the configured default (ALLOW_ALL) for a bucket no rule
-// limits.
+// (counted in shared tallies, see fleet.go); DENY_ALL once nothing
+// remains (a fixed window's until its reset), pushed at once to the other
+// Envoys of the bucket this process serves; the configured default
+// (ALLOW_ALL) for a bucket no rule limits.
 //
 // Each stream is served by one goroutine that both answers its reports
 // and writes what other streams push to it (a bounded set of pending
@@ -410,16 +410,17 @@ func (s *Service) report(ctx context.Context, st *stream, rep *rlqsv3.RateLimitQ
 	resp := &rlqsv3.RateLimitQuotaResponse{}
 	for i, u := range rep.GetBucketQuotaUsages() {
 		id := u.GetBucketId().GetBucket()
-		if err := checkUsage(i, u); err != nil {
+		keys := slices.Sorted(maps.Keys(id))
+		if err := checkUsage(i, u, keys); err != nil {
 			return nil, err
 		}
-		k := keyOf(id)
+		k := keyOf(id, keys)
 		b, ok := st.buckets[k]
 		if !ok {
 			if err := s.admit(st, fmt.Sprintf("bucket_quota_usages[%d]", i)); err != nil {
 				return nil, err
 			}
-			b = newBucket(st.workspace, st.domain, k, id, now)
+			b = newBucket(st.workspace, st.domain, k, id, keys, now)
 			st.buckets[k] = b
 			s.subs.join(b.key, st, now)
 		}
@@ -436,30 +437,35 @@ func (s *Service) report(ctx context.Context, st *stream, rep *rlqsv3.RateLimitQ
 	return resp, nil
 }
 
-// checkUsage refuses a report's i-th usage unless its counts are at most
-// ratelimit.MaxCost and its bucket id can be a descriptor of the rate
-// limit service: 1 to envoyrls.MaxEntries entries, each key set, keys and
-// values of at most envoyrls.MaxEntryBytes, and no release entry (a quota
-// filter holds no lease to release).
-func checkUsage(i int, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage) error {
-	for name, n := range map[string]uint64{"num_requests_allowed": u.GetNumRequestsAllowed(), "num_requests_denied": u.GetNumRequestsDenied()} {
-		if n > ratelimit.MaxCost {
-			return &invalid.Error{Field: fmt.Sprintf("bucket_quota_usages[%d].%s", i, name), Rule: fmt.Sprintf("must be at most %d", int64(ratelimit.MaxCost))}
-		}
+// checkUsage refuses a report's i-th usage, whose bucket id's keys in
+// order are keys, unless its counts are at most ratelimit.MaxCost and its
+// bucket id can be a descriptor of the rate limit service: 1 to
+// envoyrls.MaxEntries entries, each key set, keys and values of at most
+// envoyrls.MaxEntryBytes, and no release entry (a quota filter holds no
+// lease to release). A usage that passes costs no allocation.
+func checkUsage(i int, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, keys []string) error {
+	count := func(name string) error {
+		return &invalid.Error{Field: fmt.Sprintf("bucket_quota_usages[%d].%s", i, name), Rule: fmt.Sprintf("must be at most %d", int64(ratelimit.MaxCost))}
+	}
+	switch {
+	case u.GetNumRequestsAllowed() > ratelimit.MaxCost:
+		return count("num_requests_allowed")
+	case u.GetNumRequestsDenied() > ratelimit.MaxCost:
+		return count("num_requests_denied")
 	}
 	id := u.GetBucketId().GetBucket()
-	field := fmt.Sprintf("bucket_quota_usages[%d].bucket_id.bucket", i)
+	field := func() string { return fmt.Sprintf("bucket_quota_usages[%d].bucket_id.bucket", i) }
 	if len(id) == 0 || len(id) > envoyrls.MaxEntries {
-		return &invalid.Error{Field: field, Rule: fmt.Sprintf("must hold 1 to %d entries", envoyrls.MaxEntries)}
+		return &invalid.Error{Field: field(), Rule: fmt.Sprintf("must hold 1 to %d entries", envoyrls.MaxEntries)}
 	}
-	for _, k := range slices.Sorted(maps.Keys(id)) {
+	for _, k := range keys {
 		switch {
 		case k == "":
-			return &invalid.Error{Field: field, Rule: "must not hold an empty key"}
+			return &invalid.Error{Field: field(), Rule: "must not hold an empty key"}
 		case k == envoyrls.ReleaseKey:
-			return &invalid.Error{Field: fmt.Sprintf("%s[%q]", field, k), Rule: "must not be a release entry: a quota bucket holds no lease"}
+			return &invalid.Error{Field: fmt.Sprintf("%s[%q]", field(), k), Rule: "must not be a release entry: a quota bucket holds no lease"}
 		case len(k) > envoyrls.MaxEntryBytes || len(id[k]) > envoyrls.MaxEntryBytes:
-			return &invalid.Error{Field: fmt.Sprintf("%s[%.32q]", field, k), Rule: fmt.Sprintf("key and value must be at most %d bytes each", envoyrls.MaxEntryBytes)}
+			return &invalid.Error{Field: fmt.Sprintf("%s[%.32q]", field(), k), Rule: fmt.Sprintf("key and value must be at most %d bytes each", envoyrls.MaxEntryBytes)}
 		}
 	}
 	return nil
@@ -487,7 +493,7 @@ func (s *Service) usage(ctx context.Context, st *stream, b *bucket, u *rlqsv3.Ra
 		return nil, nil
 	}
 	if denied > 0 && q.Limited {
-		s.fleet.RecordDenied(ctx, namespaceOf(st.domain), b.identifier(), denied)
+		s.fleet.RecordDenied(ctx, namespaceOf(st.domain), b.identifier, denied)
 	}
 	share := 1.0
 	if paced(q) {
@@ -497,14 +503,10 @@ func (s *Service) usage(ctx context.Context, st *stream, b *bucket, u *rlqsv3.Ra
 	return s.assign(st, b, q, share, now), nil
 }
 
-// descriptor returns b's entries in key order as a descriptor of allowed
-// hits.
+// descriptor returns b's entries as a descriptor of allowed hits (the
+// rate limit service reads the entries, never changes them).
 func (b *bucket) descriptor(allowed uint64) *rlcommonv3.RateLimitDescriptor {
-	d := &rlcommonv3.RateLimitDescriptor{HitsAddend: wrapperspb.UInt64(allowed)}
-	for _, k := range slices.Sorted(maps.Keys(b.id)) {
-		d.Entries = append(d.Entries, &rlcommonv3.RateLimitDescriptor_Entry{Key: k, Value: b.id[k]})
-	}
-	return d
+	return &rlcommonv3.RateLimitDescriptor{Entries: b.entries, HitsAddend: wrapperspb.UInt64(allowed)}
 }
 
 // pushed returns what others handed st since it last looked: a denial of
