@@ -78,6 +78,7 @@ type RatelimitOverride struct {
 	LimitValue  uint64
 	DurationMs  uint64
 	Burst       uint64
+	Shadow      bool
 	UpdatedAt   uint64
 	DeletedAt   uint64
 	Revision    uint64

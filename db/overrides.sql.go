@@ -10,7 +10,7 @@ import (
 )
 
 const overrideChanges = `-- name: OverrideChanges :many
-SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, updated_at, deleted_at, revision
+SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, shadow, updated_at, deleted_at, revision
 FROM ratelimit_overrides FORCE INDEX (overrides_revision_idx)
 WHERE revision >= ?
 `
@@ -23,6 +23,7 @@ type OverrideChangesRow struct {
 	LimitValue  uint64
 	DurationMs  uint64
 	Burst       uint64
+	Shadow      bool
 	UpdatedAt   uint64
 	DeletedAt   uint64
 	Revision    uint64
@@ -47,6 +48,7 @@ func (q *Queries) OverrideChanges(ctx context.Context, revision uint64) ([]Overr
 			&i.LimitValue,
 			&i.DurationMs,
 			&i.Burst,
+			&i.Shadow,
 			&i.UpdatedAt,
 			&i.DeletedAt,
 			&i.Revision,
@@ -89,7 +91,7 @@ func (q *Queries) OverrideDelete(ctx context.Context, arg OverrideDeleteParams) 
 }
 
 const overrideGet = `-- name: OverrideGet :one
-SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, updated_at, deleted_at, revision
+SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, shadow, updated_at, deleted_at, revision
 FROM ratelimit_overrides
 WHERE workspace_id = ? AND namespace = ? AND identifier = ? AND deleted_at = 0
 `
@@ -108,6 +110,7 @@ type OverrideGetRow struct {
 	LimitValue  uint64
 	DurationMs  uint64
 	Burst       uint64
+	Shadow      bool
 	UpdatedAt   uint64
 	DeletedAt   uint64
 	Revision    uint64
@@ -125,6 +128,7 @@ func (q *Queries) OverrideGet(ctx context.Context, arg OverrideGetParams) (Overr
 		&i.LimitValue,
 		&i.DurationMs,
 		&i.Burst,
+		&i.Shadow,
 		&i.UpdatedAt,
 		&i.DeletedAt,
 		&i.Revision,
@@ -133,7 +137,7 @@ func (q *Queries) OverrideGet(ctx context.Context, arg OverrideGetParams) (Overr
 }
 
 const overrideList = `-- name: OverrideList :many
-SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, updated_at, deleted_at, revision
+SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, shadow, updated_at, deleted_at, revision
 FROM ratelimit_overrides
 WHERE workspace_id = ? AND namespace = ?
     AND identifier > ? AND deleted_at = 0
@@ -156,6 +160,7 @@ type OverrideListRow struct {
 	LimitValue  uint64
 	DurationMs  uint64
 	Burst       uint64
+	Shadow      bool
 	UpdatedAt   uint64
 	DeletedAt   uint64
 	Revision    uint64
@@ -186,6 +191,7 @@ func (q *Queries) OverrideList(ctx context.Context, arg OverrideListParams) ([]O
 			&i.LimitValue,
 			&i.DurationMs,
 			&i.Burst,
+			&i.Shadow,
 			&i.UpdatedAt,
 			&i.DeletedAt,
 			&i.Revision,
@@ -204,7 +210,7 @@ func (q *Queries) OverrideList(ctx context.Context, arg OverrideListParams) ([]O
 }
 
 const overrideLoadPage = `-- name: OverrideLoadPage :many
-SELECT pk, id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, updated_at, deleted_at, revision
+SELECT pk, id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, shadow, updated_at, deleted_at, revision
 FROM ratelimit_overrides
 WHERE pk > ? AND deleted_at = 0
 ORDER BY pk
@@ -237,6 +243,7 @@ func (q *Queries) OverrideLoadPage(ctx context.Context, arg OverrideLoadPagePara
 			&i.LimitValue,
 			&i.DurationMs,
 			&i.Burst,
+			&i.Shadow,
 			&i.UpdatedAt,
 			&i.DeletedAt,
 			&i.Revision,
@@ -322,7 +329,7 @@ func (q *Queries) OverrideRevisionNow(ctx context.Context) (int64, error) {
 }
 
 const overrideRow = `-- name: OverrideRow :one
-SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, updated_at, deleted_at, revision
+SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, shadow, updated_at, deleted_at, revision
 FROM ratelimit_overrides
 WHERE workspace_id = ? AND namespace = ? AND identifier = ?
 `
@@ -341,6 +348,7 @@ type OverrideRowRow struct {
 	LimitValue  uint64
 	DurationMs  uint64
 	Burst       uint64
+	Shadow      bool
 	UpdatedAt   uint64
 	DeletedAt   uint64
 	Revision    uint64
@@ -359,6 +367,7 @@ func (q *Queries) OverrideRow(ctx context.Context, arg OverrideRowParams) (Overr
 		&i.LimitValue,
 		&i.DurationMs,
 		&i.Burst,
+		&i.Shadow,
 		&i.UpdatedAt,
 		&i.DeletedAt,
 		&i.Revision,
@@ -369,9 +378,9 @@ func (q *Queries) OverrideRow(ctx context.Context, arg OverrideRowParams) (Overr
 const overrideUpsert = `-- name: OverrideUpsert :exec
 
 INSERT INTO ratelimit_overrides (
-    id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, updated_at, deleted_at, revision
+    id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, shadow, updated_at, deleted_at, revision
 ) VALUES (
-    ?, ?, ?, ?, ?, ?, ?,
+    ?, ?, ?, ?, ?, ?, ?, ?,
     FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000),
     0,
     UNIX_TIMESTAMP(NOW(6)) * 1000000
@@ -381,6 +390,7 @@ ON DUPLICATE KEY UPDATE
     limit_value = VALUES(limit_value),
     duration_ms = VALUES(duration_ms),
     burst = VALUES(burst),
+    shadow = VALUES(shadow),
     updated_at = VALUES(updated_at),
     deleted_at = 0,
     revision = GREATEST(revision + 1, VALUES(revision))
@@ -394,6 +404,7 @@ type OverrideUpsertParams struct {
 	LimitValue  uint64
 	DurationMs  uint64
 	Burst       uint64
+	Shadow      bool
 }
 
 // The database's clock, never a writer's, stamps every change: in unix µs
@@ -415,6 +426,7 @@ func (q *Queries) OverrideUpsert(ctx context.Context, arg OverrideUpsertParams) 
 		arg.LimitValue,
 		arg.DurationMs,
 		arg.Burst,
+		arg.Shadow,
 	)
 	return err
 }

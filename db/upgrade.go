@@ -111,6 +111,11 @@ func upgrade(ctx context.Context, db execer) error {
 			return err
 		}
 	}
+	// An override can decide as shadow calls: false in the rows of an
+	// earlier version, which could not.
+	if err := addColumn(ctx, db, "ratelimit_overrides", "shadow", "boolean NOT NULL DEFAULT FALSE"); err != nil {
+		return err
+	}
 	collation, err := noPadCollation(ctx, db)
 	if err != nil {
 		return err

@@ -11,9 +11,9 @@
 -- before deleted_at is cleared.) The revision grows by at least one whatever
 -- the clock does, so that the row's later state always has the larger one.
 INSERT INTO ratelimit_overrides (
-    id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, updated_at, deleted_at, revision
+    id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, shadow, updated_at, deleted_at, revision
 ) VALUES (
-    ?, ?, ?, ?, ?, ?, ?,
+    ?, ?, ?, ?, ?, ?, ?, ?,
     FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000),
     0,
     UNIX_TIMESTAMP(NOW(6)) * 1000000
@@ -23,20 +23,21 @@ ON DUPLICATE KEY UPDATE
     limit_value = VALUES(limit_value),
     duration_ms = VALUES(duration_ms),
     burst = VALUES(burst),
+    shadow = VALUES(shadow),
     updated_at = VALUES(updated_at),
     deleted_at = 0,
     revision = GREATEST(revision + 1, VALUES(revision));
 
 -- name: OverrideGet :one
 -- OverrideGet returns the live override of an identifier (or pattern).
-SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, updated_at, deleted_at, revision
+SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, shadow, updated_at, deleted_at, revision
 FROM ratelimit_overrides
 WHERE workspace_id = ? AND namespace = ? AND identifier = ? AND deleted_at = 0;
 
 -- name: OverrideRow :one
 -- OverrideRow returns the row of an identifier (or pattern), live or
 -- deleted: what a write reads back to apply the state it left.
-SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, updated_at, deleted_at, revision
+SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, shadow, updated_at, deleted_at, revision
 FROM ratelimit_overrides
 WHERE workspace_id = ? AND namespace = ? AND identifier = ?;
 
@@ -44,7 +45,7 @@ WHERE workspace_id = ? AND namespace = ? AND identifier = ?;
 -- OverrideList returns up to limit live overrides of a namespace whose
 -- identifier sorts after the given one ('' for the first page), in
 -- identifier order: the cursor of a page is its last identifier.
-SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, updated_at, deleted_at, revision
+SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, shadow, updated_at, deleted_at, revision
 FROM ratelimit_overrides
 WHERE workspace_id = sqlc.arg(workspace_id) AND namespace = sqlc.arg(namespace)
     AND identifier > sqlc.arg(after) AND deleted_at = 0
@@ -69,7 +70,7 @@ SELECT CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED) AS now_us;
 -- name: OverrideChanges :many
 -- OverrideChanges returns every override, deleted ones included, whose
 -- revision is at least since: what a process's poll applies to its copy.
-SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, updated_at, deleted_at, revision
+SELECT id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, shadow, updated_at, deleted_at, revision
 FROM ratelimit_overrides FORCE INDEX (overrides_revision_idx)
 WHERE revision >= ?;
 
@@ -77,7 +78,7 @@ WHERE revision >= ?;
 -- OverrideLoadPage returns up to limit live overrides after the row pk, in
 -- pk order: a process's start-up load reads them all in pages, each one
 -- index range of the primary key however large the table.
-SELECT pk, id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, updated_at, deleted_at, revision
+SELECT pk, id, workspace_id, namespace, identifier, limit_value, duration_ms, burst, shadow, updated_at, deleted_at, revision
 FROM ratelimit_overrides
 WHERE pk > sqlc.arg(after) AND deleted_at = 0
 ORDER BY pk

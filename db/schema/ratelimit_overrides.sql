@@ -5,7 +5,10 @@
 -- so a deletion is a tombstone (deleted_at > 0) that the poll can see, until
 -- the worker's cleanup purges it a day later (overrides_deleted_at_idx); a
 -- deleted override set again is revived with a new id. burst replaces a
--- token bucket's burst (0: the request's own).
+-- token bucket's burst (0: the request's own). shadow decides the requests
+-- it matches as shadow calls (admitted, marked where the limit would have
+-- refused); a shadow override of duration_ms 0 keeps the requests' own
+-- limits, and one of identifier '*' switches its whole namespace.
 --
 -- Every time, updated_at and deleted_at (unix ms) and revision (unix µs) are
 -- the database's clock, never a writer's: processes whose clocks disagree
@@ -22,6 +25,7 @@ CREATE TABLE IF NOT EXISTS `ratelimit_overrides` (
     `limit_value` bigint unsigned NOT NULL,
     `duration_ms` bigint unsigned NOT NULL,
     `burst` bigint unsigned NOT NULL DEFAULT 0,
+    `shadow` boolean NOT NULL DEFAULT FALSE,
     `updated_at` bigint unsigned NOT NULL,
     `deleted_at` bigint unsigned NOT NULL DEFAULT 0,
     `revision` bigint unsigned NOT NULL DEFAULT 0,

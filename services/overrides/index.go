@@ -96,6 +96,17 @@ func (x *index) lookup(workspace, namespace, identifier string) (Override, bool)
 	return Override{}, false
 }
 
+// namespaceSwitch returns the live namespace switch of a namespace.
+func (x *index) namespaceSwitch(workspace, namespace string) (Override, bool) {
+	if x.live.Load() == 0 {
+		return Override{}, false
+	}
+	if e, ok := x.entries.Load(key{workspace, namespace, NamespaceSwitch}); ok && !e.deleted {
+		return e.o, true
+	}
+	return Override{}, false
+}
+
 // get returns the entry of an override held in memory, live or a tombstone.
 func (x *index) get(workspace, namespace, identifier string) (*entry, bool) {
 	return x.entries.Load(key{workspace, namespace, identifier})

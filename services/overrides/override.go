@@ -51,17 +51,40 @@ func (e *PatternCapacityError) Error() string {
 // wildcard is the character that matches any run of characters.
 const wildcard = '*'
 
-// isPattern reports whether identifier holds a wildcard.
-func isPattern(identifier string) bool { return strings.IndexByte(identifier, wildcard) >= 0 }
+// NamespaceSwitch is the identifier of the override that switches a whole
+// namespace to shadow (see [store.NamespaceSwitch]).
+const NamespaceSwitch = store.NamespaceSwitch
+
+// isPattern reports whether identifier holds a wildcard: the namespace
+// switch ("*" alone) is no pattern, but a namespace's setting, looked up
+// beside its identifiers' overrides.
+func isPattern(identifier string) bool {
+	return identifier != NamespaceSwitch && strings.IndexByte(identifier, wildcard) >= 0
+}
 
 // validate reports the first field of o that breaks a rule, as a
 // [*invalid.Error], or nil. The names follow the limiter's rules;
 // the duration is a request's, and the limit a request's or 0, which blocks
 // the identifiers the override matches (every request denied, nothing
-// counted); the burst a token bucket's, or 0.
+// counted); the burst a token bucket's, or 0. A shadow override may leave
+// limit, duration and burst unset (0): it keeps the requests' own limits,
+// and only it may be the namespace switch ("*" alone).
 func validate(o *Override) error {
 	if err := validateKey(o.Namespace, o.Identifier); err != nil {
 		return err
+	}
+	if o.Shadow && o.KeepsLimit() {
+		if o.Limit != 0 || o.Burst != 0 {
+			field := "limit"
+			if o.Limit == 0 {
+				field = "burst"
+			}
+			return &invalid.Error{Field: field, Rule: "must be unset with duration unset: a shadow override without a duration keeps the requests' own limits"}
+		}
+		return nil
+	}
+	if o.Identifier == NamespaceSwitch {
+		return errStarAlone
 	}
 	if err := ratelimit.CheckLimit("limit", o.Limit, true); err != nil {
 		return err
@@ -72,19 +95,25 @@ func validate(o *Override) error {
 	return ratelimit.CheckDuration("duration", o.Duration, ratelimit.MaxDuration)
 }
 
-// validateKey checks the namespace and identifier (a name or a pattern) of
-// an override.
+// errStarAlone refuses "*" alone but as a namespace's switch: any other
+// override of "*" would replace the whole namespace's limit, which is the
+// caller's own limit, not an override.
+var errStarAlone = &invalid.Error{Field: "identifier", Rule: `must hold a character besides * ("*" alone only in a shadow override without a limit, which switches the namespace to shadow)`}
+
+// validateKey checks the namespace and identifier (a name, a pattern, or
+// the namespace switch) of an override.
 func validateKey(namespace, identifier string) error {
 	if err := ratelimit.CheckName("namespace", namespace, ratelimit.MaxNameLength); err != nil {
 		return err
+	}
+	if identifier == NamespaceSwitch {
+		return nil
 	}
 	if err := ratelimit.CheckName("identifier", identifier, ratelimit.MaxNameLength); err != nil {
 		return err
 	}
 	if strings.Trim(identifier, string(wildcard)) == "" {
-		// "*" alone would override the whole namespace: that is the
-		// caller's own limit, not an override.
-		return &invalid.Error{Field: "identifier", Rule: "must hold a character besides *"}
+		return errStarAlone
 	}
 	if strings.Count(identifier, string(wildcard)) > MaxWildcards {
 		return &invalid.Error{Field: "identifier", Rule: fmt.Sprintf("must hold at most %d *", MaxWildcards)}

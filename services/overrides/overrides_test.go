@@ -95,6 +95,13 @@ func TestValidation(t *testing.T) {
 		{Override{Namespace: "ns", Identifier: "**", Limit: 1, Duration: time.Second}, "identifier"},
 		{Override{Namespace: "ns", Identifier: "x", Limit: -1, Duration: time.Second}, "limit"},
 		{Override{Namespace: "ns", Identifier: "x", Limit: 1, Duration: time.Millisecond}, "duration"},
+		{Override{Namespace: "ns", Identifier: "*", Limit: 1, Duration: time.Second}, "identifier"},
+		{Override{Namespace: "ns", Identifier: "*", Limit: 1, Duration: time.Second, Shadow: true}, "identifier"},
+		{Override{Namespace: "ns", Identifier: "x"}, "duration"},
+		{Override{Namespace: "ns", Identifier: "x", Limit: 5, Shadow: true}, "limit"},
+		{Override{Namespace: "ns", Identifier: "*", Burst: 5, Shadow: true}, "burst"},
+		{Override{Namespace: "", Identifier: "*", Shadow: true}, "namespace"},
+		{Override{Namespace: "ns", Identifier: "***", Shadow: true}, "identifier"},
 	} {
 		_, err := s.Set(context.Background(), tc.o)
 		var ve *invalid.Error
@@ -158,6 +165,41 @@ func exercise(t *testing.T, s *Registry) {
 }
 
 func TestInMemory(t *testing.T) { exercise(t, newRegistry(t)) }
+
+// TestNamespaceSwitch: a shadow override of "*" alone is a namespace's
+// switch, found by Switch and by no identifier's Lookup (but the
+// identifier "*" itself); it leaves the other overrides as they are, and
+// goes when deleted.
+func TestNamespaceSwitch(t *testing.T) {
+	ctx := context.Background()
+	s := newRegistry(t)
+	set(t, s, "ns", "alice", 10)
+	if _, ok := s.Switch("ws", "ns"); ok {
+		t.Fatal("a switch before one is set")
+	}
+	sw, err := s.Set(ctx, Override{Workspace: "ws", Namespace: "ns", Identifier: NamespaceSwitch, Shadow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := s.Switch("ws", "ns"); !ok || got.ID != sw.ID || !got.KeepsLimit() {
+		t.Fatalf("Switch = %+v, %v", got, ok)
+	}
+	if _, ok := s.Switch("ws", "other"); ok {
+		t.Fatal("the switch of ns applies to another namespace")
+	}
+	if _, ok := s.Lookup("ws", "ns", "bob"); ok {
+		t.Fatal("the switch is an override of bob: it must be no pattern")
+	}
+	if o, ok := s.Lookup("ws", "ns", "alice"); !ok || o.Limit != 10 || o.Shadow {
+		t.Fatalf("alice's override under the switch: %+v, %v", o, ok)
+	}
+	if err := s.Delete(ctx, "ws", "ns", NamespaceSwitch); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.Switch("ws", "ns"); ok {
+		t.Fatal("a deleted switch still applies")
+	}
+}
 
 // TestMySQLStoreAcrossProcesses runs two services on one real MariaDB:
 // what one sets or deletes reaches the other at its next poll, and a new

@@ -201,6 +201,14 @@ func (s *Registry) Lookup(workspace, namespace, identifier string) (Override, bo
 	return s.idx.lookup(workspace, namespace, identifier)
 }
 
+// Switch returns the namespace switch of a workspace's namespace (the
+// shadow override of identifier [NamespaceSwitch]), if one is set: every
+// request of the namespace is then decided as a shadow call, whatever
+// other override matches it. It reads memory only.
+func (s *Registry) Switch(workspace, namespace string) (Override, bool) {
+	return s.idx.namespaceSwitch(workspace, namespace)
+}
+
 // Set creates or replaces the override of o's identifier (or pattern). It
 // returns a [*invalid.Error] for an override that breaks a
 // rule, a [*CapacityError] for a new one in a workspace at its cap, and a

@@ -1434,7 +1434,8 @@ type Override struct {
 	// Namespace is the namespace it applies in.
 	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	// Identifier is an identifier, or a pattern where * matches any run of
-	// characters: 1 to 255 characters, not * alone.
+	// characters: 1 to 255 characters, not * alone but in a shadow override
+	// without a limit, which switches its whole namespace.
 	Identifier string `protobuf:"bytes,3,opt,name=identifier,proto3" json:"identifier,omitempty"`
 	// Limit replaces the request's limit: 1 to 2^53.
 	Limit int64 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
@@ -1443,7 +1444,11 @@ type Override struct {
 	Duration int64 `protobuf:"varint,5,opt,name=duration,proto3" json:"duration,omitempty"`
 	// Burst replaces a token bucket's burst: 1 to 2^53; 0 keeps the
 	// request's. Other models have none.
-	Burst         int64 `protobuf:"varint,6,opt,name=burst,proto3" json:"burst,omitempty"`
+	Burst int64 `protobuf:"varint,6,opt,name=burst,proto3" json:"burst,omitempty"`
+	// Shadow decides the requests the override matches as shadow calls (see
+	// LimitRequest.shadow). A shadow override with limit, duration and burst
+	// unset keeps the requests' own limits and only switches them to shadow.
+	Shadow        bool `protobuf:"varint,7,opt,name=shadow,proto3" json:"shadow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1520,6 +1525,13 @@ func (x *Override) GetBurst() int64 {
 	return 0
 }
 
+func (x *Override) GetShadow() bool {
+	if x != nil {
+		return x.Shadow
+	}
+	return false
+}
+
 // SetOverrideRequest sets the override of identifier in namespace.
 type SetOverrideRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1532,7 +1544,14 @@ type SetOverrideRequest struct {
 	// Duration replaces the request's duration, in milliseconds.
 	Duration int64 `protobuf:"varint,4,opt,name=duration,proto3" json:"duration,omitempty"`
 	// Burst replaces a token bucket's burst; 0 (unset) keeps the request's.
-	Burst         int64 `protobuf:"varint,5,opt,name=burst,proto3" json:"burst,omitempty"`
+	Burst int64 `protobuf:"varint,5,opt,name=burst,proto3" json:"burst,omitempty"`
+	// Shadow makes the requests the override matches shadow calls: decided
+	// and counted as usual, admitted, and marked shadow_denied where their
+	// limit would have refused them (a reservation is never made one). With
+	// limit, duration and burst unset the override keeps the requests' own
+	// limits, and identifier "*" then switches the whole namespace, whatever
+	// other override matches an identifier: a rollout, undone by deleting it.
+	Shadow        bool `protobuf:"varint,6,opt,name=shadow,proto3" json:"shadow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1600,6 +1619,13 @@ func (x *SetOverrideRequest) GetBurst() int64 {
 		return x.Burst
 	}
 	return 0
+}
+
+func (x *SetOverrideRequest) GetShadow() bool {
+	if x != nil {
+		return x.Shadow
+	}
+	return false
 }
 
 // SetOverrideResponse returns the override as stored: one that existed
@@ -2067,7 +2093,7 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"overrideId\x125\n" +
 	"\talgorithm\x18\t \x01(\x0e2\x17.ratelimit.v1.AlgorithmR\talgorithm\x12#\n" +
 	"\rshadow_denied\x18\n" +
-	" \x01(\bR\fshadowDenied\"\xa0\x01\n" +
+	" \x01(\bR\fshadowDenied\"\xb8\x01\n" +
 	"\bOverride\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1e\n" +
@@ -2076,7 +2102,8 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"identifier\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\x03R\x05limit\x12\x1a\n" +
 	"\bduration\x18\x05 \x01(\x03R\bduration\x12\x14\n" +
-	"\x05burst\x18\x06 \x01(\x03R\x05burst\"\x9a\x01\n" +
+	"\x05burst\x18\x06 \x01(\x03R\x05burst\x12\x16\n" +
+	"\x06shadow\x18\a \x01(\bR\x06shadow\"\xb2\x01\n" +
 	"\x12SetOverrideRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1e\n" +
 	"\n" +
@@ -2084,7 +2111,8 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"identifier\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x1a\n" +
 	"\bduration\x18\x04 \x01(\x03R\bduration\x12\x14\n" +
-	"\x05burst\x18\x05 \x01(\x03R\x05burst\"I\n" +
+	"\x05burst\x18\x05 \x01(\x03R\x05burst\x12\x16\n" +
+	"\x06shadow\x18\x06 \x01(\bR\x06shadow\"I\n" +
 	"\x13SetOverrideResponse\x122\n" +
 	"\boverride\x18\x01 \x01(\v2\x16.ratelimit.v1.OverrideR\boverride\"R\n" +
 	"\x12GetOverrideRequest\x12\x1c\n" +

@@ -29,7 +29,7 @@ func New(sqlDB *sql.DB) *Store { return &Store{q: db.New(sqlDB)} }
 func (m *Store) Set(ctx context.Context, o store.Override) (store.Change, error) {
 	if err := m.q.OverrideUpsert(ctx, db.OverrideUpsertParams{
 		ID: o.ID, WorkspaceID: o.Workspace, Namespace: o.Namespace, Identifier: o.Identifier,
-		LimitValue: uint64(o.Limit), DurationMs: uint64(o.Duration.Milliseconds()), Burst: uint64(o.Burst),
+		LimitValue: uint64(o.Limit), DurationMs: uint64(o.Duration.Milliseconds()), Burst: uint64(o.Burst), Shadow: o.Shadow,
 	}); err != nil {
 		return store.Change{}, fmt.Errorf("upsert override: %w", err)
 	}
@@ -115,7 +115,7 @@ func (m *Store) Page(ctx context.Context, after int64, limit int) ([]store.Chang
 	last := after
 	for i, r := range rows {
 		out[i] = fromRow(db.OverrideChangesRow{ID: r.ID, WorkspaceID: r.WorkspaceID, Namespace: r.Namespace,
-			Identifier: r.Identifier, LimitValue: r.LimitValue, DurationMs: r.DurationMs, Burst: r.Burst, UpdatedAt: r.UpdatedAt,
+			Identifier: r.Identifier, LimitValue: r.LimitValue, DurationMs: r.DurationMs, Burst: r.Burst, Shadow: r.Shadow, UpdatedAt: r.UpdatedAt,
 			DeletedAt: r.DeletedAt, Revision: r.Revision})
 		last = int64(r.Pk)
 	}
@@ -127,7 +127,7 @@ func fromRow(r db.OverrideChangesRow) store.Change {
 		Override: store.Override{
 			ID: r.ID, Workspace: r.WorkspaceID, Namespace: r.Namespace, Identifier: r.Identifier,
 			Limit: int64(r.LimitValue), Duration: time.Duration(r.DurationMs) * time.Millisecond, Burst: int64(r.Burst),
-			UpdatedAt: int64(r.UpdatedAt),
+			Shadow: r.Shadow, UpdatedAt: int64(r.UpdatedAt),
 		},
 		Deleted:  r.DeletedAt > 0,
 		Revision: int64(r.Revision),

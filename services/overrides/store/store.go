@@ -61,10 +61,26 @@ type Override struct {
 	// Burst replaces a token bucket's burst; 0 keeps the request's.
 	// Other models have none.
 	Burst int64
+	// Shadow decides the requests the override matches as shadow calls:
+	// decided and counted as usual, admitted, and marked where their limit
+	// would have refused them. A shadow override of Duration 0 (and Limit
+	// and Burst 0) keeps the requests' own limits: it only switches them to
+	// shadow; with Identifier "*" it switches its whole namespace, whatever
+	// other override matches an identifier.
+	Shadow bool
 	// UpdatedAt is when the override last changed, in unix ms, by the
 	// store's clock.
 	UpdatedAt int64
 }
+
+// KeepsLimit reports whether o leaves the requests' own limits as they are
+// (a shadow override without a limit of its own: Duration 0).
+func (o *Override) KeepsLimit() bool { return o.Duration == 0 }
+
+// NamespaceSwitch is the identifier of the override that switches a whole
+// namespace (a shadow override that keeps the requests' limits; no other
+// override may have "*" alone).
+const NamespaceSwitch = "*"
 
 // Scope is a workspace's namespace: what overrides are filed under, and
 // what a pattern is matched within.
@@ -93,5 +109,12 @@ var ErrNotFound = errors.New("override not found")
 
 // String describes o for logs.
 func (o Override) String() string {
-	return fmt.Sprintf("%s %s/%s/%s: %d per %s", o.ID, o.Workspace, o.Namespace, o.Identifier, o.Limit, o.Duration)
+	mode := ""
+	if o.Shadow {
+		mode = " (shadow)"
+	}
+	if o.KeepsLimit() {
+		return fmt.Sprintf("%s %s/%s/%s: the requests' own limits%s", o.ID, o.Workspace, o.Namespace, o.Identifier, mode)
+	}
+	return fmt.Sprintf("%s %s/%s/%s: %d per %s%s", o.ID, o.Workspace, o.Namespace, o.Identifier, o.Limit, o.Duration, mode)
 }

@@ -54,6 +54,22 @@ func TestOverrides(t *testing.T, newStore func(t *testing.T) store.Overrides) {
 			t.Fatalf("set again without a burst: %+v, %v; want burst 0", got, err)
 		}
 	})
+	t.Run("AShadowSwitchIsKept", func(t *testing.T) {
+		s, ws := newStore(t), workspace()
+		set(t, s, store.Override{ID: "ovr_1_" + ws, Workspace: ws, Namespace: "ns", Identifier: store.NamespaceSwitch, Shadow: true})
+		got, err := s.Get(ctx, ws, "ns", store.NamespaceSwitch)
+		if err != nil || !got.Shadow || !got.KeepsLimit() || got.Limit != 0 {
+			t.Fatalf("get: %+v, %v; want a shadow switch that keeps the limits", got, err)
+		}
+		o := override(ws, "ns", "alice", "ovr_2", 10)
+		o.Shadow = true
+		set(t, s, o)
+		o.Shadow = false
+		set(t, s, o)
+		if got, err := s.Get(ctx, ws, "ns", "alice"); err != nil || got.Shadow || got.Limit != 10 {
+			t.Fatalf("set again enforced: %+v, %v; want shadow off", got, err)
+		}
+	})
 	t.Run("ADeletionIsAChange", func(t *testing.T) {
 		s, ws := newStore(t), workspace()
 		live := set(t, s, override(ws, "ns", "alice", "ovr_1", 10))

@@ -27,7 +27,7 @@ var requiredFields = map[protoreflect.FullName][]string{
 	"ratelimit.v1.AcquireRequest":        {"namespace", "identifier", "limit", "lease"},
 	"ratelimit.v1.ReleaseRequest":        {"leaseId"},
 	"ratelimit.v1.ExtendRequest":         {"leaseId"},
-	"ratelimit.v1.SetOverrideRequest":    {"namespace", "identifier", "limit", "duration"},
+	"ratelimit.v1.SetOverrideRequest":    {"namespace", "identifier", "limit|shadow", "duration|shadow"}, // a shadow override may keep the requests' limits
 	"ratelimit.v1.GetOverrideRequest":    {"namespace", "identifier"},
 	"ratelimit.v1.DeleteOverrideRequest": {"namespace", "identifier"},
 	"ratelimit.v1.ListOverridesRequest":  {"namespace"},

@@ -18,7 +18,7 @@ func (h *Handler) SetOverride(ctx context.Context, req *connect.Request[ratelimi
 	resp := connect.NewResponse(&ratelimitv1.SetOverrideResponse{})
 	ctx = withRequestID(ctx, resp, transport.NewRequestID())
 	o, err := h.pipeline.SetOverride(ctx, overrides.Override{Namespace: m.Namespace,
-		Identifier: m.Identifier, Limit: m.Limit, Duration: pipeline.Milliseconds(m.Duration), Burst: m.Burst})
+		Identifier: m.Identifier, Limit: m.Limit, Duration: pipeline.Milliseconds(m.Duration), Burst: m.Burst, Shadow: m.Shadow})
 	if err != nil {
 		return nil, h.fail(ctx, ratelimitv1connect.RatelimitServiceSetOverrideProcedure, err)
 	}
@@ -60,5 +60,5 @@ func (h *Handler) DeleteOverride(ctx context.Context, req *connect.Request[ratel
 
 func toOverride(o overrides.Override) *ratelimitv1.Override {
 	return &ratelimitv1.Override{Id: o.ID, Namespace: o.Namespace, Identifier: o.Identifier,
-		Limit: o.Limit, Duration: o.Duration.Milliseconds(), Burst: o.Burst}
+		Limit: o.Limit, Duration: o.Duration.Milliseconds(), Burst: o.Burst, Shadow: o.Shadow}
 }

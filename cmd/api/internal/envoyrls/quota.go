@@ -25,8 +25,8 @@ type QuotaDecision struct {
 	// quota filter has no way to give back.
 	Concurrent bool
 	// Over is set when the descriptor is over its limit; never in shadow
-	// mode (Shadow: the service's, or the rule's shadow_mode), which
-	// answers OK to everything it counts.
+	// mode (Shadow: the service's, the rule's shadow_mode, or a shadow
+	// override's), which answers OK to everything it counts.
 	Over, Shadow bool
 	// Remaining is what is left of the limit after the decision, and
 	// UntilReset how long until it resets (a token bucket: until it is
@@ -50,14 +50,14 @@ type decided struct {
 	algorithm ratelimit.Algorithm
 	quota     int64
 	window    time.Duration
-	shadow    bool // the rule's shadow_mode
+	shadow    bool // the rule's shadow_mode, or an override's shadow
 }
 
 // record records d, the decision of p, into the decided of ctx, if it
 // carries one.
 func record(ctx context.Context, d *limitDecision, p *plan) {
 	if out, ok := ctx.Value(decidedKey{}).(*decided); ok {
-		*out = decided{algorithm: d.Algorithm, quota: d.Quota, window: d.QuotaWindow, shadow: p.shadow}
+		*out = decided{algorithm: d.Algorithm, quota: d.Quota, window: d.QuotaWindow, shadow: p.shadow || d.Shadow}
 	}
 }
 

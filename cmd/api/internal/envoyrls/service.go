@@ -592,7 +592,7 @@ func (s *Service) decide(ctx context.Context, ns pipeline.Namespace, domain stri
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		st.LimitRemaining = 0
 		s.metrics.over(domain, p)
-	case !d.Success && p.shadow:
+	case !d.Success && p.shadow, d.ShadowDenied: // a rule's shadow_mode, or a shadow override's
 		s.metrics.over(domain, p)
 		s.metrics.shadowHits(domain, p)
 	case !d.Success:

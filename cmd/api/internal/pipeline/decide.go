@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -59,9 +60,10 @@ type Decision struct {
 	// Reservation is the token that settles an admitted reservation (see
 	// Settle), "" for any other call.
 	Reservation string
-	// ShadowDenied is set for a shadow call its limit would have refused
+	// Shadow is set for a shadow call, asked so by its caller or made one
+	// by an override; ShadowDenied for one its limit would have refused
 	// (Success is then true).
-	ShadowDenied bool
+	Shadow, ShadowDenied bool
 }
 
 // validate checks c by the limiter's rules and the adapter's, and returns
@@ -84,19 +86,39 @@ func (c *Call) validate(workspace string) (ratelimit.Request, error) {
 // the caller sent it), and returns its id: the one place an override
 // applies, to every model. A calendar's periods stay, and a concurrency
 // limit's lease (the slot's, in Duration): their limit alone is replaced.
-func (p *Pipeline) override(r *ratelimit.Request, identifier string) string {
-	o, ok := p.overrides.Lookup(r.Workspace, r.Namespace, identifier)
-	if !ok {
-		return ""
+// It also reports whether an override makes the call a shadow one: a
+// shadow override that matches it, or its namespace's switch (whose id it
+// returns when no other override matched). A shadow override without a
+// limit of its own leaves r's.
+func (p *Pipeline) override(r *ratelimit.Request, identifier string) (id string, shadow bool) {
+	if o, ok := p.overrides.Lookup(r.Workspace, r.Namespace, identifier); ok {
+		id, shadow = o.ID, o.Shadow
+		if !o.KeepsLimit() {
+			r.Limit = o.Limit
+			if r.Calendar.IsZero() && r.Algorithm != ratelimit.Concurrency {
+				r.Duration = o.Duration
+			}
+			if o.Burst > 0 && r.Algorithm == ratelimit.TokenBucket {
+				r.Burst = o.Burst
+			}
+		}
 	}
-	r.Limit = o.Limit
-	if r.Calendar.IsZero() && r.Algorithm != ratelimit.Concurrency {
-		r.Duration = o.Duration
+	if sw, ok := p.overrides.Switch(r.Workspace, r.Namespace); ok {
+		shadow = true
+		if id == "" {
+			id = sw.ID
+		}
 	}
-	if o.Burst > 0 && r.Algorithm == ratelimit.TokenBucket {
-		r.Burst = o.Burst
+	return id, shadow
+}
+
+// shadowedBy makes c a shadow call where an override says so (see
+// override), but for a reservation: its token must settle what it holds,
+// so an override never turns it into a shadow call.
+func shadowedBy(c *Call, byOverride bool) {
+	if byOverride && !c.Request.Reserve {
+		c.Shadow = true
 	}
-	return o.ID
 }
 
 // Limit validates c once (before an override replaces its limit and
@@ -150,12 +172,14 @@ func (n Namespace) Multi(ctx context.Context, calls []Call) (MultiDecision, erro
 	return n.p.Multi(ctx, calls)
 }
 
-// Overridden reports whether an override of the call's workspace applies
-// to identifier (as the caller sent it) in the namespace: it then replaces
-// every limit an adapter would decide for it with its one.
+// Overridden reports whether an override of the call's workspace with a
+// limit of its own applies to identifier (as the caller sent it) in the
+// namespace: it then replaces every limit an adapter would decide for it
+// with its one. (A shadow override that keeps the requests' limits
+// replaces none.)
 func (n Namespace) Overridden(ctx context.Context, identifier string) bool {
-	_, ok := n.p.overrides.Lookup(call.Workspace(ctx), n.name, identifier)
-	return ok
+	o, ok := n.p.overrides.Lookup(call.Workspace(ctx), n.name, identifier)
+	return ok && !o.KeepsLimit()
 }
 
 // limit is Limit, authorizing c unless authorized says its namespace was.
@@ -170,7 +194,7 @@ func (p *Pipeline) limit(ctx context.Context, c Call, authorized bool) (Decision
 		}
 	}
 	annotate(ctx, c.Request.Namespace, 1)
-	d, err := p.decide(ctx, &r, c.Request.Identifier)
+	d, err := p.decide(ctx, &r, &c)
 	if err != nil {
 		return d, err
 	}
@@ -212,9 +236,13 @@ func setDecided(ctx context.Context, passed bool) {
 	}
 }
 
-// decide applies the override of a validated request and decides it.
-func (p *Pipeline) decide(ctx context.Context, r *ratelimit.Request, identifier string) (Decision, error) {
-	d := Decision{OverrideID: p.override(r, identifier)}
+// decide applies the override of c's validated request r and decides it;
+// an override that makes c a shadow call marks c so.
+func (p *Pipeline) decide(ctx context.Context, r *ratelimit.Request, c *Call) (Decision, error) {
+	var d Decision
+	var shadow bool
+	d.OverrideID, shadow = p.override(r, c.Request.Identifier)
+	shadowedBy(c, shadow)
 	// A limit of 0 (an override that blocks) is the limiter's to answer;
 	// with an error the response still holds the limit and the reset.
 	resp, err := p.limiter.Decide(ctx, *r)
@@ -279,11 +307,12 @@ func (p *Pipeline) Batch(ctx context.Context, calls []Call) ([]Decision, error) 
 			// The client is gone or out of time: the rest would be wasted.
 			return nil, fmt.Errorf("stopped after %d of %d limits: %w", i, len(reqs), err)
 		}
-		d, err := p.decide(ctx, &reqs[i], calls[i].Request.Identifier)
+		c := calls[i]
+		d, err := p.decide(ctx, &reqs[i], &c)
 		if err != nil {
 			d.Success, d.Remaining, d.RetryAfter = false, 0, 0
 		}
-		shade(&calls[i], &d)
+		shade(&c, &d)
 		p.metrics.decision("Limit", outcomeOf(&d))
 		p.record(&reqs[i], outcomeOf(&d))
 		setDecided(ctx, d.Success) // a batch with any entry denied is denied
@@ -321,8 +350,16 @@ func (p *Pipeline) Multi(ctx context.Context, calls []Call) (MultiDecision, erro
 	}
 	annotate(ctx, calls[0].Request.Namespace, len(calls))
 	out := MultiDecision{Results: make([]Decision, len(reqs))}
+	copied := false
 	for i := range reqs {
-		out.Results[i].OverrideID = p.override(&reqs[i], calls[i].Request.Identifier)
+		var shadow bool
+		out.Results[i].OverrideID, shadow = p.override(&reqs[i], calls[i].Request.Identifier)
+		if shadow && !calls[i].Shadow && !calls[i].Request.Reserve {
+			if !copied { // the caller's calls stay as it made them
+				calls, copied = slices.Clone(calls), true
+			}
+			calls[i].Shadow = true
+		}
 	}
 	leave, err := p.enterBatch(ctx, workspace, len(reqs))
 	if err != nil {

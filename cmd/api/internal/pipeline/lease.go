@@ -143,7 +143,7 @@ func (p *Pipeline) acquire(ctx context.Context, a ratelimit.Acquisition, authori
 	var out Lease
 	r := ratelimit.Request{Workspace: a.Workspace, Namespace: a.Namespace, Identifier: a.Identifier,
 		Limit: a.Limit, Duration: a.Lease, Algorithm: ratelimit.Concurrency}
-	out.OverrideID = p.override(&r, sent)
+	out.OverrideID, _ = p.override(&r, sent) // a lease is never a shadow call
 	a.Limit = r.Limit
 	resp, err := p.limiter.Acquire(ctx, a)
 	if err != nil {

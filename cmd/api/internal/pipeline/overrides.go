@@ -42,14 +42,14 @@ func (p *Pipeline) SetOverride(ctx context.Context, o overrides.Override) (overr
 	return p.setOverride(ctx, o, false)
 }
 
-// SetOverrideKeepingBurst is SetOverride for an API that has no burst
-// (Unkey's v2): the override keeps the burst it has, where SetOverride
-// sets o's.
-func (p *Pipeline) SetOverrideKeepingBurst(ctx context.Context, o overrides.Override) (overrides.Override, error) {
+// SetLimitOverride is SetOverride for an API that says only an override's
+// limit and duration (Unkey's v2): the override keeps the burst and the
+// shadow mode it has, where SetOverride sets o's.
+func (p *Pipeline) SetLimitOverride(ctx context.Context, o overrides.Override) (overrides.Override, error) {
 	return p.setOverride(ctx, o, true)
 }
 
-func (p *Pipeline) setOverride(ctx context.Context, o overrides.Override, keepBurst bool) (overrides.Override, error) {
+func (p *Pipeline) setOverride(ctx context.Context, o overrides.Override, limitOnly bool) (overrides.Override, error) {
 	if err := authorizeNamespace(ctx, access.SetOverride, o.Namespace); err != nil {
 		return overrides.Override{}, err
 	}
@@ -58,10 +58,10 @@ func (p *Pipeline) setOverride(ctx context.Context, o overrides.Override, keepBu
 	if err != nil {
 		return overrides.Override{}, err
 	}
-	if keepBurst && before != nil {
-		o.Burst = before.Burst
+	if limitOnly && before != nil {
+		o.Burst, o.Shadow = before.Burst, before.Shadow
 	}
-	if before != nil && before.Limit == o.Limit && before.Duration == o.Duration && before.Burst == o.Burst {
+	if before != nil && before.Limit == o.Limit && before.Duration == o.Duration && before.Burst == o.Burst && before.Shadow == o.Shadow {
 		// Setting what is set changes nothing: nothing is written, and the
 		// audit log keeps changes, not requests.
 		return *before, nil
@@ -124,6 +124,9 @@ func overrideValue(o *overrides.Override) string {
 	v := map[string]any{"id": o.ID, "limit": o.Limit, "duration": o.Duration.Milliseconds()}
 	if o.Burst > 0 {
 		v["burst"] = o.Burst
+	}
+	if o.Shadow {
+		v["shadow"] = true
 	}
 	return audit.JSON(v)
 }

@@ -29,7 +29,8 @@ func (n Namespace) Refund(ctx context.Context, c Call) (Decision, int64, error) 
 	} else {
 		r.Identifier = CounterIdentifier(r.Identifier)
 	}
-	d := Decision{OverrideID: n.p.override(&r, c.Request.Identifier)}
+	id, _ := n.p.override(&r, c.Request.Identifier) // a refund is no decision to shadow
+	d := Decision{OverrideID: id}
 	ret, err := n.p.limiter.Refund(ctx, r)
 	if err != nil {
 		return Decision{}, 0, err

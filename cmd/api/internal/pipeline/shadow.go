@@ -51,6 +51,7 @@ func checkShadow(c *Call) error {
 // shade turns the decision d of c, made as any other, into a shadow
 // call's: admitted, and marked where the limit refused it.
 func shade(c *Call, d *Decision) {
+	d.Shadow = c.Shadow
 	if c.Shadow && !d.Success {
 		d.Success, d.ShadowDenied, d.RetryAfter = true, true, 0
 	}

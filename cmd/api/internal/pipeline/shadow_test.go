@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -144,5 +145,74 @@ func TestShadowEntryBeyondTheWindowCap(t *testing.T) {
 	r.Cost = 0
 	if d, _ := p.Limit(ctx, Call{Request: r}); d.Remaining != 3 {
 		t.Fatalf("the enforced entry: %d remaining, want 3 (counted once by the multi)", d.Remaining)
+	}
+}
+
+// TestShadowRollout: a namespace's switch (a shadow override of "*" that
+// keeps the callers' limits) makes every call of the namespace a shadow
+// one, over every other override, in Limit, Batch and MultiLimit alike,
+// but for a reservation; a shadow override of one identifier with a limit
+// of its own decides at that limit, in shadow; deleting the switch
+// enforces the limits again (the rollout's end, or its undoing).
+func TestShadowRollout(t *testing.T) {
+	p, ov := newPipeline(t)
+	ctx := call.WithPrincipal(context.Background(), access.Principal{Workspace: "ws", Permissions: access.All()})
+	if _, err := p.SetOverride(ctx, overrides.Override{Namespace: "n", Identifier: "big", Limit: 5, Duration: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	sw, err := p.SetOverride(ctx, overrides.Override{Namespace: "n", Identifier: overrides.NamespaceSwitch, Shadow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		d, err := p.Limit(ctx, Call{Request: req("a", 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Success || !d.Shadow || d.ShadowDenied != (i > 0) || d.OverrideID != sw.ID || d.Limit != 1 {
+			t.Fatalf("call %d under the switch: %+v, want admitted at the caller's limit 1, shadow-denied after the first, override %s", i, d, sw.ID)
+		}
+	}
+	for i := range 6 {
+		d, _ := p.Limit(ctx, Call{Request: req("big", 1)})
+		if !d.Success || d.Limit != 5 || d.ShadowDenied != (i == 5) || d.OverrideID == sw.ID {
+			t.Fatalf("call %d of an identifier with its own override: %+v, want its limit 5, shadowed by the switch", i, d)
+		}
+	}
+	ds, err := p.Batch(ctx, []Call{{Request: req("a", 1)}, {Request: req("b", 1)}})
+	if err != nil || !ds[0].Success || !ds[0].ShadowDenied || !ds[1].Success || ds[1].ShadowDenied {
+		t.Fatalf("a batch under the switch: %+v, %v", ds, err)
+	}
+	calls := []Call{{Request: req("a", 1)}, {Request: req("m", 1)}}
+	md, err := p.Multi(ctx, calls)
+	if err != nil || !md.Passed || !md.Results[0].ShadowDenied || md.Results[1].ShadowDenied {
+		t.Fatalf("a multi under the switch: %+v, %v", md, err)
+	}
+	if calls[0].Shadow {
+		t.Fatal("Multi changed its caller's calls")
+	}
+	r := req("reserve", 1)
+	r.Reserve = true
+	if d, err := p.Limit(ctx, Call{Request: r}); err != nil || d.Shadow || d.Reservation == "" {
+		t.Fatalf("a reservation under the switch: %+v, %v; want one made, not a shadow call", d, err)
+	}
+	if _, err := p.SetOverride(ctx, overrides.Override{Namespace: "n", Identifier: "*", Limit: 1, Duration: time.Hour}); err == nil {
+		t.Fatal("an enforced override of * alone was accepted")
+	}
+	if err := p.DeleteOverride(ctx, "n", overrides.NamespaceSwitch); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := p.Limit(ctx, Call{Request: req("a", 1)}); d.Success || d.Shadow {
+		t.Fatalf("after the switch is deleted: %+v, want denied", d)
+	}
+	// One identifier's shadow override with a limit of its own.
+	if _, err := ov.Set(ctx, overrides.Override{Workspace: "ws", Namespace: "n", Identifier: "new*", Limit: 1, Duration: time.Hour, Shadow: true}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		d, _ := p.Limit(ctx, Call{Request: req("newbie", 100)})
+		if !d.Success || d.Limit != 1 || d.ShadowDenied != (i == 1) {
+			t.Fatalf("call %d under a shadow override of limit 1: %+v", i, d)
+		}
 	}
 }

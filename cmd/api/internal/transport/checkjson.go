@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -24,8 +25,13 @@ import (
 
 // Required names the fields, by JSON name, a request of a message must
 // give (what has no meaningful zero): an adapter's codec hook (see
-// Codecs.Required). Nil requires nothing.
+// Codecs.Required). A name may list alternatives, "limit|shadow": any one
+// of them given will do. Nil requires nothing.
 type Required func(protoreflect.FullName) []string
+
+// alternatives splits a required name into the fields any one of which
+// will do.
+func alternatives(name string) []string { return strings.Split(name, "|") }
 
 // fields returns what r requires of the message named name.
 func (r Required) fields(name protoreflect.FullName) []string {
@@ -41,7 +47,7 @@ func (r Required) fields(name protoreflect.FullName) []string {
 func (r Required) maybeMissing(m protoreflect.Message) bool {
 	md := m.Descriptor()
 	for _, name := range r.fields(md.FullName()) {
-		if !m.Has(md.Fields().ByJSONName(name)) {
+		if !slices.ContainsFunc(alternatives(name), func(n string) bool { return m.Has(md.Fields().ByJSONName(n)) }) {
 			return true
 		}
 	}
@@ -142,8 +148,13 @@ func (c checker) checkMessage(md protoreflect.MessageDescriptor, path string) er
 		return c.notJSON(where(path), "must be valid JSON")
 	}
 	for _, name := range c.required.fields(md.FullName()) {
-		if !seen[name] {
-			return &invalid.Error{Field: fieldPath(path, name), Rule: "missing: " + string(md.Name()) + " needs it"}
+		alt := alternatives(name)
+		if !slices.ContainsFunc(alt, func(n string) bool { return seen[n] }) {
+			rule := "missing: " + string(md.Name()) + " needs it"
+			if len(alt) > 1 {
+				rule += " (unless " + strings.Join(alt[1:], " or ") + " is given)"
+			}
+			return &invalid.Error{Field: fieldPath(path, alt[0]), Rule: rule}
 		}
 	}
 	return nil

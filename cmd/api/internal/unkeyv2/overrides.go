@@ -40,7 +40,7 @@ func (h *Handler) setOverride(ctx context.Context, c *request) (any, error) {
 		return nil, err
 	}
 	ctx = call.WithRequestID(ctx, c.requestID)
-	o, err := h.pipeline.SetOverrideKeepingBurst(ctx, overrides.Override{Namespace: in.Namespace,
+	o, err := h.pipeline.SetLimitOverride(ctx, overrides.Override{Namespace: in.Namespace,
 		Identifier: in.Identifier, Limit: in.Limit, Duration: pipeline.Milliseconds(in.Duration)})
 	if err != nil {
 		return nil, err
