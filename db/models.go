@@ -84,6 +84,18 @@ type RatelimitOverride struct {
 	Revision    uint64
 }
 
+type RatelimitPenalty struct {
+	Pk          uint64
+	WorkspaceID string
+	Namespace   string
+	Identifier  string
+	StartedAt   uint64
+	UntilAt     uint64
+	ClearedAt   uint64
+	ExpiresAt   uint64
+	UpdatedAt   uint64
+}
+
 type RatelimitProcess struct {
 	ProcessID       string
 	Region          string

@@ -148,6 +148,31 @@ type Querier interface {
 	// before deleted_at is cleared.) The revision grows by at least one whatever
 	// the clock does, so that the row's later state always has the larger one.
 	OverrideUpsert(ctx context.Context, arg OverrideUpsertParams) error
+	// PenaltiesPurge deletes up to limit rows that stopped mattering before
+	// cutoff (unix ms): the worker's cleanup.
+	PenaltiesPurge(ctx context.Context, arg PenaltiesPurgeParams) (int64, error)
+	// PenaltyChanges returns the rows written at or after since (the
+	// database's clock) that still matter at now: what a process's poll
+	// merges into its memory, and, from 0, its start-up load.
+	PenaltyChanges(ctx context.Context, arg PenaltyChangesParams) ([]PenaltyChangesRow, error)
+	// PenaltyClock returns the database's clock in unix ms: a row written
+	// after it reads it has an updated_at at least this large, but for a
+	// statement under way (which a poll's look-back covers).
+	PenaltyClock(ctx context.Context) (int64, error)
+	// PenaltyGet returns the row of an identifier.
+	PenaltyGet(ctx context.Context, arg PenaltyGetParams) (PenaltyGetRow, error)
+	// PenaltyList returns up to limit rows of a namespace whose identifier
+	// sorts after the given one and whose block has not ended at now, in
+	// identifier order (lifted ones included: the caller skips them).
+	PenaltyList(ctx context.Context, arg PenaltyListParams) ([]PenaltyListRow, error)
+	// updated_at is the database's clock in unix ms, FLOOR(UNIX_TIMESTAMP(NOW(3))
+	// * 1000): the poll's order, whatever the processes' clocks say.
+	// PenaltyMerge merges a block into the row of its identifier: the later
+	// until_at wins, with its started_at (the later started_at of two equal
+	// ends; assignments run left to right: started_at is decided against the
+	// old until_at); cleared_at and expires_at only grow. Replayed, it changes
+	// nothing.
+	PenaltyMerge(ctx context.Context, arg PenaltyMergeParams) error
 	// ProcessSeen records a process's roll call, at the database's time.
 	ProcessSeen(ctx context.Context, arg ProcessSeenParams) error
 	// ProcessesPurge deletes the processes not seen since cutoff (unix ms).
