@@ -213,9 +213,12 @@ INSERT INTO ratelimit_penalties (
     ?, ?, ?, ?, ?, ?, ?, FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000)
 )
 ON DUPLICATE KEY UPDATE
-    started_at = IF(VALUES(until_at) > until_at OR (VALUES(until_at) = until_at AND VALUES(started_at) > started_at),
+    started_at = IF(VALUES(cleared_at) > cleared_at
+        OR (VALUES(cleared_at) = cleared_at AND (VALUES(until_at) > until_at
+            OR (VALUES(until_at) = until_at AND VALUES(started_at) > started_at))),
         VALUES(started_at), started_at),
-    until_at = GREATEST(until_at, VALUES(until_at)),
+    until_at = IF(VALUES(cleared_at) > cleared_at OR (VALUES(cleared_at) = cleared_at AND VALUES(until_at) > until_at),
+        VALUES(until_at), until_at),
     cleared_at = GREATEST(cleared_at, VALUES(cleared_at)),
     expires_at = GREATEST(expires_at, VALUES(expires_at)),
     updated_at = VALUES(updated_at)
@@ -233,11 +236,13 @@ type PenaltyMergeParams struct {
 
 // updated_at is the database's clock in unix ms, FLOOR(UNIX_TIMESTAMP(NOW(3))
 // * 1000): the poll's order, whatever the processes' clocks say.
-// PenaltyMerge merges a block into the row of its identifier: the later
-// until_at wins, with its started_at (the later started_at of two equal
-// ends; assignments run left to right: started_at is decided against the
-// old until_at); cleared_at and expires_at only grow. Replayed, it changes
-// nothing.
+// PenaltyMerge merges a state into the row of its identifier: the later
+// of the two in the order (cleared_at, until_at, started_at) wins whole (a
+// lift beats every block written without it; of two blocks after one
+// lift, the one that ends later). Assignments run left to right, each
+// after the ones before: started_at is decided on the old row; until_at
+// needs no started_at (of two equal ends either is the same value);
+// cleared_at is the greater. Replayed, it changes nothing.
 func (q *Queries) PenaltyMerge(ctx context.Context, arg PenaltyMergeParams) error {
 	_, err := q.db.ExecContext(ctx, penaltyMerge,
 		arg.WorkspaceID,

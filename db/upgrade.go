@@ -48,6 +48,9 @@ var textColumns = map[string][]columnDef{
 	"ratelimit_keys":                    {{"id", "varchar(64)"}, {"workspace_id", "varchar(191)"}, {"name", "varchar(255)"}},
 	"ratelimit_secrets":                 {{"name", "varchar(64)"}},
 	"ratelimit_reservation_settlements": {{"workspace_id", "varchar(191)"}},
+	"ratelimit_penalties": {
+		{"workspace_id", "varchar(191)"}, {"namespace", "varchar(255)"}, {"identifier", "varchar(255)"},
+	},
 }
 
 type columnDef struct{ name, typ string }

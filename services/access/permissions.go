@@ -29,9 +29,9 @@ const (
 	// Limit: Limit, MultiLimit, BatchLimit, v2 limit and multiLimit, Envoy's
 	// ShouldRateLimit.
 	Limit Action = 1 << iota
-	// ReadOverride: GetOverride, ListOverrides.
+	// ReadOverride: GetOverride, ListOverrides, GetPenalty, ListPenalties.
 	ReadOverride
-	// SetOverride: SetOverride.
+	// SetOverride: SetOverride, DeletePenalty.
 	SetOverride
 	// DeleteOverride: DeleteOverride.
 	DeleteOverride

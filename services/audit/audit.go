@@ -1,4 +1,5 @@
-// Package audit records every change of a key or an override: who made it
+// Package audit records every change of a key or an override (and every
+// penalty lifted): who made it
 // (the acting key's id), what (an action), to what (a target), the values
 // before and after, when (the store's clock) and under which request id.
 // A [store.Log] keeps the entries: MySQL's ratelimit_audit_log (package
@@ -25,10 +26,13 @@ const (
 	OverrideCreate = "override.create"
 	OverrideUpdate = "override.update"
 	OverrideDelete = "override.delete"
+	// PenaltyDelete is a penalty's block lifted before its end; its
+	// target is named as an override's.
+	PenaltyDelete = "penalty.delete"
 )
 
 // Actions are every action, for validating a filter.
-var Actions = []string{KeyCreate, KeyUpdate, KeyRevoke, OverrideCreate, OverrideUpdate, OverrideDelete}
+var Actions = []string{KeyCreate, KeyUpdate, KeyRevoke, OverrideCreate, OverrideUpdate, OverrideDelete, PenaltyDelete}
 
 // OverrideTarget names an override as an entry's target:
 // "<namespace>/<identifier>", the namespace's "%" and "/" escaped as %25 and

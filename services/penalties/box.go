@@ -50,14 +50,20 @@ const (
 // Box is a process's penalty boxes. Its methods are safe for concurrent
 // use; make it with [New].
 type Box struct {
-	store  store.Penalties
-	clock  ratelimit.Clock
-	logger *slog.Logger
-	poll   time.Duration
-	max    int64
+	// store answers callers (Get, List, Lift); loopStore the background
+	// writes and polls.
+	store, loopStore store.Penalties
+	clock            ratelimit.Clock
+	logger           *slog.Logger
+	poll             time.Duration
+	max              int64
 
 	boxes *xsync.Map[Key, Block]
 	live  atomic.Int64
+	// since is the since of the next poll (see pollOnce); loaded is set
+	// once a poll from 0 has read every block that matters.
+	since  atomic.Int64
+	loaded atomic.Bool
 
 	// pending holds the blocks and clearances still to write, merged by
 	// key: a burst of offences costs one write a key.
@@ -74,6 +80,11 @@ type Option func(*Box)
 // WithStore keeps the blocks in st, shared by the fleet, instead of this
 // process's memory (a [memstore.Store]).
 func WithStore(st store.Penalties) Option { return func(b *Box) { b.store = st } }
+
+// WithLoopStore has the background writes and polls use st instead of
+// the store of [WithStore]: the same table through a pool of its own, so
+// that callers' reads, however slow, never hold the loop back.
+func WithLoopStore(st store.Penalties) Option { return func(b *Box) { b.loopStore = st } }
 
 // WithClock sets the clock blocks are started and read by.
 func WithClock(c ratelimit.Clock) Option { return func(b *Box) { b.clock = c } }
@@ -125,6 +136,9 @@ func New(opts ...Option) (*Box, error) {
 	}
 	if b.store == nil {
 		b.store = memstore.New(memstore.WithClock(b.clock))
+	}
+	if b.loopStore == nil {
+		b.loopStore = b.store
 	}
 	if err := b.metrics.register(); err != nil {
 		return nil, fmt.Errorf("register penalty metrics: %w", err)
@@ -182,7 +196,9 @@ func (b *Box) Offend(k Key, penalty, penaltyMax time.Duration, now int64) Block 
 			length, kind = min(max(2*old.Length(), p), top), kindRepeat
 		}
 		start := max(now, old.Cleared+1)
-		out = store.Merge(old, Block{Key: k, Start: start, Until: start + length})
+		// Written with the lift this process read, so that it wins over it
+		// (see store.Merge).
+		out = store.Merge(old, Block{Key: k, Start: start, Until: start + length, Cleared: old.Cleared})
 		if !loaded {
 			b.live.Add(1)
 		}
@@ -216,15 +232,13 @@ func (b *Box) write(x Block) {
 	}
 }
 
-// merge applies x, read from the store, to memory, unless memory is full
-// and x is no box it holds.
+// merge applies x, read from the store, to memory: over the box memory
+// holds, whatever it is (a lift too); as a new box only if it blocks or
+// may double a block, and memory has room.
 func (b *Box) merge(x Block, now int64) {
-	if x.Expires() <= now {
-		return
-	}
 	b.boxes.Compute(x.Key, func(old Block, loaded bool) (Block, xsync.ComputeOp) {
 		if !loaded {
-			if b.live.Load() >= b.max {
+			if x.Void() || x.Expires() <= now || b.live.Load() >= b.max {
 				return old, xsync.CancelOp
 			}
 			b.live.Add(1)
@@ -277,8 +291,9 @@ func (b *Box) List(ctx context.Context, workspace, namespace, after string, limi
 
 // Lift ends the block in force on k, here at once and in the store before
 // it returns, so that every process lifts it within a poll: an offence
-// after it starts a first block again. It returns ErrNotFound if no block
-// holds k.
+// after it starts a first block again. A block another process starts
+// before it has read the lift (within about a poll of it) is lifted with
+// it. It returns ErrNotFound if no block holds k.
 func (b *Box) Lift(ctx context.Context, k Key) error {
 	if _, err := b.Get(ctx, k); err != nil {
 		return err
@@ -298,7 +313,17 @@ func (b *Box) Lift(ctx context.Context, k Key) error {
 	return nil
 }
 
-// Run loads the blocks that still matter, then follows the fleet's every
+// Load reads every block that still matters from the store, so that a
+// process started during a block holds it from its first request. Run
+// loads them if Load did not.
+func (b *Box) Load(ctx context.Context) error {
+	if err := b.pollOnce(ctx); err != nil {
+		return fmt.Errorf("load penalties: %w", err)
+	}
+	return nil
+}
+
+// Run loads the blocks that still matter (unless Load did), then follows the fleet's every
 // poll interval, writes new blocks as they start, and forgets the boxes
 // that stopped mattering, until ctx ends; it then writes what is pending
 // once more and returns nil. A store that fails is logged and tried again
@@ -308,8 +333,9 @@ func (b *Box) Run(ctx context.Context) error {
 	defer poll.Stop()
 	janitor := time.NewTicker(janitorInterval)
 	defer janitor.Stop()
-	var since int64 // 0: the first poll loads everything that matters
-	since = b.pollOnce(ctx, since)
+	if !b.loaded.Load() {
+		_ = b.pollOnce(ctx)
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -321,31 +347,34 @@ func (b *Box) Run(ctx context.Context) error {
 			b.flush(ctx)
 		case <-poll.C:
 			b.flush(ctx)
-			since = b.pollOnce(ctx, since)
+			_ = b.pollOnce(ctx)
 		case <-janitor.C:
 			b.forget(b.Now())
 		}
 	}
 }
 
-// pollOnce merges the blocks written since into memory and returns the
-// since of the next poll (the same, if the store failed).
-func (b *Box) pollOnce(ctx context.Context, since int64) int64 {
+// pollOnce merges the blocks written since the last poll into memory
+// (every one that matters, the first time), and moves the next poll's
+// since on; a store that fails leaves it, and is logged.
+func (b *Box) pollOnce(ctx context.Context) error {
 	rc, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	now := b.Now()
-	changes, clock, err := b.store.Changes(rc, since, now)
+	changes, clock, err := b.loopStore.Changes(rc, b.since.Load(), now)
 	if err != nil {
 		b.metrics.storeErrors.WithLabelValues("poll").Inc()
 		if ctx.Err() == nil {
 			b.logger.Warn("penalties: poll failed; blocks started elsewhere apply here once it answers", "error", err)
 		}
-		return since
+		return err
 	}
 	for _, x := range changes {
 		b.merge(x, now)
 	}
-	return max(clock-pollLookback.Milliseconds(), 0)
+	b.since.Store(max(clock-pollLookback.Milliseconds(), 0))
+	b.loaded.Store(true)
+	return nil
 }
 
 // flush writes the pending blocks; one that fails waits for the next
@@ -363,7 +392,7 @@ func (b *Box) flush(ctx context.Context) {
 	var first error
 	for _, x := range todo {
 		rc, cancel := context.WithTimeout(ctx, storeTimeout)
-		err := b.store.Merge(rc, x)
+		err := b.loopStore.Merge(rc, x)
 		cancel()
 		if err != nil {
 			failed++

@@ -88,20 +88,22 @@ func TestABlockHoldsAcrossProcesses(t *testing.T) {
 	c.set(0)
 	st := memstore.New(memstore.WithClock(c))
 	a, b := newBox(t, c, WithStore(st)), newBox(t, c, WithStore(st))
-	a.pollOnce(ctx, 0)
-	sinceB := b.pollOnce(ctx, 0)
+	a.pollOnce(ctx)
+	b.pollOnce(ctx)
 	x := a.Offend(alice, time.Minute, 0, c.Now().UnixMilli())
 	if _, ok := b.Blocked(alice, c.Now().UnixMilli()); ok {
 		t.Fatal("blocked in another process before anything was written")
 	}
 	a.flush(ctx)
 	c.set(time.Second)
-	b.pollOnce(ctx, sinceB)
+	b.pollOnce(ctx)
 	if got, ok := b.Blocked(alice, c.Now().UnixMilli()); !ok || got != x {
 		t.Fatalf("the other process after a poll: %+v, %v; want %+v", got, ok, x)
 	}
 	restarted := newBox(t, c, WithStore(st))
-	restarted.pollOnce(ctx, 0)
+	if err := restarted.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if _, ok := restarted.Blocked(alice, c.Now().UnixMilli()); !ok {
 		t.Fatal("a process started during the block does not hold it")
 	}
@@ -116,7 +118,7 @@ func TestABlockHoldsAcrossProcesses(t *testing.T) {
 	if _, ok := b.Blocked(alice, c.Now().UnixMilli()); ok {
 		t.Fatal("still blocked where it was lifted")
 	}
-	a.pollOnce(ctx, 0)
+	a.pollOnce(ctx)
 	if _, ok := a.Blocked(alice, c.Now().UnixMilli()); ok {
 		t.Fatal("still blocked where it started, after a poll")
 	}
@@ -183,7 +185,7 @@ func TestAStoreThatFails(t *testing.T) {
 		t.Fatalf("%d writes, want 3 (failed, lost, replayed)", n)
 	}
 	c.set(30 * time.Second)
-	b.pollOnce(ctx, 0)
+	b.pollOnce(ctx)
 	got, ok := b.Blocked(alice, c.Now().UnixMilli())
 	if !ok || got.Start != x.Start || got.Until != x.Until {
 		t.Fatalf("the other process once the store answers: %+v, %v; want %+v", got, ok, x)

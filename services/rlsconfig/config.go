@@ -99,6 +99,11 @@ type Rule struct {
 	// when every quota rule of it is over; one quota over of several is
 	// not enough (the others are backends with quota left).
 	QuotaMode bool
+	// Penalty, if not zero, blocks the descriptor's counter name in its
+	// domain for that long once the rule denies a hit of it; a repeat
+	// offence doubles the block up to PenaltyMax (30 days if 0). Only
+	// from files: xDS's descriptors have no such field.
+	Penalty, PenaltyMax time.Duration
 	// Metadata is the rule's metadata from its file (nil for none):
 	// answered in Envoy's dynamic metadata for a request where the rule
 	// was not over its limit, so that a route can pick what it names.
@@ -244,8 +249,45 @@ func (c *Config) compile(parent *node, path string, levels []string, descriptors
 	return nil
 }
 
+// MaxPenalty is the longest penalty or penalty_max a rule may give.
+const MaxPenalty = 30 * 24 * time.Hour
+
+// compilePenalty reads d's penalty and penalty_max into r: durations of
+// 1 ms to MaxPenalty, penalty_max at least penalty, and only on a
+// descriptor with a rate_limit or rate_limits of its own.
+func compilePenalty(path string, d fileDescriptor, r *Rule) error {
+	if d.Penalty == "" && d.PenaltyMax == "" {
+		return nil
+	}
+	for _, f := range []struct {
+		name, v string
+		to      *time.Duration
+	}{{"penalty", d.Penalty, &r.Penalty}, {"penalty_max", d.PenaltyMax, &r.PenaltyMax}} {
+		if f.v == "" {
+			continue
+		}
+		v, err := time.ParseDuration(f.v)
+		if err != nil || v < time.Millisecond || v > MaxPenalty {
+			return fmt.Errorf("%s: %s: must be a duration from 1ms to 720h, such as 5m; got %q", path, f.name, f.v)
+		}
+		*f.to = v
+	}
+	switch {
+	case r.Penalty == 0:
+		return fmt.Errorf("%s: penalty_max: must not be given without penalty", path)
+	case r.PenaltyMax != 0 && r.PenaltyMax < r.Penalty:
+		return fmt.Errorf("%s: penalty_max: must be at least penalty (%s), got %s", path, r.Penalty, r.PenaltyMax)
+	case (d.RateLimit == nil || d.RateLimit.Unlimited) && len(d.RateLimits) == 0:
+		return fmt.Errorf("%s: penalty: must be given with a rate_limit or rate_limits of the descriptor's own", path)
+	}
+	return nil
+}
+
 func compileRule(path string, d fileDescriptor, calendarZone *string) (*Rule, error) {
 	r := &Rule{Path: path, ShadowMode: d.ShadowMode, DetailedMetric: d.DetailedMetric, QuotaMode: d.QuotaMode}
+	if err := compilePenalty(path, d, r); err != nil {
+		return nil, err
+	}
 	if d.Metadata != nil {
 		md, err := structpb.NewStruct(d.Metadata)
 		if err != nil {

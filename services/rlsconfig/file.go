@@ -38,6 +38,10 @@ type fileDescriptor struct {
 	// without a rate_limit they do nothing, as in envoyproxy/ratelimit.
 	QuotaMode bool           `yaml:"quota_mode"`
 	Metadata  map[string]any `yaml:"metadata"`
+	// Penalty and PenaltyMax are a rule's (this service's addition, see
+	// Rule): Go durations, "5m".
+	Penalty    string `yaml:"penalty"`
+	PenaltyMax string `yaml:"penalty_max"`
 }
 
 type fileRateLimit struct {

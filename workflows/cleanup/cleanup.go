@@ -72,6 +72,7 @@ type Store interface {
 	AnalyticsPurge(ctx context.Context, arg db.AnalyticsPurgeParams) (int64, error)
 	AnalyticsTopPurge(ctx context.Context, arg db.AnalyticsTopPurgeParams) (int64, error)
 	ProcessesPurge(ctx context.Context, seenAt uint64) (int64, error)
+	PenaltiesPurge(ctx context.Context, arg db.PenaltiesPurgeParams) (int64, error)
 }
 
 // Cleanup is the Restate virtual object. Bind it with restate.Reflect.

@@ -435,6 +435,38 @@ func TestCleanupPurgesExpiredSettlements(t *testing.T) {
 	}
 }
 
+// TestCleanupPurgesExpiredPenalties: a run removes the penalty boxes
+// whose block ended more than its length ago, in batches, and keeps the
+// others.
+func TestCleanupPurgesExpiredPenalties(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.endpoint(t, &countingStore{Queries: db.New(e.sqlDB)}, WithBatches(2, 3))
+	now := time.Now().UnixMilli()
+	for i, expires := range []int64{now - 3_600_000, now - 2000, now - 1000, now + 60_000} {
+		if _, err := e.sqlDB.Exec(`INSERT INTO ratelimit_penalties (workspace_id, namespace, identifier, started_at, until_at, expires_at, updated_at)
+			VALUES ('ws', 'ns', ?, 0, 0, ?, 0)`, fmt.Sprint(i), expires); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.start(t, "penalties", "{}")
+	poll.Until(t, 20*time.Second, "the expired boxes to go", func() bool { return e.status(t, "penalties").TotalPenaltiesPurged == 3 })
+	var left []string
+	rows, err := e.sqlDB.Query("SELECT identifier FROM ratelimit_penalties ORDER BY identifier")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		rows.Scan(&id)
+		left = append(left, id)
+	}
+	if want := []string{"3"}; !slices.Equal(left, want) {
+		t.Fatalf("boxes left %v, want %v (the one that still matters)", left, want)
+	}
+}
+
 // TestCleanupRollsUpAnalytics: a run sums the minutes of the hours that
 // ended into hours (named identifiers too, the most denied first), the
 // hours of the days that ended into days, and purges the minutes past

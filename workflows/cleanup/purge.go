@@ -175,3 +175,25 @@ func (c *Cleanup) purge(ctx restate.ObjectContext, what string,
 	}
 	return purged, true, nil // more are waiting
 }
+
+// purgePenalties deletes the penalty boxes that stopped mattering before
+// now (a block's end plus its length: no offence can double it any more),
+// up to maxBatches batches, and reports the rows deleted and whether more
+// are waiting. Deleting a row twice deletes nothing: each batch is one
+// step.
+func (c *Cleanup) purgePenalties(ctx restate.ObjectContext, now int64) (int64, bool, error) {
+	var purged int64
+	for i := 1; i <= c.maxBatches; i++ {
+		n, err := restate.Run(ctx, func(rc restate.RunContext) (int64, error) {
+			return c.store.PenaltiesPurge(rc, db.PenaltiesPurgeParams{ExpiresAt: uint64(max(now, 0)), Limit: c.batchSize})
+		}, restate.WithName(fmt.Sprintf("purge penalties %d", i)))
+		if err != nil {
+			return purged, false, err
+		}
+		purged += n
+		if n < int64(c.batchSize) {
+			return purged, false, nil
+		}
+	}
+	return purged, true, nil
+}

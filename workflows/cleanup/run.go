@@ -61,8 +61,16 @@ func (c *Cleanup) Run(ctx restate.ObjectContext, req RunRequest) error {
 	}
 	st.LastRunAnalyticsPurged = analyticsPurged
 	st.TotalAnalyticsPurged += analyticsPurged
+	// Last, as a purge added later goes: earlier steps keep their places
+	// in the journals of runs in flight.
+	penaltiesPurged, morePenalties, penaltiesErr := c.purgePenalties(ctx, now)
+	if penaltiesErr != nil {
+		return penaltiesErr
+	}
+	st.LastRunPenaltiesPurged = penaltiesPurged
+	st.TotalPenaltiesPurged += penaltiesPurged
 	delay := time.Duration(st.IntervalSeconds) * time.Second
-	if full || moreAnalytics {
+	if full || moreAnalytics || morePenalties {
 		delay = backlogDelay // more rows are waiting
 	}
 	st.Runs++

@@ -43,8 +43,12 @@ type Status struct {
 	TotalSettlementsPurged   int64 `json:"totalSettlementsPurged"`
 	// LastRunAnalyticsPurged and TotalAnalyticsPurged count the analytics
 	// rows (buckets and named identifiers) purged past their retention.
-	LastRunAnalyticsPurged int64     `json:"lastRunAnalyticsPurged"`
-	TotalAnalyticsPurged   int64     `json:"totalAnalyticsPurged"`
+	LastRunAnalyticsPurged int64 `json:"lastRunAnalyticsPurged"`
+	TotalAnalyticsPurged   int64 `json:"totalAnalyticsPurged"`
+	// LastRunPenaltiesPurged and TotalPenaltiesPurged count the penalty
+	// boxes purged once their block could no longer double the next.
+	LastRunPenaltiesPurged int64     `json:"lastRunPenaltiesPurged"`
+	TotalPenaltiesPurged   int64     `json:"totalPenaltiesPurged"`
 	NextRun                time.Time `json:"nextRun,omitzero"`
 	// Running reports, when Status answers, whether a scheduled chain is
 	// alive: its next run is not overdue by more than twice the interval

@@ -199,7 +199,19 @@ type LimitRequest struct {
 	// would refuse before it does. Not allowed with reserve. In a
 	// MultiLimit a shadow entry never fails the others: it is counted only
 	// when they pass.
-	Shadow        bool `protobuf:"varint,11,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	Shadow bool `protobuf:"varint,11,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	// Penalty, in milliseconds (1 to 2,592,000,000; 0: none), blocks the
+	// identifier in the namespace for that long once this limit denies a
+	// request of it (cost above 0): every request of the identifier in the
+	// namespace is then denied, whatever its limit, with retry_after what is
+	// left of the block and nothing counted (penalized). The block holds in
+	// every process and region within about a second, and survives a
+	// restart (GetPenalty, ListPenalties, DeletePenalty). An offence within
+	// one block's length after a block ended doubles the next one.
+	Penalty int64 `protobuf:"varint,12,opt,name=penalty,proto3" json:"penalty,omitempty"`
+	// PenaltyMax caps that doubling, in milliseconds: penalty to
+	// 2,592,000,000; 0 caps it at 2,592,000,000 (30 days).
+	PenaltyMax    int64 `protobuf:"varint,13,opt,name=penalty_max,json=penaltyMax,proto3" json:"penalty_max,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -311,6 +323,20 @@ func (x *LimitRequest) GetShadow() bool {
 	return false
 }
 
+func (x *LimitRequest) GetPenalty() int64 {
+	if x != nil {
+		return x.Penalty
+	}
+	return 0
+}
+
+func (x *LimitRequest) GetPenaltyMax() int64 {
+	if x != nil {
+		return x.PenaltyMax
+	}
+	return 0
+}
+
 // Calendar names calendar periods: a unit on a time zone's clock.
 type Calendar struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -397,7 +423,10 @@ type LimitResponse struct {
 	Algorithm Algorithm `protobuf:"varint,8,opt,name=algorithm,proto3,enum=ratelimit.v1.Algorithm" json:"algorithm,omitempty"`
 	// ShadowDenied reports, for a shadow request (success then always
 	// true), that the limit would have refused it.
-	ShadowDenied  bool `protobuf:"varint,9,opt,name=shadow_denied,json=shadowDenied,proto3" json:"shadow_denied,omitempty"`
+	ShadowDenied bool `protobuf:"varint,9,opt,name=shadow_denied,json=shadowDenied,proto3" json:"shadow_denied,omitempty"`
+	// Penalized reports that a penalty's block denied the request (its
+	// limit was not asked): retry_after is what is left of the block.
+	Penalized     bool `protobuf:"varint,10,opt,name=penalized,proto3" json:"penalized,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -491,6 +520,13 @@ func (x *LimitResponse) GetAlgorithm() Algorithm {
 func (x *LimitResponse) GetShadowDenied() bool {
 	if x != nil {
 		return x.ShadowDenied
+	}
+	return false
+}
+
+func (x *LimitResponse) GetPenalized() bool {
+	if x != nil {
+		return x.Penalized
 	}
 	return false
 }
@@ -1318,7 +1354,10 @@ type MultiLimitResult struct {
 	Algorithm Algorithm `protobuf:"varint,9,opt,name=algorithm,proto3,enum=ratelimit.v1.Algorithm" json:"algorithm,omitempty"`
 	// ShadowDenied reports, for a shadow entry (success then always true),
 	// that this limit would have refused it.
-	ShadowDenied  bool `protobuf:"varint,10,opt,name=shadow_denied,json=shadowDenied,proto3" json:"shadow_denied,omitempty"`
+	ShadowDenied bool `protobuf:"varint,10,opt,name=shadow_denied,json=shadowDenied,proto3" json:"shadow_denied,omitempty"`
+	// Penalized reports that a penalty's block holds this entry's
+	// identifier (see LimitResponse.penalized).
+	Penalized     bool `protobuf:"varint,11,opt,name=penalized,proto3" json:"penalized,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1419,6 +1458,13 @@ func (x *MultiLimitResult) GetAlgorithm() Algorithm {
 func (x *MultiLimitResult) GetShadowDenied() bool {
 	if x != nil {
 		return x.ShadowDenied
+	}
+	return false
+}
+
+func (x *MultiLimitResult) GetPenalized() bool {
+	if x != nil {
+		return x.Penalized
 	}
 	return false
 }
@@ -1987,11 +2033,381 @@ func (*DeleteOverrideResponse) Descriptor() ([]byte, []int) {
 	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{24}
 }
 
+// Penalty is a penalty's block in force.
+type Penalty struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace and Identifier name what the block holds (an identifier
+	// longer than 255 characters by its sha256: digest, as it is counted).
+	Namespace  string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Identifier string `protobuf:"bytes,2,opt,name=identifier,proto3" json:"identifier,omitempty"`
+	// Start and Until span the block, in unix milliseconds.
+	Start         int64 `protobuf:"varint,3,opt,name=start,proto3" json:"start,omitempty"`
+	Until         int64 `protobuf:"varint,4,opt,name=until,proto3" json:"until,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Penalty) Reset() {
+	*x = Penalty{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Penalty) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Penalty) ProtoMessage() {}
+
+func (x *Penalty) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Penalty.ProtoReflect.Descriptor instead.
+func (*Penalty) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *Penalty) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *Penalty) GetIdentifier() string {
+	if x != nil {
+		return x.Identifier
+	}
+	return ""
+}
+
+func (x *Penalty) GetStart() int64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *Penalty) GetUntil() int64 {
+	if x != nil {
+		return x.Until
+	}
+	return 0
+}
+
+// GetPenaltyRequest names an identifier of a namespace.
+type GetPenaltyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Identifier    string                 `protobuf:"bytes,2,opt,name=identifier,proto3" json:"identifier,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPenaltyRequest) Reset() {
+	*x = GetPenaltyRequest{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPenaltyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPenaltyRequest) ProtoMessage() {}
+
+func (x *GetPenaltyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPenaltyRequest.ProtoReflect.Descriptor instead.
+func (*GetPenaltyRequest) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *GetPenaltyRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GetPenaltyRequest) GetIdentifier() string {
+	if x != nil {
+		return x.Identifier
+	}
+	return ""
+}
+
+// GetPenaltyResponse holds the block.
+type GetPenaltyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Penalty       *Penalty               `protobuf:"bytes,1,opt,name=penalty,proto3" json:"penalty,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPenaltyResponse) Reset() {
+	*x = GetPenaltyResponse{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPenaltyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPenaltyResponse) ProtoMessage() {}
+
+func (x *GetPenaltyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPenaltyResponse.ProtoReflect.Descriptor instead.
+func (*GetPenaltyResponse) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *GetPenaltyResponse) GetPenalty() *Penalty {
+	if x != nil {
+		return x.Penalty
+	}
+	return nil
+}
+
+// ListPenaltiesRequest asks for a page of a namespace's blocks in force.
+type ListPenaltiesRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// After is the last identifier of the previous page; empty for the
+	// first.
+	After string `protobuf:"bytes,2,opt,name=after,proto3" json:"after,omitempty"`
+	// Limit is the most blocks to return: 1 to 100, 10 when 0.
+	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPenaltiesRequest) Reset() {
+	*x = ListPenaltiesRequest{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPenaltiesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPenaltiesRequest) ProtoMessage() {}
+
+func (x *ListPenaltiesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPenaltiesRequest.ProtoReflect.Descriptor instead.
+func (*ListPenaltiesRequest) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ListPenaltiesRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ListPenaltiesRequest) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
+func (x *ListPenaltiesRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// ListPenaltiesResponse holds a page of blocks: fewer than the limit
+// asked for on the last page.
+type ListPenaltiesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Penalties     []*Penalty             `protobuf:"bytes,1,rep,name=penalties,proto3" json:"penalties,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPenaltiesResponse) Reset() {
+	*x = ListPenaltiesResponse{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPenaltiesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPenaltiesResponse) ProtoMessage() {}
+
+func (x *ListPenaltiesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPenaltiesResponse.ProtoReflect.Descriptor instead.
+func (*ListPenaltiesResponse) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ListPenaltiesResponse) GetPenalties() []*Penalty {
+	if x != nil {
+		return x.Penalties
+	}
+	return nil
+}
+
+// DeletePenaltyRequest names the identifier whose block to lift.
+type DeletePenaltyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Identifier    string                 `protobuf:"bytes,2,opt,name=identifier,proto3" json:"identifier,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletePenaltyRequest) Reset() {
+	*x = DeletePenaltyRequest{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePenaltyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePenaltyRequest) ProtoMessage() {}
+
+func (x *DeletePenaltyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePenaltyRequest.ProtoReflect.Descriptor instead.
+func (*DeletePenaltyRequest) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *DeletePenaltyRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *DeletePenaltyRequest) GetIdentifier() string {
+	if x != nil {
+		return x.Identifier
+	}
+	return ""
+}
+
+// DeletePenaltyResponse is empty: the block is lifted.
+type DeletePenaltyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletePenaltyResponse) Reset() {
+	*x = DeletePenaltyResponse{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePenaltyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePenaltyResponse) ProtoMessage() {}
+
+func (x *DeletePenaltyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePenaltyResponse.ProtoReflect.Descriptor instead.
+func (*DeletePenaltyResponse) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{31}
+}
+
 var File_ratelimit_v1_ratelimit_proto protoreflect.FileDescriptor
 
 const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\"\xeb\x02\n" +
+	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\"\xa6\x03\n" +
 	"\fLimitRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1e\n" +
 	"\n" +
@@ -2006,11 +2422,14 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x05burst\x18\t \x01(\x03R\x05burst\x122\n" +
 	"\bcalendar\x18\n" +
 	" \x01(\v2\x16.ratelimit.v1.CalendarR\bcalendar\x12\x16\n" +
-	"\x06shadow\x18\v \x01(\bR\x06shadowB\a\n" +
+	"\x06shadow\x18\v \x01(\bR\x06shadow\x12\x18\n" +
+	"\apenalty\x18\f \x01(\x03R\apenalty\x12\x1f\n" +
+	"\vpenalty_max\x18\r \x01(\x03R\n" +
+	"penaltyMaxB\a\n" +
 	"\x05_cost\"W\n" +
 	"\bCalendar\x12.\n" +
 	"\x04unit\x18\x01 \x01(\x0e2\x1a.ratelimit.v1.CalendarUnitR\x04unit\x12\x1b\n" +
-	"\ttime_zone\x18\x02 \x01(\tR\btimeZone\"\xb3\x02\n" +
+	"\ttime_zone\x18\x02 \x01(\tR\btimeZone\"\xd1\x02\n" +
 	"\rLimitResponse\x12\x18\n" +
 	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -2022,7 +2441,9 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"overrideId\x12 \n" +
 	"\vreservation\x18\a \x01(\tR\vreservation\x125\n" +
 	"\talgorithm\x18\b \x01(\x0e2\x17.ratelimit.v1.AlgorithmR\talgorithm\x12#\n" +
-	"\rshadow_denied\x18\t \x01(\bR\fshadowDenied\"S\n" +
+	"\rshadow_denied\x18\t \x01(\bR\fshadowDenied\x12\x1c\n" +
+	"\tpenalized\x18\n" +
+	" \x01(\bR\tpenalized\"S\n" +
 	"\rSettleRequest\x12 \n" +
 	"\vreservation\x18\x01 \x01(\tR\vreservation\x12\x17\n" +
 	"\x04cost\x18\x02 \x01(\x03H\x00R\x04cost\x88\x01\x01B\a\n" +
@@ -2077,7 +2498,7 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x11BatchLimitRequest\x122\n" +
 	"\x06limits\x18\x01 \x03(\v2\x1a.ratelimit.v1.LimitRequestR\x06limits\"N\n" +
 	"\x12BatchLimitResponse\x128\n" +
-	"\aresults\x18\x01 \x03(\v2\x1e.ratelimit.v1.MultiLimitResultR\aresults\"\xd2\x02\n" +
+	"\aresults\x18\x01 \x03(\v2\x1e.ratelimit.v1.MultiLimitResultR\aresults\"\xf0\x02\n" +
 	"\x10MultiLimitResult\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1e\n" +
 	"\n" +
@@ -2093,7 +2514,8 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"overrideId\x125\n" +
 	"\talgorithm\x18\t \x01(\x0e2\x17.ratelimit.v1.AlgorithmR\talgorithm\x12#\n" +
 	"\rshadow_denied\x18\n" +
-	" \x01(\bR\fshadowDenied\"\xb8\x01\n" +
+	" \x01(\bR\fshadowDenied\x12\x1c\n" +
+	"\tpenalized\x18\v \x01(\bR\tpenalized\"\xb8\x01\n" +
 	"\bOverride\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1e\n" +
@@ -2134,7 +2556,33 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\n" +
 	"identifier\x18\x02 \x01(\tR\n" +
 	"identifier\"\x18\n" +
-	"\x16DeleteOverrideResponse*y\n" +
+	"\x16DeleteOverrideResponse\"s\n" +
+	"\aPenalty\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1e\n" +
+	"\n" +
+	"identifier\x18\x02 \x01(\tR\n" +
+	"identifier\x12\x14\n" +
+	"\x05start\x18\x03 \x01(\x03R\x05start\x12\x14\n" +
+	"\x05until\x18\x04 \x01(\x03R\x05until\"Q\n" +
+	"\x11GetPenaltyRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1e\n" +
+	"\n" +
+	"identifier\x18\x02 \x01(\tR\n" +
+	"identifier\"E\n" +
+	"\x12GetPenaltyResponse\x12/\n" +
+	"\apenalty\x18\x01 \x01(\v2\x15.ratelimit.v1.PenaltyR\apenalty\"`\n" +
+	"\x14ListPenaltiesRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05after\x18\x02 \x01(\tR\x05after\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"L\n" +
+	"\x15ListPenaltiesResponse\x123\n" +
+	"\tpenalties\x18\x01 \x03(\v2\x15.ratelimit.v1.PenaltyR\tpenalties\"T\n" +
+	"\x14DeletePenaltyRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1e\n" +
+	"\n" +
+	"identifier\x18\x02 \x01(\tR\n" +
+	"identifier\"\x17\n" +
+	"\x15DeletePenaltyResponse*y\n" +
 	"\tAlgorithm\x12\x1c\n" +
 	"\x18ALGORITHM_SLIDING_WINDOW\x10\x00\x12\x1a\n" +
 	"\x16ALGORITHM_FIXED_WINDOW\x10\x01\x12\x1a\n" +
@@ -2145,7 +2593,7 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x11CALENDAR_UNIT_DAY\x10\x01\x12\x16\n" +
 	"\x12CALENDAR_UNIT_WEEK\x10\x02\x12\x17\n" +
 	"\x13CALENDAR_UNIT_MONTH\x10\x03\x12\x16\n" +
-	"\x12CALENDAR_UNIT_YEAR\x10\x042\x85\a\n" +
+	"\x12CALENDAR_UNIT_YEAR\x10\x042\x90\t\n" +
 	"\x10RatelimitService\x12B\n" +
 	"\x05Limit\x12\x1a.ratelimit.v1.LimitRequest\x1a\x1b.ratelimit.v1.LimitResponse\"\x00\x12Q\n" +
 	"\n" +
@@ -2159,7 +2607,11 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\vSetOverride\x12 .ratelimit.v1.SetOverrideRequest\x1a!.ratelimit.v1.SetOverrideResponse\"\x00\x12T\n" +
 	"\vGetOverride\x12 .ratelimit.v1.GetOverrideRequest\x1a!.ratelimit.v1.GetOverrideResponse\"\x00\x12Z\n" +
 	"\rListOverrides\x12\".ratelimit.v1.ListOverridesRequest\x1a#.ratelimit.v1.ListOverridesResponse\"\x00\x12]\n" +
-	"\x0eDeleteOverride\x12#.ratelimit.v1.DeleteOverrideRequest\x1a$.ratelimit.v1.DeleteOverrideResponse\"\x00B\xb2\x01\n" +
+	"\x0eDeleteOverride\x12#.ratelimit.v1.DeleteOverrideRequest\x1a$.ratelimit.v1.DeleteOverrideResponse\"\x00\x12Q\n" +
+	"\n" +
+	"GetPenalty\x12\x1f.ratelimit.v1.GetPenaltyRequest\x1a .ratelimit.v1.GetPenaltyResponse\"\x00\x12Z\n" +
+	"\rListPenalties\x12\".ratelimit.v1.ListPenaltiesRequest\x1a#.ratelimit.v1.ListPenaltiesResponse\"\x00\x12Z\n" +
+	"\rDeletePenalty\x12\".ratelimit.v1.DeletePenaltyRequest\x1a#.ratelimit.v1.DeletePenaltyResponse\"\x00B\xb2\x01\n" +
 	"\x10com.ratelimit.v1B\x0eRatelimitProtoP\x01Z=github.com/unkeyed/ratelimit/connect/ratelimit/v1;ratelimitv1\xa2\x02\x03RXX\xaa\x02\fRatelimit.V1\xca\x02\fRatelimit\\V1\xe2\x02\x18Ratelimit\\V1\\GPBMetadata\xea\x02\rRatelimit::V1b\x06proto3"
 
 var (
@@ -2175,7 +2627,7 @@ func file_ratelimit_v1_ratelimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ratelimit_v1_ratelimit_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_ratelimit_v1_ratelimit_proto_goTypes = []any{
 	(Algorithm)(0),                 // 0: ratelimit.v1.Algorithm
 	(CalendarUnit)(0),              // 1: ratelimit.v1.CalendarUnit
@@ -2204,6 +2656,13 @@ var file_ratelimit_v1_ratelimit_proto_goTypes = []any{
 	(*ListOverridesResponse)(nil),  // 24: ratelimit.v1.ListOverridesResponse
 	(*DeleteOverrideRequest)(nil),  // 25: ratelimit.v1.DeleteOverrideRequest
 	(*DeleteOverrideResponse)(nil), // 26: ratelimit.v1.DeleteOverrideResponse
+	(*Penalty)(nil),                // 27: ratelimit.v1.Penalty
+	(*GetPenaltyRequest)(nil),      // 28: ratelimit.v1.GetPenaltyRequest
+	(*GetPenaltyResponse)(nil),     // 29: ratelimit.v1.GetPenaltyResponse
+	(*ListPenaltiesRequest)(nil),   // 30: ratelimit.v1.ListPenaltiesRequest
+	(*ListPenaltiesResponse)(nil),  // 31: ratelimit.v1.ListPenaltiesResponse
+	(*DeletePenaltyRequest)(nil),   // 32: ratelimit.v1.DeletePenaltyRequest
+	(*DeletePenaltyResponse)(nil),  // 33: ratelimit.v1.DeletePenaltyResponse
 }
 var file_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
 	0,  // 0: ratelimit.v1.LimitRequest.algorithm:type_name -> ratelimit.v1.Algorithm
@@ -2218,33 +2677,41 @@ var file_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
 	18, // 9: ratelimit.v1.SetOverrideResponse.override:type_name -> ratelimit.v1.Override
 	18, // 10: ratelimit.v1.GetOverrideResponse.override:type_name -> ratelimit.v1.Override
 	18, // 11: ratelimit.v1.ListOverridesResponse.overrides:type_name -> ratelimit.v1.Override
-	2,  // 12: ratelimit.v1.RatelimitService.Limit:input_type -> ratelimit.v1.LimitRequest
-	13, // 13: ratelimit.v1.RatelimitService.MultiLimit:input_type -> ratelimit.v1.MultiLimitRequest
-	15, // 14: ratelimit.v1.RatelimitService.BatchLimit:input_type -> ratelimit.v1.BatchLimitRequest
-	5,  // 15: ratelimit.v1.RatelimitService.Settle:input_type -> ratelimit.v1.SettleRequest
-	7,  // 16: ratelimit.v1.RatelimitService.Acquire:input_type -> ratelimit.v1.AcquireRequest
-	9,  // 17: ratelimit.v1.RatelimitService.Release:input_type -> ratelimit.v1.ReleaseRequest
-	12, // 18: ratelimit.v1.RatelimitService.Extend:input_type -> ratelimit.v1.ExtendRequest
-	19, // 19: ratelimit.v1.RatelimitService.SetOverride:input_type -> ratelimit.v1.SetOverrideRequest
-	21, // 20: ratelimit.v1.RatelimitService.GetOverride:input_type -> ratelimit.v1.GetOverrideRequest
-	23, // 21: ratelimit.v1.RatelimitService.ListOverrides:input_type -> ratelimit.v1.ListOverridesRequest
-	25, // 22: ratelimit.v1.RatelimitService.DeleteOverride:input_type -> ratelimit.v1.DeleteOverrideRequest
-	4,  // 23: ratelimit.v1.RatelimitService.Limit:output_type -> ratelimit.v1.LimitResponse
-	14, // 24: ratelimit.v1.RatelimitService.MultiLimit:output_type -> ratelimit.v1.MultiLimitResponse
-	16, // 25: ratelimit.v1.RatelimitService.BatchLimit:output_type -> ratelimit.v1.BatchLimitResponse
-	6,  // 26: ratelimit.v1.RatelimitService.Settle:output_type -> ratelimit.v1.SettleResponse
-	8,  // 27: ratelimit.v1.RatelimitService.Acquire:output_type -> ratelimit.v1.AcquireResponse
-	10, // 28: ratelimit.v1.RatelimitService.Release:output_type -> ratelimit.v1.ReleaseResponse
-	11, // 29: ratelimit.v1.RatelimitService.Extend:output_type -> ratelimit.v1.ExtendResponse
-	20, // 30: ratelimit.v1.RatelimitService.SetOverride:output_type -> ratelimit.v1.SetOverrideResponse
-	22, // 31: ratelimit.v1.RatelimitService.GetOverride:output_type -> ratelimit.v1.GetOverrideResponse
-	24, // 32: ratelimit.v1.RatelimitService.ListOverrides:output_type -> ratelimit.v1.ListOverridesResponse
-	26, // 33: ratelimit.v1.RatelimitService.DeleteOverride:output_type -> ratelimit.v1.DeleteOverrideResponse
-	23, // [23:34] is the sub-list for method output_type
-	12, // [12:23] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	27, // 12: ratelimit.v1.GetPenaltyResponse.penalty:type_name -> ratelimit.v1.Penalty
+	27, // 13: ratelimit.v1.ListPenaltiesResponse.penalties:type_name -> ratelimit.v1.Penalty
+	2,  // 14: ratelimit.v1.RatelimitService.Limit:input_type -> ratelimit.v1.LimitRequest
+	13, // 15: ratelimit.v1.RatelimitService.MultiLimit:input_type -> ratelimit.v1.MultiLimitRequest
+	15, // 16: ratelimit.v1.RatelimitService.BatchLimit:input_type -> ratelimit.v1.BatchLimitRequest
+	5,  // 17: ratelimit.v1.RatelimitService.Settle:input_type -> ratelimit.v1.SettleRequest
+	7,  // 18: ratelimit.v1.RatelimitService.Acquire:input_type -> ratelimit.v1.AcquireRequest
+	9,  // 19: ratelimit.v1.RatelimitService.Release:input_type -> ratelimit.v1.ReleaseRequest
+	12, // 20: ratelimit.v1.RatelimitService.Extend:input_type -> ratelimit.v1.ExtendRequest
+	19, // 21: ratelimit.v1.RatelimitService.SetOverride:input_type -> ratelimit.v1.SetOverrideRequest
+	21, // 22: ratelimit.v1.RatelimitService.GetOverride:input_type -> ratelimit.v1.GetOverrideRequest
+	23, // 23: ratelimit.v1.RatelimitService.ListOverrides:input_type -> ratelimit.v1.ListOverridesRequest
+	25, // 24: ratelimit.v1.RatelimitService.DeleteOverride:input_type -> ratelimit.v1.DeleteOverrideRequest
+	28, // 25: ratelimit.v1.RatelimitService.GetPenalty:input_type -> ratelimit.v1.GetPenaltyRequest
+	30, // 26: ratelimit.v1.RatelimitService.ListPenalties:input_type -> ratelimit.v1.ListPenaltiesRequest
+	32, // 27: ratelimit.v1.RatelimitService.DeletePenalty:input_type -> ratelimit.v1.DeletePenaltyRequest
+	4,  // 28: ratelimit.v1.RatelimitService.Limit:output_type -> ratelimit.v1.LimitResponse
+	14, // 29: ratelimit.v1.RatelimitService.MultiLimit:output_type -> ratelimit.v1.MultiLimitResponse
+	16, // 30: ratelimit.v1.RatelimitService.BatchLimit:output_type -> ratelimit.v1.BatchLimitResponse
+	6,  // 31: ratelimit.v1.RatelimitService.Settle:output_type -> ratelimit.v1.SettleResponse
+	8,  // 32: ratelimit.v1.RatelimitService.Acquire:output_type -> ratelimit.v1.AcquireResponse
+	10, // 33: ratelimit.v1.RatelimitService.Release:output_type -> ratelimit.v1.ReleaseResponse
+	11, // 34: ratelimit.v1.RatelimitService.Extend:output_type -> ratelimit.v1.ExtendResponse
+	20, // 35: ratelimit.v1.RatelimitService.SetOverride:output_type -> ratelimit.v1.SetOverrideResponse
+	22, // 36: ratelimit.v1.RatelimitService.GetOverride:output_type -> ratelimit.v1.GetOverrideResponse
+	24, // 37: ratelimit.v1.RatelimitService.ListOverrides:output_type -> ratelimit.v1.ListOverridesResponse
+	26, // 38: ratelimit.v1.RatelimitService.DeleteOverride:output_type -> ratelimit.v1.DeleteOverrideResponse
+	29, // 39: ratelimit.v1.RatelimitService.GetPenalty:output_type -> ratelimit.v1.GetPenaltyResponse
+	31, // 40: ratelimit.v1.RatelimitService.ListPenalties:output_type -> ratelimit.v1.ListPenaltiesResponse
+	33, // 41: ratelimit.v1.RatelimitService.DeletePenalty:output_type -> ratelimit.v1.DeletePenaltyResponse
+	28, // [28:42] is the sub-list for method output_type
+	14, // [14:28] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_ratelimit_v1_ratelimit_proto_init() }
@@ -2261,7 +2728,7 @@ func file_ratelimit_v1_ratelimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ratelimit_v1_ratelimit_proto_rawDesc), len(file_ratelimit_v1_ratelimit_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   25,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,10 @@ type Store struct {
 type box struct {
 	b       store.Block
 	written int64 // the store's clock at the latest merge
+	// expires is the latest any write said the box matters until, as
+	// MySQL's expires_at: a lift keeps the box it lifted readable until
+	// the lifted block would have stopped mattering.
+	expires int64
 }
 
 // Option configures a Store.
@@ -55,9 +59,10 @@ func (s *Store) Merge(_ context.Context, b store.Block) error {
 		s.boxes[b.Key] = x
 	}
 	x.b, x.written = store.Merge(x.b, b), now
+	x.expires = max(x.expires, b.Expires(), b.Cleared)
 	if len(s.boxes)%64 == 0 {
 		for k, x := range s.boxes {
-			if x.b.Expires() <= now && x.b.Cleared <= now {
+			if x.expires <= now {
 				delete(s.boxes, k)
 			}
 		}
@@ -96,7 +101,7 @@ func (s *Store) Changes(_ context.Context, since, now int64) ([]store.Block, int
 	defer s.mu.Unlock()
 	var out []store.Block
 	for _, x := range s.boxes {
-		if x.written >= since && x.b.Expires() > now {
+		if x.written >= since && x.expires > now {
 			out = append(out, x.b)
 		}
 	}

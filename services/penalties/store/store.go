@@ -16,22 +16,24 @@ type Key struct {
 }
 
 // Block is a penalty box's state: its latest block, and when it was
-// lifted. Times are unix ms.
+// last lifted. Times are unix ms.
 type Block struct {
 	Key
 	// Start and Until span the latest block: every decision of the
 	// identifier in the namespace is denied from Start until Until. Its
-	// length, Until - Start, is what a repeat offence doubles.
+	// length, Until - Start, is what a repeat offence doubles. Both 0:
+	// no block since the last lift.
 	Start, Until int64
-	// Cleared is when the box was last emptied (DeletePenalty): a block
-	// that started at or before it is void.
+	// Cleared is when the box was last emptied (DeletePenalty), as the
+	// writer knew it: a block is written with the clearance its process
+	// had read, and loses to a later one (see Merge).
 	Cleared int64
 }
 
 // Length is the block's length.
 func (b Block) Length() int64 { return b.Until - b.Start }
 
-// Void reports whether the block was lifted (or never set).
+// Void reports whether the box holds no block: never set, or lifted.
 func (b Block) Void() bool { return b.Until == 0 || b.Start <= b.Cleared }
 
 // InForce reports whether the block denies a decision at now.
@@ -42,17 +44,31 @@ func (b Block) InForce(now int64) bool { return !b.Void() && b.Start <= now && n
 // remembers it.
 func (b Block) Expires() int64 { return b.Until + b.Length() }
 
-// Merge returns the state that holds both a and b, whatever order they
-// arrive in: the block with the later end (with its start), the later
-// clearance. Merging is commutative, associative and idempotent, so a
-// write replayed, duplicated or read late never undoes a newer one.
+// Merge returns the later of two states of one box, in the order
+// (Cleared, Until, Start): a lift beats every block written by a process
+// that had not read it (and resets the box: a lift carries no block), and
+// of two blocks written after the same lift, the one that ends later wins
+// (of two that end together, the later started). The order is total, so
+// merging is taking a maximum: commutative, associative and idempotent,
+// and a write replayed, duplicated or read late never undoes a newer one
+// whatever order the store and each process apply them in.
 func Merge(a, b Block) Block {
-	out := a
-	if b.Until > a.Until || (b.Until == a.Until && b.Start > a.Start) {
-		out.Start, out.Until = b.Start, b.Until
+	if later(b, a) {
+		b.Key = a.Key
+		return b
 	}
-	out.Cleared = max(a.Cleared, b.Cleared)
-	return out
+	return a
+}
+
+// later reports whether b comes after a in Merge's order.
+func later(b, a Block) bool {
+	if b.Cleared != a.Cleared {
+		return b.Cleared > a.Cleared
+	}
+	if b.Until != a.Until {
+		return b.Until > a.Until
+	}
+	return b.Start > a.Start
 }
 
 // Penalties keeps penalty boxes where every process of the fleet can read

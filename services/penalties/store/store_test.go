@@ -30,8 +30,8 @@ func TestMergeIsASemilattice(t *testing.T) {
 			t.Fatalf("merging %v in another order: %+v, want %+v", blocks, got, want)
 		}
 		for _, b := range blocks {
-			if got.Until < b.Until || got.Cleared < b.Cleared {
-				t.Fatalf("the merge %+v lost %+v", got, b)
+			if later(b, got) {
+				t.Fatalf("the merge %+v lost the later %+v", got, b)
 			}
 		}
 	}
@@ -44,11 +44,15 @@ func TestInForce(t *testing.T) {
 			t.Errorf("InForce(%d) = %v", now, !want)
 		}
 	}
-	b.Cleared = 10
-	if b.InForce(15) || !b.Void() {
-		t.Error("a block cleared at its start is in force")
-	}
 	if b.Expires() != 30 {
 		t.Errorf("Expires = %d, want 30", b.Expires())
+	}
+	lift := Block{Cleared: 12}
+	if got := Merge(b, lift); got.InForce(15) || got.Cleared != 12 {
+		t.Errorf("a block after a lift: %+v", got)
+	}
+	after := Block{Start: 13, Until: 14, Cleared: 12}
+	if got := Merge(Merge(b, lift), after); !got.InForce(13) || got.Until != 14 {
+		t.Errorf("a block started after the lift, shorter than the lifted one: %+v", got)
 	}
 }

@@ -15,9 +15,9 @@ import (
 )
 
 // TestPenalties checks that the stores newStore returns do what package
-// penalties relies on: a merge keeps the later block and the later
-// clearance whatever order writes arrive in, and a replayed write changes
-// nothing; Get finds a box by its exact key; List pages a namespace's
+// penalties relies on: a merge keeps the later state in the order
+// (clearance, end, start) whatever order writes arrive in, and a replayed
+// write changes nothing; Get finds a box by its exact key; List pages a namespace's
 // boxes whose block has not ended, in identifier order; Changes returns
 // what was written since a clock it returned, and from 0 every box that
 // still matters. Each subtest works in a workspace of its own, so the
@@ -40,14 +40,24 @@ func TestPenalties(t *testing.T, newStore func(t *testing.T) store.Penalties, no
 			t.Fatalf("after merging both blocks twice, in turn: %+v, %v; want %+v", got, err, later)
 		}
 		clear := store.Block{Key: k, Cleared: t0 + 20}
-		for _, b := range []store.Block{clear, earlier, {Key: k, Cleared: t0 + 5}} {
+		for _, b := range []store.Block{clear, earlier, later, {Key: k, Cleared: t0 + 5}} {
 			if err := s.Merge(ctx, b); err != nil {
 				t.Fatal(err)
 			}
 		}
 		got, _ = s.Get(ctx, k)
-		if got.Until != later.Until || got.Start != later.Start || got.Cleared != t0+20 || !got.Void() {
-			t.Fatalf("after a clearance and older writes: %+v, want the later block, lifted at %d", got, t0+20)
+		if got != clear || !got.Void() {
+			t.Fatalf("after a lift and writes that had not read it: %+v, want the lift %+v", got, clear)
+		}
+		// A block written after the lift, ending before the lifted one.
+		after := store.Block{Key: k, Start: t0 + 21, Until: t0 + 30_000, Cleared: t0 + 20}
+		for _, b := range []store.Block{after, later, clear, after} {
+			if err := s.Merge(ctx, b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got, _ = s.Get(ctx, k); got != after {
+			t.Fatalf("a block after the lift: %+v, want %+v", got, after)
 		}
 		if _, err := s.Get(ctx, store.Key{Workspace: ws, Namespace: "ns", Identifier: "Alice"}); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("another identifier's box: %v, want ErrNotFound", err)

@@ -31,6 +31,9 @@ var requiredFields = map[protoreflect.FullName][]string{
 	"ratelimit.v1.GetOverrideRequest":    {"namespace", "identifier"},
 	"ratelimit.v1.DeleteOverrideRequest": {"namespace", "identifier"},
 	"ratelimit.v1.ListOverridesRequest":  {"namespace"},
+	"ratelimit.v1.GetPenaltyRequest":     {"namespace", "identifier"},
+	"ratelimit.v1.DeletePenaltyRequest":  {"namespace", "identifier"},
+	"ratelimit.v1.ListPenaltiesRequest":  {"namespace"},
 	"ratelimit.v1.GetRatelimitsRequest":  {"namespace", "from", "to"},
 	"ratelimit.v1.ListNamespacesRequest": {"from", "to"},
 }

@@ -57,6 +57,8 @@ func appendLimitResponse(b []byte, m *ratelimitv1.LimitResponse) []byte {
 	b = append(b, m.Algorithm.String()...)
 	b = append(b, `","shadowDenied":`...)
 	b = strconv.AppendBool(b, m.ShadowDenied)
+	b = append(b, `,"penalized":`...)
+	b = strconv.AppendBool(b, m.Penalized)
 	return append(b, '}')
 }
 

@@ -29,6 +29,9 @@ func (h *Handler) RegisterGRPC(srv *grpc.Server) {
 			grpcMethod(service, "GetOverride", h.GetOverride),
 			grpcMethod(service, "ListOverrides", h.ListOverrides),
 			grpcMethod(service, "DeleteOverride", h.DeleteOverride),
+			grpcMethod(service, "GetPenalty", h.GetPenalty),
+			grpcMethod(service, "ListPenalties", h.ListPenalties),
+			grpcMethod(service, "DeletePenalty", h.DeletePenalty),
 		},
 		Metadata: "ratelimit/v1/ratelimit.proto",
 	}, struct{}{})

@@ -55,7 +55,7 @@ func (h *Handler) Limit(ctx context.Context, req *connect.Request[ratelimitv1.Li
 	if err != nil {
 		return nil, h.fail(ctx, ratelimitv1connect.RatelimitServiceLimitProcedure, err)
 	}
-	d, err := h.pipeline.Limit(ctx, pipeline.Call{Request: r, Shadow: req.Msg.GetShadow()})
+	d, err := h.pipeline.Limit(ctx, toCall(r, req.Msg))
 	if err != nil {
 		return nil, h.fail(ctx, ratelimitv1connect.RatelimitServiceLimitProcedure, err)
 	}
@@ -69,6 +69,7 @@ func (h *Handler) Limit(ctx context.Context, req *connect.Request[ratelimitv1.Li
 		Reservation:  d.Reservation,
 		Algorithm:    answered(d.Algorithm, !r.Calendar.IsZero()),
 		ShadowDenied: d.ShadowDenied,
+		Penalized:    d.Penalized,
 	})
 	// The IETF's fields, for an application to copy onto its own answer
 	// (gRPC carries them as header metadata). A call through the grpc-go
@@ -206,7 +207,7 @@ func calls(limits []*ratelimitv1.LimitRequest) ([]pipeline.Call, error) {
 		if err != nil {
 			return nil, invalid.InEntry("limits", i, err)
 		}
-		out[i] = pipeline.Call{Request: r, Shadow: l.GetShadow()}
+		out[i] = toCall(r, l)
 	}
 	return out, nil
 }
@@ -224,7 +225,14 @@ func result(l *ratelimitv1.LimitRequest, d pipeline.Decision) *ratelimitv1.Multi
 		OverrideId:   d.OverrideID,
 		Algorithm:    answered(d.Algorithm, l.GetCalendar() != nil),
 		ShadowDenied: d.ShadowDenied,
+		Penalized:    d.Penalized,
 	}
+}
+
+// toCall is the call of r, converted from m: its policies beside it.
+func toCall(r ratelimit.Request, m *ratelimitv1.LimitRequest) pipeline.Call {
+	return pipeline.Call{Request: r, Shadow: m.GetShadow(),
+		Penalty: pipeline.Milliseconds(m.GetPenalty()), PenaltyMax: pipeline.Milliseconds(m.GetPenaltyMax())}
 }
 
 // answered is the algorithm a decision by alg answers: a calendar's own

@@ -109,6 +109,13 @@ type Config struct {
 	// OverridesPollInterval is how often the process reads other processes'
 	// override and key changes from MySQL.
 	OverridesPollInterval time.Duration `env:"UNKEY_OVERRIDES_POLL_INTERVAL" envDefault:"2s" help:"how often the process reads override and key changes from MySQL: 100ms to 1h"`
+	// PenaltiesPollInterval is how often the process reads the penalty
+	// blocks other processes started: a block holds fleet-wide within
+	// about this.
+	PenaltiesPollInterval time.Duration `env:"UNKEY_PENALTIES_POLL_INTERVAL" envDefault:"1s" help:"how often the process reads the penalty blocks other processes started, from MySQL: 100ms to 1h"`
+	// MaxPenaltyBlocks caps the penalty boxes a process keeps in memory
+	// (about 200 bytes each): an offence past it blocks nothing.
+	MaxPenaltyBlocks int64 `env:"UNKEY_MAX_PENALTY_BLOCKS" envDefault:"1000000" help:"the most penalty boxes a process keeps in memory: at least 1"`
 
 	// The global counters' schedule: how often the process publishes the
 	// cells that crossed their floor (a twentieth of the limit for windows
@@ -250,7 +257,8 @@ func LoadConfig(environ []string) (Config, error) {
 		name string
 		v    time.Duration
 	}{{"UNKEY_HTTP_READ_TIMEOUT", c.ReadTimeout}, {"UNKEY_HTTP_WRITE_TIMEOUT", c.WriteTimeout}, {"UNKEY_HTTP_IDLE_TIMEOUT", c.IdleTimeout},
-		{"UNKEY_OVERRIDES_POLL_INTERVAL", c.OverridesPollInterval}, {"UNKEY_GLOBAL_FLUSH_INTERVAL", c.GlobalFlushInterval},
+		{"UNKEY_OVERRIDES_POLL_INTERVAL", c.OverridesPollInterval}, {"UNKEY_PENALTIES_POLL_INTERVAL", c.PenaltiesPollInterval},
+		{"UNKEY_GLOBAL_FLUSH_INTERVAL", c.GlobalFlushInterval},
 		{"UNKEY_GLOBAL_FULL_FLUSH_INTERVAL", c.GlobalFullFlushInterval}, {"UNKEY_GLOBAL_SYNC_INTERVAL", c.GlobalSyncInterval},
 		{"UNKEY_RLS_CONFIG_INTERVAL", c.RLSConfigInterval}, {"UNKEY_ANALYTICS_FLUSH_INTERVAL", c.AnalyticsFlushInterval}} {
 		if d.v < 100*time.Millisecond || d.v > time.Hour {
@@ -287,6 +295,9 @@ func LoadConfig(environ []string) (Config, error) {
 	}
 	if c.MaxOverridePatternsPerNamespace < 1 {
 		return Config{}, fmt.Errorf("UNKEY_MAX_OVERRIDE_PATTERNS_PER_NAMESPACE: must be at least 1, got %d", c.MaxOverridePatternsPerNamespace)
+	}
+	if c.MaxPenaltyBlocks < 1 {
+		return Config{}, fmt.Errorf("UNKEY_MAX_PENALTY_BLOCKS: must be at least 1, got %d", c.MaxPenaltyBlocks)
 	}
 	if c.MaxOverridesPerWorkspace < 1 {
 		return Config{}, fmt.Errorf("UNKEY_MAX_OVERRIDES_PER_WORKSPACE: must be at least 1, got %d", c.MaxOverridesPerWorkspace)

@@ -26,6 +26,7 @@ import (
 	"github.com/unkeyed/ratelimit/services/audit"
 	"github.com/unkeyed/ratelimit/services/keys"
 	"github.com/unkeyed/ratelimit/services/overrides"
+	"github.com/unkeyed/ratelimit/services/penalties"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 	"github.com/unkeyed/ratelimit/services/reservation"
 )
@@ -175,9 +176,15 @@ func (d *Daemon) build() error {
 	if err != nil {
 		return err
 	}
+	box, err := newPenalties(cfg, logger, reg, st)
+	if err != nil {
+		return err
+	}
+	d.loads = append(d.loads, load{box, "load penalties: blocks started before this process are enforced here once a poll reads them"})
+	d.loops = append(d.loops, box)
 	p, err := pipeline.New(d.limiter, ov, reg, pipeline.WithAudit(auditWriter),
 		pipeline.WithReservations(keyring, st.ledger, st.ledgerScope), pipeline.WithLogger(logger), pipeline.WithAnalytics(recorder),
-		pipeline.WithBatchEntriesInFlight(cfg.batchEntriesInFlight()))
+		pipeline.WithBatchEntriesInFlight(cfg.batchEntriesInFlight()), pipeline.WithPenalties(box))
 	if err != nil {
 		return fmt.Errorf("register api metrics: %w", err)
 	}
@@ -223,6 +230,17 @@ func newOverrides(cfg Config, logger *slog.Logger, reg prometheus.Registerer, st
 		opts = append(opts, overrides.WithStore(st.overrides), overrides.WithPollStore(st.overridesPoll))
 	}
 	return overrides.New(opts...)
+}
+
+// newPenalties builds the penalty boxes on the store st holds, or in
+// memory.
+func newPenalties(cfg Config, logger *slog.Logger, reg prometheus.Registerer, st *stores) (*penalties.Box, error) {
+	opts := []penalties.Option{penalties.WithLogger(logger), penalties.WithPollInterval(cfg.PenaltiesPollInterval),
+		penalties.WithMaxBlocks(cfg.MaxPenaltyBlocks), penalties.WithRegisterer(reg)}
+	if st.penalties != nil {
+		opts = append(opts, penalties.WithStore(st.penalties), penalties.WithLoopStore(st.penaltiesLoop))
+	}
+	return penalties.New(opts...)
 }
 
 // newKeys builds the ring of keys the API authenticates with: the tokens

@@ -68,6 +68,7 @@ type dashboardView struct {
 	Chart      chartView  `json:"chart"`
 	Top        [][]string `json:"top"`
 	Overrides  [][]string `json:"overrides"`
+	Penalties  [][]string `json:"penalties"`
 	Regions    [][]string `json:"regions"`
 	// Processes are the rows of the processes' table, each its class
 	// ("live" or "gone") and its cells.
@@ -278,6 +279,11 @@ func TestDashboardInChromium(t *testing.T) {
 		`{"namespace":"sms.send","identifier":"vip_*","limit":1000,"duration":60000,"burst":5000}`); status != 200 {
 		t.Fatalf("SetOverride: %d %v", status, out)
 	}
+	// A penalty of 10 minutes: the second call offends, the third is
+	// held (a denial too).
+	for range 3 {
+		ts.call(t, "Limit", tokA, `{"namespace":"sms.send","identifier":"mallory","limit":1,"duration":60000,"penalty":600000}`)
+	}
 	// The API's own answer, once both namespaces are flushed: the series,
 	// and the identifiers (written after the series, so read until every
 	// decision of the three is counted there too).
@@ -295,7 +301,7 @@ func TestDashboardInChromium(t *testing.T) {
 			fmt.Sscan(fmt.Sprint(it.(map[string]any)["denied"]), &b)
 			named += a + b
 		}
-		return p+d == 42 && p2 == 3 && named == 42
+		return p+d == 45 && p2 == 3 && named == 45
 	})
 	passed, denied := totals(api)
 
@@ -320,9 +326,9 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	// The calls refused: ListNamespaces without read_analytics in any
 	// namespace; GetStatus without status.read; ListOverrides without
-	// read_override; both the page's first calls without a key, or with
-	// one the API does not know.
-	for i, want := range [][]string{nil, nil, {"403", "403"}, {"403", "403"}, {"401", "401"}, {"401", "401"}} {
+	// read_override, and ListPenalties; both the page's first calls
+	// without a key, or with one the API does not know.
+	for i, want := range [][]string{nil, nil, {"403", "403"}, {"403", "403", "403"}, {"401", "401"}, {"401", "401"}} {
 		if !slices.Equal(views[i].Refused, want) {
 			t.Errorf("visit %d: the API refused calls with %v, want %v", i, views[i].Refused, want)
 		}
@@ -356,8 +362,12 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Errorf("identifiers shown %v, want rollout with 1 passed, 0 denied, 2 shadow-denied", view.Top)
 	}
 	if len(view.Overrides) != 1 || view.Overrides[0][0] != "vip_*" || view.Overrides[0][1] != "1,000" ||
-		len(view.Overrides[0]) != 4 || view.Overrides[0][3] != "5,000" {
-		t.Errorf("overrides shown %v, want vip_* at 1,000 with a bucket's burst of 5,000", view.Overrides)
+		len(view.Overrides[0]) != 5 || view.Overrides[0][3] != "5,000" || view.Overrides[0][4] != "enforced" {
+		t.Errorf("overrides shown %v, want vip_* at 1,000 with a bucket's burst of 5,000, enforced", view.Overrides)
+	}
+	if len(view.Penalties) != 1 || view.Penalties[0][0] != "mallory" || view.Penalties[0][2] != "10 min" ||
+		!slices.Contains([]string{"9 min", "10 min"}, view.Penalties[0][1]) {
+		t.Errorf("penalties shown %v, want mallory's 10 min block", view.Penalties)
 	}
 
 	// The fleet: the live process counted, the stopped ones listed gone.
@@ -415,6 +425,11 @@ func TestDashboardInChromium(t *testing.T) {
 		"Not shown: listing a namespace's overrides needs ratelimit.api.requests.read_override, which this key lacks." {
 		t.Errorf("overrides shown to a key without read_override: %v, want why not", oneRead.Overrides)
 	}
+	if len(oneRead.Penalties) != 1 || oneRead.Penalties[0][0] !=
+		"Not shown: listing a namespace's penalties needs ratelimit.api.requests.read_override, which this key lacks." {
+		t.Errorf("penalties shown to a key without read_override: %v, want why not", oneRead.Penalties)
+	}
+
 	if len(wrong.Namespaces) != 0 || len(wrong.Processes) != 0 || len(wrong.Notices) != 1 ||
 		!strings.HasPrefix(wrong.Notices[0], "The API refused this key (") ||
 		!strings.HasSuffix(wrong.Notices[0], "Check the key in the API key box above and press Load.") {

@@ -325,7 +325,7 @@ func TestValidationOverTheAPI(t *testing.T) {
 		// What a newcomer meets first: a wrong type, a typo, an empty body,
 		// a missing field, a wrong type deep in a batch.
 		{"Limit", `{"namespace":"n","identifier":"i","limit":"two","duration":1000}`, `limit: must be an integer, got "two"`},
-		{"Limit", `{"namespace":"n","identifier":"i","limit":1,"duration":1000,"cots":5}`, "cots: unknown field: LimitRequest has namespace, identifier, limit, duration, cost, report, reserve, algorithm, burst, calendar, shadow"},
+		{"Limit", `{"namespace":"n","identifier":"i","limit":1,"duration":1000,"cots":5}`, "cots: unknown field: LimitRequest has namespace, identifier, limit, duration, cost, report, reserve, algorithm, burst, calendar, shadow, penalty, penaltyMax"},
 		{"Limit", ``, "body: missing: the request, a JSON object"},
 		{"Limit", `{"namespace":"n","identifier":"i","limit":1`, "body: must be valid JSON: it breaks off or stops being JSON at byte 43"},
 		{"Limit", `{"namespace":"n","identifier":"i","limit":1}`, "duration: missing: a limit needs the length of its window in milliseconds, or a calendar"},
@@ -340,7 +340,7 @@ func TestValidationOverTheAPI(t *testing.T) {
 		{"Limit", `{"namespace":"n","identifier":"i","limit":1,"duration":1000,"algorithm":"token_bucket"}`,
 			`algorithm: must be one of ALGORITHM_SLIDING_WINDOW, ALGORITHM_FIXED_WINDOW, ALGORITHM_TOKEN_BUCKET, ALGORITHM_CALENDAR (or its number), got "token_bucket": did you mean "ALGORITHM_TOKEN_BUCKET"? (an enum value is its full name)`},
 		{"MultiLimit", `{"limits":[{"namespace":"n","identifier":"i","limit":1,"duration":1000},{"namespace":"n","identifier":"i","limit":1,"duration":1000,"cost":"x"}]}`, `limits[1].cost: must be an integer, got "x"`},
-		{"SetOverride", `{"namespace":"n","identifier":"i","limit":1}`, "duration: missing: SetOverrideRequest needs it"},
+		{"SetOverride", `{"namespace":"n","identifier":"i","limit":1}`, "duration: missing: SetOverrideRequest needs it (unless shadow is given)"},
 		{"Limit", `{"namespace":"n","identifier":"` + long + `","limit":1,"duration":1000}`, "identifier: " + name},
 		{"Limit", `{"namespace":"n","identifier":"i\u007f","limit":1,"duration":1000}`, "identifier: " + name},
 		{"Limit", `{"namespace":"n","identifier":"i","limit":0,"duration":1000}`, "limit: must be between 1 and 9007199254740992"},

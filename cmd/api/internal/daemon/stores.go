@@ -24,6 +24,8 @@ import (
 	keysstore "github.com/unkeyed/ratelimit/services/keys/store"
 	overridesmysql "github.com/unkeyed/ratelimit/services/overrides/mysqlstore"
 	overridesstore "github.com/unkeyed/ratelimit/services/overrides/store"
+	penaltiesmysql "github.com/unkeyed/ratelimit/services/penalties/mysqlstore"
+	penaltiesstore "github.com/unkeyed/ratelimit/services/penalties/store"
 	"github.com/unkeyed/ratelimit/services/ratelimit/mysqlstore"
 	"github.com/unkeyed/ratelimit/services/ratelimit/redisstore"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
@@ -35,14 +37,14 @@ import (
 
 // MySQLConns bounds each of a process's two MySQL pools. The loops' pool
 // serves the limiter's flush and its sync, the overrides poll, the keys
-// poll and the analytics flush (with the roll call after it): five
-// connections, one each. The requests' pool serves what callers ask of
+// poll, the penalties' writes and poll and the analytics flush (with the
+// roll call after it): six connections, one each. The requests' pool serves what callers ask of
 // MySQL: the analytics' queries, the audit log, keys, overrides and the
 // reservations' ledger. No caller's query, however slow, takes a
 // connection a loop needs: with one pool, six slow analytics queries of
-// one tenant held another tenant's revoked key in force for 56.7 s. Five
+// one tenant held another tenant's revoked key in force for 56.7 s. Six
 // each keep the pools small for a fleet of hundreds of processes.
-const MySQLConns = 5
+const MySQLConns = 6
 
 // stores are the process's clients and the stores the configuration names:
 // the region's Redis and the shared MySQL when configured, memory for what
@@ -59,6 +61,9 @@ type stores struct {
 	// overrides persist overrides; nil without MySQL (memory).
 	// overridesPoll is the same table through the loops' pool.
 	overrides, overridesPoll overridesstore.Overrides
+	// penalties keep the penalty boxes; nil without MySQL (memory).
+	// penaltiesLoop is the same table through the loops' pool.
+	penalties, penaltiesLoop penaltiesstore.Penalties
 	// keys are the managed keys; nil without MySQL: keys are not managed.
 	// keysPoll is the same table through the loops' pool.
 	keys, keysPoll keysstore.Store
@@ -148,6 +153,7 @@ func openStores(cfg Config, logger *slog.Logger, reg prometheus.Registerer, trac
 func (s *stores) useMySQL(loops, requests *sql.DB, maxSettlements int64) {
 	s.global = mysqlstore.New(loops)
 	s.overrides, s.overridesPoll = overridesmysql.New(requests), overridesmysql.New(loops)
+	s.penalties, s.penaltiesLoop = penaltiesmysql.New(requests), penaltiesmysql.New(loops)
 	s.audit = auditmysql.New(requests)
 	s.keys, s.keysPoll = keysmysql.New(requests), keysmysql.New(loops)
 	s.ledger, s.ledgerScope = ledgermysql.New(requests, ledgermysql.WithMaxPerWorkspace(maxSettlements)), ""

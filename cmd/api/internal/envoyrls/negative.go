@@ -37,6 +37,7 @@ func (s *Service) refund(ctx context.Context, ns pipeline.Namespace, p *plan, no
 	var one [1]pipeline.Call
 	for i, c := range s.calls(ctx, ns, p, one[:0]) {
 		c.Request.Report = false
+		c.Penalty, c.PenaltyMax = 0, 0 // a refund offends nobody
 		d, given, err := ns.Refund(ctx, c)
 		if err != nil {
 			return nil, err

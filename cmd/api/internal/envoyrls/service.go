@@ -703,6 +703,10 @@ func (s *Service) calls(ctx context.Context, ns pipeline.Namespace, p *plan, buf
 		if p.fromRequest {
 			c.Bounds = callerBounds
 		}
+		if p.rule != nil && !p.shadow && l.Algorithm != ratelimit.Concurrency {
+			// A shadow_mode rule answers OK: its denials block nothing.
+			c.Penalty, c.PenaltyMax = p.rule.Penalty, p.rule.PenaltyMax
+		}
 		calls = append(calls, c)
 	}
 	if len(calls) > 1 && ns.Overridden(ctx, p.identifier) {

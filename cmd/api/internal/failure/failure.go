@@ -14,6 +14,7 @@ import (
 	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/access"
 	"github.com/unkeyed/ratelimit/services/overrides"
+	"github.com/unkeyed/ratelimit/services/penalties"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 	"github.com/unkeyed/ratelimit/services/reservation"
 	"github.com/unkeyed/ratelimit/services/rlsconfig"
@@ -103,6 +104,9 @@ func Classify(err error) Failure {
 	}
 	if errors.Is(err, overrides.ErrNotFound) {
 		return Failure{Kind: KindNotFound, Message: "override not found: no override is set for this namespace and identifier", Err: err}
+	}
+	if errors.Is(err, penalties.ErrNotFound) {
+		return Failure{Kind: KindNotFound, Message: "penalty not found: no block holds this identifier in this namespace", Err: err}
 	}
 	if msg, ok := exhaustedMessage(err); ok {
 		return Failure{Kind: KindResourceExhausted, Message: msg, Err: err}

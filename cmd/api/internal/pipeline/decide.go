@@ -34,6 +34,10 @@ type Call struct {
 	// Shadow makes the call a shadow one (see shadow.go): decided and
 	// counted as any other, but admitted whatever its limit says.
 	Shadow bool
+	// Penalty, if not zero, blocks the identifier in its namespace for
+	// that long once its limit denies the call; PenaltyMax caps the
+	// doubling of a repeat offence (see penalty.go).
+	Penalty, PenaltyMax time.Duration
 	// Bounds are what the call's sender may ask: the zero value is
 	// ratelimit.CallerBounds, a caller's own limits; an operator's rules
 	// (an Envoy rule's requests_per_unit: 0 blocks, a year's window) are
@@ -64,17 +68,24 @@ type Decision struct {
 	// by an override; ShadowDenied for one its limit would have refused
 	// (Success is then true).
 	Shadow, ShadowDenied bool
+	// Penalized is set for a call a penalty's block denied (its limit
+	// was not asked; RetryAfter is what is left of the block).
+	Penalized bool
 }
 
 // validate checks c by the limiter's rules and the adapter's, and returns
 // the request as it is counted: in workspace, under its counter identifier.
-func (c *Call) validate(workspace string) (ratelimit.Request, error) {
+// penalties says whether the pipeline keeps penalty boxes.
+func (c *Call) validate(workspace string, penalties bool) (ratelimit.Request, error) {
 	r := c.Request
 	r.Workspace = workspace
 	if err := c.Bounds.CheckRequest(&r); err != nil {
 		return ratelimit.Request{}, err
 	}
 	if err := checkShadow(c); err != nil {
+		return ratelimit.Request{}, err
+	}
+	if err := checkPenalty(c, penalties); err != nil {
 		return ratelimit.Request{}, err
 	}
 	r.Identifier = CounterIdentifier(r.Identifier)
@@ -184,7 +195,7 @@ func (n Namespace) Overridden(ctx context.Context, identifier string) bool {
 
 // limit is Limit, authorizing c unless authorized says its namespace was.
 func (p *Pipeline) limit(ctx context.Context, c Call, authorized bool) (Decision, error) {
-	r, err := c.validate(call.Workspace(ctx))
+	r, err := c.validate(call.Workspace(ctx), p.penalties != nil)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -243,9 +254,18 @@ func (p *Pipeline) decide(ctx context.Context, r *ratelimit.Request, c *Call) (D
 	var shadow bool
 	d.OverrideID, shadow = p.override(r, c.Request.Identifier)
 	shadowedBy(c, shadow)
+	if resp, ok := p.blocked(r); ok {
+		d.Response, d.Penalized = resp, true
+		d.Duration = r.Window(resp.Reset)
+		d.Quota, d.QuotaWindow = r.Policy(resp.Reset)
+		return d, nil
+	}
 	// A limit of 0 (an override that blocks) is the limiter's to answer;
 	// with an error the response still holds the limit and the reset.
 	resp, err := p.limiter.Decide(ctx, *r)
+	if err == nil && offends(c, r, &resp) {
+		p.offend(c, r, &resp)
+	}
 	d.Response = resp
 	d.Duration = r.Window(resp.Reset)
 	d.Quota, d.QuotaWindow = r.Policy(resp.Reset)
@@ -254,13 +274,13 @@ func (p *Pipeline) decide(ctx context.Context, r *ratelimit.Request, c *Call) (D
 
 // validateEach validates a batch of at most max calls, naming an offending
 // one by its place ("limits[2].cost").
-func validateEach(calls []Call, max int, workspace string) ([]ratelimit.Request, error) {
+func validateEach(calls []Call, max int, workspace string, penalties bool) ([]ratelimit.Request, error) {
 	if err := ratelimit.CheckBatchSize("limits", len(calls), max); err != nil {
 		return nil, err
 	}
 	reqs := make([]ratelimit.Request, len(calls))
 	for i := range calls {
-		r, err := calls[i].validate(workspace)
+		r, err := calls[i].validate(workspace, penalties)
 		if err == nil {
 			err = ratelimit.CheckInBatch(&r, false)
 		}
@@ -288,7 +308,7 @@ func (p *Pipeline) enterBatch(ctx context.Context, workspace string, n int) (fun
 // the entries decided by then stay counted.
 func (p *Pipeline) Batch(ctx context.Context, calls []Call) ([]Decision, error) {
 	workspace := call.Workspace(ctx)
-	reqs, err := validateEach(calls, MaxBatchLimit, workspace)
+	reqs, err := validateEach(calls, MaxBatchLimit, workspace, p.penalties != nil)
 	if err != nil {
 		return nil, err
 	}
@@ -336,7 +356,7 @@ type MultiDecision struct {
 // (see multiWithShadows).
 func (p *Pipeline) Multi(ctx context.Context, calls []Call) (MultiDecision, error) {
 	workspace := call.Workspace(ctx)
-	reqs, err := validateEach(calls, ratelimit.MaxBatch, workspace)
+	reqs, err := validateEach(calls, ratelimit.MaxBatch, workspace, p.penalties != nil)
 	if err != nil {
 		return MultiDecision{}, err
 	}
@@ -366,9 +386,22 @@ func (p *Pipeline) Multi(ctx context.Context, calls []Call) (MultiDecision, erro
 		return MultiDecision{}, err
 	}
 	defer leave()
-	if err := p.multiWithShadows(ctx, calls, reqs, &out); err != nil {
+	held := p.heldEntries(reqs)
+	decided := reqs
+	if held != nil {
+		// A held entry is decided as a limit of 0: it fails the others,
+		// and counts nothing.
+		decided = slices.Clone(reqs)
+		for i := range held {
+			if held[i] {
+				decided[i].Limit = 0
+			}
+		}
+	}
+	if err := p.multiWithShadows(ctx, calls, decided, &out); err != nil {
 		return MultiDecision{}, err
 	}
+	p.penalizeMulti(calls, reqs, held, &out)
 	for i := range out.Results {
 		d := &out.Results[i]
 		d.Duration = reqs[i].Window(d.Reset)

@@ -21,6 +21,7 @@ import (
 	"github.com/unkeyed/ratelimit/services/analytics"
 	"github.com/unkeyed/ratelimit/services/audit"
 	"github.com/unkeyed/ratelimit/services/overrides"
+	"github.com/unkeyed/ratelimit/services/penalties"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 	"github.com/unkeyed/ratelimit/services/ratelimit/store"
 	"github.com/unkeyed/ratelimit/services/reservation"
@@ -47,6 +48,9 @@ type Pipeline struct {
 	// analytics counts every decision by namespace and identifier; nil:
 	// not counted.
 	analytics *analytics.Recorder
+	// penalties keeps the penalty boxes (see penalty.go); nil: calls that
+	// ask for a penalty are refused.
+	penalties *penalties.Box
 }
 
 // Option configures a Pipeline.

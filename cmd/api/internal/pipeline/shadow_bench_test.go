@@ -4,22 +4,27 @@ import (
 	"context"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 	"github.com/unkeyed/ratelimit/services/access"
+	"github.com/unkeyed/ratelimit/services/penalties"
 )
 
 // BenchmarkLimitPolicies decides Limit calls through the pipeline over
-// 1,000 identifiers, half of them past their limit: plain, and as shadow
-// calls (docs/BENCHMARKS.md: a decision with a policy beside a plain one).
+// 1,000 identifiers, half of them past their limit: plain, as shadow
+// calls, and with a penalty (the identifiers past their limit then held
+// by a block: a decision the box answers), each on a pipeline with penalty
+// boxes, as the API's is (docs/BENCHMARKS.md: a decision with a policy
+// beside a plain one).
 func BenchmarkLimitPolicies(b *testing.B) {
-	for _, shadow := range []bool{false, true} {
-		name := "plain"
-		if shadow {
-			name = "shadow"
-		}
-		b.Run(name, func(b *testing.B) {
-			p, _ := newPipeline(b)
+	for _, policy := range []string{"plain", "shadow", "penalty"} {
+		b.Run(policy, func(b *testing.B) {
+			box, err := penalties.New()
+			if err != nil {
+				b.Fatal(err)
+			}
+			p, _ := newPipeline(b, WithPenalties(box))
 			ctx := call.WithPrincipal(context.Background(), access.Principal{Workspace: "ws", Permissions: access.All()})
 			ids := make([]string, 1000)
 			for i := range ids {
@@ -28,11 +33,17 @@ func BenchmarkLimitPolicies(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
-				r := req(ids[i%len(ids)], 1<<20)
+				c := Call{Request: req(ids[i%len(ids)], 1<<20)}
 				if i%2 == 1 {
-					r.Limit = 1 // past it after the first
+					c.Request.Limit = 1 // past it after the first
 				}
-				if _, err := p.Limit(ctx, Call{Request: r, Shadow: shadow}); err != nil {
+				switch policy {
+				case "shadow":
+					c.Shadow = true
+				case "penalty":
+					c.Penalty = time.Hour
+				}
+				if _, err := p.Limit(ctx, c); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -63,6 +63,15 @@ const (
 	// RatelimitServiceDeleteOverrideProcedure is the fully-qualified name of the RatelimitService's
 	// DeleteOverride RPC.
 	RatelimitServiceDeleteOverrideProcedure = "/ratelimit.v1.RatelimitService/DeleteOverride"
+	// RatelimitServiceGetPenaltyProcedure is the fully-qualified name of the RatelimitService's
+	// GetPenalty RPC.
+	RatelimitServiceGetPenaltyProcedure = "/ratelimit.v1.RatelimitService/GetPenalty"
+	// RatelimitServiceListPenaltiesProcedure is the fully-qualified name of the RatelimitService's
+	// ListPenalties RPC.
+	RatelimitServiceListPenaltiesProcedure = "/ratelimit.v1.RatelimitService/ListPenalties"
+	// RatelimitServiceDeletePenaltyProcedure is the fully-qualified name of the RatelimitService's
+	// DeletePenalty RPC.
+	RatelimitServiceDeletePenaltyProcedure = "/ratelimit.v1.RatelimitService/DeletePenalty"
 )
 
 // RatelimitServiceClient is a client for the ratelimit.v1.RatelimitService service.
@@ -111,6 +120,17 @@ type RatelimitServiceClient interface {
 	// DeleteOverride deletes the override of an identifier or pattern, or
 	// answers not_found.
 	DeleteOverride(context.Context, *connect.Request[v1.DeleteOverrideRequest]) (*connect.Response[v1.DeleteOverrideResponse], error)
+	// GetPenalty returns the penalty's block in force on an identifier, or
+	// answers not_found. It needs the namespace's read_override permission.
+	GetPenalty(context.Context, *connect.Request[v1.GetPenaltyRequest]) (*connect.Response[v1.GetPenaltyResponse], error)
+	// ListPenalties returns the blocks in force in a namespace, in
+	// identifier order. It needs the namespace's read_override permission.
+	ListPenalties(context.Context, *connect.Request[v1.ListPenaltiesRequest]) (*connect.Response[v1.ListPenaltiesResponse], error)
+	// DeletePenalty lifts the block in force on an identifier in every
+	// process and region, or answers not_found: its next offence starts a
+	// first block again. It needs the namespace's set_override permission,
+	// and is recorded in the audit log (penalty.delete).
+	DeletePenalty(context.Context, *connect.Request[v1.DeletePenaltyRequest]) (*connect.Response[v1.DeletePenaltyResponse], error)
 }
 
 // NewRatelimitServiceClient constructs a client for the ratelimit.v1.RatelimitService service. By
@@ -190,6 +210,24 @@ func NewRatelimitServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(ratelimitServiceMethods.ByName("DeleteOverride")),
 			connect.WithClientOptions(opts...),
 		),
+		getPenalty: connect.NewClient[v1.GetPenaltyRequest, v1.GetPenaltyResponse](
+			httpClient,
+			baseURL+RatelimitServiceGetPenaltyProcedure,
+			connect.WithSchema(ratelimitServiceMethods.ByName("GetPenalty")),
+			connect.WithClientOptions(opts...),
+		),
+		listPenalties: connect.NewClient[v1.ListPenaltiesRequest, v1.ListPenaltiesResponse](
+			httpClient,
+			baseURL+RatelimitServiceListPenaltiesProcedure,
+			connect.WithSchema(ratelimitServiceMethods.ByName("ListPenalties")),
+			connect.WithClientOptions(opts...),
+		),
+		deletePenalty: connect.NewClient[v1.DeletePenaltyRequest, v1.DeletePenaltyResponse](
+			httpClient,
+			baseURL+RatelimitServiceDeletePenaltyProcedure,
+			connect.WithSchema(ratelimitServiceMethods.ByName("DeletePenalty")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -206,6 +244,9 @@ type ratelimitServiceClient struct {
 	getOverride    *connect.Client[v1.GetOverrideRequest, v1.GetOverrideResponse]
 	listOverrides  *connect.Client[v1.ListOverridesRequest, v1.ListOverridesResponse]
 	deleteOverride *connect.Client[v1.DeleteOverrideRequest, v1.DeleteOverrideResponse]
+	getPenalty     *connect.Client[v1.GetPenaltyRequest, v1.GetPenaltyResponse]
+	listPenalties  *connect.Client[v1.ListPenaltiesRequest, v1.ListPenaltiesResponse]
+	deletePenalty  *connect.Client[v1.DeletePenaltyRequest, v1.DeletePenaltyResponse]
 }
 
 // Limit calls ratelimit.v1.RatelimitService.Limit.
@@ -263,6 +304,21 @@ func (c *ratelimitServiceClient) DeleteOverride(ctx context.Context, req *connec
 	return c.deleteOverride.CallUnary(ctx, req)
 }
 
+// GetPenalty calls ratelimit.v1.RatelimitService.GetPenalty.
+func (c *ratelimitServiceClient) GetPenalty(ctx context.Context, req *connect.Request[v1.GetPenaltyRequest]) (*connect.Response[v1.GetPenaltyResponse], error) {
+	return c.getPenalty.CallUnary(ctx, req)
+}
+
+// ListPenalties calls ratelimit.v1.RatelimitService.ListPenalties.
+func (c *ratelimitServiceClient) ListPenalties(ctx context.Context, req *connect.Request[v1.ListPenaltiesRequest]) (*connect.Response[v1.ListPenaltiesResponse], error) {
+	return c.listPenalties.CallUnary(ctx, req)
+}
+
+// DeletePenalty calls ratelimit.v1.RatelimitService.DeletePenalty.
+func (c *ratelimitServiceClient) DeletePenalty(ctx context.Context, req *connect.Request[v1.DeletePenaltyRequest]) (*connect.Response[v1.DeletePenaltyResponse], error) {
+	return c.deletePenalty.CallUnary(ctx, req)
+}
+
 // RatelimitServiceHandler is an implementation of the ratelimit.v1.RatelimitService service.
 type RatelimitServiceHandler interface {
 	// Limit decides one request and, when it succeeds with a cost above zero,
@@ -309,6 +365,17 @@ type RatelimitServiceHandler interface {
 	// DeleteOverride deletes the override of an identifier or pattern, or
 	// answers not_found.
 	DeleteOverride(context.Context, *connect.Request[v1.DeleteOverrideRequest]) (*connect.Response[v1.DeleteOverrideResponse], error)
+	// GetPenalty returns the penalty's block in force on an identifier, or
+	// answers not_found. It needs the namespace's read_override permission.
+	GetPenalty(context.Context, *connect.Request[v1.GetPenaltyRequest]) (*connect.Response[v1.GetPenaltyResponse], error)
+	// ListPenalties returns the blocks in force in a namespace, in
+	// identifier order. It needs the namespace's read_override permission.
+	ListPenalties(context.Context, *connect.Request[v1.ListPenaltiesRequest]) (*connect.Response[v1.ListPenaltiesResponse], error)
+	// DeletePenalty lifts the block in force on an identifier in every
+	// process and region, or answers not_found: its next offence starts a
+	// first block again. It needs the namespace's set_override permission,
+	// and is recorded in the audit log (penalty.delete).
+	DeletePenalty(context.Context, *connect.Request[v1.DeletePenaltyRequest]) (*connect.Response[v1.DeletePenaltyResponse], error)
 }
 
 // NewRatelimitServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -384,6 +451,24 @@ func NewRatelimitServiceHandler(svc RatelimitServiceHandler, opts ...connect.Han
 		connect.WithSchema(ratelimitServiceMethods.ByName("DeleteOverride")),
 		connect.WithHandlerOptions(opts...),
 	)
+	ratelimitServiceGetPenaltyHandler := connect.NewUnaryHandler(
+		RatelimitServiceGetPenaltyProcedure,
+		svc.GetPenalty,
+		connect.WithSchema(ratelimitServiceMethods.ByName("GetPenalty")),
+		connect.WithHandlerOptions(opts...),
+	)
+	ratelimitServiceListPenaltiesHandler := connect.NewUnaryHandler(
+		RatelimitServiceListPenaltiesProcedure,
+		svc.ListPenalties,
+		connect.WithSchema(ratelimitServiceMethods.ByName("ListPenalties")),
+		connect.WithHandlerOptions(opts...),
+	)
+	ratelimitServiceDeletePenaltyHandler := connect.NewUnaryHandler(
+		RatelimitServiceDeletePenaltyProcedure,
+		svc.DeletePenalty,
+		connect.WithSchema(ratelimitServiceMethods.ByName("DeletePenalty")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/ratelimit.v1.RatelimitService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case RatelimitServiceLimitProcedure:
@@ -408,6 +493,12 @@ func NewRatelimitServiceHandler(svc RatelimitServiceHandler, opts ...connect.Han
 			ratelimitServiceListOverridesHandler.ServeHTTP(w, r)
 		case RatelimitServiceDeleteOverrideProcedure:
 			ratelimitServiceDeleteOverrideHandler.ServeHTTP(w, r)
+		case RatelimitServiceGetPenaltyProcedure:
+			ratelimitServiceGetPenaltyHandler.ServeHTTP(w, r)
+		case RatelimitServiceListPenaltiesProcedure:
+			ratelimitServiceListPenaltiesHandler.ServeHTTP(w, r)
+		case RatelimitServiceDeletePenaltyProcedure:
+			ratelimitServiceDeletePenaltyHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -459,4 +550,16 @@ func (UnimplementedRatelimitServiceHandler) ListOverrides(context.Context, *conn
 
 func (UnimplementedRatelimitServiceHandler) DeleteOverride(context.Context, *connect.Request[v1.DeleteOverrideRequest]) (*connect.Response[v1.DeleteOverrideResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ratelimit.v1.RatelimitService.DeleteOverride is not implemented"))
+}
+
+func (UnimplementedRatelimitServiceHandler) GetPenalty(context.Context, *connect.Request[v1.GetPenaltyRequest]) (*connect.Response[v1.GetPenaltyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ratelimit.v1.RatelimitService.GetPenalty is not implemented"))
+}
+
+func (UnimplementedRatelimitServiceHandler) ListPenalties(context.Context, *connect.Request[v1.ListPenaltiesRequest]) (*connect.Response[v1.ListPenaltiesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ratelimit.v1.RatelimitService.ListPenalties is not implemented"))
+}
+
+func (UnimplementedRatelimitServiceHandler) DeletePenalty(context.Context, *connect.Request[v1.DeletePenaltyRequest]) (*connect.Response[v1.DeletePenaltyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ratelimit.v1.RatelimitService.DeletePenalty is not implemented"))
 }

@@ -3,7 +3,7 @@
 // namespaces, the selected namespace's totals, chart (its axes, its bars,
 // and the values its tooltip and readout show when each of its last bars is
 // pointed at, and when it is focused from the keyboard), top identifiers and
-// overrides, the regions, processes and Redis nodes, and the script's
+// overrides, the penalties, the regions, processes and Redis nodes, and the script's
 // errors and the statuses of the calls the API refused.
 //
 // Usage: node dashboard.mjs '<json>', the json being
@@ -97,6 +97,7 @@ async function visit(page, key, shot) {
     chart: await chartState(page),
     top: await rows("#top"),
     overrides: await rows("#overrides"),
+    penalties: await rows("#penalties"),
     regions: await rows("#regions"),
     processes: await page.$$eval("#processes tbody tr", (trs) => trs.map((tr) => [tr.className, ...[...tr.children].map((td) => td.textContent)])),
     redis: await rows("#redis"),

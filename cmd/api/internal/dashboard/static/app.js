@@ -85,6 +85,13 @@ function duration(ms) {
   return `${ms / 60e3} min`;
 }
 
+// left writes a block's time, rounded up to the second, or to the minute
+// past two.
+function left(ms) {
+  const s = Math.max(Math.ceil(ms / 1000), 0);
+  return s < 120 ? `${s} s` : `${Math.ceil(s / 60)} min`;
+}
+
 function span() {
   const r = ranges[document.getElementById("range").value];
   const to = Math.ceil(Date.now() / r.step) * r.step;
@@ -329,6 +336,7 @@ function clearNamespace() {
   document.getElementById("total-shadow-denied").textContent = "0";
   fill("top", []);
   fill("overrides", []);
+  fill("penalties", []);
   const { r, from, to } = span();
   Object.assign(chart, { series: new Map(), from, to, step: r.step, granularity: r.granularity, focus: -1 });
   drawChart();
@@ -360,13 +368,27 @@ async function loadNamespace(ns) {
   fill("top", (out.top || []).map((t) => [t.identifier, num(t.passed), num(t.denied), num(t.shadowDenied)]));
   try {
     const ov = await call("RatelimitService", "ListOverrides", { namespace: ns, limit: 100 });
-    fill("overrides", (ov.overrides || []).map((o) => [o.identifier, num(o.limit), `${num(o.duration) / 1000} s`,
-      num(o.burst) > 0 ? num(o.burst) : "—"]));
+    // A shadow override without a duration keeps the callers' limits.
+    fill("overrides", (ov.overrides || []).map((o) => num(o.duration) === 0 ?
+      [o.identifier === "*" ? "* (the whole namespace)" : o.identifier, "callers'", "callers'", "—", "shadow"] :
+      [o.identifier, num(o.limit), `${num(o.duration) / 1000} s`, num(o.burst) > 0 ? num(o.burst) : "—", o.shadow ? "shadow" : "enforced"]));
   } catch (e) {
-    const why = e.code === "permission_denied" ?
-      `Not shown: listing a namespace's overrides needs ratelimit.${ns}.read_override, which this key lacks.` : `(${e.message})`;
-    fill("overrides", [[{ cls: "why", text: why }, "", ""]]);
+    fill("overrides", [[{ cls: "why", text: unreadable(e, ns, "overrides") }, "", "", "", ""]]);
   }
+  try {
+    const pe = await call("RatelimitService", "ListPenalties", { namespace: ns, limit: 100 });
+    const now = Date.now();
+    fill("penalties", (pe.penalties || []).map((b) => [b.identifier, left(num(b.until) - now),
+      left(num(b.until) - num(b.start))]));
+  } catch (e) {
+    fill("penalties", [[{ cls: "why", text: unreadable(e, ns, "penalties") }, "", ""]]);
+  }
+}
+
+// unreadable says why a namespace's overrides or penalties are not shown.
+function unreadable(e, ns, what) {
+  return e.code === "permission_denied" ?
+    `Not shown: listing a namespace's ${what} needs ratelimit.${ns}.read_override, which this key lacks.` : `(${e.message})`;
 }
 
 // renderFleet fills the fleet's tables from GetStatus: the live processes

@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ratelimit/v1/ratelimit.proto.
  */
 export const file_ratelimit_v1_ratelimit: GenFile = /*@__PURE__*/
-  fileDesc("ChxyYXRlbGltaXQvdjEvcmF0ZWxpbWl0LnByb3RvEgxyYXRlbGltaXQudjEiiAIKDExpbWl0UmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEgoKaWRlbnRpZmllchgCIAEoCRINCgVsaW1pdBgDIAEoAxIQCghkdXJhdGlvbhgEIAEoAxIRCgRjb3N0GAUgASgDSACIAQESDgoGcmVwb3J0GAYgASgIEg8KB3Jlc2VydmUYByABKAgSKgoJYWxnb3JpdGhtGAggASgOMhcucmF0ZWxpbWl0LnYxLkFsZ29yaXRobRINCgVidXJzdBgJIAEoAxIoCghjYWxlbmRhchgKIAEoCzIWLnJhdGVsaW1pdC52MS5DYWxlbmRhchIOCgZzaGFkb3cYCyABKAhCBwoFX2Nvc3QiRwoIQ2FsZW5kYXISKAoEdW5pdBgBIAEoDjIaLnJhdGVsaW1pdC52MS5DYWxlbmRhclVuaXQSEQoJdGltZV96b25lGAIgASgJItMBCg1MaW1pdFJlc3BvbnNlEg8KB3N1Y2Nlc3MYASABKAgSDQoFbGltaXQYAiABKAMSEQoJcmVtYWluaW5nGAMgASgDEg0KBXJlc2V0GAQgASgDEhMKC3JldHJ5X2FmdGVyGAUgASgDEhMKC292ZXJyaWRlX2lkGAYgASgJEhMKC3Jlc2VydmF0aW9uGAcgASgJEioKCWFsZ29yaXRobRgIIAEoDjIXLnJhdGVsaW1pdC52MS5BbGdvcml0aG0SFQoNc2hhZG93X2RlbmllZBgJIAEoCCJACg1TZXR0bGVSZXF1ZXN0EhMKC3Jlc2VydmF0aW9uGAEgASgJEhEKBGNvc3QYAiABKANIAIgBAUIHCgVfY29zdCJkCg5TZXR0bGVSZXNwb25zZRIPCgdzdWNjZXNzGAEgASgIEg0KBWxpbWl0GAIgASgDEhEKCXJlbWFpbmluZxgDIAEoAxINCgVyZXNldBgEIAEoAxIQCghyZWZ1bmRlZBgFIAEoAyJxCg5BY3F1aXJlUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEgoKaWRlbnRpZmllchgCIAEoCRINCgVsaW1pdBgDIAEoAxINCgVsZWFzZRgEIAEoAxIRCgRjb3N0GAUgASgDSACIAQFCBwoFX2Nvc3QifwoPQWNxdWlyZVJlc3BvbnNlEg8KB3N1Y2Nlc3MYASABKAgSEAoIbGVhc2VfaWQYAiABKAkSEQoJaW5fZmxpZ2h0GAMgASgDEg0KBWxpbWl0GAQgASgDEhMKC3JldHJ5X2FmdGVyGAUgASgDEhIKCmV4cGlyZXNfYXQYBiABKAMiIgoOUmVsZWFzZVJlcXVlc3QSEAoIbGVhc2VfaWQYASABKAkiRQoPUmVsZWFzZVJlc3BvbnNlEhAKCHJlbGVhc2VkGAEgASgIEhEKCWluX2ZsaWdodBgCIAEoAxINCgVsaW1pdBgDIAEoAyJ+Cg5FeHRlbmRSZXNwb25zZRIPCgdzdWNjZXNzGAEgASgIEhAKCGxlYXNlX2lkGAIgASgJEhEKCWluX2ZsaWdodBgDIAEoAxINCgVsaW1pdBgEIAEoAxITCgtyZXRyeV9hZnRlchgFIAEoAxISCgpleHBpcmVzX2F0GAYgASgDIjAKDUV4dGVuZFJlcXVlc3QSEAoIbGVhc2VfaWQYASABKAkSDQoFbGVhc2UYAiABKAMiPwoRTXVsdGlMaW1pdFJlcXVlc3QSKgoGbGltaXRzGAEgAygLMhoucmF0ZWxpbWl0LnYxLkxpbWl0UmVxdWVzdCJVChJNdWx0aUxpbWl0UmVzcG9uc2USDgoGcGFzc2VkGAEgASgIEi8KB3Jlc3VsdHMYAiADKAsyHi5yYXRlbGltaXQudjEuTXVsdGlMaW1pdFJlc3VsdCI/ChFCYXRjaExpbWl0UmVxdWVzdBIqCgZsaW1pdHMYASADKAsyGi5yYXRlbGltaXQudjEuTGltaXRSZXF1ZXN0IkUKEkJhdGNoTGltaXRSZXNwb25zZRIvCgdyZXN1bHRzGAEgAygLMh4ucmF0ZWxpbWl0LnYxLk11bHRpTGltaXRSZXN1bHQi6AEKEE11bHRpTGltaXRSZXN1bHQSEQoJbmFtZXNwYWNlGAEgASgJEhIKCmlkZW50aWZpZXIYAiABKAkSDwoHc3VjY2VzcxgDIAEoCBINCgVsaW1pdBgEIAEoAxIRCglyZW1haW5pbmcYBSABKAMSDQoFcmVzZXQYBiABKAMSEwoLcmV0cnlfYWZ0ZXIYByABKAMSEwoLb3ZlcnJpZGVfaWQYCCABKAkSKgoJYWxnb3JpdGhtGAkgASgOMhcucmF0ZWxpbWl0LnYxLkFsZ29yaXRobRIVCg1zaGFkb3dfZGVuaWVkGAogASgIIn0KCE92ZXJyaWRlEgoKAmlkGAEgASgJEhEKCW5hbWVzcGFjZRgCIAEoCRISCgppZGVudGlmaWVyGAMgASgJEg0KBWxpbWl0GAQgASgDEhAKCGR1cmF0aW9uGAUgASgDEg0KBWJ1cnN0GAYgASgDEg4KBnNoYWRvdxgHIAEoCCJ7ChJTZXRPdmVycmlkZVJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEhIKCmlkZW50aWZpZXIYAiABKAkSDQoFbGltaXQYAyABKAMSEAoIZHVyYXRpb24YBCABKAMSDQoFYnVyc3QYBSABKAMSDgoGc2hhZG93GAYgASgIIj8KE1NldE92ZXJyaWRlUmVzcG9uc2USKAoIb3ZlcnJpZGUYASABKAsyFi5yYXRlbGltaXQudjEuT3ZlcnJpZGUiOwoSR2V0T3ZlcnJpZGVSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRISCgppZGVudGlmaWVyGAIgASgJIj8KE0dldE92ZXJyaWRlUmVzcG9uc2USKAoIb3ZlcnJpZGUYASABKAsyFi5yYXRlbGltaXQudjEuT3ZlcnJpZGUiSAoUTGlzdE92ZXJyaWRlc1JlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEg4KBmN1cnNvchgCIAEoCRINCgVsaW1pdBgDIAEoBSJSChVMaXN0T3ZlcnJpZGVzUmVzcG9uc2USKQoJb3ZlcnJpZGVzGAEgAygLMhYucmF0ZWxpbWl0LnYxLk92ZXJyaWRlEg4KBmN1cnNvchgCIAEoCSI+ChVEZWxldGVPdmVycmlkZVJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEhIKCmlkZW50aWZpZXIYAiABKAkiGAoWRGVsZXRlT3ZlcnJpZGVSZXNwb25zZSp5CglBbGdvcml0aG0SHAoYQUxHT1JJVEhNX1NMSURJTkdfV0lORE9XEAASGgoWQUxHT1JJVEhNX0ZJWEVEX1dJTkRPVxABEhoKFkFMR09SSVRITV9UT0tFTl9CVUNLRVQQAhIWChJBTEdPUklUSE1fQ0FMRU5EQVIQAyqNAQoMQ2FsZW5kYXJVbml0Eh0KGUNBTEVOREFSX1VOSVRfVU5TUEVDSUZJRUQQABIVChFDQUxFTkRBUl9VTklUX0RBWRABEhYKEkNBTEVOREFSX1VOSVRfV0VFSxACEhcKE0NBTEVOREFSX1VOSVRfTU9OVEgQAxIWChJDQUxFTkRBUl9VTklUX1lFQVIQBDKFBwoQUmF0ZWxpbWl0U2VydmljZRJCCgVMaW1pdBIaLnJhdGVsaW1pdC52MS5MaW1pdFJlcXVlc3QaGy5yYXRlbGltaXQudjEuTGltaXRSZXNwb25zZSIAElEKCk11bHRpTGltaXQSHy5yYXRlbGltaXQudjEuTXVsdGlMaW1pdFJlcXVlc3QaIC5yYXRlbGltaXQudjEuTXVsdGlMaW1pdFJlc3BvbnNlIgASUQoKQmF0Y2hMaW1pdBIfLnJhdGVsaW1pdC52MS5CYXRjaExpbWl0UmVxdWVzdBogLnJhdGVsaW1pdC52MS5CYXRjaExpbWl0UmVzcG9uc2UiABJFCgZTZXR0bGUSGy5yYXRlbGltaXQudjEuU2V0dGxlUmVxdWVzdBocLnJhdGVsaW1pdC52MS5TZXR0bGVSZXNwb25zZSIAEkgKB0FjcXVpcmUSHC5yYXRlbGltaXQudjEuQWNxdWlyZVJlcXVlc3QaHS5yYXRlbGltaXQudjEuQWNxdWlyZVJlc3BvbnNlIgASSAoHUmVsZWFzZRIcLnJhdGVsaW1pdC52MS5SZWxlYXNlUmVxdWVzdBodLnJhdGVsaW1pdC52MS5SZWxlYXNlUmVzcG9uc2UiABJFCgZFeHRlbmQSGy5yYXRlbGltaXQudjEuRXh0ZW5kUmVxdWVzdBocLnJhdGVsaW1pdC52MS5FeHRlbmRSZXNwb25zZSIAElQKC1NldE92ZXJyaWRlEiAucmF0ZWxpbWl0LnYxLlNldE92ZXJyaWRlUmVxdWVzdBohLnJhdGVsaW1pdC52MS5TZXRPdmVycmlkZVJlc3BvbnNlIgASVAoLR2V0T3ZlcnJpZGUSIC5yYXRlbGltaXQudjEuR2V0T3ZlcnJpZGVSZXF1ZXN0GiEucmF0ZWxpbWl0LnYxLkdldE92ZXJyaWRlUmVzcG9uc2UiABJaCg1MaXN0T3ZlcnJpZGVzEiIucmF0ZWxpbWl0LnYxLkxpc3RPdmVycmlkZXNSZXF1ZXN0GiMucmF0ZWxpbWl0LnYxLkxpc3RPdmVycmlkZXNSZXNwb25zZSIAEl0KDkRlbGV0ZU92ZXJyaWRlEiMucmF0ZWxpbWl0LnYxLkRlbGV0ZU92ZXJyaWRlUmVxdWVzdBokLnJhdGVsaW1pdC52MS5EZWxldGVPdmVycmlkZVJlc3BvbnNlIgBiBnByb3RvMw");
+  fileDesc("ChxyYXRlbGltaXQvdjEvcmF0ZWxpbWl0LnByb3RvEgxyYXRlbGltaXQudjEirgIKDExpbWl0UmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEgoKaWRlbnRpZmllchgCIAEoCRINCgVsaW1pdBgDIAEoAxIQCghkdXJhdGlvbhgEIAEoAxIRCgRjb3N0GAUgASgDSACIAQESDgoGcmVwb3J0GAYgASgIEg8KB3Jlc2VydmUYByABKAgSKgoJYWxnb3JpdGhtGAggASgOMhcucmF0ZWxpbWl0LnYxLkFsZ29yaXRobRINCgVidXJzdBgJIAEoAxIoCghjYWxlbmRhchgKIAEoCzIWLnJhdGVsaW1pdC52MS5DYWxlbmRhchIOCgZzaGFkb3cYCyABKAgSDwoHcGVuYWx0eRgMIAEoAxITCgtwZW5hbHR5X21heBgNIAEoA0IHCgVfY29zdCJHCghDYWxlbmRhchIoCgR1bml0GAEgASgOMhoucmF0ZWxpbWl0LnYxLkNhbGVuZGFyVW5pdBIRCgl0aW1lX3pvbmUYAiABKAki5gEKDUxpbWl0UmVzcG9uc2USDwoHc3VjY2VzcxgBIAEoCBINCgVsaW1pdBgCIAEoAxIRCglyZW1haW5pbmcYAyABKAMSDQoFcmVzZXQYBCABKAMSEwoLcmV0cnlfYWZ0ZXIYBSABKAMSEwoLb3ZlcnJpZGVfaWQYBiABKAkSEwoLcmVzZXJ2YXRpb24YByABKAkSKgoJYWxnb3JpdGhtGAggASgOMhcucmF0ZWxpbWl0LnYxLkFsZ29yaXRobRIVCg1zaGFkb3dfZGVuaWVkGAkgASgIEhEKCXBlbmFsaXplZBgKIAEoCCJACg1TZXR0bGVSZXF1ZXN0EhMKC3Jlc2VydmF0aW9uGAEgASgJEhEKBGNvc3QYAiABKANIAIgBAUIHCgVfY29zdCJkCg5TZXR0bGVSZXNwb25zZRIPCgdzdWNjZXNzGAEgASgIEg0KBWxpbWl0GAIgASgDEhEKCXJlbWFpbmluZxgDIAEoAxINCgVyZXNldBgEIAEoAxIQCghyZWZ1bmRlZBgFIAEoAyJxCg5BY3F1aXJlUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEgoKaWRlbnRpZmllchgCIAEoCRINCgVsaW1pdBgDIAEoAxINCgVsZWFzZRgEIAEoAxIRCgRjb3N0GAUgASgDSACIAQFCBwoFX2Nvc3QifwoPQWNxdWlyZVJlc3BvbnNlEg8KB3N1Y2Nlc3MYASABKAgSEAoIbGVhc2VfaWQYAiABKAkSEQoJaW5fZmxpZ2h0GAMgASgDEg0KBWxpbWl0GAQgASgDEhMKC3JldHJ5X2FmdGVyGAUgASgDEhIKCmV4cGlyZXNfYXQYBiABKAMiIgoOUmVsZWFzZVJlcXVlc3QSEAoIbGVhc2VfaWQYASABKAkiRQoPUmVsZWFzZVJlc3BvbnNlEhAKCHJlbGVhc2VkGAEgASgIEhEKCWluX2ZsaWdodBgCIAEoAxINCgVsaW1pdBgDIAEoAyJ+Cg5FeHRlbmRSZXNwb25zZRIPCgdzdWNjZXNzGAEgASgIEhAKCGxlYXNlX2lkGAIgASgJEhEKCWluX2ZsaWdodBgDIAEoAxINCgVsaW1pdBgEIAEoAxITCgtyZXRyeV9hZnRlchgFIAEoAxISCgpleHBpcmVzX2F0GAYgASgDIjAKDUV4dGVuZFJlcXVlc3QSEAoIbGVhc2VfaWQYASABKAkSDQoFbGVhc2UYAiABKAMiPwoRTXVsdGlMaW1pdFJlcXVlc3QSKgoGbGltaXRzGAEgAygLMhoucmF0ZWxpbWl0LnYxLkxpbWl0UmVxdWVzdCJVChJNdWx0aUxpbWl0UmVzcG9uc2USDgoGcGFzc2VkGAEgASgIEi8KB3Jlc3VsdHMYAiADKAsyHi5yYXRlbGltaXQudjEuTXVsdGlMaW1pdFJlc3VsdCI/ChFCYXRjaExpbWl0UmVxdWVzdBIqCgZsaW1pdHMYASADKAsyGi5yYXRlbGltaXQudjEuTGltaXRSZXF1ZXN0IkUKEkJhdGNoTGltaXRSZXNwb25zZRIvCgdyZXN1bHRzGAEgAygLMh4ucmF0ZWxpbWl0LnYxLk11bHRpTGltaXRSZXN1bHQi+wEKEE11bHRpTGltaXRSZXN1bHQSEQoJbmFtZXNwYWNlGAEgASgJEhIKCmlkZW50aWZpZXIYAiABKAkSDwoHc3VjY2VzcxgDIAEoCBINCgVsaW1pdBgEIAEoAxIRCglyZW1haW5pbmcYBSABKAMSDQoFcmVzZXQYBiABKAMSEwoLcmV0cnlfYWZ0ZXIYByABKAMSEwoLb3ZlcnJpZGVfaWQYCCABKAkSKgoJYWxnb3JpdGhtGAkgASgOMhcucmF0ZWxpbWl0LnYxLkFsZ29yaXRobRIVCg1zaGFkb3dfZGVuaWVkGAogASgIEhEKCXBlbmFsaXplZBgLIAEoCCJ9CghPdmVycmlkZRIKCgJpZBgBIAEoCRIRCgluYW1lc3BhY2UYAiABKAkSEgoKaWRlbnRpZmllchgDIAEoCRINCgVsaW1pdBgEIAEoAxIQCghkdXJhdGlvbhgFIAEoAxINCgVidXJzdBgGIAEoAxIOCgZzaGFkb3cYByABKAgiewoSU2V0T3ZlcnJpZGVSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRISCgppZGVudGlmaWVyGAIgASgJEg0KBWxpbWl0GAMgASgDEhAKCGR1cmF0aW9uGAQgASgDEg0KBWJ1cnN0GAUgASgDEg4KBnNoYWRvdxgGIAEoCCI/ChNTZXRPdmVycmlkZVJlc3BvbnNlEigKCG92ZXJyaWRlGAEgASgLMhYucmF0ZWxpbWl0LnYxLk92ZXJyaWRlIjsKEkdldE92ZXJyaWRlUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEgoKaWRlbnRpZmllchgCIAEoCSI/ChNHZXRPdmVycmlkZVJlc3BvbnNlEigKCG92ZXJyaWRlGAEgASgLMhYucmF0ZWxpbWl0LnYxLk92ZXJyaWRlIkgKFExpc3RPdmVycmlkZXNSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIOCgZjdXJzb3IYAiABKAkSDQoFbGltaXQYAyABKAUiUgoVTGlzdE92ZXJyaWRlc1Jlc3BvbnNlEikKCW92ZXJyaWRlcxgBIAMoCzIWLnJhdGVsaW1pdC52MS5PdmVycmlkZRIOCgZjdXJzb3IYAiABKAkiPgoVRGVsZXRlT3ZlcnJpZGVSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRISCgppZGVudGlmaWVyGAIgASgJIhgKFkRlbGV0ZU92ZXJyaWRlUmVzcG9uc2UiTgoHUGVuYWx0eRIRCgluYW1lc3BhY2UYASABKAkSEgoKaWRlbnRpZmllchgCIAEoCRINCgVzdGFydBgDIAEoAxINCgV1bnRpbBgEIAEoAyI6ChFHZXRQZW5hbHR5UmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEgoKaWRlbnRpZmllchgCIAEoCSI8ChJHZXRQZW5hbHR5UmVzcG9uc2USJgoHcGVuYWx0eRgBIAEoCzIVLnJhdGVsaW1pdC52MS5QZW5hbHR5IkcKFExpc3RQZW5hbHRpZXNSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRINCgVhZnRlchgCIAEoCRINCgVsaW1pdBgDIAEoBSJBChVMaXN0UGVuYWx0aWVzUmVzcG9uc2USKAoJcGVuYWx0aWVzGAEgAygLMhUucmF0ZWxpbWl0LnYxLlBlbmFsdHkiPQoURGVsZXRlUGVuYWx0eVJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEhIKCmlkZW50aWZpZXIYAiABKAkiFwoVRGVsZXRlUGVuYWx0eVJlc3BvbnNlKnkKCUFsZ29yaXRobRIcChhBTEdPUklUSE1fU0xJRElOR19XSU5ET1cQABIaChZBTEdPUklUSE1fRklYRURfV0lORE9XEAESGgoWQUxHT1JJVEhNX1RPS0VOX0JVQ0tFVBACEhYKEkFMR09SSVRITV9DQUxFTkRBUhADKo0BCgxDYWxlbmRhclVuaXQSHQoZQ0FMRU5EQVJfVU5JVF9VTlNQRUNJRklFRBAAEhUKEUNBTEVOREFSX1VOSVRfREFZEAESFgoSQ0FMRU5EQVJfVU5JVF9XRUVLEAISFwoTQ0FMRU5EQVJfVU5JVF9NT05USBADEhYKEkNBTEVOREFSX1VOSVRfWUVBUhAEMpAJChBSYXRlbGltaXRTZXJ2aWNlEkIKBUxpbWl0EhoucmF0ZWxpbWl0LnYxLkxpbWl0UmVxdWVzdBobLnJhdGVsaW1pdC52MS5MaW1pdFJlc3BvbnNlIgASUQoKTXVsdGlMaW1pdBIfLnJhdGVsaW1pdC52MS5NdWx0aUxpbWl0UmVxdWVzdBogLnJhdGVsaW1pdC52MS5NdWx0aUxpbWl0UmVzcG9uc2UiABJRCgpCYXRjaExpbWl0Eh8ucmF0ZWxpbWl0LnYxLkJhdGNoTGltaXRSZXF1ZXN0GiAucmF0ZWxpbWl0LnYxLkJhdGNoTGltaXRSZXNwb25zZSIAEkUKBlNldHRsZRIbLnJhdGVsaW1pdC52MS5TZXR0bGVSZXF1ZXN0GhwucmF0ZWxpbWl0LnYxLlNldHRsZVJlc3BvbnNlIgASSAoHQWNxdWlyZRIcLnJhdGVsaW1pdC52MS5BY3F1aXJlUmVxdWVzdBodLnJhdGVsaW1pdC52MS5BY3F1aXJlUmVzcG9uc2UiABJICgdSZWxlYXNlEhwucmF0ZWxpbWl0LnYxLlJlbGVhc2VSZXF1ZXN0Gh0ucmF0ZWxpbWl0LnYxLlJlbGVhc2VSZXNwb25zZSIAEkUKBkV4dGVuZBIbLnJhdGVsaW1pdC52MS5FeHRlbmRSZXF1ZXN0GhwucmF0ZWxpbWl0LnYxLkV4dGVuZFJlc3BvbnNlIgASVAoLU2V0T3ZlcnJpZGUSIC5yYXRlbGltaXQudjEuU2V0T3ZlcnJpZGVSZXF1ZXN0GiEucmF0ZWxpbWl0LnYxLlNldE92ZXJyaWRlUmVzcG9uc2UiABJUCgtHZXRPdmVycmlkZRIgLnJhdGVsaW1pdC52MS5HZXRPdmVycmlkZVJlcXVlc3QaIS5yYXRlbGltaXQudjEuR2V0T3ZlcnJpZGVSZXNwb25zZSIAEloKDUxpc3RPdmVycmlkZXMSIi5yYXRlbGltaXQudjEuTGlzdE92ZXJyaWRlc1JlcXVlc3QaIy5yYXRlbGltaXQudjEuTGlzdE92ZXJyaWRlc1Jlc3BvbnNlIgASXQoORGVsZXRlT3ZlcnJpZGUSIy5yYXRlbGltaXQudjEuRGVsZXRlT3ZlcnJpZGVSZXF1ZXN0GiQucmF0ZWxpbWl0LnYxLkRlbGV0ZU92ZXJyaWRlUmVzcG9uc2UiABJRCgpHZXRQZW5hbHR5Eh8ucmF0ZWxpbWl0LnYxLkdldFBlbmFsdHlSZXF1ZXN0GiAucmF0ZWxpbWl0LnYxLkdldFBlbmFsdHlSZXNwb25zZSIAEloKDUxpc3RQZW5hbHRpZXMSIi5yYXRlbGltaXQudjEuTGlzdFBlbmFsdGllc1JlcXVlc3QaIy5yYXRlbGltaXQudjEuTGlzdFBlbmFsdGllc1Jlc3BvbnNlIgASWgoNRGVsZXRlUGVuYWx0eRIiLnJhdGVsaW1pdC52MS5EZWxldGVQZW5hbHR5UmVxdWVzdBojLnJhdGVsaW1pdC52MS5EZWxldGVQZW5hbHR5UmVzcG9uc2UiAGIGcHJvdG8z");
 
 /**
  * LimitRequest asks whether identifier may spend cost units of limit per
@@ -122,6 +122,28 @@ export type LimitRequest = Message<"ratelimit.v1.LimitRequest"> & {
    * @generated from field: bool shadow = 11;
    */
   shadow: boolean;
+
+  /**
+   * Penalty, in milliseconds (1 to 2,592,000,000; 0: none), blocks the
+   * identifier in the namespace for that long once this limit denies a
+   * request of it (cost above 0): every request of the identifier in the
+   * namespace is then denied, whatever its limit, with retry_after what is
+   * left of the block and nothing counted (penalized). The block holds in
+   * every process and region within about a second, and survives a
+   * restart (GetPenalty, ListPenalties, DeletePenalty). An offence within
+   * one block's length after a block ended doubles the next one.
+   *
+   * @generated from field: int64 penalty = 12;
+   */
+  penalty: bigint;
+
+  /**
+   * PenaltyMax caps that doubling, in milliseconds: penalty to
+   * 2,592,000,000; 0 caps it at 2,592,000,000 (30 days).
+   *
+   * @generated from field: int64 penalty_max = 13;
+   */
+  penaltyMax: bigint;
 };
 
 /**
@@ -238,6 +260,14 @@ export type LimitResponse = Message<"ratelimit.v1.LimitResponse"> & {
    * @generated from field: bool shadow_denied = 9;
    */
   shadowDenied: boolean;
+
+  /**
+   * Penalized reports that a penalty's block denied the request (its
+   * limit was not asked): retry_after is what is left of the block.
+   *
+   * @generated from field: bool penalized = 10;
+   */
+  penalized: boolean;
 };
 
 /**
@@ -777,6 +807,14 @@ export type MultiLimitResult = Message<"ratelimit.v1.MultiLimitResult"> & {
    * @generated from field: bool shadow_denied = 10;
    */
   shadowDenied: boolean;
+
+  /**
+   * Penalized reports that a penalty's block holds this entry's
+   * identifier (see LimitResponse.penalized).
+   *
+   * @generated from field: bool penalized = 11;
+   */
+  penalized: boolean;
 };
 
 /**
@@ -1097,6 +1135,181 @@ export const DeleteOverrideResponseSchema: GenMessage<DeleteOverrideResponse> = 
   messageDesc(file_ratelimit_v1_ratelimit, 24);
 
 /**
+ * Penalty is a penalty's block in force.
+ *
+ * @generated from message ratelimit.v1.Penalty
+ */
+export type Penalty = Message<"ratelimit.v1.Penalty"> & {
+  /**
+   * Namespace and Identifier name what the block holds (an identifier
+   * longer than 255 characters by its sha256: digest, as it is counted).
+   *
+   * @generated from field: string namespace = 1;
+   */
+  namespace: string;
+
+  /**
+   * @generated from field: string identifier = 2;
+   */
+  identifier: string;
+
+  /**
+   * Start and Until span the block, in unix milliseconds.
+   *
+   * @generated from field: int64 start = 3;
+   */
+  start: bigint;
+
+  /**
+   * @generated from field: int64 until = 4;
+   */
+  until: bigint;
+};
+
+/**
+ * Describes the message ratelimit.v1.Penalty.
+ * Use `create(PenaltySchema)` to create a new message.
+ */
+export const PenaltySchema: GenMessage<Penalty> = /*@__PURE__*/
+  messageDesc(file_ratelimit_v1_ratelimit, 25);
+
+/**
+ * GetPenaltyRequest names an identifier of a namespace.
+ *
+ * @generated from message ratelimit.v1.GetPenaltyRequest
+ */
+export type GetPenaltyRequest = Message<"ratelimit.v1.GetPenaltyRequest"> & {
+  /**
+   * @generated from field: string namespace = 1;
+   */
+  namespace: string;
+
+  /**
+   * @generated from field: string identifier = 2;
+   */
+  identifier: string;
+};
+
+/**
+ * Describes the message ratelimit.v1.GetPenaltyRequest.
+ * Use `create(GetPenaltyRequestSchema)` to create a new message.
+ */
+export const GetPenaltyRequestSchema: GenMessage<GetPenaltyRequest> = /*@__PURE__*/
+  messageDesc(file_ratelimit_v1_ratelimit, 26);
+
+/**
+ * GetPenaltyResponse holds the block.
+ *
+ * @generated from message ratelimit.v1.GetPenaltyResponse
+ */
+export type GetPenaltyResponse = Message<"ratelimit.v1.GetPenaltyResponse"> & {
+  /**
+   * @generated from field: ratelimit.v1.Penalty penalty = 1;
+   */
+  penalty?: Penalty | undefined;
+};
+
+/**
+ * Describes the message ratelimit.v1.GetPenaltyResponse.
+ * Use `create(GetPenaltyResponseSchema)` to create a new message.
+ */
+export const GetPenaltyResponseSchema: GenMessage<GetPenaltyResponse> = /*@__PURE__*/
+  messageDesc(file_ratelimit_v1_ratelimit, 27);
+
+/**
+ * ListPenaltiesRequest asks for a page of a namespace's blocks in force.
+ *
+ * @generated from message ratelimit.v1.ListPenaltiesRequest
+ */
+export type ListPenaltiesRequest = Message<"ratelimit.v1.ListPenaltiesRequest"> & {
+  /**
+   * @generated from field: string namespace = 1;
+   */
+  namespace: string;
+
+  /**
+   * After is the last identifier of the previous page; empty for the
+   * first.
+   *
+   * @generated from field: string after = 2;
+   */
+  after: string;
+
+  /**
+   * Limit is the most blocks to return: 1 to 100, 10 when 0.
+   *
+   * @generated from field: int32 limit = 3;
+   */
+  limit: number;
+};
+
+/**
+ * Describes the message ratelimit.v1.ListPenaltiesRequest.
+ * Use `create(ListPenaltiesRequestSchema)` to create a new message.
+ */
+export const ListPenaltiesRequestSchema: GenMessage<ListPenaltiesRequest> = /*@__PURE__*/
+  messageDesc(file_ratelimit_v1_ratelimit, 28);
+
+/**
+ * ListPenaltiesResponse holds a page of blocks: fewer than the limit
+ * asked for on the last page.
+ *
+ * @generated from message ratelimit.v1.ListPenaltiesResponse
+ */
+export type ListPenaltiesResponse = Message<"ratelimit.v1.ListPenaltiesResponse"> & {
+  /**
+   * @generated from field: repeated ratelimit.v1.Penalty penalties = 1;
+   */
+  penalties: Penalty[];
+};
+
+/**
+ * Describes the message ratelimit.v1.ListPenaltiesResponse.
+ * Use `create(ListPenaltiesResponseSchema)` to create a new message.
+ */
+export const ListPenaltiesResponseSchema: GenMessage<ListPenaltiesResponse> = /*@__PURE__*/
+  messageDesc(file_ratelimit_v1_ratelimit, 29);
+
+/**
+ * DeletePenaltyRequest names the identifier whose block to lift.
+ *
+ * @generated from message ratelimit.v1.DeletePenaltyRequest
+ */
+export type DeletePenaltyRequest = Message<"ratelimit.v1.DeletePenaltyRequest"> & {
+  /**
+   * @generated from field: string namespace = 1;
+   */
+  namespace: string;
+
+  /**
+   * @generated from field: string identifier = 2;
+   */
+  identifier: string;
+};
+
+/**
+ * Describes the message ratelimit.v1.DeletePenaltyRequest.
+ * Use `create(DeletePenaltyRequestSchema)` to create a new message.
+ */
+export const DeletePenaltyRequestSchema: GenMessage<DeletePenaltyRequest> = /*@__PURE__*/
+  messageDesc(file_ratelimit_v1_ratelimit, 30);
+
+/**
+ * DeletePenaltyResponse is empty: the block is lifted.
+ *
+ * @generated from message ratelimit.v1.DeletePenaltyResponse
+ */
+export type DeletePenaltyResponse = Message<"ratelimit.v1.DeletePenaltyResponse"> & {
+};
+
+/**
+ * Describes the message ratelimit.v1.DeletePenaltyResponse.
+ * Use `create(DeletePenaltyResponseSchema)` to create a new message.
+ */
+export const DeletePenaltyResponseSchema: GenMessage<DeletePenaltyResponse> = /*@__PURE__*/
+  messageDesc(file_ratelimit_v1_ratelimit, 31);
+
+/**
  * Algorithm is how a limit counts what it admits.
  *
  * @generated from enum ratelimit.v1.Algorithm
@@ -1336,6 +1549,41 @@ export const RatelimitService: GenService<{
     methodKind: "unary";
     input: typeof DeleteOverrideRequestSchema;
     output: typeof DeleteOverrideResponseSchema;
+  },
+  /**
+   * GetPenalty returns the penalty's block in force on an identifier, or
+   * answers not_found. It needs the namespace's read_override permission.
+   *
+   * @generated from rpc ratelimit.v1.RatelimitService.GetPenalty
+   */
+  getPenalty: {
+    methodKind: "unary";
+    input: typeof GetPenaltyRequestSchema;
+    output: typeof GetPenaltyResponseSchema;
+  },
+  /**
+   * ListPenalties returns the blocks in force in a namespace, in
+   * identifier order. It needs the namespace's read_override permission.
+   *
+   * @generated from rpc ratelimit.v1.RatelimitService.ListPenalties
+   */
+  listPenalties: {
+    methodKind: "unary";
+    input: typeof ListPenaltiesRequestSchema;
+    output: typeof ListPenaltiesResponseSchema;
+  },
+  /**
+   * DeletePenalty lifts the block in force on an identifier in every
+   * process and region, or answers not_found: its next offence starts a
+   * first block again. It needs the namespace's set_override permission,
+   * and is recorded in the audit log (penalty.delete).
+   *
+   * @generated from rpc ratelimit.v1.RatelimitService.DeletePenalty
+   */
+  deletePenalty: {
+    methodKind: "unary";
+    input: typeof DeletePenaltyRequestSchema;
+    output: typeof DeletePenaltyResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_ratelimit_v1_ratelimit, 0);
