@@ -31,6 +31,7 @@ func response(d *model.Decision, alg Algorithm) Response {
 		Reset:      time.UnixMilli(d.ResetMs),
 		RetryAfter: time.Duration(d.RetryAfter) * time.Millisecond,
 		Algorithm:  alg,
+		Wait:       time.Duration(d.WaitMs) * time.Millisecond,
 	}
 }
 

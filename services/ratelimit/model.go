@@ -16,7 +16,7 @@ import (
 
 // specOf returns req's spec: the numbers a model decides it by.
 func specOf(req *Request) model.Spec {
-	return model.Spec{Limit: req.Limit, Burst: burstOf(req), DurationMs: req.Duration.Milliseconds()}
+	return model.Spec{Limit: req.Limit, Burst: burstOf(req), DurationMs: req.Duration.Milliseconds(), MaxWaitMs: req.MaxWait.Milliseconds()}
 }
 
 // algorithmOf returns the algorithm req is answered as: a request that

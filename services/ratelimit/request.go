@@ -51,6 +51,19 @@ type Request struct {
 	// reservation is never a report, and a batch decided together holds
 	// none.
 	Reserve bool
+	// MaxWait, when not zero, is how long the caller will wait for
+	// capacity rather than be refused: a request the limit would deny but
+	// that fits within MaxWait is booked now, counted where it will be
+	// spent so that no one else takes it, and answered admitted with
+	// Response.Wait, the time to wait before proceeding. A sliding window
+	// books within its current fixed cell, as its previous cell's weight
+	// falls; a token bucket on its refill schedule, at most one burst's
+	// refill ahead. Requests booked on one key proceed in the order they
+	// were booked, and never more than the limit admits over the booked
+	// time. Not with a fixed window or a calendar (their capacity frees
+	// only in the next window), a concurrency limit, a report or a
+	// reservation.
+	MaxWait time.Duration
 }
 
 // Response is the decision for one [Request].
@@ -76,6 +89,10 @@ type Response struct {
 	// Algorithm is the model that decided: the request's, and a fixed
 	// window for a calendar.
 	Algorithm Algorithm
+	// Wait is, for a request booked ahead (see Request.MaxWait), how long
+	// the caller must wait before proceeding: Success is then true and the
+	// cost counted. Zero for a request admitted now, and for a denial.
+	Wait time.Duration
 }
 
 // Window returns the length of the window a decision of r with reset

@@ -83,7 +83,30 @@ func (b Bounds) CheckRequest(r *Request) error {
 	if err := CheckCost("cost", r.Cost); err != nil {
 		return err
 	}
-	return checkReserve(r.Reserve, r.Report, r.Cost)
+	if err := checkReserve(r.Reserve, r.Report, r.Cost); err != nil {
+		return err
+	}
+	return checkWait(r)
+}
+
+// checkWait checks a request's MaxWait: a duration up to MaxDuration, on
+// a model that books (a sliding window or a token bucket), in a request
+// that may wait (not a report, spent already, nor a reservation, whose
+// estimate would hold capacity it may give back).
+func checkWait(r *Request) error {
+	switch {
+	case r.MaxWait == 0:
+		return nil
+	case r.MaxWait < time.Millisecond || r.MaxWait > MaxDuration:
+		return &invalid.Error{Field: "max_wait", Rule: fmt.Sprintf("must be between 0 and %d milliseconds", MaxDuration.Milliseconds())}
+	case r.Report:
+		return &invalid.Error{Field: "max_wait", Rule: "must be 0 in a report (report: true), which was spent already"}
+	case r.Reserve:
+		return &invalid.Error{Field: "max_wait", Rule: "must be 0 with reserve: a reservation does not wait"}
+	case r.Algorithm == FixedWindow || !r.Calendar.IsZero():
+		return &invalid.Error{Field: "max_wait", Rule: "must be 0 with a fixed window or a calendar, whose capacity frees only in their next window: book on a sliding window or a token bucket"}
+	}
+	return nil
 }
 
 // CheckAcquisition reports the first field of a that breaks a rule within

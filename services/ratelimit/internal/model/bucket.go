@@ -292,7 +292,12 @@ func (*tokenBucket) Count(t *Table, w *cells.Window, b *Bucket, now int64, sp Sp
 			next = min(next, max(nowNs+maxDebt(tau), base))
 		}
 		fits := cost <= sp.Burst && next-nowNs <= tau
-		if !fits && !report {
+		// A booking: tokens taken ahead, on the refill's schedule, at most
+		// one burst's refill ahead, within what every process's view of
+		// a bucket's debt holds (maxDebt).
+		booked := !fits && !report && cost > 0 && cost <= sp.Burst && sp.MaxWaitMs > 0 &&
+			next-nowNs <= tau+min(sp.MaxWaitMs*int64(time.Millisecond), tau)
+		if !fits && !report && !booked {
 			d.Remaining = min(tokensIn(tau-(base-nowNs), sp.Limit, sp.DurationMs), sp.Burst)
 			d.ResetMs = ceilMs(base)
 			if cost <= sp.Burst {
@@ -326,9 +331,14 @@ func (*tokenBucket) Count(t *Table, w *cells.Window, b *Bucket, now int64, sp Sp
 		} else {
 			cur.Count.Add(cost)
 		}
-		d.Success = fits
+		d.Success = fits || booked
 		d.Remaining = max(0, min(tokensIn(tau-(next-nowNs), sp.Limit, sp.DurationMs), sp.Burst))
 		d.ResetMs = ceilMs(next)
+		if booked {
+			// When the refill covers it: when the bucket, emptied of
+			// everything booked before it, would have admitted it.
+			d.WaitMs = max(ceilMs(next-tau)-now, 1)
+		}
 		if !fits && cost <= sp.Burst {
 			// A report past the burst: when a request of the same cost
 			// would pass (Envoy's next hit, counted over the limit as

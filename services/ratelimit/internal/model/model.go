@@ -73,6 +73,9 @@ type Spec struct {
 	// DurationMs is the request's duration: a token bucket refills Limit
 	// per DurationMs (its cells may be longer: see BucketShift).
 	DurationMs int64
+	// MaxWaitMs is how long a request may wait for capacity its model
+	// books now (0: none; see ratelimit.Request.MaxWait).
+	MaxWaitMs int64
 }
 
 // Decision is the outcome of evaluating one request against one window.
@@ -91,4 +94,7 @@ type Decision struct {
 	// report's too, counted as it was), 0 when no wait helps.
 	ResetMs    int64
 	RetryAfter int64
+	// WaitMs is, for a request booked ahead (admitted and counted), how
+	// many ms after now it may proceed; 0 for one admitted now.
+	WaitMs int64
 }

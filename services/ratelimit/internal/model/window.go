@@ -117,12 +117,18 @@ func (m *windowModel) Count(t *Table, w *cells.Window, _ *Bucket, now int64, sp 
 		}
 		prevTotal = max(prevTotal, 0)
 		effective := curTotal + weighted(prevTotal, elapsed, dur) + cost
+		d.WaitMs = 0 // a race lost may have booked before
 		if cost > limit || effective > limit {
-			d.Success = false // a race lost may have found room before
-			d.Remaining = min(max(0, limit-(effective-cost)), limit)
-			d.RetryAfter = windowRetry(m.fixed, sp.Limit, elapsed, dur, curTotal, prevTotal, cost)
-			cells.Unlock(held, cur)
-			return d, cur, false
+			wait, ok := m.book(sp, elapsed, dur, curTotal, prevTotal, cost)
+			if !ok {
+				d.Success = false // a race lost may have found room before
+				d.Remaining = min(max(0, limit-(effective-cost)), limit)
+				d.RetryAfter = windowRetry(m.fixed, sp.Limit, elapsed, dur, curTotal, prevTotal, cost)
+				cells.Unlock(held, cur)
+				return d, cur, false
+			}
+			// Booked: counted now, in the cell it will be spent in.
+			d.WaitMs, effective = wait, limit
 		}
 		d.Success = true
 		d.Remaining = min(limit-effective, limit)
@@ -144,6 +150,29 @@ func (m *windowModel) Count(t *Table, w *cells.Window, _ *Bucket, now int64, sp 
 		}
 		held = t.Contention.AfterLost(held, cur, attempt)
 	}
+}
+
+// book returns, for a request of cost that does not fit now, how many ms
+// after now it fits if it is counted now, when that is within sp's
+// MaxWaitMs and within the current cell: a sliding window's capacity
+// frees as its previous cell's weight falls, so a request counted now in
+// the current cell holds, at that instant, no more than the limit admits
+// (cur + cost + the previous cell's weight then ≤ limit), and every
+// request counted after it finds it counted. A fixed window's frees only
+// at its end, in a cell that does not exist yet: it books nothing.
+func (m *windowModel) book(sp Spec, elapsed, dur, cur, prev, cost int64) (int64, bool) {
+	if sp.MaxWaitMs <= 0 || m.fixed || cost < 1 || cost > sp.Limit {
+		return 0, false
+	}
+	budget := sp.Limit - cost - cur
+	if budget < 0 {
+		return 0, false // not before the next cell
+	}
+	at := minElapsed(prev, budget, dur)
+	if at >= dur || at-elapsed > sp.MaxWaitMs {
+		return 0, false
+	}
+	return max(at-elapsed, 1), true
 }
 
 // windowRetry returns how many ms after now a request of cost would pass
