@@ -42,6 +42,8 @@ func main() {
 	flag.Int64Var(&o.Limit, "limit", 1<<40, "limit of every request")
 	flag.Int64Var(&o.WindowMs, "duration", 60_000, "window of every request, in ms")
 	flag.StringVar(&o.Namespace, "namespace", "loadgen", "namespace of every request")
+	flag.StringVar(&o.Algorithm, "algorithm", "sliding_window", "with -protocol json or grpc: sliding_window or token_bucket (-limit per -duration, burst -limit)")
+	flag.Int64Var(&o.MaxWaitMs, "max-wait", 0, "with -protocol json or grpc: max_wait of every request, in ms (0: none): a request the limit would deny is booked ahead when it fits within it")
 	flag.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	flag.Parse()
 	o.URLs = strings.Split(urls, ",")
@@ -59,6 +61,9 @@ func main() {
 	}
 	fmt.Printf("%d requests in %v: %.0f req/s; passed %d, denied %d, failed %d (retried %d)\n",
 		res.Requests, res.Elapsed.Round(time.Millisecond), res.Throughput, res.Passed, res.Denied, res.Failed, res.Retried)
+	if o.MaxWaitMs > 0 {
+		fmt.Printf("booked ahead %d of the passed\n", res.Booked)
+	}
 	fmt.Printf("latency p50 %v, p99 %v, p99.9 %v, max %v\n", res.P50, res.P99, res.P999, res.Max)
 	if res.ServerCPU > 0 {
 		fmt.Printf("server CPU %v: %v per call\n", res.ServerCPU.Round(time.Millisecond), res.CPUPerCall)

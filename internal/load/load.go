@@ -48,6 +48,9 @@ type Result struct {
 	// divided by the calls; zero if a server's /metrics could not be read.
 	ServerCPU  time.Duration `json:"serverCpuNs"`
 	CPUPerCall time.Duration `json:"cpuPerCallNs"`
+	// Booked counts the passed requests that were booked ahead (answered
+	// with a wait; json and grpc).
+	Booked int64 `json:"booked"`
 }
 
 // Options configure a run.
@@ -74,6 +77,13 @@ type Options struct {
 	Limit                 int64
 	WindowMs              int64
 	Namespace             string
+	// Algorithm is the model of every json or grpc request: "" or
+	// sliding_window, or token_bucket (Limit per WindowMs, burst Limit).
+	Algorithm string
+	// MaxWaitMs, if not zero, lets every json or grpc request wait that
+	// long for capacity booked ahead (max_wait); Result.Booked counts the
+	// admissions that were.
+	MaxWaitMs int64
 	// MetricsURLs are the base URLs of the servers' /metrics, for the CPU
 	// per call; URLs if empty (the gRPC-only port has none: name the main
 	// port here).
@@ -105,6 +115,14 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if o.Protocol == "rlqs" && (o.RLQSRequestsPerReport < 1 || o.RLSDomain == "") {
 		return Result{}, errors.New("-requests-per-report must be at least 1 and -domain must name a domain for -protocol rlqs")
 	}
+	var alg ratelimitv1.Algorithm
+	switch o.Algorithm {
+	case "", "sliding_window":
+	case "token_bucket":
+		alg = ratelimitv1.Algorithm_ALGORITHM_TOKEN_BUCKET
+	default:
+		return Result{}, fmt.Errorf("-algorithm: must be sliding_window or token_bucket, got %q", o.Algorithm)
+	}
 	if o.Concurrency < 1 || o.Requests < 1 || o.Keys < 1 || len(o.URLs) == 0 {
 		return Result{}, errors.New("-c, -n and -keys must be at least 1, and -url must name a URL")
 	}
@@ -118,6 +136,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		copts = append(copts, connect.WithProtoJSON())
 	}
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Protocols: &protocols, MaxIdleConnsPerHost: o.Concurrency}}
+	var booked atomic.Int64 // the connect clients' booked admissions
 	clients := make([]limiter, len(o.URLs))
 	for i, u := range o.URLs {
 		u = strings.TrimSpace(u)
@@ -136,7 +155,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 				c: connect.NewClient[rlsv3.RateLimitRequest, rlsv3.RateLimitResponse](hc, u+rlsProcedure, copts...)}
 			continue
 		}
-		clients[i] = connectClient{ratelimitv1connect.NewRatelimitServiceClient(hc, u, copts...)}
+		clients[i] = connectClient{c: ratelimitv1connect.NewRatelimitServiceClient(hc, u, copts...), booked: &booked}
 	}
 	metricsURLs := o.MetricsURLs
 	if len(metricsURLs) == 0 {
@@ -164,7 +183,8 @@ func Run(ctx context.Context, o Options) (Result, error) {
 					return
 				}
 				req := connect.NewRequest(&ratelimitv1.LimitRequest{Namespace: o.Namespace,
-					Identifier: "user_" + strconv.Itoa(int(i)%o.Keys), Limit: o.Limit, Duration: o.WindowMs})
+					Identifier: "user_" + strconv.Itoa(int(i)%o.Keys), Limit: o.Limit, Duration: o.WindowMs,
+					Algorithm: alg, MaxWait: o.MaxWaitMs})
 				if o.Token != "" {
 					req.Header().Set("Authorization", "Bearer "+o.Token)
 				}
@@ -208,6 +228,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	res.Elapsed = time.Since(start)
 	res.Passed, res.Denied, res.Failed, res.Retried = passed.Load(), denied.Load(), failed.Load(), retry.Load()
+	res.Booked = booked.Load()
 	res.Requests = res.Passed + res.Denied + res.Failed
 	done := lat[:res.Requests]
 	sort.Slice(done, func(a, b int) bool { return done[a] < done[b] })
@@ -241,13 +262,17 @@ type limiter interface {
 }
 
 type connectClient struct {
-	c ratelimitv1connect.RatelimitServiceClient
+	c      ratelimitv1connect.RatelimitServiceClient
+	booked *atomic.Int64
 }
 
 func (c connectClient) limit(ctx context.Context, req *connect.Request[ratelimitv1.LimitRequest]) (bool, error) {
 	resp, err := c.c.Limit(ctx, req)
 	if err != nil {
 		return false, err
+	}
+	if resp.Msg.Wait > 0 {
+		c.booked.Add(1)
 	}
 	return resp.Msg.Success, nil
 }

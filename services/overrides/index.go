@@ -26,9 +26,10 @@ type index struct {
 	patterns *xsync.Map[store.Scope, *patternSet]
 	// perWorkspace counts each workspace's live overrides, for the cap.
 	perWorkspace *xsync.Map[string, *atomic.Int64]
-	// live and livePatterns count the live overrides and patterns: a
-	// lookup with none to find returns at once.
-	live, livePatterns atomic.Int64
+	// live, livePatterns and liveSwitches count the live overrides,
+	// patterns and namespace switches: a lookup with none to find returns
+	// at once.
+	live, livePatterns, liveSwitches atomic.Int64
 
 	// tombstones lists the deletions applied, oldest first, to forget them
 	// once no older state can arrive any more (see forget).
@@ -98,7 +99,7 @@ func (x *index) lookup(workspace, namespace, identifier string) (Override, bool)
 
 // namespaceSwitch returns the live namespace switch of a namespace.
 func (x *index) namespaceSwitch(workspace, namespace string) (Override, bool) {
-	if x.live.Load() == 0 {
+	if x.liveSwitches.Load() == 0 {
 		return Override{}, false
 	}
 	if e, ok := x.entries.Load(key{workspace, namespace, NamespaceSwitch}); ok && !e.deleted {
@@ -175,6 +176,9 @@ func (x *index) countChange(k key, wasLive, isLive bool) {
 	x.live.Add(d)
 	if isPattern(k.identifier) {
 		x.livePatterns.Add(d)
+	}
+	if k.identifier == NamespaceSwitch {
+		x.liveSwitches.Add(d)
 	}
 	n, _ := x.perWorkspace.LoadOrCompute(k.workspace, func() (*atomic.Int64, bool) { return new(atomic.Int64), false })
 	n.Add(d)

@@ -146,6 +146,10 @@ func New(opts ...Option) (*Box, error) {
 	return b, nil
 }
 
+// Empty reports whether memory holds no box: no decision can be blocked,
+// and none need read the clock to know it.
+func (b *Box) Empty() bool { return b.live.Load() == 0 }
+
 // Now is the box's clock, in unix ms.
 func (b *Box) Now() int64 { return b.clock.Now().UnixMilli() }
 

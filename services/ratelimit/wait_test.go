@@ -56,7 +56,7 @@ func TestBookedWaitsOnABucket(t *testing.T) {
 			if !want {
 				wantWait = 0
 			}
-			if got.Success != want || got.Wait != wantWait {
+			if got.Success != want || got.Wait != wantWait || (got.Success && got.RetryAfter != 0) {
 				t.Fatalf("seed %d, request %d at +%d ms (cost %d, max wait %v): %+v; x/time/rate: admitted %v, delay %v",
 					seed, i, now.UnixMilli()-start, cost, maxWait, got, want, delay)
 			}
@@ -150,7 +150,7 @@ func TestBookedWaitsOnASlidingWindow(t *testing.T) {
 				t.Fatal(err)
 			}
 			at := ref.decide(now, cost, maxWait)
-			if got.Success != (at >= 0) || (at >= 0 && got.Wait != time.Duration(at-now)*time.Millisecond) {
+			if got.Success != (at >= 0) || (at >= 0 && (got.Wait != time.Duration(at-now)*time.Millisecond || got.RetryAfter != 0)) {
 				t.Fatalf("seed %d, request %d (limit %d per %d ms, cost %d, max wait %d ms): %+v; the reference: proceed at +%d ms",
 					seed, i, limit, dur, cost, maxWait, got, at-now)
 			}

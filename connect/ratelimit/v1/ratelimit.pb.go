@@ -211,7 +211,17 @@ type LimitRequest struct {
 	Penalty int64 `protobuf:"varint,12,opt,name=penalty,proto3" json:"penalty,omitempty"`
 	// PenaltyMax caps that doubling, in milliseconds: penalty to
 	// 2,592,000,000; 0 caps it at 2,592,000,000 (30 days).
-	PenaltyMax    int64 `protobuf:"varint,13,opt,name=penalty_max,json=penaltyMax,proto3" json:"penalty_max,omitempty"`
+	PenaltyMax int64 `protobuf:"varint,13,opt,name=penalty_max,json=penaltyMax,proto3" json:"penalty_max,omitempty"`
+	// MaxWait, in milliseconds (0: none), is how long the caller will wait
+	// rather than be refused: a request the limit would deny but that fits
+	// within max_wait is booked now (counted where it will be spent, so no
+	// one else takes it) and answered success with wait, the milliseconds to
+	// wait before proceeding. A sliding window books within its current
+	// fixed cell, a token bucket on its refill schedule up to one burst's
+	// refill ahead; requests booked on one key proceed in the order they
+	// were booked. Not with a fixed window, a calendar, report, reserve or
+	// shadow.
+	MaxWait       int64 `protobuf:"varint,14,opt,name=max_wait,json=maxWait,proto3" json:"max_wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -337,6 +347,13 @@ func (x *LimitRequest) GetPenaltyMax() int64 {
 	return 0
 }
 
+func (x *LimitRequest) GetMaxWait() int64 {
+	if x != nil {
+		return x.MaxWait
+	}
+	return 0
+}
+
 // Calendar names calendar periods: a unit on a time zone's clock.
 type Calendar struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -426,7 +443,10 @@ type LimitResponse struct {
 	ShadowDenied bool `protobuf:"varint,9,opt,name=shadow_denied,json=shadowDenied,proto3" json:"shadow_denied,omitempty"`
 	// Penalized reports that a penalty's block denied the request (its
 	// limit was not asked): retry_after is what is left of the block.
-	Penalized     bool `protobuf:"varint,10,opt,name=penalized,proto3" json:"penalized,omitempty"`
+	Penalized bool `protobuf:"varint,10,opt,name=penalized,proto3" json:"penalized,omitempty"`
+	// Wait is, for a request booked ahead (max_wait), the milliseconds to
+	// wait before proceeding; 0 for one admitted now, and for a denial.
+	Wait          int64 `protobuf:"varint,11,opt,name=wait,proto3" json:"wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -529,6 +549,13 @@ func (x *LimitResponse) GetPenalized() bool {
 		return x.Penalized
 	}
 	return false
+}
+
+func (x *LimitResponse) GetWait() int64 {
+	if x != nil {
+		return x.Wait
+	}
+	return 0
 }
 
 // SettleRequest settles a reservation.
@@ -1357,7 +1384,10 @@ type MultiLimitResult struct {
 	ShadowDenied bool `protobuf:"varint,10,opt,name=shadow_denied,json=shadowDenied,proto3" json:"shadow_denied,omitempty"`
 	// Penalized reports that a penalty's block holds this entry's
 	// identifier (see LimitResponse.penalized).
-	Penalized     bool `protobuf:"varint,11,opt,name=penalized,proto3" json:"penalized,omitempty"`
+	Penalized bool `protobuf:"varint,11,opt,name=penalized,proto3" json:"penalized,omitempty"`
+	// Wait is this entry's booked wait (see LimitResponse.wait): a
+	// MultiLimit that passed proceeds after the longest.
+	Wait          int64 `protobuf:"varint,12,opt,name=wait,proto3" json:"wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1467,6 +1497,13 @@ func (x *MultiLimitResult) GetPenalized() bool {
 		return x.Penalized
 	}
 	return false
+}
+
+func (x *MultiLimitResult) GetWait() int64 {
+	if x != nil {
+		return x.Wait
+	}
+	return 0
 }
 
 // Override replaces the limit and duration of the requests whose identifier
@@ -2407,7 +2444,7 @@ var File_ratelimit_v1_ratelimit_proto protoreflect.FileDescriptor
 
 const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\"\xa6\x03\n" +
+	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\"\xc1\x03\n" +
 	"\fLimitRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1e\n" +
 	"\n" +
@@ -2425,11 +2462,12 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x06shadow\x18\v \x01(\bR\x06shadow\x12\x18\n" +
 	"\apenalty\x18\f \x01(\x03R\apenalty\x12\x1f\n" +
 	"\vpenalty_max\x18\r \x01(\x03R\n" +
-	"penaltyMaxB\a\n" +
+	"penaltyMax\x12\x19\n" +
+	"\bmax_wait\x18\x0e \x01(\x03R\amaxWaitB\a\n" +
 	"\x05_cost\"W\n" +
 	"\bCalendar\x12.\n" +
 	"\x04unit\x18\x01 \x01(\x0e2\x1a.ratelimit.v1.CalendarUnitR\x04unit\x12\x1b\n" +
-	"\ttime_zone\x18\x02 \x01(\tR\btimeZone\"\xd1\x02\n" +
+	"\ttime_zone\x18\x02 \x01(\tR\btimeZone\"\xe5\x02\n" +
 	"\rLimitResponse\x12\x18\n" +
 	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -2443,7 +2481,8 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\talgorithm\x18\b \x01(\x0e2\x17.ratelimit.v1.AlgorithmR\talgorithm\x12#\n" +
 	"\rshadow_denied\x18\t \x01(\bR\fshadowDenied\x12\x1c\n" +
 	"\tpenalized\x18\n" +
-	" \x01(\bR\tpenalized\"S\n" +
+	" \x01(\bR\tpenalized\x12\x12\n" +
+	"\x04wait\x18\v \x01(\x03R\x04wait\"S\n" +
 	"\rSettleRequest\x12 \n" +
 	"\vreservation\x18\x01 \x01(\tR\vreservation\x12\x17\n" +
 	"\x04cost\x18\x02 \x01(\x03H\x00R\x04cost\x88\x01\x01B\a\n" +
@@ -2498,7 +2537,7 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x11BatchLimitRequest\x122\n" +
 	"\x06limits\x18\x01 \x03(\v2\x1a.ratelimit.v1.LimitRequestR\x06limits\"N\n" +
 	"\x12BatchLimitResponse\x128\n" +
-	"\aresults\x18\x01 \x03(\v2\x1e.ratelimit.v1.MultiLimitResultR\aresults\"\xf0\x02\n" +
+	"\aresults\x18\x01 \x03(\v2\x1e.ratelimit.v1.MultiLimitResultR\aresults\"\x84\x03\n" +
 	"\x10MultiLimitResult\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1e\n" +
 	"\n" +
@@ -2515,7 +2554,8 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\talgorithm\x18\t \x01(\x0e2\x17.ratelimit.v1.AlgorithmR\talgorithm\x12#\n" +
 	"\rshadow_denied\x18\n" +
 	" \x01(\bR\fshadowDenied\x12\x1c\n" +
-	"\tpenalized\x18\v \x01(\bR\tpenalized\"\xb8\x01\n" +
+	"\tpenalized\x18\v \x01(\bR\tpenalized\x12\x12\n" +
+	"\x04wait\x18\f \x01(\x03R\x04wait\"\xb8\x01\n" +
 	"\bOverride\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1e\n" +

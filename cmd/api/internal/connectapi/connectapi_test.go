@@ -282,7 +282,7 @@ func TestJSONAnswerSpellsEveryField(t *testing.T) {
 	var b bytes.Buffer
 	b.ReadFrom(resp.Body)
 	if got := b.String(); resp.StatusCode != 200 || !strings.HasPrefix(got, `{"success":false,"limit":"1","remaining":"1","reset":"`) ||
-		!strings.HasSuffix(got, `","retryAfter":"0","overrideId":"","reservation":"","algorithm":"ALGORITHM_SLIDING_WINDOW","shadowDenied":false,"penalized":false}`) {
+		!strings.HasSuffix(got, `","retryAfter":"0","overrideId":"","reservation":"","algorithm":"ALGORITHM_SLIDING_WINDOW","shadowDenied":false,"penalized":false,"wait":"0"}`) {
 		t.Fatalf("%d %s", resp.StatusCode, got)
 	}
 }

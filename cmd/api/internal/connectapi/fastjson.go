@@ -59,7 +59,9 @@ func appendLimitResponse(b []byte, m *ratelimitv1.LimitResponse) []byte {
 	b = strconv.AppendBool(b, m.ShadowDenied)
 	b = append(b, `,"penalized":`...)
 	b = strconv.AppendBool(b, m.Penalized)
-	return append(b, '}')
+	b = append(b, `,"wait":"`...)
+	b = strconv.AppendInt(b, m.Wait, 10)
+	return append(b, `"}`...)
 }
 
 // parsePlainLimit parses a limit request the way nearly every caller sends

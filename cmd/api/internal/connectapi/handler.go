@@ -70,6 +70,7 @@ func (h *Handler) Limit(ctx context.Context, req *connect.Request[ratelimitv1.Li
 		Algorithm:    answered(d.Algorithm, !r.Calendar.IsZero()),
 		ShadowDenied: d.ShadowDenied,
 		Penalized:    d.Penalized,
+		Wait:         d.Wait.Milliseconds(),
 	})
 	// The IETF's fields, for an application to copy onto its own answer
 	// (gRPC carries them as header metadata). A call through the grpc-go
@@ -164,6 +165,7 @@ func toRequest(m *ratelimitv1.LimitRequest) (ratelimit.Request, error) {
 		Reserve:    m.GetReserve(),
 		Algorithm:  ratelimit.Algorithm(alg), // one of the API's: checked above
 		Burst:      m.GetBurst(),
+		MaxWait:    pipeline.Milliseconds(m.GetMaxWait()),
 	}
 	if c := m.GetCalendar(); c != nil {
 		if u := c.GetUnit(); u < ratelimitv1.CalendarUnit_CALENDAR_UNIT_DAY || u > ratelimitv1.CalendarUnit_CALENDAR_UNIT_YEAR {
@@ -226,6 +228,7 @@ func result(l *ratelimitv1.LimitRequest, d pipeline.Decision) *ratelimitv1.Multi
 		Algorithm:    answered(d.Algorithm, l.GetCalendar() != nil),
 		ShadowDenied: d.ShadowDenied,
 		Penalized:    d.Penalized,
+		Wait:         d.Wait.Milliseconds(),
 	}
 }
 

@@ -124,10 +124,11 @@ func (p *Pipeline) override(r *ratelimit.Request, identifier string) (id string,
 }
 
 // shadowedBy makes c a shadow call where an override says so (see
-// override), but for a reservation: its token must settle what it holds,
-// so an override never turns it into a shadow call.
+// override), but for a reservation (its token must settle what it holds)
+// and a call that may wait (its caller waits for what it booked): an
+// override never turns those into shadow calls.
 func shadowedBy(c *Call, byOverride bool) {
-	if byOverride && !c.Request.Reserve {
+	if byOverride && !c.Request.Reserve && c.Request.MaxWait == 0 {
 		c.Shadow = true
 	}
 }
@@ -214,15 +215,20 @@ func (p *Pipeline) limit(ctx context.Context, c Call, authorized bool) (Decision
 	}
 	shade(&c, &d)
 	p.metrics.decision("Limit", outcomeOf(&d))
-	p.record(&r, outcomeOf(&d))
+	p.record(&r, outcomeOf(&d), d.Wait)
 	setDecided(ctx, d.Success)
 	return d, nil
 }
 
 // record counts a decision of r by its model and in the analytics, a
-// shadow denial apart from the denials.
-func (p *Pipeline) record(r *ratelimit.Request, o outcome) {
+// shadow denial apart from the denials, and a booked wait (an admission
+// of r that waits that long) in its own metrics.
+func (p *Pipeline) record(r *ratelimit.Request, o outcome, wait time.Duration) {
 	p.metrics.limitDecided(r, o)
+	if wait > 0 && o == outcomePassed {
+		p.metrics.booked.Inc()
+		p.metrics.bookedSeconds.Add(wait.Seconds())
+	}
 	switch {
 	case p.analytics == nil:
 	case o == outcomeShadowDenied:
@@ -334,7 +340,7 @@ func (p *Pipeline) Batch(ctx context.Context, calls []Call) ([]Decision, error) 
 		}
 		shade(&c, &d)
 		p.metrics.decision("Limit", outcomeOf(&d))
-		p.record(&reqs[i], outcomeOf(&d))
+		p.record(&reqs[i], outcomeOf(&d), d.Wait)
 		setDecided(ctx, d.Success) // a batch with any entry denied is denied
 		out[i] = d
 	}
@@ -374,7 +380,7 @@ func (p *Pipeline) Multi(ctx context.Context, calls []Call) (MultiDecision, erro
 	for i := range reqs {
 		var shadow bool
 		out.Results[i].OverrideID, shadow = p.override(&reqs[i], calls[i].Request.Identifier)
-		if shadow && !calls[i].Shadow && !calls[i].Request.Reserve {
+		if shadow && !calls[i].Shadow && !calls[i].Request.Reserve && calls[i].Request.MaxWait == 0 {
 			if !copied { // the caller's calls stay as it made them
 				calls, copied = slices.Clone(calls), true
 			}
@@ -407,10 +413,13 @@ func (p *Pipeline) Multi(ctx context.Context, calls []Call) (MultiDecision, erro
 		d.Duration = reqs[i].Window(d.Reset)
 		d.Quota, d.QuotaWindow = reqs[i].Policy(d.Reset)
 		o := outcomeOf(d)
+		if !out.Passed && !calls[i].Shadow {
+			d.Wait = 0 // nothing was booked: the batch failed
+		}
 		if o == outcomePassed && !out.Passed {
 			o = outcomeDenied // admitted alone, not counted: the batch failed
 		}
-		p.record(&reqs[i], o)
+		p.record(&reqs[i], o, d.Wait)
 	}
 	o := outcomeDenied
 	if out.Passed {

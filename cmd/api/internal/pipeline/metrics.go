@@ -20,6 +20,9 @@ type metrics struct {
 	// byModel counts each limit decided by its model and outcome:
 	// [model][outcome], resolved at start.
 	byModel [len(modelNames)][len(outcomeNames)]prometheus.Counter
+	// booked counts the admissions booked ahead (max_wait), and
+	// bookedSeconds the waits they were answered.
+	booked, bookedSeconds prometheus.Counter
 }
 
 // modelNames name the models in unkey_ratelimit_limits_decided_total, by
@@ -61,7 +64,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if err := reg.Register(leases); err != nil {
 		return nil, err
 	}
-	m := &metrics{decisions: decisions, settlements: settlements, leases: leases}
+	booked := prometheus.NewCounter(prometheus.CounterOpts{Name: "unkey_ratelimit_booked_waits_total",
+		Help: "Admissions booked ahead (max_wait): counted now, answered with the wait before their caller proceeds. Also counted as passed."})
+	bookedSeconds := prometheus.NewCounter(prometheus.CounterOpts{Name: "unkey_ratelimit_booked_wait_seconds_total",
+		Help: "The waits booked admissions were answered, summed: over unkey_ratelimit_booked_waits_total, the mean wait."})
+	for _, c := range []prometheus.Collector{booked, bookedSeconds} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	m := &metrics{decisions: decisions, settlements: settlements, leases: leases, booked: booked, bookedSeconds: bookedSeconds}
 	for o, name := range outcomeNames {
 		m.limit[o] = decisions.WithLabelValues("Limit", name)
 		if outcome(o) != outcomeShadowDenied { // a MultiLimit is passed or denied

@@ -53,7 +53,7 @@ func penaltyKey(r *ratelimit.Request) penalties.Key {
 // blocked returns the answer of r if a block holds its identifier: denied,
 // nothing left, reset and retryAfter at the block's end.
 func (p *Pipeline) blocked(r *ratelimit.Request) (ratelimit.Response, bool) {
-	if p.penalties == nil {
+	if p.penalties == nil || p.penalties.Empty() {
 		return ratelimit.Response{}, false
 	}
 	now := p.penalties.Now()
@@ -112,7 +112,7 @@ func (p *Pipeline) recordPenalty(ctx context.Context, namespace, identifier stri
 // heldEntries reports which of a MultiLimit's requests a block holds, or
 // nil if none.
 func (p *Pipeline) heldEntries(reqs []ratelimit.Request) []bool {
-	if p.penalties == nil {
+	if p.penalties == nil || p.penalties.Empty() {
 		return nil
 	}
 	var held []bool

@@ -39,11 +39,15 @@ func outcomeOf(d *Decision) outcome {
 	return outcomeDenied
 }
 
-// checkShadow refuses a shadow call that reserves: a refused reservation
-// gives no token to settle, and an admitted one would hold its estimate.
+// checkShadow refuses a shadow call that reserves (a refused reservation
+// gives no token to settle, and an admitted one would hold its estimate)
+// or may wait (a booking holds capacity its caller does not wait for).
 func checkShadow(c *Call) error {
-	if c.Shadow && c.Request.Reserve {
+	switch {
+	case c.Shadow && c.Request.Reserve:
 		return &invalid.Error{Field: "shadow", Rule: "must not be set with reserve: a shadow decision reserves nothing"}
+	case c.Shadow && c.Request.MaxWait > 0:
+		return &invalid.Error{Field: "shadow", Rule: "must not be set with max_wait: a shadow decision books nothing"}
 	}
 	return nil
 }

@@ -9,16 +9,20 @@ import (
 	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 	"github.com/unkeyed/ratelimit/services/access"
 	"github.com/unkeyed/ratelimit/services/penalties"
+	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
 
 // BenchmarkLimitPolicies decides Limit calls through the pipeline over
 // 1,000 identifiers, half of them past their limit: plain, as shadow
-// calls, and with a penalty (the identifiers past their limit then held
-// by a block: a decision the box answers), each on a pipeline with penalty
-// boxes, as the API's is (docs/BENCHMARKS.md: a decision with a policy
-// beside a plain one).
+// calls, with a penalty (the identifiers past their limit then held by a
+// block: a decision the box answers), and with a max wait (a sliding
+// window: the calls past their limit of an hour cannot be booked, and
+// are denied after the check); and on token buckets, plain and with a
+// max wait, half of them booked ahead until their debt's bound. Each on a
+// pipeline with penalty boxes, as the API's is (docs/BENCHMARKS.md: a
+// decision with a policy beside a plain one).
 func BenchmarkLimitPolicies(b *testing.B) {
-	for _, policy := range []string{"plain", "shadow", "penalty"} {
+	for _, policy := range []string{"plain", "shadow", "penalty", "max_wait", "bucket", "bucket_max_wait"} {
 		b.Run(policy, func(b *testing.B) {
 			box, err := penalties.New()
 			if err != nil {
@@ -42,6 +46,13 @@ func BenchmarkLimitPolicies(b *testing.B) {
 					c.Shadow = true
 				case "penalty":
 					c.Penalty = time.Hour
+				case "max_wait":
+					c.Request.MaxWait = time.Minute
+				case "bucket", "bucket_max_wait":
+					c.Request.Algorithm = ratelimit.TokenBucket
+					if policy == "bucket_max_wait" {
+						c.Request.MaxWait = time.Hour
+					}
 				}
 				if _, err := p.Limit(ctx, c); err != nil {
 					b.Fatal(err)

@@ -339,7 +339,7 @@ func (*tokenBucket) Count(t *Table, w *cells.Window, b *Bucket, now int64, sp Sp
 			// everything booked before it, would have admitted it.
 			d.WaitMs = max(ceilMs(next-tau)-now, 1)
 		}
-		if !fits && cost <= sp.Burst {
+		if !fits && !booked && cost <= sp.Burst {
 			// A report past the burst: when a request of the same cost
 			// would pass (Envoy's next hit, counted over the limit as
 			// this one was); none helps one above the burst.
