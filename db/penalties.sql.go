@@ -35,11 +35,14 @@ const penaltyChanges = `-- name: PenaltyChanges :many
 SELECT workspace_id, namespace, identifier, started_at, until_at, cleared_at, expires_at
 FROM ratelimit_penalties
 WHERE updated_at >= ? AND expires_at > ?
+ORDER BY updated_at DESC
+LIMIT ?
 `
 
 type PenaltyChangesParams struct {
 	Since uint64
 	Now   uint64
+	Limit int32
 }
 
 type PenaltyChangesRow struct {
@@ -52,11 +55,12 @@ type PenaltyChangesRow struct {
 	ExpiresAt   uint64
 }
 
-// PenaltyChanges returns the rows written at or after since (the
-// database's clock) that still matter at now: what a process's poll
-// merges into its memory, and, from 0, its start-up load.
+// PenaltyChanges returns up to limit rows written at or after since (the
+// database's clock) that still matter at now, the latest first: what a
+// process's poll merges into its memory, and, from 0, its start-up load
+// (limit: what its memory holds).
 func (q *Queries) PenaltyChanges(ctx context.Context, arg PenaltyChangesParams) ([]PenaltyChangesRow, error) {
-	rows, err := q.db.QueryContext(ctx, penaltyChanges, arg.Since, arg.Now)
+	rows, err := q.db.QueryContext(ctx, penaltyChanges, arg.Since, arg.Now, arg.Limit)
 	if err != nil {
 		return nil, err
 	}
@@ -98,6 +102,28 @@ func (q *Queries) PenaltyClock(ctx context.Context) (int64, error) {
 	var now_ms int64
 	err := row.Scan(&now_ms)
 	return now_ms, err
+}
+
+const penaltyEnsure = `-- name: PenaltyEnsure :exec
+
+INSERT IGNORE INTO ratelimit_penalties (
+    workspace_id, namespace, identifier, started_at, until_at, cleared_at, expires_at, updated_at
+) VALUES (?, ?, ?, 0, 0, 0, 0, 0)
+`
+
+type PenaltyEnsureParams struct {
+	WorkspaceID string
+	Namespace   string
+	Identifier  string
+}
+
+// updated_at is the database's clock in unix ms, FLOOR(UNIX_TIMESTAMP(NOW(3))
+// * 1000): the poll's order, whatever the processes' clocks say.
+// PenaltyEnsure makes the row of an identifier if it has none, empty (no
+// block, no lift: the least state of a box), so that a merge can lock it.
+func (q *Queries) PenaltyEnsure(ctx context.Context, arg PenaltyEnsureParams) error {
+	_, err := q.db.ExecContext(ctx, penaltyEnsure, arg.WorkspaceID, arg.Namespace, arg.Identifier)
+	return err
 }
 
 const penaltyGet = `-- name: PenaltyGet :one
@@ -205,53 +231,69 @@ func (q *Queries) PenaltyList(ctx context.Context, arg PenaltyListParams) ([]Pen
 	return items, nil
 }
 
-const penaltyMerge = `-- name: PenaltyMerge :exec
-
-INSERT INTO ratelimit_penalties (
-    workspace_id, namespace, identifier, started_at, until_at, cleared_at, expires_at, updated_at
-) VALUES (
-    ?, ?, ?, ?, ?, ?, ?, FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000)
-)
-ON DUPLICATE KEY UPDATE
-    started_at = IF(VALUES(cleared_at) > cleared_at
-        OR (VALUES(cleared_at) = cleared_at AND (VALUES(until_at) > until_at
-            OR (VALUES(until_at) = until_at AND VALUES(started_at) > started_at))),
-        VALUES(started_at), started_at),
-    until_at = IF(VALUES(cleared_at) > cleared_at OR (VALUES(cleared_at) = cleared_at AND VALUES(until_at) > until_at),
-        VALUES(until_at), until_at),
-    cleared_at = GREATEST(cleared_at, VALUES(cleared_at)),
-    expires_at = GREATEST(expires_at, VALUES(expires_at)),
-    updated_at = VALUES(updated_at)
+const penaltyLock = `-- name: PenaltyLock :one
+SELECT started_at, until_at, cleared_at, expires_at
+FROM ratelimit_penalties
+WHERE workspace_id = ? AND namespace = ? AND identifier = ?
+FOR UPDATE
 `
 
-type PenaltyMergeParams struct {
+type PenaltyLockParams struct {
 	WorkspaceID string
 	Namespace   string
 	Identifier  string
+}
+
+type PenaltyLockRow struct {
+	StartedAt uint64
+	UntilAt   uint64
+	ClearedAt uint64
+	ExpiresAt uint64
+}
+
+// PenaltyLock reads the row of an identifier and locks it until the
+// transaction ends: a merge's read, its decision made in Go (the later
+// state in store.Merge's order), its write.
+func (q *Queries) PenaltyLock(ctx context.Context, arg PenaltyLockParams) (PenaltyLockRow, error) {
+	row := q.db.QueryRowContext(ctx, penaltyLock, arg.WorkspaceID, arg.Namespace, arg.Identifier)
+	var i PenaltyLockRow
+	err := row.Scan(
+		&i.StartedAt,
+		&i.UntilAt,
+		&i.ClearedAt,
+		&i.ExpiresAt,
+	)
+	return i, err
+}
+
+const penaltyWrite = `-- name: PenaltyWrite :exec
+UPDATE ratelimit_penalties
+SET started_at = ?, until_at = ?, cleared_at = ?, expires_at = ?,
+    updated_at = FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000)
+WHERE workspace_id = ? AND namespace = ? AND identifier = ?
+`
+
+type PenaltyWriteParams struct {
 	StartedAt   uint64
 	UntilAt     uint64
 	ClearedAt   uint64
 	ExpiresAt   uint64
+	WorkspaceID string
+	Namespace   string
+	Identifier  string
 }
 
-// updated_at is the database's clock in unix ms, FLOOR(UNIX_TIMESTAMP(NOW(3))
-// * 1000): the poll's order, whatever the processes' clocks say.
-// PenaltyMerge merges a state into the row of its identifier: the later
-// of the two in the order (cleared_at, until_at, started_at) wins whole (a
-// lift beats every block written without it; of two blocks after one
-// lift, the one that ends later). Assignments run left to right, each
-// after the ones before: started_at is decided on the old row; until_at
-// needs no started_at (of two equal ends either is the same value);
-// cleared_at is the greater. Replayed, it changes nothing.
-func (q *Queries) PenaltyMerge(ctx context.Context, arg PenaltyMergeParams) error {
-	_, err := q.db.ExecContext(ctx, penaltyMerge,
-		arg.WorkspaceID,
-		arg.Namespace,
-		arg.Identifier,
+// PenaltyWrite writes a merge's state to the row it locked, stamped with
+// the database's clock so that every poll reads it.
+func (q *Queries) PenaltyWrite(ctx context.Context, arg PenaltyWriteParams) error {
+	_, err := q.db.ExecContext(ctx, penaltyWrite,
 		arg.StartedAt,
 		arg.UntilAt,
 		arg.ClearedAt,
 		arg.ExpiresAt,
+		arg.WorkspaceID,
+		arg.Namespace,
+		arg.Identifier,
 	)
 	return err
 }

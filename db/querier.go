@@ -151,30 +151,33 @@ type Querier interface {
 	// PenaltiesPurge deletes up to limit rows that stopped mattering before
 	// cutoff (unix ms): the worker's cleanup.
 	PenaltiesPurge(ctx context.Context, arg PenaltiesPurgeParams) (int64, error)
-	// PenaltyChanges returns the rows written at or after since (the
-	// database's clock) that still matter at now: what a process's poll
-	// merges into its memory, and, from 0, its start-up load.
+	// PenaltyChanges returns up to limit rows written at or after since (the
+	// database's clock) that still matter at now, the latest first: what a
+	// process's poll merges into its memory, and, from 0, its start-up load
+	// (limit: what its memory holds).
 	PenaltyChanges(ctx context.Context, arg PenaltyChangesParams) ([]PenaltyChangesRow, error)
 	// PenaltyClock returns the database's clock in unix ms: a row written
 	// after it reads it has an updated_at at least this large, but for a
 	// statement under way (which a poll's look-back covers).
 	PenaltyClock(ctx context.Context) (int64, error)
+	// updated_at is the database's clock in unix ms, FLOOR(UNIX_TIMESTAMP(NOW(3))
+	// * 1000): the poll's order, whatever the processes' clocks say.
+	// PenaltyEnsure makes the row of an identifier if it has none, empty (no
+	// block, no lift: the least state of a box), so that a merge can lock it.
+	PenaltyEnsure(ctx context.Context, arg PenaltyEnsureParams) error
 	// PenaltyGet returns the row of an identifier.
 	PenaltyGet(ctx context.Context, arg PenaltyGetParams) (PenaltyGetRow, error)
 	// PenaltyList returns up to limit rows of a namespace whose identifier
 	// sorts after the given one and whose block has not ended at now, in
 	// identifier order (lifted ones included: the caller skips them).
 	PenaltyList(ctx context.Context, arg PenaltyListParams) ([]PenaltyListRow, error)
-	// updated_at is the database's clock in unix ms, FLOOR(UNIX_TIMESTAMP(NOW(3))
-	// * 1000): the poll's order, whatever the processes' clocks say.
-	// PenaltyMerge merges a state into the row of its identifier: the later
-	// of the two in the order (cleared_at, until_at, started_at) wins whole (a
-	// lift beats every block written without it; of two blocks after one
-	// lift, the one that ends later). Assignments run left to right, each
-	// after the ones before: started_at is decided on the old row; until_at
-	// needs no started_at (of two equal ends either is the same value);
-	// cleared_at is the greater. Replayed, it changes nothing.
-	PenaltyMerge(ctx context.Context, arg PenaltyMergeParams) error
+	// PenaltyLock reads the row of an identifier and locks it until the
+	// transaction ends: a merge's read, its decision made in Go (the later
+	// state in store.Merge's order), its write.
+	PenaltyLock(ctx context.Context, arg PenaltyLockParams) (PenaltyLockRow, error)
+	// PenaltyWrite writes a merge's state to the row it locked, stamped with
+	// the database's clock so that every poll reads it.
+	PenaltyWrite(ctx context.Context, arg PenaltyWriteParams) error
 	// ProcessSeen records a process's roll call, at the database's time.
 	ProcessSeen(ctx context.Context, arg ProcessSeenParams) error
 	// ProcessesPurge deletes the processes not seen since cutoff (unix ms).

@@ -1,29 +1,29 @@
 -- updated_at is the database's clock in unix ms, FLOOR(UNIX_TIMESTAMP(NOW(3))
 -- * 1000): the poll's order, whatever the processes' clocks say.
 
--- name: PenaltyMerge :exec
--- PenaltyMerge merges a state into the row of its identifier: the later
--- of the two in the order (cleared_at, until_at, started_at) wins whole (a
--- lift beats every block written without it; of two blocks after one
--- lift, the one that ends later). Assignments run left to right, each
--- after the ones before: started_at is decided on the old row; until_at
--- needs no started_at (of two equal ends either is the same value);
--- cleared_at is the greater. Replayed, it changes nothing.
-INSERT INTO ratelimit_penalties (
+-- name: PenaltyEnsure :exec
+-- PenaltyEnsure makes the row of an identifier if it has none, empty (no
+-- block, no lift: the least state of a box), so that a merge can lock it.
+INSERT IGNORE INTO ratelimit_penalties (
     workspace_id, namespace, identifier, started_at, until_at, cleared_at, expires_at, updated_at
-) VALUES (
-    ?, ?, ?, ?, ?, ?, ?, FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000)
-)
-ON DUPLICATE KEY UPDATE
-    started_at = IF(VALUES(cleared_at) > cleared_at
-        OR (VALUES(cleared_at) = cleared_at AND (VALUES(until_at) > until_at
-            OR (VALUES(until_at) = until_at AND VALUES(started_at) > started_at))),
-        VALUES(started_at), started_at),
-    until_at = IF(VALUES(cleared_at) > cleared_at OR (VALUES(cleared_at) = cleared_at AND VALUES(until_at) > until_at),
-        VALUES(until_at), until_at),
-    cleared_at = GREATEST(cleared_at, VALUES(cleared_at)),
-    expires_at = GREATEST(expires_at, VALUES(expires_at)),
-    updated_at = VALUES(updated_at);
+) VALUES (?, ?, ?, 0, 0, 0, 0, 0);
+
+-- name: PenaltyLock :one
+-- PenaltyLock reads the row of an identifier and locks it until the
+-- transaction ends: a merge's read, its decision made in Go (the later
+-- state in store.Merge's order), its write.
+SELECT started_at, until_at, cleared_at, expires_at
+FROM ratelimit_penalties
+WHERE workspace_id = ? AND namespace = ? AND identifier = ?
+FOR UPDATE;
+
+-- name: PenaltyWrite :exec
+-- PenaltyWrite writes a merge's state to the row it locked, stamped with
+-- the database's clock so that every poll reads it.
+UPDATE ratelimit_penalties
+SET started_at = ?, until_at = ?, cleared_at = ?, expires_at = ?,
+    updated_at = FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000)
+WHERE workspace_id = ? AND namespace = ? AND identifier = ?;
 
 -- name: PenaltyGet :one
 -- PenaltyGet returns the row of an identifier.
@@ -43,12 +43,15 @@ ORDER BY identifier
 LIMIT ?;
 
 -- name: PenaltyChanges :many
--- PenaltyChanges returns the rows written at or after since (the
--- database's clock) that still matter at now: what a process's poll
--- merges into its memory, and, from 0, its start-up load.
+-- PenaltyChanges returns up to limit rows written at or after since (the
+-- database's clock) that still matter at now, the latest first: what a
+-- process's poll merges into its memory, and, from 0, its start-up load
+-- (limit: what its memory holds).
 SELECT workspace_id, namespace, identifier, started_at, until_at, cleared_at, expires_at
 FROM ratelimit_penalties
-WHERE updated_at >= sqlc.arg(since) AND expires_at > sqlc.arg(now);
+WHERE updated_at >= sqlc.arg(since) AND expires_at > sqlc.arg(now)
+ORDER BY updated_at DESC
+LIMIT ?;
 
 -- name: PenaltyClock :one
 -- PenaltyClock returns the database's clock in unix ms: a row written

@@ -75,11 +75,7 @@ func validate(o *Override) error {
 	}
 	if o.Shadow && o.KeepsLimit() {
 		if o.Limit != 0 || o.Burst != 0 {
-			field := "limit"
-			if o.Limit == 0 {
-				field = "burst"
-			}
-			return &invalid.Error{Field: field, Rule: "must be unset with duration unset: a shadow override without a duration keeps the requests' own limits"}
+			return &invalid.Error{Field: "duration", Rule: "missing: a shadow override with a limit or burst of its own needs its duration (without limit, duration and burst it keeps the requests' own)"}
 		}
 		return nil
 	}

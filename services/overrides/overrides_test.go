@@ -98,8 +98,8 @@ func TestValidation(t *testing.T) {
 		{Override{Namespace: "ns", Identifier: "*", Limit: 1, Duration: time.Second}, "identifier"},
 		{Override{Namespace: "ns", Identifier: "*", Limit: 1, Duration: time.Second, Shadow: true}, "identifier"},
 		{Override{Namespace: "ns", Identifier: "x"}, "duration"},
-		{Override{Namespace: "ns", Identifier: "x", Limit: 5, Shadow: true}, "limit"},
-		{Override{Namespace: "ns", Identifier: "*", Burst: 5, Shadow: true}, "burst"},
+		{Override{Namespace: "ns", Identifier: "x", Limit: 5, Shadow: true}, "duration"},
+		{Override{Namespace: "ns", Identifier: "*", Burst: 5, Shadow: true}, "duration"},
 		{Override{Namespace: "", Identifier: "*", Shadow: true}, "namespace"},
 		{Override{Namespace: "ns", Identifier: "***", Shadow: true}, "identifier"},
 	} {

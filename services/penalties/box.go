@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -172,7 +173,8 @@ func (b *Box) Blocked(k Key, now int64) (Block, bool) {
 // or, for an offence within one block's length after the previous block
 // ended, of twice that block's length (at least penalty), in both cases
 // at most penaltyMax (MaxPenalty if 0). The block applies here at once
-// and is written to the store in the background.
+// and is written to the store in the background. With memory full (see
+// WithMaxBlocks) it starts no block and returns the zero Block.
 func (b *Box) Offend(k Key, penalty, penaltyMax time.Duration, now int64) Block {
 	limit := penaltyMax
 	if limit <= 0 {
@@ -185,8 +187,7 @@ func (b *Box) Offend(k Key, penalty, penaltyMax time.Duration, now int64) Block 
 	b.boxes.Compute(k, func(old Block, loaded bool) (Block, xsync.ComputeOp) {
 		if !loaded {
 			if b.live.Load() >= b.max {
-				stored = false
-				out = Block{Key: k, Start: now, Until: now + p}
+				stored = false // no block: the limit's denial alone
 				return old, xsync.CancelOp
 			}
 			old = Block{Key: k}
@@ -252,8 +253,9 @@ func (b *Box) merge(x Block, now int64) {
 	})
 }
 
-// Get returns the block in force on k: the store's and memory's, merged.
-// A store that fails answers with memory's alone, and the error.
+// Get returns the block in force on k: the store's and memory's, merged;
+// ErrNotFound if none; the store's error if it fails (a block is read
+// and lifted where every process reads it, or not at all).
 func (b *Box) Get(ctx context.Context, k Key) (Block, error) {
 	now := b.Now()
 	x, err := b.store.Get(ctx, k)
@@ -365,7 +367,7 @@ func (b *Box) pollOnce(ctx context.Context) error {
 	rc, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	now := b.Now()
-	changes, clock, err := b.loopStore.Changes(rc, b.since.Load(), now)
+	changes, clock, err := b.loopStore.Changes(rc, b.since.Load(), now, int(min(b.max, math.MaxInt32)))
 	if err != nil {
 		b.metrics.storeErrors.WithLabelValues("poll").Inc()
 		if ctx.Err() == nil {
@@ -381,8 +383,8 @@ func (b *Box) pollOnce(ctx context.Context) error {
 	return nil
 }
 
-// flush writes the pending blocks; one that fails waits for the next
-// turn.
+// flush writes the pending blocks until one fails; that one and the rest
+// wait for the next turn.
 func (b *Box) flush(ctx context.Context) {
 	b.mu.Lock()
 	todo := b.pending
@@ -395,14 +397,19 @@ func (b *Box) flush(ctx context.Context) {
 	failed := 0
 	var first error
 	for _, x := range todo {
+		if first != nil {
+			// The store failed once this turn: the rest wait for the
+			// next, so that a store that hangs holds the loop (and its
+			// polls) back for one timeout, not one a block.
+			b.requeue(x)
+			continue
+		}
 		rc, cancel := context.WithTimeout(ctx, storeTimeout)
 		err := b.loopStore.Merge(rc, x)
 		cancel()
 		if err != nil {
 			failed++
-			if first == nil {
-				first = err
-			}
+			first = err
 			b.requeue(x)
 		}
 	}

@@ -130,6 +130,42 @@ func TestABlockHoldsAcrossProcesses(t *testing.T) {
 	}
 }
 
+// TestAnOffenceAfterALiftForgotten: a process that forgot a lift (its
+// janitor dropped the lifted box), or never read it, starts a block after
+// it that holds everywhere: the lift beats only the blocks that began
+// before it.
+func TestAnOffenceAfterALiftForgotten(t *testing.T) {
+	ctx := context.Background()
+	c := &clock{}
+	c.set(0)
+	st := memstore.New(memstore.WithClock(c))
+	a, b := newBox(t, c, WithStore(st)), newBox(t, c, WithStore(st))
+	a.Offend(alice, time.Minute, 0, c.Now().UnixMilli())
+	a.flush(ctx)
+	c.set(time.Second)
+	if err := a.Lift(ctx, alice); err != nil {
+		t.Fatal(err)
+	}
+	c.set(2 * time.Hour)
+	a.forget(c.Now().UnixMilli())
+	fresh := newBox(t, c, WithStore(st))
+	if err := fresh.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, x := range []*Box{a, fresh} {
+		now := c.Now().UnixMilli() + int64(i)
+		got := x.Offend(alice, time.Minute, 0, now)
+		x.flush(ctx)
+		for _, y := range []*Box{a, b, fresh} {
+			y.pollOnce(ctx)
+			if held, ok := y.Blocked(alice, now); !ok || held.Start != got.Start {
+				t.Fatalf("offence %d after a lift its process forgot or never read: %+v, %v; want %+v everywhere", i, held, ok, got)
+			}
+		}
+		c.set(2*time.Hour + time.Duration(i+1)*3*time.Minute)
+	}
+}
+
 // failing is a store whose writes fail while down is set, and which
 // applies a write and then fails it while lost is set (the answer lost).
 type failing struct {
@@ -152,11 +188,11 @@ func (f *failing) Merge(ctx context.Context, b Block) error {
 	return err
 }
 
-func (f *failing) Changes(ctx context.Context, since, now int64) ([]Block, int64, error) {
+func (f *failing) Changes(ctx context.Context, since, now int64, limit int) ([]Block, int64, error) {
 	if f.down.Load() {
 		return nil, 0, errDown
 	}
-	return f.Penalties.Changes(ctx, since, now)
+	return f.Penalties.Changes(ctx, since, now, limit)
 }
 
 // TestAStoreThatFails: while the store fails, a block holds where it

@@ -78,11 +78,11 @@ func (f *faultyStore) Merge(ctx context.Context, b Block) error {
 	return f.Penalties.Merge(ctx, b)
 }
 
-func (f *faultyStore) Changes(ctx context.Context, since, now int64) ([]Block, int64, error) {
+func (f *faultyStore) Changes(ctx context.Context, since, now int64, limit int) ([]Block, int64, error) {
 	if f.fault() != 0 {
 		return nil, 0, errDown
 	}
-	return f.Penalties.Changes(ctx, since, now)
+	return f.Penalties.Changes(ctx, since, now, limit)
 }
 
 // traceTopology is a fleet on one store: procs processes in each of
@@ -105,7 +105,8 @@ type traceTopology struct {
 // and across regions, with writes lost, applied-then-failed and
 // duplicated and polls failed, a block is never shorter than asked where
 // it started, every process that polled after the store held it blocks
-// the identifier until its end (unless lifted), one that polled after a
+// the identifier until its end (unless lifted, or superseded by a block a
+// process that had not read it started later), one that polled after a
 // lift reached the store holds no block that began before it, and every
 // block is the penalty doubled a whole number of times, at most the cap.
 func TestPenaltyTraces(t *testing.T) {
@@ -122,8 +123,9 @@ func TestPenaltyTraces(t *testing.T) {
 	} {
 		t.Run(topo.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, uint64(len(topo.name))))
-			checked := runPenaltyTrace(t, rng, topo, *traceBudget)
-			t.Logf("%s: %d events, %d checks against the blocks the store held", topo.name, *traceBudget, checked)
+			checked, started, superseded := runPenaltyTrace(t, rng, topo, *traceBudget)
+			t.Logf("%s: %d events, %d blocks started (%d cut short by a shorter one a process that had not read them started later), %d checks against the blocks the store held",
+				topo.name, *traceBudget, started, superseded, checked)
 		})
 	}
 }
@@ -136,6 +138,12 @@ type tracedBlock struct {
 	// unaware is set when the process that started it had not read a
 	// lift made before: the lift wins over it (the documented bound).
 	unaware bool
+	// superseded is set when a process that had not read it started a
+	// later block of its identifier that ends earlier: the later-started
+	// block holds (the documented bound of two offences within a poll of
+	// each other).
+	superseded bool
+	proc       int // the process that started it
 }
 
 // tracedLift is a lift, as the trace knows it.
@@ -144,7 +152,7 @@ type tracedLift struct {
 	by           int   // the process that lifted
 }
 
-func runPenaltyTrace(t *testing.T, rng *rand.Rand, topo traceTopology, events int) (checked int) {
+func runPenaltyTrace(t *testing.T, rng *rand.Rand, topo traceTopology, events int) (checked, started, superseded int) {
 	ctx := context.Background()
 	c := &clock{}
 	c.set(0)
@@ -194,7 +202,10 @@ func runPenaltyTrace(t *testing.T, rng *rand.Rand, topo traceTopology, events in
 		}
 		for _, b := range blocks { // what the store holds now
 			if b.storedAt == 0 {
-				if x, err := mem.Get(ctx, key(b.id)); err == nil && (x.Until >= b.end || x.Cleared >= b.start) {
+				// The store holds it, or a state after it (a lift, or a
+				// block that superseded it).
+				if x, err := mem.Get(ctx, key(b.id)); err == nil && (x.Start == b.start && x.Until == b.end ||
+					store.Later(x, Block{Start: b.start, Until: b.end})) {
 					b.storedAt = now
 				}
 			}
@@ -222,7 +233,7 @@ func runPenaltyTrace(t *testing.T, rng *rand.Rand, topo traceTopology, events in
 		// The checks: every block the store held before this process's
 		// last good poll holds here until its end, unless a lift voided it.
 		for _, b := range blocks {
-			if b.id != id || b.storedAt == 0 || b.storedAt >= p.lastPollStart || now >= b.end || b.unaware || lifted(lifts[id], b.start) {
+			if b.id != id || b.storedAt == 0 || b.storedAt >= p.lastPollStart || now >= b.end || b.unaware || b.superseded || lifted(lifts[id], b.start) {
 				continue
 			}
 			checked++
@@ -255,7 +266,13 @@ func runPenaltyTrace(t *testing.T, rng *rand.Rand, topo traceTopology, events in
 					t.Fatalf("event %d at %d: %s's block %+v; the reference [%d, %d)", ev, now, id, got, s, e)
 				}
 			}
-			tb := &tracedBlock{id: id, start: got.Start, end: got.Until}
+			tb := &tracedBlock{id: id, start: got.Start, end: got.Until, proc: pi}
+			for _, b := range blocks {
+				// Only one that ends earlier shortens it.
+				if b.id == id && b.proc != pi && b.start < got.Start && b.end > got.Until && (b.storedAt == 0 || b.storedAt >= p.lastPollStart) {
+					b.superseded = true
+				}
+			}
 			for _, l := range lifts[id] {
 				read := l.by == pi || (l.storedAt != 0 && l.storedAt < p.lastPollStart)
 				tb.unaware = tb.unaware || !read
@@ -266,7 +283,12 @@ func runPenaltyTrace(t *testing.T, rng *rand.Rand, topo traceTopology, events in
 	if topo.faultEvery > 0 && st.faults.Load() == 0 {
 		t.Fatal("no fault was injected")
 	}
-	return checked
+	for _, b := range blocks {
+		if b.superseded {
+			superseded++
+		}
+	}
+	return checked, len(blocks), superseded
 }
 
 // lifted reports whether one of ls, made at or after start, lifts a

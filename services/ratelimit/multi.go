@@ -125,6 +125,7 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 			}
 			for i, w := range windows {
 				s.afterDecide(w, curs[i], now, &decisions[i], 0)
+				results[i].Wait = 0 // nothing was booked: the batch failed
 			}
 			return MultiResponse{Passed: false, Results: results}, nil
 		}
@@ -132,7 +133,7 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 		runtime.Gosched()
 	}
 	for i := range results {
-		results[i].Success = false
+		results[i].Success, results[i].Wait = false, 0
 	}
 	return MultiResponse{Passed: false, Results: results}, nil
 }

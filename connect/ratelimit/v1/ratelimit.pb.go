@@ -2073,12 +2073,14 @@ func (*DeleteOverrideResponse) Descriptor() ([]byte, []int) {
 // Penalty is a penalty's block in force.
 type Penalty struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Namespace and Identifier name what the block holds (an identifier
-	// longer than 255 characters by its sha256: digest, as it is counted).
-	Namespace  string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Namespace is the namespace the block holds the identifier in.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Identifier is the identifier the block holds (one longer than 255
+	// characters by its sha256: digest, as it is counted).
 	Identifier string `protobuf:"bytes,2,opt,name=identifier,proto3" json:"identifier,omitempty"`
-	// Start and Until span the block, in unix milliseconds.
-	Start         int64 `protobuf:"varint,3,opt,name=start,proto3" json:"start,omitempty"`
+	// Start is when the block began, in unix milliseconds.
+	Start int64 `protobuf:"varint,3,opt,name=start,proto3" json:"start,omitempty"`
+	// Until is when the block ends, in unix milliseconds.
 	Until         int64 `protobuf:"varint,4,opt,name=until,proto3" json:"until,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2144,9 +2146,11 @@ func (x *Penalty) GetUntil() int64 {
 
 // GetPenaltyRequest names an identifier of a namespace.
 type GetPenaltyRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Identifier    string                 `protobuf:"bytes,2,opt,name=identifier,proto3" json:"identifier,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace is the block's namespace.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Identifier is the identifier, as the limits are asked with it.
+	Identifier    string `protobuf:"bytes,2,opt,name=identifier,proto3" json:"identifier,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2197,8 +2201,9 @@ func (x *GetPenaltyRequest) GetIdentifier() string {
 
 // GetPenaltyResponse holds the block.
 type GetPenaltyResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Penalty       *Penalty               `protobuf:"bytes,1,opt,name=penalty,proto3" json:"penalty,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Penalty is the block in force.
+	Penalty       *Penalty `protobuf:"bytes,1,opt,name=penalty,proto3" json:"penalty,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2242,8 +2247,9 @@ func (x *GetPenaltyResponse) GetPenalty() *Penalty {
 
 // ListPenaltiesRequest asks for a page of a namespace's blocks in force.
 type ListPenaltiesRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace is the namespace to list.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	// After is the last identifier of the previous page; empty for the
 	// first.
 	After string `protobuf:"bytes,2,opt,name=after,proto3" json:"after,omitempty"`
@@ -2307,8 +2313,9 @@ func (x *ListPenaltiesRequest) GetLimit() int32 {
 // ListPenaltiesResponse holds a page of blocks: fewer than the limit
 // asked for on the last page.
 type ListPenaltiesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Penalties     []*Penalty             `protobuf:"bytes,1,rep,name=penalties,proto3" json:"penalties,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Penalties are the blocks in force, in identifier order.
+	Penalties     []*Penalty `protobuf:"bytes,1,rep,name=penalties,proto3" json:"penalties,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2352,9 +2359,11 @@ func (x *ListPenaltiesResponse) GetPenalties() []*Penalty {
 
 // DeletePenaltyRequest names the identifier whose block to lift.
 type DeletePenaltyRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Identifier    string                 `protobuf:"bytes,2,opt,name=identifier,proto3" json:"identifier,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace is the block's namespace.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Identifier is the identifier, as the limits are asked with it.
+	Identifier    string `protobuf:"bytes,2,opt,name=identifier,proto3" json:"identifier,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

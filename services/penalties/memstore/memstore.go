@@ -19,13 +19,15 @@ import (
 type Store struct {
 	clock ratelimit.Clock
 
-	mu    sync.Mutex
-	boxes map[store.Key]*box
+	mu     sync.Mutex
+	boxes  map[store.Key]*box
+	merges int64
 }
 
 type box struct {
 	b       store.Block
 	written int64 // the store's clock at the latest merge
+	order   int64 // the latest merge's place among all: the latest first
 	// expires is the latest any write said the box matters until, as
 	// MySQL's expires_at: a lift keeps the box it lifted readable until
 	// the lifted block would have stopped mattering.
@@ -58,7 +60,8 @@ func (s *Store) Merge(_ context.Context, b store.Block) error {
 		x = &box{b: store.Block{Key: b.Key}}
 		s.boxes[b.Key] = x
 	}
-	x.b, x.written = store.Merge(x.b, b), now
+	s.merges++
+	x.b, x.written, x.order = store.Merge(x.b, b), now, s.merges
 	x.expires = max(x.expires, b.Expires(), b.Cleared)
 	if len(s.boxes)%64 == 0 {
 		for k, x := range s.boxes {
@@ -94,16 +97,22 @@ func (s *Store) List(_ context.Context, workspace, namespace, after string, now 
 	return out[:min(len(out), limit)], nil
 }
 
-// Changes returns the boxes written at since or later that matter at now.
-func (s *Store) Changes(_ context.Context, since, now int64) ([]store.Block, int64, error) {
+// Changes returns up to limit boxes written at since or later that
+// matter at now, the latest written first.
+func (s *Store) Changes(_ context.Context, since, now int64, limit int) ([]store.Block, int64, error) {
 	clock := s.clock.Now().UnixMilli()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []store.Block
+	var out []box
 	for _, x := range s.boxes {
 		if x.written >= since && x.expires > now {
-			out = append(out, x.b)
+			out = append(out, *x)
 		}
 	}
-	return out, clock, nil
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b box) int { return cmp.Compare(b.order, a.order) })
+	blocks := make([]store.Block, min(len(out), max(limit, 0)))
+	for i := range blocks {
+		blocks[i] = out[i].b
+	}
+	return blocks, clock, nil
 }

@@ -15,18 +15,16 @@ type Key struct {
 	Workspace, Namespace, Identifier string
 }
 
-// Block is a penalty box's state: its latest block, and when it was
-// last lifted. Times are unix ms.
+// Block is a penalty box's state: its latest block, or its latest lift.
+// Times are unix ms.
 type Block struct {
 	Key
-	// Start and Until span the latest block: every decision of the
-	// identifier in the namespace is denied from Start until Until. Its
-	// length, Until - Start, is what a repeat offence doubles. Both 0:
-	// no block since the last lift.
+	// Start and Until span the block: every decision of the identifier in
+	// the namespace is denied from Start until Until. Its length, Until -
+	// Start, is what a repeat offence doubles. Both 0: no block.
 	Start, Until int64
-	// Cleared is when the box was last emptied (DeletePenalty), as the
-	// writer knew it: a block is written with the clearance its process
-	// had read, and loses to a later one (see Merge).
+	// Cleared is when the box was last emptied (DeletePenalty): a block
+	// that started at or before it is void.
 	Cleared int64
 }
 
@@ -44,24 +42,30 @@ func (b Block) InForce(now int64) bool { return !b.Void() && b.Start <= now && n
 // remembers it.
 func (b Block) Expires() int64 { return b.Until + b.Length() }
 
-// Merge returns the later of two states of one box, in the order
-// (Cleared, Until, Start): a lift beats every block written by a process
-// that had not read it (and resets the box: a lift carries no block), and
-// of two blocks written after the same lift, the one that ends later wins
-// (of two that end together, the later started). The order is total, so
-// merging is taking a maximum: commutative, associative and idempotent,
-// and a write replayed, duplicated or read late never undoes a newer one
-// whatever order the store and each process apply them in.
+// Merge returns the later of two states of one box: the one whose latest
+// event (its block's start, or its lift) is later, so that a lift beats
+// every block that began before it and loses to every block that began
+// after it, whichever process wrote them and whatever it had read. Of two
+// states of one instant, the lift wins, then the block that ends later.
+// The order is total, so merging is taking a maximum: commutative,
+// associative and idempotent, and a write replayed, duplicated or read
+// late never undoes a newer one whatever order the store and each process
+// apply them in. Two blocks started within a poll of each other by
+// processes that had not read each other's keep the later-started one:
+// at least its penalty, from its offence on.
 func Merge(a, b Block) Block {
-	if later(b, a) {
+	if Later(b, a) {
 		b.Key = a.Key
 		return b
 	}
 	return a
 }
 
-// later reports whether b comes after a in Merge's order.
-func later(b, a Block) bool {
+// Later reports whether b comes after a in Merge's order.
+func Later(b, a Block) bool {
+	if tb, ta := b.event(), a.event(); tb != ta {
+		return tb > ta
+	}
 	if b.Cleared != a.Cleared {
 		return b.Cleared > a.Cleared
 	}
@@ -70,6 +74,9 @@ func later(b, a Block) bool {
 	}
 	return b.Start > a.Start
 }
+
+// event is the time of b's latest event: its block's start or its lift.
+func (b Block) event() int64 { return max(b.Start, b.Cleared) }
 
 // Penalties keeps penalty boxes where every process of the fleet can read
 // them.
@@ -82,11 +89,12 @@ type Penalties interface {
 	// sorts after the given one and whose block has not ended at now, in
 	// identifier order; lifted ones may be among them.
 	List(ctx context.Context, workspace, namespace, after string, now int64, limit int) ([]Block, error)
-	// Changes returns the boxes written at or after since, by the store's
-	// clock, that still matter at now (their Expires after it), and the
-	// store's clock as the read began: the since of the next poll, less a
-	// look-back for writes under way.
-	Changes(ctx context.Context, since, now int64) (changes []Block, clock int64, err error)
+	// Changes returns up to limit of the boxes written at or after since,
+	// by the store's clock, that still matter at now (their Expires after
+	// it), the latest written first, and the store's clock as the read
+	// began: the since of the next poll, less a look-back for writes
+	// under way.
+	Changes(ctx context.Context, since, now int64, limit int) (changes []Block, clock int64, err error)
 }
 
 // ErrNotFound is returned for a box that does not exist.

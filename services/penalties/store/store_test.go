@@ -30,7 +30,7 @@ func TestMergeIsASemilattice(t *testing.T) {
 			t.Fatalf("merging %v in another order: %+v, want %+v", blocks, got, want)
 		}
 		for _, b := range blocks {
-			if later(b, got) {
+			if Later(b, got) {
 				t.Fatalf("the merge %+v lost the later %+v", got, b)
 			}
 		}
@@ -51,8 +51,11 @@ func TestInForce(t *testing.T) {
 	if got := Merge(b, lift); got.InForce(15) || got.Cleared != 12 {
 		t.Errorf("a block after a lift: %+v", got)
 	}
-	after := Block{Start: 13, Until: 14, Cleared: 12}
+	after := Block{Start: 13, Until: 14}
 	if got := Merge(Merge(b, lift), after); !got.InForce(13) || got.Until != 14 {
-		t.Errorf("a block started after the lift, shorter than the lifted one: %+v", got)
+		t.Errorf("a block started after the lift, shorter than the lifted one, by a process that had not read the lift: %+v", got)
+	}
+	if got := Merge(Merge(after, b), lift); !got.InForce(13) {
+		t.Errorf("the same, merged in another order: %+v", got)
 	}
 }

@@ -15,9 +15,9 @@ import (
 )
 
 // TestPenalties checks that the stores newStore returns do what package
-// penalties relies on: a merge keeps the later state in the order
-// (clearance, end, start) whatever order writes arrive in, and a replayed
-// write changes nothing; Get finds a box by its exact key; List pages a namespace's
+// penalties relies on: a merge keeps the later state in store.Merge's
+// order (the latest event: a block's start or a lift) whatever order
+// writes arrive in, and a replayed write changes nothing; Get finds a box by its exact key; List pages a namespace's
 // boxes whose block has not ended, in identifier order; Changes returns
 // what was written since a clock it returned, and from 0 every box that
 // still matters. Each subtest works in a workspace of its own, so the
@@ -47,17 +47,18 @@ func TestPenalties(t *testing.T, newStore func(t *testing.T) store.Penalties, no
 		}
 		got, _ = s.Get(ctx, k)
 		if got != clear || !got.Void() {
-			t.Fatalf("after a lift and writes that had not read it: %+v, want the lift %+v", got, clear)
+			t.Fatalf("after a lift and the blocks that began before it: %+v, want the lift %+v", got, clear)
 		}
-		// A block written after the lift, ending before the lifted one.
-		after := store.Block{Key: k, Start: t0 + 21, Until: t0 + 30_000, Cleared: t0 + 20}
+		// A block begun after the lift, by a process that had not read it,
+		// ending before the lifted one.
+		after := store.Block{Key: k, Start: t0 + 21, Until: t0 + 30_000}
 		for _, b := range []store.Block{after, later, clear, after} {
 			if err := s.Merge(ctx, b); err != nil {
 				t.Fatal(err)
 			}
 		}
 		if got, _ = s.Get(ctx, k); got != after {
-			t.Fatalf("a block after the lift: %+v, want %+v", got, after)
+			t.Fatalf("a block begun after the lift: %+v, want %+v", got, after)
 		}
 		if _, err := s.Get(ctx, store.Key{Workspace: ws, Namespace: "ns", Identifier: "Alice"}); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("another identifier's box: %v, want ErrNotFound", err)
@@ -94,7 +95,7 @@ func TestPenalties(t *testing.T, newStore func(t *testing.T) store.Penalties, no
 		if err := s.Merge(ctx, old); err != nil {
 			t.Fatal(err)
 		}
-		all, clock, err := s.Changes(ctx, 0, t0)
+		all, clock, err := s.Changes(ctx, 0, t0, 100)
 		if err != nil || !holds(all, old) || clock <= 0 {
 			t.Fatalf("changes from 0: %+v, clock %d, %v; want %+v among them", all, clock, err, old)
 		}
@@ -102,12 +103,15 @@ func TestPenalties(t *testing.T, newStore func(t *testing.T) store.Penalties, no
 		if err := s.Merge(ctx, fresh); err != nil {
 			t.Fatal(err)
 		}
-		got, _, err := s.Changes(ctx, clock, t0)
+		got, _, err := s.Changes(ctx, clock, t0, 100)
 		if err != nil || !holds(got, fresh) {
 			t.Fatalf("changes since %d: %+v, %v; want %+v", clock, got, err, fresh)
 		}
-		if got, _, _ := s.Changes(ctx, 0, t0+120_000); holds(got, fresh) || holds(got, old) {
+		if got, _, _ := s.Changes(ctx, 0, t0+120_000, 100); holds(got, fresh) || holds(got, old) {
 			t.Fatalf("changes that matter after both expired: %+v", got)
+		}
+		if got, _, _ := s.Changes(ctx, 0, t0, 1); len(got) != 1 || got[0] != fresh {
+			t.Fatalf("one change from 0: %+v, want the latest written, %+v", got, fresh)
 		}
 	})
 }

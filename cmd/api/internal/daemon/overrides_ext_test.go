@@ -79,7 +79,7 @@ func TestOverridesOverTheAPI(t *testing.T) {
 		{`{"namespace":"api","identifier":"x","limit":-1,"duration":60000}`, "limit: must be between 0 (block) and 9007199254740992"},
 		{`{"namespace":"api","identifier":"*","limit":1,"duration":60000}`, `identifier: must hold a character besides * ("*" alone only in a shadow override without a limit, which switches the namespace to shadow)`},
 		{`{"namespace":"api","identifier":"x","duration":60000}`, "limit: missing: SetOverrideRequest needs it (unless shadow is given)"},
-		{`{"namespace":"api","identifier":"x","limit":3,"shadow":true}`, "limit: must be unset with duration unset: a shadow override without a duration keeps the requests' own limits"},
+		{`{"namespace":"api","identifier":"x","limit":3,"shadow":true}`, "duration: missing: a shadow override with a limit or burst of its own needs its duration (without limit, duration and burst it keeps the requests' own)"},
 		{`{"namespace":"api","identifier":"x","limit":1,"duration":5}`, "duration: must be between 1000 and 2592000000 milliseconds"},
 	} {
 		if code, out := ts.call(t, "SetOverride", tokA, c.body); code != http.StatusBadRequest || out["message"] != c.message {

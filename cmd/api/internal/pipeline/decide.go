@@ -100,9 +100,14 @@ func (c *Call) validate(workspace string, penalties bool) (ratelimit.Request, er
 // It also reports whether an override makes the call a shadow one: a
 // shadow override that matches it, or its namespace's switch (whose id it
 // returns when no other override matched). A shadow override without a
-// limit of its own leaves r's.
+// limit of its own leaves r's. A call that cannot be a shadow one (a
+// reservation, whose token must settle what it holds; a call that waits
+// for what it books; a concurrency limit's, whose lease holds its slots)
+// takes no shadow override at all: a limit only tried must never be
+// enforced on it.
 func (p *Pipeline) override(r *ratelimit.Request, identifier string) (id string, shadow bool) {
-	if o, ok := p.overrides.Lookup(r.Workspace, r.Namespace, identifier); ok {
+	shadowable := !r.Reserve && r.MaxWait == 0 && r.Algorithm != ratelimit.Concurrency
+	if o, ok := p.overrides.Lookup(r.Workspace, r.Namespace, identifier); ok && (shadowable || !o.Shadow) {
 		id, shadow = o.ID, o.Shadow
 		if !o.KeepsLimit() {
 			r.Limit = o.Limit
@@ -114,7 +119,7 @@ func (p *Pipeline) override(r *ratelimit.Request, identifier string) (id string,
 			}
 		}
 	}
-	if sw, ok := p.overrides.Switch(r.Workspace, r.Namespace); ok {
+	if sw, ok := p.overrides.Switch(r.Workspace, r.Namespace); ok && shadowable {
 		shadow = true
 		if id == "" {
 			id = sw.ID
@@ -124,11 +129,9 @@ func (p *Pipeline) override(r *ratelimit.Request, identifier string) (id string,
 }
 
 // shadowedBy makes c a shadow call where an override says so (see
-// override), but for a reservation (its token must settle what it holds)
-// and a call that may wait (its caller waits for what it booked): an
-// override never turns those into shadow calls.
+// override, which says so only of a call that can be one).
 func shadowedBy(c *Call, byOverride bool) {
-	if byOverride && !c.Request.Reserve && c.Request.MaxWait == 0 {
+	if byOverride {
 		c.Shadow = true
 	}
 }
@@ -380,7 +383,7 @@ func (p *Pipeline) Multi(ctx context.Context, calls []Call) (MultiDecision, erro
 	for i := range reqs {
 		var shadow bool
 		out.Results[i].OverrideID, shadow = p.override(&reqs[i], calls[i].Request.Identifier)
-		if shadow && !calls[i].Shadow && !calls[i].Request.Reserve && calls[i].Request.MaxWait == 0 {
+		if shadow && !calls[i].Shadow {
 			if !copied { // the caller's calls stay as it made them
 				calls, copied = slices.Clone(calls), true
 			}

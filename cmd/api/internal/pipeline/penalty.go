@@ -85,7 +85,7 @@ func offends(c *Call, r *ratelimit.Request, d *ratelimit.Response) bool {
 func (p *Pipeline) offend(c *Call, r *ratelimit.Request, d *ratelimit.Response) {
 	now := p.penalties.Now()
 	b := p.penalties.Offend(penaltyKey(r), c.Penalty, c.PenaltyMax, now)
-	if b.Until > now {
+	if b.Until > now { // none if memory had no room for it
 		d.RetryAfter = max(d.RetryAfter, time.Duration(b.Until-now)*time.Millisecond)
 		if until := time.UnixMilli(b.Until); until.After(d.Reset) {
 			d.Reset = until

@@ -215,4 +215,16 @@ func TestShadowRollout(t *testing.T) {
 			t.Fatalf("call %d under a shadow override of limit 1: %+v", i, d)
 		}
 	}
+	// A reservation, and a call that waits, take no shadow override: the
+	// limit only tried is never enforced on them.
+	r = req("newcomer", 100)
+	r.Reserve = true
+	if d, err := p.Limit(ctx, Call{Request: r}); err != nil || !d.Success || d.Limit != 100 || d.OverrideID != "" {
+		t.Fatalf("a reservation under a shadow override of limit 1: %+v, %v; want its own limit", d, err)
+	}
+	w := req("newcomer", 100)
+	w.MaxWait = time.Second
+	if d, err := p.Limit(ctx, Call{Request: w}); err != nil || !d.Success || d.Limit != 100 || d.Shadow {
+		t.Fatalf("a call that waits under a shadow override of limit 1: %+v, %v; want its own limit", d, err)
+	}
 }

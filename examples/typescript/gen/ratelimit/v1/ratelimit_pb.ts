@@ -1172,26 +1172,30 @@ export const DeleteOverrideResponseSchema: GenMessage<DeleteOverrideResponse> = 
  */
 export type Penalty = Message<"ratelimit.v1.Penalty"> & {
   /**
-   * Namespace and Identifier name what the block holds (an identifier
-   * longer than 255 characters by its sha256: digest, as it is counted).
+   * Namespace is the namespace the block holds the identifier in.
    *
    * @generated from field: string namespace = 1;
    */
   namespace: string;
 
   /**
+   * Identifier is the identifier the block holds (one longer than 255
+   * characters by its sha256: digest, as it is counted).
+   *
    * @generated from field: string identifier = 2;
    */
   identifier: string;
 
   /**
-   * Start and Until span the block, in unix milliseconds.
+   * Start is when the block began, in unix milliseconds.
    *
    * @generated from field: int64 start = 3;
    */
   start: bigint;
 
   /**
+   * Until is when the block ends, in unix milliseconds.
+   *
    * @generated from field: int64 until = 4;
    */
   until: bigint;
@@ -1211,11 +1215,15 @@ export const PenaltySchema: GenMessage<Penalty> = /*@__PURE__*/
  */
 export type GetPenaltyRequest = Message<"ratelimit.v1.GetPenaltyRequest"> & {
   /**
+   * Namespace is the block's namespace.
+   *
    * @generated from field: string namespace = 1;
    */
   namespace: string;
 
   /**
+   * Identifier is the identifier, as the limits are asked with it.
+   *
    * @generated from field: string identifier = 2;
    */
   identifier: string;
@@ -1235,6 +1243,8 @@ export const GetPenaltyRequestSchema: GenMessage<GetPenaltyRequest> = /*@__PURE_
  */
 export type GetPenaltyResponse = Message<"ratelimit.v1.GetPenaltyResponse"> & {
   /**
+   * Penalty is the block in force.
+   *
    * @generated from field: ratelimit.v1.Penalty penalty = 1;
    */
   penalty?: Penalty | undefined;
@@ -1254,6 +1264,8 @@ export const GetPenaltyResponseSchema: GenMessage<GetPenaltyResponse> = /*@__PUR
  */
 export type ListPenaltiesRequest = Message<"ratelimit.v1.ListPenaltiesRequest"> & {
   /**
+   * Namespace is the namespace to list.
+   *
    * @generated from field: string namespace = 1;
    */
   namespace: string;
@@ -1289,6 +1301,8 @@ export const ListPenaltiesRequestSchema: GenMessage<ListPenaltiesRequest> = /*@_
  */
 export type ListPenaltiesResponse = Message<"ratelimit.v1.ListPenaltiesResponse"> & {
   /**
+   * Penalties are the blocks in force, in identifier order.
+   *
    * @generated from field: repeated ratelimit.v1.Penalty penalties = 1;
    */
   penalties: Penalty[];
@@ -1308,11 +1322,15 @@ export const ListPenaltiesResponseSchema: GenMessage<ListPenaltiesResponse> = /*
  */
 export type DeletePenaltyRequest = Message<"ratelimit.v1.DeletePenaltyRequest"> & {
   /**
+   * Namespace is the block's namespace.
+   *
    * @generated from field: string namespace = 1;
    */
   namespace: string;
 
   /**
+   * Identifier is the identifier, as the limits are asked with it.
+   *
    * @generated from field: string identifier = 2;
    */
   identifier: string;
