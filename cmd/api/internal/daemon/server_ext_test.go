@@ -325,7 +325,7 @@ func TestValidationOverTheAPI(t *testing.T) {
 		// What a newcomer meets first: a wrong type, a typo, an empty body,
 		// a missing field, a wrong type deep in a batch.
 		{"Limit", `{"namespace":"n","identifier":"i","limit":"two","duration":1000}`, `limit: must be an integer, got "two"`},
-		{"Limit", `{"namespace":"n","identifier":"i","limit":1,"duration":1000,"cots":5}`, "cots: unknown field: LimitRequest has namespace, identifier, limit, duration, cost, report, reserve, algorithm, burst, calendar, shadow, penalty, penaltyMax"},
+		{"Limit", `{"namespace":"n","identifier":"i","limit":1,"duration":1000,"cots":5}`, "cots: unknown field: LimitRequest has namespace, identifier, limit, duration, cost, report, reserve, algorithm, burst, calendar, shadow, penalty, penaltyMax, maxWait"},
 		{"Limit", ``, "body: missing: the request, a JSON object"},
 		{"Limit", `{"namespace":"n","identifier":"i","limit":1`, "body: must be valid JSON: it breaks off or stops being JSON at byte 43"},
 		{"Limit", `{"namespace":"n","identifier":"i","limit":1}`, "duration: missing: a limit needs the length of its window in milliseconds, or a calendar"},
