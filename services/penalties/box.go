@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/puzpuzpuz/xsync/v4"
 
 	"github.com/unkeyed/ratelimit/services/penalties/memstore"
@@ -116,7 +117,7 @@ func WithMaxBlocks(n int64) Option {
 
 // WithRegisterer registers the box's metrics with reg. Without it they
 // are kept in a private registry.
-func WithRegisterer(reg Registerer) Option { return func(b *Box) { b.metrics.reg = reg } }
+func WithRegisterer(reg prometheus.Registerer) Option { return func(b *Box) { b.metrics.reg = reg } }
 
 // New returns an empty box. It starts nothing and reads nothing: call
 // [Box.Run] to load the blocks in force and follow the fleet's. It

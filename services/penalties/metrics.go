@@ -4,9 +4,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Registerer is where a Box registers its metrics.
-type Registerer = prometheus.Registerer
-
 // Kinds of unkey_ratelimit_penalties_total.
 const (
 	kindFirst   = "first"   // a block after no recent one

@@ -19,6 +19,10 @@ func specOf(req *Request) model.Spec {
 	return model.Spec{Limit: req.Limit, Burst: burstOf(req), DurationMs: req.Duration.Milliseconds(), MaxWaitMs: req.MaxWait.Milliseconds()}
 }
 
+// Model returns the algorithm r is answered as (Response.Algorithm): its
+// own, or a fixed window for a request that names a calendar.
+func (r *Request) Model() Algorithm { return algorithmOf(r) }
+
 // algorithmOf returns the algorithm req is answered as: a request that
 // names a calendar counts its periods as a fixed window does.
 func algorithmOf(req *Request) Algorithm {

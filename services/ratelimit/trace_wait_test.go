@@ -32,9 +32,6 @@ func waitTrace(t testing.TB, seed uint64, n int, d traceDeployment) traceCount {
 	dur := time.Minute.Milliseconds()
 	limit := 1 + rng.Int64N(1000)
 	maxWait := 1 + rng.Int64N(dur/2)
-	if noWait {
-		maxWait = 0
-	}
 	counts := map[int64]int64{}
 	var recent []traceAdmission
 	var c traceCount
@@ -83,7 +80,7 @@ func waitTrace(t testing.TB, seed uint64, n int, d traceDeployment) traceCount {
 			recent = append(recent, traceAdmission{at: now, proc: proc, cost: cost})
 		}
 	}
-	if booked == 0 && n >= 1000 && !noWait {
+	if booked == 0 && n >= 1000 {
 		t.Fatalf("seed %d: nothing was booked", seed)
 	}
 	return c
@@ -105,9 +102,6 @@ func bucketWaitTrace(t testing.TB, seed uint64, n int, d traceDeployment) traceC
 	p := bucketParams{limit: 10 + rng.Int64N(100), dur: time.Second}
 	p.burst = p.limit
 	maxWait := time.Duration(1+rng.Int64N(1000)) * time.Millisecond
-	if noWait {
-		maxWait = 0
-	}
 	ref := rate.NewLimiter(p.every(), int(p.burst))
 	var recent []traceAdmission
 	var c traceCount
@@ -148,7 +142,7 @@ func bucketWaitTrace(t testing.TB, seed uint64, n int, d traceDeployment) traceC
 			recent = append(recent, traceAdmission{at: now, proc: proc, cost: cost})
 		}
 	}
-	if booked == 0 && n >= 1000 && !noWait {
+	if booked == 0 && n >= 1000 {
 		t.Fatalf("seed %d: nothing was booked", seed)
 	}
 	return c
@@ -184,5 +178,3 @@ func TestBookedWaitTraces(t *testing.T) {
 		})
 	}
 }
-
-var noWait = false

@@ -1630,7 +1630,8 @@ type SetOverrideRequest struct {
 	Burst int64 `protobuf:"varint,5,opt,name=burst,proto3" json:"burst,omitempty"`
 	// Shadow makes the requests the override matches shadow calls: decided
 	// and counted as usual, admitted, and marked shadow_denied where their
-	// limit would have refused them (a reservation is never made one). With
+	// limit would have refused them (reservations, requests with max_wait
+	// and concurrency leases take no shadow override at all). With
 	// limit, duration and burst unset the override keeps the requests' own
 	// limits, and identifier "*" then switches the whole namespace, whatever
 	// other override matches an identifier: a rollout, undone by deleting it.

@@ -128,14 +128,6 @@ func (p *Pipeline) override(r *ratelimit.Request, identifier string) (id string,
 	return id, shadow
 }
 
-// shadowedBy makes c a shadow call where an override says so (see
-// override, which says so only of a call that can be one).
-func shadowedBy(c *Call, byOverride bool) {
-	if byOverride {
-		c.Shadow = true
-	}
-}
-
 // Limit validates c once (before an override replaces its limit and
 // duration, so that a caller's bad values are refused whether or not one
 // applies), applies the override that matches it, decides it and counts the
@@ -262,7 +254,7 @@ func (p *Pipeline) decide(ctx context.Context, r *ratelimit.Request, c *Call) (D
 	var d Decision
 	var shadow bool
 	d.OverrideID, shadow = p.override(r, c.Request.Identifier)
-	shadowedBy(c, shadow)
+	c.Shadow = c.Shadow || shadow
 	if resp, ok := p.blocked(r); ok {
 		d.Response, d.Penalized = resp, true
 		d.Duration = r.Window(resp.Reset)

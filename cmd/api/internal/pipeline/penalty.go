@@ -20,10 +20,10 @@ import (
 // the namespace is denied, whatever its window says, with nothing counted
 // and retryAfter what is left of the block (Decision.Penalized). The
 // offence itself is answered with the block's retryAfter (or its window's
-// wait, if longer). A shadow
-// call never starts a block, and one the block holds is shadow-denied; a
-// limit of 0 (an override that blocks) is a block already and starts none;
-// a call of cost 0 asks, it offends nobody.
+// wait, if longer). A shadow call never starts a block, and one the block
+// holds is shadow-denied; a limit of 0 (an override that blocks) is a
+// block already and starts none; a call of cost 0 asks, it offends
+// nobody; a call booked ahead (maxWait) was admitted, not denied.
 
 // WithPenalties keeps the penalty boxes in b; without it a pipeline
 // refuses calls that ask for a penalty.
@@ -66,12 +66,8 @@ func (p *Pipeline) blocked(r *ratelimit.Request) (ratelimit.Response, bool) {
 
 // penalized is the answer of r under block b at now.
 func penalized(r *ratelimit.Request, b penalties.Block, now int64) ratelimit.Response {
-	algorithm := r.Algorithm
-	if !r.Calendar.IsZero() {
-		algorithm = ratelimit.FixedWindow
-	}
 	return ratelimit.Response{Limit: r.Limit, Reset: time.UnixMilli(b.Until),
-		RetryAfter: time.Duration(b.Until-now) * time.Millisecond, Algorithm: algorithm}
+		RetryAfter: time.Duration(b.Until-now) * time.Millisecond, Algorithm: r.Model()}
 }
 
 // offends reports whether d, the limit's answer to c's request r, starts
