@@ -152,8 +152,9 @@ func bucketWaitTrace(t testing.TB, seed uint64, n int, d traceDeployment) traceC
 // bucket on one process and in a region, with faults at the store seam:
 // nothing proceeds past the reference beyond the region's convergence
 // bound; across two regions (in memory, and on real servers unless
-// -short) at most 1 % of the tokens admitted, as every model's traces
-// there (docs/ACCURACY.md: what a region has not published yet); every
+// -short) at most 15 % of a trace's tokens admitted: what a region has not
+// published yet, which the same harness without booking measures too
+// (docs/ACCURACY.md: a bucket's single traces reach 7 % either way); every
 // booking within max wait, a sliding window's within its cell.
 func TestBookedWaitTraces(t *testing.T) {
 	region := []namedDeployment{
@@ -174,7 +175,7 @@ func TestBookedWaitTraces(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			run := func(seed uint64, d traceDeployment) traceCount { return m.trace(t, seed, *traceBudget/10, d) }
 			runTraces(t, region, 2, 0, run)
-			runTraces(t, regions, 2, 0.05, run)
+			runTraces(t, regions, 2, 0.15, run)
 		})
 	}
 }
