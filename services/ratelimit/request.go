@@ -55,14 +55,16 @@ type Request struct {
 	// capacity rather than be refused: a request the limit would deny but
 	// that fits within MaxWait is booked now, counted where it will be
 	// spent so that no one else takes it, and answered admitted with
-	// Response.Wait, the time to wait before proceeding. A sliding window
-	// books within its current fixed cell, as its previous cell's weight
-	// falls; a token bucket on its refill schedule, at most one burst's
-	// refill ahead. Requests booked on one key proceed in the order they
-	// were booked, and never more than the limit admits over the booked
-	// time. Not with a fixed window or a calendar (their capacity frees
-	// only in the next window), a concurrency limit, a report or a
-	// reservation.
+	// Response.Wait, the time to wait before proceeding. A fixed window
+	// books into its next window, to proceed when it begins; a sliding
+	// window within its current fixed cell, as its previous cell's weight
+	// falls, and then into the next cell, as the current one's falls (what
+	// the next cell holds then counts in the current one's decisions too);
+	// a token bucket on its refill schedule, at most one burst's refill
+	// ahead. Requests booked on one key proceed in the order they were
+	// booked, and never more than the limit admits over the booked time.
+	// Not with a calendar (its next period is not booked ahead), a
+	// concurrency limit, a report or a reservation.
 	MaxWait time.Duration
 }
 

@@ -90,7 +90,7 @@ func (b Bounds) CheckRequest(r *Request) error {
 }
 
 // checkWait checks a request's MaxWait: a duration up to MaxDuration, on
-// a model that books (a sliding window or a token bucket), in a request
+// a model that books (a sliding or fixed window, a token bucket), in a request
 // that may wait (not a report, spent already, nor a reservation, whose
 // estimate would hold capacity it may give back).
 func checkWait(r *Request) error {
@@ -103,8 +103,8 @@ func checkWait(r *Request) error {
 		return &invalid.Error{Field: "max_wait", Rule: "must be 0 in a report (report: true), which was spent already"}
 	case r.Reserve:
 		return &invalid.Error{Field: "max_wait", Rule: "must be 0 with reserve: a reservation does not wait"}
-	case r.Algorithm == FixedWindow || !r.Calendar.IsZero():
-		return &invalid.Error{Field: "max_wait", Rule: "must be 0 with a fixed window or a calendar, whose capacity frees only in their next window: book on a sliding window or a token bucket"}
+	case !r.Calendar.IsZero():
+		return &invalid.Error{Field: "max_wait", Rule: "must be 0 with a calendar, whose next period is not booked ahead: book on a sliding or fixed window or a token bucket"}
 	}
 	return nil
 }

@@ -216,11 +216,11 @@ type LimitRequest struct {
 	// rather than be refused: a request the limit would deny but that fits
 	// within max_wait is booked now (counted where it will be spent, so no
 	// one else takes it) and answered success with wait, the milliseconds to
-	// wait before proceeding. A sliding window books within its current
-	// fixed cell, a token bucket on its refill schedule up to one burst's
-	// refill ahead; requests booked on one key proceed in the order they
-	// were booked. Not with a fixed window, a calendar, report, reserve or
-	// shadow.
+	// wait before proceeding. A fixed window books into its next window,
+	// from its start; a sliding window within its current fixed cell, then
+	// into the next one; a token bucket on its refill schedule up to one
+	// burst's refill ahead. Requests booked on one key proceed in the order
+	// they were booked. Not with a calendar, report, reserve or shadow.
 	MaxWait       int64 `protobuf:"varint,14,opt,name=max_wait,json=maxWait,proto3" json:"max_wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -17,12 +17,14 @@ import (
 // calls, with a penalty (the identifiers past their limit then held by a
 // block: a decision the box answers), and with a max wait (a sliding
 // window: the calls past their limit of an hour cannot be booked, and
-// are denied after the check); and on token buckets, plain and with a
-// max wait, half of them booked ahead until their debt's bound. Each on a
+// are denied after the check); on fixed windows, plain and with a max
+// wait of an hour (booked into the next hour, then denied); and on token
+// buckets, plain and with a max wait, half of them booked ahead until
+// their debt's bound. Each on a
 // pipeline with penalty boxes, as the API's is (docs/BENCHMARKS.md: a
 // decision with a policy beside a plain one).
 func BenchmarkLimitPolicies(b *testing.B) {
-	for _, policy := range []string{"plain", "shadow", "penalty", "max_wait", "bucket", "bucket_max_wait"} {
+	for _, policy := range []string{"plain", "shadow", "penalty", "max_wait", "fixed", "fixed_max_wait", "bucket", "bucket_max_wait"} {
 		b.Run(policy, func(b *testing.B) {
 			box, err := penalties.New()
 			if err != nil {
@@ -48,6 +50,11 @@ func BenchmarkLimitPolicies(b *testing.B) {
 					c.Penalty = time.Hour
 				case "max_wait":
 					c.Request.MaxWait = time.Minute
+				case "fixed", "fixed_max_wait":
+					c.Request.Algorithm = ratelimit.FixedWindow
+					if policy == "fixed_max_wait" {
+						c.Request.MaxWait = time.Hour
+					}
 				case "bucket", "bucket_max_wait":
 					c.Request.Algorithm = ratelimit.TokenBucket
 					if policy == "bucket_max_wait" {

@@ -46,3 +46,11 @@ func TestCellWord(t *testing.T) {
 		t.Fatalf("cell is %d bytes, want 48", size)
 	}
 }
+
+// A window is 80 bytes, the allocator's size class it fills: one field
+// more would round it up to 96 (BenchmarkMemoryPerCell's budget).
+func TestWindowSize(t *testing.T) {
+	if size := unsafe.Sizeof(Window{}); size != 80 {
+		t.Fatalf("window is %d bytes, want 80", size)
+	}
+}

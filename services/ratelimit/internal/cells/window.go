@@ -13,17 +13,24 @@ import (
 // Window holds the cells of one key. Keeping a key's cells together means a
 // decision costs one map lookup. Cells sit in two slots indexed by seq&1: the
 // current and the previous window; a new window replaces the cell two
-// windows old.
+// windows old. A cell booked ahead (a request that waits for the next
+// window: see Ahead) waits in Next until its window begins.
 type Window struct {
 	// scope and identifier are the window's key. The workspace,
 	// namespace and period, shared by many windows, are interned behind
-	// one pointer, which keeps a window at 72 bytes (in the allocator's
+	// one pointer, which keeps a window at 80 bytes (the allocator's
 	// 80-byte size class). A pool cell's period is its own, so each live
 	// pool cell of a namespace interns a scope of its own: a few dozen a
 	// pool (a concurrency limit's cells), freed with their windows.
 	scope      unique.Handle[windowScope]
 	identifier string
 	Cells      [2]atomic.Pointer[Cell]
+	// Next is the newest cell made for the window: the current one, or
+	// the one after it, made ahead for requests booked into it before
+	// it begins (see Ahead). Every cell newer than both slots' is made
+	// here first, so that one booked ahead is the one its window's slot
+	// takes when it begins, never a second cell of the same sequence.
+	Next atomic.Pointer[Cell]
 	// Limit is the most recent limit a request gave for this key. The global
 	// flush publishes a cell once its count reaches a share of it.
 	Limit atomic.Int64
@@ -179,14 +186,112 @@ func (w *Window) CellAt(seq int64, hydrated bool) (*Cell, int64) {
 			// window stays idle for the janitor.
 			return nil, 0
 		}
-		fresh := newCell(seq, hydrated)
-		if p.HoldsReservations() {
-			fresh.Flags.Or(Reserved)
-		}
+		fresh := w.made(seq, hydrated)
 		if slot.CompareAndSwap(c, fresh) {
 			return fresh, 0
 		}
 	}
+}
+
+// made returns the cell of seq to put in its slot: the one Next holds
+// (made ahead, or by a request that raced this one), or a new one, put
+// in Next first when no newer cell is there. A cell older than Next's is
+// made apart (a count read for a window already past): no request books
+// into it. A cell made ahead that no request took into its slot while
+// its window lasted (its requests booked, none decided then) takes it
+// now, before a newer one replaces it in Next: the window after it weighs
+// it.
+func (w *Window) made(seq int64, hydrated bool) *Cell {
+	for {
+		n := w.Next.Load()
+		switch {
+		case n != nil && n.Seq() == seq:
+			return n
+		case n != nil && n.Seq() > seq:
+			return w.newCell(seq, hydrated)
+		case n != nil:
+			w.settle(n)
+		}
+		fresh := w.newCell(seq, hydrated)
+		if w.Next.CompareAndSwap(n, fresh) {
+			return fresh
+		}
+	}
+}
+
+// settle puts c, a cell made in Next, in its slot if the slot holds an
+// older one.
+func (w *Window) settle(c *Cell) {
+	slot := &w.Cells[c.Seq()&1]
+	for {
+		old := slot.Load()
+		if old != nil && old.Seq() >= c.Seq() || slot.CompareAndSwap(old, c) {
+			return
+		}
+	}
+}
+
+// newCell returns an empty cell of w for seq (reserved if w's period
+// holds reservations).
+func (w *Window) newCell(seq int64, hydrated bool) *Cell {
+	c := newCell(seq, hydrated)
+	if w.Period().HoldsReservations() {
+		c.Flags.Or(Reserved)
+	}
+	return c
+}
+
+// Ahead returns w's cell of seq made ahead, before its window begins, or
+// nil if none was: a request booked into a window that has not begun is
+// counted there, and decisions in the window before it weigh it (see
+// BookAhead).
+func (w *Window) Ahead(seq int64) *Cell {
+	if n := w.Next.Load(); n != nil && n.Seq() == seq {
+		return n
+	}
+	return nil
+}
+
+// BookAhead returns w's cell of seq, the window after the current one,
+// made ahead if need be so that requests booked into it are counted
+// before it begins: its slot still holds the window before the current
+// one, which a sliding window weighs until the current one ends, and
+// takes it when it begins (see CellAt). It returns nil when a cell newer
+// than seq was made already (the window moved on).
+func (w *Window) BookAhead(seq int64, hydrated bool) *Cell {
+	for {
+		n := w.Next.Load()
+		if n != nil {
+			switch ns := n.Seq(); {
+			case ns == seq:
+				return n
+			case ns > seq:
+				return nil
+			}
+		}
+		if c := w.Cells[seq&1].Load(); c != nil && c.Seq() >= seq {
+			if c.Seq() == seq {
+				return c
+			}
+			return nil
+		}
+		fresh := w.newCell(seq, hydrated)
+		if w.Next.CompareAndSwap(n, fresh) {
+			return fresh
+		}
+	}
+}
+
+// CellFor returns w's cell of seq for a count read from a store at now
+// (unix ms), made if need be: a window's cell after now's is made ahead
+// (see BookAhead), so that a count booked into it elsewhere does not take
+// the slot of the cell a sliding window still weighs.
+func (w *Window) CellFor(seq, now int64, hydrated bool) *Cell {
+	if p := w.Period(); p.Kind() == period.Length && !w.HoldsRefunds() && seq == w.SeqOf(now)+1 {
+		return w.BookAhead(seq, hydrated)
+	}
+	c, _ := w.CellAt(seq, hydrated)
+	return c
 }
 
 // CellsOf returns w's cell of now (unix ms), made if need be (hydrated,
@@ -207,12 +312,14 @@ func (w *Window) CellsOf(now int64, hydrated bool) (cur, prev *Cell, start, end,
 }
 
 // CellForMerge returns w's cell of seq for a stored count, creating it only
-// if the count is not zero: a window with no traffic needs no cell.
+// if the count is not zero: a window with no traffic needs no cell. A
+// cell made ahead that no request took into its slot yet is the one (see
+// BookAhead).
 func (w *Window) CellForMerge(seq, stored int64) *Cell {
 	if stored <= 0 {
 		c := w.Cells[seq&1].Load()
 		if c == nil || c.Seq() != seq {
-			return nil
+			return w.Ahead(seq)
 		}
 		return c
 	}
@@ -220,13 +327,26 @@ func (w *Window) CellForMerge(seq, stored int64) *Cell {
 	return c
 }
 
-// Idle reports whether both of w's cells are older than oldest: none
-// can affect a decision that counts cells from oldest on.
+// AheadForMerge returns w's cell of seq, the one after the current one,
+// for a stored count (see CellForMerge), made ahead (see BookAhead) only
+// if the count is not zero.
+func (w *Window) AheadForMerge(seq, stored int64) *Cell {
+	if stored <= 0 {
+		return w.Ahead(seq)
+	}
+	return w.BookAhead(seq, true)
+}
+
+// Idle reports whether w's cells, those made ahead too, are older than
+// oldest: none can affect a decision that counts cells from oldest on.
 func (w *Window) Idle(oldest int64) bool {
 	for i := range w.Cells {
 		if c := w.Cells[i].Load(); c != nil && c.Seq() >= oldest {
 			return false
 		}
+	}
+	if c := w.Next.Load(); c != nil && c.Seq() >= oldest {
+		return false
 	}
 	return true
 }

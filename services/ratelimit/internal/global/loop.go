@@ -150,8 +150,12 @@ func (g *Tier) publishCounted(ctx context.Context, full bool) {
 		// first (see slotCells), after the walk.
 		var slots []*cells.Window
 		candidates := func(w *cells.Window) {
-			for i := range w.Cells {
-				c := w.Cells[i].Load()
+			a, b := w.Cells[0].Load(), w.Cells[1].Load()
+			ahead := w.Next.Load() // a cell made ahead of its window, if not in a slot
+			if ahead == a || ahead == b {
+				ahead = nil
+			}
+			for _, c := range [3]*cells.Cell{a, b, ahead} {
 				if c != nil && c.Flags.Load()&cells.Marked != 0 {
 					c.Flags.And(^cells.Marked) // marked again at its next replay
 				}
@@ -521,7 +525,7 @@ func (g *Tier) apply(row *store.GlobalCount, now int64) bool {
 	if main != nil {
 		w.ObserveLimit(main.Limit.Load()) // what its refunds are published with
 	}
-	c, _ := w.CellAt(row.Key.Sequence, g.hydrated)
+	c := w.CellFor(row.Key.Sequence, now, g.hydrated)
 	if c == nil {
 		return false // the window already moved past this cell
 	}

@@ -77,6 +77,15 @@ func (m *windowModel) Count(t *Table, w *cells.Window, _ *Bucket, now int64, sp 
 			prevGlobal -= prevRefunds
 		}
 	}
+	// A sliding window weighs the current cell in the next one: what was
+	// booked into the next cell before it begins (see bookAhead) counts
+	// in the current one too, so that what the current one admits after
+	// it cannot outweigh it when it proceeds. An admission reads it once
+	// it has counted (see below), a denial or a booking before it
+	// decides: almost no key has a cell ahead, and the admissions, the
+	// hottest path, pay one load.
+	var ahead *cells.Cell
+	aheadRead := m.fixed // a fixed window's cells count apart
 	d := Decision{Limit: sp.Limit, Capacity: sp.Limit, ResetMs: end}
 	limit := sp.Limit
 	if report && cost > 0 {
@@ -84,12 +93,15 @@ func (m *windowModel) Count(t *Table, w *cells.Window, _ *Bucket, now int64, sp 
 		// cap (cells.AddCapped), so that reports without end never wrap
 		// the counter.
 		n := cells.AddCapped(&cur.Count, cost)
+		if !aheadRead {
+			ahead = w.Ahead(seq + 1)
+		}
 		prevTotal := prevGlobal
 		if prev != nil {
 			prevTotal += prev.Count.Load()
 		}
 		prevTotal = max(prevTotal, 0)
-		curTotal := max(n+curGlobal, 0)
+		curTotal := max(n+curGlobal, 0) + heldIn(ahead)
 		effective := curTotal + weighted(prevTotal, elapsed, dur)
 		d.Success = effective <= limit
 		d.Remaining = min(max(0, limit-effective), limit)
@@ -110,21 +122,32 @@ func (m *windowModel) Count(t *Table, w *cells.Window, _ *Bucket, now int64, sp 
 	}
 	for attempt := 0; ; attempt++ {
 		n := cur.Count.Load()
-		curTotal := max(n+curGlobal, 0)
+		aheadHeld := heldIn(ahead)
+		curTotal := max(n+curGlobal, 0) + aheadHeld
 		prevTotal := prevGlobal
 		if prev != nil {
 			prevTotal += prev.Count.Load()
 		}
 		prevTotal = max(prevTotal, 0)
 		effective := curTotal + weighted(prevTotal, elapsed, dur) + cost
+		if (cost > limit || effective > limit) && !aheadRead {
+			ahead, aheadRead = w.Ahead(seq+1), true
+			aheadHeld = heldIn(ahead)
+			curTotal += aheadHeld
+			effective += aheadHeld
+		}
 		d.WaitMs = 0 // a race lost may have booked before
 		if cost > limit || effective > limit {
 			wait, ok := m.book(sp, elapsed, dur, curTotal, prevTotal, cost)
 			if !ok {
+				cells.Unlock(held, cur)
+				if ahead, wait, ok := m.bookAhead(t, w, cur, seq, sp, elapsed, dur, curGlobal, cost, speculative); ok {
+					d.Success, d.Remaining, d.WaitMs = true, 0, wait
+					return d, ahead, true
+				}
 				d.Success = false // a race lost may have found room before
 				d.Remaining = min(max(0, limit-(effective-cost)), limit)
 				d.RetryAfter = windowRetry(m.fixed, sp.Limit, elapsed, dur, curTotal, prevTotal, cost)
-				cells.Unlock(held, cur)
 				return d, cur, false
 			}
 			// Booked: counted now, in the cell it will be spent in.
@@ -139,17 +162,43 @@ func (m *windowModel) Count(t *Table, w *cells.Window, _ *Bucket, now int64, sp 
 		if t.BeforeCAS != nil {
 			t.BeforeCAS(w, cur, attempt)
 		}
+		counted := false
 		if speculative {
-			if w.ApplySpeculative(cur, n, cost) {
-				cells.Unlock(held, cur)
-				return d, cur, true
+			counted = w.ApplySpeculative(cur, n, cost)
+		} else {
+			counted = cur.Count.CompareAndSwap(n, n+cost)
+		}
+		if counted && !m.fixed {
+			// What is booked ahead, if more than this decision counted:
+			// a booking made before it that it did not read, or one made
+			// meanwhile that saw the current cell without this count
+			// (bookAhead counts, then reads the current cell; this
+			// counts, then reads the next: one sees the other). Decide
+			// again with it.
+			if a := w.Ahead(seq + 1); heldIn(a) > aheadHeld {
+				if speculative {
+					w.Rollback(cur, cost)
+				} else {
+					cur.Count.Add(-cost)
+				}
+				ahead, aheadRead, counted = a, true, false
 			}
-		} else if cur.Count.CompareAndSwap(n, n+cost) {
+		}
+		if counted {
 			cells.Unlock(held, cur)
 			return d, cur, true
 		}
 		held = t.Contention.AfterLost(held, cur, attempt)
 	}
+}
+
+// heldIn returns what c, a cell made ahead, holds (this region's count
+// and the others'), or 0 for none.
+func heldIn(c *cells.Cell) int64 {
+	if c == nil {
+		return 0
+	}
+	return max(c.Count.Load()+c.Global.Load(), 0)
 }
 
 // book returns, for a request of cost that does not fit now, how many ms
@@ -159,7 +208,7 @@ func (m *windowModel) Count(t *Table, w *cells.Window, _ *Bucket, now int64, sp 
 // the current cell holds, at that instant, no more than the limit admits
 // (cur + cost + the previous cell's weight then ≤ limit), and every
 // request counted after it finds it counted. A fixed window's frees only
-// at its end, in a cell that does not exist yet: it books nothing.
+// at its end: it books into the next cell (see bookAhead).
 func (m *windowModel) book(sp Spec, elapsed, dur, cur, prev, cost int64) (int64, bool) {
 	if sp.MaxWaitMs <= 0 || m.fixed || cost < 1 || cost > sp.Limit {
 		return 0, false
@@ -173,6 +222,68 @@ func (m *windowModel) book(sp Spec, elapsed, dur, cur, prev, cost int64) (int64,
 		return 0, false
 	}
 	return max(at-elapsed, 1), true
+}
+
+// bookAhead books a request of cost that fits neither now nor later in
+// cur, w's cell of seq (elapsed ms into its dur ms), into the cell after
+// it, made ahead of its window: counted there now, so that every request
+// after it finds it counted, and answered the ms until it may proceed,
+// within sp's MaxWaitMs. A fixed window's request proceeds when that
+// window begins, when it starts from zero: booked while what the next
+// cell holds leaves room for it. A sliding window's proceeds when, in
+// that window, the current cell's weight has fallen enough: what the next
+// cell holds, its cost and the current cell's weight then within the
+// limit; and the current cell's own decisions count what the next one
+// holds (see Count), so that nothing admitted after the booking outweighs
+// it. Not for a calendar, whose next period carries counts between time
+// zones when it begins (see zones.go). It returns the cell it counted
+// into.
+func (m *windowModel) bookAhead(t *Table, w *cells.Window, cur *cells.Cell, seq int64, sp Spec, elapsed, dur, curGlobal, cost int64, speculative bool) (*cells.Cell, int64, bool) {
+	until := dur - elapsed // ms until the next cell begins
+	if sp.MaxWaitMs < until || m.zones || cost < 1 || cost > sp.Limit {
+		return nil, 0, false
+	}
+	next := w.BookAhead(seq+1, t.Regional == nil)
+	if next == nil {
+		return nil, 0, false // the window moved on meanwhile
+	}
+	for {
+		n := next.Count.Load()
+		budget := sp.Limit - cost - max(n+next.Global.Load(), 0)
+		if budget < 0 {
+			return nil, 0, false
+		}
+		var at int64 // ms into the next cell it proceeds at
+		if !m.fixed {
+			if at = minElapsed(max(cur.Count.Load()+curGlobal, 0), budget, dur); at >= dur {
+				return nil, 0, false
+			}
+		}
+		wait := until + at
+		if wait > sp.MaxWaitMs {
+			return nil, 0, false
+		}
+		counted := false
+		if speculative {
+			counted = w.ApplySpeculative(next, n, cost)
+		} else {
+			counted = next.Count.CompareAndSwap(n, n+cost)
+		}
+		if !counted {
+			continue
+		}
+		if !m.fixed && minElapsed(max(cur.Count.Load()+curGlobal, 0), budget, dur) > at {
+			// The current cell grew meanwhile (see outweighs): its
+			// weight holds the booking later. Decide again.
+			if speculative {
+				w.Rollback(next, cost)
+			} else {
+				next.Count.Add(-cost)
+			}
+			continue
+		}
+		return next, max(wait, 1), true
+	}
 }
 
 // windowRetry returns how many ms after now a request of cost would pass

@@ -399,7 +399,8 @@ func (r *Tier) refreshNow(ctx context.Context, ws []*cells.Window, now int64, op
 }
 
 // refresh reads the current and previous cells of ws at now from the regional
-// store in one round trip, merges what it read, and returns the windows it
+// store in one round trip, and the next cell of a window that may book
+// into it (see booksAhead), merges what it read, and returns the windows it
 // could not read (all of them if the store failed, those of a server that is
 // down if it answered in part).
 func (r *Tier) refresh(ctx context.Context, ws []*cells.Window, now int64, op string, timeout time.Duration) (failed []*cells.Window) {
@@ -408,7 +409,14 @@ func (r *Tier) refresh(ctx context.Context, ws []*cells.Window, now int64, op st
 		seq := w.SeqOf(now)
 		keys = append(keys, w.CellKey(seq), w.CellKey(seq-1))
 	}
+	aheadAt := len(keys)
+	for _, w := range ws {
+		if booksAhead(w) {
+			keys = append(keys, w.CellKey(w.SeqOf(now)+1))
+		}
+	}
 	// The refunds of reserved cells are read in the same round trip.
+	refundsAt := len(keys)
 	refunds := r.refundsToRead(ws, now)
 	for _, rr := range refunds {
 		seq, _, _ := rr.key.Period.At(now)
@@ -420,20 +428,30 @@ func (r *Tier) refresh(ctx context.Context, ws []*cells.Window, now int64, op st
 	if err != nil && !isPartial(err) || len(counts) != len(keys) {
 		return ws
 	}
+	ahead := counts[aheadAt:refundsAt]
 	for i, w := range ws {
 		cur, prev := counts[2*i], counts[2*i+1]
-		if cur < 0 || prev < 0 {
+		var next int64
+		if booksAhead(w) {
+			next, ahead = ahead[0], ahead[1:]
+		}
+		if cur < 0 || prev < 0 || next < 0 {
 			failed = append(failed, w)
 			continue
 		}
 		seq := w.SeqOf(now)
 		r.merge(w, seq, cur)
 		r.merge(w, seq-1, prev)
+		if booksAhead(w) {
+			if c := w.AheadForMerge(seq+1, next); c != nil {
+				r.mergeInto(w, c, next)
+			}
+		}
 		if c, _ := w.CellAt(seq, false); c != nil {
 			c.Flags.Or(cells.Hydrated)
 		}
 	}
-	counts = counts[2*len(ws):]
+	counts = counts[refundsAt:]
 	for i, rr := range refunds {
 		cur, prev := counts[2*i], counts[2*i+1]
 		rw := rr.w
@@ -513,10 +531,13 @@ func (r *Tier) refundsToRead(ws []*cells.Window, now int64) []refundsRead {
 // empty) is re-seeded with that by the next replay (see cells.Cell.Stored). A cell
 // the process has no slot for any more is left alone.
 func (r *Tier) merge(w *cells.Window, seq, stored int64) {
-	c := w.CellForMerge(seq, stored)
-	if c == nil {
-		return
+	if c := w.CellForMerge(seq, stored); c != nil {
+		r.mergeInto(w, c, stored)
 	}
+}
+
+// mergeInto is merge for c, the cell of w the store's count stored is of.
+func (r *Tier) mergeInto(w *cells.Window, c *cells.Cell, stored int64) {
 	n := stored + c.Unreplayed.Load() + c.Speculative.Load()
 	r.models.Raise(w, c, &c.Count, n, r.clock.Now().UnixMilli())
 	if stored < c.Stored.Load() {
@@ -525,6 +546,14 @@ func (r *Tier) merge(w *cells.Window, seq, stored int64) {
 		return
 	}
 	cells.AtomicMax(&c.Stored, stored)
+}
+
+// booksAhead reports whether w is a window a request may book into the
+// next cell of (a sliding or fixed window's: see the model's bookAhead),
+// whose reads fetch that cell too: what other processes booked into it
+// counts in their decisions.
+func booksAhead(w *cells.Window) bool {
+	return w.Period().Kind() == period.Length && !w.HoldsRefunds()
 }
 
 // afterDecideWindow does the regional tier's share of a decision on w at now:
