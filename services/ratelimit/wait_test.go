@@ -148,7 +148,8 @@ func (r *windowRef) decide(now, cost, maxWait int64) int64 {
 
 // TestBookedWaitsOnAWindow: on one process, every request of a random
 // trace on a sliding or a fixed window is admitted, booked or refused as
-// the reference scheduler says, to the ms; at every instant a request
+// the reference scheduler says, to the ms (a refusal's retryAfter, the
+// first instant it would pass with nothing else booked); at every instant a request
 // proceeds, the requests that proceeded by then hold the window within
 // its limit; and a key's bookings never go backwards.
 func TestBookedWaitsOnAWindow(t *testing.T) {
@@ -187,6 +188,13 @@ func TestBookedWaitsOnAWindow(t *testing.T) {
 						alg, seed, i, now, limit, dur, cost, maxWait, got, at-now)
 				}
 				if at < 0 {
+					// retryAfter: the first instant at which it would pass
+					// if nothing else came, to the ms.
+					retry := now + got.RetryAfter.Milliseconds()
+					if got.RetryAfter <= 0 || ref.decide(retry, cost, 0) != retry || ref.decide(retry-1, cost, 0) >= 0 {
+						t.Fatalf("%v, seed %d, request %d at %d (limit %d per %d ms, cost %d): denied with retryAfter %v, not the first instant it passes",
+							alg, seed, i, now, limit, dur, cost, got.RetryAfter)
+					}
 					continue
 				}
 				ref.cells[at/dur] += cost // counted where it proceeds

@@ -244,10 +244,17 @@ func (w *Window) newCell(seq int64, hydrated bool) *Cell {
 // Ahead returns w's cell of seq made ahead, before its window begins, or
 // nil if none was: a request booked into a window that has not begun is
 // counted there, and decisions in the window before it weigh it (see
-// BookAhead).
+// BookAhead). A cell newer than seq made since moved it to its slot.
 func (w *Window) Ahead(seq int64) *Cell {
-	if n := w.Next.Load(); n != nil && n.Seq() == seq {
+	n := w.Next.Load()
+	switch {
+	case n == nil || n.Seq() < seq:
+		return nil
+	case n.Seq() == seq:
 		return n
+	}
+	if c := w.Cells[seq&1].Load(); c != nil && c.Seq() == seq {
+		return c
 	}
 	return nil
 }
@@ -268,6 +275,9 @@ func (w *Window) BookAhead(seq int64, hydrated bool) *Cell {
 			case ns > seq:
 				return nil
 			}
+			// A cell made ahead that no request took into its slot
+			// (see made) keeps its count there.
+			w.settle(n)
 		}
 		if c := w.Cells[seq&1].Load(); c != nil && c.Seq() >= seq {
 			if c.Seq() == seq {

@@ -89,3 +89,27 @@ func TestCellForACountAhead(t *testing.T) {
 		t.Fatalf("CellsAt(5) = _, %v, %d after a count ahead: want the previous cell", p, newer)
 	}
 }
+
+// TestCellBookedAheadKeptWhenTheNextIsBooked: a cell made ahead that no
+// request took into its slot while its window lasted keeps its count when
+// the cell after it is made ahead too (a count of it read or imported
+// before any request of its window came).
+func TestCellBookedAheadKeptWhenTheNextIsBooked(t *testing.T) {
+	w := minuteWindow()
+	w.CellAt(5, true)
+	six := w.BookAhead(6, true)
+	six.Count.Add(10)
+	if w.CellForMerge(6, 0) != six {
+		t.Fatal("CellForMerge(6, 0) does not find the cell made ahead")
+	}
+	seven := w.AheadForMerge(7, 3)
+	if seven == nil || seven.Seq() != 7 {
+		t.Fatalf("AheadForMerge(7) = %v", seven)
+	}
+	if c, _ := w.CellAt(6, true); c != six || c.Count.Load() != 10 {
+		t.Fatalf("CellAt(6) = %v, want the cell booked ahead with its 10", c)
+	}
+	if w.Ahead(6) != six {
+		t.Fatal("Ahead(6) lost the cell once a newer one was made ahead")
+	}
+}

@@ -58,9 +58,11 @@ func minElapsed(prev, budget, d int64) int64 {
 
 // retryAfter returns how many ms after now a request of cost would pass if no
 // other traffic arrived, given the totals (regional plus imported) of the
-// current and previous cells. It returns 0 when cost exceeds the limit, since
-// no wait can help. now lies elapsed ms into window seq of d ms.
-func retryAfter(elapsed, d, cur, prev, limit, cost int64) int64 {
+// current and previous cells, and of what is booked into the next one,
+// ahead (which cur holds too: see the window model's Count). It returns 0
+// when cost exceeds the limit, since no wait can help. now lies elapsed
+// ms into window seq of d ms.
+func retryAfter(elapsed, d, cur, ahead, prev, limit, cost int64) int64 {
 	if cost > limit {
 		return 0
 	}
@@ -70,8 +72,13 @@ func retryAfter(elapsed, d, cur, prev, limit, cost int64) int64 {
 			return max(r-elapsed, 0)
 		}
 	}
-	// In the next window today's cell is the previous one and nothing else
-	// counts; at the latest, two windows on, nothing counts at all.
-	r := minElapsed(cur, limit-cost, d)
-	return d - elapsed + r
+	// In the next window today's cell is the previous one, beside what is
+	// booked into it; two windows on, that is the previous one, and
+	// nothing else counts.
+	if budget := limit - cost - ahead; budget >= 0 {
+		if r := minElapsed(cur-ahead, budget, d); r < d {
+			return d - elapsed + r
+		}
+	}
+	return 2*d - elapsed + minElapsed(ahead, limit-cost, d)
 }

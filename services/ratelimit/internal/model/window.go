@@ -109,7 +109,7 @@ func (m *windowModel) Count(t *Table, w *cells.Window, _ *Bucket, now int64, sp 
 			// When a request of the same cost would pass (Envoy's next
 			// hit, counted over the limit as this one was): 0 when no
 			// wait helps, as for any request.
-			d.RetryAfter = windowRetry(m.fixed, sp.Limit, elapsed, dur, curTotal, prevTotal, cost)
+			d.RetryAfter = windowRetry(m.fixed, sp.Limit, elapsed, dur, curTotal, heldIn(ahead), prevTotal, cost)
 		}
 		return d, cur, true
 	}
@@ -130,7 +130,9 @@ func (m *windowModel) Count(t *Table, w *cells.Window, _ *Bucket, now int64, sp 
 		}
 		prevTotal = max(prevTotal, 0)
 		effective := curTotal + weighted(prevTotal, elapsed, dur) + cost
-		if (cost > limit || effective > limit) && !aheadRead {
+		if (cost == 0 || cost > limit || effective > limit) && !aheadRead {
+			// A check's remaining, a denial's or a booking's decision:
+			// with what is booked ahead.
 			ahead, aheadRead = w.Ahead(seq+1), true
 			aheadHeld = heldIn(ahead)
 			curTotal += aheadHeld
@@ -147,7 +149,11 @@ func (m *windowModel) Count(t *Table, w *cells.Window, _ *Bucket, now int64, sp 
 				}
 				d.Success = false // a race lost may have found room before
 				d.Remaining = min(max(0, limit-(effective-cost)), limit)
-				d.RetryAfter = windowRetry(m.fixed, sp.Limit, elapsed, dur, curTotal, prevTotal, cost)
+				if m.fixed {
+					// Counted apart, but where the next window begins.
+					aheadHeld = heldIn(w.Ahead(seq + 1))
+				}
+				d.RetryAfter = windowRetry(m.fixed, sp.Limit, elapsed, dur, curTotal, aheadHeld, prevTotal, cost)
 				return d, cur, false
 			}
 			// Booked: counted now, in the cell it will be spent in.
@@ -288,15 +294,19 @@ func (m *windowModel) bookAhead(t *Table, w *cells.Window, cur *cells.Cell, seq 
 
 // windowRetry returns how many ms after now a request of cost would pass
 // in a window of limit if no other traffic arrived, elapsed ms into its
-// current cell of dur ms (see retryAfter): for a fixed window, its end,
-// since the next one starts from zero. None when cost exceeds the limit,
-// since no wait can help.
-func windowRetry(fixed bool, limit, elapsed, dur, cur, prev, cost int64) int64 {
+// current cell of dur ms, with ahead booked into the next cell (see
+// retryAfter; a sliding window's cur holds it too): for a fixed window,
+// its end, since the next one starts from zero, or the next one's if
+// what is booked into it leaves no room. None when cost exceeds the
+// limit, since no wait can help.
+func windowRetry(fixed bool, limit, elapsed, dur, cur, ahead, prev, cost int64) int64 {
 	switch {
 	case cost > limit:
 		return 0
+	case fixed && ahead+cost > limit:
+		return 2*dur - elapsed
 	case fixed:
 		return dur - elapsed
 	}
-	return retryAfter(elapsed, dur, cur, prev, limit, cost)
+	return retryAfter(elapsed, dur, cur, ahead, prev, limit, cost)
 }
