@@ -42,7 +42,7 @@ func main() {
 	flag.Int64Var(&o.Limit, "limit", 1<<40, "limit of every request")
 	flag.Int64Var(&o.WindowMs, "duration", 60_000, "window of every request, in ms")
 	flag.StringVar(&o.Namespace, "namespace", "loadgen", "namespace of every request")
-	flag.StringVar(&o.Algorithm, "algorithm", "sliding_window", "with -protocol json or grpc: sliding_window or token_bucket (-limit per -duration, burst -limit)")
+	flag.StringVar(&o.Algorithm, "algorithm", "sliding_window", "with -protocol json or grpc: sliding_window, fixed_window or token_bucket (-limit per -duration, burst -limit)")
 	flag.Int64Var(&o.MaxWaitMs, "max-wait", 0, "with -protocol json or grpc: max_wait of every request, in ms (0: none): a request the limit would deny is booked ahead when it fits within it")
 	flag.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	flag.Parse()

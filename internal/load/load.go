@@ -78,7 +78,8 @@ type Options struct {
 	WindowMs              int64
 	Namespace             string
 	// Algorithm is the model of every json or grpc request: "" or
-	// sliding_window, or token_bucket (Limit per WindowMs, burst Limit).
+	// sliding_window, fixed_window, or token_bucket (Limit per WindowMs,
+	// burst Limit).
 	Algorithm string
 	// MaxWaitMs, if not zero, lets every json or grpc request wait that
 	// long for capacity booked ahead (max_wait); Result.Booked counts the
@@ -118,10 +119,12 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	var alg ratelimitv1.Algorithm
 	switch o.Algorithm {
 	case "", "sliding_window":
+	case "fixed_window":
+		alg = ratelimitv1.Algorithm_ALGORITHM_FIXED_WINDOW
 	case "token_bucket":
 		alg = ratelimitv1.Algorithm_ALGORITHM_TOKEN_BUCKET
 	default:
-		return Result{}, fmt.Errorf("-algorithm: must be sliding_window or token_bucket, got %q", o.Algorithm)
+		return Result{}, fmt.Errorf("-algorithm: must be sliding_window, fixed_window or token_bucket, got %q", o.Algorithm)
 	}
 	if o.Concurrency < 1 || o.Requests < 1 || o.Keys < 1 || len(o.URLs) == 0 {
 		return Result{}, errors.New("-c, -n and -keys must be at least 1, and -url must name a URL")
