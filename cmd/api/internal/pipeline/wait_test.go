@@ -63,3 +63,29 @@ func TestBookedWaitThroughThePipeline(t *testing.T) {
 		t.Fatalf("after a failed multi: %+v, want a full bucket", d)
 	}
 }
+
+// TestFixedWindowBookedThroughThePipeline: a fixed window's request past
+// its limit is booked into the next window, to proceed when it begins; a
+// MultiLimit that fails books nothing there either; once the next window
+// is booked full, a refusal's retryAfter is the one after it.
+func TestFixedWindowBookedThroughThePipeline(t *testing.T) {
+	now := time.UnixMilli(1_800_000_000_000) // a minute's start
+	p := newPenaltyPipeline(t, &now)
+	ctx := call.WithPrincipal(context.Background(), access.Principal{Workspace: "ws", Permissions: access.All()})
+	fixed := ratelimit.Request{Namespace: "n", Identifier: "f", Limit: 1, Duration: time.Minute, Algorithm: ratelimit.FixedWindow,
+		Cost: 1, MaxWait: time.Minute}
+	spent := minuteLimit("spent", 1)
+	p.Limit(ctx, Call{Request: spent})
+	md, err := p.Multi(ctx, []Call{{Request: fixed}, {Request: fixed}, {Request: spent}})
+	if err != nil || md.Passed || md.Results[1].Wait != 0 {
+		t.Fatalf("a failed multi: %+v, %v", md, err)
+	}
+	for i, want := range []time.Duration{0, time.Minute} {
+		if d, err := p.Limit(ctx, Call{Request: fixed}); err != nil || !d.Success || d.Wait != want {
+			t.Fatalf("call %d: %+v, %v; want admitted after %v", i, d, err, want)
+		}
+	}
+	if d, _ := p.Limit(ctx, Call{Request: fixed}); d.Success || d.RetryAfter != 2*time.Minute {
+		t.Fatalf("a third call: %+v, want denied until the window after the booked one", d)
+	}
+}
