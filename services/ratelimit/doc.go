@@ -11,9 +11,11 @@
 //	effective = (cur + curGlobal) + trunc((prev + prevGlobal) * (1 - elapsed)) + cost
 //	success   = cost <= limit && effective <= limit
 //
-// cur and prev are this region's counts for cells seq and seq-1; curGlobal and
-// prevGlobal are the counts imported from other regions. A successful request
-// adds cost to cur by compare-and-swap, so concurrent requests in one process
+// cur and prev are this region's counts for cells seq and seq-1 (a sliding
+// window's cur also holds what requests that wait booked into cell seq+1:
+// see Request.MaxWait); curGlobal and prevGlobal are the counts imported
+// from other regions. A successful request adds cost to cur by
+// compare-and-swap, so concurrent requests in one process
 // never admit more than the limit, and, after a few races lost, under the
 // key's lock, so that contention never refuses one (see cells.Contention).
 //

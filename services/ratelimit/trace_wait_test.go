@@ -263,7 +263,8 @@ func bucketWaitTrace(t testing.TB, seed uint64, n int, d traceDeployment) traceC
 // bound; across two regions (in memory, and on real servers unless
 // -short) at most 15 % of a trace's tokens admitted: what a region has not
 // published yet, which the same harness without booking measures too
-// (docs/ACCURACY.md: a bucket's single traces reach 7 % either way); every
+// (docs/ACCURACY.md: a bucket's single trace reached 7 % with booking and
+// 5.6 % without); every
 // booking within max wait, a window's within the next cell (a fixed
 // window's at its start).
 func TestBookedWaitTraces(t *testing.T) {

@@ -123,8 +123,8 @@ func (r *windowRef) first(lo, hi, cost, extra int64) int64 {
 // decide returns when a request of cost at now proceeds: now if it fits,
 // else the first instant within maxWait at which it fits counted with
 // everything booked before it — in now's cell (a sliding window), then in
-// the next cell — or -1. What was booked into the next cell counts in
-// now's too: capacity it holds is not admitted now.
+// the next cell — or -1. What was booked into a sliding window's next
+// cell counts in now's too: capacity it holds is not admitted now.
 func (r *windowRef) decide(now, cost, maxWait int64) int64 {
 	if cost > r.limit {
 		return -1
@@ -149,7 +149,7 @@ func (r *windowRef) decide(now, cost, maxWait int64) int64 {
 // TestBookedWaitsOnAWindow: on one process, every request of a random
 // trace on a sliding or a fixed window is admitted, booked or refused as
 // the reference scheduler says, to the ms (a refusal's retryAfter, the
-// first instant it would pass with nothing else booked); at every instant a request
+// first instant it would pass if nothing else came); at every instant a request
 // proceeds, the requests that proceeded by then hold the window within
 // its limit; and a key's bookings never go backwards.
 func TestBookedWaitsOnAWindow(t *testing.T) {
@@ -323,5 +323,24 @@ func TestBookingAheadRacesAnAdmission(t *testing.T) {
 	}
 	if got.Success {
 		t.Fatalf("the admission raced by the booking: %+v, want denied (50 + 60 booked ahead + 10 + 30 > 100)", got)
+	}
+}
+
+// TestRefusedReportPastAWindowBookedFull: a fixed window's refused report
+// (Envoy's hits, counted whatever the verdict) answers the end of the
+// next window when what is booked into it leaves no room, as a refused
+// request does.
+func TestRefusedReportPastAWindowBookedFull(t *testing.T) {
+	clock := newFakeClock(1_800_000_000_000 + 20_000) // 20 s into a minute
+	s := newTestService(t, clock)
+	r := Request{Workspace: "ws", Namespace: "n", Identifier: "k", Limit: 1, Duration: time.Minute, Algorithm: FixedWindow, Cost: 1}
+	mustLimit(t, s, r)
+	r.MaxWait = time.Minute
+	if got := mustLimit(t, s, r); !got.Success || got.Wait != 40*time.Second {
+		t.Fatalf("the booking: %+v, want booked into the next minute", got)
+	}
+	r.MaxWait, r.Report = 0, true
+	if got := mustLimit(t, s, r); got.Success || got.RetryAfter != 100*time.Second {
+		t.Fatalf("a report past both: %+v, want refused until the minute after the booked one", got)
 	}
 }

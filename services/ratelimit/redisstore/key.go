@@ -12,9 +12,9 @@ import (
 // identifier "c" and namespace "a" with identifier "b-c" are different keys.
 // Everything but the sequence is the key's hash tag (between the first "{"
 // and the first "}" after it, which Redis Cluster hashes instead of the whole
-// key): the two cells of a window share their slot whatever the names hold,
-// since a "}" in a name ends the tag early but still inside the part both
-// cells share. The tag is never empty: it starts with a length.
+// key): the cells of a window share their slot whatever the names hold,
+// since a "}" in a name ends the tag early but still inside the part every
+// cell shares. The tag is never empty: it starts with a length.
 //
 // A cell's refunds (store.CellKey.Refunds) are the cell's key and ":r",
 // in the cell's slot; the totals each process gave back into them (see

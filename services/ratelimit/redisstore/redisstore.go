@@ -18,8 +18,8 @@ import (
 )
 
 // Store is a [store.Regional] on Redis: one server, or a Redis Cluster.
-// Each cell is one string key holding its count; both cells of a window share
-// a hash tag, so on a cluster they live in one slot. It keeps a circuit
+// Each cell is one string key holding its count; every cell of a window
+// shares a hash tag, so on a cluster they live in one slot. It keeps a circuit
 // breaker per node (see nodes), so that on a cluster a master that is down or
 // failing over costs only its own keys their convergence.
 type Store struct {

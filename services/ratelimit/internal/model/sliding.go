@@ -61,7 +61,7 @@ func minElapsed(prev, budget, d int64) int64 {
 // current and previous cells, and of what is booked into the next one,
 // ahead (which cur holds too: see the window model's Count). It returns 0
 // when cost exceeds the limit, since no wait can help. now lies elapsed
-// ms into window seq of d ms.
+// ms into its cell of d ms.
 func retryAfter(elapsed, d, cur, ahead, prev, limit, cost int64) int64 {
 	if cost > limit {
 		return 0

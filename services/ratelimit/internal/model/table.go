@@ -14,7 +14,7 @@ import (
 // and what a decision tells of what it counted: the tiers, and a hot
 // key's lock. What the models keep is beside the window rather than in
 // it, so that the windows that need none of it, nearly all of them, do
-// not carry its pointer (a window is 72 bytes, in the 80-byte size
+// not carry its pointer (a window is 80 bytes, filling its size
 // class). It is the table's companion: the table tells it of each window
 // filed and removed. The zero Table is not ready: call Init, then set
 // the tiers; a Table is not copied once in use.

@@ -21,7 +21,8 @@ import (
 // decision another layer of copied arguments and results.
 type windowModel struct {
 	// fixed: only the current cell counts; a denied request may pass
-	// again at its end.
+	// again at its end, or at the next window's end when what is booked
+	// into it fills it.
 	fixed bool
 	// zones: the cells are a calendar's periods, carried between zones.
 	zones bool
@@ -37,8 +38,10 @@ func (*windowModel) Prepare(context.Context, *Table, *cells.Window, Spec, int64)
 func (*windowModel) TakeBack(*Table, *cells.Window, *cells.Cell, Spec, int64) {}
 
 // Count is Model.Count for the windows: the sliding window's weight of
-// the previous cell and the current one's count, or the current cell's
-// alone.
+// the previous cell and the current one's count, with what is booked
+// into the next cell, or the current cell's alone. A request that fits
+// neither now nor, a sliding window's, later in its cell within its max
+// wait is booked into the next cell if it fits there (see bookAhead).
 func (m *windowModel) Count(t *Table, w *cells.Window, _ *Bucket, now int64, sp Spec, cost int64, report, speculative bool) (Decision, *cells.Cell, bool) {
 	if m.zones {
 		// What other zones' periods counted of this one.
@@ -93,15 +96,17 @@ func (m *windowModel) Count(t *Table, w *cells.Window, _ *Bucket, now int64, sp 
 		// cap (cells.AddCapped), so that reports without end never wrap
 		// the counter.
 		n := cells.AddCapped(&cur.Count, cost)
-		if !aheadRead {
-			ahead = w.Ahead(seq + 1)
-		}
+		ahead = w.Ahead(seq + 1) // a fixed window's, for its retryAfter alone
+		aheadHeld := heldIn(ahead)
 		prevTotal := prevGlobal
 		if prev != nil {
 			prevTotal += prev.Count.Load()
 		}
 		prevTotal = max(prevTotal, 0)
-		curTotal := max(n+curGlobal, 0) + heldIn(ahead)
+		curTotal := max(n+curGlobal, 0)
+		if !m.fixed {
+			curTotal += aheadHeld
+		}
 		effective := curTotal + weighted(prevTotal, elapsed, dur)
 		d.Success = effective <= limit
 		d.Remaining = min(max(0, limit-effective), limit)
@@ -109,7 +114,7 @@ func (m *windowModel) Count(t *Table, w *cells.Window, _ *Bucket, now int64, sp 
 			// When a request of the same cost would pass (Envoy's next
 			// hit, counted over the limit as this one was): 0 when no
 			// wait helps, as for any request.
-			d.RetryAfter = windowRetry(m.fixed, sp.Limit, elapsed, dur, curTotal, heldIn(ahead), prevTotal, cost)
+			d.RetryAfter = windowRetry(m.fixed, sp.Limit, elapsed, dur, curTotal, aheadHeld, prevTotal, cost)
 		}
 		return d, cur, true
 	}
