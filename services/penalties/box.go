@@ -44,6 +44,14 @@ const (
 	pollLookback = 2 * time.Second
 	// storeTimeout bounds each statement of the background loops.
 	storeTimeout = 2 * time.Second
+	// loadTimeout bounds the read of every block that matters, at start
+	// (a poll from 0): up to the blocks memory holds, a million rows.
+	loadTimeout = 30 * time.Second
+	// writesPerTurn is the most blocks a turn of the loop writes, so that
+	// a burst of offences (each a transaction) does not hold back the
+	// polls that bring other processes' blocks: the rest follow at the
+	// next turns.
+	writesPerTurn = 1000
 	// janitorInterval is how often memory forgets the boxes that stopped
 	// mattering.
 	janitorInterval = time.Minute
@@ -62,10 +70,9 @@ type Box struct {
 
 	boxes *xsync.Map[Key, Block]
 	live  atomic.Int64
-	// since is the since of the next poll (see pollOnce); loaded is set
-	// once a poll from 0 has read every block that matters.
-	since  atomic.Int64
-	loaded atomic.Bool
+	// since is the since of the next poll (see pollOnce): 0 until a
+	// poll read every block that matters.
+	since atomic.Int64
 
 	// pending holds the blocks and clearances still to write, merged by
 	// key: a burst of offences costs one write a key.
@@ -232,6 +239,11 @@ func (b *Box) write(x Block) {
 	}
 	b.pending[x.Key] = x
 	b.mu.Unlock()
+	b.signal()
+}
+
+// signal wakes the loop to write what is pending.
+func (b *Box) signal() {
 	select {
 	case b.wake <- struct{}{}:
 	default:
@@ -298,9 +310,10 @@ func (b *Box) List(ctx context.Context, workspace, namespace, after string, limi
 
 // Lift ends the block in force on k, here at once and in the store before
 // it returns, so that every process lifts it within a poll: an offence
-// after it starts a first block again. A block another process starts
-// before it has read the lift (within about a poll of it) is lifted with
-// it. It returns ErrNotFound if no block holds k.
+// after it starts a first block again. Every block that began before the
+// lift, in any process, ends with it; one that began after it (another
+// process's offence before that process read the lift, or any since)
+// holds (see store.Merge). It returns ErrNotFound if no block holds k.
 func (b *Box) Lift(ctx context.Context, k Key) error {
 	if _, err := b.Get(ctx, k); err != nil {
 		return err
@@ -330,24 +343,24 @@ func (b *Box) Load(ctx context.Context) error {
 	return nil
 }
 
-// Run loads the blocks that still matter (unless Load did), then follows the fleet's every
-// poll interval, writes new blocks as they start, and forgets the boxes
-// that stopped mattering, until ctx ends; it then writes what is pending
-// once more and returns nil. A store that fails is logged and tried again
-// at the next turn: memory keeps deciding meanwhile.
+// Run loads the blocks that still matter (those written since Load, if
+// it ran), then follows the fleet's every poll interval, writes new
+// blocks as they start, and forgets the boxes that stopped mattering,
+// until ctx ends; it then writes what is pending once more and returns
+// nil. A store that fails is logged and tried again at the next turn:
+// memory keeps deciding meanwhile.
 func (b *Box) Run(ctx context.Context) error {
 	poll := time.NewTicker(b.poll)
 	defer poll.Stop()
 	janitor := time.NewTicker(janitorInterval)
 	defer janitor.Stop()
-	if !b.loaded.Load() {
-		_ = b.pollOnce(ctx)
-	}
+	_ = b.pollOnce(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
-			b.flush(stop)
+			for b.flush(stop) {
+			}
 			cancel()
 			return nil
 		case <-b.wake:
@@ -365,10 +378,15 @@ func (b *Box) Run(ctx context.Context) error {
 // (every one that matters, the first time), and moves the next poll's
 // since on; a store that fails leaves it, and is logged.
 func (b *Box) pollOnce(ctx context.Context) error {
-	rc, cancel := context.WithTimeout(ctx, storeTimeout)
+	since := b.since.Load()
+	timeout := storeTimeout
+	if since == 0 {
+		timeout = loadTimeout
+	}
+	rc, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	now := b.Now()
-	changes, clock, err := b.loopStore.Changes(rc, b.since.Load(), now, int(min(b.max, math.MaxInt32)))
+	changes, clock, err := b.loopStore.Changes(rc, since, now, int(min(b.max, math.MaxInt32)))
 	if err != nil {
 		b.metrics.storeErrors.WithLabelValues("poll").Inc()
 		if ctx.Err() == nil {
@@ -379,22 +397,31 @@ func (b *Box) pollOnce(ctx context.Context) error {
 	for _, x := range changes {
 		b.merge(x, now)
 	}
-	b.since.Store(max(clock-pollLookback.Milliseconds(), 0))
-	b.loaded.Store(true)
+	b.since.Store(max(clock-pollLookback.Milliseconds(), 1))
 	return nil
 }
 
-// flush writes the pending blocks until one fails; that one and the rest
-// wait for the next turn.
-func (b *Box) flush(ctx context.Context) {
+// flush writes up to writesPerTurn pending blocks until one fails; that
+// one and the rest wait for the next turn, which a flush that left some
+// asks for at once. It reports whether it left some and none failed.
+func (b *Box) flush(ctx context.Context) bool {
 	b.mu.Lock()
-	todo := b.pending
-	if len(todo) == 0 {
-		b.mu.Unlock()
-		return
+	todo := make([]Block, 0, min(len(b.pending), writesPerTurn))
+	for k, x := range b.pending {
+		if len(todo) == cap(todo) {
+			break
+		}
+		todo = append(todo, x)
+		delete(b.pending, k)
 	}
-	b.pending = make(map[Key]Block, len(todo))
+	more := len(b.pending) > 0
 	b.mu.Unlock()
+	if more {
+		b.signal()
+	}
+	if len(todo) == 0 {
+		return false
+	}
 	failed := 0
 	var first error
 	for _, x := range todo {
@@ -420,6 +447,7 @@ func (b *Box) flush(ctx context.Context) {
 			b.logger.Warn("penalties: writes failed; they hold here and are tried again", "failed", failed, "error", first)
 		}
 	}
+	return more && first == nil
 }
 
 // requeue puts x back among the pending writes, unless they are full.

@@ -3,6 +3,7 @@ package penalties
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -267,5 +268,33 @@ func TestRunWritesAndStops(t *testing.T) {
 	wg.Wait()
 	if _, err := mem.Get(context.Background(), alice); err != nil {
 		t.Fatalf("the block after Run stopped: %v", err)
+	}
+}
+
+// TestFlushWritesInTurns: a burst of offences is written a turn of
+// writesPerTurn at a time, each turn asking for the next, so that the
+// loop's polls run between them; every block is written in the end.
+func TestFlushWritesInTurns(t *testing.T) {
+	ctx := context.Background()
+	c := &clock{}
+	c.set(0)
+	st := memstore.New(memstore.WithClock(c))
+	a, b := newBox(t, c, WithStore(st)), newBox(t, c, WithStore(st))
+	const n = 2*writesPerTurn + 500
+	for i := range n {
+		a.Offend(Key{Workspace: "ws", Namespace: "login", Identifier: fmt.Sprint("user_", i)}, time.Minute, 0, c.Now().UnixMilli())
+	}
+	<-a.wake // the offences' signal
+	if !a.flush(ctx) || len(a.pending) != n-writesPerTurn || len(a.wake) != 1 {
+		t.Fatalf("after a turn: %d pending, wake %d; want %d left and the next turn asked for", len(a.pending), len(a.wake), n-writesPerTurn)
+	}
+	for a.flush(ctx) {
+	}
+	if len(a.pending) != 0 {
+		t.Fatalf("%d pending after the turns", len(a.pending))
+	}
+	b.pollOnce(ctx)
+	if got := b.live.Load(); got != n {
+		t.Fatalf("another process holds %d blocks, want %d", got, n)
 	}
 }

@@ -249,8 +249,9 @@ func (c *Config) compile(parent *node, path string, levels []string, descriptors
 	return nil
 }
 
-// MaxPenalty is the longest penalty or penalty_max a rule may give.
-const MaxPenalty = 30 * 24 * time.Hour
+// MaxPenalty is the longest penalty or penalty_max a rule may give, as
+// any caller: the longest duration a limit takes.
+const MaxPenalty = ratelimit.MaxDuration
 
 // compilePenalty reads d's penalty and penalty_max into r: durations of
 // 1 ms to MaxPenalty, penalty_max at least penalty, and only on a
@@ -335,10 +336,15 @@ func compileRule(path string, d fileDescriptor, calendarZone *string) (*Rule, er
 		r.Limits = append(r.Limits, l)
 	}
 	for _, l := range r.Limits {
-		if l.Algorithm == ratelimit.Concurrency && len(r.Limits) > 1 {
+		switch {
+		case l.Algorithm != ratelimit.Concurrency:
+		case len(r.Limits) > 1:
 			// A release names the slots its acquisition took, one
 			// limit's.
 			return nil, fmt.Errorf("%s: rate_limits: a concurrency limit must be its descriptor's only limit", path)
+		case r.Penalty > 0:
+			// A slot refused is no offence: the caller waits for one.
+			return nil, fmt.Errorf("%s: penalty: must not be given with a concurrency limit", path)
 		}
 	}
 	if len(r.Limits) > MaxLimitsPerRule {

@@ -341,11 +341,12 @@ func TestPenaltyFields(t *testing.T) {
 		t.Fatalf("rule: %+v", m.Rule)
 	}
 	for yaml, want := range map[string]string{
-		"{key: ip, penalty: soon, rate_limit: {unit: minute, requests_per_unit: 5}}":                "d.ip: penalty: must be a duration from 1ms to 720h, such as 5m; got \"soon\"",
-		"{key: ip, penalty: 721h, rate_limit: {unit: minute, requests_per_unit: 5}}":                "d.ip: penalty: must be a duration from 1ms to 720h, such as 5m; got \"721h\"",
-		"{key: ip, penalty_max: 1h, rate_limit: {unit: minute, requests_per_unit: 5}}":              "d.ip: penalty_max: must not be given without penalty",
-		"{key: ip, penalty: 1h, penalty_max: 1m, rate_limit: {unit: minute, requests_per_unit: 5}}": "d.ip: penalty_max: must be at least penalty (1h0m0s), got 1m0s",
-		"{key: ip, penalty: 1h, rate_limit: {unlimited: true}}":                                     "d.ip: penalty: must be given with a rate_limit or rate_limits of the descriptor's own",
+		"{key: ip, penalty: soon, rate_limit: {unit: minute, requests_per_unit: 5}}":                       "d.ip: penalty: must be a duration from 1ms to 720h, such as 5m; got \"soon\"",
+		"{key: ip, penalty: 721h, rate_limit: {unit: minute, requests_per_unit: 5}}":                       "d.ip: penalty: must be a duration from 1ms to 720h, such as 5m; got \"721h\"",
+		"{key: ip, penalty_max: 1h, rate_limit: {unit: minute, requests_per_unit: 5}}":                     "d.ip: penalty_max: must not be given without penalty",
+		"{key: ip, penalty: 1h, penalty_max: 1m, rate_limit: {unit: minute, requests_per_unit: 5}}":        "d.ip: penalty_max: must be at least penalty (1h0m0s), got 1m0s",
+		"{key: ip, penalty: 1h, rate_limit: {unlimited: true}}":                                            "d.ip: penalty: must be given with a rate_limit or rate_limits of the descriptor's own",
+		"{key: ip, penalty: 1h, rate_limit: {unit: minute, requests_per_unit: 5, algorithm: concurrency}}": "d.ip: penalty: must not be given with a concurrency limit",
 	} {
 		_, err := Load(File{Name: "p.yaml", Data: []byte("domain: d\ndescriptors:\n  - " + yaml + "\n")})
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -91,6 +91,28 @@ func (e *env) count(t *testing.T, where string) int {
 	return n
 }
 
+// column returns the one string column query selects, row by row.
+func (e *env) column(t *testing.T, query string) []string {
+	t.Helper()
+	rows, err := e.sqlDB.Query(query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func (e *env) status(t *testing.T, key string) Status {
 	t.Helper()
 	var st Status
@@ -289,17 +311,7 @@ func TestCleanupPurgesOverrideTombstones(t *testing.T) {
 	}
 	e.start(t, "purge", "{}")
 	poll.Until(t, 20*time.Second, "the old tombstones to go", func() bool { return e.status(t, "purge").TotalPurged == 3 })
-	var left []string
-	rows, err := e.sqlDB.Query("SELECT identifier FROM ratelimit_overrides ORDER BY identifier")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id string
-		rows.Scan(&id)
-		left = append(left, id)
-	}
+	left := e.column(t, "SELECT identifier FROM ratelimit_overrides ORDER BY identifier")
 	if want := []string{"id0", "id1"}; !slices.Equal(left, want) {
 		t.Fatalf("rows left %v, want %v (the live override and the tombstone of an hour ago)", left, want)
 	}
@@ -387,17 +399,7 @@ func TestCleanupPurgesOldAuditEntries(t *testing.T) {
 	}
 	e.start(t, "audit", "{}")
 	poll.Until(t, 20*time.Second, "the old entries to go", func() bool { return e.status(t, "audit").TotalAuditPurged == 3 })
-	var left []string
-	rows, err := e.sqlDB.Query("SELECT target FROM ratelimit_audit_log ORDER BY target")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var target string
-		rows.Scan(&target)
-		left = append(left, target)
-	}
+	left := e.column(t, "SELECT target FROM ratelimit_audit_log ORDER BY target")
 	if want := []string{"t0", "t1", "t2"}; !slices.Equal(left, want) {
 		t.Fatalf("entries left %v, want %v (those within 30 days)", left, want)
 	}
@@ -451,17 +453,7 @@ func TestCleanupPurgesExpiredPenalties(t *testing.T) {
 	}
 	e.start(t, "penalties", "{}")
 	poll.Until(t, 20*time.Second, "the expired boxes to go", func() bool { return e.status(t, "penalties").TotalPenaltiesPurged == 3 })
-	var left []string
-	rows, err := e.sqlDB.Query("SELECT identifier FROM ratelimit_penalties ORDER BY identifier")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id string
-		rows.Scan(&id)
-		left = append(left, id)
-	}
+	left := e.column(t, "SELECT identifier FROM ratelimit_penalties ORDER BY identifier")
 	if want := []string{"3"}; !slices.Equal(left, want) {
 		t.Fatalf("boxes left %v, want %v (the one that still matters)", left, want)
 	}

@@ -2150,7 +2150,9 @@ type GetPenaltyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Namespace is the block's namespace.
 	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	// Identifier is the identifier, as the limits are asked with it.
+	// Identifier is the identifier, as the limits are asked with it (up to
+	// 4,096 characters, Envoy's counter names) or as a Penalty lists it (a
+	// long one's sha256: digest).
 	Identifier    string `protobuf:"bytes,2,opt,name=identifier,proto3" json:"identifier,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2251,8 +2253,8 @@ type ListPenaltiesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Namespace is the namespace to list.
 	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	// After is the last identifier of the previous page; empty for the
-	// first.
+	// After is the last identifier of the previous page, as it lists it;
+	// empty for the first.
 	After string `protobuf:"bytes,2,opt,name=after,proto3" json:"after,omitempty"`
 	// Limit is the most blocks to return: 1 to 100, 10 when 0.
 	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
@@ -2363,7 +2365,9 @@ type DeletePenaltyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Namespace is the block's namespace.
 	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	// Identifier is the identifier, as the limits are asked with it.
+	// Identifier is the identifier, as the limits are asked with it (up to
+	// 4,096 characters, Envoy's counter names) or as a Penalty lists it (a
+	// long one's sha256: digest).
 	Identifier    string `protobuf:"bytes,2,opt,name=identifier,proto3" json:"identifier,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -39,8 +39,8 @@ import (
 // serves the limiter's flush and its sync, the overrides poll, the keys
 // poll, the penalties' writes and poll and the analytics flush (with the
 // roll call after it): six connections, one each. The requests' pool serves what callers ask of
-// MySQL: the analytics' queries, the audit log, keys, overrides and the
-// reservations' ledger. No caller's query, however slow, takes a
+// MySQL: the analytics' queries, the audit log, keys, overrides,
+// penalties (read, listed, lifted) and the reservations' ledger. No caller's query, however slow, takes a
 // connection a loop needs: with one pool, six slow analytics queries of
 // one tenant held another tenant's revoked key in force for 56.7 s. Six
 // each keep the pools small for a fleet of hundreds of processes.

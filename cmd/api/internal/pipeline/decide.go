@@ -255,19 +255,17 @@ func (p *Pipeline) decide(ctx context.Context, r *ratelimit.Request, c *Call) (D
 	var shadow bool
 	d.OverrideID, shadow = p.override(r, c.Request.Identifier)
 	c.Shadow = c.Shadow || shadow
-	if resp, ok := p.blocked(r); ok {
-		d.Response, d.Penalized = resp, true
-		d.Duration = r.Window(resp.Reset)
-		d.Quota, d.QuotaWindow = r.Policy(resp.Reset)
-		return d, nil
+	var err error
+	if d.Response, d.Penalized = p.blocked(r); !d.Penalized {
+		// A limit of 0 (an override that blocks) is the limiter's to
+		// answer; with an error the response still holds the limit and
+		// the reset.
+		d.Response, err = p.limiter.Decide(ctx, *r)
+		if err == nil && offends(c, r, &d.Response) {
+			p.offend(c, r, &d.Response)
+		}
 	}
-	// A limit of 0 (an override that blocks) is the limiter's to answer;
-	// with an error the response still holds the limit and the reset.
-	resp, err := p.limiter.Decide(ctx, *r)
-	if err == nil && offends(c, r, &resp) {
-		p.offend(c, r, &resp)
-	}
-	d.Response = resp
+	resp := d.Response
 	d.Duration = r.Window(resp.Reset)
 	d.Quota, d.QuotaWindow = r.Policy(resp.Reset)
 	return d, err

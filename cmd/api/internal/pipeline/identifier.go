@@ -28,3 +28,18 @@ func CounterIdentifier(id string) string {
 	sum := sha256.Sum256([]byte(id))
 	return digestPrefix + hex.EncodeToString(sum[:])
 }
+
+// isDigest reports whether id is a digest CounterIdentifier makes:
+// "sha256:" and 64 lowercase hex digits.
+func isDigest(id string) bool {
+	hexed, ok := strings.CutPrefix(id, digestPrefix)
+	if !ok || len(hexed) != 2*sha256.Size {
+		return false
+	}
+	for _, c := range []byte(hexed) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}

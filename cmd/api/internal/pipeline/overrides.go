@@ -107,13 +107,18 @@ func (p *Pipeline) admitChange(ctx context.Context) error {
 
 // recordOverride writes the audit entry of an override's change.
 func (p *Pipeline) recordOverride(ctx context.Context, action, namespace, identifier string, before, after *overrides.Override) {
+	p.audited(ctx, action, audit.OverrideTarget(namespace, identifier), overrideValue(before), overrideValue(after))
+}
+
+// audited writes the audit entry of the caller's change of target, from
+// before to after (as the audit log shows them).
+func (p *Pipeline) audited(ctx context.Context, action, target, before, after string) {
 	if p.audit == nil {
 		return
 	}
 	pr := call.PrincipalOf(ctx)
 	p.audit.Write(ctx, auditstore.Entry{Workspace: pr.Workspace, Actor: pr.KeyID, Action: action,
-		Target: audit.OverrideTarget(namespace, identifier), Before: overrideValue(before), After: overrideValue(after),
-		RequestID: call.RequestID(ctx)})
+		Target: target, Before: before, After: after, RequestID: call.RequestID(ctx)})
 }
 
 // overrideValue is what the audit log shows of an override.

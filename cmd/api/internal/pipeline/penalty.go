@@ -3,13 +3,13 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
 	"github.com/unkeyed/ratelimit/internal/invalid"
 	"github.com/unkeyed/ratelimit/services/access"
 	"github.com/unkeyed/ratelimit/services/audit"
-	auditstore "github.com/unkeyed/ratelimit/services/audit/store"
 	"github.com/unkeyed/ratelimit/services/penalties"
 	"github.com/unkeyed/ratelimit/services/ratelimit"
 )
@@ -89,20 +89,17 @@ func (p *Pipeline) offend(c *Call, r *ratelimit.Request, d *ratelimit.Response) 
 	}
 }
 
-// maxRouteIdentifier is the longest identifier any route takes (Unkey's
-// v2 routes: 512 characters); one longer than ratelimit.MaxNameLength is
-// counted, and so blocked, under its digest (see CounterIdentifier).
-const maxRouteIdentifier = 512
+// maxPenaltyIdentifier is the longest identifier a block can hold: the
+// longest a route that starts blocks takes (Envoy's counter names,
+// envoyrls.MaxIdentifier). One longer than ratelimit.MaxNameLength is
+// counted, and so blocked and listed, under its digest (see
+// CounterIdentifier).
+const maxPenaltyIdentifier = 4096
 
 // recordPenalty writes the audit entry of a lifted block.
 func (p *Pipeline) recordPenalty(ctx context.Context, namespace, identifier string, before Penalty) {
-	if p.audit == nil {
-		return
-	}
-	pr := call.PrincipalOf(ctx)
-	p.audit.Write(ctx, auditstore.Entry{Workspace: pr.Workspace, Actor: pr.KeyID, Action: audit.PenaltyDelete,
-		Target: audit.OverrideTarget(namespace, identifier),
-		Before: audit.JSON(map[string]any{"start": before.Start, "until": before.Until}), RequestID: call.RequestID(ctx)})
+	p.audited(ctx, audit.PenaltyDelete, audit.OverrideTarget(namespace, identifier),
+		audit.JSON(map[string]any{"start": before.Start, "until": before.Until}), "")
 }
 
 // heldEntries reports which of a MultiLimit's requests a block holds, or
@@ -128,8 +125,8 @@ func (p *Pipeline) heldEntries(reqs []ratelimit.Request) []bool {
 // blocks, and starts a block for each entry its own limit denied in a
 // MultiLimit that failed.
 func (p *Pipeline) penalizeMulti(calls []Call, reqs []ratelimit.Request, held []bool, out *MultiDecision) {
-	if p.penalties == nil {
-		return
+	if p.penalties == nil || held == nil && (out.Passed || !slices.ContainsFunc(calls, func(c Call) bool { return c.Penalty > 0 })) {
+		return // none held, and none offends
 	}
 	now := p.penalties.Now()
 	for i := range reqs {
@@ -164,9 +161,10 @@ func (p *Pipeline) GetPenalty(ctx context.Context, namespace, identifier string)
 }
 
 // ListPenalties returns up to limit (1 to 100, 10 if 0) of the blocks in
-// force in namespace, after the identifier after, in identifier order.
+// force in namespace, after the identifier after as a block lists it (the
+// previous page's last), in identifier order.
 func (p *Pipeline) ListPenalties(ctx context.Context, namespace, after string, limit int) ([]Penalty, error) {
-	if _, err := p.penaltyOf(ctx, access.ReadOverride, namespace, "x"); err != nil {
+	if err := p.mayPenalize(ctx, access.ReadOverride, namespace); err != nil {
 		return nil, err
 	}
 	if limit == 0 {
@@ -175,7 +173,7 @@ func (p *Pipeline) ListPenalties(ctx context.Context, namespace, after string, l
 	if limit < 1 || limit > 100 {
 		return nil, &invalid.Error{Field: "limit", Rule: "must be between 1 and 100, or 0 (10)"}
 	}
-	return p.penalties.List(ctx, call.Workspace(ctx), namespace, CounterIdentifier(after), limit)
+	return p.penalties.List(ctx, call.Workspace(ctx), namespace, after, limit)
 }
 
 // DeletePenalty lifts the block in force on identifier in namespace, if
@@ -201,16 +199,30 @@ func (p *Pipeline) DeletePenalty(ctx context.Context, namespace, identifier stri
 }
 
 // penaltyOf checks a penalty's names and the caller's permission, and
-// returns its box's key.
+// returns its box's key: identifier as the limits are asked with it, or
+// as a block lists it (a long one's digest, which the limits would count
+// under the digest of that digest).
 func (p *Pipeline) penaltyOf(ctx context.Context, action access.Action, namespace, identifier string) (penalties.Key, error) {
-	if err := ratelimit.CheckName("identifier", identifier, maxRouteIdentifier); err != nil {
+	if err := ratelimit.CheckName("identifier", identifier, maxPenaltyIdentifier); err != nil {
 		return penalties.Key{}, err
 	}
-	if err := authorizeNamespace(ctx, action, namespace); err != nil {
+	if err := p.mayPenalize(ctx, action, namespace); err != nil {
 		return penalties.Key{}, err
+	}
+	if !isDigest(identifier) {
+		identifier = CounterIdentifier(identifier)
+	}
+	return penalties.Key{Workspace: call.Workspace(ctx), Namespace: namespace, Identifier: identifier}, nil
+}
+
+// mayPenalize checks that the caller may do action in namespace and that
+// the server keeps penalties.
+func (p *Pipeline) mayPenalize(ctx context.Context, action access.Action, namespace string) error {
+	if err := authorizeNamespace(ctx, action, namespace); err != nil {
+		return err
 	}
 	if p.penalties == nil {
-		return penalties.Key{}, &invalid.Error{Field: "namespace", Rule: "has no penalties on this server"}
+		return &invalid.Error{Field: "namespace", Rule: "has no penalties on this server"}
 	}
-	return penalties.Key{Workspace: call.Workspace(ctx), Namespace: namespace, Identifier: CounterIdentifier(identifier)}, nil
+	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/unkeyed/ratelimit/cmd/api/internal/call"
+	"github.com/unkeyed/ratelimit/internal/testkit/poll"
 	"github.com/unkeyed/ratelimit/services/access"
 	"github.com/unkeyed/ratelimit/services/overrides"
 	"github.com/unkeyed/ratelimit/services/penalties"
@@ -184,5 +185,59 @@ func TestPenaltyInAMultiAndABatch(t *testing.T) {
 	ds, err := p.Batch(ctx, []Call{{Request: minuteLimit("m", 1000)}, {Request: minuteLimit("b", 1)}})
 	if err != nil || !ds[0].Penalized || ds[0].Success || !ds[1].Success {
 		t.Fatalf("a batch: %+v, %v", ds, err)
+	}
+}
+
+// TestPenaltyOfALongIdentifier: a block of an identifier longer than the
+// stores' names (an Envoy counter name) is listed under its digest, and
+// read, paged past and lifted by that digest as by the identifier itself.
+func TestPenaltyOfALongIdentifier(t *testing.T) {
+	now := time.UnixMilli(1_800_000_000_000)
+	clock := clockFunc(func() time.Time { return now })
+	limiter, err := ratelimit.New("test", ratelimit.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ov, _ := overrides.New()
+	box, err := penalties.New(penalties.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(limiter, ov, prometheus.NewRegistry(), WithPenalties(box))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, stop := context.WithCancel(context.Background())
+	defer stop()
+	go box.Run(run) // writes the block to its store, which lists it
+	ctx := call.WithPrincipal(context.Background(), access.Principal{Workspace: "ws", Permissions: access.All()})
+	long := strings.Repeat("user=mallory,", 300) // 3,900 characters
+	c := Call{Request: minuteLimit(long, 1), Penalty: time.Minute, Bounds: ratelimit.Bounds{MaxIdentifier: 4096}}
+	p.Limit(ctx, c)
+	if d, _ := p.Limit(ctx, c); d.Success {
+		t.Fatalf("the offence: %+v", d)
+	}
+	var page []Penalty
+	poll.Until(t, 5*time.Second, "the block listed", func() bool {
+		page, err = p.ListPenalties(ctx, "login", "", 0)
+		return err != nil || len(page) > 0
+	})
+	if err != nil || len(page) != 1 || page[0].Identifier != CounterIdentifier(long) {
+		t.Fatalf("ListPenalties: %+v, %v; want the block under its digest", page, err)
+	}
+	listed := page[0].Identifier
+	for _, id := range []string{long, listed} {
+		if b, err := p.GetPenalty(ctx, "login", id); err != nil || b.Identifier != listed {
+			t.Fatalf("GetPenalty(%.20s…): %+v, %v", id, b, err)
+		}
+	}
+	if rest, err := p.ListPenalties(ctx, "login", listed, 0); err != nil || len(rest) != 0 {
+		t.Fatalf("the page after the digest: %+v, %v; want none", rest, err)
+	}
+	if err := p.DeletePenalty(ctx, "login", listed); err != nil {
+		t.Fatalf("DeletePenalty by the listed digest: %v", err)
+	}
+	if _, err := p.GetPenalty(ctx, "login", long); !errors.Is(err, penalties.ErrNotFound) {
+		t.Fatalf("after the lift: %v, want none", err)
 	}
 }

@@ -23,7 +23,7 @@ func (n Namespace) Refund(ctx context.Context, c Call) (Decision, int64, error) 
 	r.Workspace = call.Workspace(ctx)
 	if r.Algorithm != ratelimit.Concurrency {
 		var err error
-		if r, err = c.validate(r.Workspace, false); err != nil { // a refund starts no block
+		if r, err = c.validate(r.Workspace, false); err != nil { // a refund takes no penalty: it offends nobody
 			return Decision{}, 0, err
 		}
 	} else {

@@ -1223,7 +1223,9 @@ export type GetPenaltyRequest = Message<"ratelimit.v1.GetPenaltyRequest"> & {
   namespace: string;
 
   /**
-   * Identifier is the identifier, as the limits are asked with it.
+   * Identifier is the identifier, as the limits are asked with it (up to
+   * 4,096 characters, Envoy's counter names) or as a Penalty lists it (a
+   * long one's sha256: digest).
    *
    * @generated from field: string identifier = 2;
    */
@@ -1272,8 +1274,8 @@ export type ListPenaltiesRequest = Message<"ratelimit.v1.ListPenaltiesRequest"> 
   namespace: string;
 
   /**
-   * After is the last identifier of the previous page; empty for the
-   * first.
+   * After is the last identifier of the previous page, as it lists it;
+   * empty for the first.
    *
    * @generated from field: string after = 2;
    */
@@ -1330,7 +1332,9 @@ export type DeletePenaltyRequest = Message<"ratelimit.v1.DeletePenaltyRequest"> 
   namespace: string;
 
   /**
-   * Identifier is the identifier, as the limits are asked with it.
+   * Identifier is the identifier, as the limits are asked with it (up to
+   * 4,096 characters, Envoy's counter names) or as a Penalty lists it (a
+   * long one's sha256: digest).
    *
    * @generated from field: string identifier = 2;
    */
