@@ -116,6 +116,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if o.Protocol == "rlqs" && (o.RLQSRequestsPerReport < 1 || o.RLSDomain == "") {
 		return Result{}, errors.New("-requests-per-report must be at least 1 and -domain must name a domain for -protocol rlqs")
 	}
+	if (o.Algorithm != "" && o.Algorithm != "sliding_window" || o.MaxWaitMs != 0) && o.Protocol != "json" && o.Protocol != "grpc" {
+		return Result{}, fmt.Errorf("-algorithm and -max-wait: only with -protocol json or grpc, not %s", o.Protocol)
+	}
 	var alg ratelimitv1.Algorithm
 	switch o.Algorithm {
 	case "", "sliding_window":

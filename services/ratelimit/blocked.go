@@ -13,7 +13,7 @@ import (
 // (unix ms): denied, nothing left, reset at the end of the current fixed
 // window (or calendar period). No wait helps, so RetryAfter is zero.
 func blocked(req *Request, now int64) Response {
-	return Response{Reset: resetAt(req, now), Algorithm: algorithmOf(req)}
+	return Response{Reset: resetAt(req, now), Algorithm: req.Model()}
 }
 
 // resetAt returns the end of the fixed window (or calendar period) of req

@@ -11,10 +11,10 @@
 //	effective = (cur + curGlobal) + trunc((prev + prevGlobal) * (1 - elapsed)) + cost
 //	success   = cost <= limit && effective <= limit
 //
-// cur and prev are this region's counts for cells seq and seq-1 (a sliding
-// window's cur also holds what requests that wait booked into cell seq+1:
-// see Request.MaxWait); curGlobal and prevGlobal are the counts imported
-// from other regions. A successful request adds cost to cur by
+// cur and prev are this region's counts for cells seq and seq-1;
+// curGlobal and prevGlobal are the counts imported from other regions. A
+// sliding window adds to cur + curGlobal what requests that wait booked
+// into cell seq+1, every region's (see Request.MaxWait). A successful request adds cost to cur by
 // compare-and-swap, so concurrent requests in one process
 // never admit more than the limit, and, after a few races lost, under the
 // key's lock, so that contention never refuses one (see cells.Contention).
@@ -49,7 +49,8 @@
 //     stores name it by a number where a length would be; only
 //     period.FromCode and Period.Code cross between the two.
 //   - window: the window of one key, held in memory: its two most
-//     recent cells (cells.Window), all of them in the service's cell
+//     recent cells, and one made ahead of its window for requests
+//     booked into it (cells.Window), all of them in the service's cell
 //     table (cells.Table), beside what the models keep of some
 //     (model.Table) and what the regional tier writes of them.
 //   - cell: one fixed window of one key: store.CellKey names it, cells.Cell holds

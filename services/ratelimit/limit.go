@@ -33,7 +33,7 @@ func (s *Service) Decide(ctx context.Context, req Request) (Response, error) {
 	if req.Limit == 0 {
 		return blocked(&req, s.clock.Now().UnixMilli()), nil
 	}
-	alg := algorithmOf(&req)
+	alg := req.Model()
 	sp := specOf(&req)
 	if alg == Concurrency {
 		// The one model whose window's key moves with the clock (a

@@ -20,16 +20,13 @@ func specOf(req *Request) model.Spec {
 }
 
 // Model returns the algorithm r is answered as (Response.Algorithm): its
-// own, or a fixed window for a request that names a calendar.
-func (r *Request) Model() Algorithm { return algorithmOf(r) }
-
-// algorithmOf returns the algorithm req is answered as: a request that
-// names a calendar counts its periods as a fixed window does.
-func algorithmOf(req *Request) Algorithm {
-	if !req.Calendar.IsZero() {
+// own, or a fixed window for a request that names a calendar, whose
+// periods it counts as a fixed window does.
+func (r *Request) Model() Algorithm {
+	if !r.Calendar.IsZero() {
 		return FixedWindow
 	}
-	return req.Algorithm
+	return r.Algorithm
 }
 
 // modelFor returns req's model, chosen here once: a request that names a

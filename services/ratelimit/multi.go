@@ -78,7 +78,7 @@ func (s *Service) DecideAll(ctx context.Context, reqs []Request) (MultiResponse,
 		for i, w := range windows {
 			sp := specOf(&reqs[i])
 			d, c, ok := modelFor(&reqs[i]).Count(&s.windows, w, buckets[i], now, sp, reqs[i].Cost, false, true)
-			results[i], curs[i], decisions[i] = response(&d, algorithmOf(&reqs[i])), c, d
+			results[i], curs[i], decisions[i] = response(&d, reqs[i].Model()), c, d
 			passed = passed && d.Success
 			if ok {
 				applied = append(applied, speculated{w: w, c: c, cost: reqs[i].Cost, index: i})

@@ -78,7 +78,7 @@ func (s *Service) Refund(ctx context.Context, req Request) (Returned, error) {
 	now := s.clock.Now().UnixMilli()
 	var given int64
 	var fresh *cells.Window
-	switch algorithmOf(&req) {
+	switch req.Model() {
 	case Concurrency:
 		mu := s.refundLock(&req)
 		mu.Lock()
@@ -95,7 +95,7 @@ func (s *Service) Refund(ctx context.Context, req Request) (Returned, error) {
 	}
 	h := Hold{Workspace: req.Workspace, Namespace: req.Namespace, Identifier: req.Identifier, Duration: req.Duration,
 		Limit: req.Limit, Amount: given}
-	if algorithmOf(&req) == Concurrency {
+	if req.Model() == Concurrency {
 		h.Kind = Slots
 	}
 	return Returned{Given: given, s: s, hold: h, pool: fresh, req: &check}, nil
@@ -112,7 +112,7 @@ func (s *Service) refundWindow(ctx context.Context, req *Request, now int64) (in
 	}
 	seq, _, _ := w.SeqAt(now)
 	seqs := []int64{seq}
-	if algorithmOf(req) == SlidingWindow {
+	if req.Model() == SlidingWindow {
 		seqs = append(seqs, seq-1)
 	}
 	// What the region holds, and has given back, read now: a refund

@@ -14,7 +14,8 @@ import (
 // decision costs one map lookup. Cells sit in two slots indexed by seq&1: the
 // current and the previous window; a new window replaces the cell two
 // windows old. A cell booked ahead (a request that waits for the next
-// window: see Ahead) waits in Next until its window begins.
+// window: see BookAhead) waits in Next until a request of its window, or
+// a newer cell, puts it in its slot.
 type Window struct {
 	// scope and identifier are the window's key. The workspace,
 	// namespace and period, shared by many windows, are interned behind
@@ -27,7 +28,7 @@ type Window struct {
 	Cells      [2]atomic.Pointer[Cell]
 	// Next is the newest cell made for the window: the current one, or
 	// the one after it, made ahead for requests booked into it before
-	// it begins (see Ahead). Every cell newer than both slots' is made
+	// it begins (see BookAhead). Every cell newer than both slots' is made
 	// here first, so that one booked ahead is the one its window's slot
 	// takes when it begins, never a second cell of the same sequence.
 	Next atomic.Pointer[Cell]
@@ -193,23 +194,32 @@ func (w *Window) CellAt(seq int64, hydrated bool) (*Cell, int64) {
 	}
 }
 
-// made returns the cell of seq to put in its slot: the one Next holds
-// (made ahead, or by a request that raced this one), or a new one, put
-// in Next first when no newer cell is there. A cell older than Next's is
-// made apart (a count read for a window already past): no request books
-// into it. A cell made ahead that no request took into its slot while
-// its window lasted (its requests booked, none decided then) takes it
-// now, before a newer one replaces it in Next: the window after it weighs
-// it.
+// made returns the cell of seq to put in its slot: Next's (see next),
+// or, for a sequence older than Next's (a count read for a window already
+// past, which no request books into), a new one made apart.
 func (w *Window) made(seq int64, hydrated bool) *Cell {
+	if c := w.next(seq, hydrated); c != nil {
+		return c
+	}
+	return w.newCell(seq, hydrated)
+}
+
+// next returns the cell of seq in Next: the one there (made ahead, or by
+// a request that raced this one), or a new one put there in place of an
+// older one; nil if Next holds a newer one. An older cell that no request
+// took into its slot while its window lasted (its requests booked ahead,
+// none decided then) takes it first: the window after it weighs it. A
+// slot never holds a newer cell than Next, so each sequence has one cell.
+func (w *Window) next(seq int64, hydrated bool) *Cell {
 	for {
 		n := w.Next.Load()
-		switch {
-		case n != nil && n.Seq() == seq:
-			return n
-		case n != nil && n.Seq() > seq:
-			return w.newCell(seq, hydrated)
-		case n != nil:
+		if n != nil {
+			switch ns := n.Seq(); {
+			case ns == seq:
+				return n
+			case ns > seq:
+				return nil
+			}
 			w.settle(n)
 		}
 		fresh := w.newCell(seq, hydrated)
@@ -241,11 +251,11 @@ func (w *Window) newCell(seq int64, hydrated bool) *Cell {
 	return c
 }
 
-// Ahead returns w's cell of seq made ahead, before its window begins, or
-// nil if none was: a request booked into a window that has not begun is
-// counted there, and decisions in the window before it weigh it (see
-// BookAhead). A cell newer than seq made since moved it to its slot.
-func (w *Window) Ahead(seq int64) *Cell {
+// Lookup returns w's cell of seq if w holds one, in its slot or made
+// ahead of its window in Next (a request booked into a window that has
+// not begun is counted there, and decisions in the window before it weigh
+// it: see BookAhead), or nil; it makes none.
+func (w *Window) Lookup(seq int64) *Cell {
 	n := w.Next.Load()
 	switch {
 	case n == nil || n.Seq() < seq:
@@ -265,31 +275,14 @@ func (w *Window) Ahead(seq int64) *Cell {
 // one, which a sliding window weighs until the current one ends, and
 // takes it when it begins (see CellAt). It returns nil when a cell newer
 // than seq was made already (the window moved on).
-func (w *Window) BookAhead(seq int64, hydrated bool) *Cell {
-	for {
-		n := w.Next.Load()
-		if n != nil {
-			switch ns := n.Seq(); {
-			case ns == seq:
-				return n
-			case ns > seq:
-				return nil
-			}
-			// A cell made ahead that no request took into its slot
-			// (see made) keeps its count there.
-			w.settle(n)
-		}
-		if c := w.Cells[seq&1].Load(); c != nil && c.Seq() >= seq {
-			if c.Seq() == seq {
-				return c
-			}
-			return nil
-		}
-		fresh := w.newCell(seq, hydrated)
-		if w.Next.CompareAndSwap(n, fresh) {
-			return fresh
-		}
-	}
+func (w *Window) BookAhead(seq int64, hydrated bool) *Cell { return w.next(seq, hydrated) }
+
+// BooksAhead reports whether requests may be booked into w's cells ahead
+// of their window: a sliding or fixed window's (a length's, not a
+// calendar's, a bucket's or a pool's), not its refunds'.
+func (w *Window) BooksAhead() bool {
+	sc := w.scope.Value()
+	return sc.period.Kind() == period.Length && !sc.refunds
 }
 
 // CellFor returns w's cell of seq for a count read from a store at now
@@ -297,7 +290,7 @@ func (w *Window) BookAhead(seq int64, hydrated bool) *Cell {
 // (see BookAhead), so that a count booked into it elsewhere does not take
 // the slot of the cell a sliding window still weighs.
 func (w *Window) CellFor(seq, now int64, hydrated bool) *Cell {
-	if p := w.Period(); p.Kind() == period.Length && !w.HoldsRefunds() && seq == w.SeqOf(now)+1 {
+	if w.BooksAhead() && seq == w.SeqOf(now)+1 {
 		return w.BookAhead(seq, hydrated)
 	}
 	c, _ := w.CellAt(seq, hydrated)
@@ -327,11 +320,7 @@ func (w *Window) CellsOf(now int64, hydrated bool) (cur, prev *Cell, start, end,
 // BookAhead).
 func (w *Window) CellForMerge(seq, stored int64) *Cell {
 	if stored <= 0 {
-		c := w.Cells[seq&1].Load()
-		if c == nil || c.Seq() != seq {
-			return w.Ahead(seq)
-		}
-		return c
+		return w.Lookup(seq)
 	}
 	c, _ := w.CellAt(seq, true)
 	return c
@@ -342,7 +331,7 @@ func (w *Window) CellForMerge(seq, stored int64) *Cell {
 // if the count is not zero.
 func (w *Window) AheadForMerge(seq, stored int64) *Cell {
 	if stored <= 0 {
-		return w.Ahead(seq)
+		return w.Lookup(seq)
 	}
 	return w.BookAhead(seq, true)
 }

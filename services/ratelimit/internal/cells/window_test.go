@@ -19,12 +19,12 @@ func TestCellBookedAhead(t *testing.T) {
 	w := minuteWindow()
 	prev, _ := w.CellAt(4, true)
 	cur, _ := w.CellAt(5, true)
-	if w.Ahead(6) != nil {
+	if w.Lookup(6) != nil {
 		t.Fatal("a cell ahead before any booking")
 	}
 	next := w.BookAhead(6, true)
-	if next == nil || next.Seq() != 6 || w.Ahead(6) != next || w.BookAhead(6, true) != next {
-		t.Fatalf("BookAhead(6) = %v, Ahead(6) = %v: want one cell of 6", next, w.Ahead(6))
+	if next == nil || next.Seq() != 6 || w.Lookup(6) != next || w.BookAhead(6, true) != next {
+		t.Fatalf("BookAhead(6) = %v, Ahead(6) = %v: want one cell of 6", next, w.Lookup(6))
 	}
 	next.Count.Add(3)
 	if c, p, newer := w.CellsAt(5, true); c != cur || p != prev || newer != 0 {
@@ -82,7 +82,7 @@ func TestCellForACountAhead(t *testing.T) {
 		t.Fatal("a count of 0 made a cell ahead")
 	}
 	c := w.CellFor(6, now, true)
-	if c == nil || c != w.Ahead(6) || w.AheadForMerge(6, 4) != c {
+	if c == nil || c != w.Lookup(6) || w.AheadForMerge(6, 4) != c {
 		t.Fatalf("CellFor(6) = %v, want the cell made ahead", c)
 	}
 	if _, p, newer := w.CellsAt(5, true); p != prev || newer != 0 {
@@ -109,7 +109,7 @@ func TestCellBookedAheadKeptWhenTheNextIsBooked(t *testing.T) {
 	if c, _ := w.CellAt(6, true); c != six || c.Count.Load() != 10 {
 		t.Fatalf("CellAt(6) = %v, want the cell booked ahead with its 10", c)
 	}
-	if w.Ahead(6) != six {
+	if w.Lookup(6) != six {
 		t.Fatal("Ahead(6) lost the cell once a newer one was made ahead")
 	}
 }

@@ -83,12 +83,12 @@ func (m *windowModel) Count(t *Table, w *cells.Window, _ *Bucket, now int64, sp 
 	// A sliding window weighs the current cell in the next one: what was
 	// booked into the next cell before it begins (see bookAhead) counts
 	// in the current one too, so that what the current one admits after
-	// it cannot outweigh it when it proceeds. An admission reads it once
-	// it has counted (see below), a denial or a booking before it
-	// decides: almost no key has a cell ahead, and the admissions, the
-	// hottest path, pay one load.
+	// it cannot outweigh it when it proceeds. A fixed window's cells
+	// count apart.
 	var ahead *cells.Cell
-	aheadRead := m.fixed // a fixed window's cells count apart
+	if !m.fixed {
+		ahead = w.Lookup(seq + 1)
+	}
 	d := Decision{Limit: sp.Limit, Capacity: sp.Limit, ResetMs: end}
 	limit := sp.Limit
 	if report && cost > 0 {
@@ -96,17 +96,12 @@ func (m *windowModel) Count(t *Table, w *cells.Window, _ *Bucket, now int64, sp 
 		// cap (cells.AddCapped), so that reports without end never wrap
 		// the counter.
 		n := cells.AddCapped(&cur.Count, cost)
-		ahead = w.Ahead(seq + 1) // a fixed window's, for its retryAfter alone
-		aheadHeld := heldIn(ahead)
 		prevTotal := prevGlobal
 		if prev != nil {
 			prevTotal += prev.Count.Load()
 		}
 		prevTotal = max(prevTotal, 0)
-		curTotal := max(n+curGlobal, 0)
-		if !m.fixed {
-			curTotal += aheadHeld
-		}
+		curTotal := max(n+curGlobal, 0) + heldIn(ahead)
 		effective := curTotal + weighted(prevTotal, elapsed, dur)
 		d.Success = effective <= limit
 		d.Remaining = min(max(0, limit-effective), limit)
@@ -114,7 +109,7 @@ func (m *windowModel) Count(t *Table, w *cells.Window, _ *Bucket, now int64, sp 
 			// When a request of the same cost would pass (Envoy's next
 			// hit, counted over the limit as this one was): 0 when no
 			// wait helps, as for any request.
-			d.RetryAfter = windowRetry(m.fixed, sp.Limit, elapsed, dur, curTotal, aheadHeld, prevTotal, cost)
+			d.RetryAfter = m.retry(w, seq, sp.Limit, elapsed, dur, curTotal, heldIn(ahead), prevTotal, cost)
 		}
 		return d, cur, true
 	}
@@ -135,14 +130,6 @@ func (m *windowModel) Count(t *Table, w *cells.Window, _ *Bucket, now int64, sp 
 		}
 		prevTotal = max(prevTotal, 0)
 		effective := curTotal + weighted(prevTotal, elapsed, dur) + cost
-		if (cost == 0 || cost > limit || effective > limit) && !aheadRead {
-			// A check's remaining, a denial's or a booking's decision:
-			// with what is booked ahead.
-			ahead, aheadRead = w.Ahead(seq+1), true
-			aheadHeld = heldIn(ahead)
-			curTotal += aheadHeld
-			effective += aheadHeld
-		}
 		d.WaitMs = 0 // a race lost may have booked before
 		if cost > limit || effective > limit {
 			wait, ok := m.book(sp, elapsed, dur, curTotal, prevTotal, cost)
@@ -154,11 +141,7 @@ func (m *windowModel) Count(t *Table, w *cells.Window, _ *Bucket, now int64, sp 
 				}
 				d.Success = false // a race lost may have found room before
 				d.Remaining = min(max(0, limit-(effective-cost)), limit)
-				if m.fixed {
-					// Counted apart, but where the next window begins.
-					aheadHeld = heldIn(w.Ahead(seq + 1))
-				}
-				d.RetryAfter = windowRetry(m.fixed, sp.Limit, elapsed, dur, curTotal, aheadHeld, prevTotal, cost)
+				d.RetryAfter = m.retry(w, seq, sp.Limit, elapsed, dur, curTotal, aheadHeld, prevTotal, cost)
 				return d, cur, false
 			}
 			// Booked: counted now, in the cell it will be spent in.
@@ -181,18 +164,17 @@ func (m *windowModel) Count(t *Table, w *cells.Window, _ *Bucket, now int64, sp 
 		}
 		if counted && !m.fixed {
 			// What is booked ahead, if more than this decision counted:
-			// a booking made before it that it did not read, or one made
-			// meanwhile that saw the current cell without this count
-			// (bookAhead counts, then reads the current cell; this
-			// counts, then reads the next: one sees the other). Decide
-			// again with it.
-			if a := w.Ahead(seq + 1); heldIn(a) > aheadHeld {
+			// a booking made meanwhile that saw the current cell without
+			// this count (bookAhead counts, then reads the current cell;
+			// this counts, then reads the next: one sees the other).
+			// Decide again with it.
+			if a := w.Lookup(seq + 1); heldIn(a) > aheadHeld {
 				if speculative {
 					w.Rollback(cur, cost)
 				} else {
 					cur.Count.Add(-cost)
 				}
-				ahead, aheadRead, counted = a, true, false
+				ahead, counted = a, false
 			}
 		}
 		if counted {
@@ -295,6 +277,16 @@ func (m *windowModel) bookAhead(t *Table, w *cells.Window, cur *cells.Cell, seq 
 		}
 		return next, max(wait, 1), true
 	}
+}
+
+// retry is windowRetry for a request on w's cell seq, with ahead booked
+// into the next one: a fixed window reads it here, on a refusal alone,
+// since its decisions count it apart.
+func (m *windowModel) retry(w *cells.Window, seq, limit, elapsed, dur, cur, ahead, prev, cost int64) int64 {
+	if m.fixed {
+		ahead = heldIn(w.Lookup(seq + 1))
+	}
+	return windowRetry(m.fixed, limit, elapsed, dur, cur, ahead, prev, cost)
 }
 
 // windowRetry returns how many ms after now a request of cost would pass

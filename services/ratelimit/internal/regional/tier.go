@@ -400,18 +400,19 @@ func (r *Tier) refreshNow(ctx context.Context, ws []*cells.Window, now int64, op
 
 // refresh reads the current and previous cells of ws at now from the regional
 // store in one round trip, and the next cell of a window that may book
-// into it (see booksAhead), merges what it read, and returns the windows it
+// into it (see cells.Window.BooksAhead: what other processes booked into
+// it counts in their decisions), merges what it read, and returns the windows it
 // could not read (all of them if the store failed, those of a server that is
 // down if it answered in part).
 func (r *Tier) refresh(ctx context.Context, ws []*cells.Window, now int64, op string, timeout time.Duration) (failed []*cells.Window) {
-	keys := make([]store.CellKey, 0, 2*len(ws))
+	keys := make([]store.CellKey, 0, 3*len(ws))
 	for _, w := range ws {
 		seq := w.SeqOf(now)
 		keys = append(keys, w.CellKey(seq), w.CellKey(seq-1))
 	}
 	aheadAt := len(keys)
 	for _, w := range ws {
-		if booksAhead(w) {
+		if w.BooksAhead() {
 			keys = append(keys, w.CellKey(w.SeqOf(now)+1))
 		}
 	}
@@ -432,7 +433,8 @@ func (r *Tier) refresh(ctx context.Context, ws []*cells.Window, now int64, op st
 	for i, w := range ws {
 		cur, prev := counts[2*i], counts[2*i+1]
 		var next int64
-		if booksAhead(w) {
+		books := w.BooksAhead()
+		if books {
 			next, ahead = ahead[0], ahead[1:]
 		}
 		if cur < 0 || prev < 0 || next < 0 {
@@ -442,7 +444,7 @@ func (r *Tier) refresh(ctx context.Context, ws []*cells.Window, now int64, op st
 		seq := w.SeqOf(now)
 		r.merge(w, seq, cur)
 		r.merge(w, seq-1, prev)
-		if booksAhead(w) {
+		if books {
 			if c := w.AheadForMerge(seq+1, next); c != nil {
 				r.mergeInto(w, c, next)
 			}
@@ -546,14 +548,6 @@ func (r *Tier) mergeInto(w *cells.Window, c *cells.Cell, stored int64) {
 		return
 	}
 	cells.AtomicMax(&c.Stored, stored)
-}
-
-// booksAhead reports whether w is a window a request may book into the
-// next cell of (a sliding or fixed window's: see the model's bookAhead),
-// whose reads fetch that cell too: what other processes booked into it
-// counts in their decisions.
-func booksAhead(w *cells.Window) bool {
-	return w.Period().Kind() == period.Length && !w.HoldsRefunds()
 }
 
 // afterDecideWindow does the regional tier's share of a decision on w at now:
