@@ -109,25 +109,17 @@ func (c *Cleanup) purgeAnalytics(ctx restate.ObjectContext, now int64) (int64, b
 	}{{analytics.Minute, analytics.MinuteRetention}, {analytics.Hour, analytics.HourRetention}, {analytics.Day, analytics.DayRetention}} {
 		cutoff, g := now-r.retention.Milliseconds(), uint8(r.g)
 		for _, table := range []string{"buckets", "identifiers"} {
-			for i := 1; ; i++ {
-				if i > c.maxBatches {
-					more = true
-					break
+			n, full, err := c.purgeBatches(ctx, fmt.Sprintf("purge %s %s", r.g, table), func(rc restate.RunContext) (int64, error) {
+				if table == "buckets" {
+					return c.store.AnalyticsPurge(rc, db.AnalyticsPurgeParams{Granularity: g, Cutoff: cutoff, Limit: c.batchSize})
 				}
-				n, err := restate.Run(ctx, func(rc restate.RunContext) (int64, error) {
-					if table == "buckets" {
-						return c.store.AnalyticsPurge(rc, db.AnalyticsPurgeParams{Granularity: g, Cutoff: cutoff, Limit: c.batchSize})
-					}
-					return c.store.AnalyticsTopPurge(rc, db.AnalyticsTopPurgeParams{Granularity: g, Cutoff: cutoff, Limit: c.batchSize})
-				}, restate.WithName(fmt.Sprintf("purge %s %s %d", r.g, table, i)))
-				if err != nil {
-					return purged, false, err
-				}
-				purged += n
-				if n < int64(c.batchSize) {
-					break
-				}
+				return c.store.AnalyticsTopPurge(rc, db.AnalyticsTopPurgeParams{Granularity: g, Cutoff: cutoff, Limit: c.batchSize})
+			})
+			purged += n
+			if err != nil {
+				return purged, false, err
 			}
+			more = more || full
 		}
 	}
 	if _, err := restate.Run(ctx, func(rc restate.RunContext) (int64, error) {
@@ -182,11 +174,18 @@ func (c *Cleanup) purge(ctx restate.ObjectContext, what string,
 // are waiting. Deleting a row twice deletes nothing: each batch is one
 // step.
 func (c *Cleanup) purgePenalties(ctx restate.ObjectContext, now int64) (int64, bool, error) {
+	return c.purgeBatches(ctx, "purge penalties", func(rc restate.RunContext) (int64, error) {
+		return c.store.PenaltiesPurge(rc, db.PenaltiesPurgeParams{ExpiresAt: uint64(max(now, 0)), Limit: c.batchSize})
+	})
+}
+
+// purgeBatches deletes rows a batch at a time with remove, each batch a
+// step named name and its number, until a batch is short or maxBatches
+// ran, and reports the rows deleted and whether more are waiting.
+func (c *Cleanup) purgeBatches(ctx restate.ObjectContext, name string, remove func(restate.RunContext) (int64, error)) (int64, bool, error) {
 	var purged int64
 	for i := 1; i <= c.maxBatches; i++ {
-		n, err := restate.Run(ctx, func(rc restate.RunContext) (int64, error) {
-			return c.store.PenaltiesPurge(rc, db.PenaltiesPurgeParams{ExpiresAt: uint64(max(now, 0)), Limit: c.batchSize})
-		}, restate.WithName(fmt.Sprintf("purge penalties %d", i)))
+		n, err := restate.Run(ctx, remove, restate.WithName(fmt.Sprintf("%s %d", name, i)))
 		if err != nil {
 			return purged, false, err
 		}
